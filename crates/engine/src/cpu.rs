@@ -1,0 +1,149 @@
+//! The `cpu` engine: worker threads, one bounded queue (lane) each, running the services' CPU
+//! implementations. It is the CI path, the reference for the GPU engines and the hybrid helper.
+
+use crate::dispatch::Lane;
+use crate::metrics::{EngineMetrics, Outcome};
+use crate::request::{Request, ResponseBody};
+use crate::service::Registry;
+use cohort_proto::{ErrorCode, ErrorPayload};
+use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, Sender, TrySendError};
+use std::panic::{catch_unwind, AssertUnwindSafe};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+#[derive(Debug, Clone)]
+pub struct CpuEngineConfig {
+    pub workers: usize,
+    /// Total queued requests across all workers before OVERLOADED.
+    pub max_queue: usize,
+    /// Cores to pin workers to, in order; empty = no pinning.
+    pub cpus: Vec<usize>,
+}
+
+struct WorkerLane {
+    tx: Sender<Request>,
+}
+
+impl Lane for WorkerLane {
+    fn try_submit(&self, req: Request) -> Result<(), Request> {
+        match self.tx.try_send(req) {
+            Ok(()) => Ok(()),
+            Err(TrySendError::Full(r)) | Err(TrySendError::Disconnected(r)) => Err(r),
+        }
+    }
+    fn depth(&self) -> usize {
+        self.tx.len()
+    }
+}
+
+pub struct CpuEngine {
+    lanes: Vec<Arc<dyn Lane>>,
+    workers: Vec<JoinHandle<()>>,
+    stop: Arc<AtomicBool>,
+    pub metrics: Arc<EngineMetrics>,
+}
+
+impl CpuEngine {
+    pub fn start(cfg: &CpuEngineConfig, registry: Registry) -> CpuEngine {
+        assert!(cfg.workers >= 1, "the cpu engine needs at least one worker");
+        let per_lane = (cfg.max_queue / cfg.workers).max(1);
+        let stop = Arc::new(AtomicBool::new(false));
+        let metrics = Arc::new(EngineMetrics::default());
+        let mut lanes: Vec<Arc<dyn Lane>> = Vec::new();
+        let mut workers = Vec::new();
+        for w in 0..cfg.workers {
+            let (tx, rx) = bounded(per_lane);
+            lanes.push(Arc::new(WorkerLane { tx }));
+            let (stop, metrics, registry) = (stop.clone(), metrics.clone(), registry.clone());
+            let core = cfg.cpus.get(w % cfg.cpus.len().max(1)).copied();
+            workers.push(
+                std::thread::Builder::new()
+                    .name(format!("cpu-worker-{w}"))
+                    .spawn(move || {
+                        if let Some(c) = core {
+                            core_affinity::set_for_current(core_affinity::CoreId { id: c });
+                        }
+                        worker_loop(rx, &registry, &metrics, &stop)
+                    })
+                    .expect("spawn cpu worker"),
+            );
+        }
+        CpuEngine {
+            lanes,
+            workers,
+            stop,
+            metrics,
+        }
+    }
+
+    pub fn lanes(&self) -> Vec<Arc<dyn Lane>> {
+        self.lanes.clone()
+    }
+
+    /// Lets workers finish every queued request, then joins them.
+    pub fn shutdown(self) {
+        self.stop.store(true, Ordering::Release);
+        for w in self.workers {
+            let _ = w.join();
+        }
+    }
+}
+
+fn worker_loop(rx: Receiver<Request>, registry: &Registry, m: &EngineMetrics, stop: &AtomicBool) {
+    loop {
+        match rx.recv_timeout(Duration::from_millis(20)) {
+            Ok(req) => execute(req, registry, m),
+            Err(RecvTimeoutError::Timeout) => {
+                if stop.load(Ordering::Acquire) {
+                    // Producers have stopped before `stop` is set; drain and leave.
+                    while let Ok(req) = rx.try_recv() {
+                        execute(req, registry, m);
+                    }
+                    return;
+                }
+            }
+            Err(RecvTimeoutError::Disconnected) => return,
+        }
+    }
+}
+
+/// Runs one request on this thread and answers it.
+pub(crate) fn execute(req: Request, registry: &Registry, m: &EngineMetrics) {
+    let start = Instant::now();
+    m.queue_wait_ns.fetch_add(
+        start.saturating_duration_since(req.arrived).as_nanos() as u64,
+        Ordering::Relaxed,
+    );
+    if start > req.deadline {
+        m.count(Outcome::Timeout);
+        return req.respond_error(ErrorCode::Timeout, "deadline passed while queued");
+    }
+    let Some(service) = registry.get(req.service) else {
+        m.count(Outcome::BadRequest);
+        return req.respond_error(ErrorCode::UnknownService, "no such service");
+    };
+    let result = catch_unwind(AssertUnwindSafe(|| service.execute_cpu(&req.payload)));
+    m.compute_ns
+        .fetch_add(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
+    let body = match result {
+        Ok(Ok(out)) => {
+            m.count(Outcome::Ok);
+            ResponseBody::Ok(out)
+        }
+        Ok(Err(e)) => {
+            m.count(if e.code == ErrorCode::BadRequest {
+                Outcome::BadRequest
+            } else {
+                Outcome::Internal
+            });
+            ResponseBody::Err(e)
+        }
+        Err(_) => {
+            m.count(Outcome::Internal);
+            ResponseBody::Err(ErrorPayload::new(ErrorCode::Internal, "service panicked"))
+        }
+    };
+    req.respond(body);
+}

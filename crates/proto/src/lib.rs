@@ -1,0 +1,22 @@
+//! Cohort wire protocol v1 (see `docs/protocol.md` for the byte-level layout).
+//!
+//! Everything here is pure decoding/encoding over byte slices: no I/O, no allocation on the
+//! decode path beyond what the caller asks for, and no panics on any input (proptest and
+//! cargo-fuzz check that).
+
+mod error;
+mod frame;
+mod goaway;
+
+pub use error::{ErrorCode, ErrorPayload};
+pub use frame::{
+    encode_frame, Frame, FrameError, Header, Kind, HEADER_LEN, MAGIC, MAX_PAYLOAD, VERSION,
+};
+pub use goaway::GoAway;
+
+/// Well-known service ids. The id travels in every frame header.
+pub mod service_id {
+    pub const ECHO: u16 = 1;
+    pub const SPIN: u16 = 2;
+    pub const KNN: u16 = 3;
+}

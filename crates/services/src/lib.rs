@@ -1,0 +1,20 @@
+//! Services. Each module holds one service: its payload schema (encode/decode, never
+//! panicking on any input), its CPU implementation, and its JSON mapping for HTTP.
+
+pub mod echo;
+pub mod spin;
+
+use cohort_proto::{ErrorCode, ErrorPayload};
+
+pub(crate) fn bad_request(msg: impl Into<String>) -> ErrorPayload {
+    ErrorPayload::new(ErrorCode::BadRequest, msg)
+}
+
+/// JSON helper: a byte payload is carried as a string ("data") in HTTP bodies.
+pub(crate) fn json_bytes(body: &serde_json::Value, field: &str) -> Result<Vec<u8>, ErrorPayload> {
+    match body.get(field) {
+        None => Ok(Vec::new()),
+        Some(serde_json::Value::String(s)) => Ok(s.as_bytes().to_vec()),
+        Some(_) => Err(bad_request(format!("field {field:?} must be a string"))),
+    }
+}
