@@ -2,7 +2,7 @@
 
 use crate::request::Request;
 use cohort_proto::ErrorCode;
-use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 /// One bounded queue into an engine.
@@ -49,6 +49,7 @@ pub struct Dispatcher {
     lanes: Vec<Arc<dyn Lane>>,
     policy: DispatchPolicy,
     next: AtomicUsize,
+    overloaded: AtomicU64,
 }
 
 impl Dispatcher {
@@ -58,11 +59,17 @@ impl Dispatcher {
             lanes,
             policy,
             next: AtomicUsize::new(0),
+            overloaded: AtomicU64::new(0),
         }
     }
 
     pub fn lanes(&self) -> usize {
         self.lanes.len()
+    }
+
+    /// Requests refused because every lane was full.
+    pub fn overloaded_counter(&self) -> &AtomicU64 {
+        &self.overloaded
     }
 
     pub fn queued(&self) -> usize {
@@ -96,6 +103,7 @@ impl Dispatcher {
         match result {
             Ok(()) => Submit::Queued,
             Err(req) => {
+                self.overloaded.fetch_add(1, Ordering::Relaxed);
                 req.respond_error(ErrorCode::Overloaded, "engine queue full");
                 Submit::Overloaded
             }

@@ -7,7 +7,6 @@ pub enum Outcome {
     Ok,
     BadRequest,
     Timeout,
-    Overloaded,
     Internal,
 }
 
@@ -16,7 +15,6 @@ pub struct EngineMetrics {
     pub ok: AtomicU64,
     pub bad_request: AtomicU64,
     pub timeout: AtomicU64,
-    pub overloaded: AtomicU64,
     pub internal: AtomicU64,
     /// Sum of time spent queued before execution, in nanoseconds.
     pub queue_wait_ns: AtomicU64,
@@ -30,7 +28,6 @@ impl EngineMetrics {
             Outcome::Ok => &self.ok,
             Outcome::BadRequest => &self.bad_request,
             Outcome::Timeout => &self.timeout,
-            Outcome::Overloaded => &self.overloaded,
             Outcome::Internal => &self.internal,
         };
         c.fetch_add(1, Ordering::Relaxed);

@@ -1,1 +1,19 @@
+//! `cohort load`: the load generator.
+//!
+//! Open loop (constant or Poisson arrivals; latency measured from each request's *intended*
+//! send time, so a slow server cannot hide behind a slow generator) or closed loop (a fixed
+//! number of requests outstanding). UDP, TCP and HTTP. Every answer is checked by the
+//! workload; requests that never get an answer are counted as `no_answer`.
 
+mod plot;
+mod report;
+mod run;
+mod schedule;
+mod tracker;
+mod transport;
+mod workload;
+
+pub use plot::plot_sweep;
+pub use report::Report;
+pub use run::{run, run_sweep, LoadConfig, Mode, Target};
+pub use workload::{EchoWorkload, SpinWorkload, Workload};

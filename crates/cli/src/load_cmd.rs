@@ -1,0 +1,132 @@
+//! `cohort load`: drive a server, print a table, write JSON and a plot.
+
+use crate::util::{parse_rate, tmp_path, write_atomic};
+use anyhow::{bail, Context, Result};
+use clap::Args;
+use cohort_load::{EchoWorkload, LoadConfig, Mode, Report, SpinWorkload, Target, Workload};
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::Duration;
+
+#[derive(Args, Debug, Clone)]
+pub struct LoadArgs {
+    /// udp://HOST:PORT, tcp://HOST:PORT or http://HOST:PORT.
+    #[arg(long)]
+    pub target: Target,
+    /// echo or spin.
+    #[arg(long, default_value = "echo")]
+    pub service: String,
+    /// Open loop at this many requests per second.
+    #[arg(long, conflicts_with_all = ["concurrency", "sweep"])]
+    pub rate: Option<f64>,
+    /// Closed loop with this many requests outstanding.
+    #[arg(long, conflicts_with = "sweep")]
+    pub concurrency: Option<usize>,
+    /// Open-loop sweep over these rates (e.g. 10k,50k,100k): a throughput-latency curve.
+    #[arg(long, value_delimiter = ',', value_parser = parse_rate)]
+    pub sweep: Option<Vec<f64>>,
+    /// Poisson arrivals instead of a constant rate.
+    #[arg(long)]
+    pub poisson: bool,
+    /// Seconds measured (per sweep point).
+    #[arg(long, default_value_t = 5.0)]
+    pub duration: f64,
+    /// Seconds of unmeasured load before measuring.
+    #[arg(long, default_value_t = 1.0)]
+    pub warmup: f64,
+    /// Sockets / connections to spread the load over.
+    #[arg(long, default_value_t = 1)]
+    pub connections: usize,
+    #[arg(long, default_value_t = 64)]
+    pub payload_bytes: usize,
+    /// spin service: busy time per request.
+    #[arg(long, default_value_t = 10)]
+    pub spin_us: u32,
+    /// Milliseconds to wait for an answer before counting no_answer.
+    #[arg(long, default_value_t = 2000)]
+    pub answer_timeout_ms: u64,
+    /// Deadline carried in each request (0 = the server's default).
+    #[arg(long, default_value_t = 0)]
+    pub timeout_us: u32,
+    #[arg(long, default_value_t = 1)]
+    pub seed: u64,
+    /// Write the report(s) as JSON here.
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+    /// Write a throughput-latency PNG here (sweeps).
+    #[arg(long)]
+    pub plot: Option<PathBuf>,
+}
+
+pub fn workload(a: &LoadArgs) -> Result<Arc<dyn Workload>> {
+    anyhow::ensure!(a.payload_bytes <= 60_000, "--payload-bytes must be at most 60000");
+    Ok(match a.service.as_str() {
+        "echo" => Arc::new(EchoWorkload { payload_bytes: a.payload_bytes }),
+        "spin" => Arc::new(SpinWorkload { spin_us: a.spin_us, payload_bytes: a.payload_bytes }),
+        other => bail!("unknown service {other:?} for load (echo, spin)"),
+    })
+}
+
+pub fn config(a: &LoadArgs) -> Result<LoadConfig> {
+    anyhow::ensure!(a.duration > 0.0 && a.duration.is_finite(), "--duration must be positive");
+    anyhow::ensure!(a.warmup >= 0.0 && a.warmup.is_finite(), "--warmup must be >= 0");
+    let mode = match (a.rate, a.concurrency, &a.sweep) {
+        (Some(r), None, None) => Mode::Open { rate: r, poisson: a.poisson },
+        (None, Some(c), None) => Mode::Closed { concurrency: c },
+        (None, None, Some(s)) => Mode::Open { rate: s[0], poisson: a.poisson },
+        _ => bail!("give exactly one of --rate, --concurrency, --sweep"),
+    };
+    Ok(LoadConfig {
+        target: a.target,
+        mode,
+        duration: Duration::from_secs_f64(a.duration),
+        warmup: Duration::from_secs_f64(a.warmup),
+        connections: a.connections,
+        answer_timeout: Duration::from_millis(a.answer_timeout_ms.max(1)),
+        request_timeout_us: a.timeout_us,
+        seed: a.seed,
+    })
+}
+
+pub fn print_table(reports: &[Report]) {
+    println!("{}", Report::table_header());
+    for r in reports {
+        println!("{}", r.table_row());
+        if !r.errors.is_empty() {
+            println!("{:>10} errors: {:?}", "", r.errors);
+        }
+    }
+}
+
+/// Writes a sweep's plot atomically.
+pub fn plot(series: &[(String, Vec<Report>)], title: &str, path: &std::path::Path) -> Result<()> {
+    let tmp = tmp_path(path);
+    cohort_load::plot_sweep(series, title, &tmp)?;
+    std::fs::rename(&tmp, path).with_context(|| format!("writing {}", path.display()))
+}
+
+pub fn run(a: LoadArgs) -> Result<()> {
+    let cfg = config(&a)?;
+    let w = workload(&a)?;
+    let reports = match &a.sweep {
+        Some(rates) => cohort_load::run_sweep(&cfg, rates, w)?,
+        None => vec![cohort_load::run(&cfg, w)?],
+    };
+    print_table(&reports);
+    if reports.iter().any(|r| r.generator_saturated) {
+        eprintln!("warning: the generator could not keep the offered rate (generator_saturated)");
+    }
+    if let Some(p) = &a.json {
+        let v = if a.sweep.is_some() {
+            serde_json::json!({ "runs": reports })
+        } else {
+            serde_json::to_value(&reports[0])?
+        };
+        write_atomic(p, serde_json::to_string_pretty(&v)?.as_bytes())?;
+    }
+    if let Some(p) = &a.plot {
+        let title = format!("{} over {}", a.service, a.target);
+        plot(&[(a.service.clone(), reports)], &title, p)?;
+    }
+    Ok(())
+}

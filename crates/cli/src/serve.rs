@@ -1,0 +1,161 @@
+//! `cohort serve`: wires services -> engine -> dispatcher -> listeners, then waits for a signal.
+
+use crate::metrics::render_metrics;
+use crate::util::parse_cpus;
+use anyhow::{bail, Result};
+use clap::Args;
+use cohort_engine::{CpuEngine, CpuEngineConfig, DispatchPolicy, Dispatcher, Registry};
+use cohort_net::{Context, NetConfig, NetStats, Server};
+use std::net::SocketAddr;
+use std::sync::atomic::AtomicBool;
+use std::sync::Arc;
+use std::time::Duration;
+
+#[derive(Args, Debug, Clone)]
+pub struct ServeArgs {
+    /// Services to serve, comma-separated: echo, spin.
+    #[arg(long, default_value = "echo")]
+    pub service: String,
+    /// Engine: cpu.
+    #[arg(long, default_value = "cpu")]
+    pub engine: String,
+    #[arg(long)]
+    pub udp: Option<SocketAddr>,
+    #[arg(long)]
+    pub tcp: Option<SocketAddr>,
+    #[arg(long)]
+    pub http: Option<SocketAddr>,
+    /// Network threads: UDP io threads (one socket each) and TCP/HTTP workers.
+    #[arg(long, default_value_t = 1)]
+    pub io_threads: usize,
+    /// Pin network threads to these cores, e.g. 0-1,4.
+    #[arg(long, value_parser = parse_cpus)]
+    pub cpus: Option<Vec<usize>>,
+    /// cpu engine worker threads (0 = cores left after the io threads, at least 1).
+    #[arg(long, default_value_t = 0)]
+    pub workers: usize,
+    /// Pin cpu engine workers to these cores.
+    #[arg(long, value_parser = parse_cpus)]
+    pub worker_cpus: Option<Vec<usize>>,
+    /// Requests queued in the engine before new ones get OVERLOADED.
+    #[arg(long, default_value_t = 16_384)]
+    pub max_queue: usize,
+    /// Deadline for requests that carry none (their header says 0).
+    #[arg(long, default_value_t = 1_000_000)]
+    pub default_timeout_us: u64,
+    /// Dispatch policy: round-robin, least-loaded, key-hash.
+    #[arg(long, default_value = "least-loaded")]
+    pub dispatch: DispatchPolicy,
+    /// How long shutdown waits for in-flight answers.
+    #[arg(long, default_value_t = 10_000)]
+    pub drain_timeout_ms: u64,
+}
+
+impl ServeArgs {
+    /// Loopback defaults for in-process servers (demo, tests).
+    pub fn loopback(service: &str) -> ServeArgs {
+        ServeArgs {
+            service: service.into(),
+            engine: "cpu".into(),
+            udp: Some("127.0.0.1:0".parse().expect("literal")),
+            tcp: Some("127.0.0.1:0".parse().expect("literal")),
+            http: Some("127.0.0.1:0".parse().expect("literal")),
+            io_threads: 1,
+            cpus: None,
+            workers: 0,
+            worker_cpus: None,
+            max_queue: 16_384,
+            default_timeout_us: 1_000_000,
+            dispatch: DispatchPolicy::LeastLoaded,
+            drain_timeout_ms: 10_000,
+        }
+    }
+}
+
+/// A running server: listeners plus engine.
+pub struct Stack {
+    pub server: Server,
+    engine: CpuEngine,
+}
+
+impl Stack {
+    pub fn shutdown(self) {
+        self.server.shutdown();
+        self.engine.shutdown();
+    }
+}
+
+fn registry(names: &str) -> Result<Registry> {
+    let mut reg = Registry::new();
+    for name in names.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+        match name {
+            "echo" => reg.add(Arc::new(cohort_services::echo::Echo)),
+            "spin" => reg.add(Arc::new(cohort_services::spin::Spin)),
+            other => bail!("unknown service {other:?} (available: echo, spin)"),
+        }
+    }
+    anyhow::ensure!(!reg.names().is_empty(), "--service names no service");
+    Ok(reg)
+}
+
+pub fn start(a: &ServeArgs) -> Result<Stack> {
+    let reg = registry(&a.service)?;
+    if a.engine != "cpu" {
+        bail!("unknown engine {:?} (available: cpu)", a.engine);
+    }
+    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
+    let workers = if a.workers > 0 { a.workers } else { cores.saturating_sub(a.io_threads).max(1) };
+    let ecfg = CpuEngineConfig {
+        workers,
+        max_queue: a.max_queue.max(1),
+        cpus: a.worker_cpus.clone().unwrap_or_default(),
+    };
+    let engine = CpuEngine::start(&ecfg, reg.clone());
+    let dispatcher = Arc::new(Dispatcher::new(engine.lanes(), a.dispatch));
+    let stats = Arc::new(NetStats::default());
+    let ctx = Arc::new(Context {
+        registry: reg,
+        dispatcher: dispatcher.clone(),
+        max_payload: cohort_proto::MAX_PAYLOAD,
+        default_timeout: Duration::from_micros(a.default_timeout_us.max(1)),
+        stats: stats.clone(),
+        shutting_down: AtomicBool::new(false),
+    });
+    let ncfg = NetConfig {
+        udp: a.udp,
+        tcp: a.tcp,
+        http: a.http,
+        io_threads: a.io_threads,
+        cpus: a.cpus.clone().unwrap_or_default(),
+        drain_timeout: Duration::from_millis(a.drain_timeout_ms),
+        ..NetConfig::default()
+    };
+    let em = engine.metrics.clone();
+    let render = Arc::new(move || render_metrics(&stats, &em, &dispatcher));
+    let server = match Server::start(&ncfg, ctx, render) {
+        Ok(s) => s,
+        Err(e) => {
+            engine.shutdown();
+            return Err(e);
+        }
+    };
+    tracing::info!(engine = %a.engine, workers, io_threads = a.io_threads, services = %a.service,
+        max_queue = a.max_queue, dispatch = ?a.dispatch, "server started");
+    Ok(Stack { server, engine })
+}
+
+pub fn run(a: ServeArgs) -> Result<()> {
+    use signal_hook::consts::{SIGINT, SIGTERM};
+    // Register before announcing readiness so an early signal is never missed.
+    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM])?;
+    let stack = start(&a)?;
+    println!("{}", stack.server.listening_line());
+    use std::io::Write;
+    std::io::stdout().flush()?;
+    if let Some(sig) = signals.forever().next() {
+        tracing::info!(signal = sig, "shutting down");
+    }
+    stack.shutdown();
+    tracing::info!("stopped");
+    Ok(())
+}

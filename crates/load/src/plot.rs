@@ -1,0 +1,87 @@
+//! Throughput-latency plot of a sweep (PNG).
+
+use crate::report::Report;
+use anyhow::{anyhow, Result};
+use plotters::prelude::*;
+use std::path::Path;
+
+/// Fonts looked for to label the plot (plotters' ab_glyph backend needs one registered).
+const FONT_PATHS: &[&str] = &[
+    "/usr/share/fonts/truetype/dejavu/DejaVuSans.ttf",
+    "/usr/share/fonts/dejavu/DejaVuSans.ttf",
+    "/usr/share/fonts/TTF/DejaVuSans.ttf",
+    "/usr/share/fonts/truetype/liberation/LiberationSans-Regular.ttf",
+];
+
+fn register_font() -> bool {
+    static DONE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
+    *DONE.get_or_init(|| {
+        for p in FONT_PATHS {
+            if let Ok(bytes) = std::fs::read(p) {
+                let bytes: &'static [u8] = Box::leak(bytes.into_boxed_slice());
+                if plotters::style::register_font("sans-serif", FontStyle::Normal, bytes).is_ok() {
+                    return true;
+                }
+            }
+        }
+        false
+    })
+}
+
+/// Achieved throughput (x) against p50/p99 latency (y, log scale), one line per series.
+/// Without a system font the plot is drawn without text (and says so on stderr).
+pub fn plot_sweep(series: &[(String, Vec<Report>)], title: &str, out: &Path) -> Result<()> {
+    let labels = register_font();
+    if !labels {
+        eprintln!("warning: no TrueType font found; plotting without labels");
+    }
+    let pts = series.iter().flat_map(|(_, r)| r.iter());
+    let max_x = pts.clone().map(|r| r.achieved_rate).fold(1.0, f64::max) * 1.05;
+    let max_y = pts.clone().map(|r| r.latency_us.p99).fold(10.0, f64::max) * 1.5;
+    let min_y = pts.map(|r| r.latency_us.p50).filter(|v| *v > 0.0).fold(max_y, f64::min).max(1.0) / 1.5;
+    let root = BitMapBackend::new(out, (1000, 650)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| anyhow!("{e}"))?;
+    let mut b = ChartBuilder::on(&root);
+    b.margin(20).x_label_area_size(if labels { 45 } else { 5 }).y_label_area_size(if labels { 70 } else { 5 });
+    if labels {
+        b.caption(title, ("sans-serif", 24));
+    }
+    let mut chart = b
+        .build_cartesian_2d(0.0..max_x, (min_y..max_y).log_scale())
+        .map_err(|e| anyhow!("{e}"))?;
+    if labels {
+        chart
+            .configure_mesh()
+            .x_desc("achieved requests/s")
+            .y_desc("latency (us)")
+            .draw()
+            .map_err(|e| anyhow!("{e}"))?;
+    }
+    for (i, (name, reports)) in series.iter().enumerate() {
+        let color = Palette99::pick(i).to_rgba();
+        for (q, dashed) in [("p50", false), ("p99", true)] {
+            let line: Vec<(f64, f64)> = reports
+                .iter()
+                .map(|r| (r.achieved_rate, if dashed { r.latency_us.p99 } else { r.latency_us.p50 }.max(min_y)))
+                .collect();
+            let style = ShapeStyle { color, filled: !dashed, stroke_width: if dashed { 1 } else { 2 } };
+            let s = chart
+                .draw_series(LineSeries::new(line.clone(), style).point_size(3))
+                .map_err(|e| anyhow!("{e}"))?;
+            if labels {
+                let label = format!("{name} {q}");
+                s.label(label).legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], style));
+            }
+        }
+    }
+    if labels {
+        chart
+            .configure_series_labels()
+            .border_style(BLACK)
+            .background_style(WHITE.mix(0.8))
+            .draw()
+            .map_err(|e| anyhow!("{e}"))?;
+    }
+    root.present().map_err(|e| anyhow!("{e}"))?;
+    Ok(())
+}

@@ -1,0 +1,102 @@
+//! What a run measured; serialised as the `--json` output.
+
+use hdrhistogram::Histogram;
+use serde::Serialize;
+use std::collections::BTreeMap;
+
+#[derive(Debug, Clone, Serialize, Default)]
+pub struct Latency {
+    pub p50: f64,
+    pub p90: f64,
+    pub p99: f64,
+    pub p999: f64,
+    pub max: f64,
+    pub mean: f64,
+}
+
+impl Latency {
+    /// From a histogram of nanoseconds, in microseconds.
+    pub fn from_ns(h: &Histogram<u64>) -> Latency {
+        if h.is_empty() {
+            return Latency::default();
+        }
+        let us = |v: u64| v as f64 / 1000.0;
+        Latency {
+            p50: us(h.value_at_quantile(0.5)),
+            p90: us(h.value_at_quantile(0.9)),
+            p99: us(h.value_at_quantile(0.99)),
+            p999: us(h.value_at_quantile(0.999)),
+            max: us(h.max()),
+            mean: h.mean() / 1000.0,
+        }
+    }
+}
+
+#[derive(Debug, Clone, Serialize)]
+pub struct Report {
+    pub target: String,
+    pub service: String,
+    /// "open-constant", "open-poisson" or "closed".
+    pub mode: String,
+    pub offered_rate: Option<f64>,
+    pub concurrency: Option<usize>,
+    pub connections: usize,
+    pub duration_s: f64,
+    pub warmup_s: f64,
+    /// Requests sent inside the measured window.
+    pub sent: u64,
+    pub ok: u64,
+    /// Error answers by code name, plus `no_answer`, `wrong_answer` and `GOAWAY` (sent but not
+    /// read by a server that announced shutdown).
+    pub errors: BTreeMap<String, u64>,
+    /// Correct answers per second over the measured window.
+    pub achieved_rate: f64,
+    /// Latency of correct answers from their intended send time.
+    pub latency_us: Latency,
+    /// Latency of every answer (errors included).
+    pub latency_all_us: Latency,
+    /// True when the generator could not send on schedule: then the numbers describe the
+    /// generator, not the server.
+    pub generator_saturated: bool,
+    /// How late the generator sent, p99 and max, in microseconds.
+    pub send_lag_us_p99: f64,
+    pub send_lag_us_max: f64,
+    /// Answers that matched no outstanding request (duplicates or after their request was
+    /// given up).
+    pub unexpected_answers: u64,
+    /// Whether the server announced shutdown (GOAWAY) during the run.
+    pub goaway: bool,
+    #[serde(flatten)]
+    pub extra: serde_json::Map<String, serde_json::Value>,
+}
+
+impl Report {
+    pub fn error_total(&self) -> u64 {
+        self.errors.values().sum()
+    }
+
+    pub fn table_header() -> String {
+        format!(
+            "{:>10} {:>10} {:>9} {:>9} {:>9} {:>9} {:>8}",
+            "offered", "achieved", "p50_us", "p99_us", "p999_us", "errors", "gen_sat"
+        )
+    }
+
+    pub fn table_row(&self) -> String {
+        let offered = match (self.offered_rate, self.concurrency) {
+            (Some(r), _) => format!("{r:.0}"),
+            (None, Some(c)) => format!("c={c}"),
+            _ => "-".into(),
+        };
+        format!(
+            "{:>10} {:>10.0} {:>9.1} {:>9.1} {:>9.1} {:>9} {:>8}",
+            offered,
+            self.achieved_rate,
+            self.latency_us.p50,
+            self.latency_us.p99,
+            self.latency_us.p999,
+            self.error_total(),
+            self.generator_saturated
+        )
+    }
+}

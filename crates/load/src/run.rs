@@ -1,0 +1,368 @@
+//! Running one load point (and sweeps of them).
+
+use crate::report::{Latency, Report};
+use crate::schedule::Schedule;
+use crate::tracker::{Claim, Tracker};
+use crate::workload::Workload;
+use anyhow::{bail, Context, Result};
+use cohort_proto::{ErrorPayload, Kind};
+use hdrhistogram::Histogram;
+use std::collections::{BTreeMap, HashSet};
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::{Duration, Instant};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Target {
+    Udp(SocketAddr),
+    Tcp(SocketAddr),
+    Http(SocketAddr),
+}
+
+impl std::str::FromStr for Target {
+    type Err = anyhow::Error;
+    fn from_str(s: &str) -> Result<Target> {
+        let (scheme, rest) = s.split_once("://").context("target must look like udp://HOST:PORT")?;
+        let addr = rest
+            .trim_end_matches('/')
+            .to_socket_addrs()
+            .with_context(|| format!("resolving {rest:?}"))?
+            .next()
+            .with_context(|| format!("{rest:?} resolves to no address"))?;
+        match scheme {
+            "udp" => Ok(Target::Udp(addr)),
+            "tcp" => Ok(Target::Tcp(addr)),
+            "http" => Ok(Target::Http(addr)),
+            _ => bail!("unknown scheme {scheme:?} (udp, tcp, http)"),
+        }
+    }
+}
+
+impl std::fmt::Display for Target {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Target::Udp(a) => write!(f, "udp://{a}"),
+            Target::Tcp(a) => write!(f, "tcp://{a}"),
+            Target::Http(a) => write!(f, "http://{a}"),
+        }
+    }
+}
+
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Mode {
+    Open { rate: f64, poisson: bool },
+    Closed { concurrency: usize },
+}
+
+#[derive(Debug, Clone)]
+pub struct LoadConfig {
+    pub target: Target,
+    pub mode: Mode,
+    pub duration: Duration,
+    pub warmup: Duration,
+    /// Sockets / connections the load is spread over.
+    pub connections: usize,
+    /// How long to wait for an answer before counting it as `no_answer`.
+    pub answer_timeout: Duration,
+    /// Deadline put in each request header (0 = the server's default).
+    pub request_timeout_us: u32,
+    pub seed: u64,
+}
+
+/// State shared by the generator's threads during one run.
+pub(crate) struct Shared {
+    pub tracker: Tracker,
+    pub workload: Arc<dyn Workload>,
+    pub start: Instant,
+    pub measure_from_ns: u64,
+    pub end_ns: u64,
+    pub connections: usize,
+    pub answer_timeout: Duration,
+    pub request_timeout_us: u32,
+    /// Requests sent, and requests settled (answered, or given up as unanswered).
+    pub sent: AtomicU64,
+    pub settled: AtomicU64,
+    pub stop: AtomicBool,
+    /// Per connection: the ids a GOAWAY promised to answer, once one arrived.
+    pub goaway: Vec<Mutex<Option<HashSet<u64>>>>,
+    pub goaway_seen: AtomicBool,
+}
+
+impl Shared {
+    pub fn now_ns(&self) -> u64 {
+        self.start.elapsed().as_nanos() as u64
+    }
+    pub fn measured(&self, intended_ns: u64) -> bool {
+        intended_ns >= self.measure_from_ns && intended_ns < self.end_ns
+    }
+    pub fn conn_has_goaway(&self, c: usize) -> bool {
+        self.goaway_seen.load(Ordering::Acquire)
+            && self.goaway[c].lock().expect("goaway lock").is_some()
+    }
+    pub fn record_goaway(&self, c: usize, pending: Vec<u64>) {
+        *self.goaway[c].lock().expect("goaway lock") = Some(pending.into_iter().collect());
+        self.goaway_seen.store(true, Ordering::Release);
+    }
+    /// Sleeps or spins until `t_ns`.
+    pub fn wait_until(&self, t_ns: u64) {
+        loop {
+            let now = self.now_ns();
+            if now >= t_ns {
+                return;
+            }
+            let left = t_ns - now;
+            if left > 200_000 {
+                std::thread::sleep(Duration::from_nanos(left - 100_000));
+            } else if left > 20_000 {
+                std::thread::yield_now();
+            } else {
+                std::hint::spin_loop();
+            }
+        }
+    }
+}
+
+/// What one thread of the generator counted. Merged at the end.
+pub(crate) struct Recorder {
+    pub ok_ns: Histogram<u64>,
+    pub all_ns: Histogram<u64>,
+    pub lag_ns: Histogram<u64>,
+    pub sent: u64,
+    pub ok: u64,
+    pub errors: BTreeMap<String, u64>,
+    pub unexpected: u64,
+}
+
+pub(crate) enum Answer<'a> {
+    Frame(Kind, &'a [u8]),
+    /// HTTP: status and parsed JSON body.
+    Json(u16, serde_json::Value),
+    /// The transport failed for this request (e.g. connection closed).
+    Failed(&'static str),
+}
+
+fn hist() -> Histogram<u64> {
+    Histogram::new_with_bounds(1, 3_600_000_000_000, 3).expect("valid histogram bounds")
+}
+
+impl Recorder {
+    pub fn new() -> Recorder {
+        Recorder {
+            ok_ns: hist(),
+            all_ns: hist(),
+            lag_ns: hist(),
+            sent: 0,
+            ok: 0,
+            errors: BTreeMap::new(),
+            unexpected: 0,
+        }
+    }
+
+    fn error(&mut self, name: &str) {
+        *self.errors.entry(name.to_string()).or_insert(0) += 1;
+    }
+
+    /// Registers a request about to be sent at `intended_ns` (now = `now_ns`).
+    pub fn on_send(&mut self, sh: &Shared, seq: u64, intended_ns: u64, now_ns: u64) {
+        if let Some(evicted) = sh.tracker.start(seq, intended_ns) {
+            sh.settled.fetch_add(1, Ordering::Relaxed);
+            if sh.measured(evicted) {
+                self.error("no_answer");
+            }
+        }
+        sh.sent.fetch_add(1, Ordering::Relaxed);
+        if sh.measured(intended_ns) {
+            self.sent += 1;
+            self.lag_ns.saturating_record(now_ns.saturating_sub(intended_ns).max(1));
+        }
+    }
+
+    /// Gives up on an outstanding request (answer timeout); counts it as no_answer.
+    pub fn give_up(&mut self, sh: &Shared, seq: u64) {
+        if let Claim::Outstanding(intended) = sh.tracker.finish(seq) {
+            sh.settled.fetch_add(1, Ordering::Relaxed);
+            if sh.measured(intended) {
+                self.error("no_answer");
+            }
+        }
+    }
+
+    pub fn on_answer(&mut self, sh: &Shared, seq: u64, answer: Answer<'_>) {
+        let intended = match sh.tracker.finish(seq) {
+            Claim::Outstanding(t) => t,
+            Claim::Unknown => {
+                self.unexpected += 1;
+                return;
+            }
+        };
+        let now = sh.now_ns();
+        sh.settled.fetch_add(1, Ordering::Relaxed);
+        let w = &sh.workload;
+        let outcome: Result<(), String> = match answer {
+            Answer::Frame(Kind::Response, p) if w.check(seq, p) => Ok(()),
+            Answer::Frame(Kind::Response, _) => Err("wrong_answer".into()),
+            Answer::Frame(Kind::Error, p) => Err(ErrorPayload::decode(p)
+                .map(|e| e.code.name().to_string())
+                .unwrap_or_else(|_| "malformed_error".into())),
+            Answer::Frame(_, _) => Err("unexpected_frame".into()),
+            Answer::Json(200, v) if w.check_json(seq, &v) => Ok(()),
+            Answer::Json(200, _) => Err("wrong_answer".into()),
+            Answer::Json(status, v) => Err(v
+                .get("error")
+                .and_then(|e| e.as_str())
+                .map(str::to_string)
+                .unwrap_or_else(|| format!("http_{status}"))),
+            Answer::Failed(why) => Err(why.into()),
+        };
+        if !sh.measured(intended) {
+            return;
+        }
+        let lat = now.saturating_sub(intended).max(1);
+        self.all_ns.saturating_record(lat);
+        match outcome {
+            Ok(()) => {
+                self.ok += 1;
+                self.ok_ns.saturating_record(lat);
+            }
+            Err(name) => self.error(&name),
+        }
+    }
+
+    pub fn merge(&mut self, o: Recorder) {
+        self.ok_ns.add(&o.ok_ns).expect("same bounds");
+        self.all_ns.add(&o.all_ns).expect("same bounds");
+        self.lag_ns.add(&o.lag_ns).expect("same bounds");
+        self.sent += o.sent;
+        self.ok += o.ok;
+        self.unexpected += o.unexpected;
+        for (k, v) in o.errors {
+            *self.errors.entry(k).or_insert(0) += v;
+        }
+    }
+}
+
+/// Sequence numbers of connection `c`: c, c + n, c + 2n, ... so that `seq % n` names the
+/// connection a request went out on.
+pub(crate) fn seq_of(c: usize, k: u64, connections: usize) -> u64 {
+    c as u64 + k * connections as u64
+}
+
+/// The open-loop schedule of connection `c`: its share of the rate.
+pub(crate) fn schedule_for(cfg: &LoadConfig, c: usize) -> Option<Schedule> {
+    match cfg.mode {
+        Mode::Open { rate, poisson } => {
+            let share = rate / cfg.connections as f64;
+            // Stagger connections so constant-rate sends interleave instead of colliding.
+            let offset = (1e9 / rate * c as f64) as u64;
+            Some(Schedule::new(share, poisson, cfg.seed ^ (c as u64 * 0x9E37), offset))
+        }
+        Mode::Closed { .. } => None,
+    }
+}
+
+pub fn run(cfg: &LoadConfig, workload: Arc<dyn Workload>) -> Result<Report> {
+    anyhow::ensure!(cfg.connections >= 1, "--connections must be at least 1");
+    anyhow::ensure!(!cfg.duration.is_zero(), "--duration must be positive");
+    let window = match cfg.mode {
+        Mode::Open { rate, .. } => {
+            anyhow::ensure!(rate > 0.0 && rate.is_finite(), "--rate must be positive");
+            (rate * cfg.answer_timeout.as_secs_f64() * 2.0) as usize
+        }
+        Mode::Closed { concurrency } => {
+            anyhow::ensure!(concurrency >= 1, "--concurrency must be at least 1");
+            anyhow::ensure!(
+                concurrency >= cfg.connections,
+                "--concurrency must be at least --connections"
+            );
+            concurrency * 4
+        }
+    };
+    workload.reset();
+    let warm_ns = cfg.warmup.as_nanos() as u64;
+    let sh = Arc::new(Shared {
+        tracker: Tracker::new(window.clamp(1 << 16, 1 << 23)),
+        workload: workload.clone(),
+        start: Instant::now() + Duration::from_millis(20),
+        measure_from_ns: warm_ns,
+        end_ns: warm_ns + cfg.duration.as_nanos() as u64,
+        connections: cfg.connections,
+        answer_timeout: cfg.answer_timeout,
+        request_timeout_us: cfg.request_timeout_us,
+        sent: AtomicU64::new(0),
+        settled: AtomicU64::new(0),
+        stop: AtomicBool::new(false),
+        goaway: (0..cfg.connections).map(|_| Mutex::new(None)).collect(),
+        goaway_seen: AtomicBool::new(false),
+    });
+    let mut rec = match cfg.target {
+        Target::Udp(_) | Target::Tcp(_) => crate::transport::frames::run(cfg, &sh)?,
+        Target::Http(a) => crate::transport::http::run(cfg, &sh, a)?,
+    };
+    // Whatever is still outstanding never got an answer (or was cut off by GOAWAY).
+    for (seq, intended) in sh.tracker.outstanding() {
+        if !sh.measured(intended) {
+            continue;
+        }
+        let c = (seq % cfg.connections as u64) as usize;
+        let promised = sh.goaway[c].lock().expect("goaway lock").as_ref().map(|p| p.contains(&seq));
+        let name = match promised {
+            Some(false) => "GOAWAY",
+            _ => "no_answer",
+        };
+        *rec.errors.entry(name.into()).or_insert(0) += 1;
+    }
+    Ok(report(cfg, &sh, rec, workload.as_ref()))
+}
+
+fn report(cfg: &LoadConfig, sh: &Shared, rec: Recorder, w: &dyn Workload) -> Report {
+    let secs = cfg.duration.as_secs_f64();
+    let (mode, offered, conc) = match cfg.mode {
+        Mode::Open { rate, poisson } => {
+            (if poisson { "open-poisson" } else { "open-constant" }, Some(rate), None)
+        }
+        Mode::Closed { concurrency } => ("closed", None, Some(concurrency)),
+    };
+    let lag_p99 = rec.lag_ns.value_at_quantile(0.99) as f64 / 1000.0;
+    let goaway = sh.goaway_seen.load(Ordering::Acquire);
+    // Open loop: the generator is saturated when it sent late (p99 lag over 1 ms) or sent
+    // visibly fewer requests than the schedule asked for.
+    let generator_saturated = match offered {
+        Some(r) => !goaway && (lag_p99 > 1000.0 || (rec.sent as f64) < 0.97 * r * secs),
+        None => false,
+    };
+    Report {
+        target: cfg.target.to_string(),
+        service: w.service_name().into(),
+        mode: mode.into(),
+        offered_rate: offered,
+        concurrency: conc,
+        connections: cfg.connections,
+        duration_s: secs,
+        warmup_s: cfg.warmup.as_secs_f64(),
+        sent: rec.sent,
+        ok: rec.ok,
+        achieved_rate: rec.ok as f64 / secs,
+        latency_us: Latency::from_ns(&rec.ok_ns),
+        latency_all_us: Latency::from_ns(&rec.all_ns),
+        generator_saturated,
+        send_lag_us_p99: lag_p99,
+        send_lag_us_max: rec.lag_ns.max() as f64 / 1000.0,
+        unexpected_answers: rec.unexpected,
+        goaway,
+        errors: rec.errors,
+        extra: w.extra(),
+    }
+}
+
+/// Runs one open-loop point per rate, in order.
+pub fn run_sweep(cfg: &LoadConfig, rates: &[f64], w: Arc<dyn Workload>) -> Result<Vec<Report>> {
+    let poisson = matches!(cfg.mode, Mode::Open { poisson: true, .. });
+    rates
+        .iter()
+        .map(|&rate| {
+            let c = LoadConfig { mode: Mode::Open { rate, poisson }, ..cfg.clone() };
+            run(&c, w.clone())
+        })
+        .collect()
+}

@@ -1,0 +1,4 @@
+//! How requests reach the server: binary frames over UDP/TCP, or JSON over HTTP.
+
+pub(crate) mod frames;
+pub(crate) mod http;

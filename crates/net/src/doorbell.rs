@@ -1,0 +1,51 @@
+//! Wakes an io thread parked in `poll` when an engine hands it an answer.
+//!
+//! The eventfd is only written when the io thread said it is about to sleep, so under load
+//! (the io thread never parks) answers cost no syscall at all.
+
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd, RawFd};
+use std::sync::atomic::{AtomicBool, Ordering};
+
+pub struct Doorbell {
+    fd: OwnedFd,
+    sleeping: AtomicBool,
+}
+
+impl Doorbell {
+    pub fn new() -> std::io::Result<Doorbell> {
+        // SAFETY: plain syscall; the fd is owned below.
+        let fd = unsafe { libc::eventfd(0, libc::EFD_NONBLOCK | libc::EFD_CLOEXEC) };
+        if fd < 0 {
+            return Err(std::io::Error::last_os_error());
+        }
+        // SAFETY: fd is a fresh, valid descriptor.
+        Ok(Doorbell { fd: unsafe { OwnedFd::from_raw_fd(fd) }, sleeping: AtomicBool::new(false) })
+    }
+
+    /// Producer side: call after publishing work.
+    pub fn ring(&self) {
+        if self.sleeping.load(Ordering::SeqCst) && self.sleeping.swap(false, Ordering::SeqCst) {
+            let one: u64 = 1;
+            // SAFETY: writing 8 bytes from a valid u64 to our eventfd.
+            unsafe { libc::write(self.fd.as_raw_fd(), &one as *const u64 as *const _, 8) };
+        }
+    }
+
+    /// Consumer side: announce sleep. The caller must re-check its queues after this and
+    /// before blocking, so that a producer that published just before cannot be missed.
+    pub fn prepare_sleep(&self) {
+        self.sleeping.store(true, Ordering::SeqCst);
+    }
+
+    /// Consumer side: awake again; clears the eventfd counter.
+    pub fn woke(&self) {
+        self.sleeping.store(false, Ordering::SeqCst);
+        let mut v: u64 = 0;
+        // SAFETY: reading 8 bytes into a valid u64 from our non-blocking eventfd.
+        unsafe { libc::read(self.fd.as_raw_fd(), &mut v as *mut u64 as *mut _, 8) };
+    }
+
+    pub fn raw_fd(&self) -> RawFd {
+        self.fd.as_raw_fd()
+    }
+}
