@@ -27,7 +27,10 @@ pub fn run(a: DemoArgs) -> Result<()> {
     let udp = stack.server.udp_addr.expect("udp enabled");
     let cfg = LoadConfig {
         target: Target::Udp(udp),
-        mode: Mode::Open { rate: 1.0, poisson: false },
+        mode: Mode::Open {
+            rate: 1.0,
+            poisson: false,
+        },
         duration: Duration::from_secs_f64(a.duration),
         warmup: Duration::from_millis(300),
         connections: 1,
@@ -36,11 +39,15 @@ pub fn run(a: DemoArgs) -> Result<()> {
         seed: 1,
     };
     println!("echo over {} (cpu engine), 64-byte payloads", cfg.target);
-    let reports = cohort_load::run_sweep(&cfg, &a.sweep, Arc::new(EchoWorkload { payload_bytes: 64 }));
+    let reports =
+        cohort_load::run_sweep(&cfg, &a.sweep, Arc::new(EchoWorkload { payload_bytes: 64 }));
     stack.shutdown();
     let reports = reports?;
     print_table(&reports);
-    let wrong: u64 = reports.iter().map(|r| r.errors.get("wrong_answer").copied().unwrap_or(0)).sum();
+    let wrong: u64 = reports
+        .iter()
+        .map(|r| r.errors.get("wrong_answer").copied().unwrap_or(0))
+        .sum();
     anyhow::ensure!(wrong == 0, "{wrong} wrong answers");
     Ok(())
 }

@@ -59,21 +59,41 @@ pub struct LoadArgs {
 }
 
 pub fn workload(a: &LoadArgs) -> Result<Arc<dyn Workload>> {
-    anyhow::ensure!(a.payload_bytes <= 60_000, "--payload-bytes must be at most 60000");
+    anyhow::ensure!(
+        a.payload_bytes <= 60_000,
+        "--payload-bytes must be at most 60000"
+    );
     Ok(match a.service.as_str() {
-        "echo" => Arc::new(EchoWorkload { payload_bytes: a.payload_bytes }),
-        "spin" => Arc::new(SpinWorkload { spin_us: a.spin_us, payload_bytes: a.payload_bytes }),
+        "echo" => Arc::new(EchoWorkload {
+            payload_bytes: a.payload_bytes,
+        }),
+        "spin" => Arc::new(SpinWorkload {
+            spin_us: a.spin_us,
+            payload_bytes: a.payload_bytes,
+        }),
         other => bail!("unknown service {other:?} for load (echo, spin)"),
     })
 }
 
 pub fn config(a: &LoadArgs) -> Result<LoadConfig> {
-    anyhow::ensure!(a.duration > 0.0 && a.duration.is_finite(), "--duration must be positive");
-    anyhow::ensure!(a.warmup >= 0.0 && a.warmup.is_finite(), "--warmup must be >= 0");
+    anyhow::ensure!(
+        a.duration > 0.0 && a.duration.is_finite(),
+        "--duration must be positive"
+    );
+    anyhow::ensure!(
+        a.warmup >= 0.0 && a.warmup.is_finite(),
+        "--warmup must be >= 0"
+    );
     let mode = match (a.rate, a.concurrency, &a.sweep) {
-        (Some(r), None, None) => Mode::Open { rate: r, poisson: a.poisson },
+        (Some(r), None, None) => Mode::Open {
+            rate: r,
+            poisson: a.poisson,
+        },
         (None, Some(c), None) => Mode::Closed { concurrency: c },
-        (None, None, Some(s)) => Mode::Open { rate: s[0], poisson: a.poisson },
+        (None, None, Some(s)) => Mode::Open {
+            rate: s[0],
+            poisson: a.poisson,
+        },
         _ => bail!("give exactly one of --rate, --concurrency, --sweep"),
     };
     Ok(LoadConfig {

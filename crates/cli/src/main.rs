@@ -9,7 +9,11 @@ mod util;
 use clap::{Parser, Subcommand};
 
 #[derive(Parser)]
-#[command(name = "cohort", version, about = "Accelerator-centric network server runtime")]
+#[command(
+    name = "cohort",
+    version,
+    about = "Accelerator-centric network server runtime"
+)]
 struct Cli {
     /// Log level: error, warn, info, debug, trace.
     #[arg(long, global = true, default_value = "info")]
@@ -32,7 +36,10 @@ fn main() {
     let cli = Cli::parse();
     let filter = tracing_subscriber::EnvFilter::try_new(&cli.log_level)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    tracing_subscriber::fmt().with_env_filter(filter).with_writer(std::io::stderr).init();
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .init();
     let result = match cli.cmd {
         Cmd::Serve(a) => serve::run(a),
         Cmd::Load(a) => load_cmd::run(a),

@@ -103,8 +103,14 @@ pub fn start(a: &ServeArgs) -> Result<Stack> {
     if a.engine != "cpu" {
         bail!("unknown engine {:?} (available: cpu)", a.engine);
     }
-    let cores = std::thread::available_parallelism().map(|n| n.get()).unwrap_or(1);
-    let workers = if a.workers > 0 { a.workers } else { cores.saturating_sub(a.io_threads).max(1) };
+    let cores = std::thread::available_parallelism()
+        .map(|n| n.get())
+        .unwrap_or(1);
+    let workers = if a.workers > 0 {
+        a.workers
+    } else {
+        cores.saturating_sub(a.io_threads).max(1)
+    };
     let ecfg = CpuEngineConfig {
         workers,
         max_queue: a.max_queue.max(1),

@@ -12,12 +12,17 @@ pub fn write_atomic(path: &Path, bytes: &[u8]) -> Result<()> {
 
 /// A sibling temporary path that keeps the extension (plotters picks the format from it).
 pub fn tmp_path(path: &Path) -> std::path::PathBuf {
-    let name = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+    let name = path
+        .file_name()
+        .map(|n| n.to_string_lossy().into_owned())
+        .unwrap_or_default();
     path.with_file_name(format!(".{name}.{}.tmp.{}", std::process::id(), ext(path)))
 }
 
 fn ext(path: &Path) -> String {
-    path.extension().map(|e| e.to_string_lossy().into_owned()).unwrap_or_else(|| "out".into())
+    path.extension()
+        .map(|e| e.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "out".into())
 }
 
 /// Parses a core list such as `0-3,8,10-11`.
@@ -27,7 +32,8 @@ pub fn parse_cpus(s: &str) -> Result<Vec<usize>, String> {
         let bad = || format!("bad cpu list element {part:?} (use e.g. 0-3,8)");
         match part.split_once('-') {
             Some((a, b)) => {
-                let (a, b): (usize, usize) = (a.parse().map_err(|_| bad())?, b.parse().map_err(|_| bad())?);
+                let (a, b): (usize, usize) =
+                    (a.parse().map_err(|_| bad())?, b.parse().map_err(|_| bad())?);
                 if a > b {
                     return Err(bad());
                 }

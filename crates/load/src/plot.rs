@@ -38,11 +38,18 @@ pub fn plot_sweep(series: &[(String, Vec<Report>)], title: &str, out: &Path) -> 
     let pts = series.iter().flat_map(|(_, r)| r.iter());
     let max_x = pts.clone().map(|r| r.achieved_rate).fold(1.0, f64::max) * 1.05;
     let max_y = pts.clone().map(|r| r.latency_us.p99).fold(10.0, f64::max) * 1.5;
-    let min_y = pts.map(|r| r.latency_us.p50).filter(|v| *v > 0.0).fold(max_y, f64::min).max(1.0) / 1.5;
+    let min_y = pts
+        .map(|r| r.latency_us.p50)
+        .filter(|v| *v > 0.0)
+        .fold(max_y, f64::min)
+        .max(1.0)
+        / 1.5;
     let root = BitMapBackend::new(out, (1000, 650)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| anyhow!("{e}"))?;
     let mut b = ChartBuilder::on(&root);
-    b.margin(20).x_label_area_size(if labels { 45 } else { 5 }).y_label_area_size(if labels { 70 } else { 5 });
+    b.margin(20)
+        .x_label_area_size(if labels { 45 } else { 5 })
+        .y_label_area_size(if labels { 70 } else { 5 });
     if labels {
         b.caption(title, ("sans-serif", 24));
     }
@@ -62,15 +69,30 @@ pub fn plot_sweep(series: &[(String, Vec<Report>)], title: &str, out: &Path) -> 
         for (q, dashed) in [("p50", false), ("p99", true)] {
             let line: Vec<(f64, f64)> = reports
                 .iter()
-                .map(|r| (r.achieved_rate, if dashed { r.latency_us.p99 } else { r.latency_us.p50 }.max(min_y)))
+                .map(|r| {
+                    (
+                        r.achieved_rate,
+                        if dashed {
+                            r.latency_us.p99
+                        } else {
+                            r.latency_us.p50
+                        }
+                        .max(min_y),
+                    )
+                })
                 .collect();
-            let style = ShapeStyle { color, filled: !dashed, stroke_width: if dashed { 1 } else { 2 } };
+            let style = ShapeStyle {
+                color,
+                filled: !dashed,
+                stroke_width: if dashed { 1 } else { 2 },
+            };
             let s = chart
                 .draw_series(LineSeries::new(line.clone(), style).point_size(3))
                 .map_err(|e| anyhow!("{e}"))?;
             if labels {
                 let label = format!("{name} {q}");
-                s.label(label).legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], style));
+                s.label(label)
+                    .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], style));
             }
         }
     }

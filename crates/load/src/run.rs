@@ -23,7 +23,9 @@ pub enum Target {
 impl std::str::FromStr for Target {
     type Err = anyhow::Error;
     fn from_str(s: &str) -> Result<Target> {
-        let (scheme, rest) = s.split_once("://").context("target must look like udp://HOST:PORT")?;
+        let (scheme, rest) = s
+            .split_once("://")
+            .context("target must look like udp://HOST:PORT")?;
         let addr = rest
             .trim_end_matches('/')
             .to_socket_addrs()
@@ -174,7 +176,8 @@ impl Recorder {
         sh.sent.fetch_add(1, Ordering::Relaxed);
         if sh.measured(intended_ns) {
             self.sent += 1;
-            self.lag_ns.saturating_record(now_ns.saturating_sub(intended_ns).max(1));
+            self.lag_ns
+                .saturating_record(now_ns.saturating_sub(intended_ns).max(1));
         }
     }
 
@@ -255,13 +258,24 @@ pub(crate) fn schedule_for(cfg: &LoadConfig, c: usize) -> Option<Schedule> {
             let share = rate / cfg.connections as f64;
             // Stagger connections so constant-rate sends interleave instead of colliding.
             let offset = (1e9 / rate * c as f64) as u64;
-            Some(Schedule::new(share, poisson, cfg.seed ^ (c as u64 * 0x9E37), offset))
+            Some(Schedule::new(
+                share,
+                poisson,
+                cfg.seed ^ (c as u64 * 0x9E37),
+                offset,
+            ))
         }
         Mode::Closed { .. } => None,
     }
 }
 
 pub fn run(cfg: &LoadConfig, workload: Arc<dyn Workload>) -> Result<Report> {
+    // A closed loop cannot keep fewer requests outstanding than it has connections.
+    let mut cfg = cfg.clone();
+    if let Mode::Closed { concurrency } = cfg.mode {
+        cfg.connections = cfg.connections.min(concurrency.max(1));
+    }
+    let cfg = &cfg;
     anyhow::ensure!(cfg.connections >= 1, "--connections must be at least 1");
     anyhow::ensure!(!cfg.duration.is_zero(), "--duration must be positive");
     let window = match cfg.mode {
@@ -271,10 +285,6 @@ pub fn run(cfg: &LoadConfig, workload: Arc<dyn Workload>) -> Result<Report> {
         }
         Mode::Closed { concurrency } => {
             anyhow::ensure!(concurrency >= 1, "--concurrency must be at least 1");
-            anyhow::ensure!(
-                concurrency >= cfg.connections,
-                "--concurrency must be at least --connections"
-            );
             concurrency * 4
         }
     };
@@ -305,7 +315,11 @@ pub fn run(cfg: &LoadConfig, workload: Arc<dyn Workload>) -> Result<Report> {
             continue;
         }
         let c = (seq % cfg.connections as u64) as usize;
-        let promised = sh.goaway[c].lock().expect("goaway lock").as_ref().map(|p| p.contains(&seq));
+        let promised = sh.goaway[c]
+            .lock()
+            .expect("goaway lock")
+            .as_ref()
+            .map(|p| p.contains(&seq));
         let name = match promised {
             Some(false) => "GOAWAY",
             _ => "no_answer",
@@ -318,9 +332,15 @@ pub fn run(cfg: &LoadConfig, workload: Arc<dyn Workload>) -> Result<Report> {
 fn report(cfg: &LoadConfig, sh: &Shared, rec: Recorder, w: &dyn Workload) -> Report {
     let secs = cfg.duration.as_secs_f64();
     let (mode, offered, conc) = match cfg.mode {
-        Mode::Open { rate, poisson } => {
-            (if poisson { "open-poisson" } else { "open-constant" }, Some(rate), None)
-        }
+        Mode::Open { rate, poisson } => (
+            if poisson {
+                "open-poisson"
+            } else {
+                "open-constant"
+            },
+            Some(rate),
+            None,
+        ),
         Mode::Closed { concurrency } => ("closed", None, Some(concurrency)),
     };
     let lag_p99 = rec.lag_ns.value_at_quantile(0.99) as f64 / 1000.0;
@@ -361,7 +381,10 @@ pub fn run_sweep(cfg: &LoadConfig, rates: &[f64], w: Arc<dyn Workload>) -> Resul
     rates
         .iter()
         .map(|&rate| {
-            let c = LoadConfig { mode: Mode::Open { rate, poisson }, ..cfg.clone() };
+            let c = LoadConfig {
+                mode: Mode::Open { rate, poisson },
+                ..cfg.clone()
+            };
             run(&c, w.clone())
         })
         .collect()

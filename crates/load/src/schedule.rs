@@ -16,9 +16,16 @@ impl Schedule {
         assert!(rate > 0.0, "rate must be positive");
         let gap_ns = 1e9 / rate;
         let poisson = poisson.then(|| {
-            (Exp::new(1.0 / gap_ns).expect("positive rate"), SmallRng::seed_from_u64(seed))
+            (
+                Exp::new(1.0 / gap_ns).expect("positive rate"),
+                SmallRng::seed_from_u64(seed),
+            )
         });
-        Schedule { next_ns: start_ns as f64, gap_ns, poisson }
+        Schedule {
+            next_ns: start_ns as f64,
+            gap_ns,
+            poisson,
+        }
     }
 
     pub fn next(&mut self) -> u64 {

@@ -19,7 +19,7 @@ impl Shared {
         self.mem.ptr()
     }
     fn atomic_u32(&self, offset: usize) -> &AtomicU32 {
-        debug_assert!(offset % 4 == 0 && offset + 4 <= self.mem.len());
+        debug_assert!(offset.is_multiple_of(4) && offset + 4 <= self.mem.len());
         // SAFETY: in bounds, 4-aligned (region is 64-aligned, offsets multiples of 4), and the
         // region lives as long as `self`.
         unsafe { &*(self.base().add(offset) as *const AtomicU32) }
@@ -53,7 +53,7 @@ pub fn channel_in(
         "ring memory smaller than its layout"
     );
     assert!(
-        (mem.ptr() as usize) % 64 == 0,
+        (mem.ptr() as usize).is_multiple_of(64),
         "ring memory must be 64-byte aligned"
     );
     assert!(publish_every >= 1 && publish_every <= layout.slots / 2);

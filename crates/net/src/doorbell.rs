@@ -19,7 +19,10 @@ impl Doorbell {
             return Err(std::io::Error::last_os_error());
         }
         // SAFETY: fd is a fresh, valid descriptor.
-        Ok(Doorbell { fd: unsafe { OwnedFd::from_raw_fd(fd) }, sleeping: AtomicBool::new(false) })
+        Ok(Doorbell {
+            fd: unsafe { OwnedFd::from_raw_fd(fd) },
+            sleeping: AtomicBool::new(false),
+        })
     }
 
     /// Producer side: call after publishing work.

@@ -49,10 +49,16 @@ pub(crate) async fn serve_http(
             },
             _ = shutdown.changed() => return,
         };
-        let (ctx, metrics, ids, mut sd) = (ctx.clone(), metrics.clone(), ids.clone(), shutdown.clone());
+        let (ctx, metrics, ids, mut sd) =
+            (ctx.clone(), metrics.clone(), ids.clone(), shutdown.clone());
         tasks.spawn(async move {
             let svc = hyper::service::service_fn(move |req| {
-                handle(req, ctx.clone(), metrics.clone(), ids.fetch_add(1, Ordering::Relaxed))
+                handle(
+                    req,
+                    ctx.clone(),
+                    metrics.clone(),
+                    ids.fetch_add(1, Ordering::Relaxed),
+                )
             });
             let conn = hyper::server::conn::http1::Builder::new()
                 .timer(TokioTimer::new())
@@ -90,7 +96,10 @@ fn json(status: StatusCode, v: serde_json::Value) -> HttpResponse {
 
 fn error(code: ErrorCode, msg: impl Into<String>) -> HttpResponse {
     let status = StatusCode::from_u16(code.http_status()).expect("valid status");
-    json(status, serde_json::json!({ "error": code.name(), "message": msg.into() }))
+    json(
+        status,
+        serde_json::json!({ "error": code.name(), "message": msg.into() }),
+    )
 }
 
 async fn handle(
@@ -102,26 +111,34 @@ async fn handle(
     NetStats::inc(&ctx.stats.http_requests);
     let path = req.uri().path().to_owned();
     let resp = match (req.method(), path.as_str()) {
-        (&Method::GET, "/healthz") if ctx.is_shutting_down() => {
-            json(StatusCode::SERVICE_UNAVAILABLE, serde_json::json!({"status": "shutting down"}))
-        }
+        (&Method::GET, "/healthz") if ctx.is_shutting_down() => json(
+            StatusCode::SERVICE_UNAVAILABLE,
+            serde_json::json!({"status": "shutting down"}),
+        ),
         (&Method::GET, "/healthz") => json(StatusCode::OK, serde_json::json!({"status": "ok"})),
         (&Method::GET, "/metrics") => hyper::Response::builder()
             .header("content-type", "text/plain; version=0.0.4")
             .body(Full::new(Bytes::from(metrics())))
             .expect("static response parts"),
         (&Method::POST, p) if p.starts_with("/v1/") => call(req, &p[4..], ctx, id).await,
-        (_, p) if p.starts_with("/v1/") || p == "/healthz" || p == "/metrics" => {
-            json(StatusCode::METHOD_NOT_ALLOWED, serde_json::json!({"error": "method not allowed"}))
-        }
-        _ => json(StatusCode::NOT_FOUND, serde_json::json!({"error": "not found"})),
+        (_, p) if p.starts_with("/v1/") || p == "/healthz" || p == "/metrics" => json(
+            StatusCode::METHOD_NOT_ALLOWED,
+            serde_json::json!({"error": "method not allowed"}),
+        ),
+        _ => json(
+            StatusCode::NOT_FOUND,
+            serde_json::json!({"error": "not found"}),
+        ),
     };
     Ok(resp)
 }
 
 async fn call(req: Request<Incoming>, name: &str, ctx: Arc<Context>, id: u64) -> HttpResponse {
     let Some(service) = ctx.registry.by_name(name).cloned() else {
-        return error(ErrorCode::UnknownService, format!("unknown service {name:?}"));
+        return error(
+            ErrorCode::UnknownService,
+            format!("unknown service {name:?}"),
+        );
     };
     let body = match Limited::new(req.into_body(), MAX_BODY).collect().await {
         Ok(b) => b.to_bytes(),
@@ -139,7 +156,10 @@ async fn call(req: Request<Incoming>, name: &str, ctx: Arc<Context>, id: u64) ->
         Err(e) => return error(e.code, e.message),
     };
     if payload.len() > ctx.max_payload {
-        return error(ErrorCode::TooLarge, "request payload over the server's limit");
+        return error(
+            ErrorCode::TooLarge,
+            "request payload over the server's limit",
+        );
     }
     let mut header = Header::request(service.id(), id, payload.len());
     if let Some(t) = value.get("timeout_us").and_then(|t| t.as_u64()) {
@@ -149,8 +169,14 @@ async fn call(req: Request<Incoming>, name: &str, ctx: Arc<Context>, id: u64) ->
     let port = Arc::new(OneShot(Mutex::new(Some(tx))));
     ctx.forward(&header, &payload, Reply { port, token: 0 });
     match rx.await {
-        Ok(Response { body: ResponseBody::Ok(p), .. }) => json(StatusCode::OK, service.payload_to_json(&p)),
-        Ok(Response { body: ResponseBody::Err(e), .. }) => error(e.code, e.message),
+        Ok(Response {
+            body: ResponseBody::Ok(p),
+            ..
+        }) => json(StatusCode::OK, service.payload_to_json(&p)),
+        Ok(Response {
+            body: ResponseBody::Err(e),
+            ..
+        }) => error(e.code, e.message),
         Err(_) => error(ErrorCode::Internal, "request lost"),
     }
 }

@@ -65,7 +65,8 @@ fn udp_socket(addr: SocketAddr) -> Result<std::net::UdpSocket> {
     // Large buffers absorb bursts between two io-thread batches.
     let _ = s.set_recv_buffer_size(8 << 20);
     let _ = s.set_send_buffer_size(8 << 20);
-    s.bind(&addr.into()).with_context(|| format!("binding udp {addr}"))?;
+    s.bind(&addr.into())
+        .with_context(|| format!("binding udp {addr}"))?;
     Ok(s.into())
 }
 
@@ -105,7 +106,9 @@ impl Server {
             .on_thread_start(move || {
                 if !cpus.is_empty() {
                     let i = next_core.fetch_add(1, Ordering::Relaxed);
-                    core_affinity::set_for_current(core_affinity::CoreId { id: cpus[i % cpus.len()] });
+                    core_affinity::set_for_current(core_affinity::CoreId {
+                        id: cpus[i % cpus.len()],
+                    });
                 }
             })
             .enable_all()
@@ -118,7 +121,12 @@ impl Server {
                 .block_on(tokio::net::TcpListener::bind(addr))
                 .with_context(|| format!("binding tcp {addr}"))?;
             tcp_addr = Some(l.local_addr()?);
-            let (c, sd, t, max) = (ctx.clone(), shutdown_rx.clone(), tasks.clone(), cfg.tcp_max_inflight);
+            let (c, sd, t, max) = (
+                ctx.clone(),
+                shutdown_rx.clone(),
+                tasks.clone(),
+                cfg.tcp_max_inflight,
+            );
             runtime.spawn(serve_tcp(l, c, max, sd, t));
         }
         let mut http_addr = None;
@@ -127,7 +135,13 @@ impl Server {
                 .block_on(tokio::net::TcpListener::bind(addr))
                 .with_context(|| format!("binding http {addr}"))?;
             http_addr = Some(l.local_addr()?);
-            runtime.spawn(serve_http(l, ctx.clone(), metrics, shutdown_rx.clone(), tasks.clone()));
+            runtime.spawn(serve_http(
+                l,
+                ctx.clone(),
+                metrics,
+                shutdown_rx.clone(),
+                tasks.clone(),
+            ));
         }
         Ok(Server {
             udp_addr,
@@ -146,7 +160,11 @@ impl Server {
     /// The line `cohort serve` prints once ready.
     pub fn listening_line(&self) -> String {
         let mut parts = vec!["listening".to_string()];
-        for (name, a) in [("udp", self.udp_addr), ("tcp", self.tcp_addr), ("http", self.http_addr)] {
+        for (name, a) in [
+            ("udp", self.udp_addr),
+            ("tcp", self.tcp_addr),
+            ("http", self.http_addr),
+        ] {
             if let Some(a) = a {
                 parts.push(format!("{name}={a}"));
             }
@@ -168,7 +186,10 @@ impl Server {
             std::thread::sleep(Duration::from_millis(5));
         }
         if self.tasks.live() > 0 {
-            tracing::warn!(connections = self.tasks.live(), "closing connections still draining");
+            tracing::warn!(
+                connections = self.tasks.live(),
+                "closing connections still draining"
+            );
         }
         if let Some(rt) = self.runtime.take() {
             rt.shutdown_timeout(Duration::from_secs(1));

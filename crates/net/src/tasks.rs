@@ -19,4 +19,3 @@ impl Tracker {
         self.0.load(Ordering::SeqCst)
     }
 }
-

@@ -56,7 +56,14 @@ struct Conn {
 impl Conn {
     fn send_frame(&self, kind: Kind, service: u16, request_id: u64, payload: &[u8]) {
         let mut out = Vec::with_capacity(HEADER_LEN + payload.len());
-        let h = Header { kind, service, flags: 0, request_id, payload_len: 0, timeout_us: 0 };
+        let h = Header {
+            kind,
+            service,
+            flags: 0,
+            request_id,
+            payload_len: 0,
+            timeout_us: 0,
+        };
         encode_frame(h, payload, &mut out);
         let _ = self.tx.send(out); // writer gone = connection dead; nothing left to tell
     }
@@ -100,7 +107,10 @@ async fn serve_connection(
     let (tx, rx) = mpsc::unbounded_channel();
     let permits = Arc::new(Semaphore::new(max_inflight));
     let writer = tokio::spawn(write_loop(wr, rx, permits.clone()));
-    let conn = Arc::new(Conn { tx, inflight: Mutex::new(HashMap::new()) });
+    let conn = Arc::new(Conn {
+        tx,
+        inflight: Mutex::new(HashMap::new()),
+    });
     let mut buf = BytesMut::with_capacity(64 * 1024);
     let mut closing = false;
     'read: loop {
@@ -120,10 +130,27 @@ async fn serve_connection(
             }
             let payload = &buf[HEADER_LEN..used];
             if closing {
-                conn.send_error(header.service, header.request_id, ErrorCode::Unavailable, "server is shutting down");
+                conn.send_error(
+                    header.service,
+                    header.request_id,
+                    ErrorCode::Unavailable,
+                    "server is shutting down",
+                );
             } else {
-                *conn.inflight.lock().expect("inflight lock").entry(header.request_id).or_insert(0) += 1;
-                ctx.forward(&header, payload, Reply { port: conn.clone(), token: 0 });
+                *conn
+                    .inflight
+                    .lock()
+                    .expect("inflight lock")
+                    .entry(header.request_id)
+                    .or_insert(0) += 1;
+                ctx.forward(
+                    &header,
+                    payload,
+                    Reply {
+                        port: conn.clone(),
+                        token: 0,
+                    },
+                );
             }
             NetStats::inc(&ctx.stats.tcp_frames);
             buf.advance(used);
@@ -146,7 +173,13 @@ async fn serve_connection(
         }
     }
     if closing || *shutdown.borrow() {
-        let pending: Vec<u64> = conn.inflight.lock().expect("inflight lock").keys().copied().collect();
+        let pending: Vec<u64> = conn
+            .inflight
+            .lock()
+            .expect("inflight lock")
+            .keys()
+            .copied()
+            .collect();
         let mut p = Vec::new();
         GoAway { pending }.encode(&mut p);
         permits.add_permits(1); // GOAWAY is not an answer; balance the writer's release
@@ -162,7 +195,10 @@ async fn serve_connection(
 fn protocol_error(conn: &Conn, ctx: &Context, buf: &[u8], e: &FrameError) {
     NetStats::inc(&ctx.stats.tcp_protocol_errors);
     let (service, id) = if buf.len() >= HEADER_LEN {
-        (u16::from_le_bytes([buf[4], buf[5]]), u64::from_le_bytes(buf[8..16].try_into().expect("len")))
+        (
+            u16::from_le_bytes([buf[4], buf[5]]),
+            u64::from_le_bytes(buf[8..16].try_into().expect("len")),
+        )
     } else {
         (0, 0)
     };

@@ -36,7 +36,12 @@ enum Got {
 fn connect(target: Target) -> Result<(Tx, Rx)> {
     match target {
         Target::Udp(addr) => {
-            let bind: SocketAddr = if addr.is_ipv4() { "0.0.0.0:0" } else { "[::]:0" }.parse()?;
+            let bind: SocketAddr = if addr.is_ipv4() {
+                "0.0.0.0:0"
+            } else {
+                "[::]:0"
+            }
+            .parse()?;
             let s = socket2::Socket::new(
                 socket2::Domain::for_address(addr),
                 socket2::Type::DGRAM,
@@ -46,7 +51,8 @@ fn connect(target: Target) -> Result<(Tx, Rx)> {
             let _ = s.set_send_buffer_size(8 << 20);
             s.bind(&bind.into())?;
             let s: UdpSocket = s.into();
-            s.connect(addr).with_context(|| format!("udp connect {addr}"))?;
+            s.connect(addr)
+                .with_context(|| format!("udp connect {addr}"))?;
             s.set_read_timeout(Some(TICK))?;
             Ok((Tx::Udp(s.try_clone()?), Rx::Udp(s, vec![0u8; 65_536])))
         }
@@ -94,7 +100,9 @@ impl Rx {
                     Ok(f) => Got::Frame(f.header, f.payload.to_vec()),
                     Err(_) => Got::Idle, // not ours; ignore
                 },
-                Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => Got::Idle,
+                Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
+                    Got::Idle
+                }
                 Err(e) if e.kind() == ErrorKind::ConnectionRefused => Got::Idle,
                 Err(_) => Got::Closed,
             },
@@ -163,7 +171,8 @@ pub(crate) fn run(cfg: &LoadConfig, sh: &Arc<Shared>) -> Result<Recorder> {
                 handles.push(std::thread::spawn(move || receiver(&sh, c, rx)));
             }
             Mode::Closed { concurrency } => {
-                let n = concurrency / cfg.connections + usize::from(c < concurrency % cfg.connections);
+                let n =
+                    concurrency / cfg.connections + usize::from(c < concurrency % cfg.connections);
                 handles.push(std::thread::spawn(move || closed_loop(&sh, c, tx, rx, n)));
             }
         }
@@ -182,7 +191,9 @@ pub(crate) fn run(cfg: &LoadConfig, sh: &Arc<Shared>) -> Result<Recorder> {
     }
     if sh.goaway_seen.load(Ordering::Acquire) {
         // Give the server its promised answers (bounded by the answer timeout).
-        while sh.settled.load(Ordering::Acquire) < sh.sent.load(Ordering::Acquire) && Instant::now() < until {
+        while sh.settled.load(Ordering::Acquire) < sh.sent.load(Ordering::Acquire)
+            && Instant::now() < until
+        {
             std::thread::sleep(Duration::from_millis(2));
         }
     }
@@ -197,7 +208,12 @@ fn all_goaway(sh: &Shared) -> bool {
     sh.goaway_seen.load(Ordering::Acquire) && (0..sh.connections).all(|c| sh.conn_has_goaway(c))
 }
 
-fn open_sender(sh: &Shared, c: usize, mut tx: Tx, mut sched: crate::schedule::Schedule) -> Recorder {
+fn open_sender(
+    sh: &Shared,
+    c: usize,
+    mut tx: Tx,
+    mut sched: crate::schedule::Schedule,
+) -> Recorder {
     let mut rec = Recorder::new();
     let (mut frame, mut payload) = (Vec::new(), Vec::new());
     for k in 0u64.. {

@@ -18,7 +18,9 @@ type Conn = SendRequest<Full<Bytes>>;
 async fn connect(addr: SocketAddr) -> Option<Conn> {
     let stream = tokio::net::TcpStream::connect(addr).await.ok()?;
     let _ = stream.set_nodelay(true);
-    let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream)).await.ok()?;
+    let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
+        .await
+        .ok()?;
     tokio::spawn(conn);
     Some(sender)
 }
@@ -41,7 +43,10 @@ async fn one(sh: &Shared, rec: &mut Recorder, conn: &mut Option<Conn>, addr: Soc
         let resp = c.send_request(req).await.ok()?;
         let status = resp.status().as_u16();
         let bytes = resp.into_body().collect().await.ok()?.to_bytes();
-        Some((status, serde_json::from_slice(&bytes).unwrap_or(serde_json::Value::Null)))
+        Some((
+            status,
+            serde_json::from_slice(&bytes).unwrap_or(serde_json::Value::Null),
+        ))
     };
     match tokio::time::timeout(sh.answer_timeout, fut).await {
         Ok(Some((status, v))) => rec.on_answer(sh, seq, Answer::Json(status, v)),
@@ -81,7 +86,14 @@ pub(crate) fn run(cfg: &LoadConfig, sh: &Arc<Shared>, addr: SocketAddr) -> Resul
                 }));
             }
             // The pacing thread: one schedule for the whole rate.
-            let mut sched = schedule_for(&LoadConfig { connections: 1, ..cfg.clone() }, 0).expect("open");
+            let mut sched = schedule_for(
+                &LoadConfig {
+                    connections: 1,
+                    ..cfg.clone()
+                },
+                0,
+            )
+            .expect("open");
             let mut pace = Recorder::new();
             for k in 0u64.. {
                 let intended = sched.next();

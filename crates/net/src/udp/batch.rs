@@ -51,7 +51,11 @@ impl MsgBatch {
     pub fn received(&self, i: usize) -> (&[u8], &libc::sockaddr_storage, libc::socklen_t) {
         let n = self.hdrs[i].msg_len as usize;
         let start = i * self.buf_size;
-        (&self.bufs[start..start + n], &self.addrs[i], self.hdrs[i].msg_hdr.msg_namelen)
+        (
+            &self.bufs[start..start + n],
+            &self.addrs[i],
+            self.hdrs[i].msg_hdr.msg_namelen,
+        )
     }
 
     /// Reads up to a batch without blocking. Returns the number of datagrams (0 = none ready).
@@ -147,7 +151,11 @@ impl MsgBatch {
 }
 
 fn wait_writable(fd: RawFd, timeout_ms: i32) {
-    let mut p = libc::pollfd { fd, events: libc::POLLOUT, revents: 0 };
+    let mut p = libc::pollfd {
+        fd,
+        events: libc::POLLOUT,
+        revents: 0,
+    };
     // SAFETY: one valid pollfd.
     unsafe { libc::poll(&mut p, 1, timeout_ms) };
 }

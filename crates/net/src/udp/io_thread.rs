@@ -49,23 +49,28 @@ pub(crate) fn spawn_udp(
 ) -> std::io::Result<JoinHandle<()>> {
     socket.set_nonblocking(true)?;
     let (tx, rx) = crossbeam_channel::bounded(cfg.table_capacity);
-    let port = Arc::new(UdpPort { tx, bell: Doorbell::new()? });
-    std::thread::Builder::new().name(format!("udp-io-{index}")).spawn(move || {
-        if let Some(c) = cfg.core {
-            core_affinity::set_for_current(core_affinity::CoreId { id: c });
-        }
-        let mut io = IoThread {
-            fd: socket.as_raw_fd(),
-            table: ClientTable::new(cfg.table_capacity),
-            rx_batch: MsgBatch::new(BATCH, HEADER_LEN + ctx.max_payload),
-            tx_batch: MsgBatch::new(BATCH, HEADER_LEN + ctx.max_payload),
-            answers: rx,
-            port,
-            ctx,
-        };
-        io.run(&stop, cfg.drain_timeout);
-        drop(socket);
-    })
+    let port = Arc::new(UdpPort {
+        tx,
+        bell: Doorbell::new()?,
+    });
+    std::thread::Builder::new()
+        .name(format!("udp-io-{index}"))
+        .spawn(move || {
+            if let Some(c) = cfg.core {
+                core_affinity::set_for_current(core_affinity::CoreId { id: c });
+            }
+            let mut io = IoThread {
+                fd: socket.as_raw_fd(),
+                table: ClientTable::new(cfg.table_capacity),
+                rx_batch: MsgBatch::new(BATCH, HEADER_LEN + ctx.max_payload),
+                tx_batch: MsgBatch::new(BATCH, HEADER_LEN + ctx.max_payload),
+                answers: rx,
+                port,
+                ctx,
+            };
+            io.run(&stop, cfg.drain_timeout);
+            drop(socket);
+        })
 }
 
 struct IoThread {
@@ -95,7 +100,10 @@ impl IoThread {
             }
         }
         if self.table.in_flight() > 0 {
-            tracing::warn!(left = self.table.in_flight(), "udp io thread gave up waiting for answers");
+            tracing::warn!(
+                left = self.table.in_flight(),
+                "udp io thread gave up waiting for answers"
+            );
         }
     }
 
@@ -104,8 +112,16 @@ impl IoThread {
         self.port.bell.prepare_sleep();
         if self.answers.is_empty() {
             let mut fds = [
-                libc::pollfd { fd: self.port.bell.raw_fd(), events: libc::POLLIN, revents: 0 },
-                libc::pollfd { fd: sock.unwrap_or(-1), events: libc::POLLIN, revents: 0 },
+                libc::pollfd {
+                    fd: self.port.bell.raw_fd(),
+                    events: libc::POLLIN,
+                    revents: 0,
+                },
+                libc::pollfd {
+                    fd: sock.unwrap_or(-1),
+                    events: libc::POLLIN,
+                    revents: 0,
+                },
             ];
             // SAFETY: two valid pollfd entries (fd -1 is ignored by poll).
             unsafe { libc::poll(fds.as_mut_ptr(), 2, ms) };
@@ -124,11 +140,17 @@ impl IoThread {
         self.ctx.stats.udp_rx.fetch_add(n as u64, Ordering::Relaxed);
         for i in 0..n {
             let (bytes, addr, addr_len) = self.rx_batch.received(i);
-            let client = Client { addr: *addr, addr_len };
+            let client = Client {
+                addr: *addr,
+                addr_len,
+            };
             match Frame::decode_datagram(bytes, self.ctx.max_payload) {
                 Ok(f) => match self.table.insert(client) {
                     Some(token) => {
-                        let reply = Reply { port: self.port.clone(), token };
+                        let reply = Reply {
+                            port: self.port.clone(),
+                            token,
+                        };
                         self.ctx.forward(&f.header, f.payload, reply);
                     }
                     None => {
@@ -162,7 +184,9 @@ impl IoThread {
             self.flush();
         }
         let body = ResponseBody::Err(e.clone());
-        self.tx_batch.push(&c.addr, c.addr_len, |buf| encode_answer(h.request_id, h.service, &body, buf));
+        self.tx_batch.push(&c.addr, c.addr_len, |buf| {
+            encode_answer(h.request_id, h.service, &body, buf)
+        });
     }
 
     /// Writes every answer the engines have handed back so far.
@@ -173,8 +197,9 @@ impl IoThread {
             if self.tx_batch.is_full() {
                 self.flush();
             }
-            self.tx_batch
-                .push(&c.addr, c.addr_len, |buf| encode_answer(r.request_id, r.service, &r.body, buf));
+            self.tx_batch.push(&c.addr, c.addr_len, |buf| {
+                encode_answer(r.request_id, r.service, &r.body, buf)
+            });
             total += 1;
         }
         self.flush();
@@ -187,8 +212,14 @@ impl IoThread {
             return;
         }
         let refused = self.tx_batch.send_all(self.fd);
-        self.ctx.stats.udp_tx.fetch_add((n - refused) as u64, Ordering::Relaxed);
-        self.ctx.stats.udp_send_failed.fetch_add(refused as u64, Ordering::Relaxed);
+        self.ctx
+            .stats
+            .udp_tx
+            .fetch_add((n - refused) as u64, Ordering::Relaxed);
+        self.ctx
+            .stats
+            .udp_send_failed
+            .fetch_add(refused as u64, Ordering::Relaxed);
     }
 }
 
@@ -206,8 +237,11 @@ fn encode_answer(request_id: u64, service: u16, body: &ResponseBody, buf: &mut [
     let (kind, payload): (Kind, &[u8]) = match body {
         ResponseBody::Ok(p) if HEADER_LEN + p.len() <= buf.len() => (Kind::Response, p),
         ResponseBody::Ok(_) => {
-            ErrorPayload::new(cohort_proto::ErrorCode::Internal, "answer too large for UDP")
-                .encode(&mut scratch);
+            ErrorPayload::new(
+                cohort_proto::ErrorCode::Internal,
+                "answer too large for UDP",
+            )
+            .encode(&mut scratch);
             (Kind::Error, &scratch)
         }
         ResponseBody::Err(e) => {
@@ -215,7 +249,14 @@ fn encode_answer(request_id: u64, service: u16, body: &ResponseBody, buf: &mut [
             (Kind::Error, &scratch)
         }
     };
-    let h = Header { kind, service, flags: 0, request_id, payload_len: payload.len() as u32, timeout_us: 0 };
+    let h = Header {
+        kind,
+        service,
+        flags: 0,
+        request_id,
+        payload_len: payload.len() as u32,
+        timeout_us: 0,
+    };
     let mut hb = [0u8; HEADER_LEN];
     h.encode(&mut hb);
     buf[..HEADER_LEN].copy_from_slice(&hb);

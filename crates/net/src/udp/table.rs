@@ -16,7 +16,10 @@ pub struct ClientTable {
 impl ClientTable {
     pub fn new(capacity: usize) -> ClientTable {
         assert!(capacity > 0 && capacity <= u32::MAX as usize);
-        ClientTable { entries: vec![None; capacity], free: (0..capacity as u32).rev().collect() }
+        ClientTable {
+            entries: vec![None; capacity],
+            free: (0..capacity as u32).rev().collect(),
+        }
     }
 
     pub fn insert(&mut self, c: Client) -> Option<u32> {
@@ -28,7 +31,9 @@ impl ClientTable {
 
     /// Frees the token. Panics on a token that is not in use: that would be a second answer.
     pub fn remove(&mut self, token: u32) -> Client {
-        let c = self.entries[token as usize].take().expect("answer for a token not in flight");
+        let c = self.entries[token as usize]
+            .take()
+            .expect("answer for a token not in flight");
         self.free.push(token);
         c
     }
