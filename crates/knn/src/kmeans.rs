@@ -1,0 +1,198 @@
+//! k-means for the IVF coarse quantizer: random or k-means++ initialisation on a sample,
+//! Lloyd iterations in parallel (rayon), empty clusters re-seeded by splitting the largest.
+
+use crate::metric::{l2_sq, Metric};
+use crate::vecfile::Vectors;
+use rand::rngs::StdRng;
+use rand::seq::index::sample;
+use rand::{Rng, SeedableRng};
+use rayon::prelude::*;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Init {
+    Random,
+    PlusPlus,
+}
+
+impl std::str::FromStr for Init {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Init, String> {
+        match s {
+            "random" => Ok(Init::Random),
+            "kmeans++" | "plusplus" => Ok(Init::PlusPlus),
+            _ => Err(format!("unknown init {s:?} (random, kmeans++)")),
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct KMeansConfig {
+    pub k: usize,
+    pub iters: usize,
+    /// Train on at most this many points (a uniform sample); FAISS uses 256 per centroid.
+    pub max_sample: usize,
+    pub init: Init,
+    pub seed: u64,
+    pub progress: bool,
+}
+
+impl KMeansConfig {
+    pub fn new(k: usize) -> KMeansConfig {
+        KMeansConfig {
+            k,
+            iters: 20,
+            max_sample: 256 * k,
+            init: Init::Random,
+            seed: 1234,
+            progress: false,
+        }
+    }
+}
+
+/// Index of the nearest centroid of every row (parallel).
+pub fn assign(data: &Vectors, centroids: &Vectors, metric: Metric) -> Vec<u32> {
+    assert_eq!(data.dim, centroids.dim);
+    (0..data.n)
+        .into_par_iter()
+        .map(|i| nearest(data.row(i), centroids, metric).0)
+        .collect()
+}
+
+fn nearest(x: &[f32], c: &Vectors, metric: Metric) -> (u32, f32) {
+    let mut best = (0u32, f32::INFINITY);
+    for (j, row) in c.data.chunks_exact(c.dim).enumerate() {
+        let d = metric.distance(x, row);
+        if d < best.1 {
+            best = (j as u32, d);
+        }
+    }
+    best
+}
+
+fn sample_rows(data: &Vectors, m: usize, rng: &mut StdRng) -> Vectors {
+    if m >= data.n {
+        return data.clone();
+    }
+    let mut idx = sample(rng, data.n, m).into_vec();
+    idx.sort_unstable();
+    let mut out = Vec::with_capacity(m * data.dim);
+    for i in idx {
+        out.extend_from_slice(data.row(i));
+    }
+    Vectors::new(data.dim, out)
+}
+
+fn init_centroids(x: &Vectors, k: usize, init: Init, rng: &mut StdRng) -> Vectors {
+    match init {
+        Init::Random => sample_rows(x, k, rng),
+        Init::PlusPlus => {
+            let mut c = Vec::with_capacity(k * x.dim);
+            c.extend_from_slice(x.row(rng.gen_range(0..x.n)));
+            let mut d2: Vec<f32> = (0..x.n)
+                .into_par_iter()
+                .map(|i| l2_sq(x.row(i), &c[..x.dim]))
+                .collect();
+            for _ in 1..k {
+                let total: f64 = d2.iter().map(|&v| v as f64).sum();
+                let pick = if total > 0.0 {
+                    let mut r = rng.gen::<f64>() * total;
+                    d2.iter()
+                        .position(|&v| {
+                            r -= v as f64;
+                            r <= 0.0
+                        })
+                        .unwrap_or(x.n - 1)
+                } else {
+                    rng.gen_range(0..x.n)
+                };
+                let start = c.len();
+                c.extend_from_slice(x.row(pick));
+                let new = &c[start..];
+                d2.par_iter_mut()
+                    .enumerate()
+                    .for_each(|(i, d)| *d = d.min(l2_sq(x.row(i), new)));
+            }
+            Vectors::new(x.dim, c)
+        }
+    }
+}
+
+/// Trains `cfg.k` centroids on (a sample of) `data` with squared-L2 k-means.
+pub fn train(data: &Vectors, cfg: &KMeansConfig) -> Vectors {
+    assert!(
+        cfg.k >= 1 && cfg.k <= data.n,
+        "k must be between 1 and the number of points"
+    );
+    let mut rng = StdRng::seed_from_u64(cfg.seed);
+    let x = sample_rows(data, cfg.max_sample.max(cfg.k), &mut rng);
+    let mut c = init_centroids(&x, cfg.k, cfg.init, &mut rng);
+    let dim = x.dim;
+    let bar = if cfg.progress {
+        indicatif::ProgressBar::new(cfg.iters as u64)
+    } else {
+        indicatif::ProgressBar::hidden()
+    };
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("k-means {bar:30} {pos}/{len} iterations {msg}")
+            .expect("static template"),
+    );
+    for _ in 0..cfg.iters {
+        let a = assign(&x, &c, Metric::L2);
+        // Per-thread partial sums, merged: (sums k*dim, counts k).
+        let (sums, counts) = (0..x.n)
+            .into_par_iter()
+            .fold(
+                || (vec![0f64; cfg.k * dim], vec![0usize; cfg.k]),
+                |(mut s, mut n), i| {
+                    let j = a[i] as usize;
+                    n[j] += 1;
+                    for (acc, v) in s[j * dim..(j + 1) * dim].iter_mut().zip(x.row(i)) {
+                        *acc += *v as f64;
+                    }
+                    (s, n)
+                },
+            )
+            .reduce(
+                || (vec![0f64; cfg.k * dim], vec![0usize; cfg.k]),
+                |(mut s1, mut n1), (s2, n2)| {
+                    s1.iter_mut().zip(&s2).for_each(|(a, b)| *a += b);
+                    n1.iter_mut().zip(&n2).for_each(|(a, b)| *a += b);
+                    (s1, n1)
+                },
+            );
+        let mut counts = counts;
+        for j in 0..cfg.k {
+            if counts[j] > 0 {
+                for d in 0..dim {
+                    c.data[j * dim + d] = (sums[j * dim + d] / counts[j] as f64) as f32;
+                }
+            }
+        }
+        // Empty clusters: split the largest one (copy its centroid, nudge both apart).
+        for j in 0..cfg.k {
+            if counts[j] == 0 {
+                let big = (0..cfg.k).max_by_key(|&i| counts[i]).expect("k >= 1");
+                for d in 0..dim {
+                    let v = c.data[big * dim + d];
+                    let eps = 1e-3 * (v.abs() + 1.0) * if rng.gen::<bool>() { 1.0 } else { -1.0 };
+                    c.data[j * dim + d] = v + eps;
+                    c.data[big * dim + d] = v - eps;
+                }
+                counts[j] = counts[big] / 2;
+                counts[big] -= counts[j];
+            }
+        }
+        bar.inc(1);
+    }
+    bar.finish_and_clear();
+    c
+}
+
+/// Mean squared distance of points to their nearest centroid (the k-means objective).
+pub fn inertia(data: &Vectors, c: &Vectors) -> f64 {
+    (0..data.n)
+        .into_par_iter()
+        .map(|i| nearest(data.row(i), c, Metric::L2).1 as f64)
+        .sum::<f64>()
+        / data.n as f64
+}
