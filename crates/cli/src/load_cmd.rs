@@ -3,7 +3,7 @@
 use crate::util::{parse_rate, tmp_path, write_atomic};
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use cohort_load::{EchoWorkload, LoadConfig, Mode, Report, SpinWorkload, Target, Workload};
+use cohort_load::{EchoWorkload, KnnWorkload, LoadConfig, Mode, Report, SpinWorkload, Target, Workload};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -13,7 +13,7 @@ pub struct LoadArgs {
     /// udp://HOST:PORT, tcp://HOST:PORT or http://HOST:PORT.
     #[arg(long)]
     pub target: Target,
-    /// echo or spin.
+    /// echo, spin or knn.
     #[arg(long, default_value = "echo")]
     pub service: String,
     /// Open loop at this many requests per second.
@@ -50,6 +50,18 @@ pub struct LoadArgs {
     pub timeout_us: u32,
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// knn: query vectors (.fvecs, .bvecs, .npy).
+    #[arg(long)]
+    pub queries: Option<PathBuf>,
+    /// knn: ground truth (.ivecs) to report recall_at_k.
+    #[arg(long)]
+    pub gt: Option<PathBuf>,
+    /// knn: neighbours per query.
+    #[arg(long, default_value_t = 10)]
+    pub k: usize,
+    /// knn: cells probed (0 = the server's default).
+    #[arg(long, default_value_t = 0)]
+    pub nprobe: u16,
     /// Write the report(s) as JSON here.
     #[arg(long)]
     pub json: Option<PathBuf>,
@@ -71,7 +83,22 @@ pub fn workload(a: &LoadArgs) -> Result<Arc<dyn Workload>> {
             spin_us: a.spin_us,
             payload_bytes: a.payload_bytes,
         }),
-        other => bail!("unknown service {other:?} for load (echo, spin)"),
+        "knn" => {
+            let q = a.queries.as_ref().context("--service knn needs --queries FILE")?;
+            let queries = cohort_knn::vecfile::read_vectors(q)?;
+            let gt = match &a.gt {
+                Some(p) => {
+                    let (n, dim, ids) = cohort_knn::vecfile::read_ivecs(p)?;
+                    anyhow::ensure!(n >= queries.n, "ground truth has {n} rows for {} queries", queries.n);
+                    anyhow::ensure!(a.k <= dim, "--k {} exceeds the ground-truth depth {dim}", a.k);
+                    Some((dim, ids))
+                }
+                None => None,
+            };
+            anyhow::ensure!(a.k >= 1 && a.k <= cohort_services::knn::MAX_K, "--k out of range");
+            Arc::new(KnnWorkload::new(queries, gt, a.k, a.nprobe))
+        }
+        other => bail!("unknown service {other:?} for load (echo, spin, knn)"),
     })
 }
 

@@ -1,6 +1,9 @@
 //! `cohort`: one binary for the server, the load generator, the demo and the tools.
 
+mod data_cmd;
 mod demo;
+mod fetch;
+mod index_cmd;
 mod load_cmd;
 mod metrics;
 mod serve;
@@ -30,6 +33,12 @@ enum Cmd {
     Load(load_cmd::LoadArgs),
     /// Start a server on loopback, sweep load at it, print a table.
     Demo(demo::DemoArgs),
+    /// Vector data sets: synthesize or fetch.
+    #[command(subcommand)]
+    Data(data_cmd::DataCmd),
+    /// IVF-Flat indexes: build, inspect, evaluate.
+    #[command(subcommand)]
+    Index(index_cmd::IndexCmd),
 }
 
 fn main() {
@@ -44,6 +53,8 @@ fn main() {
         Cmd::Serve(a) => serve::run(a),
         Cmd::Load(a) => load_cmd::run(a),
         Cmd::Demo(a) => demo::run(a),
+        Cmd::Data(c) => data_cmd::run(c),
+        Cmd::Index(c) => index_cmd::run(c),
     };
     if let Err(e) = result {
         eprintln!("error: {e:#}");

@@ -13,9 +13,12 @@ use std::time::Duration;
 
 #[derive(Args, Debug, Clone)]
 pub struct ServeArgs {
-    /// Services to serve, comma-separated: echo, spin.
+    /// Services to serve, comma-separated: echo, spin, knn.
     #[arg(long, default_value = "echo")]
     pub service: String,
+    /// IVF index file for the knn service (`cohort index build`).
+    #[arg(long)]
+    pub index: Option<std::path::PathBuf>,
     /// Engine: cpu.
     #[arg(long, default_value = "cpu")]
     pub engine: String,
@@ -56,6 +59,7 @@ impl ServeArgs {
     pub fn loopback(service: &str) -> ServeArgs {
         ServeArgs {
             service: service.into(),
+            index: None,
             engine: "cpu".into(),
             udp: Some("127.0.0.1:0".parse().expect("literal")),
             tcp: Some("127.0.0.1:0".parse().expect("literal")),
@@ -85,13 +89,20 @@ impl Stack {
     }
 }
 
-fn registry(names: &str) -> Result<Registry> {
+fn registry(a: &ServeArgs) -> Result<Registry> {
     let mut reg = Registry::new();
-    for name in names.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+    for name in a.service.split(',').map(str::trim).filter(|n| !n.is_empty()) {
         match name {
             "echo" => reg.add(Arc::new(cohort_services::echo::Echo)),
             "spin" => reg.add(Arc::new(cohort_services::spin::Spin)),
-            other => bail!("unknown service {other:?} (available: echo, spin)"),
+            "knn" => {
+                let Some(path) = &a.index else { bail!("--service knn needs --index PATH") };
+                let index = cohort_knn::IvfIndex::load(path)?;
+                tracing::info!(path = %path.display(), n = index.n, dim = index.dim, nlist = index.nlist,
+                    default_nprobe = index.default_nprobe, "index loaded");
+                reg.add(Arc::new(cohort_services::knn::Knn { index: Arc::new(index) }));
+            }
+            other => bail!("unknown service {other:?} (available: echo, spin, knn)"),
         }
     }
     anyhow::ensure!(!reg.names().is_empty(), "--service names no service");
@@ -99,7 +110,7 @@ fn registry(names: &str) -> Result<Registry> {
 }
 
 pub fn start(a: &ServeArgs) -> Result<Stack> {
-    let reg = registry(&a.service)?;
+    let reg = registry(a)?;
     if a.engine != "cpu" {
         bail!("unknown engine {:?} (available: cpu)", a.engine);
     }

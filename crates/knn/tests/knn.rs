@@ -91,9 +91,9 @@ proptest! {
     /// reduce(search(all probes)) equals exact search restricted to the probed cells.
     #[test]
     fn stages_compose_to_exact_over_probed_cells(seed in 0u64..1000, nprobe in 1usize..8, k in 1usize..20) {
-        let base = Model::new(SynthConfig { dim: 8, clusters: 8, latent_dim: 4, seed }).sample(600, 1);
+        let base = Model::new(SynthConfig { dim: 8, clusters: 8, latent_dim: 4, noise: 0.05, seed }).sample(600, 1);
         let ix = IvfIndex::build(&base, 8, Metric::L2, &KMeansConfig { iters: 4, ..KMeansConfig::new(8) });
-        let q = Model::new(SynthConfig { dim: 8, clusters: 8, latent_dim: 4, seed }).sample(1, 2);
+        let q = Model::new(SynthConfig { dim: 8, clusters: 8, latent_dim: 4, noise: 0.05, seed }).sample(1, 2);
         let probes = stages::filter(ix.centroids(), 8, Metric::L2, q.row(0), nprobe);
         let got = stages::reduce(&stages::search(&ix, q.row(0), &probes, k), k);
         let mut want = cohort_knn::TopK::new(k);

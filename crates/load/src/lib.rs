@@ -16,4 +16,4 @@ mod workload;
 pub use plot::plot_sweep;
 pub use report::Report;
 pub use run::{run, run_sweep, LoadConfig, Mode, Target};
-pub use workload::{EchoWorkload, SpinWorkload, Workload};
+pub use workload::{EchoWorkload, KnnWorkload, SpinWorkload, Workload};

@@ -77,8 +77,8 @@ impl Report {
 
     pub fn table_header() -> String {
         format!(
-            "{:>10} {:>10} {:>9} {:>9} {:>9} {:>9} {:>8}",
-            "offered", "achieved", "p50_us", "p99_us", "p999_us", "errors", "gen_sat"
+            "{:>10} {:>10} {:>9} {:>9} {:>9} {:>9} {:>8} {:>7}",
+            "offered", "achieved", "p50_us", "p99_us", "p999_us", "errors", "gen_sat", "recall"
         )
     }
 
@@ -88,15 +88,20 @@ impl Report {
             (None, Some(c)) => format!("c={c}"),
             _ => "-".into(),
         };
+        let recall = match self.extra.get("recall_at_k").and_then(|r| r.as_f64()) {
+            Some(r) => format!("{r:.4}"),
+            None => "-".into(),
+        };
         format!(
-            "{:>10} {:>10.0} {:>9.1} {:>9.1} {:>9.1} {:>9} {:>8}",
+            "{:>10} {:>10.0} {:>9.1} {:>9.1} {:>9.1} {:>9} {:>8} {:>7}",
             offered,
             self.achieved_rate,
             self.latency_us.p50,
             self.latency_us.p99,
             self.latency_us.p999,
             self.error_total(),
-            self.generator_saturated
+            self.generator_saturated,
+            recall
         )
     }
 }

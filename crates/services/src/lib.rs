@@ -2,6 +2,7 @@
 //! panicking on any input), its CPU implementation, and its JSON mapping for HTTP.
 
 pub mod echo;
+pub mod knn;
 pub mod spin;
 
 use cohort_proto::{ErrorCode, ErrorPayload};

@@ -1,0 +1,172 @@
+//! `cohort index build|info|eval`.
+
+use crate::util::write_atomic;
+use anyhow::{Context, Result};
+use clap::{Args, Subcommand};
+use cohort_knn::kmeans::{Init, KMeansConfig};
+use cohort_knn::{exact, vecfile, IvfIndex, Metric, SearchParams};
+use rayon::prelude::*;
+use std::path::PathBuf;
+use std::time::Instant;
+
+#[derive(Subcommand, Debug)]
+pub enum IndexCmd {
+    /// Train the coarse quantizer and write an IVF-Flat index.
+    Build(BuildArgs),
+    /// Print an index file's header and list statistics.
+    Info { path: PathBuf },
+    /// Measure recall@k and queries/s against ground truth.
+    Eval(EvalArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct BuildArgs {
+    /// Base vectors (.fvecs, .bvecs or .npy).
+    #[arg(long)]
+    pub base: PathBuf,
+    #[arg(long)]
+    pub nlist: usize,
+    #[arg(long)]
+    pub out: PathBuf,
+    #[arg(long, default_value = "l2")]
+    pub metric: Metric,
+    #[arg(long, default_value_t = 20)]
+    pub iters: usize,
+    /// Training sample size (default 256 x nlist).
+    #[arg(long)]
+    pub sample: Option<usize>,
+    /// random or kmeans++.
+    #[arg(long, default_value = "random")]
+    pub init: Init,
+    /// nprobe served when a request asks for 0 (default nlist/64, at least 8).
+    #[arg(long)]
+    pub default_nprobe: Option<usize>,
+    #[arg(long, default_value_t = 1234)]
+    pub seed: u64,
+}
+
+#[derive(Args, Debug)]
+pub struct EvalArgs {
+    #[arg(long)]
+    pub index: PathBuf,
+    #[arg(long)]
+    pub queries: PathBuf,
+    #[arg(long)]
+    pub gt: PathBuf,
+    /// One or more nprobe values (comma-separated).
+    #[arg(long, value_delimiter = ',', default_value = "16")]
+    pub nprobe: Vec<usize>,
+    #[arg(long, default_value_t = 10)]
+    pub k: usize,
+    /// Threads for the throughput measurement (0 = all cores).
+    #[arg(long, default_value_t = 0)]
+    pub threads: usize,
+    #[arg(long)]
+    pub json: Option<PathBuf>,
+}
+
+pub fn build(a: &BuildArgs) -> Result<IvfIndex> {
+    let t = Instant::now();
+    let base = vecfile::read_vectors(&a.base)?;
+    anyhow::ensure!(a.nlist >= 1 && a.nlist <= base.n, "--nlist must be between 1 and {} (the base size)", base.n);
+    eprintln!("read {} x {} in {:.1?}; training {} centroids", base.n, base.dim, t.elapsed(), a.nlist);
+    let km = KMeansConfig {
+        iters: a.iters,
+        max_sample: a.sample.unwrap_or(256 * a.nlist),
+        init: a.init,
+        seed: a.seed,
+        progress: true,
+        ..KMeansConfig::new(a.nlist)
+    };
+    let mut ix = IvfIndex::build(&base, a.nlist, a.metric, &km);
+    if let Some(p) = a.default_nprobe {
+        anyhow::ensure!(p >= 1 && p <= a.nlist, "--default-nprobe must be in 1..=nlist");
+        ix.default_nprobe = p;
+    }
+    ix.save(&a.out)?;
+    eprintln!("built and wrote {} in {:.1?}", a.out.display(), t.elapsed());
+    Ok(ix)
+}
+
+pub fn info(path: &std::path::Path) -> Result<()> {
+    let ix = IvfIndex::load(path)?;
+    let sizes = ix.cell_sizes();
+    let (min, max) = (sizes.iter().min().copied().unwrap_or(0), sizes.iter().max().copied().unwrap_or(0));
+    let empty = sizes.iter().filter(|&&s| s == 0).count();
+    let bytes = std::fs::metadata(path)?.len();
+    println!("index {}", path.display());
+    println!("  format     v{} ({} bytes)", cohort_knn::ivf::FORMAT_VERSION, bytes);
+    println!("  vectors    {} x {} f32, metric {}", ix.n, ix.dim, ix.metric.name());
+    println!("  nlist      {} (default nprobe {})", ix.nlist, ix.default_nprobe);
+    println!("  list sizes min {min}, mean {:.1}, max {max}, empty {empty}", ix.n as f64 / ix.nlist as f64);
+    Ok(())
+}
+
+#[derive(serde::Serialize)]
+struct EvalPoint {
+    nprobe: usize,
+    k: usize,
+    recall_at_k: f64,
+    /// Single-thread: queries/s and mean latency.
+    qps_single_thread: f64,
+    latency_us_mean: f64,
+    /// All threads, one query per task.
+    qps: f64,
+    threads: usize,
+}
+
+pub fn eval(a: &EvalArgs) -> Result<()> {
+    let ix = IvfIndex::load(&a.index)?;
+    let q = vecfile::read_vectors(&a.queries)?;
+    let (gn, gdim, gt) = vecfile::read_ivecs(&a.gt)?;
+    anyhow::ensure!(q.dim == ix.dim, "queries have dimension {}, the index {}", q.dim, ix.dim);
+    anyhow::ensure!(gn >= q.n, "ground truth has {gn} rows for {} queries", q.n);
+    anyhow::ensure!(a.k >= 1 && a.k <= gdim, "--k must be in 1..={gdim} (ground-truth depth)");
+    let threads = if a.threads == 0 { rayon::current_num_threads() } else { a.threads };
+    let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().context("thread pool")?;
+    let mut points = Vec::new();
+    println!("{:>7} {:>10} {:>12} {:>12} {:>10}", "nprobe", "recall@k", "qps(1 thr)", "lat_us(1)", "qps(all)");
+    for &nprobe in &a.nprobe {
+        anyhow::ensure!(nprobe >= 1 && nprobe <= ix.nlist, "nprobe {nprobe} out of 1..={}", ix.nlist);
+        let p = SearchParams { k: a.k, nprobe };
+        let t = Instant::now();
+        let found: Vec<Vec<u32>> =
+            (0..q.n).map(|i| ix.query(q.row(i), p).into_iter().map(|n| n.id).collect()).collect();
+        let single = t.elapsed().as_secs_f64();
+        let t = Instant::now();
+        pool.install(|| (0..q.n).into_par_iter().for_each(|i| drop(ix.query(q.row(i), p))));
+        let multi = t.elapsed().as_secs_f64();
+        let recall = exact::recall_at_k(&found, &gt[..q.n * gdim], gdim, a.k);
+        let pt = EvalPoint {
+            nprobe,
+            k: a.k,
+            recall_at_k: recall,
+            qps_single_thread: q.n as f64 / single,
+            latency_us_mean: single * 1e6 / q.n as f64,
+            qps: q.n as f64 / multi,
+            threads,
+        };
+        println!(
+            "{:>7} {:>10.4} {:>12.0} {:>12.1} {:>10.0}",
+            nprobe, pt.recall_at_k, pt.qps_single_thread, pt.latency_us_mean, pt.qps
+        );
+        points.push(pt);
+    }
+    if let Some(path) = &a.json {
+        let v = if points.len() == 1 {
+            serde_json::to_value(&points[0])?
+        } else {
+            serde_json::json!({ "points": points })
+        };
+        write_atomic(path, serde_json::to_string_pretty(&v)?.as_bytes())?;
+    }
+    Ok(())
+}
+
+pub fn run(cmd: IndexCmd) -> Result<()> {
+    match cmd {
+        IndexCmd::Build(a) => build(&a).map(|_| ()),
+        IndexCmd::Info { path } => info(&path),
+        IndexCmd::Eval(a) => eval(&a),
+    }
+}

@@ -1,0 +1,167 @@
+//! `knn`: k nearest neighbours of a query vector in an IVF-Flat index.
+//!
+//! Request (little-endian):
+//! | offset | size | field |
+//! |---|---|---|
+//! | 0 | 2 | k (1..=1024, at most the index size) |
+//! | 2 | 2 | nprobe (0 = the index default; at most nlist) |
+//! | 4 | 1 | element type: 0 f32, 1 u8 |
+//! | 5 | 3 | reserved, 0 |
+//! | 8 | 4 | dim (must equal the index's) |
+//! | 12 | dim * 4 or dim | the vector |
+//!
+//! Response: count u32, then `count` x (id u32, distance f32), nearest first.
+
+use cohort_engine::Service;
+use cohort_knn::{IvfIndex, Neighbor, SearchParams};
+use cohort_proto::{service_id, ErrorPayload};
+use std::sync::Arc;
+
+pub const MAX_K: usize = 1024;
+const HEAD: usize = 12;
+
+#[derive(Debug, Clone, PartialEq)]
+pub struct KnnRequest {
+    pub k: usize,
+    pub nprobe: usize,
+    pub vector: Vec<f32>,
+}
+
+/// A query vector as sent on the wire.
+pub enum Elems<'a> {
+    F32(&'a [f32]),
+    U8(&'a [u8]),
+}
+
+pub fn encode_request(k: u16, nprobe: u16, v: Elems<'_>, out: &mut Vec<u8>) {
+    out.extend_from_slice(&k.to_le_bytes());
+    out.extend_from_slice(&nprobe.to_le_bytes());
+    match v {
+        Elems::F32(x) => {
+            out.extend_from_slice(&[0, 0, 0, 0]);
+            out.extend_from_slice(&(x.len() as u32).to_le_bytes());
+            x.iter().for_each(|f| out.extend_from_slice(&f.to_le_bytes()));
+        }
+        Elems::U8(x) => {
+            out.extend_from_slice(&[1, 0, 0, 0]);
+            out.extend_from_slice(&(x.len() as u32).to_le_bytes());
+            out.extend_from_slice(x);
+        }
+    }
+}
+
+/// Decodes and validates a request against an index of `dim` dimensions, `nlist` cells
+/// and `n` vectors.
+pub fn decode_request(p: &[u8], dim: usize, nlist: usize, n: usize) -> Result<KnnRequest, ErrorPayload> {
+    if p.len() < HEAD {
+        return Err(crate::bad_request(format!("knn request needs {HEAD} header bytes, got {}", p.len())));
+    }
+    let k = u16::from_le_bytes([p[0], p[1]]) as usize;
+    let nprobe = u16::from_le_bytes([p[2], p[3]]) as usize;
+    let elem = p[4];
+    if p[5..8] != [0, 0, 0] {
+        return Err(crate::bad_request("reserved bytes must be zero"));
+    }
+    let got_dim = u32::from_le_bytes(p[8..12].try_into().expect("4 bytes")) as usize;
+    if got_dim != dim {
+        return Err(crate::bad_request(format!("vector has dimension {got_dim}, the index has {dim}")));
+    }
+    if k == 0 || k > MAX_K.min(n) {
+        return Err(crate::bad_request(format!("k must be in 1..={}", MAX_K.min(n))));
+    }
+    if nprobe > nlist {
+        return Err(crate::bad_request(format!("nprobe must be at most nlist ({nlist})")));
+    }
+    let body = &p[HEAD..];
+    let vector: Vec<f32> = match elem {
+        0 if body.len() == dim * 4 => {
+            body.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().expect("4 bytes"))).collect()
+        }
+        1 if body.len() == dim => body.iter().map(|&b| b as f32).collect(),
+        0 | 1 => return Err(crate::bad_request(format!("vector bytes ({}) do not match dim {dim}", body.len()))),
+        e => return Err(crate::bad_request(format!("unknown element type {e} (0 f32, 1 u8)"))),
+    };
+    if vector.iter().any(|x| !x.is_finite()) {
+        return Err(crate::bad_request("vector holds NaN or infinity"));
+    }
+    Ok(KnnRequest { k, nprobe, vector })
+}
+
+pub fn encode_response(r: &[Neighbor]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(4 + 8 * r.len());
+    out.extend_from_slice(&(r.len() as u32).to_le_bytes());
+    for n in r {
+        out.extend_from_slice(&n.id.to_le_bytes());
+        out.extend_from_slice(&n.distance.to_le_bytes());
+    }
+    out
+}
+
+pub fn decode_response(p: &[u8]) -> Result<Vec<Neighbor>, String> {
+    let n = p.get(..4).map(|b| u32::from_le_bytes(b.try_into().expect("4"))).ok_or("short response")? as usize;
+    if n > MAX_K || p.len() != 4 + 8 * n {
+        return Err(format!("response length {} does not hold {n} neighbours", p.len()));
+    }
+    Ok(p[4..]
+        .chunks_exact(8)
+        .map(|c| Neighbor {
+            id: u32::from_le_bytes(c[0..4].try_into().expect("4")),
+            distance: f32::from_le_bytes(c[4..8].try_into().expect("4")),
+        })
+        .collect())
+}
+
+pub struct Knn {
+    pub index: Arc<IvfIndex>,
+}
+
+impl Knn {
+    pub fn decode(&self, p: &[u8]) -> Result<KnnRequest, ErrorPayload> {
+        decode_request(p, self.index.dim, self.index.nlist, self.index.n)
+    }
+}
+
+impl Service for Knn {
+    fn id(&self) -> u16 {
+        service_id::KNN
+    }
+    fn name(&self) -> &'static str {
+        "knn"
+    }
+    fn execute_cpu(&self, payload: &[u8]) -> Result<Vec<u8>, ErrorPayload> {
+        let r = self.decode(payload)?;
+        Ok(encode_response(&self.index.query(&r.vector, SearchParams { k: r.k, nprobe: r.nprobe })))
+    }
+    fn json_to_payload(&self, body: &serde_json::Value) -> Result<Vec<u8>, ErrorPayload> {
+        let v = body
+            .get("vector")
+            .and_then(|v| v.as_array())
+            .ok_or_else(|| crate::bad_request("field \"vector\" (array of numbers) is required"))?;
+        let vector: Vec<f32> = v
+            .iter()
+            .map(|x| x.as_f64().map(|f| f as f32))
+            .collect::<Option<_>>()
+            .ok_or_else(|| crate::bad_request("\"vector\" must hold only numbers"))?;
+        let num = |key: &str, default: u64| -> Result<u16, ErrorPayload> {
+            match body.get(key) {
+                None => Ok(default as u16),
+                Some(x) => x
+                    .as_u64()
+                    .and_then(|n| u16::try_from(n).ok())
+                    .ok_or_else(|| crate::bad_request(format!("\"{key}\" must be a small non-negative integer"))),
+            }
+        };
+        let mut out = Vec::new();
+        encode_request(num("k", 10)?, num("nprobe", 0)?, Elems::F32(&vector), &mut out);
+        Ok(out)
+    }
+    fn payload_to_json(&self, payload: &[u8]) -> serde_json::Value {
+        match decode_response(payload) {
+            Ok(r) => serde_json::json!({
+                "ids": r.iter().map(|n| n.id).collect::<Vec<_>>(),
+                "distances": r.iter().map(|n| n.distance).collect::<Vec<_>>(),
+            }),
+            Err(e) => serde_json::json!({ "error": e }),
+        }
+    }
+}
