@@ -41,11 +41,27 @@ pub struct SynthArgs {
 }
 
 pub fn synth(a: &SynthArgs) -> Result<()> {
-    anyhow::ensure!(a.n >= 1 && a.dim >= 1 && a.queries >= 1, "--n, --dim and --queries must be positive");
-    anyhow::ensure!(a.gt_k >= 1 && a.gt_k <= a.n, "--gt-k must be between 1 and --n");
+    anyhow::ensure!(
+        a.n >= 1 && a.dim >= 1 && a.queries >= 1,
+        "--n, --dim and --queries must be positive"
+    );
+    anyhow::ensure!(
+        a.gt_k >= 1 && a.gt_k <= a.n,
+        "--gt-k must be between 1 and --n"
+    );
     anyhow::ensure!(a.clusters >= 1, "--clusters must be positive");
     std::fs::create_dir_all(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
-    write_synth(&a.out, a.n, a.dim, a.queries, a.gt_k, a.seed, a.clusters, a.latent_dim, a.noise)
+    write_synth(
+        &a.out,
+        a.n,
+        a.dim,
+        a.queries,
+        a.gt_k,
+        a.seed,
+        a.clusters,
+        a.latent_dim,
+        a.noise,
+    )
 }
 
 /// Generates and writes a data set; shared with the demo.
@@ -62,12 +78,23 @@ pub fn write_synth(
     noise: f32,
 ) -> Result<()> {
     let t = std::time::Instant::now();
-    let model = Model::new(SynthConfig { clusters, latent_dim, noise, ..SynthConfig::sift_like(dim, seed) });
+    let model = Model::new(SynthConfig {
+        clusters,
+        latent_dim,
+        noise,
+        ..SynthConfig::sift_like(dim, seed)
+    });
     let base = model.sample(n, 1);
     let queries = model.sample(nq, 2);
-    eprintln!("generated {n} x {dim} base and {nq} queries in {:.1?}; computing exact top-{gt_k}", t.elapsed());
+    eprintln!(
+        "generated {n} x {dim} base and {nq} queries in {:.1?}; computing exact top-{gt_k}",
+        t.elapsed()
+    );
     let gt = exact::search(&base, Metric::L2, &queries, gt_k);
-    let ids: Vec<i32> = gt.iter().flat_map(|r| r.iter().map(|x| x.id as i32)).collect();
+    let ids: Vec<i32> = gt
+        .iter()
+        .flat_map(|r| r.iter().map(|x| x.id as i32))
+        .collect();
     vecfile::write_fvecs(&out.join("base.fvecs"), &base)?;
     vecfile::write_fvecs(&out.join("query.fvecs"), &queries)?;
     vecfile::write_ivecs(&out.join("groundtruth.ivecs"), gt_k, &ids)?;

@@ -41,14 +41,25 @@ fn choose_nprobe(ix: &IvfIndex, q: &cohort_knn::Vectors, gt: &[i32], gdim: usize
     let mut nprobe = 1;
     loop {
         let found: Vec<Vec<u32>> = (0..q.n)
-            .map(|i| ix.query(q.row(i), SearchParams { k: 10, nprobe }).iter().map(|n| n.id).collect())
+            .map(|i| {
+                ix.query(q.row(i), SearchParams { k: 10, nprobe })
+                    .iter()
+                    .map(|n| n.id)
+                    .collect()
+            })
             .collect();
         let r = exact::recall_at_k(&found, gt, gdim, 10);
         if r >= TARGET_RECALL || nprobe >= ix.nlist {
             return (nprobe, r);
         }
         // Steps of about x1.4: 1, 2, 3, 4, 6, 8, 12, 16, 24, ...
-        let next = if nprobe < 4 { nprobe + 1 } else if nprobe.is_power_of_two() { nprobe * 3 / 2 } else { nprobe * 4 / 3 };
+        let next = if nprobe < 4 {
+            nprobe + 1
+        } else if nprobe.is_power_of_two() {
+            nprobe * 3 / 2
+        } else {
+            nprobe * 4 / 3
+        };
         nprobe = next.min(ix.nlist);
     }
 }
@@ -59,14 +70,26 @@ pub fn run(a: DemoArgs) -> Result<()> {
         std::env::temp_dir().join(format!("cohort-demo-v2-{}x{}-{}", a.n, a.dim, a.nlist))
     });
     std::fs::create_dir_all(&dir).with_context(|| format!("creating {}", dir.display()))?;
-    let (qpath, gpath, ipath) = (dir.join("query.fvecs"), dir.join("groundtruth.ivecs"), dir.join("index.ivf"));
+    let (qpath, gpath, ipath) = (
+        dir.join("query.fvecs"),
+        dir.join("groundtruth.ivecs"),
+        dir.join("index.ivf"),
+    );
     let cached = IvfIndex::load(&ipath).is_ok() && vecfile::read_ivecs(&gpath).is_ok();
     if !cached {
-        println!("synthesizing {} x {} SIFT-like vectors and 1000 queries in {}", a.n, a.dim, dir.display());
+        println!(
+            "synthesizing {} x {} SIFT-like vectors and 1000 queries in {}",
+            a.n,
+            a.dim,
+            dir.display()
+        );
         crate::data_cmd::write_synth(&dir, a.n, a.dim, 1000, 100, 42, 64, 16, 1.0)?;
         let base = vecfile::read_vectors(&dir.join("base.fvecs"))?;
         println!("building IVF-Flat, nlist {}", a.nlist);
-        let km = KMeansConfig { progress: true, ..KMeansConfig::new(a.nlist) };
+        let km = KMeansConfig {
+            progress: true,
+            ..KMeansConfig::new(a.nlist)
+        };
         let mut ix = IvfIndex::build(&base, a.nlist, Metric::L2, &km);
         let q = vecfile::read_vectors(&qpath)?;
         let (gn, gdim, gt) = vecfile::read_ivecs(&gpath)?;
@@ -88,7 +111,10 @@ pub fn run(a: DemoArgs) -> Result<()> {
     let w = Arc::new(KnnWorkload::new(queries, Some((gdim, gt)), 10, 0));
     let cfg = LoadConfig {
         target: Target::Udp(stack.server.udp_addr.expect("udp enabled")),
-        mode: Mode::Open { rate: 1.0, poisson: true },
+        mode: Mode::Open {
+            rate: 1.0,
+            poisson: true,
+        },
         duration: Duration::from_secs_f64(a.duration),
         warmup: Duration::from_millis(300),
         connections: 1,
@@ -96,12 +122,18 @@ pub fn run(a: DemoArgs) -> Result<()> {
         request_timeout_us: 0,
         seed: 1,
     };
-    println!("knn k=10 over {} (cpu engine), Poisson arrivals", cfg.target);
+    println!(
+        "knn k=10 over {} (cpu engine), Poisson arrivals",
+        cfg.target
+    );
     let reports = cohort_load::run_sweep(&cfg, &a.sweep, w);
     stack.shutdown();
     let reports = reports?;
     print_table(&reports);
-    let wrong: u64 = reports.iter().map(|r| r.errors.get("wrong_answer").copied().unwrap_or(0)).sum();
+    let wrong: u64 = reports
+        .iter()
+        .map(|r| r.errors.get("wrong_answer").copied().unwrap_or(0))
+        .sum();
     anyhow::ensure!(wrong == 0, "{wrong} wrong answers");
     Ok(())
 }

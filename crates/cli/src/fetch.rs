@@ -74,15 +74,23 @@ fn open_source(url: &str, offset: u64) -> Result<(Box<dyn Read>, Option<u64>)> {
         bail!("unsupported URL {url:?} (ftp:// or file://)");
     };
     let (host, path) = rest.split_once('/').context("ftp URL needs a path")?;
-    let addr = if host.contains(':') { host.to_string() } else { format!("{host}:21") };
-    let mut ftp = suppaftp::FtpStream::connect(&addr).with_context(|| format!("connecting to {addr}"))?;
+    let addr = if host.contains(':') {
+        host.to_string()
+    } else {
+        format!("{host}:21")
+    };
+    let mut ftp =
+        suppaftp::FtpStream::connect(&addr).with_context(|| format!("connecting to {addr}"))?;
     ftp.login("anonymous", "anonymous@").context("ftp login")?;
     ftp.transfer_type(suppaftp::types::FileType::Binary)?;
     let size = ftp.size(path).ok().map(|s| s as u64);
     if offset > 0 {
-        ftp.resume_transfer(offset as usize).context("server refused to resume")?;
+        ftp.resume_transfer(offset as usize)
+            .context("server refused to resume")?;
     }
-    let stream = ftp.retr_as_stream(path).with_context(|| format!("retrieving {path}"))?;
+    let stream = ftp
+        .retr_as_stream(path)
+        .with_context(|| format!("retrieving {path}"))?;
     // Keep the control connection alive as long as the data stream is read.
     struct Retr(Option<suppaftp::FtpStream>, Box<dyn Read>);
     impl Read for Retr {
@@ -105,16 +113,25 @@ pub fn download(url: &str, dest: &Path) -> Result<()> {
     let have = std::fs::metadata(&part).map(|m| m.len()).unwrap_or(0);
     let (mut src, size) = open_source(url, have)?;
     if let Some(total) = size {
-        ensure!(have <= total, "partial file {} is larger than the archive; delete it", part.display());
+        ensure!(
+            have <= total,
+            "partial file {} is larger than the archive; delete it",
+            part.display()
+        );
     }
     if have > 0 {
         eprintln!("resuming {} at byte {have}", part.display());
     }
-    let mut f = std::fs::OpenOptions::new().create(true).append(true).open(&part)?;
+    let mut f = std::fs::OpenOptions::new()
+        .create(true)
+        .append(true)
+        .open(&part)?;
     let bar = progress(size, have);
     let mut buf = vec![0u8; 1 << 20];
     loop {
-        let n = src.read(&mut buf).context("download interrupted (run again to resume)")?;
+        let n = src
+            .read(&mut buf)
+            .context("download interrupted (run again to resume)")?;
         if n == 0 {
             break;
         }
@@ -125,7 +142,10 @@ pub fn download(url: &str, dest: &Path) -> Result<()> {
     f.sync_all()?;
     let got = f.metadata()?.len();
     if let Some(total) = size {
-        ensure!(got == total, "downloaded {got} of {total} bytes (run again to resume)");
+        ensure!(
+            got == total,
+            "downloaded {got} of {total} bytes (run again to resume)"
+        );
     }
     std::fs::rename(&part, dest)?;
     Ok(())
@@ -137,8 +157,10 @@ fn progress(size: Option<u64>, start: u64) -> indicatif::ProgressBar {
         None => indicatif::ProgressBar::new_spinner(),
     };
     bar.set_style(
-        indicatif::ProgressStyle::with_template("{bytes}/{total_bytes} {bar:30} {bytes_per_sec} eta {eta}")
-            .expect("static template"),
+        indicatif::ProgressStyle::with_template(
+            "{bytes}/{total_bytes} {bar:30} {bytes_per_sec} eta {eta}",
+        )
+        .expect("static template"),
     );
     bar.set_position(start);
     bar
@@ -166,14 +188,21 @@ pub fn unpack_and_check(archive: &Path, s: &SetSpec, out: &Path) -> Result<()> {
     let names = [
         ("base.fvecs", format!("{}_base.fvecs", s.prefix), s.base),
         ("query.fvecs", format!("{}_query.fvecs", s.prefix), s.query),
-        ("groundtruth.ivecs", format!("{}_groundtruth.ivecs", s.prefix), s.groundtruth),
+        (
+            "groundtruth.ivecs",
+            format!("{}_groundtruth.ivecs", s.prefix),
+            s.groundtruth,
+        ),
         ("learn.fvecs", format!("{}_learn.fvecs", s.prefix), s.learn),
     ];
     let mut staged = Vec::new();
     for entry in tar.entries().context("reading archive")? {
         let mut e = entry.context("corrupt archive")?;
         let path = e.path()?.into_owned();
-        let file = path.file_name().map(|n| n.to_string_lossy().into_owned()).unwrap_or_default();
+        let file = path
+            .file_name()
+            .map(|n| n.to_string_lossy().into_owned())
+            .unwrap_or_default();
         if let Some((dst, _, shape)) = names.iter().find(|(_, src, _)| *src == file) {
             // Keeps the extension so the readers recognise the format.
             let tmp = out.join(format!(".unpack.{dst}"));
@@ -184,7 +213,10 @@ pub fn unpack_and_check(archive: &Path, s: &SetSpec, out: &Path) -> Result<()> {
         }
     }
     for (dst, src, _) in &names {
-        ensure!(staged.iter().any(|(_, d, _)| d.ends_with(dst)), "archive lacks {src}");
+        ensure!(
+            staged.iter().any(|(_, d, _)| d.ends_with(dst)),
+            "archive lacks {src}"
+        );
     }
     for (tmp, dst, (n, dim)) in &staged {
         let (gn, gd) = if tmp.extension().is_some_and(|e| e == "ivecs") {
@@ -194,7 +226,11 @@ pub fn unpack_and_check(archive: &Path, s: &SetSpec, out: &Path) -> Result<()> {
             let v = cohort_knn::vecfile::read_vectors(tmp)?;
             (v.n, v.dim)
         };
-        ensure!((gn, gd) == (*n, *dim), "{}: {gn} x {gd}, expected {n} x {dim}", dst.display());
+        ensure!(
+            (gn, gd) == (*n, *dim),
+            "{}: {gn} x {gd}, expected {n} x {dim}",
+            dst.display()
+        );
     }
     for (tmp, dst, _) in staged {
         std::fs::rename(&tmp, &dst)?;
@@ -205,7 +241,10 @@ pub fn unpack_and_check(archive: &Path, s: &SetSpec, out: &Path) -> Result<()> {
 pub fn run(a: &FetchArgs) -> Result<()> {
     let s = spec(&a.set)?;
     std::fs::create_dir_all(&a.out)?;
-    let url = a.url.clone().unwrap_or_else(|| format!("{CORPUS}/{}", s.archive));
+    let url = a
+        .url
+        .clone()
+        .unwrap_or_else(|| format!("{CORPUS}/{}", s.archive));
     let archive = a.out.join(s.archive);
     if !archive.exists() {
         download(&url, &archive)?;
@@ -213,13 +252,21 @@ pub fn run(a: &FetchArgs) -> Result<()> {
     let sum = sha256_file(&archive)?;
     let sums = a.out.join("SHA256SUMS");
     let recorded = std::fs::read_to_string(&sums).ok().and_then(|t| {
-        t.lines().find(|l| l.ends_with(s.archive)).and_then(|l| l.split_whitespace().next().map(str::to_string))
+        t.lines()
+            .find(|l| l.ends_with(s.archive))
+            .and_then(|l| l.split_whitespace().next().map(str::to_string))
     });
-    for (what, want) in [("--sha256", a.sha256.clone()), ("SHA256SUMS", recorded.clone())] {
+    for (what, want) in [
+        ("--sha256", a.sha256.clone()),
+        ("SHA256SUMS", recorded.clone()),
+    ] {
         if let Some(want) = want {
             if !want.eq_ignore_ascii_case(&sum) {
                 std::fs::remove_file(&archive)?;
-                bail!("{}: SHA-256 {sum} does not match {what} ({want}); removed it", archive.display());
+                bail!(
+                    "{}: SHA-256 {sum} does not match {what} ({want}); removed it",
+                    archive.display()
+                );
             }
         }
     }

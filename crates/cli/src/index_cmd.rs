@@ -68,8 +68,18 @@ pub struct EvalArgs {
 pub fn build(a: &BuildArgs) -> Result<IvfIndex> {
     let t = Instant::now();
     let base = vecfile::read_vectors(&a.base)?;
-    anyhow::ensure!(a.nlist >= 1 && a.nlist <= base.n, "--nlist must be between 1 and {} (the base size)", base.n);
-    eprintln!("read {} x {} in {:.1?}; training {} centroids", base.n, base.dim, t.elapsed(), a.nlist);
+    anyhow::ensure!(
+        a.nlist >= 1 && a.nlist <= base.n,
+        "--nlist must be between 1 and {} (the base size)",
+        base.n
+    );
+    eprintln!(
+        "read {} x {} in {:.1?}; training {} centroids",
+        base.n,
+        base.dim,
+        t.elapsed(),
+        a.nlist
+    );
     let km = KMeansConfig {
         iters: a.iters,
         max_sample: a.sample.unwrap_or(256 * a.nlist),
@@ -80,7 +90,10 @@ pub fn build(a: &BuildArgs) -> Result<IvfIndex> {
     };
     let mut ix = IvfIndex::build(&base, a.nlist, a.metric, &km);
     if let Some(p) = a.default_nprobe {
-        anyhow::ensure!(p >= 1 && p <= a.nlist, "--default-nprobe must be in 1..=nlist");
+        anyhow::ensure!(
+            p >= 1 && p <= a.nlist,
+            "--default-nprobe must be in 1..=nlist"
+        );
         ix.default_nprobe = p;
     }
     ix.save(&a.out)?;
@@ -91,14 +104,32 @@ pub fn build(a: &BuildArgs) -> Result<IvfIndex> {
 pub fn info(path: &std::path::Path) -> Result<()> {
     let ix = IvfIndex::load(path)?;
     let sizes = ix.cell_sizes();
-    let (min, max) = (sizes.iter().min().copied().unwrap_or(0), sizes.iter().max().copied().unwrap_or(0));
+    let (min, max) = (
+        sizes.iter().min().copied().unwrap_or(0),
+        sizes.iter().max().copied().unwrap_or(0),
+    );
     let empty = sizes.iter().filter(|&&s| s == 0).count();
     let bytes = std::fs::metadata(path)?.len();
     println!("index {}", path.display());
-    println!("  format     v{} ({} bytes)", cohort_knn::ivf::FORMAT_VERSION, bytes);
-    println!("  vectors    {} x {} f32, metric {}", ix.n, ix.dim, ix.metric.name());
-    println!("  nlist      {} (default nprobe {})", ix.nlist, ix.default_nprobe);
-    println!("  list sizes min {min}, mean {:.1}, max {max}, empty {empty}", ix.n as f64 / ix.nlist as f64);
+    println!(
+        "  format     v{} ({} bytes)",
+        cohort_knn::ivf::FORMAT_VERSION,
+        bytes
+    );
+    println!(
+        "  vectors    {} x {} f32, metric {}",
+        ix.n,
+        ix.dim,
+        ix.metric.name()
+    );
+    println!(
+        "  nlist      {} (default nprobe {})",
+        ix.nlist, ix.default_nprobe
+    );
+    println!(
+        "  list sizes min {min}, mean {:.1}, max {max}, empty {empty}",
+        ix.n as f64 / ix.nlist as f64
+    );
     Ok(())
 }
 
@@ -119,22 +150,49 @@ pub fn eval(a: &EvalArgs) -> Result<()> {
     let ix = IvfIndex::load(&a.index)?;
     let q = vecfile::read_vectors(&a.queries)?;
     let (gn, gdim, gt) = vecfile::read_ivecs(&a.gt)?;
-    anyhow::ensure!(q.dim == ix.dim, "queries have dimension {}, the index {}", q.dim, ix.dim);
+    anyhow::ensure!(
+        q.dim == ix.dim,
+        "queries have dimension {}, the index {}",
+        q.dim,
+        ix.dim
+    );
     anyhow::ensure!(gn >= q.n, "ground truth has {gn} rows for {} queries", q.n);
-    anyhow::ensure!(a.k >= 1 && a.k <= gdim, "--k must be in 1..={gdim} (ground-truth depth)");
-    let threads = if a.threads == 0 { rayon::current_num_threads() } else { a.threads };
-    let pool = rayon::ThreadPoolBuilder::new().num_threads(threads).build().context("thread pool")?;
+    anyhow::ensure!(
+        a.k >= 1 && a.k <= gdim,
+        "--k must be in 1..={gdim} (ground-truth depth)"
+    );
+    let threads = if a.threads == 0 {
+        rayon::current_num_threads()
+    } else {
+        a.threads
+    };
+    let pool = rayon::ThreadPoolBuilder::new()
+        .num_threads(threads)
+        .build()
+        .context("thread pool")?;
     let mut points = Vec::new();
-    println!("{:>7} {:>10} {:>12} {:>12} {:>10}", "nprobe", "recall@k", "qps(1 thr)", "lat_us(1)", "qps(all)");
+    println!(
+        "{:>7} {:>10} {:>12} {:>12} {:>10}",
+        "nprobe", "recall@k", "qps(1 thr)", "lat_us(1)", "qps(all)"
+    );
     for &nprobe in &a.nprobe {
-        anyhow::ensure!(nprobe >= 1 && nprobe <= ix.nlist, "nprobe {nprobe} out of 1..={}", ix.nlist);
+        anyhow::ensure!(
+            nprobe >= 1 && nprobe <= ix.nlist,
+            "nprobe {nprobe} out of 1..={}",
+            ix.nlist
+        );
         let p = SearchParams { k: a.k, nprobe };
         let t = Instant::now();
-        let found: Vec<Vec<u32>> =
-            (0..q.n).map(|i| ix.query(q.row(i), p).into_iter().map(|n| n.id).collect()).collect();
+        let found: Vec<Vec<u32>> = (0..q.n)
+            .map(|i| ix.query(q.row(i), p).into_iter().map(|n| n.id).collect())
+            .collect();
         let single = t.elapsed().as_secs_f64();
         let t = Instant::now();
-        pool.install(|| (0..q.n).into_par_iter().for_each(|i| drop(ix.query(q.row(i), p))));
+        pool.install(|| {
+            (0..q.n)
+                .into_par_iter()
+                .for_each(|i| drop(ix.query(q.row(i), p)))
+        });
         let multi = t.elapsed().as_secs_f64();
         let recall = exact::recall_at_k(&found, &gt[..q.n * gdim], gdim, a.k);
         let pt = EvalPoint {

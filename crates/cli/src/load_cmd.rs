@@ -3,7 +3,9 @@
 use crate::util::{parse_rate, tmp_path, write_atomic};
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use cohort_load::{EchoWorkload, KnnWorkload, LoadConfig, Mode, Report, SpinWorkload, Target, Workload};
+use cohort_load::{
+    EchoWorkload, KnnWorkload, LoadConfig, Mode, Report, SpinWorkload, Target, Workload,
+};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -84,18 +86,32 @@ pub fn workload(a: &LoadArgs) -> Result<Arc<dyn Workload>> {
             payload_bytes: a.payload_bytes,
         }),
         "knn" => {
-            let q = a.queries.as_ref().context("--service knn needs --queries FILE")?;
+            let q = a
+                .queries
+                .as_ref()
+                .context("--service knn needs --queries FILE")?;
             let queries = cohort_knn::vecfile::read_vectors(q)?;
             let gt = match &a.gt {
                 Some(p) => {
                     let (n, dim, ids) = cohort_knn::vecfile::read_ivecs(p)?;
-                    anyhow::ensure!(n >= queries.n, "ground truth has {n} rows for {} queries", queries.n);
-                    anyhow::ensure!(a.k <= dim, "--k {} exceeds the ground-truth depth {dim}", a.k);
+                    anyhow::ensure!(
+                        n >= queries.n,
+                        "ground truth has {n} rows for {} queries",
+                        queries.n
+                    );
+                    anyhow::ensure!(
+                        a.k <= dim,
+                        "--k {} exceeds the ground-truth depth {dim}",
+                        a.k
+                    );
                     Some((dim, ids))
                 }
                 None => None,
             };
-            anyhow::ensure!(a.k >= 1 && a.k <= cohort_services::knn::MAX_K, "--k out of range");
+            anyhow::ensure!(
+                a.k >= 1 && a.k <= cohort_services::knn::MAX_K,
+                "--k out of range"
+            );
             Arc::new(KnnWorkload::new(queries, gt, a.k, a.nprobe))
         }
         other => bail!("unknown service {other:?} for load (echo, spin, knn)"),

@@ -1,5 +1,6 @@
 //! `cohort`: one binary for the server, the load generator, the demo and the tools.
 
+mod bench;
 mod data_cmd;
 mod demo;
 mod fetch;
@@ -39,6 +40,9 @@ enum Cmd {
     /// IVF-Flat indexes: build, inspect, evaluate.
     #[command(subcommand)]
     Index(index_cmd::IndexCmd),
+    /// Benchmarks; results go to bench/results/ with machine, commit and command.
+    #[command(subcommand)]
+    Bench(bench::BenchCmd),
 }
 
 fn main() {
@@ -55,6 +59,7 @@ fn main() {
         Cmd::Demo(a) => demo::run(a),
         Cmd::Data(c) => data_cmd::run(c),
         Cmd::Index(c) => index_cmd::run(c),
+        Cmd::Bench(c) => bench::run(c),
     };
     if let Err(e) = result {
         eprintln!("error: {e:#}");

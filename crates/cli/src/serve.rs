@@ -91,16 +91,25 @@ impl Stack {
 
 fn registry(a: &ServeArgs) -> Result<Registry> {
     let mut reg = Registry::new();
-    for name in a.service.split(',').map(str::trim).filter(|n| !n.is_empty()) {
+    for name in a
+        .service
+        .split(',')
+        .map(str::trim)
+        .filter(|n| !n.is_empty())
+    {
         match name {
             "echo" => reg.add(Arc::new(cohort_services::echo::Echo)),
             "spin" => reg.add(Arc::new(cohort_services::spin::Spin)),
             "knn" => {
-                let Some(path) = &a.index else { bail!("--service knn needs --index PATH") };
+                let Some(path) = &a.index else {
+                    bail!("--service knn needs --index PATH")
+                };
                 let index = cohort_knn::IvfIndex::load(path)?;
                 tracing::info!(path = %path.display(), n = index.n, dim = index.dim, nlist = index.nlist,
                     default_nprobe = index.default_nprobe, "index loaded");
-                reg.add(Arc::new(cohort_services::knn::Knn { index: Arc::new(index) }));
+                reg.add(Arc::new(cohort_services::knn::Knn {
+                    index: Arc::new(index),
+                }));
             }
             other => bail!("unknown service {other:?} (available: echo, spin, knn)"),
         }

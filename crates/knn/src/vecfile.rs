@@ -18,7 +18,7 @@ pub struct Vectors {
 impl Vectors {
     pub fn new(dim: usize, data: Vec<f32>) -> Vectors {
         assert!(
-            dim > 0 && data.len() % dim == 0,
+            dim > 0 && data.len().is_multiple_of(dim),
             "data is not a whole number of rows"
         );
         Vectors {
@@ -69,7 +69,7 @@ fn texmex_shape(b: &[u8], elem: Elem, what: &str) -> Result<(usize, usize)> {
     let dim = dim as usize;
     let rec = 4 + dim * elem.size();
     ensure!(
-        b.len() % rec == 0,
+        b.len().is_multiple_of(rec),
         "{what}: size {} is not a multiple of the record size {rec} (dim {dim}): truncated or not this format",
         b.len()
     );
@@ -178,7 +178,7 @@ pub fn write_bvecs(path: &Path, v: &Vectors) -> Result<()> {
 
 pub fn write_ivecs(path: &Path, dim: usize, ids: &[i32]) -> Result<()> {
     ensure!(
-        dim > 0 && ids.len() % dim == 0,
+        dim > 0 && ids.len().is_multiple_of(dim),
         "ids are not a whole number of rows"
     );
     write_atomic(path, |w| {

@@ -18,6 +18,7 @@ fn synth(n: usize, dim: usize, stream: u64) -> Vectors {
         dim,
         clusters: 32,
         latent_dim: 8,
+        noise: 0.05,
         seed: 5,
     })
     .sample(n, stream)

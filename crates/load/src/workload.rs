@@ -102,9 +102,21 @@ pub struct KnnWorkload {
 }
 
 impl KnnWorkload {
-    pub fn new(queries: cohort_knn::Vectors, gt: Option<(usize, Vec<i32>)>, k: usize, nprobe: u16) -> KnnWorkload {
+    pub fn new(
+        queries: cohort_knn::Vectors,
+        gt: Option<(usize, Vec<i32>)>,
+        k: usize,
+        nprobe: u16,
+    ) -> KnnWorkload {
         assert!(queries.n > 0, "no queries");
-        KnnWorkload { queries, gt, k, nprobe, hits: Default::default(), scored: Default::default() }
+        KnnWorkload {
+            queries,
+            gt,
+            k,
+            nprobe,
+            hits: Default::default(),
+            scored: Default::default(),
+        }
     }
 
     fn query(&self, seq: u64) -> usize {
@@ -118,9 +130,14 @@ impl KnnWorkload {
         if let Some((gt_dim, gt)) = &self.gt {
             let q = self.query(seq);
             let truth = &gt[q * gt_dim..q * gt_dim + self.k.min(*gt_dim)];
-            let hits = ids.iter().filter(|id| truth.contains(&(**id as i32))).count();
-            self.hits.fetch_add(hits as u64, std::sync::atomic::Ordering::Relaxed);
-            self.scored.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            let hits = ids
+                .iter()
+                .filter(|id| truth.contains(&(**id as i32)))
+                .count();
+            self.hits
+                .fetch_add(hits as u64, std::sync::atomic::Ordering::Relaxed);
+            self.scored
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
         }
         true
     }
@@ -135,7 +152,12 @@ impl Workload for KnnWorkload {
     }
     fn payload(&self, seq: u64, out: &mut Vec<u8>) {
         let q = self.queries.row(self.query(seq));
-        cohort_services::knn::encode_request(self.k as u16, self.nprobe, cohort_services::knn::Elems::F32(q), out);
+        cohort_services::knn::encode_request(
+            self.k as u16,
+            self.nprobe,
+            cohort_services::knn::Elems::F32(q),
+            out,
+        );
     }
     fn json(&self, seq: u64) -> Value {
         serde_json::json!({ "vector": self.queries.row(self.query(seq)), "k": self.k, "nprobe": self.nprobe })
@@ -160,7 +182,8 @@ impl Workload for KnnWorkload {
         m.insert("k".into(), self.k.into());
         let scored = self.scored.load(std::sync::atomic::Ordering::Relaxed);
         if scored > 0 {
-            let r = self.hits.load(std::sync::atomic::Ordering::Relaxed) as f64 / (scored as f64 * self.k as f64);
+            let r = self.hits.load(std::sync::atomic::Ordering::Relaxed) as f64
+                / (scored as f64 * self.k as f64);
             m.insert("recall_at_k".into(), r.into());
         }
         m

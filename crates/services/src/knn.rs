@@ -40,7 +40,8 @@ pub fn encode_request(k: u16, nprobe: u16, v: Elems<'_>, out: &mut Vec<u8>) {
         Elems::F32(x) => {
             out.extend_from_slice(&[0, 0, 0, 0]);
             out.extend_from_slice(&(x.len() as u32).to_le_bytes());
-            x.iter().for_each(|f| out.extend_from_slice(&f.to_le_bytes()));
+            x.iter()
+                .for_each(|f| out.extend_from_slice(&f.to_le_bytes()));
         }
         Elems::U8(x) => {
             out.extend_from_slice(&[1, 0, 0, 0]);
@@ -52,9 +53,17 @@ pub fn encode_request(k: u16, nprobe: u16, v: Elems<'_>, out: &mut Vec<u8>) {
 
 /// Decodes and validates a request against an index of `dim` dimensions, `nlist` cells
 /// and `n` vectors.
-pub fn decode_request(p: &[u8], dim: usize, nlist: usize, n: usize) -> Result<KnnRequest, ErrorPayload> {
+pub fn decode_request(
+    p: &[u8],
+    dim: usize,
+    nlist: usize,
+    n: usize,
+) -> Result<KnnRequest, ErrorPayload> {
     if p.len() < HEAD {
-        return Err(crate::bad_request(format!("knn request needs {HEAD} header bytes, got {}", p.len())));
+        return Err(crate::bad_request(format!(
+            "knn request needs {HEAD} header bytes, got {}",
+            p.len()
+        )));
     }
     let k = u16::from_le_bytes([p[0], p[1]]) as usize;
     let nprobe = u16::from_le_bytes([p[2], p[3]]) as usize;
@@ -64,22 +73,39 @@ pub fn decode_request(p: &[u8], dim: usize, nlist: usize, n: usize) -> Result<Kn
     }
     let got_dim = u32::from_le_bytes(p[8..12].try_into().expect("4 bytes")) as usize;
     if got_dim != dim {
-        return Err(crate::bad_request(format!("vector has dimension {got_dim}, the index has {dim}")));
+        return Err(crate::bad_request(format!(
+            "vector has dimension {got_dim}, the index has {dim}"
+        )));
     }
     if k == 0 || k > MAX_K.min(n) {
-        return Err(crate::bad_request(format!("k must be in 1..={}", MAX_K.min(n))));
+        return Err(crate::bad_request(format!(
+            "k must be in 1..={}",
+            MAX_K.min(n)
+        )));
     }
     if nprobe > nlist {
-        return Err(crate::bad_request(format!("nprobe must be at most nlist ({nlist})")));
+        return Err(crate::bad_request(format!(
+            "nprobe must be at most nlist ({nlist})"
+        )));
     }
     let body = &p[HEAD..];
     let vector: Vec<f32> = match elem {
-        0 if body.len() == dim * 4 => {
-            body.chunks_exact(4).map(|c| f32::from_le_bytes(c.try_into().expect("4 bytes"))).collect()
-        }
+        0 if body.len() == dim * 4 => body
+            .chunks_exact(4)
+            .map(|c| f32::from_le_bytes(c.try_into().expect("4 bytes")))
+            .collect(),
         1 if body.len() == dim => body.iter().map(|&b| b as f32).collect(),
-        0 | 1 => return Err(crate::bad_request(format!("vector bytes ({}) do not match dim {dim}", body.len()))),
-        e => return Err(crate::bad_request(format!("unknown element type {e} (0 f32, 1 u8)"))),
+        0 | 1 => {
+            return Err(crate::bad_request(format!(
+                "vector bytes ({}) do not match dim {dim}",
+                body.len()
+            )))
+        }
+        e => {
+            return Err(crate::bad_request(format!(
+                "unknown element type {e} (0 f32, 1 u8)"
+            )))
+        }
     };
     if vector.iter().any(|x| !x.is_finite()) {
         return Err(crate::bad_request("vector holds NaN or infinity"));
@@ -98,9 +124,15 @@ pub fn encode_response(r: &[Neighbor]) -> Vec<u8> {
 }
 
 pub fn decode_response(p: &[u8]) -> Result<Vec<Neighbor>, String> {
-    let n = p.get(..4).map(|b| u32::from_le_bytes(b.try_into().expect("4"))).ok_or("short response")? as usize;
+    let n = p
+        .get(..4)
+        .map(|b| u32::from_le_bytes(b.try_into().expect("4")))
+        .ok_or("short response")? as usize;
     if n > MAX_K || p.len() != 4 + 8 * n {
-        return Err(format!("response length {} does not hold {n} neighbours", p.len()));
+        return Err(format!(
+            "response length {} does not hold {n} neighbours",
+            p.len()
+        ));
     }
     Ok(p[4..]
         .chunks_exact(8)
@@ -130,7 +162,13 @@ impl Service for Knn {
     }
     fn execute_cpu(&self, payload: &[u8]) -> Result<Vec<u8>, ErrorPayload> {
         let r = self.decode(payload)?;
-        Ok(encode_response(&self.index.query(&r.vector, SearchParams { k: r.k, nprobe: r.nprobe })))
+        Ok(encode_response(&self.index.query(
+            &r.vector,
+            SearchParams {
+                k: r.k,
+                nprobe: r.nprobe,
+            },
+        )))
     }
     fn json_to_payload(&self, body: &serde_json::Value) -> Result<Vec<u8>, ErrorPayload> {
         let v = body
@@ -148,11 +186,20 @@ impl Service for Knn {
                 Some(x) => x
                     .as_u64()
                     .and_then(|n| u16::try_from(n).ok())
-                    .ok_or_else(|| crate::bad_request(format!("\"{key}\" must be a small non-negative integer"))),
+                    .ok_or_else(|| {
+                        crate::bad_request(format!(
+                            "\"{key}\" must be a small non-negative integer"
+                        ))
+                    }),
             }
         };
         let mut out = Vec::new();
-        encode_request(num("k", 10)?, num("nprobe", 0)?, Elems::F32(&vector), &mut out);
+        encode_request(
+            num("k", 10)?,
+            num("nprobe", 0)?,
+            Elems::F32(&vector),
+            &mut out,
+        );
         Ok(out)
     }
     fn payload_to_json(&self, payload: &[u8]) -> serde_json::Value {

@@ -10,8 +10,22 @@ use std::sync::{Arc, OnceLock};
 fn service() -> &'static Knn {
     static S: OnceLock<Knn> = OnceLock::new();
     S.get_or_init(|| {
-        let base = Model::new(SynthConfig { dim: 16, clusters: 16, latent_dim: 6, noise: 0.05, seed: 2 }).sample(3000, 1);
-        Knn { index: Arc::new(IvfIndex::build(&base, 16, Metric::L2, &KMeansConfig::new(16))) }
+        let base = Model::new(SynthConfig {
+            dim: 16,
+            clusters: 16,
+            latent_dim: 6,
+            noise: 0.05,
+            seed: 2,
+        })
+        .sample(3000, 1);
+        Knn {
+            index: Arc::new(IvfIndex::build(
+                &base,
+                16,
+                Metric::L2,
+                &KMeansConfig::new(16),
+            )),
+        }
     })
 }
 
@@ -24,7 +38,14 @@ fn req(k: u16, nprobe: u16, v: &[f32]) -> Vec<u8> {
 #[test]
 fn answers_match_exact_search_with_all_cells() {
     let s = service();
-    let q = Model::new(SynthConfig { dim: 16, clusters: 16, latent_dim: 6, noise: 0.05, seed: 2 }).sample(20, 7);
+    let q = Model::new(SynthConfig {
+        dim: 16,
+        clusters: 16,
+        latent_dim: 6,
+        noise: 0.05,
+        seed: 2,
+    })
+    .sample(20, 7);
     let base_ix = &s.index;
     for i in 0..q.n {
         let got = decode_response(&s.execute_cpu(&req(10, 16, q.row(i))).unwrap()).unwrap();
@@ -42,7 +63,10 @@ fn u8_vectors_are_accepted() {
     let s = service();
     let mut p = Vec::new();
     encode_request(5, 0, Elems::U8(&[10u8; 16]), &mut p);
-    assert_eq!(decode_response(&s.execute_cpu(&p).unwrap()).unwrap().len(), 5);
+    assert_eq!(
+        decode_response(&s.execute_cpu(&p).unwrap()).unwrap().len(),
+        5
+    );
 }
 
 #[test]
@@ -61,11 +85,19 @@ fn bad_requests_are_rejected_with_a_message() {
     for (p, msg) in cases {
         let e = s.execute_cpu(&p).unwrap_err();
         assert_eq!(e.code, ErrorCode::BadRequest);
-        assert!(e.message.contains(msg), "{} does not mention {msg}", e.message);
+        assert!(
+            e.message.contains(msg),
+            "{} does not mention {msg}",
+            e.message
+        );
     }
     let mut p = req(10, 0, &v);
     p[4] = 7;
-    assert!(s.execute_cpu(&p).unwrap_err().message.contains("element type"));
+    assert!(s
+        .execute_cpu(&p)
+        .unwrap_err()
+        .message
+        .contains("element type"));
 }
 
 #[test]
@@ -75,9 +107,13 @@ fn json_mapping() {
     let p = s.json_to_payload(&body).unwrap();
     let out = s.payload_to_json(&s.execute_cpu(&p).unwrap());
     assert_eq!(out["ids"].as_array().unwrap().len(), 4);
-    assert!(s.json_to_payload(&serde_json::json!({"vector": ["x"]})).is_err());
+    assert!(s
+        .json_to_payload(&serde_json::json!({"vector": ["x"]}))
+        .is_err());
     assert!(s.json_to_payload(&serde_json::json!({"k": 3})).is_err());
-    assert!(s.json_to_payload(&serde_json::json!({"vector": [1.0], "k": -1})).is_err());
+    assert!(s
+        .json_to_payload(&serde_json::json!({"vector": [1.0], "k": -1}))
+        .is_err());
 }
 
 proptest! {

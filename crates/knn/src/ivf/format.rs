@@ -61,7 +61,7 @@ impl Layout {
         })
     }
 
-    fn cast<'a, T>(map: &'a [u8], (a, b): (usize, usize)) -> &'a [T] {
+    fn cast<T>(map: &[u8], (a, b): (usize, usize)) -> &[T] {
         let bytes = &map[a..b];
         assert_eq!(
             bytes.as_ptr() as usize % std::mem::align_of::<T>(),

@@ -1,0 +1,71 @@
+//! `cohort bench ...`: benchmarks that write JSON results naming the machine, the commit and
+//! the command, under bench/results/ by default.
+
+mod echo;
+mod knn;
+
+use anyhow::Result;
+use clap::Subcommand;
+use serde_json::{json, Value};
+use std::path::Path;
+
+#[derive(Subcommand, Debug)]
+pub enum BenchCmd {
+    /// Echo over loopback: highest rate with p99 under a limit, per transport and io threads.
+    Echo(echo::EchoBench),
+    /// k-NN on the cpu engine: recall and latency per nprobe, then a served UDP sweep.
+    KnnCpu(knn::KnnBench),
+}
+
+pub fn run(cmd: BenchCmd) -> Result<()> {
+    match cmd {
+        BenchCmd::Echo(a) => echo::run(&a),
+        BenchCmd::KnnCpu(a) => knn::run(&a),
+    }
+}
+
+/// The machine a result was measured on.
+pub fn machine() -> Value {
+    let cpuinfo = std::fs::read_to_string("/proc/cpuinfo").unwrap_or_default();
+    let model = cpuinfo
+        .lines()
+        .find(|l| l.starts_with("model name"))
+        .and_then(|l| l.split(':').nth(1))
+        .map(|s| s.trim().to_string());
+    let gpus = std::process::Command::new("nvidia-smi")
+        .args(["--query-gpu=name", "--format=csv,noheader"])
+        .output()
+        .ok()
+        .filter(|o| o.status.success())
+        .map(|o| {
+            String::from_utf8_lossy(&o.stdout)
+                .lines()
+                .map(str::to_string)
+                .collect::<Vec<_>>()
+        })
+        .unwrap_or_default();
+    json!({
+        "hostname": std::fs::read_to_string("/proc/sys/kernel/hostname").unwrap_or_default().trim(),
+        "cpus": std::thread::available_parallelism().map(|n| n.get()).unwrap_or(0),
+        "cpu_model": model,
+        "kernel": std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim(),
+        "gpus": gpus,
+    })
+}
+
+/// Wraps results with machine, commit, command and date, and writes them atomically.
+pub fn write_result(path: &Path, results: Value) -> Result<()> {
+    if let Some(dir) = path.parent() {
+        std::fs::create_dir_all(dir)?;
+    }
+    let doc = json!({
+        "machine": machine(),
+        "commit": env!("COHORT_COMMIT"),
+        "command": std::env::args().collect::<Vec<_>>().join(" "),
+        "unix_time": std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0),
+        "results": results,
+    });
+    crate::util::write_atomic(path, serde_json::to_string_pretty(&doc)?.as_bytes())?;
+    eprintln!("wrote {}", path.display());
+    Ok(())
+}
