@@ -63,6 +63,9 @@ pub struct EvalArgs {
     pub threads: usize,
     #[arg(long)]
     pub json: Option<PathBuf>,
+    /// Search the memory-mapped file instead of a resident (huge-page) copy.
+    #[arg(long)]
+    pub mapped: bool,
 }
 
 pub fn build(a: &BuildArgs) -> Result<IvfIndex> {
@@ -144,10 +147,16 @@ struct EvalPoint {
     /// All threads, one query per task.
     qps: f64,
     threads: usize,
+    /// Vectors compared per query (the scan's work).
+    vectors_scanned_mean: f64,
 }
 
 pub fn eval(a: &EvalArgs) -> Result<()> {
-    let ix = IvfIndex::load(&a.index)?;
+    let ix = if a.mapped {
+        IvfIndex::load(&a.index)?
+    } else {
+        IvfIndex::load_resident(&a.index)?
+    };
     let q = vecfile::read_vectors(&a.queries)?;
     let (gn, gdim, gt) = vecfile::read_ivecs(&a.gt)?;
     anyhow::ensure!(
@@ -195,6 +204,19 @@ pub fn eval(a: &EvalArgs) -> Result<()> {
         });
         let multi = t.elapsed().as_secs_f64();
         let recall = exact::recall_at_k(&found, &gt[..q.n * gdim], gdim, a.k);
+        let sizes = ix.cell_sizes();
+        let scanned: usize = (0..q.n)
+            .map(|i| {
+                let probes = cohort_knn::ivf::stages::filter(
+                    ix.centroids(),
+                    ix.dim,
+                    ix.metric,
+                    q.row(i),
+                    nprobe,
+                );
+                probes.iter().map(|&c| sizes[c as usize]).sum::<usize>()
+            })
+            .sum();
         let pt = EvalPoint {
             nprobe,
             k: a.k,
@@ -203,10 +225,16 @@ pub fn eval(a: &EvalArgs) -> Result<()> {
             latency_us_mean: single * 1e6 / q.n as f64,
             qps: q.n as f64 / multi,
             threads,
+            vectors_scanned_mean: scanned as f64 / q.n as f64,
         };
         println!(
-            "{:>7} {:>10.4} {:>12.0} {:>12.1} {:>10.0}",
-            nprobe, pt.recall_at_k, pt.qps_single_thread, pt.latency_us_mean, pt.qps
+            "{:>7} {:>10.4} {:>12.0} {:>12.1} {:>10.0} {:>10.0}",
+            nprobe,
+            pt.recall_at_k,
+            pt.qps_single_thread,
+            pt.latency_us_mean,
+            pt.qps,
+            pt.vectors_scanned_mean
         );
         points.push(pt);
     }

@@ -1,12 +1,12 @@
 //! `cohort`: one binary for the server, the load generator, the demo and the tools.
 
 mod bench;
+mod config;
 mod data_cmd;
 mod demo;
 mod fetch;
 mod index_cmd;
 mod load_cmd;
-mod metrics;
 mod serve;
 mod util;
 
@@ -46,7 +46,14 @@ enum Cmd {
 }
 
 fn main() {
-    let cli = Cli::parse();
+    let args = match config::expand(std::env::args_os().collect()) {
+        Ok(a) => a,
+        Err(e) => {
+            eprintln!("error: {e:#}");
+            std::process::exit(2);
+        }
+    };
+    let cli = Cli::parse_from(args);
     let filter = tracing_subscriber::EnvFilter::try_new(&cli.log_level)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     tracing_subscriber::fmt()

@@ -1,11 +1,10 @@
 //! `cohort serve`: wires services -> engine -> dispatcher -> listeners, then waits for a signal.
 
-use crate::metrics::render_metrics;
 use crate::util::parse_cpus;
 use anyhow::{bail, Result};
 use clap::Args;
-use cohort_engine::{CpuEngine, CpuEngineConfig, DispatchPolicy, Dispatcher, Registry};
-use cohort_net::{Context, NetConfig, NetStats, Server};
+use cohort_engine::{CpuEngine, CpuEngineConfig, DispatchPolicy, Dispatcher, Metrics, Registry};
+use cohort_net::{Context, NetConfig, Server};
 use std::net::SocketAddr;
 use std::sync::atomic::AtomicBool;
 use std::sync::Arc;
@@ -13,12 +12,23 @@ use std::time::Duration;
 
 #[derive(Args, Debug, Clone)]
 pub struct ServeArgs {
+    /// TOML file of serve settings, keys named as these flags (io_threads = 2, ...); flags
+    /// given on the command line override it.
+    #[arg(long)]
+    pub config: Option<std::path::PathBuf>,
+    /// Check the configuration (flags, config file, index file) and exit without serving.
+    #[arg(long)]
+    pub check_config: bool,
     /// Services to serve, comma-separated: echo, spin, knn.
     #[arg(long, default_value = "echo")]
     pub service: String,
     /// IVF index file for the knn service (`cohort index build`).
     #[arg(long)]
     pub index: Option<std::path::PathBuf>,
+    /// Serve the index from its memory-mapped file instead of a resident (huge-page) copy:
+    /// less memory at start, slower scans.
+    #[arg(long)]
+    pub index_mapped: bool,
     /// Engine: cpu.
     #[arg(long, default_value = "cpu")]
     pub engine: String,
@@ -40,6 +50,11 @@ pub struct ServeArgs {
     /// Pin cpu engine workers to these cores.
     #[arg(long, value_parser = parse_cpus)]
     pub worker_cpus: Option<Vec<usize>>,
+    /// How long an idle cpu worker polls before parking, in microseconds (default: 50 when
+    /// the workers and io threads have a core each, else 0: spinning on a shared core only
+    /// steals it from the thread that would produce the work).
+    #[arg(long)]
+    pub worker_spin_us: Option<u64>,
     /// Requests queued in the engine before new ones get OVERLOADED.
     #[arg(long, default_value_t = 16_384)]
     pub max_queue: usize,
@@ -58,8 +73,11 @@ impl ServeArgs {
     /// Loopback defaults for in-process servers (demo, tests).
     pub fn loopback(service: &str) -> ServeArgs {
         ServeArgs {
+            config: None,
+            check_config: false,
             service: service.into(),
             index: None,
+            index_mapped: false,
             engine: "cpu".into(),
             udp: Some("127.0.0.1:0".parse().expect("literal")),
             tcp: Some("127.0.0.1:0".parse().expect("literal")),
@@ -68,6 +86,7 @@ impl ServeArgs {
             cpus: None,
             workers: 0,
             worker_cpus: None,
+            worker_spin_us: None,
             max_queue: 16_384,
             default_timeout_us: 1_000_000,
             dispatch: DispatchPolicy::LeastLoaded,
@@ -104,7 +123,11 @@ fn registry(a: &ServeArgs) -> Result<Registry> {
                 let Some(path) = &a.index else {
                     bail!("--service knn needs --index PATH")
                 };
-                let index = cohort_knn::IvfIndex::load(path)?;
+                let index = if a.index_mapped {
+                    cohort_knn::IvfIndex::load(path)?
+                } else {
+                    cohort_knn::IvfIndex::load_resident(path)?
+                };
                 tracing::info!(path = %path.display(), n = index.n, dim = index.dim, nlist = index.nlist,
                     default_nprobe = index.default_nprobe, "index loaded");
                 reg.add(Arc::new(cohort_services::knn::Knn {
@@ -118,11 +141,22 @@ fn registry(a: &ServeArgs) -> Result<Registry> {
     Ok(reg)
 }
 
-pub fn start(a: &ServeArgs) -> Result<Stack> {
-    let reg = registry(a)?;
+/// Everything that can be checked without binding sockets or starting threads.
+fn validate(a: &ServeArgs) -> Result<Registry> {
     if a.engine != "cpu" {
         bail!("unknown engine {:?} (available: cpu)", a.engine);
     }
+    anyhow::ensure!(a.io_threads >= 1, "--io-threads must be at least 1");
+    anyhow::ensure!(a.max_queue >= 1, "--max-queue must be at least 1");
+    anyhow::ensure!(
+        a.udp.is_some() || a.tcp.is_some() || a.http.is_some(),
+        "no listener (give --udp, --tcp or --http)"
+    );
+    registry(a)
+}
+
+pub fn start(a: &ServeArgs) -> Result<Stack> {
+    let reg = validate(a)?;
     let cores = std::thread::available_parallelism()
         .map(|n| n.get())
         .unwrap_or(1);
@@ -135,16 +169,24 @@ pub fn start(a: &ServeArgs) -> Result<Stack> {
         workers,
         max_queue: a.max_queue.max(1),
         cpus: a.worker_cpus.clone().unwrap_or_default(),
+        spin: Duration::from_micros(a.worker_spin_us.unwrap_or(
+            if workers + a.io_threads < cores {
+                50
+            } else {
+                0
+            },
+        )),
     };
-    let engine = CpuEngine::start(&ecfg, reg.clone());
+    let names = reg.names_by_id();
+    let metrics = Arc::new(Metrics::new(&a.engine, names));
+    let engine = CpuEngine::start(&ecfg, reg.clone(), metrics.clone());
     let dispatcher = Arc::new(Dispatcher::new(engine.lanes(), a.dispatch));
-    let stats = Arc::new(NetStats::default());
     let ctx = Arc::new(Context {
         registry: reg,
         dispatcher: dispatcher.clone(),
         max_payload: cohort_proto::MAX_PAYLOAD,
         default_timeout: Duration::from_micros(a.default_timeout_us.max(1)),
-        stats: stats.clone(),
+        metrics: metrics.clone(),
         shutting_down: AtomicBool::new(false),
     });
     let ncfg = NetConfig {
@@ -156,8 +198,10 @@ pub fn start(a: &ServeArgs) -> Result<Stack> {
         drain_timeout: Duration::from_millis(a.drain_timeout_ms),
         ..NetConfig::default()
     };
-    let em = engine.metrics.clone();
-    let render = Arc::new(move || render_metrics(&stats, &em, &dispatcher));
+    let render = Arc::new(move || {
+        metrics.set_queue_depth(dispatcher.queued());
+        metrics.encode()
+    });
     let server = match Server::start(&ncfg, ctx, render) {
         Ok(s) => s,
         Err(e) => {
@@ -173,6 +217,12 @@ pub fn start(a: &ServeArgs) -> Result<Stack> {
 pub fn run(a: ServeArgs) -> Result<()> {
     use signal_hook::consts::{SIGINT, SIGTERM};
     // Register before announcing readiness so an early signal is never missed.
+    if a.check_config {
+        validate(&a)?;
+        println!("configuration ok: {a:#?}");
+        return Ok(());
+    }
+    tracing::info!(config = ?a, "starting");
     let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM])?;
     let stack = start(&a)?;
     println!("{}", stack.server.listening_line());

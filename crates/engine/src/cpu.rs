@@ -2,11 +2,11 @@
 //! implementations. It is the CI path, the reference for the GPU engines and the hybrid helper.
 
 use crate::dispatch::Lane;
-use crate::metrics::{EngineMetrics, Outcome};
+use crate::metrics::Metrics;
 use crate::request::{Request, ResponseBody};
 use crate::service::Registry;
 use cohort_proto::{ErrorCode, ErrorPayload};
-use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, Sender, TrySendError};
+use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, Sender, TryRecvError, TrySendError};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -20,6 +20,10 @@ pub struct CpuEngineConfig {
     pub max_queue: usize,
     /// Cores to pin workers to, in order; empty = no pinning.
     pub cpus: Vec<usize>,
+    /// How long an idle worker keeps polling its queue before it parks. Parking costs the
+    /// io thread a futex wake-up (a syscall) for the next request, which under load costs
+    /// more than the spinning.
+    pub spin: Duration,
 }
 
 struct WorkerLane {
@@ -42,15 +46,13 @@ pub struct CpuEngine {
     lanes: Vec<Arc<dyn Lane>>,
     workers: Vec<JoinHandle<()>>,
     stop: Arc<AtomicBool>,
-    pub metrics: Arc<EngineMetrics>,
 }
 
 impl CpuEngine {
-    pub fn start(cfg: &CpuEngineConfig, registry: Registry) -> CpuEngine {
+    pub fn start(cfg: &CpuEngineConfig, registry: Registry, metrics: Arc<Metrics>) -> CpuEngine {
         assert!(cfg.workers >= 1, "the cpu engine needs at least one worker");
         let per_lane = (cfg.max_queue / cfg.workers).max(1);
         let stop = Arc::new(AtomicBool::new(false));
-        let metrics = Arc::new(EngineMetrics::default());
         let mut lanes: Vec<Arc<dyn Lane>> = Vec::new();
         let mut workers = Vec::new();
         for w in 0..cfg.workers {
@@ -58,6 +60,7 @@ impl CpuEngine {
             lanes.push(Arc::new(WorkerLane { tx }));
             let (stop, metrics, registry) = (stop.clone(), metrics.clone(), registry.clone());
             let core = cfg.cpus.get(w % cfg.cpus.len().max(1)).copied();
+            let spin = cfg.spin;
             workers.push(
                 std::thread::Builder::new()
                     .name(format!("cpu-worker-{w}"))
@@ -65,7 +68,7 @@ impl CpuEngine {
                         if let Some(c) = core {
                             core_affinity::set_for_current(core_affinity::CoreId { id: c });
                         }
-                        worker_loop(rx, &registry, &metrics, &stop)
+                        worker_loop(rx, &registry, &metrics, &stop, spin)
                     })
                     .expect("spawn cpu worker"),
             );
@@ -74,7 +77,6 @@ impl CpuEngine {
             lanes,
             workers,
             stop,
-            metrics,
         }
     }
 
@@ -91,10 +93,33 @@ impl CpuEngine {
     }
 }
 
-fn worker_loop(rx: Receiver<Request>, registry: &Registry, m: &EngineMetrics, stop: &AtomicBool) {
+fn worker_loop(
+    rx: Receiver<Request>,
+    registry: &Registry,
+    m: &Metrics,
+    stop: &AtomicBool,
+    spin: Duration,
+) {
+    let mut last_work = Instant::now();
     loop {
+        match rx.try_recv() {
+            Ok(req) => {
+                execute(req, registry, m);
+                last_work = Instant::now();
+                continue;
+            }
+            Err(TryRecvError::Disconnected) => return,
+            Err(TryRecvError::Empty) if last_work.elapsed() < spin => {
+                std::hint::spin_loop();
+                continue;
+            }
+            Err(TryRecvError::Empty) => {}
+        }
         match rx.recv_timeout(Duration::from_millis(20)) {
-            Ok(req) => execute(req, registry, m),
+            Ok(req) => {
+                execute(req, registry, m);
+                last_work = Instant::now();
+            }
             Err(RecvTimeoutError::Timeout) => {
                 if stop.load(Ordering::Acquire) {
                     // Producers have stopped before `stop` is set; drain and leave.
@@ -110,40 +135,21 @@ fn worker_loop(rx: Receiver<Request>, registry: &Registry, m: &EngineMetrics, st
 }
 
 /// Runs one request on this thread and answers it.
-pub(crate) fn execute(req: Request, registry: &Registry, m: &EngineMetrics) {
+pub(crate) fn execute(req: Request, registry: &Registry, m: &Metrics) {
     let start = Instant::now();
-    m.queue_wait_ns.fetch_add(
-        start.saturating_duration_since(req.arrived).as_nanos() as u64,
-        Ordering::Relaxed,
-    );
+    let wait = start.saturating_duration_since(req.arrived);
     if start > req.deadline {
-        m.count(Outcome::Timeout);
         return req.respond_error(ErrorCode::Timeout, "deadline passed while queued");
     }
     let Some(service) = registry.get(req.service) else {
-        m.count(Outcome::BadRequest);
         return req.respond_error(ErrorCode::UnknownService, "no such service");
     };
     let result = catch_unwind(AssertUnwindSafe(|| service.execute_cpu(&req.payload)));
-    m.compute_ns
-        .fetch_add(start.elapsed().as_nanos() as u64, Ordering::Relaxed);
+    m.stage("execute", wait, start.elapsed());
     let body = match result {
-        Ok(Ok(out)) => {
-            m.count(Outcome::Ok);
-            ResponseBody::Ok(out)
-        }
-        Ok(Err(e)) => {
-            m.count(if e.code == ErrorCode::BadRequest {
-                Outcome::BadRequest
-            } else {
-                Outcome::Internal
-            });
-            ResponseBody::Err(e)
-        }
-        Err(_) => {
-            m.count(Outcome::Internal);
-            ResponseBody::Err(ErrorPayload::new(ErrorCode::Internal, "service panicked"))
-        }
+        Ok(Ok(out)) => ResponseBody::Ok(out),
+        Ok(Err(e)) => ResponseBody::Err(e),
+        Err(_) => ResponseBody::Err(ErrorPayload::new(ErrorCode::Internal, "service panicked")),
     };
     req.respond(body);
 }

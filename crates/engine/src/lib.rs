@@ -6,12 +6,12 @@
 
 mod cpu;
 mod dispatch;
-mod metrics;
+pub mod metrics;
 mod request;
 mod service;
 
 pub use cpu::{CpuEngine, CpuEngineConfig};
 pub use dispatch::{DispatchPolicy, Dispatcher, Lane, Submit};
-pub use metrics::{EngineMetrics, Outcome};
+pub use metrics::Metrics;
 pub use request::{Reply, ReplyPort, Request, Response, ResponseBody};
 pub use service::{Registry, Service};

@@ -1,35 +1,235 @@
-//! Counters an engine keeps; the admin endpoint renders them.
+//! Server metrics in Prometheus form (prometheus-client). One `Metrics` per server, shared
+//! by the listeners, the dispatcher and the engines; `/metrics` encodes it. Names and labels
+//! are documented in docs/metrics.md.
 
-use std::sync::atomic::{AtomicU64, Ordering};
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
+use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::registry::Registry;
+use std::collections::HashMap;
+use std::sync::Mutex;
+use std::time::Duration;
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Outcome {
-    Ok,
-    BadRequest,
-    Timeout,
-    Internal,
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct OutcomeLabels {
+    pub service: String,
+    pub engine: String,
+    pub outcome: String,
 }
 
-#[derive(Default, Debug)]
-pub struct EngineMetrics {
-    pub ok: AtomicU64,
-    pub bad_request: AtomicU64,
-    pub timeout: AtomicU64,
-    pub internal: AtomicU64,
-    /// Sum of time spent queued before execution, in nanoseconds.
-    pub queue_wait_ns: AtomicU64,
-    /// Sum of execution time, in nanoseconds.
-    pub compute_ns: AtomicU64,
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ServiceLabels {
+    pub service: String,
+    pub engine: String,
 }
 
-impl EngineMetrics {
-    pub fn count(&self, o: Outcome) {
-        let c = match o {
-            Outcome::Ok => &self.ok,
-            Outcome::BadRequest => &self.bad_request,
-            Outcome::Timeout => &self.timeout,
-            Outcome::Internal => &self.internal,
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct StageLabels {
+    pub engine: String,
+    pub stage: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct EngineLabels {
+    pub engine: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ReasonLabels {
+    pub reason: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct DirectionLabels {
+    pub direction: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct GpuLabels {
+    pub gpu: String,
+}
+
+fn seconds_histogram() -> Histogram {
+    // 1 us .. ~16 s.
+    Histogram::new(exponential_buckets(1e-6, 2.0, 25))
+}
+
+pub struct Metrics {
+    registry: Mutex<Registry>,
+    engine: String,
+    services: HashMap<u16, String>,
+    pub requests: Family<OutcomeLabels, Counter>,
+    pub request_duration: Family<ServiceLabels, Histogram, fn() -> Histogram>,
+    pub queue_wait: Family<StageLabels, Histogram, fn() -> Histogram>,
+    pub compute: Family<StageLabels, Histogram, fn() -> Histogram>,
+    pub cohort_size: Family<EngineLabels, Histogram, fn() -> Histogram>,
+    pub queue_depth: Family<EngineLabels, Gauge>,
+    pub datagrams: Family<DirectionLabels, Counter>,
+    pub dropped_datagrams: Family<ReasonLabels, Counter>,
+    pub tcp_connections: Counter,
+    pub tcp_protocol_errors: Counter,
+    pub http_requests: Counter,
+    pub gpu_memory_used: Family<GpuLabels, Gauge>,
+}
+
+impl Metrics {
+    /// `services` maps wire ids to names for the `service` label.
+    pub fn new(engine: &str, services: HashMap<u16, String>) -> Metrics {
+        let mut r = Registry::default();
+        let m = Metrics {
+            registry: Mutex::new(Registry::default()),
+            engine: engine.to_string(),
+            services,
+            requests: Family::default(),
+            request_duration: Family::new_with_constructor(seconds_histogram),
+            queue_wait: Family::new_with_constructor(seconds_histogram),
+            compute: Family::new_with_constructor(seconds_histogram),
+            cohort_size: Family::new_with_constructor(|| {
+                Histogram::new(exponential_buckets(1.0, 2.0, 14))
+            }),
+            queue_depth: Family::default(),
+            datagrams: Family::default(),
+            dropped_datagrams: Family::default(),
+            tcp_connections: Counter::default(),
+            tcp_protocol_errors: Counter::default(),
+            http_requests: Counter::default(),
+            gpu_memory_used: Family::default(),
         };
-        c.fetch_add(1, Ordering::Relaxed);
+        r.register(
+            "cohort_requests",
+            "Requests answered, by service, engine and outcome",
+            m.requests.clone(),
+        );
+        r.register(
+            "cohort_request_duration_seconds",
+            "Arrival to answer, every outcome",
+            m.request_duration.clone(),
+        );
+        r.register(
+            "cohort_queue_wait_seconds",
+            "Time queued before a stage ran",
+            m.queue_wait.clone(),
+        );
+        r.register(
+            "cohort_compute_seconds",
+            "Time a stage computed",
+            m.compute.clone(),
+        );
+        r.register(
+            "cohort_cohort_size",
+            "Requests per cohort (batch) an engine ran together",
+            m.cohort_size.clone(),
+        );
+        r.register(
+            "cohort_queue_depth",
+            "Requests waiting in engine queues",
+            m.queue_depth.clone(),
+        );
+        r.register(
+            "cohort_udp_datagrams",
+            "UDP datagrams by direction",
+            m.datagrams.clone(),
+        );
+        r.register(
+            "cohort_udp_dropped",
+            "UDP datagrams dropped unanswered, by reason",
+            m.dropped_datagrams.clone(),
+        );
+        r.register(
+            "cohort_tcp_connections",
+            "TCP connections accepted",
+            m.tcp_connections.clone(),
+        );
+        r.register(
+            "cohort_tcp_protocol_errors",
+            "TCP connections closed for bad framing",
+            m.tcp_protocol_errors.clone(),
+        );
+        r.register(
+            "cohort_http_requests",
+            "HTTP requests received",
+            m.http_requests.clone(),
+        );
+        r.register(
+            "cohort_gpu_memory_used_bytes",
+            "GPU memory held by the engines",
+            m.gpu_memory_used.clone(),
+        );
+        *m.registry.lock().expect("registry lock") = r;
+        m
+    }
+
+    pub fn engine(&self) -> &str {
+        &self.engine
+    }
+
+    fn service_name(&self, id: u16) -> String {
+        self.services
+            .get(&id)
+            .cloned()
+            .unwrap_or_else(|| "unknown".into())
+    }
+
+    /// Records one answer (called exactly once per request, from `Request`).
+    pub fn answered(&self, service: u16, outcome: &str, elapsed: Duration) {
+        let service = self.service_name(service);
+        let engine = self.engine.clone();
+        self.requests
+            .get_or_create(&OutcomeLabels {
+                service: service.clone(),
+                engine: engine.clone(),
+                outcome: outcome.into(),
+            })
+            .inc();
+        self.request_duration
+            .get_or_create(&ServiceLabels { service, engine })
+            .observe(elapsed.as_secs_f64());
+    }
+
+    pub fn stage(&self, stage: &str, wait: Duration, compute: Duration) {
+        let l = StageLabels {
+            engine: self.engine.clone(),
+            stage: stage.into(),
+        };
+        self.queue_wait
+            .get_or_create(&l)
+            .observe(wait.as_secs_f64());
+        self.compute
+            .get_or_create(&l)
+            .observe(compute.as_secs_f64());
+    }
+
+    pub fn dropped(&self, reason: &str) {
+        self.dropped_datagrams
+            .get_or_create(&ReasonLabels {
+                reason: reason.into(),
+            })
+            .inc();
+    }
+
+    pub fn datagrams(&self, direction: &str, n: u64) {
+        self.datagrams
+            .get_or_create(&DirectionLabels {
+                direction: direction.into(),
+            })
+            .inc_by(n);
+    }
+
+    pub fn set_queue_depth(&self, depth: usize) {
+        self.queue_depth
+            .get_or_create(&EngineLabels {
+                engine: self.engine.clone(),
+            })
+            .set(depth as i64);
+    }
+
+    /// The Prometheus text exposition.
+    pub fn encode(&self) -> String {
+        let mut out = String::new();
+        let r = self.registry.lock().expect("registry lock");
+        prometheus_client::encoding::text::encode(&mut out, &r).expect("writing to a String");
+        out
     }
 }

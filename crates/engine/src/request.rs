@@ -1,5 +1,6 @@
 //! A request in flight and the promise that it is answered exactly once.
 
+use crate::metrics::Metrics;
 use cohort_proto::{ErrorCode, ErrorPayload};
 use std::sync::Arc;
 use std::time::Instant;
@@ -40,6 +41,7 @@ pub struct Request {
     pub arrived: Instant,
     pub deadline: Instant,
     reply: Option<Reply>,
+    metrics: Option<Arc<Metrics>>,
 }
 
 impl Request {
@@ -58,7 +60,14 @@ impl Request {
             arrived,
             deadline,
             reply: Some(reply),
+            metrics: None,
         }
+    }
+
+    /// Counts this request's answer (outcome and duration) in `m`.
+    pub fn with_metrics(mut self, m: Arc<Metrics>) -> Request {
+        self.metrics = Some(m);
+        self
     }
 
     pub fn respond(mut self, body: ResponseBody) {
@@ -74,6 +83,13 @@ impl Request {
             .reply
             .take()
             .expect("a request is answered at most once");
+        if let Some(m) = &self.metrics {
+            let outcome = match &body {
+                ResponseBody::Ok(_) => "ok".to_string(),
+                ResponseBody::Err(e) => e.code.name().to_ascii_lowercase(),
+            };
+            m.answered(self.service, &outcome, self.arrived.elapsed());
+        }
         reply.port.deliver(
             reply.token,
             Response {

@@ -40,6 +40,14 @@ impl Registry {
         self.by_id.values().find(|s| s.name() == name)
     }
 
+    /// Wire id -> name of every service (metrics labels).
+    pub fn names_by_id(&self) -> HashMap<u16, String> {
+        self.by_id
+            .iter()
+            .map(|(id, s)| (*id, s.name().to_string()))
+            .collect()
+    }
+
     pub fn names(&self) -> Vec<&'static str> {
         let mut v: Vec<_> = self.by_id.values().map(|s| s.name()).collect();
         v.sort();

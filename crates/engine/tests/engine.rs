@@ -46,8 +46,10 @@ fn setup(workers: usize, max_queue: usize) -> (CpuEngine, Dispatcher, Arc<Collec
             workers,
             max_queue,
             cpus: vec![],
+            spin: Duration::from_micros(20),
         },
         reg,
+        Arc::new(Metrics::new("cpu", [(9, "test".to_string())].into())),
     );
     let d = Dispatcher::new(eng.lanes(), DispatchPolicy::LeastLoaded);
     (eng, d, Arc::new(Collect(Mutex::new(vec![]))))

@@ -1,7 +1,6 @@
 //! The forwarder: one decoded request frame -> one engine request (or an immediate error).
 
-use crate::stats::NetStats;
-use cohort_engine::{Dispatcher, Registry, Reply, Request, Submit};
+use cohort_engine::{Dispatcher, Metrics, Registry, Reply, Request, Submit};
 use cohort_proto::{ErrorCode, Header, Kind};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -14,7 +13,7 @@ pub struct Context {
     pub max_payload: usize,
     /// Deadline of requests whose header says 0.
     pub default_timeout: Duration,
-    pub stats: Arc<NetStats>,
+    pub metrics: Arc<Metrics>,
     pub shutting_down: AtomicBool,
 }
 
@@ -37,7 +36,8 @@ impl Context {
             now,
             now + timeout,
             reply,
-        );
+        )
+        .with_metrics(self.metrics.clone());
         if header.kind != Kind::Request {
             return req.respond_error(ErrorCode::BadRequest, "clients may only send requests");
         }

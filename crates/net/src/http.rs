@@ -4,7 +4,6 @@
 //! engines as UDP/TCP -> JSON answer. `GET /healthz` (503 while shutting down), `GET /metrics`.
 
 use crate::forward::Context;
-use crate::stats::NetStats;
 use crate::tasks::Tracker;
 use bytes::Bytes;
 use cohort_engine::{Reply, ReplyPort, Response, ResponseBody};
@@ -108,7 +107,7 @@ async fn handle(
     metrics: MetricsRender,
     id: u64,
 ) -> Result<HttpResponse, std::convert::Infallible> {
-    NetStats::inc(&ctx.stats.http_requests);
+    ctx.metrics.http_requests.inc();
     let path = req.uri().path().to_owned();
     let resp = match (req.method(), path.as_str()) {
         (&Method::GET, "/healthz") if ctx.is_shutting_down() => json(

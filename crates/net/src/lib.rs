@@ -9,11 +9,9 @@ mod forward;
 mod http;
 pub use http::MetricsRender;
 mod server;
-mod stats;
 mod tasks;
 mod tcp;
 mod udp;
 
 pub use forward::Context;
 pub use server::{NetConfig, Server};
-pub use stats::NetStats;

@@ -7,7 +7,6 @@
 //! closes the connection once the last of them is written.
 
 use crate::forward::Context;
-use crate::stats::NetStats;
 use crate::tasks::Tracker;
 use bytes::{Buf, BytesMut};
 use cohort_engine::{Reply, ReplyPort, Response, ResponseBody};
@@ -31,7 +30,7 @@ pub(crate) async fn serve_tcp(
         tokio::select! {
             accepted = listener.accept() => match accepted {
                 Ok((stream, _)) => {
-                    NetStats::inc(&ctx.stats.tcp_connections);
+                    ctx.metrics.tcp_connections.inc();
                     let _ = stream.set_nodelay(true);
                     let (ctx, sd) = (ctx.clone(), shutdown.clone());
                     tasks.spawn(serve_connection(stream, ctx, max_inflight, sd));
@@ -152,7 +151,6 @@ async fn serve_connection(
                     },
                 );
             }
-            NetStats::inc(&ctx.stats.tcp_frames);
             buf.advance(used);
         }
         if closing {
@@ -193,7 +191,7 @@ async fn serve_connection(
 /// A byte stream that is not a valid frame sequence: answer once if we can name the request,
 /// then close (the stream cannot be resynchronised).
 fn protocol_error(conn: &Conn, ctx: &Context, buf: &[u8], e: &FrameError) {
-    NetStats::inc(&ctx.stats.tcp_protocol_errors);
+    ctx.metrics.tcp_protocol_errors.inc();
     let (service, id) = if buf.len() >= HEADER_LEN {
         (
             u16::from_le_bytes([buf[4], buf[5]]),

@@ -76,7 +76,7 @@ pub fn run(a: &KnnBench) -> Result<()> {
     } else {
         None
     };
-    let ix = IvfIndex::load(&ipath).context("loading the index")?;
+    let ix = IvfIndex::load_resident(&ipath).context("loading the index")?;
     let q = vecfile::read_vectors(&qp)?;
     let (_, gdim, gt) = vecfile::read_ivecs(&gp)?;
     let mut per_nprobe = Vec::new();

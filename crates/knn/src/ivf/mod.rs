@@ -6,6 +6,7 @@
 mod format;
 pub mod stages;
 
+use crate::hugebuf::HugeF32;
 use crate::kmeans::{self, KMeansConfig};
 use crate::metric::Metric;
 use crate::topk::Neighbor;
@@ -21,7 +22,7 @@ enum Store {
         centroids: Vec<f32>,
         offsets: Vec<u64>,
         ids: Vec<u32>,
-        vectors: Vec<f32>,
+        vectors: HugeF32,
     },
     Mapped {
         map: memmap2::Mmap,
@@ -83,7 +84,7 @@ impl IvfIndex {
         }
         let mut cursor: Vec<u64> = offsets[..nlist].to_vec();
         let mut ids = vec![0u32; base.n];
-        let mut vectors = vec![0f32; base.n * base.dim];
+        let mut vectors = HugeF32::zeroed(base.n * base.dim);
         for (i, &a) in assign.iter().enumerate() {
             let at = cursor[a as usize] as usize;
             cursor[a as usize] += 1;
@@ -160,8 +161,22 @@ impl IvfIndex {
         format::save(self, path)
     }
 
+    /// Maps the file (pages come in on first use; nothing is copied).
     pub fn load(path: &Path) -> Result<IvfIndex> {
         format::load(path)
+    }
+
+    /// Loads the file (mapped, checked) and copies it into resident memory backed by huge
+    /// pages where the kernel allows: faster scans, no first-touch page faults.
+    pub fn load_resident(path: &Path) -> Result<IvfIndex> {
+        let m = format::load(path)?;
+        let store = Store::Owned {
+            centroids: m.centroids().to_vec(),
+            offsets: m.offsets().to_vec(),
+            ids: m.ids().to_vec(),
+            vectors: HugeF32::from_slice(m.vectors()),
+        };
+        Ok(IvfIndex { store, ..m })
     }
 }
 

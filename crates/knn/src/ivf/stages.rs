@@ -6,7 +6,7 @@
 //! reduce: partial results -> the global top-k.
 
 use super::IvfIndex;
-use crate::metric::{dot_lanes, l2_sq_lanes, Metric};
+use crate::metric::{dot_lanes, isa, l2_sq_lanes, Isa, Metric};
 use crate::topk::{Neighbor, TopK};
 
 /// Stage 1. Cell ids of the `nprobe` nearest centroids, nearest first.
@@ -19,25 +19,42 @@ pub fn filter(centroids: &[f32], dim: usize, metric: Metric, q: &[f32], nprobe: 
     t.into_sorted().into_iter().map(|n| n.id).collect()
 }
 
+/// Scans rows with distance kernel `dist`, keeping the best in `t`.
 #[inline(always)]
-fn scan(q: &[f32], vectors: &[f32], ids: &[u32], metric: Metric, t: &mut TopK) {
-    let dim = q.len();
-    for (row, &id) in vectors.chunks_exact(dim).zip(ids) {
-        let d = match metric {
-            Metric::L2 => l2_sq_lanes(q, row),
-            Metric::InnerProduct => -dot_lanes(q, row),
-        };
+fn scan(
+    q: &[f32],
+    vectors: &[f32],
+    ids: &[u32],
+    t: &mut TopK,
+    dist: impl Fn(&[f32], &[f32]) -> f32,
+) {
+    for (row, &id) in vectors.chunks_exact(q.len()).zip(ids) {
+        let d = dist(q, row);
         if d <= t.threshold() {
             t.push(id, d);
         }
     }
 }
 
-#[cfg(target_arch = "x86_64")]
-#[target_feature(enable = "avx2,fma")]
-unsafe fn scan_avx2(q: &[f32], vectors: &[f32], ids: &[u32], metric: Metric, t: &mut TopK) {
-    scan(q, vectors, ids, metric, t)
+/// The scan compiled for one instruction set, with its kernel inlined into the loop.
+macro_rules! scan_for {
+    ($name:ident, $feat:literal, $l2:path, $dot:path) => {
+        #[cfg(target_arch = "x86_64")]
+        #[target_feature(enable = $feat)]
+        unsafe fn $name(q: &[f32], v: &[f32], ids: &[u32], metric: Metric, t: &mut TopK) {
+            match metric {
+                Metric::L2 => scan(q, v, ids, t, |a, b| unsafe { $l2(a, b) }),
+                Metric::InnerProduct => scan(q, v, ids, t, |a, b| -unsafe { $dot(a, b) }),
+            }
+        }
+    };
 }
+scan_for!(
+    scan_avx2,
+    "avx2,fma",
+    crate::metric::x86::l2_sq_avx2,
+    crate::metric::x86::dot_avx2
+);
 
 /// Scans one cell: its k nearest to `q`.
 pub fn search_cell(index: &IvfIndex, q: &[f32], cell: u32, k: usize) -> Vec<Neighbor> {
@@ -46,13 +63,15 @@ pub fn search_cell(index: &IvfIndex, q: &[f32], cell: u32, k: usize) -> Vec<Neig
     let vectors = &index.vectors()[start * dim..end * dim];
     let ids = &index.ids()[start..end];
     let mut t = TopK::new(k);
-    #[cfg(target_arch = "x86_64")]
-    if is_x86_feature_detected!("avx2") && is_x86_feature_detected!("fma") {
-        // SAFETY: the CPU supports avx2 and fma.
-        unsafe { scan_avx2(q, vectors, ids, index.metric, &mut t) };
-        return t.into_sorted();
+    match isa() {
+        // SAFETY: isa() checked the CPU features.
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => unsafe { scan_avx2(q, vectors, ids, index.metric, &mut t) },
+        _ => match index.metric {
+            Metric::L2 => scan(q, vectors, ids, &mut t, l2_sq_lanes),
+            Metric::InnerProduct => scan(q, vectors, ids, &mut t, |a, b| -dot_lanes(a, b)),
+        },
     }
-    scan(q, vectors, ids, index.metric, &mut t);
     t.into_sorted()
 }
 

@@ -5,7 +5,6 @@ use super::batch::MsgBatch;
 use super::table::{Client, ClientTable};
 use crate::doorbell::Doorbell;
 use crate::forward::Context;
-use crate::stats::NetStats;
 use cohort_engine::{Reply, ReplyPort, Response, ResponseBody};
 use cohort_proto::{ErrorPayload, Frame, Header, Kind, HEADER_LEN};
 use crossbeam_channel::{Receiver, Sender, TrySendError};
@@ -87,15 +86,22 @@ impl IoThread {
     fn run(&mut self, stop: &AtomicBool, drain_timeout: Duration) {
         while !stop.load(Ordering::Acquire) {
             let got = self.read_batch();
-            let sent = self.write_answers();
-            if got == 0 && sent == 0 {
+            let answered = self.collect_answers();
+            // While the socket still has a full batch waiting, keep reading and let answers
+            // accumulate so each sendmmsg carries many; once it is drained, send at once.
+            if got < BATCH {
+                self.flush();
+            }
+            if got == 0 && answered == 0 {
                 self.park(Some(self.fd), 50);
             }
         }
         // Shutdown: read nothing more, answer everything in flight (bounded wait).
         let until = Instant::now() + drain_timeout;
         while self.table.in_flight() > 0 && Instant::now() < until {
-            if self.write_answers() == 0 {
+            let answered = self.collect_answers();
+            self.flush();
+            if answered == 0 {
                 self.park(None, 10);
             }
         }
@@ -137,7 +143,9 @@ impl IoThread {
                 return 0;
             }
         };
-        self.ctx.stats.udp_rx.fetch_add(n as u64, Ordering::Relaxed);
+        if n > 0 {
+            self.ctx.metrics.datagrams("rx", n as u64);
+        }
         for i in 0..n {
             let (bytes, addr, addr_len) = self.rx_batch.received(i);
             let client = Client {
@@ -154,7 +162,9 @@ impl IoThread {
                         self.ctx.forward(&f.header, f.payload, reply);
                     }
                     None => {
-                        NetStats::inc(&self.ctx.stats.table_full);
+                        self.ctx
+                            .metrics
+                            .answered(f.header.service, "overloaded", Duration::ZERO);
                         let e = ErrorPayload::new(
                             cohort_proto::ErrorCode::Overloaded,
                             "too many requests in flight on this io thread",
@@ -163,7 +173,7 @@ impl IoThread {
                     }
                 },
                 Err(e) if e.is_foreign() || bytes.len() < HEADER_LEN => {
-                    NetStats::inc(&self.ctx.stats.udp_dropped_foreign);
+                    self.ctx.metrics.dropped("not_cohort");
                 }
                 Err(e) => {
                     // A Cohort header we can read but a frame we cannot accept: answer it.
@@ -189,9 +199,10 @@ impl IoThread {
         });
     }
 
-    /// Writes every answer the engines have handed back so far.
-    fn write_answers(&mut self) -> usize {
-        let mut total = self.tx_batch.len; // error answers queued while reading
+    /// Moves every answer the engines have handed back so far into the send batch (sending
+    /// only when the batch fills). Returns how many there were.
+    fn collect_answers(&mut self) -> usize {
+        let mut total = 0;
         while let Ok((token, r)) = self.answers.try_recv() {
             let c = self.table.remove(token);
             if self.tx_batch.is_full() {
@@ -202,7 +213,6 @@ impl IoThread {
             });
             total += 1;
         }
-        self.flush();
         total
     }
 
@@ -212,14 +222,17 @@ impl IoThread {
             return;
         }
         let refused = self.tx_batch.send_all(self.fd);
-        self.ctx
-            .stats
-            .udp_tx
-            .fetch_add((n - refused) as u64, Ordering::Relaxed);
-        self.ctx
-            .stats
-            .udp_send_failed
-            .fetch_add(refused as u64, Ordering::Relaxed);
+        self.ctx.metrics.datagrams("tx", (n - refused) as u64);
+        if refused > 0 {
+            let reason = cohort_engine::metrics::ReasonLabels {
+                reason: "send_failed".into(),
+            };
+            self.ctx
+                .metrics
+                .dropped_datagrams
+                .get_or_create(&reason)
+                .inc_by(refused as u64);
+        }
     }
 }
 
