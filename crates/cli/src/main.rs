@@ -40,6 +40,16 @@ enum Cmd {
     /// IVF-Flat indexes: build, inspect, evaluate.
     #[command(subcommand)]
     Index(index_cmd::IndexCmd),
+    /// List CUDA devices (name, SMs, memory, PCI bus, NUMA node).
+    Gpus,
+    /// Self-checks; `selftest gpu` runs every GPU kernel against its CPU twin.
+    Selftest {
+        /// What to check: gpu.
+        what: String,
+        /// Seed of the random inputs (default: the clock).
+        #[arg(long)]
+        seed: Option<u64>,
+    },
     /// Benchmarks; results go to bench/results/ with machine, commit and command.
     #[command(subcommand)]
     Bench(bench::BenchCmd),
@@ -67,9 +77,45 @@ fn main() {
         Cmd::Data(c) => data_cmd::run(c),
         Cmd::Index(c) => index_cmd::run(c),
         Cmd::Bench(c) => bench::run(c),
+        Cmd::Gpus => gpus(),
+        Cmd::Selftest { what, seed } => selftest(&what, seed),
     };
     if let Err(e) = result {
         eprintln!("error: {e:#}");
         std::process::exit(1);
     }
+}
+
+fn gpus() -> anyhow::Result<()> {
+    for d in cohort_gpu::probe()? {
+        println!(
+            "gpu {}: {} ({}), {} SMs, {:.1} GiB, pci {}, numa node {}",
+            d.ordinal,
+            d.name,
+            d.arch(),
+            d.sms,
+            d.total_mem as f64 / (1u64 << 30) as f64,
+            d.pci_bus_id,
+            d.numa_node
+                .map(|n| n.to_string())
+                .unwrap_or_else(|| "unknown".into())
+        );
+    }
+    Ok(())
+}
+
+fn selftest(what: &str, seed: Option<u64>) -> anyhow::Result<()> {
+    anyhow::ensure!(what == "gpu", "unknown selftest {what:?} (gpu)");
+    let seed = seed.unwrap_or_else(|| {
+        std::time::SystemTime::now()
+            .duration_since(std::time::UNIX_EPOCH)
+            .map(|d| d.as_secs())
+            .unwrap_or(1)
+    });
+    println!("selftest gpu, seed {seed}");
+    for line in cohort_gpu::selftest::run(seed)? {
+        println!("{line}");
+    }
+    println!("selftest gpu: all kernels match their CPU twins");
+    Ok(())
 }

@@ -1,9 +1,11 @@
 //! `cohort serve`: wires services -> engine -> dispatcher -> listeners, then waits for a signal.
 
 use crate::util::parse_cpus;
-use anyhow::{bail, Result};
+use anyhow::{bail, Context as _, Result};
 use clap::Args;
 use cohort_engine::{CpuEngine, CpuEngineConfig, DispatchPolicy, Dispatcher, Metrics, Registry};
+use cohort_gpu::engine::{GpuEngine, GpuEngineConfig, Mode};
+use cohort_gpu::knn::GpuIvf;
 use cohort_net::{Context, NetConfig, Server};
 use std::net::SocketAddr;
 use std::sync::atomic::AtomicBool;
@@ -29,9 +31,21 @@ pub struct ServeArgs {
     /// less memory at start, slower scans.
     #[arg(long)]
     pub index_mapped: bool,
-    /// Engine: cpu.
+    /// Engine: cpu, gpu-direct or gpu-cohort (the gpu engines serve knn).
     #[arg(long, default_value = "cpu")]
     pub engine: String,
+    /// GPUs for the gpu engines (one control thread and a full index copy each).
+    #[arg(long, value_delimiter = ',', default_value = "0")]
+    pub gpus: Vec<usize>,
+    /// gpu-cohort: a cohort closes at this many requests...
+    #[arg(long, default_value_t = 256)]
+    pub max_cohort: usize,
+    /// ...or when its oldest request has waited this long.
+    #[arg(long, default_value_t = 200)]
+    pub cohort_timeout_us: u64,
+    /// gpu engines: streams, i.e. launches in flight (default 8 direct, 3 cohort).
+    #[arg(long)]
+    pub streams: Option<usize>,
     #[arg(long)]
     pub udp: Option<SocketAddr>,
     #[arg(long)]
@@ -79,6 +93,10 @@ impl ServeArgs {
             index: None,
             index_mapped: false,
             engine: "cpu".into(),
+            gpus: vec![0],
+            max_cohort: 256,
+            cohort_timeout_us: 200,
+            streams: None,
             udp: Some("127.0.0.1:0".parse().expect("literal")),
             tcp: Some("127.0.0.1:0".parse().expect("literal")),
             http: Some("127.0.0.1:0".parse().expect("literal")),
@@ -95,17 +113,76 @@ impl ServeArgs {
     }
 }
 
-/// A running server: listeners plus engine.
+enum Engines {
+    Cpu(CpuEngine),
+    Gpu(Vec<GpuEngine>),
+}
+
+impl Engines {
+    fn lanes(&self) -> Vec<Arc<dyn cohort_engine::Lane>> {
+        match self {
+            Engines::Cpu(e) => e.lanes(),
+            Engines::Gpu(v) => v.iter().flat_map(|e| e.lanes()).collect(),
+        }
+    }
+    fn shutdown(self) {
+        match self {
+            Engines::Cpu(e) => e.shutdown(),
+            Engines::Gpu(v) => v.into_iter().for_each(GpuEngine::shutdown),
+        }
+    }
+}
+
+/// A running server: listeners plus engines.
 pub struct Stack {
     pub server: Server,
-    engine: CpuEngine,
+    engines: Engines,
 }
 
 impl Stack {
     pub fn shutdown(self) {
         self.server.shutdown();
-        self.engine.shutdown();
+        self.engines.shutdown();
     }
+}
+
+/// The GPU engines: one per listed GPU, each with the whole index.
+fn start_gpu(a: &ServeArgs, reg: &Registry, metrics: &Arc<Metrics>) -> Result<Vec<GpuEngine>> {
+    let devs = cohort_gpu::probe()?;
+    anyhow::ensure!(
+        reg.get(cohort_proto::service_id::KNN).is_some(),
+        "the gpu engines serve knn: give --service knn --index PATH"
+    );
+    let Some(path) = &a.index else {
+        bail!("--index is required")
+    };
+    let index = cohort_knn::IvfIndex::load(path)?;
+    let mode = if a.engine == "gpu-direct" {
+        Mode::Direct
+    } else {
+        Mode::Cohort
+    };
+    let cfg = GpuEngineConfig {
+        mode,
+        max_cohort: a.max_cohort.max(1),
+        cohort_timeout: Duration::from_micros(a.cohort_timeout_us),
+        streams: a
+            .streams
+            .unwrap_or(if mode == Mode::Direct { 8 } else { 3 }),
+        max_queue: a.max_queue,
+    };
+    let mut out = Vec::new();
+    for &g in &a.gpus {
+        let dev = devs
+            .iter()
+            .find(|d| d.ordinal == g)
+            .with_context(|| format!("no GPU {g} ({} found)", devs.len()))?;
+        tracing::info!(gpu = g, name = %dev.name, sms = dev.sms, mem = dev.total_mem, pci = %dev.pci_bus_id,
+            numa = ?dev.numa_node, "gpu");
+        let ivf = GpuIvf::upload(dev, &index)?;
+        out.push(GpuEngine::start(ivf, cfg.clone(), metrics.clone())?);
+    }
+    Ok(out)
 }
 
 fn registry(a: &ServeArgs) -> Result<Registry> {
@@ -143,8 +220,11 @@ fn registry(a: &ServeArgs) -> Result<Registry> {
 
 /// Everything that can be checked without binding sockets or starting threads.
 fn validate(a: &ServeArgs) -> Result<Registry> {
-    if a.engine != "cpu" {
-        bail!("unknown engine {:?} (available: cpu)", a.engine);
+    if !["cpu", "gpu-direct", "gpu-cohort"].contains(&a.engine.as_str()) {
+        bail!(
+            "unknown engine {:?} (available: cpu, gpu-direct, gpu-cohort)",
+            a.engine
+        );
     }
     anyhow::ensure!(a.io_threads >= 1, "--io-threads must be at least 1");
     anyhow::ensure!(a.max_queue >= 1, "--max-queue must be at least 1");
@@ -155,7 +235,21 @@ fn validate(a: &ServeArgs) -> Result<Registry> {
     registry(a)
 }
 
-pub fn start(a: &ServeArgs) -> Result<Stack> {
+/// The engine side of a server, without listeners (servers and the engine benchmark).
+pub struct EngineSide {
+    pub registry: Registry,
+    pub metrics: Arc<Metrics>,
+    pub dispatcher: Arc<Dispatcher>,
+    engines: Engines,
+}
+
+impl EngineSide {
+    pub fn shutdown(self) {
+        self.engines.shutdown();
+    }
+}
+
+pub fn start_engines(a: &ServeArgs) -> Result<EngineSide> {
     let reg = validate(a)?;
     let cores = std::thread::available_parallelism()
         .map(|n| n.get())
@@ -179,8 +273,27 @@ pub fn start(a: &ServeArgs) -> Result<Stack> {
     };
     let names = reg.names_by_id();
     let metrics = Arc::new(Metrics::new(&a.engine, names));
-    let engine = CpuEngine::start(&ecfg, reg.clone(), metrics.clone());
-    let dispatcher = Arc::new(Dispatcher::new(engine.lanes(), a.dispatch));
+    let engines = if a.engine == "cpu" {
+        Engines::Cpu(CpuEngine::start(&ecfg, reg.clone(), metrics.clone()))
+    } else {
+        Engines::Gpu(start_gpu(a, &reg, &metrics)?)
+    };
+    let dispatcher = Arc::new(Dispatcher::new(engines.lanes(), a.dispatch));
+    Ok(EngineSide {
+        registry: reg,
+        metrics,
+        dispatcher,
+        engines,
+    })
+}
+
+pub fn start(a: &ServeArgs) -> Result<Stack> {
+    let EngineSide {
+        registry: reg,
+        metrics,
+        dispatcher,
+        engines,
+    } = start_engines(a)?;
     let ctx = Arc::new(Context {
         registry: reg,
         dispatcher: dispatcher.clone(),
@@ -205,13 +318,13 @@ pub fn start(a: &ServeArgs) -> Result<Stack> {
     let server = match Server::start(&ncfg, ctx, render) {
         Ok(s) => s,
         Err(e) => {
-            engine.shutdown();
+            engines.shutdown();
             return Err(e);
         }
     };
-    tracing::info!(engine = %a.engine, workers, io_threads = a.io_threads, services = %a.service,
+    tracing::info!(engine = %a.engine, io_threads = a.io_threads, services = %a.service,
         max_queue = a.max_queue, dispatch = ?a.dispatch, "server started");
-    Ok(Stack { server, engine })
+    Ok(Stack { server, engines })
 }
 
 pub fn run(a: ServeArgs) -> Result<()> {

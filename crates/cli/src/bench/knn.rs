@@ -41,6 +41,16 @@ pub struct KnnBench {
     pub connections: usize,
     #[arg(long, default_value_t = 3.0)]
     pub duration: f64,
+    /// Engine of the served sweep: cpu, gpu-direct, gpu-cohort.
+    #[arg(long, default_value = "cpu")]
+    pub engine: String,
+    #[arg(long, default_value_t = 256)]
+    pub max_cohort: usize,
+    #[arg(long, default_value_t = 200)]
+    pub cohort_timeout_us: u64,
+    /// Skip the per-nprobe CPU measurements (served sweep only).
+    #[arg(long)]
+    pub served_only: bool,
     #[arg(long, default_value = "bench/results/knn-cpu.json")]
     pub out: PathBuf,
     /// Plot of the served sweep.
@@ -84,7 +94,7 @@ pub fn run(a: &KnnBench) -> Result<()> {
         "{:>7} {:>9} {:>12} {:>12} {:>12}",
         "nprobe", "recall", "lat_us(1t)", "p99_us(1t)", "qps(all)"
     );
-    for &nprobe in &a.nprobe {
+    for &nprobe in a.nprobe.iter().filter(|_| !a.served_only) {
         let p = SearchParams { k: a.k, nprobe };
         let mut lat = hdrhistogram::Histogram::<u64>::new(3)?;
         let mut found = Vec::with_capacity(q.n);
@@ -112,6 +122,9 @@ pub fn run(a: &KnnBench) -> Result<()> {
         sa.index = Some(ipath.clone());
         sa.http = None;
         sa.io_threads = a.io_threads;
+        sa.engine = a.engine.clone();
+        sa.max_cohort = a.max_cohort;
+        sa.cohort_timeout_us = a.cohort_timeout_us;
         let stack = serve::start(&sa)?;
         let w = Arc::new(KnnWorkload::new(
             q.clone(),
@@ -149,7 +162,7 @@ pub fn run(a: &KnnBench) -> Result<()> {
         &a.out,
         json!({
             "data": a.data, "n": ix.n, "dim": ix.dim, "nlist": ix.nlist, "queries": q.n, "build_seconds": build_s,
-            "per_nprobe": per_nprobe, "served_udp": {"nprobe": a.serve_nprobe, "io_threads": a.io_threads, "runs": served},
+            "per_nprobe": per_nprobe, "served_udp": {"engine": a.engine, "nprobe": a.serve_nprobe, "io_threads": a.io_threads, "max_cohort": a.max_cohort, "runs": served},
         }),
     )
 }

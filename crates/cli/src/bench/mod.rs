@@ -2,6 +2,8 @@
 //! the command, under bench/results/ by default.
 
 mod echo;
+mod engine;
+mod gpu;
 mod knn;
 
 use anyhow::Result;
@@ -15,12 +17,18 @@ pub enum BenchCmd {
     Echo(echo::EchoBench),
     /// k-NN on the cpu engine: recall and latency per nprobe, then a served UDP sweep.
     KnnCpu(knn::KnnBench),
+    /// k-NN kernels on one GPU: queries/s per cohort size, search bandwidth vs D2D copy.
+    GpuKernels(gpu::GpuKernelBench),
+    /// Engines fed directly (no sockets): throughput and latency per outstanding window.
+    Engine(engine::EngineBench),
 }
 
 pub fn run(cmd: BenchCmd) -> Result<()> {
     match cmd {
         BenchCmd::Echo(a) => echo::run(&a),
         BenchCmd::KnnCpu(a) => knn::run(&a),
+        BenchCmd::GpuKernels(a) => gpu::run(&a),
+        BenchCmd::Engine(a) => engine::run(&a),
     }
 }
 

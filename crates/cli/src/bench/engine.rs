@@ -1,0 +1,136 @@
+//! Engines without sockets: a driver thread feeds the engine's dispatcher directly (as
+//! Centaur emulated its network), keeping `window` requests outstanding, so an engine is
+//! measured past what the kernel's UDP path could deliver.
+
+use crate::serve::{self, ServeArgs};
+use anyhow::Result;
+use clap::Args;
+use cohort_engine::{Reply, ReplyPort, Request, Response, ResponseBody};
+use cohort_services::knn::{encode_request, Elems};
+use crossbeam_channel::{unbounded, Sender};
+use serde_json::json;
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+#[derive(Args, Debug)]
+pub struct EngineBench {
+    /// cpu, gpu-direct, gpu-cohort (comma-separated: each in turn).
+    #[arg(
+        long,
+        value_delimiter = ',',
+        default_value = "cpu,gpu-direct,gpu-cohort"
+    )]
+    pub engines: Vec<String>,
+    /// Folder with query.fvecs and ivf{nlist}.index.
+    #[arg(long)]
+    pub data: PathBuf,
+    #[arg(long, default_value_t = 1024)]
+    pub nlist: usize,
+    #[arg(long, default_value_t = 16)]
+    pub nprobe: u16,
+    #[arg(long, default_value_t = 10)]
+    pub k: u16,
+    /// Requests kept outstanding by the driver.
+    #[arg(long, value_delimiter = ',', default_value = "64,1024,8192")]
+    pub window: Vec<usize>,
+    #[arg(long, default_value_t = 3.0)]
+    pub duration: f64,
+    #[arg(long, default_value_t = 1024)]
+    pub max_cohort: usize,
+    #[arg(long, default_value_t = 200)]
+    pub cohort_timeout_us: u64,
+    #[arg(long, default_value = "bench/results/engine.json")]
+    pub out: PathBuf,
+}
+
+struct Chan(Sender<(u64, bool)>);
+impl ReplyPort for Chan {
+    fn deliver(&self, _token: u32, r: Response) {
+        let _ = self
+            .0
+            .send((r.request_id, matches!(r.body, ResponseBody::Ok(_))));
+    }
+}
+
+pub fn run(a: &EngineBench) -> Result<()> {
+    let q = cohort_knn::vecfile::read_vectors(&a.data.join("query.fvecs"))?;
+    let payloads: Vec<Vec<u8>> = (0..q.n)
+        .map(|i| {
+            let mut p = Vec::new();
+            encode_request(a.k, a.nprobe, Elems::F32(q.row(i)), &mut p);
+            p
+        })
+        .collect();
+    let mut results = Vec::new();
+    for engine in &a.engines {
+        let mut sa = ServeArgs::loopback("knn");
+        sa.index = Some(a.data.join(format!("ivf{}.index", a.nlist)));
+        sa.engine = engine.clone();
+        sa.max_cohort = a.max_cohort;
+        sa.cohort_timeout_us = a.cohort_timeout_us;
+        sa.max_queue = 1 << 20;
+        sa.default_timeout_us = 60_000_000;
+        let side = match serve::start_engines(&sa) {
+            Ok(s) => s,
+            Err(e) => {
+                eprintln!("{engine}: skipped: {e:#}");
+                results.push(json!({"engine": engine, "skipped": format!("{e:#}")}));
+                continue;
+            }
+        };
+        for &window in &a.window {
+            let (tx, rx) = unbounded();
+            let port = Arc::new(Chan(tx));
+            let mut sent_at = vec![Instant::now(); window.next_power_of_two()];
+            let mask = sent_at.len() - 1;
+            let mut hist = hdrhistogram::Histogram::<u64>::new(3)?;
+            let (mut next, mut done, mut errors) = (0u64, 0u64, 0u64);
+            let submit = |id: u64, sent_at: &mut Vec<Instant>| {
+                let now = Instant::now();
+                sent_at[id as usize & mask] = now;
+                let p = payloads[id as usize % payloads.len()].clone();
+                let r = Request::new(
+                    3,
+                    id,
+                    p,
+                    now,
+                    now + Duration::from_secs(60),
+                    Reply {
+                        port: port.clone(),
+                        token: 0,
+                    },
+                );
+                side.dispatcher.submit(r);
+            };
+            for _ in 0..window {
+                submit(next, &mut sent_at);
+                next += 1;
+            }
+            let start = Instant::now();
+            let end = start + Duration::from_secs_f64(a.duration);
+            while Instant::now() < end {
+                let Ok((id, ok)) = rx.recv_timeout(Duration::from_secs(5)) else {
+                    break;
+                };
+                hist.record(sent_at[id as usize & mask].elapsed().as_nanos() as u64)?;
+                done += 1;
+                errors += u64::from(!ok);
+                submit(next, &mut sent_at);
+                next += 1;
+            }
+            let secs = start.elapsed().as_secs_f64();
+            // Drain what is still outstanding before the next window size.
+            for _ in 0..window {
+                let _ = rx.recv_timeout(Duration::from_secs(10));
+            }
+            let us = |q: f64| hist.value_at_quantile(q) as f64 / 1e3;
+            let r = json!({"engine": engine, "window": window, "queries_per_s": done as f64 / secs, "errors": errors,
+                "latency_us": {"p50": us(0.5), "p99": us(0.99), "p999": us(0.999)}, "nprobe": a.nprobe, "k": a.k, "nlist": a.nlist});
+            eprintln!("{r}");
+            results.push(r);
+        }
+        side.shutdown();
+    }
+    super::write_result(&a.out, serde_json::Value::Array(results))
+}

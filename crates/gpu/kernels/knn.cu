@@ -1,0 +1,185 @@
+// k-NN IVF-Flat query stages on the GPU. Each kernel is the twin of a CPU function in
+// crates/knn/src/ivf/stages.rs (filter, search_cell, reduce) and is tested against it.
+//
+// Ordering everywhere is (distance, id) ascending, ties to the smaller id, as on the CPU.
+// Layout: row-major f32 vectors; cells stored contiguously (cell-major) with `offsets`
+// (nlist + 1 entries) giving each cell's row range and `ids` the original id of each row.
+
+#define BLOCK 256
+#define WARPS (BLOCK / 32)
+#define MAX_DIM 1024
+#define MAX_K 128
+#define TILE 1024
+#define INF __int_as_float(0x7f800000)
+#define NO_ID 0xffffffffu
+
+// (d, i) strictly before (e, j)?
+__device__ __forceinline__ bool before(float d, unsigned i, float e, unsigned j) {
+    return d < e || (d == e && i < j);
+}
+
+// Block-wide argmin over (dist[x], id[x]) for x in [0, n). Every thread gets the winner's
+// slot index (or -1 when all are +inf with NO_ID). Uses `red_d`, `red_i`, `red_x` (WARPS each).
+__device__ int block_argmin(const float* dist, const unsigned* id, int n,
+                            float* red_d, unsigned* red_i, int* red_x) {
+    float bd = INF;
+    unsigned bi = NO_ID;
+    int bx = -1;
+    for (int x = threadIdx.x; x < n; x += BLOCK) {
+        if (before(dist[x], id[x], bd, bi)) { bd = dist[x]; bi = id[x]; bx = x; }
+    }
+    for (int off = 16; off > 0; off >>= 1) {
+        float od = __shfl_down_sync(0xffffffffu, bd, off);
+        unsigned oi = __shfl_down_sync(0xffffffffu, bi, off);
+        int ox = __shfl_down_sync(0xffffffffu, bx, off);
+        if (before(od, oi, bd, bi)) { bd = od; bi = oi; bx = ox; }
+    }
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (lane == 0) { red_d[warp] = bd; red_i[warp] = bi; red_x[warp] = bx; }
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        for (int w = 1; w < WARPS; ++w) {
+            if (before(red_d[w], red_i[w], red_d[0], red_i[0])) {
+                red_d[0] = red_d[w]; red_i[0] = red_i[w]; red_x[0] = red_x[w];
+            }
+        }
+    }
+    __syncthreads();
+    int winner = red_x[0];
+    __syncthreads();
+    return winner;
+}
+
+// Warp computes the distance between `q` (shared) and `row` (global): lanes stride the
+// dimensions, so a warp reads a row in coalesced 128-byte pieces.
+__device__ __forceinline__ float warp_distance(const float* q, const float* row, int dim, int metric) {
+    int lane = threadIdx.x % 32;
+    float acc = 0.f;
+    for (int d = lane; d < dim; d += 32) {
+        float v = row[d];
+        if (metric == 0) { float t = q[d] - v; acc = fmaf(t, t, acc); }
+        else { acc = fmaf(q[d], v, acc); }
+    }
+    for (int off = 16; off > 0; off >>= 1) acc += __shfl_down_sync(0xffffffffu, acc, off);
+    return metric == 0 ? acc : -acc;
+}
+
+// Stage 1 (twin of stages::filter). Block per query: distances to all centroids into
+// `scratch` (nq x nlist), then nprobe rounds of block argmin. probes: nq x nprobe.
+extern "C" __global__ void knn_filter(const float* __restrict__ queries, const float* __restrict__ centroids,
+                                      int nlist, int dim, int nprobe, int metric,
+                                      float* __restrict__ scratch, unsigned* __restrict__ probes) {
+    __shared__ float q[MAX_DIM];
+    __shared__ float red_d[WARPS];
+    __shared__ unsigned red_i[WARPS];
+    __shared__ int red_x[WARPS];
+    __shared__ unsigned ids_unused[1];
+    int qi = blockIdx.x;
+    for (int d = threadIdx.x; d < dim; d += BLOCK) q[d] = queries[(size_t)qi * dim + d];
+    __syncthreads();
+    float* dist = scratch + (size_t)qi * nlist;
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    for (int c = warp; c < nlist; c += WARPS) {
+        float v = warp_distance(q, centroids + (size_t)c * dim, dim, metric);
+        if (lane == 0) dist[c] = v;
+    }
+    __syncthreads();
+    (void)ids_unused;
+    for (int r = 0; r < nprobe; ++r) {
+        // ids are the cell indices themselves: pass a null id array by using x as the id.
+        float bd = INF; unsigned bi = NO_ID;
+        for (int x = threadIdx.x; x < nlist; x += BLOCK) {
+            if (before(dist[x], (unsigned)x, bd, bi)) { bd = dist[x]; bi = (unsigned)x; }
+        }
+        for (int off = 16; off > 0; off >>= 1) {
+            float od = __shfl_down_sync(0xffffffffu, bd, off);
+            unsigned oi = __shfl_down_sync(0xffffffffu, bi, off);
+            if (before(od, oi, bd, bi)) { bd = od; bi = oi; }
+        }
+        if (lane == 0) { red_d[warp] = bd; red_i[warp] = bi; }
+        __syncthreads();
+        if (threadIdx.x == 0) {
+            for (int w = 1; w < WARPS; ++w)
+                if (before(red_d[w], red_i[w], red_d[0], red_i[0])) { red_d[0] = red_d[w]; red_i[0] = red_i[w]; }
+            probes[(size_t)qi * nprobe + r] = red_i[0];
+            if (red_i[0] != NO_ID) dist[red_i[0]] = INF;  // taken
+        }
+        __syncthreads();
+    }
+}
+
+// Stage 2 (twin of stages::search_cell). Block per (query, probe): scans the cell in tiles,
+// keeps the k best in shared memory. partial ids/dists: (nq * nprobe) x k, padded with
+// (+inf, NO_ID) when the cell holds fewer than k rows.
+extern "C" __global__ void knn_search(const float* __restrict__ queries, const float* __restrict__ vectors,
+                                      const unsigned* __restrict__ row_ids, const unsigned long long* __restrict__ offsets,
+                                      const unsigned* __restrict__ probes, int nprobe, int dim, int k, int metric,
+                                      unsigned* __restrict__ out_ids, float* __restrict__ out_dist) {
+    __shared__ float q[MAX_DIM];
+    __shared__ float cand_d[TILE + MAX_K];
+    __shared__ unsigned cand_i[TILE + MAX_K];
+    __shared__ float best_d[MAX_K];
+    __shared__ unsigned best_i[MAX_K];
+    __shared__ float red_d[WARPS];
+    __shared__ unsigned red_i[WARPS];
+    __shared__ int red_x[WARPS];
+    int b = blockIdx.x;
+    int qi = b / nprobe;
+    unsigned cell = probes[b];
+    for (int d = threadIdx.x; d < dim; d += BLOCK) q[d] = queries[(size_t)qi * dim + d];
+    for (int j = threadIdx.x; j < k; j += BLOCK) { best_d[j] = INF; best_i[j] = NO_ID; }
+    __syncthreads();
+    if (cell != NO_ID) {
+        size_t start = offsets[cell], end = offsets[cell + 1];
+        int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+        for (size_t t0 = start; t0 < end; t0 += TILE) {
+            int n = (int)min((size_t)TILE, end - t0);
+            for (int r = warp; r < n; r += WARPS) {
+                float v = warp_distance(q, vectors + (t0 + r) * (size_t)dim, dim, metric);
+                if (lane == 0) { cand_d[r] = v; cand_i[r] = row_ids[t0 + r]; }
+            }
+            // The current best join the tile's candidates; select the k best of both.
+            for (int j = threadIdx.x; j < k; j += BLOCK) { cand_d[n + j] = best_d[j]; cand_i[n + j] = best_i[j]; }
+            __syncthreads();
+            for (int j = 0; j < k; ++j) {
+                int x = block_argmin(cand_d, cand_i, n + k, red_d, red_i, red_x);
+                if (threadIdx.x == 0) {
+                    if (x >= 0) { best_d[j] = cand_d[x]; best_i[j] = cand_i[x]; cand_d[x] = INF; cand_i[x] = NO_ID; }
+                    else { best_d[j] = INF; best_i[j] = NO_ID; }
+                }
+                __syncthreads();
+            }
+        }
+    }
+    for (int j = threadIdx.x; j < k; j += BLOCK) {
+        out_ids[(size_t)b * k + j] = best_i[j];
+        out_dist[(size_t)b * k + j] = best_d[j];
+    }
+}
+
+// Stage 3 (twin of stages::reduce). Block per query: the k best of its nprobe partial lists.
+extern "C" __global__ void knn_reduce(const unsigned* __restrict__ part_ids, const float* __restrict__ part_dist,
+                                      int nprobe, int k, unsigned* __restrict__ out_ids, float* __restrict__ out_dist) {
+    extern __shared__ unsigned char smem[];
+    float* cd = (float*)smem;
+    unsigned* ci = (unsigned*)(cd + nprobe * k);
+    __shared__ float red_d[WARPS];
+    __shared__ unsigned red_i[WARPS];
+    __shared__ int red_x[WARPS];
+    int qi = blockIdx.x;
+    int n = nprobe * k;
+    for (int x = threadIdx.x; x < n; x += BLOCK) {
+        cd[x] = part_dist[(size_t)qi * n + x];
+        ci[x] = part_ids[(size_t)qi * n + x];
+    }
+    __syncthreads();
+    for (int j = 0; j < k; ++j) {
+        int x = block_argmin(cd, ci, n, red_d, red_i, red_x);
+        if (threadIdx.x == 0) {
+            out_ids[(size_t)qi * k + j] = x >= 0 ? ci[x] : NO_ID;
+            out_dist[(size_t)qi * k + j] = x >= 0 ? cd[x] : INF;
+            if (x >= 0) { cd[x] = INF; ci[x] = NO_ID; }
+        }
+        __syncthreads();
+    }
+}

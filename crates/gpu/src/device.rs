@@ -1,0 +1,82 @@
+//! Device discovery: name, SMs, memory, PCI bus id and the NUMA node the GPU hangs off.
+
+use crate::GpuError;
+use cudarc::driver::sys::CUdevice_attribute as Attr;
+use cudarc::driver::CudaContext;
+
+#[derive(Debug, Clone)]
+pub struct DeviceInfo {
+    pub ordinal: usize,
+    pub name: String,
+    pub compute_capability: (i32, i32),
+    pub sms: i32,
+    pub total_mem: usize,
+    pub pci_bus_id: String,
+    /// From sysfs; None where the kernel does not say (-1) or the file is absent.
+    pub numa_node: Option<u32>,
+}
+
+impl DeviceInfo {
+    /// `sm_90` style architecture name for NVRTC.
+    pub fn arch(&self) -> String {
+        format!(
+            "sm_{}{}",
+            self.compute_capability.0, self.compute_capability.1
+        )
+    }
+}
+
+/// Whether the CUDA driver library can be loaded at all (checked before any driver call,
+/// since cudarc panics when it is missing).
+pub fn driver_present() -> bool {
+    // SAFETY: only tries to dlopen the library.
+    unsafe { cudarc::driver::sys::is_culib_present() }
+}
+
+fn numa_node(bus: &str) -> Option<u32> {
+    let path = format!(
+        "/sys/bus/pci/devices/{}/numa_node",
+        bus.to_ascii_lowercase()
+    );
+    std::fs::read_to_string(path)
+        .ok()?
+        .trim()
+        .parse::<i64>()
+        .ok()
+        .filter(|n| *n >= 0)
+        .map(|n| n as u32)
+}
+
+/// Every CUDA device, or `NoDevice` with the reason.
+pub fn probe() -> Result<Vec<DeviceInfo>, GpuError> {
+    if !driver_present() {
+        return Err(GpuError::NoDevice(
+            "the CUDA driver library (libcuda) is not installed".into(),
+        ));
+    }
+    let n = CudaContext::device_count()
+        .map_err(|e| GpuError::NoDevice(format!("cuInit/cuDeviceGetCount: {e}")))?;
+    if n <= 0 {
+        return Err(GpuError::NoDevice("the driver reports 0 devices".into()));
+    }
+    (0..n as usize)
+        .map(|i| {
+            let ctx = CudaContext::new(i)?;
+            let (dom, bus, dev) = (
+                ctx.attribute(Attr::CU_DEVICE_ATTRIBUTE_PCI_DOMAIN_ID)?,
+                ctx.attribute(Attr::CU_DEVICE_ATTRIBUTE_PCI_BUS_ID)?,
+                ctx.attribute(Attr::CU_DEVICE_ATTRIBUTE_PCI_DEVICE_ID)?,
+            );
+            let pci = format!("{dom:04x}:{bus:02x}:{dev:02x}.0");
+            Ok(DeviceInfo {
+                ordinal: i,
+                name: ctx.name()?,
+                compute_capability: ctx.compute_capability()?,
+                sms: ctx.attribute(Attr::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?,
+                total_mem: ctx.total_mem()?,
+                numa_node: numa_node(&pci),
+                pci_bus_id: pci,
+            })
+        })
+        .collect()
+}

@@ -1,0 +1,373 @@
+//! The host-driven GPU engines for k-NN, one control thread per GPU.
+//!
+//! - `gpu-direct` (Centaur's CPU-driven design): every request is launched on its own as soon
+//!   as a stream is free: H2D, the three kernels, D2H; up to `streams` requests in flight;
+//!   the control thread polls their events (SEDA style), never a blocking sync per request.
+//! - `gpu-cohort` (Rhythm / micro-batching): requests gather into a cohort that closes at
+//!   `max_cohort` requests or when its oldest has waited `cohort_timeout`, whichever comes
+//!   first; cohorts run on alternating streams with pinned staging buffers, so the copy-in,
+//!   kernels and copy-out of consecutive cohorts overlap.
+
+use crate::knn::{to_neighbors, GpuIvf, Launched};
+use crate::GpuError;
+use cohort_engine::{Lane, Metrics, Request, ResponseBody};
+use cohort_proto::{service_id, ErrorCode};
+use cohort_services::knn::{decode_request, encode_response};
+use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, Sender, TrySendError};
+use cudarc::driver::{CudaEvent, CudaStream, PinnedHostSlice};
+use std::collections::VecDeque;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::{Duration, Instant};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Mode {
+    Direct,
+    Cohort,
+}
+
+#[derive(Debug, Clone)]
+pub struct GpuEngineConfig {
+    pub mode: Mode,
+    /// Largest cohort (gpu-cohort); gpu-direct uses 1.
+    pub max_cohort: usize,
+    pub cohort_timeout: Duration,
+    /// Streams (= launches in flight).
+    pub streams: usize,
+    pub max_queue: usize,
+}
+
+struct GpuLane {
+    tx: Sender<Request>,
+}
+
+impl Lane for GpuLane {
+    fn try_submit(&self, req: Request) -> Result<(), Request> {
+        match self.tx.try_send(req) {
+            Ok(()) => Ok(()),
+            Err(TrySendError::Full(r)) | Err(TrySendError::Disconnected(r)) => Err(r),
+        }
+    }
+    fn depth(&self) -> usize {
+        self.tx.len()
+    }
+}
+
+pub struct GpuEngine {
+    lane: Arc<GpuLane>,
+    thread: Option<JoinHandle<()>>,
+    stop: Arc<AtomicBool>,
+}
+
+impl GpuEngine {
+    pub fn start(
+        ivf: GpuIvf,
+        cfg: GpuEngineConfig,
+        metrics: Arc<Metrics>,
+    ) -> Result<GpuEngine, GpuError> {
+        let max_cohort = if cfg.mode == Mode::Direct {
+            1
+        } else {
+            cfg.max_cohort.max(1)
+        };
+        let streams = cfg.streams.max(1);
+        let mut slots = Vec::with_capacity(streams);
+        for _ in 0..streams {
+            // SAFETY: pinned buffers are only read after their stream's event completed.
+            let q = unsafe { ivf.ctx.alloc_pinned::<f32>(max_cohort * ivf.dim) }?;
+            let ids = unsafe {
+                ivf.ctx
+                    .alloc_pinned::<u32>(max_cohort * crate::knn::GPU_MAX_K)
+            }?;
+            let dist = unsafe {
+                ivf.ctx
+                    .alloc_pinned::<f32>(max_cohort * crate::knn::GPU_MAX_K)
+            }?;
+            slots.push(Slot {
+                stream: ivf.ctx.new_stream()?,
+                q,
+                ids,
+                dist,
+                busy: None,
+            });
+        }
+        let (tx, rx) = bounded(cfg.max_queue.max(1));
+        let stop = Arc::new(AtomicBool::new(false));
+        metrics
+            .gpu_memory_used
+            .get_or_create(&cohort_engine::metrics::GpuLabels {
+                gpu: ivf.ctx.ordinal().to_string(),
+            })
+            .set(ivf.device_bytes as i64);
+        let st = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name(format!("gpu-control-{}", ivf.ctx.ordinal()))
+            .spawn(move || {
+                let mut c = Control {
+                    ivf,
+                    cfg: GpuEngineConfig {
+                        max_cohort,
+                        streams,
+                        ..cfg
+                    },
+                    slots,
+                    rx,
+                    metrics,
+                    pending: VecDeque::new(),
+                };
+                c.run(&st);
+            })
+            .map_err(|e| GpuError::Invalid(format!("spawning the control thread: {e}")))?;
+        Ok(GpuEngine {
+            lane: Arc::new(GpuLane { tx }),
+            thread: Some(thread),
+            stop,
+        })
+    }
+
+    pub fn lanes(&self) -> Vec<Arc<dyn Lane>> {
+        vec![self.lane.clone()]
+    }
+
+    /// Finishes queued and in-flight work, then stops the control thread.
+    pub fn shutdown(mut self) {
+        self.stop.store(true, Ordering::Release);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// A decoded request waiting for a launch.
+struct Ready {
+    req: Request,
+    k: usize,
+    nprobe: usize,
+    vector: Vec<f32>,
+}
+
+struct InFlight {
+    done: CudaEvent,
+    launched: Launched,
+    reqs: Vec<Request>,
+    started: Instant,
+}
+
+struct Slot {
+    stream: Arc<CudaStream>,
+    q: PinnedHostSlice<f32>,
+    ids: PinnedHostSlice<u32>,
+    dist: PinnedHostSlice<f32>,
+    busy: Option<InFlight>,
+}
+
+struct Control {
+    ivf: GpuIvf,
+    cfg: GpuEngineConfig,
+    slots: Vec<Slot>,
+    rx: Receiver<Request>,
+    metrics: Arc<Metrics>,
+    pending: VecDeque<Ready>,
+}
+
+impl Control {
+    fn run(&mut self, stop: &AtomicBool) {
+        loop {
+            let completed = self.complete();
+            let admitted = self.admit();
+            let launched = self.launch_ready();
+            let idle = self.slots.iter().all(|s| s.busy.is_none());
+            if stop.load(Ordering::Acquire) && idle && self.pending.is_empty() && self.rx.is_empty()
+            {
+                return;
+            }
+            if completed + admitted + launched > 0 {
+                continue;
+            }
+            if idle && self.pending.is_empty() {
+                // Nothing anywhere: block for the next request.
+                match self.rx.recv_timeout(Duration::from_millis(20)) {
+                    Ok(r) => self.accept(r),
+                    Err(RecvTimeoutError::Timeout) => {}
+                    Err(RecvTimeoutError::Disconnected) => return,
+                }
+            } else {
+                std::hint::spin_loop();
+            }
+        }
+    }
+
+    /// Moves queued requests into `pending`, answering invalid ones at once.
+    fn admit(&mut self) -> usize {
+        let mut n = 0;
+        while self.pending.len() < 4 * self.cfg.max_cohort {
+            match self.rx.try_recv() {
+                Ok(r) => {
+                    self.accept(r);
+                    n += 1;
+                }
+                Err(_) => break,
+            }
+        }
+        n
+    }
+
+    fn accept(&mut self, req: Request) {
+        if req.service != service_id::KNN {
+            return req.respond_error(ErrorCode::UnknownService, "the gpu engines serve knn only");
+        }
+        let ix = &self.ivf;
+        let r = match decode_request(&req.payload, ix.dim, ix.nlist, ix.n) {
+            Ok(r) => r,
+            Err(e) => return req.respond(ResponseBody::Err(e)),
+        };
+        let nprobe = if r.nprobe == 0 {
+            ix.default_nprobe
+        } else {
+            r.nprobe
+        };
+        if let Err(msg) = ix.check(r.k, nprobe) {
+            return req.respond_error(ErrorCode::BadRequest, msg);
+        }
+        self.pending.push_back(Ready {
+            req,
+            k: r.k,
+            nprobe,
+            vector: r.vector,
+        });
+    }
+
+    /// Launches cohorts while a stream is free and a cohort is due.
+    fn launch_ready(&mut self) -> usize {
+        let mut launched = 0;
+        while let Some(oldest) = self.pending.front() {
+            let due = self.pending.len() >= self.cfg.max_cohort
+                || oldest.req.arrived.elapsed() >= self.cfg.cohort_timeout
+                || self.cfg.mode == Mode::Direct;
+            let Some(slot) = self.slots.iter().position(|s| s.busy.is_none()) else {
+                break;
+            };
+            if !due {
+                break;
+            }
+            // A cohort shares (k, nprobe): take the oldest request's shape, up to max_cohort.
+            let (k, nprobe) = (oldest.k, oldest.nprobe);
+            let mut batch = Vec::with_capacity(self.cfg.max_cohort);
+            let mut rest = VecDeque::with_capacity(self.pending.len());
+            while let Some(r) = self.pending.pop_front() {
+                if batch.len() < self.cfg.max_cohort && r.k == k && r.nprobe == nprobe {
+                    batch.push(r);
+                } else {
+                    rest.push_back(r);
+                }
+            }
+            self.pending = rest;
+            let now = Instant::now();
+            let (live, expired): (Vec<Ready>, Vec<Ready>) =
+                batch.into_iter().partition(|r| now <= r.req.deadline);
+            for r in expired {
+                r.req
+                    .respond_error(ErrorCode::Timeout, "deadline passed while queued");
+            }
+            if live.is_empty() {
+                continue;
+            }
+            if let Err(e) = self.launch(slot, live, k, nprobe) {
+                tracing::error!(error = %e, "gpu launch failed");
+            }
+            launched += 1;
+        }
+        launched
+    }
+
+    fn launch(
+        &mut self,
+        si: usize,
+        batch: Vec<Ready>,
+        k: usize,
+        nprobe: usize,
+    ) -> Result<(), GpuError> {
+        let dim = self.ivf.dim;
+        let nq = batch.len();
+        let slot = &mut self.slots[si];
+        {
+            let q = slot.q.as_mut_slice()?;
+            for (i, r) in batch.iter().enumerate() {
+                q[i * dim..(i + 1) * dim].copy_from_slice(&r.vector);
+            }
+        }
+        let s = slot.stream.clone();
+        let result = (|| {
+            let mut qd = s.alloc_zeros::<f32>(nq * dim)?;
+            s.memcpy_htod(&slot.q.as_slice()?[..nq * dim], &mut qd)?;
+            let l = self.ivf.launch(&s, &qd, nq, k, nprobe)?;
+            s.memcpy_dtoh(&l.out_ids, &mut slot.ids.as_mut_slice()?[..nq * k])?;
+            s.memcpy_dtoh(&l.out_dist, &mut slot.dist.as_mut_slice()?[..nq * k])?;
+            let done = s.record_event(None)?;
+            Ok::<_, GpuError>((done, l))
+        })();
+        let reqs: Vec<Request> = batch.into_iter().map(|r| r.req).collect();
+        match result {
+            Ok((done, launched)) => {
+                self.metrics
+                    .cohort_size
+                    .get_or_create(&cohort_engine::metrics::EngineLabels {
+                        engine: self.metrics.engine().into(),
+                    })
+                    .observe(nq as f64);
+                slot.busy = Some(InFlight {
+                    done,
+                    launched,
+                    reqs,
+                    started: Instant::now(),
+                });
+                Ok(())
+            }
+            Err(e) => {
+                for r in reqs {
+                    r.respond_error(ErrorCode::Internal, format!("gpu failure: {e}"));
+                }
+                Err(e)
+            }
+        }
+    }
+
+    /// Answers every cohort whose event has completed.
+    fn complete(&mut self) -> usize {
+        let mut n = 0;
+        for si in 0..self.slots.len() {
+            let ready = match &self.slots[si].busy {
+                Some(f) => f.done.is_complete(),
+                None => false,
+            };
+            if !ready {
+                continue;
+            }
+            let f = self.slots[si].busy.take().expect("checked busy");
+            let slot = &self.slots[si];
+            let (nq, k) = (f.launched.nq, f.launched.k);
+            let rows = match (slot.ids.as_slice(), slot.dist.as_slice()) {
+                (Ok(ids), Ok(dist)) => Ok(to_neighbors(&ids[..nq * k], &dist[..nq * k], nq, k)),
+                (Err(e), _) | (_, Err(e)) => Err(e),
+            };
+            let compute = f.started.elapsed();
+            match rows {
+                Ok(rows) => {
+                    for (req, row) in f.reqs.into_iter().zip(rows) {
+                        let wait = f.started.saturating_duration_since(req.arrived);
+                        self.metrics.stage("gpu", wait, compute);
+                        req.respond(ResponseBody::Ok(encode_response(&row)));
+                    }
+                }
+                Err(e) => {
+                    for req in f.reqs {
+                        req.respond_error(ErrorCode::Internal, format!("gpu failure: {e}"));
+                    }
+                }
+            }
+            n += 1;
+        }
+        n
+    }
+}

@@ -1,0 +1,214 @@
+//! GPU kernels against their CPU twins on fresh random inputs. Used by the test suite and by
+//! `cohort selftest gpu` (the GPU machine has no cargo: the binary carries the checks).
+
+use crate::knn::{to_neighbors, GpuIvf};
+use crate::{probe, GpuError};
+use cohort_knn::ivf::stages;
+use cohort_knn::kmeans::KMeansConfig;
+use cohort_knn::synth::{Model, SynthConfig};
+use cohort_knn::{IvfIndex, Metric, Neighbor, SearchParams};
+
+/// Relative tolerance between GPU and CPU distances (different summation order, FMA).
+const TOL: f32 = 1e-4;
+
+fn close(a: f32, b: f32) -> bool {
+    (a - b).abs() <= TOL * a.abs().max(b.abs()).max(1.0)
+}
+
+/// Same neighbours: distances agree within tolerance position by position, and ids agree
+/// wherever the distance is distinct from its neighbours' (near-ties may swap).
+pub fn same_neighbors(gpu: &[Neighbor], cpu: &[Neighbor]) -> Result<(), String> {
+    if gpu.len() != cpu.len() {
+        return Err(format!(
+            "gpu returned {} neighbours, cpu {}",
+            gpu.len(),
+            cpu.len()
+        ));
+    }
+    for (i, (g, c)) in gpu.iter().zip(cpu).enumerate() {
+        if !close(g.distance, c.distance) {
+            return Err(format!(
+                "position {i}: gpu distance {} vs cpu {}",
+                g.distance, c.distance
+            ));
+        }
+        let tied = |j: usize| j < cpu.len() && close(cpu[j].distance, c.distance);
+        let distinct = !(i > 0 && tied(i - 1)) && !tied(i + 1);
+        if distinct && g.id != c.id {
+            return Err(format!(
+                "position {i}: gpu id {} vs cpu id {} at distance {}",
+                g.id, c.id, c.distance
+            ));
+        }
+    }
+    Ok(())
+}
+
+pub struct Case {
+    pub n: usize,
+    pub dim: usize,
+    pub nlist: usize,
+    pub nq: usize,
+    pub k: usize,
+    pub nprobe: usize,
+    pub metric: Metric,
+    pub seed: u64,
+}
+
+/// Runs one case: filter, search, reduce and the chained query, each against the CPU.
+pub fn check_case(c: &Case) -> Result<String, GpuError> {
+    let devs = probe()?;
+    let model = Model::new(SynthConfig {
+        clusters: 16,
+        ..SynthConfig::sift_like(c.dim, c.seed)
+    });
+    let base = model.sample(c.n, 1);
+    let queries = model.sample(c.nq, 2);
+    let ix = IvfIndex::build(
+        &base,
+        c.nlist,
+        c.metric,
+        &KMeansConfig {
+            iters: 5,
+            seed: c.seed,
+            ..KMeansConfig::new(c.nlist)
+        },
+    );
+    let g = GpuIvf::upload(&devs[0], &ix)?;
+    let s = g.ctx.default_stream();
+    let fail = |what: &str, m: String| GpuError::Invalid(format!("{what} (seed {}): {m}", c.seed));
+    let qd = s.clone_htod(&queries.data)?;
+    // Stage 1.
+    let probes_d = g.launch_filter(&s, &qd, c.nq, c.nprobe)?;
+    let probes = s.clone_dtoh(&probes_d)?;
+    s.synchronize()?;
+    for i in 0..c.nq {
+        let cpu = stages::filter(ix.centroids(), ix.dim, ix.metric, queries.row(i), c.nprobe);
+        let gpu = &probes[i * c.nprobe..(i + 1) * c.nprobe];
+        if cpu != gpu {
+            // Allow only swaps among near-equal centroid distances.
+            let d = |cell: u32| {
+                ix.metric.distance(
+                    queries.row(i),
+                    &ix.centroids()[cell as usize * ix.dim..(cell as usize + 1) * ix.dim],
+                )
+            };
+            let ok = cpu.iter().zip(gpu).all(|(a, b)| close(d(*a), d(*b)));
+            if !ok {
+                return Err(fail(
+                    "filter",
+                    format!("query {i}: gpu probes {gpu:?} vs cpu {cpu:?}"),
+                ));
+            }
+        }
+    }
+    // Stage 2 on the GPU's own probes, against search_cell.
+    let (pi, pd) = g.launch_search(&s, &qd, &probes_d, c.nq, c.nprobe, c.k)?;
+    let (part_ids, part_dist) = (s.clone_dtoh(&pi)?, s.clone_dtoh(&pd)?);
+    s.synchronize()?;
+    let parts = to_neighbors(&part_ids, &part_dist, c.nq * c.nprobe, c.k);
+    for (b, gpu) in parts.iter().enumerate() {
+        let (qi, cell) = (b / c.nprobe, probes[b]);
+        let cpu = stages::search_cell(&ix, queries.row(qi), cell, c.k);
+        same_neighbors(gpu, &cpu)
+            .map_err(|m| fail("search", format!("query {qi} cell {cell}: {m}")))?;
+    }
+    // Stage 3 against reduce over the same partials.
+    let (ri, rd) = g.launch_reduce(&s, &pi, &pd, c.nq, c.nprobe, c.k)?;
+    let (ids, dist) = (s.clone_dtoh(&ri)?, s.clone_dtoh(&rd)?);
+    s.synchronize()?;
+    let reduced = to_neighbors(&ids, &dist, c.nq, c.k);
+    for (qi, gpu) in reduced.iter().enumerate() {
+        let cpu = stages::reduce(&parts[qi * c.nprobe..(qi + 1) * c.nprobe], c.k);
+        same_neighbors(gpu, &cpu).map_err(|m| fail("reduce", format!("query {qi}: {m}")))?;
+    }
+    // Chained query against the CPU query (recall must match too).
+    let full = g.search(&s, &queries.data, c.k, c.nprobe)?;
+    let (mut hits_g, mut hits_c) = (0usize, 0usize);
+    for (qi, gpu) in full.iter().enumerate() {
+        let cpu = ix.query(
+            queries.row(qi),
+            SearchParams {
+                k: c.k,
+                nprobe: c.nprobe,
+            },
+        );
+        same_neighbors(gpu, &cpu).map_err(|m| fail("query", format!("query {qi}: {m}")))?;
+        let exact = cohort_knn::exact::search_one(&base, c.metric, queries.row(qi), c.k);
+        hits_g += gpu
+            .iter()
+            .filter(|n| exact.iter().any(|e| e.id == n.id))
+            .count();
+        hits_c += cpu
+            .iter()
+            .filter(|n| exact.iter().any(|e| e.id == n.id))
+            .count();
+    }
+    if hits_g != hits_c {
+        return Err(fail("recall", format!("gpu hits {hits_g} vs cpu {hits_c}")));
+    }
+    Ok(format!(
+        "ok: n={} dim={} nlist={} nq={} k={} nprobe={} metric={} seed={} recall@k={:.3}",
+        c.n,
+        c.dim,
+        c.nlist,
+        c.nq,
+        c.k,
+        c.nprobe,
+        c.metric.name(),
+        c.seed,
+        hits_g as f64 / (c.nq * c.k) as f64
+    ))
+}
+
+/// The standard set of cases on fresh seeds.
+pub fn cases(seed: u64) -> Vec<Case> {
+    vec![
+        Case {
+            n: 20_000,
+            dim: 128,
+            nlist: 64,
+            nq: 64,
+            k: 10,
+            nprobe: 8,
+            metric: Metric::L2,
+            seed,
+        },
+        Case {
+            n: 20_000,
+            dim: 96,
+            nlist: 128,
+            nq: 33,
+            k: 100,
+            nprobe: 16,
+            metric: Metric::L2,
+            seed: seed + 1,
+        },
+        Case {
+            n: 5_000,
+            dim: 17,
+            nlist: 16,
+            nq: 20,
+            k: 7,
+            nprobe: 16,
+            metric: Metric::InnerProduct,
+            seed: seed + 2,
+        },
+        // Cells far larger than a shared-memory tile, and k above most cell sizes elsewhere.
+        Case {
+            n: 30_000,
+            dim: 64,
+            nlist: 4,
+            nq: 10,
+            k: 128,
+            nprobe: 2,
+            metric: Metric::L2,
+            seed: seed + 3,
+        },
+    ]
+}
+
+/// Runs every case; returns one line per case or the first failure.
+pub fn run(seed: u64) -> Result<Vec<String>, GpuError> {
+    cases(seed).iter().map(check_case).collect()
+}
