@@ -8,6 +8,12 @@ echo "== toolchain"
 cargo --version
 rustup component add rustfmt clippy >/dev/null 2>&1 || true
 
+echo "== NVRTC for the kernel compile checks (CUDA 13.0, from PyPI)"
+python3 -m pip install --quiet --disable-pip-version-check "nvidia-cuda-nvrtc==13.0.88"
+nvrtc_lib=$(python3 -c "import nvidia, os; print(os.path.join(nvidia.__path__[0], 'cu13', 'lib'))")
+export LD_LIBRARY_PATH="${nvrtc_lib}:${LD_LIBRARY_PATH:-}"
+export COHORT_REQUIRE_NVRTC=1
+
 echo "== format and lints"
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --release -- -D warnings

@@ -111,9 +111,14 @@ extern "C" __global__ void knn_filter(const float* __restrict__ queries, const f
 // Stage 2 (twin of stages::search_cell). Block per (query, probe): scans the cell in tiles,
 // keeps the k best in shared memory. partial ids/dists: (nq * nprobe) x k, padded with
 // (+inf, NO_ID) when the cell holds fewer than k rows.
+//
+// `order` (may be null) maps block -> (query, probe) pair. The batched path passes the pairs
+// sorted by cell, so the blocks that scan one cell run side by side and all but the first
+// read it from L2 instead of HBM: a cohort's queries share the cell data they probe.
 extern "C" __global__ void knn_search(const float* __restrict__ queries, const float* __restrict__ vectors,
                                       const unsigned* __restrict__ row_ids, const unsigned long long* __restrict__ offsets,
-                                      const unsigned* __restrict__ probes, int nprobe, int dim, int k, int metric,
+                                      const unsigned* __restrict__ probes, const unsigned* __restrict__ order,
+                                      int nprobe, int dim, int k, int metric,
                                       unsigned* __restrict__ out_ids, float* __restrict__ out_dist) {
     __shared__ float q[MAX_DIM];
     __shared__ float cand_d[TILE + MAX_K];
@@ -123,7 +128,7 @@ extern "C" __global__ void knn_search(const float* __restrict__ queries, const f
     __shared__ float red_d[WARPS];
     __shared__ unsigned red_i[WARPS];
     __shared__ int red_x[WARPS];
-    int b = blockIdx.x;
+    int b = order ? (int)order[blockIdx.x] : (int)blockIdx.x;
     int qi = b / nprobe;
     unsigned cell = probes[b];
     for (int d = threadIdx.x; d < dim; d += BLOCK) q[d] = queries[(size_t)qi * dim + d];
@@ -181,5 +186,41 @@ extern "C" __global__ void knn_reduce(const unsigned* __restrict__ part_ids, con
             if (x >= 0) { cd[x] = INF; ci[x] = NO_ID; }
         }
         __syncthreads();
+    }
+}
+
+// Batched path, step 1: how many (query, probe) pairs fall in each cell. counts: nlist, zeroed.
+extern "C" __global__ void knn_count(const unsigned* __restrict__ probes, int pairs, unsigned* __restrict__ counts) {
+    for (int b = blockIdx.x * blockDim.x + threadIdx.x; b < pairs; b += gridDim.x * blockDim.x) {
+        unsigned c = probes[b];
+        if (c != NO_ID) atomicAdd(&counts[c], 1u);
+    }
+}
+
+// Step 2: exclusive prefix sum of counts into cursor (one block; nlist is small).
+extern "C" __global__ void knn_scan(const unsigned* __restrict__ counts, int nlist, unsigned* __restrict__ cursor) {
+    __shared__ unsigned part[BLOCK];
+    int per = (nlist + BLOCK - 1) / BLOCK;
+    int lo = threadIdx.x * per, hi = min(nlist, lo + per);
+    unsigned sum = 0;
+    for (int i = lo; i < hi; ++i) sum += counts[i];
+    part[threadIdx.x] = sum;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        unsigned run = 0;
+        for (int t = 0; t < BLOCK; ++t) { unsigned v = part[t]; part[t] = run; run += v; }
+    }
+    __syncthreads();
+    unsigned run = part[threadIdx.x];
+    for (int i = lo; i < hi; ++i) { cursor[i] = run; run += counts[i]; }
+}
+
+// Step 3: pairs grouped by cell. order: pairs entries.
+extern "C" __global__ void knn_scatter(const unsigned* __restrict__ probes, int pairs, unsigned* __restrict__ cursor,
+                                       unsigned* __restrict__ order) {
+    for (int b = blockIdx.x * blockDim.x + threadIdx.x; b < pairs; b += gridDim.x * blockDim.x) {
+        unsigned c = probes[b];
+        unsigned pos = c != NO_ID ? atomicAdd(&cursor[c], 1u) : 0u;
+        if (c != NO_ID) order[pos] = (unsigned)b;
     }
 }

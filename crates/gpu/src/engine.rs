@@ -8,7 +8,7 @@
 //!   first; cohorts run on alternating streams with pinned staging buffers, so the copy-in,
 //!   kernels and copy-out of consecutive cohorts overlap.
 
-use crate::knn::{to_neighbors, GpuIvf, Launched};
+use crate::knn::{to_neighbors, Buffers, GpuIvf};
 use crate::GpuError;
 use cohort_engine::{Lane, Metrics, Request, ResponseBody};
 use cohort_proto::{service_id, ErrorCode};
@@ -84,13 +84,9 @@ impl GpuEngine {
                 ivf.ctx
                     .alloc_pinned::<f32>(max_cohort * crate::knn::GPU_MAX_K)
             }?;
-            slots.push(Slot {
-                stream: ivf.ctx.new_stream()?,
-                q,
-                ids,
-                dist,
-                busy: None,
-            });
+            let stream = ivf.ctx.new_stream()?;
+            let bufs = ivf.buffers(&stream, max_cohort)?;
+            slots.push(Slot { stream, q, ids, dist, bufs, busy: None });
         }
         let (tx, rx) = bounded(cfg.max_queue.max(1));
         let stop = Arc::new(AtomicBool::new(false));
@@ -149,7 +145,8 @@ struct Ready {
 
 struct InFlight {
     done: CudaEvent,
-    launched: Launched,
+    nq: usize,
+    k: usize,
     reqs: Vec<Request>,
     started: Instant,
 }
@@ -159,6 +156,7 @@ struct Slot {
     q: PinnedHostSlice<f32>,
     ids: PinnedHostSlice<u32>,
     dist: PinnedHostSlice<f32>,
+    bufs: Buffers,
     busy: Option<InFlight>,
 }
 
@@ -299,17 +297,15 @@ impl Control {
         }
         let s = slot.stream.clone();
         let result = (|| {
-            let mut qd = s.alloc_zeros::<f32>(nq * dim)?;
-            s.memcpy_htod(&slot.q.as_slice()?[..nq * dim], &mut qd)?;
-            let l = self.ivf.launch(&s, &qd, nq, k, nprobe)?;
-            s.memcpy_dtoh(&l.out_ids, &mut slot.ids.as_mut_slice()?[..nq * k])?;
-            s.memcpy_dtoh(&l.out_dist, &mut slot.dist.as_mut_slice()?[..nq * k])?;
-            let done = s.record_event(None)?;
-            Ok::<_, GpuError>((done, l))
+            s.memcpy_htod(&slot.q.as_slice()?[..nq * dim], &mut slot.bufs.q.slice_mut(0..nq * dim))?;
+            self.ivf.launch_into(&s, &mut slot.bufs, nq, k, nprobe)?;
+            s.memcpy_dtoh(&slot.bufs.out_ids.slice(0..nq * k), &mut slot.ids.as_mut_slice()?[..nq * k])?;
+            s.memcpy_dtoh(&slot.bufs.out_dist.slice(0..nq * k), &mut slot.dist.as_mut_slice()?[..nq * k])?;
+            Ok::<_, GpuError>(s.record_event(None)?)
         })();
         let reqs: Vec<Request> = batch.into_iter().map(|r| r.req).collect();
         match result {
-            Ok((done, launched)) => {
+            Ok(done) => {
                 self.metrics
                     .cohort_size
                     .get_or_create(&cohort_engine::metrics::EngineLabels {
@@ -318,7 +314,8 @@ impl Control {
                     .observe(nq as f64);
                 slot.busy = Some(InFlight {
                     done,
-                    launched,
+                    nq,
+                    k,
                     reqs,
                     started: Instant::now(),
                 });
@@ -346,7 +343,7 @@ impl Control {
             }
             let f = self.slots[si].busy.take().expect("checked busy");
             let slot = &self.slots[si];
-            let (nq, k) = (f.launched.nq, f.launched.k);
+            let (nq, k) = (f.nq, f.k);
             let rows = match (slot.ids.as_slice(), slot.dist.as_slice()) {
                 (Ok(ids), Ok(dist)) => Ok(to_neighbors(&ids[..nq * k], &dist[..nq * k], nq, k)),
                 (Err(e), _) | (_, Err(e)) => Err(e),

@@ -31,16 +31,27 @@ pub struct GpuIvf {
     f_filter: CudaFunction,
     f_search: CudaFunction,
     f_reduce: CudaFunction,
+    f_count: CudaFunction,
+    f_scan: CudaFunction,
+    f_scatter: CudaFunction,
     /// Bytes held on the device.
     pub device_bytes: usize,
 }
 
-/// Device buffers of one launched batch; results are read after the stream has run.
-pub struct Launched {
-    pub nq: usize,
-    pub k: usize,
+/// Device buffers for batches of up to `cap` queries at the kernels' limits, allocated once
+/// (the engines keep one set per stream: no allocation or memset per launch).
+pub struct Buffers {
+    pub cap: usize,
+    pub q: CudaSlice<f32>,
+    scratch: CudaSlice<f32>,
+    probes: CudaSlice<u32>,
+    part_ids: CudaSlice<u32>,
+    part_dist: CudaSlice<f32>,
     pub out_ids: CudaSlice<u32>,
     pub out_dist: CudaSlice<f32>,
+    counts: CudaSlice<u32>,
+    cursor: CudaSlice<u32>,
+    order: CudaSlice<u32>,
 }
 
 impl GpuIvf {
@@ -76,12 +87,95 @@ impl GpuIvf {
             f_filter: module.load_function("knn_filter")?,
             f_search: module.load_function("knn_search")?,
             f_reduce: module.load_function("knn_reduce")?,
+            f_count: module.load_function("knn_count")?,
+            f_scan: module.load_function("knn_scan")?,
+            f_scatter: module.load_function("knn_scatter")?,
             device_bytes: 4 * (ix.centroids().len() + ix.vectors().len() + ix.ids().len())
                 + 8 * ix.offsets().len(),
             ctx,
         };
         s.synchronize()?;
         Ok(ivf)
+    }
+
+    pub fn buffers(&self, s: &Arc<CudaStream>, cap: usize) -> Result<Buffers, GpuError> {
+        let max_probe = self.nlist.min(GPU_MAX_CANDIDATES);
+        Ok(Buffers {
+            cap,
+            q: s.alloc_zeros(cap * self.dim)?,
+            scratch: s.alloc_zeros(cap * self.nlist)?,
+            probes: s.alloc_zeros(cap * max_probe)?,
+            part_ids: s.alloc_zeros(cap * GPU_MAX_CANDIDATES)?,
+            part_dist: s.alloc_zeros(cap * GPU_MAX_CANDIDATES)?,
+            out_ids: s.alloc_zeros(cap * GPU_MAX_K)?,
+            out_dist: s.alloc_zeros(cap * GPU_MAX_K)?,
+            counts: s.alloc_zeros(self.nlist)?,
+            cursor: s.alloc_zeros(self.nlist)?,
+            order: s.alloc_zeros(cap * max_probe)?,
+        })
+    }
+
+    /// The three stages on `s` for the first `nq` queries already in `b.q`; results land in
+    /// `b.out_ids` / `b.out_dist` (nq x k). Asynchronous. Cohorts large enough that cells are
+    /// probed more than once on average take the grouped (cache-sharing) search.
+    pub fn launch_into(&self, s: &Arc<CudaStream>, b: &mut Buffers, nq: usize, k: usize, nprobe: usize) -> Result<(), GpuError> {
+        self.launch_into_with(s, b, nq, k, nprobe, nq * nprobe >= 2 * self.nlist)
+    }
+
+    /// As `launch_into`, choosing the search order: `grouped` sorts the (query, probe) pairs
+    /// by cell first (three small kernels) so queries probing one cell share its reads.
+    pub fn launch_into_with(
+        &self,
+        s: &Arc<CudaStream>,
+        b: &mut Buffers,
+        nq: usize,
+        k: usize,
+        nprobe: usize,
+        grouped: bool,
+    ) -> Result<(), GpuError> {
+        self.check(k, nprobe).map_err(GpuError::Invalid)?;
+        if nq == 0 || nq > b.cap {
+            return Err(GpuError::Invalid(format!("batch of {nq} for buffers of {}", b.cap)));
+        }
+        let (nlist, dim, np, kk, metric) = (self.nlist as i32, self.dim as i32, nprobe as i32, k as i32, self.metric);
+        let mut f = s.launch_builder(&self.f_filter);
+        f.arg(&b.q).arg(&self.centroids).arg(&nlist).arg(&dim).arg(&np).arg(&metric).arg(&mut b.scratch).arg(&mut b.probes);
+        // SAFETY: as launch_filter; buffers hold cap >= nq rows at the kernel limits.
+        unsafe { f.launch(Self::blocks(nq)) }?;
+        let pairs = (nq * nprobe) as i32;
+        if grouped {
+            s.memset_zeros(&mut b.counts)?;
+            let grid = LaunchConfig { grid_dim: ((pairs as u32).div_ceil(BLOCK).min(1024), 1, 1), ..Self::blocks(1) };
+            let mut c = s.launch_builder(&self.f_count);
+            c.arg(&b.probes).arg(&pairs).arg(&mut b.counts);
+            // SAFETY: matches knn_count; counts has nlist entries, probes are < nlist.
+            unsafe { c.launch(grid) }?;
+            let mut sc = s.launch_builder(&self.f_scan);
+            sc.arg(&b.counts).arg(&nlist).arg(&mut b.cursor);
+            // SAFETY: matches knn_scan; one block.
+            unsafe { sc.launch(Self::blocks(1)) }?;
+            let mut sa = s.launch_builder(&self.f_scatter);
+            sa.arg(&b.probes).arg(&pairs).arg(&mut b.cursor).arg(&mut b.order);
+            // SAFETY: matches knn_scatter; order holds cap*max_probe >= pairs entries.
+            unsafe { sa.launch(grid) }?;
+        }
+        let null: u64 = 0;
+        let mut g = s.launch_builder(&self.f_search);
+        g.arg(&b.q).arg(&self.vectors).arg(&self.ids).arg(&self.offsets).arg(&b.probes);
+        if grouped {
+            g.arg(&b.order);
+        } else {
+            g.arg(&null);
+        }
+        g.arg(&np).arg(&dim).arg(&kk).arg(&metric).arg(&mut b.part_ids).arg(&mut b.part_dist);
+        // SAFETY: as launch_search; nq*nprobe*k <= cap*GPU_MAX_CANDIDATES.
+        unsafe { g.launch(Self::blocks(nq * nprobe)) }?;
+        let mut r = s.launch_builder(&self.f_reduce);
+        r.arg(&b.part_ids).arg(&b.part_dist).arg(&np).arg(&kk).arg(&mut b.out_ids).arg(&mut b.out_dist);
+        let cfg = LaunchConfig { shared_mem_bytes: (nprobe * k * 8) as u32, ..Self::blocks(nq) };
+        // SAFETY: as launch_reduce.
+        unsafe { r.launch(cfg) }?;
+        Ok(())
     }
 
     /// Whether the kernels can serve (k, nprobe); the message says why not.
@@ -198,27 +292,6 @@ impl GpuIvf {
         Ok((ids, dist))
     }
 
-    /// The whole query on `s` without host round trips between stages (asynchronous).
-    pub fn launch(
-        &self,
-        s: &Arc<CudaStream>,
-        q: &CudaSlice<f32>,
-        nq: usize,
-        k: usize,
-        nprobe: usize,
-    ) -> Result<Launched, GpuError> {
-        self.check(k, nprobe).map_err(GpuError::Invalid)?;
-        let probes = self.launch_filter(s, q, nq, nprobe)?;
-        let (pi, pd) = self.launch_search(s, q, &probes, nq, nprobe, k)?;
-        let (out_ids, out_dist) = self.launch_reduce(s, &pi, &pd, nq, nprobe, k)?;
-        Ok(Launched {
-            nq,
-            k,
-            out_ids,
-            out_dist,
-        })
-    }
-
     /// Synchronous convenience: queries (row-major) in, neighbours out.
     pub fn search(
         &self,
@@ -228,10 +301,11 @@ impl GpuIvf {
         nprobe: usize,
     ) -> Result<Vec<Vec<Neighbor>>, GpuError> {
         let nq = queries.len() / self.dim;
-        let q = s.clone_htod(queries)?;
-        let l = self.launch(s, &q, nq, k, nprobe)?;
-        let ids = s.clone_dtoh(&l.out_ids)?;
-        let dist = s.clone_dtoh(&l.out_dist)?;
+        let mut b = self.buffers(s, nq)?;
+        s.memcpy_htod(queries, &mut b.q)?;
+        self.launch_into(s, &mut b, nq, k, nprobe)?;
+        let ids = s.clone_dtoh(&b.out_ids.slice(0..nq * k))?;
+        let dist = s.clone_dtoh(&b.out_dist.slice(0..nq * k))?;
         s.synchronize()?;
         Ok(to_neighbors(&ids, &dist, nq, k))
     }

@@ -147,6 +147,18 @@ pub fn check_case(c: &Case) -> Result<String, GpuError> {
     if hits_g != hits_c {
         return Err(fail("recall", format!("gpu hits {hits_g} vs cpu {hits_c}")));
     }
+    // The grouped (cell-sorted) search gives exactly the plain search's answers.
+    let mut b = g.buffers(&s, c.nq)?;
+    s.memcpy_htod(&queries.data, &mut b.q)?;
+    let mut out = Vec::new();
+    for grouped in [false, true] {
+        g.launch_into_with(&s, &mut b, c.nq, c.k, c.nprobe, grouped)?;
+        out.push((s.clone_dtoh(&b.out_ids.slice(0..c.nq * c.k))?, s.clone_dtoh(&b.out_dist.slice(0..c.nq * c.k))?));
+    }
+    s.synchronize()?;
+    if out[0] != out[1] {
+        return Err(fail("grouped search", "differs from the plain search".into()));
+    }
     Ok(format!(
         "ok: n={} dim={} nlist={} nq={} k={} nprobe={} metric={} seed={} recall@k={:.3}",
         c.n,
