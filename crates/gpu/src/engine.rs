@@ -86,7 +86,14 @@ impl GpuEngine {
             }?;
             let stream = ivf.ctx.new_stream()?;
             let bufs = ivf.buffers(&stream, max_cohort)?;
-            slots.push(Slot { stream, q, ids, dist, bufs, busy: None });
+            slots.push(Slot {
+                stream,
+                q,
+                ids,
+                dist,
+                bufs,
+                busy: None,
+            });
         }
         let (tx, rx) = bounded(cfg.max_queue.max(1));
         let stop = Arc::new(AtomicBool::new(false));
@@ -297,10 +304,19 @@ impl Control {
         }
         let s = slot.stream.clone();
         let result = (|| {
-            s.memcpy_htod(&slot.q.as_slice()?[..nq * dim], &mut slot.bufs.q.slice_mut(0..nq * dim))?;
+            s.memcpy_htod(
+                &slot.q.as_slice()?[..nq * dim],
+                &mut slot.bufs.q.slice_mut(0..nq * dim),
+            )?;
             self.ivf.launch_into(&s, &mut slot.bufs, nq, k, nprobe)?;
-            s.memcpy_dtoh(&slot.bufs.out_ids.slice(0..nq * k), &mut slot.ids.as_mut_slice()?[..nq * k])?;
-            s.memcpy_dtoh(&slot.bufs.out_dist.slice(0..nq * k), &mut slot.dist.as_mut_slice()?[..nq * k])?;
+            s.memcpy_dtoh(
+                &slot.bufs.out_ids.slice(0..nq * k),
+                &mut slot.ids.as_mut_slice()?[..nq * k],
+            )?;
+            s.memcpy_dtoh(
+                &slot.bufs.out_dist.slice(0..nq * k),
+                &mut slot.dist.as_mut_slice()?[..nq * k],
+            )?;
             Ok::<_, GpuError>(s.record_event(None)?)
         })();
         let reqs: Vec<Request> = batch.into_iter().map(|r| r.req).collect();

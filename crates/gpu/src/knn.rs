@@ -118,7 +118,14 @@ impl GpuIvf {
     /// The three stages on `s` for the first `nq` queries already in `b.q`; results land in
     /// `b.out_ids` / `b.out_dist` (nq x k). Asynchronous. Cohorts large enough that cells are
     /// probed more than once on average take the grouped (cache-sharing) search.
-    pub fn launch_into(&self, s: &Arc<CudaStream>, b: &mut Buffers, nq: usize, k: usize, nprobe: usize) -> Result<(), GpuError> {
+    pub fn launch_into(
+        &self,
+        s: &Arc<CudaStream>,
+        b: &mut Buffers,
+        nq: usize,
+        k: usize,
+        nprobe: usize,
+    ) -> Result<(), GpuError> {
         self.launch_into_with(s, b, nq, k, nprobe, nq * nprobe >= 2 * self.nlist)
     }
 
@@ -135,17 +142,36 @@ impl GpuIvf {
     ) -> Result<(), GpuError> {
         self.check(k, nprobe).map_err(GpuError::Invalid)?;
         if nq == 0 || nq > b.cap {
-            return Err(GpuError::Invalid(format!("batch of {nq} for buffers of {}", b.cap)));
+            return Err(GpuError::Invalid(format!(
+                "batch of {nq} for buffers of {}",
+                b.cap
+            )));
         }
-        let (nlist, dim, np, kk, metric) = (self.nlist as i32, self.dim as i32, nprobe as i32, k as i32, self.metric);
+        let (nlist, dim, np, kk, metric) = (
+            self.nlist as i32,
+            self.dim as i32,
+            nprobe as i32,
+            k as i32,
+            self.metric,
+        );
         let mut f = s.launch_builder(&self.f_filter);
-        f.arg(&b.q).arg(&self.centroids).arg(&nlist).arg(&dim).arg(&np).arg(&metric).arg(&mut b.scratch).arg(&mut b.probes);
+        f.arg(&b.q)
+            .arg(&self.centroids)
+            .arg(&nlist)
+            .arg(&dim)
+            .arg(&np)
+            .arg(&metric)
+            .arg(&mut b.scratch)
+            .arg(&mut b.probes);
         // SAFETY: as launch_filter; buffers hold cap >= nq rows at the kernel limits.
         unsafe { f.launch(Self::blocks(nq)) }?;
         let pairs = (nq * nprobe) as i32;
         if grouped {
             s.memset_zeros(&mut b.counts)?;
-            let grid = LaunchConfig { grid_dim: ((pairs as u32).div_ceil(BLOCK).min(1024), 1, 1), ..Self::blocks(1) };
+            let grid = LaunchConfig {
+                grid_dim: ((pairs as u32).div_ceil(BLOCK).min(1024), 1, 1),
+                ..Self::blocks(1)
+            };
             let mut c = s.launch_builder(&self.f_count);
             c.arg(&b.probes).arg(&pairs).arg(&mut b.counts);
             // SAFETY: matches knn_count; counts has nlist entries, probes are < nlist.
@@ -155,24 +181,44 @@ impl GpuIvf {
             // SAFETY: matches knn_scan; one block.
             unsafe { sc.launch(Self::blocks(1)) }?;
             let mut sa = s.launch_builder(&self.f_scatter);
-            sa.arg(&b.probes).arg(&pairs).arg(&mut b.cursor).arg(&mut b.order);
+            sa.arg(&b.probes)
+                .arg(&pairs)
+                .arg(&mut b.cursor)
+                .arg(&mut b.order);
             // SAFETY: matches knn_scatter; order holds cap*max_probe >= pairs entries.
             unsafe { sa.launch(grid) }?;
         }
         let null: u64 = 0;
         let mut g = s.launch_builder(&self.f_search);
-        g.arg(&b.q).arg(&self.vectors).arg(&self.ids).arg(&self.offsets).arg(&b.probes);
+        g.arg(&b.q)
+            .arg(&self.vectors)
+            .arg(&self.ids)
+            .arg(&self.offsets)
+            .arg(&b.probes);
         if grouped {
             g.arg(&b.order);
         } else {
             g.arg(&null);
         }
-        g.arg(&np).arg(&dim).arg(&kk).arg(&metric).arg(&mut b.part_ids).arg(&mut b.part_dist);
+        g.arg(&np)
+            .arg(&dim)
+            .arg(&kk)
+            .arg(&metric)
+            .arg(&mut b.part_ids)
+            .arg(&mut b.part_dist);
         // SAFETY: as launch_search; nq*nprobe*k <= cap*GPU_MAX_CANDIDATES.
         unsafe { g.launch(Self::blocks(nq * nprobe)) }?;
         let mut r = s.launch_builder(&self.f_reduce);
-        r.arg(&b.part_ids).arg(&b.part_dist).arg(&np).arg(&kk).arg(&mut b.out_ids).arg(&mut b.out_dist);
-        let cfg = LaunchConfig { shared_mem_bytes: (nprobe * k * 8) as u32, ..Self::blocks(nq) };
+        r.arg(&b.part_ids)
+            .arg(&b.part_dist)
+            .arg(&np)
+            .arg(&kk)
+            .arg(&mut b.out_ids)
+            .arg(&mut b.out_dist);
+        let cfg = LaunchConfig {
+            shared_mem_bytes: (nprobe * k * 8) as u32,
+            ..Self::blocks(nq)
+        };
         // SAFETY: as launch_reduce.
         unsafe { r.launch(cfg) }?;
         Ok(())
@@ -246,12 +292,14 @@ impl GpuIvf {
         let mut ids = s.alloc_zeros::<u32>(nq * nprobe * k)?;
         let mut dist = s.alloc_zeros::<f32>(nq * nprobe * k)?;
         let (np, dim, kk, metric) = (nprobe as i32, self.dim as i32, k as i32, self.metric);
+        let null: u64 = 0; // no block order: block b scans pair b
         let mut b = s.launch_builder(&self.f_search);
         b.arg(q)
             .arg(&self.vectors)
             .arg(&self.ids)
             .arg(&self.offsets)
-            .arg(probes);
+            .arg(probes)
+            .arg(&null);
         b.arg(&np)
             .arg(&dim)
             .arg(&kk)

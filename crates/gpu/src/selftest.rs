@@ -77,11 +77,14 @@ pub fn check_case(c: &Case) -> Result<String, GpuError> {
     let g = GpuIvf::upload(&devs[0], &ix)?;
     let s = g.ctx.default_stream();
     let fail = |what: &str, m: String| GpuError::Invalid(format!("{what} (seed {}): {m}", c.seed));
+    let at = |stage: &'static str| move |e: GpuError| GpuError::Invalid(format!("{stage}: {e}"));
     let qd = s.clone_htod(&queries.data)?;
     // Stage 1.
-    let probes_d = g.launch_filter(&s, &qd, c.nq, c.nprobe)?;
+    let probes_d = g
+        .launch_filter(&s, &qd, c.nq, c.nprobe)
+        .map_err(at("filter launch"))?;
     let probes = s.clone_dtoh(&probes_d)?;
-    s.synchronize()?;
+    s.synchronize().map_err(|e| at("filter run")(e.into()))?;
     for i in 0..c.nq {
         let cpu = stages::filter(ix.centroids(), ix.dim, ix.metric, queries.row(i), c.nprobe);
         let gpu = &probes[i * c.nprobe..(i + 1) * c.nprobe];
@@ -103,9 +106,11 @@ pub fn check_case(c: &Case) -> Result<String, GpuError> {
         }
     }
     // Stage 2 on the GPU's own probes, against search_cell.
-    let (pi, pd) = g.launch_search(&s, &qd, &probes_d, c.nq, c.nprobe, c.k)?;
+    let (pi, pd) = g
+        .launch_search(&s, &qd, &probes_d, c.nq, c.nprobe, c.k)
+        .map_err(at("search launch"))?;
     let (part_ids, part_dist) = (s.clone_dtoh(&pi)?, s.clone_dtoh(&pd)?);
-    s.synchronize()?;
+    s.synchronize().map_err(|e| at("search run")(e.into()))?;
     let parts = to_neighbors(&part_ids, &part_dist, c.nq * c.nprobe, c.k);
     for (b, gpu) in parts.iter().enumerate() {
         let (qi, cell) = (b / c.nprobe, probes[b]);
@@ -114,16 +119,20 @@ pub fn check_case(c: &Case) -> Result<String, GpuError> {
             .map_err(|m| fail("search", format!("query {qi} cell {cell}: {m}")))?;
     }
     // Stage 3 against reduce over the same partials.
-    let (ri, rd) = g.launch_reduce(&s, &pi, &pd, c.nq, c.nprobe, c.k)?;
+    let (ri, rd) = g
+        .launch_reduce(&s, &pi, &pd, c.nq, c.nprobe, c.k)
+        .map_err(at("reduce launch"))?;
     let (ids, dist) = (s.clone_dtoh(&ri)?, s.clone_dtoh(&rd)?);
-    s.synchronize()?;
+    s.synchronize().map_err(|e| at("reduce run")(e.into()))?;
     let reduced = to_neighbors(&ids, &dist, c.nq, c.k);
     for (qi, gpu) in reduced.iter().enumerate() {
         let cpu = stages::reduce(&parts[qi * c.nprobe..(qi + 1) * c.nprobe], c.k);
         same_neighbors(gpu, &cpu).map_err(|m| fail("reduce", format!("query {qi}: {m}")))?;
     }
     // Chained query against the CPU query (recall must match too).
-    let full = g.search(&s, &queries.data, c.k, c.nprobe)?;
+    let full = g
+        .search(&s, &queries.data, c.k, c.nprobe)
+        .map_err(at("chained"))?;
     let (mut hits_g, mut hits_c) = (0usize, 0usize);
     for (qi, gpu) in full.iter().enumerate() {
         let cpu = ix.query(
@@ -152,12 +161,19 @@ pub fn check_case(c: &Case) -> Result<String, GpuError> {
     s.memcpy_htod(&queries.data, &mut b.q)?;
     let mut out = Vec::new();
     for grouped in [false, true] {
-        g.launch_into_with(&s, &mut b, c.nq, c.k, c.nprobe, grouped)?;
-        out.push((s.clone_dtoh(&b.out_ids.slice(0..c.nq * c.k))?, s.clone_dtoh(&b.out_dist.slice(0..c.nq * c.k))?));
+        g.launch_into_with(&s, &mut b, c.nq, c.k, c.nprobe, grouped)
+            .map_err(at("launch_into_with"))?;
+        out.push((
+            s.clone_dtoh(&b.out_ids.slice(0..c.nq * c.k))?,
+            s.clone_dtoh(&b.out_dist.slice(0..c.nq * c.k))?,
+        ));
     }
     s.synchronize()?;
     if out[0] != out[1] {
-        return Err(fail("grouped search", "differs from the plain search".into()));
+        return Err(fail(
+            "grouped search",
+            "differs from the plain search".into(),
+        ));
     }
     Ok(format!(
         "ok: n={} dim={} nlist={} nq={} k={} nprobe={} metric={} seed={} recall@k={:.3}",
