@@ -1,6 +1,6 @@
 //! `cohort serve --config FILE`: a TOML file whose keys are the serve flags (without `--`,
 //! `-` or `_` alike). The file's settings become flags placed before the command line's, so
-//! a flag given on the command line wins, and the file accepts exactly what the flags do
+//! a flag the command line also gives is taken from the command line, and the file accepts exactly what the flags do
 //! (an unknown key is an unknown flag: a clear error).
 //!
 //! ```toml
@@ -35,8 +35,27 @@ pub fn expand(args: Vec<OsString>) -> Result<Vec<OsString>> {
         .with_context(|| format!("reading config {}", path.to_string_lossy()))?;
     let flags =
         flags_from_toml(&text).with_context(|| format!("in config {}", path.to_string_lossy()))?;
+    // Flags given on the command line win: drop the file's setting of the same flag.
+    let given: std::collections::HashSet<String> = args[serve_at + 1..]
+        .iter()
+        .filter_map(|a| a.to_str())
+        .filter(|a| a.starts_with("--"))
+        .map(|a| a.split('=').next().unwrap_or(a).to_string())
+        .collect();
     let mut out: Vec<OsString> = args[..=serve_at].to_vec();
-    out.extend(flags.into_iter().map(OsString::from));
+    let mut i = 0;
+    while i < flags.len() {
+        // A flag and, unless it is a bare switch, its value.
+        let n = if flags.get(i + 1).is_some_and(|v| !v.starts_with("--")) {
+            2
+        } else {
+            1
+        };
+        if !given.contains(&flags[i]) {
+            out.extend(flags[i..i + n].iter().map(OsString::from));
+        }
+        i += n;
+    }
     out.extend(args[serve_at + 1..].iter().cloned());
     Ok(out)
 }
@@ -94,7 +113,7 @@ mod tests {
     }
 
     #[test]
-    fn command_line_flags_come_last_and_win() {
+    fn command_line_flags_win() {
         let dir = std::env::temp_dir().join(format!("cohort-cfg-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let p = dir.join("c.toml");
@@ -115,8 +134,7 @@ mod tests {
             .into_iter()
             .map(|s| s.into_string().unwrap())
             .collect();
-        let first = out.iter().position(|a| a == "3").unwrap();
-        let last = out.iter().position(|a| a == "5").unwrap();
-        assert!(first < last, "{out:?}");
+        assert!(!out.contains(&"3".to_string()), "{out:?}");
+        assert!(out.contains(&"5".to_string()), "{out:?}");
     }
 }

@@ -36,6 +36,9 @@ pub struct EchoBench {
     /// Multiplier between successive rates.
     #[arg(long, default_value_t = 1.25)]
     pub step: f64,
+    /// Closed-loop runs after the ramp, one per outstanding-request count (0 = none).
+    #[arg(long, value_delimiter = ',', default_value = "64,256")]
+    pub closed: Vec<usize>,
     #[arg(long, default_value = "bench/results/echo.json")]
     pub out: PathBuf,
 }
@@ -106,8 +109,26 @@ pub fn run(a: &EchoBench) -> Result<()> {
                 }
                 rate *= a.step;
             }
+            let mut closed = Vec::new();
+            for &c in a.closed.iter().filter(|c| **c > 0) {
+                let cfg = LoadConfig {
+                    target,
+                    mode: Mode::Closed { concurrency: c },
+                    duration: Duration::from_secs_f64(a.duration),
+                    warmup: Duration::from_millis(500),
+                    connections: a.connections,
+                    answer_timeout: Duration::from_secs(2),
+                    request_timeout_us: 0,
+                    seed: 1,
+                };
+                let r = cohort_load::run(&cfg, w.clone())?;
+                println!("{t:>4} io_threads={io}: closed loop, {c} outstanding: {:.0}/s, p99 {:.0} us, errors {}",
+                    r.achieved_rate, r.latency_us.p99, r.error_total());
+                closed.push(r);
+            }
             stack.shutdown();
             results.push(json!({
+                "closed_loop": closed,
                 "transport": t, "io_threads": io, "workers": sa.workers, "connections": a.connections,
                 "payload_bytes": a.payload_bytes, "p99_limit_us": a.p99_limit_us,
                 "max_rate_meeting_limit": best, "stopped_by": limited_by, "points": points,

@@ -1,0 +1,124 @@
+//! Admission control under 5x overload for 10 s: every request gets exactly one answer, the
+//! server stays up, and the requests it admitted finish within their deadline.
+
+mod common;
+use cohort_load::{LoadConfig, Mode, SpinWorkload, Target};
+use common::*;
+use std::sync::Arc;
+use std::time::Duration;
+
+#[test]
+fn five_times_capacity_for_ten_seconds_keeps_every_promise() {
+    // One worker spinning 400 us per request: capacity about 2500/s. Offer 12500/s.
+    let mut s = Served::start(&[
+        "--service",
+        "spin",
+        "--workers",
+        "1",
+        "--max-queue",
+        "32",
+        "--worker-spin-us",
+        "0",
+    ]);
+    let deadline_us = 50_000;
+    let cfg = LoadConfig {
+        target: Target::Tcp(s.tcp.unwrap()),
+        mode: Mode::Open {
+            rate: 12_500.0,
+            poisson: true,
+        },
+        duration: Duration::from_secs(10),
+        warmup: Duration::from_millis(500),
+        connections: 2,
+        answer_timeout: Duration::from_secs(5),
+        request_timeout_us: deadline_us,
+        seed: 3,
+    };
+    let r = cohort_load::run(
+        &cfg,
+        Arc::new(SpinWorkload {
+            spin_us: 400,
+            payload_bytes: 8,
+        }),
+    )
+    .unwrap();
+    assert_all_answered(&r);
+    let refused = r.errors.get("OVERLOADED").copied().unwrap_or(0)
+        + r.errors.get("TIMEOUT").copied().unwrap_or(0);
+    assert!(
+        refused > r.sent / 2,
+        "most of a 5x overload must be refused: {r:#?}"
+    );
+    assert!(r.ok > 10_000, "the server kept serving at capacity: {r:#?}");
+    let unexpected: u64 = r
+        .errors
+        .iter()
+        .filter(|(k, _)| !matches!(k.as_str(), "OVERLOADED" | "TIMEOUT"))
+        .map(|(_, v)| v)
+        .sum();
+    assert_eq!(
+        unexpected, 0,
+        "only OVERLOADED and TIMEOUT are acceptable refusals: {r:#?}"
+    );
+    assert!(
+        r.latency_us.p99 <= deadline_us as f64,
+        "admitted requests' p99 {} us exceeds their {deadline_us} us deadline",
+        r.latency_us.p99
+    );
+    // Still up and healthy.
+    let r = load(
+        Target::Udp(s.udp.unwrap()),
+        Mode::Closed { concurrency: 1 },
+        0.5,
+        Arc::new(SpinWorkload {
+            spin_us: 10,
+            payload_bytes: 8,
+        }),
+    );
+    assert_eq!(r.error_total(), 0, "{r:#?}");
+    s.sigterm();
+    assert_eq!(s.wait_exit(Duration::from_secs(15)), 0);
+}
+
+#[test]
+fn check_config_accepts_a_good_file_and_rejects_a_bad_one() {
+    let dir = std::env::temp_dir().join(format!("cohort-cfgtest-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let good = dir.join("good.toml");
+    std::fs::write(
+        &good,
+        "service = \"echo,spin\"\nudp = \"127.0.0.1:0\"\nio_threads = 2\nmax_queue = 100\n",
+    )
+    .unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_cohort"))
+        .args([
+            "serve",
+            "--config",
+            good.to_str().unwrap(),
+            "--check-config",
+            "--max-queue",
+            "7",
+        ])
+        .output()
+        .unwrap();
+    let text = String::from_utf8_lossy(&out.stdout);
+    assert!(
+        out.status.success(),
+        "{text} {}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(
+        text.contains("configuration ok")
+            && text.contains("max_queue: 7")
+            && text.contains("io_threads: 2"),
+        "{text}"
+    );
+    let bad = dir.join("bad.toml");
+    std::fs::write(&bad, "service = \"echo\"\nno_such_setting = 3\n").unwrap();
+    let out = std::process::Command::new(env!("CARGO_BIN_EXE_cohort"))
+        .args(["serve", "--config", bad.to_str().unwrap(), "--check-config"])
+        .output()
+        .unwrap();
+    assert!(!out.status.success());
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no-such-setting"));
+}
