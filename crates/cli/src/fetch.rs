@@ -183,6 +183,19 @@ pub fn sha256_file(path: &Path) -> Result<String> {
 /// Unpacks the four files of `spec` from a .tar.gz into `out`, checks their shapes, and
 /// renames them into place (each file appears complete or not at all).
 pub fn unpack_and_check(archive: &Path, s: &SetSpec, out: &Path) -> Result<()> {
+    let result = unpack_staged(archive, s, out);
+    // Whatever happened, no partial file stays behind.
+    if let Ok(entries) = std::fs::read_dir(out) {
+        for e in entries.flatten() {
+            if e.file_name().to_string_lossy().starts_with(".unpack.") {
+                let _ = std::fs::remove_file(e.path());
+            }
+        }
+    }
+    result
+}
+
+fn unpack_staged(archive: &Path, s: &SetSpec, out: &Path) -> Result<()> {
     let f = std::fs::File::open(archive)?;
     let mut tar = tar::Archive::new(flate2::read::GzDecoder::new(f));
     let names = [
