@@ -33,7 +33,8 @@ pub fn same_neighbors(gpu: &[Neighbor], cpu: &[Neighbor]) -> Result<(), String> 
             ));
         }
         let tied = |j: usize| j < cpu.len() && close(cpu[j].distance, c.distance);
-        let distinct = !(i > 0 && tied(i - 1)) && !tied(i + 1);
+        let tied_before = i > 0 && tied(i - 1);
+        let distinct = !tied_before && !tied(i + 1);
         if distinct && g.id != c.id {
             return Err(format!(
                 "position {i}: gpu id {} vs cpu id {} at distance {}",
