@@ -5,7 +5,7 @@ use anyhow::{bail, Context as _, Result};
 use clap::Args;
 use cohort_engine::{CpuEngine, CpuEngineConfig, DispatchPolicy, Dispatcher, Metrics, Registry};
 use cohort_gpu::engine::{GpuEngine, GpuEngineConfig, Mode};
-use cohort_gpu::knn::GpuIvf;
+use cohort_gpu::knn::{GpuIvf, Precision};
 use cohort_net::{Context, NetConfig, Server};
 use std::net::SocketAddr;
 use std::sync::atomic::AtomicBool;
@@ -43,6 +43,9 @@ pub struct ServeArgs {
     /// ...or when its oldest request has waited this long.
     #[arg(long, default_value_t = 200)]
     pub cohort_timeout_us: u64,
+    /// gpu engines: element type of the vectors on the GPU (f32, f16).
+    #[arg(long, default_value = "f32")]
+    pub gpu_precision: Precision,
     /// gpu engines: streams, i.e. launches in flight (default 8 direct, 3 cohort).
     #[arg(long)]
     pub streams: Option<usize>,
@@ -97,6 +100,7 @@ impl ServeArgs {
             max_cohort: 256,
             cohort_timeout_us: 200,
             streams: None,
+            gpu_precision: Precision::F32,
             udp: Some("127.0.0.1:0".parse().expect("literal")),
             tcp: Some("127.0.0.1:0".parse().expect("literal")),
             http: Some("127.0.0.1:0".parse().expect("literal")),
@@ -179,7 +183,7 @@ fn start_gpu(a: &ServeArgs, reg: &Registry, metrics: &Arc<Metrics>) -> Result<Ve
             .with_context(|| format!("no GPU {g} ({} found)", devs.len()))?;
         tracing::info!(gpu = g, name = %dev.name, sms = dev.sms, mem = dev.total_mem, pci = %dev.pci_bus_id,
             numa = ?dev.numa_node, "gpu");
-        let ivf = GpuIvf::upload(dev, &index)?;
+        let ivf = GpuIvf::upload(dev, &index, a.gpu_precision)?;
         out.push(GpuEngine::start(ivf, cfg.clone(), metrics.clone())?);
     }
     Ok(out)

@@ -50,13 +50,23 @@ __device__ int block_argmin(const float* dist, const unsigned* id, int n,
     return winner;
 }
 
+__device__ __forceinline__ float load_elem(const float* p) { return *p; }
+// f16 storage halves the bytes the scan streams; arithmetic stays f32.
+__device__ __forceinline__ float load_elem(const unsigned short* p) {
+    float f;
+    unsigned short h = *p;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+    return f;
+}
+
 // Warp computes the distance between `q` (shared) and `row` (global): lanes stride the
-// dimensions, so a warp reads a row in coalesced 128-byte pieces.
-__device__ __forceinline__ float warp_distance(const float* q, const float* row, int dim, int metric) {
+// dimensions, so a warp reads a row in coalesced pieces.
+template <typename T>
+__device__ __forceinline__ float warp_distance(const float* q, const T* row, int dim, int metric) {
     int lane = threadIdx.x % 32;
     float acc = 0.f;
     for (int d = lane; d < dim; d += 32) {
-        float v = row[d];
+        float v = load_elem(row + d);
         if (metric == 0) { float t = q[d] - v; acc = fmaf(t, t, acc); }
         else { acc = fmaf(q[d], v, acc); }
     }
@@ -115,11 +125,12 @@ extern "C" __global__ void knn_filter(const float* __restrict__ queries, const f
 // `order` (may be null) maps block -> (query, probe) pair. The batched path passes the pairs
 // sorted by cell, so the blocks that scan one cell run side by side and all but the first
 // read it from L2 instead of HBM: a cohort's queries share the cell data they probe.
-extern "C" __global__ void knn_search(const float* __restrict__ queries, const float* __restrict__ vectors,
-                                      const unsigned* __restrict__ row_ids, const unsigned long long* __restrict__ offsets,
-                                      const unsigned* __restrict__ probes, const unsigned* __restrict__ order,
-                                      int nprobe, int dim, int k, int metric,
-                                      unsigned* __restrict__ out_ids, float* __restrict__ out_dist) {
+template <typename T>
+__device__ void search_impl(const float* __restrict__ queries, const T* __restrict__ vectors,
+                            const unsigned* __restrict__ row_ids, const unsigned long long* __restrict__ offsets,
+                            const unsigned* __restrict__ probes, const unsigned* __restrict__ order,
+                            int nprobe, int dim, int k, int metric,
+                            unsigned* __restrict__ out_ids, float* __restrict__ out_dist) {
     __shared__ float q[MAX_DIM];
     __shared__ float cand_d[TILE + MAX_K];
     __shared__ unsigned cand_i[TILE + MAX_K];
@@ -160,6 +171,23 @@ extern "C" __global__ void knn_search(const float* __restrict__ queries, const f
         out_ids[(size_t)b * k + j] = best_i[j];
         out_dist[(size_t)b * k + j] = best_d[j];
     }
+}
+
+extern "C" __global__ void knn_search(const float* __restrict__ queries, const float* __restrict__ vectors,
+                                      const unsigned* __restrict__ row_ids, const unsigned long long* __restrict__ offsets,
+                                      const unsigned* __restrict__ probes, const unsigned* __restrict__ order,
+                                      int nprobe, int dim, int k, int metric,
+                                      unsigned* __restrict__ out_ids, float* __restrict__ out_dist) {
+    search_impl(queries, vectors, row_ids, offsets, probes, order, nprobe, dim, k, metric, out_ids, out_dist);
+}
+
+// The same scan over f16 vectors (twin: search_cell over the f16-rounded index).
+extern "C" __global__ void knn_search_f16(const float* __restrict__ queries, const unsigned short* __restrict__ vectors,
+                                          const unsigned* __restrict__ row_ids, const unsigned long long* __restrict__ offsets,
+                                          const unsigned* __restrict__ probes, const unsigned* __restrict__ order,
+                                          int nprobe, int dim, int k, int metric,
+                                          unsigned* __restrict__ out_ids, float* __restrict__ out_dist) {
+    search_impl(queries, vectors, row_ids, offsets, probes, order, nprobe, dim, k, metric, out_ids, out_dist);
 }
 
 // Stage 3 (twin of stages::reduce). Block per query: the k best of its nprobe partial lists.

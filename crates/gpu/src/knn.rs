@@ -17,6 +17,30 @@ pub const GPU_MAX_CANDIDATES: usize = 6144;
 const BLOCK: u32 = 256;
 const NO_ID: u32 = u32::MAX;
 
+/// Element type of the vectors on the device. f16 halves the bytes every scan streams;
+/// distances are still computed in f32.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Precision {
+    F32,
+    F16,
+}
+
+impl std::str::FromStr for Precision {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Precision, String> {
+        match s {
+            "f32" => Ok(Precision::F32),
+            "f16" => Ok(Precision::F16),
+            _ => Err(format!("unknown precision {s:?} (f32, f16)")),
+        }
+    }
+}
+
+/// The value an f32 takes once stored as f16 (the CPU twin of f16 storage rounds with this).
+pub fn round_f16(x: f32) -> f32 {
+    half::f16::from_f32(x).to_f32()
+}
+
 pub struct GpuIvf {
     pub ctx: Arc<CudaContext>,
     pub dim: usize,
@@ -24,12 +48,16 @@ pub struct GpuIvf {
     pub n: usize,
     pub default_nprobe: usize,
     metric: i32,
+    pub precision: Precision,
     centroids: CudaSlice<f32>,
-    vectors: CudaSlice<f32>,
+    /// Exactly one of these holds the cell-major vectors, per `precision`.
+    vectors: Option<CudaSlice<f32>>,
+    vectors16: Option<CudaSlice<u16>>,
     ids: CudaSlice<u32>,
     offsets: CudaSlice<u64>,
     f_filter: CudaFunction,
     f_search: CudaFunction,
+    f_search16: CudaFunction,
     f_reduce: CudaFunction,
     f_count: CudaFunction,
     f_scan: CudaFunction,
@@ -56,7 +84,11 @@ pub struct Buffers {
 
 impl GpuIvf {
     /// Compiles the kernels for this device and uploads the index (f32).
-    pub fn upload(dev: &DeviceInfo, ix: &IvfIndex) -> Result<GpuIvf, GpuError> {
+    pub fn upload(
+        dev: &DeviceInfo,
+        ix: &IvfIndex,
+        precision: Precision,
+    ) -> Result<GpuIvf, GpuError> {
         if ix.dim > GPU_MAX_DIM {
             return Err(GpuError::Invalid(format!(
                 "dimension {} over the GPU limit {GPU_MAX_DIM}",
@@ -81,16 +113,33 @@ impl GpuIvf {
                 Metric::InnerProduct => 1,
             },
             centroids: s.clone_htod(ix.centroids())?,
-            vectors: s.clone_htod(ix.vectors())?,
+            precision,
+            vectors: match precision {
+                Precision::F32 => Some(s.clone_htod(ix.vectors())?),
+                Precision::F16 => None,
+            },
+            vectors16: match precision {
+                Precision::F16 => {
+                    let h: Vec<u16> = ix
+                        .vectors()
+                        .iter()
+                        .map(|x| half::f16::from_f32(*x).to_bits())
+                        .collect();
+                    Some(s.clone_htod(&h)?)
+                }
+                Precision::F32 => None,
+            },
             ids: s.clone_htod(ix.ids())?,
             offsets: s.clone_htod(ix.offsets())?,
             f_filter: module.load_function("knn_filter")?,
             f_search: module.load_function("knn_search")?,
+            f_search16: module.load_function("knn_search_f16")?,
             f_reduce: module.load_function("knn_reduce")?,
             f_count: module.load_function("knn_count")?,
             f_scan: module.load_function("knn_scan")?,
             f_scatter: module.load_function("knn_scatter")?,
-            device_bytes: 4 * (ix.centroids().len() + ix.vectors().len() + ix.ids().len())
+            device_bytes: 4 * (ix.centroids().len() + ix.ids().len())
+                + ix.vectors().len() * if precision == Precision::F16 { 2 } else { 4 }
                 + 8 * ix.offsets().len(),
             ctx,
         };
@@ -189,12 +238,10 @@ impl GpuIvf {
             unsafe { sa.launch(grid) }?;
         }
         let null: u64 = 0;
-        let mut g = s.launch_builder(&self.f_search);
-        g.arg(&b.q)
-            .arg(&self.vectors)
-            .arg(&self.ids)
-            .arg(&self.offsets)
-            .arg(&b.probes);
+        let mut g = s.launch_builder(self.search_fn());
+        g.arg(&b.q);
+        self.push_vectors(&mut g);
+        g.arg(&self.ids).arg(&self.offsets).arg(&b.probes);
         if grouped {
             g.arg(&b.order);
         } else {
@@ -222,6 +269,21 @@ impl GpuIvf {
         // SAFETY: as launch_reduce.
         unsafe { r.launch(cfg) }?;
         Ok(())
+    }
+
+    fn search_fn(&self) -> &CudaFunction {
+        match self.precision {
+            Precision::F32 => &self.f_search,
+            Precision::F16 => &self.f_search16,
+        }
+    }
+
+    fn push_vectors<'a>(&'a self, b: &mut cudarc::driver::LaunchArgs<'a>) {
+        match (&self.vectors, &self.vectors16) {
+            (Some(v), _) => b.arg(v),
+            (None, Some(v)) => b.arg(v),
+            (None, None) => unreachable!("upload stores the vectors in one precision"),
+        };
     }
 
     /// Whether the kernels can serve (k, nprobe); the message says why not.
@@ -293,13 +355,10 @@ impl GpuIvf {
         let mut dist = s.alloc_zeros::<f32>(nq * nprobe * k)?;
         let (np, dim, kk, metric) = (nprobe as i32, self.dim as i32, k as i32, self.metric);
         let null: u64 = 0; // no block order: block b scans pair b
-        let mut b = s.launch_builder(&self.f_search);
-        b.arg(q)
-            .arg(&self.vectors)
-            .arg(&self.ids)
-            .arg(&self.offsets)
-            .arg(probes)
-            .arg(&null);
+        let mut b = s.launch_builder(self.search_fn());
+        b.arg(q);
+        self.push_vectors(&mut b);
+        b.arg(&self.ids).arg(&self.offsets).arg(probes).arg(&null);
         b.arg(&np)
             .arg(&dim)
             .arg(&kk)

@@ -1,7 +1,7 @@
 //! GPU kernels against their CPU twins on fresh random inputs. Used by the test suite and by
 //! `cohort selftest gpu` (the GPU machine has no cargo: the binary carries the checks).
 
-use crate::knn::{to_neighbors, GpuIvf};
+use crate::knn::{round_f16, to_neighbors, GpuIvf, Precision};
 use crate::{probe, GpuError};
 use cohort_knn::ivf::stages;
 use cohort_knn::kmeans::KMeansConfig;
@@ -54,6 +54,7 @@ pub struct Case {
     pub nprobe: usize,
     pub metric: Metric,
     pub seed: u64,
+    pub precision: Precision,
 }
 
 /// Runs one case: filter, search, reduce and the chained query, each against the CPU.
@@ -75,7 +76,12 @@ pub fn check_case(c: &Case) -> Result<String, GpuError> {
             ..KMeansConfig::new(c.nlist)
         },
     );
-    let g = GpuIvf::upload(&devs[0], &ix)?;
+    let g = GpuIvf::upload(&devs[0], &ix, c.precision)?;
+    // The CPU twin of f16 storage: the same index with every vector rounded through f16.
+    let ix = match c.precision {
+        Precision::F32 => ix,
+        Precision::F16 => ix.with_vectors_mapped(round_f16),
+    };
     let s = g.ctx.default_stream();
     let fail = |what: &str, m: String| GpuError::Invalid(format!("{what} (seed {}): {m}", c.seed));
     let at = |stage: &'static str| move |e: GpuError| GpuError::Invalid(format!("{stage}: {e}"));
@@ -177,7 +183,7 @@ pub fn check_case(c: &Case) -> Result<String, GpuError> {
         ));
     }
     Ok(format!(
-        "ok: n={} dim={} nlist={} nq={} k={} nprobe={} metric={} seed={} recall@k={:.3}",
+        "ok: n={} dim={} nlist={} nq={} k={} nprobe={} metric={} {:?} seed={} recall@k={:.3}",
         c.n,
         c.dim,
         c.nlist,
@@ -185,6 +191,7 @@ pub fn check_case(c: &Case) -> Result<String, GpuError> {
         c.k,
         c.nprobe,
         c.metric.name(),
+        c.precision,
         c.seed,
         hits_g as f64 / (c.nq * c.k) as f64
     ))
@@ -202,6 +209,7 @@ pub fn cases(seed: u64) -> Vec<Case> {
             nprobe: 8,
             metric: Metric::L2,
             seed,
+            precision: Precision::F32,
         },
         Case {
             n: 20_000,
@@ -212,6 +220,7 @@ pub fn cases(seed: u64) -> Vec<Case> {
             nprobe: 16,
             metric: Metric::L2,
             seed: seed + 1,
+            precision: Precision::F32,
         },
         Case {
             n: 5_000,
@@ -222,6 +231,7 @@ pub fn cases(seed: u64) -> Vec<Case> {
             nprobe: 16,
             metric: Metric::InnerProduct,
             seed: seed + 2,
+            precision: Precision::F32,
         },
         // Cells far larger than a shared-memory tile, and k above most cell sizes elsewhere.
         Case {
@@ -233,6 +243,30 @@ pub fn cases(seed: u64) -> Vec<Case> {
             nprobe: 2,
             metric: Metric::L2,
             seed: seed + 3,
+            precision: Precision::F32,
+        },
+        // Half-precision storage against the f16-rounded CPU twin.
+        Case {
+            n: 20_000,
+            dim: 128,
+            nlist: 64,
+            nq: 64,
+            k: 10,
+            nprobe: 8,
+            metric: Metric::L2,
+            seed: seed + 4,
+            precision: Precision::F16,
+        },
+        Case {
+            n: 5_000,
+            dim: 40,
+            nlist: 32,
+            nq: 20,
+            k: 20,
+            nprobe: 4,
+            metric: Metric::InnerProduct,
+            seed: seed + 5,
+            precision: Precision::F16,
         },
     ]
 }

@@ -40,6 +40,9 @@ pub struct EngineBench {
     pub max_cohort: usize,
     #[arg(long, default_value_t = 200)]
     pub cohort_timeout_us: u64,
+    /// gpu engines: vectors on the GPU as f32 or f16.
+    #[arg(long, default_value = "f32")]
+    pub gpu_precision: cohort_gpu::knn::Precision,
     #[arg(long, default_value = "bench/results/engine.json")]
     pub out: PathBuf,
 }
@@ -69,6 +72,7 @@ pub fn run(a: &EngineBench) -> Result<()> {
         sa.engine = engine.clone();
         sa.max_cohort = a.max_cohort;
         sa.cohort_timeout_us = a.cohort_timeout_us;
+        sa.gpu_precision = a.gpu_precision;
         sa.max_queue = 1 << 20;
         sa.default_timeout_us = 60_000_000;
         let side = match serve::start_engines(&sa) {

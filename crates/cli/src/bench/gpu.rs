@@ -25,6 +25,9 @@ pub struct GpuKernelBench {
     pub cohorts: Vec<usize>,
     #[arg(long, default_value_t = 10)]
     pub k: usize,
+    /// Vector precisions on the GPU to measure (f32, f16).
+    #[arg(long, value_delimiter = ',', default_value = "f32,f16")]
+    pub precision: Vec<cohort_gpu::knn::Precision>,
     /// Seconds to spend timing each point.
     #[arg(long, default_value_t = 0.5)]
     pub seconds: f64,
@@ -73,63 +76,70 @@ pub fn run(a: &GpuKernelBench) -> Result<()> {
         }
         let ix = IvfIndex::load(&ipath).context("index")?;
         let sizes = ix.cell_sizes();
-        let g = GpuIvf::upload(dev, &ix)?;
-        let bw = match copy_bw {
-            Some(b) => b,
-            None => {
-                let b = copy_bandwidth(&g)?;
-                copy_bw = Some(b);
-                eprintln!(
-                    "device-to-device copy: {:.0} GB/s (read + write traffic)",
-                    b / 1e9
-                );
-                b
-            }
-        };
-        let s = g.ctx.default_stream();
-        for &nprobe in &a.nprobe {
-            for &c in &a.cohorts {
-                let mut qh = Vec::with_capacity(c * ix.dim);
-                for i in 0..c {
-                    qh.extend_from_slice(queries.row(i % queries.n));
+        for &precision in &a.precision {
+            let g = GpuIvf::upload(dev, &ix, precision)?;
+            let bw = match copy_bw {
+                Some(b) => b,
+                None => {
+                    let b = copy_bandwidth(&g)?;
+                    copy_bw = Some(b);
+                    eprintln!(
+                        "device-to-device copy: {:.0} GB/s (read + write traffic)",
+                        b / 1e9
+                    );
+                    b
                 }
-                let mut bufs = g.buffers(&s, c)?;
-                s.memcpy_htod(&qh, &mut bufs.q)?;
-                let qd = s.clone_htod(&qh)?;
-                // Warm-up, then the chained stages as many times as fit in the time budget.
-                g.launch_into(&s, &mut bufs, c, a.k, nprobe)?;
-                s.synchronize()?;
-                let (t, mut reps) = (Instant::now(), 0usize);
-                while t.elapsed().as_secs_f64() < a.seconds || reps == 0 {
+            };
+            let s = g.ctx.default_stream();
+            for &nprobe in &a.nprobe {
+                for &c in &a.cohorts {
+                    let mut qh = Vec::with_capacity(c * ix.dim);
+                    for i in 0..c {
+                        qh.extend_from_slice(queries.row(i % queries.n));
+                    }
+                    let mut bufs = g.buffers(&s, c)?;
+                    s.memcpy_htod(&qh, &mut bufs.q)?;
+                    let qd = s.clone_htod(&qh)?;
+                    // Warm-up, then the chained stages as many times as fit in the time budget.
                     g.launch_into(&s, &mut bufs, c, a.k, nprobe)?;
                     s.synchronize()?;
-                    reps += 1;
-                }
-                drop(bufs);
-                let chained = t.elapsed().as_secs_f64() / reps as f64;
-                // The search kernel alone, on fixed probes.
-                let probes = g.launch_filter(&s, &qd, c, nprobe)?;
-                let ph = s.clone_dtoh(&probes)?;
-                s.synchronize()?;
-                let rows: usize = ph.iter().map(|&p| sizes[p as usize]).sum();
-                let bytes = rows * (ix.dim * 4 + 4);
-                let (t, mut sreps) = (Instant::now(), 0usize);
-                while t.elapsed().as_secs_f64() < a.seconds || sreps == 0 {
-                    drop(g.launch_search(&s, &qd, &probes, c, nprobe, a.k)?);
+                    let (t, mut reps) = (Instant::now(), 0usize);
+                    while t.elapsed().as_secs_f64() < a.seconds || reps == 0 {
+                        g.launch_into(&s, &mut bufs, c, a.k, nprobe)?;
+                        s.synchronize()?;
+                        reps += 1;
+                    }
+                    drop(bufs);
+                    let chained = t.elapsed().as_secs_f64() / reps as f64;
+                    // The search kernel alone, on fixed probes.
+                    let probes = g.launch_filter(&s, &qd, c, nprobe)?;
+                    let ph = s.clone_dtoh(&probes)?;
                     s.synchronize()?;
-                    sreps += 1;
+                    let rows: usize = ph.iter().map(|&p| sizes[p as usize]).sum();
+                    let elem = if precision == cohort_gpu::knn::Precision::F16 {
+                        2
+                    } else {
+                        4
+                    };
+                    let bytes = rows * (ix.dim * elem + 4);
+                    let (t, mut sreps) = (Instant::now(), 0usize);
+                    while t.elapsed().as_secs_f64() < a.seconds || sreps == 0 {
+                        drop(g.launch_search(&s, &qd, &probes, c, nprobe, a.k)?);
+                        s.synchronize()?;
+                        sreps += 1;
+                    }
+                    let search = t.elapsed().as_secs_f64() / sreps as f64;
+                    let search_bw = bytes as f64 / search;
+                    let r = json!({
+                        "nlist": nlist, "nprobe": nprobe, "k": a.k, "cohort": c, "precision": format!("{precision:?}"),
+                        "grouped_search": c * nprobe >= 2 * nlist,
+                        "queries_per_s": c as f64 / chained, "chained_ms": chained * 1e3,
+                        "search_ms": search * 1e3, "search_bytes": bytes, "search_gb_s": search_bw / 1e9,
+                        "search_fraction_of_copy_bw": search_bw / bw,
+                    });
+                    eprintln!("{r}");
+                    results.push(r);
                 }
-                let search = t.elapsed().as_secs_f64() / sreps as f64;
-                let search_bw = bytes as f64 / search;
-                let r = json!({
-                    "nlist": nlist, "nprobe": nprobe, "k": a.k, "cohort": c,
-                    "grouped_search": c * nprobe >= 2 * nlist,
-                    "queries_per_s": c as f64 / chained, "chained_ms": chained * 1e3,
-                    "search_ms": search * 1e3, "search_bytes": bytes, "search_gb_s": search_bw / 1e9,
-                    "search_fraction_of_copy_bw": search_bw / bw,
-                });
-                eprintln!("{r}");
-                results.push(r);
             }
         }
     }

@@ -48,6 +48,9 @@ pub struct KnnBench {
     pub max_cohort: usize,
     #[arg(long, default_value_t = 200)]
     pub cohort_timeout_us: u64,
+    /// gpu engines: vectors on the GPU as f32 or f16.
+    #[arg(long, default_value = "f32")]
+    pub gpu_precision: cohort_gpu::knn::Precision,
     /// Skip the per-nprobe CPU measurements (served sweep only).
     #[arg(long)]
     pub served_only: bool,
@@ -125,6 +128,7 @@ pub fn run(a: &KnnBench) -> Result<()> {
         sa.engine = a.engine.clone();
         sa.max_cohort = a.max_cohort;
         sa.cohort_timeout_us = a.cohort_timeout_us;
+        sa.gpu_precision = a.gpu_precision;
         let stack = serve::start(&sa)?;
         let w = Arc::new(KnnWorkload::new(
             q.clone(),

@@ -145,6 +145,29 @@ impl IvfIndex {
             .collect()
     }
 
+    /// An in-memory copy whose vectors went through `f` (e.g. rounding to f16: the CPU twin
+    /// of an index stored in half precision).
+    pub fn with_vectors_mapped(&self, f: impl Fn(f32) -> f32) -> IvfIndex {
+        let mut v = HugeF32::zeroed(self.vectors().len());
+        v.iter_mut()
+            .zip(self.vectors())
+            .for_each(|(o, x)| *o = f(*x));
+        let store = Store::Owned {
+            centroids: self.centroids().to_vec(),
+            offsets: self.offsets().to_vec(),
+            ids: self.ids().to_vec(),
+            vectors: v,
+        };
+        IvfIndex {
+            dim: self.dim,
+            nlist: self.nlist,
+            n: self.n,
+            metric: self.metric,
+            default_nprobe: self.default_nprobe,
+            store,
+        }
+    }
+
     /// filter -> search -> reduce for one query.
     pub fn query(&self, q: &[f32], p: SearchParams) -> Vec<Neighbor> {
         let nprobe = if p.nprobe == 0 {
