@@ -1,12 +1,12 @@
 //! The `cpu` engine: worker threads, one bounded queue (lane) each, running the services' CPU
 //! implementations. It is the CI path, the reference for the GPU engines and the hybrid helper.
 
-use crate::dispatch::Lane;
+use crate::dispatch::{ChannelLane, Lane};
 use crate::metrics::Metrics;
 use crate::request::{Request, ResponseBody};
 use crate::service::Registry;
 use cohort_proto::{ErrorCode, ErrorPayload};
-use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, Sender, TryRecvError, TrySendError};
+use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, TryRecvError};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -26,22 +26,6 @@ pub struct CpuEngineConfig {
     pub spin: Duration,
 }
 
-struct WorkerLane {
-    tx: Sender<Request>,
-}
-
-impl Lane for WorkerLane {
-    fn try_submit(&self, req: Request) -> Result<(), Request> {
-        match self.tx.try_send(req) {
-            Ok(()) => Ok(()),
-            Err(TrySendError::Full(r)) | Err(TrySendError::Disconnected(r)) => Err(r),
-        }
-    }
-    fn depth(&self) -> usize {
-        self.tx.len()
-    }
-}
-
 pub struct CpuEngine {
     lanes: Vec<Arc<dyn Lane>>,
     workers: Vec<JoinHandle<()>>,
@@ -57,7 +41,7 @@ impl CpuEngine {
         let mut workers = Vec::new();
         for w in 0..cfg.workers {
             let (tx, rx) = bounded(per_lane);
-            lanes.push(Arc::new(WorkerLane { tx }));
+            lanes.push(Arc::new(ChannelLane { tx }));
             let (stop, metrics, registry) = (stop.clone(), metrics.clone(), registry.clone());
             let core = cfg.cpus.get(w % cfg.cpus.len().max(1)).copied();
             let spin = cfg.spin;

@@ -13,6 +13,27 @@ pub trait Lane: Send + Sync {
     fn depth(&self) -> usize;
 }
 
+/// A lane that is a bounded channel into one consumer thread (a cpu worker, a GPU control
+/// thread).
+pub struct ChannelLane {
+    pub tx: crossbeam_channel::Sender<Request>,
+}
+
+impl Lane for ChannelLane {
+    fn try_submit(&self, req: Request) -> Result<(), Request> {
+        match self.tx.try_send(req) {
+            Ok(()) => Ok(()),
+            Err(
+                crossbeam_channel::TrySendError::Full(r)
+                | crossbeam_channel::TrySendError::Disconnected(r),
+            ) => Err(r),
+        }
+    }
+    fn depth(&self) -> usize {
+        self.tx.len()
+    }
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DispatchPolicy {
     /// Lanes in turn; a full lane passes the request to the next one.

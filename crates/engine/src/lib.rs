@@ -11,7 +11,7 @@ mod request;
 mod service;
 
 pub use cpu::{CpuEngine, CpuEngineConfig};
-pub use dispatch::{DispatchPolicy, Dispatcher, Lane, Submit};
+pub use dispatch::{ChannelLane, DispatchPolicy, Dispatcher, Lane, Submit};
 pub use metrics::Metrics;
 pub use request::{Reply, ReplyPort, Request, Response, ResponseBody};
 pub use service::{Registry, Service};

@@ -10,10 +10,10 @@
 
 use crate::knn::{to_neighbors, Buffers, GpuIvf};
 use crate::GpuError;
-use cohort_engine::{Lane, Metrics, Request, ResponseBody};
+use cohort_engine::{ChannelLane, Lane, Metrics, Request, ResponseBody};
 use cohort_proto::{service_id, ErrorCode};
 use cohort_services::knn::{decode_request, encode_response};
-use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, Sender, TrySendError};
+use crossbeam_channel::{bounded, Receiver, RecvTimeoutError};
 use cudarc::driver::{CudaEvent, CudaStream, PinnedHostSlice};
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -38,24 +38,8 @@ pub struct GpuEngineConfig {
     pub max_queue: usize,
 }
 
-struct GpuLane {
-    tx: Sender<Request>,
-}
-
-impl Lane for GpuLane {
-    fn try_submit(&self, req: Request) -> Result<(), Request> {
-        match self.tx.try_send(req) {
-            Ok(()) => Ok(()),
-            Err(TrySendError::Full(r)) | Err(TrySendError::Disconnected(r)) => Err(r),
-        }
-    }
-    fn depth(&self) -> usize {
-        self.tx.len()
-    }
-}
-
 pub struct GpuEngine {
-    lane: Arc<GpuLane>,
+    lane: Arc<ChannelLane>,
     thread: Option<JoinHandle<()>>,
     stop: Arc<AtomicBool>,
 }
@@ -123,7 +107,7 @@ impl GpuEngine {
             })
             .map_err(|e| GpuError::Invalid(format!("spawning the control thread: {e}")))?;
         Ok(GpuEngine {
-            lane: Arc::new(GpuLane { tx }),
+            lane: Arc::new(ChannelLane { tx }),
             thread: Some(thread),
             stop,
         })
