@@ -1,0 +1,69 @@
+//! Without a GPU the gpu engines refuse to start with a clear message and a non-zero exit,
+//! never a panic or a hang.
+
+use std::process::Command;
+use std::time::{Duration, Instant};
+
+fn cohort(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_cohort"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+#[test]
+fn gpu_engines_exit_cleanly_without_a_gpu() {
+    if cohort_gpu::probe().is_ok() {
+        eprintln!("SKIPPED: this machine has a GPU; the no-GPU path cannot be checked here");
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("cohort-nogpu-{}", std::process::id()));
+    let d = dir.to_str().unwrap();
+    assert!(cohort(&[
+        "data",
+        "synth",
+        "--n",
+        "2000",
+        "--dim",
+        "8",
+        "--queries",
+        "5",
+        "--gt-k",
+        "5",
+        "--out",
+        d
+    ])
+    .status
+    .success());
+    let base = format!("{d}/base.fvecs");
+    let index = format!("{d}/ix");
+    assert!(
+        cohort(&["index", "build", "--base", &base, "--nlist", "8", "--out", &index])
+            .status
+            .success()
+    );
+    for engine in ["gpu-direct", "gpu-cohort"] {
+        let t = Instant::now();
+        let out = cohort(&[
+            "serve",
+            "--service",
+            "knn",
+            "--index",
+            &index,
+            "--engine",
+            engine,
+            "--udp",
+            "127.0.0.1:0",
+        ]);
+        assert!(t.elapsed() < Duration::from_secs(20), "took too long");
+        assert_eq!(out.status.code(), Some(1), "{engine}: {out:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("no CUDA device") && !err.contains("panicked"),
+            "{err}"
+        );
+    }
+    let out = cohort(&["selftest", "gpu"]);
+    assert_eq!(out.status.code(), Some(1));
+    assert!(String::from_utf8_lossy(&out.stderr).contains("no CUDA device"));
+}
