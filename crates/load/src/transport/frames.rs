@@ -164,6 +164,12 @@ pub(crate) fn run(cfg: &LoadConfig, sh: &Arc<Shared>) -> Result<Recorder> {
     for (c, (tx, rx)) in conns.into_iter().enumerate() {
         let sh = sh.clone();
         match cfg.mode {
+            Mode::Open { .. } if matches!(rx, Rx::Udp(..)) => {
+                let sched = schedule_for(cfg, c).expect("open loop");
+                let Rx::Udp(sock, _) = rx else { unreachable!() };
+                drop(tx);
+                handles.push(std::thread::spawn(move || open_udp(&sh, c, sock, sched)));
+            }
             Mode::Open { .. } => {
                 let sched = schedule_for(cfg, c).expect("open loop");
                 let sh2 = sh.clone();
@@ -181,7 +187,9 @@ pub(crate) fn run(cfg: &LoadConfig, sh: &Arc<Shared>) -> Result<Recorder> {
     for s in senders {
         total.merge(s.join().expect("sender thread"));
     }
-    // Open loop: wait until every request is answered or the answer timeout passes.
+    // Open loop: wait until the schedule has ended, then until every request is answered or
+    // the answer timeout passes.
+    sh.wait_until(sh.end_ns);
     let until = Instant::now() + cfg.answer_timeout;
     while sh.settled.load(Ordering::Acquire) < sh.sent.load(Ordering::Acquire)
         && Instant::now() < until
@@ -236,6 +244,91 @@ fn open_sender(
         }
     }
     let _ = tx.flush();
+    rec
+}
+
+/// UDP open loop on one thread: between scheduled sends it reads every answer that has
+/// arrived (non-blocking), and sleeps in poll() only until the next send is due. Half the
+/// threads of a sender/receiver pair and no wake-up per answer.
+fn open_udp(
+    sh: &Shared,
+    c: usize,
+    sock: UdpSocket,
+    mut sched: crate::schedule::Schedule,
+) -> Recorder {
+    let mut rec = Recorder::new();
+    let (mut frame, mut payload) = (Vec::new(), Vec::new());
+    let mut buf = vec![0u8; 65_536];
+    if sock.set_nonblocking(true).is_err() {
+        return rec;
+    }
+    let mut next = sched.next();
+    let mut k = 0u64;
+    let mut sending = true;
+    while !sh.stop.load(Ordering::Acquire) {
+        // Everything that has arrived.
+        loop {
+            match sock.recv(&mut buf) {
+                Ok(n) => {
+                    if let Ok(f) = Frame::decode_datagram(&buf[..n], MAX_PAYLOAD) {
+                        if !on_frame(sh, &mut rec, c, f.header, f.payload) {
+                            sending = false;
+                        }
+                    }
+                }
+                Err(e) if e.kind() == ErrorKind::ConnectionRefused => {}
+                Err(_) => break,
+            }
+        }
+        let now = sh.now_ns();
+        if sending && next >= sh.end_ns {
+            sending = false;
+        }
+        if sending && next <= now {
+            // Everything due now (a burst when we fell behind).
+            while next <= now && next < sh.end_ns {
+                let seq = seq_of(c, k, sh.connections);
+                k += 1;
+                frame_for(sh, seq, &mut frame, &mut payload);
+                rec.on_send(sh, seq, next, sh.now_ns());
+                loop {
+                    match sock.send(&frame) {
+                        Ok(_) => break,
+                        Err(e) if e.kind() == ErrorKind::WouldBlock => std::thread::yield_now(),
+                        Err(e) if e.kind() == ErrorKind::ConnectionRefused => {}
+                        Err(_) => {
+                            rec.give_up(sh, seq);
+                            break;
+                        }
+                    }
+                }
+                next = sched.next();
+            }
+            continue;
+        }
+        // Wait for an answer or the next send, whichever comes first.
+        let wait_ns = if sending {
+            next.saturating_sub(now)
+        } else {
+            TICK.as_nanos() as u64
+        };
+        if wait_ns > 30_000 {
+            let mut p = libc::pollfd {
+                fd: std::os::fd::AsRawFd::as_raw_fd(&sock),
+                events: libc::POLLIN,
+                revents: 0,
+            };
+            let ns = (wait_ns - 20_000).min(TICK.as_nanos() as u64);
+            let ts = libc::timespec {
+                tv_sec: (ns / 1_000_000_000) as _,
+                tv_nsec: (ns % 1_000_000_000) as _,
+            };
+            // SAFETY: one valid pollfd and a valid timespec; no signal mask change.
+            unsafe { libc::ppoll(&mut p, 1, &ts, std::ptr::null()) };
+        } else {
+            std::hint::spin_loop();
+        }
+    }
     rec
 }
 
