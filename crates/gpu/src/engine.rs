@@ -14,7 +14,9 @@ use cohort_engine::{ChannelLane, Lane, Metrics, Request, ResponseBody};
 use cohort_proto::{service_id, ErrorCode};
 use cohort_services::knn::{decode_request, encode_response};
 use crossbeam_channel::{bounded, Receiver, RecvTimeoutError};
-use cudarc::driver::{CudaEvent, CudaStream, PinnedHostSlice};
+use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
+use cudarc::driver::{CudaEvent, CudaGraph, CudaStream, PinnedHostSlice};
+use std::collections::HashMap;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -76,9 +78,15 @@ impl GpuEngine {
                 ids,
                 dist,
                 bufs,
+                graphs: Graphs::default(),
                 busy: None,
             });
         }
+        // Each slot's buffers are used on its own stream only, and a slot is reused only
+        // after its completion event: cudarc's per-buffer event tracking adds driver calls
+        // and would put foreign events into captured graphs. The control thread orders work.
+        // SAFETY: see above; nothing else uses this context's buffers concurrently.
+        unsafe { ivf.ctx.disable_event_tracking() };
         let (tx, rx) = bounded(cfg.max_queue.max(1));
         let stop = Arc::new(AtomicBool::new(false));
         metrics
@@ -148,7 +156,60 @@ struct Slot {
     ids: PinnedHostSlice<u32>,
     dist: PinnedHostSlice<f32>,
     bufs: Buffers,
+    /// gpu-direct: one captured graph (copy in, three kernels, copy out) per (k, nprobe), so a
+    /// request costs one graph launch instead of about ten driver calls.
+    graphs: Graphs,
     busy: Option<InFlight>,
+}
+
+/// Captured graphs of one slot. CudaGraph is not Send (graphs must not be used from two
+/// threads at once); these are created and replayed only by the slot's control thread (the
+/// map is empty when the slot moves to that thread).
+#[derive(Default)]
+struct Graphs(HashMap<(usize, usize), CudaGraph>);
+// SAFETY: see above: only ever touched by one thread after the move.
+unsafe impl Send for Graphs {}
+
+/// Copy in, the three stages, copy out, for the first `nq` queries staged in the slot.
+fn enqueue(
+    ivf: &GpuIvf,
+    slot: &mut Slot,
+    nq: usize,
+    k: usize,
+    nprobe: usize,
+) -> Result<(), GpuError> {
+    let (s, dim) = (slot.stream.clone(), ivf.dim);
+    s.memcpy_htod(
+        &slot.q.as_slice()?[..nq * dim],
+        &mut slot.bufs.q.slice_mut(0..nq * dim),
+    )?;
+    ivf.launch_into(&s, &mut slot.bufs, nq, k, nprobe)?;
+    s.memcpy_dtoh(
+        &slot.bufs.out_ids.slice(0..nq * k),
+        &mut slot.ids.as_mut_slice()?[..nq * k],
+    )?;
+    s.memcpy_dtoh(
+        &slot.bufs.out_dist.slice(0..nq * k),
+        &mut slot.dist.as_mut_slice()?[..nq * k],
+    )?;
+    Ok(())
+}
+
+/// Replays (capturing on first use) the single-query graph of (k, nprobe) on the slot's stream.
+fn launch_graph(ivf: &GpuIvf, slot: &mut Slot, k: usize, nprobe: usize) -> Result<(), GpuError> {
+    if !slot.graphs.0.contains_key(&(k, nprobe)) {
+        let s = slot.stream.clone();
+        s.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)?;
+        let queued = enqueue(ivf, slot, 1, k, nprobe);
+        // End the capture whatever happened, so the stream is usable again.
+        let graph = s.end_capture(CUgraphInstantiate_flags(0))?;
+        queued?;
+        let graph =
+            graph.ok_or_else(|| GpuError::Invalid("graph capture produced no graph".into()))?;
+        slot.graphs.0.insert((k, nprobe), graph);
+    }
+    slot.graphs.0[&(k, nprobe)].launch()?;
+    Ok(())
 }
 
 struct Control {
@@ -287,22 +348,12 @@ impl Control {
             }
         }
         let s = slot.stream.clone();
-        let result = (|| {
-            s.memcpy_htod(
-                &slot.q.as_slice()?[..nq * dim],
-                &mut slot.bufs.q.slice_mut(0..nq * dim),
-            )?;
-            self.ivf.launch_into(&s, &mut slot.bufs, nq, k, nprobe)?;
-            s.memcpy_dtoh(
-                &slot.bufs.out_ids.slice(0..nq * k),
-                &mut slot.ids.as_mut_slice()?[..nq * k],
-            )?;
-            s.memcpy_dtoh(
-                &slot.bufs.out_dist.slice(0..nq * k),
-                &mut slot.dist.as_mut_slice()?[..nq * k],
-            )?;
-            Ok::<_, GpuError>(s.record_event(None)?)
-        })();
+        let result = if self.cfg.mode == Mode::Direct && nq == 1 {
+            launch_graph(&self.ivf, slot, k, nprobe)
+        } else {
+            enqueue(&self.ivf, slot, nq, k, nprobe)
+        }
+        .and_then(|()| Ok(s.record_event(None)?));
         let reqs: Vec<Request> = batch.into_iter().map(|r| r.req).collect();
         match result {
             Ok(done) => {
