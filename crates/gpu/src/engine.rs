@@ -199,7 +199,8 @@ fn enqueue(
 fn launch_graph(ivf: &GpuIvf, slot: &mut Slot, k: usize, nprobe: usize) -> Result<(), GpuError> {
     if !slot.graphs.0.contains_key(&(k, nprobe)) {
         let s = slot.stream.clone();
-        s.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_THREAD_LOCAL)?;
+        // Relaxed: the staging buffers' host accessors may query their (completed) events.
+        s.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED)?;
         let queued = enqueue(ivf, slot, 1, k, nprobe);
         // End the capture whatever happened, so the stream is usable again.
         let graph = s.end_capture(CUgraphInstantiate_flags(0))?;
