@@ -196,26 +196,9 @@ impl GpuIvf {
                 b.cap
             )));
         }
-        let (nlist, dim, np, kk, metric) = (
-            self.nlist as i32,
-            self.dim as i32,
-            nprobe as i32,
-            k as i32,
-            self.metric,
-        );
-        let mut f = s.launch_builder(&self.f_filter);
-        f.arg(&b.q)
-            .arg(&self.centroids)
-            .arg(&nlist)
-            .arg(&dim)
-            .arg(&np)
-            .arg(&metric)
-            .arg(&mut b.scratch)
-            .arg(&mut b.probes);
-        // SAFETY: as launch_filter; buffers hold cap >= nq rows at the kernel limits.
-        unsafe { f.launch(Self::blocks(nq)) }?;
-        let pairs = (nq * nprobe) as i32;
-        if grouped {
+        self.run_filter(s, &b.q, &mut b.scratch, &mut b.probes, nq, nprobe)?;
+        let order = if grouped {
+            let (pairs, nlist) = ((nq * nprobe) as i32, self.nlist as i32);
             s.memset_zeros(&mut b.counts)?;
             let grid = LaunchConfig {
                 grid_dim: ((pairs as u32).div_ceil(BLOCK).min(1024), 1, 1),
@@ -236,39 +219,31 @@ impl GpuIvf {
                 .arg(&mut b.order);
             // SAFETY: matches knn_scatter; order holds cap*max_probe >= pairs entries.
             unsafe { sa.launch(grid) }?;
-        }
-        let null: u64 = 0;
-        let mut g = s.launch_builder(self.search_fn());
-        g.arg(&b.q);
-        self.push_vectors(&mut g);
-        g.arg(&self.ids).arg(&self.offsets).arg(&b.probes);
-        if grouped {
-            g.arg(&b.order);
+            Some(&b.order)
         } else {
-            g.arg(&null);
-        }
-        g.arg(&np)
-            .arg(&dim)
-            .arg(&kk)
-            .arg(&metric)
-            .arg(&mut b.part_ids)
-            .arg(&mut b.part_dist);
-        // SAFETY: as launch_search; nq*nprobe*k <= cap*GPU_MAX_CANDIDATES.
-        unsafe { g.launch(Self::blocks(nq * nprobe)) }?;
-        let mut r = s.launch_builder(&self.f_reduce);
-        r.arg(&b.part_ids)
-            .arg(&b.part_dist)
-            .arg(&np)
-            .arg(&kk)
-            .arg(&mut b.out_ids)
-            .arg(&mut b.out_dist);
-        let cfg = LaunchConfig {
-            shared_mem_bytes: (nprobe * k * 8) as u32,
-            ..Self::blocks(nq)
+            None
         };
-        // SAFETY: as launch_reduce.
-        unsafe { r.launch(cfg) }?;
-        Ok(())
+        self.run_search(
+            s,
+            &b.q,
+            &b.probes,
+            order,
+            &mut b.part_ids,
+            &mut b.part_dist,
+            nq,
+            nprobe,
+            k,
+        )?;
+        self.run_reduce(
+            s,
+            &b.part_ids,
+            &b.part_dist,
+            &mut b.out_ids,
+            &mut b.out_dist,
+            nq,
+            nprobe,
+            k,
+        )
     }
 
     fn search_fn(&self) -> &CudaFunction {
@@ -310,16 +285,23 @@ impl GpuIvf {
         }
     }
 
-    /// Stage 1 on the device: probes (nq x nprobe).
-    pub fn launch_filter(
+    // The one place each kernel's argument list is written (the stage launchers below and
+    // `launch_into_with` both go through these).
+
+    /// knn_filter: one block per query; scratch holds nq x nlist, probes nq x nprobe.
+    fn run_filter(
         &self,
         s: &Arc<CudaStream>,
         q: &CudaSlice<f32>,
+        scratch: &mut CudaSlice<f32>,
+        probes: &mut CudaSlice<u32>,
         nq: usize,
         nprobe: usize,
-    ) -> Result<CudaSlice<u32>, GpuError> {
-        let mut scratch = s.alloc_zeros::<f32>(nq * self.nlist)?;
-        let mut probes = s.alloc_zeros::<u32>(nq * nprobe)?;
+    ) -> Result<(), GpuError> {
+        assert!(
+            scratch.len() >= nq * self.nlist && probes.len() >= nq * nprobe,
+            "filter buffers too small"
+        );
         let (nlist, dim, np, metric) = (
             self.nlist as i32,
             self.dim as i32,
@@ -333,15 +315,101 @@ impl GpuIvf {
             .arg(&dim)
             .arg(&np)
             .arg(&metric)
-            .arg(&mut scratch)
-            .arg(&mut probes);
-        // SAFETY: argument types and order match knn_filter; buffers are sized nq x nlist and
-        // nq x nprobe; one block per query.
+            .arg(scratch)
+            .arg(probes);
+        // SAFETY: argument types and order match knn_filter; buffer sizes asserted above.
         unsafe { b.launch(Self::blocks(nq)) }?;
+        Ok(())
+    }
+
+    /// knn_search (f32 or f16 by `precision`): one block per (query, probe), in `order` if given.
+    #[allow(clippy::too_many_arguments)]
+    fn run_search(
+        &self,
+        s: &Arc<CudaStream>,
+        q: &CudaSlice<f32>,
+        probes: &CudaSlice<u32>,
+        order: Option<&CudaSlice<u32>>,
+        ids: &mut CudaSlice<u32>,
+        dist: &mut CudaSlice<f32>,
+        nq: usize,
+        nprobe: usize,
+        k: usize,
+    ) -> Result<(), GpuError> {
+        assert!(
+            ids.len() >= nq * nprobe * k && dist.len() >= nq * nprobe * k,
+            "search buffers too small"
+        );
+        let (np, dim, kk, metric) = (nprobe as i32, self.dim as i32, k as i32, self.metric);
+        let null: u64 = 0; // no order: block b scans pair b
+        let mut b = s.launch_builder(self.search_fn());
+        b.arg(q);
+        self.push_vectors(&mut b);
+        b.arg(&self.ids).arg(&self.offsets).arg(probes);
+        match order {
+            Some(o) => b.arg(o),
+            None => b.arg(&null),
+        };
+        b.arg(&np)
+            .arg(&dim)
+            .arg(&kk)
+            .arg(&metric)
+            .arg(ids)
+            .arg(dist);
+        // SAFETY: matches knn_search / knn_search_f16; outputs sized as asserted above.
+        unsafe { b.launch(Self::blocks(nq * nprobe)) }?;
+        Ok(())
+    }
+
+    /// knn_reduce: one block per query, nprobe * k candidates in shared memory.
+    #[allow(clippy::too_many_arguments)]
+    fn run_reduce(
+        &self,
+        s: &Arc<CudaStream>,
+        part_ids: &CudaSlice<u32>,
+        part_dist: &CudaSlice<f32>,
+        ids: &mut CudaSlice<u32>,
+        dist: &mut CudaSlice<f32>,
+        nq: usize,
+        nprobe: usize,
+        k: usize,
+    ) -> Result<(), GpuError> {
+        assert!(
+            nprobe * k <= GPU_MAX_CANDIDATES && ids.len() >= nq * k && dist.len() >= nq * k,
+            "reduce buffers"
+        );
+        let (np, kk) = (nprobe as i32, k as i32);
+        let mut b = s.launch_builder(&self.f_reduce);
+        b.arg(part_ids)
+            .arg(part_dist)
+            .arg(&np)
+            .arg(&kk)
+            .arg(ids)
+            .arg(dist);
+        let cfg = LaunchConfig {
+            shared_mem_bytes: (nprobe * k * 8) as u32,
+            ..Self::blocks(nq)
+        };
+        // SAFETY: matches knn_reduce; shared memory holds nprobe*k candidates (<= 48 KiB).
+        unsafe { b.launch(cfg) }?;
+        Ok(())
+    }
+
+    /// Stage 1 alone: probes (nq x nprobe) in fresh buffers.
+    pub fn launch_filter(
+        &self,
+        s: &Arc<CudaStream>,
+        q: &CudaSlice<f32>,
+        nq: usize,
+        nprobe: usize,
+    ) -> Result<CudaSlice<u32>, GpuError> {
+        let mut scratch = s.alloc_zeros::<f32>(nq * self.nlist)?;
+        let mut probes = s.alloc_zeros::<u32>(nq * nprobe)?;
+        self.run_filter(s, q, &mut scratch, &mut probes, nq, nprobe)?;
         Ok(probes)
     }
 
-    /// Stage 2 on the device: partial top-k per (query, probe).
+    /// Stage 2 alone: partial top-k per (query, probe) in fresh buffers.
     pub fn launch_search(
         &self,
         s: &Arc<CudaStream>,
@@ -353,24 +421,11 @@ impl GpuIvf {
     ) -> Result<(CudaSlice<u32>, CudaSlice<f32>), GpuError> {
         let mut ids = s.alloc_zeros::<u32>(nq * nprobe * k)?;
         let mut dist = s.alloc_zeros::<f32>(nq * nprobe * k)?;
-        let (np, dim, kk, metric) = (nprobe as i32, self.dim as i32, k as i32, self.metric);
-        let null: u64 = 0; // no block order: block b scans pair b
-        let mut b = s.launch_builder(self.search_fn());
-        b.arg(q);
-        self.push_vectors(&mut b);
-        b.arg(&self.ids).arg(&self.offsets).arg(probes).arg(&null);
-        b.arg(&np)
-            .arg(&dim)
-            .arg(&kk)
-            .arg(&metric)
-            .arg(&mut ids)
-            .arg(&mut dist);
-        // SAFETY: matches knn_search; one block per (query, probe); outputs sized nq*nprobe*k.
-        unsafe { b.launch(Self::blocks(nq * nprobe)) }?;
+        self.run_search(s, q, probes, None, &mut ids, &mut dist, nq, nprobe, k)?;
         Ok((ids, dist))
     }
 
-    /// Stage 3 on the device: final top-k per query.
+    /// Stage 3 alone: final top-k per query in fresh buffers.
     pub fn launch_reduce(
         &self,
         s: &Arc<CudaStream>,
@@ -382,20 +437,7 @@ impl GpuIvf {
     ) -> Result<(CudaSlice<u32>, CudaSlice<f32>), GpuError> {
         let mut ids = s.alloc_zeros::<u32>(nq * k)?;
         let mut dist = s.alloc_zeros::<f32>(nq * k)?;
-        let (np, kk) = (nprobe as i32, k as i32);
-        let mut b = s.launch_builder(&self.f_reduce);
-        b.arg(part_ids)
-            .arg(part_dist)
-            .arg(&np)
-            .arg(&kk)
-            .arg(&mut ids)
-            .arg(&mut dist);
-        let cfg = LaunchConfig {
-            shared_mem_bytes: (nprobe * k * 8) as u32,
-            ..Self::blocks(nq)
-        };
-        // SAFETY: matches knn_reduce; shared memory holds nprobe*k candidates (checked <= 48 KiB).
-        unsafe { b.launch(cfg) }?;
+        self.run_reduce(s, part_ids, part_dist, &mut ids, &mut dist, nq, nprobe, k)?;
         Ok((ids, dist))
     }
 
