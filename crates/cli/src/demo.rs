@@ -110,17 +110,16 @@ pub fn run(a: DemoArgs) -> Result<()> {
     let (_, gdim, gt) = vecfile::read_ivecs(&gpath)?;
     let w = Arc::new(KnnWorkload::new(queries, Some((gdim, gt)), 10, 0));
     let cfg = LoadConfig {
-        target: Target::Udp(stack.server.udp_addr.expect("udp enabled")),
-        mode: Mode::Open {
-            rate: 1.0,
-            poisson: true,
-        },
-        duration: Duration::from_secs_f64(a.duration),
         warmup: Duration::from_millis(300),
-        connections: 1,
-        answer_timeout: Duration::from_secs(2),
-        request_timeout_us: 0,
-        seed: 1,
+        ..LoadConfig::new(
+            Target::Udp(stack.server.udp_addr.expect("udp enabled")),
+            Mode::Open {
+                rate: 1.0,
+                poisson: true,
+            },
+            Duration::from_secs_f64(a.duration),
+            1,
+        )
     };
     println!(
         "knn k=10 over {} (cpu engine), Poisson arrivals",

@@ -72,6 +72,23 @@ pub struct LoadConfig {
     pub seed: u64,
 }
 
+impl LoadConfig {
+    /// The settings the benchmarks and the demo share: 500 ms warm-up, 2 s answer timeout,
+    /// the server's default deadline, seed 1.
+    pub fn new(target: Target, mode: Mode, duration: Duration, connections: usize) -> LoadConfig {
+        LoadConfig {
+            target,
+            mode,
+            duration,
+            warmup: Duration::from_millis(500),
+            connections,
+            answer_timeout: Duration::from_secs(2),
+            request_timeout_us: 0,
+            seed: 1,
+        }
+    }
+}
+
 /// State shared by the generator's threads during one run.
 pub(crate) struct Shared {
     pub tracker: Tracker,

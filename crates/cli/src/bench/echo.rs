@@ -79,19 +79,15 @@ pub fn run(a: &EchoBench) -> Result<()> {
             let mut limited_by = "max_rate";
             let mut rate = a.start_rate;
             while rate <= a.max_rate {
-                let cfg = LoadConfig {
+                let cfg = LoadConfig::new(
                     target,
-                    mode: Mode::Open {
+                    Mode::Open {
                         rate,
                         poisson: false,
                     },
-                    duration: Duration::from_secs_f64(a.duration),
-                    warmup: Duration::from_millis(500),
-                    connections: a.connections,
-                    answer_timeout: Duration::from_secs(2),
-                    request_timeout_us: 0,
-                    seed: 1,
-                };
+                    Duration::from_secs_f64(a.duration),
+                    a.connections,
+                );
                 let r = cohort_load::run(&cfg, w.clone())?;
                 eprintln!("{t} io={io} workers={} {}", sa.workers, r.table_row());
                 let ok = meets(&r, a.p99_limit_us);
@@ -111,16 +107,12 @@ pub fn run(a: &EchoBench) -> Result<()> {
             }
             let mut closed = Vec::new();
             for &c in a.closed.iter().filter(|c| **c > 0) {
-                let cfg = LoadConfig {
+                let cfg = LoadConfig::new(
                     target,
-                    mode: Mode::Closed { concurrency: c },
-                    duration: Duration::from_secs_f64(a.duration),
-                    warmup: Duration::from_millis(500),
-                    connections: a.connections,
-                    answer_timeout: Duration::from_secs(2),
-                    request_timeout_us: 0,
-                    seed: 1,
-                };
+                    Mode::Closed { concurrency: c },
+                    Duration::from_secs_f64(a.duration),
+                    a.connections,
+                );
                 let r = cohort_load::run(&cfg, w.clone())?;
                 println!("{t:>4} io_threads={io}: closed loop, {c} outstanding: {:.0}/s, p99 {:.0} us, errors {}",
                     r.achieved_rate, r.latency_us.p99, r.error_total());

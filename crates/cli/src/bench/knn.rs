@@ -136,19 +136,15 @@ pub fn run(a: &KnnBench) -> Result<()> {
             a.k,
             a.serve_nprobe,
         ));
-        let cfg = LoadConfig {
-            target: Target::Udp(stack.server.udp_addr.expect("udp")),
-            mode: Mode::Open {
+        let cfg = LoadConfig::new(
+            Target::Udp(stack.server.udp_addr.expect("udp")),
+            Mode::Open {
                 rate: 1.0,
                 poisson: true,
             },
-            duration: Duration::from_secs_f64(a.duration),
-            warmup: Duration::from_millis(500),
-            connections: a.connections,
-            answer_timeout: Duration::from_secs(2),
-            request_timeout_us: 0,
-            seed: 1,
-        };
+            Duration::from_secs_f64(a.duration),
+            a.connections,
+        );
         let reports = cohort_load::run_sweep(&cfg, &a.sweep, w);
         stack.shutdown();
         let reports = reports?;
