@@ -43,12 +43,20 @@ pub struct ServeArgs {
     /// ...or when its oldest request has waited this long.
     #[arg(long, default_value_t = 200)]
     pub cohort_timeout_us: u64,
-    /// gpu engines: element type of the vectors on the GPU (f32, f16).
+    /// gpu engines: element type of the vectors on the GPU (f32, f16, or u8 for integral data
+    /// in 0..=255 such as SIFT).
     #[arg(long, default_value = "f32")]
     pub gpu_precision: Precision,
     /// gpu engines: streams, i.e. launches in flight (default 8 direct, 3 cohort).
     #[arg(long)]
     pub streams: Option<usize>,
+    /// gpu engines: threads per GPU that encode and send answers (0: the control thread).
+    #[arg(long, default_value_t = 2)]
+    pub gpu_responders: usize,
+    /// gpu-cohort: launch each copy and kernel instead of replaying a CUDA graph per
+    /// power-of-two cohort bucket.
+    #[arg(long)]
+    pub no_cohort_graphs: bool,
     #[arg(long)]
     pub udp: Option<SocketAddr>,
     #[arg(long)]
@@ -100,6 +108,8 @@ impl ServeArgs {
             max_cohort: 256,
             cohort_timeout_us: 200,
             streams: None,
+            gpu_responders: 2,
+            no_cohort_graphs: false,
             gpu_precision: Precision::F32,
             udp: Some("127.0.0.1:0".parse().expect("literal")),
             tcp: Some("127.0.0.1:0".parse().expect("literal")),
@@ -174,6 +184,8 @@ fn start_gpu(a: &ServeArgs, reg: &Registry, metrics: &Arc<Metrics>) -> Result<Ve
             .streams
             .unwrap_or(if mode == Mode::Direct { 8 } else { 3 }),
         max_queue: a.max_queue,
+        responders: a.gpu_responders,
+        graphs: !a.no_cohort_graphs,
     };
     let mut out = Vec::new();
     for &g in &a.gpus {

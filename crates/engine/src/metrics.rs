@@ -2,6 +2,7 @@
 //! by the listeners, the dispatcher and the engines; `/metrics` encodes it. Names and labels
 //! are documented in docs/metrics.md.
 
+use cohort_proto::ErrorCode;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -56,10 +57,25 @@ fn seconds_histogram() -> Histogram {
     Histogram::new(exponential_buckets(1e-6, 2.0, 25))
 }
 
+/// Metric handles resolved once for the label sets every request touches, so answering a
+/// request costs no label allocation or family lookup (hundreds of thousands a second).
+struct HotHandles {
+    services: HashMap<u16, ServiceHandles>,
+    /// Per stage name the engines report: (queue wait, compute).
+    stages: Vec<(&'static str, Histogram, Histogram)>,
+}
+
+/// A known service's duration histogram and one request counter per outcome label.
+type ServiceHandles = (Histogram, Vec<(&'static str, Counter)>);
+
+/// Stage names the engines report (others still work, through the family lookup).
+const HOT_STAGES: [&str; 2] = ["execute", "gpu"];
+
 pub struct Metrics {
     registry: Mutex<Registry>,
     engine: String,
     services: HashMap<u16, String>,
+    hot: HotHandles,
     pub requests: Family<OutcomeLabels, Counter>,
     pub request_duration: Family<ServiceLabels, Histogram, fn() -> Histogram>,
     pub queue_wait: Family<StageLabels, Histogram, fn() -> Histogram>,
@@ -82,6 +98,10 @@ impl Metrics {
             registry: Mutex::new(Registry::default()),
             engine: engine.to_string(),
             services,
+            hot: HotHandles {
+                services: HashMap::new(),
+                stages: Vec::new(),
+            },
             requests: Family::default(),
             request_duration: Family::new_with_constructor(seconds_histogram),
             queue_wait: Family::new_with_constructor(seconds_histogram),
@@ -158,7 +178,53 @@ impl Metrics {
             m.gpu_memory_used.clone(),
         );
         *m.registry.lock().expect("registry lock") = r;
+        let mut m = m;
+        m.hot = m.resolve_hot();
         m
+    }
+
+    fn resolve_hot(&self) -> HotHandles {
+        let outcomes = std::iter::once("ok").chain(ErrorCode::ALL.iter().map(|c| c.label()));
+        let services = self
+            .services
+            .iter()
+            .map(|(&id, name)| {
+                let counters = outcomes
+                    .clone()
+                    .map(|o| {
+                        let l = OutcomeLabels {
+                            service: name.clone(),
+                            engine: self.engine.clone(),
+                            outcome: o.into(),
+                        };
+                        (o, self.requests.get_or_create(&l).clone())
+                    })
+                    .collect();
+                let l = ServiceLabels {
+                    service: name.clone(),
+                    engine: self.engine.clone(),
+                };
+                (
+                    id,
+                    (self.request_duration.get_or_create(&l).clone(), counters),
+                )
+            })
+            .collect();
+        let stages = HOT_STAGES
+            .iter()
+            .map(|&st| {
+                let l = StageLabels {
+                    engine: self.engine.clone(),
+                    stage: st.into(),
+                };
+                (
+                    st,
+                    self.queue_wait.get_or_create(&l).clone(),
+                    self.compute.get_or_create(&l).clone(),
+                )
+            })
+            .collect();
+        HotHandles { services, stages }
     }
 
     pub fn engine(&self) -> &str {
@@ -174,6 +240,13 @@ impl Metrics {
 
     /// Records one answer (called exactly once per request, from `Request`).
     pub fn answered(&self, service: u16, outcome: &str, elapsed: Duration) {
+        if let Some((duration, counters)) = self.hot.services.get(&service) {
+            if let Some((_, c)) = counters.iter().find(|(o, _)| *o == outcome) {
+                c.inc();
+                duration.observe(elapsed.as_secs_f64());
+                return;
+            }
+        }
         let service = self.service_name(service);
         let engine = self.engine.clone();
         self.requests
@@ -189,6 +262,11 @@ impl Metrics {
     }
 
     pub fn stage(&self, stage: &str, wait: Duration, compute: Duration) {
+        if let Some((_, w, c)) = self.hot.stages.iter().find(|(s, _, _)| *s == stage) {
+            w.observe(wait.as_secs_f64());
+            c.observe(compute.as_secs_f64());
+            return;
+        }
         let l = StageLabels {
             engine: self.engine.clone(),
             stage: stage.into(),

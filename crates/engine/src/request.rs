@@ -85,10 +85,10 @@ impl Request {
             .expect("a request is answered at most once");
         if let Some(m) = &self.metrics {
             let outcome = match &body {
-                ResponseBody::Ok(_) => "ok".to_string(),
-                ResponseBody::Err(e) => e.code.name().to_ascii_lowercase(),
+                ResponseBody::Ok(_) => "ok",
+                ResponseBody::Err(e) => e.code.label(),
             };
-            m.answered(self.service, &outcome, self.arrived.elapsed());
+            m.answered(self.service, outcome, self.arrived.elapsed());
         }
         reply.port.deliver(
             reply.token,

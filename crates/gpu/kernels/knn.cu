@@ -4,19 +4,11 @@
 // Ordering everywhere is (distance, id) ascending, ties to the smaller id, as on the CPU.
 // Layout: row-major f32 vectors; cells stored contiguously (cell-major) with `offsets`
 // (nlist + 1 entries) giving each cell's row range and `ids` the original id of each row.
+// These are the per-pair kernels (a block per query or per (query, probe)): the fastest for
+// one or a few queries. Cohorts take the tiled kernels of knn_tiled.cu. Shared helpers:
+// common.cuh (prepended at compile time).
 
-#define BLOCK 256
-#define WARPS (BLOCK / 32)
-#define MAX_DIM 1024
-#define MAX_K 128
 #define TILE 1024
-#define INF __int_as_float(0x7f800000)
-#define NO_ID 0xffffffffu
-
-// (d, i) strictly before (e, j)?
-__device__ __forceinline__ bool before(float d, unsigned i, float e, unsigned j) {
-    return d < e || (d == e && i < j);
-}
 
 // Block-wide argmin over (dist[x], id[x]) for x in [0, n). Every thread gets the winner's
 // slot index (or -1 when all are +inf with NO_ID). Uses `red_d`, `red_i`, `red_x` (WARPS each).
@@ -48,15 +40,6 @@ __device__ int block_argmin(const float* dist, const unsigned* id, int n,
     int winner = red_x[0];
     __syncthreads();
     return winner;
-}
-
-__device__ __forceinline__ float load_elem(const float* p) { return *p; }
-// f16 storage halves the bytes the scan streams; arithmetic stays f32.
-__device__ __forceinline__ float load_elem(const unsigned short* p) {
-    float f;
-    unsigned short h = *p;
-    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
-    return f;
 }
 
 // Warp computes the distance between `q` (shared) and `row` (global): lanes stride the
@@ -121,14 +104,11 @@ extern "C" __global__ void knn_filter(const float* __restrict__ queries, const f
 // Stage 2 (twin of stages::search_cell). Block per (query, probe): scans the cell in tiles,
 // keeps the k best in shared memory. partial ids/dists: (nq * nprobe) x k, padded with
 // (+inf, NO_ID) when the cell holds fewer than k rows.
-//
-// `order` (may be null) maps block -> (query, probe) pair. The batched path passes the pairs
-// sorted by cell, so the blocks that scan one cell run side by side and all but the first
-// read it from L2 instead of HBM: a cohort's queries share the cell data they probe.
+
 template <typename T>
 __device__ void search_impl(const float* __restrict__ queries, const T* __restrict__ vectors,
                             const unsigned* __restrict__ row_ids, const unsigned long long* __restrict__ offsets,
-                            const unsigned* __restrict__ probes, const unsigned* __restrict__ order,
+                            const unsigned* __restrict__ probes,
                             int nprobe, int dim, int k, int metric,
                             unsigned* __restrict__ out_ids, float* __restrict__ out_dist) {
     __shared__ float q[MAX_DIM];
@@ -139,7 +119,7 @@ __device__ void search_impl(const float* __restrict__ queries, const T* __restri
     __shared__ float red_d[WARPS];
     __shared__ unsigned red_i[WARPS];
     __shared__ int red_x[WARPS];
-    int b = order ? (int)order[blockIdx.x] : (int)blockIdx.x;
+    int b = blockIdx.x;
     int qi = b / nprobe;
     unsigned cell = probes[b];
     for (int d = threadIdx.x; d < dim; d += BLOCK) q[d] = queries[(size_t)qi * dim + d];
@@ -175,19 +155,28 @@ __device__ void search_impl(const float* __restrict__ queries, const T* __restri
 
 extern "C" __global__ void knn_search(const float* __restrict__ queries, const float* __restrict__ vectors,
                                       const unsigned* __restrict__ row_ids, const unsigned long long* __restrict__ offsets,
-                                      const unsigned* __restrict__ probes, const unsigned* __restrict__ order,
+                                      const unsigned* __restrict__ probes,
                                       int nprobe, int dim, int k, int metric,
                                       unsigned* __restrict__ out_ids, float* __restrict__ out_dist) {
-    search_impl(queries, vectors, row_ids, offsets, probes, order, nprobe, dim, k, metric, out_ids, out_dist);
+    search_impl(queries, vectors, row_ids, offsets, probes, nprobe, dim, k, metric, out_ids, out_dist);
 }
 
 // The same scan over f16 vectors (twin: search_cell over the f16-rounded index).
 extern "C" __global__ void knn_search_f16(const float* __restrict__ queries, const unsigned short* __restrict__ vectors,
                                           const unsigned* __restrict__ row_ids, const unsigned long long* __restrict__ offsets,
-                                          const unsigned* __restrict__ probes, const unsigned* __restrict__ order,
+                                          const unsigned* __restrict__ probes,
                                           int nprobe, int dim, int k, int metric,
                                           unsigned* __restrict__ out_ids, float* __restrict__ out_dist) {
-    search_impl(queries, vectors, row_ids, offsets, probes, order, nprobe, dim, k, metric, out_ids, out_dist);
+    search_impl(queries, vectors, row_ids, offsets, probes, nprobe, dim, k, metric, out_ids, out_dist);
+}
+
+// And over u8 vectors (exact for integral data in 0..=255).
+extern "C" __global__ void knn_search_u8(const float* __restrict__ queries, const unsigned char* __restrict__ vectors,
+                                         const unsigned* __restrict__ row_ids, const unsigned long long* __restrict__ offsets,
+                                         const unsigned* __restrict__ probes,
+                                         int nprobe, int dim, int k, int metric,
+                                         unsigned* __restrict__ out_ids, float* __restrict__ out_dist) {
+    search_impl(queries, vectors, row_ids, offsets, probes, nprobe, dim, k, metric, out_ids, out_dist);
 }
 
 // Stage 3 (twin of stages::reduce). Block per query: the k best of its nprobe partial lists.
@@ -214,41 +203,5 @@ extern "C" __global__ void knn_reduce(const unsigned* __restrict__ part_ids, con
             if (x >= 0) { cd[x] = INF; ci[x] = NO_ID; }
         }
         __syncthreads();
-    }
-}
-
-// Batched path, step 1: how many (query, probe) pairs fall in each cell. counts: nlist, zeroed.
-extern "C" __global__ void knn_count(const unsigned* __restrict__ probes, int pairs, unsigned* __restrict__ counts) {
-    for (int b = blockIdx.x * blockDim.x + threadIdx.x; b < pairs; b += gridDim.x * blockDim.x) {
-        unsigned c = probes[b];
-        if (c != NO_ID) atomicAdd(&counts[c], 1u);
-    }
-}
-
-// Step 2: exclusive prefix sum of counts into cursor (one block; nlist is small).
-extern "C" __global__ void knn_scan(const unsigned* __restrict__ counts, int nlist, unsigned* __restrict__ cursor) {
-    __shared__ unsigned part[BLOCK];
-    int per = (nlist + BLOCK - 1) / BLOCK;
-    int lo = threadIdx.x * per, hi = min(nlist, lo + per);
-    unsigned sum = 0;
-    for (int i = lo; i < hi; ++i) sum += counts[i];
-    part[threadIdx.x] = sum;
-    __syncthreads();
-    if (threadIdx.x == 0) {
-        unsigned run = 0;
-        for (int t = 0; t < BLOCK; ++t) { unsigned v = part[t]; part[t] = run; run += v; }
-    }
-    __syncthreads();
-    unsigned run = part[threadIdx.x];
-    for (int i = lo; i < hi; ++i) { cursor[i] = run; run += counts[i]; }
-}
-
-// Step 3: pairs grouped by cell. order: pairs entries.
-extern "C" __global__ void knn_scatter(const unsigned* __restrict__ probes, int pairs, unsigned* __restrict__ cursor,
-                                       unsigned* __restrict__ order) {
-    for (int b = blockIdx.x * blockDim.x + threadIdx.x; b < pairs; b += gridDim.x * blockDim.x) {
-        unsigned c = probes[b];
-        unsigned pos = c != NO_ID ? atomicAdd(&cursor[c], 1u) : 0u;
-        if (c != NO_ID) order[pos] = (unsigned)b;
     }
 }

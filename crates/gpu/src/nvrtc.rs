@@ -14,10 +14,23 @@ pub struct KernelSource {
 
 /// Every `.cu` file of the project (CI compiles each of them through NVRTC).
 pub fn kernel_sources() -> &'static [KernelSource] {
-    &[KernelSource {
-        name: "knn.cu",
-        source: include_str!("../kernels/knn.cu"),
-    }]
+    // common.cuh is prepended to each file (NVRTC gets one self-contained source).
+    &[
+        KernelSource {
+            name: "knn.cu",
+            source: concat!(
+                include_str!("../kernels/common.cuh"),
+                include_str!("../kernels/knn.cu")
+            ),
+        },
+        KernelSource {
+            name: "knn_tiled.cu",
+            source: concat!(
+                include_str!("../kernels/common.cuh"),
+                include_str!("../kernels/knn_tiled.cu")
+            ),
+        },
+    ]
 }
 
 pub fn nvrtc_available() -> bool {

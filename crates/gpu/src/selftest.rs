@@ -1,7 +1,7 @@
 //! GPU kernels against their CPU twins on fresh random inputs. Used by the test suite and by
 //! `cohort selftest gpu` (the GPU machine has no cargo: the binary carries the checks).
 
-use crate::knn::{round_f16, to_neighbors, GpuIvf, Precision};
+use crate::knn::{round_f16, to_neighbors, GpuIvf, Plan, Precision};
 use crate::{probe, GpuError};
 use cohort_knn::ivf::stages;
 use cohort_knn::kmeans::KMeansConfig;
@@ -79,7 +79,7 @@ pub fn check_case(c: &Case) -> Result<String, GpuError> {
     let g = GpuIvf::upload(&devs[0], &ix, c.precision)?;
     // The CPU twin of f16 storage: the same index with every vector rounded through f16.
     let ix = match c.precision {
-        Precision::F32 => ix,
+        Precision::F32 | Precision::U8 => ix, // u8 holds the integral data exactly
         Precision::F16 => ix.with_vectors_mapped(round_f16),
     };
     let s = g.ctx.default_stream();
@@ -136,51 +136,48 @@ pub fn check_case(c: &Case) -> Result<String, GpuError> {
         let cpu = stages::reduce(&parts[qi * c.nprobe..(qi + 1) * c.nprobe], c.k);
         same_neighbors(gpu, &cpu).map_err(|m| fail("reduce", format!("query {qi}: {m}")))?;
     }
-    // Chained query against the CPU query (recall must match too).
-    let full = g
-        .search(&s, &queries.data, c.k, c.nprobe)
-        .map_err(at("chained"))?;
-    let (mut hits_g, mut hits_c) = (0usize, 0usize);
-    for (qi, gpu) in full.iter().enumerate() {
-        let cpu = ix.query(
-            queries.row(qi),
-            SearchParams {
-                k: c.k,
-                nprobe: c.nprobe,
-            },
+    // Whole queries by each plan against the CPU query (recall must match too). The tiled plan
+    // also runs with a candidate buffer for 3 queries, so the cohort takes several passes.
+    let mut hits_g = 0usize;
+    for (plan, cand) in [
+        (Plan::PerPair, None),
+        (Plan::Tiled, None),
+        (Plan::Tiled, Some(3 * g.max_candidate_row(c.nprobe))),
+    ] {
+        let mut b = match cand {
+            None => g.buffers(&s, c.nq)?,
+            Some(f) => g.buffers_with(&s, c.nq, f)?,
+        };
+        let what = format!(
+            "{plan:?} plan{}",
+            if cand.is_some() { ", in passes" } else { "" }
         );
-        same_neighbors(gpu, &cpu).map_err(|m| fail("query", format!("query {qi}: {m}")))?;
-        let exact = cohort_knn::exact::search_one(&base, c.metric, queries.row(qi), c.k);
-        hits_g += gpu
-            .iter()
-            .filter(|n| exact.iter().any(|e| e.id == n.id))
-            .count();
-        hits_c += cpu
-            .iter()
-            .filter(|n| exact.iter().any(|e| e.id == n.id))
-            .count();
-    }
-    if hits_g != hits_c {
-        return Err(fail("recall", format!("gpu hits {hits_g} vs cpu {hits_c}")));
-    }
-    // The grouped (cell-sorted) search gives exactly the plain search's answers.
-    let mut b = g.buffers(&s, c.nq)?;
-    s.memcpy_htod(&queries.data, &mut b.q)?;
-    let mut out = Vec::new();
-    for grouped in [false, true] {
-        g.launch_into_with(&s, &mut b, c.nq, c.k, c.nprobe, grouped)
-            .map_err(at("launch_into_with"))?;
-        out.push((
-            s.clone_dtoh(&b.out_ids.slice(0..c.nq * c.k))?,
-            s.clone_dtoh(&b.out_dist.slice(0..c.nq * c.k))?,
-        ));
-    }
-    s.synchronize()?;
-    if out[0] != out[1] {
-        return Err(fail(
-            "grouped search",
-            "differs from the plain search".into(),
-        ));
+        let full = g
+            .search_in(&s, &mut b, &queries.data, c.k, c.nprobe, Some(plan))
+            .map_err(|e| fail(&what, e.to_string()))?;
+        let (mut hg, mut hc) = (0usize, 0usize);
+        for (qi, gpu) in full.iter().enumerate() {
+            let cpu = ix.query(
+                queries.row(qi),
+                SearchParams {
+                    k: c.k,
+                    nprobe: c.nprobe,
+                },
+            );
+            same_neighbors(gpu, &cpu).map_err(|m| fail(&what, format!("query {qi}: {m}")))?;
+            let exact = cohort_knn::exact::search_one(&base, c.metric, queries.row(qi), c.k);
+            let hits = |r: &[Neighbor]| {
+                r.iter()
+                    .filter(|n| exact.iter().any(|e| e.id == n.id))
+                    .count()
+            };
+            hg += hits(gpu);
+            hc += hits(&cpu);
+        }
+        if hg != hc {
+            return Err(fail(&what, format!("recall: gpu hits {hg} vs cpu {hc}")));
+        }
+        hits_g = hg;
     }
     Ok(format!(
         "ok: n={} dim={} nlist={} nq={} k={} nprobe={} metric={} {:?} seed={} recall@k={:.3}",
@@ -266,6 +263,41 @@ pub fn cases(seed: u64) -> Vec<Case> {
             nprobe: 4,
             metric: Metric::InnerProduct,
             seed: seed + 5,
+            precision: Precision::F16,
+        },
+        // u8 storage (the synthetic data is integral in 0..=255, so exact).
+        Case {
+            n: 20_000,
+            dim: 128,
+            nlist: 64,
+            nq: 40,
+            k: 10,
+            nprobe: 8,
+            metric: Metric::L2,
+            seed: seed + 6,
+            precision: Precision::U8,
+        },
+        // A cohort large enough that cells hold several 32-query groups and rows several chunks.
+        Case {
+            n: 50_000,
+            dim: 128,
+            nlist: 32,
+            nq: 300,
+            k: 16,
+            nprobe: 12,
+            metric: Metric::L2,
+            seed: seed + 7,
+            precision: Precision::F32,
+        },
+        Case {
+            n: 20_000,
+            dim: 100,
+            nlist: 256,
+            nq: 200,
+            k: 50,
+            nprobe: 40,
+            metric: Metric::InnerProduct,
+            seed: seed + 8,
             precision: Precision::F16,
         },
     ]

@@ -25,8 +25,28 @@ fn every_kernel_compiles_for_sm90_through_nvrtc() {
             "{}: not sm_90 PTX",
             src.name
         );
-        for f in ["knn_filter", "knn_search", "knn_reduce"] {
-            assert!(text.contains(f), "{} lacks kernel {f}", src.name);
+        let kernels: &[&str] = match src.name {
+            "knn.cu" => &["knn_filter", "knn_search", "knn_search_f16", "knn_reduce"],
+            "knn_tiled.cu" => &[
+                "knn_filter_tiled",
+                "knn_select_filter",
+                "knn_plan",
+                "knn_scan_items",
+                "knn_scatter",
+                "knn_search_tiled",
+                "knn_search_tiled_f16",
+                "knn_search_tiled_u8",
+                "knn_select_search",
+                "knn_select_search_wide",
+            ],
+            other => panic!("no kernel list for {other}"),
+        };
+        for f in kernels {
+            assert!(
+                text.contains(&format!(".entry {f}(")),
+                "{} lacks kernel {f}",
+                src.name
+            );
         }
         // Second call hits the on-disk cache.
         assert!(std::fs::read_dir(&dir).unwrap().count() >= 1);

@@ -42,6 +42,19 @@ impl ErrorCode {
         }
     }
 
+    /// `name` in lower case: the `outcome` label of the request counters.
+    pub fn label(self) -> &'static str {
+        match self {
+            ErrorCode::BadRequest => "bad_request",
+            ErrorCode::UnknownService => "unknown_service",
+            ErrorCode::TooLarge => "too_large",
+            ErrorCode::Overloaded => "overloaded",
+            ErrorCode::Timeout => "timeout",
+            ErrorCode::Unavailable => "unavailable",
+            ErrorCode::Internal => "internal",
+        }
+    }
+
     /// HTTP status the gateway maps this code to.
     pub fn http_status(self) -> u16 {
         match self {

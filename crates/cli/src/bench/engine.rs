@@ -43,6 +43,13 @@ pub struct EngineBench {
     /// gpu engines: vectors on the GPU as f32 or f16.
     #[arg(long, default_value = "f32")]
     pub gpu_precision: cohort_gpu::knn::Precision,
+    /// gpu-cohort without its per-bucket CUDA graphs (to measure what they bring).
+    #[arg(long)]
+    pub no_cohort_graphs: bool,
+    /// Driver threads sharing the window (encoding and submitting requests is their work;
+    /// the gpu engines decode in the submitting thread, so one driver can be the limit).
+    #[arg(long, default_value_t = 4)]
+    pub drivers: usize,
     #[arg(long, default_value = "bench/results/engine.json")]
     pub out: PathBuf,
 }
@@ -73,6 +80,7 @@ pub fn run(a: &EngineBench) -> Result<()> {
         sa.max_cohort = a.max_cohort;
         sa.cohort_timeout_us = a.cohort_timeout_us;
         sa.gpu_precision = a.gpu_precision;
+        sa.no_cohort_graphs = a.no_cohort_graphs;
         sa.max_queue = 1 << 20;
         sa.default_timeout_us = 60_000_000;
         let side = match serve::start_engines(&sa) {
@@ -84,57 +92,93 @@ pub fn run(a: &EngineBench) -> Result<()> {
             }
         };
         for &window in &a.window {
-            let (tx, rx) = unbounded();
-            let port = Arc::new(Chan(tx));
-            let mut sent_at = vec![Instant::now(); window.next_power_of_two()];
-            let mask = sent_at.len() - 1;
-            let mut hist = hdrhistogram::Histogram::<u64>::new(3)?;
-            let (mut next, mut done, mut errors) = (0u64, 0u64, 0u64);
-            let submit = |id: u64, sent_at: &mut Vec<Instant>| {
-                let now = Instant::now();
-                sent_at[id as usize & mask] = now;
-                let p = payloads[id as usize % payloads.len()].clone();
-                let r = Request::new(
-                    3,
-                    id,
-                    p,
-                    now,
-                    now + Duration::from_secs(60),
-                    Reply {
-                        port: port.clone(),
-                        token: 0,
-                    },
-                );
-                side.dispatcher.submit(r);
-            };
-            for _ in 0..window {
-                submit(next, &mut sent_at);
-                next += 1;
-            }
+            let drivers = a.drivers.clamp(1, window);
             let start = Instant::now();
             let end = start + Duration::from_secs_f64(a.duration);
-            while Instant::now() < end {
-                let Ok((id, ok)) = rx.recv_timeout(Duration::from_secs(5)) else {
-                    break;
-                };
-                hist.record(sent_at[id as usize & mask].elapsed().as_nanos() as u64)?;
-                done += 1;
-                errors += u64::from(!ok);
-                submit(next, &mut sent_at);
-                next += 1;
-            }
+            let per_driver: Vec<Result<(u64, u64, hdrhistogram::Histogram<u64>)>> =
+                std::thread::scope(|sc| {
+                    let handles: Vec<_> = (0..drivers)
+                        .map(|d| {
+                            let (side, payloads) = (&side, &payloads);
+                            let share = window / drivers + usize::from(d < window % drivers);
+                            sc.spawn(move || drive(side, payloads, share, d as u64, end))
+                        })
+                        .collect();
+                    handles
+                        .into_iter()
+                        .map(|h| h.join().expect("driver thread"))
+                        .collect()
+                });
             let secs = start.elapsed().as_secs_f64();
-            // Drain what is still outstanding before the next window size.
-            for _ in 0..window {
-                let _ = rx.recv_timeout(Duration::from_secs(10));
+            let mut hist = hdrhistogram::Histogram::<u64>::new(3)?;
+            let (mut done, mut errors) = (0u64, 0u64);
+            for r in per_driver {
+                let (d, e, h) = r?;
+                done += d;
+                errors += e;
+                hist.add(h)?;
             }
             let us = |q: f64| hist.value_at_quantile(q) as f64 / 1e3;
-            let r = json!({"engine": engine, "window": window, "queries_per_s": done as f64 / secs, "errors": errors,
-                "latency_us": {"p50": us(0.5), "p99": us(0.99), "p999": us(0.999)}, "nprobe": a.nprobe, "k": a.k, "nlist": a.nlist});
+            let r = json!({"engine": engine, "window": window, "drivers": drivers, "queries_per_s": done as f64 / secs, "errors": errors,
+                "latency_us": {"p50": us(0.5), "p99": us(0.99), "p999": us(0.999)}, "nprobe": a.nprobe, "k": a.k, "nlist": a.nlist,
+                "precision": format!("{:?}", a.gpu_precision), "max_cohort": a.max_cohort, "cohort_timeout_us": a.cohort_timeout_us, "cohort_graphs": !a.no_cohort_graphs});
             eprintln!("{r}");
             results.push(r);
         }
         side.shutdown();
     }
     super::write_result(&a.out, serde_json::Value::Array(results))
+}
+
+/// One driver thread: keeps `window` requests outstanding until `end`, then drains them.
+/// Request ids carry the driver number in the top bits; the low bits index the send times.
+fn drive(
+    side: &serve::EngineSide,
+    payloads: &[Vec<u8>],
+    window: usize,
+    driver: u64,
+    end: Instant,
+) -> Result<(u64, u64, hdrhistogram::Histogram<u64>)> {
+    let (tx, rx) = unbounded();
+    let port = Arc::new(Chan(tx));
+    let mut sent_at = vec![Instant::now(); window.next_power_of_two()];
+    let mask = sent_at.len() - 1;
+    let mut hist = hdrhistogram::Histogram::<u64>::new(3)?;
+    let (mut next, mut done, mut errors) = (0u64, 0u64, 0u64);
+    let submit = |seq: u64, sent_at: &mut [Instant]| {
+        let now = Instant::now();
+        sent_at[seq as usize & mask] = now;
+        let p = payloads[(seq as usize + driver as usize * 7919) % payloads.len()].clone();
+        let r = Request::new(
+            3,
+            driver << 48 | seq,
+            p,
+            now,
+            now + Duration::from_secs(60),
+            Reply {
+                port: port.clone(),
+                token: 0,
+            },
+        );
+        side.dispatcher.submit(r);
+    };
+    for _ in 0..window {
+        submit(next, &mut sent_at);
+        next += 1;
+    }
+    while Instant::now() < end {
+        let Ok((id, ok)) = rx.recv_timeout(Duration::from_secs(5)) else {
+            break;
+        };
+        let seq = id & ((1 << 48) - 1);
+        hist.record(sent_at[seq as usize & mask].elapsed().as_nanos() as u64)?;
+        done += 1;
+        errors += u64::from(!ok);
+        submit(next, &mut sent_at);
+        next += 1;
+    }
+    for _ in 0..window {
+        let _ = rx.recv_timeout(Duration::from_secs(10));
+    }
+    Ok((done, errors, hist))
 }

@@ -1,9 +1,11 @@
-//! Kernel-level k-NN on one GPU: queries/s per cohort size for the chained stages, and the
-//! search kernel's achieved memory bandwidth against the measured device-to-device copy.
+//! Kernel-level k-NN on one GPU: queries/s per cohort size for both plans (tiled, per-pair),
+//! and the per-pair search kernel's achieved memory bandwidth against the measured
+//! device-to-device copy (the tiled plan reads a cell once for many queries, so its
+//! "effective" scan bandwidth, logical bytes over time, may exceed the copy's).
 
 use anyhow::{Context, Result};
 use clap::Args;
-use cohort_gpu::knn::GpuIvf;
+use cohort_gpu::knn::{GpuIvf, Plan};
 use cohort_knn::kmeans::KMeansConfig;
 use cohort_knn::{vecfile, IvfIndex, Metric};
 use serde_json::json;
@@ -25,14 +27,25 @@ pub struct GpuKernelBench {
     pub cohorts: Vec<usize>,
     #[arg(long, default_value_t = 10)]
     pub k: usize,
-    /// Vector precisions on the GPU to measure (f32, f16).
-    #[arg(long, value_delimiter = ',', default_value = "f32,f16")]
+    /// Vector precisions on the GPU to measure (f32, f16, u8).
+    #[arg(long, value_delimiter = ',', default_value = "f32,f16,u8")]
     pub precision: Vec<cohort_gpu::knn::Precision>,
     /// Seconds to spend timing each point.
     #[arg(long, default_value_t = 0.5)]
     pub seconds: f64,
     #[arg(long, default_value = "bench/results/gpu-kernels.json")]
     pub out: PathBuf,
+}
+
+/// Seconds per call of `f`: one warm-up call, then as many as fit in `budget` seconds.
+fn time(budget: f64, mut f: impl FnMut() -> Result<()>) -> Result<f64> {
+    f()?;
+    let (t, mut reps) = (Instant::now(), 0usize);
+    while t.elapsed().as_secs_f64() < budget || reps == 0 {
+        f()?;
+        reps += 1;
+    }
+    Ok(t.elapsed().as_secs_f64() / reps as f64)
 }
 
 fn copy_bandwidth(g: &GpuIvf) -> Result<f64> {
@@ -76,6 +89,15 @@ pub fn run(a: &GpuKernelBench) -> Result<()> {
         }
         let ix = IvfIndex::load(&ipath).context("index")?;
         let sizes = ix.cell_sizes();
+        let mut sorted = sizes.clone();
+        sorted.sort_unstable();
+        eprintln!(
+            "nlist {nlist}: cell rows min {} median {} p99 {} max {}",
+            sorted[0],
+            sorted[sorted.len() / 2],
+            sorted[sorted.len() * 99 / 100],
+            sorted[sorted.len() - 1]
+        );
         for &precision in &a.precision {
             let g = GpuIvf::upload(dev, &ix, precision)?;
             let bw = match copy_bw {
@@ -97,48 +119,55 @@ pub fn run(a: &GpuKernelBench) -> Result<()> {
                     for i in 0..c {
                         qh.extend_from_slice(queries.row(i % queries.n));
                     }
-                    let mut bufs = g.buffers(&s, c)?;
-                    s.memcpy_htod(&qh, &mut bufs.q)?;
                     let qd = s.clone_htod(&qh)?;
-                    // Warm-up, then the chained stages as many times as fit in the time budget.
-                    g.launch_into(&s, &mut bufs, c, a.k, nprobe)?;
-                    s.synchronize()?;
-                    let (t, mut reps) = (Instant::now(), 0usize);
-                    while t.elapsed().as_secs_f64() < a.seconds || reps == 0 {
-                        g.launch_into(&s, &mut bufs, c, a.k, nprobe)?;
-                        s.synchronize()?;
-                        reps += 1;
-                    }
-                    drop(bufs);
-                    let chained = t.elapsed().as_secs_f64() / reps as f64;
-                    // The search kernel alone, on fixed probes.
+                    // Rows the cohort's probes cover (the per-pair search reads each once per
+                    // probing query; the tiled plan once per 32 queries probing a cell).
                     let probes = g.launch_filter(&s, &qd, c, nprobe)?;
                     let ph = s.clone_dtoh(&probes)?;
                     s.synchronize()?;
                     let rows: usize = ph.iter().map(|&p| sizes[p as usize]).sum();
-                    let elem = if precision == cohort_gpu::knn::Precision::F16 {
-                        2
-                    } else {
-                        4
-                    };
-                    let bytes = rows * (ix.dim * elem + 4);
-                    let (t, mut sreps) = (Instant::now(), 0usize);
-                    while t.elapsed().as_secs_f64() < a.seconds || sreps == 0 {
-                        drop(g.launch_search(&s, &qd, &probes, c, nprobe, a.k)?);
-                        s.synchronize()?;
-                        sreps += 1;
-                    }
-                    let search = t.elapsed().as_secs_f64() / sreps as f64;
-                    let search_bw = bytes as f64 / search;
-                    let r = json!({
-                        "nlist": nlist, "nprobe": nprobe, "k": a.k, "cohort": c, "precision": format!("{precision:?}"),
-                        "grouped_search": c * nprobe >= 2 * nlist,
-                        "queries_per_s": c as f64 / chained, "chained_ms": chained * 1e3,
-                        "search_ms": search * 1e3, "search_bytes": bytes, "search_gb_s": search_bw / 1e9,
-                        "search_fraction_of_copy_bw": search_bw / bw,
+                    let bytes = g.scan_bytes(rows);
+                    let mut bufs = g.buffers(&s, c)?;
+                    s.memcpy_htod(&qh, &mut bufs.q)?;
+                    let mut point = json!({
+                        "nlist": nlist, "nprobe": nprobe, "k": a.k, "cohort": c,
+                        "precision": format!("{precision:?}"), "scan_bytes": bytes,
+                        "default_plan": format!("{:?}", g.plan_for(c, nprobe)),
                     });
-                    eprintln!("{r}");
-                    results.push(r);
+                    for plan in [Plan::Tiled, Plan::PerPair] {
+                        let secs = time(a.seconds, || {
+                            g.launch_into_with(&s, &mut bufs, c, a.k, nprobe, plan)?;
+                            Ok(s.synchronize()?)
+                        })?;
+                        let name = format!("{plan:?}").to_lowercase();
+                        point[format!("{name}_queries_per_s")] = json!(c as f64 / secs);
+                        point[format!("{name}_ms")] = json!(secs * 1e3);
+                        // Logical scan bytes over the whole plan's time: above the copy
+                        // bandwidth means cells were read once for several queries.
+                        point[format!("{name}_effective_scan_gb_s")] =
+                            json!(bytes as f64 / secs / 1e9);
+                    }
+                    // Where the tiled plan's time goes, kernel by kernel (one pass if it fits).
+                    if let Ok(stages) = g.profile_tiled(&s, &mut bufs, c, a.k, nprobe) {
+                        point["tiled_stage_ms"] = stages
+                            .iter()
+                            .map(|(n, ms)| (n.to_string(), json!(ms)))
+                            .collect();
+                    }
+                    point["max_candidate_row"] = json!(g.max_candidate_row(nprobe));
+                    point["mean_candidate_row"] = json!(rows as f64 / c as f64);
+                    drop(bufs);
+                    // The per-pair search kernel alone, on fixed probes: its real traffic.
+                    let search = time(a.seconds, || {
+                        drop(g.launch_search(&s, &qd, &probes, c, nprobe, a.k)?);
+                        Ok(s.synchronize()?)
+                    })?;
+                    let search_bw = bytes as f64 / search;
+                    point["per_pair_search_ms"] = json!(search * 1e3);
+                    point["per_pair_search_gb_s"] = json!(search_bw / 1e9);
+                    point["per_pair_search_fraction_of_copy_bw"] = json!(search_bw / bw);
+                    eprintln!("{point}");
+                    results.push(point);
                 }
             }
         }

@@ -1,146 +1,21 @@
-//! The host-driven GPU engines for k-NN, one control thread per GPU.
-//!
-//! - `gpu-direct` (Centaur's CPU-driven design): every request is launched on its own as soon
-//!   as a stream is free: H2D, the three kernels, D2H; up to `streams` requests in flight;
-//!   the control thread polls their events (SEDA style), never a blocking sync per request.
-//! - `gpu-cohort` (Rhythm / micro-batching): requests gather into a cohort that closes at
-//!   `max_cohort` requests or when its oldest has waited `cohort_timeout`, whichever comes
-//!   first; cohorts run on alternating streams with pinned staging buffers, so the copy-in,
-//!   kernels and copy-out of consecutive cohorts overlap.
+//! The control thread of one GPU: batches decoded requests into cohorts, stages them in
+//! pinned memory, launches them on a free stream and polls the streams' completion events.
 
-use crate::knn::{to_neighbors, Buffers, GpuIvf};
+use super::lane::Ready;
+use super::respond::{AnswerSink, Answers, CHUNK};
+use super::{GpuEngineConfig, Mode};
+use crate::knn::{Buffers, GpuIvf};
 use crate::GpuError;
-use cohort_engine::{ChannelLane, Lane, Metrics, Request, ResponseBody};
-use cohort_proto::{service_id, ErrorCode};
-use cohort_services::knn::{decode_request, encode_response};
-use crossbeam_channel::{bounded, Receiver, RecvTimeoutError};
+use cohort_engine::{Metrics, Request};
+use cohort_proto::ErrorCode;
+use crossbeam_channel::{Receiver, RecvTimeoutError};
 use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
 use cudarc::driver::{CudaEvent, CudaGraph, CudaStream, PinnedHostSlice};
 use std::collections::HashMap;
 use std::collections::VecDeque;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
-use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
-
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Mode {
-    Direct,
-    Cohort,
-}
-
-#[derive(Debug, Clone)]
-pub struct GpuEngineConfig {
-    pub mode: Mode,
-    /// Largest cohort (gpu-cohort); gpu-direct uses 1.
-    pub max_cohort: usize,
-    pub cohort_timeout: Duration,
-    /// Streams (= launches in flight).
-    pub streams: usize,
-    pub max_queue: usize,
-}
-
-pub struct GpuEngine {
-    lane: Arc<ChannelLane>,
-    thread: Option<JoinHandle<()>>,
-    stop: Arc<AtomicBool>,
-}
-
-impl GpuEngine {
-    pub fn start(
-        ivf: GpuIvf,
-        cfg: GpuEngineConfig,
-        metrics: Arc<Metrics>,
-    ) -> Result<GpuEngine, GpuError> {
-        let max_cohort = if cfg.mode == Mode::Direct {
-            1
-        } else {
-            cfg.max_cohort.max(1)
-        };
-        let streams = cfg.streams.max(1);
-        let mut slots = Vec::with_capacity(streams);
-        for _ in 0..streams {
-            // SAFETY: pinned buffers are only read after their stream's event completed.
-            let q = unsafe { ivf.ctx.alloc_pinned::<f32>(max_cohort * ivf.dim) }?;
-            let ids = unsafe {
-                ivf.ctx
-                    .alloc_pinned::<u32>(max_cohort * crate::knn::GPU_MAX_K)
-            }?;
-            let dist = unsafe {
-                ivf.ctx
-                    .alloc_pinned::<f32>(max_cohort * crate::knn::GPU_MAX_K)
-            }?;
-            let stream = ivf.ctx.new_stream()?;
-            let bufs = ivf.buffers(&stream, max_cohort)?;
-            slots.push(Slot {
-                stream,
-                q,
-                ids,
-                dist,
-                bufs,
-                graphs: Graphs::default(),
-                busy: None,
-            });
-        }
-        // Each slot's buffers are used on its own stream only, and a slot is reused only
-        // after its completion event: cudarc's per-buffer event tracking adds driver calls
-        // and would put foreign events into captured graphs. The control thread orders work.
-        // SAFETY: see above; nothing else uses this context's buffers concurrently.
-        unsafe { ivf.ctx.disable_event_tracking() };
-        let (tx, rx) = bounded(cfg.max_queue.max(1));
-        let stop = Arc::new(AtomicBool::new(false));
-        metrics
-            .gpu_memory_used
-            .get_or_create(&cohort_engine::metrics::GpuLabels {
-                gpu: ivf.ctx.ordinal().to_string(),
-            })
-            .set(ivf.device_bytes as i64);
-        let st = stop.clone();
-        let thread = std::thread::Builder::new()
-            .name(format!("gpu-control-{}", ivf.ctx.ordinal()))
-            .spawn(move || {
-                let mut c = Control {
-                    ivf,
-                    cfg: GpuEngineConfig {
-                        max_cohort,
-                        streams,
-                        ..cfg
-                    },
-                    slots,
-                    rx,
-                    metrics,
-                    pending: VecDeque::new(),
-                };
-                c.run(&st);
-            })
-            .map_err(|e| GpuError::Invalid(format!("spawning the control thread: {e}")))?;
-        Ok(GpuEngine {
-            lane: Arc::new(ChannelLane { tx }),
-            thread: Some(thread),
-            stop,
-        })
-    }
-
-    pub fn lanes(&self) -> Vec<Arc<dyn Lane>> {
-        vec![self.lane.clone()]
-    }
-
-    /// Finishes queued and in-flight work, then stops the control thread.
-    pub fn shutdown(mut self) {
-        self.stop.store(true, Ordering::Release);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
-
-/// A decoded request waiting for a launch.
-struct Ready {
-    req: Request,
-    k: usize,
-    nprobe: usize,
-    vector: Vec<f32>,
-}
 
 struct InFlight {
     done: CudaEvent,
@@ -156,8 +31,9 @@ struct Slot {
     ids: PinnedHostSlice<u32>,
     dist: PinnedHostSlice<f32>,
     bufs: Buffers,
-    /// gpu-direct: one captured graph (copy in, three kernels, copy out) per (k, nprobe), so a
-    /// request costs one graph launch instead of about ten driver calls.
+    /// Captured graphs (copy in, the kernels, copy out) per (batch size, k, nprobe), so a
+    /// launch costs one driver call instead of about a dozen: gpu-direct's single queries, and
+    /// gpu-cohort's cohorts padded up to a power-of-two bucket.
     graphs: Graphs,
     busy: Option<InFlight>,
 }
@@ -166,7 +42,7 @@ struct Slot {
 /// threads at once); these are created and replayed only by the slot's control thread (the
 /// map is empty when the slot moves to that thread).
 #[derive(Default)]
-struct Graphs(HashMap<(usize, usize), CudaGraph>);
+struct Graphs(HashMap<(usize, usize, usize), CudaGraph>);
 // SAFETY: see above: only ever touched by one thread after the move.
 unsafe impl Send for Graphs {}
 
@@ -195,35 +71,103 @@ fn enqueue(
     Ok(())
 }
 
-/// Replays (capturing on first use) the single-query graph of (k, nprobe) on the slot's stream.
-fn launch_graph(ivf: &GpuIvf, slot: &mut Slot, k: usize, nprobe: usize) -> Result<(), GpuError> {
-    if !slot.graphs.0.contains_key(&(k, nprobe)) {
+/// Replays (capturing on first use) the graph for `batch` staged queries of (k, nprobe) on
+/// the slot's stream. Rows past the real cohort hold earlier cohorts' (or zeroed) vectors:
+/// computed, never answered.
+fn launch_graph(
+    ivf: &GpuIvf,
+    slot: &mut Slot,
+    batch: usize,
+    k: usize,
+    nprobe: usize,
+) -> Result<(), GpuError> {
+    let key = (batch, k, nprobe);
+    if !slot.graphs.0.contains_key(&key) {
         let s = slot.stream.clone();
         // Relaxed: the staging buffers' host accessors may query their (completed) events.
         s.begin_capture(CUstreamCaptureMode::CU_STREAM_CAPTURE_MODE_RELAXED)?;
-        let queued = enqueue(ivf, slot, 1, k, nprobe);
+        let queued = enqueue(ivf, slot, batch, k, nprobe);
         // End the capture whatever happened, so the stream is usable again.
         let graph = s.end_capture(CUgraphInstantiate_flags(0))?;
         queued?;
         let graph =
             graph.ok_or_else(|| GpuError::Invalid("graph capture produced no graph".into()))?;
-        slot.graphs.0.insert((k, nprobe), graph);
+        slot.graphs.0.insert(key, graph);
     }
-    slot.graphs.0[&(k, nprobe)].launch()?;
+    slot.graphs.0[&key].launch()?;
     Ok(())
 }
 
-struct Control {
+/// The graph bucket of a cohort of `nq`: the next power of two, at most `max` (the staging
+/// capacity). Padding costs at most twice the kernel work of the cohort; the buckets bound the
+/// graphs per shape to log2(max) + 1.
+fn bucket(nq: usize, max: usize) -> usize {
+    nq.next_power_of_two().min(max)
+}
+
+pub(super) struct Control {
     ivf: GpuIvf,
     cfg: GpuEngineConfig,
     slots: Vec<Slot>,
-    rx: Receiver<Request>,
+    rx: Receiver<Ready>,
     metrics: Arc<Metrics>,
+    answers: AnswerSink,
     pending: VecDeque<Ready>,
 }
 
 impl Control {
-    fn run(&mut self, stop: &AtomicBool) {
+    /// Allocates every stream's staging and device buffers up front.
+    pub fn new(
+        ivf: GpuIvf,
+        cfg: GpuEngineConfig,
+        rx: Receiver<Ready>,
+        metrics: Arc<Metrics>,
+        answers: AnswerSink,
+    ) -> Result<Control, GpuError> {
+        let (streams, max_cohort) = (cfg.streams, cfg.max_cohort);
+        let mut slots = Vec::with_capacity(streams);
+        for _ in 0..streams {
+            // SAFETY: pinned buffers are only read after their stream's event completed.
+            let mut q = unsafe { ivf.ctx.alloc_pinned::<f32>(max_cohort * ivf.dim) }?;
+            // Graph buckets copy whole buckets: rows never staged must still be numbers.
+            q.as_mut_slice()?.fill(0.0);
+            let ids = unsafe {
+                ivf.ctx
+                    .alloc_pinned::<u32>(max_cohort * crate::knn::GPU_MAX_K)
+            }?;
+            let dist = unsafe {
+                ivf.ctx
+                    .alloc_pinned::<f32>(max_cohort * crate::knn::GPU_MAX_K)
+            }?;
+            let stream = ivf.ctx.new_stream()?;
+            let bufs = ivf.buffers(&stream, max_cohort)?;
+            slots.push(Slot {
+                stream,
+                q,
+                ids,
+                dist,
+                bufs,
+                graphs: Graphs::default(),
+                busy: None,
+            });
+        }
+        // Each slot's buffers are used on its own stream only, and a slot is reused only
+        // after its completion event: cudarc's per-buffer event tracking adds driver calls
+        // and would put foreign events into captured graphs. The control thread orders work.
+        // SAFETY: see above; nothing else uses this context's buffers concurrently.
+        unsafe { ivf.ctx.disable_event_tracking() };
+        Ok(Control {
+            ivf,
+            cfg,
+            slots,
+            rx,
+            metrics,
+            answers,
+            pending: VecDeque::new(),
+        })
+    }
+
+    pub fn run(&mut self, stop: &AtomicBool) {
         loop {
             let completed = self.complete();
             let admitted = self.admit();
@@ -249,7 +193,7 @@ impl Control {
         }
     }
 
-    /// Moves queued requests into `pending`, answering invalid ones at once.
+    /// Moves queued requests into `pending` (they were decoded by the submitting thread).
     fn admit(&mut self) -> usize {
         let mut n = 0;
         while self.pending.len() < 4 * self.cfg.max_cohort {
@@ -264,29 +208,8 @@ impl Control {
         n
     }
 
-    fn accept(&mut self, req: Request) {
-        if req.service != service_id::KNN {
-            return req.respond_error(ErrorCode::UnknownService, "the gpu engines serve knn only");
-        }
-        let ix = &self.ivf;
-        let r = match decode_request(&req.payload, ix.dim, ix.nlist, ix.n) {
-            Ok(r) => r,
-            Err(e) => return req.respond(ResponseBody::Err(e)),
-        };
-        let nprobe = if r.nprobe == 0 {
-            ix.default_nprobe
-        } else {
-            r.nprobe
-        };
-        if let Err(msg) = ix.check(r.k, nprobe) {
-            return req.respond_error(ErrorCode::BadRequest, msg);
-        }
-        self.pending.push_back(Ready {
-            req,
-            k: r.k,
-            nprobe,
-            vector: r.vector,
-        });
+    fn accept(&mut self, r: Ready) {
+        self.pending.push_back(r);
     }
 
     /// Launches cohorts while a stream is free and a cohort is due.
@@ -349,8 +272,8 @@ impl Control {
             }
         }
         let s = slot.stream.clone();
-        let result = if self.cfg.mode == Mode::Direct && nq == 1 {
-            launch_graph(&self.ivf, slot, k, nprobe)
+        let result = if self.cfg.mode == Mode::Direct || self.cfg.graphs {
+            launch_graph(&self.ivf, slot, bucket(nq, self.cfg.max_cohort), k, nprobe)
         } else {
             enqueue(&self.ivf, slot, nq, k, nprobe)
         }
@@ -396,20 +319,24 @@ impl Control {
             let f = self.slots[si].busy.take().expect("checked busy");
             let slot = &self.slots[si];
             let (nq, k) = (f.nq, f.k);
-            let rows = match (slot.ids.as_slice(), slot.dist.as_slice()) {
-                (Ok(ids), Ok(dist)) => Ok(to_neighbors(&ids[..nq * k], &dist[..nq * k], nq, k)),
-                (Err(e), _) | (_, Err(e)) => Err(e),
-            };
             let compute = f.started.elapsed();
-            match rows {
-                Ok(rows) => {
-                    for (req, row) in f.reqs.into_iter().zip(rows) {
-                        let wait = f.started.saturating_duration_since(req.arrived);
-                        self.metrics.stage("gpu", wait, compute);
-                        req.respond(ResponseBody::Ok(encode_response(&row)));
+            match (slot.ids.as_slice(), slot.dist.as_slice()) {
+                (Ok(ids), Ok(dist)) => {
+                    // Copy out in chunks (the slot is free again at once) for the responders.
+                    let mut reqs = f.reqs.into_iter();
+                    for c0 in (0..nq).step_by(CHUNK) {
+                        let c1 = (c0 + CHUNK).min(nq);
+                        self.answers.hand_over(Answers {
+                            reqs: reqs.by_ref().take(c1 - c0).collect(),
+                            ids: ids[c0 * k..c1 * k].to_vec(),
+                            dist: dist[c0 * k..c1 * k].to_vec(),
+                            k,
+                            started: f.started,
+                            compute,
+                        });
                     }
                 }
-                Err(e) => {
+                (Err(e), _) | (_, Err(e)) => {
                     for req in f.reqs {
                         req.respond_error(ErrorCode::Internal, format!("gpu failure: {e}"));
                     }

@@ -1,0 +1,25 @@
+// Definitions shared by the k-NN kernel files (prepended to each before NVRTC compiles it).
+
+#define BLOCK 256
+#define WARPS (BLOCK / 32)
+#define MAX_DIM 1024
+#define MAX_K 128
+#define INF __int_as_float(0x7f800000)
+#define NO_ID 0xffffffffu
+
+// (d, i) strictly before (e, j)? The order of every result: distance, then the smaller id.
+__device__ __forceinline__ bool before(float d, unsigned i, float e, unsigned j) {
+    return d < e || (d == e && i < j);
+}
+
+// Vector elements in any storage type, widened to f32 (all arithmetic is f32).
+__device__ __forceinline__ float load_elem(const float* p) { return *p; }
+// f16 storage halves the bytes a scan streams.
+__device__ __forceinline__ float h2f(unsigned short h) {
+    float f;
+    asm("cvt.f32.f16 %0, %1;" : "=f"(f) : "h"(h));
+    return f;
+}
+__device__ __forceinline__ float load_elem(const unsigned short* p) { return h2f(*p); }
+// u8 storage (SIFT-like data is integral in 0..=255): a quarter of the bytes, exact.
+__device__ __forceinline__ float load_elem(const unsigned char* p) { return (float)*p; }

@@ -1,0 +1,467 @@
+// k-NN for cohorts: the same answers as knn.cu's filter -> search -> reduce (and so as the CPU
+// twins stages::filter / search_cell / reduce), computed the way a batch allows.
+//
+// 1. knn_filter_tiled: query x centroid distances as a tiled product (a block takes QB
+//    queries x a chunk of centroids, both staged through shared memory), into `scratch`.
+// 2. knn_select_filter: per query, the nprobe nearest cells (radix select, sorted).
+// 3. knn_plan: per query, where each probed cell's candidates start in its candidate row,
+//    and how many queries probe each cell.
+// 4. knn_scan_items: per cell, where its pairs start and how many work items it makes.
+// 5. knn_scatter: the (query, probe) pairs grouped by cell.
+// 6. knn_search_tiled: a work item is (cell, up to QB queries probing it, a chunk of its
+//    rows): the cell is read once per QB queries instead of once per query, and the
+//    distances are a tiled product again (or, for groups of a few queries, a thread per row
+//    with the queries in shared memory). Every distance goes to the query's candidate row.
+// 7. knn_select_search: per query, the k nearest of its candidates (radix select, sorted).
+//
+// Selecting over all candidates at the end, instead of keeping a top-k per block, keeps the
+// distance loops free of data-dependent work; the candidate rows cost a write and a read of
+// 4 bytes per scanned vector, small beside the vector itself.
+
+#define QB 32                  // queries per work item
+#define RT 64                  // rows per shared-memory tile
+#define DC 32                  // dimensions per chunk staged in shared memory
+#define SEL_MAX 256            // largest k (or nprobe) a select returns; also max nprobe here
+#define FULL 0xffffffffu
+#define ROW_PATH_MAX 8         // groups up to this many queries take the thread-per-row path
+#define ROW_PATH_DIM 512       // ... when dim fits its shared query buffer (the tile otherwise)
+
+// Distances between QB (or fewer: nqg) queries and rows [r0, r0 + nr) of `rows`. Query j's
+// first element is queries[qrow[j]]; its distance to row r0 + r goes to out[obase[j] + r].
+// 256 threads: thread (ty, tx) owns queries {ty, ty + 16} x rows {tx, tx + 16, tx + 32, tx + 48}
+// of each 64-row tile, so every value read from shared memory feeds 2 or 4 accumulators.
+// Dimensions past `dim` are staged as zeros in both operands and add nothing.
+// Shared memory of a block computing distances, declared once per kernel (each template
+// instance declaring its own would add up past the 48 KiB a block may hold statically).
+struct DistSmem {
+    size_t qrow[QB], obase[QB];
+    float qs[QB][DC + 1];
+    float xs[RT][DC + 1];
+    float qsm[ROW_PATH_MAX * ROW_PATH_DIM];
+};
+
+template <typename T, int METRIC>
+__device__ void tile_distances(const float* __restrict__ queries, const size_t* qrow, int nqg,
+                               const T* __restrict__ rows, size_t r0, int nr, int dim,
+                               float* __restrict__ out, const size_t* obase, DistSmem& sm) {
+    float (*qs)[DC + 1] = sm.qs;
+    float (*xs)[DC + 1] = sm.xs;
+    const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
+    for (int t0 = 0; t0 < nr; t0 += RT) {
+        const int nt = min(RT, nr - t0);
+        float acc[2][4];
+#pragma unroll
+        for (int a = 0; a < 2; ++a)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) acc[a][i] = 0.f;
+        for (int d0 = 0; d0 < dim; d0 += DC) {
+            for (int e = threadIdx.x; e < QB * DC; e += BLOCK) {
+                int j = e / DC, d = e % DC;
+                qs[j][d] = (j < nqg && d0 + d < dim) ? queries[qrow[j] + d0 + d] : 0.f;
+            }
+            for (int e = threadIdx.x; e < RT * DC; e += BLOCK) {
+                int r = e / DC, d = e % DC;
+                xs[r][d] = (r < nt && d0 + d < dim)
+                               ? load_elem(rows + (r0 + t0 + r) * (size_t)dim + d0 + d)
+                               : 0.f;
+            }
+            __syncthreads();
+#pragma unroll 8
+            for (int d = 0; d < DC; ++d) {
+                const float a0 = qs[ty][d], a1 = qs[ty + 16][d];
+#pragma unroll
+                for (int i = 0; i < 4; ++i) {
+                    const float x = xs[tx + 16 * i][d];
+                    if (METRIC == 0) {
+                        float u = a0 - x, v = a1 - x;
+                        acc[0][i] = fmaf(u, u, acc[0][i]);
+                        acc[1][i] = fmaf(v, v, acc[1][i]);
+                    } else {
+                        acc[0][i] = fmaf(a0, x, acc[0][i]);
+                        acc[1][i] = fmaf(a1, x, acc[1][i]);
+                    }
+                }
+            }
+            __syncthreads();
+        }
+#pragma unroll
+        for (int a = 0; a < 2; ++a) {
+            const int j = ty + 16 * a;
+            if (j >= nqg) continue;
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const int r = tx + 16 * i;
+                // Inner product is a similarity: store its negation so smaller is nearer.
+                if (r < nt) out[obase[j] + t0 + r] = METRIC == 0 ? acc[a][i] : -acc[a][i];
+            }
+        }
+    }
+}
+
+// Four consecutive elements widened to f32 (p aligned to 4 elements).
+__device__ __forceinline__ void load4(const float* p, float v[4]) {
+    float4 t = *reinterpret_cast<const float4*>(p);
+    v[0] = t.x; v[1] = t.y; v[2] = t.z; v[3] = t.w;
+}
+__device__ __forceinline__ void load4(const unsigned short* p, float v[4]) {
+    uint2 t = *reinterpret_cast<const uint2*>(p);
+    v[0] = h2f((unsigned short)(t.x & 0xffffu)); v[1] = h2f((unsigned short)(t.x >> 16));
+    v[2] = h2f((unsigned short)(t.y & 0xffffu)); v[3] = h2f((unsigned short)(t.y >> 16));
+}
+__device__ __forceinline__ void load4(const unsigned char* p, float v[4]) {
+    unsigned t = *reinterpret_cast<const unsigned*>(p);
+    v[0] = (float)(t & 255u); v[1] = (float)((t >> 8) & 255u);
+    v[2] = (float)((t >> 16) & 255u); v[3] = (float)(t >> 24);
+}
+
+// The same distances for a group of at most NQ queries (few queries probe the cell, so a
+// 32-query tile would idle): a thread per row, the queries in shared memory (`qsm`, NQ x dim),
+// each row streamed once from global memory and used by every query of the group.
+template <typename T, int METRIC, int NQ>
+__device__ void row_distances(const float* __restrict__ queries, const size_t* qrow, int nqg,
+                              const T* __restrict__ rows, size_t r0, int nr, int dim,
+                              float* __restrict__ out, const size_t* obase, float* qsm) {
+    for (int e = threadIdx.x; e < NQ * dim; e += BLOCK) {
+        int j = e / dim, d = e % dim;
+        qsm[e] = j < nqg ? queries[qrow[j] + d] : 0.f;
+    }
+    __syncthreads();
+    for (int r = threadIdx.x; r < nr; r += BLOCK) {
+        const T* x = rows + (r0 + r) * (size_t)dim;
+        float acc[NQ];
+#pragma unroll
+        for (int j = 0; j < NQ; ++j) acc[j] = 0.f;
+        int d = 0;
+        if (dim % 4 == 0) {
+            for (; d < dim; d += 4) {
+                float v[4];
+                load4(x + d, v);
+#pragma unroll
+                for (int u = 0; u < 4; ++u)
+#pragma unroll
+                    for (int j = 0; j < NQ; ++j) {
+                        const float qv = qsm[j * dim + d + u];
+                        if (METRIC == 0) { float t = qv - v[u]; acc[j] = fmaf(t, t, acc[j]); }
+                        else acc[j] = fmaf(qv, v[u], acc[j]);
+                    }
+            }
+        }
+        for (; d < dim; ++d) {
+            const float v = load_elem(x + d);
+#pragma unroll
+            for (int j = 0; j < NQ; ++j) {
+                const float qv = qsm[j * dim + d];
+                if (METRIC == 0) { float t = qv - v; acc[j] = fmaf(t, t, acc[j]); }
+                else acc[j] = fmaf(qv, v, acc[j]);
+            }
+        }
+#pragma unroll
+        for (int j = 0; j < NQ; ++j)
+            if (j < nqg) out[obase[j] + r] = METRIC == 0 ? acc[j] : -acc[j];
+    }
+    __syncthreads();
+}
+
+// Stage 1. Grid (ceil(nq / QB), ceil(nlist / chunk)). scratch: nq x nlist.
+template <int METRIC>
+__device__ void filter_tiled(const float* __restrict__ queries, int nq, const float* __restrict__ centroids,
+                             int nlist, int dim, int chunk, float* __restrict__ scratch, DistSmem& sm) {
+    size_t* qrow = sm.qrow;
+    size_t* obase = sm.obase;
+    const int q0 = blockIdx.x * QB, c0 = blockIdx.y * chunk;
+    const int nqg = min(QB, nq - q0), nc = min(chunk, nlist - c0);
+    if (threadIdx.x < QB) {
+        qrow[threadIdx.x] = (size_t)(q0 + threadIdx.x) * dim;
+        obase[threadIdx.x] = (size_t)(q0 + threadIdx.x) * nlist + c0;
+    }
+    __syncthreads();
+    if (nqg > 0 && nc > 0) tile_distances<float, METRIC>(queries, qrow, nqg, centroids, c0, nc, dim, scratch, obase, sm);
+}
+
+extern "C" __global__ void knn_filter_tiled(const float* __restrict__ queries, int nq, const float* __restrict__ centroids,
+                                            int nlist, int dim, int metric, int chunk, float* __restrict__ scratch) {
+    __shared__ DistSmem sm;
+    if (metric == 0) filter_tiled<0>(queries, nq, centroids, nlist, dim, chunk, scratch, sm);
+    else filter_tiled<1>(queries, nq, centroids, nlist, dim, chunk, scratch, sm);
+}
+
+// ---- Radix select ----
+
+// Float bits -> unsigned with the same order (negative floats reversed); -0 counts as +0.
+__device__ __forceinline__ unsigned order_key(float x) {
+    unsigned u = __float_as_uint(x + 0.f);
+    return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
+}
+
+// Inclusive prefix sum over the block's threads (warp_tot: one entry per warp).
+__device__ unsigned block_inclusive_scan(unsigned v, unsigned* warp_tot) {
+    const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
+#pragma unroll
+    for (int off = 1; off < 32; off <<= 1) {
+        unsigned o = __shfl_up_sync(FULL, v, off);
+        if (lane >= off) v += o;
+    }
+    if (lane == 31) warp_tot[warp] = v;
+    __syncthreads();
+    unsigned add = 0;
+    for (int w = 0; w < warp; ++w) add += warp_tot[w];
+    __syncthreads();
+    return v + add;
+}
+
+// Candidates of a select: n distances and the id of each position.
+struct CellIds {  // filter: the position is the cell
+    const float* d;
+    int n;
+    __device__ unsigned id(int pos) const { return (unsigned)pos; }
+};
+struct RowIds {  // search: position -> (probe, row) through the probe offsets -> original id
+    const float* d;
+    int n;
+    const unsigned* poff;  // shared memory, nprobe entries, non-decreasing from 0
+    const unsigned* cells;
+    int nprobe;
+    const unsigned long long* offsets;
+    const unsigned* row_ids;
+    __device__ unsigned id(int pos) const {
+        int lo = 0, hi = nprobe - 1;  // the last probe starting at or before pos (skips empty cells)
+        while (lo < hi) {
+            int mid = (lo + hi + 1) / 2;
+            if (poff[mid] <= (unsigned)pos) lo = mid; else hi = mid - 1;
+        }
+        return row_ids[offsets[cells[lo]] + (pos - poff[lo])];
+    }
+};
+
+// The k smallest (distance, id) of src, sorted, into out_i / out_d (out_d may be null);
+// padded with (NO_ID, +inf) when there are fewer than k. Exact, ties to the smaller id, as
+// the CPU: an MSD radix select on the 64-bit key (order_key(distance), id), 8 bits per pass,
+// stopping as soon as the bucket holding the k-th key is wholly taken. Ids are looked up
+// only for keys whose distance equals the boundary one (ties), and for the k winners.
+// NT threads (256, or 1024 for long rows when few queries leave SMs idle).
+template <int NT, typename Src>
+__device__ void block_select(const Src& src, int k, unsigned* __restrict__ out_i, float* __restrict__ out_d) {
+    __shared__ unsigned hist[256];
+    __shared__ unsigned warp_tot[NT / 32];
+    __shared__ unsigned s_bin, s_rem, s_cnt, s_n;
+    __shared__ float sel_d[SEL_MAX];
+    __shared__ unsigned sel_i[SEL_MAX];
+    const int n = src.n;
+    const unsigned long long HI = 0xffffffff00000000ull;
+    unsigned long long prefix = 0, mask = 0;
+    unsigned rem = k;
+    const bool take_all = n <= k;
+    for (int pass = 0; pass < 8 && !take_all; ++pass) {
+        const int shift = 56 - 8 * pass;
+        for (int b = threadIdx.x; b < 256; b += NT) hist[b] = 0;
+        __syncthreads();
+        for (int base = 0; base < n; base += NT) {  // uniform trip count: whole warps match
+            const int i = base + threadIdx.x;
+            unsigned bin = FULL;
+            if (i < n) {
+                unsigned long long key = (unsigned long long)order_key(src.d[i]) << 32;
+                if (pass >= 4 && (key & HI) == (prefix & HI)) key |= src.id(i);
+                if ((key & mask) == prefix) bin = (unsigned)(key >> shift) & 255u;
+            }
+            // One shared-memory atomic per distinct bin per warp: distances crowd few bins.
+            const unsigned peers = __match_any_sync(FULL, bin);
+            if (bin != FULL && (int)(threadIdx.x % 32) == __ffs(peers) - 1) atomicAdd(&hist[bin], __popc(peers));
+        }
+        __syncthreads();
+        const unsigned h = threadIdx.x < 256 ? hist[threadIdx.x] : 0u;
+        const unsigned incl = block_inclusive_scan(h, warp_tot);
+        if (incl - h < rem && incl >= rem) { s_bin = threadIdx.x; s_rem = rem - (incl - h); s_cnt = h; }
+        __syncthreads();
+        prefix |= (unsigned long long)s_bin << shift;
+        mask |= 255ull << shift;
+        rem = s_rem;
+        const unsigned cnt = s_cnt;
+        __syncthreads();
+        if (cnt == rem) break;  // every key in the boundary bucket is taken
+    }
+    // Keys whose resolved top bits are at most the prefix: exactly min(n, k) of them.
+    if (threadIdx.x == 0) s_n = 0;
+    __syncthreads();
+    for (int i = threadIdx.x; i < n; i += NT) {
+        const float dv = src.d[i];
+        bool take = take_all;
+        if (!take) {
+            unsigned long long key = (unsigned long long)order_key(dv) << 32;
+            if ((mask & ~HI) && (key & HI) == (prefix & HI)) key |= src.id(i);
+            take = (key & mask) <= prefix;
+        }
+        if (take) {
+            unsigned slot = atomicAdd(&s_n, 1u);
+            if (slot < SEL_MAX) { sel_d[slot] = dv; sel_i[slot] = src.id(i); }
+        }
+    }
+    __syncthreads();
+    const int m = min((int)s_n, k);
+    for (int t = threadIdx.x; t < k; t += NT) {
+        if (t < m) {
+            int rank = 0;
+            for (int j = 0; j < m; ++j) rank += before(sel_d[j], sel_i[j], sel_d[t], sel_i[t]);
+            out_i[rank] = sel_i[t];
+            if (out_d) out_d[rank] = sel_d[t];
+        } else {
+            out_i[t] = NO_ID;
+            if (out_d) out_d[t] = INF;
+        }
+    }
+}
+
+// Stage 2. Block per query: probes (nq x nprobe), nearest cell first.
+extern "C" __global__ void knn_select_filter(const float* __restrict__ scratch, int nlist, int nprobe,
+                                             unsigned* __restrict__ probes) {
+    const size_t q = blockIdx.x;
+    CellIds src{scratch + q * nlist, nlist};
+    block_select<BLOCK>(src, nprobe, probes + q * nprobe, (float*)0);
+}
+
+// Stage 3. Thread per query: poff[q * nprobe + p] = where probe p's candidates start in the
+// query's candidate row; totals[q] = the row's length; counts[cell] += 1 (counts zeroed).
+extern "C" __global__ void knn_plan(const unsigned* __restrict__ probes, int nq, int nprobe,
+                                    const unsigned long long* __restrict__ offsets, unsigned* __restrict__ poff,
+                                    unsigned* __restrict__ totals, unsigned* __restrict__ counts) {
+    const int q = blockIdx.x * blockDim.x + threadIdx.x;
+    if (q >= nq) return;
+    unsigned run = 0;
+    for (int p = 0; p < nprobe; ++p) {
+        const size_t b = (size_t)q * nprobe + p;
+        const unsigned c = probes[b];
+        poff[b] = run;
+        run += (unsigned)(offsets[c + 1] - offsets[c]);
+        atomicAdd(&counts[c], 1u);
+    }
+    totals[q] = run;
+}
+
+// Work items of a cell: its query groups x its row chunks.
+__device__ __forceinline__ unsigned cell_items(unsigned pairs, unsigned long long len, int chunk) {
+    return ((pairs + QB - 1) / QB) * (unsigned)((len + chunk - 1) / chunk);
+}
+
+// Stage 4. One block: cursor = exclusive prefix of counts (where each cell's pairs start);
+// items = exclusive prefix of work items per cell, items[nlist] = the total.
+extern "C" __global__ void knn_scan_items(const unsigned* __restrict__ counts, int nlist,
+                                          const unsigned long long* __restrict__ offsets, int chunk,
+                                          unsigned* __restrict__ cursor, unsigned* __restrict__ items) {
+    __shared__ unsigned warp_tot[WARPS];
+    const int per = (nlist + BLOCK - 1) / BLOCK;
+    const int lo = min(nlist, (int)threadIdx.x * per), hi = min(nlist, lo + per);
+    unsigned pairs = 0, work = 0;
+    for (int c = lo; c < hi; ++c) {
+        pairs += counts[c];
+        work += cell_items(counts[c], offsets[c + 1] - offsets[c], chunk);
+    }
+    unsigned run_p = block_inclusive_scan(pairs, warp_tot) - pairs;
+    unsigned run_w = block_inclusive_scan(work, warp_tot) - work;
+    for (int c = lo; c < hi; ++c) {
+        cursor[c] = run_p;
+        items[c] = run_w;
+        run_p += counts[c];
+        run_w += cell_items(counts[c], offsets[c + 1] - offsets[c], chunk);
+    }
+    if (threadIdx.x == BLOCK - 1) items[nlist] = run_w;
+}
+
+// Stage 5. order: the pair indices (query * nprobe + probe) cell by cell; cursor[c] ends at
+// the end of cell c's range.
+extern "C" __global__ void knn_scatter(const unsigned* __restrict__ probes, int pairs, unsigned* __restrict__ cursor,
+                                       unsigned* __restrict__ order) {
+    for (int b = blockIdx.x * blockDim.x + threadIdx.x; b < pairs; b += gridDim.x * blockDim.x) {
+        const unsigned pos = atomicAdd(&cursor[probes[b]], 1u);
+        order[pos] = (unsigned)b;
+    }
+}
+
+// Stage 6. Blocks stride over the work items (their number is only known on the device).
+// cand: query q's candidate row starts at q * stride; probe p's rows at poff[q * nprobe + p].
+template <typename T, int METRIC>
+__device__ void search_tiled(const float* __restrict__ queries, const T* __restrict__ vectors,
+                             const unsigned long long* __restrict__ offsets, int nlist, int nprobe, int dim, int chunk,
+                             const unsigned* __restrict__ counts, const unsigned* __restrict__ cursor,
+                             const unsigned* __restrict__ items, const unsigned* __restrict__ order,
+                             const unsigned* __restrict__ poff, float* __restrict__ cand, size_t stride,
+                             DistSmem& sm) {
+    size_t* qrow = sm.qrow;
+    size_t* obase = sm.obase;
+    float* qsm = sm.qsm;
+    const unsigned total = items[nlist];
+    for (unsigned it = blockIdx.x; it < total; it += gridDim.x) {
+        int lo = 0, hi = nlist - 1;  // the cell: last c with items[c] <= it (skips cells with none)
+        while (lo < hi) {
+            int mid = (lo + hi + 1) / 2;
+            if (items[mid] <= it) lo = mid; else hi = mid - 1;
+        }
+        const int c = lo;
+        const unsigned long long start = offsets[c], len = offsets[c + 1] - start;
+        const unsigned chunks = (unsigned)((len + chunk - 1) / chunk);
+        const unsigned local = it - items[c], g = local / chunks, h = local % chunks;
+        const unsigned first = cursor[c] - counts[c] + g * QB;
+        const int nqg = min(QB, (int)(counts[c] - g * QB));
+        if ((int)threadIdx.x < nqg) {
+            const unsigned b = order[first + threadIdx.x];
+            const size_t q = b / nprobe;
+            qrow[threadIdx.x] = q * dim;
+            obase[threadIdx.x] = q * stride + poff[b] + (size_t)h * chunk;
+        }
+        __syncthreads();
+        const int nr = (int)min((unsigned long long)chunk, len - (unsigned long long)h * chunk);
+        const size_t r0 = start + (size_t)h * chunk;
+        // Few queries on this cell: a thread per row; else the 32-query tile.
+        const bool rows_path = nqg <= ROW_PATH_MAX && dim <= ROW_PATH_DIM;
+        if (!rows_path) tile_distances<T, METRIC>(queries, qrow, nqg, vectors, r0, nr, dim, cand, obase, sm);
+        else if (nqg == 1) row_distances<T, METRIC, 1>(queries, qrow, nqg, vectors, r0, nr, dim, cand, obase, qsm);
+        else if (nqg == 2) row_distances<T, METRIC, 2>(queries, qrow, nqg, vectors, r0, nr, dim, cand, obase, qsm);
+        else if (nqg <= 4) row_distances<T, METRIC, 4>(queries, qrow, nqg, vectors, r0, nr, dim, cand, obase, qsm);
+        else row_distances<T, METRIC, ROW_PATH_MAX>(queries, qrow, nqg, vectors, r0, nr, dim, cand, obase, qsm);
+        __syncthreads();
+    }
+}
+
+#define SEARCH_TILED(NAME, T)                                                                                      \
+    extern "C" __global__ void NAME(const float* __restrict__ queries, const T* __restrict__ vectors,              \
+                                    const unsigned long long* __restrict__ offsets, int nlist, int nprobe, int dim, \
+                                    int chunk, int metric, const unsigned* __restrict__ counts,                    \
+                                    const unsigned* __restrict__ cursor, const unsigned* __restrict__ items,        \
+                                    const unsigned* __restrict__ order, const unsigned* __restrict__ poff,          \
+                                    float* __restrict__ cand, unsigned long long stride) {                         \
+        __shared__ DistSmem sm;                                                                                    \
+        if (metric == 0)                                                                                           \
+            search_tiled<T, 0>(queries, vectors, offsets, nlist, nprobe, dim, chunk, counts, cursor, items, order, \
+                               poff, cand, stride, sm);                                                            \
+        else                                                                                                       \
+            search_tiled<T, 1>(queries, vectors, offsets, nlist, nprobe, dim, chunk, counts, cursor, items, order, \
+                               poff, cand, stride, sm);                                                            \
+    }
+SEARCH_TILED(knn_search_tiled, float)
+SEARCH_TILED(knn_search_tiled_f16, unsigned short)
+SEARCH_TILED(knn_search_tiled_u8, unsigned char)
+
+// Stage 7. Block per query: the k nearest of its candidate row, sorted.
+template <int NT>
+__device__ void select_search(const float* __restrict__ cand, unsigned long long stride,
+                              const unsigned* __restrict__ totals, const unsigned* __restrict__ poff,
+                              const unsigned* __restrict__ probes, int nprobe,
+                              const unsigned long long* __restrict__ offsets, const unsigned* __restrict__ row_ids,
+                              int k, unsigned* __restrict__ out_ids, float* __restrict__ out_dist) {
+    __shared__ unsigned s_poff[SEL_MAX];
+    const size_t q = blockIdx.x;
+    for (int p = threadIdx.x; p < nprobe; p += NT) s_poff[p] = poff[q * nprobe + p];
+    __syncthreads();
+    RowIds src{cand + q * stride, (int)totals[q], s_poff, probes + q * nprobe, nprobe, offsets, row_ids};
+    block_select<NT>(src, k, out_ids + q * k, out_dist + q * k);
+}
+
+#define SELECT_SEARCH(NAME, NT)                                                                                     \
+    extern "C" __global__ void NAME(const float* __restrict__ cand, unsigned long long stride,                      \
+                                    const unsigned* __restrict__ totals, const unsigned* __restrict__ poff,         \
+                                    const unsigned* __restrict__ probes, int nprobe,                                \
+                                    const unsigned long long* __restrict__ offsets,                                 \
+                                    const unsigned* __restrict__ row_ids, int k, unsigned* __restrict__ out_ids,    \
+                                    float* __restrict__ out_dist) {                                                 \
+        select_search<NT>(cand, stride, totals, poff, probes, nprobe, offsets, row_ids, k, out_ids, out_dist);     \
+    }
+SELECT_SEARCH(knn_select_search, 256)
+SELECT_SEARCH(knn_select_search_wide, 1024)

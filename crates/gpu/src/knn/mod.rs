@@ -1,0 +1,441 @@
+//! The IVF-Flat index on one GPU and the host side of the k-NN kernels. Two plans compute the
+//! same answers (those of the CPU twins in `cohort_knn::ivf::stages`):
+//!
+//! - [`Plan::PerPair`] (`per_pair.rs`, `kernels/knn.cu`): filter -> search -> reduce with a block
+//!   per query or per (query, probe); each stage launchable alone so tests compare it with its
+//!   twin. Lowest latency for one or a few queries.
+//! - [`Plan::Tiled`] (`tiled.rs`, `kernels/knn_tiled.cu`): for cohorts. Query x centroid and
+//!   query x cell distances as shared-memory tiled products, the (query, probe) pairs grouped by
+//!   cell so a cell is read once per 32 queries probing it, and a radix select per query.
+
+mod per_pair;
+mod tiled;
+
+use crate::{compile_cached, kernel_sources, DeviceInfo, GpuError};
+use cohort_knn::{IvfIndex, Metric, Neighbor};
+use cudarc::driver::{
+    CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, LaunchArgs, PushKernelArg,
+};
+use std::sync::Arc;
+
+/// Limits of the kernels (compile-time sizes in the .cu files).
+pub const GPU_MAX_K: usize = 128;
+pub const GPU_MAX_DIM: usize = 1024;
+/// The per-pair reduce holds nprobe * k candidates (8 bytes each) in shared memory.
+pub const GPU_MAX_CANDIDATES: usize = 6144;
+/// The tiled plan's select keeps nprobe probe offsets and k winners in shared memory.
+pub const TILED_MAX_PROBE: usize = 256;
+/// Batches from this size take the tiled plan: on the H200 it beats the per-pair plan from a
+/// single query up (bench/README.md), so the per-pair plan serves only nprobe above
+/// TILED_MAX_PROBE (and stays as the stage-by-stage twin the tests compare).
+pub const TILED_MIN_COHORT: usize = 1;
+/// Candidate distances one `Buffers` holds for the tiled plan (1 GiB); a cohort whose
+/// candidate rows need more runs in several passes.
+pub const DEFAULT_CANDIDATE_FLOATS: usize = 1 << 28;
+const BLOCK: u32 = 256;
+const NO_ID: u32 = u32::MAX;
+
+/// Element type of the vectors on the device; distances are computed in f32 in every case.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Precision {
+    F32,
+    /// Half the bytes per scan; vectors rounded to f16.
+    F16,
+    /// A quarter of the bytes, exact for integral data in 0..=255 (SIFT's descriptors).
+    U8,
+}
+
+impl std::str::FromStr for Precision {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Precision, String> {
+        match s {
+            "f32" => Ok(Precision::F32),
+            "f16" => Ok(Precision::F16),
+            "u8" => Ok(Precision::U8),
+            _ => Err(format!("unknown precision {s:?} (f32, f16, u8)")),
+        }
+    }
+}
+
+/// The value an f32 takes once stored as f16 (the CPU twin of f16 storage rounds with this).
+pub fn round_f16(x: f32) -> f32 {
+    half::f16::from_f32(x).to_f32()
+}
+
+/// How a batch is computed (same answers either way).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Plan {
+    PerPair,
+    Tiled,
+}
+
+/// The cell-major vectors on the device, in one precision.
+enum DeviceVectors {
+    F32(CudaSlice<f32>),
+    F16(CudaSlice<u16>),
+    U8(CudaSlice<u8>),
+}
+
+impl DeviceVectors {
+    fn upload(s: &Arc<CudaStream>, v: &[f32], p: Precision) -> Result<DeviceVectors, GpuError> {
+        Ok(match p {
+            Precision::F32 => DeviceVectors::F32(s.clone_htod(v)?),
+            Precision::F16 => {
+                let h: Vec<u16> = v
+                    .iter()
+                    .map(|x| half::f16::from_f32(*x).to_bits())
+                    .collect();
+                DeviceVectors::F16(s.clone_htod(&h)?)
+            }
+            Precision::U8 => {
+                if let Some(x) = v
+                    .iter()
+                    .find(|x| !(0.0..=255.0).contains(*x) || x.fract() != 0.0)
+                {
+                    return Err(GpuError::Invalid(format!(
+                        "u8 storage needs integral vectors in 0..=255 (found {x}); use f32 or f16"
+                    )));
+                }
+                let b: Vec<u8> = v.iter().map(|x| *x as u8).collect();
+                DeviceVectors::U8(s.clone_htod(&b)?)
+            }
+        })
+    }
+
+    fn push<'a>(&'a self, b: &mut LaunchArgs<'a>) {
+        match self {
+            DeviceVectors::F32(v) => b.arg(v),
+            DeviceVectors::F16(v) => b.arg(v),
+            DeviceVectors::U8(v) => b.arg(v),
+        };
+    }
+
+    fn bytes_per_elem(&self) -> usize {
+        match self {
+            DeviceVectors::F32(_) => 4,
+            DeviceVectors::F16(_) => 2,
+            DeviceVectors::U8(_) => 1,
+        }
+    }
+}
+
+/// Every kernel, loaded once per device.
+struct Kernels {
+    filter: CudaFunction,
+    search: [CudaFunction; 3], // by precision: f32, f16, u8
+    reduce: CudaFunction,
+    filter_tiled: CudaFunction,
+    select_filter: CudaFunction,
+    plan: CudaFunction,
+    scan_items: CudaFunction,
+    scatter: CudaFunction,
+    search_tiled: [CudaFunction; 3],
+    select_search: CudaFunction,
+    select_search_wide: CudaFunction,
+}
+
+impl Kernels {
+    fn load(ctx: &Arc<CudaContext>, arch: &'static str) -> Result<Kernels, GpuError> {
+        let module = |name: &str| -> Result<Arc<CudaModule>, GpuError> {
+            let src = kernel_sources()
+                .iter()
+                .find(|s| s.name == name)
+                .expect("kernel file is embedded");
+            Ok(ctx.load_module(compile_cached(src, arch)?)?)
+        };
+        let (pp, t) = (module("knn.cu")?, module("knn_tiled.cu")?);
+        Ok(Kernels {
+            filter: pp.load_function("knn_filter")?,
+            search: [
+                pp.load_function("knn_search")?,
+                pp.load_function("knn_search_f16")?,
+                pp.load_function("knn_search_u8")?,
+            ],
+            reduce: pp.load_function("knn_reduce")?,
+            filter_tiled: t.load_function("knn_filter_tiled")?,
+            select_filter: t.load_function("knn_select_filter")?,
+            plan: t.load_function("knn_plan")?,
+            scan_items: t.load_function("knn_scan_items")?,
+            scatter: t.load_function("knn_scatter")?,
+            search_tiled: [
+                t.load_function("knn_search_tiled")?,
+                t.load_function("knn_search_tiled_f16")?,
+                t.load_function("knn_search_tiled_u8")?,
+            ],
+            select_search: t.load_function("knn_select_search")?,
+            select_search_wide: t.load_function("knn_select_search_wide")?,
+        })
+    }
+}
+
+pub struct GpuIvf {
+    pub ctx: Arc<CudaContext>,
+    pub dim: usize,
+    pub nlist: usize,
+    pub n: usize,
+    pub default_nprobe: usize,
+    metric: i32,
+    pub precision: Precision,
+    /// Streaming multiprocessors: sizes the tiled plan's grids.
+    sms: usize,
+    centroids: CudaSlice<f32>,
+    vectors: DeviceVectors,
+    ids: CudaSlice<u32>,
+    offsets: CudaSlice<u64>,
+    /// top_rows[p] = rows in the p largest cells: the longest candidate row nprobe = p makes.
+    top_rows: Vec<usize>,
+    kernels: Kernels,
+    /// Bytes held on the device.
+    pub device_bytes: usize,
+}
+
+/// Device buffers for batches of up to `cap` queries, allocated once (the engines keep one set
+/// per stream: no allocation or memset per launch beyond the tiled plan's cell counters).
+pub struct Buffers {
+    pub cap: usize,
+    pub q: CudaSlice<f32>,
+    pub out_ids: CudaSlice<u32>,
+    pub out_dist: CudaSlice<f32>,
+    /// cap x nlist query-centroid distances (both plans).
+    scratch: CudaSlice<f32>,
+    /// cap x nprobe probed cells (both plans).
+    probes: CudaSlice<u32>,
+    // Per-pair plan: per (query, probe) top-k.
+    part_ids: CudaSlice<u32>,
+    part_dist: CudaSlice<f32>,
+    // Tiled plan: cells' pair counts and starts, work items, pairs by cell, candidate rows.
+    counts: CudaSlice<u32>,
+    cursor: CudaSlice<u32>,
+    items: CudaSlice<u32>,
+    order: CudaSlice<u32>,
+    poff: CudaSlice<u32>,
+    totals: CudaSlice<u32>,
+    cand: CudaSlice<f32>,
+}
+
+impl GpuIvf {
+    /// Compiles the kernels for this device and uploads the index in `precision`.
+    pub fn upload(
+        dev: &DeviceInfo,
+        ix: &IvfIndex,
+        precision: Precision,
+    ) -> Result<GpuIvf, GpuError> {
+        if ix.dim > GPU_MAX_DIM {
+            return Err(GpuError::Invalid(format!(
+                "dimension {} over the GPU limit {GPU_MAX_DIM}",
+                ix.dim
+            )));
+        }
+        let ctx = CudaContext::new(dev.ordinal)?;
+        let arch: &'static str = Box::leak(dev.arch().into_boxed_str());
+        let kernels = Kernels::load(&ctx, arch)?;
+        let s = ctx.default_stream();
+        let vectors = DeviceVectors::upload(&s, ix.vectors(), precision)?;
+        let mut sizes = ix.cell_sizes();
+        sizes.sort_unstable_by(|a, b| b.cmp(a));
+        let top_rows = std::iter::once(0)
+            .chain(sizes.iter().scan(0usize, |run, &x| {
+                *run += x;
+                Some(*run)
+            }))
+            .collect();
+        let ivf = GpuIvf {
+            dim: ix.dim,
+            nlist: ix.nlist,
+            n: ix.n,
+            default_nprobe: ix.default_nprobe,
+            metric: match ix.metric {
+                Metric::L2 => 0,
+                Metric::InnerProduct => 1,
+            },
+            precision,
+            sms: dev.sms.max(1) as usize,
+            centroids: s.clone_htod(ix.centroids())?,
+            device_bytes: 4 * (ix.centroids().len() + ix.ids().len())
+                + ix.vectors().len() * vectors.bytes_per_elem()
+                + 8 * ix.offsets().len(),
+            vectors,
+            ids: s.clone_htod(ix.ids())?,
+            offsets: s.clone_htod(ix.offsets())?,
+            top_rows,
+            kernels,
+            ctx,
+        };
+        s.synchronize()?;
+        Ok(ivf)
+    }
+
+    pub fn buffers(&self, s: &Arc<CudaStream>, cap: usize) -> Result<Buffers, GpuError> {
+        self.buffers_with(s, cap, DEFAULT_CANDIDATE_FLOATS)
+    }
+
+    /// As `buffers`, with `cand_floats` candidate distances for the tiled plan (at least the
+    /// longest candidate row of one query, so every cohort can run).
+    pub fn buffers_with(
+        &self,
+        s: &Arc<CudaStream>,
+        cap: usize,
+        cand_floats: usize,
+    ) -> Result<Buffers, GpuError> {
+        let max_probe = self.nlist.min(GPU_MAX_CANDIDATES);
+        let tiled_probe = self.nlist.min(TILED_MAX_PROBE);
+        let cand = cand_floats
+            .min(cap * self.top_rows[tiled_probe])
+            .max(self.top_rows[tiled_probe])
+            .max(1);
+        Ok(Buffers {
+            cap,
+            q: s.alloc_zeros(cap * self.dim)?,
+            out_ids: s.alloc_zeros(cap * GPU_MAX_K)?,
+            out_dist: s.alloc_zeros(cap * GPU_MAX_K)?,
+            scratch: s.alloc_zeros(cap * self.nlist)?,
+            probes: s.alloc_zeros(cap * max_probe)?,
+            part_ids: s.alloc_zeros(cap * GPU_MAX_CANDIDATES)?,
+            part_dist: s.alloc_zeros(cap * GPU_MAX_CANDIDATES)?,
+            counts: s.alloc_zeros(self.nlist)?,
+            cursor: s.alloc_zeros(self.nlist)?,
+            items: s.alloc_zeros(self.nlist + 1)?,
+            order: s.alloc_zeros(cap * tiled_probe)?,
+            poff: s.alloc_zeros(cap * tiled_probe)?,
+            totals: s.alloc_zeros(cap)?,
+            cand: s.alloc_zeros(cand)?,
+        })
+    }
+
+    /// The plan `launch_into` takes for a batch of `nq`.
+    pub fn plan_for(&self, nq: usize, nprobe: usize) -> Plan {
+        if nq >= TILED_MIN_COHORT && nprobe <= TILED_MAX_PROBE {
+            Plan::Tiled
+        } else {
+            Plan::PerPair
+        }
+    }
+
+    /// Queries the first `nq` queries already in `b.q` on `s`; results land in `b.out_ids` /
+    /// `b.out_dist` (nq x k, nearest first). Asynchronous.
+    pub fn launch_into(
+        &self,
+        s: &Arc<CudaStream>,
+        b: &mut Buffers,
+        nq: usize,
+        k: usize,
+        nprobe: usize,
+    ) -> Result<(), GpuError> {
+        self.launch_into_with(s, b, nq, k, nprobe, self.plan_for(nq, nprobe))
+    }
+
+    /// As `launch_into`, with the plan chosen by the caller.
+    pub fn launch_into_with(
+        &self,
+        s: &Arc<CudaStream>,
+        b: &mut Buffers,
+        nq: usize,
+        k: usize,
+        nprobe: usize,
+        plan: Plan,
+    ) -> Result<(), GpuError> {
+        self.check(k, nprobe).map_err(GpuError::Invalid)?;
+        if nq == 0 || nq > b.cap {
+            return Err(GpuError::Invalid(format!(
+                "batch of {nq} for buffers of {}",
+                b.cap
+            )));
+        }
+        match plan {
+            Plan::PerPair => self.per_pair_into(s, b, nq, k, nprobe),
+            Plan::Tiled if nprobe <= TILED_MAX_PROBE => self.tiled_into(s, b, nq, k, nprobe),
+            Plan::Tiled => Err(GpuError::Invalid(format!(
+                "the tiled plan serves nprobe up to {TILED_MAX_PROBE}"
+            ))),
+        }
+    }
+
+    /// Whether the kernels can serve (k, nprobe); the message says why not.
+    pub fn check(&self, k: usize, nprobe: usize) -> Result<(), String> {
+        check_shape(self.nlist, k, nprobe)
+    }
+
+    /// The longest candidate row (rows scanned) a query with `nprobe` probes can have.
+    pub fn max_candidate_row(&self, nprobe: usize) -> usize {
+        self.top_rows[nprobe.min(self.nlist)]
+    }
+
+    /// Bytes of vectors (and ids) a query with these probes reads: for bandwidth figures.
+    pub fn scan_bytes(&self, rows: usize) -> usize {
+        rows * (self.dim * self.vectors.bytes_per_elem() + 4)
+    }
+
+    /// Synchronous convenience: queries (row-major) in, neighbours out.
+    pub fn search(
+        &self,
+        s: &Arc<CudaStream>,
+        queries: &[f32],
+        k: usize,
+        nprobe: usize,
+    ) -> Result<Vec<Vec<Neighbor>>, GpuError> {
+        self.search_with(s, queries, k, nprobe, None)
+    }
+
+    /// As `search`, with a plan (None: as `launch_into` chooses).
+    pub fn search_with(
+        &self,
+        s: &Arc<CudaStream>,
+        queries: &[f32],
+        k: usize,
+        nprobe: usize,
+        plan: Option<Plan>,
+    ) -> Result<Vec<Vec<Neighbor>>, GpuError> {
+        let nq = queries.len() / self.dim;
+        let mut b = self.buffers(s, nq)?;
+        self.search_in(s, &mut b, queries, k, nprobe, plan)
+    }
+
+    /// As `search_with`, in the caller's buffers.
+    pub fn search_in(
+        &self,
+        s: &Arc<CudaStream>,
+        b: &mut Buffers,
+        queries: &[f32],
+        k: usize,
+        nprobe: usize,
+        plan: Option<Plan>,
+    ) -> Result<Vec<Vec<Neighbor>>, GpuError> {
+        let nq = queries.len() / self.dim;
+        s.memcpy_htod(queries, &mut b.q.slice_mut(0..queries.len()))?;
+        let plan = plan.unwrap_or_else(|| self.plan_for(nq, nprobe));
+        self.launch_into_with(s, b, nq, k, nprobe, plan)?;
+        let ids = s.clone_dtoh(&b.out_ids.slice(0..nq * k))?;
+        let dist = s.clone_dtoh(&b.out_dist.slice(0..nq * k))?;
+        s.synchronize()?;
+        Ok(to_neighbors(&ids, &dist, nq, k))
+    }
+}
+
+/// Whether the kernels serve (k, nprobe) on an index of `nlist` cells; the message says why not.
+pub fn check_shape(nlist: usize, k: usize, nprobe: usize) -> Result<(), String> {
+    if k == 0 || k > GPU_MAX_K {
+        return Err(format!("the gpu engines serve k in 1..={GPU_MAX_K}"));
+    }
+    if nprobe == 0 || nprobe > nlist {
+        return Err(format!("nprobe must be in 1..={nlist}"));
+    }
+    if nprobe * k > GPU_MAX_CANDIDATES {
+        return Err(format!(
+            "nprobe x k must be at most {GPU_MAX_CANDIDATES} on the gpu engines"
+        ));
+    }
+    Ok(())
+}
+
+/// Rows of k (id, distance), dropping padding (fewer than k candidates).
+pub fn to_neighbors(ids: &[u32], dist: &[f32], nq: usize, k: usize) -> Vec<Vec<Neighbor>> {
+    (0..nq)
+        .map(|i| {
+            (0..k)
+                .map(|j| (ids[i * k + j], dist[i * k + j]))
+                .filter(|(id, _)| *id != NO_ID)
+                .map(|(id, distance)| Neighbor { id, distance })
+                .collect()
+        })
+        .collect()
+}
