@@ -11,10 +11,10 @@ B=dist/cohort
 D=${DATA:-/tmp/sift-like-1m}
 NL=${NLIST:-1024}
 udp_errs() { awk '/^Udp:/ { if (h) { print "udp counters:", $0 } else { h = 1 } }' /proc/net/snmp; }
-for io in ${IO:-4 6 8}; do
+for io in ${IO:-1 4 8}; do
     udp_errs
     $B bench knn-cpu --data $D --nlist $NL --served-only --engine gpu-cohort --serve-nprobe 16 \
-        --sweep ${COHORT_RATES:-300k,400k,450k,500k,550k,600k,700k} --io-threads $io --connections ${CONN:-8} \
+        --sweep ${COHORT_RATES:-100k,200k,300k,400k,500k,600k,700k,800k} --io-threads $io --connections ${CONN:-8} \
         --duration 2 --out "$OUT/served-gpu-cohort-io$io.json" --log-level warn 2>&1 | tail -n 9
     udp_errs
 done
@@ -26,5 +26,12 @@ done
 $B bench knn-cpu --data $D --nlist $NL --served-only --engine cpu --serve-nprobe 16 \
     --sweep 2k,5k,10k,15k --io-threads 4 --connections 8 --duration 2 \
     --out "$OUT/served-cpu-io4.json" --log-level warn 2>&1 | tail -n 5
+# Engines without sockets: with and without gpu-cohort's per-bucket CUDA graphs, and nlist 4096.
 $B bench engine --data $D --nlist $NL --nprobe 16 --engines gpu-direct,gpu-cohort --window 64,1024,8192 \
     --duration 2 --drivers 4 --out "$OUT/engine.json" --log-level warn 2>&1 | grep '^{' | cut -c1-300
+$B bench engine --data $D --nlist $NL --nprobe 16 --engines gpu-cohort --window 64,1024,8192 --no-cohort-graphs \
+    --duration 2 --drivers 4 --out "$OUT/engine-no-graphs.json" --log-level warn 2>&1 | grep '^{' | cut -c1-300
+if [ -f $D/ivf4096.index ]; then
+    $B bench engine --data $D --nlist 4096 --nprobe 16 --engines gpu-cohort --window 64,1024,8192 \
+        --duration 2 --drivers 4 --out "$OUT/engine-nlist4096.json" --log-level warn 2>&1 | grep '^{' | cut -c1-300
+fi
