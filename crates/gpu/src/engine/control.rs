@@ -108,26 +108,6 @@ fn bucket(nq: usize, max: usize) -> usize {
     nq.div_ceil(step).saturating_mul(step).min(max)
 }
 
-#[cfg(test)]
-mod tests {
-    use super::bucket;
-
-    #[test]
-    fn buckets_pad_at_most_an_eighth_and_never_past_the_staging() {
-        for max in [1usize, 7, 256, 1000, 1024] {
-            let mut seen = std::collections::BTreeSet::new();
-            for nq in 1..=max {
-                let b = bucket(nq, max);
-                assert!(b >= nq && b <= max, "nq {nq} max {max} -> {b}");
-                assert!((b - nq) * 8 <= nq.max(8), "nq {nq} -> {b}");
-                seen.insert(b);
-            }
-            assert_eq!(bucket(max, max), max);
-            assert!(seen.len() <= 8 * (usize::BITS - max.leading_zeros()) as usize + 1);
-        }
-    }
-}
-
 pub(super) struct Control {
     ivf: GpuIvf,
     cfg: GpuEngineConfig,
@@ -368,5 +348,25 @@ impl Control {
             n += 1;
         }
         n
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::bucket;
+
+    #[test]
+    fn buckets_pad_at_most_an_eighth_and_never_past_the_staging() {
+        for max in [1usize, 7, 256, 1000, 1024] {
+            let mut seen = std::collections::BTreeSet::new();
+            for nq in 1..=max {
+                let b = bucket(nq, max);
+                assert!(b >= nq && b <= max, "nq {nq} max {max} -> {b}");
+                assert!((b - nq) * 8 <= nq.max(8), "nq {nq} -> {b}");
+                seen.insert(b);
+            }
+            assert_eq!(bucket(max, max), max);
+            assert!(seen.len() <= 8 * (usize::BITS - max.leading_zeros()) as usize + 1);
+        }
     }
 }
