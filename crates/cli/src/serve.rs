@@ -216,7 +216,9 @@ fn registry(a: &ServeArgs) -> Result<Registry> {
                 let Some(path) = &a.index else {
                     bail!("--service knn needs --index PATH")
                 };
-                let index = if a.index_mapped {
+                // The gpu engines validate requests themselves and upload their own copy:
+                // a mapped index here costs only the pages actually read (header, centroids).
+                let index = if a.index_mapped || a.engine.starts_with("gpu") {
                     cohort_knn::IvfIndex::load(path)?
                 } else {
                     cohort_knn::IvfIndex::load_resident(path)?
