@@ -43,6 +43,9 @@ pub struct EngineBench {
     /// gpu engines: vectors on the GPU as f32 or f16.
     #[arg(long, default_value = "f32")]
     pub gpu_precision: cohort_gpu::knn::Precision,
+    /// gpu engines: GPUs to serve from (one control thread and a full index copy each).
+    #[arg(long, value_delimiter = ',', default_value = "0")]
+    pub gpus: Vec<usize>,
     /// gpu-cohort with its per-bucket CUDA graphs (to measure what they bring).
     #[arg(long)]
     pub cohort_graphs: bool,
@@ -80,6 +83,7 @@ pub fn run(a: &EngineBench) -> Result<()> {
         sa.max_cohort = a.max_cohort;
         sa.cohort_timeout_us = a.cohort_timeout_us;
         sa.gpu_precision = a.gpu_precision;
+        sa.gpus = a.gpus.clone();
         sa.cohort_graphs = a.cohort_graphs;
         sa.max_queue = 1 << 20;
         sa.default_timeout_us = 60_000_000;
@@ -121,7 +125,7 @@ pub fn run(a: &EngineBench) -> Result<()> {
             let us = |q: f64| hist.value_at_quantile(q) as f64 / 1e3;
             let r = json!({"engine": engine, "window": window, "drivers": drivers, "queries_per_s": done as f64 / secs, "errors": errors,
                 "latency_us": {"p50": us(0.5), "p99": us(0.99), "p999": us(0.999)}, "nprobe": a.nprobe, "k": a.k, "nlist": a.nlist,
-                "precision": format!("{:?}", a.gpu_precision), "max_cohort": a.max_cohort, "cohort_timeout_us": a.cohort_timeout_us, "cohort_graphs": a.cohort_graphs});
+                "precision": format!("{:?}", a.gpu_precision), "gpus": a.gpus, "max_cohort": a.max_cohort, "cohort_timeout_us": a.cohort_timeout_us, "cohort_graphs": a.cohort_graphs});
             eprintln!("{r}");
             results.push(r);
         }
