@@ -23,3 +23,13 @@ __device__ __forceinline__ float h2f(unsigned short h) {
 __device__ __forceinline__ float load_elem(const unsigned short* p) { return h2f(*p); }
 // u8 storage (SIFT-like data is integral in 0..=255): a quarter of the bytes, exact.
 __device__ __forceinline__ float load_elem(const unsigned char* p) { return (float)*p; }
+
+// One term of a distance: metric 0 = L2 (squared difference), 1 = inner product.
+template <int METRIC>
+__device__ __forceinline__ float accumulate(float acc, float q, float x) {
+    if (METRIC == 0) { float t = q - x; return fmaf(t, t, acc); }
+    return fmaf(q, x, acc);
+}
+// The stored distance: inner product is a similarity, so its negation (smaller is nearer).
+template <int METRIC>
+__device__ __forceinline__ float finish(float acc) { return METRIC == 0 ? acc : -acc; }

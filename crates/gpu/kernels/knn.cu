@@ -50,11 +50,10 @@ __device__ __forceinline__ float warp_distance(const float* q, const T* row, int
     float acc = 0.f;
     for (int d = lane; d < dim; d += 32) {
         float v = load_elem(row + d);
-        if (metric == 0) { float t = q[d] - v; acc = fmaf(t, t, acc); }
-        else { acc = fmaf(q[d], v, acc); }
+        acc = metric == 0 ? accumulate<0>(acc, q[d], v) : accumulate<1>(acc, q[d], v);
     }
     for (int off = 16; off > 0; off >>= 1) acc += __shfl_down_sync(0xffffffffu, acc, off);
-    return metric == 0 ? acc : -acc;
+    return metric == 0 ? finish<0>(acc) : finish<1>(acc);
 }
 
 // Stage 1 (twin of stages::filter). Block per query: distances to all centroids into
@@ -153,31 +152,19 @@ __device__ void search_impl(const float* __restrict__ queries, const T* __restri
     }
 }
 
-extern "C" __global__ void knn_search(const float* __restrict__ queries, const float* __restrict__ vectors,
-                                      const unsigned* __restrict__ row_ids, const unsigned long long* __restrict__ offsets,
-                                      const unsigned* __restrict__ probes,
-                                      int nprobe, int dim, int k, int metric,
-                                      unsigned* __restrict__ out_ids, float* __restrict__ out_dist) {
-    search_impl(queries, vectors, row_ids, offsets, probes, nprobe, dim, k, metric, out_ids, out_dist);
-}
-
-// The same scan over f16 vectors (twin: search_cell over the f16-rounded index).
-extern "C" __global__ void knn_search_f16(const float* __restrict__ queries, const unsigned short* __restrict__ vectors,
-                                          const unsigned* __restrict__ row_ids, const unsigned long long* __restrict__ offsets,
-                                          const unsigned* __restrict__ probes,
-                                          int nprobe, int dim, int k, int metric,
-                                          unsigned* __restrict__ out_ids, float* __restrict__ out_dist) {
-    search_impl(queries, vectors, row_ids, offsets, probes, nprobe, dim, k, metric, out_ids, out_dist);
-}
-
-// And over u8 vectors (exact for integral data in 0..=255).
-extern "C" __global__ void knn_search_u8(const float* __restrict__ queries, const unsigned char* __restrict__ vectors,
-                                         const unsigned* __restrict__ row_ids, const unsigned long long* __restrict__ offsets,
-                                         const unsigned* __restrict__ probes,
-                                         int nprobe, int dim, int k, int metric,
-                                         unsigned* __restrict__ out_ids, float* __restrict__ out_dist) {
-    search_impl(queries, vectors, row_ids, offsets, probes, nprobe, dim, k, metric, out_ids, out_dist);
-}
+// The scan over f32, f16 and u8 vectors (twins: search_cell over the index, its f16-rounded
+// copy, and the index itself, which u8 holds exactly when integral in 0..=255).
+#define SEARCH(NAME, T)                                                                                          \
+    extern "C" __global__ void NAME(const float* __restrict__ queries, const T* __restrict__ vectors,           \
+                                    const unsigned* __restrict__ row_ids,                                        \
+                                    const unsigned long long* __restrict__ offsets,                              \
+                                    const unsigned* __restrict__ probes, int nprobe, int dim, int k, int metric, \
+                                    unsigned* __restrict__ out_ids, float* __restrict__ out_dist) {              \
+        search_impl(queries, vectors, row_ids, offsets, probes, nprobe, dim, k, metric, out_ids, out_dist);      \
+    }
+SEARCH(knn_search, float)
+SEARCH(knn_search_f16, unsigned short)
+SEARCH(knn_search_u8, unsigned char)
 
 // Stage 3 (twin of stages::reduce). Block per query: the k best of its nprobe partial lists.
 extern "C" __global__ void knn_reduce(const unsigned* __restrict__ part_ids, const float* __restrict__ part_dist,

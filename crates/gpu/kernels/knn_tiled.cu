@@ -72,14 +72,8 @@ __device__ void tile_distances(const float* __restrict__ queries, const size_t* 
 #pragma unroll
                 for (int i = 0; i < 4; ++i) {
                     const float x = xs[tx + 16 * i][d];
-                    if (METRIC == 0) {
-                        float u = a0 - x, v = a1 - x;
-                        acc[0][i] = fmaf(u, u, acc[0][i]);
-                        acc[1][i] = fmaf(v, v, acc[1][i]);
-                    } else {
-                        acc[0][i] = fmaf(a0, x, acc[0][i]);
-                        acc[1][i] = fmaf(a1, x, acc[1][i]);
-                    }
+                    acc[0][i] = accumulate<METRIC>(acc[0][i], a0, x);
+                    acc[1][i] = accumulate<METRIC>(acc[1][i], a1, x);
                 }
             }
             __syncthreads();
@@ -91,8 +85,7 @@ __device__ void tile_distances(const float* __restrict__ queries, const size_t* 
 #pragma unroll
             for (int i = 0; i < 4; ++i) {
                 const int r = tx + 16 * i;
-                // Inner product is a similarity: store its negation so smaller is nearer.
-                if (r < nt) out[obase[j] + t0 + r] = METRIC == 0 ? acc[a][i] : -acc[a][i];
+                if (r < nt) out[obase[j] + t0 + r] = finish<METRIC>(acc[a][i]);
             }
         }
     }
@@ -139,25 +132,17 @@ __device__ void row_distances(const float* __restrict__ queries, const size_t* q
 #pragma unroll
                 for (int u = 0; u < 4; ++u)
 #pragma unroll
-                    for (int j = 0; j < NQ; ++j) {
-                        const float qv = qsm[j * dim + d + u];
-                        if (METRIC == 0) { float t = qv - v[u]; acc[j] = fmaf(t, t, acc[j]); }
-                        else acc[j] = fmaf(qv, v[u], acc[j]);
-                    }
+                    for (int j = 0; j < NQ; ++j) acc[j] = accumulate<METRIC>(acc[j], qsm[j * dim + d + u], v[u]);
             }
         }
         for (; d < dim; ++d) {
             const float v = load_elem(x + d);
 #pragma unroll
-            for (int j = 0; j < NQ; ++j) {
-                const float qv = qsm[j * dim + d];
-                if (METRIC == 0) { float t = qv - v; acc[j] = fmaf(t, t, acc[j]); }
-                else acc[j] = fmaf(qv, v, acc[j]);
-            }
+            for (int j = 0; j < NQ; ++j) acc[j] = accumulate<METRIC>(acc[j], qsm[j * dim + d], v);
         }
 #pragma unroll
         for (int j = 0; j < NQ; ++j)
-            if (j < nqg) out[obase[j] + r] = METRIC == 0 ? acc[j] : -acc[j];
+            if (j < nqg) out[obase[j] + r] = finish<METRIC>(acc[j]);
     }
     __syncthreads();
 }

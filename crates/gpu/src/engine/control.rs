@@ -186,7 +186,7 @@ impl Control {
             if idle && self.pending.is_empty() {
                 // Nothing anywhere: block for the next request.
                 match self.rx.recv_timeout(Duration::from_millis(20)) {
-                    Ok(r) => self.accept(r),
+                    Ok(r) => self.pending.push_back(r),
                     Err(RecvTimeoutError::Timeout) => {}
                     Err(RecvTimeoutError::Disconnected) => return,
                 }
@@ -202,17 +202,13 @@ impl Control {
         while self.pending.len() < 4 * self.cfg.max_cohort {
             match self.rx.try_recv() {
                 Ok(r) => {
-                    self.accept(r);
+                    self.pending.push_back(r);
                     n += 1;
                 }
                 Err(_) => break,
             }
         }
         n
-    }
-
-    fn accept(&mut self, r: Ready) {
-        self.pending.push_back(r);
     }
 
     /// Launches cohorts while a stream is free and a cohort is due.
