@@ -87,18 +87,7 @@ impl DeviceVectors {
                     .collect();
                 DeviceVectors::F16(s.clone_htod(&h)?)
             }
-            Precision::U8 => {
-                if let Some(x) = v
-                    .iter()
-                    .find(|x| !(0.0..=255.0).contains(*x) || x.fract() != 0.0)
-                {
-                    return Err(GpuError::Invalid(format!(
-                        "u8 storage needs integral vectors in 0..=255 (found {x}); use f32 or f16"
-                    )));
-                }
-                let b: Vec<u8> = v.iter().map(|x| *x as u8).collect();
-                DeviceVectors::U8(s.clone_htod(&b)?)
-            }
+            Precision::U8 => DeviceVectors::U8(s.clone_htod(&to_u8(v)?)?),
         })
     }
 
@@ -117,6 +106,20 @@ impl DeviceVectors {
             DeviceVectors::U8(_) => 1,
         }
     }
+}
+
+/// The vectors as u8, refused unless every value is integral in 0..=255 (u8 storage is exact
+/// or not offered).
+fn to_u8(v: &[f32]) -> Result<Vec<u8>, GpuError> {
+    if let Some(x) = v
+        .iter()
+        .find(|x| !(0.0..=255.0).contains(*x) || x.fract() != 0.0)
+    {
+        return Err(GpuError::Invalid(format!(
+            "u8 storage needs integral vectors in 0..=255 (found {x}); use f32 or f16"
+        )));
+    }
+    Ok(v.iter().map(|x| *x as u8).collect())
 }
 
 /// Every kernel, loaded once per device.
@@ -438,4 +441,31 @@ pub fn to_neighbors(ids: &[u32], dist: &[f32], nq: usize, k: usize) -> Vec<Vec<N
                 .collect()
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn u8_storage_takes_integral_bytes_and_refuses_the_rest() {
+        assert_eq!(to_u8(&[0.0, 1.0, 255.0]).unwrap(), vec![0, 1, 255]);
+        for bad in [256.0, -1.0, 0.5, f32::NAN, f32::INFINITY] {
+            let e = to_u8(&[3.0, bad]).unwrap_err().to_string();
+            assert!(
+                e.contains("u8 storage needs integral vectors"),
+                "{bad}: {e}"
+            );
+        }
+    }
+
+    #[test]
+    fn precision_names_parse_and_others_are_refused() {
+        assert_eq!("u8".parse::<Precision>(), Ok(Precision::U8));
+        assert_eq!("f16".parse::<Precision>(), Ok(Precision::F16));
+        assert!("f64"
+            .parse::<Precision>()
+            .unwrap_err()
+            .contains("f32, f16, u8"));
+    }
 }
