@@ -1,23 +1,28 @@
 //! `cohort serve --config FILE`: a TOML file whose keys are the serve flags (without `--`,
-//! `-` or `_` alike). The file's settings become flags placed before the command line's, so
-//! a flag the command line also gives is taken from the command line, and the file accepts exactly what the flags do
-//! (an unknown key is an unknown flag: a clear error).
+//! `-` or `_` alike), plus one `[services.NAME]` table per service. The file's settings become
+//! flags placed before the command line's, so a flag the command line also gives is taken from
+//! the command line, and the file accepts exactly what the flags do. A `[services.NAME]` table's
+//! keys become `--service-opt NAME.KEY=VALUE`.
 //!
 //! ```toml
-//! service = "knn"
+//! service = "knn:gpu-cohort,echo:cpu"
 //! index = "/data/sift.ivf"
 //! udp = "0.0.0.0:7000"
 //! io_threads = 2
-//! cpus = [0, 1]
-//! max_queue = 16384
+//! cpus = "0-1"
+//!
+//! [services.knn]
+//! gpus = [0, 1]
+//! max_cohort = 512
+//! cohort_timeout_us = 100
 //! ```
 
 use anyhow::{bail, Context, Result};
 use std::ffi::OsString;
 
 /// Expands `serve --config FILE` into the flags the file sets; other argument lists are
-/// returned unchanged.
-pub fn expand(args: Vec<OsString>) -> Result<Vec<OsString>> {
+/// returned unchanged. `known` lists the serve command's long flag names (without `--`).
+pub fn expand(args: Vec<OsString>, known: &[String]) -> Result<Vec<OsString>> {
     let Some(serve_at) = args.iter().position(|a| a == "serve") else {
         return Ok(args);
     };
@@ -33,9 +38,10 @@ pub fn expand(args: Vec<OsString>) -> Result<Vec<OsString>> {
     let Some(path) = path else { return Ok(args) };
     let text = std::fs::read_to_string(&path)
         .with_context(|| format!("reading config {}", path.to_string_lossy()))?;
-    let flags =
-        flags_from_toml(&text).with_context(|| format!("in config {}", path.to_string_lossy()))?;
-    // Flags given on the command line win: drop the file's setting of the same flag.
+    let flags = flags_from_toml(&text, known)
+        .with_context(|| format!("in config {}", path.to_string_lossy()))?;
+    // Flags given on the command line win: drop the file's setting of the same flag (a
+    // repeatable --service-opt from the file is kept: the command line's come after it).
     let given: std::collections::HashSet<String> = args[serve_at + 1..]
         .iter()
         .filter_map(|a| a.to_str())
@@ -51,7 +57,7 @@ pub fn expand(args: Vec<OsString>) -> Result<Vec<OsString>> {
         } else {
             1
         };
-        if !given.contains(&flags[i]) {
+        if !given.contains(&flags[i]) || flags[i] == "--service-opt" {
             out.extend(flags[i..i + n].iter().map(OsString::from));
         }
         i += n;
@@ -60,34 +66,58 @@ pub fn expand(args: Vec<OsString>) -> Result<Vec<OsString>> {
     Ok(out)
 }
 
-/// TOML table -> `--flag value` list.
-pub fn flags_from_toml(text: &str) -> Result<Vec<String>> {
+fn scalar(key: &str, v: &toml::Value) -> Result<String> {
+    Ok(match v {
+        toml::Value::String(s) => s.clone(),
+        toml::Value::Integer(i) => i.to_string(),
+        toml::Value::Float(f) => f.to_string(),
+        toml::Value::Boolean(b) => b.to_string(),
+        toml::Value::Array(items) => items
+            .iter()
+            .map(|x| scalar(key, x))
+            .collect::<Result<Vec<_>>>()?
+            .join(","),
+        other => bail!("key {key:?}: unsupported value {other}"),
+    })
+}
+
+/// TOML table -> `--flag value` list; a key that is no serve flag is an error naming the file's
+/// key (not a flag).
+pub fn flags_from_toml(text: &str, known: &[String]) -> Result<Vec<String>> {
     let table: toml::Table = text.parse().context("invalid TOML")?;
     let mut out = Vec::new();
     for (key, value) in table {
         if key == "config" {
             bail!("a config file cannot name another config file");
         }
-        let flag = format!("--{}", key.replace('_', "-"));
-        let scalar = |v: &toml::Value| -> Result<String> {
-            Ok(match v {
-                toml::Value::String(s) => s.clone(),
-                toml::Value::Integer(i) => i.to_string(),
-                toml::Value::Float(f) => f.to_string(),
-                other => bail!("key {key:?}: unsupported value {other}"),
-            })
-        };
+        if key == "services" {
+            let toml::Value::Table(services) = value else {
+                bail!("\"services\" must be a table of [services.NAME] tables");
+            };
+            for (name, t) in services {
+                let toml::Value::Table(t) = t else {
+                    bail!("[services.{name}] must be a table");
+                };
+                for (k, v) in t {
+                    out.push("--service-opt".into());
+                    out.push(format!("{name}.{k}={}", scalar(&k, &v)?));
+                }
+            }
+            continue;
+        }
+        let name = key.replace('_', "-");
+        if !known.contains(&name) || name == "service-opt" {
+            bail!(
+                "unknown key {key:?} (keys are the serve flags without \"--\", e.g. io_threads, and [services.NAME] tables)"
+            );
+        }
+        let flag = format!("--{name}");
         match &value {
             toml::Value::Boolean(true) => out.push(flag),
             toml::Value::Boolean(false) => {}
-            toml::Value::Array(items) => {
-                let parts = items.iter().map(scalar).collect::<Result<Vec<_>>>()?;
-                out.push(flag);
-                out.push(parts.join(","));
-            }
             v => {
                 out.push(flag);
-                out.push(scalar(v)?);
+                out.push(scalar(&key, v)?);
             }
         }
     }
@@ -98,24 +128,51 @@ pub fn flags_from_toml(text: &str) -> Result<Vec<String>> {
 mod tests {
     use super::*;
 
+    fn known() -> Vec<String> {
+        ["service", "io-threads", "cpus", "verbose", "service-opt"]
+            .iter()
+            .map(|s| s.to_string())
+            .collect()
+    }
+
     #[test]
     fn toml_becomes_flags() {
-        let f =
-            flags_from_toml("service = \"echo\"\nio_threads = 2\ncpus = [0, 1]\nverbose = false\n")
-                .unwrap();
+        let f = flags_from_toml(
+            "service = \"echo\"\nio_threads = 2\ncpus = [0, 1]\nverbose = false\n[services.knn]\nmax_cohort = 512\ngpus = [0, 1]\n",
+            &known(),
+        )
+        .unwrap();
         assert_eq!(
             f,
-            vec!["--cpus", "0,1", "--io-threads", "2", "--service", "echo"]
+            vec![
+                "--cpus",
+                "0,1",
+                "--io-threads",
+                "2",
+                "--service",
+                "echo",
+                "--service-opt",
+                "knn.gpus=0,1",
+                "--service-opt",
+                "knn.max_cohort=512"
+            ]
         );
-        assert!(flags_from_toml("x = {a = 1}").is_err());
-        assert!(flags_from_toml("not toml at all =").is_err());
-        assert!(flags_from_toml("config = \"other.toml\"").is_err());
+        assert!(flags_from_toml("x = {a = 1}", &known()).is_err());
+        assert!(flags_from_toml("not toml at all =", &known()).is_err());
+        assert!(flags_from_toml("config = \"other.toml\"", &known()).is_err());
+        let e = flags_from_toml("io_thread = 2", &known())
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("unknown key \"io_thread\"") && !e.contains("--io-thread "),
+            "{e}"
+        );
+        assert!(flags_from_toml("services = 3", &known()).is_err());
     }
 
     #[test]
     fn command_line_flags_win() {
-        let dir = std::env::temp_dir().join(format!("cohort-cfg-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+        let dir = tempdir();
         let p = dir.join("c.toml");
         std::fs::write(&p, "io_threads = 3\n").unwrap();
         let args: Vec<OsString> = [
@@ -129,12 +186,19 @@ mod tests {
         .iter()
         .map(OsString::from)
         .collect();
-        let out: Vec<String> = expand(args)
+        let out: Vec<String> = expand(args, &known())
             .unwrap()
             .into_iter()
             .map(|s| s.into_string().unwrap())
             .collect();
         assert!(!out.contains(&"3".to_string()), "{out:?}");
         assert!(out.contains(&"5".to_string()), "{out:?}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    fn tempdir() -> std::path::PathBuf {
+        let dir = std::env::temp_dir().join(format!("cohort-cfg-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        dir
     }
 }

@@ -55,8 +55,21 @@ enum Cmd {
     Bench(bench::BenchCmd),
 }
 
+/// The serve command's long flag names: the keys a config file may use.
+fn serve_flags() -> Vec<String> {
+    use clap::CommandFactory;
+    Cli::command()
+        .find_subcommand("serve")
+        .map(|c| {
+            c.get_arguments()
+                .filter_map(|a| a.get_long().map(str::to_string))
+                .collect()
+        })
+        .unwrap_or_default()
+}
+
 fn main() {
-    let args = match config::expand(std::env::args_os().collect()) {
+    let args = match config::expand(std::env::args_os().collect(), &serve_flags()) {
         Ok(a) => a,
         Err(e) => {
             eprintln!("error: {e:#}");
@@ -66,9 +79,12 @@ fn main() {
     let cli = Cli::parse_from(args);
     let filter = tracing_subscriber::EnvFilter::try_new(&cli.log_level)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    // Colours only for a terminal: logs piped to files or collectors stay plain text.
+    use std::io::IsTerminal;
     tracing_subscriber::fmt()
         .with_env_filter(filter)
         .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
         .init();
     let result = match cli.cmd {
         Cmd::Serve(a) => serve::run(a),

@@ -25,6 +25,19 @@ fn ext(path: &Path) -> String {
         .unwrap_or_else(|| "out".into())
 }
 
+/// A core list as one flag value (`--cpus 0-3,8`). A newtype, so clap takes the whole list as
+/// one value instead of expecting several.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct CpuList(pub Vec<usize>);
+
+pub fn parse_cpu_list(s: &str) -> Result<CpuList, String> {
+    let v = parse_cpus(s)?;
+    if v.is_empty() {
+        return Err("empty cpu list".into());
+    }
+    Ok(CpuList(v))
+}
+
 /// Parses a core list such as `0-3,8,10-11`.
 pub fn parse_cpus(s: &str) -> Result<Vec<usize>, String> {
     let mut out = Vec::new();

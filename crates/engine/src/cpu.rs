@@ -1,12 +1,11 @@
-//! The `cpu` engine: worker threads, one bounded queue (lane) each, running the services' CPU
-//! implementations. It is the CI path, the reference for the GPU engines and the hybrid helper.
+//! The `cpu` engine: one worker thread per lane, running the services' CPU functions. It is
+//! the CI path, the reference for the GPU engines and the hybrid helper.
 
-use crate::dispatch::{ChannelLane, Lane};
+use crate::clock;
 use crate::metrics::Metrics;
-use crate::request::{Request, ResponseBody};
 use crate::service::Registry;
+use crate::wiring::{ok, LaneEnds};
 use cohort_proto::{ErrorCode, ErrorPayload};
-use crossbeam_channel::{bounded, Receiver, RecvTimeoutError, TryRecvError};
 use std::panic::{catch_unwind, AssertUnwindSafe};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -15,33 +14,30 @@ use std::time::{Duration, Instant};
 
 #[derive(Debug, Clone)]
 pub struct CpuEngineConfig {
-    pub workers: usize,
-    /// Total queued requests across all workers before OVERLOADED.
-    pub max_queue: usize,
     /// Cores to pin workers to, in order; empty = no pinning.
     pub cpus: Vec<usize>,
-    /// How long an idle worker keeps polling its queue before it parks. Parking costs the
-    /// io thread a futex wake-up (a syscall) for the next request, which under load costs
+    /// How long an idle worker keeps polling its rings before it parks. Parking costs the
+    /// ingress a futex wake-up (a syscall) for the next request, which under load costs
     /// more than the spinning.
     pub spin: Duration,
 }
 
 pub struct CpuEngine {
-    lanes: Vec<Arc<dyn Lane>>,
     workers: Vec<JoinHandle<()>>,
     stop: Arc<AtomicBool>,
 }
 
 impl CpuEngine {
-    pub fn start(cfg: &CpuEngineConfig, registry: Registry, metrics: Arc<Metrics>) -> CpuEngine {
-        assert!(cfg.workers >= 1, "the cpu engine needs at least one worker");
-        let per_lane = (cfg.max_queue / cfg.workers).max(1);
+    /// One worker per lane.
+    pub fn start(
+        cfg: &CpuEngineConfig,
+        lanes: Vec<LaneEnds>,
+        registry: Registry,
+        metrics: Arc<Metrics>,
+    ) -> std::io::Result<CpuEngine> {
         let stop = Arc::new(AtomicBool::new(false));
-        let mut lanes: Vec<Arc<dyn Lane>> = Vec::new();
         let mut workers = Vec::new();
-        for w in 0..cfg.workers {
-            let (tx, rx) = bounded(per_lane);
-            lanes.push(Arc::new(ChannelLane { tx }));
+        for (w, lane) in lanes.into_iter().enumerate() {
             let (stop, metrics, registry) = (stop.clone(), metrics.clone(), registry.clone());
             let core = cfg.cpus.get(w % cfg.cpus.len().max(1)).copied();
             let spin = cfg.spin;
@@ -52,23 +48,14 @@ impl CpuEngine {
                         if let Some(c) = core {
                             core_affinity::set_for_current(core_affinity::CoreId { id: c });
                         }
-                        worker_loop(rx, &registry, &metrics, &stop, spin)
-                    })
-                    .expect("spawn cpu worker"),
+                        worker_loop(lane, &registry, &metrics, &stop, spin)
+                    })?,
             );
         }
-        CpuEngine {
-            lanes,
-            workers,
-            stop,
-        }
+        Ok(CpuEngine { workers, stop })
     }
 
-    pub fn lanes(&self) -> Vec<Arc<dyn Lane>> {
-        self.lanes.clone()
-    }
-
-    /// Lets workers finish every queued request, then joins them.
+    /// Lets workers finish every queued request (call after ingress has stopped), then joins.
     pub fn shutdown(self) {
         self.stop.store(true, Ordering::Release);
         for w in self.workers {
@@ -78,62 +65,64 @@ impl CpuEngine {
 }
 
 fn worker_loop(
-    rx: Receiver<Request>,
+    mut lane: LaneEnds,
     registry: &Registry,
     m: &Metrics,
     stop: &AtomicBool,
     spin: Duration,
 ) {
+    let _health = lane.health_guard();
+    lane.bell.bind_current();
+    let mut out = Vec::with_capacity(64 * 1024);
     let mut last_work = Instant::now();
     loop {
-        match rx.try_recv() {
-            Ok(req) => {
-                execute(req, registry, m);
-                last_work = Instant::now();
-                continue;
+        let (requests, answers) = (&mut lane.requests, &mut lane.answers);
+        let done = requests.poll(|ingress, msg| {
+            let env = msg.env;
+            let now = clock::now_ns();
+            if clock::expired(env.deadline, now) {
+                let e = ErrorPayload::new(ErrorCode::Timeout, "deadline passed while queued");
+                return answers.send_error(ingress, env, &e);
             }
-            Err(TryRecvError::Disconnected) => return,
-            Err(TryRecvError::Empty) if last_work.elapsed() < spin => {
-                std::hint::spin_loop();
-                continue;
-            }
-            Err(TryRecvError::Empty) => {}
-        }
-        match rx.recv_timeout(Duration::from_millis(20)) {
-            Ok(req) => {
-                execute(req, registry, m);
-                last_work = Instant::now();
-            }
-            Err(RecvTimeoutError::Timeout) => {
-                if stop.load(Ordering::Acquire) {
-                    // Producers have stopped before `stop` is set; drain and leave.
-                    while let Ok(req) = rx.try_recv() {
-                        execute(req, registry, m);
-                    }
-                    return;
+            let Some(service) = registry.get(env.service) else {
+                let e = ErrorPayload::new(ErrorCode::UnknownService, "no such service");
+                return answers.send_error(ingress, env, &e);
+            };
+            let start = Instant::now();
+            out.clear();
+            let result = catch_unwind(AssertUnwindSafe(|| {
+                service.execute_cpu(msg.payload, &mut out)
+            }));
+            m.stage(
+                &lane.engine,
+                "execute",
+                Duration::from_nanos(now.saturating_sub(env.arrived)),
+                start.elapsed(),
+            );
+            match result {
+                Ok(Ok(())) => answers.send(ingress, ok(env), &out),
+                Ok(Err(e)) => answers.send_error(ingress, env, &e),
+                Err(_) => {
+                    let e = ErrorPayload::new(ErrorCode::Internal, "service panicked");
+                    answers.send_error(ingress, env, &e)
                 }
             }
-            Err(RecvTimeoutError::Disconnected) => return,
+        });
+        if done.is_some() {
+            last_work = Instant::now();
+            continue;
+        }
+        if stop.load(Ordering::Acquire) {
+            // Ingress stopped before `stop` was set: what is in the rings now is all there is.
+            if !lane.requests.any_ready() {
+                return;
+            }
+            continue;
+        }
+        if last_work.elapsed() < spin {
+            std::hint::spin_loop();
+        } else {
+            lane.sleep(Duration::from_millis(20));
         }
     }
-}
-
-/// Runs one request on this thread and answers it.
-pub(crate) fn execute(req: Request, registry: &Registry, m: &Metrics) {
-    let start = Instant::now();
-    let wait = start.saturating_duration_since(req.arrived);
-    if start > req.deadline {
-        return req.respond_error(ErrorCode::Timeout, "deadline passed while queued");
-    }
-    let Some(service) = registry.get(req.service) else {
-        return req.respond_error(ErrorCode::UnknownService, "no such service");
-    };
-    let result = catch_unwind(AssertUnwindSafe(|| service.execute_cpu(&req.payload)));
-    m.stage("execute", wait, start.elapsed());
-    let body = match result {
-        Ok(Ok(out)) => ResponseBody::Ok(out),
-        Ok(Err(e)) => ResponseBody::Err(e),
-        Err(_) => ResponseBody::Err(ErrorPayload::new(ErrorCode::Internal, "service panicked")),
-    };
-    req.respond(body);
 }

@@ -1,17 +1,34 @@
-//! The engine layer: what a request is once the network has read it, how it is answered
-//! exactly once, which engine lane runs it (the dispatcher), and the `cpu` engine.
+//! The engine layer: the boundary between the network and the engines, and the engines that
+//! are not tied to a device.
 //!
-//! Data path: `net` decodes a frame into a [`Request`] -> [`Dispatcher`] picks a [`Lane`] ->
-//! the engine runs the [`Service`] -> the [`Reply`] hands the [`Response`] back to `net`.
+//! Data path: an ingress (`net`: a UDP io thread, the TCP/HTTP side) admits a request into its
+//! [`Ingress`] (in-flight table: token -> who asked) and writes it as an mqueue message
+//! {token, service, request id, deadline, arrival, payload} into a request ring of one lane of
+//! the service's engine ([`wiring`]). The lane's thread (a [`CpuEngine`] worker, or the
+//! [`batch`] loop of a GPU engine) reads it, runs the service, and writes the answer as a
+//! message into the answer ring back to that ingress, which looks the token up and replies.
 
+pub mod batch;
+mod batch_cpu;
+pub mod bell;
+pub mod clock;
 mod cpu;
 mod dispatch;
+mod inflight;
+mod ingress;
 pub mod metrics;
-mod request;
+mod reply;
 mod service;
+pub mod wiring;
 
+pub use batch::{BatchBackend, BatchConfig, BatchSlot};
+pub use batch_cpu::CpuTwinSlot;
+pub use bell::{Bell, Wake};
 pub use cpu::{CpuEngine, CpuEngineConfig};
-pub use dispatch::{ChannelLane, DispatchPolicy, Dispatcher, Lane, Submit};
-pub use metrics::Metrics;
-pub use request::{Reply, ReplyPort, Request, Response, ResponseBody};
+pub use dispatch::DispatchPolicy;
+pub use inflight::{InflightTable, LaneRef, Meta, MAX_INFLIGHT};
+pub use ingress::{Answer, Ingress};
+pub use metrics::{Metrics, ServiceLabel};
+pub use reply::{ReplyPort, Response, ResponseBody};
 pub use service::{Registry, Service};
+pub use wiring::{wire, EngineSpec, IngressEnds, LaneEnds, Refusal, Wiring};

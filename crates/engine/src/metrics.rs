@@ -38,6 +38,11 @@ pub struct EngineLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct IngressLabels {
+    pub ingress: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ReasonLabels {
     pub reason: String,
 }
@@ -61,8 +66,8 @@ fn seconds_histogram() -> Histogram {
 /// request costs no label allocation or family lookup (hundreds of thousands a second).
 struct HotHandles {
     services: HashMap<u16, ServiceHandles>,
-    /// Per stage name the engines report: (queue wait, compute).
-    stages: Vec<(&'static str, Histogram, Histogram)>,
+    /// Per (engine, stage name) the engines report: (queue wait, compute).
+    stages: Vec<(String, &'static str, Histogram, Histogram)>,
 }
 
 /// A known service's duration histogram and one request counter per outcome label.
@@ -71,17 +76,23 @@ type ServiceHandles = (Histogram, Vec<(&'static str, Counter)>);
 /// Stage names the engines report (others still work, through the family lookup).
 const HOT_STAGES: [&str; 2] = ["execute", "gpu"];
 
+/// A service as the metrics label it: its name and the engine that runs it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ServiceLabel {
+    pub name: String,
+    pub engine: String,
+}
+
 pub struct Metrics {
     registry: Mutex<Registry>,
-    engine: String,
-    services: HashMap<u16, String>,
+    services: HashMap<u16, ServiceLabel>,
     hot: HotHandles,
     pub requests: Family<OutcomeLabels, Counter>,
     pub request_duration: Family<ServiceLabels, Histogram, fn() -> Histogram>,
     pub queue_wait: Family<StageLabels, Histogram, fn() -> Histogram>,
     pub compute: Family<StageLabels, Histogram, fn() -> Histogram>,
     pub cohort_size: Family<EngineLabels, Histogram, fn() -> Histogram>,
-    pub queue_depth: Family<EngineLabels, Gauge>,
+    pub in_flight: Family<IngressLabels, Gauge>,
     pub datagrams: Family<DirectionLabels, Counter>,
     pub dropped_datagrams: Family<ReasonLabels, Counter>,
     pub tcp_connections: Counter,
@@ -91,12 +102,11 @@ pub struct Metrics {
 }
 
 impl Metrics {
-    /// `services` maps wire ids to names for the `service` label.
-    pub fn new(engine: &str, services: HashMap<u16, String>) -> Metrics {
+    /// `services` maps wire ids to the `service` and `engine` labels.
+    pub fn new(services: HashMap<u16, ServiceLabel>) -> Metrics {
         let mut r = Registry::default();
         let m = Metrics {
             registry: Mutex::new(Registry::default()),
-            engine: engine.to_string(),
             services,
             hot: HotHandles {
                 services: HashMap::new(),
@@ -109,7 +119,7 @@ impl Metrics {
             cohort_size: Family::new_with_constructor(|| {
                 Histogram::new(exponential_buckets(1.0, 2.0, 14))
             }),
-            queue_depth: Family::default(),
+            in_flight: Family::default(),
             datagrams: Family::default(),
             dropped_datagrams: Family::default(),
             tcp_connections: Counter::default(),
@@ -143,9 +153,9 @@ impl Metrics {
             m.cohort_size.clone(),
         );
         r.register(
-            "cohort_queue_depth",
-            "Requests waiting in engine queues",
-            m.queue_depth.clone(),
+            "cohort_in_flight",
+            "Requests admitted by an ingress and not yet answered",
+            m.in_flight.clone(),
         );
         r.register(
             "cohort_udp_datagrams",
@@ -188,21 +198,21 @@ impl Metrics {
         let services = self
             .services
             .iter()
-            .map(|(&id, name)| {
+            .map(|(&id, s)| {
                 let counters = outcomes
                     .clone()
                     .map(|o| {
                         let l = OutcomeLabels {
-                            service: name.clone(),
-                            engine: self.engine.clone(),
+                            service: s.name.clone(),
+                            engine: s.engine.clone(),
                             outcome: o.into(),
                         };
                         (o, self.requests.get_or_create(&l).clone())
                     })
                     .collect();
                 let l = ServiceLabels {
-                    service: name.clone(),
-                    engine: self.engine.clone(),
+                    service: s.name.clone(),
+                    engine: s.engine.clone(),
                 };
                 (
                     id,
@@ -210,14 +220,19 @@ impl Metrics {
                 )
             })
             .collect();
-        let stages = HOT_STAGES
-            .iter()
-            .map(|&st| {
+        let mut engines: Vec<&String> = self.services.values().map(|s| &s.engine).collect();
+        engines.sort();
+        engines.dedup();
+        let stages = engines
+            .into_iter()
+            .flat_map(|e| HOT_STAGES.iter().map(move |&st| (e, st)))
+            .map(|(e, st)| {
                 let l = StageLabels {
-                    engine: self.engine.clone(),
+                    engine: e.clone(),
                     stage: st.into(),
                 };
                 (
+                    e.clone(),
                     st,
                     self.queue_wait.get_or_create(&l).clone(),
                     self.compute.get_or_create(&l).clone(),
@@ -227,15 +242,11 @@ impl Metrics {
         HotHandles { services, stages }
     }
 
-    pub fn engine(&self) -> &str {
-        &self.engine
-    }
-
-    fn service_name(&self, id: u16) -> String {
-        self.services
-            .get(&id)
-            .cloned()
-            .unwrap_or_else(|| "unknown".into())
+    fn service_label(&self, id: u16) -> ServiceLabel {
+        self.services.get(&id).cloned().unwrap_or(ServiceLabel {
+            name: "unknown".into(),
+            engine: "none".into(),
+        })
     }
 
     /// Records one answer (called exactly once per request, from `Request`).
@@ -247,8 +258,10 @@ impl Metrics {
                 return;
             }
         }
-        let service = self.service_name(service);
-        let engine = self.engine.clone();
+        let ServiceLabel {
+            name: service,
+            engine,
+        } = self.service_label(service);
         self.requests
             .get_or_create(&OutcomeLabels {
                 service: service.clone(),
@@ -261,14 +274,20 @@ impl Metrics {
             .observe(elapsed.as_secs_f64());
     }
 
-    pub fn stage(&self, stage: &str, wait: Duration, compute: Duration) {
-        if let Some((_, w, c)) = self.hot.stages.iter().find(|(s, _, _)| *s == stage) {
+    /// One request's time queued before `stage` of `engine` ran it, and the stage's time.
+    pub fn stage(&self, engine: &str, stage: &str, wait: Duration, compute: Duration) {
+        if let Some((_, _, w, c)) = self
+            .hot
+            .stages
+            .iter()
+            .find(|(e, s, _, _)| *s == stage && e == engine)
+        {
             w.observe(wait.as_secs_f64());
             c.observe(compute.as_secs_f64());
             return;
         }
         let l = StageLabels {
-            engine: self.engine.clone(),
+            engine: engine.into(),
             stage: stage.into(),
         };
         self.queue_wait
@@ -295,12 +314,21 @@ impl Metrics {
             .inc_by(n);
     }
 
-    pub fn set_queue_depth(&self, depth: usize) {
-        self.queue_depth
+    /// Requests per batch an engine launched.
+    pub fn cohort(&self, engine: &str, size: usize) {
+        self.cohort_size
             .get_or_create(&EngineLabels {
-                engine: self.engine.clone(),
+                engine: engine.into(),
             })
-            .set(depth as i64);
+            .observe(size as f64);
+    }
+
+    pub fn set_in_flight(&self, ingress: &str, n: usize) {
+        self.in_flight
+            .get_or_create(&IngressLabels {
+                ingress: ingress.into(),
+            })
+            .set(n as i64);
     }
 
     /// The Prometheus text exposition.

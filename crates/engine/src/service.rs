@@ -5,12 +5,20 @@ use std::collections::HashMap;
 use std::sync::Arc;
 
 /// A service: a wire schema, a CPU implementation and a JSON mapping for the HTTP gateway.
-/// GPU engines add their own kernels per service; the CPU function is their reference twin.
+/// A service may also bring a batch backend for the GPU engines (`cohort-services`'s catalog);
+/// its CPU function is that backend's reference twin.
 pub trait Service: Send + Sync {
     fn id(&self) -> u16;
     fn name(&self) -> &'static str;
-    /// Runs the request on the calling CPU thread. Bad payloads give BAD_REQUEST.
-    fn execute_cpu(&self, payload: &[u8]) -> Result<Vec<u8>, ErrorPayload>;
+    /// Runs the request on the calling CPU thread, writing the answer into `out` (cleared by
+    /// the caller and reused between requests: no allocation per request for small answers).
+    /// Bad payloads give BAD_REQUEST.
+    fn execute_cpu(&self, payload: &[u8], out: &mut Vec<u8>) -> Result<(), ErrorPayload>;
+    /// `execute_cpu` into a fresh buffer (tests, tools).
+    fn call_cpu(&self, payload: &[u8]) -> Result<Vec<u8>, ErrorPayload> {
+        let mut out = Vec::new();
+        self.execute_cpu(payload, &mut out).map(|()| out)
+    }
     /// HTTP gateway: JSON request body -> wire payload.
     fn json_to_payload(&self, body: &serde_json::Value) -> Result<Vec<u8>, ErrorPayload>;
     /// HTTP gateway: wire response payload -> JSON.
@@ -27,9 +35,18 @@ impl Registry {
         Registry::default()
     }
 
-    pub fn add(&mut self, s: Arc<dyn Service>) {
-        let prev = self.by_id.insert(s.id(), s);
-        assert!(prev.is_none(), "two services share an id");
+    /// Adds a service; a second service with the same id is refused.
+    pub fn add(&mut self, s: Arc<dyn Service>) -> Result<(), String> {
+        if let Some(prev) = self.by_id.get(&s.id()) {
+            return Err(format!(
+                "service {:?} given twice (or shares wire id {} with {:?})",
+                s.name(),
+                s.id(),
+                prev.name()
+            ));
+        }
+        self.by_id.insert(s.id(), s);
+        Ok(())
     }
 
     pub fn get(&self, id: u16) -> Option<&Arc<dyn Service>> {
@@ -38,14 +55,6 @@ impl Registry {
 
     pub fn by_name(&self, name: &str) -> Option<&Arc<dyn Service>> {
         self.by_id.values().find(|s| s.name() == name)
-    }
-
-    /// Wire id -> name of every service (metrics labels).
-    pub fn names_by_id(&self) -> HashMap<u16, String> {
-        self.by_id
-            .iter()
-            .map(|(id, s)| (*id, s.name().to_string()))
-            .collect()
     }
 
     pub fn names(&self) -> Vec<&'static str> {

@@ -1,135 +1,149 @@
+//! The cpu engine behind real rings: every admitted request answered once, OVERLOADED when
+//! its rings are full, TIMEOUT past its deadline, one service's full queue refusing only it.
+
+mod common;
 use cohort_engine::*;
-use cohort_proto::{ErrorCode, ErrorPayload};
-use std::sync::{Arc, Mutex};
-use std::time::{Duration, Instant};
+use cohort_proto::ErrorCode;
+use common::*;
+use std::sync::Arc;
+use std::time::Duration;
 
-struct Collect(Mutex<Vec<(u32, Response)>>);
-impl ReplyPort for Collect {
-    fn deliver(&self, token: u32, r: Response) {
-        self.0.lock().unwrap().push((token, r));
-    }
-}
-
-/// Doubles every byte; sleeps when the payload says so; panics on 0xFF.
-struct Test;
-impl Service for Test {
-    fn id(&self) -> u16 {
-        9
-    }
-    fn name(&self) -> &'static str {
-        "test"
-    }
-    fn execute_cpu(&self, p: &[u8]) -> Result<Vec<u8>, ErrorPayload> {
-        match p.first() {
-            Some(0xFF) => panic!("boom"),
-            Some(0xEE) => Err(ErrorPayload::new(ErrorCode::BadRequest, "bad")),
-            Some(0xDD) => {
-                std::thread::sleep(Duration::from_millis(30));
-                Ok(vec![])
-            }
-            _ => Ok(p.iter().map(|b| b.wrapping_mul(2)).collect()),
-        }
-    }
-    fn json_to_payload(&self, _: &serde_json::Value) -> Result<Vec<u8>, ErrorPayload> {
-        Ok(vec![])
-    }
-    fn payload_to_json(&self, _: &[u8]) -> serde_json::Value {
-        serde_json::Value::Null
-    }
-}
-
-fn setup(workers: usize, max_queue: usize) -> (CpuEngine, Dispatcher, Arc<Collect>) {
+fn cpu(workers: usize, ring_slots: usize) -> (CpuEngine, Client) {
+    let m = metrics("cpu");
     let mut reg = Registry::new();
-    reg.add(Arc::new(Test));
-    let eng = CpuEngine::start(
-        &CpuEngineConfig {
-            workers,
-            max_queue,
-            cpus: vec![],
-            spin: Duration::from_micros(20),
-        },
-        reg,
-        Arc::new(Metrics::new("cpu", [(9, "test".to_string())].into())),
-    );
-    let d = Dispatcher::new(eng.lanes(), DispatchPolicy::LeastLoaded);
-    (eng, d, Arc::new(Collect(Mutex::new(vec![]))))
-}
-
-fn req(id: u64, service: u16, p: Vec<u8>, port: &Arc<Collect>, timeout: Duration) -> Request {
-    let now = Instant::now();
-    Request::new(
-        service,
-        id,
-        p,
-        now,
-        now + timeout,
-        Reply {
-            port: port.clone(),
-            token: id as u32,
-        },
-    )
+    reg.add(Arc::new(Rev)).unwrap();
+    let mut w = wire(1, &[spec("cpu", workers, ring_slots)]);
+    let cfg = CpuEngineConfig {
+        cpus: vec![],
+        spin: Duration::from_micros(20),
+    };
+    let eng = CpuEngine::start(&cfg, w.engines.pop().unwrap(), reg, m.clone()).unwrap();
+    let client = Client::new(w.ingresses.pop().unwrap(), &m);
+    (eng, client)
 }
 
 #[test]
 fn every_request_gets_exactly_one_answer() {
-    let (eng, d, port) = setup(2, 64);
-    let payloads: Vec<Vec<u8>> = vec![vec![1, 2], vec![0xFF], vec![0xEE], vec![]];
-    for (i, p) in payloads.iter().enumerate() {
-        assert_eq!(
-            d.submit(req(i as u64, 9, p.clone(), &port, Duration::from_secs(5))),
-            Submit::Queued
-        );
+    let (eng, mut c) = cpu(2, 64);
+    for (i, p) in [&b"ab"[..], b"panic", b"bad", b""].iter().enumerate() {
+        c.send(i as u64, p, Duration::from_secs(5));
     }
-    d.submit(req(10, 77, vec![], &port, Duration::from_secs(5)));
+    c.collect(Duration::from_secs(5));
     eng.shutdown();
-    let mut got = port.0.lock().unwrap().clone();
-    got.sort_by_key(|(t, _)| *t);
-    assert_eq!(got.len(), 5);
-    assert_eq!(got[0].1.body, ResponseBody::Ok(vec![2, 4]));
-    let code = |i: usize| match &got[i].1.body {
-        ResponseBody::Err(e) => e.code,
-        _ => panic!("expected error"),
-    };
-    assert_eq!(code(1), ErrorCode::Internal);
-    assert_eq!(code(2), ErrorCode::BadRequest);
-    assert_eq!(got[3].1.body, ResponseBody::Ok(vec![]));
-    assert_eq!(code(4), ErrorCode::UnknownService);
+    assert_eq!(c.answers[&0], vec![Ok(b"ba".to_vec())]);
+    assert_eq!(
+        c.code(1),
+        Some(ErrorCode::Internal),
+        "a service panic is INTERNAL"
+    );
+    assert_eq!(c.code(2), Some(ErrorCode::BadRequest));
+    assert_eq!(c.answers[&3], vec![Ok(vec![])]);
+    assert_eq!(c.ingress.in_flight(), 0);
 }
 
 #[test]
-fn full_queue_answers_overloaded_and_expired_answers_timeout() {
-    let (eng, d, port) = setup(1, 2);
-    // The first request occupies the worker; then the queue (2) fills; the rest overload.
-    let mut outcomes = vec![];
-    for i in 0..8 {
-        outcomes.push(d.submit(req(i, 9, vec![0xDD], &port, Duration::from_millis(45))));
-        if i == 0 {
-            std::thread::sleep(Duration::from_millis(5));
+fn full_rings_answer_overloaded_and_expired_requests_time_out() {
+    let (eng, mut c) = cpu(1, 64);
+    // The first request occupies the worker for 30 ms; 64 more fill the ring; the rest
+    // overload. Those queued behind with a 20 ms deadline expire before they run.
+    c.send(0, b"sleep", Duration::from_secs(5));
+    std::thread::sleep(Duration::from_millis(5));
+    for i in 1..100 {
+        c.send(i, b"xy", Duration::from_millis(20));
+    }
+    c.collect(Duration::from_secs(5));
+    eng.shutdown();
+    let count = |code| (0..100).filter(|&i| c.code(i) == code).count();
+    assert_eq!(c.answers.len(), 100, "every request answered");
+    assert!(
+        count(Some(ErrorCode::Overloaded)) >= 30,
+        "{}",
+        count(Some(ErrorCode::Overloaded))
+    );
+    assert!(
+        count(Some(ErrorCode::Timeout)) >= 1,
+        "queued past the deadline"
+    );
+    assert_eq!(c.code(0), None);
+}
+
+#[test]
+fn a_full_service_refuses_only_itself() {
+    // Two services, each on its own cpu engine of one worker: the first is blocked and its
+    // ring fills; the second still answers.
+    struct Other;
+    impl Service for Other {
+        fn id(&self) -> u16 {
+            10
+        }
+        fn name(&self) -> &'static str {
+            "other"
+        }
+        fn execute_cpu(
+            &self,
+            p: &[u8],
+            out: &mut Vec<u8>,
+        ) -> Result<(), cohort_proto::ErrorPayload> {
+            out.extend_from_slice(p);
+            Ok(())
+        }
+        fn json_to_payload(
+            &self,
+            _: &serde_json::Value,
+        ) -> Result<Vec<u8>, cohort_proto::ErrorPayload> {
+            Ok(vec![])
+        }
+        fn payload_to_json(&self, _: &[u8]) -> serde_json::Value {
+            serde_json::Value::Null
         }
     }
-    let overloaded = outcomes
-        .iter()
-        .filter(|o| **o == Submit::Overloaded)
-        .count();
-    assert!(overloaded >= 5, "{outcomes:?}");
-    eng.shutdown();
-    let got = port.0.lock().unwrap();
-    assert_eq!(got.len(), 8, "every request answered once");
-    let timeouts = got
-        .iter()
-        .filter(|(_, r)| matches!(&r.body, ResponseBody::Err(e) if e.code == ErrorCode::Timeout))
-        .count();
-    // Requests 2 and 3 wait >= 30 ms behind request 1 with a 45 ms deadline: one at least expires.
-    assert!(
-        timeouts >= 1,
-        "queued requests past their deadline must time out"
-    );
+    let m = metrics("cpu");
+    let mut reg = Registry::new();
+    reg.add(Arc::new(Rev)).unwrap();
+    reg.add(Arc::new(Other)).unwrap();
+    let mut other = spec("cpu", 1, 64);
+    other.services = vec![10];
+    let mut w = wire(1, &[spec("cpu", 1, 64), other]);
+    let cfg = CpuEngineConfig {
+        cpus: vec![],
+        spin: Duration::ZERO,
+    };
+    let e2 = CpuEngine::start(&cfg, w.engines.pop().unwrap(), reg.clone(), m.clone()).unwrap();
+    let e1 = CpuEngine::start(&cfg, w.engines.pop().unwrap(), reg, m.clone()).unwrap();
+    let mut c = Client::new(w.ingresses.pop().unwrap(), &m);
+    for i in 0..100 {
+        c.send(i, b"sleep", Duration::from_secs(10));
+    }
+    for i in 100..110 {
+        if let Err((id, e)) = c.ingress.submit(i, 10, i, 0, b"hi") {
+            c.answers.entry(id).or_default().push(Err(e));
+        }
+    }
+    std::thread::sleep(Duration::from_millis(50));
+    let mut early = Answers::new();
+    c.ingress.drain(usize::MAX, |id, _, a| {
+        early.entry(id).or_default().push(a.map(|p| p.to_vec()))
+    });
+    for i in 100..110 {
+        assert_eq!(
+            early.get(&i),
+            Some(&vec![Ok(b"hi".to_vec())]),
+            "other service answered at once"
+        );
+    }
+    let refused = (0..100).filter(|i| matches!(c.answers.get(i).map(|v| &v[..]), Some([Err(e)]) if e.code == ErrorCode::Overloaded)).count();
+    assert!(refused >= 30, "the blocked service overloads: {refused}");
+    c.answers.extend(early);
+    c.collect(Duration::from_secs(10));
+    e1.shutdown();
+    e2.shutdown();
+    assert_eq!(c.ingress.in_flight(), 0);
 }
 
 #[test]
-fn dropped_request_answers_unavailable() {
-    let port = Arc::new(Collect(Mutex::new(vec![])));
-    drop(req(1, 9, vec![], &port, Duration::from_secs(1)));
-    let got = port.0.lock().unwrap();
-    assert!(matches!(&got[0].1.body, ResponseBody::Err(e) if e.code == ErrorCode::Unavailable));
+fn an_unrouted_service_is_refused_at_the_ingress() {
+    let (eng, mut c) = cpu(1, 64);
+    let e = c.ingress.submit(1, 77, 1, 0, b"").unwrap_err().1;
+    assert_eq!(e.code, ErrorCode::UnknownService);
+    eng.shutdown();
 }

@@ -1,11 +1,13 @@
 //! Byte layout of a ring region; must match `include/cohort_mqueue.h`.
 
 pub const CONTROL_BYTES: usize = 64;
-pub const SLOT_HEADER_BYTES: usize = 16;
+pub const SLOT_HEADER_BYTES: usize = 48;
 pub const SLOT_ALIGN: usize = 16;
 pub(crate) const TAIL_OFFSET: usize = 0;
+/// Bit of `len` marking a payload held host-side (too large for the slot).
+pub const SPILLED: u32 = 1 << 31;
 
-/// Mirror of `cohort_mq_slot_header`.
+/// Mirror of `cohort_mq_slot_header`: one engine-boundary message.
 #[repr(C)]
 #[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
 pub struct SlotHeader {
@@ -14,6 +16,10 @@ pub struct SlotHeader {
     pub token: u32,
     pub service: u16,
     pub status: u16,
+    pub request_id: u64,
+    pub deadline: u64,
+    pub arrived: u64,
+    pub reserved: u64,
 }
 
 /// Geometry of one ring: a power-of-two number of slots, each with room for
@@ -32,13 +38,19 @@ impl Layout {
         );
         assert!(slots <= 1 << 24, "at most 2^24 slots");
         assert!(
-            payload_capacity <= u32::MAX as usize / 2,
+            payload_capacity < SPILLED as usize,
             "payload capacity too large"
         );
         Layout {
             slots,
             payload_capacity,
         }
+    }
+
+    /// A layout whose slots are `stride` bytes in all (header included).
+    pub fn with_stride(slots: usize, stride: usize) -> Layout {
+        assert!(stride > SLOT_HEADER_BYTES && stride.is_multiple_of(SLOT_ALIGN));
+        Layout::new(slots, stride - SLOT_HEADER_BYTES)
     }
 
     pub fn slot_stride(&self) -> usize {

@@ -1,18 +1,53 @@
 //! Producer and consumer handles over a ring region.
 
-use crate::layout::{Layout, SlotHeader, SLOT_HEADER_BYTES, TAIL_OFFSET};
+use crate::layout::{Layout, SlotHeader, SLOT_HEADER_BYTES, SPILLED, TAIL_OFFSET};
 use crate::memory::{HostMemory, RingMemory};
-use std::sync::atomic::{AtomicU32, Ordering};
+use std::cell::UnsafeCell;
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 
-/// The ring is full: the consumer has not released enough slots yet.
+/// Why a message was not written.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Full;
+pub enum SendError {
+    /// The consumer has not released enough slots yet.
+    Full,
+    /// The consumer is gone: nothing will ever read this ring again.
+    Closed,
+    /// The payload does not fit a slot and this ring may not spill (device-read rings).
+    TooLarge,
+}
+
+/// The message fields besides the payload (the slot header minus the doorbell and length).
+#[derive(Debug, Clone, Copy, Default, PartialEq, Eq)]
+pub struct Envelope {
+    pub token: u32,
+    pub service: u16,
+    /// 0 = ok, else a wire error code (answers).
+    pub status: u16,
+    pub request_id: u64,
+    /// Nanoseconds on the server's monotonic clock; 0 = none.
+    pub deadline: u64,
+    /// When ingress read the request (same clock): queue-wait metrics.
+    pub arrived: u64,
+}
+
+/// A host-side payload too large for its slot, owned like the slot it belongs to.
+type SpillCell = UnsafeCell<Option<Vec<u8>>>;
 
 struct Shared {
     mem: Box<dyn RingMemory>,
     layout: Layout,
+    /// Host-side payloads of messages larger than a slot, one cell per slot. A cell belongs to
+    /// whoever owns its slot under the seq/tail protocol, exactly like the slot's bytes.
+    spill: Option<Box<[SpillCell]>>,
+    consumer_gone: AtomicBool,
 }
+
+// SAFETY: the region is only accessed through the ring protocol's atomics, and each spill cell
+// is touched only by the side that owns its slot (producer before publishing seq, consumer
+// after acquiring it and before publishing a tail past it).
+unsafe impl Send for Shared {}
+unsafe impl Sync for Shared {}
 
 impl Shared {
     fn base(&self) -> *mut u8 {
@@ -32,21 +67,23 @@ impl Shared {
     }
 }
 
-/// Creates a ring in fresh host memory.
+/// Creates a ring in fresh host memory; payloads larger than a slot spill to the heap.
 pub fn channel(layout: Layout, publish_every: usize) -> (Producer, Consumer) {
     channel_in(
         Box::new(HostMemory::zeroed(layout.bytes())),
         layout,
         publish_every,
+        true,
     )
 }
 
 /// Creates a ring over caller-provided memory, which must be zeroed and at least
-/// `layout.bytes()` long.
+/// `layout.bytes()` long. `spill`: allow payloads larger than a slot (host-only rings).
 pub fn channel_in(
     mem: Box<dyn RingMemory>,
     layout: Layout,
     publish_every: usize,
+    spill: bool,
 ) -> (Producer, Consumer) {
     assert!(
         mem.len() >= layout.bytes(),
@@ -57,7 +94,13 @@ pub fn channel_in(
         "ring memory must be 64-byte aligned"
     );
     assert!(publish_every >= 1 && publish_every <= layout.slots / 2);
-    let shared = Arc::new(Shared { mem, layout });
+    let spill = spill.then(|| (0..layout.slots).map(|_| UnsafeCell::new(None)).collect());
+    let shared = Arc::new(Shared {
+        mem,
+        layout,
+        spill,
+        consumer_gone: AtomicBool::new(false),
+    });
     (
         Producer {
             shared: shared.clone(),
@@ -80,17 +123,20 @@ pub struct Producer {
     cached_tail: u32,
 }
 
-/// A message borrowed from its slot; the slot is released when it is dropped.
+/// A message borrowed from its slot (or its spill cell).
 pub struct Message<'a> {
-    pub token: u32,
-    pub service: u16,
-    pub status: u16,
+    pub env: Envelope,
     pub payload: &'a [u8],
 }
 
 impl Producer {
     pub fn layout(&self) -> Layout {
         self.shared.layout
+    }
+
+    /// True once the consumer has been dropped.
+    pub fn is_closed(&self) -> bool {
+        self.shared.consumer_gone.load(Ordering::Acquire)
     }
 
     fn has_room(&mut self) -> bool {
@@ -104,34 +150,52 @@ impl Producer {
         used < slots
     }
 
-    /// Copies `payload` into the next slot. Fails with [`Full`] without blocking.
-    pub fn try_send(
-        &mut self,
-        token: u32,
-        service: u16,
-        status: u16,
-        payload: &[u8],
-    ) -> Result<(), Full> {
-        assert!(
-            payload.len() <= self.shared.layout.payload_capacity,
-            "payload over slot size"
-        );
-        self.try_send_with(token, service, status, |buf| {
-            buf[..payload.len()].copy_from_slice(payload);
-            payload.len()
+    /// Copies `payload` into the next slot (or its spill cell when larger than a slot).
+    /// Never blocks.
+    pub fn try_send(&mut self, env: Envelope, payload: &[u8]) -> Result<(), SendError> {
+        let cap = self.shared.layout.payload_capacity;
+        if payload.len() <= cap {
+            return self.try_send_with(env, |buf| {
+                buf[..payload.len()].copy_from_slice(payload);
+                payload.len()
+            });
+        }
+        if self.shared.spill.is_none() {
+            return Err(SendError::TooLarge);
+        }
+        self.write(env, |_, cell| {
+            let cell = cell.expect("spill checked");
+            // SAFETY: the producer owns this slot (and its cell) until seq is published.
+            unsafe { *cell.get() = Some(payload.to_vec()) };
+            payload.len() as u32 | SPILLED
         })
     }
 
-    /// Lets `fill` write the payload in place; it returns the number of bytes written.
+    /// Lets `fill` write the payload in place (at most a slot's capacity); it returns the
+    /// number of bytes written.
     pub fn try_send_with(
         &mut self,
-        token: u32,
-        service: u16,
-        status: u16,
+        env: Envelope,
         fill: impl FnOnce(&mut [u8]) -> usize,
-    ) -> Result<(), Full> {
+    ) -> Result<(), SendError> {
+        let cap = self.shared.layout.payload_capacity;
+        self.write(env, |payload, _| {
+            let len = fill(payload);
+            assert!(len <= cap, "fill wrote past the slot");
+            len as u32
+        })
+    }
+
+    fn write(
+        &mut self,
+        env: Envelope,
+        fill: impl FnOnce(&mut [u8], Option<&SpillCell>) -> u32,
+    ) -> Result<(), SendError> {
+        if self.is_closed() {
+            return Err(SendError::Closed);
+        }
         if !self.has_room() {
-            return Err(Full);
+            return Err(SendError::Full);
         }
         let layout = self.shared.layout;
         let slot = self.head as usize & (layout.slots - 1);
@@ -143,18 +207,33 @@ impl Producer {
                 self.shared.base().add(off + SLOT_HEADER_BYTES),
                 layout.payload_capacity,
             );
-            let len = fill(payload);
-            assert!(len <= layout.payload_capacity, "fill wrote past the slot");
+            let cell = self.shared.spill.as_ref().map(|s| &s[slot]);
+            let len = fill(payload, cell);
             let hdr = self.shared.base().add(off) as *mut SlotHeader;
-            std::ptr::addr_of_mut!((*hdr).len).write_volatile(len as u32);
-            std::ptr::addr_of_mut!((*hdr).token).write_volatile(token);
-            std::ptr::addr_of_mut!((*hdr).service).write_volatile(service);
-            std::ptr::addr_of_mut!((*hdr).status).write_volatile(status);
+            std::ptr::addr_of_mut!((*hdr).len).write_volatile(len);
+            std::ptr::addr_of_mut!((*hdr).token).write_volatile(env.token);
+            std::ptr::addr_of_mut!((*hdr).service).write_volatile(env.service);
+            std::ptr::addr_of_mut!((*hdr).status).write_volatile(env.status);
+            std::ptr::addr_of_mut!((*hdr).request_id).write_volatile(env.request_id);
+            std::ptr::addr_of_mut!((*hdr).deadline).write_volatile(env.deadline);
+            std::ptr::addr_of_mut!((*hdr).arrived).write_volatile(env.arrived);
         }
         self.head = self.head.wrapping_add(1);
         // The doorbell: everything above becomes visible to a consumer that acquires this.
         self.shared.seq(slot).store(self.head, Ordering::Release);
         Ok(())
+    }
+
+    /// Messages written and not yet released by the consumer (as far as the producer knows:
+    /// an upper bound).
+    pub fn occupancy(&self) -> usize {
+        self.head.wrapping_sub(self.cached_tail) as usize
+    }
+
+    /// Messages waiting in the ring, read fresh from the consumer's published tail.
+    pub fn depth(&mut self) -> usize {
+        self.cached_tail = self.shared.tail().load(Ordering::Acquire);
+        self.head.wrapping_sub(self.cached_tail) as usize
     }
 
     /// Slots the producer may still fill without asking the consumer (a lower bound).
@@ -173,8 +252,14 @@ pub struct Consumer {
 }
 
 impl Consumer {
-    /// Reads the next message in place if one is ready.
+    /// Reads the next message in place if one is ready, and releases it.
     pub fn try_recv<R>(&mut self, f: impl FnOnce(Message<'_>) -> R) -> Option<R> {
+        self.try_recv_if(|m| Some(f(m)))
+    }
+
+    /// Shows the next message to `f`; it is released only if `f` returns `Some` (otherwise it
+    /// stays at the head of the ring, to be shown again).
+    pub fn try_recv_if<R>(&mut self, f: impl FnOnce(Message<'_>) -> Option<R>) -> Option<R> {
         let layout = self.shared.layout;
         let slot = self.tail as usize & (layout.slots - 1);
         let expected = self.tail.wrapping_add(1);
@@ -182,25 +267,50 @@ impl Consumer {
             return None;
         }
         let off = layout.slot_offset(slot);
-        // SAFETY: seq == tail + 1 was acquired, so the producer finished writing this slot and
-        // will not touch it again until we publish a tail past it.
-        let out = unsafe {
+        // SAFETY: seq == tail + 1 was acquired, so the producer finished writing this slot (and
+        // its spill cell) and will not touch either again until we publish a tail past it.
+        let (out, spilled) = unsafe {
             let hdr = (self.shared.base().add(off) as *const SlotHeader).read_volatile();
-            assert!(
-                hdr.len as usize <= layout.payload_capacity,
-                "corrupt slot length"
-            );
-            let payload = std::slice::from_raw_parts(
-                self.shared.base().add(off + SLOT_HEADER_BYTES),
-                hdr.len as usize,
-            );
-            f(Message {
+            let env = Envelope {
                 token: hdr.token,
                 service: hdr.service,
                 status: hdr.status,
-                payload,
-            })
+                request_id: hdr.request_id,
+                deadline: hdr.deadline,
+                arrived: hdr.arrived,
+            };
+            if hdr.len & SPILLED != 0 {
+                let cell = &self
+                    .shared
+                    .spill
+                    .as_ref()
+                    .expect("spilled message in a ring without spill cells")[slot];
+                let v = (*cell.get())
+                    .as_deref()
+                    .expect("spilled message without its payload");
+                assert_eq!(
+                    v.len(),
+                    (hdr.len & !SPILLED) as usize,
+                    "corrupt spill length"
+                );
+                (f(Message { env, payload: v }), Some(cell))
+            } else {
+                assert!(
+                    hdr.len as usize <= layout.payload_capacity,
+                    "corrupt slot length"
+                );
+                let payload = std::slice::from_raw_parts(
+                    self.shared.base().add(off + SLOT_HEADER_BYTES),
+                    hdr.len as usize,
+                );
+                (f(Message { env, payload }), None)
+            }
         };
+        let out = out?;
+        if let Some(cell) = spilled {
+            // SAFETY: still ours (tail not yet published past this slot).
+            unsafe { *cell.get() = None };
+        }
         self.tail = expected;
         self.unpublished += 1;
         if self.unpublished >= self.publish_every {
@@ -209,9 +319,23 @@ impl Consumer {
         Some(out)
     }
 
+    /// True when a message is waiting.
+    pub fn is_ready(&self) -> bool {
+        let slot = self.tail as usize & (self.shared.layout.slots - 1);
+        self.shared.seq(slot).load(Ordering::Acquire) == self.tail.wrapping_add(1)
+    }
+
     /// Publishes the tail now (call when going idle, so the producer sees all free slots).
     pub fn publish(&mut self) {
-        self.shared.tail().store(self.tail, Ordering::Release);
-        self.unpublished = 0;
+        if self.unpublished > 0 {
+            self.shared.tail().store(self.tail, Ordering::Release);
+            self.unpublished = 0;
+        }
+    }
+}
+
+impl Drop for Consumer {
+    fn drop(&mut self) {
+        self.shared.consumer_gone.store(true, Ordering::Release);
     }
 }

@@ -32,22 +32,55 @@ fn header_matches_rust_layout() {
         defs["STATUS_OFFSET"],
         std::mem::offset_of!(SlotHeader, status)
     );
+    assert_eq!(
+        defs["REQUEST_ID_OFFSET"],
+        std::mem::offset_of!(SlotHeader, request_id)
+    );
+    assert_eq!(
+        defs["DEADLINE_OFFSET"],
+        std::mem::offset_of!(SlotHeader, deadline)
+    );
+    assert_eq!(
+        defs["ARRIVED_OFFSET"],
+        std::mem::offset_of!(SlotHeader, arrived)
+    );
+    let spilled = h
+        .lines()
+        .find_map(|l| l.strip_prefix("#define COHORT_MQ_SPILLED "))
+        .expect("SPILLED defined");
+    assert_eq!(
+        spilled.trim_end_matches('u').parse::<u32>().unwrap(),
+        SPILLED
+    );
+}
+
+fn env(token: u32) -> Envelope {
+    Envelope {
+        token,
+        service: 1,
+        status: 0,
+        request_id: token as u64 * 3,
+        deadline: 7,
+        arrived: 5,
+    }
 }
 
 #[test]
 fn full_ring_refuses_then_accepts_after_publish() {
     let (mut p, mut c) = channel(Layout::new(4, 8), 2);
     for i in 0..4 {
-        p.try_send(i, 1, 0, &[i as u8]).unwrap();
+        p.try_send(env(i), &[i as u8]).unwrap();
     }
-    assert_eq!(p.try_send(9, 1, 0, b"x"), Err(Full));
-    assert_eq!(c.try_recv(|m| m.token), Some(0));
+    assert_eq!(p.try_send(env(9), b"x"), Err(SendError::Full));
+    assert_eq!(c.try_recv(|m| m.env.token), Some(0));
     // Not yet published (publish_every = 2): the producer still sees a full ring.
-    assert_eq!(p.try_send(9, 1, 0, b"x"), Err(Full));
+    assert_eq!(p.try_send(env(9), b"x"), Err(SendError::Full));
     assert_eq!(c.try_recv(|m| m.payload.to_vec()), Some(vec![1]));
-    p.try_send(4, 1, 0, b"four").unwrap();
+    p.try_send(env(4), b"four").unwrap();
     c.publish();
     assert_eq!(p.free_slots(), 1);
+    drop(c);
+    assert_eq!(p.try_send(env(5), b"x"), Err(SendError::Closed));
 }
 
 #[test]
@@ -58,9 +91,36 @@ fn empty_ring_yields_nothing() {
 
 #[test]
 fn slot_stride_is_aligned() {
-    assert_eq!(Layout::new(2, 0).slot_stride(), 16);
-    assert_eq!(Layout::new(2, 1).slot_stride(), 32);
-    assert_eq!(Layout::new(2, 16).slot_stride(), 32);
+    assert_eq!(Layout::new(2, 0).slot_stride(), 48);
+    assert_eq!(Layout::new(2, 1).slot_stride(), 64);
+    assert_eq!(Layout::new(2, 16).slot_stride(), 64);
+    assert_eq!(Layout::with_stride(2, 1024).slot_stride(), 1024);
+}
+
+#[test]
+fn large_payloads_spill_on_host_rings_and_are_refused_on_device_rings() {
+    let (mut p, mut c) = channel(Layout::new(4, 8), 1);
+    let big: Vec<u8> = (0..100).collect();
+    p.try_send(env(1), &big).unwrap();
+    p.try_send(env(2), b"small").unwrap();
+    assert_eq!(
+        c.try_recv(|m| (m.env, m.payload.to_vec())),
+        Some((env(1), big))
+    );
+    assert_eq!(c.try_recv(|m| m.payload.to_vec()), Some(b"small".to_vec()));
+    let mem = Box::new(HostMemory::zeroed(Layout::new(4, 8).bytes()));
+    let (mut p, _c) = channel_in(mem, Layout::new(4, 8), 1, false);
+    assert_eq!(p.try_send(env(1), &[0; 9]), Err(SendError::TooLarge));
+}
+
+#[test]
+fn a_message_left_unreleased_is_shown_again() {
+    let (mut p, mut c) = channel(Layout::new(4, 8), 1);
+    p.try_send(env(1), b"a").unwrap();
+    assert_eq!(c.try_recv_if(|_| None::<()>), None);
+    assert!(c.is_ready());
+    assert_eq!(c.try_recv(|m| m.env.token), Some(1));
+    assert!(!c.is_ready());
 }
 
 /// Two threads, a small ring (so it wraps and fills constantly), variable-length messages:
@@ -73,7 +133,15 @@ fn two_thread_stress_exactly_once_in_order() {
         let mut i = 0u32;
         while i < N {
             let len = (i % 33) as usize;
-            let ok = p.try_send_with(i, (i % 7) as u16, (i % 3) as u16, |buf| {
+            let e = Envelope {
+                token: i,
+                service: (i % 7) as u16,
+                status: (i % 3) as u16,
+                request_id: i as u64 + (1 << 40),
+                deadline: 0,
+                arrived: 0,
+            };
+            let ok = p.try_send_with(e, |buf| {
                 for (j, b) in buf[..len].iter_mut().enumerate() {
                     *b = (i as usize + j) as u8;
                 }
@@ -89,9 +157,10 @@ fn two_thread_stress_exactly_once_in_order() {
     let mut next = 0u32;
     while next < N {
         let got = c.try_recv(|m| {
-            assert_eq!(m.token, next, "out of order or duplicated");
-            assert_eq!(m.service, (next % 7) as u16);
-            assert_eq!(m.status, (next % 3) as u16);
+            assert_eq!(m.env.token, next, "out of order or duplicated");
+            assert_eq!(m.env.service, (next % 7) as u16);
+            assert_eq!(m.env.status, (next % 3) as u16);
+            assert_eq!(m.env.request_id, next as u64 + (1 << 40));
             assert_eq!(m.payload.len(), (next % 33) as usize);
             for (j, b) in m.payload.iter().enumerate() {
                 assert_eq!(*b, (next as usize + j) as u8, "payload corrupted");

@@ -1,4 +1,4 @@
-//! Wakes an io thread parked in `poll` when an engine hands it an answer.
+//! Wakes an io thread parked in `poll` when an engine writes it an answer.
 //!
 //! The eventfd is only written when the io thread said it is about to sleep, so under load
 //! (the io thread never parks) answers cost no syscall at all.
@@ -50,5 +50,11 @@ impl Doorbell {
 
     pub fn raw_fd(&self) -> RawFd {
         self.fd.as_raw_fd()
+    }
+}
+
+impl cohort_engine::Wake for Doorbell {
+    fn wake(&self) {
+        self.ring();
     }
 }

@@ -2,11 +2,13 @@
 //!
 //! `POST /v1/{service}` with a JSON body -> the service's wire payload -> the same forwarder and
 //! engines as UDP/TCP -> JSON answer. `GET /healthz` (503 while shutting down), `GET /metrics`.
+//! Every error body is `{"error": CODE, "message": ...}`. While the server drains, the
+//! listener keeps accepting so health checks see the 503; it closes when the drain ends.
 
-use crate::forward::Context;
+use crate::context::Context;
 use crate::tasks::Tracker;
 use bytes::Bytes;
-use cohort_engine::{Reply, ReplyPort, Response, ResponseBody};
+use cohort_engine::{ReplyPort, Response, ResponseBody};
 use cohort_proto::{ErrorCode, Header};
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
@@ -32,7 +34,8 @@ pub(crate) async fn serve_http(
     listener: TcpListener,
     ctx: Arc<Context>,
     metrics: MetricsRender,
-    mut shutdown: watch::Receiver<bool>,
+    shutdown: watch::Receiver<bool>,
+    mut closed: watch::Receiver<bool>,
     tasks: Tracker,
 ) {
     let ids = Arc::new(AtomicU64::new(1));
@@ -46,7 +49,7 @@ pub(crate) async fn serve_http(
                     continue;
                 }
             },
-            _ = shutdown.changed() => return,
+            _ = closed.changed() => return,
         };
         let (ctx, metrics, ids, mut sd) =
             (ctx.clone(), metrics.clone(), ids.clone(), shutdown.clone());
@@ -64,9 +67,17 @@ pub(crate) async fn serve_http(
                 .header_read_timeout(HEADER_TIMEOUT)
                 .serve_connection(TokioIo::new(stream), svc);
             tokio::pin!(conn);
+            // Draining: finish the request in progress, then close (keep-alive ends).
+            let draining = async {
+                while !*sd.borrow() {
+                    if sd.changed().await.is_err() {
+                        break;
+                    }
+                }
+            };
             tokio::select! {
                 _ = conn.as_mut() => {}
-                _ = sd.changed() => {
+                _ = draining => {
                     conn.as_mut().graceful_shutdown();
                     let _ = tokio::time::timeout(Duration::from_secs(10), conn).await;
                 }
@@ -78,7 +89,7 @@ pub(crate) async fn serve_http(
 struct OneShot(Mutex<Option<oneshot::Sender<Response>>>);
 
 impl ReplyPort for OneShot {
-    fn deliver(&self, _token: u32, r: Response) {
+    fn deliver(&self, r: Response) {
         if let Some(tx) = self.0.lock().expect("oneshot lock").take() {
             let _ = tx.send(r);
         }
@@ -101,6 +112,17 @@ fn error(code: ErrorCode, msg: impl Into<String>) -> HttpResponse {
     )
 }
 
+/// An error of the gateway itself (no wire code): the same body shape.
+fn http_error(status: StatusCode, name: &str, msg: String) -> HttpResponse {
+    json(status, serde_json::json!({ "error": name, "message": msg }))
+}
+
+/// A rejected /v1 call, counted in the per-outcome request metrics like any other answer.
+fn rejected(ctx: &Context, service: u16, code: ErrorCode, msg: impl Into<String>) -> HttpResponse {
+    ctx.metrics.answered(service, code.label(), Duration::ZERO);
+    error(code, msg)
+}
+
 async fn handle(
     req: Request<Incoming>,
     ctx: Arc<Context>,
@@ -112,7 +134,7 @@ async fn handle(
     let resp = match (req.method(), path.as_str()) {
         (&Method::GET, "/healthz") if ctx.is_shutting_down() => json(
             StatusCode::SERVICE_UNAVAILABLE,
-            serde_json::json!({"status": "shutting down"}),
+            serde_json::json!({"status": "shutting down", "error": "UNAVAILABLE", "message": "server is draining"}),
         ),
         (&Method::GET, "/healthz") => json(StatusCode::OK, serde_json::json!({"status": "ok"})),
         (&Method::GET, "/metrics") => hyper::Response::builder()
@@ -120,13 +142,23 @@ async fn handle(
             .body(Full::new(Bytes::from(metrics())))
             .expect("static response parts"),
         (&Method::POST, p) if p.starts_with("/v1/") => call(req, &p[4..], ctx, id).await,
-        (_, p) if p.starts_with("/v1/") || p == "/healthz" || p == "/metrics" => json(
-            StatusCode::METHOD_NOT_ALLOWED,
-            serde_json::json!({"error": "method not allowed"}),
-        ),
-        _ => json(
+        (m, p) if p.starts_with("/v1/") || p == "/healthz" || p == "/metrics" => {
+            let allow = if p.starts_with("/v1/") { "POST" } else { "GET" };
+            let mut r = http_error(
+                StatusCode::METHOD_NOT_ALLOWED,
+                "METHOD_NOT_ALLOWED",
+                format!("{m} is not allowed on {p} (allowed: {allow})"),
+            );
+            r.headers_mut().insert(
+                hyper::header::ALLOW,
+                hyper::header::HeaderValue::from_static(allow),
+            );
+            r
+        }
+        (m, p) => http_error(
             StatusCode::NOT_FOUND,
-            serde_json::json!({"error": "not found"}),
+            "NOT_FOUND",
+            format!("no route for {m} {p} (POST /v1/SERVICE, GET /healthz, GET /metrics)"),
         ),
     };
     Ok(resp)
@@ -134,30 +166,61 @@ async fn handle(
 
 async fn call(req: Request<Incoming>, name: &str, ctx: Arc<Context>, id: u64) -> HttpResponse {
     let Some(service) = ctx.registry.by_name(name).cloned() else {
-        return error(
+        return rejected(
+            &ctx,
+            u16::MAX,
             ErrorCode::UnknownService,
-            format!("unknown service {name:?}"),
+            format!(
+                "unknown service {name:?} (served: {})",
+                ctx.registry.names().join(", ")
+            ),
         );
     };
+    let sid = service.id();
     let body = match Limited::new(req.into_body(), MAX_BODY).collect().await {
         Ok(b) => b.to_bytes(),
         Err(e) if e.is::<http_body_util::LengthLimitError>() => {
-            return error(ErrorCode::TooLarge, format!("body over {MAX_BODY} bytes"))
+            return rejected(
+                &ctx,
+                sid,
+                ErrorCode::TooLarge,
+                format!("body over the limit of {MAX_BODY} bytes"),
+            )
         }
-        Err(e) => return error(ErrorCode::BadRequest, format!("reading body: {e}")),
+        Err(e) => {
+            return rejected(
+                &ctx,
+                sid,
+                ErrorCode::BadRequest,
+                format!("reading body: {e}"),
+            )
+        }
     };
     let value: serde_json::Value = match serde_json::from_slice(&body) {
         Ok(v) => v,
-        Err(e) => return error(ErrorCode::BadRequest, format!("invalid JSON: {e}")),
+        Err(e) => {
+            return rejected(
+                &ctx,
+                sid,
+                ErrorCode::BadRequest,
+                format!("invalid JSON: {e}"),
+            )
+        }
     };
     let payload = match service.json_to_payload(&value) {
         Ok(p) => p,
-        Err(e) => return error(e.code, e.message),
+        Err(e) => return rejected(&ctx, sid, e.code, e.message),
     };
     if payload.len() > ctx.max_payload {
-        return error(
+        return rejected(
+            &ctx,
+            sid,
             ErrorCode::TooLarge,
-            "request payload over the server's limit",
+            format!(
+                "request payload of {} bytes over the server's limit of {} bytes",
+                payload.len(),
+                ctx.max_payload
+            ),
         );
     }
     let mut header = Header::request(service.id(), id, payload.len());
@@ -166,7 +229,7 @@ async fn call(req: Request<Incoming>, name: &str, ctx: Arc<Context>, id: u64) ->
     }
     let (tx, rx) = oneshot::channel();
     let port = Arc::new(OneShot(Mutex::new(Some(tx))));
-    ctx.forward(&header, &payload, Reply { port, token: 0 });
+    ctx.submit(&header, &payload, port);
     match rx.await {
         Ok(Response {
             body: ResponseBody::Ok(p),

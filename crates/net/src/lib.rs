@@ -1,11 +1,14 @@
 //! The network side of a Cohort server.
 //!
-//! Listeners read frames (UDP datagrams, TCP streams, HTTP bodies), the [`forward`] step turns
-//! each into an engine request and hands it to the dispatcher, and each listener's reply port
-//! writes the answer back to the client that asked (found through its client table).
+//! Listeners read frames (UDP datagrams, TCP streams, HTTP bodies) and admit each request into
+//! their ingress (`cohort_engine::Ingress`: the in-flight table and the request rings into the
+//! engines); the answers come back as messages on the answer rings, and the ingress that
+//! admitted a request writes its answer to the client (UDP: the io thread itself; TCP/HTTP:
+//! the egress thread, through the connection's writer).
 
+mod async_ingress;
+mod context;
 mod doorbell;
-mod forward;
 mod http;
 pub use http::MetricsRender;
 mod server;
@@ -13,5 +16,5 @@ mod tasks;
 mod tcp;
 mod udp;
 
-pub use forward::Context;
-pub use server::{NetConfig, Server};
+pub use context::Context;
+pub use server::{NetConfig, Server, Shared};

@@ -1,6 +1,7 @@
 //! Starting and stopping the listeners.
 
-use crate::forward::Context;
+use crate::async_ingress::AsyncIngress;
+use crate::context::Context;
 use crate::http::{serve_http, MetricsRender};
 use crate::tasks::Tracker;
 use crate::tcp::serve_tcp;
@@ -29,6 +30,8 @@ pub struct NetConfig {
     pub tcp_max_inflight: usize,
     /// How long shutdown waits for in-flight answers.
     pub drain_timeout: Duration,
+    /// Deadline of requests whose header says 0.
+    pub default_timeout: Duration,
 }
 
 impl Default for NetConfig {
@@ -42,6 +45,7 @@ impl Default for NetConfig {
             udp_table_capacity: 65_536,
             tcp_max_inflight: 1024,
             drain_timeout: Duration::from_secs(10),
+            default_timeout: Duration::from_secs(1),
         }
     }
 }
@@ -53,7 +57,10 @@ pub struct Server {
     ctx: Arc<Context>,
     udp_stop: Arc<AtomicBool>,
     udp_threads: Vec<JoinHandle<()>>,
+    egress_stop: Arc<AtomicBool>,
+    egress: Option<JoinHandle<()>>,
     shutdown_tx: watch::Sender<bool>,
+    closed_tx: watch::Sender<bool>,
     tasks: Tracker,
     runtime: Option<tokio::runtime::Runtime>,
     drain_timeout: Duration,
@@ -70,13 +77,52 @@ fn udp_socket(addr: SocketAddr) -> Result<std::net::UdpSocket> {
     Ok(s.into())
 }
 
+/// What the listeners share besides their ring ends.
+pub struct Shared {
+    pub registry: cohort_engine::Registry,
+    pub metrics: Arc<cohort_engine::Metrics>,
+    pub max_payload: usize,
+}
+
 impl Server {
-    pub fn start(cfg: &NetConfig, ctx: Arc<Context>, metrics: MetricsRender) -> Result<Server> {
+    /// Ingresses a server with this configuration needs (`cohort_engine::wire`): one per UDP
+    /// io thread, then one for the TCP/HTTP side.
+    pub fn ingresses(cfg: &NetConfig) -> usize {
+        usize::from(cfg.udp.is_some()) * cfg.io_threads + 1
+    }
+
+    /// Starts the listeners over `ingresses` (as many as [`Server::ingresses`] says).
+    pub fn start(
+        cfg: &NetConfig,
+        shared: Shared,
+        ingresses: Vec<cohort_engine::IngressEnds>,
+        metrics: MetricsRender,
+    ) -> Result<Server> {
         anyhow::ensure!(cfg.io_threads >= 1, "--io-threads must be at least 1");
         anyhow::ensure!(
             cfg.udp.is_some() || cfg.tcp.is_some() || cfg.http.is_some(),
             "no listener enabled (give --udp, --tcp or --http)"
         );
+        anyhow::ensure!(
+            ingresses.len() == Server::ingresses(cfg),
+            "wiring has {} ingresses, the listeners need {}",
+            ingresses.len(),
+            Server::ingresses(cfg)
+        );
+        let mut ingresses = ingresses;
+        let async_ends = ingresses.pop().expect("checked");
+        let ctx = Arc::new(Context {
+            async_side: AsyncIngress::new(
+                async_ends,
+                cfg.udp_table_capacity,
+                shared.metrics.clone(),
+                cfg.default_timeout,
+            ),
+            registry: shared.registry,
+            metrics: shared.metrics,
+            max_payload: shared.max_payload,
+            shutting_down: AtomicBool::new(false),
+        });
         let core_of = |i: usize| (!cfg.cpus.is_empty()).then(|| cfg.cpus[i % cfg.cpus.len()]);
         let udp_stop = Arc::new(AtomicBool::new(false));
         let mut udp_threads = Vec::new();
@@ -89,15 +135,20 @@ impl Server {
             for _ in 1..cfg.io_threads {
                 sockets.push(udp_socket(bound)?);
             }
-            for (i, s) in sockets.into_iter().enumerate() {
+            for (i, (s, ends)) in sockets.into_iter().zip(ingresses.drain(..)).enumerate() {
                 let tc = crate::udp::UdpThreadConfig {
                     table_capacity: cfg.udp_table_capacity,
                     core: core_of(i),
                     drain_timeout: cfg.drain_timeout,
+                    default_timeout: cfg.default_timeout,
                 };
-                udp_threads.push(spawn_udp(s, ctx.clone(), udp_stop.clone(), tc, i)?);
+                udp_threads.push(spawn_udp(s, ctx.clone(), ends, udp_stop.clone(), tc, i)?);
             }
         }
+        let egress_stop = Arc::new(AtomicBool::new(false));
+        let egress = ctx
+            .async_side
+            .spawn_egress(egress_stop.clone(), core_of(cfg.io_threads))?;
         let next_core = Arc::new(AtomicUsize::new(0));
         let cpus = cfg.cpus.clone();
         let runtime = tokio::runtime::Builder::new_multi_thread()
@@ -114,6 +165,7 @@ impl Server {
             .enable_all()
             .build()?;
         let (shutdown_tx, shutdown_rx) = watch::channel(false);
+        let (closed_tx, closed_rx) = watch::channel(false);
         let tasks = Tracker::default();
         let mut tcp_addr = None;
         if let Some(addr) = cfg.tcp {
@@ -140,6 +192,7 @@ impl Server {
                 ctx.clone(),
                 metrics,
                 shutdown_rx.clone(),
+                closed_rx,
                 tasks.clone(),
             ));
         }
@@ -150,7 +203,10 @@ impl Server {
             ctx,
             udp_stop,
             udp_threads,
+            egress_stop,
+            egress: Some(egress),
             shutdown_tx,
+            closed_tx,
             tasks,
             runtime: Some(runtime),
             drain_timeout: cfg.drain_timeout,
@@ -173,23 +229,43 @@ impl Server {
     }
 
     /// Stops reading new work, sends GOAWAY on TCP, answers everything in flight (bounded by
-    /// the drain timeout), and returns. Stop the engines after this.
+    /// the drain timeout; what is still unanswered then gets UNAVAILABLE), and returns. Stop
+    /// the engines after this. `/healthz` answers 503 until the drain ends.
     pub fn shutdown(mut self) {
         self.ctx.shutting_down.store(true, Ordering::Release);
         let _ = self.shutdown_tx.send(true);
+        let until = Instant::now() + self.drain_timeout;
         self.udp_stop.store(true, Ordering::Release);
         for t in self.udp_threads.drain(..) {
             let _ = t.join();
         }
-        let until = Instant::now() + self.drain_timeout;
-        while self.tasks.live() > 0 && Instant::now() < until {
+        while (self.tasks.live() > 0 || self.ctx.async_side.in_flight() > 0)
+            && Instant::now() < until
+        {
             std::thread::sleep(Duration::from_millis(5));
         }
+        let abandoned = self.ctx.async_side.abandon_all();
+        if abandoned > 0 {
+            tracing::warn!(
+                abandoned,
+                "tcp/http requests unanswered at the drain timeout: UNAVAILABLE"
+            );
+            // Let the writers send those answers (and close) before the runtime goes.
+            let grace = Instant::now() + Duration::from_secs(1);
+            while self.tasks.live() > 0 && Instant::now() < grace {
+                std::thread::sleep(Duration::from_millis(5));
+            }
+        }
+        let _ = self.closed_tx.send(true);
         if self.tasks.live() > 0 {
             tracing::warn!(
                 connections = self.tasks.live(),
                 "closing connections still draining"
             );
+        }
+        self.egress_stop.store(true, Ordering::Release);
+        if let Some(t) = self.egress.take() {
+            let _ = t.join();
         }
         if let Some(rt) = self.runtime.take() {
             rt.shutdown_timeout(Duration::from_secs(1));

@@ -6,10 +6,10 @@
 //! UNAVAILABLE, sends GOAWAY listing the request ids still being worked on, and the writer
 //! closes the connection once the last of them is written.
 
-use crate::forward::Context;
+use crate::context::Context;
 use crate::tasks::Tracker;
 use bytes::{Buf, BytesMut};
-use cohort_engine::{Reply, ReplyPort, Response, ResponseBody};
+use cohort_engine::{ReplyPort, Response, ResponseBody};
 use cohort_proto::{
     encode_frame, ErrorCode, ErrorPayload, Frame, FrameError, GoAway, Header, Kind, HEADER_LEN,
 };
@@ -75,7 +75,7 @@ impl Conn {
 }
 
 impl ReplyPort for Conn {
-    fn deliver(&self, _token: u32, r: Response) {
+    fn deliver(&self, r: Response) {
         {
             let mut inflight = self.inflight.lock().expect("inflight lock");
             if let Some(n) = inflight.get_mut(&r.request_id) {
@@ -142,14 +142,7 @@ async fn serve_connection(
                     .expect("inflight lock")
                     .entry(header.request_id)
                     .or_insert(0) += 1;
-                ctx.forward(
-                    &header,
-                    payload,
-                    Reply {
-                        port: conn.clone(),
-                        token: 0,
-                    },
-                );
+                ctx.submit(&header, payload, conn.clone());
             }
             buf.advance(used);
         }
@@ -161,6 +154,12 @@ async fn serve_connection(
         }
         tokio::select! {
             n = rd.read_buf(&mut buf) => match n {
+                Ok(0) if !buf.is_empty() => {
+                    // The client closed in the middle of a frame: say so before closing.
+                    let e = FrameError::Short { needed: frame_len(&buf), have: buf.len() };
+                    protocol_error(&conn, &ctx, &buf, &e);
+                    break;
+                }
                 Ok(0) | Err(_) => break,
                 Ok(_) => {}
             },
@@ -186,6 +185,15 @@ async fn serve_connection(
     // The writer ends when every holder of `conn` (this reader and in-flight requests) is gone.
     drop(conn);
     let _ = writer.await;
+}
+
+/// Bytes a frame starting at `buf[0]` needs (the header's length where it is complete).
+fn frame_len(buf: &[u8]) -> usize {
+    if buf.len() >= HEADER_LEN {
+        HEADER_LEN + u32::from_le_bytes(buf[16..20].try_into().expect("len")) as usize
+    } else {
+        HEADER_LEN
+    }
 }
 
 /// A byte stream that is not a valid frame sequence: answer once if we can name the request,

@@ -12,8 +12,9 @@ impl Service for Echo {
     fn name(&self) -> &'static str {
         "echo"
     }
-    fn execute_cpu(&self, payload: &[u8]) -> Result<Vec<u8>, ErrorPayload> {
-        Ok(payload.to_vec())
+    fn execute_cpu(&self, payload: &[u8], out: &mut Vec<u8>) -> Result<(), ErrorPayload> {
+        out.extend_from_slice(payload);
+        Ok(())
     }
     fn json_to_payload(&self, body: &serde_json::Value) -> Result<Vec<u8>, ErrorPayload> {
         crate::json_bytes(body, "data")

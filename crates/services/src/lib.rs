@@ -1,8 +1,12 @@
 //! Services. Each module holds one service: its payload schema (encode/decode, never
-//! panicking on any input), its CPU implementation, and its JSON mapping for HTTP.
+//! panicking on any input), its CPU implementation, its JSON mapping for HTTP and, where it has
+//! one, its GPU backend (kernels + batching) for the generic GPU engines. [`catalog`] lists
+//! them for the server.
 
+pub mod catalog;
 pub mod echo;
 pub mod knn;
+pub mod micro_gpu;
 pub mod spin;
 
 use cohort_proto::{ErrorCode, ErrorPayload};

@@ -40,13 +40,14 @@ impl Service for Spin {
     fn name(&self) -> &'static str {
         "spin"
     }
-    fn execute_cpu(&self, payload: &[u8]) -> Result<Vec<u8>, ErrorPayload> {
+    fn execute_cpu(&self, payload: &[u8], out: &mut Vec<u8>) -> Result<(), ErrorPayload> {
         let us = decode(payload)?;
         let until = Instant::now() + Duration::from_micros(us as u64);
         while Instant::now() < until {
             std::hint::spin_loop();
         }
-        Ok(payload.to_vec())
+        out.extend_from_slice(payload);
+        Ok(())
     }
     fn json_to_payload(&self, body: &serde_json::Value) -> Result<Vec<u8>, ErrorPayload> {
         let us = body

@@ -48,7 +48,7 @@ fn answers_match_exact_search_with_all_cells() {
     .sample(20, 7);
     let base_ix = &s.index;
     for i in 0..q.n {
-        let got = decode_response(&s.execute_cpu(&req(10, 16, q.row(i))).unwrap()).unwrap();
+        let got = decode_response(&s.call_cpu(&req(10, 16, q.row(i))).unwrap()).unwrap();
         // Exact over the index's own vectors (cell-major order, original ids).
         let mut t = cohort_knn::TopK::new(10);
         for (r, v) in base_ix.vectors().chunks_exact(16).enumerate() {
@@ -63,10 +63,7 @@ fn u8_vectors_are_accepted() {
     let s = service();
     let mut p = Vec::new();
     encode_request(5, 0, Elems::U8(&[10u8; 16]), &mut p);
-    assert_eq!(
-        decode_response(&s.execute_cpu(&p).unwrap()).unwrap().len(),
-        5
-    );
+    assert_eq!(decode_response(&s.call_cpu(&p).unwrap()).unwrap().len(), 5);
 }
 
 #[test]
@@ -83,7 +80,7 @@ fn bad_requests_are_rejected_with_a_message() {
         (vec![1, 2, 3], "header bytes"),
     ];
     for (p, msg) in cases {
-        let e = s.execute_cpu(&p).unwrap_err();
+        let e = s.call_cpu(&p).unwrap_err();
         assert_eq!(e.code, ErrorCode::BadRequest);
         assert!(
             e.message.contains(msg),
@@ -93,11 +90,7 @@ fn bad_requests_are_rejected_with_a_message() {
     }
     let mut p = req(10, 0, &v);
     p[4] = 7;
-    assert!(s
-        .execute_cpu(&p)
-        .unwrap_err()
-        .message
-        .contains("element type"));
+    assert!(s.call_cpu(&p).unwrap_err().message.contains("element type"));
 }
 
 #[test]
@@ -105,7 +98,7 @@ fn json_mapping() {
     let s = service();
     let body = serde_json::json!({"vector": vec![3.0; 16], "k": 4});
     let p = s.json_to_payload(&body).unwrap();
-    let out = s.payload_to_json(&s.execute_cpu(&p).unwrap());
+    let out = s.payload_to_json(&s.call_cpu(&p).unwrap());
     assert_eq!(out["ids"].as_array().unwrap().len(), 4);
     assert!(s
         .json_to_payload(&serde_json::json!({"vector": ["x"]}))

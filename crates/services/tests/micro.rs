@@ -8,19 +8,19 @@ use std::time::Instant;
 fn spin_waits_at_least_the_requested_time_and_echoes() {
     let p = spin::encode(2000, b"abc");
     let t = Instant::now();
-    assert_eq!(spin::Spin.execute_cpu(&p).unwrap(), p);
+    assert_eq!(spin::Spin.call_cpu(&p).unwrap(), p);
     assert!(t.elapsed().as_micros() >= 2000);
 }
 
 #[test]
 fn spin_rejects_short_and_excessive_payloads() {
     assert_eq!(
-        spin::Spin.execute_cpu(&[1, 2]).unwrap_err().code,
+        spin::Spin.call_cpu(&[1, 2]).unwrap_err().code,
         ErrorCode::BadRequest
     );
     let p = spin::encode(spin::MAX_SPIN_US + 1, b"");
     assert_eq!(
-        spin::Spin.execute_cpu(&p).unwrap_err().code,
+        spin::Spin.call_cpu(&p).unwrap_err().code,
         ErrorCode::BadRequest
     );
 }

@@ -1,16 +1,15 @@
-//! Engines without sockets: a driver thread feeds the engine's dispatcher directly (as
-//! Centaur emulated its network), keeping `window` requests outstanding, so an engine is
-//! measured past what the kernel's UDP path could deliver.
+//! Engines without sockets: each driver thread is an ingress of its own (as Centaur emulated
+//! its network): it writes request messages into the engine's rings and reads the answer
+//! messages back, keeping `window` requests outstanding, so an engine is measured past what
+//! the kernel's UDP path could deliver, through the same boundary a server uses.
 
 use crate::serve::{self, ServeArgs};
 use anyhow::Result;
 use clap::Args;
-use cohort_engine::{Reply, ReplyPort, Request, Response, ResponseBody};
+use cohort_engine::{Bell, Ingress, IngressEnds};
 use cohort_services::knn::{encode_request, Elems};
-use crossbeam_channel::{unbounded, Sender};
 use serde_json::json;
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 #[derive(Args, Debug)]
@@ -57,15 +56,6 @@ pub struct EngineBench {
     pub out: PathBuf,
 }
 
-struct Chan(Sender<(u64, bool)>);
-impl ReplyPort for Chan {
-    fn deliver(&self, _token: u32, r: Response) {
-        let _ = self
-            .0
-            .send((r.request_id, matches!(r.body, ResponseBody::Ok(_))));
-    }
-}
-
 pub fn run(a: &EngineBench) -> Result<()> {
     let q = cohort_knn::vecfile::read_vectors(&a.data.join("query.fvecs"))?;
     let payloads: Vec<Vec<u8>> = (0..q.n)
@@ -87,7 +77,13 @@ pub fn run(a: &EngineBench) -> Result<()> {
         sa.cohort_graphs = a.cohort_graphs;
         sa.max_queue = 1 << 20;
         sa.default_timeout_us = 60_000_000;
-        let side = match serve::start_engines(&sa) {
+        let drivers_max = a
+            .window
+            .iter()
+            .map(|&w| a.drivers.clamp(1, w))
+            .max()
+            .unwrap_or(1);
+        let mut side = match serve::start_engines(&sa, drivers_max) {
             Ok(s) => s,
             Err(e) => {
                 eprintln!("{engine}: skipped: {e:#}");
@@ -95,17 +91,35 @@ pub fn run(a: &EngineBench) -> Result<()> {
                 continue;
             }
         };
+        let mut ends: Vec<Option<IngressEnds>> = std::mem::take(&mut side.ingresses)
+            .into_iter()
+            .map(Some)
+            .collect();
+        let metrics = side.metrics.clone();
+        let mut ingresses: Vec<(Ingress<Instant>, std::sync::Arc<Bell>)> = ends
+            .iter_mut()
+            .map(|e| {
+                let ends = e.take().expect("fresh");
+                let bell = Bell::new();
+                ends.set_wake(bell.clone());
+                let ing = Ingress::new(ends, 1 << 20, metrics.clone(), Duration::from_secs(60));
+                (ing, bell)
+            })
+            .collect();
         for &window in &a.window {
             let drivers = a.drivers.clamp(1, window);
             let start = Instant::now();
             let end = start + Duration::from_secs_f64(a.duration);
             let per_driver: Vec<Result<(u64, u64, hdrhistogram::Histogram<u64>)>> =
                 std::thread::scope(|sc| {
-                    let handles: Vec<_> = (0..drivers)
-                        .map(|d| {
-                            let (side, payloads) = (&side, &payloads);
+                    let handles: Vec<_> = ingresses
+                        .iter_mut()
+                        .take(drivers)
+                        .enumerate()
+                        .map(|(d, (ing, bell))| {
+                            let payloads = &payloads;
                             let share = window / drivers + usize::from(d < window % drivers);
-                            sc.spawn(move || drive(side, payloads, share, d as u64, end))
+                            sc.spawn(move || drive(ing, bell, payloads, share, d as u64, end))
                         })
                         .collect();
                     handles
@@ -129,60 +143,54 @@ pub fn run(a: &EngineBench) -> Result<()> {
             eprintln!("{r}");
             results.push(r);
         }
+        drop(ingresses);
         side.shutdown();
     }
     super::write_result(&a.out, serde_json::Value::Array(results))
 }
 
 /// One driver thread: keeps `window` requests outstanding until `end`, then drains them.
-/// Request ids carry the driver number in the top bits; the low bits index the send times.
 fn drive(
-    side: &serve::EngineSide,
+    ing: &mut Ingress<Instant>,
+    bell: &Bell,
     payloads: &[Vec<u8>],
     window: usize,
     driver: u64,
     end: Instant,
 ) -> Result<(u64, u64, hdrhistogram::Histogram<u64>)> {
-    let (tx, rx) = unbounded();
-    let port = Arc::new(Chan(tx));
-    let mut sent_at = vec![Instant::now(); window.next_power_of_two()];
-    let mask = sent_at.len() - 1;
+    bell.bind_current();
     let mut hist = hdrhistogram::Histogram::<u64>::new(3)?;
     let (mut next, mut done, mut errors) = (0u64, 0u64, 0u64);
-    let submit = |seq: u64, sent_at: &mut [Instant]| {
-        let now = Instant::now();
-        sent_at[seq as usize & mask] = now;
-        let p = payloads[(seq as usize + driver as usize * 7919) % payloads.len()].clone();
-        let r = Request::new(
-            3,
-            driver << 48 | seq,
-            p,
-            now,
-            now + Duration::from_secs(60),
-            Reply {
-                port: port.clone(),
-                token: 0,
-            },
-        );
-        side.dispatcher.submit(r);
+    let service = cohort_proto::service_id::KNN;
+    let refill = |ing: &mut Ingress<Instant>, next: &mut u64, errors: &mut u64| {
+        while ing.in_flight() < window && Instant::now() < end {
+            let p = &payloads[(*next as usize + driver as usize * 7919) % payloads.len()];
+            if ing
+                .submit(Instant::now(), service, driver << 48 | *next, 0, p)
+                .is_err()
+            {
+                *errors += 1;
+                break;
+            }
+            *next += 1;
+        }
     };
-    for _ in 0..window {
-        submit(next, &mut sent_at);
-        next += 1;
-    }
-    while Instant::now() < end {
-        let Ok((id, ok)) = rx.recv_timeout(Duration::from_secs(5)) else {
-            break;
-        };
-        let seq = id & ((1 << 48) - 1);
-        hist.record(sent_at[seq as usize & mask].elapsed().as_nanos() as u64)?;
-        done += 1;
-        errors += u64::from(!ok);
-        submit(next, &mut sent_at);
-        next += 1;
-    }
-    for _ in 0..window {
-        let _ = rx.recv_timeout(Duration::from_secs(10));
+    refill(ing, &mut next, &mut errors);
+    let quiet_until = Instant::now() + Duration::from_secs(10);
+    while ing.in_flight() > 0 && Instant::now() < quiet_until.max(end + Duration::from_secs(10)) {
+        let mut got = 0;
+        ing.drain(usize::MAX, |sent, _, answer| {
+            let _ = hist.record(sent.elapsed().as_nanos() as u64);
+            got += 1;
+            errors += u64::from(answer.is_err());
+        });
+        if Instant::now() < end {
+            done += got;
+        }
+        refill(ing, &mut next, &mut errors);
+        if got == 0 {
+            bell.sleep(Duration::from_millis(1), || ing.ends.answers_waiting());
+        }
     }
     Ok((done, errors, hist))
 }

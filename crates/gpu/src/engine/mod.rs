@@ -1,36 +1,77 @@
-//! The host-driven GPU engines for k-NN, one control thread per GPU.
+//! The host-driven GPU engines: the generic batching loop of `cohort_engine::batch` over GPU
+//! slots, one control thread per GPU. A service plugs in through [`GpuBackend`]: how its
+//! requests batch (the batch key), how a batch is staged, which kernels run on a stream, how
+//! results become answer payloads. Nothing here knows what a service computes.
 //!
 //! - `gpu-direct` (Centaur's CPU-driven design): every request is launched on its own as soon
-//!   as a stream is free: H2D, the kernels, D2H (one replayed CUDA graph); up to `streams`
-//!   requests in flight; the control thread polls their events (SEDA style), never a blocking
-//!   sync per request.
-//! - `gpu-cohort` (Rhythm / micro-batching): requests gather into a cohort that closes at
-//!   `max_cohort` requests or when its oldest has waited `cohort_timeout`, whichever comes
-//!   first; cohorts run on rotating streams with pinned staging buffers, so the copy-in,
-//!   kernels and copy-out of consecutive cohorts overlap.
-//!
-//! A request's path: the submitting thread (an io thread) decodes and validates it in
-//! [`lane::GpuLane`], the control thread (`control.rs`) batches, stages and launches, and a
-//! responder thread (`respond.rs`) encodes the answers, so the one control thread per GPU
-//! only moves vectors and drives the device.
+//!   as a slot is free (batches of one), its copy-in, kernels and copy-out replayed as one CUDA
+//!   graph; up to `streams` requests in flight.
+//! - `gpu-cohort` (Rhythm / micro-batching / Triton's dynamic batcher): a batch closes at
+//!   `max_cohort` requests or when its first request has waited `cohort_timeout`; each slot has
+//!   its own stream and pinned staging, so copy-in, kernels and copy-out of consecutive
+//!   cohorts overlap.
 
-mod control;
-mod lane;
-mod respond;
+mod slot;
 
-use crate::knn::GpuIvf;
 use crate::GpuError;
-use cohort_engine::{Lane, Metrics};
-use crossbeam_channel::bounded;
+use cohort_engine::batch::{self, BatchBackend, BatchConfig, BatchSlot};
+use cohort_engine::{LaneEnds, Metrics};
+use cohort_proto::ErrorPayload;
+use cudarc::driver::{CudaContext, CudaStream};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+pub use slot::bucket;
+
+/// A service's GPU side on one device.
+pub trait GpuBackend: BatchBackend {
+    /// The context (device) the backend's data lives on.
+    fn context(&self) -> &Arc<CudaContext>;
+    /// Staging (pinned) and device buffers for batches of up to `cap` requests, used on
+    /// `stream` only. Allocated once per slot at start-up.
+    fn stream_buffers(
+        &self,
+        stream: &Arc<CudaStream>,
+        cap: usize,
+    ) -> Result<Box<dyn StreamBuffers>, GpuError>;
+    /// Device memory the backend holds (the index, weights), for the metrics.
+    fn device_bytes(&self) -> usize {
+        0
+    }
+    /// Whether a batch's copies and kernels depend only on (key, rows), so that a captured
+    /// CUDA graph can be replayed for every batch of that shape.
+    fn graphable(&self) -> bool {
+        true
+    }
+}
+
+/// One slot's buffers.
+pub trait StreamBuffers: Send {
+    /// Copies request `row` (validated by `batch_key`) into pinned staging.
+    fn stage(&mut self, key: u64, row: usize, payload: &[u8]) -> Result<(), ErrorPayload>;
+    /// Enqueues copy-in, the kernels and copy-out of rows `0..rows` on `stream`. Rows past the
+    /// staged ones (graph buckets pad a batch) hold earlier or zeroed data and must be safe to
+    /// compute; their results are never read.
+    fn enqueue(&mut self, stream: &Arc<CudaStream>, key: u64, rows: usize) -> Result<(), GpuError>;
+    /// Writes row `row`'s answer payload from the copied-out results into `out`.
+    fn answer(&mut self, key: u64, row: usize, out: &mut Vec<u8>) -> Result<(), ErrorPayload>;
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Mode {
     Direct,
     Cohort,
+}
+
+impl Mode {
+    pub fn engine_name(self) -> &'static str {
+        match self {
+            Mode::Direct => "gpu-direct",
+            Mode::Cohort => "gpu-cohort",
+        }
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -39,73 +80,112 @@ pub struct GpuEngineConfig {
     /// Largest cohort (gpu-cohort); gpu-direct uses 1.
     pub max_cohort: usize,
     pub cohort_timeout: Duration,
-    /// Streams (= launches in flight).
+    /// Slots, each with its own stream (= batches staged or in flight at once).
     pub streams: usize,
-    pub max_queue: usize,
-    /// Threads encoding and sending answers (0: the control thread does it).
-    pub responders: usize,
-    /// gpu-cohort: replay one CUDA graph per (power-of-two cohort bucket, k, nprobe) instead of
-    /// launching each copy and kernel (gpu-direct always replays its single-query graphs).
+    /// gpu-cohort: replay one CUDA graph per (cohort-size bucket, batch key) instead of
+    /// launching each copy and kernel (gpu-direct always replays its single-request graphs).
     pub graphs: bool,
 }
 
+impl GpuEngineConfig {
+    /// The defaults of each mode: gpu-direct 8 streams, gpu-cohort 4 (three in flight while a
+    /// fourth fills).
+    pub fn default_streams(mode: Mode) -> usize {
+        match mode {
+            Mode::Direct => 8,
+            Mode::Cohort => 4,
+        }
+    }
+}
+
+/// One GPU's control thread serving one lane.
 pub struct GpuEngine {
-    lane: Arc<lane::GpuLane>,
-    threads: Vec<JoinHandle<()>>,
+    thread: Option<JoinHandle<()>>,
     stop: Arc<AtomicBool>,
 }
 
 impl GpuEngine {
     pub fn start(
-        ivf: GpuIvf,
-        cfg: GpuEngineConfig,
+        backend: Arc<dyn GpuBackend>,
+        lane: LaneEnds,
+        cfg: &GpuEngineConfig,
         metrics: Arc<Metrics>,
     ) -> Result<GpuEngine, GpuError> {
-        let cfg = GpuEngineConfig {
-            max_cohort: if cfg.mode == Mode::Direct {
-                1
-            } else {
-                cfg.max_cohort.max(1)
-            },
-            streams: cfg.streams.max(1),
-            ..cfg
+        let max_batch = match cfg.mode {
+            Mode::Direct => 1,
+            Mode::Cohort => cfg.max_cohort.max(1),
         };
-        let gpu = ivf.ctx.ordinal();
+        let ctx = backend.context().clone();
+        let gpu = ctx.ordinal();
         metrics
             .gpu_memory_used
             .get_or_create(&cohort_engine::metrics::GpuLabels {
                 gpu: gpu.to_string(),
             })
-            .set(ivf.device_bytes as i64);
-        let (tx, rx) = bounded(cfg.max_queue.max(1));
-        let lane = Arc::new(lane::GpuLane::new(tx, &ivf));
-        let (answers, threads) = respond::spawn(cfg.responders, gpu, &metrics)?;
-        let mut control = control::Control::new(ivf, cfg, rx, metrics, answers)?;
+            .inc_by(backend.device_bytes() as i64);
+        let graphs = (cfg.graphs || cfg.mode == Mode::Direct) && backend.graphable();
+        let mut slots: Vec<Box<dyn BatchSlot>> = Vec::new();
+        for _ in 0..cfg.streams.max(1) {
+            let stream = ctx.new_stream()?;
+            let bufs = backend.stream_buffers(&stream, max_batch)?;
+            slots.push(Box::new(slot::GpuSlot::new(
+                stream, bufs, max_batch, graphs,
+            )));
+        }
+        // Each slot's buffers are used on its own stream only, and a slot is reused only
+        // after its completion event: cudarc's per-buffer event tracking adds driver calls
+        // and would put foreign events into captured graphs. The batcher orders the work.
+        // SAFETY: see above; nothing else uses this context's buffers concurrently.
+        unsafe { ctx.disable_event_tracking() };
+        let bcfg = BatchConfig {
+            max_batch,
+            timeout: cfg.cohort_timeout,
+            stage: "gpu",
+        };
         let stop = Arc::new(AtomicBool::new(false));
         let st = stop.clone();
         let thread = std::thread::Builder::new()
             .name(format!("gpu-control-{gpu}"))
-            .spawn(move || control.run(&st))
+            .spawn(move || {
+                let backend: &dyn BatchBackend = &*backend;
+                batch::run(lane, backend, slots, &bcfg, &metrics, &st);
+            })
             .map_err(|e| GpuError::Invalid(format!("spawning the control thread: {e}")))?;
-        // The control thread first: it finishes (and hands over) every answer, then the
-        // responders drain their queue and stop once its sender is gone.
-        let threads = std::iter::once(thread).chain(threads).collect();
         Ok(GpuEngine {
-            lane,
-            threads,
+            thread: Some(thread),
             stop,
         })
     }
 
-    pub fn lanes(&self) -> Vec<Arc<dyn Lane>> {
-        vec![self.lane.clone()]
-    }
-
-    /// Finishes queued and in-flight work, then stops the control and responder threads.
+    /// Finishes queued and in-flight work (call after ingress has stopped), then joins.
     pub fn shutdown(mut self) {
         self.stop.store(true, Ordering::Release);
-        for t in self.threads.drain(..) {
+        if let Some(t) = self.thread.take() {
             let _ = t.join();
         }
     }
+}
+
+/// Pinned host memory the host reads after a copy-out: cached (not write-combined, which
+/// would make every host read an uncached bus read).
+///
+/// # Safety
+/// The memory is uninitialised; read it only after a copy into it completed.
+pub unsafe fn pinned_for_reads<T: cudarc::driver::DeviceRepr>(
+    ctx: &Arc<CudaContext>,
+    len: usize,
+) -> Result<cudarc::driver::PinnedHostSlice<T>, GpuError> {
+    Ok(ctx.alloc_pinned_with_flags::<T>(len, 0)?)
+}
+
+/// Pinned host memory the host only writes (staging before a copy-in): write-combined,
+/// which streams host writes past the caches.
+///
+/// # Safety
+/// The memory is uninitialised; write it before copying it in.
+pub unsafe fn pinned_for_uploads<T: cudarc::driver::DeviceRepr>(
+    ctx: &Arc<CudaContext>,
+    len: usize,
+) -> Result<cudarc::driver::PinnedHostSlice<T>, GpuError> {
+    Ok(ctx.alloc_pinned_with_flags::<T>(len, cudarc::driver::sys::CU_MEMHOSTALLOC_WRITECOMBINED)?)
 }

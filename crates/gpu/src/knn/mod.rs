@@ -33,7 +33,8 @@ pub const TILED_MIN_COHORT: usize = 1;
 /// candidate rows need more runs in several passes.
 pub const DEFAULT_CANDIDATE_FLOATS: usize = 1 << 28;
 const BLOCK: u32 = 256;
-const NO_ID: u32 = u32::MAX;
+/// The id of an empty result position (fewer than k candidates).
+pub const NO_ID: u32 = u32::MAX;
 
 /// Element type of the vectors on the device; distances are computed in f32 in every case.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

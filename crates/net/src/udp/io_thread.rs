@@ -1,13 +1,16 @@
-//! One UDP io thread: read a batch, forward each frame, write back the answers engines
-//! handed us, park in poll() on the socket and the doorbell when there is nothing to do.
+//! One UDP io thread: read a batch, admit each frame into the engines' request rings, write
+//! back the answers the engines put on this thread's answer rings, park in poll() on the socket
+//! and the doorbell when there is nothing to do.
+//!
+//! Hot path without heap allocation: a datagram is decoded in place in the receive batch, its
+//! payload copied once into a ring slot; an answer is encoded from its ring slot straight into
+//! the send batch. (Error answers allocate their message.)
 
 use super::batch::MsgBatch;
-use super::table::{Client, ClientTable};
+use crate::context::Context;
 use crate::doorbell::Doorbell;
-use crate::forward::Context;
-use cohort_engine::{Reply, ReplyPort, Response, ResponseBody};
-use cohort_proto::{ErrorPayload, Frame, Header, Kind, HEADER_LEN};
-use crossbeam_channel::{Receiver, Sender, TrySendError};
+use cohort_engine::{Answer, Ingress, IngressEnds, Meta, Metrics};
+use cohort_proto::{ErrorCode, ErrorPayload, Frame, Header, Kind, HEADER_LEN};
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -16,42 +19,31 @@ use std::time::{Duration, Instant};
 
 const BATCH: usize = 64;
 
-/// Engines answer into this; the io thread drains it. Its capacity equals the client table's,
-/// and every answer frees one table entry, so it can never be full.
-struct UdpPort {
-    tx: Sender<(u32, Response)>,
-    bell: Doorbell,
-}
-
-impl ReplyPort for UdpPort {
-    fn deliver(&self, token: u32, r: Response) {
-        match self.tx.try_send((token, r)) {
-            Ok(()) => self.bell.ring(),
-            Err(TrySendError::Full(_)) => unreachable!("more answers than client-table entries"),
-            Err(TrySendError::Disconnected(_)) => {} // io thread gone: shutdown timed out
-        }
-    }
+/// Who asked: the in-flight table's value for a UDP request.
+#[derive(Clone, Copy)]
+pub(crate) struct Client {
+    pub addr: libc::sockaddr_storage,
+    pub addr_len: libc::socklen_t,
 }
 
 pub(crate) struct UdpThreadConfig {
     pub table_capacity: usize,
     pub core: Option<usize>,
     pub drain_timeout: Duration,
+    pub default_timeout: Duration,
 }
 
 pub(crate) fn spawn_udp(
     socket: std::net::UdpSocket,
     ctx: Arc<Context>,
+    ends: IngressEnds,
     stop: Arc<AtomicBool>,
     cfg: UdpThreadConfig,
     index: usize,
 ) -> std::io::Result<JoinHandle<()>> {
     socket.set_nonblocking(true)?;
-    let (tx, rx) = crossbeam_channel::bounded(cfg.table_capacity);
-    let port = Arc::new(UdpPort {
-        tx,
-        bell: Doorbell::new()?,
-    });
+    let bell = Arc::new(Doorbell::new()?);
+    ends.set_wake(bell.clone());
     std::thread::Builder::new()
         .name(format!("udp-io-{index}"))
         .spawn(move || {
@@ -60,11 +52,16 @@ pub(crate) fn spawn_udp(
             }
             let mut io = IoThread {
                 fd: socket.as_raw_fd(),
-                table: ClientTable::new(cfg.table_capacity),
+                ingress: Ingress::new(
+                    ends,
+                    cfg.table_capacity,
+                    ctx.metrics.clone(),
+                    cfg.default_timeout,
+                ),
                 rx_batch: MsgBatch::new(BATCH, HEADER_LEN + ctx.max_payload),
                 tx_batch: MsgBatch::new(BATCH, HEADER_LEN + ctx.max_payload),
-                answers: rx,
-                port,
+                bell,
+                name: format!("udp-{index}"),
                 ctx,
             };
             io.run(&stop, cfg.drain_timeout);
@@ -74,52 +71,74 @@ pub(crate) fn spawn_udp(
 
 struct IoThread {
     fd: RawFd,
-    table: ClientTable,
+    ingress: Ingress<Client>,
     rx_batch: MsgBatch,
     tx_batch: MsgBatch,
-    answers: Receiver<(u32, Response)>,
-    port: Arc<UdpPort>,
+    bell: Arc<Doorbell>,
+    name: String,
     ctx: Arc<Context>,
 }
 
 impl IoThread {
     fn run(&mut self, stop: &AtomicBool, drain_timeout: Duration) {
+        let mut loops = 0u32;
         while !stop.load(Ordering::Acquire) {
             let got = self.read_batch();
             let answered = self.collect_answers();
             // While the socket still has a full batch waiting, keep reading and let answers
             // accumulate so each sendmmsg carries many; once it is drained, send at once.
             if got < BATCH {
-                self.flush();
+                flush(&mut self.tx_batch, self.fd, &self.ctx.metrics);
             }
             if got == 0 && answered == 0 {
+                self.publish_in_flight();
                 self.park(Some(self.fd), 50);
             }
+            loops = loops.wrapping_add(1);
+            if loops.is_multiple_of(4096) {
+                self.publish_in_flight();
+            }
         }
-        // Shutdown: read nothing more, answer everything in flight (bounded wait).
+        // Shutdown: read nothing more, answer everything in flight (bounded wait), and what
+        // the engines did not answer in time gets UNAVAILABLE before the socket closes.
         let until = Instant::now() + drain_timeout;
-        while self.table.in_flight() > 0 && Instant::now() < until {
+        while self.ingress.in_flight() > 0 && Instant::now() < until {
             let answered = self.collect_answers();
-            self.flush();
+            flush(&mut self.tx_batch, self.fd, &self.ctx.metrics);
             if answered == 0 {
                 self.park(None, 10);
             }
         }
-        if self.table.in_flight() > 0 {
+        let left = self.ingress.in_flight();
+        if left > 0 {
             tracing::warn!(
-                left = self.table.in_flight(),
-                "udp io thread gave up waiting for answers"
+                left,
+                "udp io thread stopped waiting for answers: UNAVAILABLE"
             );
+            let (tx, fd, m) = (&mut self.tx_batch, self.fd, &self.ctx.metrics);
+            self.ingress.abandon_all(
+                ErrorCode::Unavailable,
+                "server shut down before the engine answered",
+                |c, meta, a| push_answer(tx, fd, m, &c, meta, a),
+            );
+            flush(tx, fd, m);
         }
+        self.publish_in_flight();
+    }
+
+    fn publish_in_flight(&self) {
+        self.ctx
+            .metrics
+            .set_in_flight(&self.name, self.ingress.in_flight());
     }
 
     /// Sleeps until the socket is readable, an answer arrives, or `ms` pass.
     fn park(&self, sock: Option<RawFd>, ms: i32) {
-        self.port.bell.prepare_sleep();
-        if self.answers.is_empty() {
+        self.bell.prepare_sleep();
+        if !self.ingress.ends.answers_waiting() {
             let mut fds = [
                 libc::pollfd {
-                    fd: self.port.bell.raw_fd(),
+                    fd: self.bell.raw_fd(),
                     events: libc::POLLIN,
                     revents: 0,
                 },
@@ -132,7 +151,7 @@ impl IoThread {
             // SAFETY: two valid pollfd entries (fd -1 is ignored by poll).
             unsafe { libc::poll(fds.as_mut_ptr(), 2, ms) };
         }
-        self.port.bell.woke();
+        self.bell.woke();
     }
 
     fn read_batch(&mut self) -> usize {
@@ -146,93 +165,113 @@ impl IoThread {
         if n > 0 {
             self.ctx.metrics.datagrams("rx", n as u64);
         }
+        let shutting_down = self.ctx.is_shutting_down();
         for i in 0..n {
             let (bytes, addr, addr_len) = self.rx_batch.received(i);
             let client = Client {
                 addr: *addr,
                 addr_len,
             };
-            match Frame::decode_datagram(bytes, self.ctx.max_payload) {
-                Ok(f) => match self.table.insert(client) {
-                    Some(token) => {
-                        let reply = Reply {
-                            port: self.port.clone(),
-                            token,
-                        };
-                        self.ctx.forward(&f.header, f.payload, reply);
-                    }
-                    None => {
-                        self.ctx
-                            .metrics
-                            .answered(f.header.service, "overloaded", Duration::ZERO);
-                        let e = ErrorPayload::new(
-                            cohort_proto::ErrorCode::Overloaded,
-                            "too many requests in flight on this io thread",
-                        );
-                        self.push_error(&client, &f.header, &e);
-                    }
-                },
+            let refusal = match Frame::decode_datagram(bytes, self.ctx.max_payload) {
+                Ok(f) if f.header.kind != Kind::Request => Some((
+                    f.header,
+                    ErrorPayload::new(ErrorCode::BadRequest, "clients may only send requests"),
+                )),
+                Ok(f) if shutting_down => Some((
+                    f.header,
+                    ErrorPayload::new(ErrorCode::Unavailable, "server is shutting down"),
+                )),
+                Ok(f) => {
+                    let h = f.header;
+                    self.ingress
+                        .submit(client, h.service, h.request_id, h.timeout_us, f.payload)
+                        .err()
+                        .map(|(_, e)| (h, e))
+                }
                 Err(e) if e.is_foreign() || bytes.len() < HEADER_LEN => {
                     self.ctx.metrics.dropped("not_cohort");
+                    None
                 }
                 Err(e) => {
                     // A Cohort header we can read but a frame we cannot accept: answer it.
-                    let h = header_for_error(bytes);
                     let code = match e {
-                        cohort_proto::FrameError::TooLarge(..) => cohort_proto::ErrorCode::TooLarge,
-                        _ => cohort_proto::ErrorCode::BadRequest,
+                        cohort_proto::FrameError::TooLarge(..) => ErrorCode::TooLarge,
+                        _ => ErrorCode::BadRequest,
                     };
-                    self.push_error(&client, &h, &ErrorPayload::new(code, e.to_string()));
+                    let h = header_for_error(bytes);
+                    if code == ErrorCode::TooLarge {
+                        self.ctx
+                            .metrics
+                            .answered(h.service, code.label(), Duration::ZERO);
+                    }
+                    Some((h, ErrorPayload::new(code, e.to_string())))
                 }
+            };
+            if let Some((h, e)) = refusal {
+                // (Refusals by the ingress were counted there; these were not.)
+                if !matches!(
+                    e.code,
+                    ErrorCode::Overloaded
+                        | ErrorCode::UnknownService
+                        | ErrorCode::Internal
+                        | ErrorCode::TooLarge
+                ) {
+                    self.ctx
+                        .metrics
+                        .answered(h.service, e.code.label(), Duration::ZERO);
+                }
+                let meta = Meta {
+                    service: h.service,
+                    request_id: h.request_id,
+                    arrived: Instant::now(),
+                    lane: cohort_engine::LaneRef { engine: 0, lane: 0 },
+                };
+                push_answer(
+                    &mut self.tx_batch,
+                    self.fd,
+                    &self.ctx.metrics,
+                    &client,
+                    &meta,
+                    Err(e),
+                );
             }
         }
         n
     }
 
-    fn push_error(&mut self, c: &Client, h: &Header, e: &ErrorPayload) {
-        if self.tx_batch.is_full() {
-            self.flush();
-        }
-        let body = ResponseBody::Err(e.clone());
-        self.tx_batch.push(&c.addr, c.addr_len, |buf| {
-            encode_answer(h.request_id, h.service, &body, buf)
-        });
-    }
-
-    /// Moves every answer the engines have handed back so far into the send batch (sending
-    /// only when the batch fills). Returns how many there were.
+    /// Moves every answer the engines have written so far into the send batch (sending only
+    /// when the batch fills). Returns how many there were.
     fn collect_answers(&mut self) -> usize {
-        let mut total = 0;
-        while let Ok((token, r)) = self.answers.try_recv() {
-            let c = self.table.remove(token);
-            if self.tx_batch.is_full() {
-                self.flush();
-            }
-            self.tx_batch.push(&c.addr, c.addr_len, |buf| {
-                encode_answer(r.request_id, r.service, &r.body, buf)
-            });
-            total += 1;
-        }
-        total
+        let (tx, fd, m) = (&mut self.tx_batch, self.fd, &self.ctx.metrics);
+        let push = |c: Client, meta: &Meta, a: Answer<'_>| push_answer(tx, fd, m, &c, meta, a);
+        let mut push = push;
+        self.ingress.drain(4 * BATCH, &mut push) + self.ingress.reap_dead_lanes(&mut push)
     }
+}
 
-    fn flush(&mut self) {
-        let n = self.tx_batch.len;
-        if n == 0 {
-            return;
-        }
-        let refused = self.tx_batch.send_all(self.fd);
-        self.ctx.metrics.datagrams("tx", (n - refused) as u64);
-        if refused > 0 {
-            let reason = cohort_engine::metrics::ReasonLabels {
-                reason: "send_failed".into(),
-            };
-            self.ctx
-                .metrics
-                .dropped_datagrams
-                .get_or_create(&reason)
-                .inc_by(refused as u64);
-        }
+fn push_answer(tx: &mut MsgBatch, fd: RawFd, m: &Metrics, c: &Client, meta: &Meta, a: Answer<'_>) {
+    if tx.is_full() {
+        flush(tx, fd, m);
+    }
+    tx.push(&c.addr, c.addr_len, |buf| {
+        encode_answer(meta.request_id, meta.service, a, buf)
+    });
+}
+
+fn flush(tx: &mut MsgBatch, fd: RawFd, m: &Metrics) {
+    let n = tx.len;
+    if n == 0 {
+        return;
+    }
+    let refused = tx.send_all(fd);
+    m.datagrams("tx", (n - refused) as u64);
+    if refused > 0 {
+        let reason = cohort_engine::metrics::ReasonLabels {
+            reason: "send_failed".into(),
+        };
+        m.dropped_datagrams
+            .get_or_create(&reason)
+            .inc_by(refused as u64);
     }
 }
 
@@ -245,19 +284,15 @@ fn header_for_error(b: &[u8]) -> Header {
 
 /// Encodes a response or error frame into `buf`; answers too large for a datagram become
 /// INTERNAL errors.
-fn encode_answer(request_id: u64, service: u16, body: &ResponseBody, buf: &mut [u8]) -> usize {
+fn encode_answer(request_id: u64, service: u16, answer: Answer<'_>, buf: &mut [u8]) -> usize {
     let mut scratch = Vec::new();
-    let (kind, payload): (Kind, &[u8]) = match body {
-        ResponseBody::Ok(p) if HEADER_LEN + p.len() <= buf.len() => (Kind::Response, p),
-        ResponseBody::Ok(_) => {
-            ErrorPayload::new(
-                cohort_proto::ErrorCode::Internal,
-                "answer too large for UDP",
-            )
-            .encode(&mut scratch);
+    let (kind, payload): (Kind, &[u8]) = match answer {
+        Ok(p) if HEADER_LEN + p.len() <= buf.len() => (Kind::Response, p),
+        Ok(_) => {
+            ErrorPayload::new(ErrorCode::Internal, "answer too large for UDP").encode(&mut scratch);
             (Kind::Error, &scratch)
         }
-        ResponseBody::Err(e) => {
+        Err(e) => {
             e.encode(&mut scratch);
             (Kind::Error, &scratch)
         }

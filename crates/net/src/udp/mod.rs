@@ -1,8 +1,8 @@
 //! UDP listener: `--io-threads` sockets on one port (SO_REUSEPORT), each owned by one io
-//! thread that batches reads (recvmmsg) and writes (sendmmsg) and keeps its own client table.
+//! thread that batches reads (recvmmsg) and writes (sendmmsg) and is its own ingress (its
+//! in-flight table holds each request's client address).
 
 mod batch;
 mod io_thread;
-mod table;
 
 pub(crate) use io_thread::{spawn_udp, UdpThreadConfig};

@@ -10,7 +10,14 @@
 //! | 8 | 4 | dim (must equal the index's) |
 //! | 12 | dim * 4 or dim | the vector |
 //!
+//! Every element must be finite with |x| <= 1e16 (so squared distances cannot overflow f32).
+//!
 //! Response: count u32, then `count` x (id u32, distance f32), nearest first.
+//!
+//! The GPU backend (`gpu.rs`) batches requests by (k, nprobe) and stages vectors straight from
+//! the request message into pinned memory.
+
+pub mod gpu;
 
 use cohort_engine::Service;
 use cohort_knn::{IvfIndex, Neighbor, SearchParams};
@@ -19,6 +26,9 @@ use std::sync::Arc;
 
 pub const MAX_K: usize = 1024;
 const HEAD: usize = 12;
+/// Largest magnitude of a query element: beyond it a squared distance over 1024 dimensions
+/// could overflow f32 and rank neighbours arbitrarily.
+pub const MAX_ABS_ELEMENT: f32 = 1e16;
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct KnnRequest {
@@ -51,14 +61,19 @@ pub fn encode_request(k: u16, nprobe: u16, v: Elems<'_>, out: &mut Vec<u8>) {
     }
 }
 
-/// Decodes and validates a request against an index of `dim` dimensions, `nlist` cells
-/// and `n` vectors.
-pub fn decode_request(
-    p: &[u8],
-    dim: usize,
-    nlist: usize,
-    n: usize,
-) -> Result<KnnRequest, ErrorPayload> {
+/// A request's header, validated against the index.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Head {
+    pub k: usize,
+    /// As sent: 0 = the index default.
+    pub nprobe: usize,
+    /// 0 f32, 1 u8.
+    pub elem: u8,
+}
+
+/// Validates everything but the vector's values against an index of `dim` dimensions, `nlist`
+/// cells and `n` vectors.
+pub fn parse_head(p: &[u8], dim: usize, nlist: usize, n: usize) -> Result<Head, ErrorPayload> {
     if p.len() < HEAD {
         return Err(crate::bad_request(format!(
             "knn request needs {HEAD} header bytes, got {}",
@@ -88,17 +103,13 @@ pub fn decode_request(
             "nprobe must be at most nlist ({nlist})"
         )));
     }
-    let body = &p[HEAD..];
-    let vector: Vec<f32> = match elem {
-        0 if body.len() == dim * 4 => body
-            .chunks_exact(4)
-            .map(|c| f32::from_le_bytes(c.try_into().expect("4 bytes")))
-            .collect(),
-        1 if body.len() == dim => body.iter().map(|&b| b as f32).collect(),
+    let body = p.len() - HEAD;
+    match elem {
+        0 if body == dim * 4 => {}
+        1 if body == dim => {}
         0 | 1 => {
             return Err(crate::bad_request(format!(
-                "vector bytes ({}) do not match dim {dim}",
-                body.len()
+                "vector bytes ({body}) do not match dim {dim}"
             )))
         }
         e => {
@@ -106,20 +117,64 @@ pub fn decode_request(
                 "unknown element type {e} (0 f32, 1 u8)"
             )))
         }
-    };
-    if vector.iter().any(|x| !x.is_finite()) {
-        return Err(crate::bad_request("vector holds NaN or infinity"));
     }
-    Ok(KnnRequest { k, nprobe, vector })
+    Ok(Head { k, nprobe, elem })
 }
 
-pub fn encode_response(r: &[Neighbor]) -> Vec<u8> {
-    let mut out = Vec::with_capacity(4 + 8 * r.len());
+/// Writes the vector of a request whose head parsed into `out` (dim floats), refusing
+/// non-finite or too large elements.
+pub fn vector_into(p: &[u8], head: Head, out: &mut [f32]) -> Result<(), ErrorPayload> {
+    let body = &p[HEAD..];
+    if head.elem == 0 {
+        for (o, c) in out.iter_mut().zip(body.chunks_exact(4)) {
+            *o = f32::from_le_bytes(c.try_into().expect("4 bytes"));
+        }
+    } else {
+        for (o, &b) in out.iter_mut().zip(body) {
+            *o = b as f32;
+        }
+    }
+    if out.iter().any(|x| !x.is_finite()) {
+        return Err(crate::bad_request("vector holds NaN or infinity"));
+    }
+    if out.iter().any(|x| x.abs() > MAX_ABS_ELEMENT) {
+        return Err(crate::bad_request(format!(
+            "vector elements must be at most {MAX_ABS_ELEMENT:e} in magnitude"
+        )));
+    }
+    Ok(())
+}
+
+/// Decodes and validates a request against an index of `dim` dimensions, `nlist` cells
+/// and `n` vectors.
+pub fn decode_request(
+    p: &[u8],
+    dim: usize,
+    nlist: usize,
+    n: usize,
+) -> Result<KnnRequest, ErrorPayload> {
+    let head = parse_head(p, dim, nlist, n)?;
+    let mut vector = vec![0.0; dim];
+    vector_into(p, head, &mut vector)?;
+    Ok(KnnRequest {
+        k: head.k,
+        nprobe: head.nprobe,
+        vector,
+    })
+}
+
+/// Appends an answer to `out`.
+pub fn encode_response_into(r: &[Neighbor], out: &mut Vec<u8>) {
     out.extend_from_slice(&(r.len() as u32).to_le_bytes());
     for n in r {
         out.extend_from_slice(&n.id.to_le_bytes());
         out.extend_from_slice(&n.distance.to_le_bytes());
     }
+}
+
+pub fn encode_response(r: &[Neighbor]) -> Vec<u8> {
+    let mut out = Vec::with_capacity(4 + 8 * r.len());
+    encode_response_into(r, &mut out);
     out
 }
 
@@ -160,15 +215,17 @@ impl Service for Knn {
     fn name(&self) -> &'static str {
         "knn"
     }
-    fn execute_cpu(&self, payload: &[u8]) -> Result<Vec<u8>, ErrorPayload> {
+    fn execute_cpu(&self, payload: &[u8], out: &mut Vec<u8>) -> Result<(), ErrorPayload> {
         let r = self.decode(payload)?;
-        Ok(encode_response(&self.index.query(
+        let found = self.index.query(
             &r.vector,
             SearchParams {
                 k: r.k,
                 nprobe: r.nprobe,
             },
-        )))
+        );
+        encode_response_into(&found, out);
+        Ok(())
     }
     fn json_to_payload(&self, body: &serde_json::Value) -> Result<Vec<u8>, ErrorPayload> {
         let v = body

@@ -1,0 +1,211 @@
+//! Starting the engines a plan asks for: one engine per service (its own rings, so a full
+//! queue of one service refuses that service alone), wired to the listeners' ingresses.
+
+use super::plan::{plans, EngineKind, ServicePlan};
+use super::ServeArgs;
+use anyhow::{Context as _, Result};
+use cohort_engine::wiring::slots_for;
+use cohort_engine::{
+    wire, CpuEngine, CpuEngineConfig, EngineSpec, IngressEnds, LaneEnds, Metrics, Registry,
+    ServiceLabel,
+};
+use cohort_gpu::engine::{GpuEngine, GpuEngineConfig, Mode};
+use cohort_services::catalog::{self, ServiceOptions};
+use std::collections::HashMap;
+use std::sync::Arc;
+use std::time::Duration;
+
+enum Running {
+    Cpu(CpuEngine),
+    Gpu(Vec<GpuEngine>),
+}
+
+/// The engine side of a server: what the listeners (or the engine benchmark's drivers) need.
+pub struct EngineSide {
+    pub registry: Registry,
+    pub metrics: Arc<Metrics>,
+    /// The ingress ends, one per ingress asked for; taken by whoever drives them.
+    pub ingresses: Vec<IngressEnds>,
+    engines: Vec<Running>,
+}
+
+impl EngineSide {
+    /// Lets every engine finish its queued work (call after the ingresses stopped).
+    pub fn shutdown(self) {
+        drop(self.ingresses);
+        for e in self.engines {
+            match e {
+                Running::Cpu(c) => c.shutdown(),
+                Running::Gpu(v) => v.into_iter().for_each(GpuEngine::shutdown),
+            }
+        }
+    }
+}
+
+fn options(a: &ServeArgs, p: &ServicePlan) -> ServiceOptions {
+    ServiceOptions {
+        index: a.index.clone(),
+        index_mapped: a.index_mapped,
+        precision: p.precision,
+    }
+}
+
+/// The services themselves (CPU functions, schemas): every engine's reference.
+pub fn build_registry(a: &ServeArgs, plans: &[ServicePlan]) -> Result<Registry> {
+    let mut reg = Registry::new();
+    for p in plans {
+        let entry = catalog::entry(p.name).expect("plans hold catalog names");
+        let s = (entry.build)(&options(a, p), p.engine.is_gpu()).map_err(anyhow::Error::msg)?;
+        reg.add(s).map_err(anyhow::Error::msg)?;
+    }
+    Ok(reg)
+}
+
+fn cpu_workers(a: &ServeArgs, p: &ServicePlan, cpu_services: usize) -> usize {
+    if p.workers > 0 {
+        return p.workers;
+    }
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    (cores.saturating_sub(a.io_threads) / cpu_services.max(1)).max(1)
+}
+
+/// Starts one engine per service, wired to `ingresses` ingress ends.
+pub fn start_engines(a: &ServeArgs, ingresses: usize) -> Result<EngineSide> {
+    let plans = plans(a)?;
+    let registry = build_registry(a, &plans)?;
+    let cpu_services = plans.iter().filter(|p| p.engine == EngineKind::Cpu).count();
+    let id_of = |p: &ServicePlan| registry.by_name(p.name).expect("built above").id();
+    let lanes: Vec<usize> = plans
+        .iter()
+        .map(|p| match p.engine {
+            EngineKind::Cpu => cpu_workers(a, p, cpu_services),
+            _ => p.gpus.len(),
+        })
+        .collect();
+    let specs: Vec<EngineSpec> = plans
+        .iter()
+        .zip(&lanes)
+        .map(|(p, &n)| EngineSpec {
+            name: p.engine.name().into(),
+            lanes: n,
+            policy: p.dispatch,
+            services: vec![id_of(p)],
+            slots: slots_for(p.max_queue, n, ingresses),
+        })
+        .collect();
+    let labels: HashMap<u16, ServiceLabel> = plans
+        .iter()
+        .map(|p| {
+            let l = ServiceLabel {
+                name: p.name.into(),
+                engine: p.engine.name().into(),
+            };
+            (id_of(p), l)
+        })
+        .collect();
+    let metrics = Arc::new(Metrics::new(labels));
+    let wiring = wire(ingresses, &specs);
+    let devices = if plans.iter().any(|p| p.engine.is_gpu()) {
+        cohort_gpu::probe()?
+    } else {
+        Vec::new()
+    };
+    let mut engines = Vec::new();
+    for ((p, lanes), n) in plans.iter().zip(wiring.engines).zip(lanes) {
+        let started = match p.engine {
+            EngineKind::Cpu => start_cpu(a, p, lanes, n, &registry, &metrics),
+            kind => start_gpu(a, p, kind, lanes, &devices, &metrics),
+        };
+        match started {
+            Ok(r) => engines.push(r),
+            Err(e) => {
+                // Stop what already runs before reporting.
+                EngineSide {
+                    registry: registry.clone(),
+                    metrics: metrics.clone(),
+                    ingresses: Vec::new(),
+                    engines,
+                }
+                .shutdown();
+                return Err(e.context(format!("starting {} on {}", p.name, p.engine.name())));
+            }
+        }
+        tracing::info!(service = p.name, engine = p.engine.name(), "engine started");
+    }
+    Ok(EngineSide {
+        registry,
+        metrics,
+        ingresses: wiring.ingresses,
+        engines,
+    })
+}
+
+fn start_cpu(
+    a: &ServeArgs,
+    p: &ServicePlan,
+    lanes: Vec<LaneEnds>,
+    workers: usize,
+    registry: &Registry,
+    metrics: &Arc<Metrics>,
+) -> Result<Running> {
+    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    let spin_us = a
+        .worker_spin_us
+        .unwrap_or(if workers + a.io_threads < cores {
+            50
+        } else {
+            0
+        });
+    let cfg = CpuEngineConfig {
+        cpus: p.worker_cpus.clone(),
+        spin: Duration::from_micros(spin_us),
+    };
+    Ok(Running::Cpu(CpuEngine::start(
+        &cfg,
+        lanes,
+        registry.clone(),
+        metrics.clone(),
+    )?))
+}
+
+fn start_gpu(
+    a: &ServeArgs,
+    p: &ServicePlan,
+    kind: EngineKind,
+    lanes: Vec<LaneEnds>,
+    devices: &[cohort_gpu::DeviceInfo],
+    metrics: &Arc<Metrics>,
+) -> Result<Running> {
+    let entry = catalog::entry(p.name).expect("plans hold catalog names");
+    let build = entry.gpu.expect("plans checked the backend");
+    let mode = if kind == EngineKind::GpuDirect {
+        Mode::Direct
+    } else {
+        Mode::Cohort
+    };
+    let cfg = GpuEngineConfig {
+        mode,
+        max_cohort: p.max_cohort,
+        cohort_timeout: Duration::from_micros(p.cohort_timeout_us),
+        streams: p.streams.unwrap_or(GpuEngineConfig::default_streams(mode)),
+        graphs: p.cohort_graphs,
+    };
+    let mut out = Vec::new();
+    for (&g, lane) in p.gpus.iter().zip(lanes) {
+        let dev = devices
+            .iter()
+            .find(|d| d.ordinal == g)
+            .with_context(|| format!("no GPU {g} ({} found)", devices.len()))?;
+        tracing::info!(gpu = g, name = %dev.name, sms = dev.sms, mem = dev.total_mem,
+            pci = %dev.pci_bus_id, numa = ?dev.numa_node, service = p.name, "gpu");
+        let backend = build(&options(a, p), dev).map_err(anyhow::Error::msg)?;
+        match GpuEngine::start(backend, lane, &cfg, metrics.clone()) {
+            Ok(e) => out.push(e),
+            Err(e) => {
+                out.into_iter().for_each(GpuEngine::shutdown);
+                return Err(e.into());
+            }
+        }
+    }
+    Ok(Running::Gpu(out))
+}

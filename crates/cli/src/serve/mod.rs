@@ -1,0 +1,244 @@
+//! `cohort serve`: plans each service's engine, wires the rings between the listeners and the
+//! engines, starts the engines, then the listeners, and waits for a signal.
+
+mod engines;
+pub mod plan;
+
+use crate::util::{parse_cpu_list, CpuList};
+use anyhow::{Context as _, Result};
+use clap::Args;
+use cohort_engine::DispatchPolicy;
+use cohort_gpu::knn::Precision;
+use cohort_net::{NetConfig, Server, Shared};
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::time::Duration;
+
+pub use engines::{start_engines, EngineSide};
+
+#[derive(Args, Debug, Clone)]
+pub struct ServeArgs {
+    /// TOML file of serve settings, keys named as these flags (io_threads = 2, ...), plus a
+    /// `[services.NAME]` table per service (engine, gpus, max_cohort, ...); flags given on the
+    /// command line override it.
+    #[arg(long)]
+    pub config: Option<std::path::PathBuf>,
+    /// Check the configuration (flags, config file, index file) and exit without serving.
+    #[arg(long)]
+    pub check_config: bool,
+    /// Services to serve, comma-separated, each optionally with its engine:
+    /// NAME[:ENGINE], e.g. knn:gpu-cohort,echo:cpu,spin:gpu-direct. Services: echo, spin, knn.
+    #[arg(long, default_value = "echo")]
+    pub service: String,
+    /// Per-service setting NAME.KEY=VALUE (repeatable), e.g. knn.max_cohort=512; keys: engine,
+    /// gpus, max_cohort, cohort_timeout_us, streams, gpu_precision, cohort_graphs, workers,
+    /// worker_cpus, max_queue, dispatch. A config file's [services.NAME] tables become these.
+    #[arg(long)]
+    pub service_opt: Vec<String>,
+    /// IVF index file for the knn service (`cohort index build`).
+    #[arg(long)]
+    pub index: Option<std::path::PathBuf>,
+    /// Serve the index from its memory-mapped file instead of a resident (huge-page) copy:
+    /// less memory at start, slower scans.
+    #[arg(long)]
+    pub index_mapped: bool,
+    /// Engine of the services that name none: cpu, gpu-direct or gpu-cohort.
+    #[arg(long, default_value = "cpu")]
+    pub engine: String,
+    /// GPUs for the gpu engines (one control thread per GPU and service; knn keeps a full
+    /// index copy on each).
+    #[arg(long, value_delimiter = ',', default_value = "0")]
+    pub gpus: Vec<usize>,
+    /// gpu-cohort: a cohort closes at this many requests...
+    #[arg(long, default_value_t = 256)]
+    pub max_cohort: usize,
+    /// ...or when its first request has waited this long.
+    #[arg(long, default_value_t = 200)]
+    pub cohort_timeout_us: u64,
+    /// gpu engines: element type of the knn vectors on the GPU (f32, f16, or u8 for
+    /// integral data in 0..=255 such as SIFT).
+    #[arg(long, default_value = "f32")]
+    pub gpu_precision: Precision,
+    /// gpu engines: slots per GPU, each with its own stream and staging (default 8 direct,
+    /// 4 cohort).
+    #[arg(long)]
+    pub streams: Option<usize>,
+    /// gpu-cohort: replay a CUDA graph per cohort-size bucket instead of launching each copy
+    /// and kernel (measured within +-3% of launching on the H200: off by default).
+    #[arg(long)]
+    pub cohort_graphs: bool,
+    /// UDP listen address (HOST:PORT; host names are resolved).
+    #[arg(long)]
+    pub udp: Option<String>,
+    /// TCP listen address (HOST:PORT; host names are resolved).
+    #[arg(long)]
+    pub tcp: Option<String>,
+    /// HTTP listen address (HOST:PORT; host names are resolved).
+    #[arg(long)]
+    pub http: Option<String>,
+    /// Network threads: UDP io threads (one socket each) and TCP/HTTP workers.
+    #[arg(long, default_value_t = 1)]
+    pub io_threads: usize,
+    /// Pin network threads to these cores, e.g. 0-1,4.
+    #[arg(long, value_parser = parse_cpu_list)]
+    pub cpus: Option<CpuList>,
+    /// cpu engine worker threads per service (0 = the cores left after the io threads,
+    /// shared among the services on the cpu engine, at least 1).
+    #[arg(long, default_value_t = 0)]
+    pub workers: usize,
+    /// Pin cpu engine workers to these cores.
+    #[arg(long, value_parser = parse_cpu_list)]
+    pub worker_cpus: Option<CpuList>,
+    /// How long an idle cpu worker polls before parking, in microseconds (default: 50 when
+    /// the workers and io threads have a core each, else 0: spinning on a shared core only
+    /// steals it from the thread that would produce the work).
+    #[arg(long)]
+    pub worker_spin_us: Option<u64>,
+    /// Requests queued per service (its request rings together) before new ones get
+    /// OVERLOADED.
+    #[arg(long, default_value_t = 16_384)]
+    pub max_queue: usize,
+    /// Deadline for requests that carry none (their header says 0).
+    #[arg(long, default_value_t = 1_000_000)]
+    pub default_timeout_us: u64,
+    /// How an ingress picks a lane (cpu worker, GPU): round-robin, least-loaded, key-hash.
+    #[arg(long, default_value = "least-loaded")]
+    pub dispatch: DispatchPolicy,
+    /// How long shutdown waits for in-flight answers (then: UNAVAILABLE).
+    #[arg(long, default_value_t = 10_000)]
+    pub drain_timeout_ms: u64,
+}
+
+impl ServeArgs {
+    /// Loopback defaults for in-process servers (demo, tests).
+    pub fn loopback(service: &str) -> ServeArgs {
+        ServeArgs {
+            config: None,
+            check_config: false,
+            service: service.into(),
+            service_opt: vec![],
+            index: None,
+            index_mapped: false,
+            engine: "cpu".into(),
+            gpus: vec![0],
+            max_cohort: 256,
+            cohort_timeout_us: 200,
+            streams: None,
+            cohort_graphs: false,
+            gpu_precision: Precision::F32,
+            udp: Some("127.0.0.1:0".into()),
+            tcp: Some("127.0.0.1:0".into()),
+            http: Some("127.0.0.1:0".into()),
+            io_threads: 1,
+            cpus: None,
+            workers: 0,
+            worker_cpus: None,
+            worker_spin_us: None,
+            max_queue: 16_384,
+            default_timeout_us: 1_000_000,
+            dispatch: DispatchPolicy::LeastLoaded,
+            drain_timeout_ms: 10_000,
+        }
+    }
+
+    pub fn net_config(&self) -> Result<NetConfig> {
+        anyhow::ensure!(self.io_threads >= 1, "--io-threads must be at least 1");
+        anyhow::ensure!(
+            self.udp.is_some() || self.tcp.is_some() || self.http.is_some(),
+            "no listener (give --udp, --tcp or --http)"
+        );
+        Ok(NetConfig {
+            udp: resolve("udp", &self.udp)?,
+            tcp: resolve("tcp", &self.tcp)?,
+            http: resolve("http", &self.http)?,
+            io_threads: self.io_threads,
+            cpus: self.cpus.clone().map(|c| c.0).unwrap_or_default(),
+            drain_timeout: Duration::from_millis(self.drain_timeout_ms),
+            default_timeout: Duration::from_micros(self.default_timeout_us.max(1)),
+            ..NetConfig::default()
+        })
+    }
+}
+
+/// HOST:PORT -> the first address it resolves to.
+fn resolve(what: &str, a: &Option<String>) -> Result<Option<SocketAddr>> {
+    let Some(a) = a else { return Ok(None) };
+    let addr = a
+        .to_socket_addrs()
+        .with_context(|| format!("--{what} {a:?}: expected HOST:PORT"))?
+        .next()
+        .with_context(|| format!("--{what} {a:?} resolves to no address"))?;
+    Ok(Some(addr))
+}
+
+/// A running server: listeners plus engines.
+pub struct Stack {
+    pub server: Server,
+    engines: EngineSide,
+}
+
+impl Stack {
+    pub fn shutdown(self) {
+        self.server.shutdown();
+        self.engines.shutdown();
+    }
+}
+
+pub fn start(a: &ServeArgs) -> Result<Stack> {
+    let ncfg = a.net_config()?;
+    let mut side = start_engines(a, Server::ingresses(&ncfg))?;
+    let shared = Shared {
+        registry: side.registry.clone(),
+        metrics: side.metrics.clone(),
+        max_payload: cohort_proto::MAX_PAYLOAD,
+    };
+    let metrics = side.metrics.clone();
+    let render = std::sync::Arc::new(move || metrics.encode());
+    let ingresses = std::mem::take(&mut side.ingresses);
+    let server = match Server::start(&ncfg, shared, ingresses, render) {
+        Ok(s) => s,
+        Err(e) => {
+            side.shutdown();
+            return Err(e);
+        }
+    };
+    tracing::info!(io_threads = a.io_threads, services = %a.service,
+        dispatch = ?a.dispatch, "server started");
+    Ok(Stack {
+        server,
+        engines: side,
+    })
+}
+
+/// Everything that can be checked without binding sockets or starting threads.
+pub fn check(a: &ServeArgs) -> Result<Vec<plan::ServicePlan>> {
+    a.net_config()?;
+    let plans = plan::plans(a)?;
+    engines::build_registry(a, &plans)?;
+    Ok(plans)
+}
+
+pub fn run(a: ServeArgs) -> Result<()> {
+    use signal_hook::consts::{SIGINT, SIGTERM};
+    if a.check_config {
+        let plans = check(&a)?;
+        println!("configuration ok");
+        for p in &plans {
+            println!("service {}: engine {}", p.name, p.engine.name());
+        }
+        println!("{a:#?}\n{plans:#?}");
+        return Ok(());
+    }
+    tracing::info!(config = ?a, "starting");
+    // Register before announcing readiness so an early signal is never missed.
+    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM])?;
+    let stack = start(&a)?;
+    println!("{}", stack.server.listening_line());
+    use std::io::Write;
+    std::io::stdout().flush()?;
+    if let Some(sig) = signals.forever().next() {
+        tracing::info!(signal = sig, "shutting down");
+    }
+    stack.shutdown();
+    tracing::info!("stopped");
+    Ok(())
+}

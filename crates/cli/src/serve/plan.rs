@@ -1,0 +1,261 @@
+//! Which engine runs each service, with what knobs: `--service NAME[:ENGINE]` and the config
+//! file's `[services.NAME]` tables (passed on as `--service-opt NAME.KEY=VALUE`), over the
+//! server-wide flags as defaults (Triton's per-model configuration).
+
+use super::ServeArgs;
+use anyhow::{bail, Context as _, Result};
+use cohort_engine::DispatchPolicy;
+use cohort_gpu::knn::Precision;
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EngineKind {
+    Cpu,
+    GpuDirect,
+    GpuCohort,
+}
+
+impl EngineKind {
+    pub const ALL: [EngineKind; 3] = [
+        EngineKind::Cpu,
+        EngineKind::GpuDirect,
+        EngineKind::GpuCohort,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            EngineKind::Cpu => "cpu",
+            EngineKind::GpuDirect => "gpu-direct",
+            EngineKind::GpuCohort => "gpu-cohort",
+        }
+    }
+
+    pub fn is_gpu(self) -> bool {
+        self != EngineKind::Cpu
+    }
+}
+
+impl std::str::FromStr for EngineKind {
+    type Err = String;
+    fn from_str(s: &str) -> Result<EngineKind, String> {
+        EngineKind::ALL
+            .into_iter()
+            .find(|e| e.name() == s)
+            .ok_or_else(|| {
+                let names: Vec<_> = EngineKind::ALL.iter().map(|e| e.name()).collect();
+                format!("unknown engine {s:?} (available: {})", names.join(", "))
+            })
+    }
+}
+
+/// One service's engine and knobs.
+#[derive(Debug, Clone)]
+pub struct ServicePlan {
+    pub name: &'static str,
+    pub engine: EngineKind,
+    pub gpus: Vec<usize>,
+    pub max_cohort: usize,
+    pub cohort_timeout_us: u64,
+    pub streams: Option<usize>,
+    pub precision: Precision,
+    pub cohort_graphs: bool,
+    /// cpu engine: workers (0 = share of the cores left after the io threads).
+    pub workers: usize,
+    pub worker_cpus: Vec<usize>,
+    pub max_queue: usize,
+    pub dispatch: DispatchPolicy,
+}
+
+/// Keys a `[services.NAME]` table (or `--service-opt NAME.KEY=VALUE`) may set.
+pub const SERVICE_KEYS: [&str; 11] = [
+    "engine",
+    "gpus",
+    "max_cohort",
+    "cohort_timeout_us",
+    "streams",
+    "gpu_precision",
+    "cohort_graphs",
+    "workers",
+    "worker_cpus",
+    "max_queue",
+    "dispatch",
+];
+
+pub fn plans(a: &ServeArgs) -> Result<Vec<ServicePlan>> {
+    let default_engine: EngineKind = a.engine.parse().map_err(anyhow::Error::msg)?;
+    let mut out: Vec<ServicePlan> = Vec::new();
+    for item in a
+        .service
+        .split(',')
+        .map(str::trim)
+        .filter(|s| !s.is_empty())
+    {
+        let (name, engine) = match item.split_once(':') {
+            Some((n, e)) => (n.trim(), e.trim().parse().map_err(anyhow::Error::msg)?),
+            None => (item, default_engine),
+        };
+        let Some(entry) = cohort_services::catalog::entry(name) else {
+            bail!(
+                "unknown service {name:?} (available: {})",
+                cohort_services::catalog::names().join(", ")
+            );
+        };
+        if out.iter().any(|p| p.name == name) {
+            bail!("service {name:?} is listed twice in --service");
+        }
+        out.push(ServicePlan {
+            name: entry.name,
+            engine,
+            gpus: a.gpus.clone(),
+            max_cohort: a.max_cohort,
+            cohort_timeout_us: a.cohort_timeout_us,
+            streams: a.streams,
+            precision: a.gpu_precision,
+            cohort_graphs: a.cohort_graphs,
+            workers: a.workers,
+            worker_cpus: a.worker_cpus.clone().map(|c| c.0).unwrap_or_default(),
+            max_queue: a.max_queue,
+            dispatch: a.dispatch,
+        });
+    }
+    anyhow::ensure!(!out.is_empty(), "--service names no service");
+    for opt in &a.service_opt {
+        apply(&mut out, opt).with_context(|| format!("--service-opt {opt:?}"))?;
+    }
+    for p in &out {
+        check(p)?;
+    }
+    Ok(out)
+}
+
+/// `NAME.KEY=VALUE` onto the plan of NAME.
+fn apply(plans: &mut [ServicePlan], opt: &str) -> Result<()> {
+    let Some((path, value)) = opt.split_once('=') else {
+        bail!("expected NAME.KEY=VALUE");
+    };
+    let Some((name, key)) = path.split_once('.') else {
+        bail!("expected NAME.KEY=VALUE");
+    };
+    let key = key.replace('-', "_");
+    let Some(p) = plans.iter_mut().find(|p| p.name == name) else {
+        bail!("service {name:?} is not in --service");
+    };
+    let num = |v: &str| -> Result<u64> {
+        v.parse()
+            .with_context(|| format!("{key} must be a non-negative integer, got {v:?}"))
+    };
+    let list =
+        |v: &str| -> Result<Vec<usize>> { crate::util::parse_cpus(v).map_err(anyhow::Error::msg) };
+    match key.as_str() {
+        "engine" => p.engine = value.parse().map_err(anyhow::Error::msg)?,
+        "gpus" => p.gpus = list(value)?,
+        "max_cohort" => p.max_cohort = num(value)? as usize,
+        "cohort_timeout_us" => p.cohort_timeout_us = num(value)?,
+        "streams" => p.streams = Some(num(value)? as usize),
+        "gpu_precision" => p.precision = value.parse().map_err(anyhow::Error::msg)?,
+        "cohort_graphs" => {
+            p.cohort_graphs = value
+                .parse()
+                .with_context(|| format!("cohort_graphs must be true or false, got {value:?}"))?
+        }
+        "workers" => p.workers = num(value)? as usize,
+        "worker_cpus" => p.worker_cpus = list(value)?,
+        "max_queue" => p.max_queue = num(value)? as usize,
+        "dispatch" => p.dispatch = value.parse().map_err(anyhow::Error::msg)?,
+        other => bail!(
+            "unknown per-service key {other:?} (known: {})",
+            SERVICE_KEYS.join(", ")
+        ),
+    }
+    Ok(())
+}
+
+fn check(p: &ServicePlan) -> Result<()> {
+    anyhow::ensure!(p.max_queue >= 1, "{}: max_queue must be at least 1", p.name);
+    anyhow::ensure!(
+        p.max_cohort >= 1,
+        "{}: max_cohort must be at least 1",
+        p.name
+    );
+    anyhow::ensure!(
+        p.streams != Some(0),
+        "{}: streams must be at least 1",
+        p.name
+    );
+    if p.engine.is_gpu() {
+        let entry = cohort_services::catalog::entry(p.name).expect("plans hold catalog names");
+        check_backend(entry.gpu.is_some(), p.name, p.engine)?;
+        anyhow::ensure!(!p.gpus.is_empty(), "{}: no GPU listed (gpus)", p.name);
+    }
+    Ok(())
+}
+
+/// A service runs on a GPU engine only if it has a GPU backend.
+pub fn check_backend(has_gpu_backend: bool, name: &str, engine: EngineKind) -> Result<()> {
+    if engine.is_gpu() && !has_gpu_backend {
+        bail!(
+            "service {name:?} has no GPU backend, so it cannot run on {}; serve it with {name}:cpu",
+            engine.name()
+        );
+    }
+    Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn args(service: &str, opts: &[&str]) -> ServeArgs {
+        let mut a = ServeArgs::loopback(service);
+        a.service_opt = opts.iter().map(|s| s.to_string()).collect();
+        a
+    }
+
+    #[test]
+    fn services_name_their_engines_and_the_rest_take_the_default() {
+        let mut a = args(
+            "knn:gpu-cohort, echo:cpu,spin",
+            &[
+                "knn.max_cohort=512",
+                "spin.engine=gpu-direct",
+                "knn.gpus=0-1",
+            ],
+        );
+        a.engine = "cpu".into();
+        let p = plans(&a).unwrap();
+        assert_eq!(p.len(), 3);
+        assert_eq!(
+            (p[0].name, p[0].engine, p[0].max_cohort),
+            ("knn", EngineKind::GpuCohort, 512)
+        );
+        assert_eq!(p[0].gpus, vec![0, 1]);
+        assert_eq!((p[1].name, p[1].engine), ("echo", EngineKind::Cpu));
+        assert_eq!((p[2].name, p[2].engine), ("spin", EngineKind::GpuDirect));
+        assert_eq!(p[2].max_cohort, 256, "server-wide default");
+    }
+
+    #[test]
+    fn bad_plans_are_refused_with_the_reason() {
+        let e = |s: &str, o: &[&str]| format!("{:#}", plans(&args(s, o)).unwrap_err());
+        assert!(e("echo,echo", &[]).contains("listed twice"));
+        assert!(e("nope", &[]).contains("unknown service \"nope\""));
+        assert!(e("echo:warp-drive", &[]).contains("unknown engine"));
+        assert!(e("echo", &["spin.workers=2"]).contains("not in --service"));
+        assert!(e("echo", &["echo.colour=red"]).contains("unknown per-service key"));
+        assert!(e("echo", &["echo.max_queue=x"]).contains("non-negative integer"));
+        assert!(e("echo", &["echo.streams=0"]).contains("streams must be at least 1"));
+        assert!(e("echo", &["echo"]).contains("NAME.KEY=VALUE"));
+    }
+
+    #[test]
+    fn a_gpu_engine_needs_a_gpu_backend() {
+        let err = check_backend(false, "bank", EngineKind::GpuCohort)
+            .unwrap_err()
+            .to_string();
+        assert!(
+            err.contains("no GPU backend") && err.contains("bank:cpu"),
+            "{err}"
+        );
+        assert!(check_backend(false, "bank", EngineKind::Cpu).is_ok());
+        assert!(check_backend(true, "knn", EngineKind::GpuDirect).is_ok());
+    }
+}

@@ -1,0 +1,305 @@
+//! The generic batching engine: `gpu-direct` and `gpu-cohort` are this loop over a service's
+//! batch backend (Rhythm's cohorts, Triton's dynamic batcher, Centaur's per-request design as
+//! the batch-of-one case).
+//!
+//! One thread per lane. It reads request messages, asks the backend for each one's batch key
+//! (requests of one key run together, e.g. k-NN's (k, nprobe)), stages it straight from its
+//! ring slot into a free slot's staging memory (pinned memory on a GPU), launches a slot when
+//! it holds `max_batch` requests or its first request has waited `timeout`, polls launched
+//! slots without blocking, and writes every answer into the answer ring of the ingress that
+//! sent the request. A request that cannot be staged (every slot busy) stays in its ring: the
+//! rings are the queue, and a full ring is OVERLOADED at the ingress.
+
+use crate::clock;
+use crate::metrics::Metrics;
+use crate::wiring::{ok, AnswerRings, LaneEnds};
+use cohort_mq::Envelope;
+use cohort_proto::{ErrorCode, ErrorPayload};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::time::{Duration, Instant};
+
+/// What a service tells the batcher about a request before it is staged.
+pub trait BatchBackend: Send + Sync {
+    /// Validates the request and names its batch (requests with equal keys run together).
+    /// An error is that request's answer.
+    fn batch_key(&self, payload: &[u8]) -> Result<u64, ErrorPayload>;
+}
+
+/// One slot of a device: staging memory for up to `capacity` requests, the buffers a launch
+/// uses and a way to learn that it finished (a GPU stream and its event; a CPU twin).
+pub trait BatchSlot: Send {
+    fn capacity(&self) -> usize;
+    /// Copies request `row` (already validated by `batch_key`) into staging. An error is that
+    /// request's answer and the row stays free.
+    fn stage(&mut self, key: u64, row: usize, payload: &[u8]) -> Result<(), ErrorPayload>;
+    /// Starts the batch of rows `0..rows`.
+    fn launch(&mut self, key: u64, rows: usize) -> Result<(), String>;
+    /// True once the launched batch has finished. Never blocks.
+    fn poll(&mut self) -> Result<bool, String>;
+    /// Writes row `row`'s answer payload into `out` (cleared by the caller).
+    fn answer(&mut self, key: u64, row: usize, out: &mut Vec<u8>) -> Result<(), ErrorPayload>;
+}
+
+#[derive(Debug, Clone)]
+pub struct BatchConfig {
+    /// A batch launches at this many requests (1: every request alone, gpu-direct)...
+    pub max_batch: usize,
+    /// ...or when its first request has waited this long in the batch.
+    pub timeout: Duration,
+    /// Metrics label of the compute stage ("gpu").
+    pub stage: &'static str,
+}
+
+struct Row {
+    ingress: u32,
+    env: Envelope,
+    /// Answered already (deadline passed before launch): computed, not answered again.
+    answered: bool,
+}
+
+enum Phase {
+    Free,
+    Filling { key: u64, since: Instant },
+    InFlight { key: u64, launched: Instant },
+}
+
+struct Slot {
+    dev: Box<dyn BatchSlot>,
+    phase: Phase,
+    rows: Vec<Row>,
+    /// Rows per batch: the device's capacity or max_batch, whichever is smaller.
+    cap: usize,
+}
+
+/// Runs the batching loop of one lane until `stop` is set and everything queued is answered.
+/// A panic in the backend ends the thread; the lane's health guard then makes every ingress
+/// answer what this lane held (INTERNAL).
+pub fn run(
+    mut lane: LaneEnds,
+    backend: &dyn BatchBackend,
+    devs: Vec<Box<dyn BatchSlot>>,
+    cfg: &BatchConfig,
+    metrics: &Metrics,
+    stop: &AtomicBool,
+) {
+    let _health = lane.health_guard();
+    lane.bell.bind_current();
+    assert!(cfg.max_batch >= 1 && !devs.is_empty());
+    let mut b = Batcher {
+        slots: devs
+            .into_iter()
+            .map(|dev| {
+                let cap = dev.capacity().min(cfg.max_batch);
+                assert!(cap >= 1, "a slot must hold at least one request");
+                Slot {
+                    dev,
+                    phase: Phase::Free,
+                    rows: Vec::with_capacity(cap),
+                    cap,
+                }
+            })
+            .collect(),
+        cfg,
+        metrics,
+        scratch: Vec::with_capacity(64 * 1024),
+        blocked: false,
+    };
+    loop {
+        let stopping = stop.load(Ordering::Acquire);
+        let completed = b.complete(&lane.engine, &mut lane.answers);
+        let admitted = b.admit(&mut lane, backend);
+        // A request waiting for a slot of its key, with every slot taken: launch what is
+        // filling now instead of letting the waiting request sit out the timeout.
+        let hurry = stopping || b.blocked;
+        let launched = b.launch_due(&lane.engine, &mut lane.answers, hurry);
+        if completed + admitted + launched > 0 {
+            continue;
+        }
+        let idle = b.slots.iter().all(|s| matches!(s.phase, Phase::Free));
+        if idle && stopping && !lane.requests.any_ready() {
+            return;
+        }
+        if idle {
+            lane.sleep(Duration::from_millis(20));
+        } else {
+            std::hint::spin_loop();
+        }
+    }
+}
+
+struct Batcher<'a> {
+    slots: Vec<Slot>,
+    cfg: &'a BatchConfig,
+    metrics: &'a Metrics,
+    scratch: Vec<u8>,
+    /// The last admission pass left a request in its ring for want of a slot.
+    blocked: bool,
+}
+
+impl Batcher<'_> {
+    /// Moves requests from the rings into slots. Returns how many were taken.
+    fn admit(&mut self, lane: &mut LaneEnds, backend: &dyn BatchBackend) -> usize {
+        let mut taken = 0;
+        self.blocked = false;
+        let (requests, answers) = (&mut lane.requests, &mut lane.answers);
+        for i in 0..requests.len() {
+            // A bounded share per ingress per pass keeps the loop polling completions.
+            for _ in 0..256 {
+                let got = requests.poll_from(i, |msg| {
+                    let env = msg.env;
+                    let now = clock::now_ns();
+                    if clock::expired(env.deadline, now) {
+                        let e =
+                            ErrorPayload::new(ErrorCode::Timeout, "deadline passed while queued");
+                        answers.send_error(i, env, &e);
+                        return Some(());
+                    }
+                    let key = match backend.batch_key(msg.payload) {
+                        Ok(k) => k,
+                        Err(e) => {
+                            answers.send_error(i, env, &e);
+                            return Some(());
+                        }
+                    };
+                    // The filling slot of this key with room, else a free slot; else the
+                    // request waits in its ring.
+                    let Some(si) = self
+                        .slots
+                        .iter()
+                        .position(|s| {
+                            matches!(s.phase, Phase::Filling { key: k, .. } if k == key)
+                                && s.rows.len() < s.cap
+                        })
+                        .or_else(|| {
+                            self.slots
+                                .iter()
+                                .position(|s| matches!(s.phase, Phase::Free))
+                        })
+                    else {
+                        self.blocked = true;
+                        return None;
+                    };
+                    let slot = &mut self.slots[si];
+                    let row = slot.rows.len();
+                    if let Err(e) = slot.dev.stage(key, row, msg.payload) {
+                        answers.send_error(i, env, &e);
+                        return Some(());
+                    }
+                    if matches!(slot.phase, Phase::Free) {
+                        slot.phase = Phase::Filling {
+                            key,
+                            since: Instant::now(),
+                        };
+                    }
+                    slot.rows.push(Row {
+                        ingress: i as u32,
+                        env,
+                        answered: false,
+                    });
+                    Some(())
+                });
+                if got.is_none() {
+                    break;
+                }
+                taken += 1;
+            }
+        }
+        taken
+    }
+
+    /// Launches every filling slot that is full or has waited its timeout (all of them when
+    /// `hurry`: stopping, or a request waits for a slot).
+    fn launch_due(&mut self, engine: &str, answers: &mut AnswerRings, hurry: bool) -> usize {
+        let mut launched = 0;
+        let now_ns = clock::now_ns();
+        for slot in self.slots.iter_mut() {
+            let room = slot.cap;
+            let Phase::Filling { key, since } = slot.phase else {
+                continue;
+            };
+            let due = hurry || slot.rows.len() >= room || since.elapsed() >= self.cfg.timeout;
+            if !due {
+                continue;
+            }
+            // Requests whose deadline passed while the batch filled are answered now; their
+            // rows are still computed (the batch is already staged) but not answered again.
+            for r in slot.rows.iter_mut() {
+                if clock::expired(r.env.deadline, now_ns) {
+                    let e = ErrorPayload::new(ErrorCode::Timeout, "deadline passed while batching");
+                    answers.send_error(r.ingress as usize, r.env, &e);
+                    r.answered = true;
+                }
+            }
+            if slot.rows.iter().all(|r| r.answered) {
+                slot.rows.clear();
+                slot.phase = Phase::Free;
+                continue;
+            }
+            let rows = slot.rows.len();
+            match slot.dev.launch(key, rows) {
+                Ok(()) => {
+                    self.metrics.cohort(engine, rows);
+                    slot.phase = Phase::InFlight {
+                        key,
+                        launched: Instant::now(),
+                    };
+                }
+                Err(msg) => {
+                    tracing::error!(error = %msg, "batch launch failed");
+                    let e = ErrorPayload::new(ErrorCode::Internal, format!("launch failed: {msg}"));
+                    for r in slot.rows.drain(..).filter(|r| !r.answered) {
+                        answers.send_error(r.ingress as usize, r.env, &e);
+                    }
+                    slot.phase = Phase::Free;
+                }
+            }
+            launched += 1;
+        }
+        launched
+    }
+
+    /// Answers every launched batch that has finished.
+    fn complete(&mut self, engine: &str, answers: &mut AnswerRings) -> usize {
+        let mut done = 0;
+        for slot in self.slots.iter_mut() {
+            let Phase::InFlight { key, launched } = slot.phase else {
+                continue;
+            };
+            let finished = match slot.dev.poll() {
+                Ok(f) => f,
+                Err(msg) => {
+                    tracing::error!(error = %msg, "batch failed");
+                    let e =
+                        ErrorPayload::new(ErrorCode::Internal, format!("device failure: {msg}"));
+                    for r in slot.rows.drain(..).filter(|r| !r.answered) {
+                        answers.send_error(r.ingress as usize, r.env, &e);
+                    }
+                    slot.phase = Phase::Free;
+                    done += 1;
+                    continue;
+                }
+            };
+            if !finished {
+                continue;
+            }
+            let compute = launched.elapsed();
+            let launched_ns = clock::now_ns().saturating_sub(compute.as_nanos() as u64);
+            for (row, r) in slot.rows.iter().enumerate() {
+                if r.answered {
+                    continue;
+                }
+                let wait = Duration::from_nanos(launched_ns.saturating_sub(r.env.arrived));
+                self.metrics.stage(engine, self.cfg.stage, wait, compute);
+                self.scratch.clear();
+                match slot.dev.answer(key, row, &mut self.scratch) {
+                    Ok(()) => answers.send(r.ingress as usize, ok(r.env), &self.scratch),
+                    Err(e) => answers.send_error(r.ingress as usize, r.env, &e),
+                }
+            }
+            slot.rows.clear();
+            slot.phase = Phase::Free;
+            done += 1;
+        }
+        done
+    }
+}

@@ -1,0 +1,56 @@
+//! Waking a thread that parked because its rings were empty.
+//!
+//! A producer rings only when the consumer said it is about to sleep, so under load (the
+//! consumer never parks) a message costs no syscall. The consumer announces sleep, re-checks
+//! its rings, and only then parks: a message published in between is never missed.
+
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
+use std::thread::Thread;
+use std::time::Duration;
+
+/// Something a producer wakes after writing into a ring (an engine lane's thread, an io
+/// thread's eventfd).
+pub trait Wake: Send + Sync {
+    fn wake(&self);
+}
+
+/// The bell of one consumer thread.
+#[derive(Default)]
+pub struct Bell {
+    sleeping: AtomicBool,
+    /// The thread that sleeps on this bell (locked only to bind, and to wake a sleeper).
+    thread: Mutex<Option<Thread>>,
+}
+
+impl Bell {
+    pub fn new() -> Arc<Bell> {
+        Arc::new(Bell::default())
+    }
+
+    /// The consumer thread registers itself before it first sleeps (a later thread may
+    /// take the bell over).
+    pub fn bind_current(&self) {
+        *self.thread.lock().expect("bell lock") = Some(std::thread::current());
+    }
+
+    /// Parks the calling (bound) thread for at most `timeout`, unless `work_waiting` says
+    /// there is work after sleep was announced.
+    pub fn sleep(&self, timeout: Duration, work_waiting: impl Fn() -> bool) {
+        self.sleeping.store(true, Ordering::SeqCst);
+        if !work_waiting() {
+            std::thread::park_timeout(timeout);
+        }
+        self.sleeping.store(false, Ordering::SeqCst);
+    }
+}
+
+impl Wake for Bell {
+    fn wake(&self) {
+        if self.sleeping.load(Ordering::SeqCst) && self.sleeping.swap(false, Ordering::SeqCst) {
+            if let Some(t) = &*self.thread.lock().expect("bell lock") {
+                t.unpark();
+            }
+        }
+    }
+}

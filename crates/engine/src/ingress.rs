@@ -1,0 +1,183 @@
+//! The ingress side of the engine boundary: what an io thread (or the TCP/HTTP side) holds to
+//! turn requests into messages and answer messages back into replies.
+//!
+//! [`Ingress`] owns the in-flight table (token -> who asked, kept on the host) and this
+//! ingress's ring ends. Every admitted token is answered exactly once: by the engine's answer
+//! message, or by the ingress itself when the lane that held it has died (INTERNAL) or when
+//! shutdown gives up waiting (UNAVAILABLE). The table's generations make a late answer for a
+//! token already answered harmless (counted, never delivered).
+
+use crate::clock;
+use crate::inflight::{InflightTable, LaneRef, Meta};
+use crate::metrics::Metrics;
+use crate::wiring::{answer_of, IngressEnds, Refusal};
+use cohort_mq::Envelope;
+use cohort_proto::{ErrorCode, ErrorPayload};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+pub struct Ingress<T> {
+    pub ends: IngressEnds,
+    table: InflightTable<T>,
+    metrics: Arc<Metrics>,
+    /// Deadline of requests that carry none.
+    default_timeout: Duration,
+    /// Answers for tokens no longer in flight (answered by the ingress before the engine).
+    pub stale_answers: u64,
+}
+
+/// What an answer is, as the ingress hands it on.
+pub type Answer<'a> = Result<&'a [u8], ErrorPayload>;
+
+impl<T> Ingress<T> {
+    pub fn new(
+        ends: IngressEnds,
+        capacity: usize,
+        metrics: Arc<Metrics>,
+        default_timeout: Duration,
+    ) -> Ingress<T> {
+        Ingress {
+            ends,
+            table: InflightTable::new(capacity),
+            metrics,
+            default_timeout,
+            stale_answers: 0,
+        }
+    }
+
+    /// Admits one request: its message goes into a lane's request ring and `who` waits in the
+    /// table for the answer. On refusal `who` comes back with the error to answer at once (it
+    /// is already counted in the metrics).
+    pub fn submit(
+        &mut self,
+        who: T,
+        service: u16,
+        request_id: u64,
+        timeout_us: u32,
+        payload: &[u8],
+    ) -> Result<(), (T, ErrorPayload)> {
+        let arrived = Instant::now();
+        let now = clock::now_ns();
+        let timeout = match timeout_us {
+            0 => self.default_timeout,
+            us => Duration::from_micros(us as u64),
+        };
+        let meta = Meta {
+            service,
+            request_id,
+            arrived,
+            lane: LaneRef { engine: 0, lane: 0 },
+        };
+        if !self.has_room() {
+            let e = ErrorPayload::new(
+                ErrorCode::Overloaded,
+                "too many requests in flight on this ingress",
+            );
+            self.metrics
+                .answered(service, e.code.label(), Duration::ZERO);
+            return Err((who, e));
+        }
+        let token = self.table.insert(who, meta).expect("room checked");
+        let env = Envelope {
+            token,
+            service,
+            status: 0,
+            request_id,
+            deadline: now.saturating_add(timeout.as_nanos() as u64),
+            arrived: now,
+        };
+        match self.ends.send(env, payload) {
+            Ok(lane) => {
+                self.table.set_lane(token, lane);
+                Ok(())
+            }
+            Err(r) => {
+                let (who, _) = self.table.take(token).expect("just inserted");
+                Err(self.refused(who, service, r))
+            }
+        }
+    }
+
+    /// True when the table has room for another request.
+    pub fn has_room(&self) -> bool {
+        self.table.in_flight() < self.table_capacity()
+    }
+
+    fn table_capacity(&self) -> usize {
+        self.table.capacity()
+    }
+
+    fn refused(&self, who: T, service: u16, r: Refusal) -> (T, ErrorPayload) {
+        let e = r.error(service);
+        self.metrics
+            .answered(service, e.code.label(), Duration::ZERO);
+        (who, e)
+    }
+
+    /// Hands up to `max` answers to `f` (who asked, its meta, the answer). Returns how many
+    /// messages were read.
+    pub fn drain(&mut self, max: usize, mut f: impl FnMut(T, &Meta, Answer<'_>)) -> usize {
+        let (table, metrics, stale) = (&mut self.table, &self.metrics, &mut self.stale_answers);
+        self.ends
+            .drain_answers(max, |m| match table.take(m.env.token) {
+                Some((who, meta)) => {
+                    let answer = answer_of(&m).map(|()| m.payload);
+                    let outcome = match &answer {
+                        Ok(_) => "ok",
+                        Err(e) => e.code.label(),
+                    };
+                    metrics.answered(meta.service, outcome, meta.arrived.elapsed());
+                    f(who, &meta, answer)
+                }
+                None => *stale += 1,
+            })
+    }
+
+    /// Checks for lanes that died (a panicked engine thread): takes what they answered, then
+    /// answers INTERNAL for every request they still held. Returns how many were failed.
+    pub fn reap_dead_lanes(&mut self, mut f: impl FnMut(T, &Meta, Answer<'_>)) -> usize {
+        let dead = self.ends.newly_dead_lanes();
+        if dead.is_empty() {
+            return 0;
+        }
+        while self.drain(usize::MAX, &mut f) > 0 {}
+        let tokens = self.table.tokens_where(|m| dead.contains(&m.lane));
+        for &t in &tokens {
+            tracing::error!(engine = %self.ends.engine_name(dead[0].engine), "an engine lane stopped; failing its requests");
+            let (who, meta) = self.table.take(t).expect("listed in flight");
+            let e = ErrorPayload::new(
+                ErrorCode::Internal,
+                "the engine lane running this request stopped",
+            );
+            self.metrics
+                .answered(meta.service, e.code.label(), meta.arrived.elapsed());
+            f(who, &meta, Err(e));
+        }
+        tokens.len()
+    }
+
+    /// Shutdown gave up waiting: answers every request still in flight with `code`.
+    pub fn abandon_all(
+        &mut self,
+        code: ErrorCode,
+        message: &str,
+        mut f: impl FnMut(T, &Meta, Answer<'_>),
+    ) -> usize {
+        let tokens = self.table.tokens_where(|_| true);
+        for &t in &tokens {
+            let (who, meta) = self.table.take(t).expect("listed in flight");
+            self.metrics
+                .answered(meta.service, code.label(), meta.arrived.elapsed());
+            f(who, &meta, Err(ErrorPayload::new(code, message)));
+        }
+        tokens.len()
+    }
+
+    pub fn in_flight(&self) -> usize {
+        self.table.in_flight()
+    }
+
+    pub fn metrics(&self) -> &Arc<Metrics> {
+        &self.metrics
+    }
+}

@@ -1,0 +1,464 @@
+//! The rings between ingress threads and engine lanes: the engine boundary.
+//!
+//! Every (ingress thread, engine lane) pair has two single-producer single-consumer mqueues:
+//! requests (ingress -> lane) and answers (lane -> ingress). An ingress is an io thread (one
+//! UDP socket) or the shared TCP/HTTP side; a lane is one consumer thread of an engine (a cpu
+//! worker, a GPU's control thread). [`wire`] builds them all at start-up; each side then owns
+//! its ends ([`IngressEnds`], [`LaneEnds`]) and no lock or allocation sits between them.
+
+use crate::bell::{Bell, Wake};
+use crate::dispatch::DispatchPolicy;
+use crate::inflight::LaneRef;
+use cohort_mq::{channel, Consumer, Envelope, Layout, Message, Producer, SendError};
+use cohort_proto::{ErrorCode, ErrorPayload};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, OnceLock};
+
+/// Slot sizes: a request or answer up to `stride - 48` bytes sits in its slot; larger ones
+/// (rare: k-NN with dimension > 240 as f32, big echo payloads) spill to the heap.
+pub const DEFAULT_STRIDE: usize = 1024;
+
+/// One engine as the wiring sees it.
+#[derive(Debug, Clone)]
+pub struct EngineSpec {
+    /// The engine kind's name (`cpu`, `gpu-cohort`, ...): metrics label and messages.
+    pub name: String,
+    /// Consumer threads, one ring pair per ingress each.
+    pub lanes: usize,
+    pub policy: DispatchPolicy,
+    /// Wire ids of the services this engine runs.
+    pub services: Vec<u16>,
+    /// Slots per request ring and per answer ring (powers of two).
+    pub slots: usize,
+}
+
+/// Slots per ring so that all of an engine's request rings together hold about `max_queue`.
+pub fn slots_for(max_queue: usize, lanes: usize, ingresses: usize) -> usize {
+    (max_queue / (lanes * ingresses).max(1))
+        .clamp(64, 1 << 16)
+        .next_power_of_two()
+}
+
+/// Whether a lane's thread still runs. Set false by [`HealthGuard`] when the thread ends for
+/// any reason, a panic included; the ingresses then answer what the lane held.
+#[derive(Default)]
+struct LaneHealth {
+    dead: AtomicBool,
+}
+
+/// Dropped when a lane's thread ends (returning or unwinding).
+pub struct HealthGuard(Arc<LaneHealth>);
+
+impl Drop for HealthGuard {
+    fn drop(&mut self) {
+        self.0.dead.store(true, Ordering::Release);
+    }
+}
+
+/// Where an ingress is woken when answers arrive; set by the ingress once it exists.
+type WakeCell = Arc<OnceLock<Arc<dyn Wake>>>;
+
+pub struct Wiring {
+    pub ingresses: Vec<IngressEnds>,
+    /// engines[e][l]: lane l of engine e.
+    pub engines: Vec<Vec<LaneEnds>>,
+}
+
+pub fn wire(ingresses: usize, engines: &[EngineSpec]) -> Wiring {
+    assert!(ingresses >= 1, "at least one ingress");
+    assert!(engines.len() < u16::MAX as usize);
+    let wakes: Vec<WakeCell> = (0..ingresses).map(|_| Arc::new(OnceLock::new())).collect();
+    let mut routes = Vec::new();
+    let mut ing_engines: Vec<Vec<EngineTx>> = (0..ingresses).map(|_| Vec::new()).collect();
+    let mut ing_answers: Vec<Vec<(LaneRef, Consumer)>> =
+        (0..ingresses).map(|_| Vec::new()).collect();
+    let mut lanes_out = Vec::new();
+    for (e, spec) in engines.iter().enumerate() {
+        assert!(spec.lanes >= 1, "engine {} has no lane", spec.name);
+        for &s in &spec.services {
+            assert!(
+                !routes.iter().any(|&(r, _)| r == s),
+                "service {s} routed to two engines"
+            );
+            routes.push((s, e as u16));
+        }
+        let name: Arc<str> = spec.name.as_str().into();
+        let layout = Layout::with_stride(spec.slots, DEFAULT_STRIDE);
+        let publish = (spec.slots / 8).clamp(1, 32);
+        let mut txs: Vec<Vec<LaneTx>> = (0..ingresses).map(|_| Vec::new()).collect();
+        let mut lanes = Vec::new();
+        for l in 0..spec.lanes {
+            let id = LaneRef {
+                engine: e as u16,
+                lane: l as u16,
+            };
+            let bell = Bell::new();
+            let health = Arc::new(LaneHealth::default());
+            let mut requests = Vec::new();
+            let mut answers = Vec::new();
+            for i in 0..ingresses {
+                let (rp, rc) = channel(layout, publish);
+                let (ap, ac) = channel(layout, publish);
+                txs[i].push(LaneTx {
+                    ring: rp,
+                    bell: bell.clone(),
+                    health: health.clone(),
+                    dead_seen: false,
+                });
+                requests.push(rc);
+                answers.push(ap);
+                ing_answers[i].push((id, ac));
+            }
+            lanes.push(LaneEnds {
+                id,
+                engine: name.clone(),
+                requests: RequestRings {
+                    rings: requests,
+                    next: 0,
+                },
+                answers: AnswerRings {
+                    rings: answers,
+                    wakes: wakes.clone(),
+                },
+                bell,
+                health,
+            });
+        }
+        for (i, lanes) in txs.into_iter().enumerate() {
+            ing_engines[i].push(EngineTx {
+                name: name.clone(),
+                policy: spec.policy,
+                lanes,
+                next: i,
+            });
+        }
+        lanes_out.push(lanes);
+    }
+    let ingresses = ing_engines
+        .into_iter()
+        .zip(ing_answers)
+        .enumerate()
+        .map(|(i, (engines, answers))| IngressEnds {
+            index: i,
+            wake: wakes[i].clone(),
+            routes: routes.clone(),
+            engines,
+            answers,
+            next_answer: 0,
+        })
+        .collect();
+    Wiring {
+        ingresses,
+        engines: lanes_out,
+    }
+}
+
+struct LaneTx {
+    ring: Producer,
+    bell: Arc<Bell>,
+    health: Arc<LaneHealth>,
+    dead_seen: bool,
+}
+
+struct EngineTx {
+    name: Arc<str>,
+    policy: DispatchPolicy,
+    lanes: Vec<LaneTx>,
+    next: usize,
+}
+
+/// Why ingress could not hand a request to an engine.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Refusal {
+    /// No engine of this server runs the service.
+    UnknownService,
+    /// Every request ring the request could go to is full.
+    Overloaded,
+    /// Every lane of the service's engine has stopped.
+    EngineDown,
+}
+
+impl Refusal {
+    pub fn error(self, service: u16) -> ErrorPayload {
+        match self {
+            Refusal::UnknownService => ErrorPayload::new(
+                ErrorCode::UnknownService,
+                format!("unknown service {service}"),
+            ),
+            Refusal::Overloaded => ErrorPayload::new(ErrorCode::Overloaded, "engine queue full"),
+            Refusal::EngineDown => {
+                ErrorPayload::new(ErrorCode::Internal, "the service's engine has stopped")
+            }
+        }
+    }
+}
+
+/// One ingress thread's ends: a request ring into every lane, an answer ring out of every lane.
+pub struct IngressEnds {
+    pub index: usize,
+    wake: WakeCell,
+    routes: Vec<(u16, u16)>,
+    engines: Vec<EngineTx>,
+    answers: Vec<(LaneRef, Consumer)>,
+    next_answer: usize,
+}
+
+impl IngressEnds {
+    /// Registers what the lanes wake after writing this ingress an answer (once).
+    pub fn set_wake(&self, w: Arc<dyn Wake>) {
+        assert!(self.wake.set(w).is_ok(), "ingress wake set twice");
+    }
+
+    /// The engine index serving `service`.
+    pub fn engine_of(&self, service: u16) -> Option<u16> {
+        self.routes
+            .iter()
+            .find(|&&(s, _)| s == service)
+            .map(|&(_, e)| e)
+    }
+
+    pub fn engine_name(&self, engine: u16) -> &str {
+        &self.engines[engine as usize].name
+    }
+
+    /// Writes a request into one lane of its service's engine (chosen by the engine's
+    /// dispatch policy) and wakes that lane. Never blocks.
+    pub fn send(&mut self, env: Envelope, payload: &[u8]) -> Result<LaneRef, Refusal> {
+        let e = self.engine_of(env.service).ok_or(Refusal::UnknownService)?;
+        let eng = &mut self.engines[e as usize];
+        let n = eng.lanes.len();
+        let live = |l: &LaneTx| !l.health.dead.load(Ordering::Relaxed);
+        let first = match eng.policy {
+            DispatchPolicy::RoundRobin => {
+                eng.next = eng.next.wrapping_add(1);
+                eng.next % n
+            }
+            DispatchPolicy::LeastLoaded => {
+                let mut best = (usize::MAX, 0);
+                for (i, l) in eng.lanes.iter_mut().enumerate() {
+                    if live(l) {
+                        let d = l.ring.depth();
+                        // Ties go to the lowest lane: an idle engine keeps one lane hot.
+                        if d < best.0 {
+                            best = (d, i);
+                        }
+                    }
+                }
+                best.1
+            }
+            // Fibonacci hashing spreads sequential ids evenly.
+            DispatchPolicy::KeyHash => {
+                (env.request_id.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) as usize % n
+            }
+        };
+        let mut any_live = false;
+        for k in 0..n {
+            let i = (first + k) % n;
+            let lane = &mut eng.lanes[i];
+            if !live(lane) {
+                continue;
+            }
+            any_live = true;
+            match lane.ring.try_send(env, payload) {
+                Ok(()) => {
+                    lane.bell.wake();
+                    return Ok(LaneRef {
+                        engine: e,
+                        lane: i as u16,
+                    });
+                }
+                Err(SendError::Full) if eng.policy != DispatchPolicy::KeyHash => continue,
+                Err(SendError::Full) => return Err(Refusal::Overloaded),
+                Err(SendError::Closed | SendError::TooLarge) => continue,
+            }
+        }
+        Err(if any_live {
+            Refusal::Overloaded
+        } else {
+            Refusal::EngineDown
+        })
+    }
+
+    /// Hands up to `max` waiting answers to `f`, from every lane in turn. Returns how many.
+    pub fn drain_answers(&mut self, max: usize, mut f: impl FnMut(Message<'_>)) -> usize {
+        let n = self.answers.len();
+        let mut got = 0;
+        let mut empty_in_a_row = 0;
+        while got < max && empty_in_a_row < n {
+            let i = self.next_answer % n;
+            if self.answers[i].1.try_recv(&mut f).is_some() {
+                got += 1;
+                empty_in_a_row = 0;
+            } else {
+                self.answers[i].1.publish();
+                self.next_answer = self.next_answer.wrapping_add(1);
+                empty_in_a_row += 1;
+            }
+        }
+        got
+    }
+
+    pub fn answers_waiting(&self) -> bool {
+        self.answers.iter().any(|(_, c)| c.is_ready())
+    }
+
+    /// Lanes whose thread has ended since the last call. The caller drains the answers they
+    /// wrote, then answers whatever it still holds for them (nothing more will come).
+    pub fn newly_dead_lanes(&mut self) -> Vec<LaneRef> {
+        let mut out = Vec::new();
+        for (e, eng) in self.engines.iter_mut().enumerate() {
+            for (l, lane) in eng.lanes.iter_mut().enumerate() {
+                if !lane.dead_seen && lane.health.dead.load(Ordering::Acquire) {
+                    lane.dead_seen = true;
+                    out.push(LaneRef {
+                        engine: e as u16,
+                        lane: l as u16,
+                    });
+                }
+            }
+        }
+        out
+    }
+}
+
+/// One lane's ends: a request ring from every ingress, an answer ring to every ingress.
+pub struct LaneEnds {
+    pub id: LaneRef,
+    pub engine: Arc<str>,
+    pub requests: RequestRings,
+    pub answers: AnswerRings,
+    pub bell: Arc<Bell>,
+    health: Arc<LaneHealth>,
+}
+
+impl LaneEnds {
+    /// Hold this in the lane's thread for its whole life: when the thread ends (a panic
+    /// included) the ingresses learn it and answer what this lane held.
+    pub fn health_guard(&self) -> HealthGuard {
+        HealthGuard(self.health.clone())
+    }
+
+    /// Parks the calling thread until a request may have arrived, or `timeout`.
+    pub fn sleep(&mut self, timeout: std::time::Duration) {
+        self.requests.publish();
+        let req = &self.requests;
+        self.bell.sleep(timeout, || req.any_ready());
+    }
+}
+
+pub struct RequestRings {
+    rings: Vec<Consumer>,
+    next: usize,
+}
+
+impl RequestRings {
+    /// Ingresses (one ring each).
+    pub fn len(&self) -> usize {
+        self.rings.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.rings.is_empty()
+    }
+
+    /// Offers ingress `i`'s next request to `f`; it is released if `f` returns Some.
+    pub fn poll_from<R>(
+        &mut self,
+        i: usize,
+        f: impl FnOnce(Message<'_>) -> Option<R>,
+    ) -> Option<R> {
+        self.rings[i].try_recv_if(f)
+    }
+
+    /// Takes one request from the next ingress that has one (round robin) and hands it to
+    /// `f` with its ingress index.
+    pub fn poll<R>(&mut self, f: impl FnOnce(usize, Message<'_>) -> R) -> Option<R> {
+        let n = self.rings.len();
+        for k in 0..n {
+            let i = (self.next + k) % n;
+            if self.rings[i].is_ready() {
+                self.next = i + 1;
+                return self.rings[i].try_recv(|m| f(i, m));
+            }
+        }
+        None
+    }
+
+    pub fn any_ready(&self) -> bool {
+        self.rings.iter().any(|c| c.is_ready())
+    }
+
+    /// Whether ingress `i`'s ring holds a request.
+    pub fn is_ready(&self, i: usize) -> bool {
+        self.rings[i].is_ready()
+    }
+
+    /// Publishes every ring's tail (before going idle).
+    pub fn publish(&mut self) {
+        self.rings.iter_mut().for_each(Consumer::publish);
+    }
+}
+
+pub struct AnswerRings {
+    rings: Vec<Producer>,
+    wakes: Vec<WakeCell>,
+}
+
+impl AnswerRings {
+    /// Writes an answer for a request that came from ingress `to` (its envelope, with
+    /// `status` 0 for a result or an error code) and wakes that ingress. Waits while the ring
+    /// is full (the ingress drains it continuously); drops the answer if the ingress is gone
+    /// (it answered everything itself before leaving).
+    pub fn send(&mut self, to: usize, env: Envelope, payload: &[u8]) {
+        let mut spins = 0u32;
+        loop {
+            match self.rings[to].try_send(env, payload) {
+                Ok(()) => break,
+                Err(SendError::Full) => {
+                    self.wake(to);
+                    spins += 1;
+                    if spins > 64 {
+                        std::thread::yield_now();
+                    } else {
+                        std::hint::spin_loop();
+                    }
+                }
+                Err(SendError::Closed) => return,
+                Err(SendError::TooLarge) => unreachable!("answer rings spill"),
+            }
+        }
+        self.wake(to);
+    }
+
+    /// An error answer: the code in `status`, the message as payload.
+    pub fn send_error(&mut self, to: usize, env: Envelope, e: &ErrorPayload) {
+        let env = Envelope {
+            status: e.code as u16,
+            ..env
+        };
+        self.send(to, env, e.message.as_bytes());
+    }
+
+    fn wake(&self, to: usize) {
+        if let Some(w) = self.wakes[to].get() {
+            w.wake();
+        }
+    }
+}
+
+/// The answer envelope of a request (status 0: a result).
+pub fn ok(env: Envelope) -> Envelope {
+    Envelope { status: 0, ..env }
+}
+
+/// Turns an answer message back into a result or an error.
+pub fn answer_of(m: &Message<'_>) -> Result<(), ErrorPayload> {
+    if m.env.status == 0 {
+        return Ok(());
+    }
+    let code = ErrorCode::from_u16(m.env.status).unwrap_or(ErrorCode::Internal);
+    Err(ErrorPayload::new(
+        code,
+        String::from_utf8_lossy(m.payload).into_owned(),
+    ))
+}

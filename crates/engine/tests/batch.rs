@@ -1,0 +1,173 @@
+//! The generic batching engine (gpu-direct / gpu-cohort's loop) on CPU twin slots: batches
+//! close at their size or their timeout, keys never mix, deadlines expire, shutdown drains,
+//! and a panicking backend loses no request.
+
+mod common;
+use cohort_proto::ErrorCode;
+use common::*;
+use std::time::{Duration, Instant};
+
+const LONG: Duration = Duration::from_secs(10);
+
+#[test]
+fn a_batch_closes_at_its_size() {
+    let mut r = batch_rig(1, 2, 4, LONG, Duration::ZERO, 64);
+    let c = &mut r.clients[0];
+    for i in 0..8 {
+        c.send(i, &[1, i as u8], LONG);
+    }
+    c.collect(Duration::from_secs(2));
+    for i in 0..8u64 {
+        assert_eq!(c.answers[&i], vec![Ok(vec![i as u8, 1])]);
+    }
+    assert_eq!(
+        r.batches(),
+        (2, 8),
+        "two full batches of four, no timeout waited"
+    );
+    r.stop();
+}
+
+#[test]
+fn a_batch_closes_at_its_timeout() {
+    let mut r = batch_rig(1, 2, 100, Duration::from_millis(40), Duration::ZERO, 64);
+    let c = &mut r.clients[0];
+    let t = Instant::now();
+    for i in 0..3 {
+        c.send(i, &[7, 7], LONG);
+    }
+    c.collect(Duration::from_secs(2));
+    let waited = t.elapsed();
+    assert!(
+        waited >= Duration::from_millis(35),
+        "answered after {waited:?}"
+    );
+    assert!(waited < Duration::from_secs(1), "answered after {waited:?}");
+    assert_eq!(r.batches(), (1, 3));
+    r.stop();
+}
+
+#[test]
+fn batch_keys_never_mix() {
+    let mut r = batch_rig(1, 3, 100, Duration::from_millis(5), Duration::ZERO, 64);
+    let c = &mut r.clients[0];
+    for i in 0..6 {
+        c.send(i, &[(i % 2) as u8 + 1, 9], LONG);
+    }
+    c.collect(Duration::from_secs(2));
+    assert_eq!(c.code(5), None);
+    assert_eq!(r.batches(), (2, 6), "one batch per key");
+    r.stop();
+}
+
+#[test]
+fn requests_past_their_deadline_time_out_and_bad_ones_are_refused() {
+    // The batch waits 60 ms; a request with a 10 ms deadline expires in it.
+    let mut r = batch_rig(1, 2, 100, Duration::from_millis(60), Duration::ZERO, 64);
+    let c = &mut r.clients[0];
+    c.send(1, &[3, 1], Duration::from_millis(10));
+    c.send(2, &[3, 2], LONG);
+    c.send(3, &[], LONG);
+    c.collect(Duration::from_secs(2));
+    assert_eq!(c.code(1), Some(ErrorCode::Timeout));
+    assert_eq!(c.code(2), None);
+    assert_eq!(
+        c.code(3),
+        Some(ErrorCode::BadRequest),
+        "batch_key's error is the answer"
+    );
+    r.stop();
+}
+
+#[test]
+fn shutdown_launches_what_is_waiting_and_answers_everything() {
+    let mut r = batch_rig(1, 2, 1000, LONG, Duration::from_millis(5), 1024);
+    for i in 0..500 {
+        r.clients[0].send(i, &[1, 2, 3], LONG);
+    }
+    let t = Instant::now();
+    r.stop();
+    assert!(
+        t.elapsed() < Duration::from_secs(2),
+        "stop did not wait out the batch timeout"
+    );
+    let c = &mut r.clients[0];
+    c.collect(Duration::from_secs(1));
+    assert_eq!(c.answers.len(), 500);
+    assert!((0..500).all(|i| c.code(i).is_none()));
+}
+
+#[test]
+fn a_panicking_backend_loses_no_request() {
+    let mut r = batch_rig(1, 2, 8, Duration::from_millis(20), Duration::ZERO, 64);
+    let c = &mut r.clients[0];
+    for i in 0..20 {
+        c.send(i, if i == 5 { b"panic" } else { b"ok" }, LONG);
+    }
+    c.collect(Duration::from_secs(5));
+    assert_eq!(c.ingress.in_flight(), 0, "all answered");
+    for i in 0..20u64 {
+        let n = c.answers[&i].len();
+        assert_eq!(n, 1, "request {i} answered {n} times");
+    }
+    assert_eq!(c.code(5), Some(ErrorCode::Internal));
+    // The lane is gone: new requests are refused at once, not queued forever.
+    c.send(99, b"ok", LONG);
+    assert_eq!(c.code(99), Some(ErrorCode::Internal));
+    r.stop();
+}
+
+#[test]
+fn under_load_from_several_ingresses_every_request_is_answered_once() {
+    // Four ingress threads, small rings (many OVERLOADED), two slots with a device time: each
+    // request gets exactly one answer, a result or OVERLOADED.
+    let mut r = batch_rig(
+        4,
+        2,
+        64,
+        Duration::from_micros(200),
+        Duration::from_micros(300),
+        64,
+    );
+    let clients = std::mem::take(&mut r.clients);
+    let handles: Vec<_> = clients
+        .into_iter()
+        .enumerate()
+        .map(|(t, mut c)| {
+            std::thread::spawn(move || {
+                c.bell.bind_current();
+                for i in 0..20_000u64 {
+                    c.send(i, &[(i % 3) as u8, t as u8], LONG);
+                    if c.answers.contains_key(&i) {
+                        // Refused (OVERLOADED): back off as a client would.
+                        c.collect(Duration::from_micros(200));
+                    }
+                    // Drain as an io thread does between reads; up to 512 in flight against
+                    // rings of 64: both answers and OVERLOADED.
+                    if i % 16 == 0 {
+                        c.collect(Duration::ZERO);
+                    }
+                    while c.ingress.in_flight() >= 512 {
+                        c.collect(Duration::from_micros(100));
+                    }
+                }
+                c.collect(Duration::from_secs(10));
+                c
+            })
+        })
+        .collect();
+    let mut ok = 0;
+    for h in handles {
+        let c = h.join().unwrap();
+        assert_eq!(c.answers.len(), 20_000);
+        for i in 0..20_000u64 {
+            match c.code(i) {
+                None => ok += 1,
+                Some(ErrorCode::Overloaded) => {}
+                other => panic!("request {i}: {other:?}"),
+            }
+        }
+    }
+    assert!(ok > 10_000, "{ok} answered");
+    r.stop();
+}

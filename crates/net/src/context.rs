@@ -1,0 +1,53 @@
+//! What every listener shares: the services (for the HTTP JSON mapping), the limits, the
+//! metrics, the shutdown flag, and the TCP/HTTP side's ingress.
+
+use crate::async_ingress::AsyncIngress;
+use cohort_engine::{Metrics, Registry, ReplyPort, Response, ResponseBody};
+use cohort_proto::{ErrorCode, ErrorPayload, Header, Kind};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+
+pub struct Context {
+    pub registry: Registry,
+    pub max_payload: usize,
+    pub metrics: Arc<Metrics>,
+    pub shutting_down: AtomicBool,
+    /// TCP and HTTP requests enter the engines here.
+    pub(crate) async_side: AsyncIngress,
+}
+
+impl Context {
+    pub fn is_shutting_down(&self) -> bool {
+        self.shutting_down.load(Ordering::Acquire)
+    }
+
+    /// TCP/HTTP: admits one frame whose header parsed. Every path answers through `port`
+    /// exactly once (at once for a refusal, else when the engine's answer comes back).
+    pub fn submit(&self, header: &Header, payload: &[u8], port: Arc<dyn ReplyPort>) {
+        let refuse = |code: ErrorCode, msg: String| {
+            self.metrics
+                .answered(header.service, code.label(), std::time::Duration::ZERO);
+            port.deliver(Response {
+                request_id: header.request_id,
+                service: header.service,
+                body: ResponseBody::Err(ErrorPayload::new(code, msg)),
+            })
+        };
+        if header.kind != Kind::Request {
+            return refuse(
+                ErrorCode::BadRequest,
+                "clients may only send requests".into(),
+            );
+        }
+        if self.is_shutting_down() {
+            return refuse(ErrorCode::Unavailable, "server is shutting down".into());
+        }
+        if let Err((port, e)) = self.async_side.submit(port.clone(), header, payload) {
+            port.deliver(Response {
+                request_id: header.request_id,
+                service: header.service,
+                body: ResponseBody::Err(e),
+            });
+        }
+    }
+}

@@ -1,0 +1,109 @@
+//! The services a server can host, each with its CPU function and, where it has one, its GPU
+//! backend. Adding a service = its module + one line in [`CATALOG`].
+
+use crate::micro_gpu::{Micro, MicroGpu};
+use cohort_engine::Service;
+use cohort_gpu::engine::GpuBackend;
+use cohort_gpu::knn::{GpuIvf, Precision};
+use cohort_gpu::DeviceInfo;
+use std::path::PathBuf;
+use std::sync::Arc;
+
+/// What services may need at start-up (from flags or the config file).
+#[derive(Debug, Clone)]
+pub struct ServiceOptions {
+    /// knn: the IVF index file.
+    pub index: Option<PathBuf>,
+    /// knn on the cpu engine: serve from the mapped file instead of a resident copy.
+    pub index_mapped: bool,
+    /// knn on the GPU: element type of the vectors there.
+    pub precision: Precision,
+}
+
+impl Default for ServiceOptions {
+    fn default() -> Self {
+        ServiceOptions {
+            index: None,
+            index_mapped: false,
+            precision: Precision::F32,
+        }
+    }
+}
+
+type CpuBuild = fn(&ServiceOptions, bool) -> Result<Arc<dyn Service>, String>;
+type GpuBuild = fn(&ServiceOptions, &DeviceInfo) -> Result<Arc<dyn GpuBackend>, String>;
+
+pub struct Entry {
+    pub name: &'static str,
+    /// The service itself (schema, CPU function, JSON mapping). The flag says whether a GPU
+    /// engine will run it (knn then maps its index instead of holding a resident copy).
+    pub build: CpuBuild,
+    /// Its GPU backend on one device; None: the service runs on the cpu engine only.
+    pub gpu: Option<GpuBuild>,
+}
+
+pub const CATALOG: &[Entry] = &[
+    Entry {
+        name: "echo",
+        build: |_, _| Ok(Arc::new(crate::echo::Echo)),
+        gpu: Some(|_, dev| micro(Micro::Echo, dev)),
+    },
+    Entry {
+        name: "spin",
+        build: |_, _| Ok(Arc::new(crate::spin::Spin)),
+        gpu: Some(|_, dev| micro(Micro::Spin, dev)),
+    },
+    Entry {
+        name: "knn",
+        build: knn_service,
+        gpu: Some(knn_gpu),
+    },
+];
+
+pub fn entry(name: &str) -> Option<&'static Entry> {
+    CATALOG.iter().find(|e| e.name == name)
+}
+
+pub fn names() -> Vec<&'static str> {
+    CATALOG.iter().map(|e| e.name).collect()
+}
+
+fn micro(kind: Micro, dev: &DeviceInfo) -> Result<Arc<dyn GpuBackend>, String> {
+    Ok(Arc::new(
+        MicroGpu::new(kind, dev).map_err(|e| e.to_string())?,
+    ))
+}
+
+fn load_index(o: &ServiceOptions, mapped: bool) -> Result<cohort_knn::IvfIndex, String> {
+    let Some(path) = &o.index else {
+        return Err("the knn service needs an index (--index PATH)".into());
+    };
+    let ix = if mapped {
+        cohort_knn::IvfIndex::load(path)
+    } else {
+        cohort_knn::IvfIndex::load_resident(path)
+    };
+    ix.map_err(|e| format!("loading {}: {e:#}", path.display()))
+}
+
+fn knn_service(o: &ServiceOptions, on_gpu: bool) -> Result<Arc<dyn Service>, String> {
+    // A GPU engine validates requests itself and uploads its own copy: a mapped index here
+    // costs only the pages actually read (header, centroids).
+    let index = load_index(o, o.index_mapped || on_gpu)?;
+    tracing::info!(
+        n = index.n,
+        dim = index.dim,
+        nlist = index.nlist,
+        default_nprobe = index.default_nprobe,
+        "index loaded"
+    );
+    Ok(Arc::new(crate::knn::Knn {
+        index: Arc::new(index),
+    }))
+}
+
+fn knn_gpu(o: &ServiceOptions, dev: &DeviceInfo) -> Result<Arc<dyn GpuBackend>, String> {
+    let index = load_index(o, true)?;
+    let ivf = GpuIvf::upload(dev, &index, o.precision).map_err(|e| e.to_string())?;
+    Ok(Arc::new(crate::knn::gpu::KnnGpu::new(ivf)))
+}

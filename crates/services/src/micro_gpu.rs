@@ -1,0 +1,173 @@
+//! The GPU backends of `echo` and `spin` (Lynx's micro-benchmarks on the GPU): every request
+//! is one block of `kernels/micro.cu`; spin busy-waits the requested microseconds on the GPU's
+//! clock. A batch packs its payloads end to end, so only the bytes sent cross the bus.
+
+use crate::spin;
+use cohort_engine::BatchBackend;
+use cohort_gpu::engine::{pinned_for_reads, pinned_for_uploads, GpuBackend, StreamBuffers};
+use cohort_gpu::{compile_cached, DeviceInfo, GpuError, KernelSource};
+use cohort_proto::{ErrorCode, ErrorPayload};
+use cudarc::driver::{
+    CudaContext, CudaFunction, CudaSlice, CudaStream, LaunchConfig, PinnedHostSlice, PushKernelArg,
+};
+use std::sync::Arc;
+
+/// Largest payload one request may carry on the GPU engines.
+pub const MAX_ROW_BYTES: usize = 4096;
+
+pub const KERNELS: KernelSource = KernelSource {
+    name: "micro.cu",
+    source: include_str!("../kernels/micro.cu"),
+};
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Micro {
+    Echo,
+    Spin,
+}
+
+pub struct MicroGpu {
+    kind: Micro,
+    ctx: Arc<CudaContext>,
+    func: CudaFunction,
+}
+
+impl MicroGpu {
+    pub fn new(kind: Micro, dev: &DeviceInfo) -> Result<MicroGpu, GpuError> {
+        let ctx = CudaContext::new(dev.ordinal)?;
+        let arch: &'static str = Box::leak(dev.arch().into_boxed_str());
+        let module = ctx.load_module(compile_cached(&KERNELS, arch)?)?;
+        let func = module.load_function(match kind {
+            Micro::Echo => "echo_rows",
+            Micro::Spin => "spin_rows",
+        })?;
+        Ok(MicroGpu { kind, ctx, func })
+    }
+}
+
+impl BatchBackend for MicroGpu {
+    fn batch_key(&self, payload: &[u8]) -> Result<u64, ErrorPayload> {
+        if self.kind == Micro::Spin {
+            spin::decode(payload)?;
+        }
+        if payload.len() > MAX_ROW_BYTES {
+            return Err(ErrorPayload::new(
+                ErrorCode::TooLarge,
+                format!("the gpu engines carry at most {MAX_ROW_BYTES} payload bytes per request"),
+            ));
+        }
+        Ok(0)
+    }
+}
+
+impl GpuBackend for MicroGpu {
+    fn context(&self) -> &Arc<CudaContext> {
+        &self.ctx
+    }
+
+    fn stream_buffers(
+        &self,
+        stream: &Arc<CudaStream>,
+        cap: usize,
+    ) -> Result<Box<dyn StreamBuffers>, GpuError> {
+        let bytes = cap * MAX_ROW_BYTES;
+        // SAFETY: staging is written before it is copied in (only the staged prefix is);
+        // results are read after their copy-out completed.
+        unsafe {
+            Ok(Box::new(MicroBuffers {
+                func: self.func.clone(),
+                host_in: pinned_for_uploads(&self.ctx, bytes)?,
+                // Read back by `answer`: cached, not write-combined.
+                host_offs: pinned_for_reads(&self.ctx, cap)?,
+                host_lens: pinned_for_reads(&self.ctx, cap)?,
+                host_out: pinned_for_reads(&self.ctx, bytes)?,
+                dev_in: stream.alloc_zeros(bytes)?,
+                dev_offs: stream.alloc_zeros(cap)?,
+                dev_lens: stream.alloc_zeros(cap)?,
+                dev_out: stream.alloc_zeros(bytes)?,
+                cursor: 0,
+            }))
+        }
+    }
+
+    /// The byte counts of a batch vary, so a captured graph could not be replayed.
+    fn graphable(&self) -> bool {
+        false
+    }
+}
+
+struct MicroBuffers {
+    func: CudaFunction,
+    host_in: PinnedHostSlice<u8>,
+    host_offs: PinnedHostSlice<u32>,
+    host_lens: PinnedHostSlice<u32>,
+    host_out: PinnedHostSlice<u8>,
+    dev_in: CudaSlice<u8>,
+    dev_offs: CudaSlice<u32>,
+    dev_lens: CudaSlice<u32>,
+    dev_out: CudaSlice<u8>,
+    /// Bytes staged so far in this batch.
+    cursor: usize,
+}
+
+fn gpu_error(e: impl std::fmt::Display) -> ErrorPayload {
+    ErrorPayload::new(ErrorCode::Internal, format!("gpu failure: {e}"))
+}
+
+impl StreamBuffers for MicroBuffers {
+    fn stage(&mut self, _key: u64, row: usize, payload: &[u8]) -> Result<(), ErrorPayload> {
+        if row == 0 {
+            self.cursor = 0;
+        }
+        let off = self.cursor;
+        // batch_key capped the length, so a full batch fits its arena of cap x MAX_ROW_BYTES.
+        self.host_in.as_mut_slice().map_err(gpu_error)?[off..off + payload.len()]
+            .copy_from_slice(payload);
+        self.host_offs.as_mut_slice().map_err(gpu_error)?[row] = off as u32;
+        self.host_lens.as_mut_slice().map_err(gpu_error)?[row] = payload.len() as u32;
+        self.cursor += payload.len();
+        Ok(())
+    }
+
+    fn enqueue(&mut self, s: &Arc<CudaStream>, _key: u64, rows: usize) -> Result<(), GpuError> {
+        let bytes = self.cursor.max(1);
+        s.memcpy_htod(
+            &self.host_in.as_slice()?[..bytes],
+            &mut self.dev_in.slice_mut(0..bytes),
+        )?;
+        s.memcpy_htod(
+            &self.host_offs.as_slice()?[..rows],
+            &mut self.dev_offs.slice_mut(0..rows),
+        )?;
+        s.memcpy_htod(
+            &self.host_lens.as_slice()?[..rows],
+            &mut self.dev_lens.slice_mut(0..rows),
+        )?;
+        let n = rows as u32;
+        let mut b = s.launch_builder(&self.func);
+        b.arg(&self.dev_in)
+            .arg(&self.dev_offs)
+            .arg(&self.dev_lens)
+            .arg(&mut self.dev_out)
+            .arg(&n);
+        let cfg = LaunchConfig {
+            grid_dim: (n, 1, 1),
+            block_dim: (128, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: matches echo_rows/spin_rows; offs + lens of every row lie inside `bytes`.
+        unsafe { b.launch(cfg) }?;
+        s.memcpy_dtoh(
+            &self.dev_out.slice(0..bytes),
+            &mut self.host_out.as_mut_slice()?[..bytes],
+        )?;
+        Ok(())
+    }
+
+    fn answer(&mut self, _key: u64, row: usize, out: &mut Vec<u8>) -> Result<(), ErrorPayload> {
+        let off = self.host_offs.as_slice().map_err(gpu_error)?[row] as usize;
+        let len = self.host_lens.as_slice().map_err(gpu_error)?[row] as usize;
+        out.extend_from_slice(&self.host_out.as_slice().map_err(gpu_error)?[off..off + len]);
+        Ok(())
+    }
+}
