@@ -70,6 +70,9 @@ pub struct LoadArgs {
     /// Write a throughput-latency PNG here (sweeps).
     #[arg(long)]
     pub plot: Option<PathBuf>,
+    /// knn with --gt: exit non-zero when a run's recall@k is below this.
+    #[arg(long)]
+    pub min_recall: Option<f64>,
 }
 
 pub fn workload(a: &LoadArgs) -> Result<Arc<dyn Workload>> {
@@ -189,7 +192,31 @@ pub fn run(a: LoadArgs) -> Result<()> {
     }
     if let Some(p) = &a.plot {
         let title = format!("{} over {}", a.service, a.target);
-        plot(&[(a.service.clone(), reports)], &title, p)?;
+        plot(&[(a.service.clone(), reports.clone())], &title, p)?;
+    }
+    verdict(&reports, a.min_recall)
+}
+
+/// A run whose every answer is an error (or missing) failed, whatever it measured; so did one
+/// below the recall asked for.
+pub fn verdict(reports: &[Report], min_recall: Option<f64>) -> Result<()> {
+    for r in reports {
+        let rate = r
+            .offered_rate
+            .map_or("closed loop".into(), |x| format!("{x:.0}/s"));
+        if r.sent > 0 && r.ok == 0 {
+            bail!("every request of the run at {rate} failed: {:?}", r.errors);
+        }
+        if r.sent == 0 {
+            bail!("the run at {rate} sent no request");
+        }
+        if let Some(min) = min_recall {
+            match r.extra.get("recall_at_k").and_then(|v| v.as_f64()) {
+                Some(x) if x >= min => {}
+                Some(x) => bail!("recall@k {x:.4} at {rate} is below --min-recall {min}"),
+                None => bail!("--min-recall needs a knn run with --gt"),
+            }
+        }
     }
     Ok(())
 }

@@ -133,5 +133,9 @@ fn selftest(what: &str, seed: Option<u64>) -> anyhow::Result<()> {
         println!("{line}");
     }
     println!("selftest gpu: all kernels match their CPU twins");
+    for line in cohort_services::selftest::run(seed).map_err(anyhow::Error::msg)? {
+        println!("{line}");
+    }
+    println!("selftest gpu: every service's GPU backend matches its CPU twin through the engines");
     Ok(())
 }

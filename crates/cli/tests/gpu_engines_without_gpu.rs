@@ -14,7 +14,10 @@ fn cohort(args: &[&str]) -> std::process::Output {
 #[test]
 fn gpu_engines_exit_cleanly_without_a_gpu() {
     if cohort_gpu::probe().is_ok() {
-        eprintln!("SKIPPED: this machine has a GPU; the no-GPU path cannot be checked here");
+        cohort_gpu::report_skip(
+            "gpu engines without a gpu",
+            "this machine has a GPU; the no-GPU path cannot be checked here",
+        );
         return;
     }
     let dir = std::env::temp_dir().join(format!("cohort-nogpu-{}", std::process::id()));

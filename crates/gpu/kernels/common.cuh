@@ -1,11 +1,9 @@
 // Definitions shared by the k-NN kernel files (prepended to each before NVRTC compiles it).
 
-#define BLOCK 256
+// BLOCK, MAX_K, MAX_DIM, NO_ID, QB, RT and SEL_MAX come from crates/gpu/src/consts.rs (the
+// prelude NVRTC compiles before this file); they are never restated here.
 #define WARPS (BLOCK / 32)
-#define MAX_DIM 1024
-#define MAX_K 128
 #define INF __int_as_float(0x7f800000)
-#define NO_ID 0xffffffffu
 
 // (d, i) strictly before (e, j)? The order of every result: distance, then the smaller id.
 __device__ __forceinline__ bool before(float d, unsigned i, float e, unsigned j) {

@@ -18,10 +18,9 @@
 // distance loops free of data-dependent work; the candidate rows cost a write and a read of
 // 4 bytes per scanned vector, small beside the vector itself.
 
-#define QB 32                  // queries per work item
-#define RT 64                  // rows per shared-memory tile
+// QB (queries per work item), RT (rows per shared-memory tile) and SEL_MAX (largest k or
+// nprobe a select returns; also the largest nprobe here) come from the host's consts.rs.
 #define DC 32                  // dimensions per chunk staged in shared memory
-#define SEL_MAX 256            // largest k (or nprobe) a select returns; also max nprobe here
 #define FULL 0xffffffffu
 #define ROW_PATH_MAX 8         // groups up to this many queries take the thread-per-row path
 #define ROW_PATH_DIM 512       // ... when dim fits its shared query buffer (the tile otherwise)

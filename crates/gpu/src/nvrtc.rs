@@ -12,25 +12,32 @@ pub struct KernelSource {
     pub source: &'static str,
 }
 
-/// Every `.cu` file of the project (CI compiles each of them through NVRTC).
+/// The k-NN kernel files (CI compiles each of them through NVRTC). Each is compiled as one
+/// self-contained source: the constants shared with the host (`consts::cuda_prelude`), then
+/// common.cuh, then the file.
 pub fn kernel_sources() -> &'static [KernelSource] {
-    // common.cuh is prepended to each file (NVRTC gets one self-contained source).
-    &[
-        KernelSource {
-            name: "knn.cu",
-            source: concat!(
-                include_str!("../kernels/common.cuh"),
-                include_str!("../kernels/knn.cu")
-            ),
-        },
-        KernelSource {
-            name: "knn_tiled.cu",
-            source: concat!(
-                include_str!("../kernels/common.cuh"),
-                include_str!("../kernels/knn_tiled.cu")
-            ),
-        },
-    ]
+    static SOURCES: std::sync::OnceLock<Vec<KernelSource>> = std::sync::OnceLock::new();
+    SOURCES.get_or_init(|| {
+        let files = [
+            ("knn.cu", include_str!("../kernels/knn.cu")),
+            ("knn_tiled.cu", include_str!("../kernels/knn_tiled.cu")),
+        ];
+        files
+            .into_iter()
+            .map(|(name, body)| KernelSource {
+                name,
+                source: Box::leak(
+                    format!(
+                        "{}{}{}",
+                        crate::consts::cuda_prelude(),
+                        include_str!("../kernels/common.cuh"),
+                        body
+                    )
+                    .into_boxed_str(),
+                ),
+            })
+            .collect()
+    })
 }
 
 pub fn nvrtc_available() -> bool {

@@ -1,7 +1,7 @@
 //! Kernel compile checks (NVRTC, no GPU needed) and GPU-vs-CPU checks (skipped with a printed
 //! reason where no GPU exists).
 
-use cohort_gpu::{compile_cached, kernel_sources, nvrtc_available, probe};
+use cohort_gpu::{compile_cached, kernel_sources, nvrtc_available, probe, report_skip};
 
 /// CI installs NVRTC from PyPI and sets COHORT_REQUIRE_NVRTC=1, so a kernel that does not
 /// compile fails CI.
@@ -12,7 +12,10 @@ fn every_kernel_compiles_for_sm90_through_nvrtc() {
             std::env::var_os("COHORT_REQUIRE_NVRTC").is_none(),
             "NVRTC required but not loadable"
         );
-        eprintln!("SKIPPED: NVRTC is not installed (pip install nvidia-cuda-nvrtc; add its lib folder to LD_LIBRARY_PATH)");
+        report_skip(
+            "kernels compile",
+            "NVRTC is not installed (pip install nvidia-cuda-nvrtc; add its lib folder to LD_LIBRARY_PATH)",
+        );
         return;
     }
     let dir = std::env::temp_dir().join(format!("cohort-kcache-{}", std::process::id()));
@@ -57,7 +60,7 @@ fn every_kernel_compiles_for_sm90_through_nvrtc() {
 #[test]
 fn gpu_kernels_match_cpu_twins() {
     if let Err(e) = probe() {
-        eprintln!("SKIPPED: {e}");
+        report_skip("gpu kernels vs cpu twins", &e.to_string());
         return;
     }
     let seed = std::time::SystemTime::now()
@@ -75,5 +78,35 @@ fn probe_without_a_driver_is_an_error_not_a_panic() {
     match probe() {
         Ok(devs) => assert!(!devs.is_empty()),
         Err(e) => assert!(e.to_string().contains("no CUDA device"), "{e}"),
+    }
+}
+
+/// The limits the host relies on are defined once (consts.rs) and reach the kernels through
+/// the generated prelude; no kernel file restates one.
+#[test]
+fn kernel_files_never_restate_the_shared_constants() {
+    let files = [
+        ("common.cuh", include_str!("../kernels/common.cuh")),
+        ("knn.cu", include_str!("../kernels/knn.cu")),
+        ("knn_tiled.cu", include_str!("../kernels/knn_tiled.cu")),
+    ];
+    let prelude = cohort_gpu::consts::cuda_prelude();
+    for c in ["BLOCK", "MAX_K", "MAX_DIM", "NO_ID", "QB", "RT", "SEL_MAX"] {
+        let def = format!("#define {c} ");
+        assert!(prelude.contains(&def), "prelude lacks {c}");
+        for (name, text) in files {
+            assert!(
+                !text.lines().any(|l| l.trim_start().starts_with(&def)),
+                "{name} restates {c}"
+            );
+        }
+    }
+    assert!(prelude.contains(&format!("#define MAX_K {}\n", cohort_gpu::knn::GPU_MAX_K)));
+    for s in kernel_sources() {
+        assert!(
+            s.source.starts_with(&prelude),
+            "{} compiled without the prelude",
+            s.name
+        );
     }
 }

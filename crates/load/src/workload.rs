@@ -127,6 +127,12 @@ impl KnnWorkload {
         if ids.len() != self.k {
             return false;
         }
+        // The same neighbour twice is a wrong answer, whatever the recall.
+        let mut sorted = ids.to_vec();
+        sorted.sort_unstable();
+        if sorted.windows(2).any(|w| w[0] == w[1]) {
+            return false;
+        }
         if let Some((gt_dim, gt)) = &self.gt {
             let q = self.query(seq);
             let truth = &gt[q * gt_dim..q * gt_dim + self.k.min(*gt_dim)];

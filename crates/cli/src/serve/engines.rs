@@ -105,10 +105,15 @@ pub fn start_engines(a: &ServeArgs, ingresses: usize) -> Result<EngineSide> {
         .collect();
     let metrics = Arc::new(Metrics::new(labels));
     let wiring = wire(ingresses, &specs);
-    let devices = if plans.iter().any(|p| p.engine.is_gpu()) {
-        cohort_gpu::probe()?
-    } else {
+    let on_gpu: Vec<String> = plans
+        .iter()
+        .filter(|p| p.engine.is_gpu())
+        .map(|p| format!("{} on {}", p.name, p.engine.name()))
+        .collect();
+    let devices = if on_gpu.is_empty() {
         Vec::new()
+    } else {
+        cohort_gpu::probe().with_context(|| format!("{} needs a GPU", on_gpu.join(", ")))?
     };
     let mut engines = Vec::new();
     for ((p, lanes), n) in plans.iter().zip(wiring.engines).zip(lanes) {

@@ -18,13 +18,13 @@ use cudarc::driver::{
 };
 use std::sync::Arc;
 
-/// Limits of the kernels (compile-time sizes in the .cu files).
-pub const GPU_MAX_K: usize = 128;
-pub const GPU_MAX_DIM: usize = 1024;
+/// Limits of the kernels (defined once in `crate::consts`, compiled into the kernels).
+pub const GPU_MAX_K: usize = crate::consts::MAX_K;
+pub const GPU_MAX_DIM: usize = crate::consts::MAX_DIM;
 /// The per-pair reduce holds nprobe * k candidates (8 bytes each) in shared memory.
 pub const GPU_MAX_CANDIDATES: usize = 6144;
 /// The tiled plan's select keeps nprobe probe offsets and k winners in shared memory.
-pub const TILED_MAX_PROBE: usize = 256;
+pub const TILED_MAX_PROBE: usize = crate::consts::SEL_MAX;
 /// Batches from this size take the tiled plan: on the H200 it beats the per-pair plan from a
 /// single query up (bench/README.md), so the per-pair plan serves only nprobe above
 /// TILED_MAX_PROBE (and stays as the stage-by-stage twin the tests compare).
@@ -32,9 +32,8 @@ pub const TILED_MIN_COHORT: usize = 1;
 /// Candidate distances one `Buffers` holds for the tiled plan (1 GiB); a cohort whose
 /// candidate rows need more runs in several passes.
 pub const DEFAULT_CANDIDATE_FLOATS: usize = 1 << 28;
-const BLOCK: u32 = 256;
-/// The id of an empty result position (fewer than k candidates).
-pub const NO_ID: u32 = u32::MAX;
+const BLOCK: u32 = crate::consts::BLOCK as u32;
+pub use crate::consts::NO_ID;
 
 /// Element type of the vectors on the device; distances are computed in f32 in every case.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

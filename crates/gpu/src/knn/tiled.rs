@@ -6,9 +6,7 @@ use crate::GpuError;
 use cudarc::driver::{LaunchConfig, PushKernelArg};
 use std::sync::Arc;
 
-/// Queries per work item and rows per shared tile (QB, RT in knn_tiled.cu).
-const QB: usize = 32;
-const RT: usize = 64;
+use crate::consts::{QB, RT};
 /// Resident blocks per SM the grid-stride search aims for (256 threads, ~13 KiB shared each).
 const BLOCKS_PER_SM: usize = 8;
 

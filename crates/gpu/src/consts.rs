@@ -1,0 +1,41 @@
+//! Every constant the k-NN kernels and the host code share, defined once, here. The CUDA side
+//! receives them as `#define`s prepended to each kernel file ([`cuda_prelude`]), so a kernel
+//! file never states its own copy of a limit the host relies on.
+
+/// Threads per block of the per-pair kernels and the filter.
+pub const BLOCK: usize = 256;
+/// Largest k a kernel returns.
+pub const MAX_K: usize = 128;
+/// Largest vector dimension (the per-pair kernels stage a query in shared memory).
+pub const MAX_DIM: usize = 1024;
+/// The id of an empty result position (fewer than k candidates).
+pub const NO_ID: u32 = u32::MAX;
+/// Tiled plan: queries per work item.
+pub const QB: usize = 32;
+/// Tiled plan: rows per shared-memory tile.
+pub const RT: usize = 64;
+/// Tiled plan: the largest k or nprobe a radix select returns (so the largest nprobe).
+pub const SEL_MAX: usize = 256;
+
+/// The `#define` block every kernel file is compiled with.
+pub fn cuda_prelude() -> String {
+    // Plain int literals (kernels mix them with int arithmetic: min(RT, n) must stay int);
+    // NO_ID is the one unsigned.
+    let defs: [(&str, usize); 6] = [
+        ("BLOCK", BLOCK),
+        ("MAX_K", MAX_K),
+        ("MAX_DIM", MAX_DIM),
+        ("QB", QB),
+        ("RT", RT),
+        ("SEL_MAX", SEL_MAX),
+    ];
+    let mut s = String::from(
+        "// Generated from crates/gpu/src/consts.rs: the limits host and kernels share.\n",
+    );
+    for (name, v) in defs {
+        assert!(v <= i32::MAX as usize);
+        s.push_str(&format!("#define {name} {v}\n"));
+    }
+    s.push_str(&format!("#define NO_ID {NO_ID:#x}u\n"));
+    s
+}
