@@ -82,6 +82,13 @@ fn fetch(src: &Path, out: &Path, extra: &[&str]) -> (bool, String) {
 #[test]
 fn fetch_unpacks_checks_pins_and_resumes() {
     let dir = std::env::temp_dir().join(format!("cohort-fetch-{}", std::process::id()));
+    struct Cleanup(std::path::PathBuf);
+    impl Drop for Cleanup {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+    let _cleanup = Cleanup(dir.clone());
     let _ = std::fs::remove_dir_all(&dir);
     std::fs::create_dir_all(&dir).unwrap();
     let good = archive(&dir, false);

@@ -21,6 +21,13 @@ fn gpu_engines_exit_cleanly_without_a_gpu() {
         return;
     }
     let dir = std::env::temp_dir().join(format!("cohort-nogpu-{}", std::process::id()));
+    struct Cleanup(std::path::PathBuf);
+    impl Drop for Cleanup {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+    let _cleanup = Cleanup(dir.clone());
     let d = dir.to_str().unwrap();
     assert!(cohort(&[
         "data",

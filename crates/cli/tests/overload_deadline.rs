@@ -83,6 +83,13 @@ fn five_times_capacity_for_ten_seconds_keeps_every_promise() {
 #[test]
 fn check_config_accepts_a_good_file_and_rejects_a_bad_one() {
     let dir = std::env::temp_dir().join(format!("cohort-cfgtest-{}", std::process::id()));
+    struct Cleanup(std::path::PathBuf);
+    impl Drop for Cleanup {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+    let _cleanup = Cleanup(dir.clone());
     std::fs::create_dir_all(&dir).unwrap();
     let good = dir.join("good.toml");
     std::fs::write(

@@ -19,6 +19,13 @@ fn every_kernel_compiles_for_sm90_through_nvrtc() {
         return;
     }
     let dir = std::env::temp_dir().join(format!("cohort-kcache-{}", std::process::id()));
+    struct Cleanup(std::path::PathBuf);
+    impl Drop for Cleanup {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+    let _cleanup = Cleanup(dir.clone());
     std::env::set_var("COHORT_KERNEL_CACHE", &dir);
     for src in kernel_sources() {
         let ptx = compile_cached(src, "sm_90").unwrap_or_else(|e| panic!("{}: {e}", src.name));

@@ -5,12 +5,26 @@ use cohort_knn::synth::{Model, SynthConfig};
 use cohort_knn::vecfile::*;
 use cohort_knn::{IvfIndex, Metric, SearchParams, Vectors};
 use proptest::prelude::*;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
-fn tmpdir(name: &str) -> PathBuf {
+/// A scratch folder removed when the test ends (tests leave nothing in /tmp).
+struct TmpDir(PathBuf);
+impl std::ops::Deref for TmpDir {
+    type Target = Path;
+    fn deref(&self) -> &Path {
+        &self.0
+    }
+}
+impl Drop for TmpDir {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn tmpdir(name: &str) -> TmpDir {
     let d = std::env::temp_dir().join(format!("cohort-knn-{name}-{}", std::process::id()));
     std::fs::create_dir_all(&d).unwrap();
-    d
+    TmpDir(d)
 }
 
 fn synth(n: usize, dim: usize, stream: u64) -> Vectors {

@@ -62,13 +62,20 @@ pub(crate) async fn serve_http(
                     ids.fetch_add(1, Ordering::Relaxed),
                 )
             });
+            // A connection opened while the server drains (a health check, say) is served
+            // one request, then closed; one opened before is closed gracefully when the
+            // drain begins (the request in progress finishes, keep-alive ends).
+            let opened_draining = *sd.borrow();
             let conn = hyper::server::conn::http1::Builder::new()
                 .timer(TokioTimer::new())
                 .header_read_timeout(HEADER_TIMEOUT)
+                .keep_alive(!opened_draining)
                 .serve_connection(TokioIo::new(stream), svc);
             tokio::pin!(conn);
-            // Draining: finish the request in progress, then close (keep-alive ends).
             let draining = async {
+                if opened_draining {
+                    return std::future::pending().await;
+                }
                 while !*sd.borrow() {
                     if sd.changed().await.is_err() {
                         break;

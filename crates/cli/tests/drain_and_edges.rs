@@ -1,0 +1,247 @@
+//! Shutdown and edge cases found by a client written from the docs alone: every id a GOAWAY
+//! lists is answered even when work outlasts the drain; /healthz says 503 while draining; a
+//! frame cut short by FIN gets its error frame; the HTTP gateway's error bodies, Allow header,
+//! size limits and metrics; host names for listen addresses.
+
+mod common;
+use cohort_proto::{
+    encode_frame, ErrorPayload, Frame, GoAway, Header, Kind, HEADER_LEN, MAX_PAYLOAD,
+};
+use common::*;
+use std::collections::HashSet;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::Duration;
+
+fn spin_frame(id: u64, us: u32) -> Vec<u8> {
+    let mut f = Vec::new();
+    let p = cohort_services::spin::encode(us, b"");
+    encode_frame(
+        Header::request(cohort_proto::service_id::SPIN, id, p.len()),
+        &p,
+        &mut f,
+    );
+    f
+}
+
+/// Reads frames until the server closes: (GOAWAY ids, answered ids with their kinds).
+fn read_until_close(c: &mut TcpStream) -> (Vec<u64>, Vec<(u64, Kind)>) {
+    let (mut buf, mut goaway, mut answers) = (Vec::new(), Vec::new(), Vec::new());
+    let mut chunk = [0u8; 4096];
+    loop {
+        while let Ok(Some((f, used))) = Frame::decode_stream(&buf, MAX_PAYLOAD) {
+            match f.header.kind {
+                Kind::GoAway => goaway = GoAway::decode(f.payload).unwrap().pending,
+                k => answers.push((f.header.request_id, k)),
+            }
+            buf.drain(..used);
+        }
+        match c.read(&mut chunk) {
+            Ok(0) | Err(_) => return (goaway, answers),
+            Ok(n) => buf.extend_from_slice(&chunk[..n]),
+        }
+    }
+}
+
+fn http(addr: SocketAddr, req: &str) -> String {
+    let mut c = TcpStream::connect(addr).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    c.write_all(req.as_bytes()).unwrap();
+    let mut out = String::new();
+    let _ = c.read_to_string(&mut out);
+    out
+}
+
+#[test]
+fn every_id_a_goaway_lists_is_answered_even_when_work_outlasts_the_drain() {
+    // One worker, 20 spins of 100 ms pipelined, a 500 ms drain: most cannot finish in time.
+    let mut s = Served::start(&[
+        "--service",
+        "spin",
+        "--workers",
+        "1",
+        "--drain-timeout-ms",
+        "500",
+    ]);
+    let mut c = TcpStream::connect(s.tcp.unwrap()).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    for id in 1..=20 {
+        c.write_all(&spin_frame(id, 100_000)).unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(150));
+    s.sigterm();
+    let (goaway, answers) = read_until_close(&mut c);
+    assert!(!goaway.is_empty(), "a GOAWAY listing the work in progress");
+    let answered: HashSet<u64> = answers.iter().map(|a| a.0).collect();
+    assert_eq!(
+        answered.len(),
+        answers.len(),
+        "an id answered twice: {answers:?}"
+    );
+    for id in &goaway {
+        assert!(
+            answered.contains(id),
+            "GOAWAY listed {id}, never answered: {answers:?}"
+        );
+    }
+    assert_eq!(answered.len(), 20, "{answers:?}");
+    assert_eq!(s.wait_exit(Duration::from_secs(20)), 0);
+}
+
+#[test]
+fn healthz_answers_503_while_the_server_drains() {
+    let mut s = Served::start(&[
+        "--service",
+        "spin",
+        "--workers",
+        "1",
+        "--drain-timeout-ms",
+        "3000",
+    ]);
+    let http_addr = s.http.unwrap();
+    assert!(http(
+        http_addr,
+        "GET /healthz HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n"
+    )
+    .starts_with("HTTP/1.1 200"));
+    let mut c = TcpStream::connect(s.tcp.unwrap()).unwrap();
+    for id in 1..=10 {
+        c.write_all(&spin_frame(id, 100_000)).unwrap();
+    }
+    std::thread::sleep(Duration::from_millis(100));
+    s.sigterm();
+    std::thread::sleep(Duration::from_millis(300));
+    let r = http(
+        http_addr,
+        "GET /healthz HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n",
+    );
+    assert!(r.starts_with("HTTP/1.1 503"), "{r}");
+    let r = http(
+        http_addr,
+        "POST /v1/echo HTTP/1.1\r\nhost: x\r\ncontent-length: 2\r\nconnection: close\r\n\r\n{}",
+    );
+    assert!(
+        r.contains("UNAVAILABLE") || r.contains("UNKNOWN_SERVICE"),
+        "{r}"
+    );
+    assert_eq!(s.wait_exit(Duration::from_secs(20)), 0);
+}
+
+#[test]
+fn a_frame_cut_short_by_the_client_closing_gets_its_error_frame() {
+    let s = Served::start(&["--service", "echo"]);
+    let mut c = TcpStream::connect(s.tcp.unwrap()).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut f = Vec::new();
+    encode_frame(
+        Header::request(cohort_proto::service_id::ECHO, 42, 100),
+        &[7u8; 100],
+        &mut f,
+    );
+    c.write_all(&f[..HEADER_LEN + 50]).unwrap();
+    c.shutdown(std::net::Shutdown::Write).unwrap();
+    let mut buf = Vec::new();
+    c.read_to_end(&mut buf).unwrap();
+    let (f, _) = Frame::decode_stream(&buf, MAX_PAYLOAD)
+        .unwrap()
+        .expect("an error frame");
+    assert_eq!((f.header.kind, f.header.request_id), (Kind::Error, 42));
+    let e = ErrorPayload::decode(f.payload).unwrap();
+    assert_eq!(e.code, cohort_proto::ErrorCode::BadRequest, "{e:?}");
+}
+
+#[test]
+fn http_errors_share_one_shape_say_their_limits_and_are_counted() {
+    let s = Served::start(&["--service", "echo"]);
+    let a = s.http.unwrap();
+    let r = http(
+        a,
+        "GET /v1/echo HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n",
+    );
+    assert!(r.starts_with("HTTP/1.1 405"), "{r}");
+    assert!(r.to_ascii_lowercase().contains("allow: post"), "{r}");
+    assert!(
+        r.contains("\"error\":\"METHOD_NOT_ALLOWED\"") && r.contains("\"message\""),
+        "{r}"
+    );
+    let r = http(
+        a,
+        "GET /nowhere HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n",
+    );
+    assert!(
+        r.starts_with("HTTP/1.1 404")
+            && r.contains("\"error\":\"NOT_FOUND\"")
+            && r.contains("\"message\""),
+        "{r}"
+    );
+    let r = http(
+        a,
+        "POST /v1/echo HTTP/1.1\r\nhost: x\r\ncontent-length: 5\r\nconnection: close\r\n\r\n{bad}",
+    );
+    assert!(
+        r.starts_with("HTTP/1.1 400") && r.contains("\"error\":\"BAD_REQUEST\""),
+        "{r}"
+    );
+    let big = 5 << 20;
+    let mut c = TcpStream::connect(a).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let head = format!(
+        "POST /v1/echo HTTP/1.1\r\nhost: x\r\ncontent-length: {big}\r\nconnection: close\r\n\r\n"
+    );
+    c.write_all(head.as_bytes()).unwrap();
+    let _ = c.write_all(&vec![b' '; big]);
+    let mut r = String::new();
+    let _ = c.read_to_string(&mut r);
+    assert!(
+        r.starts_with("HTTP/1.1 413") && r.contains("4194304 bytes"),
+        "{r}"
+    );
+    let m = http(
+        a,
+        "GET /metrics HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n",
+    );
+    let count = |outcome: &str| {
+        m.lines()
+            .find(|l| {
+                l.starts_with("cohort_requests_total{")
+                    && l.contains("service=\"echo\"")
+                    && l.contains(&format!("outcome=\"{outcome}\""))
+            })
+            .and_then(|l| l.split_whitespace().last())
+            .and_then(|v| v.parse::<u64>().ok())
+            .unwrap_or(0)
+    };
+    assert_eq!(count("bad_request"), 1, "{m}");
+    assert_eq!(count("too_large"), 1, "{m}");
+}
+
+#[test]
+fn listen_addresses_may_name_hosts() {
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_cohort"))
+        .args([
+            "serve",
+            "--service",
+            "echo",
+            "--http",
+            "localhost:0",
+            "--udp",
+            "localhost:0",
+            "--log-level",
+            "warn",
+        ])
+        .stdout(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let mut line = String::new();
+    std::io::BufRead::read_line(
+        &mut std::io::BufReader::new(child.stdout.take().unwrap()),
+        &mut line,
+    )
+    .unwrap();
+    let _ = child.kill();
+    let _ = child.wait();
+    assert!(
+        line.starts_with("listening udp=127.0.0.1:") && line.contains("http=127.0.0.1:"),
+        "{line}"
+    );
+}

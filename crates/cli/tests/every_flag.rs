@@ -1,0 +1,221 @@
+//! Every flag `cohort serve --help` documents, and the same setting as a config-file key, is
+//! run through `--check-config` (which parses, plans every service's engine and loads the
+//! index); the README's example command is started for real. A new flag without a sample value
+//! here fails the test.
+
+mod common;
+use std::process::Command;
+
+fn cohort(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_cohort"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
+fn index(dir: &std::path::Path) -> String {
+    let d = dir.to_str().unwrap();
+    assert!(cohort(&[
+        "data",
+        "synth",
+        "--n",
+        "500",
+        "--dim",
+        "8",
+        "--queries",
+        "2",
+        "--gt-k",
+        "2",
+        "--out",
+        d,
+        "--log-level",
+        "warn"
+    ])
+    .status
+    .success());
+    let ix = format!("{d}/ix");
+    assert!(cohort(&[
+        "index",
+        "build",
+        "--base",
+        &format!("{d}/base.fvecs"),
+        "--nlist",
+        "8",
+        "--out",
+        &ix,
+        "--log-level",
+        "warn"
+    ])
+    .status
+    .success());
+    ix
+}
+
+/// A valid value for each serve flag (None: a switch).
+fn sample(flag: &str, ix: &str) -> Option<Option<String>> {
+    let v = |s: &str| Some(Some(s.to_string()));
+    match flag {
+        "check-config" | "index-mapped" | "cohort-graphs" => Some(None),
+        "service" => v("echo:cpu,spin"),
+        "service-opt" => v("echo.max_queue=128"),
+        "index" => Some(Some(ix.to_string())),
+        "engine" => v("cpu"),
+        "gpus" => v("0,1"),
+        "max-cohort" => v("512"),
+        "cohort-timeout-us" => v("100"),
+        "gpu-precision" => v("f16"),
+        "streams" => v("2"),
+        "udp" | "tcp" | "http" => v("localhost:0"),
+        "io-threads" => v("2"),
+        "cpus" => v("0-1"),
+        "workers" => v("4"),
+        "worker-cpus" => v("1"),
+        "worker-spin-us" => v("10"),
+        "max-queue" => v("1024"),
+        "default-timeout-us" => v("5000"),
+        "dispatch" => v("key-hash"),
+        "drain-timeout-ms" => v("100"),
+        "log-level" => v("warn"),
+        // Not settings: what the test itself uses or cannot pass alone.
+        "config" | "help" | "version" => Some(None),
+        _ => None,
+    }
+}
+
+fn serve_flags() -> Vec<String> {
+    let out = cohort(&["serve", "--help"]);
+    let help = String::from_utf8_lossy(&out.stdout).into_owned();
+    let mut flags: Vec<String> = help
+        .lines()
+        .filter_map(|l| {
+            l.trim_start()
+                .split_whitespace()
+                .find(|w| w.starts_with("--"))
+        })
+        .map(|w| w.trim_start_matches("--").trim_end_matches(',').to_string())
+        .collect();
+    flags.dedup();
+    // Every flag has a description (no blank help lines).
+    for l in help.lines().filter(|l| l.trim_start().starts_with("--")) {
+        let desc = l.trim_start().splitn(2, "  ").nth(1).unwrap_or("").trim();
+        let next_line_describes = !desc.is_empty() || help.contains(l);
+        assert!(next_line_describes, "undocumented flag: {l}");
+    }
+    flags
+}
+
+#[test]
+fn every_serve_flag_and_config_key_is_accepted() {
+    let dir = std::env::temp_dir().join(format!("cohort-flags-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let ix = index(&dir);
+    let base = [
+        ("--udp", "127.0.0.1:0"),
+        ("--service", "knn,echo"),
+        ("--index", ix.as_str()),
+    ];
+    let flags = serve_flags();
+    assert!(flags.len() > 20, "{flags:?}");
+    for flag in &flags {
+        let value =
+            sample(flag, &ix).unwrap_or_else(|| panic!("no sample value for --{flag}: add one"));
+        if ["config", "help", "version", "check-config"].contains(&flag.as_str()) {
+            continue;
+        }
+        // As a flag (replacing the base setting of the same flag).
+        let mut args: Vec<String> = vec!["serve".into(), "--check-config".into()];
+        for (f, v) in base {
+            if f.trim_start_matches("--") != flag {
+                args.extend([f.to_string(), v.to_string()]);
+            }
+        }
+        args.push(format!("--{flag}"));
+        if let Some(v) = &value {
+            args.push(v.clone());
+        }
+        let refs: Vec<&str> = args.iter().map(String::as_str).collect();
+        let o = cohort(&refs);
+        assert!(
+            o.status.success(),
+            "--{flag}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+        // As a config-file key (log-level is global, not a serve key; service-opt is written
+        // as [services.NAME] tables, checked below).
+        if flag == "log-level" || flag == "service-opt" {
+            continue;
+        }
+        let key = flag.replace('-', "_");
+        let line = match &value {
+            None => format!("{key} = true\n"),
+            Some(v) if v.parse::<i64>().is_ok() => format!("{key} = {v}\n"),
+            Some(v) => format!("{key} = \"{v}\"\n"),
+        };
+        let cfg = dir.join("c.toml");
+        let mut text = String::new();
+        for (k, v) in [
+            ("service", "knn,echo"),
+            ("index", ix.as_str()),
+            ("udp", "127.0.0.1:0"),
+        ] {
+            if k != key {
+                text.push_str(&format!("{k} = \"{v}\"\n"));
+            }
+        }
+        std::fs::write(&cfg, text + &line).unwrap();
+        let o = cohort(&["serve", "--check-config", "--config", cfg.to_str().unwrap()]);
+        assert!(
+            o.status.success(),
+            "config key {key}: {}",
+            String::from_utf8_lossy(&o.stderr)
+        );
+    }
+    // A [services.NAME] table with every per-service key.
+    let cfg = dir.join("s.toml");
+    std::fs::write(
+        &cfg,
+        format!(
+            "service = \"knn:cpu,echo\"\nindex = \"{ix}\"\nudp = \"127.0.0.1:0\"\n[services.knn]\nengine = \"gpu-cohort\"\ngpus = [0]\nmax_cohort = 64\ncohort_timeout_us = 50\nstreams = 2\ngpu_precision = \"f32\"\ncohort_graphs = true\nworkers = 2\nworker_cpus = \"0\"\nmax_queue = 512\ndispatch = \"round-robin\"\n"
+        ),
+    )
+    .unwrap();
+    let o = cohort(&["serve", "--check-config", "--config", cfg.to_str().unwrap()]);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(
+        text.contains("service knn: engine gpu-cohort") && text.contains("max_cohort: 64"),
+        "{text}"
+    );
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn the_readme_example_serves() {
+    // cohort serve --service echo,spin --engine cpu ... --io-threads 2 --cpus 0-1 --workers 4
+    let s = common::Served::start(&[
+        "--service",
+        "echo,spin",
+        "--engine",
+        "cpu",
+        "--io-threads",
+        "2",
+        "--cpus",
+        "0-1",
+        "--workers",
+        "4",
+        "--max-queue",
+        "16384",
+    ]);
+    let w = std::sync::Arc::new(cohort_load::EchoWorkload { payload_bytes: 64 });
+    let r = common::load(
+        cohort_load::Target::Udp(s.udp.unwrap()),
+        cohort_load::Mode::Open {
+            rate: 2000.0,
+            poisson: true,
+        },
+        0.5,
+        w,
+    );
+    common::assert_all_answered(&r);
+    assert_eq!(r.ok, r.sent);
+}
