@@ -87,19 +87,21 @@ fn serve_flags() -> Vec<String> {
     let help = String::from_utf8_lossy(&out.stdout).into_owned();
     let mut flags: Vec<String> = help
         .lines()
-        .filter_map(|l| {
-            l.trim_start()
-                .split_whitespace()
-                .find(|w| w.starts_with("--"))
-        })
+        .filter_map(|l| l.split_whitespace().find(|w| w.starts_with("--")))
         .map(|w| w.trim_start_matches("--").trim_end_matches(',').to_string())
         .collect();
     flags.dedup();
-    // Every flag has a description (no blank help lines).
-    for l in help.lines().filter(|l| l.trim_start().starts_with("--")) {
-        let desc = l.trim_start().splitn(2, "  ").nth(1).unwrap_or("").trim();
-        let next_line_describes = !desc.is_empty() || help.contains(l);
-        assert!(next_line_describes, "undocumented flag: {l}");
+    // Every flag has a description: the line after a flag's line is its text, not the next
+    // flag or a blank.
+    let lines: Vec<&str> = help.lines().collect();
+    for (i, l) in lines.iter().enumerate() {
+        if l.trim_start().starts_with("--") {
+            let next = lines.get(i + 1).map_or("", |n| n.trim());
+            assert!(
+                !next.is_empty() && !next.starts_with("--") && !next.starts_with("-h"),
+                "undocumented flag: {l}"
+            );
+        }
     }
     flags
 }
