@@ -73,6 +73,9 @@ pub struct LoadArgs {
     /// knn with --gt: exit non-zero when a run's recall@k is below this.
     #[arg(long)]
     pub min_recall: Option<f64>,
+    /// Free text recorded in the JSON as `label` (e.g. the server's command line).
+    #[arg(long)]
+    pub label: Option<String>,
 }
 
 pub fn workload(a: &LoadArgs) -> Result<Arc<dyn Workload>> {
@@ -183,11 +186,18 @@ pub fn run(a: LoadArgs) -> Result<()> {
         eprintln!("warning: the generator could not keep the offered rate (generator_saturated)");
     }
     if let Some(p) = &a.json {
-        let v = if a.sweep.is_some() {
+        let mut v = if a.sweep.is_some() {
             serde_json::json!({ "runs": reports })
         } else {
             serde_json::to_value(&reports[0])?
         };
+        // Machine, commit and command beside the numbers, as every benchmark result has.
+        if let serde_json::Value::Object(m) = &mut v {
+            m.extend(crate::bench::provenance());
+            if let Some(l) = &a.label {
+                m.insert("label".into(), l.clone().into());
+            }
+        }
         write_atomic(p, serde_json::to_string_pretty(&v)?.as_bytes())?;
     }
     if let Some(p) = &a.plot {

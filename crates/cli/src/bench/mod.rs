@@ -61,18 +61,28 @@ pub fn machine() -> Value {
     })
 }
 
+/// Machine, commit, command and date of a result.
+pub fn provenance() -> serde_json::Map<String, Value> {
+    let v = json!({
+        "machine": machine(),
+        "commit": env!("COHORT_COMMIT"),
+        "command": std::env::args().collect::<Vec<_>>().join(" "),
+        "unix_time": std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0),
+    });
+    match v {
+        Value::Object(m) => m,
+        _ => unreachable!("an object literal"),
+    }
+}
+
 /// Wraps results with machine, commit, command and date, and writes them atomically.
 pub fn write_result(path: &Path, results: Value) -> Result<()> {
     if let Some(dir) = path.parent() {
         std::fs::create_dir_all(dir)?;
     }
-    let doc = json!({
-        "machine": machine(),
-        "commit": env!("COHORT_COMMIT"),
-        "command": std::env::args().collect::<Vec<_>>().join(" "),
-        "unix_time": std::time::SystemTime::now().duration_since(std::time::UNIX_EPOCH).map(|d| d.as_secs()).unwrap_or(0),
-        "results": results,
-    });
+    let mut doc = provenance();
+    doc.insert("results".into(), results);
+    let doc = Value::Object(doc);
     crate::util::write_atomic(path, serde_json::to_string_pretty(&doc)?.as_bytes())?;
     eprintln!("wrote {}", path.display());
     Ok(())
