@@ -18,8 +18,8 @@ pub struct LoadArgs {
     /// echo, spin or knn.
     #[arg(long, default_value = "echo")]
     pub service: String,
-    /// Open loop at this many requests per second.
-    #[arg(long, conflicts_with_all = ["concurrency", "sweep"])]
+    /// Open loop at this many requests per second (e.g. 20000, 20k, 1.5M).
+    #[arg(long, conflicts_with_all = ["concurrency", "sweep"], value_parser = parse_rate)]
     pub rate: Option<f64>,
     /// Closed loop with this many requests outstanding.
     #[arg(long, conflicts_with = "sweep")]

@@ -35,7 +35,7 @@ pub struct EngineSpec {
 /// Slots per ring so that all of an engine's request rings together hold about `max_queue`.
 pub fn slots_for(max_queue: usize, lanes: usize, ingresses: usize) -> usize {
     (max_queue / (lanes * ingresses).max(1))
-        .clamp(64, 1 << 16)
+        .clamp(64, 1 << 14)
         .next_power_of_two()
 }
 

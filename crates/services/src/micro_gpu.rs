@@ -4,11 +4,11 @@
 
 use crate::spin;
 use cohort_engine::BatchBackend;
-use cohort_gpu::engine::{pinned_for_reads, pinned_for_uploads, GpuBackend, StreamBuffers};
+use cohort_gpu::engine::{GpuBackend, Pinned, StreamBuffers};
 use cohort_gpu::{compile_cached, DeviceInfo, GpuError, KernelSource};
 use cohort_proto::{ErrorCode, ErrorPayload};
 use cudarc::driver::{
-    CudaContext, CudaFunction, CudaSlice, CudaStream, LaunchConfig, PinnedHostSlice, PushKernelArg,
+    CudaContext, CudaFunction, CudaSlice, CudaStream, LaunchConfig, PushKernelArg,
 };
 use std::sync::Arc;
 
@@ -71,23 +71,19 @@ impl GpuBackend for MicroGpu {
         cap: usize,
     ) -> Result<Box<dyn StreamBuffers>, GpuError> {
         let bytes = cap * MAX_ROW_BYTES;
-        // SAFETY: staging is written before it is copied in (only the staged prefix is);
-        // results are read after their copy-out completed.
-        unsafe {
-            Ok(Box::new(MicroBuffers {
-                func: self.func.clone(),
-                host_in: pinned_for_uploads(&self.ctx, bytes)?,
-                // Read back by `answer`: cached, not write-combined.
-                host_offs: pinned_for_reads(&self.ctx, cap)?,
-                host_lens: pinned_for_reads(&self.ctx, cap)?,
-                host_out: pinned_for_reads(&self.ctx, bytes)?,
-                dev_in: stream.alloc_zeros(bytes)?,
-                dev_offs: stream.alloc_zeros(cap)?,
-                dev_lens: stream.alloc_zeros(cap)?,
-                dev_out: stream.alloc_zeros(bytes)?,
-                cursor: 0,
-            }))
-        }
+        Ok(Box::new(MicroBuffers {
+            func: self.func.clone(),
+            host_in: Pinned::for_uploads(&self.ctx, bytes)?,
+            // Read back by `answer`: cached, not write-combined.
+            host_offs: Pinned::for_reads(&self.ctx, cap)?,
+            host_lens: Pinned::for_reads(&self.ctx, cap)?,
+            host_out: Pinned::for_reads(&self.ctx, bytes)?,
+            dev_in: stream.alloc_zeros(bytes)?,
+            dev_offs: stream.alloc_zeros(cap)?,
+            dev_lens: stream.alloc_zeros(cap)?,
+            dev_out: stream.alloc_zeros(bytes)?,
+            cursor: 0,
+        }))
     }
 
     /// The byte counts of a batch vary, so a captured graph could not be replayed.
@@ -98,20 +94,16 @@ impl GpuBackend for MicroGpu {
 
 struct MicroBuffers {
     func: CudaFunction,
-    host_in: PinnedHostSlice<u8>,
-    host_offs: PinnedHostSlice<u32>,
-    host_lens: PinnedHostSlice<u32>,
-    host_out: PinnedHostSlice<u8>,
+    host_in: Pinned<u8>,
+    host_offs: Pinned<u32>,
+    host_lens: Pinned<u32>,
+    host_out: Pinned<u8>,
     dev_in: CudaSlice<u8>,
     dev_offs: CudaSlice<u32>,
     dev_lens: CudaSlice<u32>,
     dev_out: CudaSlice<u8>,
     /// Bytes staged so far in this batch.
     cursor: usize,
-}
-
-fn gpu_error(e: impl std::fmt::Display) -> ErrorPayload {
-    ErrorPayload::new(ErrorCode::Internal, format!("gpu failure: {e}"))
 }
 
 impl StreamBuffers for MicroBuffers {
@@ -121,10 +113,9 @@ impl StreamBuffers for MicroBuffers {
         }
         let off = self.cursor;
         // batch_key capped the length, so a full batch fits its arena of cap x MAX_ROW_BYTES.
-        self.host_in.as_mut_slice().map_err(gpu_error)?[off..off + payload.len()]
-            .copy_from_slice(payload);
-        self.host_offs.as_mut_slice().map_err(gpu_error)?[row] = off as u32;
-        self.host_lens.as_mut_slice().map_err(gpu_error)?[row] = payload.len() as u32;
+        self.host_in.as_mut_slice()[off..off + payload.len()].copy_from_slice(payload);
+        self.host_offs.as_mut_slice()[row] = off as u32;
+        self.host_lens.as_mut_slice()[row] = payload.len() as u32;
         self.cursor += payload.len();
         Ok(())
     }
@@ -132,15 +123,15 @@ impl StreamBuffers for MicroBuffers {
     fn enqueue(&mut self, s: &Arc<CudaStream>, _key: u64, rows: usize) -> Result<(), GpuError> {
         let bytes = self.cursor.max(1);
         s.memcpy_htod(
-            &self.host_in.as_slice()?[..bytes],
+            &self.host_in.as_slice()[..bytes],
             &mut self.dev_in.slice_mut(0..bytes),
         )?;
         s.memcpy_htod(
-            &self.host_offs.as_slice()?[..rows],
+            &self.host_offs.as_slice()[..rows],
             &mut self.dev_offs.slice_mut(0..rows),
         )?;
         s.memcpy_htod(
-            &self.host_lens.as_slice()?[..rows],
+            &self.host_lens.as_slice()[..rows],
             &mut self.dev_lens.slice_mut(0..rows),
         )?;
         let n = rows as u32;
@@ -159,15 +150,15 @@ impl StreamBuffers for MicroBuffers {
         unsafe { b.launch(cfg) }?;
         s.memcpy_dtoh(
             &self.dev_out.slice(0..bytes),
-            &mut self.host_out.as_mut_slice()?[..bytes],
+            &mut self.host_out.as_mut_slice()[..bytes],
         )?;
         Ok(())
     }
 
     fn answer(&mut self, _key: u64, row: usize, out: &mut Vec<u8>) -> Result<(), ErrorPayload> {
-        let off = self.host_offs.as_slice().map_err(gpu_error)?[row] as usize;
-        let len = self.host_lens.as_slice().map_err(gpu_error)?[row] as usize;
-        out.extend_from_slice(&self.host_out.as_slice().map_err(gpu_error)?[off..off + len]);
+        let off = self.host_offs.as_slice()[row] as usize;
+        let len = self.host_lens.as_slice()[row] as usize;
+        out.extend_from_slice(&self.host_out.as_slice()[off..off + len]);
         Ok(())
     }
 }

@@ -5,11 +5,11 @@
 
 use super::{parse_head, vector_into, Head};
 use cohort_engine::BatchBackend;
-use cohort_gpu::engine::{pinned_for_reads, pinned_for_uploads, GpuBackend, StreamBuffers};
+use cohort_gpu::engine::{GpuBackend, Pinned, StreamBuffers};
 use cohort_gpu::knn::{check_shape, Buffers, GpuIvf, NO_ID};
 use cohort_gpu::GpuError;
 use cohort_proto::{ErrorCode, ErrorPayload};
-use cudarc::driver::{CudaContext, CudaStream, PinnedHostSlice};
+use cudarc::driver::{CudaContext, CudaStream};
 use std::sync::Arc;
 
 pub struct KnnGpu {
@@ -60,13 +60,10 @@ impl GpuBackend for KnnGpu {
     ) -> Result<Box<dyn StreamBuffers>, GpuError> {
         let ctx = &self.ivf.ctx;
         let k = cohort_gpu::knn::GPU_MAX_K;
-        // SAFETY: staging is zeroed below before any copy-in; results are read only after
-        // their copy-out completed (the batcher answers after the slot's event).
-        let mut q = unsafe { pinned_for_uploads::<f32>(ctx, cap * self.ivf.dim) }?;
-        // Graph buckets copy whole buckets: rows never staged must still be numbers.
-        q.as_mut_slice()?.fill(0.0);
-        let ids = unsafe { pinned_for_reads::<u32>(ctx, cap * k) }?;
-        let dist = unsafe { pinned_for_reads::<f32>(ctx, cap * k) }?;
+        // Zeroed: graph buckets copy whole buckets, and rows never staged must be numbers.
+        let q = Pinned::for_uploads(ctx, cap * self.ivf.dim)?;
+        let ids = Pinned::for_reads(ctx, cap * k)?;
+        let dist = Pinned::for_reads(ctx, cap * k)?;
         Ok(Box::new(KnnBuffers {
             ivf: self.ivf.clone(),
             bufs: self.ivf.buffers(stream, cap)?,
@@ -85,40 +82,39 @@ impl GpuBackend for KnnGpu {
 struct KnnBuffers {
     ivf: Arc<GpuIvf>,
     bufs: Buffers,
-    q: PinnedHostSlice<f32>,
-    ids: PinnedHostSlice<u32>,
-    dist: PinnedHostSlice<f32>,
+    q: Pinned<f32>,
+    ids: Pinned<u32>,
+    dist: Pinned<f32>,
     /// k of the batch last enqueued (row stride of ids/dist).
     k_out: usize,
-}
-
-fn gpu_error(e: impl std::fmt::Display) -> ErrorPayload {
-    ErrorPayload::new(ErrorCode::Internal, format!("gpu failure: {e}"))
 }
 
 impl StreamBuffers for KnnBuffers {
     fn stage(&mut self, _key: u64, row: usize, payload: &[u8]) -> Result<(), ErrorPayload> {
         let dim = self.ivf.dim;
         let head = parse_head(payload, dim, self.ivf.nlist, self.ivf.n)?;
-        let q = self.q.as_mut_slice().map_err(gpu_error)?;
-        vector_into(payload, head, &mut q[row * dim..(row + 1) * dim])
+        vector_into(
+            payload,
+            head,
+            &mut self.q.as_mut_slice()[row * dim..(row + 1) * dim],
+        )
     }
 
     fn enqueue(&mut self, s: &Arc<CudaStream>, key: u64, rows: usize) -> Result<(), GpuError> {
         let (k, nprobe) = unkey(key);
         let dim = self.ivf.dim;
         s.memcpy_htod(
-            &self.q.as_slice()?[..rows * dim],
+            &self.q.as_slice()[..rows * dim],
             &mut self.bufs.q.slice_mut(0..rows * dim),
         )?;
         self.ivf.launch_into(s, &mut self.bufs, rows, k, nprobe)?;
         s.memcpy_dtoh(
             &self.bufs.out_ids.slice(0..rows * k),
-            &mut self.ids.as_mut_slice()?[..rows * k],
+            &mut self.ids.as_mut_slice()[..rows * k],
         )?;
         s.memcpy_dtoh(
             &self.bufs.out_dist.slice(0..rows * k),
-            &mut self.dist.as_mut_slice()?[..rows * k],
+            &mut self.dist.as_mut_slice()[..rows * k],
         )?;
         self.k_out = k;
         Ok(())
@@ -127,8 +123,8 @@ impl StreamBuffers for KnnBuffers {
     fn answer(&mut self, key: u64, row: usize, out: &mut Vec<u8>) -> Result<(), ErrorPayload> {
         let (k, _) = unkey(key);
         debug_assert_eq!(k, self.k_out);
-        let ids = &self.ids.as_slice().map_err(gpu_error)?[row * k..(row + 1) * k];
-        let dist = &self.dist.as_slice().map_err(gpu_error)?[row * k..(row + 1) * k];
+        let ids = &self.ids.as_slice()[row * k..(row + 1) * k];
+        let dist = &self.dist.as_slice()[row * k..(row + 1) * k];
         write_answer(ids, dist, out);
         Ok(())
     }
