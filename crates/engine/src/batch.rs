@@ -103,7 +103,9 @@ pub fn run(
         metrics,
         scratch: Vec::with_capacity(64 * 1024),
         blocked: false,
+        first_ring: 0,
     };
+    let mut quiet = 0u32;
     loop {
         let stopping = stop.load(Ordering::Acquire);
         let completed = b.complete(&lane.engine, &mut lane.answers);
@@ -113,14 +115,20 @@ pub fn run(
         let hurry = stopping || b.blocked;
         let launched = b.launch_due(&lane.engine, &mut lane.answers, hurry);
         if completed + admitted + launched > 0 {
+            quiet = 0;
             continue;
         }
+        quiet = quiet.saturating_add(1);
         let idle = b.slots.iter().all(|s| matches!(s.phase, Phase::Free));
         if idle && stopping && !lane.requests.any_ready() {
             return;
         }
         if idle {
             lane.sleep(Duration::from_millis(20));
+        } else if quiet > 256 {
+            // Waiting on the device with nothing else to do: let a thread that shares this
+            // core (an io thread, another engine) run, instead of spinning it out.
+            std::thread::yield_now();
         } else {
             std::hint::spin_loop();
         }
@@ -134,6 +142,8 @@ struct Batcher<'a> {
     scratch: Vec<u8>,
     /// The last admission pass left a request in its ring for want of a slot.
     blocked: bool,
+    /// The ring the next admission pass reads first.
+    first_ring: usize,
 }
 
 impl Batcher<'_> {
@@ -142,7 +152,12 @@ impl Batcher<'_> {
         let mut taken = 0;
         self.blocked = false;
         let (requests, answers) = (&mut lane.requests, &mut lane.answers);
-        for i in 0..requests.len() {
+        // The ring read first rotates: when slots are scarce, the first ring read takes the
+        // slot that frees, and a fixed order would starve the last ingress.
+        let n = requests.len();
+        self.first_ring = (self.first_ring + 1) % n.max(1);
+        for k in 0..n {
+            let i = (self.first_ring + k) % n;
             // A bounded share per ingress per pass keeps the loop polling completions.
             for _ in 0..256 {
                 let got = requests.poll_from(i, |msg| {
