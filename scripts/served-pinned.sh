@@ -12,13 +12,15 @@ nv=$(python3 -c "import nvidia, os; print(os.path.join(nvidia.__path__[0], 'cu13
 export LD_LIBRARY_PATH="${nv}:${LD_LIBRARY_PATH:-}" CUDA_MODULE_LOADING=EAGER
 D=${DATA:-/tmp/sift-like-1m}; NL=4096; IX=$D/ivf$NL.index
 RATES=${RATES:-300k,400k,500k,600k,700k,800k}
+REPEAT=${REPEAT:-1}   # served before/after sweeps, alternated this many times (p99 varies run to run)
+ENGINE=${ENGINE:-1}; MIXED=${MIXED:-1}
 nproc; nvidia-smi -L
 t0=$(date +%s)
 [ -f $D/groundtruth.ivecs ] || dist/cohort data synth --n 1000000 --dim 128 --queries 1000 --out $D --log-level warn
 [ -f $IX ] || dist/cohort index build --base $D/base.fvecs --nlist $NL --out $IX --log-level warn
 echo "data and index: $(( $(date +%s) - t0 )) s"
 for bin in dist-before dist; do
-    [ -x $bin/cohort ] || continue
+    [ -x $bin/cohort ] && [ "$ENGINE" = 1 ] || continue
     $bin/cohort bench engine --data $D --nlist $NL --nprobe 16 --k 10 --engines gpu-direct,gpu-cohort \
         --window 64,1024,8192 --duration 2 --drivers 4 --out "$OUT/engine-$bin-$TAG.json" --log-level warn 2>&1 |
         grep '^{' | cut -c1-200
@@ -35,17 +37,21 @@ serve() { # binary folder, serve flags...: starts a pinned server on :7000 and w
 stop() { kill -TERM $SPID; wait $SPID; echo "server exit $?"; }
 load() { taskset -c 8-15 dist/cohort load --target udp://127.0.0.1:7000 --poisson --log-level warn "$@"; }
 knn() { load --service knn --queries $D/query.fvecs --gt $D/groundtruth.ivecs --k 10 --nprobe 16 "$@"; }
-# (2) gpu-cohort served sweeps, before and after.
-if [ -x dist-before/cohort ]; then
-    serve dist-before --service knn --engine gpu-cohort && {
-        knn --sweep $RATES --duration 2 --warmup 1 --connections 8 --json "$OUT/served-gpu-cohort-before-$TAG.json" \
-            --label "taskset -c 0-7 dist-before/cohort serve --service knn --engine gpu-cohort --io-threads 8"
+# (2) gpu-cohort served sweeps, before and after (alternated REPEAT times).
+for run in $(seq 1 $REPEAT); do
+    sfx=$TAG; [ "$REPEAT" = 1 ] || sfx=$TAG-run$run
+    if [ -x dist-before/cohort ]; then
+        serve dist-before --service knn --engine gpu-cohort && {
+            knn --sweep $RATES --duration 2 --warmup 1 --connections 8 --json "$OUT/served-gpu-cohort-before-$sfx.json" \
+                --label "taskset -c 0-7 dist-before/cohort serve --service knn --engine gpu-cohort --io-threads 8"
+            stop; }
+    fi
+    serve dist --service knn:gpu-cohort && {
+        knn --sweep $RATES --duration 2 --warmup 1 --connections 8 --json "$OUT/served-gpu-cohort-after-$sfx.json" \
+            --label "taskset -c 0-7 dist/cohort serve --service knn:gpu-cohort --io-threads 8"
         stop; }
-fi
-serve dist --service knn:gpu-cohort && {
-    knn --sweep $RATES --duration 2 --warmup 1 --connections 8 --json "$OUT/served-gpu-cohort-after-$TAG.json" \
-        --label "taskset -c 0-7 dist/cohort serve --service knn:gpu-cohort --io-threads 8"
-    stop; }
+done
+[ "$MIXED" = 1 ] || { echo "total $(( $(date +%s) - t0 )) s"; exit 0; }
 # (3) three services, three engines, one server.
 MIX="knn:gpu-cohort,echo:cpu,spin:gpu-direct"
 KR=${KNN_RATE:-300k}; ER=${ECHO_RATE:-100k}; SR=${SPIN_RATE:-20k}
