@@ -5,7 +5,7 @@
 //! One thread per lane. It reads request messages, asks the backend for each one's batch key
 //! (requests of one key run together, e.g. k-NN's (k, nprobe)), stages it straight from its
 //! ring slot into a free slot's staging memory (pinned memory on a GPU), launches a slot when
-//! it holds `max_batch` requests or its first request has waited `timeout`, polls launched
+//! it holds `max_batch` requests or its oldest request has waited `timeout`, polls launched
 //! slots without blocking, and writes every answer into the answer ring of the ingress that
 //! sent the request. A request that cannot be staged (every slot busy) stays in its ring: the
 //! rings are the queue, and a full ring is OVERLOADED at the ingress.
@@ -44,7 +44,7 @@ pub trait BatchSlot: Send {
 pub struct BatchConfig {
     /// A batch launches at this many requests (1: every request alone, gpu-direct)...
     pub max_batch: usize,
-    /// ...or when its first request has waited this long in the batch.
+    /// ...or when its oldest request has waited this long since it arrived.
     pub timeout: Duration,
     /// Metrics label of the compute stage ("gpu").
     pub stage: &'static str,
@@ -59,8 +59,17 @@ struct Row {
 
 enum Phase {
     Free,
-    Filling { key: u64, since: Instant },
-    InFlight { key: u64, launched: Instant },
+    /// `oldest`: the earliest arrival (server clock, ns) among the rows: a batch is due when
+    /// its oldest request has waited `timeout` since the ingress read it, time spent in a
+    /// ring waiting for a free slot included.
+    Filling {
+        key: u64,
+        oldest: u64,
+    },
+    InFlight {
+        key: u64,
+        launched: Instant,
+    },
 }
 
 struct Slot {
@@ -200,11 +209,14 @@ impl Batcher<'_> {
                         answers.send_error(i, env, &e);
                         return Some(());
                     }
-                    if matches!(slot.phase, Phase::Free) {
-                        slot.phase = Phase::Filling {
-                            key,
-                            since: Instant::now(),
-                        };
+                    match &mut slot.phase {
+                        Phase::Filling { oldest, .. } => *oldest = (*oldest).min(env.arrived),
+                        phase => {
+                            *phase = Phase::Filling {
+                                key,
+                                oldest: env.arrived,
+                            }
+                        }
                     }
                     slot.rows.push(Row {
                         ingress: i as u32,
@@ -229,10 +241,11 @@ impl Batcher<'_> {
         let now_ns = clock::now_ns();
         for slot in self.slots.iter_mut() {
             let room = slot.cap;
-            let Phase::Filling { key, since } = slot.phase else {
+            let Phase::Filling { key, oldest } = slot.phase else {
                 continue;
             };
-            let due = hurry || slot.rows.len() >= room || since.elapsed() >= self.cfg.timeout;
+            let waited = Duration::from_nanos(now_ns.saturating_sub(oldest));
+            let due = hurry || slot.rows.len() >= room || waited >= self.cfg.timeout;
             if !due {
                 continue;
             }

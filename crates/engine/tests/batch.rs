@@ -171,3 +171,33 @@ fn under_load_from_several_ingresses_every_request_is_answered_once() {
     assert!(ok > 10_000, "{ok} answered");
     r.stop();
 }
+
+#[test]
+fn time_spent_waiting_for_a_slot_counts_toward_the_timeout() {
+    // One slot, batches of up to 100 closing 60 ms after their oldest request arrived, and a
+    // device that takes 60 ms per batch. A launches at 60 ms, finishes at 120. B arrives at
+    // 70, waits in its ring for the slot, is staged at 120 and, having waited 50 ms already,
+    // launches at 130 and finishes at 190; counted from staging it would finish at 240.
+    let mut r = batch_rig(
+        1,
+        1,
+        100,
+        Duration::from_millis(60),
+        Duration::from_millis(60),
+        64,
+    );
+    let c = &mut r.clients[0];
+    let t0 = Instant::now();
+    c.send(1, &[1, 1], LONG);
+    std::thread::sleep(Duration::from_millis(70));
+    c.send(2, &[1, 2], LONG);
+    c.collect(Duration::from_secs(2));
+    let took = t0.elapsed();
+    assert_eq!((c.code(1), c.code(2)), (None, None));
+    assert!(took >= Duration::from_millis(180), "{took:?}");
+    assert!(
+        took < Duration::from_millis(225),
+        "B waited out a fresh timeout: {took:?}"
+    );
+    r.stop();
+}
