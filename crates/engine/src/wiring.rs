@@ -35,7 +35,7 @@ pub struct EngineSpec {
 /// Slots per ring so that all of an engine's request rings together hold about `max_queue`.
 pub fn slots_for(max_queue: usize, lanes: usize, ingresses: usize) -> usize {
     (max_queue / (lanes * ingresses).max(1))
-        .clamp(64, 1 << 14)
+        .clamp(8, 1 << 14)
         .next_power_of_two()
 }
 
@@ -104,6 +104,7 @@ pub fn wire(ingresses: usize, engines: &[EngineSpec]) -> Wiring {
                     bell: bell.clone(),
                     health: health.clone(),
                     dead_seen: false,
+                    outstanding: 0,
                 });
                 requests.push(rc);
                 answers.push(ap);
@@ -158,6 +159,10 @@ struct LaneTx {
     bell: Arc<Bell>,
     health: Arc<LaneHealth>,
     dead_seen: bool,
+    /// Requests this ingress sent the lane and has no answer for yet: the load least-loaded
+    /// compares. (A ring's depth would not do: a batching lane empties its rings into device
+    /// slots at once, so every ring of an engine under load looks empty.)
+    outstanding: usize,
 }
 
 struct EngineTx {
@@ -235,13 +240,10 @@ impl IngressEnds {
             }
             DispatchPolicy::LeastLoaded => {
                 let mut best = (usize::MAX, 0);
-                for (i, l) in eng.lanes.iter_mut().enumerate() {
-                    if live(l) {
-                        let d = l.ring.depth();
-                        // Ties go to the lowest lane: an idle engine keeps one lane hot.
-                        if d < best.0 {
-                            best = (d, i);
-                        }
+                for (i, l) in eng.lanes.iter().enumerate() {
+                    // Ties go to the lowest lane: an idle engine keeps one lane hot.
+                    if live(l) && l.outstanding < best.0 {
+                        best = (l.outstanding, i);
                     }
                 }
                 best.1
@@ -261,6 +263,7 @@ impl IngressEnds {
             any_live = true;
             match lane.ring.try_send(env, payload) {
                 Ok(()) => {
+                    lane.outstanding += 1;
                     lane.bell.wake();
                     return Ok(LaneRef {
                         engine: e,
@@ -287,6 +290,9 @@ impl IngressEnds {
         while got < max && empty_in_a_row < n {
             let i = self.next_answer % n;
             if self.answers[i].1.try_recv(&mut f).is_some() {
+                let lane = self.answers[i].0;
+                let tx = &mut self.engines[lane.engine as usize].lanes[lane.lane as usize];
+                tx.outstanding = tx.outstanding.saturating_sub(1);
                 got += 1;
                 empty_in_a_row = 0;
             } else {

@@ -201,3 +201,50 @@ fn time_spent_waiting_for_a_slot_counts_toward_the_timeout() {
     );
     r.stop();
 }
+
+#[test]
+fn least_loaded_spreads_work_over_batching_lanes() {
+    // Two batching lanes (two "GPUs"): a batching lane empties its ring into a slot at once,
+    // so least-loaded must count what each lane still owes the ingress, not its ring depth.
+    use cohort_engine::*;
+    use std::sync::Arc;
+    let metrics = common::metrics("batch");
+    let mut w = wire(1, &[common::spec("batch", 2, 64)]);
+    let stop = Arc::new(std::sync::atomic::AtomicBool::new(false));
+    let mut threads = Vec::new();
+    for lane in w.engines.pop().unwrap() {
+        let devs: Vec<Box<dyn BatchSlot>> = vec![Box::new(CpuTwinSlot::new(
+            Arc::new(common::Rev),
+            8,
+            Duration::from_millis(20),
+        ))];
+        let (m, st) = (metrics.clone(), stop.clone());
+        let cfg = BatchConfig {
+            max_batch: 8,
+            timeout: Duration::from_millis(30),
+            stage: "gpu",
+        };
+        threads.push(std::thread::spawn(move || {
+            batch::run(lane, &common::FirstByte, devs, &cfg, &m, &st)
+        }));
+    }
+    let mut c = common::Client::new(w.ingresses.pop().unwrap(), &metrics);
+    let t0 = Instant::now();
+    // Spaced sends: each lane empties its ring before the next request, so ring depths are
+    // always equal (zero) and only the outstanding count tells the lanes apart.
+    for i in 0..16 {
+        c.send(i, &[1, i as u8], LONG);
+        std::thread::sleep(Duration::from_micros(500));
+    }
+    c.collect(Duration::from_secs(2));
+    // 16 requests, full batches of 8, 20 ms per batch: spread, both batches finish by about
+    // 28 ms; on one lane the second batch waits for the first (about 44 ms).
+    assert!((0..16).all(|i| c.code(i).is_none()));
+    assert!(
+        t0.elapsed() < Duration::from_millis(38),
+        "{:?}: one lane did all",
+        t0.elapsed()
+    );
+    stop.store(true, std::sync::atomic::Ordering::Release);
+    threads.into_iter().for_each(|t| t.join().unwrap());
+}
