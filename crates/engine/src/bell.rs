@@ -38,6 +38,9 @@ impl Bell {
     /// there is work after sleep was announced.
     pub fn sleep(&self, timeout: Duration, work_waiting: impl Fn() -> bool) {
         self.sleeping.store(true, Ordering::SeqCst);
+        // Dekker's pattern: the store above must be visible before the rings are checked,
+        // as the producer's ring write must be before it checks `sleeping` (see `wake`).
+        std::sync::atomic::fence(Ordering::SeqCst);
         if !work_waiting() {
             std::thread::park_timeout(timeout);
         }
@@ -47,6 +50,10 @@ impl Bell {
 
 impl Wake for Bell {
     fn wake(&self) {
+        // The ring's doorbell is a release store: without a full fence the check below could
+        // run before that store is visible, read "awake", and leave the consumer asleep for
+        // its whole timeout with a message waiting.
+        std::sync::atomic::fence(Ordering::SeqCst);
         if self.sleeping.load(Ordering::SeqCst) && self.sleeping.swap(false, Ordering::SeqCst) {
             if let Some(t) = &*self.thread.lock().expect("bell lock") {
                 t.unpark();

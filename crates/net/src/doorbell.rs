@@ -27,6 +27,9 @@ impl Doorbell {
 
     /// Producer side: call after publishing work.
     pub fn ring(&self) {
+        // The answer ring's doorbell is a release store: fence so that store is visible
+        // before `sleeping` is read (Dekker's pattern with `prepare_sleep`).
+        std::sync::atomic::fence(Ordering::SeqCst);
         if self.sleeping.load(Ordering::SeqCst) && self.sleeping.swap(false, Ordering::SeqCst) {
             let one: u64 = 1;
             // SAFETY: writing 8 bytes from a valid u64 to our eventfd.
@@ -38,6 +41,7 @@ impl Doorbell {
     /// before blocking, so that a producer that published just before cannot be missed.
     pub fn prepare_sleep(&self) {
         self.sleeping.store(true, Ordering::SeqCst);
+        std::sync::atomic::fence(Ordering::SeqCst);
     }
 
     /// Consumer side: awake again; clears the eventfd counter.
