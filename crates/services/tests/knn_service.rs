@@ -76,6 +76,9 @@ fn bad_requests_are_rejected_with_a_message() {
         (req(5000, 0, &v), "k must be"),
         (req(10, 17, &v), "nprobe"),
         (req(10, 0, &[f32::NAN; 16]), "NaN"),
+        // Finite but so large that squared distances overflow f32: refused, not ranked.
+        (req(10, 0, &[1e30; 16]), "magnitude"),
+        (req(10, 0, &[-2e16; 16]), "magnitude"),
         (req(10, 0, &v)[..20].to_vec(), "do not match"),
         (vec![1, 2, 3], "header bytes"),
     ];
