@@ -230,12 +230,6 @@ impl Producer {
         self.head.wrapping_sub(self.cached_tail) as usize
     }
 
-    /// Messages waiting in the ring, read fresh from the consumer's published tail.
-    pub fn depth(&mut self) -> usize {
-        self.cached_tail = self.shared.tail().load(Ordering::Acquire);
-        self.head.wrapping_sub(self.cached_tail) as usize
-    }
-
     /// Slots the producer may still fill without asking the consumer (a lower bound).
     pub fn free_slots(&mut self) -> usize {
         self.has_room();

@@ -172,15 +172,24 @@ impl IoThread {
                 addr: *addr,
                 addr_len,
             };
+            // Refusals made here are counted here; the ingress counts its own (a full ring,
+            // an unknown service, a stopped engine) inside `submit`.
+            let metrics = &self.ctx.metrics;
+            let refuse = |h: Header, code: ErrorCode, msg: String| {
+                metrics.answered(h.service, code.label(), Duration::ZERO);
+                Some((h, ErrorPayload::new(code, msg)))
+            };
             let refusal = match Frame::decode_datagram(bytes, self.ctx.max_payload) {
-                Ok(f) if f.header.kind != Kind::Request => Some((
+                Ok(f) if f.header.kind != Kind::Request => refuse(
                     f.header,
-                    ErrorPayload::new(ErrorCode::BadRequest, "clients may only send requests"),
-                )),
-                Ok(f) if shutting_down => Some((
+                    ErrorCode::BadRequest,
+                    "clients may only send requests".into(),
+                ),
+                Ok(f) if shutting_down => refuse(
                     f.header,
-                    ErrorPayload::new(ErrorCode::Unavailable, "server is shutting down"),
-                )),
+                    ErrorCode::Unavailable,
+                    "server is shutting down".into(),
+                ),
                 Ok(f) => {
                     let h = f.header;
                     self.ingress
@@ -189,7 +198,7 @@ impl IoThread {
                         .map(|(_, e)| (h, e))
                 }
                 Err(e) if e.is_foreign() || bytes.len() < HEADER_LEN => {
-                    self.ctx.metrics.dropped("not_cohort");
+                    metrics.dropped("not_cohort");
                     None
                 }
                 Err(e) => {
@@ -198,28 +207,10 @@ impl IoThread {
                         cohort_proto::FrameError::TooLarge(..) => ErrorCode::TooLarge,
                         _ => ErrorCode::BadRequest,
                     };
-                    let h = header_for_error(bytes);
-                    if code == ErrorCode::TooLarge {
-                        self.ctx
-                            .metrics
-                            .answered(h.service, code.label(), Duration::ZERO);
-                    }
-                    Some((h, ErrorPayload::new(code, e.to_string())))
+                    refuse(header_for_error(bytes), code, e.to_string())
                 }
             };
             if let Some((h, e)) = refusal {
-                // (Refusals by the ingress were counted there; these were not.)
-                if !matches!(
-                    e.code,
-                    ErrorCode::Overloaded
-                        | ErrorCode::UnknownService
-                        | ErrorCode::Internal
-                        | ErrorCode::TooLarge
-                ) {
-                    self.ctx
-                        .metrics
-                        .answered(h.service, e.code.label(), Duration::ZERO);
-                }
                 let meta = Meta {
                     service: h.service,
                     request_id: h.request_id,
