@@ -49,6 +49,10 @@ enum Cmd {
         /// Seed of the random inputs (default: the clock).
         #[arg(long)]
         seed: Option<u64>,
+        /// Leave out the persistent engine (for compute-sanitizer, which serializes kernels:
+        /// kernels that never end would wait for each other forever).
+        #[arg(long)]
+        no_persistent: bool,
     },
     /// Benchmarks; results go to bench/results/ with machine, commit and command.
     #[command(subcommand)]
@@ -69,6 +73,11 @@ fn serve_flags() -> Vec<String> {
 }
 
 fn main() {
+    // Persistent kernels never end: with lazy module loading a later kernel load can wait on
+    // them forever. The driver reads this at cuInit, so it is set before anything else runs.
+    if std::env::var_os("CUDA_MODULE_LOADING").is_none() {
+        std::env::set_var("CUDA_MODULE_LOADING", "EAGER");
+    }
     let args = match config::expand(std::env::args_os().collect(), &serve_flags()) {
         Ok(a) => a,
         Err(e) => {
@@ -94,7 +103,11 @@ fn main() {
         Cmd::Index(c) => index_cmd::run(c),
         Cmd::Bench(c) => bench::run(c),
         Cmd::Gpus => gpus(),
-        Cmd::Selftest { what, seed } => selftest(&what, seed),
+        Cmd::Selftest {
+            what,
+            seed,
+            no_persistent,
+        } => selftest(&what, seed, !no_persistent),
     };
     if let Err(e) = result {
         eprintln!("error: {e:#}");
@@ -120,7 +133,7 @@ fn gpus() -> anyhow::Result<()> {
     Ok(())
 }
 
-fn selftest(what: &str, seed: Option<u64>) -> anyhow::Result<()> {
+fn selftest(what: &str, seed: Option<u64>, persistent: bool) -> anyhow::Result<()> {
     anyhow::ensure!(what == "gpu", "unknown selftest {what:?} (gpu)");
     let seed = seed.unwrap_or_else(|| {
         std::time::SystemTime::now()
@@ -133,7 +146,10 @@ fn selftest(what: &str, seed: Option<u64>) -> anyhow::Result<()> {
         println!("{line}");
     }
     println!("selftest gpu: all kernels match their CPU twins");
-    for line in cohort_services::selftest::run(seed).map_err(anyhow::Error::msg)? {
+    if !persistent {
+        println!("gpu-persistent left out (--no-persistent)");
+    }
+    for line in cohort_services::selftest::run(seed, persistent).map_err(anyhow::Error::msg)? {
         println!("{line}");
     }
     println!("selftest gpu: every service's GPU backend matches its CPU twin through the engines");

@@ -133,27 +133,36 @@ impl<T> Ingress<T> {
             })
     }
 
-    /// Checks for lanes that died (a panicked engine thread): takes what they answered, then
-    /// answers INTERNAL for every request they still held. Returns how many were failed.
+    /// Checks for lanes that died (a panicked engine thread) or restarted (a GPU watchdog):
+    /// takes what they answered, then answers INTERNAL for every request they still held.
+    /// Returns how many were failed.
     pub fn reap_dead_lanes(&mut self, mut f: impl FnMut(T, &Meta, Answer<'_>)) -> usize {
-        let dead = self.ends.newly_dead_lanes();
-        if dead.is_empty() {
+        let lanes = self.ends.lanes_to_reap();
+        if lanes.is_empty() {
             return 0;
         }
         while self.drain(usize::MAX, &mut f) > 0 {}
-        let tokens = self.table.tokens_where(|m| dead.contains(&m.lane));
-        for &t in &tokens {
-            tracing::error!(engine = %self.ends.engine_name(dead[0].engine), "an engine lane stopped; failing its requests");
-            let (who, meta) = self.table.take(t).expect("listed in flight");
-            let e = ErrorPayload::new(
-                ErrorCode::Internal,
-                "the engine lane running this request stopped",
-            );
-            self.metrics
-                .answered(meta.service, e.code.label(), meta.arrived.elapsed());
-            f(who, &meta, Err(e));
+        let mut failed = 0;
+        for (lane, dead) in lanes {
+            let tokens = self.table.tokens_where(|m| m.lane == lane);
+            let engine = self.ends.engine_name(lane.engine);
+            let message = if dead {
+                tracing::error!(%engine, lane = lane.lane, failed = tokens.len(), "an engine lane stopped; failing its requests");
+                "the engine lane running this request stopped"
+            } else {
+                tracing::error!(%engine, lane = lane.lane, failed = tokens.len(), "an engine lane restarted; failing the requests it held");
+                "the engine lane running this request was restarted"
+            };
+            for &t in &tokens {
+                let (who, meta) = self.table.take(t).expect("listed in flight");
+                let e = ErrorPayload::new(ErrorCode::Internal, message);
+                self.metrics
+                    .answered(meta.service, e.code.label(), meta.arrived.elapsed());
+                f(who, &meta, Err(e));
+            }
+            failed += tokens.len();
         }
-        tokens.len()
+        failed
     }
 
     /// Shutdown gave up waiting: answers every request still in flight with `code`.

@@ -31,4 +31,4 @@ pub use ingress::{Answer, Ingress};
 pub use metrics::{Metrics, ServiceLabel};
 pub use reply::{ReplyPort, Response, ResponseBody};
 pub use service::{Registry, Service};
-pub use wiring::{wire, EngineSpec, IngressEnds, LaneEnds, Refusal, Wiring};
+pub use wiring::{wire, wire_in, EngineSpec, IngressEnds, LaneEnds, Refusal, Wiring};

@@ -9,9 +9,11 @@
 use crate::bell::{Bell, Wake};
 use crate::dispatch::DispatchPolicy;
 use crate::inflight::LaneRef;
-use cohort_mq::{channel, Consumer, Envelope, Layout, Message, Producer, SendError};
+use cohort_mq::{
+    channel, channel_in, Consumer, Envelope, Layout, Message, Producer, RingMemory, SendError,
+};
 use cohort_proto::{ErrorCode, ErrorPayload};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::{Arc, OnceLock};
 
 /// Slot sizes: a request or answer up to `stride - 48` bytes sits in its slot; larger ones
@@ -40,10 +42,13 @@ pub fn slots_for(max_queue: usize, lanes: usize, ingresses: usize) -> usize {
 }
 
 /// Whether a lane's thread still runs. Set false by [`HealthGuard`] when the thread ends for
-/// any reason, a panic included; the ingresses then answer what the lane held.
+/// any reason, a panic included; the ingresses then answer what the lane held. `restarts`
+/// counts the times the lane lost what it held and went on (a GPU watchdog restarting its
+/// kernels): the ingresses answer what they had sent it before, as for a dead lane.
 #[derive(Default)]
 struct LaneHealth {
     dead: AtomicBool,
+    restarts: AtomicU32,
 }
 
 /// Dropped when a lane's thread ends (returning or unwinding).
@@ -64,7 +69,18 @@ pub struct Wiring {
     pub engines: Vec<Vec<LaneEnds>>,
 }
 
+/// Where a request ring lives: `(engine, lane, ingress, bytes)` -> memory, or None for
+/// ordinary host memory. Rings in provided memory never spill (a device reads them).
+pub type RequestMemory<'a> =
+    &'a mut dyn FnMut(usize, usize, usize, usize) -> Option<Box<dyn RingMemory>>;
+
 pub fn wire(ingresses: usize, engines: &[EngineSpec]) -> Wiring {
+    wire_in(ingresses, engines, &mut |_, _, _, _| None)
+}
+
+/// [`wire`], with request rings in memory that `memory` provides (the persistent GPU engine's
+/// rings in mapped host memory, polled by the GPU).
+pub fn wire_in(ingresses: usize, engines: &[EngineSpec], memory: RequestMemory<'_>) -> Wiring {
     assert!(ingresses >= 1, "at least one ingress");
     assert!(engines.len() < u16::MAX as usize);
     let wakes: Vec<WakeCell> = (0..ingresses).map(|_| Arc::new(OnceLock::new())).collect();
@@ -97,13 +113,17 @@ pub fn wire(ingresses: usize, engines: &[EngineSpec]) -> Wiring {
             let mut requests = Vec::new();
             let mut answers = Vec::new();
             for i in 0..ingresses {
-                let (rp, rc) = channel(layout, publish);
+                let (rp, rc) = match memory(e, l, i, layout.bytes()) {
+                    Some(mem) => channel_in(mem, layout, publish, false),
+                    None => channel(layout, publish),
+                };
                 let (ap, ac) = channel(layout, publish);
                 txs[i].push(LaneTx {
                     ring: rp,
                     bell: bell.clone(),
                     health: health.clone(),
                     dead_seen: false,
+                    restarts_seen: 0,
                     outstanding: 0,
                 });
                 requests.push(rc);
@@ -159,6 +179,7 @@ struct LaneTx {
     bell: Arc<Bell>,
     health: Arc<LaneHealth>,
     dead_seen: bool,
+    restarts_seen: u32,
     /// Requests this ingress sent the lane and has no answer for yet: the load least-loaded
     /// compares. (A ring's depth would not do: a batching lane empties its rings into device
     /// slots at once, so every ring of an engine under load looks empty.)
@@ -181,6 +202,9 @@ pub enum Refusal {
     Overloaded,
     /// Every lane of the service's engine has stopped.
     EngineDown,
+    /// The request does not fit the engine's ring slots (engines whose rings a device reads
+    /// cannot spill): the payload limit is given.
+    TooLarge(usize),
 }
 
 impl Refusal {
@@ -194,6 +218,10 @@ impl Refusal {
             Refusal::EngineDown => {
                 ErrorPayload::new(ErrorCode::Internal, "the service's engine has stopped")
             }
+            Refusal::TooLarge(max) => ErrorPayload::new(
+                ErrorCode::TooLarge,
+                format!("this engine carries requests of at most {max} bytes"),
+            ),
         }
     }
 }
@@ -272,7 +300,10 @@ impl IngressEnds {
                 }
                 Err(SendError::Full) if eng.policy != DispatchPolicy::KeyHash => continue,
                 Err(SendError::Full) => return Err(Refusal::Overloaded),
-                Err(SendError::Closed | SendError::TooLarge) => continue,
+                Err(SendError::TooLarge) => {
+                    return Err(Refusal::TooLarge(lane.ring.layout().payload_capacity))
+                }
+                Err(SendError::Closed) => continue,
             }
         }
         Err(if any_live {
@@ -308,18 +339,28 @@ impl IngressEnds {
         self.answers.iter().any(|(_, c)| c.is_ready())
     }
 
-    /// Lanes whose thread has ended since the last call. The caller drains the answers they
-    /// wrote, then answers whatever it still holds for them (nothing more will come).
-    pub fn newly_dead_lanes(&mut self) -> Vec<LaneRef> {
+    /// Lanes whose thread has ended (`true`) or that restarted (`false`) since the last call.
+    /// The caller drains the answers they wrote, then answers whatever it still holds for
+    /// them (a dead lane sends nothing more; a restarted one lost it).
+    pub fn lanes_to_reap(&mut self) -> Vec<(LaneRef, bool)> {
         let mut out = Vec::new();
         for (e, eng) in self.engines.iter_mut().enumerate() {
             for (l, lane) in eng.lanes.iter_mut().enumerate() {
+                let id = LaneRef {
+                    engine: e as u16,
+                    lane: l as u16,
+                };
                 if !lane.dead_seen && lane.health.dead.load(Ordering::Acquire) {
                     lane.dead_seen = true;
-                    out.push(LaneRef {
-                        engine: e as u16,
-                        lane: l as u16,
-                    });
+                    out.push((id, true));
+                    continue;
+                }
+                let r = lane.health.restarts.load(Ordering::Acquire);
+                if r != lane.restarts_seen {
+                    lane.restarts_seen = r;
+                    // What the lane owed is answered by the caller; late answers are stale.
+                    lane.outstanding = 0;
+                    out.push((id, false));
                 }
             }
         }
@@ -342,6 +383,15 @@ impl LaneEnds {
     /// included) the ingresses learn it and answer what this lane held.
     pub fn health_guard(&self) -> HealthGuard {
         HealthGuard(self.health.clone())
+    }
+
+    /// Says that the lane lost every request it held (its GPU kernels were restarted): each
+    /// ingress answers INTERNAL for what it had sent the lane so far. Call after the lane can
+    /// no longer answer them; a request sent between the loss and the ingress noticing is
+    /// failed too (any late answer for it is dropped as stale: one answer per request).
+    pub fn announce_restart(&mut self) {
+        self.health.restarts.fetch_add(1, Ordering::AcqRel);
+        self.answers.wake_all();
     }
 
     /// Parks the calling thread until a request may have arrived, or `timeout`.
@@ -394,6 +444,11 @@ impl RequestRings {
         self.rings.iter().any(|c| c.is_ready())
     }
 
+    /// Ingress `i`'s ring (a device consumer reads it in place of this handle).
+    pub fn ring(&self, i: usize) -> &Consumer {
+        &self.rings[i]
+    }
+
     /// Whether ingress `i`'s ring holds a request.
     pub fn is_ready(&self, i: usize) -> bool {
         self.rings[i].is_ready()
@@ -443,6 +498,20 @@ impl AnswerRings {
             ..env
         };
         self.send(to, env, e.message.as_bytes());
+    }
+
+    /// Ingresses (one ring each).
+    pub fn len(&self) -> usize {
+        self.rings.len()
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.rings.is_empty()
+    }
+
+    /// Wakes every ingress (something changed that they must look at).
+    pub fn wake_all(&self) {
+        (0..self.wakes.len()).for_each(|i| self.wake(i));
     }
 
     fn wake(&self, to: usize) {

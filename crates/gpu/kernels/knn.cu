@@ -56,29 +56,25 @@ __device__ __forceinline__ float warp_distance(const float* q, const T* row, int
     return metric == 0 ? finish<0>(acc) : finish<1>(acc);
 }
 
-// Stage 1 (twin of stages::filter). Block per query: distances to all centroids into
-// `scratch` (nq x nlist), then nprobe rounds of block argmin. probes: nq x nprobe.
-extern "C" __global__ void knn_filter(const float* __restrict__ queries, const float* __restrict__ centroids,
-                                      int nlist, int dim, int nprobe, int metric,
-                                      float* __restrict__ scratch, unsigned* __restrict__ probes) {
+// Stage 1 (twin of stages::filter) for one query (the whole block): distances to all
+// centroids into `dist` (nlist floats), then nprobe rounds of block argmin into `probes`. Also
+// the persistent engine's filter stage (knn_persistent.cu).
+__device__ void filter_one(const float* __restrict__ query, const float* __restrict__ centroids,
+                           int nlist, int dim, int nprobe, int metric,
+                           float* __restrict__ dist, unsigned* __restrict__ probes) {
     __shared__ float q[MAX_DIM];
     __shared__ float red_d[WARPS];
     __shared__ unsigned red_i[WARPS];
-    __shared__ int red_x[WARPS];
-    __shared__ unsigned ids_unused[1];
-    int qi = blockIdx.x;
-    for (int d = threadIdx.x; d < dim; d += BLOCK) q[d] = queries[(size_t)qi * dim + d];
+    for (int d = threadIdx.x; d < dim; d += BLOCK) q[d] = query[d];
     __syncthreads();
-    float* dist = scratch + (size_t)qi * nlist;
     int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
     for (int c = warp; c < nlist; c += WARPS) {
         float v = warp_distance(q, centroids + (size_t)c * dim, dim, metric);
         if (lane == 0) dist[c] = v;
     }
     __syncthreads();
-    (void)ids_unused;
     for (int r = 0; r < nprobe; ++r) {
-        // ids are the cell indices themselves: pass a null id array by using x as the id.
+        // The ids are the cell indices themselves.
         float bd = INF; unsigned bi = NO_ID;
         for (int x = threadIdx.x; x < nlist; x += BLOCK) {
             if (before(dist[x], (unsigned)x, bd, bi)) { bd = dist[x]; bi = (unsigned)x; }
@@ -93,23 +89,34 @@ extern "C" __global__ void knn_filter(const float* __restrict__ queries, const f
         if (threadIdx.x == 0) {
             for (int w = 1; w < WARPS; ++w)
                 if (before(red_d[w], red_i[w], red_d[0], red_i[0])) { red_d[0] = red_d[w]; red_i[0] = red_i[w]; }
-            probes[(size_t)qi * nprobe + r] = red_i[0];
+            probes[r] = red_i[0];
             if (red_i[0] != NO_ID) dist[red_i[0]] = INF;  // taken
         }
         __syncthreads();
     }
 }
 
+// Block per query: scratch is nq x nlist, probes nq x nprobe.
+extern "C" __global__ void knn_filter(const float* __restrict__ queries, const float* __restrict__ centroids,
+                                      int nlist, int dim, int nprobe, int metric,
+                                      float* __restrict__ scratch, unsigned* __restrict__ probes) {
+    int qi = blockIdx.x;
+    filter_one(queries + (size_t)qi * dim, centroids, nlist, dim, nprobe, metric,
+               scratch + (size_t)qi * nlist, probes + (size_t)qi * nprobe);
+}
+
 // Stage 2 (twin of stages::search_cell). Block per (query, probe): scans the cell in tiles,
 // keeps the k best in shared memory. partial ids/dists: (nq * nprobe) x k, padded with
 // (+inf, NO_ID) when the cell holds fewer than k rows.
 
+// One (query, cell) pair (the whole block): scans the cell in tiles, keeps the k best in
+// shared memory, writes them (padded with (+inf, NO_ID)) to out_ids/out_dist. Also the
+// persistent engine's search stage.
 template <typename T>
-__device__ void search_impl(const float* __restrict__ queries, const T* __restrict__ vectors,
-                            const unsigned* __restrict__ row_ids, const unsigned long long* __restrict__ offsets,
-                            const unsigned* __restrict__ probes,
-                            int nprobe, int dim, int k, int metric,
-                            unsigned* __restrict__ out_ids, float* __restrict__ out_dist) {
+__device__ void search_one(const float* __restrict__ query, const T* __restrict__ vectors,
+                           const unsigned* __restrict__ row_ids, const unsigned long long* __restrict__ offsets,
+                           unsigned cell, int dim, int k, int metric,
+                           unsigned* __restrict__ out_ids, float* __restrict__ out_dist) {
     __shared__ float q[MAX_DIM];
     __shared__ float cand_d[TILE + MAX_K];
     __shared__ unsigned cand_i[TILE + MAX_K];
@@ -118,10 +125,7 @@ __device__ void search_impl(const float* __restrict__ queries, const T* __restri
     __shared__ float red_d[WARPS];
     __shared__ unsigned red_i[WARPS];
     __shared__ int red_x[WARPS];
-    int b = blockIdx.x;
-    int qi = b / nprobe;
-    unsigned cell = probes[b];
-    for (int d = threadIdx.x; d < dim; d += BLOCK) q[d] = queries[(size_t)qi * dim + d];
+    for (int d = threadIdx.x; d < dim; d += BLOCK) q[d] = query[d];
     for (int j = threadIdx.x; j < k; j += BLOCK) { best_d[j] = INF; best_i[j] = NO_ID; }
     __syncthreads();
     if (cell != NO_ID) {
@@ -147,9 +151,22 @@ __device__ void search_impl(const float* __restrict__ queries, const T* __restri
         }
     }
     for (int j = threadIdx.x; j < k; j += BLOCK) {
-        out_ids[(size_t)b * k + j] = best_i[j];
-        out_dist[(size_t)b * k + j] = best_d[j];
+        out_ids[j] = best_i[j];
+        out_dist[j] = best_d[j];
     }
+    __syncthreads();
+}
+
+// Block per (query, probe); partial ids/dists: (nq * nprobe) x k.
+template <typename T>
+__device__ void search_impl(const float* __restrict__ queries, const T* __restrict__ vectors,
+                            const unsigned* __restrict__ row_ids, const unsigned long long* __restrict__ offsets,
+                            const unsigned* __restrict__ probes,
+                            int nprobe, int dim, int k, int metric,
+                            unsigned* __restrict__ out_ids, float* __restrict__ out_dist) {
+    int b = blockIdx.x;
+    search_one(queries + (size_t)(b / nprobe) * dim, vectors, row_ids, offsets, probes[b], dim, k, metric,
+               out_ids + (size_t)b * k, out_dist + (size_t)b * k);
 }
 
 // The scan over f32, f16 and u8 vectors (twins: search_cell over the index, its f16-rounded
@@ -166,29 +183,39 @@ SEARCH(knn_search, float)
 SEARCH(knn_search_f16, unsigned short)
 SEARCH(knn_search_u8, unsigned char)
 
-// Stage 3 (twin of stages::reduce). Block per query: the k best of its nprobe partial lists.
-extern "C" __global__ void knn_reduce(const unsigned* __restrict__ part_ids, const float* __restrict__ part_dist,
-                                      int nprobe, int k, unsigned* __restrict__ out_ids, float* __restrict__ out_dist) {
-    extern __shared__ unsigned char smem[];
+// Stage 3 (twin of stages::reduce) for one query (the whole block): the k best of n = nprobe
+// * k partial results, staged in `smem` (n * 8 bytes of dynamic shared memory). Also the
+// persistent engine's reduce stage.
+__device__ void reduce_one(const unsigned* __restrict__ part_ids, const float* __restrict__ part_dist,
+                           int n, int k, unsigned* __restrict__ out_ids, float* __restrict__ out_dist,
+                           unsigned char* smem) {
     float* cd = (float*)smem;
-    unsigned* ci = (unsigned*)(cd + nprobe * k);
+    unsigned* ci = (unsigned*)(cd + n);
     __shared__ float red_d[WARPS];
     __shared__ unsigned red_i[WARPS];
     __shared__ int red_x[WARPS];
-    int qi = blockIdx.x;
-    int n = nprobe * k;
     for (int x = threadIdx.x; x < n; x += BLOCK) {
-        cd[x] = part_dist[(size_t)qi * n + x];
-        ci[x] = part_ids[(size_t)qi * n + x];
+        cd[x] = part_dist[x];
+        ci[x] = part_ids[x];
     }
     __syncthreads();
     for (int j = 0; j < k; ++j) {
         int x = block_argmin(cd, ci, n, red_d, red_i, red_x);
         if (threadIdx.x == 0) {
-            out_ids[(size_t)qi * k + j] = x >= 0 ? ci[x] : NO_ID;
-            out_dist[(size_t)qi * k + j] = x >= 0 ? cd[x] : INF;
+            out_ids[j] = x >= 0 ? ci[x] : NO_ID;
+            out_dist[j] = x >= 0 ? cd[x] : INF;
             if (x >= 0) { cd[x] = INF; ci[x] = NO_ID; }
         }
         __syncthreads();
     }
+}
+
+// Block per query.
+extern "C" __global__ void knn_reduce(const unsigned* __restrict__ part_ids, const float* __restrict__ part_dist,
+                                      int nprobe, int k, unsigned* __restrict__ out_ids, float* __restrict__ out_dist) {
+    extern __shared__ unsigned char smem[];
+    int qi = blockIdx.x;
+    int n = nprobe * k;
+    reduce_one(part_ids + (size_t)qi * n, part_dist + (size_t)qi * n, n, k,
+               out_ids + (size_t)qi * k, out_dist + (size_t)qi * k, smem);
 }

@@ -16,18 +16,25 @@ pub const QB: usize = 32;
 pub const RT: usize = 64;
 /// Tiled plan: the largest k or nprobe a radix select returns (so the largest nprobe).
 pub const SEL_MAX: usize = 256;
+/// The per-pair reduce (and the persistent engine's reducer slots) hold nprobe * k
+/// candidates, 8 bytes each, in shared memory.
+pub const GPU_MAX_CANDIDATES: usize = 6144;
+/// Largest magnitude of a k-NN query element: beyond it a squared distance over MAX_DIM
+/// dimensions could overflow f32 and rank neighbours arbitrarily.
+pub const KNN_MAX_ABS_ELEMENT: f32 = 1e16;
 
 /// The `#define` block every kernel file is compiled with.
 pub fn cuda_prelude() -> String {
     // Plain int literals (kernels mix them with int arithmetic: min(RT, n) must stay int);
     // NO_ID is the one unsigned.
-    let defs: [(&str, usize); 6] = [
+    let defs: [(&str, usize); 7] = [
         ("BLOCK", BLOCK),
         ("MAX_K", MAX_K),
         ("MAX_DIM", MAX_DIM),
         ("QB", QB),
         ("RT", RT),
         ("SEL_MAX", SEL_MAX),
+        ("GPU_MAX_CANDIDATES", GPU_MAX_CANDIDATES),
     ];
     let mut s = String::from(
         "// Generated from crates/gpu/src/consts.rs: the limits host and kernels share.\n",
@@ -37,5 +44,21 @@ pub fn cuda_prelude() -> String {
         s.push_str(&format!("#define {name} {v}\n"));
     }
     s.push_str(&format!("#define NO_ID {NO_ID:#x}u\n"));
+    s.push_str(&format!(
+        "#define KNN_MAX_ABS_ELEMENT {:e}f\n",
+        KNN_MAX_ABS_ELEMENT
+    ));
+    // The wire's error codes, for answers the GPU writes itself (persistent engine).
+    for c in cohort_proto::ErrorCode::ALL {
+        let name = format!("{c:?}");
+        let mut snake = String::new();
+        for (i, ch) in name.chars().enumerate() {
+            if ch.is_uppercase() && i > 0 {
+                snake.push('_');
+            }
+            snake.push(ch.to_ascii_uppercase());
+        }
+        s.push_str(&format!("#define P_ERR_{snake} {}\n", c as u16));
+    }
     s
 }

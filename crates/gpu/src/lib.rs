@@ -8,6 +8,7 @@ pub mod engine;
 mod error;
 pub mod knn;
 mod nvrtc;
+pub mod persistent;
 pub mod selftest;
 
 pub use device::{probe, DeviceInfo};

@@ -22,7 +22,7 @@ pub fn kernel_sources() -> &'static [KernelSource] {
             ("knn.cu", include_str!("../kernels/knn.cu")),
             ("knn_tiled.cu", include_str!("../kernels/knn_tiled.cu")),
         ];
-        files
+        let mut all: Vec<KernelSource> = files
             .into_iter()
             .map(|(name, body)| KernelSource {
                 name,
@@ -36,7 +36,14 @@ pub fn kernel_sources() -> &'static [KernelSource] {
                     .into_boxed_str(),
                 ),
             })
-            .collect()
+            .collect();
+        // The persistent k-NN module: the runtime + the stage functions of knn.cu.
+        let p = crate::persistent::knn_source();
+        all.push(KernelSource {
+            name: p.name,
+            source: p.source,
+        });
+        all
     })
 }
 

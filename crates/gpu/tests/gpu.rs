@@ -49,6 +49,15 @@ fn every_kernel_compiles_for_sm90_through_nvrtc() {
                 "knn_select_search",
                 "knn_select_search_wide",
             ],
+            "knn_persistent.cu" => &[
+                "cohort_ingress",
+                "p_reset",
+                "knn_p_filter",
+                "knn_p_search",
+                "knn_p_search_f16",
+                "knn_p_search_u8",
+                "knn_p_reduce",
+            ],
             other => panic!("no kernel list for {other}"),
         };
         for f in kernels {
@@ -77,6 +86,46 @@ fn gpu_kernels_match_cpu_twins() {
     for line in cohort_gpu::selftest::run(seed).unwrap() {
         eprintln!("{line}");
     }
+}
+
+/// The persistent runtime's argument block and slot, as the device compiler lays them out,
+/// equal their host mirrors (RtArgs, SLOT_BYTES) and the mqueue header.
+#[test]
+fn persistent_layout_matches_the_host_mirror() {
+    use cohort_gpu::persistent::rt::{PipeArgs, RtArgs, SLOT_BYTES};
+    use cudarc::driver::{LaunchConfig, PushKernelArg};
+    let devs = match probe() {
+        Ok(d) => d,
+        Err(e) => {
+            report_skip("persistent layout on the GPU", &e.to_string());
+            return;
+        }
+    };
+    let ctx = cudarc::driver::CudaContext::new(devs[0].ordinal).unwrap();
+    let arch: &'static str = Box::leak(devs[0].arch().into_boxed_str());
+    let m = ctx
+        .load_module(compile_cached(cohort_gpu::persistent::knn_source(), arch).unwrap())
+        .unwrap();
+    let f = m.load_function("p_layout").unwrap();
+    let s = ctx.default_stream();
+    let mut out = s.alloc_zeros::<u64>(5).unwrap();
+    let mut b = s.launch_builder(&f);
+    b.arg(&mut out);
+    unsafe { b.launch(LaunchConfig::for_num_elems(1)) }.unwrap();
+    let got = s.clone_dtoh(&out).unwrap();
+    let want = [
+        std::mem::size_of::<RtArgs>(),
+        SLOT_BYTES,
+        std::mem::offset_of!(RtArgs, free_slots),
+        std::mem::offset_of!(RtArgs, pipes),
+        cohort_mq::SLOT_HEADER_BYTES,
+    ];
+    assert_eq!(
+        got,
+        want.map(|v| v as u64),
+        "PRt/PSlot layout differs from the host's"
+    );
+    assert_eq!(std::mem::size_of::<PipeArgs>(), 32);
 }
 
 #[test]

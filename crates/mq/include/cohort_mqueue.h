@@ -27,6 +27,7 @@
 #define COHORT_MQ_REQUEST_ID_OFFSET 16
 #define COHORT_MQ_DEADLINE_OFFSET 24
 #define COHORT_MQ_ARRIVED_OFFSET 32
+#define COHORT_MQ_ROUTE_OFFSET 40
 #define COHORT_MQ_SLOT_ALIGN 16
 #define COHORT_MQ_SPILLED 2147483648u
 
@@ -39,7 +40,8 @@ typedef struct {
     uint64_t request_id; /* the client's request id, echoed in the answer */
     uint64_t deadline;   /* nanoseconds on the server's monotonic clock; 0 = none */
     uint64_t arrived;    /* when ingress read the request, same clock */
-    uint64_t reserved;   /* 0 */
+    uint64_t route;      /* engine-internal: the ring an answer goes back to (GPU TX rings
+                            carry the ingress index); 0 elsewhere */
 } cohort_mq_slot_header;
 
 typedef struct {

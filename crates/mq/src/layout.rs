@@ -19,7 +19,9 @@ pub struct SlotHeader {
     pub request_id: u64,
     pub deadline: u64,
     pub arrived: u64,
-    pub reserved: u64,
+    /// Engine-internal routing word (the persistent engine's TX ring: the ingress the answer
+    /// goes to); 0 elsewhere.
+    pub route: u64,
 }
 
 /// Geometry of one ring: a power-of-two number of slots, each with room for

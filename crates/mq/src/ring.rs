@@ -127,11 +127,18 @@ pub struct Producer {
 pub struct Message<'a> {
     pub env: Envelope,
     pub payload: &'a [u8],
+    /// The header's routing word (written by device producers; 0 from host producers).
+    pub route: u64,
 }
 
 impl Producer {
     pub fn layout(&self) -> Layout {
         self.shared.layout
+    }
+
+    /// The ring's region (for a device consumer: the address it polls).
+    pub fn region(&self) -> *mut u8 {
+        self.shared.base()
     }
 
     /// True once the consumer has been dropped.
@@ -246,6 +253,33 @@ pub struct Consumer {
 }
 
 impl Consumer {
+    /// The ring's region (for a device producer or consumer: the address it uses).
+    pub fn region(&self) -> *mut u8 {
+        self.shared.base()
+    }
+
+    pub fn layout(&self) -> Layout {
+        self.shared.layout
+    }
+
+    /// Messages read so far (wrapping): the next message's position.
+    pub fn position(&self) -> u32 {
+        self.tail
+    }
+
+    /// The tail as last published in the control block, by this handle or by a device
+    /// consumer that reads the ring in its place (the persistent engine's GPU ingress).
+    pub fn published_tail(&self) -> u32 {
+        self.shared.tail().load(Ordering::Acquire)
+    }
+
+    /// Whether the message at position `pos` (wrapping) has been written: how a host thread
+    /// watches a ring that a device consumer reads.
+    pub fn is_written(&self, pos: u32) -> bool {
+        let slot = pos as usize & (self.shared.layout.slots - 1);
+        self.shared.seq(slot).load(Ordering::Acquire) == pos.wrapping_add(1)
+    }
+
     /// Reads the next message in place if one is ready, and releases it.
     pub fn try_recv<R>(&mut self, f: impl FnOnce(Message<'_>) -> R) -> Option<R> {
         self.try_recv_if(|m| Some(f(m)))
@@ -287,7 +321,14 @@ impl Consumer {
                     (hdr.len & !SPILLED) as usize,
                     "corrupt spill length"
                 );
-                (f(Message { env, payload: v }), Some(cell))
+                (
+                    f(Message {
+                        env,
+                        payload: v,
+                        route: hdr.route,
+                    }),
+                    Some(cell),
+                )
             } else {
                 assert!(
                     hdr.len as usize <= layout.payload_capacity,
@@ -297,7 +338,14 @@ impl Consumer {
                     self.shared.base().add(off + SLOT_HEADER_BYTES),
                     hdr.len as usize,
                 );
-                (f(Message { env, payload }), None)
+                (
+                    f(Message {
+                        env,
+                        payload,
+                        route: hdr.route,
+                    }),
+                    None,
+                )
             }
         };
         let out = out?;

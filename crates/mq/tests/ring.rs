@@ -44,6 +44,10 @@ fn header_matches_rust_layout() {
         defs["ARRIVED_OFFSET"],
         std::mem::offset_of!(SlotHeader, arrived)
     );
+    assert_eq!(
+        defs["ROUTE_OFFSET"],
+        std::mem::offset_of!(SlotHeader, route)
+    );
     let spilled = h
         .lines()
         .find_map(|l| l.strip_prefix("#define COHORT_MQ_SPILLED "))

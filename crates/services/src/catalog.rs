@@ -5,6 +5,7 @@ use crate::micro_gpu::{Micro, MicroGpu};
 use cohort_engine::Service;
 use cohort_gpu::engine::GpuBackend;
 use cohort_gpu::knn::{GpuIvf, Precision};
+use cohort_gpu::persistent::PersistentBackend;
 use cohort_gpu::DeviceInfo;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -32,6 +33,8 @@ impl Default for ServiceOptions {
 
 type CpuBuild = fn(&ServiceOptions, bool) -> Result<Arc<dyn Service>, String>;
 type GpuBuild = fn(&ServiceOptions, &DeviceInfo) -> Result<Arc<dyn GpuBackend>, String>;
+type PersistentBuild =
+    fn(&ServiceOptions, &DeviceInfo) -> Result<Arc<dyn PersistentBackend>, String>;
 
 pub struct Entry {
     pub name: &'static str,
@@ -40,6 +43,8 @@ pub struct Entry {
     pub build: CpuBuild,
     /// Its GPU backend on one device; None: the service runs on the cpu engine only.
     pub gpu: Option<GpuBuild>,
+    /// Its stages for the persistent GPU engine; None: not offered there.
+    pub persistent: Option<PersistentBuild>,
 }
 
 pub const CATALOG: &[Entry] = &[
@@ -47,16 +52,19 @@ pub const CATALOG: &[Entry] = &[
         name: "echo",
         build: |_, _| Ok(Arc::new(crate::echo::Echo)),
         gpu: Some(|_, dev| micro(Micro::Echo, dev)),
+        persistent: Some(|_, dev| micro_persistent(Micro::Echo, dev)),
     },
     Entry {
         name: "spin",
         build: |_, _| Ok(Arc::new(crate::spin::Spin)),
         gpu: Some(|_, dev| micro(Micro::Spin, dev)),
+        persistent: Some(|_, dev| micro_persistent(Micro::Spin, dev)),
     },
     Entry {
         name: "knn",
         build: knn_service,
         gpu: Some(knn_gpu),
+        persistent: Some(knn_persistent),
     },
 ];
 
@@ -71,6 +79,12 @@ pub fn names() -> Vec<&'static str> {
 fn micro(kind: Micro, dev: &DeviceInfo) -> Result<Arc<dyn GpuBackend>, String> {
     Ok(Arc::new(
         MicroGpu::new(kind, dev).map_err(|e| e.to_string())?,
+    ))
+}
+
+fn micro_persistent(kind: Micro, dev: &DeviceInfo) -> Result<Arc<dyn PersistentBackend>, String> {
+    Ok(Arc::new(
+        crate::micro_persistent::MicroPersistent::new(kind, dev).map_err(|e| e.to_string())?,
     ))
 }
 
@@ -106,4 +120,15 @@ fn knn_gpu(o: &ServiceOptions, dev: &DeviceInfo) -> Result<Arc<dyn GpuBackend>, 
     let index = load_index(o, true)?;
     let ivf = GpuIvf::upload(dev, &index, o.precision).map_err(|e| e.to_string())?;
     Ok(Arc::new(crate::knn::gpu::KnnGpu::new(ivf)))
+}
+
+fn knn_persistent(
+    o: &ServiceOptions,
+    dev: &DeviceInfo,
+) -> Result<Arc<dyn PersistentBackend>, String> {
+    let index = load_index(o, true)?;
+    let ivf = GpuIvf::upload(dev, &index, o.precision).map_err(|e| e.to_string())?;
+    Ok(Arc::new(
+        crate::knn::persistent::KnnPersistent::new(ivf, dev).map_err(|e| e.to_string())?,
+    ))
 }

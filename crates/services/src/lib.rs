@@ -7,6 +7,7 @@ pub mod catalog;
 pub mod echo;
 pub mod knn;
 pub mod micro_gpu;
+pub mod micro_persistent;
 pub mod selftest;
 pub mod spin;
 

@@ -1,21 +1,26 @@
 //! Every service's GPU backend against its CPU twin, through the real GPU engines (gpu-direct,
-//! gpu-cohort, gpu-cohort with graphs) and the real rings, on fresh random requests (bad ones
-//! included). Run by `cohort selftest gpu` (the GPU machine has no cargo) and the test suite.
+//! gpu-cohort, gpu-cohort with graphs, gpu-persistent) and the real rings, on fresh random
+//! requests (bad ones included); and the persistent engine's watchdog, provoked. Run by
+//! `cohort selftest gpu` (the GPU machine has no cargo) and the test suite.
 
 use crate::catalog::{self, ServiceOptions};
 use crate::knn::gpu::KnnGpu;
+use crate::knn::persistent::KnnPersistent;
 use crate::knn::{decode_response, encode_request, Elems, Knn};
 use crate::micro_gpu::MAX_ROW_BYTES;
+use cohort_engine::wiring::DEFAULT_STRIDE;
 use cohort_engine::{
-    wire, Bell, DispatchPolicy, EngineSpec, Ingress, Metrics, Service, ServiceLabel,
+    wire_in, Bell, DispatchPolicy, EngineSpec, Ingress, Metrics, Service, ServiceLabel,
 };
 use cohort_gpu::engine::{GpuBackend, GpuEngine, GpuEngineConfig, Mode};
 use cohort_gpu::knn::{GpuIvf, Precision};
+use cohort_gpu::persistent::{MappedMemory, PersistentBackend, PersistentConfig, PersistentEngine};
 use cohort_gpu::selftest::same_neighbors;
 use cohort_gpu::{probe, DeviceInfo};
 use cohort_knn::kmeans::KMeansConfig;
 use cohort_knn::synth::{Model, SynthConfig};
 use cohort_knn::{IvfIndex, Metric};
+use cohort_mq::{Layout, RingMemory};
 use cohort_proto::ErrorCode;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
@@ -48,37 +53,113 @@ const MODES: [(Mode, bool); 3] = [
 
 type Answers = Vec<Result<Vec<u8>, cohort_proto::ErrorPayload>>;
 
-/// Sends every payload through a GPU engine of `mode` and returns the answers in order, and
-/// the time from the first request to the last answer.
+/// The engine a check runs through.
+#[derive(Clone)]
+enum Engine {
+    Batched(Arc<dyn GpuBackend>, Mode, bool),
+    Persistent(Arc<dyn PersistentBackend>, PersistentConfig),
+}
+
+impl Engine {
+    fn name(&self) -> &'static str {
+        match self {
+            Engine::Batched(_, m, _) => m.engine_name(),
+            Engine::Persistent(..) => "gpu-persistent",
+        }
+    }
+
+    /// Largest payload the engine carries (the persistent engine's rings cannot spill).
+    fn row_limit(&self) -> usize {
+        match self {
+            Engine::Batched(..) => MAX_ROW_BYTES,
+            Engine::Persistent(..) => Layout::with_stride(2, DEFAULT_STRIDE).payload_capacity,
+        }
+    }
+}
+
+const RING_SLOTS: usize = 256;
+
+/// What a run through an engine gave: answers in request order, the time from the first
+/// request to the last answer, and the persistent engine's restarts.
+struct Served {
+    answers: Answers,
+    took: Duration,
+    restarts: u64,
+}
+
+/// Sends every payload through `engine` and collects one answer per request.
 fn serve(
-    backend: Arc<dyn GpuBackend>,
+    engine: Engine,
     service: &Arc<dyn Service>,
-    mode: Mode,
-    graphs: bool,
     payloads: &[Vec<u8>],
-) -> Result<(Answers, Duration), String> {
+) -> Result<Served, String> {
+    serve_paced(engine, service, payloads, None)
+}
+
+/// As `serve`; with `pause` = (n, t), request n and later are sent only from t after the
+/// first.
+fn serve_paced(
+    engine: Engine,
+    service: &Arc<dyn Service>,
+    payloads: &[Vec<u8>],
+    pause: Option<(usize, Duration)>,
+) -> Result<Served, String> {
     let label = ServiceLabel {
         name: service.name().into(),
-        engine: mode.engine_name().into(),
+        engine: engine.name().into(),
     };
     let metrics = Arc::new(Metrics::new([(service.id(), label)].into()));
     let spec = EngineSpec {
-        name: mode.engine_name().into(),
+        name: engine.name().into(),
         lanes: 1,
         policy: DispatchPolicy::RoundRobin,
         services: vec![service.id()],
-        slots: 256,
+        slots: RING_SLOTS,
     };
-    let mut w = wire(1, &[spec]);
-    let cfg = GpuEngineConfig {
-        mode,
-        max_cohort: 64,
-        cohort_timeout: Duration::from_micros(300),
-        streams: 3,
-        graphs,
+    // The persistent engine's request ring is mapped memory the GPU polls.
+    let mut mapped: Option<MappedMemory> = match &engine {
+        Engine::Persistent(b, _) => Some(
+            MappedMemory::zeroed(
+                b.context(),
+                Layout::with_stride(RING_SLOTS, DEFAULT_STRIDE).bytes(),
+            )
+            .map_err(|e| e.to_string())?,
+        ),
+        Engine::Batched(..) => None,
     };
+    let mut w = wire_in(1, &[spec], &mut |_, _, _, _| {
+        mapped.take().map(|m| Box::new(m) as Box<dyn RingMemory>)
+    });
     let lane = w.engines[0].pop().expect("one lane");
-    let eng = GpuEngine::start(backend, lane, &cfg, metrics.clone()).map_err(|e| e.to_string())?;
+    let stop: Box<dyn FnOnce() -> u64> = match engine {
+        Engine::Batched(backend, mode, graphs) => {
+            let cfg = GpuEngineConfig {
+                mode,
+                max_cohort: 64,
+                cohort_timeout: Duration::from_micros(300),
+                streams: 3,
+                graphs,
+            };
+            let eng = GpuEngine::start(backend, lane, &cfg, metrics.clone())
+                .map_err(|e| e.to_string())?;
+            Box::new(move || {
+                eng.shutdown();
+                0
+            })
+        }
+        Engine::Persistent(backend, cfg) => {
+            let eng = PersistentEngine::start(backend, lane, &cfg, metrics.clone())
+                .map_err(|e| e.to_string())?;
+            Box::new(move || {
+                let r = eng
+                    .stats
+                    .restarts
+                    .load(std::sync::atomic::Ordering::Relaxed);
+                eng.shutdown();
+                r
+            })
+        }
+    };
     let ends = w.ingresses.pop().expect("one ingress");
     let bell = Bell::new();
     bell.bind_current();
@@ -86,11 +167,15 @@ fn serve(
     let mut ing: Ingress<usize> = Ingress::new(ends, 1 << 16, metrics, Duration::from_secs(30));
     let mut got: Vec<Option<Result<Vec<u8>, cohort_proto::ErrorPayload>>> =
         vec![None; payloads.len()];
+    let mut twice = 0;
     let started = Instant::now();
     let until = started + Duration::from_secs(60);
     let mut next = 0;
     while (next < payloads.len() || ing.in_flight() > 0) && Instant::now() < until {
         while next < payloads.len() {
+            if pause.is_some_and(|(at, t)| next == at && started.elapsed() < t) {
+                break;
+            }
             match ing.submit(next, service.id(), next as u64, 0, &payloads[next]) {
                 Ok(()) => next += 1,
                 Err((_, e)) if e.code == ErrorCode::Overloaded => break,
@@ -100,62 +185,89 @@ fn serve(
                 }
             }
         }
-        let n = ing.drain(usize::MAX, |i, _, a| got[i] = Some(a.map(|p| p.to_vec())))
-            + ing.reap_dead_lanes(|i, _, a| got[i] = Some(a.map(|p| p.to_vec())));
+        let mut record = |i: usize, _: &cohort_engine::Meta, a: cohort_engine::Answer<'_>| {
+            twice += got[i].is_some() as usize;
+            got[i] = Some(a.map(|p| p.to_vec()));
+        };
+        let n = ing.drain(usize::MAX, &mut record) + ing.reap_dead_lanes(&mut record);
         if n == 0 {
             bell.sleep(Duration::from_millis(1), || ing.ends.answers_waiting());
         }
     }
     let took = started.elapsed();
     drop(ing);
-    eng.shutdown();
+    let restarts = stop();
+    if twice > 0 {
+        return Err(format!("{twice} requests were answered twice"));
+    }
     let answers = got
         .into_iter()
         .enumerate()
         .map(|(i, a)| a.ok_or_else(|| format!("request {i} never answered")))
         .collect::<Result<_, _>>()?;
-    Ok((answers, took))
+    Ok(Served {
+        answers,
+        took,
+        restarts,
+    })
 }
 
-/// Compares the engine's answers with the CPU twin's, request by request.
+/// Compares the answers of every engine `engines` makes with the CPU twin's, request by
+/// request.
 fn check(
     what: &str,
-    make: &dyn Fn() -> Result<Arc<dyn GpuBackend>, String>,
+    engines: &dyn Fn() -> Result<Vec<Engine>, String>,
     service: &Arc<dyn Service>,
     payloads: &[Vec<u8>],
     compare: Compare,
 ) -> Result<Vec<String>, String> {
     let mut lines = Vec::new();
-    for (mode, graphs) in MODES {
-        let backend = make()?;
-        // gpu-direct always replays graphs where the backend allows them.
-        let graphs_used = (graphs || mode == Mode::Direct) && backend.graphable();
-        let (got, took) = serve(backend, service, mode, graphs, payloads)?;
+    for engine in engines()? {
+        let graphs_used = match &engine {
+            // gpu-direct always replays graphs where the backend allows them.
+            Engine::Batched(b, mode, graphs) => (*graphs || *mode == Mode::Direct) && b.graphable(),
+            Engine::Persistent(..) => false,
+        };
+        let (name, limit) = (engine.name(), engine.row_limit());
+        let got = serve(engine, service, payloads)?.answers;
         let mut errors = 0;
         for (i, (p, g)) in payloads.iter().zip(&got).enumerate() {
             let c = service.call_cpu(p);
-            let fail = |m: String| {
-                format!(
-                    "{what} on {} (graphs {graphs_used}), request {i}: {m}",
-                    mode.engine_name()
-                )
-            };
+            let fail =
+                |m: String| format!("{what} on {name} (graphs {graphs_used}), request {i}: {m}");
             match (g, &c) {
                 (Ok(g), Ok(c)) => compare(g, c).map_err(fail)?,
                 (Err(g), Err(c)) if g.code == c.code => errors += 1,
-                (Err(g), Ok(_)) if g.code == ErrorCode::TooLarge && p.len() > MAX_ROW_BYTES => {
-                    errors += 1
-                }
+                (Err(g), Ok(_)) if g.code == ErrorCode::TooLarge && p.len() > limit => errors += 1,
                 (g, c) => return Err(fail(format!("gpu {g:?}, cpu {c:?}"))),
             }
         }
         lines.push(format!(
-            "{what} on {} (graphs {graphs_used}): {} requests ({errors} refused alike) match the CPU twin, served in {took:.1?}",
-            mode.engine_name(),
+            "{what} on {name} (graphs {graphs_used}): {} requests ({errors} refused alike) match the CPU twin",
             payloads.len(),
         ));
     }
     Ok(lines)
+}
+
+/// The batched engines on fresh backends from `gpu`, then the persistent engine on one from
+/// `persistent`.
+fn all_engines(
+    gpu: &dyn Fn() -> Result<Arc<dyn GpuBackend>, String>,
+    persistent: Option<&dyn Fn() -> Result<Arc<dyn PersistentBackend>, String>>,
+) -> Result<Vec<Engine>, String> {
+    let mut v = Vec::new();
+    for (mode, graphs) in MODES {
+        v.push(Engine::Batched(gpu()?, mode, graphs));
+    }
+    if let Some(persistent) = persistent {
+        let cfg = PersistentConfig {
+            slots: 64,
+            ..PersistentConfig::default()
+        };
+        v.push(Engine::Persistent(persistent()?, cfg));
+    }
+    Ok(v)
 }
 
 fn micro_payloads(rng: &mut SmallRng, spin: bool) -> Vec<Vec<u8>> {
@@ -199,8 +311,9 @@ fn knn_payloads(rng: &mut SmallRng, model: &Model, dim: usize, nlist: usize) -> 
     v
 }
 
-/// Every GPU backend against its CPU twin on device 0.
-pub fn run(seed: u64) -> Result<Vec<String>, String> {
+/// Every GPU backend against its CPU twin on device 0 (`persistent`: the persistent engine
+/// too, and its watchdog).
+pub fn run(seed: u64, with_persistent: bool) -> Result<Vec<String>, String> {
     let devs = probe().map_err(|e| e.to_string())?;
     let dev: &DeviceInfo = &devs[0];
     let mut rng = SmallRng::seed_from_u64(seed);
@@ -210,10 +323,17 @@ pub fn run(seed: u64) -> Result<Vec<String>, String> {
         let e = catalog::entry(name).expect("in the catalog");
         let service = (e.build)(&opts, true)?;
         let gpu = e.gpu.expect("has a GPU backend");
+        let persistent_of = e.persistent.expect("has a persistent backend");
+        let persistent = |o: &ServiceOptions, d: &DeviceInfo| persistent_of(o, d);
         let payloads = micro_payloads(&mut rng, name == "spin");
         lines.extend(check(
             name,
-            &|| gpu(&opts, dev),
+            &|| {
+                all_engines(
+                    &|| gpu(&opts, dev),
+                    with_persistent.then_some(&|| persistent(&opts, dev)),
+                )
+            },
             &service,
             &payloads,
             exact,
@@ -223,22 +343,27 @@ pub fn run(seed: u64) -> Result<Vec<String>, String> {
     let e = catalog::entry("spin").expect("in the catalog");
     let service = (e.build)(&opts, true)?;
     let backend = (e.gpu.expect("gpu"))(&opts, dev)?;
-    let (got, took) = serve(
-        backend,
+    let spin3 = [crate::spin::encode(3000, b"x")];
+    let s = serve(
+        Engine::Batched(backend, Mode::Direct, false),
         &service,
-        Mode::Direct,
-        false,
-        &[crate::spin::encode(3000, b"x")],
+        &spin3,
     )?;
-    if got[0].is_err() || took < Duration::from_millis(3) {
+    if s.answers[0].is_err() || s.took < Duration::from_millis(3) {
         return Err(format!(
-            "spin 3000 us on the GPU answered {:?} after {took:?}",
-            got[0]
+            "spin 3000 us on the GPU answered {:?} after {:?}",
+            s.answers[0], s.took
         ));
     }
     lines.push(format!(
-        "spin: 3000 us on the GPU answered after {took:.1?}"
+        "spin: 3000 us on the GPU answered after {:.1?}",
+        s.took
     ));
+    if with_persistent {
+        lines.push(watchdog_restarts_a_stalled_gpu(&service, &|| {
+            (e.persistent.expect("persistent"))(&opts, dev)
+        })?);
+    }
     // knn on a fresh random index, f32 and f16.
     let (n, dim, nlist) = (6000, 48, 64);
     let model = Model::new(SynthConfig {
@@ -257,10 +382,68 @@ pub fn run(seed: u64) -> Result<Vec<String>, String> {
     ));
     let payloads = knn_payloads(&mut rng, &model, dim, nlist);
     let service: Arc<dyn Service> = Arc::new(Knn { index: ix.clone() });
-    let make = || -> Result<Arc<dyn GpuBackend>, String> {
+    let gpu = || -> Result<Arc<dyn GpuBackend>, String> {
         let ivf = GpuIvf::upload(dev, &ix, Precision::F32).map_err(|e| e.to_string())?;
         Ok(Arc::new(KnnGpu::new(ivf)))
     };
-    lines.extend(check("knn", &make, &service, &payloads, neighbours)?);
+    let persistent = || -> Result<Arc<dyn PersistentBackend>, String> {
+        let ivf = GpuIvf::upload(dev, &ix, Precision::F32).map_err(|e| e.to_string())?;
+        Ok(Arc::new(
+            KnnPersistent::new(ivf, dev).map_err(|e| e.to_string())?,
+        ))
+    };
+    lines.extend(check(
+        "knn",
+        &|| all_engines(&gpu, with_persistent.then_some(&persistent)),
+        &service,
+        &payloads,
+        neighbours,
+    )?);
     Ok(lines)
+}
+
+/// The watchdog, provoked: spin requests of 100 ms on every worker against a 30 ms watchdog
+/// look exactly like a GPU that stopped making progress. Every request must get one answer
+/// (what the GPU held INTERNAL, the rest their echo), and requests sent 400 ms later, after
+/// the restart, are all served.
+fn watchdog_restarts_a_stalled_gpu(
+    service: &Arc<dyn Service>,
+    make: &dyn Fn() -> Result<Arc<dyn PersistentBackend>, String>,
+) -> Result<String, String> {
+    let cfg = PersistentConfig {
+        slots: 64,
+        blocks: Some(vec![4]),
+        watchdog: Duration::from_millis(30),
+        ..PersistentConfig::default()
+    };
+    let mut payloads: Vec<Vec<u8>> = (0..40u8).map(|i| crate::spin::encode(0, &[i])).collect();
+    payloads.extend((0..4u8).map(|i| crate::spin::encode(100_000, &[i])));
+    payloads.extend((0..40u8).map(|i| crate::spin::encode(5, &[i])));
+    let pause = Some((44, Duration::from_millis(400)));
+    let s = serve_paced(Engine::Persistent(make()?, cfg), service, &payloads, pause)?;
+    let internal = s
+        .answers
+        .iter()
+        .filter(|a| matches!(a, Err(e) if e.code == ErrorCode::Internal))
+        .count();
+    for (i, (p, a)) in payloads.iter().zip(&s.answers).enumerate() {
+        match a {
+            Ok(g) if g == p => {}
+            // Only what the stalled GPU held may fail; what came after the restart is served.
+            Err(e) if e.code == ErrorCode::Internal && i < 44 => {}
+            other => return Err(format!("watchdog run: request {i} answered {other:?}")),
+        }
+    }
+    if s.restarts == 0 || internal < 4 {
+        return Err(format!(
+            "watchdog run: {} restarts, {internal} INTERNAL answers (expected >= 1 and >= 4)",
+            s.restarts
+        ));
+    }
+    Ok(format!(
+        "gpu-persistent watchdog: {} restart(s) for 4 stalled spins; {internal} INTERNAL, {} served, none lost or doubled, in {:.1?}",
+        s.restarts,
+        payloads.len() - internal,
+        s.took
+    ))
 }

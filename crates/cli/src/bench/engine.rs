@@ -4,7 +4,7 @@
 //! the kernel's UDP path could deliver, through the same boundary a server uses.
 
 use crate::serve::{self, ServeArgs};
-use anyhow::Result;
+use anyhow::{Context as _, Result};
 use clap::Args;
 use cohort_engine::{Bell, Ingress, IngressEnds};
 use cohort_services::knn::{encode_request, Elems};
@@ -14,16 +14,27 @@ use std::time::{Duration, Instant};
 
 #[derive(Args, Debug)]
 pub struct EngineBench {
-    /// cpu, gpu-direct, gpu-cohort (comma-separated: each in turn).
+    /// cpu, gpu-direct, gpu-cohort, gpu-persistent (comma-separated: each in turn).
     #[arg(
         long,
         value_delimiter = ',',
         default_value = "cpu,gpu-direct,gpu-cohort"
     )]
     pub engines: Vec<String>,
-    /// Folder with query.fvecs and ivf{nlist}.index.
+    /// The service driven: knn (queries from --data), echo (empty requests: the engine's
+    /// round trip alone) or spin (--spin-us of work per request).
+    #[arg(long, default_value = "knn")]
+    pub service: String,
+    /// spin: microseconds of work per request.
+    #[arg(long, default_value_t = 0)]
+    pub spin_us: u32,
+    /// Per-service settings NAME.KEY=VALUE as for `cohort serve` (e.g. knn.stages=132:264:33,
+    /// spin.stages=8 for 8 persistent worker blocks).
     #[arg(long)]
-    pub data: PathBuf,
+    pub service_opt: Vec<String>,
+    /// knn: folder with query.fvecs and ivf{nlist}.index.
+    #[arg(long)]
+    pub data: Option<PathBuf>,
     #[arg(long, default_value_t = 1024)]
     pub nlist: usize,
     #[arg(long, default_value_t = 16)]
@@ -56,19 +67,34 @@ pub struct EngineBench {
     pub out: PathBuf,
 }
 
+fn payloads(a: &EngineBench) -> Result<Vec<Vec<u8>>> {
+    Ok(match a.service.as_str() {
+        "knn" => {
+            let data = a.data.as_ref().context("knn needs --data")?;
+            let q = cohort_knn::vecfile::read_vectors(&data.join("query.fvecs"))?;
+            (0..q.n)
+                .map(|i| {
+                    let mut p = Vec::new();
+                    encode_request(a.k, a.nprobe, Elems::F32(q.row(i)), &mut p);
+                    p
+                })
+                .collect()
+        }
+        "echo" => vec![Vec::new()],
+        "spin" => vec![cohort_services::spin::encode(a.spin_us, b"")],
+        other => anyhow::bail!("bench engine drives knn, echo or spin, not {other:?}"),
+    })
+}
+
 pub fn run(a: &EngineBench) -> Result<()> {
-    let q = cohort_knn::vecfile::read_vectors(&a.data.join("query.fvecs"))?;
-    let payloads: Vec<Vec<u8>> = (0..q.n)
-        .map(|i| {
-            let mut p = Vec::new();
-            encode_request(a.k, a.nprobe, Elems::F32(q.row(i)), &mut p);
-            p
-        })
-        .collect();
+    let payloads = payloads(a)?;
     let mut results = Vec::new();
     for engine in &a.engines {
-        let mut sa = ServeArgs::loopback("knn");
-        sa.index = Some(a.data.join(format!("ivf{}.index", a.nlist)));
+        let mut sa = ServeArgs::loopback(&a.service);
+        sa.service_opt = a.service_opt.clone();
+        if let Some(data) = &a.data {
+            sa.index = Some(data.join(format!("ivf{}.index", a.nlist)));
+        }
         sa.engine = engine.clone();
         sa.max_cohort = a.max_cohort;
         sa.cohort_timeout_us = a.cohort_timeout_us;
@@ -137,7 +163,7 @@ pub fn run(a: &EngineBench) -> Result<()> {
                 hist.add(h)?;
             }
             let us = |q: f64| hist.value_at_quantile(q) as f64 / 1e3;
-            let r = json!({"engine": engine, "window": window, "drivers": drivers, "queries_per_s": done as f64 / secs, "errors": errors,
+            let r = json!({"engine": engine, "service": a.service, "spin_us": a.spin_us, "service_opt": a.service_opt, "window": window, "drivers": drivers, "queries_per_s": done as f64 / secs, "errors": errors,
                 "latency_us": {"p50": us(0.5), "p99": us(0.99), "p999": us(0.999)}, "nprobe": a.nprobe, "k": a.k, "nlist": a.nlist,
                 "precision": format!("{:?}", a.gpu_precision), "gpus": a.gpus, "max_cohort": a.max_cohort, "cohort_timeout_us": a.cohort_timeout_us, "cohort_graphs": a.cohort_graphs});
             eprintln!("{r}");

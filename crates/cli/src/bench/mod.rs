@@ -3,8 +3,10 @@
 
 mod echo;
 mod engine;
+mod hog;
 mod gpu;
 mod knn;
+mod plot;
 
 use anyhow::Result;
 use clap::Subcommand;
@@ -21,6 +23,10 @@ pub enum BenchCmd {
     GpuKernels(gpu::GpuKernelBench),
     /// Engines fed directly (no sockets): throughput and latency per outstanding window.
     Engine(engine::EngineBench),
+    /// A CPU-hungry neighbour that measures its own rate (noisy-neighbour experiments).
+    Hog(hog::HogBench),
+    /// Several sweeps on one throughput-latency plot.
+    Plot(plot::PlotArgs),
 }
 
 pub fn run(cmd: BenchCmd) -> Result<()> {
@@ -29,6 +35,8 @@ pub fn run(cmd: BenchCmd) -> Result<()> {
         BenchCmd::KnnCpu(a) => knn::run(&a),
         BenchCmd::GpuKernels(a) => gpu::run(&a),
         BenchCmd::Engine(a) => engine::run(&a),
+        BenchCmd::Hog(a) => hog::run(&a),
+        BenchCmd::Plot(a) => plot::run(&a),
     }
 }
 

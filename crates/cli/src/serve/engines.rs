@@ -5,11 +5,14 @@ use super::plan::{plans, EngineKind, ServicePlan};
 use super::ServeArgs;
 use anyhow::{Context as _, Result};
 use cohort_engine::wiring::slots_for;
+use cohort_engine::wiring::DEFAULT_STRIDE;
 use cohort_engine::{
-    wire, CpuEngine, CpuEngineConfig, EngineSpec, IngressEnds, LaneEnds, Metrics, Registry,
+    wire_in, CpuEngine, CpuEngineConfig, EngineSpec, IngressEnds, LaneEnds, Metrics, Registry,
     ServiceLabel,
 };
 use cohort_gpu::engine::{GpuEngine, GpuEngineConfig, Mode};
+use cohort_gpu::persistent::{MappedMemory, PersistentConfig, PersistentEngine};
+use cohort_mq::{Layout, RingMemory};
 use cohort_services::catalog::{self, ServiceOptions};
 use std::collections::HashMap;
 use std::sync::Arc;
@@ -18,6 +21,7 @@ use std::time::Duration;
 enum Running {
     Cpu(CpuEngine),
     Gpu(Vec<GpuEngine>),
+    Persistent(Vec<PersistentEngine>),
 }
 
 /// The engine side of a server: what the listeners (or the engine benchmark's drivers) need.
@@ -37,6 +41,7 @@ impl EngineSide {
             match e {
                 Running::Cpu(c) => c.shutdown(),
                 Running::Gpu(v) => v.into_iter().for_each(GpuEngine::shutdown),
+                Running::Persistent(v) => v.into_iter().for_each(PersistentEngine::shutdown),
             }
         }
     }
@@ -104,7 +109,6 @@ pub fn start_engines(a: &ServeArgs, ingresses: usize) -> Result<EngineSide> {
         })
         .collect();
     let metrics = Arc::new(Metrics::new(labels));
-    let wiring = wire(ingresses, &specs);
     let on_gpu: Vec<String> = plans
         .iter()
         .filter(|p| p.engine.is_gpu())
@@ -115,10 +119,17 @@ pub fn start_engines(a: &ServeArgs, ingresses: usize) -> Result<EngineSide> {
     } else {
         cohort_gpu::probe().with_context(|| format!("{} needs a GPU", on_gpu.join(", ")))?
     };
+    let mut mapped = mapped_rings(&plans, &specs, ingresses)?;
+    let wiring = wire_in(ingresses, &specs, &mut |e, l, i, _| {
+        mapped
+            .remove(&(e, l, i))
+            .map(|m| Box::new(m) as Box<dyn RingMemory>)
+    });
     let mut engines = Vec::new();
     for ((p, lanes), n) in plans.iter().zip(wiring.engines).zip(lanes) {
         let started = match p.engine {
             EngineKind::Cpu => start_cpu(a, p, lanes, n, &registry, &metrics),
+            EngineKind::GpuPersistent => start_persistent(a, p, lanes, &devices, &metrics),
             kind => start_gpu(a, p, kind, lanes, &devices, &metrics),
         };
         match started {
@@ -213,4 +224,63 @@ fn start_gpu(
         }
     }
     Ok(Running::Gpu(out))
+}
+
+/// The request rings of gpu-persistent engines, in memory mapped for their GPU (the GPU polls
+/// them), keyed by (engine, lane, ingress) as `wire_in` asks for them.
+fn mapped_rings(
+    plans: &[ServicePlan],
+    specs: &[EngineSpec],
+    ingresses: usize,
+) -> Result<HashMap<(usize, usize, usize), MappedMemory>> {
+    let mut out = HashMap::new();
+    for (e, (p, spec)) in plans.iter().zip(specs).enumerate() {
+        if p.engine != EngineKind::GpuPersistent {
+            continue;
+        }
+        let bytes = Layout::with_stride(spec.slots, DEFAULT_STRIDE).bytes();
+        for (l, &g) in p.gpus.iter().enumerate() {
+            for i in 0..ingresses {
+                let m = MappedMemory::on_device(g, bytes)
+                    .with_context(|| format!("{}: mapped request rings on GPU {g}", p.name))?;
+                out.insert((e, l, i), m);
+            }
+        }
+    }
+    Ok(out)
+}
+
+fn start_persistent(
+    a: &ServeArgs,
+    p: &ServicePlan,
+    lanes: Vec<LaneEnds>,
+    devices: &[cohort_gpu::DeviceInfo],
+    metrics: &Arc<Metrics>,
+) -> Result<Running> {
+    let entry = catalog::entry(p.name).expect("plans hold catalog names");
+    let build = entry.persistent.expect("plans checked the backend");
+    let cfg = PersistentConfig {
+        slots: p.gpu_slots,
+        blocks: p.stages.clone(),
+        batch: p.gpu_batch,
+        watchdog: Duration::from_millis(p.watchdog_ms),
+        ..PersistentConfig::default()
+    };
+    let mut out = Vec::new();
+    for (&g, lane) in p.gpus.iter().zip(lanes) {
+        let dev = devices
+            .iter()
+            .find(|d| d.ordinal == g)
+            .with_context(|| format!("no GPU {g} ({} found)", devices.len()))?;
+        tracing::info!(gpu = g, name = %dev.name, sms = dev.sms, service = p.name, "gpu-persistent");
+        let backend = build(&options(a, p), dev).map_err(anyhow::Error::msg)?;
+        match PersistentEngine::start(backend, lane, &cfg, metrics.clone()) {
+            Ok(e) => out.push(e),
+            Err(e) => {
+                out.into_iter().for_each(PersistentEngine::shutdown);
+                return Err(e.into());
+            }
+        }
+    }
+    Ok(Running::Persistent(out))
 }

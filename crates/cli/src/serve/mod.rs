@@ -31,7 +31,11 @@ pub struct ServeArgs {
     pub service: String,
     /// Per-service setting NAME.KEY=VALUE (repeatable), e.g. knn.max_cohort=512; keys: engine,
     /// gpus, max_cohort, cohort_timeout_us, streams, gpu_precision, cohort_graphs, workers,
-    /// worker_cpus, max_queue, dispatch. A config file's [services.NAME] tables become these.
+    /// worker_cpus, max_queue, dispatch, and for gpu-persistent gpu_slots (requests in flight
+    /// per GPU, 2048), stages (worker blocks per stage, knn filter:search:reduce e.g.
+    /// 132:264:33; echo/spin one count), gpu_batch (tasks a worker takes at once, 1),
+    /// watchdog_ms (restart a GPU making no progress, 1000). A config file's [services.NAME]
+    /// tables become these.
     #[arg(long)]
     pub service_opt: Vec<String>,
     /// IVF index file for the knn service (`cohort index build`).
@@ -41,7 +45,7 @@ pub struct ServeArgs {
     /// less memory at start, slower scans.
     #[arg(long)]
     pub index_mapped: bool,
-    /// Engine of the services that name none: cpu, gpu-direct or gpu-cohort.
+    /// Engine of the services that name none: cpu, gpu-direct, gpu-cohort or gpu-persistent.
     #[arg(long, default_value = "cpu")]
     pub engine: String,
     /// GPUs for the gpu engines (one control thread per GPU and service; knn keeps a full

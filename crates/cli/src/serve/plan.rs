@@ -12,13 +12,15 @@ pub enum EngineKind {
     Cpu,
     GpuDirect,
     GpuCohort,
+    GpuPersistent,
 }
 
 impl EngineKind {
-    pub const ALL: [EngineKind; 3] = [
+    pub const ALL: [EngineKind; 4] = [
         EngineKind::Cpu,
         EngineKind::GpuDirect,
         EngineKind::GpuCohort,
+        EngineKind::GpuPersistent,
     ];
 
     pub fn name(self) -> &'static str {
@@ -26,6 +28,7 @@ impl EngineKind {
             EngineKind::Cpu => "cpu",
             EngineKind::GpuDirect => "gpu-direct",
             EngineKind::GpuCohort => "gpu-cohort",
+            EngineKind::GpuPersistent => "gpu-persistent",
         }
     }
 
@@ -63,10 +66,19 @@ pub struct ServicePlan {
     pub worker_cpus: Vec<usize>,
     pub max_queue: usize,
     pub dispatch: DispatchPolicy,
+    /// gpu-persistent: requests in flight on each GPU (slots).
+    pub gpu_slots: usize,
+    /// gpu-persistent: worker blocks per stage (k-NN filter:search:reduce; echo/spin one
+    /// count); None = the service's default.
+    pub stages: Option<Vec<usize>>,
+    /// gpu-persistent: tasks a worker block takes from its gpipe at once.
+    pub gpu_batch: usize,
+    /// gpu-persistent: restart a GPU that makes no progress for this long.
+    pub watchdog_ms: u64,
 }
 
 /// Keys a `[services.NAME]` table (or `--service-opt NAME.KEY=VALUE`) may set.
-pub const SERVICE_KEYS: [&str; 11] = [
+pub const SERVICE_KEYS: [&str; 15] = [
     "engine",
     "gpus",
     "max_cohort",
@@ -78,6 +90,10 @@ pub const SERVICE_KEYS: [&str; 11] = [
     "worker_cpus",
     "max_queue",
     "dispatch",
+    "gpu_slots",
+    "stages",
+    "gpu_batch",
+    "watchdog_ms",
 ];
 
 pub fn plans(a: &ServeArgs) -> Result<Vec<ServicePlan>> {
@@ -115,6 +131,10 @@ pub fn plans(a: &ServeArgs) -> Result<Vec<ServicePlan>> {
             worker_cpus: a.worker_cpus.clone().map(|c| c.0).unwrap_or_default(),
             max_queue: a.max_queue,
             dispatch: a.dispatch,
+            gpu_slots: 2048,
+            stages: None,
+            gpu_batch: 1,
+            watchdog_ms: 1000,
         });
     }
     anyhow::ensure!(!out.is_empty(), "--service names no service");
@@ -161,6 +181,18 @@ fn apply(plans: &mut [ServicePlan], opt: &str) -> Result<()> {
         "worker_cpus" => p.worker_cpus = list(value)?,
         "max_queue" => p.max_queue = num(value)? as usize,
         "dispatch" => p.dispatch = value.parse().map_err(anyhow::Error::msg)?,
+        "gpu_slots" => p.gpu_slots = num(value)? as usize,
+        "stages" => {
+            p.stages = Some(
+                value
+                    .split(':')
+                    .map(|v| num(v.trim()).map(|n| n as usize))
+                    .collect::<Result<_>>()
+                    .context("stages is a list of block counts like 132:264:33")?,
+            )
+        }
+        "gpu_batch" => p.gpu_batch = num(value)? as usize,
+        "watchdog_ms" => p.watchdog_ms = num(value)?,
         other => bail!(
             "unknown per-service key {other:?} (known: {})",
             SERVICE_KEYS.join(", ")
@@ -181,9 +213,29 @@ fn check(p: &ServicePlan) -> Result<()> {
         "{}: streams must be at least 1",
         p.name
     );
+    anyhow::ensure!(
+        (1..=1 << 20).contains(&p.gpu_slots),
+        "{}: gpu_slots must be in 1..=1048576",
+        p.name
+    );
+    anyhow::ensure!(
+        (1..=32).contains(&p.gpu_batch),
+        "{}: gpu_batch must be in 1..=32",
+        p.name
+    );
+    anyhow::ensure!(
+        p.watchdog_ms >= 1,
+        "{}: watchdog_ms must be at least 1",
+        p.name
+    );
     if p.engine.is_gpu() {
         let entry = cohort_services::catalog::entry(p.name).expect("plans hold catalog names");
-        check_backend(entry.gpu.is_some(), p.name, p.engine)?;
+        let has = if p.engine == EngineKind::GpuPersistent {
+            entry.persistent.is_some()
+        } else {
+            entry.gpu.is_some()
+        };
+        check_backend(has, p.name, p.engine)?;
         anyhow::ensure!(!p.gpus.is_empty(), "{}: no GPU listed (gpus)", p.name);
     }
     Ok(())

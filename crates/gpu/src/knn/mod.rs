@@ -22,7 +22,7 @@ use std::sync::Arc;
 pub const GPU_MAX_K: usize = crate::consts::MAX_K;
 pub const GPU_MAX_DIM: usize = crate::consts::MAX_DIM;
 /// The per-pair reduce holds nprobe * k candidates (8 bytes each) in shared memory.
-pub const GPU_MAX_CANDIDATES: usize = 6144;
+pub const GPU_MAX_CANDIDATES: usize = crate::consts::GPU_MAX_CANDIDATES;
 /// The tiled plan's select keeps nprobe probe offsets and k winners in shared memory.
 pub const TILED_MAX_PROBE: usize = crate::consts::SEL_MAX;
 /// Batches from this size take the tiled plan: on the H200 it beats the per-pair plan from a
@@ -192,6 +192,17 @@ pub struct GpuIvf {
     pub device_bytes: usize,
 }
 
+/// Where an uploaded index lives on its device.
+#[derive(Debug, Clone, Copy)]
+pub struct IvfView {
+    pub centroids: u64,
+    pub vectors: u64,
+    pub ids: u64,
+    pub offsets: u64,
+    /// 0 L2, 1 inner product.
+    pub metric: u64,
+}
+
 /// Device buffers for batches of up to `cap` queries, allocated once (the engines keep one set
 /// per stream: no allocation or memset per launch beyond the tiled plan's cell counters).
 pub struct Buffers {
@@ -266,6 +277,23 @@ impl GpuIvf {
         };
         s.synchronize()?;
         Ok(ivf)
+    }
+
+    /// Raw device addresses of the index, for kernels that outlive any stream ordering (the
+    /// persistent engine's).
+    pub fn device_view(&self, s: &Arc<CudaStream>) -> IvfView {
+        use crate::persistent::rt::addr;
+        IvfView {
+            centroids: addr(&self.centroids, s),
+            vectors: match &self.vectors {
+                DeviceVectors::F32(v) => addr(v, s),
+                DeviceVectors::F16(v) => addr(v, s),
+                DeviceVectors::U8(v) => addr(v, s),
+            },
+            ids: addr(&self.ids, s),
+            offsets: addr(&self.offsets, s),
+            metric: self.metric as u64,
+        }
     }
 
     pub fn buffers(&self, s: &Arc<CudaStream>, cap: usize) -> Result<Buffers, GpuError> {

@@ -18,6 +18,7 @@
 //! the request message into pinned memory.
 
 pub mod gpu;
+pub mod persistent;
 
 use cohort_engine::Service;
 use cohort_knn::{IvfIndex, Neighbor, SearchParams};
@@ -28,7 +29,7 @@ pub const MAX_K: usize = 1024;
 const HEAD: usize = 12;
 /// Largest magnitude of a query element: beyond it a squared distance over 1024 dimensions
 /// could overflow f32 and rank neighbours arbitrarily.
-pub const MAX_ABS_ELEMENT: f32 = 1e16;
+pub const MAX_ABS_ELEMENT: f32 = cohort_gpu::consts::KNN_MAX_ABS_ELEMENT;
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct KnnRequest {

@@ -1,0 +1,166 @@
+// k-NN on the persistent engine: the ingress warp validates a request and widens its vector
+// into the slot's query row (service_accept), then three kinds of worker blocks run the same
+// stage functions as the per-pair kernels of knn.cu (compiled before this file), so answers
+// are those of the CPU twins:
+//   pipes[0] filter tasks {slot}        -> filter_one, fans out nprobe search tasks
+//   pipes[1] search tasks {slot, probe} -> search_one into the slot's reserved partial rows;
+//                                          the last probe of a request queues its reduce
+//   pipes[2] reduce tasks {slot}        -> reduce_one, answer written straight into TX
+
+struct SvcArgs {
+    unsigned long long centroids;  // f32 [nlist * dim]
+    unsigned long long vectors;    // cell-major rows in the index's device precision
+    unsigned long long ids;        // u32 [n]
+    unsigned long long offsets;    // u64 [nlist + 1]
+    unsigned long long dim;
+    unsigned long long nlist;
+    unsigned long long n;
+    unsigned long long metric;     // 0 L2, 1 inner product
+    unsigned long long default_nprobe;
+    unsigned long long queries;    // f32 [nslots * dim]
+    unsigned long long probes;     // u32 [nslots * max_probe]
+    unsigned long long part_ids;   // u32 [nslots * GPU_MAX_CANDIDATES]
+    unsigned long long part_dist;  // f32 [nslots * GPU_MAX_CANDIDATES]
+    unsigned long long scratch;    // f32 [filter blocks * nlist]
+    unsigned long long max_probe;
+    unsigned long long max_k;      // the wire limit of k (knn::MAX_K)
+};
+
+#define KNN_HEAD 12
+
+// The checks of parse_head + vector_into + check_shape (crates/services/src/knn), in their
+// order; messages name the rule, the CPU's also give the numbers.
+__device__ void service_accept(const PRt& rt, const SvcArgs& a, unsigned int s) {
+    PSlot* sl = p_slot(rt, s);
+    const unsigned char* p = p_payload(rt, s);
+    unsigned int len = sl->h.len;
+    if (len < KNN_HEAD) { tx_error(rt, s, P_ERR_BAD_REQUEST, "knn request needs 12 header bytes"); return; }
+    unsigned int k = p[0] | (p[1] << 8);
+    unsigned int nprobe = p[2] | (p[3] << 8);
+    unsigned int elem = p[4];
+    unsigned int dim = p[8] | (p[9] << 8) | (p[10] << 16) | ((unsigned int)p[11] << 24);
+    unsigned int n = (unsigned int)min(a.n, a.max_k);
+    if (p[5] | p[6] | p[7]) { tx_error(rt, s, P_ERR_BAD_REQUEST, "reserved bytes must be zero"); return; }
+    if (dim != a.dim) { tx_error(rt, s, P_ERR_BAD_REQUEST, "vector dimension differs from the index's"); return; }
+    if (k == 0 || k > n) { tx_error(rt, s, P_ERR_BAD_REQUEST, "k out of range"); return; }
+    if (nprobe > a.nlist) { tx_error(rt, s, P_ERR_BAD_REQUEST, "nprobe must be at most nlist"); return; }
+    unsigned int body = len - KNN_HEAD;
+    if (elem > 1) { tx_error(rt, s, P_ERR_BAD_REQUEST, "unknown element type (0 f32, 1 u8)"); return; }
+    if (body != (elem == 0 ? dim * 4 : dim)) { tx_error(rt, s, P_ERR_BAD_REQUEST, "vector bytes do not match dim"); return; }
+    // Widen into the query row; the warp votes on finiteness and magnitude.
+    float* q = (float*)a.queries + (unsigned long long)s * a.dim;
+    bool bad_nan = false, bad_big = false;
+    for (unsigned int d = threadIdx.x; d < dim; d += blockDim.x) {
+        float x;
+        if (elem == 0) {
+            const unsigned char* e = p + KNN_HEAD + 4 * d;
+            x = __int_as_float(e[0] | (e[1] << 8) | (e[2] << 16) | ((unsigned int)e[3] << 24));
+        } else {
+            x = (float)p[KNN_HEAD + d];
+        }
+        bad_nan |= !isfinite(x);
+        bad_big |= fabsf(x) > KNN_MAX_ABS_ELEMENT;
+        q[d] = x;
+    }
+    if (__syncthreads_or(bad_nan)) { tx_error(rt, s, P_ERR_BAD_REQUEST, "vector holds NaN or infinity"); return; }
+    if (__syncthreads_or(bad_big)) { tx_error(rt, s, P_ERR_BAD_REQUEST, "vector elements too large in magnitude"); return; }
+    if (nprobe == 0) nprobe = (unsigned int)a.default_nprobe;
+    if (k > MAX_K) { tx_error(rt, s, P_ERR_BAD_REQUEST, "k above the gpu engines' limit"); return; }
+    if (nprobe == 0 || nprobe > a.max_probe || nprobe * k > GPU_MAX_CANDIDATES) {
+        tx_error(rt, s, P_ERR_BAD_REQUEST, "nprobe x k above the gpu engines' limit");
+        return;
+    }
+    if (threadIdx.x == 0) {
+        sl->a = k;
+        sl->b = nprobe;
+        __threadfence();
+        pipe_push(rt.pipes[0], make_uint4(s, 0, 0, 0));
+    }
+    __syncthreads();
+}
+
+extern "C" __global__ void knn_p_filter(PRt rt, SvcArgs a) {
+    __shared__ uint4 tasks[P_MAX_BATCH];
+    Backoff b;
+    float* scratch = (float*)a.scratch + (unsigned long long)blockIdx.x * a.nlist;
+    unsigned int got;
+    while ((got = worker_next(rt, rt.pipes[0], tasks, b)) > 0) {
+        for (unsigned int i = 0; i < got; ++i) {
+            unsigned int s = tasks[i].x;
+            PSlot* sl = p_slot(rt, s);
+            unsigned int nprobe = sl->b;
+            unsigned* probes = (unsigned*)a.probes + (unsigned long long)s * a.max_probe;
+            filter_one((const float*)a.queries + (unsigned long long)s * a.dim, (const float*)a.centroids,
+                       (int)a.nlist, (int)a.dim, (int)nprobe, (int)a.metric, scratch, probes);
+            if (threadIdx.x == 0) sl->pending = nprobe;
+            __threadfence();
+            __syncthreads();
+            for (unsigned int j = threadIdx.x; j < nprobe; j += blockDim.x)
+                pipe_push(rt.pipes[1], make_uint4(s, j, 0, 0));
+            __syncthreads();
+        }
+    }
+}
+
+template <typename T>
+__device__ void search_worker(const PRt& rt, const SvcArgs& a) {
+    __shared__ uint4 tasks[P_MAX_BATCH];
+    Backoff b;
+    unsigned int got;
+    while ((got = worker_next(rt, rt.pipes[1], tasks, b)) > 0) {
+        for (unsigned int i = 0; i < got; ++i) {
+            unsigned int s = tasks[i].x, j = tasks[i].y;
+            PSlot* sl = p_slot(rt, s);
+            unsigned int k = sl->a;
+            unsigned cell = ((const unsigned*)a.probes)[(unsigned long long)s * a.max_probe + j];
+            unsigned long long part = (unsigned long long)s * GPU_MAX_CANDIDATES + (unsigned long long)j * k;
+            search_one((const float*)a.queries + (unsigned long long)s * a.dim, (const T*)a.vectors,
+                       (const unsigned*)a.ids, (const unsigned long long*)a.offsets, cell, (int)a.dim, (int)k,
+                       (int)a.metric, (unsigned*)a.part_ids + part, (float*)a.part_dist + part);
+            __threadfence();
+            __syncthreads();
+            // The request's last probe hands it to a reducer.
+            if (threadIdx.x == 0 && atomicSub(&sl->pending, 1u) == 1u)
+                pipe_push(rt.pipes[2], make_uint4(s, 0, 0, 0));
+            __syncthreads();
+        }
+    }
+}
+
+extern "C" __global__ void knn_p_search(PRt rt, SvcArgs a) { search_worker<float>(rt, a); }
+extern "C" __global__ void knn_p_search_f16(PRt rt, SvcArgs a) { search_worker<unsigned short>(rt, a); }
+extern "C" __global__ void knn_p_search_u8(PRt rt, SvcArgs a) { search_worker<unsigned char>(rt, a); }
+
+// Dynamic shared memory: GPU_MAX_CANDIDATES * 8 bytes.
+extern "C" __global__ void knn_p_reduce(PRt rt, SvcArgs a) {
+    extern __shared__ unsigned char smem[];
+    __shared__ uint4 tasks[P_MAX_BATCH];
+    __shared__ unsigned best_i[MAX_K];
+    __shared__ float best_d[MAX_K];
+    Backoff b;
+    unsigned int got;
+    while ((got = worker_next(rt, rt.pipes[2], tasks, b)) > 0) {
+        for (unsigned int i = 0; i < got; ++i) {
+            unsigned int s = tasks[i].x;
+            PSlot* sl = p_slot(rt, s);
+            unsigned int k = sl->a, nprobe = sl->b;
+            unsigned long long part = (unsigned long long)s * GPU_MAX_CANDIDATES;
+            reduce_one((const unsigned*)a.part_ids + part, (const float*)a.part_dist + part, (int)(nprobe * k),
+                       (int)k, best_i, best_d, smem);
+            // Answer: count u32, then (id u32, distance f32) nearest first; padding (NO_ID,
+            // fewer than k candidates) sorts last and is left out.
+            unsigned int pos;
+            unsigned char* out = tx_begin(rt, &pos);
+            unsigned int count = 0;
+            for (unsigned int j = 0; j < k; ++j) count += best_i[j] != NO_ID;
+            if (threadIdx.x == 0) *(unsigned int*)out = count;
+            for (unsigned int j = threadIdx.x; j < count; j += blockDim.x) {
+                ((unsigned int*)(out + 4))[2 * j] = best_i[j];
+                ((float*)(out + 4))[2 * j + 1] = best_d[j];
+            }
+            tx_commit(rt, pos, &sl->h, 0, 4 + 8 * count);
+            if (threadIdx.x == 0) p_free_slot(rt, s);
+            __syncthreads();
+        }
+    }
+}

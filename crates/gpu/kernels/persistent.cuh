@@ -1,0 +1,284 @@
+// The persistent engine's device runtime (Centaur / Lynx on the GPU): kernels that never end,
+// polling mqueues in mapped host memory, moving work between stages through gpipes in device
+// memory, and answering into a TX ring in mapped host memory. Host side:
+// crates/gpu/src/persistent/. Compiled after cohort_mqueue.h (the ring layout shared with
+// Rust) and before a service's stage file; persistent_ingress.cuh follows the service file.
+//
+// Rules the hardware imposes (H200: hostNativeAtomicSupported = 0): no read-modify-write on
+// mapped host memory. Every index in host memory has one writer (the host publishes RX seq and
+// TX tail, the GPU publishes RX tail and TX seq); the several GPU producers of the TX ring
+// reserve positions with an atomic on a counter in device memory and each writes its own slot.
+// Ordering across the bus: system-scope release stores and acquire loads, payloads read with
+// volatile loads (a stale L1 line must never be served for host memory).
+//
+// A request lives in a *slot* (device memory) from the moment the ingress warp takes it off
+// its RX ring until its answer is committed to TX: the slot is reserved before the request is
+// read, so every stage downstream has a place to write (the reducer's partial results
+// included) and no gpipe can fill: each gpipe holds at least as many tasks as the slots can
+// create. Kernels stop at a task boundary when the host raises the stop flag.
+
+#define P_MAX_RX 64
+#define P_PIPES 3
+
+// Every field is 64 bits, so the host mirror (`RtArgs` in crates/gpu/src/persistent/rt.rs)
+// has the same layout with no padding rules to get wrong.
+struct PPipe {
+    unsigned long long ctr;    // unsigned int[64]: [0] producers' head, [32] consumers' tail
+    unsigned long long seq;    // unsigned int[cap]: the ticket each element waits for
+    unsigned long long items;  // uint4[cap]
+    unsigned long long cap;    // power of two
+};
+
+struct PRt {
+    unsigned long long stop;       // mapped host u32: nonzero = every kernel returns
+    unsigned long long rx;         // device array of nrx mapped ring base addresses
+    unsigned long long nrx;
+    unsigned long long rx_slots;
+    unsigned long long rx_stride;
+    unsigned long long rx_copy;    // bytes of a slot the ingress copies (header + payload)
+    unsigned long long tx;         // mapped TX ring base
+    unsigned long long tx_slots;
+    unsigned long long tx_stride;
+    unsigned long long tx_head;    // device u32: next TX position to reserve
+    unsigned long long slots;      // device PSlot[nslots]
+    unsigned long long nslots;
+    unsigned long long payloads;   // device bytes[nslots * payload_cap]: request payloads
+    unsigned long long payload_cap;
+    unsigned long long stats;      // device u64[P_STATS]
+    unsigned long long batch;      // tasks a worker takes from its gpipe at once
+    PPipe free_slots;              // slot indices ready for a request
+    PPipe pipes[P_PIPES];          // between stages; the service decides what flows where
+};
+
+// Counters the host reads after a run (device memory).
+#define P_STAT_TAKEN 0      // requests taken off RX rings
+#define P_STAT_ANSWERED 1   // answers committed to TX
+#define P_STAT_NO_SLOT 2    // ingress passes that found a request but no free slot
+#define P_STAT_TASKS 3      // tasks popped by workers
+#define P_STAT_POPS 4       // pops that returned at least one task
+#define P_STATS 8
+
+struct PSlot {
+    cohort_mq_slot_header h;  // the request's header (seq unused, route = origin RX ring)
+    unsigned int pending;     // tasks still running for this request (fan-out stages)
+    unsigned int a, b, c;     // service-defined (k-NN: k, nprobe)
+};
+
+// ---- memory-order primitives -------------------------------------------------------------
+
+__device__ __forceinline__ unsigned int ld_acquire_sys(const unsigned int* p) {
+    unsigned int v;
+    asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+__device__ __forceinline__ void st_release_sys(unsigned int* p, unsigned int v) {
+    asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+__device__ __forceinline__ unsigned int ld_acquire_gpu(const unsigned int* p) {
+    unsigned int v;
+    asm volatile("ld.acquire.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+__device__ __forceinline__ void st_release_gpu(unsigned int* p, unsigned int v) {
+    asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+__device__ __forceinline__ unsigned int ld_relaxed_gpu(const unsigned int* p) {
+    unsigned int v;
+    asm volatile("ld.relaxed.gpu.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+
+__device__ __forceinline__ bool p_stopping(const PRt& rt) {
+    return ld_acquire_sys((const unsigned int*)rt.stop) != 0;
+}
+
+__device__ __forceinline__ void p_count(const PRt& rt, int which, unsigned long long n) {
+    atomicAdd((unsigned long long*)rt.stats + which, n);
+}
+
+// Idle back-off: doubling sleeps up to ~2 us, reset whenever work shows up.
+struct Backoff {
+    unsigned int ns;
+    __device__ Backoff() : ns(0) {}
+    __device__ void reset() { ns = 0; }
+    __device__ void idle() {
+        ns = ns == 0 ? 32 : min(ns * 2, 2048u);
+        __nanosleep(ns);
+    }
+};
+
+// ---- gpipes: bounded rings of uint4 tasks in device memory --------------------------------
+// Producers reserve an element with an atomic on the head, write it in place, then commit by
+// releasing its ticket; consumers claim a run of committed-or-reserved elements with a CAS on
+// the tail and wait for each ticket. Capacity is sized by the host so a producer never waits
+// (see the file comment), which keeps stop-at-task-boundary deadlock free.
+
+__device__ __forceinline__ unsigned int* pipe_head(const PPipe& p) { return (unsigned int*)p.ctr; }
+__device__ __forceinline__ unsigned int* pipe_tail(const PPipe& p) { return (unsigned int*)p.ctr + 32; }
+
+// One thread pushes one task.
+__device__ void pipe_push(const PPipe& p, uint4 task) {
+    unsigned int cap = (unsigned int)p.cap;
+    unsigned int t = atomicAdd(pipe_head(p), 1u);
+    unsigned int* seq = (unsigned int*)p.seq + (t & (cap - 1));
+    // Free when its ticket is t (consumers release it as t + cap after reading).
+    while (ld_acquire_gpu(seq) != t) __nanosleep(64);
+    ((uint4*)p.items)[t & (cap - 1)] = task;
+    st_release_gpu(seq, t + 1);
+}
+
+// One thread claims up to `max` tasks into `out`; returns how many (0: none waiting).
+__device__ unsigned int pipe_pop(const PPipe& p, uint4* out, unsigned int max) {
+    unsigned int cap = (unsigned int)p.cap;
+    unsigned int t, n;
+    while (true) {
+        t = ld_relaxed_gpu(pipe_tail(p));
+        unsigned int h = ld_relaxed_gpu(pipe_head(p));
+        n = min(h - t, max);
+        if ((int)(h - t) <= 0) return 0;
+        if (atomicCAS(pipe_tail(p), t, t + n) == t) break;
+    }
+    for (unsigned int i = 0; i < n; ++i) {
+        unsigned int* seq = (unsigned int*)p.seq + ((t + i) & (cap - 1));
+        while (ld_acquire_gpu(seq) != t + i + 1) __nanosleep(32);
+        volatile uint4* it = (volatile uint4*)p.items + ((t + i) & (cap - 1));
+        out[i] = make_uint4(it->x, it->y, it->z, it->w);
+        st_release_gpu(seq, t + i + cap);
+    }
+    return n;
+}
+
+// ---- slots ---------------------------------------------------------------------------------
+
+__device__ __forceinline__ PSlot* p_slot(const PRt& rt, unsigned int s) { return (PSlot*)rt.slots + s; }
+__device__ __forceinline__ unsigned char* p_payload(const PRt& rt, unsigned int s) {
+    return (unsigned char*)rt.payloads + (unsigned long long)s * rt.payload_cap;
+}
+__device__ __forceinline__ void p_free_slot(const PRt& rt, unsigned int s) {
+    pipe_push(rt.free_slots, make_uint4(s, 0, 0, 0));
+}
+
+// ---- TX: answers into the mapped ring the host egress thread drains -----------------------
+// Block-cooperative: every thread of the block calls both halves.
+
+__device__ __forceinline__ unsigned int* tx_seq(const PRt& rt, unsigned int pos) {
+    return (unsigned int*)((unsigned char*)rt.tx + COHORT_MQ_CONTROL_BYTES +
+                           (unsigned long long)(pos & (rt.tx_slots - 1)) * rt.tx_stride);
+}
+
+// Reserves the next TX position and waits until the host has freed it; returns the payload
+// area of the slot to write. `pos` is the same in every thread.
+__device__ unsigned char* tx_begin(const PRt& rt, unsigned int* pos) {
+    __shared__ unsigned int s_pos;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        unsigned int p = atomicAdd((unsigned int*)rt.tx_head, 1u);
+        const unsigned int* tail = (const unsigned int*)((unsigned char*)rt.tx + COHORT_MQ_TAIL_OFFSET);
+        Backoff b;
+        // The egress thread keeps draining, also while kernels stop: this always ends.
+        while (p - ld_acquire_sys(tail) >= (unsigned int)rt.tx_slots) b.idle();
+        s_pos = p;
+    }
+    __syncthreads();
+    *pos = s_pos;
+    return (unsigned char*)tx_seq(rt, s_pos) + COHORT_MQ_SLOT_HEADER_BYTES;
+}
+
+// Commits the answer of request header `h` (from slot memory) with `status` and `len` payload
+// bytes already written by the block.
+__device__ void tx_commit(const PRt& rt, unsigned int pos, const cohort_mq_slot_header* h,
+                          unsigned short status, unsigned int len) {
+    __threadfence_system();
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        cohort_mq_slot_header* o = (cohort_mq_slot_header*)tx_seq(rt, pos);
+        o->len = len;
+        o->token = h->token;
+        o->service = h->service;
+        o->status = status;
+        o->request_id = h->request_id;
+        o->deadline = h->deadline;
+        o->arrived = h->arrived;
+        o->route = h->route;
+        __threadfence_system();
+        st_release_sys(&o->seq, pos + 1);
+        p_count(rt, P_STAT_ANSWERED, 1);
+    }
+    __syncthreads();
+}
+
+// Answers slot `s` with an error (`code` from the shared error table, a short message) and
+// frees the slot. Block-cooperative.
+__device__ void tx_error(const PRt& rt, unsigned int s, unsigned short code, const char* msg) {
+    unsigned int pos;
+    unsigned char* out = tx_begin(rt, &pos);
+    unsigned int len = 0;
+    while (msg[len] != 0 && len < 200) ++len;
+    for (unsigned int i = threadIdx.x; i < len; i += blockDim.x) out[i] = (unsigned char)msg[i];
+    tx_commit(rt, pos, &p_slot(rt, s)->h, code, len);
+    if (threadIdx.x == 0) p_free_slot(rt, s);
+    __syncthreads();
+}
+
+// Answers slot `s` with `len` bytes of `src` (device memory) and status 0, then frees it.
+__device__ void tx_reply(const PRt& rt, unsigned int s, const unsigned char* src, unsigned int len) {
+    unsigned int pos;
+    unsigned char* out = tx_begin(rt, &pos);
+    for (unsigned int i = threadIdx.x; i < len; i += blockDim.x) out[i] = src[i];
+    tx_commit(rt, pos, &p_slot(rt, s)->h, 0, len);
+    if (threadIdx.x == 0) p_free_slot(rt, s);
+    __syncthreads();
+}
+
+// ---- the worker loop ------------------------------------------------------------------------
+// Pops up to rt.batch tasks from `pipe` into shared memory for the whole block; returns the
+// count (0 when stopping). Idles with back-off while the pipe is empty.
+#define P_MAX_BATCH 32
+__device__ unsigned int worker_next(const PRt& rt, const PPipe& pipe, uint4* tasks, Backoff& b) {
+    __shared__ unsigned int s_n;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        unsigned int n = 0;
+        unsigned int spins = 0;
+        while (true) {
+            n = pipe_pop(pipe, tasks, (unsigned int)min(rt.batch, (unsigned long long)P_MAX_BATCH));
+            if (n > 0) { b.reset(); break; }
+            // The stop flag lives in host memory: look at it every few idle rounds only.
+            if ((++spins & 15) == 0 && p_stopping(rt)) break;
+            b.idle();
+        }
+        if (n > 0) { p_count(rt, P_STAT_TASKS, n); p_count(rt, P_STAT_POPS, 1); }
+        s_n = n;
+    }
+    __syncthreads();
+    return s_n;
+}
+
+// Set-up before launch (and after a restart): every slot free, every gpipe empty.
+extern "C" __global__ void p_reset(PRt rt) {
+    unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;
+    unsigned int stride = gridDim.x * blockDim.x;
+    const PPipe* pipes[P_PIPES + 1] = {&rt.free_slots, &rt.pipes[0], &rt.pipes[1], &rt.pipes[2]};
+    for (int q = 0; q < P_PIPES + 1; ++q) {
+        const PPipe& p = *pipes[q];
+        if (p.cap == 0) continue;
+        for (unsigned int e = i; e < p.cap; e += stride) ((unsigned int*)p.seq)[e] = e;
+        if (i < 64) ((unsigned int*)p.ctr)[i] = 0;
+    }
+    // The free list starts full: tickets 0..nslots already committed.
+    for (unsigned int s = i; s < rt.nslots; s += stride) {
+        ((uint4*)rt.free_slots.items)[s] = make_uint4(s, 0, 0, 0);
+        ((unsigned int*)rt.free_slots.seq)[s] = s + 1;
+    }
+    if (i == 0) ((unsigned int*)rt.free_slots.ctr)[0] = (unsigned int)rt.nslots;
+}
+
+// The layout the host mirrors (RtArgs, SLOT_BYTES), read back by a GPU test.
+extern "C" __global__ void p_layout(unsigned long long* out) {
+    out[0] = sizeof(PRt);
+    out[1] = sizeof(PSlot);
+    PRt r;
+    out[2] = (unsigned long long)((char*)&r.free_slots - (char*)&r);
+    out[3] = (unsigned long long)((char*)&r.pipes - (char*)&r);
+    out[4] = sizeof(cohort_mq_slot_header);
+}

@@ -1,0 +1,111 @@
+// The ingress warp of the persistent engine (compiled after the service's stage file, which
+// defines `SvcArgs` and `service_accept`). One block of 32 threads per GPU polls every RX ring
+// in mapped host memory - lane r looks at ring r, so one bus round trip checks 32 rings -
+// takes a run of ready requests into free slots (reserved first: a request is never read
+// without a place to put it), publishes the ring's tail and hands each slot to the service.
+// Only this warp touches host memory per request on the way in: 132 blocks polling the bus
+// would slow every poll (274 us ping-pong vs 5.4 us measured on the H200).
+
+#define P_TAKE 8  // requests taken from one ring per visit: copies of a run overlap on the bus
+
+__device__ __forceinline__ unsigned char* rx_slot(unsigned long long base, const PRt& rt, unsigned int pos) {
+    return (unsigned char*)base + COHORT_MQ_CONTROL_BYTES +
+           (unsigned long long)(pos & (rt.rx_slots - 1)) * rt.rx_stride;
+}
+
+// Copies a run of `n` messages starting at position p0 of ring `base` into slots `sl`.
+// Loads are issued four at a time per lane so that several bus reads are in flight.
+__device__ void rx_copy_run(const PRt& rt, unsigned long long base, unsigned int p0, unsigned int n,
+                            const unsigned int* sl) {
+    unsigned int per = (unsigned int)rt.rx_copy / 16;  // 16-byte chunks per message
+    unsigned int hdr = COHORT_MQ_SLOT_HEADER_BYTES / 16;
+    unsigned int total = n * per;
+    for (unsigned int c0 = threadIdx.x; c0 < total; c0 += 4 * 32) {
+        uint4 v[4];
+#pragma unroll
+        for (int u = 0; u < 4; ++u) {
+            unsigned int c = c0 + u * 32;
+            if (c < total) {
+                const volatile uint4* src = (const volatile uint4*)rx_slot(base, rt, p0 + c / per) + c % per;
+                v[u] = make_uint4(src->x, src->y, src->z, src->w);
+            }
+        }
+#pragma unroll
+        for (int u = 0; u < 4; ++u) {
+            unsigned int c = c0 + u * 32;
+            if (c < total) {
+                unsigned int m = c / per, j = c % per;
+                uint4* dst = j < hdr ? (uint4*)&p_slot(rt, sl[m])->h + j
+                                     : (uint4*)p_payload(rt, sl[m]) + (j - hdr);
+                *dst = v[u];
+            }
+        }
+    }
+}
+
+extern "C" __global__ void cohort_ingress(PRt rt, SvcArgs svc) {
+    __shared__ unsigned int pos[P_MAX_RX];
+    __shared__ unsigned int taken[P_TAKE];
+    __shared__ unsigned int s_got;
+    const unsigned long long* rx = (const unsigned long long*)rt.rx;
+    unsigned int nrx = (unsigned int)rt.nrx;
+    unsigned int lane = threadIdx.x;
+    // Resume where the last run stopped: the tails this warp published.
+    for (unsigned int r = lane; r < nrx; r += 32)
+        pos[r] = ld_acquire_sys((const unsigned int*)(rx[r] + COHORT_MQ_TAIL_OFFSET));
+    __syncthreads();
+    Backoff b;
+    unsigned int loops = 0;
+    while (true) {
+        if ((++loops & 63) == 0 && p_stopping(rt)) break;
+        bool any = false;
+        for (unsigned int r0 = 0; r0 < nrx; r0 += 32) {
+            unsigned int r = r0 + lane;
+            bool ready = r < nrx && ld_acquire_sys((const unsigned int*)rx_slot(rx[r], rt, pos[r])) == pos[r] + 1;
+            unsigned int mask = __ballot_sync(0xffffffffu, ready);
+            while (mask) {
+                unsigned int rr = r0 + __ffs(mask) - 1;
+                mask &= mask - 1;
+                unsigned long long base = rx[rr];
+                unsigned int p0 = pos[rr];
+                // How long is the run of written messages (one round trip for up to 8)?
+                bool w = lane < P_TAKE &&
+                         ld_acquire_sys((const unsigned int*)rx_slot(base, rt, p0 + lane)) == p0 + lane + 1;
+                unsigned int run = __ffs(~__ballot_sync(0xffffffffu, w)) - 1;
+                if (lane == 0) {
+                    uint4 t[P_TAKE];
+                    unsigned int got = run == 0 ? 0 : pipe_pop(rt.free_slots, t, run);
+                    for (unsigned int i = 0; i < got; ++i) taken[i] = t[i].x;
+                    if (run > 0 && got == 0) p_count(rt, P_STAT_NO_SLOT, 1);
+                    s_got = got;
+                }
+                __syncthreads();
+                unsigned int got = s_got;
+                if (got == 0) continue;
+                any = true;
+                rx_copy_run(rt, base, p0, got, taken);
+                __syncthreads();
+                if (lane == 0) {
+                    pos[rr] = p0 + got;
+                    // The copies above are done (their stores consumed the loaded values):
+                    // the host may now reuse those ring slots.
+                    st_release_sys((unsigned int*)(base + COHORT_MQ_TAIL_OFFSET), p0 + got);
+                    for (unsigned int i = 0; i < got; ++i) p_slot(rt, taken[i])->h.route = rr;
+                    p_count(rt, P_STAT_TAKEN, got);
+                }
+                __syncthreads();
+                for (unsigned int i = 0; i < got; ++i) {
+                    PSlot* sl = p_slot(rt, taken[i]);
+                    // Host-side rings spill; these never do (the host refuses what does not fit).
+                    if ((sl->h.len & COHORT_MQ_SPILLED) != 0) {
+                        tx_error(rt, taken[i], P_ERR_TOO_LARGE, "request larger than the engine's slots");
+                        continue;
+                    }
+                    // The service checks len against what was copied (rt.payload_cap bytes).
+                    service_accept(rt, svc, taken[i]);
+                }
+            }
+        }
+        if (any) b.reset(); else b.idle();
+    }
+}

@@ -1,0 +1,389 @@
+//! The host thread of one GPU's persistent kernels: launches them, drains their TX ring into
+//! the lane's answer rings, and is their watchdog.
+//!
+//! Progress is judged from the rings alone: the RX tails the GPU publishes (requests taken)
+//! and the TX answers read. The GPU holds `taken - answered` requests; when it holds some, or
+//! a request waits in an RX ring, and neither count moves for the watchdog period, the kernels
+//! are stopped (flag in mapped memory, obeyed at task boundaries), their TX answers drained,
+//! the lane announces a restart (the ingresses answer INTERNAL what they still wait for) and
+//! fresh kernels resume from the published RX tails.
+
+use super::mapped::device_address;
+use super::rt::{DeviceState, Geometry};
+use super::{LaneStats, PersistentBackend, PersistentConfig, Prepared, Stage};
+use crate::GpuError;
+use cohort_engine::{LaneEnds, Metrics};
+use cohort_mq::Consumer;
+use cudarc::driver::sys::{self, CUfunction_attribute, CUresult};
+use cudarc::driver::{CudaFunction, CudaStream, LaunchConfig, PushKernelArg};
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// How long stopping kernels may take before the lane gives up on them.
+const STOP_TIMEOUT: Duration = Duration::from_secs(5);
+/// How long shutdown keeps serving what is queued.
+const DRAIN_TIMEOUT: Duration = Duration::from_secs(2);
+
+pub(super) struct Egress {
+    backend: Arc<dyn PersistentBackend>,
+    lane: LaneEnds,
+    tx: Consumer,
+    dev: DeviceState,
+    prepared: Prepared,
+    /// The ingress warp, then the stages.
+    kernels: Vec<(CudaFunction, Stage)>,
+    streams: Vec<Arc<CudaStream>>,
+    watchdog: Duration,
+    stop: Arc<AtomicBool>,
+    stats: Arc<LaneStats>,
+    _metrics: Arc<Metrics>,
+    /// RX tails last seen (the GPU publishes them), per ring.
+    rx_seen: Vec<u32>,
+    taken: u64,
+    answered: u64,
+}
+
+fn stream_state(s: &CudaStream) -> CUresult {
+    // SAFETY: a query on a live stream handle.
+    unsafe { sys::cuStreamQuery(s.cu_stream()) }
+}
+
+impl Egress {
+    pub(super) fn new(
+        backend: Arc<dyn PersistentBackend>,
+        lane: LaneEnds,
+        cfg: &PersistentConfig,
+        stop: Arc<AtomicBool>,
+        stats: Arc<LaneStats>,
+        metrics: Arc<Metrics>,
+    ) -> Result<Egress, GpuError> {
+        let ctx = backend.context().clone();
+        ctx.bind_to_thread()?;
+        let n = lane.requests.len();
+        let mut rx = Vec::with_capacity(n);
+        for i in 0..n {
+            let addr = device_address(&ctx, lane.requests.ring(i).region()).map_err(|_| {
+                GpuError::Invalid(
+                    "gpu-persistent needs its request rings in mapped memory (wire_in)".into(),
+                )
+            })?;
+            rx.push(addr);
+        }
+        let rx_layout = lane.requests.ring(0).layout();
+        let prepared =
+            backend.prepare(cfg.slots, rx_layout.slot_stride(), cfg.blocks.as_deref())?;
+        let module = backend.module().clone();
+        let reset = module.load_function("p_reset")?;
+        let ingress = Stage {
+            kernel: "cohort_ingress",
+            blocks: 1,
+            threads: 32,
+            dyn_smem: 0,
+        };
+        let mut kernels = Vec::new();
+        for st in std::iter::once(ingress).chain(prepared.stages.iter().cloned()) {
+            let f = module.load_function(st.kernel)?;
+            if st.dyn_smem > 0 {
+                f.set_attribute(
+                    CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+                    st.dyn_smem as i32,
+                )?;
+            }
+            kernels.push((f, st));
+        }
+        check_resident(&ctx, &kernels)?;
+        let geometry = Geometry {
+            rx,
+            rx_layout,
+            rx_copy: prepared.rx_copy,
+            nslots: cfg.slots,
+            tx_slots: cfg.tx_slots,
+            batch: cfg.batch,
+            pipe_caps: prepared.pipe_caps,
+        };
+        let (dev, tx) = DeviceState::new(&ctx, reset, &geometry)?;
+        let streams = kernels
+            .iter()
+            .map(|_| ctx.new_stream())
+            .collect::<Result<Vec<_>, _>>()?;
+        let rx_seen = (0..n)
+            .map(|i| lane.requests.ring(i).published_tail())
+            .collect();
+        tracing::info!(
+            gpu = ctx.ordinal(),
+            stages = ?kernels.iter().map(|(_, s)| format!("{}x{}", s.kernel, s.blocks)).collect::<Vec<_>>(),
+            slots = cfg.slots,
+            rings = n,
+            "gpu-persistent kernels planned"
+        );
+        Ok(Egress {
+            backend,
+            lane,
+            tx,
+            dev,
+            prepared,
+            kernels,
+            streams,
+            watchdog: cfg.watchdog,
+            stop,
+            stats,
+            _metrics: metrics,
+            rx_seen,
+            taken: 0,
+            answered: 0,
+        })
+    }
+
+    fn launch(&self) -> Result<(), GpuError> {
+        // Workers first: the ingress warp then never hands work to a stage not yet running.
+        for ((f, st), s) in self.kernels.iter().zip(&self.streams).rev() {
+            let cfg = LaunchConfig {
+                grid_dim: (st.blocks as u32, 1, 1),
+                block_dim: (st.threads, 1, 1),
+                shared_mem_bytes: st.dyn_smem,
+            };
+            let mut b = s.launch_builder(f);
+            b.arg(&self.dev.args).arg(&self.prepared.args);
+            // SAFETY: every persistent kernel takes (PRt, SvcArgs) by value.
+            unsafe { b.launch(cfg) }?;
+        }
+        Ok(())
+    }
+
+    pub(super) fn run(mut self) {
+        let _guard = self.lane.health_guard();
+        self.lane.bell.bind_current();
+        if let Err(e) = self.backend.context().bind_to_thread() {
+            tracing::error!(error = %e, "gpu-persistent: binding the context failed");
+            return;
+        }
+        if let Err(e) = self.launch() {
+            tracing::error!(error = %e, "gpu-persistent: launching the kernels failed");
+            self.leak();
+            return;
+        }
+        let mut last_progress = Instant::now();
+        let mut last_check = Instant::now();
+        let mut spins = 0u32;
+        loop {
+            if self.stop.load(Ordering::Acquire) {
+                self.shutdown();
+                return;
+            }
+            if self.drain(512) > 0 {
+                last_progress = Instant::now();
+                spins = 0;
+                continue;
+            }
+            if self.observe_rx() {
+                last_progress = Instant::now();
+            }
+            let waiting = self.rx_waiting();
+            if !waiting && self.holding() == 0 {
+                let req = &self.lane.requests;
+                let rx_written = || (0..req.len()).any(|i| is_waiting(req.ring(i)));
+                self.lane.bell.sleep(Duration::from_millis(2), rx_written);
+                last_progress = Instant::now();
+                continue;
+            }
+            let now = Instant::now();
+            if now - last_check >= Duration::from_millis(1) {
+                last_check = now;
+                if let Err(e) = self.kernels_running() {
+                    self.stats.faults.fetch_add(1, Ordering::Relaxed);
+                    tracing::error!(error = %e, "gpu-persistent: a kernel failed; the lane stops and its requests are answered INTERNAL");
+                    self.leak();
+                    return;
+                }
+                if now - last_progress > self.watchdog {
+                    if let Err(e) = self.restart() {
+                        tracing::error!(error = %e, "gpu-persistent: restart failed; the lane stops");
+                        self.leak();
+                        return;
+                    }
+                    last_progress = Instant::now();
+                }
+            }
+            spins += 1;
+            if spins < 256 {
+                std::hint::spin_loop();
+            } else {
+                std::thread::yield_now();
+            }
+        }
+    }
+
+    /// Requests the GPU has taken and not answered.
+    fn holding(&self) -> u64 {
+        self.taken - self.answered
+    }
+
+    /// Reads new RX tails; true if the GPU took anything since the last look.
+    fn observe_rx(&mut self) -> bool {
+        let mut moved = false;
+        for (i, seen) in self.rx_seen.iter_mut().enumerate() {
+            let t = self.lane.requests.ring(i).published_tail();
+            if t != *seen {
+                self.taken += t.wrapping_sub(*seen) as u64;
+                *seen = t;
+                moved = true;
+            }
+        }
+        moved
+    }
+
+    fn rx_waiting(&self) -> bool {
+        (0..self.lane.requests.len()).any(|i| is_waiting(self.lane.requests.ring(i)))
+    }
+
+    /// Moves up to `max` TX answers into the answer rings of the ingresses they came from.
+    fn drain(&mut self, max: usize) -> usize {
+        let mut n = 0;
+        let ingresses = self.lane.answers.len();
+        while n < max {
+            let answers = &mut self.lane.answers;
+            let got = self.tx.try_recv(|m| {
+                let to = m.route as usize;
+                if to < ingresses {
+                    answers.send(to, m.env, m.payload);
+                } else {
+                    tracing::error!(
+                        route = to,
+                        "gpu-persistent: answer for an unknown ring dropped"
+                    );
+                }
+            });
+            if got.is_none() {
+                break;
+            }
+            n += 1;
+        }
+        self.answered += n as u64;
+        self.stats.answered.fetch_add(n as u64, Ordering::Relaxed);
+        n
+    }
+
+    /// Ok while every kernel still runs; an error for a fault or a kernel that returned.
+    fn kernels_running(&self) -> Result<(), GpuError> {
+        for ((_, st), s) in self.kernels.iter().zip(&self.streams) {
+            match stream_state(s) {
+                CUresult::CUDA_ERROR_NOT_READY => {}
+                CUresult::CUDA_SUCCESS => {
+                    return Err(GpuError::Invalid(format!("{} returned", st.kernel)))
+                }
+                e => return Err(GpuError::Invalid(format!("{}: {e:?}", st.kernel))),
+            }
+        }
+        Ok(())
+    }
+
+    /// Raises the stop flag and waits (draining TX) until every kernel has returned.
+    fn stop_kernels(&mut self) -> Result<(), GpuError> {
+        self.dev.set_stop(true);
+        let until = Instant::now() + STOP_TIMEOUT;
+        loop {
+            self.drain(usize::MAX);
+            let mut running = false;
+            for ((_, st), s) in self.kernels.iter().zip(&self.streams) {
+                match stream_state(s) {
+                    CUresult::CUDA_SUCCESS => {}
+                    CUresult::CUDA_ERROR_NOT_READY => running = true,
+                    e => return Err(GpuError::Invalid(format!("{}: {e:?}", st.kernel))),
+                }
+            }
+            if !running {
+                break;
+            }
+            if Instant::now() > until {
+                return Err(GpuError::Invalid(
+                    "persistent kernels ignored the stop flag".into(),
+                ));
+            }
+            std::thread::sleep(Duration::from_micros(50));
+        }
+        self.drain(usize::MAX);
+        self.observe_rx();
+        Ok(())
+    }
+
+    fn restart(&mut self) -> Result<(), GpuError> {
+        tracing::error!(
+            holding = self.holding(),
+            waiting = self.rx_waiting(),
+            watchdog_ms = self.watchdog.as_millis() as u64,
+            "gpu-persistent: no progress; restarting the kernels"
+        );
+        self.stop_kernels()?;
+        // What the GPU still held is lost: the ingresses answer it INTERNAL.
+        self.lane.announce_restart();
+        self.answered = self.taken;
+        self.dev.reset()?;
+        self.launch()?;
+        self.stats.restarts.fetch_add(1, Ordering::Relaxed);
+        Ok(())
+    }
+
+    fn shutdown(mut self) {
+        let until = Instant::now() + DRAIN_TIMEOUT;
+        while (self.holding() > 0 || self.rx_waiting()) && Instant::now() < until {
+            if self.drain(usize::MAX) == 0 {
+                self.observe_rx();
+                std::thread::yield_now();
+            }
+        }
+        if let Err(e) = self.stop_kernels() {
+            tracing::error!(error = %e, "gpu-persistent: kernels did not stop at shutdown");
+            self.leak();
+        }
+        // Otherwise stopped: the state is freed when `self` drops.
+    }
+
+    /// Kernels may still run (or the context is poisoned): freeing memory a running kernel
+    /// uses could block forever, so the lane's GPU state is leaked instead.
+    fn leak(self) {
+        let Egress { dev, .. } = self;
+        std::mem::forget(dev);
+    }
+}
+
+/// Whether a request sits in `ring` that its device consumer has not taken.
+fn is_waiting(ring: &Consumer) -> bool {
+    ring.is_written(ring.published_tail())
+}
+
+/// Checks that every persistent block can be resident at once (a block waiting for an SM
+/// that a never-ending block holds would wait forever): the fractions of the GPU each
+/// kernel's blocks need must sum to at most one.
+fn check_resident(
+    ctx: &Arc<cudarc::driver::CudaContext>,
+    kernels: &[(CudaFunction, Stage)],
+) -> Result<(), GpuError> {
+    let sms =
+        ctx.attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)? as f64;
+    let mut used = 0.0;
+    let mut parts = Vec::new();
+    for (f, st) in kernels {
+        let per_sm = f.occupancy_max_active_blocks_per_multiprocessor(
+            st.threads,
+            st.dyn_smem as usize,
+            None,
+        )?;
+        if per_sm == 0 {
+            return Err(GpuError::Invalid(format!(
+                "{} cannot run at all",
+                st.kernel
+            )));
+        }
+        used += st.blocks as f64 / (per_sm as f64 * sms);
+        parts.push(format!("{} {} blocks ({per_sm}/SM)", st.kernel, st.blocks));
+    }
+    if used > 1.0 {
+        return Err(GpuError::Invalid(format!(
+            "the persistent blocks need {:.0}% of the GPU at once ({}); lower the stage block counts",
+            used * 100.0,
+            parts.join(", ")
+        )));
+    }
+    Ok(())
+}

@@ -1,0 +1,195 @@
+//! `gpu-persistent` (Centaur, Lynx): after set-up the host does nothing per request beyond
+//! network I/O and copying messages into rings; the GPU receives, schedules, computes and
+//! answers by itself.
+//!
+//! - Request rings (one per ingress, built by `cohort_engine::wire_in`) live in mapped host
+//!   memory ([`MappedMemory`]); an ingress writes a request there exactly as for any engine.
+//! - On the GPU (kernels/persistent.cuh, persistent_ingress.cuh): one ingress warp polls
+//!   every RX ring, reserves a slot per request, copies it in and hands it to the service's
+//!   first stage; worker blocks per stage pass tasks through gpipes; the last stage writes
+//!   the answer into a TX ring in mapped memory.
+//! - On the host ([`egress`]): one thread per GPU drains the TX ring into the ordinary answer
+//!   rings (waking the ingress), watches progress, and restarts the kernels when they stop
+//!   making progress (the requests they held are answered INTERNAL by the ingresses; none is
+//!   lost, late answers are dropped as stale). A fault (a kernel error) poisons the CUDA
+//!   context: the lane then stops and the ingresses answer everything it held INTERNAL.
+//!
+//! A service plugs in through [`PersistentBackend`]: its module (compiled with the runtime by
+//! [`persistent_source`]), its argument block and its stages.
+
+mod egress;
+pub mod mapped;
+pub mod rt;
+
+use crate::{GpuError, KernelSource};
+use cohort_engine::{LaneEnds, Metrics};
+use cudarc::driver::{CudaContext, CudaModule};
+pub use mapped::MappedMemory;
+pub use rt::{SvcArgs, PIPES};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::thread::JoinHandle;
+use std::time::Duration;
+
+/// One kind of worker block.
+#[derive(Debug, Clone)]
+pub struct Stage {
+    /// Kernel name (`extern "C"`, signature `(PRt, SvcArgs)`).
+    pub kernel: &'static str,
+    pub blocks: usize,
+    pub threads: u32,
+    pub dyn_smem: u32,
+}
+
+/// What a service's backend hands the engine at start.
+pub struct Prepared {
+    pub args: SvcArgs,
+    pub stages: Vec<Stage>,
+    /// Bound on the tasks each gpipe can hold at once, given the slot count.
+    pub pipe_caps: [usize; PIPES],
+    /// Bytes of an RX slot the ingress warp copies (header included, a multiple of 16).
+    pub rx_copy: usize,
+    /// Device buffers the argument block points to, kept alive with the engine.
+    pub keep: Box<dyn std::any::Any + Send>,
+}
+
+pub trait PersistentBackend: Send + Sync {
+    fn context(&self) -> &Arc<CudaContext>;
+    /// The module holding `cohort_ingress`, `p_reset` and the stage kernels.
+    fn module(&self) -> &Arc<CudaModule>;
+    /// Allocates per-slot buffers for `slots` requests in flight and plans the stages
+    /// (`blocks`: the stage block counts asked for, None for the backend's default).
+    fn prepare(
+        &self,
+        slots: usize,
+        rx_stride: usize,
+        blocks: Option<&[usize]>,
+    ) -> Result<Prepared, GpuError>;
+}
+
+#[derive(Debug, Clone)]
+pub struct PersistentConfig {
+    /// Requests in flight on the GPU at once (slots); more wait in the RX rings.
+    pub slots: usize,
+    /// Worker blocks per stage, in the service's stage order (None: the backend's default).
+    pub blocks: Option<Vec<usize>>,
+    /// Tasks a worker takes from its gpipe at once (batching inside the GPU).
+    pub batch: usize,
+    /// A GPU holding requests without answering any, or taking none waiting, for this long
+    /// is restarted.
+    pub watchdog: Duration,
+    pub tx_slots: usize,
+}
+
+impl Default for PersistentConfig {
+    fn default() -> Self {
+        PersistentConfig {
+            slots: 2048,
+            blocks: None,
+            batch: 1,
+            watchdog: Duration::from_secs(1),
+            tx_slots: 8192,
+        }
+    }
+}
+
+/// Counters of one engine lane, readable while it runs.
+#[derive(Debug, Default)]
+pub struct LaneStats {
+    pub answered: AtomicU64,
+    pub restarts: AtomicU64,
+    pub faults: AtomicU64,
+}
+
+/// One GPU's persistent kernels and their egress thread.
+pub struct PersistentEngine {
+    thread: Option<JoinHandle<()>>,
+    stop: Arc<AtomicBool>,
+    pub stats: Arc<LaneStats>,
+}
+
+impl PersistentEngine {
+    /// Launches the kernels for the lane's request rings (which must be in mapped memory of
+    /// the backend's device) and starts the egress thread.
+    pub fn start(
+        backend: Arc<dyn PersistentBackend>,
+        lane: LaneEnds,
+        cfg: &PersistentConfig,
+        metrics: Arc<Metrics>,
+    ) -> Result<PersistentEngine, GpuError> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let stats = Arc::new(LaneStats::default());
+        let e = egress::Egress::new(backend, lane, cfg, stop.clone(), stats.clone(), metrics)?;
+        let thread = std::thread::Builder::new()
+            .name("gpu-persistent".into())
+            .spawn(move || e.run())
+            .map_err(|e| GpuError::Invalid(format!("spawning the egress thread: {e}")))?;
+        Ok(PersistentEngine {
+            thread: Some(thread),
+            stop,
+            stats,
+        })
+    }
+
+    /// Serves what is queued (bounded wait), then stops the kernels and frees the GPU state.
+    pub fn shutdown(mut self) {
+        self.stop.store(true, Ordering::Release);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+impl Drop for PersistentEngine {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// A service's persistent module source: the shared constants, the mqueue layout, the
+/// k-NN stage functions when `with_knn`, the runtime, the service's file, the ingress warp.
+pub fn persistent_source(
+    name: &'static str,
+    service: &str,
+    with_knn: bool,
+) -> &'static KernelSource {
+    let mq = include_str!("../../../mq/include/cohort_mqueue.h").replace(
+        "#include <stdint.h>",
+        "typedef unsigned char uint8_t;\ntypedef unsigned short uint16_t;\n\
+         typedef unsigned int uint32_t;\ntypedef unsigned long long uint64_t;",
+    );
+    let knn = if with_knn {
+        format!(
+            "{}{}",
+            include_str!("../../kernels/common.cuh"),
+            include_str!("../../kernels/knn.cu")
+        )
+    } else {
+        String::new()
+    };
+    let source = format!(
+        "{}{mq}\n{knn}{}{service}{}",
+        crate::consts::cuda_prelude(),
+        include_str!("../../kernels/persistent.cuh"),
+        include_str!("../../kernels/persistent_ingress.cuh"),
+    );
+    Box::leak(Box::new(KernelSource {
+        name,
+        source: Box::leak(source.into_boxed_str()),
+    }))
+}
+
+/// The k-NN persistent module (compiled by CI with the other kernel files).
+pub fn knn_source() -> &'static KernelSource {
+    static S: std::sync::OnceLock<&'static KernelSource> = std::sync::OnceLock::new();
+    S.get_or_init(|| {
+        persistent_source(
+            "knn_persistent.cu",
+            include_str!("../../kernels/knn_persistent.cu"),
+            true,
+        )
+    })
+}

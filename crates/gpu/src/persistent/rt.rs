@@ -1,0 +1,236 @@
+//! The persistent runtime's state on one GPU: the host mirror of `PRt`
+//! (kernels/persistent.cuh), the slots, gpipes and counters in device memory, the TX ring and
+//! stop flag in mapped memory. Allocated once per engine; reset (not reallocated) when the
+//! watchdog restarts the kernels.
+
+use super::mapped::MappedMemory;
+use crate::GpuError;
+use cohort_mq::{channel_in, Consumer, Layout};
+use cudarc::driver::{
+    CudaContext, CudaFunction, CudaSlice, CudaStream, DevicePtr, DeviceRepr, LaunchConfig,
+    PushKernelArg,
+};
+use std::sync::Arc;
+
+/// Mirror of `PPipe`: every field 64 bits, so C and Rust agree without padding rules.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct PipeArgs {
+    pub ctr: u64,
+    pub seq: u64,
+    pub items: u64,
+    pub cap: u64,
+}
+
+/// Mirror of `PRt` (field for field; `persistent_layout_matches` in the GPU tests checks the
+/// device's sizeof against this one).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct RtArgs {
+    pub stop: u64,
+    pub rx: u64,
+    pub nrx: u64,
+    pub rx_slots: u64,
+    pub rx_stride: u64,
+    pub rx_copy: u64,
+    pub tx: u64,
+    pub tx_slots: u64,
+    pub tx_stride: u64,
+    pub tx_head: u64,
+    pub slots: u64,
+    pub nslots: u64,
+    pub payloads: u64,
+    pub payload_cap: u64,
+    pub stats: u64,
+    pub batch: u64,
+    pub free_slots: PipeArgs,
+    pub pipes: [PipeArgs; PIPES],
+}
+
+// SAFETY: plain integers, passed by value as a kernel parameter.
+unsafe impl DeviceRepr for RtArgs {}
+
+/// A service's kernel argument block (its `SvcArgs`, at most 16 64-bit fields).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct SvcArgs(pub [u64; 16]);
+
+// SAFETY: plain integers, passed by value.
+unsafe impl DeviceRepr for SvcArgs {}
+
+pub const PIPES: usize = 3;
+/// sizeof(PSlot) in persistent.cuh: the 48-byte header and four u32.
+pub const SLOT_BYTES: usize = 64;
+/// Counter indices of `P_STAT_*`.
+pub const STAT_TAKEN: usize = 0;
+pub const STAT_ANSWERED: usize = 1;
+pub const STAT_NO_SLOT: usize = 2;
+pub const STAT_TASKS: usize = 3;
+pub const STAT_POPS: usize = 4;
+const STATS: usize = 8;
+/// TX slots hold answers up to 2000 bytes (k-NN: 4 + 8 k for k <= 128 is 1028).
+pub const TX_STRIDE: usize = 2048;
+
+struct Pipe {
+    ctr: CudaSlice<u32>,
+    seq: CudaSlice<u32>,
+    items: CudaSlice<u32>,
+    cap: usize,
+}
+
+impl Pipe {
+    fn new(s: &Arc<CudaStream>, cap: usize) -> Result<Pipe, GpuError> {
+        let cap = cap.max(2).next_power_of_two();
+        Ok(Pipe {
+            ctr: s.alloc_zeros(64)?,
+            seq: s.alloc_zeros(cap)?,
+            items: s.alloc_zeros(cap * 4)?,
+            cap,
+        })
+    }
+
+    fn args(&self, s: &Arc<CudaStream>) -> PipeArgs {
+        PipeArgs {
+            ctr: addr(&self.ctr, s),
+            seq: addr(&self.seq, s),
+            items: addr(&self.items, s),
+            cap: self.cap as u64,
+        }
+    }
+}
+
+/// The raw device address of a buffer. Persistent kernels get raw addresses: cudarc's
+/// per-buffer stream events would make any later use wait for a kernel that never ends.
+pub fn addr<T>(b: &CudaSlice<T>, s: &Arc<CudaStream>) -> u64 {
+    let (p, _sync) = b.device_ptr(s);
+    p
+}
+
+/// Geometry asked of the runtime.
+pub struct Geometry {
+    /// RX rings' device addresses, one per ingress.
+    pub rx: Vec<u64>,
+    pub rx_layout: Layout,
+    /// Bytes of an RX slot (header included) the ingress warp copies.
+    pub rx_copy: usize,
+    pub nslots: usize,
+    pub tx_slots: usize,
+    pub batch: usize,
+    /// Capacity of each gpipe (the service's bound on tasks in flight).
+    pub pipe_caps: [usize; PIPES],
+}
+
+pub struct DeviceState {
+    pub args: RtArgs,
+    stop: MappedMemory,
+    _rx: CudaSlice<u64>,
+    _slots: CudaSlice<u8>,
+    _payloads: CudaSlice<u8>,
+    stats: CudaSlice<u64>,
+    _tx_head: CudaSlice<u32>,
+    _pipes: Vec<Pipe>,
+    reset: CudaFunction,
+    stream: Arc<CudaStream>,
+}
+
+impl DeviceState {
+    /// Allocates everything and returns it with the host's end of the TX ring.
+    pub fn new(
+        ctx: &Arc<CudaContext>,
+        reset: CudaFunction,
+        g: &Geometry,
+    ) -> Result<(DeviceState, Consumer), GpuError> {
+        assert!(g.rx_copy >= cohort_mq::SLOT_HEADER_BYTES && g.rx_copy.is_multiple_of(16));
+        assert!(g.rx_copy <= g.rx_layout.slot_stride());
+        assert!(!g.rx.is_empty() && g.rx.len() <= 64, "1..=64 RX rings");
+        let s = ctx.new_stream()?;
+        let stop = MappedMemory::zeroed(ctx, 64)?;
+        let tx_layout = Layout::with_stride(g.tx_slots, TX_STRIDE);
+        let tx_mem = MappedMemory::zeroed(ctx, tx_layout.bytes())?;
+        let tx_dev = tx_mem.device_ptr();
+        let (_unused_producer, tx) = channel_in(Box::new(tx_mem), tx_layout, 1, false);
+        let payload_cap = g.rx_copy - cohort_mq::SLOT_HEADER_BYTES;
+        let rx = s.clone_htod(&g.rx)?;
+        let slots = s.alloc_zeros::<u8>(g.nslots * SLOT_BYTES)?;
+        let payloads = s.alloc_zeros::<u8>(g.nslots * payload_cap)?;
+        let stats = s.alloc_zeros::<u64>(STATS)?;
+        let tx_head = s.alloc_zeros::<u32>(1)?;
+        let free = Pipe::new(&s, g.nslots)?;
+        let pipes: Vec<Pipe> = g
+            .pipe_caps
+            .iter()
+            .map(|&c| Pipe::new(&s, c))
+            .collect::<Result<_, _>>()?;
+        let args = RtArgs {
+            stop: stop.device_ptr(),
+            rx: addr(&rx, &s),
+            nrx: g.rx.len() as u64,
+            rx_slots: g.rx_layout.slots as u64,
+            rx_stride: g.rx_layout.slot_stride() as u64,
+            rx_copy: g.rx_copy as u64,
+            tx: tx_dev,
+            tx_slots: g.tx_slots as u64,
+            tx_stride: TX_STRIDE as u64,
+            tx_head: addr(&tx_head, &s),
+            slots: addr(&slots, &s),
+            nslots: g.nslots as u64,
+            payloads: addr(&payloads, &s),
+            payload_cap: payload_cap as u64,
+            stats: addr(&stats, &s),
+            batch: g.batch.clamp(1, 32) as u64,
+            free_slots: free.args(&s),
+            pipes: [pipes[0].args(&s), pipes[1].args(&s), pipes[2].args(&s)],
+        };
+        let mut all = vec![free];
+        all.extend(pipes);
+        let st = DeviceState {
+            args,
+            stop,
+            _rx: rx,
+            _slots: slots,
+            _payloads: payloads,
+            stats,
+            _tx_head: tx_head,
+            _pipes: all,
+            reset,
+            stream: s,
+        };
+        st.reset()?;
+        Ok((st, tx))
+    }
+
+    /// Every slot free, every gpipe empty, the stop flag down (kernels must not be running).
+    /// The TX reservation counter is kept: it continues where the host's reading stands.
+    pub fn reset(&self) -> Result<(), GpuError> {
+        self.set_stop(false);
+        let cfg = LaunchConfig {
+            grid_dim: (256, 1, 1),
+            block_dim: (256, 1, 1),
+            shared_mem_bytes: 0,
+        };
+        let mut b = self.stream.launch_builder(&self.reset);
+        b.arg(&self.args);
+        // SAFETY: p_reset(PRt) takes exactly this argument.
+        unsafe { b.launch(cfg) }?;
+        self.stream.synchronize()?;
+        Ok(())
+    }
+
+    /// Raises or lowers the flag every kernel polls.
+    pub fn set_stop(&self, on: bool) {
+        // SAFETY: the flag is 4 aligned bytes of mapped memory owned by self; the GPU only
+        // reads it (system-scope acquire loads).
+        unsafe {
+            let p = self.stop.host_ptr() as *const std::sync::atomic::AtomicU32;
+            (*p).store(on as u32, std::sync::atomic::Ordering::Release);
+        }
+    }
+
+    /// The device counters (`STAT_*`), read with a copy on the runtime's own stream.
+    pub fn stats(&self) -> Result<[u64; STATS], GpuError> {
+        let v = self.stream.clone_dtoh(&self.stats)?;
+        let mut out = [0; STATS];
+        out.copy_from_slice(&v);
+        Ok(out)
+    }
+}

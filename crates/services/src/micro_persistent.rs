@@ -1,0 +1,88 @@
+//! Echo and spin on the persistent engine (Lynx's micro-benchmarks with the GPU serving its
+//! own queues): `kernels/micro_persistent.cu`. Each worker block is one of Lynx's queues.
+
+use crate::micro_gpu::Micro;
+use crate::spin::MAX_SPIN_US;
+use cohort_gpu::persistent::{persistent_source, PersistentBackend, Prepared, Stage, SvcArgs};
+use cohort_gpu::{compile_cached, DeviceInfo, GpuError, KernelSource};
+use cudarc::driver::{CudaContext, CudaModule};
+use std::sync::Arc;
+
+/// The module's source: the persistent runtime around `micro_persistent.cu`.
+pub fn source() -> &'static KernelSource {
+    static S: std::sync::OnceLock<&'static KernelSource> = std::sync::OnceLock::new();
+    S.get_or_init(|| {
+        persistent_source(
+            "micro_persistent.cu",
+            include_str!("../kernels/micro_persistent.cu"),
+            false,
+        )
+    })
+}
+
+pub struct MicroPersistent {
+    kind: Micro,
+    ctx: Arc<CudaContext>,
+    module: Arc<CudaModule>,
+    sms: usize,
+}
+
+impl MicroPersistent {
+    pub fn new(kind: Micro, dev: &DeviceInfo) -> Result<MicroPersistent, GpuError> {
+        let ctx = CudaContext::new(dev.ordinal)?;
+        let arch: &'static str = Box::leak(dev.arch().into_boxed_str());
+        let module = ctx.load_module(compile_cached(source(), arch)?)?;
+        Ok(MicroPersistent {
+            kind,
+            ctx,
+            module,
+            sms: dev.sms.max(1) as usize,
+        })
+    }
+}
+
+impl PersistentBackend for MicroPersistent {
+    fn context(&self) -> &Arc<CudaContext> {
+        &self.ctx
+    }
+
+    fn module(&self) -> &Arc<CudaModule> {
+        &self.module
+    }
+
+    fn prepare(
+        &self,
+        slots: usize,
+        rx_stride: usize,
+        blocks: Option<&[usize]>,
+    ) -> Result<Prepared, GpuError> {
+        // One worker block per SM by default: Lynx's one queue per SM.
+        let workers = match blocks {
+            None => self.sms,
+            Some(&[w]) if w > 0 => w,
+            Some(other) => {
+                return Err(GpuError::Invalid(format!(
+                    "echo and spin have one stage (workers); got {other:?}"
+                )))
+            }
+        };
+        Ok(Prepared {
+            args: SvcArgs({
+                let mut a = [0u64; 16];
+                a[0] = (self.kind == Micro::Spin) as u64;
+                a[1] = MAX_SPIN_US as u64;
+                a
+            }),
+            stages: vec![Stage {
+                kernel: "micro_p_worker",
+                blocks: workers,
+                threads: 128,
+                dyn_smem: 0,
+            }],
+            pipe_caps: [slots, 0, 0],
+            // Whole slots: payloads are any size up to the slot's capacity.
+            rx_copy: rx_stride,
+            keep: Box::new(()),
+        })
+    }
+}
