@@ -19,4 +19,5 @@ for f in sorted(glob.glob(os.path.join(out, f"{prefix}-*-{tag}.json"))):
     print(f"{name:48} {best(1000):10.0f} {best(5000):10.0f}  (p99 {last:.0f} us at {runs[-1]['offered_rate'] if runs else 0:.0f})")
 for f in sorted(glob.glob(os.path.join(out, f"{prefix}-hog-*-{tag}.json"))):
     r = json.load(open(f))
+    r = r.get("results", r)
     print(f"neighbour {os.path.basename(f)}: {r['units_per_s']:.0f} units/s on cpus {r['cpus']}")

@@ -31,8 +31,12 @@ if [[ $PART == *engine* ]]; then
         --window 1,64,1024,8192 --duration 2 --drivers 4 --out "$OUT/persistent-engine-knn-$TAG.json" --log-level warn 2>&1 | short
     $B bench engine --data $D --nlist $NL --nprobe 16 --k 10 --engines gpu-persistent --service-opt knn.gpu_batch=4 \
         --window 64,1024,8192 --duration 2 --drivers 4 --out "$OUT/persistent-engine-knn-batch4-$TAG.json" --log-level warn 2>&1 | short
+    # The engine's own round trip (arrival at ingress to answer read from TX) is logged at info.
     $B bench engine --service echo --engines gpu-persistent,gpu-direct,cpu --window 1,64 --drivers 1 --duration 2 \
-        --out "$OUT/persistent-engine-echo-$TAG.json" --log-level warn 2>&1 | short
+        --out "$OUT/persistent-engine-echo-$TAG.json" --log-level info 2>&1 | tee /tmp/echo.log | short
+    grep ring-to-ring /tmp/echo.log | tee "$OUT/persistent-ring-to-ring-$TAG.log"
+fi
+if [[ $PART == *engine* && ${LYNX:-1} = 1 ]]; then
     echo "[" > /tmp/lynx.json
     for us in 0 50 200 800; do
         for q in 1 8 64 132; do
@@ -92,7 +96,7 @@ if [[ $PART == *served* ]]; then
     python3 scripts/best-rate.py "$OUT" persistent-served "$TAG" > "$OUT/persistent-cores-$TAG.txt"; cat "$OUT/persistent-cores-$TAG.txt"
 fi
 if [[ $PART == *noisy* ]]; then
-    for e in gpu-persistent gpu-cohort gpu-direct; do
+    for e in ${NOISY_ENGINES:-gpu-persistent gpu-cohort gpu-direct}; do
         for where in none others own; do
             case $where in none) hog= ;; others) hog=1-7 ;; own) hog=0 ;; esac
             serve 0 --service knn:$e --io-threads 1 || continue

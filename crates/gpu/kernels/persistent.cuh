@@ -31,6 +31,7 @@ struct PPipe {
 
 struct PRt {
     unsigned long long stop;       // mapped host u32: nonzero = every kernel returns
+    unsigned long long dev_stop;   // device u32: the ingress warp's copy, which workers poll
     unsigned long long rx;         // device array of nrx mapped ring base addresses
     unsigned long long nrx;
     unsigned long long rx_slots;
@@ -71,6 +72,17 @@ __device__ __forceinline__ unsigned int ld_acquire_sys(const unsigned int* p) {
     asm volatile("ld.acquire.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
     return v;
 }
+// Polls of host memory: relaxed (an acquire load per lane per poll is a system-scope fence each
+// time); a poll that finds something is followed by one fence_acquire_sys.
+__device__ __forceinline__ unsigned int ld_relaxed_sys(const unsigned int* p) {
+    unsigned int v;
+    asm volatile("ld.relaxed.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
+    return v;
+}
+__device__ __forceinline__ void fence_acquire_sys() { asm volatile("fence.acq_rel.sys;" ::: "memory"); }
+__device__ __forceinline__ void st_relaxed_sys(unsigned int* p, unsigned int v) {
+    asm volatile("st.relaxed.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
 __device__ __forceinline__ void st_release_sys(unsigned int* p, unsigned int v) {
     asm volatile("st.release.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
@@ -88,8 +100,13 @@ __device__ __forceinline__ unsigned int ld_relaxed_gpu(const unsigned int* p) {
     return v;
 }
 
-__device__ __forceinline__ bool p_stopping(const PRt& rt) {
+// Only the ingress warp reads the host's flag (over the bus) and passes it on in device memory:
+// hundreds of worker blocks polling host memory would slow every bus access of the ingress.
+__device__ __forceinline__ bool p_host_stopping(const PRt& rt) {
     return ld_acquire_sys((const unsigned int*)rt.stop) != 0;
+}
+__device__ __forceinline__ bool p_stopping(const PRt& rt) {
+    return ld_acquire_gpu((const unsigned int*)rt.dev_stop) != 0;
 }
 
 __device__ __forceinline__ void p_count(const PRt& rt, int which, unsigned long long n) {
@@ -175,8 +192,9 @@ __device__ unsigned char* tx_begin(const PRt& rt, unsigned int* pos) {
         unsigned int p = atomicAdd((unsigned int*)rt.tx_head, 1u);
         const unsigned int* tail = (const unsigned int*)((unsigned char*)rt.tx + COHORT_MQ_TAIL_OFFSET);
         Backoff b;
-        // The egress thread keeps draining, also while kernels stop: this always ends.
-        while (p - ld_acquire_sys(tail) >= (unsigned int)rt.tx_slots) b.idle();
+        // The egress thread keeps draining, also while kernels stop: this always ends. (The
+        // slot is written only after this load returned: no fence needed.)
+        while (p - ld_relaxed_sys(tail) >= (unsigned int)rt.tx_slots) b.idle();
         s_pos = p;
     }
     __syncthreads();
@@ -188,7 +206,8 @@ __device__ unsigned char* tx_begin(const PRt& rt, unsigned int* pos) {
 // bytes already written by the block.
 __device__ void tx_commit(const PRt& rt, unsigned int pos, const cohort_mq_slot_header* h,
                           unsigned short status, unsigned int len) {
-    __threadfence_system();
+    // The block's payload writes happen before thread 0's fence (barrier), and the fence is
+    // cumulative: one system fence per answer orders payload and header before the seq.
     __syncthreads();
     if (threadIdx.x == 0) {
         cohort_mq_slot_header* o = (cohort_mq_slot_header*)tx_seq(rt, pos);
@@ -201,7 +220,7 @@ __device__ void tx_commit(const PRt& rt, unsigned int pos, const cohort_mq_slot_
         o->arrived = h->arrived;
         o->route = h->route;
         __threadfence_system();
-        st_release_sys(&o->seq, pos + 1);
+        st_relaxed_sys(&o->seq, pos + 1);
         p_count(rt, P_STAT_ANSWERED, 1);
     }
     __syncthreads();
@@ -243,7 +262,6 @@ __device__ unsigned int worker_next(const PRt& rt, const PPipe& pipe, uint4* tas
         while (true) {
             n = pipe_pop(pipe, tasks, (unsigned int)min(rt.batch, (unsigned long long)P_MAX_BATCH));
             if (n > 0) { b.reset(); break; }
-            // The stop flag lives in host memory: look at it every few idle rounds only.
             if ((++spins & 15) == 0 && p_stopping(rt)) break;
             b.idle();
         }
@@ -270,7 +288,10 @@ extern "C" __global__ void p_reset(PRt rt) {
         ((uint4*)rt.free_slots.items)[s] = make_uint4(s, 0, 0, 0);
         ((unsigned int*)rt.free_slots.seq)[s] = s + 1;
     }
-    if (i == 0) ((unsigned int*)rt.free_slots.ctr)[0] = (unsigned int)rt.nslots;
+    if (i == 0) {
+        ((unsigned int*)rt.free_slots.ctr)[0] = (unsigned int)rt.nslots;
+        *(unsigned int*)rt.dev_stop = 0;
+    }
 }
 
 // The layout the host mirrors (RtArgs, SLOT_BYTES), read back by a GPU test.

@@ -145,7 +145,10 @@ pub fn run(a: &EngineBench) -> Result<()> {
                         .map(|(d, (ing, bell))| {
                             let payloads = &payloads;
                             let share = window / drivers + usize::from(d < window % drivers);
-                            sc.spawn(move || drive(ing, bell, payloads, share, d as u64, end))
+                            let service = a.service.as_str();
+                            sc.spawn(move || {
+                                drive(ing, bell, payloads, share, d as u64, end, service)
+                            })
                         })
                         .collect();
                     handles
@@ -183,11 +186,16 @@ fn drive(
     window: usize,
     driver: u64,
     end: Instant,
+    service: &str,
 ) -> Result<(u64, u64, hdrhistogram::Histogram<u64>)> {
     bell.bind_current();
     let mut hist = hdrhistogram::Histogram::<u64>::new(3)?;
     let (mut next, mut done, mut errors) = (0u64, 0u64, 0u64);
-    let service = cohort_proto::service_id::KNN;
+    let service = match service {
+        "echo" => cohort_proto::service_id::ECHO,
+        "spin" => cohort_proto::service_id::SPIN,
+        _ => cohort_proto::service_id::KNN,
+    };
     let refill = |ing: &mut Ingress<Instant>, next: &mut u64, errors: &mut u64| {
         while ing.in_flight() < window && Instant::now() < end {
             let p = &payloads[(*next as usize + driver as usize * 7919) % payloads.len()];

@@ -49,7 +49,9 @@ pub fn run(a: &HogBench) -> Result<()> {
                 })
             })
             .collect();
-        hs.into_iter().map(|h| h.join().expect("hog thread")).collect()
+        hs.into_iter()
+            .map(|h| h.join().expect("hog thread"))
+            .collect()
     });
     let total: f64 = rates.iter().sum();
     let r = json!({"cpus": cpus, "seconds": a.seconds, "units_per_s_per_thread": rates, "units_per_s": total});

@@ -3,8 +3,8 @@
 
 mod echo;
 mod engine;
-mod hog;
 mod gpu;
+mod hog;
 mod knn;
 mod plot;
 

@@ -23,9 +23,14 @@ pub fn run(a: &PlotArgs) -> Result<()> {
     for s in &a.series {
         let (name, path) = s.split_once('=').context("a curve is NAME=SWEEP.json")?;
         let text = std::fs::read_to_string(path).with_context(|| format!("reading {path}"))?;
-        let v: serde_json::Value = serde_json::from_str(&text).with_context(|| format!("parsing {path}"))?;
-        let runs: Vec<Report> = serde_json::from_value(v.get("runs").cloned().context("no \"runs\" (not a sweep)")?)
-            .with_context(|| format!("{path}: sweep runs"))?;
+        let v: serde_json::Value =
+            serde_json::from_str(&text).with_context(|| format!("parsing {path}"))?;
+        let runs: Vec<Report> = serde_json::from_value(
+            v.get("runs")
+                .cloned()
+                .context("no \"runs\" (not a sweep)")?,
+        )
+        .with_context(|| format!("{path}: sweep runs"))?;
         series.push((name.to_string(), runs));
     }
     crate::load_cmd::plot(&series, &a.title, &a.out)

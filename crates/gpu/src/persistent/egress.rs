@@ -24,6 +24,8 @@ use std::time::{Duration, Instant};
 const STOP_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long shutdown keeps serving what is queued.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long an idle egress thread polls before it parks.
+const IDLE_SPIN: Duration = Duration::from_micros(50);
 
 pub(super) struct Egress {
     backend: Arc<dyn PersistentBackend>,
@@ -42,6 +44,9 @@ pub(super) struct Egress {
     rx_seen: Vec<u32>,
     taken: u64,
     answered: u64,
+    /// From a request's arrival at ingress to its answer read from TX, in ns: the engine's own
+    /// round trip (no client wake-ups), logged at shutdown.
+    ring_to_ring: hdrhistogram::Histogram<u64>,
 }
 
 fn stream_state(s: &CudaStream) -> CUresult {
@@ -132,6 +137,7 @@ impl Egress {
             rx_seen,
             taken: 0,
             answered: 0,
+            ring_to_ring: hdrhistogram::Histogram::new(3).expect("3 significant digits"),
         })
     }
 
@@ -165,6 +171,7 @@ impl Egress {
         }
         let mut last_progress = Instant::now();
         let mut last_check = Instant::now();
+        let mut idle_since: Option<Instant> = None;
         let mut spins = 0u32;
         loop {
             if self.stop.load(Ordering::Acquire) {
@@ -173,6 +180,7 @@ impl Egress {
             }
             if self.drain(512) > 0 {
                 last_progress = Instant::now();
+                idle_since = None;
                 spins = 0;
                 continue;
             }
@@ -181,12 +189,20 @@ impl Egress {
             }
             let waiting = self.rx_waiting();
             if !waiting && self.holding() == 0 {
+                // Poll a little before parking: a thread wake-up costs more than the GPU's
+                // whole round trip.
+                let since = *idle_since.get_or_insert_with(Instant::now);
+                if since.elapsed() < IDLE_SPIN {
+                    std::hint::spin_loop();
+                    continue;
+                }
                 let req = &self.lane.requests;
                 let rx_written = || (0..req.len()).any(|i| is_waiting(req.ring(i)));
                 self.lane.bell.sleep(Duration::from_millis(2), rx_written);
                 last_progress = Instant::now();
                 continue;
             }
+            idle_since = None;
             let now = Instant::now();
             if now - last_check >= Duration::from_millis(1) {
                 last_check = now;
@@ -243,7 +259,9 @@ impl Egress {
         let ingresses = self.lane.answers.len();
         while n < max {
             let answers = &mut self.lane.answers;
+            let hist = &mut self.ring_to_ring;
             let got = self.tx.try_recv(|m| {
+                let _ = hist.record(cohort_engine::clock::now_ns().saturating_sub(m.env.arrived));
                 let to = m.route as usize;
                 if to < ingresses {
                     answers.send(to, m.env, m.payload);
@@ -325,6 +343,14 @@ impl Egress {
     }
 
     fn shutdown(mut self) {
+        let h = &self.ring_to_ring;
+        tracing::info!(
+            answered = self.stats.answered.load(Ordering::Relaxed),
+            restarts = self.stats.restarts.load(Ordering::Relaxed),
+            p50_us = h.value_at_quantile(0.5) as f64 / 1e3,
+            p99_us = h.value_at_quantile(0.99) as f64 / 1e3,
+            "gpu-persistent ring-to-ring latency (ingress arrival to TX answer read)"
+        );
         let until = Instant::now() + DRAIN_TIMEOUT;
         while (self.holding() > 0 || self.rx_waiting()) && Instant::now() < until {
             if self.drain(usize::MAX) == 0 {

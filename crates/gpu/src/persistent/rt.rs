@@ -28,6 +28,7 @@ pub struct PipeArgs {
 #[derive(Debug, Clone, Copy, Default)]
 pub struct RtArgs {
     pub stop: u64,
+    pub dev_stop: u64,
     pub rx: u64,
     pub nrx: u64,
     pub rx_slots: u64,
@@ -127,6 +128,7 @@ pub struct DeviceState {
     _slots: CudaSlice<u8>,
     _payloads: CudaSlice<u8>,
     stats: CudaSlice<u64>,
+    /// [0] the TX reservation counter, [1] the device copy of the stop flag.
     _tx_head: CudaSlice<u32>,
     _pipes: Vec<Pipe>,
     reset: CudaFunction,
@@ -154,7 +156,7 @@ impl DeviceState {
         let slots = s.alloc_zeros::<u8>(g.nslots * SLOT_BYTES)?;
         let payloads = s.alloc_zeros::<u8>(g.nslots * payload_cap)?;
         let stats = s.alloc_zeros::<u64>(STATS)?;
-        let tx_head = s.alloc_zeros::<u32>(1)?;
+        let tx_head = s.alloc_zeros::<u32>(2)?;
         let free = Pipe::new(&s, g.nslots)?;
         let pipes: Vec<Pipe> = g
             .pipe_caps
@@ -163,6 +165,7 @@ impl DeviceState {
             .collect::<Result<_, _>>()?;
         let args = RtArgs {
             stop: stop.device_ptr(),
+            dev_stop: addr(&tx_head, &s) + 4,
             rx: addr(&rx, &s),
             nrx: g.rx.len() as u64,
             rx_slots: g.rx_layout.slots as u64,
