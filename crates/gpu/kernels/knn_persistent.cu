@@ -30,23 +30,23 @@ struct SvcArgs {
 
 // The checks of parse_head + vector_into + check_shape (crates/services/src/knn), in their
 // order; messages name the rule, the CPU's also give the numbers.
-__device__ void service_accept(const PRt& rt, const SvcArgs& a, unsigned int s) {
+__device__ bool service_accept(const PRt& rt, const SvcArgs& a, unsigned int s) {
     PSlot* sl = p_slot(rt, s);
     const unsigned char* p = p_payload(rt, s);
     unsigned int len = sl->h.len;
-    if (len < KNN_HEAD) { tx_error(rt, s, P_ERR_BAD_REQUEST, "knn request needs 12 header bytes"); return; }
+    if (len < KNN_HEAD) { tx_error(rt, s, P_ERR_BAD_REQUEST, "knn request needs 12 header bytes"); return false; }
     unsigned int k = p[0] | (p[1] << 8);
     unsigned int nprobe = p[2] | (p[3] << 8);
     unsigned int elem = p[4];
     unsigned int dim = p[8] | (p[9] << 8) | (p[10] << 16) | ((unsigned int)p[11] << 24);
     unsigned int n = (unsigned int)min(a.n, a.max_k);
-    if (p[5] | p[6] | p[7]) { tx_error(rt, s, P_ERR_BAD_REQUEST, "reserved bytes must be zero"); return; }
-    if (dim != a.dim) { tx_error(rt, s, P_ERR_BAD_REQUEST, "vector dimension differs from the index's"); return; }
-    if (k == 0 || k > n) { tx_error(rt, s, P_ERR_BAD_REQUEST, "k out of range"); return; }
-    if (nprobe > a.nlist) { tx_error(rt, s, P_ERR_BAD_REQUEST, "nprobe must be at most nlist"); return; }
+    if (p[5] | p[6] | p[7]) { tx_error(rt, s, P_ERR_BAD_REQUEST, "reserved bytes must be zero"); return false; }
+    if (dim != a.dim) { tx_error(rt, s, P_ERR_BAD_REQUEST, "vector dimension differs from the index's"); return false; }
+    if (k == 0 || k > n) { tx_error(rt, s, P_ERR_BAD_REQUEST, "k out of range"); return false; }
+    if (nprobe > a.nlist) { tx_error(rt, s, P_ERR_BAD_REQUEST, "nprobe must be at most nlist"); return false; }
     unsigned int body = len - KNN_HEAD;
-    if (elem > 1) { tx_error(rt, s, P_ERR_BAD_REQUEST, "unknown element type (0 f32, 1 u8)"); return; }
-    if (body != (elem == 0 ? dim * 4 : dim)) { tx_error(rt, s, P_ERR_BAD_REQUEST, "vector bytes do not match dim"); return; }
+    if (elem > 1) { tx_error(rt, s, P_ERR_BAD_REQUEST, "unknown element type (0 f32, 1 u8)"); return false; }
+    if (body != (elem == 0 ? dim * 4 : dim)) { tx_error(rt, s, P_ERR_BAD_REQUEST, "vector bytes do not match dim"); return false; }
     // Widen into the query row; the warp votes on finiteness and magnitude.
     float* q = (float*)a.queries + (unsigned long long)s * a.dim;
     bool bad_nan = false, bad_big = false;
@@ -62,21 +62,20 @@ __device__ void service_accept(const PRt& rt, const SvcArgs& a, unsigned int s) 
         bad_big |= fabsf(x) > KNN_MAX_ABS_ELEMENT;
         q[d] = x;
     }
-    if (__syncthreads_or(bad_nan)) { tx_error(rt, s, P_ERR_BAD_REQUEST, "vector holds NaN or infinity"); return; }
-    if (__syncthreads_or(bad_big)) { tx_error(rt, s, P_ERR_BAD_REQUEST, "vector elements too large in magnitude"); return; }
+    if (__syncthreads_or(bad_nan)) { tx_error(rt, s, P_ERR_BAD_REQUEST, "vector holds NaN or infinity"); return false; }
+    if (__syncthreads_or(bad_big)) { tx_error(rt, s, P_ERR_BAD_REQUEST, "vector elements too large in magnitude"); return false; }
     if (nprobe == 0) nprobe = (unsigned int)a.default_nprobe;
-    if (k > MAX_K) { tx_error(rt, s, P_ERR_BAD_REQUEST, "k above the gpu engines' limit"); return; }
+    if (k > MAX_K) { tx_error(rt, s, P_ERR_BAD_REQUEST, "k above the gpu engines' limit"); return false; }
     if (nprobe == 0 || nprobe > a.max_probe || nprobe * k > GPU_MAX_CANDIDATES) {
         tx_error(rt, s, P_ERR_BAD_REQUEST, "nprobe x k above the gpu engines' limit");
-        return;
+        return false;
     }
     if (threadIdx.x == 0) {
         sl->a = k;
         sl->b = nprobe;
-        __threadfence();
-        pipe_push(rt.pipes[0], make_uint4(s, 0, 0, 0));
     }
-    __syncthreads();
+    // The ingress queues the slot on pipes[0] (filter), with the rest of its run.
+    return true;
 }
 
 extern "C" __global__ void knn_p_filter(PRt rt, SvcArgs a) {

@@ -144,6 +144,25 @@ __device__ void pipe_push(const PPipe& p, uint4 task) {
     st_release_gpu(seq, t + 1);
 }
 
+// The whole block pushes slots[0..n) (n <= blockDim.x) as tasks {slot}: one head reservation
+// for the run, the elements committed in parallel. Every thread's earlier writes (the slots'
+// contents) are fenced first.
+__device__ void pipe_push_run(const PPipe& p, const unsigned int* slots, unsigned int n) {
+    __shared__ unsigned int s_t;
+    __threadfence();
+    __syncthreads();
+    if (threadIdx.x == 0 && n > 0) s_t = atomicAdd(pipe_head(p), n);
+    __syncthreads();
+    if (threadIdx.x < n) {
+        unsigned int cap = (unsigned int)p.cap, e = s_t + threadIdx.x;
+        unsigned int* seq = (unsigned int*)p.seq + (e & (cap - 1));
+        while (ld_acquire_gpu(seq) != e) __nanosleep(64);
+        ((uint4*)p.items)[e & (cap - 1)] = make_uint4(slots[threadIdx.x], 0, 0, 0);
+        st_release_gpu(seq, e + 1);
+    }
+    __syncthreads();
+}
+
 // One thread claims up to `max` tasks into `out`; returns how many (0: none waiting).
 __device__ unsigned int pipe_pop(const PPipe& p, uint4* out, unsigned int max) {
     unsigned int cap = (unsigned int)p.cap;

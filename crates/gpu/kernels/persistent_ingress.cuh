@@ -48,6 +48,7 @@ extern "C" __global__ void cohort_ingress(PRt rt, SvcArgs svc) {
     __shared__ unsigned int pos[P_MAX_RX];
     __shared__ unsigned int run[P_MAX_RX];
     __shared__ unsigned int taken[P_TAKE];
+    __shared__ unsigned int accepted[P_TAKE];
     __shared__ unsigned int s_got;
     const unsigned long long* rx = (const unsigned long long*)rt.rx;
     unsigned int nrx = (unsigned int)rt.nrx;
@@ -111,6 +112,7 @@ extern "C" __global__ void cohort_ingress(PRt rt, SvcArgs svc) {
                     p_count(rt, P_STAT_TAKEN, got);
                 }
                 __syncthreads();
+                unsigned int nacc = 0;
                 for (unsigned int i = 0; i < got; ++i) {
                     PSlot* sl = p_slot(rt, taken[i]);
                     // Host-side rings spill; these never do (the host refuses what does not fit).
@@ -118,9 +120,12 @@ extern "C" __global__ void cohort_ingress(PRt rt, SvcArgs svc) {
                         tx_error(rt, taken[i], P_ERR_TOO_LARGE, "request larger than the engine's slots");
                         continue;
                     }
-                    // The service checks len against what was copied (rt.payload_cap bytes).
-                    service_accept(rt, svc, taken[i]);
+                    // The service checks len against what was copied (rt.payload_cap bytes)
+                    // and answers a bad request itself; good ones go to its first stage.
+                    if (service_accept(rt, svc, taken[i])) accepted[nacc++] = taken[i];
                 }
+                __syncthreads();
+                pipe_push_run(rt.pipes[0], accepted, nacc);
             }
         }
         if (any) b.reset(); else b.idle();

@@ -18,19 +18,16 @@ __device__ __forceinline__ unsigned int spin_us_of(const unsigned char* p) {
     return p[0] | (p[1] << 8) | (p[2] << 16) | ((unsigned int)p[3] << 24);
 }
 
-__device__ void service_accept(const PRt& rt, const SvcArgs& a, unsigned int s) {
+__device__ bool service_accept(const PRt& rt, const SvcArgs& a, unsigned int s) {
     PSlot* sl = p_slot(rt, s);
     unsigned int len = sl->h.len;
-    if (len > rt.payload_cap) { tx_error(rt, s, P_ERR_TOO_LARGE, "request larger than the engine's slots"); return; }
+    if (len > rt.payload_cap) { tx_error(rt, s, P_ERR_TOO_LARGE, "request larger than the engine's slots"); return false; }
     if (a.spin) {
-        if (len < 4) { tx_error(rt, s, P_ERR_BAD_REQUEST, "spin payload needs a u32 microsecond count"); return; }
-        if (spin_us_of(p_payload(rt, s)) > a.max_spin_us) { tx_error(rt, s, P_ERR_BAD_REQUEST, "spin_us exceeds the limit"); return; }
+        if (len < 4) { tx_error(rt, s, P_ERR_BAD_REQUEST, "spin payload needs a u32 microsecond count"); return false; }
+        if (spin_us_of(p_payload(rt, s)) > a.max_spin_us) { tx_error(rt, s, P_ERR_BAD_REQUEST, "spin_us exceeds the limit"); return false; }
     }
-    if (threadIdx.x == 0) {
-        __threadfence();
-        pipe_push(rt.pipes[0], make_uint4(s, 0, 0, 0));
-    }
-    __syncthreads();
+    // The ingress queues the slot on pipes[0], with the rest of its run.
+    return true;
 }
 
 extern "C" __global__ void micro_p_worker(PRt rt, SvcArgs a) {
