@@ -136,11 +136,6 @@ impl Producer {
         self.shared.layout
     }
 
-    /// The ring's region (for a device consumer: the address it polls).
-    pub fn region(&self) -> *mut u8 {
-        self.shared.base()
-    }
-
     /// True once the consumer has been dropped.
     pub fn is_closed(&self) -> bool {
         self.shared.consumer_gone.load(Ordering::Acquire)
@@ -260,11 +255,6 @@ impl Consumer {
 
     pub fn layout(&self) -> Layout {
         self.shared.layout
-    }
-
-    /// Messages read so far (wrapping): the next message's position.
-    pub fn position(&self) -> u32 {
-        self.tail
     }
 
     /// The tail as last published in the control block, by this handle or by a device

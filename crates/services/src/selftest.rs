@@ -148,8 +148,7 @@ fn serve_paced(
             })
         }
         Engine::Persistent(backend, cfg) => {
-            let eng = PersistentEngine::start(backend, lane, &cfg, metrics.clone())
-                .map_err(|e| e.to_string())?;
+            let eng = PersistentEngine::start(backend, lane, &cfg).map_err(|e| e.to_string())?;
             Box::new(move || {
                 let r = eng
                     .stats

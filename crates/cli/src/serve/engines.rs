@@ -129,7 +129,7 @@ pub fn start_engines(a: &ServeArgs, ingresses: usize) -> Result<EngineSide> {
     for ((p, lanes), n) in plans.iter().zip(wiring.engines).zip(lanes) {
         let started = match p.engine {
             EngineKind::Cpu => start_cpu(a, p, lanes, n, &registry, &metrics),
-            EngineKind::GpuPersistent => start_persistent(a, p, lanes, &devices, &metrics),
+            EngineKind::GpuPersistent => start_persistent(a, p, lanes, &devices),
             kind => start_gpu(a, p, kind, lanes, &devices, &metrics),
         };
         match started {
@@ -206,24 +206,40 @@ fn start_gpu(
         streams: p.streams.unwrap_or(GpuEngineConfig::default_streams(mode)),
         graphs: p.cohort_graphs,
     };
-    let mut out = Vec::new();
-    for (&g, lane) in p.gpus.iter().zip(lanes) {
-        let dev = devices
-            .iter()
-            .find(|d| d.ordinal == g)
-            .with_context(|| format!("no GPU {g} ({} found)", devices.len()))?;
-        tracing::info!(gpu = g, name = %dev.name, sms = dev.sms, mem = dev.total_mem,
+    let started = per_gpu(p, lanes, devices, GpuEngine::shutdown, |dev, lane| {
+        tracing::info!(gpu = dev.ordinal, name = %dev.name, sms = dev.sms, mem = dev.total_mem,
             pci = %dev.pci_bus_id, numa = ?dev.numa_node, service = p.name, "gpu");
         let backend = build(&options(a, p), dev).map_err(anyhow::Error::msg)?;
-        match GpuEngine::start(backend, lane, &cfg, metrics.clone()) {
+        Ok(GpuEngine::start(backend, lane, &cfg, metrics.clone())?)
+    })?;
+    Ok(Running::Gpu(started))
+}
+
+/// Starts one engine per GPU of the plan, each on its lane; if one fails, those already
+/// started are stopped before the error is returned.
+fn per_gpu<E>(
+    p: &ServicePlan,
+    lanes: Vec<LaneEnds>,
+    devices: &[cohort_gpu::DeviceInfo],
+    stop: fn(E),
+    mut start: impl FnMut(&cohort_gpu::DeviceInfo, LaneEnds) -> Result<E>,
+) -> Result<Vec<E>> {
+    let mut out = Vec::new();
+    for (&g, lane) in p.gpus.iter().zip(lanes) {
+        let started = devices
+            .iter()
+            .find(|d| d.ordinal == g)
+            .with_context(|| format!("no GPU {g} ({} found)", devices.len()))
+            .and_then(|dev| start(dev, lane));
+        match started {
             Ok(e) => out.push(e),
             Err(e) => {
-                out.into_iter().for_each(GpuEngine::shutdown);
-                return Err(e.into());
+                out.into_iter().for_each(stop);
+                return Err(e);
             }
         }
     }
-    Ok(Running::Gpu(out))
+    Ok(out)
 }
 
 /// The request rings of gpu-persistent engines, in memory mapped for their GPU (the GPU polls
@@ -255,7 +271,6 @@ fn start_persistent(
     p: &ServicePlan,
     lanes: Vec<LaneEnds>,
     devices: &[cohort_gpu::DeviceInfo],
-    metrics: &Arc<Metrics>,
 ) -> Result<Running> {
     let entry = catalog::entry(p.name).expect("plans hold catalog names");
     let build = entry.persistent.expect("plans checked the backend");
@@ -266,21 +281,16 @@ fn start_persistent(
         watchdog: Duration::from_millis(p.watchdog_ms),
         ..PersistentConfig::default()
     };
-    let mut out = Vec::new();
-    for (&g, lane) in p.gpus.iter().zip(lanes) {
-        let dev = devices
-            .iter()
-            .find(|d| d.ordinal == g)
-            .with_context(|| format!("no GPU {g} ({} found)", devices.len()))?;
-        tracing::info!(gpu = g, name = %dev.name, sms = dev.sms, service = p.name, "gpu-persistent");
-        let backend = build(&options(a, p), dev).map_err(anyhow::Error::msg)?;
-        match PersistentEngine::start(backend, lane, &cfg, metrics.clone()) {
-            Ok(e) => out.push(e),
-            Err(e) => {
-                out.into_iter().for_each(PersistentEngine::shutdown);
-                return Err(e.into());
-            }
-        }
-    }
-    Ok(Running::Persistent(out))
+    let started = per_gpu(
+        p,
+        lanes,
+        devices,
+        PersistentEngine::shutdown,
+        |dev, lane| {
+            tracing::info!(gpu = dev.ordinal, name = %dev.name, sms = dev.sms, service = p.name, "gpu-persistent");
+            let backend = build(&options(a, p), dev).map_err(anyhow::Error::msg)?;
+            Ok(PersistentEngine::start(backend, lane, &cfg)?)
+        },
+    )?;
+    Ok(Running::Persistent(started))
 }

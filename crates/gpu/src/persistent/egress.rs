@@ -10,9 +10,10 @@
 
 use super::mapped::device_address;
 use super::rt::{DeviceState, Geometry};
+use super::rt::{STAT_ANSWERED, STAT_NO_SLOT, STAT_POPS, STAT_TAKEN, STAT_TASKS};
 use super::{LaneStats, PersistentBackend, PersistentConfig, Prepared, Stage};
 use crate::GpuError;
-use cohort_engine::{LaneEnds, Metrics};
+use cohort_engine::LaneEnds;
 use cohort_mq::Consumer;
 use cudarc::driver::sys::{self, CUfunction_attribute, CUresult};
 use cudarc::driver::{CudaFunction, CudaStream, LaunchConfig, PushKernelArg};
@@ -39,7 +40,6 @@ pub(super) struct Egress {
     watchdog: Duration,
     stop: Arc<AtomicBool>,
     stats: Arc<LaneStats>,
-    _metrics: Arc<Metrics>,
     /// RX tails last seen (the GPU publishes them), per ring.
     rx_seen: Vec<u32>,
     taken: u64,
@@ -61,7 +61,6 @@ impl Egress {
         cfg: &PersistentConfig,
         stop: Arc<AtomicBool>,
         stats: Arc<LaneStats>,
-        metrics: Arc<Metrics>,
     ) -> Result<Egress, GpuError> {
         let ctx = backend.context().clone();
         ctx.bind_to_thread()?;
@@ -133,7 +132,6 @@ impl Egress {
             watchdog: cfg.watchdog,
             stop,
             stats,
-            _metrics: metrics,
             rx_seen,
             taken: 0,
             answered: 0,
@@ -351,6 +349,19 @@ impl Egress {
             p99_us = h.value_at_quantile(0.99) as f64 / 1e3,
             "gpu-persistent ring-to-ring latency (ingress arrival to TX answer read)"
         );
+        match self.dev.stats() {
+            Ok(c) => tracing::info!(
+                taken = c[STAT_TAKEN],
+                answered = c[STAT_ANSWERED],
+                no_slot = c[STAT_NO_SLOT],
+                tasks = c[STAT_TASKS],
+                pops = c[STAT_POPS],
+                "gpu-persistent device counters (tasks per pop: batching inside the GPU)"
+            ),
+            Err(e) => {
+                tracing::warn!(error = %e, "gpu-persistent: reading the device counters failed")
+            }
+        }
         let until = Instant::now() + DRAIN_TIMEOUT;
         while (self.holding() > 0 || self.rx_waiting()) && Instant::now() < until {
             if self.drain(usize::MAX) == 0 {

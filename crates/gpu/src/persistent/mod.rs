@@ -22,7 +22,7 @@ pub mod mapped;
 pub mod rt;
 
 use crate::{GpuError, KernelSource};
-use cohort_engine::{LaneEnds, Metrics};
+use cohort_engine::LaneEnds;
 use cudarc::driver::{CudaContext, CudaModule};
 pub use mapped::MappedMemory;
 pub use rt::{SvcArgs, PIPES};
@@ -115,11 +115,10 @@ impl PersistentEngine {
         backend: Arc<dyn PersistentBackend>,
         lane: LaneEnds,
         cfg: &PersistentConfig,
-        metrics: Arc<Metrics>,
     ) -> Result<PersistentEngine, GpuError> {
         let stop = Arc::new(AtomicBool::new(false));
         let stats = Arc::new(LaneStats::default());
-        let e = egress::Egress::new(backend, lane, cfg, stop.clone(), stats.clone(), metrics)?;
+        let e = egress::Egress::new(backend, lane, cfg, stop.clone(), stats.clone())?;
         let thread = std::thread::Builder::new()
             .name("gpu-persistent".into())
             .spawn(move || e.run())
