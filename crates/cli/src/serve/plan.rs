@@ -296,6 +296,29 @@ mod tests {
         assert!(e("echo", &["echo.max_queue=x"]).contains("non-negative integer"));
         assert!(e("echo", &["echo.streams=0"]).contains("streams must be at least 1"));
         assert!(e("echo", &["echo"]).contains("NAME.KEY=VALUE"));
+        assert!(e("knn", &["knn.stages=8:x:2"]).contains("stages is a list of block counts"));
+        assert!(e("knn", &["knn.stages="]).contains("stages is a list of block counts"));
+        assert!(e("echo", &["echo.gpu_batch=0"]).contains("gpu_batch must be in 1..=32"));
+        assert!(e("echo", &["echo.gpu_batch=33"]).contains("gpu_batch must be in 1..=32"));
+        assert!(e("echo", &["echo.gpu_slots=0"]).contains("gpu_slots must be in"));
+        assert!(e("echo", &["echo.watchdog_ms=0"]).contains("watchdog_ms must be at least 1"));
+    }
+
+    #[test]
+    fn persistent_knobs_reach_the_plan() {
+        let a = args(
+            "knn:gpu-persistent",
+            &[
+                "knn.stages=4:8:1",
+                "knn.gpu_slots=128",
+                "knn.gpu_batch=4",
+                "knn.watchdog_ms=50",
+            ],
+        );
+        let p = &plans(&a).unwrap()[0];
+        assert_eq!(p.engine, EngineKind::GpuPersistent);
+        assert_eq!(p.stages.as_deref(), Some(&[4, 8, 1][..]));
+        assert_eq!((p.gpu_slots, p.gpu_batch, p.watchdog_ms), (128, 4, 50));
     }
 
     #[test]
