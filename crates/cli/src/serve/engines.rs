@@ -37,7 +37,9 @@ impl EngineSide {
     /// Lets every engine finish its queued work (call after the ingresses stopped).
     pub fn shutdown(self) {
         drop(self.ingresses);
-        for e in self.engines {
+        // Last started, first stopped: persistent kernels (started last) end before another
+        // engine on their GPU frees its memory, which could otherwise wait on them forever.
+        for e in self.engines.into_iter().rev() {
             match e {
                 Running::Cpu(c) => c.shutdown(),
                 Running::Gpu(v) => v.into_iter().for_each(GpuEngine::shutdown),
@@ -126,7 +128,12 @@ pub fn start_engines(a: &ServeArgs, ingresses: usize) -> Result<EngineSide> {
             .map(|m| Box::new(m) as Box<dyn RingMemory>)
     });
     let mut engines = Vec::new();
-    for ((p, lanes), n) in plans.iter().zip(wiring.engines).zip(lanes) {
+    // Persistent kernels start last: once they run, setting up another engine on the same GPU
+    // (module loads, allocations) can wait on them forever (measured on the H200: a gpu-direct
+    // engine started after a gpu-persistent one never came up).
+    let mut order: Vec<_> = plans.iter().zip(wiring.engines).zip(lanes).collect();
+    order.sort_by_key(|((p, _), _)| p.engine == EngineKind::GpuPersistent);
+    for ((p, lanes), n) in order {
         let started = match p.engine {
             EngineKind::Cpu => start_cpu(a, p, lanes, n, &registry, &metrics),
             EngineKind::GpuPersistent => start_persistent(a, p, lanes, &devices),
