@@ -10,6 +10,7 @@ use prometheus_client::metrics::gauge::Gauge;
 use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
 use prometheus_client::registry::Registry;
 use std::collections::HashMap;
+use std::sync::atomic::AtomicU64;
 use std::sync::Mutex;
 use std::time::Duration;
 
@@ -99,6 +100,17 @@ pub struct Metrics {
     pub tcp_protocol_errors: Counter,
     pub http_requests: Counter,
     pub gpu_memory_used: Family<GpuLabels, Gauge>,
+    /// Board power now (W) and energy since the server started (J), per GPU the driver sees;
+    /// updated when `/metrics` is read (`record_gpu_power`).
+    pub gpu_power: Family<BoardLabels, Gauge<f64, AtomicU64>>,
+    pub gpu_energy: Family<BoardLabels, Counter<f64, AtomicU64>>,
+}
+
+/// A GPU board as NVML names it (its index is PCI order, not necessarily the CUDA ordinal).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct BoardLabels {
+    pub gpu: String,
+    pub gpu_uuid: String,
 }
 
 impl Metrics {
@@ -126,6 +138,8 @@ impl Metrics {
             tcp_protocol_errors: Counter::default(),
             http_requests: Counter::default(),
             gpu_memory_used: Family::default(),
+            gpu_power: Family::default(),
+            gpu_energy: Family::default(),
         };
         r.register(
             "cohort_requests",
@@ -187,10 +201,33 @@ impl Metrics {
             "GPU memory held by the engines",
             m.gpu_memory_used.clone(),
         );
+        // Triton's names, so existing GPU dashboards read them unchanged.
+        r.register(
+            "nv_gpu_power_usage",
+            "GPU board power in watts (NVML)",
+            m.gpu_power.clone(),
+        );
+        r.register(
+            "nv_energy_consumption",
+            "GPU board energy in joules since the server started (NVML)",
+            m.gpu_energy.clone(),
+        );
         *m.registry.lock().expect("registry lock") = r;
         let mut m = m;
         m.hot = m.resolve_hot();
         m
+    }
+
+    /// Sets a board's power now and adds the energy it drew since the last reading.
+    pub fn record_gpu_power(&self, gpu: u32, uuid: &str, watts: f64, joules_since_last: f64) {
+        let l = BoardLabels {
+            gpu: gpu.to_string(),
+            gpu_uuid: uuid.to_string(),
+        };
+        self.gpu_power.get_or_create(&l).set(watts);
+        if joules_since_last > 0.0 {
+            self.gpu_energy.get_or_create(&l).inc_by(joules_since_last);
+        }
     }
 
     fn resolve_hot(&self) -> HotHandles {

@@ -66,6 +66,10 @@ pub struct Report {
     pub unexpected_answers: u64,
     /// Whether the server announced shutdown (GOAWAY) during the run.
     pub goaway: bool,
+    /// GPU board and host energy over the measured window, with answers per joule
+    /// (`cohort_power::EnergyReport`); absent parts say why.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub energy: Option<serde_json::Value>,
     #[serde(flatten)]
     pub extra: serde_json::Map<String, serde_json::Value>,
 }

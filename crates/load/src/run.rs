@@ -322,10 +322,23 @@ pub fn run(cfg: &LoadConfig, workload: Arc<dyn Workload>) -> Result<Report> {
         goaway: (0..cfg.connections).map(|_| Mutex::new(None)).collect(),
         goaway_seen: AtomicBool::new(false),
     });
-    let mut rec = match cfg.target {
-        Target::Udp(_) | Target::Tcp(_) => crate::transport::frames::run(cfg, &sh)?,
-        Target::Http(a) => crate::transport::http::run(cfg, &sh, a)?,
-    };
+    // Energy over exactly the measured window, on a thread of its own (GPU board power
+    // through NVML where there is a driver, RAPL where readable; the report says what's absent).
+    let gpu_power = cohort_power::GpuPower::open();
+    let (rec, energy) = std::thread::scope(|sc| {
+        let meter = sc.spawn(|| {
+            sh.wait_until(sh.measure_from_ns);
+            let m = cohort_power::Meter::start_with(gpu_power);
+            sh.wait_until(sh.end_ns);
+            m.finish()
+        });
+        let rec = match cfg.target {
+            Target::Udp(_) | Target::Tcp(_) => crate::transport::frames::run(cfg, &sh),
+            Target::Http(a) => crate::transport::http::run(cfg, &sh, a),
+        };
+        (rec, meter.join().expect("energy meter thread"))
+    });
+    let mut rec = rec?;
     // Whatever is still outstanding never got an answer (or was cut off by GOAWAY).
     for (seq, intended) in sh.tracker.outstanding() {
         if !sh.measured(intended) {
@@ -343,7 +356,9 @@ pub fn run(cfg: &LoadConfig, workload: Arc<dyn Workload>) -> Result<Report> {
         };
         *rec.errors.entry(name.into()).or_insert(0) += 1;
     }
-    Ok(report(cfg, &sh, rec, workload.as_ref()))
+    let mut r = report(cfg, &sh, rec, workload.as_ref());
+    r.energy = Some(energy.to_json(r.ok as f64));
+    Ok(r)
 }
 
 fn report(cfg: &LoadConfig, sh: &Shared, rec: Recorder, w: &dyn Workload) -> Report {
@@ -388,6 +403,7 @@ fn report(cfg: &LoadConfig, sh: &Shared, rec: Recorder, w: &dyn Workload) -> Rep
         unexpected_answers: rec.unexpected,
         goaway,
         errors: rec.errors,
+        energy: None,
         extra: w.extra(),
     }
 }

@@ -134,6 +134,7 @@ pub fn run(a: &EngineBench) -> Result<()> {
             .collect();
         for &window in &a.window {
             let drivers = a.drivers.clamp(1, window);
+            let meter = cohort_power::Meter::start();
             let start = Instant::now();
             let end = start + Duration::from_secs_f64(a.duration);
             let per_driver: Vec<Result<(u64, u64, hdrhistogram::Histogram<u64>)>> =
@@ -157,6 +158,7 @@ pub fn run(a: &EngineBench) -> Result<()> {
                         .collect()
                 });
             let secs = start.elapsed().as_secs_f64();
+            let energy = meter.finish();
             let mut hist = hdrhistogram::Histogram::<u64>::new(3)?;
             let (mut done, mut errors) = (0u64, 0u64);
             for r in per_driver {
@@ -168,7 +170,8 @@ pub fn run(a: &EngineBench) -> Result<()> {
             let us = |q: f64| hist.value_at_quantile(q) as f64 / 1e3;
             let r = json!({"engine": engine, "service": a.service, "spin_us": a.spin_us, "service_opt": a.service_opt, "window": window, "drivers": drivers, "queries_per_s": done as f64 / secs, "errors": errors,
                 "latency_us": {"p50": us(0.5), "p99": us(0.99), "p999": us(0.999)}, "nprobe": a.nprobe, "k": a.k, "nlist": a.nlist,
-                "precision": format!("{:?}", a.gpu_precision), "gpus": a.gpus, "max_cohort": a.max_cohort, "cohort_timeout_us": a.cohort_timeout_us, "cohort_graphs": a.cohort_graphs});
+                "precision": format!("{:?}", a.gpu_precision), "gpus": a.gpus, "max_cohort": a.max_cohort, "cohort_timeout_us": a.cohort_timeout_us, "cohort_graphs": a.cohort_graphs,
+                "energy": energy.to_json(done as f64)});
             eprintln!("{r}");
             results.push(r);
         }

@@ -135,11 +135,16 @@ pub fn run(a: &GpuKernelBench) -> Result<()> {
                         "default_plan": format!("{:?}", g.plan_for(c, nprobe)),
                     });
                     for plan in [Plan::Tiled, Plan::PerPair] {
+                        let meter = cohort_power::Meter::start();
                         let secs = time(a.seconds, || {
                             g.launch_into_with(&s, &mut bufs, c, a.k, nprobe, plan)?;
                             Ok(s.synchronize()?)
                         })?;
                         let name = format!("{plan:?}").to_lowercase();
+                        let energy = meter.finish();
+                        // Queries in the window = its length x the measured rate.
+                        let queries = energy.window_s * c as f64 / secs;
+                        point[format!("{name}_energy")] = energy.to_json(queries);
                         point[format!("{name}_queries_per_s")] = json!(c as f64 / secs);
                         point[format!("{name}_ms")] = json!(secs * 1e3);
                         // Logical scan bytes over the whole plan's time: above the copy

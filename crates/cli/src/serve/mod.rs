@@ -196,7 +196,20 @@ pub fn start(a: &ServeArgs) -> Result<Stack> {
         max_payload: cohort_proto::MAX_PAYLOAD,
     };
     let metrics = side.metrics.clone();
-    let render = std::sync::Arc::new(move || metrics.encode());
+    // GPU board power and energy are read when /metrics is, not on a timer of their own.
+    let power = cohort_power::GpuPower::open()
+        .map(|p| std::sync::Mutex::new(cohort_power::EnergySince::new(p)));
+    if let Err(why) = &power {
+        tracing::info!(%why, "no GPU power metrics");
+    }
+    let render = std::sync::Arc::new(move || {
+        if let Ok(p) = &power {
+            for (board, joules) in p.lock().expect("power lock").read() {
+                metrics.record_gpu_power(board.index, &board.uuid, board.power_w, joules);
+            }
+        }
+        metrics.encode()
+    });
     let ingresses = std::mem::take(&mut side.ingresses);
     let server = match Server::start(&ncfg, shared, ingresses, render) {
         Ok(s) => s,
