@@ -16,6 +16,9 @@ pub const QB: usize = 32;
 pub const RT: usize = 64;
 /// Tiled plan: the largest k or nprobe a radix select returns (so the largest nprobe).
 pub const SEL_MAX: usize = 256;
+/// k-means assignment: rows per block and centroids per shared-memory tile (a multiple of 16:
+/// the block's 16 x 16 threads each own a (KM_TILE/16)^2 register tile).
+pub const KM_TILE: usize = 64;
 /// The per-pair reduce (and the persistent engine's reducer slots) hold nprobe * k
 /// candidates, 8 bytes each, in shared memory.
 pub const GPU_MAX_CANDIDATES: usize = 6144;
@@ -27,7 +30,8 @@ pub const KNN_MAX_ABS_ELEMENT: f32 = 1e16;
 pub fn cuda_prelude() -> String {
     // Plain int literals (kernels mix them with int arithmetic: min(RT, n) must stay int);
     // NO_ID is the one unsigned.
-    let defs: [(&str, usize); 7] = [
+    let defs: [(&str, usize); 8] = [
+        ("KM_TILE", KM_TILE),
         ("BLOCK", BLOCK),
         ("MAX_K", MAX_K),
         ("MAX_DIM", MAX_DIM),

@@ -6,6 +6,7 @@ pub mod consts;
 mod device;
 pub mod engine;
 mod error;
+pub mod kmeans;
 pub mod knn;
 mod nvrtc;
 pub mod persistent;

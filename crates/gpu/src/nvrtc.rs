@@ -12,7 +12,7 @@ pub struct KernelSource {
     pub source: &'static str,
 }
 
-/// The k-NN kernel files (CI compiles each of them through NVRTC). Each is compiled as one
+/// The k-NN and k-means kernel files (CI compiles each of them through NVRTC). Each is compiled as one
 /// self-contained source: the constants shared with the host (`consts::cuda_prelude`), then
 /// common.cuh, then the file.
 pub fn kernel_sources() -> &'static [KernelSource] {
@@ -21,6 +21,7 @@ pub fn kernel_sources() -> &'static [KernelSource] {
         let files = [
             ("knn.cu", include_str!("../kernels/knn.cu")),
             ("knn_tiled.cu", include_str!("../kernels/knn_tiled.cu")),
+            ("kmeans.cu", include_str!("../kernels/kmeans.cu")),
         ];
         let mut all: Vec<KernelSource> = files
             .into_iter()

@@ -6,7 +6,7 @@ use crate::{probe, GpuError};
 use cohort_knn::ivf::stages;
 use cohort_knn::kmeans::KMeansConfig;
 use cohort_knn::synth::{Model, SynthConfig};
-use cohort_knn::{IvfIndex, Metric, Neighbor, SearchParams};
+use cohort_knn::{IvfIndex, Metric, Neighbor, SearchParams, Vectors};
 
 /// Relative tolerance between GPU and CPU distances (different summation order, FMA).
 const TOL: f32 = 1e-4;
@@ -305,5 +305,52 @@ pub fn cases(seed: u64) -> Vec<Case> {
 
 /// Runs every case; returns one line per case or the first failure.
 pub fn run(seed: u64) -> Result<Vec<String>, GpuError> {
-    cases(seed).iter().map(check_case).collect()
+    let mut lines: Vec<String> = cases(seed)
+        .iter()
+        .map(check_case)
+        .collect::<Result<_, _>>()?;
+    lines.extend(check_kmeans(seed)?);
+    Ok(lines)
+}
+
+/// The streaming k-means assigner against the exact CPU scan on fresh random inputs: ragged
+/// sizes (rows not a multiple of the tile or the chunk, dimensions not of the staging step),
+/// both metrics, more chunks than streams.
+pub fn check_kmeans(seed: u64) -> Result<Vec<String>, GpuError> {
+    use cohort_knn::assign::{check, Assigner};
+    use rand::{Rng, SeedableRng};
+    let dev = crate::probe()?
+        .into_iter()
+        .next()
+        .expect("probe returns a device");
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed ^ 0x6b6d);
+    let mut lines = Vec::new();
+    for (n, k, dim, metric) in [
+        (20_011, 300, 37, Metric::L2),
+        (9_000, 64, 128, Metric::InnerProduct),
+        (5, 1_000, 3, Metric::L2),
+        (50_000, 1_024, 96, Metric::L2),
+    ] {
+        let mut v = |m: usize| {
+            Vectors::new(
+                dim,
+                (0..m * dim).map(|_| rng.gen_range(-8.0..8.0f32)).collect(),
+            )
+        };
+        let (data, c) = (v(n), v(k));
+        let mut g = crate::kmeans::GpuAssigner::new(&dev, 3, 4_096)?;
+        let got = g
+            .assign(&data, &c, metric)
+            .map_err(|e| GpuError::Invalid(format!("{e:#}")))?;
+        check(&data, &c, metric, &got).map_err(|e| {
+            GpuError::Invalid(format!(
+                "k-means assign n {n} k {k} dim {dim} {metric:?}: {e}"
+            ))
+        })?;
+        lines.push(format!(
+            "ok   k-means assign n {n} k {k} dim {dim} {metric:?} ({} chunks)",
+            g.chunks
+        ));
+    }
+    Ok(lines)
 }

@@ -49,6 +49,7 @@ fn every_kernel_compiles_for_sm90_through_nvrtc() {
                 "knn_select_search",
                 "knn_select_search_wide",
             ],
+            "kmeans.cu" => &["kmeans_assign"],
             "knn_persistent.cu" => &[
                 "cohort_ingress",
                 "p_reset",

@@ -1,6 +1,7 @@
 //! k-means for the IVF coarse quantizer: random or k-means++ initialisation on a sample,
 //! Lloyd iterations in parallel (rayon), empty clusters re-seeded by splitting the largest.
 
+use crate::assign::{Assigner, CpuGemm};
 use crate::metric::{l2_sq, Metric};
 use crate::vecfile::Vectors;
 use rand::rngs::StdRng;
@@ -49,7 +50,8 @@ impl KMeansConfig {
     }
 }
 
-/// Index of the nearest centroid of every row (parallel).
+/// Index of the nearest centroid of every row, by exact distances (parallel): the reference
+/// the faster assigners (`crate::assign`) are checked against.
 pub fn assign(data: &Vectors, centroids: &Vectors, metric: Metric) -> Vec<u32> {
     assert_eq!(data.dim, centroids.dim);
     (0..data.n)
@@ -117,8 +119,18 @@ fn init_centroids(x: &Vectors, k: usize, init: Init, rng: &mut StdRng) -> Vector
     }
 }
 
-/// Trains `cfg.k` centroids on (a sample of) `data` with squared-L2 k-means.
+/// Trains `cfg.k` centroids on (a sample of) `data` with squared-L2 k-means, on the CPU.
 pub fn train(data: &Vectors, cfg: &KMeansConfig) -> Vectors {
+    train_with(data, cfg, &mut CpuGemm).expect("the CPU assigner fails only on bad dimensions")
+}
+
+/// Trains with the nearest-centroid step on `assigner` (CPU or GPU); the update, the
+/// empty-cluster splits and the sampling stay here, identical for every assigner.
+pub fn train_with(
+    data: &Vectors,
+    cfg: &KMeansConfig,
+    assigner: &mut dyn Assigner,
+) -> anyhow::Result<Vectors> {
     assert!(
         cfg.k >= 1 && cfg.k <= data.n,
         "k must be between 1 and the number of points"
@@ -137,7 +149,7 @@ pub fn train(data: &Vectors, cfg: &KMeansConfig) -> Vectors {
             .expect("static template"),
     );
     for _ in 0..cfg.iters {
-        let a = assign(&x, &c, Metric::L2);
+        let a = assigner.assign(&x, &c, Metric::L2)?;
         // Per-thread partial sums, merged: (sums k*dim, counts k).
         let (sums, counts) = (0..x.n)
             .into_par_iter()
@@ -185,7 +197,7 @@ pub fn train(data: &Vectors, cfg: &KMeansConfig) -> Vectors {
         bar.inc(1);
     }
     bar.finish_and_clear();
-    c
+    Ok(c)
 }
 
 /// Mean squared distance of points to their nearest centroid (the k-means objective).

@@ -2,6 +2,7 @@
 //! stages (filter -> search -> reduce). The stages are plain functions over typed inputs;
 //! the GPU engines implement the same stages as kernels and are tested against these.
 
+pub mod assign;
 pub mod exact;
 pub mod hugebuf;
 pub mod ivf;

@@ -124,10 +124,10 @@ impl Meter {
             },
             Err(e) => HostEnergy::Absent { absent: e },
         };
-        let gpu_energy_j = gpus.iter().map(|g| g.energy_j).sum();
+        let gpu_energy_j = gpus.iter().fold(0.0, |s, g| s + g.energy_j);
         EnergyReport {
             window_s: window,
-            gpu_mean_power_w: gpus.iter().map(|g| g.mean_power_w).sum(),
+            gpu_mean_power_w: gpus.iter().fold(0.0, |s, g| s + g.mean_power_w),
             gpus,
             gpu_absent,
             gpu_energy_j,

@@ -1,6 +1,7 @@
 //! `cohort bench ...`: benchmarks that write JSON results naming the machine, the commit and
 //! the command, under bench/results/ by default.
 
+mod build;
 mod echo;
 mod engine;
 mod gpu;
@@ -25,6 +26,8 @@ pub enum BenchCmd {
     Engine(engine::EngineBench),
     /// A CPU-hungry neighbour that measures its own rate (noisy-neighbour experiments).
     Hog(hog::HogBench),
+    /// Index build (k-means + lists) on the CPU and the GPU: time, energy, recall.
+    IndexBuild(build::BuildBench),
     /// Several sweeps on one throughput-latency plot.
     Plot(plot::PlotArgs),
 }
@@ -36,6 +39,7 @@ pub fn run(cmd: BenchCmd) -> Result<()> {
         BenchCmd::GpuKernels(a) => gpu::run(&a),
         BenchCmd::Engine(a) => engine::run(&a),
         BenchCmd::Hog(a) => hog::run(&a),
+        BenchCmd::IndexBuild(a) => build::run(&a),
         BenchCmd::Plot(a) => plot::run(&a),
     }
 }

@@ -6,6 +6,7 @@
 mod format;
 pub mod stages;
 
+use crate::assign::{Assigner, CpuGemm};
 use crate::hugebuf::HugeF32;
 use crate::kmeans::{self, KMeansConfig};
 use crate::metric::Metric;
@@ -59,21 +60,34 @@ pub struct SearchParams {
 }
 
 impl IvfIndex {
-    /// Trains the quantizer on `base` and fills the inverted lists.
+    /// Trains the quantizer on `base` and fills the inverted lists, on the CPU.
     pub fn build(base: &Vectors, nlist: usize, metric: Metric, km: &KMeansConfig) -> IvfIndex {
+        IvfIndex::build_with(base, nlist, metric, km, &mut CpuGemm)
+            .expect("the CPU assigner fails only on bad dimensions")
+    }
+
+    /// Builds with the nearest-centroid steps (training and filling the lists) on `assigner`.
+    pub fn build_with(
+        base: &Vectors,
+        nlist: usize,
+        metric: Metric,
+        km: &KMeansConfig,
+        assigner: &mut dyn Assigner,
+    ) -> Result<IvfIndex> {
         assert!(
             nlist >= 1 && nlist <= base.n,
             "nlist must be between 1 and the number of vectors"
         );
         assert!(base.n <= u32::MAX as usize, "ids are u32");
-        let centroids = kmeans::train(
+        let centroids = kmeans::train_with(
             base,
             &KMeansConfig {
                 k: nlist,
                 ..km.clone()
             },
-        );
-        let assign = kmeans::assign(base, &centroids, metric);
+            assigner,
+        )?;
+        let assign = assigner.assign(base, &centroids, metric)?;
         // Counting sort by cell: offsets, then stable placement.
         let mut offsets = vec![0u64; nlist + 1];
         for &a in &assign {
@@ -91,7 +105,7 @@ impl IvfIndex {
             ids[at] = i as u32;
             vectors[at * base.dim..(at + 1) * base.dim].copy_from_slice(base.row(i));
         }
-        IvfIndex {
+        Ok(IvfIndex {
             dim: base.dim,
             nlist,
             n: base.n,
@@ -103,7 +117,7 @@ impl IvfIndex {
                 ids,
                 vectors,
             },
-        }
+        })
     }
 
     pub fn centroids(&self) -> &[f32] {
