@@ -11,6 +11,7 @@ pub mod knn;
 mod nvrtc;
 pub mod persistent;
 pub mod selftest;
+pub mod streams;
 
 pub use device::{probe, DeviceInfo};
 pub use error::GpuError;

@@ -22,6 +22,7 @@ pub fn kernel_sources() -> &'static [KernelSource] {
             ("knn.cu", include_str!("../kernels/knn.cu")),
             ("knn_tiled.cu", include_str!("../kernels/knn_tiled.cu")),
             ("kmeans.cu", include_str!("../kernels/kmeans.cu")),
+            ("streams.cu", include_str!("../kernels/streams.cu")),
         ];
         let mut all: Vec<KernelSource> = files
             .into_iter()

@@ -310,6 +310,7 @@ pub fn run(seed: u64) -> Result<Vec<String>, GpuError> {
         .map(check_case)
         .collect::<Result<_, _>>()?;
     lines.extend(check_kmeans(seed)?);
+    lines.extend(check_streams()?);
     Ok(lines)
 }
 
@@ -351,6 +352,59 @@ pub fn check_kmeans(seed: u64) -> Result<Vec<String>, GpuError> {
             "ok   k-means assign n {n} k {k} dim {dim} {metric:?} ({} chunks)",
             g.chunks
         ));
+    }
+    Ok(lines)
+}
+
+/// The multi-stream benchmark's kernel against its twin: every packet checked, in each memory
+/// mode, version A and B, with a CPU thread taking packets too.
+pub fn check_streams() -> Result<Vec<String>, GpuError> {
+    use crate::streams::{run, Inputs, MemoryMode, RunConfig, StreamGpu, Version, OUT_FLOATS};
+    let dev = crate::probe()?
+        .into_iter()
+        .next()
+        .expect("probe returns a device");
+    let gpu = StreamGpu::open(&dev)?;
+    let mut lines = Vec::new();
+    for mode in [
+        MemoryMode::Pinned,
+        MemoryMode::Managed,
+        MemoryMode::ManagedPrefetch,
+    ] {
+        let (packets, chunk_floats) = (12, 4_099);
+        let inputs = Inputs::new(
+            gpu.context(),
+            mode,
+            packets,
+            chunk_floats,
+            4 * OUT_FLOATS * 4,
+        )?;
+        for version in [Version::A, Version::B] {
+            let cfg = RunConfig {
+                packets,
+                chunk_floats,
+                inner: 5,
+                streams: 3,
+                version,
+                mode,
+                cpu_threads: 1,
+                check_every: 1,
+            };
+            inputs.to_host(&gpu.context().default_stream())?;
+            let r = run(std::slice::from_ref(&gpu), &inputs, &cfg)?;
+            let gpu_done: u64 = r.gpu_packets.iter().sum();
+            if gpu_done + r.cpu_packets != packets as u64 || r.checked != gpu_done {
+                return Err(GpuError::Invalid(format!(
+                    "streams {mode:?} {version:?}: {gpu_done} GPU + {} CPU packets of {packets}, {} checked",
+                    r.cpu_packets, r.checked
+                )));
+            }
+            lines.push(format!(
+                "ok   streams {} version {version:?}: {gpu_done} GPU packets equal the twin, {} on the CPU",
+                mode.name(),
+                r.cpu_packets
+            ));
+        }
     }
     Ok(lines)
 }

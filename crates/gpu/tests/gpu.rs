@@ -50,6 +50,7 @@ fn every_kernel_compiles_for_sm90_through_nvrtc() {
                 "knn_select_search_wide",
             ],
             "kmeans.cu" => &["kmeans_assign"],
+            "streams.cu" => &["stream_packet"],
             "knn_persistent.cu" => &[
                 "cohort_ingress",
                 "p_reset",

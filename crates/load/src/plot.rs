@@ -107,3 +107,75 @@ pub fn plot_sweep(series: &[(String, Vec<Report>)], title: &str, out: &Path) -> 
     root.present().map_err(|e| anyhow!("{e}"))?;
     Ok(())
 }
+
+/// Lines of (x, y) points, one per series, on a linear y axis from 0 and a log-2 x axis
+/// where `log_x` (stream counts, loop counts). Without a system font, no text (as above).
+pub fn plot_lines(
+    series: &[(String, Vec<(f64, f64)>)],
+    title: &str,
+    (x_desc, y_desc): (&str, &str),
+    log_x: bool,
+    out: &Path,
+) -> Result<()> {
+    let labels = register_font();
+    let pts = series.iter().flat_map(|(_, p)| p.iter());
+    let max_x = pts.clone().map(|p| p.0).fold(1.0, f64::max);
+    let min_x = pts.clone().map(|p| p.0).fold(max_x, f64::min);
+    let max_y = pts.map(|p| p.1).fold(1e-9, f64::max) * 1.1;
+    let root = BitMapBackend::new(out, (1000, 650)).into_drawing_area();
+    root.fill(&WHITE).map_err(|e| anyhow!("{e}"))?;
+    let mut b = ChartBuilder::on(&root);
+    b.margin(20)
+        .x_label_area_size(if labels { 45 } else { 5 })
+        .y_label_area_size(if labels { 80 } else { 5 });
+    if labels {
+        b.caption(title, ("sans-serif", 22));
+    }
+    // The two axis kinds are different types: one body, instantiated for each.
+    macro_rules! body {
+        ($chart:expr) => {{
+            let mut chart = $chart;
+            if labels {
+                chart
+                    .configure_mesh()
+                    .x_desc(x_desc)
+                    .y_desc(y_desc)
+                    .draw()
+                    .map_err(|e| anyhow!("{e}"))?;
+            }
+            for (i, (name, p)) in series.iter().enumerate() {
+                let style = ShapeStyle {
+                    color: Palette99::pick(i).to_rgba(),
+                    filled: true,
+                    stroke_width: 2,
+                };
+                let s = chart
+                    .draw_series(LineSeries::new(p.clone(), style).point_size(3))
+                    .map_err(|e| anyhow!("{e}"))?;
+                if labels {
+                    s.label(name.clone())
+                        .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], style));
+                }
+            }
+            if labels {
+                chart
+                    .configure_series_labels()
+                    .border_style(BLACK)
+                    .background_style(WHITE.mix(0.8))
+                    .draw()
+                    .map_err(|e| anyhow!("{e}"))?;
+            }
+        }};
+    }
+    if log_x {
+        body!(b
+            .build_cartesian_2d((min_x.max(1e-9)..max_x * 1.2).log_scale(), 0.0..max_y)
+            .map_err(|e| anyhow!("{e}"))?);
+    } else {
+        body!(b
+            .build_cartesian_2d(min_x..max_x * 1.05, 0.0..max_y)
+            .map_err(|e| anyhow!("{e}"))?);
+    }
+    root.present().map_err(|e| anyhow!("{e}"))?;
+    Ok(())
+}

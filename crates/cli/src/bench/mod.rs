@@ -8,6 +8,7 @@ mod gpu;
 mod hog;
 mod knn;
 mod plot;
+mod streams;
 
 use anyhow::Result;
 use clap::Subcommand;
@@ -28,6 +29,8 @@ pub enum BenchCmd {
     Hog(hog::HogBench),
     /// Index build (k-means + lists) on the CPU and the GPU: time, energy, recall.
     IndexBuild(build::BuildBench),
+    /// Czarnul's multi-stream CPU+GPU packet processing: streams, memory modes, CPU threads.
+    Streams(streams::StreamsBench),
     /// Several sweeps on one throughput-latency plot.
     Plot(plot::PlotArgs),
 }
@@ -40,6 +43,7 @@ pub fn run(cmd: BenchCmd) -> Result<()> {
         BenchCmd::Engine(a) => engine::run(&a),
         BenchCmd::Hog(a) => hog::run(&a),
         BenchCmd::IndexBuild(a) => build::run(&a),
+        BenchCmd::Streams(a) => streams::run(&a),
         BenchCmd::Plot(a) => plot::run(&a),
     }
 }
