@@ -7,7 +7,7 @@
 //! its ends ([`IngressEnds`], [`LaneEnds`]) and no lock or allocation sits between them.
 
 use crate::bell::{Bell, Wake};
-use crate::dispatch::DispatchPolicy;
+use crate::dispatch::{hybrid_choice, DispatchPolicy, LaneRate};
 use crate::inflight::LaneRef;
 use cohort_mq::{
     channel, channel_in, Consumer, Envelope, Layout, Message, Producer, RingMemory, SendError,
@@ -125,6 +125,8 @@ pub fn wire_in(ingresses: usize, engines: &[EngineSpec], memory: RequestMemory<'
                     dead_seen: false,
                     restarts_seen: 0,
                     outstanding: 0,
+                    answered: 0,
+                    rate: LaneRate::default(),
                 });
                 requests.push(rc);
                 answers.push(ap);
@@ -151,6 +153,7 @@ pub fn wire_in(ingresses: usize, engines: &[EngineSpec], memory: RequestMemory<'
                 policy: spec.policy,
                 lanes,
                 next: i,
+                waits: Vec::new(),
             });
         }
         lanes_out.push(lanes);
@@ -184,6 +187,9 @@ struct LaneTx {
     /// compares. (A ring's depth would not do: a batching lane empties its rings into device
     /// slots at once, so every ring of an engine under load looks empty.)
     outstanding: usize,
+    /// Answers received from the lane, and its measured rate (hybrid dispatch).
+    answered: u64,
+    rate: LaneRate,
 }
 
 struct EngineTx {
@@ -191,6 +197,8 @@ struct EngineTx {
     policy: DispatchPolicy,
     lanes: Vec<LaneTx>,
     next: usize,
+    /// Hybrid dispatch's per-lane waits, reused (no allocation per request).
+    waits: Vec<Option<f64>>,
 }
 
 /// Why ingress could not hand a request to an engine.
@@ -280,6 +288,19 @@ impl IngressEnds {
             DispatchPolicy::KeyHash => {
                 (env.request_id.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) as usize % n
             }
+            DispatchPolicy::Hybrid {
+                gpu_lanes,
+                budget_us,
+            } => {
+                let now = env.arrived;
+                eng.waits.clear();
+                for l in eng.lanes.iter_mut() {
+                    l.rate.update(now, l.answered, l.outstanding);
+                    let w = live(l).then(|| l.rate.expected_wait_ns(l.outstanding));
+                    eng.waits.push(w);
+                }
+                hybrid_choice(&eng.waits, gpu_lanes as usize, budget_us as f64 * 1e3).unwrap_or(0)
+            }
         };
         let mut any_live = false;
         for k in 0..n {
@@ -324,6 +345,7 @@ impl IngressEnds {
                 let lane = self.answers[i].0;
                 let tx = &mut self.engines[lane.engine as usize].lanes[lane.lane as usize];
                 tx.outstanding = tx.outstanding.saturating_sub(1);
+                tx.answered += 1;
                 got += 1;
                 empty_in_a_row = 0;
             } else {
@@ -333,6 +355,11 @@ impl IngressEnds {
             }
         }
         got
+    }
+
+    /// Answers this ingress has received from one lane.
+    pub fn answered_by(&self, lane: LaneRef) -> u64 {
+        self.engines[lane.engine as usize].lanes[lane.lane as usize].answered
     }
 
     pub fn answers_waiting(&self) -> bool {

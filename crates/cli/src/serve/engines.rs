@@ -7,8 +7,8 @@ use anyhow::{Context as _, Result};
 use cohort_engine::wiring::slots_for;
 use cohort_engine::wiring::DEFAULT_STRIDE;
 use cohort_engine::{
-    wire_in, CpuEngine, CpuEngineConfig, EngineSpec, IngressEnds, LaneEnds, Metrics, Registry,
-    ServiceLabel,
+    wire_in, CpuEngine, CpuEngineConfig, DispatchPolicy, EngineSpec, IngressEnds, LaneEnds,
+    Metrics, Registry, ServiceLabel,
 };
 use cohort_gpu::engine::{GpuEngine, GpuEngineConfig, Mode};
 use cohort_gpu::persistent::{MappedMemory, PersistentConfig, PersistentEngine};
@@ -22,6 +22,7 @@ enum Running {
     Cpu(CpuEngine),
     Gpu(Vec<GpuEngine>),
     Persistent(Vec<PersistentEngine>),
+    Hybrid(Vec<GpuEngine>, CpuEngine),
 }
 
 /// The engine side of a server: what the listeners (or the engine benchmark's drivers) need.
@@ -44,6 +45,10 @@ impl EngineSide {
                 Running::Cpu(c) => c.shutdown(),
                 Running::Gpu(v) => v.into_iter().for_each(GpuEngine::shutdown),
                 Running::Persistent(v) => v.into_iter().for_each(PersistentEngine::shutdown),
+                Running::Hybrid(g, c) => {
+                    g.into_iter().for_each(GpuEngine::shutdown);
+                    c.shutdown();
+                }
             }
         }
     }
@@ -62,7 +67,8 @@ pub fn build_registry(a: &ServeArgs, plans: &[ServicePlan]) -> Result<Registry> 
     let mut reg = Registry::new();
     for p in plans {
         let entry = catalog::entry(p.name).expect("plans hold catalog names");
-        let s = (entry.build)(&options(a, p), p.engine.is_gpu()).map_err(anyhow::Error::msg)?;
+        let s = (entry.build)(&options(a, p), !p.engine.runs_cpu_function())
+            .map_err(anyhow::Error::msg)?;
         reg.add(s).map_err(anyhow::Error::msg)?;
     }
     Ok(reg)
@@ -80,12 +86,16 @@ fn cpu_workers(a: &ServeArgs, p: &ServicePlan, cpu_services: usize) -> usize {
 pub fn start_engines(a: &ServeArgs, ingresses: usize) -> Result<EngineSide> {
     let plans = plans(a)?;
     let registry = build_registry(a, &plans)?;
-    let cpu_services = plans.iter().filter(|p| p.engine == EngineKind::Cpu).count();
+    let cpu_services = plans
+        .iter()
+        .filter(|p| p.engine.runs_cpu_function())
+        .count();
     let id_of = |p: &ServicePlan| registry.by_name(p.name).expect("built above").id();
     let lanes: Vec<usize> = plans
         .iter()
         .map(|p| match p.engine {
             EngineKind::Cpu => cpu_workers(a, p, cpu_services),
+            EngineKind::Hybrid => p.gpus.len() + cpu_workers(a, p, cpu_services),
             _ => p.gpus.len(),
         })
         .collect();
@@ -95,7 +105,13 @@ pub fn start_engines(a: &ServeArgs, ingresses: usize) -> Result<EngineSide> {
         .map(|(p, &n)| EngineSpec {
             name: p.engine.name().into(),
             lanes: n,
-            policy: p.dispatch,
+            policy: match p.engine {
+                EngineKind::Hybrid => DispatchPolicy::Hybrid {
+                    gpu_lanes: p.gpus.len() as u16,
+                    budget_us: p.latency_budget_us as u32,
+                },
+                _ => p.dispatch,
+            },
             services: vec![id_of(p)],
             slots: slots_for(p.max_queue, n, ingresses),
         })
@@ -137,6 +153,7 @@ pub fn start_engines(a: &ServeArgs, ingresses: usize) -> Result<EngineSide> {
         let started = match p.engine {
             EngineKind::Cpu => start_cpu(a, p, lanes, n, &registry, &metrics),
             EngineKind::GpuPersistent => start_persistent(a, p, lanes, &devices),
+            EngineKind::Hybrid => start_hybrid(a, p, lanes, n, &devices, &registry, &metrics),
             kind => start_gpu(a, p, kind, lanes, &devices, &metrics),
         };
         match started {
@@ -189,6 +206,32 @@ fn start_cpu(
         registry.clone(),
         metrics.clone(),
     )?))
+}
+
+/// GPU lanes first (gpu-cohort, one per GPU), then cpu workers, as the hybrid dispatch
+/// numbers them.
+fn start_hybrid(
+    a: &ServeArgs,
+    p: &ServicePlan,
+    mut lanes: Vec<LaneEnds>,
+    n: usize,
+    devices: &[cohort_gpu::DeviceInfo],
+    registry: &Registry,
+    metrics: &Arc<Metrics>,
+) -> Result<Running> {
+    let cpu_lanes = lanes.split_off(p.gpus.len());
+    let Running::Gpu(gpus) = start_gpu(a, p, EngineKind::GpuCohort, lanes, devices, metrics)?
+    else {
+        unreachable!("start_gpu starts GPU engines")
+    };
+    match start_cpu(a, p, cpu_lanes, n - p.gpus.len(), registry, metrics) {
+        Ok(Running::Cpu(c)) => Ok(Running::Hybrid(gpus, c)),
+        Ok(_) => unreachable!("start_cpu starts a cpu engine"),
+        Err(e) => {
+            gpus.into_iter().for_each(GpuEngine::shutdown);
+            Err(e)
+        }
+    }
 }
 
 fn start_gpu(

@@ -13,14 +13,18 @@ pub enum EngineKind {
     GpuDirect,
     GpuCohort,
     GpuPersistent,
+    /// gpu-cohort on the GPUs plus cpu workers taking what the GPUs cannot answer within the
+    /// latency budget.
+    Hybrid,
 }
 
 impl EngineKind {
-    pub const ALL: [EngineKind; 4] = [
+    pub const ALL: [EngineKind; 5] = [
         EngineKind::Cpu,
         EngineKind::GpuDirect,
         EngineKind::GpuCohort,
         EngineKind::GpuPersistent,
+        EngineKind::Hybrid,
     ];
 
     pub fn name(self) -> &'static str {
@@ -29,7 +33,14 @@ impl EngineKind {
             EngineKind::GpuDirect => "gpu-direct",
             EngineKind::GpuCohort => "gpu-cohort",
             EngineKind::GpuPersistent => "gpu-persistent",
+            EngineKind::Hybrid => "hybrid",
         }
+    }
+
+    /// Whether the service's CPU function serves requests here (then it gets the resident
+    /// index copy rather than a mapped one).
+    pub fn runs_cpu_function(self) -> bool {
+        matches!(self, EngineKind::Cpu | EngineKind::Hybrid)
     }
 
     pub fn is_gpu(self) -> bool {
@@ -75,10 +86,12 @@ pub struct ServicePlan {
     pub gpu_batch: usize,
     /// gpu-persistent: restart a GPU that makes no progress for this long.
     pub watchdog_ms: u64,
+    /// hybrid: the expected GPU wait beyond which a request goes to a CPU worker.
+    pub latency_budget_us: u64,
 }
 
 /// Keys a `[services.NAME]` table (or `--service-opt NAME.KEY=VALUE`) may set.
-pub const SERVICE_KEYS: [&str; 15] = [
+pub const SERVICE_KEYS: [&str; 16] = [
     "engine",
     "gpus",
     "max_cohort",
@@ -94,6 +107,7 @@ pub const SERVICE_KEYS: [&str; 15] = [
     "stages",
     "gpu_batch",
     "watchdog_ms",
+    "latency_budget_us",
 ];
 
 pub fn plans(a: &ServeArgs) -> Result<Vec<ServicePlan>> {
@@ -135,6 +149,7 @@ pub fn plans(a: &ServeArgs) -> Result<Vec<ServicePlan>> {
             stages: None,
             gpu_batch: 1,
             watchdog_ms: 1000,
+            latency_budget_us: 1000,
         });
     }
     anyhow::ensure!(!out.is_empty(), "--service names no service");
@@ -193,6 +208,7 @@ fn apply(plans: &mut [ServicePlan], opt: &str) -> Result<()> {
         }
         "gpu_batch" => p.gpu_batch = num(value)? as usize,
         "watchdog_ms" => p.watchdog_ms = num(value)?,
+        "latency_budget_us" => p.latency_budget_us = num(value)?,
         other => bail!(
             "unknown per-service key {other:?} (known: {})",
             SERVICE_KEYS.join(", ")
@@ -226,6 +242,11 @@ fn check(p: &ServicePlan) -> Result<()> {
     anyhow::ensure!(
         p.watchdog_ms >= 1,
         "{}: watchdog_ms must be at least 1",
+        p.name
+    );
+    anyhow::ensure!(
+        (1..=u32::MAX as u64).contains(&p.latency_budget_us),
+        "{}: latency_budget_us must be in 1..=4294967295",
         p.name
     );
     if p.engine.is_gpu() {
@@ -302,6 +323,7 @@ mod tests {
         assert!(e("echo", &["echo.gpu_batch=33"]).contains("gpu_batch must be in 1..=32"));
         assert!(e("echo", &["echo.gpu_slots=0"]).contains("gpu_slots must be in"));
         assert!(e("echo", &["echo.watchdog_ms=0"]).contains("watchdog_ms must be at least 1"));
+        assert!(e("echo", &["echo.latency_budget_us=0"]).contains("latency_budget_us must be"));
     }
 
     #[test]
@@ -319,6 +341,24 @@ mod tests {
         assert_eq!(p.engine, EngineKind::GpuPersistent);
         assert_eq!(p.stages.as_deref(), Some(&[4, 8, 1][..]));
         assert_eq!((p.gpu_slots, p.gpu_batch, p.watchdog_ms), (128, 4, 50));
+    }
+
+    #[test]
+    fn hybrid_takes_its_budget_and_needs_a_gpu_backend() {
+        let a = args(
+            "knn:hybrid",
+            &["knn.latency_budget_us=2500", "knn.workers=3"],
+        );
+        let p = &plans(&a).unwrap()[0];
+        assert_eq!(
+            (p.engine, p.latency_budget_us, p.workers),
+            (EngineKind::Hybrid, 2500, 3)
+        );
+        assert!(EngineKind::Hybrid.runs_cpu_function() && EngineKind::Hybrid.is_gpu());
+        let err = check_backend(false, "bank", EngineKind::Hybrid)
+            .unwrap_err()
+            .to_string();
+        assert!(err.contains("no GPU backend"), "{err}");
     }
 
     #[test]
