@@ -34,8 +34,9 @@ pub struct ServeArgs {
     /// worker_cpus, max_queue, dispatch, and for gpu-persistent gpu_slots (requests in flight
     /// per GPU, 2048), stages (worker blocks per stage, knn filter:search:reduce e.g.
     /// 132:264:33; echo/spin one count), gpu_batch (tasks a worker takes at once, 1),
-    /// watchdog_ms (restart a GPU making no progress, 1000). A config file's [services.NAME]
-    /// tables become these.
+    /// watchdog_ms (restart a GPU making no progress, 1000), and for hybrid
+    /// latency_budget_us (expected GPU wait beyond which a cpu worker answers, 1000). A config
+    /// file's [services.NAME] tables become these.
     #[arg(long)]
     pub service_opt: Vec<String>,
     /// IVF index file for the knn service (`cohort index build`).
