@@ -18,7 +18,9 @@ PART=${PART:-streams}
 B=dist/cohort
 t0=$(date +%s)
 if [[ $PART == *streams* ]]; then
-    $B bench streams --out "$OUT/streams-$TAG.json" --log-level warn 2>&1 | grep -v "^ *$" | tail -n 120
+    # Each part's JSON is written as it ends; progress goes to a log as it happens.
+    $B bench streams --out "$OUT/streams-$TAG.json" --parts ${STREAMS_PARTS:-fig2,memory,cpu} \
+        --log-level warn > "$OUT/streams-$TAG.log" 2>&1; echo "streams exit $?"; tail -n 30 "$OUT/streams-$TAG.log"
 fi
 if [[ $PART == *build* || $PART == *energy* || $PART == *hybrid* ]]; then
     [ -f $D/groundtruth.ivecs ] || $B data synth --n 1000000 --dim 128 --queries 1000 --out $D --log-level warn

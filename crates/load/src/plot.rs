@@ -13,6 +13,10 @@ const FONT_PATHS: &[&str] = &[
     "/usr/share/fonts/truetype/liberation/LiberationSans-Regular.ttf",
 ];
 
+/// DejaVu Sans (license in assets/DejaVuSans.LICENSE), for machines without a system font:
+/// the GPU machines have none, and unlabelled plots are of little use.
+const EMBEDDED_FONT: &[u8] = include_bytes!("../assets/DejaVuSans.ttf");
+
 fn register_font() -> bool {
     static DONE: std::sync::OnceLock<bool> = std::sync::OnceLock::new();
     *DONE.get_or_init(|| {
@@ -24,7 +28,7 @@ fn register_font() -> bool {
                 }
             }
         }
-        false
+        plotters::style::register_font("sans-serif", FontStyle::Normal, EMBEDDED_FONT).is_ok()
     })
 }
 

@@ -324,7 +324,7 @@ pub fn run(cfg: &LoadConfig, workload: Arc<dyn Workload>) -> Result<Report> {
     });
     // Energy over exactly the measured window, on a thread of its own (GPU board power
     // through NVML where there is a driver, RAPL where readable; the report says what's absent).
-    let gpu_power = cohort_power::GpuPower::open();
+    let gpu_power = cohort_power::GpuPower::shared();
     let (rec, energy) = std::thread::scope(|sc| {
         let meter = sc.spawn(|| {
             sh.wait_until(sh.measure_from_ns);

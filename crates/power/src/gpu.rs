@@ -38,6 +38,13 @@ pub struct GpuNow {
 }
 
 impl GpuPower {
+    /// One NVML handle per process, opened on first use: initialising NVML takes from
+    /// milliseconds to seconds (more without persistence mode), too long to pay per window.
+    pub fn shared() -> Result<GpuPower, String> {
+        static SHARED: std::sync::OnceLock<Result<GpuPower, String>> = std::sync::OnceLock::new();
+        SHARED.get_or_init(GpuPower::open).clone()
+    }
+
     pub fn open() -> Result<GpuPower, String> {
         let mut last = String::new();
         for lib in LIB_NAMES {

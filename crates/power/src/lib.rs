@@ -90,7 +90,7 @@ pub const SAMPLE_PERIOD: Duration = Duration::from_millis(10);
 
 impl Meter {
     pub fn start() -> Meter {
-        Meter::start_with(GpuPower::open())
+        Meter::start_with(GpuPower::shared())
     }
 
     /// Starts with NVML already opened (opening it takes a while; do it before the window).

@@ -197,6 +197,7 @@ pub fn run(a: &StreamsBench) -> Result<()> {
             &plot_dir.join(format!("{stem}-fig2.png")),
         )?;
         out.insert("fig2".into(), Value::Array(runs));
+        super::write_result(&a.out, Value::Object(out.clone()))?;
     }
     if a.parts.iter().any(|p| p == "memory") {
         let mut runs = Vec::new();
@@ -234,6 +235,7 @@ pub fn run(a: &StreamsBench) -> Result<()> {
             &plot_dir.join(format!("{stem}-memory.png")),
         )?;
         out.insert("memory".into(), Value::Array(runs));
+        super::write_result(&a.out, Value::Object(out.clone()))?;
     }
     if a.parts.iter().any(|p| p == "cpu") {
         let mut runs = Vec::new();
