@@ -10,6 +10,7 @@ use cohort_knn::{Metric, Vectors};
 use cudarc::driver::{
     CudaContext, CudaFunction, CudaSlice, CudaStream, LaunchConfig, PushKernelArg,
 };
+use rayon::prelude::*;
 use std::sync::Arc;
 
 const TILE: usize = crate::consts::KM_TILE;
@@ -130,7 +131,11 @@ impl GpuAssigner {
             let start = chunk * self.chunk_rows;
             let rows = self.chunk_rows.min(data.n - start);
             let src = &data.data[start * dim..(start + rows) * dim];
-            lane.host_in.as_mut_slice()[..rows * dim].copy_from_slice(src);
+            // Staging is a host copy on the issuing thread's path: spread it over the cores.
+            lane.host_in.as_mut_slice()[..rows * dim]
+                .par_chunks_mut(1 << 16)
+                .zip(src.par_chunks(1 << 16))
+                .for_each(|(d, s)| d.copy_from_slice(s));
             lane.stream
                 .memcpy_htod(&lane.host_in.as_slice()[..rows * dim], &mut lane.dev_in)?;
             let n = rows as u64;

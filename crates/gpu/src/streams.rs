@@ -131,6 +131,9 @@ pub struct RunResult {
     pub checked: u64,
 }
 
+/// GPU outputs kept for the check against the CPU twin: (packet, output).
+type Kept = std::sync::Mutex<Vec<(usize, Vec<f32>)>>;
+
 /// The inputs of every packet, in memory of the mode's kind, filled once.
 pub struct Inputs {
     ptr: *mut f32,
@@ -398,14 +401,11 @@ impl StreamGpu {
         Ok(())
     }
 
-    /// Waits for the lane's packet and consumes its output (checked against the twin for
-    /// every CHECK_EVERY-th packet and the last one).
-    fn settle(
-        lane: &mut Lane,
-        inputs: &Inputs,
-        cfg: &RunConfig,
-        checked: &AtomicU64,
-    ) -> Result<(), GpuError> {
+    /// Waits for the lane's packet and consumes its output: every `check_every`-th packet
+    /// and the last are kept aside, to be compared with the CPU twin after the clock stops
+    /// (the twin costs a CPU thread up to 100 ms a packet, which would otherwise be measured
+    /// as the issuing thread's time).
+    fn settle(lane: &mut Lane, cfg: &RunConfig, kept: &Kept) -> Result<(), GpuError> {
         let Some(p) = lane.pending.take() else {
             return Ok(());
         };
@@ -418,23 +418,33 @@ impl StreamGpu {
         // SAFETY: the stream finished writing OUT_FLOATS f32 there.
         let out = unsafe { std::slice::from_raw_parts(out_ptr, OUT_FLOATS) };
         if p % cfg.check_every.max(1) == 0 || p + 1 == cfg.packets {
-            let n = cfg.chunk_floats;
+            kept.lock().expect("kept outputs").push((p, out.to_vec()));
+        }
+        Ok(())
+    }
+
+    /// Compares the kept outputs with the CPU twin (in parallel); returns how many.
+    fn verify(kept: Kept, inputs: &Inputs, cfg: &RunConfig) -> Result<u64, GpuError> {
+        use rayon::prelude::*;
+        let kept = kept.into_inner().expect("kept outputs");
+        let n = cfg.chunk_floats;
+        kept.par_iter().try_for_each(|(p, out)| {
             let mut want = vec![0f32; OUT_FLOATS];
             packet_cpu(
-                inputs.chunk(p, 0, n),
-                inputs.chunk(p, 1, n),
+                inputs.chunk(*p, 0, n),
+                inputs.chunk(*p, 1, n),
                 &mut want,
                 cfg.inner,
             );
-            if let Some(t) = (0..OUT_FLOATS).find(|&t| want[t].to_bits() != out[t].to_bits()) {
-                return Err(GpuError::Invalid(format!(
+            match (0..OUT_FLOATS).find(|&t| want[t].to_bits() != out[t].to_bits()) {
+                Some(t) => Err(GpuError::Invalid(format!(
                     "packet {p} thread {t}: GPU {} CPU {}",
                     out[t], want[t]
-                )));
+                ))),
+                None => Ok(()),
             }
-            checked.fetch_add(1, Ordering::Relaxed);
-        }
-        Ok(())
+        })?;
+        Ok(kept.len() as u64)
     }
 
     /// Kernel alone on device-resident inputs and the copies alone (pinned), per packet, in
@@ -500,7 +510,7 @@ pub fn run(gpus: &[StreamGpu], inputs: &Inputs, cfg: &RunConfig) -> Result<RunRe
         ));
     }
     let next = AtomicUsize::new(0);
-    let checked = AtomicU64::new(0);
+    let kept: Kept = std::sync::Mutex::new(Vec::new());
     let gpu_done: Vec<AtomicU64> = gpus.iter().map(|_| AtomicU64::new(0)).collect();
     let cpu_done = AtomicU64::new(0);
     // Lanes are made before the clock starts (allocation is not part of the stream).
@@ -516,7 +526,7 @@ pub fn run(gpus: &[StreamGpu], inputs: &Inputs, cfg: &RunConfig) -> Result<RunRe
     let outcome: Result<(), GpuError> = std::thread::scope(|sc| {
         let mut handles = Vec::new();
         for ((g, gl), done) in gpus.iter().zip(lanes.iter_mut()).zip(&gpu_done) {
-            let (next, checked) = (&next, &checked);
+            let (next, kept) = (&next, &kept);
             match cfg.version {
                 Version::A => handles.push(sc.spawn(move || -> Result<(), GpuError> {
                     g.ctx.bind_to_thread()?;
@@ -525,7 +535,7 @@ pub fn run(gpus: &[StreamGpu], inputs: &Inputs, cfg: &RunConfig) -> Result<RunRe
                         let p = next.fetch_add(1, Ordering::Relaxed);
                         let lane = &mut gl[turn % cfg.streams];
                         turn += 1;
-                        StreamGpu::settle(lane, inputs, cfg, checked)?;
+                        StreamGpu::settle(lane, cfg, kept)?;
                         if p >= cfg.packets {
                             break;
                         }
@@ -533,7 +543,7 @@ pub fn run(gpus: &[StreamGpu], inputs: &Inputs, cfg: &RunConfig) -> Result<RunRe
                         done.fetch_add(1, Ordering::Relaxed);
                     }
                     for lane in gl.iter_mut() {
-                        StreamGpu::settle(lane, inputs, cfg, checked)?;
+                        StreamGpu::settle(lane, cfg, kept)?;
                     }
                     Ok(())
                 })),
@@ -547,7 +557,7 @@ pub fn run(gpus: &[StreamGpu], inputs: &Inputs, cfg: &RunConfig) -> Result<RunRe
                                     return Ok(());
                                 }
                                 g.issue(lane, inputs, p, cfg)?;
-                                StreamGpu::settle(lane, inputs, cfg, checked)?;
+                                StreamGpu::settle(lane, cfg, kept)?;
                                 done.fetch_add(1, Ordering::Relaxed);
                             }
                         }));
@@ -583,6 +593,7 @@ pub fn run(gpus: &[StreamGpu], inputs: &Inputs, cfg: &RunConfig) -> Result<RunRe
     outcome?;
     let secs = t.elapsed().as_secs_f64();
     drop(lanes);
+    let checked = StreamGpu::verify(kept, inputs, cfg)?;
     let total = cfg.packets as f64;
     Ok(RunResult {
         seconds: secs,
@@ -590,7 +601,7 @@ pub fn run(gpus: &[StreamGpu], inputs: &Inputs, cfg: &RunConfig) -> Result<RunRe
         input_gb_per_s: total * (2 * cfg.chunk_floats * 4) as f64 / secs / 1e9,
         gpu_packets: gpu_done.iter().map(|d| d.load(Ordering::Relaxed)).collect(),
         cpu_packets: cpu_done.load(Ordering::Relaxed),
-        checked: checked.load(Ordering::Relaxed),
+        checked,
     })
 }
 

@@ -150,29 +150,7 @@ pub fn train_with(
     );
     for _ in 0..cfg.iters {
         let a = assigner.assign(&x, &c, Metric::L2)?;
-        // Per-thread partial sums, merged: (sums k*dim, counts k).
-        let (sums, counts) = (0..x.n)
-            .into_par_iter()
-            .fold(
-                || (vec![0f64; cfg.k * dim], vec![0usize; cfg.k]),
-                |(mut s, mut n), i| {
-                    let j = a[i] as usize;
-                    n[j] += 1;
-                    for (acc, v) in s[j * dim..(j + 1) * dim].iter_mut().zip(x.row(i)) {
-                        *acc += *v as f64;
-                    }
-                    (s, n)
-                },
-            )
-            .reduce(
-                || (vec![0f64; cfg.k * dim], vec![0usize; cfg.k]),
-                |(mut s1, mut n1), (s2, n2)| {
-                    s1.iter_mut().zip(&s2).for_each(|(a, b)| *a += b);
-                    n1.iter_mut().zip(&n2).for_each(|(a, b)| *a += b);
-                    (s1, n1)
-                },
-            );
-        let mut counts = counts;
+        let (sums, mut counts) = cluster_sums(&x, &a, cfg.k);
         for j in 0..cfg.k {
             if counts[j] > 0 {
                 for d in 0..dim {
@@ -198,6 +176,38 @@ pub fn train_with(
     }
     bar.finish_and_clear();
     Ok(c)
+}
+
+/// Per cluster, the f64 sum of its rows and their count. Rows are grouped by cluster first
+/// (a counting sort of the assignment), then clusters summed in parallel: no per-thread
+/// k x dim accumulators to zero and merge (those cost more than the GPU's assignment).
+fn cluster_sums(x: &Vectors, a: &[u32], k: usize) -> (Vec<f64>, Vec<usize>) {
+    let dim = x.dim;
+    let mut counts = vec![0usize; k];
+    for &j in a {
+        counts[j as usize] += 1;
+    }
+    let mut start = vec![0usize; k + 1];
+    for j in 0..k {
+        start[j + 1] = start[j] + counts[j];
+    }
+    let mut order = vec![0u32; a.len()];
+    let mut at = start.clone();
+    for (i, &j) in a.iter().enumerate() {
+        order[at[j as usize]] = i as u32;
+        at[j as usize] += 1;
+    }
+    let mut sums = vec![0f64; k * dim];
+    sums.par_chunks_mut(dim.max(1))
+        .enumerate()
+        .for_each(|(j, s)| {
+            for &i in &order[start[j]..start[j + 1]] {
+                for (acc, v) in s.iter_mut().zip(x.row(i as usize)) {
+                    *acc += *v as f64;
+                }
+            }
+        });
+    (sums, counts)
 }
 
 /// Mean squared distance of points to their nearest centroid (the k-means objective).
