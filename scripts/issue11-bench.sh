@@ -67,12 +67,14 @@ if [[ $PART == *hybrid* ]]; then
     # Default setting: the network path is the limit; hybrid must never do worse.
     run hybrid-default-gpu-cohort $D/ivf4096.index 16 200k,400k,600k,800k,1000k --service knn:gpu-cohort --io-threads 4
     run hybrid-default-hybrid $D/ivf4096.index 16 200k,400k,600k,800k,1000k --service knn:hybrid --io-threads 4 \
-        --service-opt knn.workers=4
+        --service-opt knn.workers=3
     # GPU-bound setting: nlist 1024, nprobe 64.
-    run hybrid-heavy-cpu $D/ivf1024.index 64 1k,2k,4k,6k,8k --service knn:cpu --io-threads 1 --service-opt knn.workers=4
-    run hybrid-heavy-gpu-cohort $D/ivf1024.index 64 50k,100k,150k,200k,250k,300k,400k --service knn:gpu-cohort --io-threads 4
-    run hybrid-heavy-hybrid $D/ivf1024.index 64 50k,100k,150k,200k,250k,300k,400k --service knn:hybrid --io-threads 4 \
-        --service-opt knn.workers=4
+    # Server cores 0-7: 4 io threads + the GPU's control thread + 3 cpu workers for hybrid; the
+    # cpu engine alone gets the same 3 workers.
+    run hybrid-heavy-cpu $D/ivf1024.index 64 250,500,1k,2k --service knn:cpu --io-threads 1 --service-opt knn.workers=3
+    run hybrid-heavy-gpu-cohort $D/ivf1024.index 64 50k,100k,200k,250k,300k,450k --service knn:gpu-cohort --io-threads 4
+    run hybrid-heavy-hybrid $D/ivf1024.index 64 50k,100k,200k,250k,300k,450k --service knn:hybrid --io-threads 4 \
+        --service-opt knn.workers=3
     python3 scripts/energy-table.py "$OUT" hybrid "$TAG" | tee "$OUT/hybrid-table-$TAG.txt"
 fi
 echo "total $(( $(date +%s) - t0 )) s"

@@ -44,11 +44,16 @@ pub struct LaneRate {
     answered_at_start: u64,
     /// Answers per nanosecond; None until a window with work in it has been measured.
     per_ns: Option<f64>,
+    /// Smoothed latency of the lane's answers (arrival at the ingress to answer read):
+    /// what a request costs there even when nothing queues (a CPU worker's k-NN query).
+    latency_ns: Option<f64>,
 }
 
 pub const RATE_WINDOW_NS: u64 = 10_000_000;
 /// Weight of a new window in the smoothed rate (a few windows of memory).
 const RATE_ALPHA: f64 = 0.3;
+/// Weight of one answer in the smoothed latency (about the last hundred answers).
+const LATENCY_ALPHA: f64 = 0.01;
 
 impl LaneRate {
     /// Takes a sample when a window has passed. `answered` counts every answer the lane ever
@@ -78,14 +83,32 @@ impl LaneRate {
         self.answered_at_start = answered;
     }
 
-    /// Expected nanoseconds a request sent now waits for its answer. An idle lane or one not
-    /// yet measured is assumed quick (so it gets measured); a lane that owes answers at a
-    /// measured rate of zero is avoided.
-    pub fn expected_wait_ns(&self, outstanding: usize) -> f64 {
-        match (outstanding, self.per_ns) {
+    /// One answer came back `latency_ns` after its request arrived.
+    pub fn on_answer(&mut self, latency_ns: u64) {
+        let l = latency_ns as f64;
+        self.latency_ns = Some(match self.latency_ns {
+            None => l,
+            Some(old) => LATENCY_ALPHA * l + (1.0 - LATENCY_ALPHA) * old,
+        });
+    }
+
+    /// Expected nanoseconds until a request sent now is answered: outstanding / rate
+    /// (Little's law: the lane's queue now), and with `floor` at least the lane's recent
+    /// answer latency (its cost even when nothing queues: a CPU worker's k-NN query). A GPU
+    /// lane is judged without the floor: an idle GPU starts a batch at once, and a floor
+    /// learnt while it was backlogged would never be refreshed if it kept the GPU unused. A
+    /// lane never measured is assumed quick (so it gets measured); a lane that owes answers
+    /// at a measured rate of zero is avoided.
+    pub fn expected_wait_ns(&self, outstanding: usize, floor: bool) -> f64 {
+        let queue = match (outstanding, self.per_ns) {
             (0, _) | (_, None) => 0.0,
             (o, Some(r)) if r > 0.0 => o as f64 / r,
             _ => f64::INFINITY,
+        };
+        if floor {
+            queue.max(self.latency_ns.unwrap_or(0.0))
+        } else {
+            queue
         }
     }
 
@@ -122,13 +145,13 @@ mod tests {
     fn rate_follows_answers_and_skips_idle_windows() {
         let w = RATE_WINDOW_NS;
         let mut r = LaneRate::default();
-        assert_eq!(r.expected_wait_ns(3), 0.0, "unmeasured: try it");
+        assert_eq!(r.expected_wait_ns(3, true), 0.0, "unmeasured: try it");
         r.update(1, 0, 0);
         r.update(w + 1, 10_000, 10); // 10000 answers in 10 ms = 1e6/s
         assert!((r.per_second() - 1e6).abs() < 1.0);
-        assert_eq!(r.expected_wait_ns(0), 0.0, "nothing owed: no wait");
+        assert_eq!(r.expected_wait_ns(0, false), 0.0, "nothing owed: no wait");
         // 10 owed at 1 answer/us: 10 us (Little's law).
-        assert!((r.expected_wait_ns(10) - 10_000.0).abs() < 1e-6);
+        assert!((r.expected_wait_ns(10, false) - 10_000.0).abs() < 1e-6);
         r.update(w + 10, 20_000, 10);
         assert!(
             (r.per_second() - 1e6).abs() < 1.0,
@@ -142,11 +165,22 @@ mod tests {
         r.update(6 * w, 15_000, 5); // 5000 in 10 ms: smoothed toward 5e5
         let want = RATE_ALPHA * 5e5 + (1.0 - RATE_ALPHA) * 1e6;
         assert!((r.per_second() - want).abs() < 1.0, "{}", r.per_second());
+        // A lane whose answers take 4 ms is a 4 ms wait even when idle.
+        let mut slow = LaneRate::default();
+        slow.on_answer(4_000_000);
+        assert_eq!(slow.expected_wait_ns(0, true), 4e6);
+        assert_eq!(
+            slow.expected_wait_ns(0, false),
+            0.0,
+            "no floor: idle is no wait"
+        );
+        slow.on_answer(0);
+        assert!((slow.expected_wait_ns(0, true) - 4e6 * (1.0 - LATENCY_ALPHA)).abs() < 1.0);
         let mut stalled = LaneRate::default();
         stalled.update(1, 0, 0);
         stalled.update(w + 1, 0, 4);
         assert!(
-            stalled.expected_wait_ns(4).is_infinite(),
+            stalled.expected_wait_ns(4, false).is_infinite(),
             "owing, answering nothing"
         );
     }

@@ -294,9 +294,10 @@ impl IngressEnds {
             } => {
                 let now = env.arrived;
                 eng.waits.clear();
-                for l in eng.lanes.iter_mut() {
+                for (i, l) in eng.lanes.iter_mut().enumerate() {
                     l.rate.update(now, l.answered, l.outstanding);
-                    let w = live(l).then(|| l.rate.expected_wait_ns(l.outstanding));
+                    let cpu = i >= gpu_lanes as usize;
+                    let w = live(l).then(|| l.rate.expected_wait_ns(l.outstanding, cpu));
                     eng.waits.push(w);
                 }
                 hybrid_choice(&eng.waits, gpu_lanes as usize, budget_us as f64 * 1e3).unwrap_or(0)
@@ -341,11 +342,27 @@ impl IngressEnds {
         let mut empty_in_a_row = 0;
         while got < max && empty_in_a_row < n {
             let i = self.next_answer % n;
-            if self.answers[i].1.try_recv(&mut f).is_some() {
+            let mut arrived = None;
+            let got_one = self.answers[i]
+                .1
+                .try_recv(|m| {
+                    arrived = Some(m.env.arrived);
+                    f(m)
+                })
+                .is_some();
+            if got_one {
                 let lane = self.answers[i].0;
-                let tx = &mut self.engines[lane.engine as usize].lanes[lane.lane as usize];
+                let eng = &mut self.engines[lane.engine as usize];
+                let tx = &mut eng.lanes[lane.lane as usize];
                 tx.outstanding = tx.outstanding.saturating_sub(1);
                 tx.answered += 1;
+                if let Some(arrived) = arrived {
+                    // Only hybrid dispatch reads latencies: the clock is read for it alone.
+                    if matches!(eng.policy, DispatchPolicy::Hybrid { .. }) {
+                        tx.rate
+                            .on_answer(crate::clock::now_ns().saturating_sub(arrived));
+                    }
+                }
                 got += 1;
                 empty_in_a_row = 0;
             } else {
