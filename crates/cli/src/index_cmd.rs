@@ -320,3 +320,23 @@ pub fn run(cmd: IndexCmd) -> Result<()> {
         IndexCmd::Eval(a) => eval(&a),
     }
 }
+
+#[cfg(test)]
+mod tests {
+    use super::BuildDevice;
+
+    #[test]
+    fn build_devices_parse_and_garbage_is_named() {
+        assert_eq!("auto".parse(), Ok(BuildDevice::Auto));
+        assert_eq!("cpu".parse(), Ok(BuildDevice::Cpu));
+        assert_eq!("gpu".parse(), Ok(BuildDevice::Gpu(0)));
+        assert_eq!("gpu:3".parse(), Ok(BuildDevice::Gpu(3)));
+        for bad in ["", "tpu", "gpu:", "gpu:-1", "gpu:x", "GPU"] {
+            let e = bad.parse::<BuildDevice>().unwrap_err();
+            assert!(
+                e.contains(&format!("{bad:?}")) && e.contains("auto, cpu, gpu"),
+                "{e}"
+            );
+        }
+    }
+}

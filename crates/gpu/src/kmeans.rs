@@ -4,7 +4,7 @@
 //! loop around it (update, empty-cluster splits) is `cohort_knn::kmeans`, shared with the CPU.
 
 use crate::engine::Pinned;
-use crate::{compile_cached, kernel_sources, DeviceInfo, GpuError};
+use crate::{embedded, load_module, DeviceInfo, GpuError};
 use cohort_knn::assign::{norms, Assigner};
 use cohort_knn::{Metric, Vectors};
 use cudarc::driver::{
@@ -57,14 +57,8 @@ impl GpuAssigner {
             ));
         }
         let ctx = CudaContext::new(dev.ordinal)?;
-        let arch: &'static str = Box::leak(dev.arch().into_boxed_str());
-        let src = kernel_sources()
-            .iter()
-            .find(|s| s.name == "kmeans.cu")
-            .expect("kernel file is embedded");
-        let kernel = ctx
-            .load_module(compile_cached(src, arch)?)?
-            .load_function("kmeans_assign")?;
+        let kernel =
+            load_module(&ctx, dev, embedded("kmeans.cu"))?.load_function("kmeans_assign")?;
         // Each lane's buffers are used on its own stream only and reused after that stream
         // synchronised: cudarc's per-buffer events would only add driver calls.
         // SAFETY: see above.

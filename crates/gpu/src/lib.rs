@@ -15,7 +15,9 @@ pub mod streams;
 
 pub use device::{probe, DeviceInfo};
 pub use error::GpuError;
-pub use nvrtc::{compile_cached, kernel_sources, nvrtc_available, KernelSource};
+pub use nvrtc::{
+    compile_cached, embedded, kernel_sources, load_module, nvrtc_available, KernelSource,
+};
 
 /// Says that a GPU check was skipped, on the process's real stderr: the test harness captures
 /// `eprintln!`, which would leave a skipped check looking like a pass in the log.

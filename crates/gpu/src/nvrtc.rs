@@ -2,10 +2,12 @@
 //! cached on disk by (source hash, architecture), so a restart does not pay ~100 ms per
 //! kernel file again.
 
-use crate::GpuError;
+use crate::{DeviceInfo, GpuError};
+use cudarc::driver::{CudaContext, CudaModule};
 use cudarc::nvrtc::{CompileOptions, Ptx};
 use sha2::{Digest, Sha256};
 use std::path::PathBuf;
+use std::sync::{Arc, Mutex};
 
 pub struct KernelSource {
     pub name: &'static str,
@@ -47,6 +49,38 @@ pub fn kernel_sources() -> &'static [KernelSource] {
         });
         all
     })
+}
+
+/// The embedded kernel file `name` (one of [`kernel_sources`]).
+pub fn embedded(name: &str) -> &'static KernelSource {
+    kernel_sources()
+        .iter()
+        .find(|s| s.name == name)
+        .unwrap_or_else(|| panic!("kernel file {name} is not embedded"))
+}
+
+/// `src` compiled for `dev` (from the cache when it was before) and loaded into `ctx`: what
+/// every GPU backend does once at start.
+pub fn load_module(
+    ctx: &Arc<CudaContext>,
+    dev: &DeviceInfo,
+    src: &KernelSource,
+) -> Result<Arc<CudaModule>, GpuError> {
+    Ok(ctx.load_module(compile_cached(src, arch_name(dev))?)?)
+}
+
+/// NVRTC takes the architecture as `&'static str`: one interned copy per architecture, not
+/// one leaked per backend started.
+fn arch_name(dev: &DeviceInfo) -> &'static str {
+    static NAMES: Mutex<Vec<&'static str>> = Mutex::new(Vec::new());
+    let want = dev.arch();
+    let mut names = NAMES.lock().expect("arch names");
+    if let Some(n) = names.iter().find(|n| **n == want) {
+        return n;
+    }
+    let n: &'static str = Box::leak(want.into_boxed_str());
+    names.push(n);
+    n
 }
 
 pub fn nvrtc_available() -> bool {

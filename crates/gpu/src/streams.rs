@@ -13,7 +13,7 @@
 //! [`packet_cpu`] is the kernel's twin: the CPU threads compute with it and sampled GPU
 //! packets are checked against it.
 
-use crate::{compile_cached, kernel_sources, DeviceInfo, GpuError};
+use crate::{embedded, load_module, DeviceInfo, GpuError};
 use cudarc::driver::sys::{self, CUdeviceptr};
 use cudarc::driver::{result, CudaContext, CudaFunction, CudaStream, LaunchConfig, PushKernelArg};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -287,14 +287,8 @@ impl Drop for Lane {
 impl StreamGpu {
     pub fn open(dev: &DeviceInfo) -> Result<StreamGpu, GpuError> {
         let ctx = CudaContext::new(dev.ordinal)?;
-        let arch: &'static str = Box::leak(dev.arch().into_boxed_str());
-        let src = kernel_sources()
-            .iter()
-            .find(|s| s.name == "streams.cu")
-            .expect("kernel file is embedded");
-        let kernel = ctx
-            .load_module(compile_cached(src, arch)?)?
-            .load_function("stream_packet")?;
+        let kernel =
+            load_module(&ctx, dev, embedded("streams.cu"))?.load_function("stream_packet")?;
         Ok(StreamGpu {
             dev: dev.clone(),
             ctx,
@@ -608,6 +602,19 @@ pub fn run(gpus: &[StreamGpu], inputs: &Inputs, cfg: &RunConfig) -> Result<RunRe
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn modes_and_versions_parse_and_garbage_is_named() {
+        assert_eq!("managed-prefetch".parse(), Ok(MemoryMode::ManagedPrefetch));
+        assert_eq!("b".parse(), Ok(Version::B));
+        let e = "unified".parse::<MemoryMode>().unwrap_err();
+        assert!(
+            e.contains("\"unified\"") && e.contains("pinned, managed"),
+            "{e}"
+        );
+        let e = "C".parse::<Version>().unwrap_err();
+        assert!(e.contains("\"C\"") && e.contains("A, B"), "{e}");
+    }
 
     #[test]
     fn twin_averages_neighbouring_pairs() {

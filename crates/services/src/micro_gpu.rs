@@ -5,7 +5,7 @@
 use crate::spin;
 use cohort_engine::BatchBackend;
 use cohort_gpu::engine::{GpuBackend, Pinned, StreamBuffers};
-use cohort_gpu::{compile_cached, DeviceInfo, GpuError, KernelSource};
+use cohort_gpu::{load_module, DeviceInfo, GpuError, KernelSource};
 use cohort_proto::{ErrorCode, ErrorPayload};
 use cudarc::driver::{
     CudaContext, CudaFunction, CudaSlice, CudaStream, LaunchConfig, PushKernelArg,
@@ -35,8 +35,7 @@ pub struct MicroGpu {
 impl MicroGpu {
     pub fn new(kind: Micro, dev: &DeviceInfo) -> Result<MicroGpu, GpuError> {
         let ctx = CudaContext::new(dev.ordinal)?;
-        let arch: &'static str = Box::leak(dev.arch().into_boxed_str());
-        let module = ctx.load_module(compile_cached(&KERNELS, arch)?)?;
+        let module = load_module(&ctx, dev, &KERNELS)?;
         let func = module.load_function(match kind {
             Micro::Echo => "echo_rows",
             Micro::Spin => "spin_rows",

@@ -4,7 +4,7 @@
 use crate::micro_gpu::Micro;
 use crate::spin::MAX_SPIN_US;
 use cohort_gpu::persistent::{persistent_source, PersistentBackend, Prepared, Stage, SvcArgs};
-use cohort_gpu::{compile_cached, DeviceInfo, GpuError, KernelSource};
+use cohort_gpu::{load_module, DeviceInfo, GpuError, KernelSource};
 use cudarc::driver::{CudaContext, CudaModule};
 use std::sync::Arc;
 
@@ -30,8 +30,7 @@ pub struct MicroPersistent {
 impl MicroPersistent {
     pub fn new(kind: Micro, dev: &DeviceInfo) -> Result<MicroPersistent, GpuError> {
         let ctx = CudaContext::new(dev.ordinal)?;
-        let arch: &'static str = Box::leak(dev.arch().into_boxed_str());
-        let module = ctx.load_module(compile_cached(source(), arch)?)?;
+        let module = load_module(&ctx, dev, source())?;
         Ok(MicroPersistent {
             kind,
             ctx,

@@ -51,18 +51,15 @@ pub struct StreamsBench {
     pub plot_dir: Option<PathBuf>,
 }
 
-struct Ctx<'a> {
-    gpus: &'a [StreamGpu],
-}
-
-fn one(c: &Ctx, inputs: &Inputs, cfg: RunConfig) -> Result<Value> {
-    inputs.to_host(&c.gpus[0].context().default_stream())?;
+/// One run over `gpus`, measured and logged.
+fn one(gpus: &[StreamGpu], inputs: &Inputs, cfg: RunConfig) -> Result<Value> {
+    inputs.to_host(&gpus[0].context().default_stream())?;
     let meter = cohort_power::Meter::start();
-    let r = run_packets(c.gpus, inputs, &cfg)?;
+    let r = run_packets(gpus, inputs, &cfg)?;
     let energy = meter.finish();
     let v = json!({"mode": cfg.mode.name(), "version": format!("{:?}", cfg.version),
         "streams": cfg.streams, "inner": cfg.inner, "cpu_threads": cfg.cpu_threads,
-        "gpus": c.gpus.len(), "result": r, "energy": energy.to_json(cfg.packets as f64)});
+        "gpus": gpus.len(), "result": r, "energy": energy.to_json(cfg.packets as f64)});
     eprintln!(
         "{:>16} {:?} S {:>2} inner {:>4} cpu {:>2}: {:>9.0} packets/s ({:.2} GB/s in), gpu {:?} cpu {}",
         cfg.mode.name(),
@@ -96,7 +93,6 @@ pub fn run(a: &StreamsBench) -> Result<()> {
     anyhow::ensure!(chunk_floats >= 128, "--chunk-kb must be at least 1");
     let packets = (a.total_mb << 20) / (2 * chunk_floats * 4);
     anyhow::ensure!(packets >= 1, "--total-mb below one packet");
-    let c = Ctx { gpus: &gpus };
     let base = |inner, streams, version, mode, cpu_threads| RunConfig {
         packets,
         chunk_floats,
@@ -177,7 +173,11 @@ pub fn run(a: &StreamsBench) -> Result<()> {
             for &inner in &a.inner {
                 let mut line = Vec::new();
                 for &s in &a.streams {
-                    let v = one(&c, &pinned, base(inner, s, version, MemoryMode::Pinned, 0))?;
+                    let v = one(
+                        &gpus,
+                        &pinned,
+                        base(inner, s, version, MemoryMode::Pinned, 0),
+                    )?;
                     line.push((
                         s as f64,
                         v["result"]["packets_per_s"].as_f64().unwrap_or(0.0),
@@ -219,7 +219,7 @@ pub fn run(a: &StreamsBench) -> Result<()> {
             };
             let mut line = Vec::new();
             for &s in &a.streams {
-                let v = one(&c, inputs, base(mid, s, Version::A, mode, 0))?;
+                let v = one(&gpus, inputs, base(mid, s, Version::A, mode, 0))?;
                 line.push((
                     s as f64,
                     v["result"]["packets_per_s"].as_f64().unwrap_or(0.0),
@@ -246,7 +246,7 @@ pub fn run(a: &StreamsBench) -> Result<()> {
             let mut eline = Vec::new();
             for &t in &a.cpu_threads {
                 let v = one(
-                    &c,
+                    &gpus,
                     &pinned,
                     base(inner, a.cpu_streams, Version::A, MemoryMode::Pinned, t),
                 )?;

@@ -11,11 +11,9 @@
 mod per_pair;
 mod tiled;
 
-use crate::{compile_cached, kernel_sources, DeviceInfo, GpuError};
+use crate::{embedded, load_module, DeviceInfo, GpuError};
 use cohort_knn::{IvfIndex, Metric, Neighbor};
-use cudarc::driver::{
-    CudaContext, CudaFunction, CudaModule, CudaSlice, CudaStream, LaunchArgs, PushKernelArg,
-};
+use cudarc::driver::{CudaContext, CudaFunction, CudaSlice, CudaStream, LaunchArgs, PushKernelArg};
 use std::sync::Arc;
 
 /// Limits of the kernels (defined once in `crate::consts`, compiled into the kernels).
@@ -138,14 +136,8 @@ struct Kernels {
 }
 
 impl Kernels {
-    fn load(ctx: &Arc<CudaContext>, arch: &'static str) -> Result<Kernels, GpuError> {
-        let module = |name: &str| -> Result<Arc<CudaModule>, GpuError> {
-            let src = kernel_sources()
-                .iter()
-                .find(|s| s.name == name)
-                .expect("kernel file is embedded");
-            Ok(ctx.load_module(compile_cached(src, arch)?)?)
-        };
+    fn load(ctx: &Arc<CudaContext>, dev: &DeviceInfo) -> Result<Kernels, GpuError> {
+        let module = |name: &str| load_module(ctx, dev, embedded(name));
         let (pp, t) = (module("knn.cu")?, module("knn_tiled.cu")?);
         Ok(Kernels {
             filter: pp.load_function("knn_filter")?,
@@ -241,8 +233,7 @@ impl GpuIvf {
             )));
         }
         let ctx = CudaContext::new(dev.ordinal)?;
-        let arch: &'static str = Box::leak(dev.arch().into_boxed_str());
-        let kernels = Kernels::load(&ctx, arch)?;
+        let kernels = Kernels::load(&ctx, dev)?;
         let s = ctx.default_stream();
         let vectors = DeviceVectors::upload(&s, ix.vectors(), precision)?;
         let mut sizes = ix.cell_sizes();

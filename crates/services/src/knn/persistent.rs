@@ -6,7 +6,7 @@
 use cohort_gpu::consts::{GPU_MAX_CANDIDATES, SEL_MAX};
 use cohort_gpu::knn::{GpuIvf, Precision};
 use cohort_gpu::persistent::{knn_source, PersistentBackend, Prepared, Stage, SvcArgs};
-use cohort_gpu::{compile_cached, DeviceInfo, GpuError};
+use cohort_gpu::{load_module, DeviceInfo, GpuError};
 use cudarc::driver::{CudaContext, CudaModule, CudaSlice};
 use std::sync::Arc;
 
@@ -18,8 +18,7 @@ pub struct KnnPersistent {
 
 impl KnnPersistent {
     pub fn new(ivf: GpuIvf, dev: &DeviceInfo) -> Result<KnnPersistent, GpuError> {
-        let arch: &'static str = Box::leak(dev.arch().into_boxed_str());
-        let module = ivf.ctx.load_module(compile_cached(knn_source(), arch)?)?;
+        let module = load_module(&ivf.ctx, dev, knn_source())?;
         Ok(KnnPersistent {
             ivf: Arc::new(ivf),
             module,
