@@ -11,6 +11,7 @@ const LONG: Duration = Duration::from_secs(10);
 
 #[test]
 fn a_batch_closes_at_its_size() {
+    let _one = common::serial();
     let mut r = batch_rig(1, 2, 4, LONG, Duration::ZERO, 64);
     let c = &mut r.clients[0];
     for i in 0..8 {
@@ -30,6 +31,7 @@ fn a_batch_closes_at_its_size() {
 
 #[test]
 fn a_batch_closes_at_its_timeout() {
+    let _one = common::serial();
     let mut r = batch_rig(1, 2, 100, Duration::from_millis(40), Duration::ZERO, 64);
     let c = &mut r.clients[0];
     let t = Instant::now();
@@ -49,6 +51,7 @@ fn a_batch_closes_at_its_timeout() {
 
 #[test]
 fn batch_keys_never_mix() {
+    let _one = common::serial();
     let mut r = batch_rig(1, 3, 100, Duration::from_millis(5), Duration::ZERO, 64);
     let c = &mut r.clients[0];
     for i in 0..6 {
@@ -62,6 +65,7 @@ fn batch_keys_never_mix() {
 
 #[test]
 fn requests_past_their_deadline_time_out_and_bad_ones_are_refused() {
+    let _one = common::serial();
     // The batch waits 60 ms; a request with a 10 ms deadline expires in it.
     let mut r = batch_rig(1, 2, 100, Duration::from_millis(60), Duration::ZERO, 64);
     let c = &mut r.clients[0];
@@ -81,6 +85,7 @@ fn requests_past_their_deadline_time_out_and_bad_ones_are_refused() {
 
 #[test]
 fn shutdown_launches_what_is_waiting_and_answers_everything() {
+    let _one = common::serial();
     let mut r = batch_rig(1, 2, 1000, LONG, Duration::from_millis(5), 1024);
     for i in 0..500 {
         r.clients[0].send(i, &[1, 2, 3], LONG);
@@ -99,6 +104,7 @@ fn shutdown_launches_what_is_waiting_and_answers_everything() {
 
 #[test]
 fn a_panicking_backend_loses_no_request() {
+    let _one = common::serial();
     let mut r = batch_rig(1, 2, 8, Duration::from_millis(20), Duration::ZERO, 64);
     let c = &mut r.clients[0];
     for i in 0..20 {
@@ -119,6 +125,7 @@ fn a_panicking_backend_loses_no_request() {
 
 #[test]
 fn under_load_from_several_ingresses_every_request_is_answered_once() {
+    let _one = common::serial();
     // Four ingress threads, small rings (many OVERLOADED), two slots with a device time: each
     // request gets exactly one answer, a result or OVERLOADED.
     let mut r = batch_rig(
@@ -174,6 +181,7 @@ fn under_load_from_several_ingresses_every_request_is_answered_once() {
 
 #[test]
 fn time_spent_waiting_for_a_slot_counts_toward_the_timeout() {
+    let _one = common::serial();
     // One slot, batches of up to 100 closing 60 ms after their oldest request arrived, and a
     // device that takes 60 ms per batch. A launches at 60 ms, finishes at 120. B arrives at
     // 70, waits in its ring for the slot, is staged at 120 and, having waited 50 ms already,
@@ -204,6 +212,7 @@ fn time_spent_waiting_for_a_slot_counts_toward_the_timeout() {
 
 #[test]
 fn least_loaded_spreads_work_over_batching_lanes() {
+    let _one = common::serial();
     // Two batching lanes (two "GPUs"): a batching lane empties its ring into a slot at once,
     // so least-loaded must count what each lane still owes the ingress, not its ring depth.
     use cohort_engine::*;

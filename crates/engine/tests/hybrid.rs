@@ -106,13 +106,10 @@ fn finish(mut r: Rig) {
     r.cpu.take().unwrap().shutdown();
 }
 
-/// The two tests measure timing-dependent shares: run them one at a time (a 2-core CI
-/// machine shared with the other test's spinning threads delays the batching lane).
-static SERIAL: std::sync::Mutex<()> = std::sync::Mutex::new(());
-
 #[test]
 fn below_its_capacity_the_batching_lane_takes_everything() {
-    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    // Timing-dependent shares: one test at a time.
+    let _one = common::serial();
     let mut r = rig(20_000);
     let share = drive(&mut r, 400, 2_000.0);
     assert!(share > 0.97, "batching lane ran {share:.3} of the requests");
@@ -123,7 +120,8 @@ fn below_its_capacity_the_batching_lane_takes_everything() {
 fn past_its_capacity_cpu_workers_take_the_excess() {
     // ~12.8K/s of batching capacity (5 ms a batch), 40K/s offered, a 12 ms budget: most must
     // go to the cpu workers, and the batching lane must stay busy rather than be abandoned.
-    let _one = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    // Timing-dependent shares: one test at a time.
+    let _one = common::serial();
     let mut r = rig(12_000);
     let share = drive(&mut r, 12_000, 40_000.0);
     assert!(

@@ -11,6 +11,13 @@ use std::time::{Duration, Instant};
 
 pub const SERVICE: u16 = 9;
 
+/// Tests that assert on batch timings hold this, so sibling tests' threads do not share the
+/// (on CI, two) cores with theirs while they measure.
+pub fn serial() -> std::sync::MutexGuard<'static, ()> {
+    static ONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
+    ONE.lock().unwrap_or_else(|e| e.into_inner())
+}
+
 /// Reverses the payload; "panic" panics, "bad" is a BAD_REQUEST, "sleep" takes 30 ms.
 pub struct Rev;
 impl Service for Rev {
