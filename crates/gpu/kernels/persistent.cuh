@@ -47,6 +47,9 @@ struct PRt {
     unsigned long long payload_cap;
     unsigned long long stats;      // device u64[P_STATS]
     unsigned long long batch;      // tasks a worker takes from its gpipe at once
+    unsigned long long prof;       // device u64[nslots * P_PROF_STAMPS]: stamps of slots in use
+    unsigned long long prof_log;   // device u64[prof_cap * P_PROF_REC]: answered requests' stamps
+    unsigned long long prof_cap;   // 0: the profile is off (no clock reads on the hot path)
     PPipe free_slots;              // slot indices ready for a request
     PPipe pipes[P_PIPES];          // between stages; the service decides what flows where
 };
@@ -57,7 +60,29 @@ struct PRt {
 #define P_STAT_NO_SLOT 2    // ingress passes that found a request but no free slot
 #define P_STAT_TASKS 3      // tasks popped by workers
 #define P_STAT_POPS 4       // pops that returned at least one task
-#define P_STATS 8
+#define P_STAT_PROF_N 5     // profile records claimed (may exceed prof_cap: those are dropped)
+// The ingress warp's time by phase (SM cycles, profile only; one writer: the warp's lane 0).
+#define P_STAT_CYC_IDLE 8      // polls that found nothing, back-off sleeps included
+#define P_STAT_CYC_HIT 9       // polls that found requests, and the acquire fence after them
+#define P_STAT_CYC_SLOTS 10    // free-slot pops
+#define P_STAT_CYC_COPY 11     // copying requests over the bus into slots
+#define P_STAT_CYC_PUBLISH 12  // publishing the RX tail, routes
+#define P_STAT_CYC_ACCEPT 13   // the service's checks (service_accept)
+#define P_STAT_CYC_PUSH 14     // handing the run to the first stage's gpipe
+#define P_STAT_VISITS 15       // ring visits that took requests
+#define P_STAT_CLK_CYC 16      // the warp's lifetime in cycles ...
+#define P_STAT_CLK_NS 17       // ... and in %globaltimer ns (their ratio is the SM clock)
+#define P_STATS 24
+
+// Per-slot stamps (%globaltimer ns) while profiling; copied to the log when answered.
+#define P_PROF_SEEN 0       // the ingress poll that saw the request in its RX ring
+#define P_PROF_COPIED 1     // copied into the slot, RX tail published
+#define P_PROF_QUEUED 2     // checked and pushed to the first stage's gpipe
+#define P_PROF_FIRST_POP 3  // a worker of the first stage took it
+#define P_PROF_LAST_POP 4   // the last worker pop before the answer (k-NN: the reducer)
+#define P_PROF_STAMPS 8
+// A log record: request_id, route, the five stamps, TX reserved, committed.
+#define P_PROF_REC 10
 
 struct PSlot {
     cohort_mq_slot_header h;  // the request's header (seq unused, route = origin RX ring)
@@ -111,6 +136,19 @@ __device__ __forceinline__ bool p_stopping(const PRt& rt) {
 
 __device__ __forceinline__ void p_count(const PRt& rt, int which, unsigned long long n) {
     atomicAdd((unsigned long long*)rt.stats + which, n);
+}
+
+__device__ __forceinline__ unsigned long long global_ns() {
+    unsigned long long t;
+    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
+    return t;
+}
+
+// ---- profile (rt.prof_cap > 0) ------------------------------------------------------------
+// Stamps are plain stores by whichever thread passes the point: a request is in one place at
+// a time, except the fan-out pops of k-NN's search tasks, where the last writer wins.
+__device__ __forceinline__ void p_stamp(const PRt& rt, unsigned int slot, int which) {
+    if (rt.prof_cap) ((unsigned long long*)rt.prof)[(unsigned long long)slot * P_PROF_STAMPS + which] = global_ns();
 }
 
 // Idle back-off: doubling sleeps up to ~2 us, reset whenever work shows up.
@@ -204,6 +242,8 @@ __device__ __forceinline__ unsigned int* tx_seq(const PRt& rt, unsigned int pos)
 
 // Reserves the next TX position and waits until the host has freed it; returns the payload
 // area of the slot to write. `pos` is the same in every thread.
+__shared__ unsigned long long p_tx_begun;  // profile: when the block's TX slot was reserved
+
 __device__ unsigned char* tx_begin(const PRt& rt, unsigned int* pos) {
     __shared__ unsigned int s_pos;
     __syncthreads();
@@ -215,10 +255,30 @@ __device__ unsigned char* tx_begin(const PRt& rt, unsigned int* pos) {
         // slot is written only after this load returned: no fence needed.)
         while (p - ld_relaxed_sys(tail) >= (unsigned int)rt.tx_slots) b.idle();
         s_pos = p;
+        if (rt.prof_cap) p_tx_begun = global_ns();
     }
     __syncthreads();
     *pos = s_pos;
     return (unsigned char*)tx_seq(rt, s_pos) + COHORT_MQ_SLOT_HEADER_BYTES;
+}
+
+// Copies the answered request's stamps into the profile log and clears them for the slot's
+// next request (thread 0, after its answer's seq was stored).
+__device__ void p_log(const PRt& rt, const cohort_mq_slot_header* h) {
+    unsigned long long now = global_ns();
+    unsigned long long s = (unsigned long long)((const PSlot*)h - (const PSlot*)rt.slots);
+    unsigned long long* st = (unsigned long long*)rt.prof + s * P_PROF_STAMPS;
+    unsigned long long i = atomicAdd((unsigned long long*)rt.stats + P_STAT_PROF_N, 1ull);
+    if (i < rt.prof_cap) {
+        unsigned long long* r = (unsigned long long*)rt.prof_log + i * P_PROF_REC;
+        r[0] = h->request_id;
+        r[1] = h->route;
+        for (int k = 0; k < 5; ++k) r[2 + k] = st[k];
+        r[7] = p_tx_begun;
+        r[8] = now;
+        r[9] = 0;
+    }
+    for (int k = 0; k < 5; ++k) st[k] = 0;
 }
 
 // Commits the answer of request header `h` (from slot memory) with `status` and `len` payload
@@ -241,6 +301,7 @@ __device__ void tx_commit(const PRt& rt, unsigned int pos, const cohort_mq_slot_
         __threadfence_system();
         st_relaxed_sys(&o->seq, pos + 1);
         p_count(rt, P_STAT_ANSWERED, 1);
+        if (rt.prof_cap) p_log(rt, h);
     }
     __syncthreads();
 }
@@ -285,6 +346,15 @@ __device__ unsigned int worker_next(const PRt& rt, const PPipe& pipe, uint4* tas
             b.idle();
         }
         if (n > 0) { p_count(rt, P_STAT_TASKS, n); p_count(rt, P_STAT_POPS, 1); }
+        if (rt.prof_cap) {
+            // Every service's tasks carry their request's slot in .x.
+            for (unsigned int i = 0; i < n; ++i) {
+                unsigned long long* st = (unsigned long long*)rt.prof + (unsigned long long)tasks[i].x * P_PROF_STAMPS;
+                unsigned long long now = global_ns();
+                if (st[P_PROF_FIRST_POP] == 0) st[P_PROF_FIRST_POP] = now;
+                st[P_PROF_LAST_POP] = now;
+            }
+        }
         s_n = n;
     }
     __syncthreads();
@@ -302,6 +372,8 @@ extern "C" __global__ void p_reset(PRt rt) {
         for (unsigned int e = i; e < p.cap; e += stride) ((unsigned int*)p.seq)[e] = e;
         if (i < 64) ((unsigned int*)p.ctr)[i] = 0;
     }
+    if (rt.prof_cap)
+        for (unsigned long long e = i; e < rt.nslots * P_PROF_STAMPS; e += stride) ((unsigned long long*)rt.prof)[e] = 0;
     // The free list starts full: tickets 0..nslots already committed.
     for (unsigned int s = i; s < rt.nslots; s += stride) {
         ((uint4*)rt.free_slots.items)[s] = make_uint4(s, 0, 0, 0);

@@ -44,6 +44,34 @@ __device__ void rx_copy_run(const PRt& rt, unsigned long long base, unsigned int
     }
 }
 
+// The ingress warp's phase clock (profile only): lane 0 charges the cycles since the last mark
+// to a phase; the totals go to the device counters every 64 loops (single writer: plain
+// stores).
+struct PhaseClock {
+    bool on;
+    long long last, start;
+    unsigned long long start_ns;
+    unsigned long long cyc[P_STATS];
+    __device__ PhaseClock(const PRt& rt) : on(rt.prof_cap != 0 && threadIdx.x == 0) {
+        for (int i = 0; i < P_STATS; ++i) cyc[i] = 0;
+        last = start = clock64();
+        start_ns = global_ns();
+    }
+    __device__ __forceinline__ void mark(int phase) {
+        if (!on) return;
+        long long now = clock64();
+        cyc[phase] += (unsigned long long)(now - last);
+        last = now;
+    }
+    __device__ void flush(const PRt& rt) {
+        if (!on) return;
+        unsigned long long* st = (unsigned long long*)rt.stats;
+        for (int i = P_STAT_CYC_IDLE; i <= P_STAT_VISITS; ++i) st[i] = cyc[i];
+        st[P_STAT_CLK_CYC] = (unsigned long long)(clock64() - start);
+        st[P_STAT_CLK_NS] = global_ns() - start_ns;
+    }
+};
+
 extern "C" __global__ void cohort_ingress(PRt rt, SvcArgs svc) {
     __shared__ unsigned int pos[P_MAX_RX];
     __shared__ unsigned int run[P_MAX_RX];
@@ -62,21 +90,28 @@ extern "C" __global__ void cohort_ingress(PRt rt, SvcArgs svc) {
     unsigned int group = nrx < 32 ? nrx : 32;
     unsigned int depth = min(32u / group, (unsigned int)P_TAKE);
     Backoff b;
+    PhaseClock clk(rt);
     unsigned int loops = 0;
     while (true) {
-        if ((++loops & 63) == 0 && p_host_stopping(rt)) {
-            if (lane == 0) st_release_gpu((unsigned int*)rt.dev_stop, 1u);
-            break;
+        if ((++loops & 63) == 0) {
+            clk.flush(rt);
+            if (p_host_stopping(rt)) {
+                if (lane == 0) st_release_gpu((unsigned int*)rt.dev_stop, 1u);
+                break;
+            }
         }
         bool any = false;
         for (unsigned int r0 = 0; r0 < nrx; r0 += group) {
+            clk.mark(P_STAT_CYC_IDLE);  // what ran since the last mark found nothing
             unsigned int r = r0 + lane % group, off = lane / group;
             bool ready = off < depth && r < nrx &&
                          ld_relaxed_sys((const unsigned int*)rx_slot(rx[r], rt, pos[r] + off)) == pos[r] + off + 1;
             unsigned int mask = __ballot_sync(0xffffffffu, ready);
             if (mask == 0) continue;
+            unsigned long long seen_ns = rt.prof_cap ? global_ns() : 0;
             // What the host wrote before each seq seen is visible to the copies below.
             fence_acquire_sys();
+            clk.mark(P_STAT_CYC_HIT);
             if (lane < group) {
                 // Consecutive written positions from the ring's tail.
                 unsigned int n = 0;
@@ -98,11 +133,13 @@ extern "C" __global__ void cohort_ingress(PRt rt, SvcArgs svc) {
                     s_got = got;
                 }
                 __syncthreads();
+                clk.mark(P_STAT_CYC_SLOTS);
                 unsigned int got = s_got;
                 if (got == 0) continue;
                 any = true;
                 rx_copy_run(rt, base, p0, got, taken);
                 __syncthreads();
+                clk.mark(P_STAT_CYC_COPY);
                 if (lane == 0) {
                     pos[rr] = p0 + got;
                     // Relaxed: the copies it releases are complete (their values were stored
@@ -110,8 +147,17 @@ extern "C" __global__ void cohort_ingress(PRt rt, SvcArgs svc) {
                     st_relaxed_sys((unsigned int*)(base + COHORT_MQ_TAIL_OFFSET), p0 + got);
                     for (unsigned int i = 0; i < got; ++i) p_slot(rt, taken[i])->h.route = rr;
                     p_count(rt, P_STAT_TAKEN, got);
+                    if (rt.prof_cap) {
+                        unsigned long long now = global_ns();
+                        for (unsigned int i = 0; i < got; ++i) {
+                            unsigned long long* st = (unsigned long long*)rt.prof + (unsigned long long)taken[i] * P_PROF_STAMPS;
+                            st[P_PROF_SEEN] = seen_ns;
+                            st[P_PROF_COPIED] = now;
+                        }
+                    }
                 }
                 __syncthreads();
+                clk.mark(P_STAT_CYC_PUBLISH);
                 unsigned int nacc = 0;
                 for (unsigned int i = 0; i < got; ++i) {
                     PSlot* sl = p_slot(rt, taken[i]);
@@ -125,9 +171,14 @@ extern "C" __global__ void cohort_ingress(PRt rt, SvcArgs svc) {
                     if (service_accept(rt, svc, taken[i])) accepted[nacc++] = taken[i];
                 }
                 __syncthreads();
+                clk.mark(P_STAT_CYC_ACCEPT);
+                if (lane < nacc) p_stamp(rt, accepted[lane], P_PROF_QUEUED);
                 pipe_push_run(rt.pipes[0], accepted, nacc);
+                clk.mark(P_STAT_CYC_PUSH);
+                if (clk.on) clk.cyc[P_STAT_VISITS] += 1;
             }
         }
         if (any) b.reset(); else b.idle();
     }
+    clk.flush(rt);
 }

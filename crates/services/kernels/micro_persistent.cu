@@ -8,12 +8,6 @@ struct SvcArgs {
     unsigned long long max_spin_us;  // spin::MAX_SPIN_US
 };
 
-__device__ __forceinline__ unsigned long long global_ns() {
-    unsigned long long t;
-    asm volatile("mov.u64 %0, %%globaltimer;" : "=l"(t));
-    return t;
-}
-
 __device__ __forceinline__ unsigned int spin_us_of(const unsigned char* p) {
     return p[0] | (p[1] << 8) | (p[2] << 16) | ((unsigned int)p[3] << 24);
 }

@@ -131,7 +131,7 @@ fn serve_paced(
         mapped.take().map(|m| Box::new(m) as Box<dyn RingMemory>)
     });
     let lane = w.engines[0].pop().expect("one lane");
-    let stop: Box<dyn FnOnce() -> u64> = match engine {
+    let stop: Box<dyn FnOnce() -> Result<u64, String>> = match engine {
         Engine::Batched(backend, mode, graphs) => {
             let cfg = GpuEngineConfig {
                 mode,
@@ -144,18 +144,21 @@ fn serve_paced(
                 .map_err(|e| e.to_string())?;
             Box::new(move || {
                 eng.shutdown();
-                0
+                Ok(0)
             })
         }
         Engine::Persistent(backend, cfg) => {
             let eng = PersistentEngine::start(backend, lane, &cfg).map_err(|e| e.to_string())?;
+            let profiled = cfg.profile > 0;
             Box::new(move || {
-                let r = eng
-                    .stats
-                    .restarts
-                    .load(std::sync::atomic::Ordering::Relaxed);
+                let stats = eng.stats.clone();
                 eng.shutdown();
-                r
+                let r = stats.restarts.load(std::sync::atomic::Ordering::Relaxed);
+                if profiled {
+                    let p = stats.profile.lock().expect("profile lock").take();
+                    check_profile(p.as_ref())?;
+                }
+                Ok(r)
             })
         }
     };
@@ -195,7 +198,7 @@ fn serve_paced(
     }
     let took = started.elapsed();
     drop(ing);
-    let restarts = stop();
+    let restarts = stop()?;
     if twice > 0 {
         return Err(format!("{twice} requests were answered twice"));
     }
@@ -263,11 +266,41 @@ fn all_engines(
     if let Some(persistent) = persistent {
         let cfg = PersistentConfig {
             slots: 64,
+            // The correctness run also runs the profile's stamping (answers must not change)
+            // and checks what it reports is coherent.
+            profile: 256,
             ..PersistentConfig::default()
         };
         v.push(Engine::Persistent(persistent()?, cfg));
     }
     Ok(v)
+}
+
+/// A profile of a run that answered good requests: some requests joined, the GPU's share of
+/// the round trip within it (the two clocks agree on durations), the SM clock plausible.
+fn check_profile(p: Option<&cohort_gpu::persistent::profile::Profile>) -> Result<(), String> {
+    let p = p.ok_or("profiled persistent run left no profile")?;
+    let get = |n: &str| {
+        p.intervals
+            .iter()
+            .find(|i| i.name == n)
+            .map(|i| i.p50_us)
+            .unwrap_or(f64::NAN)
+    };
+    let (rtt, gpu) = (get("ring_to_ring"), get("gpu_resident"));
+    let mhz = p.ingress.sm_clock_mhz;
+    let ok = p.requests > 0
+        && gpu > 0.0
+        && rtt >= gpu
+        && (300.0..4000.0).contains(&mhz)
+        && p.ingress.requests > 0;
+    if !ok {
+        return Err(format!(
+            "incoherent persistent profile: {} requests, ring_to_ring p50 {rtt} us, gpu_resident p50 {gpu} us, SM clock {mhz} MHz",
+            p.requests
+        ));
+    }
+    Ok(())
 }
 
 fn micro_payloads(rng: &mut SmallRng, spin: bool) -> Vec<Vec<u8>> {

@@ -176,7 +176,13 @@ pub fn run(a: &EngineBench) -> Result<()> {
             results.push(r);
         }
         drop(ingresses);
-        side.shutdown();
+        let profiles = side.shutdown();
+        if !profiles.is_empty() {
+            // One profile per GPU over the engine's whole run (every window above).
+            let p = serde_json::to_value(&profiles)?;
+            eprintln!("{engine} profile: {p}");
+            results.push(json!({"engine": engine, "service": a.service, "service_opt": a.service_opt, "windows": a.window, "profile": p}));
+        }
     }
     super::write_result(&a.out, serde_json::Value::Array(results))
 }

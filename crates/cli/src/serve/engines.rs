@@ -11,6 +11,7 @@ use cohort_engine::{
     Metrics, Registry, ServiceLabel,
 };
 use cohort_gpu::engine::{GpuEngine, GpuEngineConfig, Mode};
+use cohort_gpu::persistent::profile::Profile;
 use cohort_gpu::persistent::{MappedMemory, PersistentConfig, PersistentEngine};
 use cohort_mq::{Layout, RingMemory};
 use cohort_services::catalog::{self, ServiceOptions};
@@ -35,9 +36,19 @@ pub struct EngineSide {
 }
 
 impl EngineSide {
-    /// Lets every engine finish its queued work (call after the ingresses stopped).
-    pub fn shutdown(self) {
+    /// Lets every engine finish its queued work (call after the ingresses stopped); returns
+    /// the gpu-persistent lanes' profiles (those started with `profile`).
+    pub fn shutdown(self) -> Vec<Profile> {
         drop(self.ingresses);
+        let lanes: Vec<_> = self
+            .engines
+            .iter()
+            .filter_map(|e| match e {
+                Running::Persistent(v) => Some(v.iter().map(|p| p.stats.clone())),
+                _ => None,
+            })
+            .flatten()
+            .collect();
         // Last started, first stopped: persistent kernels (started last) end before another
         // engine on their GPU frees its memory, which could otherwise wait on them forever.
         for e in self.engines.into_iter().rev() {
@@ -51,6 +62,10 @@ impl EngineSide {
                 }
             }
         }
+        lanes
+            .iter()
+            .filter_map(|s| s.profile.lock().expect("profile lock").take())
+            .collect()
     }
 }
 
@@ -329,6 +344,7 @@ fn start_persistent(
         blocks: p.stages.clone(),
         batch: p.gpu_batch,
         watchdog: Duration::from_millis(p.watchdog_ms),
+        profile: p.profile,
         ..PersistentConfig::default()
     };
     let started = per_gpu(

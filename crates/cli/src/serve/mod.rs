@@ -34,7 +34,8 @@ pub struct ServeArgs {
     /// worker_cpus, max_queue, dispatch, and for gpu-persistent gpu_slots (requests in flight
     /// per GPU, 2048), stages (worker blocks per stage, knn filter:search:reduce e.g.
     /// 132:264:33; echo/spin one count), gpu_batch (tasks a worker takes at once, 1),
-    /// watchdog_ms (restart a GPU making no progress, 1000), and for hybrid
+    /// watchdog_ms (restart a GPU making no progress, 1000), profile (answers whose steps the
+    /// GPU stamps, reported at shutdown: where the time goes, 0 = off), and for hybrid
     /// latency_budget_us (expected GPU wait beyond which a cpu worker answers, 1000). A config
     /// file's [services.NAME] tables become these.
     #[arg(long)]

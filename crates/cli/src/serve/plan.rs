@@ -86,12 +86,14 @@ pub struct ServicePlan {
     pub gpu_batch: usize,
     /// gpu-persistent: restart a GPU that makes no progress for this long.
     pub watchdog_ms: u64,
+    /// gpu-persistent: answers whose steps the GPU stamps, reported at shutdown (0 = off).
+    pub profile: usize,
     /// hybrid: the expected GPU wait beyond which a request goes to a CPU worker.
     pub latency_budget_us: u64,
 }
 
 /// Keys a `[services.NAME]` table (or `--service-opt NAME.KEY=VALUE`) may set.
-pub const SERVICE_KEYS: [&str; 16] = [
+pub const SERVICE_KEYS: [&str; 17] = [
     "engine",
     "gpus",
     "max_cohort",
@@ -107,6 +109,7 @@ pub const SERVICE_KEYS: [&str; 16] = [
     "stages",
     "gpu_batch",
     "watchdog_ms",
+    "profile",
     "latency_budget_us",
 ];
 
@@ -149,6 +152,7 @@ pub fn plans(a: &ServeArgs) -> Result<Vec<ServicePlan>> {
             stages: None,
             gpu_batch: 1,
             watchdog_ms: 1000,
+            profile: 0,
             latency_budget_us: 1000,
         });
     }
@@ -208,6 +212,7 @@ fn apply(plans: &mut [ServicePlan], opt: &str) -> Result<()> {
         }
         "gpu_batch" => p.gpu_batch = num(value)? as usize,
         "watchdog_ms" => p.watchdog_ms = num(value)?,
+        "profile" => p.profile = num(value)? as usize,
         "latency_budget_us" => p.latency_budget_us = num(value)?,
         other => bail!(
             "unknown per-service key {other:?} (known: {})",
@@ -237,6 +242,11 @@ fn check(p: &ServicePlan) -> Result<()> {
     anyhow::ensure!(
         (1..=32).contains(&p.gpu_batch),
         "{}: gpu_batch must be in 1..=32",
+        p.name
+    );
+    anyhow::ensure!(
+        p.profile <= 1 << 22,
+        "{}: profile must be at most 4194304 answers",
         p.name
     );
     anyhow::ensure!(
@@ -323,6 +333,8 @@ mod tests {
         assert!(e("echo", &["echo.gpu_batch=33"]).contains("gpu_batch must be in 1..=32"));
         assert!(e("echo", &["echo.gpu_slots=0"]).contains("gpu_slots must be in"));
         assert!(e("echo", &["echo.watchdog_ms=0"]).contains("watchdog_ms must be at least 1"));
+        assert!(e("echo", &["echo.profile=99999999"]).contains("profile must be at most"));
+        assert!(e("echo", &["echo.profile=x"]).contains("profile"));
         assert!(e("echo", &["echo.latency_budget_us=0"]).contains("latency_budget_us must be"));
     }
 
@@ -335,12 +347,14 @@ mod tests {
                 "knn.gpu_slots=128",
                 "knn.gpu_batch=4",
                 "knn.watchdog_ms=50",
+                "knn.profile=1000",
             ],
         );
         let p = &plans(&a).unwrap()[0];
         assert_eq!(p.engine, EngineKind::GpuPersistent);
         assert_eq!(p.stages.as_deref(), Some(&[4, 8, 1][..]));
         assert_eq!((p.gpu_slots, p.gpu_batch, p.watchdog_ms), (128, 4, 50));
+        assert_eq!(p.profile, 1000);
     }
 
     #[test]

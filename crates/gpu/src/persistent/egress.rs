@@ -9,6 +9,7 @@
 //! fresh kernels resume from the published RX tails.
 
 use super::mapped::device_address;
+use super::profile::{self, HostStamp};
 use super::rt::{DeviceState, Geometry};
 use super::rt::{STAT_ANSWERED, STAT_NO_SLOT, STAT_POPS, STAT_TAKEN, STAT_TASKS};
 use super::{LaneStats, PersistentBackend, PersistentConfig, Prepared, Stage};
@@ -17,6 +18,7 @@ use cohort_engine::LaneEnds;
 use cohort_mq::Consumer;
 use cudarc::driver::sys::{self, CUfunction_attribute, CUresult};
 use cudarc::driver::{CudaFunction, CudaStream, LaunchConfig, PushKernelArg};
+use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -47,6 +49,9 @@ pub(super) struct Egress {
     /// From a request's arrival at ingress to its answer read from TX, in ns: the engine's own
     /// round trip (no client wake-ups), logged at shutdown.
     ring_to_ring: hdrhistogram::Histogram<u64>,
+    /// Profile: answers to log on the GPU (0 = off) and the host's stamps of the first answers.
+    profile: usize,
+    host_stamps: HashMap<(u64, u64), HostStamp>,
 }
 
 fn stream_state(s: &CudaStream) -> CUresult {
@@ -104,6 +109,7 @@ impl Egress {
             nslots: cfg.slots,
             tx_slots: cfg.tx_slots,
             batch: cfg.batch,
+            profile: cfg.profile,
             pipe_caps: prepared.pipe_caps,
         };
         let (dev, tx) = DeviceState::new(&ctx, reset, &geometry)?;
@@ -136,6 +142,10 @@ impl Egress {
             taken: 0,
             answered: 0,
             ring_to_ring: hdrhistogram::Histogram::new(3).expect("3 significant digits"),
+            profile: cfg.profile,
+            // Answers leave TX in about the order the GPU logged them: twice the log's size
+            // covers it without growing without bound.
+            host_stamps: HashMap::with_capacity(cfg.profile * 2),
         })
     }
 
@@ -258,8 +268,18 @@ impl Egress {
         while n < max {
             let answers = &mut self.lane.answers;
             let hist = &mut self.ring_to_ring;
+            let stamps = &mut self.host_stamps;
+            let keep = self.profile * 2;
             let got = self.tx.try_recv(|m| {
-                let _ = hist.record(cohort_engine::clock::now_ns().saturating_sub(m.env.arrived));
+                let now = cohort_engine::clock::now_ns();
+                let _ = hist.record(now.saturating_sub(m.env.arrived));
+                if stamps.len() < keep {
+                    let s = HostStamp {
+                        arrived: m.env.arrived,
+                        read: now,
+                    };
+                    stamps.insert((m.env.request_id, m.route), s);
+                }
                 let to = m.route as usize;
                 if to < ingresses {
                     answers.send(to, m.env, m.payload);
@@ -372,8 +392,30 @@ impl Egress {
         if let Err(e) = self.stop_kernels() {
             tracing::error!(error = %e, "gpu-persistent: kernels did not stop at shutdown");
             self.leak();
+            return;
         }
-        // Otherwise stopped: the state is freed when `self` drops.
+        // Stopped (the state is freed when `self` drops); the ingress warp flushed its clock.
+        if self.profile > 0 {
+            self.report_profile();
+        }
+    }
+
+    fn report_profile(&self) {
+        let read = self
+            .dev
+            .stats()
+            .and_then(|st| Ok((st, self.dev.profile_log()?)));
+        match read {
+            Ok((st, log)) => {
+                let p = profile::reduce(&log, &self.host_stamps, &st);
+                tracing::info!(
+                    profile = %serde_json::to_string(&p).unwrap_or_default(),
+                    "gpu-persistent profile"
+                );
+                *self.stats.profile.lock().expect("profile lock") = Some(p);
+            }
+            Err(e) => tracing::warn!(error = %e, "gpu-persistent: reading the profile failed"),
+        }
     }
 
     /// Kernels may still run (or the context is poisoned): freeing memory a running kernel

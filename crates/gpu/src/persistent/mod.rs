@@ -19,6 +19,7 @@
 
 mod egress;
 pub mod mapped;
+pub mod profile;
 pub mod rt;
 
 use crate::{GpuError, KernelSource};
@@ -79,6 +80,9 @@ pub struct PersistentConfig {
     /// is restarted.
     pub watchdog: Duration,
     pub tx_slots: usize,
+    /// Answers whose steps are stamped on the GPU and reported at shutdown (0: off; stamping
+    /// reads the GPU clock several times per request).
+    pub profile: usize,
 }
 
 impl Default for PersistentConfig {
@@ -89,6 +93,7 @@ impl Default for PersistentConfig {
             batch: 1,
             watchdog: Duration::from_secs(1),
             tx_slots: 8192,
+            profile: 0,
         }
     }
 }
@@ -99,6 +104,8 @@ pub struct LaneStats {
     pub answered: AtomicU64,
     pub restarts: AtomicU64,
     pub faults: AtomicU64,
+    /// Where the time went (with `PersistentConfig::profile`), set at shutdown.
+    pub profile: std::sync::Mutex<Option<profile::Profile>>,
 }
 
 /// One GPU's persistent kernels and their egress thread.

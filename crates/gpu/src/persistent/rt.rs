@@ -44,6 +44,9 @@ pub struct RtArgs {
     pub payload_cap: u64,
     pub stats: u64,
     pub batch: u64,
+    pub prof: u64,
+    pub prof_log: u64,
+    pub prof_cap: u64,
     pub free_slots: PipeArgs,
     pub pipes: [PipeArgs; PIPES],
 }
@@ -68,7 +71,19 @@ pub const STAT_ANSWERED: usize = 1;
 pub const STAT_NO_SLOT: usize = 2;
 pub const STAT_TASKS: usize = 3;
 pub const STAT_POPS: usize = 4;
-const STATS: usize = 8;
+/// Profile records claimed (those past the log's capacity are dropped).
+pub const STAT_PROF_N: usize = 5;
+/// The ingress warp's cycles by phase (profile only), `P_STAT_CYC_*` in order, then the
+/// count of ring visits that took requests.
+pub const STAT_CYC_FIRST: usize = 8;
+pub const STAT_VISITS: usize = 15;
+/// The warp's lifetime in SM cycles and in %globaltimer ns.
+pub const STAT_CLK_CYC: usize = 16;
+pub const STAT_CLK_NS: usize = 17;
+pub const STATS: usize = 24;
+/// u64 stamps per slot (`P_PROF_STAMPS`) and per log record (`P_PROF_REC`).
+pub const PROF_STAMPS: usize = 8;
+pub const PROF_REC: usize = 10;
 /// TX slots hold answers up to 2000 bytes (k-NN: 4 + 8 k for k <= 128 is 1028).
 pub const TX_STRIDE: usize = 2048;
 
@@ -117,6 +132,8 @@ pub struct Geometry {
     pub nslots: usize,
     pub tx_slots: usize,
     pub batch: usize,
+    /// Requests whose stage stamps are logged (0: no profile).
+    pub profile: usize,
     /// Capacity of each gpipe (the service's bound on tasks in flight).
     pub pipe_caps: [usize; PIPES],
 }
@@ -128,6 +145,8 @@ pub struct DeviceState {
     _slots: CudaSlice<u8>,
     _payloads: CudaSlice<u8>,
     stats: CudaSlice<u64>,
+    _prof: CudaSlice<u64>,
+    prof_log: CudaSlice<u64>,
     /// [0] the TX reservation counter, [1] the device copy of the stop flag.
     _tx_head: CudaSlice<u32>,
     _pipes: Vec<Pipe>,
@@ -157,6 +176,10 @@ impl DeviceState {
         let payloads = s.alloc_zeros::<u8>(g.nslots * payload_cap)?;
         let stats = s.alloc_zeros::<u64>(STATS)?;
         let tx_head = s.alloc_zeros::<u32>(2)?;
+        // Zero-sized buffers are not allocated: one element keeps the addresses valid.
+        let prof_slots = if g.profile > 0 { g.nslots } else { 0 };
+        let prof = s.alloc_zeros::<u64>((prof_slots * PROF_STAMPS).max(1))?;
+        let prof_log = s.alloc_zeros::<u64>((g.profile * PROF_REC).max(1))?;
         let free = Pipe::new(&s, g.nslots)?;
         let pipes: Vec<Pipe> = g
             .pipe_caps
@@ -181,6 +204,9 @@ impl DeviceState {
             payload_cap: payload_cap as u64,
             stats: addr(&stats, &s),
             batch: g.batch.clamp(1, 32) as u64,
+            prof: addr(&prof, &s),
+            prof_log: addr(&prof_log, &s),
+            prof_cap: g.profile as u64,
             free_slots: free.args(&s),
             pipes: [pipes[0].args(&s), pipes[1].args(&s), pipes[2].args(&s)],
         };
@@ -193,6 +219,8 @@ impl DeviceState {
             _slots: slots,
             _payloads: payloads,
             stats,
+            _prof: prof,
+            prof_log,
             _tx_head: tx_head,
             _pipes: all,
             reset,
@@ -235,5 +263,11 @@ impl DeviceState {
         let mut out = [0; STATS];
         out.copy_from_slice(&v);
         Ok(out)
+    }
+
+    /// The profile log: `PROF_REC` u64 per answered request, the first `profile` answered
+    /// (read after the kernels stopped).
+    pub fn profile_log(&self) -> Result<Vec<u64>, GpuError> {
+        Ok(self.stream.clone_dtoh(&self.prof_log)?)
     }
 }
