@@ -1,5 +1,6 @@
-// k-NN on the persistent engine: the ingress warp validates a request and widens its vector
-// into the slot's query row (service_accept), then three kinds of worker blocks run the same
+// k-NN on the persistent engine: the ingress warp moves a request into its slot, then three
+// kinds of worker blocks (the filter first validates it and widens its vector into the slot's
+// query row: knn_check) run the same
 // stage functions as the per-pair kernels of knn.cu (compiled before this file), so answers
 // are those of the CPU twins:
 //   pipes[0] filter tasks {slot}        -> filter_one, fans out nprobe search tasks
@@ -28,9 +29,15 @@ struct SvcArgs {
 
 #define KNN_HEAD 12
 
+// The ingress warp only moves requests: k-NN's checks and widening run in the filter blocks
+// (hundreds of them in parallel) - measured: on the one ingress warp they were the largest part
+// of its time per request (scripts/persistent-profile.sh).
+__device__ bool service_accept(const PRt&, const SvcArgs&, unsigned int) { return true; }
+
 // The checks of parse_head + vector_into + check_shape (crates/services/src/knn), in their
-// order; messages name the rule, the CPU's also give the numbers.
-__device__ bool service_accept(const PRt& rt, const SvcArgs& a, unsigned int s) {
+// order; messages name the rule, the CPU's also give the numbers. Block-cooperative; a bad
+// request is answered (and its slot freed) here.
+__device__ bool knn_check(const PRt& rt, const SvcArgs& a, unsigned int s) {
     PSlot* sl = p_slot(rt, s);
     const unsigned char* p = p_payload(rt, s);
     unsigned int len = sl->h.len;
@@ -74,7 +81,7 @@ __device__ bool service_accept(const PRt& rt, const SvcArgs& a, unsigned int s) 
         sl->a = k;
         sl->b = nprobe;
     }
-    // The ingress queues the slot on pipes[0] (filter), with the rest of its run.
+    __syncthreads();  // k and nprobe visible to the whole block
     return true;
 }
 
@@ -86,6 +93,7 @@ extern "C" __global__ void knn_p_filter(PRt rt, SvcArgs a) {
     while ((got = worker_next(rt, rt.pipes[0], tasks, b)) > 0) {
         for (unsigned int i = 0; i < got; ++i) {
             unsigned int s = tasks[i].x;
+            if (!knn_check(rt, a, s)) continue;
             PSlot* sl = p_slot(rt, s);
             unsigned int nprobe = sl->b;
             unsigned* probes = (unsigned*)a.probes + (unsigned long long)s * a.max_probe;

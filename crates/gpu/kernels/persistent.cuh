@@ -40,7 +40,7 @@ struct PRt {
     unsigned long long tx;         // mapped TX ring base
     unsigned long long tx_slots;
     unsigned long long tx_stride;
-    unsigned long long tx_head;    // device u32: next TX position to reserve
+    unsigned long long tx_head;    // device u32[3]: next TX position to reserve, (stop), host tail seen
     unsigned long long slots;      // device PSlot[nslots]
     unsigned long long nslots;
     unsigned long long payloads;   // device bytes[nslots * payload_cap]: request payloads
@@ -104,6 +104,11 @@ __device__ __forceinline__ unsigned int ld_relaxed_sys(const unsigned int* p) {
     asm volatile("ld.relaxed.sys.global.u32 %0, [%1];" : "=r"(v) : "l"(p) : "memory");
     return v;
 }
+__device__ __forceinline__ unsigned long long ld_relaxed_sys64(const unsigned long long* p) {
+    unsigned long long v;
+    asm volatile("ld.relaxed.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
+    return v;
+}
 __device__ __forceinline__ void fence_acquire_sys() { asm volatile("fence.acq_rel.sys;" ::: "memory"); }
 __device__ __forceinline__ void st_relaxed_sys(unsigned int* p, unsigned int v) {
     asm volatile("st.relaxed.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
@@ -118,6 +123,9 @@ __device__ __forceinline__ unsigned int ld_acquire_gpu(const unsigned int* p) {
 }
 __device__ __forceinline__ void st_release_gpu(unsigned int* p, unsigned int v) {
     asm volatile("st.release.gpu.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
+}
+__device__ __forceinline__ void st_relaxed_gpu(unsigned int* p, unsigned int v) {
+    asm volatile("st.relaxed.gpu.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
 }
 __device__ __forceinline__ unsigned int ld_relaxed_gpu(const unsigned int* p) {
     unsigned int v;
@@ -151,13 +159,15 @@ __device__ __forceinline__ void p_stamp(const PRt& rt, unsigned int slot, int wh
     if (rt.prof_cap) ((unsigned long long*)rt.prof)[(unsigned long long)slot * P_PROF_STAMPS + which] = global_ns();
 }
 
-// Idle back-off: doubling sleeps up to ~2 us, reset whenever work shows up.
+// Idle back-off: doubling sleeps up to `cap` ns (workers ~1 us: hundreds of blocks polling
+// device memory; the one ingress warp 256 ns: each of its sleeps is added to a request's
+// round trip), reset whenever work shows up.
 struct Backoff {
-    unsigned int ns;
-    __device__ Backoff() : ns(0) {}
+    unsigned int ns, cap;
+    __device__ Backoff(unsigned int cap_ns = 1024) : ns(0), cap(cap_ns) {}
     __device__ void reset() { ns = 0; }
     __device__ void idle() {
-        ns = ns == 0 ? 32 : min(ns * 2, 2048u);
+        ns = ns == 0 ? 32 : min(ns * 2, cap);
         __nanosleep(ns);
     }
 };
@@ -199,6 +209,33 @@ __device__ void pipe_push_run(const PPipe& p, const unsigned int* slots, unsigne
         st_release_gpu(seq, e + 1);
     }
     __syncthreads();
+}
+
+// The whole warp (the ingress) claims up to `max` (<= 32) tasks and reads their .x into
+// `out`: one CAS for the run, then each lane waits for, reads and releases one element, so the
+// run costs one chain of L2 round trips instead of one per element.
+__device__ unsigned int pipe_pop_warp(const PPipe& p, unsigned int* out, unsigned int max) {
+    unsigned int lane = threadIdx.x & 31, cap = (unsigned int)p.cap;
+    unsigned int t = 0, n = 0;
+    if (lane == 0) {
+        while (true) {
+            t = ld_relaxed_gpu(pipe_tail(p));
+            unsigned int h = ld_relaxed_gpu(pipe_head(p));
+            if ((int)(h - t) <= 0) { n = 0; break; }
+            n = min(h - t, max);
+            if (atomicCAS(pipe_tail(p), t, t + n) == t) break;
+        }
+    }
+    t = __shfl_sync(0xffffffffu, t, 0);
+    n = __shfl_sync(0xffffffffu, n, 0);
+    if (lane < n) {
+        unsigned int* seq = (unsigned int*)p.seq + ((t + lane) & (cap - 1));
+        while (ld_acquire_gpu(seq) != t + lane + 1) __nanosleep(32);
+        out[lane] = ((volatile uint4*)p.items + ((t + lane) & (cap - 1)))->x;
+        st_release_gpu(seq, t + lane + cap);
+    }
+    __syncwarp();
+    return n;
 }
 
 // One thread claims up to `max` tasks into `out`; returns how many (0: none waiting).
@@ -249,11 +286,20 @@ __device__ unsigned char* tx_begin(const PRt& rt, unsigned int* pos) {
     __syncthreads();
     if (threadIdx.x == 0) {
         unsigned int p = atomicAdd((unsigned int*)rt.tx_head, 1u);
-        const unsigned int* tail = (const unsigned int*)((unsigned char*)rt.tx + COHORT_MQ_TAIL_OFFSET);
-        Backoff b;
-        // The egress thread keeps draining, also while kernels stop: this always ends. (The
-        // slot is written only after this load returned: no fence needed.)
-        while (p - ld_relaxed_sys(tail) >= (unsigned int)rt.tx_slots) b.idle();
+        // The host's tail is read over the bus only when the copy in device memory (a value
+        // read from it earlier, so never ahead of it) does not already show the slot free:
+        // one bus round trip per answer saved while the host keeps up.
+        unsigned int* seen = (unsigned int*)rt.tx_head + 2;
+        if (p - ld_relaxed_gpu(seen) >= (unsigned int)rt.tx_slots) {
+            const unsigned int* tail = (const unsigned int*)((unsigned char*)rt.tx + COHORT_MQ_TAIL_OFFSET);
+            Backoff b;
+            unsigned int t;
+            // The egress thread keeps draining, also while kernels stop: this always ends.
+            // (The slot is written only after this load returned: no fence needed.)
+            while (p - (t = ld_relaxed_sys(tail)) >= (unsigned int)rt.tx_slots) b.idle();
+            // Racing blocks may store an older tail: that only costs a later bus read.
+            st_relaxed_gpu(seen, t);
+        }
         s_pos = p;
         if (rt.prof_cap) p_tx_begun = global_ns();
     }

@@ -14,34 +14,71 @@ __device__ __forceinline__ unsigned char* rx_slot(unsigned long long base, const
            (unsigned long long)(pos & (rt.rx_slots - 1)) * rt.rx_stride;
 }
 
-// Copies a run of `n` messages starting at position p0 of ring `base` into slots `sl`.
-// Loads are issued four at a time per lane so that several bus reads are in flight.
+#define P_COPY_INFLIGHT 16  // 16-byte loads per lane in flight: a 16-message k-NN run in ~2 bus round trips
+
+// 16-byte chunks of an RX slot to copy for a payload of `len` bytes: the header and the payload
+// rounded up, at most the service's rx_copy (longer or spilled requests are refused later
+// from the header alone).
+__device__ __forceinline__ unsigned int rx_chunks(const PRt& rt, unsigned int len) {
+    unsigned int per = (unsigned int)rt.rx_copy / 16;
+    unsigned int need = COHORT_MQ_SLOT_HEADER_BYTES / 16 + (min(len, (unsigned int)rt.payload_cap) + 15) / 16;
+    return min(need, per);
+}
+
+// The message of chunk `c` in a run whose message m holds chunks off[m] .. off[m+1].
+__device__ __forceinline__ unsigned int msg_of(const unsigned int* off, unsigned int n, unsigned int c) {
+    unsigned int lo = 0, hi = n;
+    while (hi - lo > 1) {
+        unsigned int mid = (lo + hi) / 2;
+        if (off[mid] <= c) lo = mid; else hi = mid;
+    }
+    return lo;
+}
+
+// Copies chunks [off[m], off[m+1]) of each message m < n of the run at position p0 of ring
+// `base` into slots `sl` (chunk j of a message is its j-th 16 bytes). Every lane keeps
+// P_COPY_INFLIGHT loads in flight: the copy costs bus round trips, not bandwidth.
 __device__ void rx_copy_run(const PRt& rt, unsigned long long base, unsigned int p0, unsigned int n,
-                            const unsigned int* sl) {
-    unsigned int per = (unsigned int)rt.rx_copy / 16;  // 16-byte chunks per message
+                            const unsigned int* sl, const unsigned int* off, const unsigned int* first) {
     unsigned int hdr = COHORT_MQ_SLOT_HEADER_BYTES / 16;
-    unsigned int total = n * per;
-    for (unsigned int c0 = threadIdx.x; c0 < total; c0 += 4 * 32) {
-        uint4 v[4];
+    unsigned int total = off[n];
+    for (unsigned int c0 = threadIdx.x; c0 < total; c0 += P_COPY_INFLIGHT * 32) {
+        uint4 v[P_COPY_INFLIGHT];
+        unsigned int mj[P_COPY_INFLIGHT];
 #pragma unroll
-        for (int u = 0; u < 4; ++u) {
+        for (int u = 0; u < P_COPY_INFLIGHT; ++u) {
             unsigned int c = c0 + u * 32;
             if (c < total) {
-                const volatile uint4* src = (const volatile uint4*)rx_slot(base, rt, p0 + c / per) + c % per;
+                unsigned int m = msg_of(off, n, c), j = first[m] + c - off[m];
+                mj[u] = m << 16 | j;
+                const volatile uint4* src = (const volatile uint4*)rx_slot(base, rt, p0 + m) + j;
                 v[u] = make_uint4(src->x, src->y, src->z, src->w);
             }
         }
 #pragma unroll
-        for (int u = 0; u < 4; ++u) {
+        for (int u = 0; u < P_COPY_INFLIGHT; ++u) {
             unsigned int c = c0 + u * 32;
             if (c < total) {
-                unsigned int m = c / per, j = c % per;
+                unsigned int m = mj[u] >> 16, j = mj[u] & 0xffffu;
                 uint4* dst = j < hdr ? (uint4*)&p_slot(rt, sl[m])->h + j
                                      : (uint4*)p_payload(rt, sl[m]) + (j - hdr);
                 *dst = v[u];
             }
         }
     }
+}
+
+// Exclusive prefix sum of lane values into off[0..=n] (lanes < n contribute `v`).
+__device__ __forceinline__ void run_offsets(unsigned int* off, unsigned int n, unsigned int v) {
+    unsigned int lane = threadIdx.x & 31;
+    unsigned int x = lane < n ? v : 0;
+    for (unsigned int d = 1; d < 32; d <<= 1) {
+        unsigned int y = __shfl_up_sync(0xffffffffu, x, d);
+        if (lane >= d) x += y;
+    }
+    if (lane < n) off[lane + 1] = x;
+    if (lane == 0) off[0] = 0;
+    __syncwarp();
 }
 
 // The ingress warp's phase clock (profile only): lane 0 charges the cycles since the last mark
@@ -77,7 +114,9 @@ extern "C" __global__ void cohort_ingress(PRt rt, SvcArgs svc) {
     __shared__ unsigned int run[P_MAX_RX];
     __shared__ unsigned int taken[P_TAKE];
     __shared__ unsigned int accepted[P_TAKE];
-    __shared__ unsigned int s_got;
+    __shared__ unsigned int plen[32];          // len each lane's poll saw beside the seq
+    __shared__ unsigned int off[P_TAKE + 1];   // chunk offsets of a run's messages
+    __shared__ unsigned int first[P_TAKE];     // first chunk to copy of each message
     const unsigned long long* rx = (const unsigned long long*)rt.rx;
     unsigned int nrx = (unsigned int)rt.nrx;
     unsigned int lane = threadIdx.x;
@@ -89,7 +128,7 @@ extern "C" __global__ void cohort_ingress(PRt rt, SvcArgs svc) {
     // (up to 32 rings; more are visited 32 at a time, one position each).
     unsigned int group = nrx < 32 ? nrx : 32;
     unsigned int depth = min(32u / group, (unsigned int)P_TAKE);
-    Backoff b;
+    Backoff b(256);
     PhaseClock clk(rt);
     unsigned int loops = 0;
     while (true) {
@@ -103,9 +142,15 @@ extern "C" __global__ void cohort_ingress(PRt rt, SvcArgs svc) {
         bool any = false;
         for (unsigned int r0 = 0; r0 < nrx; r0 += group) {
             clk.mark(P_STAT_CYC_IDLE);  // what ran since the last mark found nothing
-            unsigned int r = r0 + lane % group, off = lane / group;
-            bool ready = off < depth && r < nrx &&
-                         ld_relaxed_sys((const unsigned int*)rx_slot(rx[r], rt, pos[r] + off)) == pos[r] + off + 1;
+            unsigned int r = r0 + lane % group, at = lane / group;
+            // seq and len share one aligned 8-byte word: one load sees both (len is only a
+            // hint for how much to copy; the copied header is checked below).
+            bool ready = false;
+            if (at < depth && r < nrx) {
+                unsigned long long w = ld_relaxed_sys64((const unsigned long long*)rx_slot(rx[r], rt, pos[r] + at));
+                ready = (unsigned int)w == pos[r] + at + 1;
+                plen[lane] = (unsigned int)(w >> 32);
+            }
             unsigned int mask = __ballot_sync(0xffffffffu, ready);
             if (mask == 0) continue;
             unsigned long long seen_ns = rt.prof_cap ? global_ns() : 0;
@@ -125,20 +170,32 @@ extern "C" __global__ void cohort_ingress(PRt rt, SvcArgs svc) {
                 unsigned int rr = r0 + g;
                 unsigned long long base = rx[rr];
                 unsigned int p0 = pos[rr];
-                if (lane == 0) {
-                    uint4 t[P_TAKE];
-                    unsigned int got = pipe_pop(rt.free_slots, t, want);
-                    for (unsigned int i = 0; i < got; ++i) taken[i] = t[i].x;
-                    if (got == 0) p_count(rt, P_STAT_NO_SLOT, 1);
-                    s_got = got;
-                }
-                __syncthreads();
+                unsigned int got = pipe_pop_warp(rt.free_slots, taken, want);
                 clk.mark(P_STAT_CYC_SLOTS);
-                unsigned int got = s_got;
-                if (got == 0) continue;
+                if (got == 0) {
+                    if (lane == 0) p_count(rt, P_STAT_NO_SLOT, 1);
+                    continue;
+                }
                 any = true;
-                rx_copy_run(rt, base, p0, got, taken);
+                // Each message's header and the payload its polled len asks for.
+                unsigned int need = lane < got ? rx_chunks(rt, plen[g + lane * group]) : 0;
+                if (lane < got) first[lane] = 0;
+                run_offsets(off, got, need);
+                rx_copy_run(rt, base, p0, got, taken, off, first);
                 __syncthreads();
+                // The copied header (read after the acquire fence) is the truth: should the
+                // polled len have been stale, copy what it left out.
+                unsigned int more = 0;
+                if (lane < got) {
+                    unsigned int real = rx_chunks(rt, p_slot(rt, taken[lane])->h.len);
+                    more = real > need ? real - need : 0;
+                    first[lane] = need;
+                }
+                if (__any_sync(0xffffffffu, more > 0)) {
+                    run_offsets(off, got, more);
+                    rx_copy_run(rt, base, p0, got, taken, off, first);
+                    __syncthreads();
+                }
                 clk.mark(P_STAT_CYC_COPY);
                 if (lane == 0) {
                     pos[rr] = p0 + got;

@@ -147,7 +147,8 @@ pub struct DeviceState {
     stats: CudaSlice<u64>,
     _prof: CudaSlice<u64>,
     prof_log: CudaSlice<u64>,
-    /// [0] the TX reservation counter, [1] the device copy of the stop flag.
+    /// [0] the TX reservation counter, [1] the device copy of the stop flag, [2] the host's
+    /// TX tail as last read by the GPU (kept across restarts, like [0]: never ahead of it).
     _tx_head: CudaSlice<u32>,
     _pipes: Vec<Pipe>,
     reset: CudaFunction,
@@ -175,7 +176,7 @@ impl DeviceState {
         let slots = s.alloc_zeros::<u8>(g.nslots * SLOT_BYTES)?;
         let payloads = s.alloc_zeros::<u8>(g.nslots * payload_cap)?;
         let stats = s.alloc_zeros::<u64>(STATS)?;
-        let tx_head = s.alloc_zeros::<u32>(2)?;
+        let tx_head = s.alloc_zeros::<u32>(4)?;
         // Zero-sized buffers are not allocated: one element keeps the addresses valid.
         let prof_slots = if g.profile > 0 { g.nslots } else { 0 };
         let prof = s.alloc_zeros::<u64>((prof_slots * PROF_STAMPS).max(1))?;
