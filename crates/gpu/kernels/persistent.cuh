@@ -9,7 +9,8 @@
 // TX tail, the GPU publishes RX tail and TX seq); the several GPU producers of the TX ring
 // reserve positions with an atomic on a counter in device memory and each writes its own slot.
 // Ordering across the bus: system-scope release stores and acquire loads, payloads read with
-// volatile loads (a stale L1 line must never be served for host memory).
+// system-scope relaxed loads after an acquire fence (a stale L1 line must never be served for
+// host memory).
 //
 // A request lives in a *slot* (device memory) from the moment the ingress warp takes it off
 // its RX ring until its answer is committed to TX: the slot is reserved before the request is
@@ -109,6 +110,17 @@ __device__ __forceinline__ unsigned long long ld_relaxed_sys64(const unsigned lo
     asm volatile("ld.relaxed.sys.global.u64 %0, [%1];" : "=l"(v) : "l"(p) : "memory");
     return v;
 }
+// One 16-byte load of host memory, coherent at system scope (never a stale L1 line). Measured:
+// four volatile 32-bit loads per chunk (the first version) kept too few reads in flight - the
+// ingress copied at one chunk per bus round trip (scripts/persistent-profile.sh). No "memory"
+// clobber: a run's loads may all issue before the first returns (asm volatile keeps them after
+// the acquire fence that precedes them).
+__device__ __forceinline__ uint4 ld_relaxed_sys_v4(const void* p) {
+    uint4 v;
+    asm volatile("ld.relaxed.sys.global.v4.u32 {%0, %1, %2, %3}, [%4];"
+                 : "=r"(v.x), "=r"(v.y), "=r"(v.z), "=r"(v.w) : "l"(p));
+    return v;
+}
 __device__ __forceinline__ void fence_acquire_sys() { asm volatile("fence.acq_rel.sys;" ::: "memory"); }
 __device__ __forceinline__ void st_relaxed_sys(unsigned int* p, unsigned int v) {
     asm volatile("st.relaxed.sys.global.u32 [%0], %1;" ::"l"(p), "r"(v) : "memory");
@@ -159,12 +171,12 @@ __device__ __forceinline__ void p_stamp(const PRt& rt, unsigned int slot, int wh
     if (rt.prof_cap) ((unsigned long long*)rt.prof)[(unsigned long long)slot * P_PROF_STAMPS + which] = global_ns();
 }
 
-// Idle back-off: doubling sleeps up to `cap` ns (workers ~1 us: hundreds of blocks polling
+// Idle back-off: doubling sleeps up to `cap` ns (workers 512 ns: hundreds of blocks polling
 // device memory; the one ingress warp 256 ns: each of its sleeps is added to a request's
 // round trip), reset whenever work shows up.
 struct Backoff {
     unsigned int ns, cap;
-    __device__ Backoff(unsigned int cap_ns = 1024) : ns(0), cap(cap_ns) {}
+    __device__ Backoff(unsigned int cap_ns = 512) : ns(0), cap(cap_ns) {}
     __device__ void reset() { ns = 0; }
     __device__ void idle() {
         ns = ns == 0 ? 32 : min(ns * 2, cap);

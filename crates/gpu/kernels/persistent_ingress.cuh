@@ -51,8 +51,7 @@ __device__ void rx_copy_run(const PRt& rt, unsigned long long base, unsigned int
             if (c < total) {
                 unsigned int m = msg_of(off, n, c), j = first[m] + c - off[m];
                 mj[u] = m << 16 | j;
-                const volatile uint4* src = (const volatile uint4*)rx_slot(base, rt, p0 + m) + j;
-                v[u] = make_uint4(src->x, src->y, src->z, src->w);
+                v[u] = ld_relaxed_sys_v4((const uint4*)rx_slot(base, rt, p0 + m) + j);
             }
         }
 #pragma unroll
@@ -117,6 +116,10 @@ extern "C" __global__ void cohort_ingress(PRt rt, SvcArgs svc) {
     __shared__ unsigned int plen[32];          // len each lane's poll saw beside the seq
     __shared__ unsigned int off[P_TAKE + 1];   // chunk offsets of a run's messages
     __shared__ unsigned int first[P_TAKE];     // first chunk to copy of each message
+    // Free slots popped ahead (refilled while fewer than a run's worth are cached, so a
+    // request arriving at an idle engine does not wait for the free-slot pop).
+    __shared__ unsigned int cache[P_TAKE + 32];
+    unsigned int ncache = 0;  // the same in every lane
     const unsigned long long* rx = (const unsigned long long*)rt.rx;
     unsigned int nrx = (unsigned int)rt.nrx;
     unsigned int lane = threadIdx.x;
@@ -140,6 +143,10 @@ extern "C" __global__ void cohort_ingress(PRt rt, SvcArgs svc) {
             }
         }
         bool any = false;
+        if (ncache < P_TAKE) {
+            ncache += pipe_pop_warp(rt.free_slots, cache + ncache, 32);
+            clk.mark(P_STAT_CYC_SLOTS);
+        }
         for (unsigned int r0 = 0; r0 < nrx; r0 += group) {
             clk.mark(P_STAT_CYC_IDLE);  // what ran since the last mark found nothing
             unsigned int r = r0 + lane % group, at = lane / group;
@@ -170,8 +177,14 @@ extern "C" __global__ void cohort_ingress(PRt rt, SvcArgs svc) {
                 unsigned int rr = r0 + g;
                 unsigned long long base = rx[rr];
                 unsigned int p0 = pos[rr];
-                unsigned int got = pipe_pop_warp(rt.free_slots, taken, want);
-                clk.mark(P_STAT_CYC_SLOTS);
+                if (ncache < want) {
+                    ncache += pipe_pop_warp(rt.free_slots, cache + ncache, 32);
+                    clk.mark(P_STAT_CYC_SLOTS);
+                }
+                unsigned int got = min(want, ncache);
+                if (lane < got) taken[lane] = cache[ncache - got + lane];
+                ncache -= got;
+                __syncwarp();
                 if (got == 0) {
                     if (lane == 0) p_count(rt, P_STAT_NO_SLOT, 1);
                     continue;
