@@ -68,7 +68,7 @@ engine_rates() {
         cpu) echo 5k,10k,20k,40k ;;
         gpu-direct) echo 10k,20k,40k,60k ;;
         gpu-cohort) echo 50k,150k,300k,500k,700k ;;
-        gpu-persistent) echo 50k,100k,200k,300k,500k,700k ;;
+        gpu-persistent) echo ${P_RATES:-50k,100k,200k,300k,500k,700k} ;;
     esac
 }
 if [[ $PART == *served* ]]; then
