@@ -9,14 +9,19 @@ use std::time::Duration;
 
 #[test]
 fn five_times_capacity_for_ten_seconds_keeps_every_promise() {
-    // One worker spinning 400 us per request: capacity about 2500/s. Offer 12500/s.
+    // One worker spinning 2 ms per request: capacity about 500/s. Offer 2500/s. Long requests
+    // at a low rate keep the generator asleep between sends: CI has two cores and the worker
+    // fills one, so a generator spinning for 80 us gaps (12.5K/s) starved the server's I/O
+    // threads and the measured p99 was the scheduler's (80-145 ms), not the server's. The
+    // queue bound (16 x 2 ms) admits nothing that cannot finish in 34 ms, inside the 50 ms
+    // deadline, so the margin left is for the machine, not for the server.
     let mut s = Served::start(&[
         "--service",
         "spin",
         "--workers",
         "1",
         "--max-queue",
-        "32",
+        "16",
         "--worker-spin-us",
         "0",
     ]);
@@ -24,7 +29,7 @@ fn five_times_capacity_for_ten_seconds_keeps_every_promise() {
     let cfg = LoadConfig {
         target: Target::Tcp(s.tcp.unwrap()),
         mode: Mode::Open {
-            rate: 12_500.0,
+            rate: 2_500.0,
             poisson: true,
         },
         duration: Duration::from_secs(10),
@@ -37,7 +42,7 @@ fn five_times_capacity_for_ten_seconds_keeps_every_promise() {
     let r = cohort_load::run(
         &cfg,
         Arc::new(SpinWorkload {
-            spin_us: 400,
+            spin_us: 2_000,
             payload_bytes: 8,
         }),
     )
@@ -49,7 +54,7 @@ fn five_times_capacity_for_ten_seconds_keeps_every_promise() {
         refused > r.sent / 2,
         "most of a 5x overload must be refused: {r:#?}"
     );
-    assert!(r.ok > 10_000, "the server kept serving at capacity: {r:#?}");
+    assert!(r.ok > 2_000, "the server kept serving at capacity: {r:#?}");
     let unexpected: u64 = r
         .errors
         .iter()
