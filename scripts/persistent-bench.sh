@@ -10,15 +10,18 @@
 #          taskset to cores 0..N-1, the generator a separate process on cores 8-15, Poisson.
 #  noisy:  Centaur Fig. 10 / Lynx: one server core; a CPU-hungry program on cores 1-7, then on
 #          the server's own core; the neighbour's own rate alone and beside the server.
+#  stages: k-NN's filter:search:reduce block ratio (STAGES="132:264:33 ..."), window 1024; each
+#          run bounded by `timeout` (a start that cannot place its blocks must fail, not hang).
+# BIN picks the binary (default dist/cohort).
 set -uo pipefail
 OUT=${OUT:-bench/results}; TAG=${TAG:-h200}; mkdir -p "$OUT"
 nv=$(python3 -c "import nvidia, os; print(os.path.join(nvidia.__path__[0], 'cu13', 'lib'))" 2>/dev/null)
 export LD_LIBRARY_PATH="${nv}:${LD_LIBRARY_PATH:-}" CUDA_MODULE_LOADING=EAGER
 D=${DATA:-/tmp/sift-like-1m}; NL=4096; IX=$D/ivf$NL.index
 PART=${PART:-engine}
-B=dist/cohort
+B=${BIN:-dist/cohort}
 t0=$(date +%s)
-if [[ $PART == *engine* || $PART == *served* || $PART == *noisy* ]]; then
+if [[ $PART == *engine* || $PART == *served* || $PART == *noisy* || $PART == *stages* ]]; then
     [ -f $D/groundtruth.ivecs ] || $B data synth --n 1000000 --dim 128 --queries 1000 --out $D --log-level warn
     [ -f $IX ] || $B index build --base $D/base.fvecs --nlist $NL --out $IX --log-level warn
     echo "data and index: $(( $(date +%s) - t0 )) s"
@@ -35,6 +38,16 @@ if [[ $PART == *engine* ]]; then
     $B bench engine --service echo --engines gpu-persistent,gpu-direct,cpu --window 1,64 --drivers 1 --duration 2 \
         --out "$OUT/persistent-engine-echo-$TAG.json" --log-level info 2>&1 | tee /tmp/echo.log | short
     grep ring-to-ring /tmp/echo.log | tee "$OUT/persistent-ring-to-ring-$TAG.log"
+fi
+if [[ $PART == *stages* ]]; then
+    for r in ${STAGES:-132:264:33 264:264:33 66:264:33 132:132:33 132:396:33 264:528:66}; do
+        timeout 90 $B bench engine --data $D --nlist $NL --nprobe 16 --k 10 --engines gpu-persistent \
+            --service-opt knn.stages=$r --window 1024 --duration 2 --drivers 4 \
+            --out "$OUT/persistent-stages-${r//:/-}-$TAG.json" --log-level warn > /tmp/stages.log 2>&1
+        rc=$?
+        short < /tmp/stages.log; grep -v '^{' /tmp/stages.log | tail -n 3
+        echo "stages $r: exit $rc"
+    done
 fi
 if [[ $PART == *engine* && ${LYNX:-1} = 1 ]]; then
     echo "[" > /tmp/lynx.json

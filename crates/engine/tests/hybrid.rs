@@ -112,7 +112,10 @@ fn below_its_capacity_the_batching_lane_takes_everything() {
     let _one = common::serial();
     let mut r = rig(20_000);
     let share = drive(&mut r, 400, 2_000.0);
-    assert!(share > 0.97, "batching lane ran {share:.3} of the requests");
+    // Alone on a quiet machine it runs > 0.97; with a compiler sharing the 2-core CI machine
+    // it was measured at 0.83 (the lane's thread, delayed, looks late to the dispatcher).
+    // A dispatcher that splits work regardless of capacity sends about half away.
+    assert!(share > 0.75, "batching lane ran {share:.3} of the requests");
     finish(r);
 }
 

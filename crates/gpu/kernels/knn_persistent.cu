@@ -86,6 +86,7 @@ __device__ bool knn_check(const PRt& rt, const SvcArgs& a, unsigned int s) {
 }
 
 extern "C" __global__ void knn_p_filter(PRt rt, SvcArgs a) {
+    p_block_started(rt);
     __shared__ uint4 tasks[P_MAX_BATCH];
     Backoff b;
     float* scratch = (float*)a.scratch + (unsigned long long)blockIdx.x * a.nlist;
@@ -111,6 +112,7 @@ extern "C" __global__ void knn_p_filter(PRt rt, SvcArgs a) {
 
 template <typename T>
 __device__ void search_worker(const PRt& rt, const SvcArgs& a) {
+    p_block_started(rt);
     __shared__ uint4 tasks[P_MAX_BATCH];
     Backoff b;
     unsigned int got;
@@ -140,6 +142,7 @@ extern "C" __global__ void knn_p_search_u8(PRt rt, SvcArgs a) { search_worker<un
 
 // Dynamic shared memory: GPU_MAX_CANDIDATES * 8 bytes.
 extern "C" __global__ void knn_p_reduce(PRt rt, SvcArgs a) {
+    p_block_started(rt);
     extern __shared__ unsigned char smem[];
     __shared__ uint4 tasks[P_MAX_BATCH];
     __shared__ unsigned best_i[MAX_K];

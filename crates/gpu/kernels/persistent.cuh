@@ -19,7 +19,6 @@
 // create. Kernels stop at a task boundary when the host raises the stop flag.
 
 #define P_MAX_RX 64
-#define P_PIPES 3
 
 // Every field is 64 bits, so the host mirror (`RtArgs` in crates/gpu/src/persistent/rt.rs)
 // has the same layout with no padding rules to get wrong.
@@ -55,35 +54,8 @@ struct PRt {
     PPipe pipes[P_PIPES];          // between stages; the service decides what flows where
 };
 
-// Counters the host reads after a run (device memory).
-#define P_STAT_TAKEN 0      // requests taken off RX rings
-#define P_STAT_ANSWERED 1   // answers committed to TX
-#define P_STAT_NO_SLOT 2    // ingress passes that found a request but no free slot
-#define P_STAT_TASKS 3      // tasks popped by workers
-#define P_STAT_POPS 4       // pops that returned at least one task
-#define P_STAT_PROF_N 5     // profile records claimed (may exceed prof_cap: those are dropped)
-// The ingress warp's time by phase (SM cycles, profile only; one writer: the warp's lane 0).
-#define P_STAT_CYC_IDLE 8      // polls that found nothing, back-off sleeps included
-#define P_STAT_CYC_HIT 9       // polls that found requests, and the acquire fence after them
-#define P_STAT_CYC_SLOTS 10    // free-slot pops
-#define P_STAT_CYC_COPY 11     // copying requests over the bus into slots
-#define P_STAT_CYC_PUBLISH 12  // publishing the RX tail, routes
-#define P_STAT_CYC_ACCEPT 13   // the service's checks (service_accept)
-#define P_STAT_CYC_PUSH 14     // handing the run to the first stage's gpipe
-#define P_STAT_VISITS 15       // ring visits that took requests
-#define P_STAT_CLK_CYC 16      // the warp's lifetime in cycles ...
-#define P_STAT_CLK_NS 17       // ... and in %globaltimer ns (their ratio is the SM clock)
-#define P_STATS 24
-
-// Per-slot stamps (%globaltimer ns) while profiling; copied to the log when answered.
-#define P_PROF_SEEN 0       // the ingress poll that saw the request in its RX ring
-#define P_PROF_COPIED 1     // copied into the slot, RX tail published
-#define P_PROF_QUEUED 2     // checked and pushed to the first stage's gpipe
-#define P_PROF_FIRST_POP 3  // a worker of the first stage took it
-#define P_PROF_LAST_POP 4   // the last worker pop before the answer (k-NN: the reducer)
-#define P_PROF_STAMPS 8
-// A log record: request_id, route, the five stamps, TX reserved, committed.
-#define P_PROF_REC 10
+// Counter indices (P_STAT_*, P_STATS) and profile stamps (P_PROF_*) are defined once, in
+// crates/gpu/src/persistent/rt.rs, and prepended to this file as #defines.
 
 struct PSlot {
     cohort_mq_slot_header h;  // the request's header (seq unused, route = origin RX ring)
@@ -156,6 +128,13 @@ __device__ __forceinline__ bool p_stopping(const PRt& rt) {
 
 __device__ __forceinline__ void p_count(const PRt& rt, int which, unsigned long long n) {
     atomicAdd((unsigned long long*)rt.stats + which, n);
+}
+
+// First thing every persistent kernel does, once per block: the host counts started blocks
+// after a launch and refuses to run with fewer than it launched (a block that never becomes
+// resident would leave its stage, and the requests routed to it, waiting forever).
+__device__ __forceinline__ void p_block_started(const PRt& rt) {
+    if (threadIdx.x == 0) p_count(rt, P_STAT_STARTED, 1);
 }
 
 __device__ __forceinline__ unsigned long long global_ns() {

@@ -87,28 +87,30 @@ struct PhaseClock {
     bool on;
     long long last, start;
     unsigned long long start_ns;
-    unsigned long long cyc[P_STATS];
+    // Indexed by P_STAT_* - P_STAT_CYC_IDLE: the phases, then the visit count.
+    unsigned long long cyc[P_STAT_VISITS - P_STAT_CYC_IDLE + 1];
     __device__ PhaseClock(const PRt& rt) : on(rt.prof_cap != 0 && threadIdx.x == 0) {
-        for (int i = 0; i < P_STATS; ++i) cyc[i] = 0;
+        for (int i = 0; i <= P_STAT_VISITS - P_STAT_CYC_IDLE; ++i) cyc[i] = 0;
         last = start = clock64();
         start_ns = global_ns();
     }
     __device__ __forceinline__ void mark(int phase) {
         if (!on) return;
         long long now = clock64();
-        cyc[phase] += (unsigned long long)(now - last);
+        cyc[phase - P_STAT_CYC_IDLE] += (unsigned long long)(now - last);
         last = now;
     }
     __device__ void flush(const PRt& rt) {
         if (!on) return;
         unsigned long long* st = (unsigned long long*)rt.stats;
-        for (int i = P_STAT_CYC_IDLE; i <= P_STAT_VISITS; ++i) st[i] = cyc[i];
+        for (int i = P_STAT_CYC_IDLE; i <= P_STAT_VISITS; ++i) st[i] = cyc[i - P_STAT_CYC_IDLE];
         st[P_STAT_CLK_CYC] = (unsigned long long)(clock64() - start);
         st[P_STAT_CLK_NS] = global_ns() - start_ns;
     }
 };
 
 extern "C" __global__ void cohort_ingress(PRt rt, SvcArgs svc) {
+    p_block_started(rt);
     __shared__ unsigned int pos[P_MAX_RX];
     __shared__ unsigned int run[P_MAX_RX];
     __shared__ unsigned int taken[P_TAKE];
@@ -245,7 +247,7 @@ extern "C" __global__ void cohort_ingress(PRt rt, SvcArgs svc) {
                 if (lane < nacc) p_stamp(rt, accepted[lane], P_PROF_QUEUED);
                 pipe_push_run(rt.pipes[0], accepted, nacc);
                 clk.mark(P_STAT_CYC_PUSH);
-                if (clk.on) clk.cyc[P_STAT_VISITS] += 1;
+                if (clk.on) clk.cyc[P_STAT_VISITS - P_STAT_CYC_IDLE] += 1;
             }
         }
         if (any) b.reset(); else b.idle();

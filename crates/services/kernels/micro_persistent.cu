@@ -25,6 +25,7 @@ __device__ bool service_accept(const PRt& rt, const SvcArgs& a, unsigned int s) 
 }
 
 extern "C" __global__ void micro_p_worker(PRt rt, SvcArgs a) {
+    p_block_started(rt);
     __shared__ uint4 tasks[P_MAX_BATCH];
     __shared__ int s_stop;
     Backoff b;

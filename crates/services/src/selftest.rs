@@ -14,7 +14,9 @@ use cohort_engine::{
 };
 use cohort_gpu::engine::{GpuBackend, GpuEngine, GpuEngineConfig, Mode};
 use cohort_gpu::knn::{GpuIvf, Precision};
-use cohort_gpu::persistent::{MappedMemory, PersistentBackend, PersistentConfig, PersistentEngine};
+use cohort_gpu::persistent::{
+    stage_capacity, MappedMemory, PersistentBackend, PersistentConfig, PersistentEngine,
+};
 use cohort_gpu::selftest::same_neighbors;
 use cohort_gpu::{probe, DeviceInfo};
 use cohort_knn::kmeans::KMeansConfig;
@@ -393,9 +395,8 @@ pub fn run(seed: u64, with_persistent: bool) -> Result<Vec<String>, String> {
         s.took
     ));
     if with_persistent {
-        lines.push(watchdog_restarts_a_stalled_gpu(&service, &|| {
-            (e.persistent.expect("persistent"))(&opts, dev)
-        })?);
+        let make = || (e.persistent.expect("persistent"))(&opts, dev);
+        lines.push(watchdog_restarts_a_stalled_gpu(&service, &make)?);
     }
     // knn on a fresh random index, f32 and f16.
     let (n, dim, nlist) = (6000, 48, 64);
@@ -432,7 +433,68 @@ pub fn run(seed: u64, with_persistent: bool) -> Result<Vec<String>, String> {
         &payloads,
         neighbours,
     )?);
+    if with_persistent {
+        // The first 300 requests are well-formed (every answer must be a result).
+        lines.push(unpackable_stage_ratio_serves_or_refuses(
+            &service,
+            &persistent,
+            &payloads[..60],
+        )?);
+    }
     Ok(lines)
+}
+
+/// A k-NN stage ratio whose blocks pass the occupancy sum (each kernel's share of the GPU
+/// adds up to less than all of it) but need not fit together on the SMs: filter half its
+/// room, search 40%, reduce a sixteenth - 264:264:33 on an H200, where the filter and search
+/// blocks fill every SM's registers and no reducer finds a place. Before the started-block
+/// count this launched and hung for good. Now the start must either serve every request or
+/// be refused, with the reason, within seconds.
+fn unpackable_stage_ratio_serves_or_refuses(
+    service: &Arc<dyn Service>,
+    make: &dyn Fn() -> Result<Arc<dyn PersistentBackend>, String>,
+    payloads: &[Vec<u8>],
+) -> Result<String, String> {
+    let backend = make()?;
+    let stages = backend
+        .prepare(64, DEFAULT_STRIDE, None)
+        .map_err(|e| e.to_string())?
+        .stages;
+    let room = stages
+        .iter()
+        .map(|st| stage_capacity(&*backend, st).map_err(|e| e.to_string()))
+        .collect::<Result<Vec<_>, _>>()?;
+    let [f, s, r] = room[..] else {
+        return Err(format!("k-NN has three stages, got {}", room.len()));
+    };
+    let blocks = vec![(f / 2).max(1), (s * 2 / 5).max(1), (r / 16).max(1)];
+    let cfg = PersistentConfig {
+        slots: 64,
+        blocks: Some(blocks.clone()),
+        ..PersistentConfig::default()
+    };
+    let t = Instant::now();
+    let served = serve(Engine::Persistent(backend, cfg), service, payloads);
+    let took = t.elapsed();
+    match served {
+        Ok(sv) => {
+            if let Some((i, e)) = sv
+                .answers
+                .iter()
+                .enumerate()
+                .find_map(|(i, a)| a.as_ref().err().map(|e| (i, e)))
+            {
+                return Err(format!("stages {blocks:?}: request {i} answered {e:?}"));
+            }
+            Ok(format!("gpu-persistent k-NN stages {blocks:?} (of {room:?}): resident together, served all {}", payloads.len()))
+        }
+        Err(e) if e.contains("became resident") && took < Duration::from_secs(10) => Ok(format!(
+            "gpu-persistent k-NN stages {blocks:?} (of {room:?}): refused in {took:.1?}: {e}"
+        )),
+        Err(e) => Err(format!(
+            "stages {blocks:?}: failed otherwise than expected after {took:?}: {e}"
+        )),
+    }
 }
 
 /// The watchdog, provoked: spin requests of 100 ms on every worker against a 30 ms watchdog

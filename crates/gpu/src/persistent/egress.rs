@@ -27,6 +27,9 @@ use std::time::{Duration, Instant};
 const STOP_TIMEOUT: Duration = Duration::from_secs(5);
 /// How long shutdown keeps serving what is queued.
 const DRAIN_TIMEOUT: Duration = Duration::from_secs(2);
+/// How long the blocks of a launch may take to become resident. They start within
+/// microseconds on a GPU with room for them; the wait covers other work finishing first.
+const RESIDENT_TIMEOUT: Duration = Duration::from_secs(2);
 /// How long an idle egress thread polls before it parks.
 const IDLE_SPIN: Duration = Duration::from_micros(50);
 
@@ -92,14 +95,7 @@ impl Egress {
         };
         let mut kernels = Vec::new();
         for st in std::iter::once(ingress).chain(prepared.stages.iter().cloned()) {
-            let f = module.load_function(st.kernel)?;
-            if st.dyn_smem > 0 {
-                f.set_attribute(
-                    CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
-                    st.dyn_smem as i32,
-                )?;
-            }
-            kernels.push((f, st));
+            kernels.push((load_stage(&module, &st)?, st));
         }
         check_resident(&ctx, &kernels)?;
         let geometry = Geometry {
@@ -127,7 +123,7 @@ impl Egress {
             rings = n,
             "gpu-persistent kernels planned"
         );
-        Ok(Egress {
+        let e = Egress {
             backend,
             lane,
             tx,
@@ -146,10 +142,22 @@ impl Egress {
             // Answers leave TX in about the order the GPU logged them: twice the log's size
             // covers it without growing without bound.
             host_stamps: HashMap::with_capacity(cfg.profile * 2),
-        })
+        };
+        // Launched here, not on the egress thread: a launch that cannot run is the engine's
+        // start failing, with the reason, not a lane that dies later.
+        if let Err(err) = e.launch() {
+            tracing::error!(error = %err, "gpu-persistent: launch failed; stopping what started");
+            e.abandon();
+            return Err(err);
+        }
+        Ok(e)
     }
 
+    /// Launches every persistent kernel and waits until all their blocks run: one that never
+    /// becomes resident (the GPU shared with other kernels, stage counts too high for the
+    /// blocks to fit together) would leave its share of the work waiting forever.
     fn launch(&self) -> Result<(), GpuError> {
+        let before = self.dev.started_blocks()?;
         // Workers first: the ingress warp then never hands work to a stage not yet running.
         for ((f, st), s) in self.kernels.iter().zip(&self.streams).rev() {
             let cfg = LaunchConfig {
@@ -162,7 +170,52 @@ impl Egress {
             // SAFETY: every persistent kernel takes (PRt, SvcArgs) by value.
             unsafe { b.launch(cfg) }?;
         }
-        Ok(())
+        let want: u64 = self.kernels.iter().map(|(_, st)| st.blocks as u64).sum();
+        tracing::info!(
+            blocks = want,
+            "gpu-persistent: launched; waiting for every block to start"
+        );
+        let until = Instant::now() + RESIDENT_TIMEOUT;
+        loop {
+            let started = self.dev.started_blocks()? - before;
+            if started >= want {
+                assert_eq!(started, want, "each block counts itself once");
+                tracing::info!(blocks = want, "gpu-persistent: every block resident");
+                return Ok(());
+            }
+            self.kernels_running()?;
+            if Instant::now() > until {
+                return Err(GpuError::Invalid(format!(
+                    "only {started} of the {want} persistent blocks became resident within {:?} ({}): \
+                     the GPU is shared with other long-running kernels, or the stages need more \
+                     of it than fits at once; lower the stage block counts",
+                    RESIDENT_TIMEOUT,
+                    self.stage_list()
+                )));
+            }
+            std::thread::sleep(Duration::from_micros(100));
+        }
+    }
+
+    fn stage_list(&self) -> String {
+        self.kernels
+            .iter()
+            .map(|(_, st)| format!("{} x{}", st.kernel, st.blocks))
+            .collect::<Vec<_>>()
+            .join(", ")
+    }
+
+    /// After a launch that failed: stops what runs. Freeing the state while blocks still wait
+    /// to start would hand them freed memory, so unless every kernel ended it is leaked.
+    fn abandon(mut self) {
+        // Blocks that never started wait for room other kernels hold: no use waiting long.
+        match self.stop_kernels(Duration::from_millis(200)) {
+            Ok(()) => {}
+            Err(e) => {
+                tracing::error!(error = %e, "gpu-persistent: kernels of a failed launch did not stop; their state is leaked");
+                self.leak();
+            }
+        }
     }
 
     pub(super) fn run(mut self) {
@@ -170,11 +223,6 @@ impl Egress {
         self.lane.bell.bind_current();
         if let Err(e) = self.backend.context().bind_to_thread() {
             tracing::error!(error = %e, "gpu-persistent: binding the context failed");
-            return;
-        }
-        if let Err(e) = self.launch() {
-            tracing::error!(error = %e, "gpu-persistent: launching the kernels failed");
-            self.leak();
             return;
         }
         let mut last_progress = Instant::now();
@@ -315,9 +363,9 @@ impl Egress {
     }
 
     /// Raises the stop flag and waits (draining TX) until every kernel has returned.
-    fn stop_kernels(&mut self) -> Result<(), GpuError> {
-        self.dev.set_stop(true);
-        let until = Instant::now() + STOP_TIMEOUT;
+    fn stop_kernels(&mut self, within: Duration) -> Result<(), GpuError> {
+        self.dev.set_stop(true)?;
+        let until = Instant::now() + within;
         loop {
             self.drain(usize::MAX);
             let mut running = false;
@@ -350,7 +398,7 @@ impl Egress {
             watchdog_ms = self.watchdog.as_millis() as u64,
             "gpu-persistent: no progress; restarting the kernels"
         );
-        self.stop_kernels()?;
+        self.stop_kernels(STOP_TIMEOUT)?;
         // What the GPU still held is lost: the ingresses answer it INTERNAL.
         self.lane.announce_restart();
         self.answered = self.taken;
@@ -389,7 +437,7 @@ impl Egress {
                 std::thread::yield_now();
             }
         }
-        if let Err(e) = self.stop_kernels() {
+        if let Err(e) = self.stop_kernels(STOP_TIMEOUT) {
             tracing::error!(error = %e, "gpu-persistent: kernels did not stop at shutdown");
             self.leak();
             return;
@@ -418,11 +466,11 @@ impl Egress {
         }
     }
 
-    /// Kernels may still run (or the context is poisoned): freeing memory a running kernel
-    /// uses could block forever, so the lane's GPU state is leaked instead.
+    /// Kernels may still run or wait to start (or the context is poisoned): freeing memory or
+    /// unloading the module they use could block forever or fault, so everything the lane
+    /// holds on the GPU (state, streams, the service's buffers and module) is leaked instead.
     fn leak(self) {
-        let Egress { dev, .. } = self;
-        std::mem::forget(dev);
+        std::mem::forget(self);
     }
 }
 
@@ -431,31 +479,63 @@ fn is_waiting(ring: &Consumer) -> bool {
     ring.is_written(ring.published_tail())
 }
 
+/// A stage's kernel, with the launch attributes every persistent kernel shares.
+pub(super) fn load_stage(
+    module: &Arc<cudarc::driver::CudaModule>,
+    st: &Stage,
+) -> Result<CudaFunction, GpuError> {
+    let f = module.load_function(st.kernel)?;
+    // One shared-memory carveout for every persistent kernel: an SM configured for one
+    // kernel's carveout cannot take blocks of a kernel that asks for another until it drains -
+    // which persistent blocks never do - so mixed preferences can leave blocks with nowhere
+    // to run although the occupancy sums say they fit.
+    f.set_attribute(
+        CUfunction_attribute::CU_FUNC_ATTRIBUTE_PREFERRED_SHARED_MEMORY_CARVEOUT,
+        100,
+    )?;
+    if st.dyn_smem > 0 {
+        f.set_attribute(
+            CUfunction_attribute::CU_FUNC_ATTRIBUTE_MAX_DYNAMIC_SHARED_SIZE_BYTES,
+            st.dyn_smem as i32,
+        )?;
+    }
+    Ok(f)
+}
+
+/// How many blocks of `st` the whole GPU holds at once (nothing else running).
+pub(super) fn capacity(
+    ctx: &Arc<cudarc::driver::CudaContext>,
+    f: &CudaFunction,
+    st: &Stage,
+) -> Result<usize, GpuError> {
+    let sms =
+        ctx.attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)? as usize;
+    let per_sm =
+        f.occupancy_max_active_blocks_per_multiprocessor(st.threads, st.dyn_smem as usize, None)?;
+    Ok(per_sm as usize * sms)
+}
+
 /// Checks that every persistent block can be resident at once (a block waiting for an SM
 /// that a never-ending block holds would wait forever): the fractions of the GPU each
-/// kernel's blocks need must sum to at most one.
+/// kernel's blocks need must sum to at most one. Necessary, not sufficient (blocks of
+/// several kernels share SMs by several resources at once): the launch itself then counts
+/// the blocks that started.
 fn check_resident(
     ctx: &Arc<cudarc::driver::CudaContext>,
     kernels: &[(CudaFunction, Stage)],
 ) -> Result<(), GpuError> {
-    let sms =
-        ctx.attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)? as f64;
     let mut used = 0.0;
     let mut parts = Vec::new();
     for (f, st) in kernels {
-        let per_sm = f.occupancy_max_active_blocks_per_multiprocessor(
-            st.threads,
-            st.dyn_smem as usize,
-            None,
-        )?;
-        if per_sm == 0 {
+        let cap = capacity(ctx, f, st)?;
+        if cap == 0 {
             return Err(GpuError::Invalid(format!(
                 "{} cannot run at all",
                 st.kernel
             )));
         }
-        used += st.blocks as f64 / (per_sm as f64 * sms);
-        parts.push(format!("{} {} blocks ({per_sm}/SM)", st.kernel, st.blocks));
+        used += st.blocks as f64 / cap as f64;
+        parts.push(format!("{} {} blocks (of {cap})", st.kernel, st.blocks));
     }
     if used > 1.0 {
         return Err(GpuError::Invalid(format!(

@@ -155,6 +155,13 @@ impl Drop for PersistentEngine {
     }
 }
 
+/// How many blocks of `stage` the backend's GPU holds at once (nothing else running): the
+/// unit of `PersistentConfig::blocks` sizing.
+pub fn stage_capacity(backend: &dyn PersistentBackend, stage: &Stage) -> Result<usize, GpuError> {
+    let f = egress::load_stage(backend.module(), stage)?;
+    egress::capacity(backend.context(), &f, stage)
+}
+
 /// A service's persistent module source: the shared constants, the mqueue layout, the
 /// k-NN stage functions when `with_knn`, the runtime, the service's file, the ingress warp.
 pub fn persistent_source(
@@ -177,8 +184,9 @@ pub fn persistent_source(
         String::new()
     };
     let source = format!(
-        "{}{mq}\n{knn}{}{service}{}",
+        "{}{}{mq}\n{knn}{}{service}{}",
         crate::consts::cuda_prelude(),
+        rt::cuda_defines(),
         include_str!("../../kernels/persistent.cuh"),
         include_str!("../../kernels/persistent_ingress.cuh"),
     );

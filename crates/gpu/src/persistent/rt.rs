@@ -62,10 +62,16 @@ pub struct SvcArgs(pub [u64; 16]);
 // SAFETY: plain integers, passed by value.
 unsafe impl DeviceRepr for SvcArgs {}
 
+// The constants below are the runtime's single definition: the kernels receive them as
+// `#define`s (`cuda_defines`, prepended by `persistent_source`), never a copy of their own.
+
+/// Gpipes between stages (`P_PIPES`).
 pub const PIPES: usize = 3;
 /// sizeof(PSlot) in persistent.cuh: the 48-byte header and four u32.
 pub const SLOT_BYTES: usize = 64;
-/// Counter indices of `P_STAT_*`.
+/// Counter indices (`P_STAT_*`): requests taken off RX rings, answers committed to TX, ingress
+/// passes that found a request but no free slot, tasks popped by workers, pops that returned
+/// at least one task.
 pub const STAT_TAKEN: usize = 0;
 pub const STAT_ANSWERED: usize = 1;
 pub const STAT_NO_SLOT: usize = 2;
@@ -73,17 +79,85 @@ pub const STAT_TASKS: usize = 3;
 pub const STAT_POPS: usize = 4;
 /// Profile records claimed (those past the log's capacity are dropped).
 pub const STAT_PROF_N: usize = 5;
-/// The ingress warp's cycles by phase (profile only), `P_STAT_CYC_*` in order, then the
-/// count of ring visits that took requests.
-pub const STAT_CYC_FIRST: usize = 8;
+/// Blocks of the persistent kernels that have started (cumulative over launches): the host
+/// checks after each launch that every block it launched is running.
+pub const STAT_STARTED: usize = 6;
+/// The ingress warp's SM cycles by phase (profile only; one writer, the warp's lane 0):
+/// idle polls and back-off, polls that found requests (+ the acquire fence), free-slot pops,
+/// copying over the bus, publishing the RX tail, the service's checks, the first gpipe push.
+pub const STAT_CYC_IDLE: usize = 8;
+pub const STAT_CYC_HIT: usize = 9;
+pub const STAT_CYC_SLOTS: usize = 10;
+pub const STAT_CYC_COPY: usize = 11;
+pub const STAT_CYC_PUBLISH: usize = 12;
+pub const STAT_CYC_ACCEPT: usize = 13;
+pub const STAT_CYC_PUSH: usize = 14;
+pub const STAT_CYC_FIRST: usize = STAT_CYC_IDLE;
+/// Ring visits that took requests.
 pub const STAT_VISITS: usize = 15;
-/// The warp's lifetime in SM cycles and in %globaltimer ns.
+/// The warp's lifetime in SM cycles and in %globaltimer ns (their ratio is the SM clock).
 pub const STAT_CLK_CYC: usize = 16;
 pub const STAT_CLK_NS: usize = 17;
 pub const STATS: usize = 24;
-/// u64 stamps per slot (`P_PROF_STAMPS`) and per log record (`P_PROF_REC`).
+/// Per-slot stamps while profiling (%globaltimer ns): the ingress poll saw the request, it was
+/// copied (RX tail published), checked and queued, a first-stage worker popped it, the last
+/// worker pop before the answer.
+pub const PROF_SEEN: usize = 0;
+pub const PROF_COPIED: usize = 1;
+pub const PROF_QUEUED: usize = 2;
+pub const PROF_FIRST_POP: usize = 3;
+pub const PROF_LAST_POP: usize = 4;
+/// u64 stamps per slot, and per log record (request_id, route, the five stamps, TX reserved,
+/// committed).
 pub const PROF_STAMPS: usize = 8;
 pub const PROF_REC: usize = 10;
+
+// The phase counters sit between the plain counters and the clock, inside STATS; the stamps
+// inside a slot's stamp row.
+const _: () = {
+    assert!(STAT_STARTED < STAT_CYC_FIRST && STAT_CYC_PUSH < STAT_VISITS);
+    assert!(STAT_VISITS < STAT_CLK_CYC && STAT_CLK_NS < STATS);
+    assert!(PROF_LAST_POP < PROF_STAMPS && PROF_STAMPS < PROF_REC);
+};
+
+/// The `#define`s of the constants above, for the kernels.
+pub fn cuda_defines() -> String {
+    let defs: [(&str, usize); 24] = [
+        ("P_PIPES", PIPES),
+        ("P_STAT_TAKEN", STAT_TAKEN),
+        ("P_STAT_ANSWERED", STAT_ANSWERED),
+        ("P_STAT_NO_SLOT", STAT_NO_SLOT),
+        ("P_STAT_TASKS", STAT_TASKS),
+        ("P_STAT_POPS", STAT_POPS),
+        ("P_STAT_PROF_N", STAT_PROF_N),
+        ("P_STAT_STARTED", STAT_STARTED),
+        ("P_STAT_CYC_IDLE", STAT_CYC_IDLE),
+        ("P_STAT_CYC_HIT", STAT_CYC_HIT),
+        ("P_STAT_CYC_SLOTS", STAT_CYC_SLOTS),
+        ("P_STAT_CYC_COPY", STAT_CYC_COPY),
+        ("P_STAT_CYC_PUBLISH", STAT_CYC_PUBLISH),
+        ("P_STAT_CYC_ACCEPT", STAT_CYC_ACCEPT),
+        ("P_STAT_CYC_PUSH", STAT_CYC_PUSH),
+        ("P_STAT_VISITS", STAT_VISITS),
+        ("P_STAT_CLK_CYC", STAT_CLK_CYC),
+        ("P_STAT_CLK_NS", STAT_CLK_NS),
+        ("P_STATS", STATS),
+        ("P_PROF_SEEN", PROF_SEEN),
+        ("P_PROF_COPIED", PROF_COPIED),
+        ("P_PROF_QUEUED", PROF_QUEUED),
+        ("P_PROF_FIRST_POP", PROF_FIRST_POP),
+        ("P_PROF_LAST_POP", PROF_LAST_POP),
+    ];
+    let mut s = String::from("// Generated from crates/gpu/src/persistent/rt.rs.\n");
+    for (name, v) in defs
+        .into_iter()
+        .chain([("P_PROF_STAMPS", PROF_STAMPS), ("P_PROF_REC", PROF_REC)])
+    {
+        s.push_str(&format!("#define {name} {v}\n"));
+    }
+    s
+}
+
 /// TX slots hold answers up to 2000 bytes (k-NN: 4 + 8 k for k <= 128 is 1028).
 pub const TX_STRIDE: usize = 2048;
 
@@ -234,7 +308,7 @@ impl DeviceState {
     /// Every slot free, every gpipe empty, the stop flag down (kernels must not be running).
     /// The TX reservation counter is kept: it continues where the host's reading stands.
     pub fn reset(&self) -> Result<(), GpuError> {
-        self.set_stop(false);
+        self.set_stop(false)?;
         let cfg = LaunchConfig {
             grid_dim: (256, 1, 1),
             block_dim: (256, 1, 1),
@@ -248,14 +322,40 @@ impl DeviceState {
         Ok(())
     }
 
-    /// Raises or lowers the flag every kernel polls.
-    pub fn set_stop(&self, on: bool) {
+    /// Raises or lowers the host's stop flag (mapped memory; the ingress warp polls it). A raised
+    /// flag is also written into the device copy the workers poll, so workers stop even when
+    /// the ingress warp is not running (a block that never became resident, a stuck warp).
+    pub fn set_stop(&self, on: bool) -> Result<(), GpuError> {
         // SAFETY: the flag is 4 aligned bytes of mapped memory owned by self; the GPU only
         // reads it (system-scope acquire loads).
         unsafe {
             let p = self.stop.host_ptr() as *const std::sync::atomic::AtomicU32;
             (*p).store(on as u32, std::sync::atomic::Ordering::Release);
         }
+        if on {
+            // A copy, not a memset: a memset is a kernel, and with every SM held by persistent
+            // blocks it would never run (measured: 1900 worker blocks, the stop never landed).
+            // The copy engine needs no SM.
+            let one: u32 = 1;
+            // SAFETY: dev_stop is one u32 inside `_tx_head`, owned by self; `one` outlives the
+            // copy (the stream is synchronized before returning).
+            let r = unsafe {
+                cudarc::driver::sys::cuMemcpyHtoDAsync_v2(
+                    self.args.dev_stop,
+                    &one as *const u32 as *const std::ffi::c_void,
+                    4,
+                    self.stream.cu_stream(),
+                )
+            };
+            r.result()?;
+            self.stream.synchronize()?;
+        }
+        Ok(())
+    }
+
+    /// Blocks of persistent kernels started since the state was created (`STAT_STARTED`).
+    pub fn started_blocks(&self) -> Result<u64, GpuError> {
+        Ok(self.stats()?[STAT_STARTED])
     }
 
     /// The device counters (`STAT_*`), read with a copy on the runtime's own stream.
@@ -270,5 +370,41 @@ impl DeviceState {
     /// (read after the kernels stopped).
     pub fn profile_log(&self) -> Result<Vec<u64>, GpuError> {
         Ok(self.stream.clone_dtoh(&self.prof_log)?)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn kernels_get_the_runtime_constants_from_here_only() {
+        let defs = cuda_defines();
+        assert!(defs.contains(&format!("#define P_STAT_STARTED {STAT_STARTED}\n")));
+        assert!(defs.contains(&format!("#define P_PROF_REC {PROF_REC}\n")));
+        for (file, text) in [
+            (
+                "persistent.cuh",
+                include_str!("../../kernels/persistent.cuh"),
+            ),
+            (
+                "persistent_ingress.cuh",
+                include_str!("../../kernels/persistent_ingress.cuh"),
+            ),
+            (
+                "knn_persistent.cu",
+                include_str!("../../kernels/knn_persistent.cu"),
+            ),
+        ] {
+            for line in text.lines() {
+                let l = line.trim_start();
+                assert!(
+                    !(l.starts_with("#define P_STAT")
+                        || l.starts_with("#define P_PROF")
+                        || l.starts_with("#define P_PIPES")),
+                    "{file} defines its own copy: {line}"
+                );
+            }
+        }
     }
 }
