@@ -1,0 +1,118 @@
+//! Irregular gathers (BFS / SSSP over a CSR graph): a CTA walks 256 vertices' edge lists
+//! (sequential) and reads each neighbour's distance (a line per edge, anywhere in memory:
+//! half the neighbours within a community of 64K vertices, half uniform), writing the
+//! distances that improve. No placement makes these local: the paper's worst-scaling class.
+
+use super::{Access, Kernel, Workload};
+use rand::rngs::SmallRng;
+use rand::{Rng, SeedableRng};
+
+const LINE: u64 = 128;
+const VERTS_PER_CTA: u64 = 256;
+const DEGREE: u64 = 8;
+const COMMUNITY: u64 = 1 << 16;
+
+struct Relax {
+    vertices: u64,
+    row_ptr: u64,
+    cols: u64,
+    /// Edge weights (SSSP), read beside the columns.
+    weights: Option<u64>,
+    dist: u64,
+    /// Share of vertices in this kernel's frontier, per mille (the rest are skipped).
+    frontier_permille: u64,
+    seed: u64,
+}
+
+impl Kernel for Relax {
+    fn ctas(&self) -> usize {
+        self.vertices.div_ceil(VERTS_PER_CTA) as usize
+    }
+    fn compute_per_access(&self) -> f64 {
+        0.5
+    }
+    fn accesses(&self, cta: usize, out: &mut Vec<Access>) {
+        let mut rng =
+            SmallRng::seed_from_u64(self.seed ^ (cta as u64).wrapping_mul(0x9e37_79b9_7f4a_7c15));
+        let v0 = cta as u64 * VERTS_PER_CTA;
+        let v1 = (v0 + VERTS_PER_CTA).min(self.vertices);
+        // Row pointers and the frontier flags of the CTA's vertices: sequential lines.
+        for l in (v0 * 4 / LINE)..=((v1 - 1) * 4 / LINE) {
+            out.push(Access::read(self.row_ptr + l * LINE));
+        }
+        for v in v0..v1 {
+            if rng.gen_range(0..1000) >= self.frontier_permille {
+                continue;
+            }
+            let e0 = v * DEGREE;
+            // The vertex's 8 columns (32 bytes) share a line with its neighbours' in the list.
+            if e0 * 4 % LINE == 0 || v == v0 {
+                out.push(Access::read(self.cols + e0 * 4 / LINE * LINE));
+                if let Some(w) = self.weights {
+                    out.push(Access::read(w + e0 * 4 / LINE * LINE));
+                }
+            }
+            for _ in 0..DEGREE {
+                let u = if rng.gen_bool(0.5) {
+                    let c = v / COMMUNITY * COMMUNITY;
+                    (c + rng.gen_range(0..COMMUNITY)).min(self.vertices - 1)
+                } else {
+                    rng.gen_range(0..self.vertices)
+                };
+                out.push(Access::read(self.dist + u * 4 / LINE * LINE));
+                if rng.gen_range(0..8) == 0 {
+                    out.push(Access::write(self.dist + u * 4 / LINE * LINE));
+                }
+            }
+        }
+    }
+}
+
+fn graph(name: &str, footprint: u64, seed: u64, sssp: bool) -> Workload {
+    // Bytes per vertex: row pointer 4 + distance 4 + columns 32 (+ weights 32).
+    let per_vertex = if sssp { 72 } else { 40 };
+    let vertices = (footprint / per_vertex).max(VERTS_PER_CTA);
+    let row_ptr = 0;
+    let dist = vertices * 4;
+    let cols = dist + vertices * 4;
+    let weights = sssp.then_some(cols + vertices * DEGREE * 4);
+    let end = cols + vertices * DEGREE * 4 * if sssp { 2 } else { 1 };
+    // Frontiers of a BFS from one source grow then shrink; SSSP sweeps more of the graph.
+    let frontiers: &[u64] = if sssp {
+        &[300, 600, 600, 300]
+    } else {
+        &[50, 400, 500, 50]
+    };
+    let mut kernels: Vec<Box<dyn Kernel>> = vec![
+        // Set-up: the graph arrays written by a full-width loader kernel.
+        Box::new(super::stream_init::Fill {
+            base: 0,
+            lines: end / LINE,
+        }),
+    ];
+    for (i, &f) in frontiers.iter().enumerate() {
+        kernels.push(Box::new(Relax {
+            vertices,
+            row_ptr,
+            cols,
+            weights,
+            dist,
+            frontier_permille: f,
+            seed: seed.wrapping_add(i as u64),
+        }));
+    }
+    Workload {
+        name: name.into(),
+        class: "irregular",
+        footprint: end,
+        kernels,
+    }
+}
+
+pub fn bfs(name: &str, footprint: u64, seed: u64) -> Workload {
+    graph(name, footprint, seed, false)
+}
+
+pub fn sssp(name: &str, footprint: u64, seed: u64) -> Workload {
+    graph(name, footprint, seed, true)
+}

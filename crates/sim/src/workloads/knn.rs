@@ -1,0 +1,153 @@
+//! Cohort's own k-NN search as a trace: a real IVF index (cohort-knn, SIFT-like synthetic
+//! vectors, k-means coarse quantizer) and real probes (the coarse quantizer's filter on real
+//! queries) turned into the address streams of the GPU engine's three kernels: filter (every
+//! query reads all centroids), search (a CTA per (query, probe) scans the probed cell's rows,
+//! contiguous in the cell-major vector array), reduce (a CTA per query merges its partials).
+
+use super::{Access, Kernel, Workload};
+use cohort_knn::ivf::stages::filter;
+use cohort_knn::kmeans::KMeansConfig;
+use cohort_knn::synth::{Model, SynthConfig};
+use cohort_knn::{IvfIndex, Metric};
+
+const LINE: u64 = 128;
+
+struct Layout {
+    dim: u64,
+    centroids: u64,
+    nlist: u64,
+    vectors: u64,
+    queries: u64,
+    partials: u64,
+    /// Rows [start, end) of each cell.
+    cells: Vec<(u64, u64)>,
+    /// Per query, its probed cells.
+    probes: Vec<Vec<u32>>,
+}
+
+impl Layout {
+    fn row_bytes(&self) -> u64 {
+        self.dim * 4
+    }
+    fn lines(from: u64, bytes: u64, out: &mut Vec<Access>) {
+        let mut a = from / LINE * LINE;
+        while a < from + bytes {
+            out.push(Access::read(a));
+            a += LINE;
+        }
+    }
+}
+
+struct Filter(std::sync::Arc<Layout>);
+struct Search(std::sync::Arc<Layout>, usize);
+struct Reduce(std::sync::Arc<Layout>, usize);
+
+impl Kernel for Filter {
+    fn ctas(&self) -> usize {
+        self.0.probes.len()
+    }
+    fn compute_per_access(&self) -> f64 {
+        2.0
+    }
+    fn accesses(&self, q: usize, out: &mut Vec<Access>) {
+        let l = &self.0;
+        Layout::lines(l.queries + q as u64 * l.row_bytes(), l.row_bytes(), out);
+        Layout::lines(l.centroids, l.nlist * l.row_bytes(), out);
+    }
+}
+
+impl Kernel for Search {
+    fn ctas(&self) -> usize {
+        self.0.probes.len() * self.1
+    }
+    fn compute_per_access(&self) -> f64 {
+        2.0
+    }
+    fn accesses(&self, cta: usize, out: &mut Vec<Access>) {
+        let l = &self.0;
+        let (q, j) = (cta / self.1, cta % self.1);
+        let (start, end) = l.cells[l.probes[q][j] as usize];
+        Layout::lines(l.queries + q as u64 * l.row_bytes(), l.row_bytes(), out);
+        Layout::lines(
+            l.vectors + start * l.row_bytes(),
+            (end - start) * l.row_bytes(),
+            out,
+        );
+        out.push(Access::write(l.partials + cta as u64 * LINE));
+    }
+}
+
+impl Kernel for Reduce {
+    fn ctas(&self) -> usize {
+        self.0.probes.len()
+    }
+    fn accesses(&self, q: usize, out: &mut Vec<Access>) {
+        let l = &self.0;
+        for j in 0..self.1 {
+            out.push(Access::read(l.partials + (q * self.1 + j) as u64 * LINE));
+        }
+        out.push(Access::write(
+            l.partials + (l.probes.len() * self.1 + q) as u64 * LINE,
+        ));
+    }
+}
+
+/// 200K x 64 vectors at scale 1 (at least 4K), nlist 256, 256 queries of nprobe 8.
+pub fn knn_trace(scale: f64, seed: u64) -> Workload {
+    let (dim, nlist, nq, nprobe) = (64usize, 256usize, 256usize, 8usize);
+    let n = ((200_000.0 * scale) as usize).max(4096);
+    let model = Model::new(SynthConfig::sift_like(dim, seed));
+    let base = model.sample(n, 1);
+    let index = IvfIndex::build(
+        &base,
+        nlist,
+        Metric::L2,
+        &KMeansConfig {
+            iters: 4,
+            seed,
+            ..KMeansConfig::new(nlist)
+        },
+    );
+    let queries = model.sample(nq, 2);
+    let probes: Vec<Vec<u32>> = queries
+        .data
+        .chunks_exact(dim)
+        .map(|q| filter(index.centroids(), dim, Metric::L2, q, nprobe))
+        .collect();
+    let row = dim as u64 * 4;
+    let centroids = 0;
+    let vectors = (nlist as u64 * row).next_multiple_of(LINE);
+    let queries_at = vectors + n as u64 * row;
+    let partials = (queries_at + nq as u64 * row).next_multiple_of(LINE);
+    let end = partials + (nq * (nprobe + 1)) as u64 * LINE;
+    let layout = std::sync::Arc::new(Layout {
+        dim: dim as u64,
+        centroids,
+        nlist: nlist as u64,
+        vectors,
+        queries: queries_at,
+        partials,
+        cells: (0..nlist)
+            .map(|c| {
+                let (s, e) = index.cell_range(c);
+                (s as u64, e as u64)
+            })
+            .collect(),
+        probes,
+    });
+    Workload {
+        name: "knn-ivf-search".into(),
+        class: "k-NN",
+        footprint: end,
+        kernels: vec![
+            // The index is uploaded by a full-width copy kernel (first touch spreads it).
+            Box::new(super::stream_init::Fill {
+                base: 0,
+                lines: partials / LINE,
+            }),
+            Box::new(Filter(layout.clone())),
+            Box::new(Search(layout.clone(), nprobe)),
+            Box::new(Reduce(layout, nprobe)),
+        ],
+    }
+}

@@ -1,0 +1,66 @@
+//! Streaming (STREAM): every line touched once per kernel, perfectly regular; DRAM- or
+//! link-bound depending on where the pages live.
+
+use super::{Access, Kernel, Workload};
+
+/// Lines a CTA covers per array (8 warps x 4 lines).
+const LINES_PER_CTA: u64 = 32;
+const LINE: u64 = 128;
+
+struct Triad {
+    arrays: Vec<u64>, // base addresses: the first is written
+    lines: u64,
+}
+
+impl Kernel for Triad {
+    fn ctas(&self) -> usize {
+        self.lines.div_ceil(LINES_PER_CTA) as usize
+    }
+    fn accesses(&self, cta: usize, out: &mut Vec<Access>) {
+        let first = cta as u64 * LINES_PER_CTA;
+        for l in first..(first + LINES_PER_CTA).min(self.lines) {
+            for &b in &self.arrays[1..] {
+                out.push(Access::read(b + l * LINE));
+            }
+            out.push(Access::write(self.arrays[0] + l * LINE));
+        }
+    }
+}
+
+/// a = b + s c over three arrays of footprint/3 bytes; two iterations.
+pub fn triad(name: &str, footprint: u64) -> Workload {
+    let per = footprint / 3 / LINE * LINE;
+    let k = || -> Box<dyn Kernel> {
+        Box::new(Triad {
+            arrays: vec![0, per, 2 * per],
+            lines: per / LINE,
+        })
+    };
+    Workload {
+        name: name.into(),
+        class: "streaming",
+        footprint: 3 * per,
+        kernels: vec![k(), k()],
+    }
+}
+
+/// b = s a, then a = s b (two arrays, alternating direction): three iterations.
+pub fn copy_scale(name: &str, footprint: u64) -> Workload {
+    let per = footprint / 2 / LINE * LINE;
+    let lines = per / LINE;
+    let kernels: Vec<Box<dyn Kernel>> = (0..3)
+        .map(|i| -> Box<dyn Kernel> {
+            let (dst, src) = if i % 2 == 0 { (per, 0) } else { (0, per) };
+            Box::new(Triad {
+                arrays: vec![dst, src],
+                lines,
+            })
+        })
+        .collect();
+    Workload {
+        name: name.into(),
+        class: "streaming",
+        footprint: 2 * per,
+        kernels,
+    }
+}
