@@ -3,11 +3,10 @@
 //! half the neighbours within a community of 64K vertices, half uniform), writing the
 //! distances that improve. No placement makes these local: the paper's worst-scaling class.
 
-use super::{Access, Kernel, Workload};
+use super::{Access, Kernel, Workload, LINE};
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
 
-const LINE: u64 = 128;
 const VERTS_PER_CTA: u64 = 256;
 const DEGREE: u64 = 8;
 const COMMUNITY: u64 = 1 << 16;

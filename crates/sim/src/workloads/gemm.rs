@@ -3,9 +3,8 @@
 //! of A and a 32 x 64 tile of B per step. Tiles are shared by a row or column of CTAs: the
 //! class that lives from its caches - and, across sockets, from caching remote tiles.
 
-use super::{Access, Kernel, Workload};
+use super::{Access, Kernel, Workload, LINE};
 
-const LINE: u64 = 128;
 const TILE: u64 = 64;
 const KSTEP: u64 = 32;
 

@@ -4,13 +4,11 @@
 //! query reads all centroids), search (a CTA per (query, probe) scans the probed cell's rows,
 //! contiguous in the cell-major vector array), reduce (a CTA per query merges its partials).
 
-use super::{Access, Kernel, Workload};
+use super::{Access, Kernel, Workload, LINE};
 use cohort_knn::ivf::stages::filter;
 use cohort_knn::kmeans::KMeansConfig;
 use cohort_knn::synth::{Model, SynthConfig};
 use cohort_knn::{IvfIndex, Metric};
-
-const LINE: u64 = 128;
 
 struct Layout {
     dim: u64,

@@ -72,6 +72,22 @@ impl Workload {
 }
 
 pub const MB: u64 = 1 << 20;
+/// The generators' line (the default `line_bytes`; a configuration with other lines still
+/// runs, counting each 128-byte access as one request).
+pub(crate) const LINE: u64 = 128;
+/// Lines a CTA of the streaming-shaped kernels covers (8 warps x 4 lines).
+pub(crate) const LINES_PER_CTA: u64 = 32;
+
+/// CTAs that cover `lines` lines, LINES_PER_CTA each.
+pub(crate) fn ctas_for(lines: u64) -> usize {
+    lines.div_ceil(LINES_PER_CTA) as usize
+}
+
+/// The lines CTA `cta` of such a kernel covers.
+pub(crate) fn cta_lines(cta: usize, lines: u64) -> std::ops::Range<u64> {
+    let first = cta as u64 * LINES_PER_CTA;
+    first..(first + LINES_PER_CTA).min(lines)
+}
 
 /// The workload set of the figures: 13 instances over the paper's classes. `scale` shrinks
 /// (< 1) or grows every footprint; `seed` drives the irregular ones.

@@ -5,17 +5,13 @@
 //! down to a coarse grid a handful of CTAs solve, interpolate back up): the coarse levels
 //! live where those few CTAs ran and every socket reads them on the way up.
 
-use super::{Access, Kernel, Workload};
+use super::{cta_lines, ctas_for, Access, Kernel, Workload, LINE, LINES_PER_CTA};
 
-const LINE: u64 = 128;
-const LINES_PER_CTA: u64 = 32;
-
-/// Writes (or reads) `lines` lines at `base` with `ctas` CTAs.
+/// Writes `lines` lines at `base` with only `ctas` CTAs (a small set-up kernel).
 struct Touch {
     base: u64,
     lines: u64,
     ctas: usize,
-    write: bool,
 }
 
 impl Kernel for Touch {
@@ -27,11 +23,7 @@ impl Kernel for Touch {
         let first = cta as u64 * per;
         for l in first..(first + per).min(self.lines) {
             let a = self.base + l * LINE;
-            out.push(if self.write {
-                Access::write(a)
-            } else {
-                Access::read(a)
-            });
+            out.push(Access::write(a));
         }
     }
 }
@@ -47,14 +39,13 @@ struct Accumulate {
 
 impl Kernel for Accumulate {
     fn ctas(&self) -> usize {
-        self.lines.div_ceil(LINES_PER_CTA) as usize
+        ctas_for(self.lines)
     }
     fn compute_per_access(&self) -> f64 {
         1.0
     }
     fn accesses(&self, cta: usize, out: &mut Vec<Access>) {
-        let first = cta as u64 * LINES_PER_CTA;
-        for l in first..(first + LINES_PER_CTA).min(self.lines) {
+        for l in cta_lines(cta, self.lines) {
             out.push(Access::read(self.input + l * LINE));
         }
         for j in 0..self.out_per_cta {
@@ -79,17 +70,14 @@ pub fn sum(name: &str, footprint: u64) -> Workload {
         kernels: vec![
             // The input is written by a full-width producer (first touch spread over sockets),
             // the output zeroed by a 4-CTA set-up kernel.
-            Box::new(Touch {
+            Box::new(super::stream_init::Fill {
                 base: 0,
                 lines: input_lines,
-                ctas: ctas as usize,
-                write: true,
             }),
             Box::new(Touch {
                 base: output,
                 lines: out_lines,
                 ctas: 4,
-                write: true,
             }),
             Box::new(Accumulate {
                 input: 0,
@@ -116,14 +104,13 @@ struct Smooth {
 
 impl Kernel for Smooth {
     fn ctas(&self) -> usize {
-        self.lines.div_ceil(LINES_PER_CTA) as usize
+        ctas_for(self.lines)
     }
     fn compute_per_access(&self) -> f64 {
         2.0
     }
     fn accesses(&self, cta: usize, out: &mut Vec<Access>) {
-        let first = cta as u64 * LINES_PER_CTA;
-        for l in first..(first + LINES_PER_CTA).min(self.lines) {
+        for l in cta_lines(cta, self.lines) {
             out.push(Access::read(self.u + l * LINE));
             out.push(Access::read(self.f + l * LINE));
             out.push(Access::write(self.u + l * LINE));
@@ -143,12 +130,12 @@ struct Transfer {
 
 impl Kernel for Transfer {
     fn ctas(&self) -> usize {
-        self.fine_lines.div_ceil(LINES_PER_CTA) as usize
+        ctas_for(self.fine_lines)
     }
     fn accesses(&self, cta: usize, out: &mut Vec<Access>) {
-        let first = cta as u64 * LINES_PER_CTA;
-        let last = (first + LINES_PER_CTA).min(self.fine_lines);
-        for l in first..last {
+        let range = cta_lines(cta, self.fine_lines);
+        let last = range.end;
+        for l in range {
             let c = self.coarse + (l / 8) * LINE;
             if self.restrict {
                 out.push(Access::read(self.fine + l * LINE));

@@ -1,9 +1,8 @@
 //! Stencils (Rodinia Hotspot / SRAD-like 2D, a 7-point 3D): regular, each CTA a tile of rows;
 //! neighbours' rows come mostly from cache, halo rows of the next tile from its owner.
 
-use super::{Access, Kernel, Workload};
+use super::{Access, Kernel, Workload, LINE};
 
-const LINE: u64 = 128;
 /// A row is 4096 floats: 128 lines.
 const ROW_LINES: u64 = 128;
 /// A CTA's tile: 8 rows x 32 lines (a quarter of a row's width).

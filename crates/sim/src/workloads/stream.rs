@@ -1,11 +1,7 @@
 //! Streaming (STREAM): every line touched once per kernel, perfectly regular; DRAM- or
 //! link-bound depending on where the pages live.
 
-use super::{Access, Kernel, Workload};
-
-/// Lines a CTA covers per array (8 warps x 4 lines).
-const LINES_PER_CTA: u64 = 32;
-const LINE: u64 = 128;
+use super::{cta_lines, ctas_for, Access, Kernel, Workload, LINE};
 
 struct Triad {
     arrays: Vec<u64>, // base addresses: the first is written
@@ -14,11 +10,10 @@ struct Triad {
 
 impl Kernel for Triad {
     fn ctas(&self) -> usize {
-        self.lines.div_ceil(LINES_PER_CTA) as usize
+        ctas_for(self.lines)
     }
     fn accesses(&self, cta: usize, out: &mut Vec<Access>) {
-        let first = cta as u64 * LINES_PER_CTA;
-        for l in first..(first + LINES_PER_CTA).min(self.lines) {
+        for l in cta_lines(cta, self.lines) {
             for &b in &self.arrays[1..] {
                 out.push(Access::read(b + l * LINE));
             }

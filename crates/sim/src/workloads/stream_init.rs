@@ -2,10 +2,7 @@
 //! loader a real application runs first; with first-touch it spreads pages as the CTAs are
 //! spread).
 
-use super::{Access, Kernel};
-
-const LINE: u64 = 128;
-const LINES_PER_CTA: u64 = 32;
+use super::{cta_lines, ctas_for, Access, Kernel, LINE};
 
 pub struct Fill {
     pub base: u64,
@@ -14,11 +11,10 @@ pub struct Fill {
 
 impl Kernel for Fill {
     fn ctas(&self) -> usize {
-        self.lines.div_ceil(LINES_PER_CTA) as usize
+        ctas_for(self.lines)
     }
     fn accesses(&self, cta: usize, out: &mut Vec<Access>) {
-        let first = cta as u64 * LINES_PER_CTA;
-        for l in first..(first + LINES_PER_CTA).min(self.lines) {
+        for l in cta_lines(cta, self.lines) {
             out.push(Access::write(self.base + l * LINE));
         }
     }
