@@ -8,6 +8,7 @@ mod fetch;
 mod index_cmd;
 mod load_cmd;
 mod serve;
+mod sim;
 mod util;
 
 use clap::{Parser, Subcommand};
@@ -57,6 +58,9 @@ enum Cmd {
     /// Benchmarks; results go to bench/results/ with machine, commit and command.
     #[command(subcommand)]
     Bench(bench::BenchCmd),
+    /// Simulators: `sim numa` (a NUMA multi-socket GPU, the paper's figures, calibration).
+    #[command(subcommand)]
+    Sim(sim::SimCmd),
 }
 
 /// The serve command's long flag names: the keys a config file may use.
@@ -102,6 +106,7 @@ fn main() {
         Cmd::Data(c) => data_cmd::run(c),
         Cmd::Index(c) => index_cmd::run(c),
         Cmd::Bench(c) => bench::run(c),
+        Cmd::Sim(c) => sim::run(c),
         Cmd::Gpus => gpus(),
         Cmd::Selftest {
             what,

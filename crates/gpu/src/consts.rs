@@ -26,11 +26,23 @@ pub const GPU_MAX_CANDIDATES: usize = 6144;
 /// dimensions could overflow f32 and rank neighbours arbitrarily.
 pub const KNN_MAX_ABS_ELEMENT: f32 = 1e16;
 
+/// NUMA calibration kernels: threads per CTA, floats of each array a CTA covers (32 lines of
+/// 128 B: the simulator's CTA), stencil tile rows and grid width (the simulator's
+/// `stencil::TILE_ROWS`, `ROW_LINES`; the cli asserts they agree).
+pub const CALIB_THREADS: usize = 256;
+pub const CALIB_CHUNK_FLOATS: usize = 1024;
+pub const CALIB_TILE_ROWS: usize = 8;
+pub const CALIB_ROW_FLOATS: usize = 4096;
+
 /// The `#define` block every kernel file is compiled with.
 pub fn cuda_prelude() -> String {
     // Plain int literals (kernels mix them with int arithmetic: min(RT, n) must stay int);
     // NO_ID is the one unsigned.
-    let defs: [(&str, usize); 8] = [
+    let defs: [(&str, usize); 12] = [
+        ("CALIB_THREADS", CALIB_THREADS),
+        ("CALIB_CHUNK_FLOATS", CALIB_CHUNK_FLOATS),
+        ("CALIB_TILE_ROWS", CALIB_TILE_ROWS),
+        ("CALIB_ROW_FLOATS", CALIB_ROW_FLOATS),
         ("KM_TILE", KM_TILE),
         ("BLOCK", BLOCK),
         ("MAX_K", MAX_K),

@@ -8,6 +8,7 @@ pub mod engine;
 mod error;
 pub mod kmeans;
 pub mod knn;
+pub mod numa_calib;
 mod nvrtc;
 pub mod persistent;
 pub mod selftest;

@@ -25,6 +25,7 @@ pub fn kernel_sources() -> &'static [KernelSource] {
             ("knn_tiled.cu", include_str!("../kernels/knn_tiled.cu")),
             ("kmeans.cu", include_str!("../kernels/kmeans.cu")),
             ("streams.cu", include_str!("../kernels/streams.cu")),
+            ("numa_calib.cu", include_str!("../kernels/numa_calib.cu")),
         ];
         let mut all: Vec<KernelSource> = files
             .into_iter()

@@ -311,6 +311,27 @@ pub fn run(seed: u64) -> Result<Vec<String>, GpuError> {
         .collect::<Result<_, _>>()?;
     lines.extend(check_kmeans(seed)?);
     lines.extend(check_streams()?);
+    lines.extend(check_numa_calib(seed)?);
+    Ok(lines)
+}
+
+/// The NUMA calibration kernels (triad, stencil) against their twins, every split of the work,
+/// on GPU 0 (both "GPUs" the same one here; `cohort sim numa calibrate` runs them on two).
+pub fn check_numa_calib(seed: u64) -> Result<Vec<String>, GpuError> {
+    use crate::numa_calib::{Calibration, Kind, SPLITS};
+    let devs = crate::probe()?;
+    let cal = Calibration::open(&devs[..1])?;
+    let floats = 64 * crate::consts::CALIB_ROW_FLOATS * crate::consts::CALIB_TILE_ROWS;
+    let mut lines = Vec::new();
+    for kind in [Kind::Triad, Kind::Stencil] {
+        for split in SPLITS {
+            let m = cal.run(kind, split, floats, 2, seed)?;
+            lines.push(format!(
+                "ok   numa calibration {kind:?} {split:?}: {} outputs equal the twin",
+                m.checked
+            ));
+        }
+    }
     Ok(lines)
 }
 

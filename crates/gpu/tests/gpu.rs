@@ -51,6 +51,7 @@ fn every_kernel_compiles_for_sm90_through_nvrtc() {
             ],
             "kmeans.cu" => &["kmeans_assign"],
             "streams.cu" => &["stream_packet"],
+            "numa_calib.cu" => &["calib_triad", "calib_stencil"],
             "knn_persistent.cu" => &[
                 "cohort_ingress",
                 "p_reset",
@@ -86,6 +87,23 @@ fn gpu_kernels_match_cpu_twins() {
         .unwrap()
         .as_secs();
     for line in cohort_gpu::selftest::run(seed).unwrap() {
+        eprintln!("{line}");
+    }
+}
+
+/// The NUMA calibration kernels on every split of the work against their twins (one GPU;
+/// with two, the second holds the peer halves: `cohort sim numa calibrate` checks that run).
+#[test]
+fn numa_calibration_kernels_match_cpu_twins() {
+    if let Err(e) = probe() {
+        report_skip("numa calibration kernels vs cpu twins", &e.to_string());
+        return;
+    }
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    for line in cohort_gpu::selftest::check_numa_calib(seed).unwrap() {
         eprintln!("{line}");
     }
 }

@@ -13,7 +13,7 @@ mod tracker;
 mod transport;
 mod workload;
 
-pub use plot::{plot_lines, plot_sweep};
+pub use plot::{plot_bars, plot_lines, plot_sweep};
 pub use report::Report;
 pub use run::{run, run_sweep, LoadConfig, Mode, Target};
 pub use workload::{EchoWorkload, KnnWorkload, SpinWorkload, Workload};

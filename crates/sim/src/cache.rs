@@ -18,13 +18,27 @@ pub struct Cache {
     local_ways: usize,
     /// Whether the split applies (false: any line may take any way).
     split: bool,
-    tags: Vec<u64>,
-    stamps: Vec<u32>,
-    dirty: Vec<bool>,
-    /// Remote lines (for the kernel-boundary flush).
-    remote: Vec<bool>,
+    /// Set after set, `ways` each: a lookup touches one contiguous run (one host cache line
+    /// for a 4-way L1); separate tag/stamp/flag arrays cost a host cache miss each.
+    slots: Vec<Way>,
     clock: u32,
 }
+
+#[derive(Debug, Clone, Copy)]
+struct Way {
+    tag: u64,
+    stamp: u32,
+    dirty: bool,
+    /// A remote line (for the kernel-boundary flush).
+    remote: bool,
+}
+
+const EMPTY_WAY: Way = Way {
+    tag: EMPTY,
+    stamp: 0,
+    dirty: false,
+    remote: false,
+};
 
 /// What a fill pushed out.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -43,10 +57,7 @@ impl Cache {
             ways,
             local_ways: ways,
             split: false,
-            tags: vec![EMPTY; sets * ways],
-            stamps: vec![0; sets * ways],
-            dirty: vec![false; sets * ways],
-            remote: vec![false; sets * ways],
+            slots: vec![EMPTY_WAY; sets * ways],
             clock: 0,
         }
     }
@@ -88,10 +99,11 @@ impl Cache {
     pub fn access(&mut self, line: u64, write: bool) -> bool {
         let base = self.set_of(line) * self.ways;
         self.clock = self.clock.wrapping_add(1);
-        for w in base..base + self.ways {
-            if self.tags[w] == line {
-                self.stamps[w] = self.clock;
-                self.dirty[w] |= write;
+        let clock = self.clock;
+        for w in &mut self.slots[base..base + self.ways] {
+            if w.tag == line {
+                w.stamp = clock;
+                w.dirty |= write;
                 return true;
             }
         }
@@ -107,35 +119,38 @@ impl Cache {
             (true, Side::Local) => (0, self.local_ways),
             (true, Side::Remote) => (self.local_ways, self.ways),
         };
-        let mut victim = base + lo;
-        for w in base + lo..base + hi {
-            if self.tags[w] == EMPTY {
-                victim = w;
+        let ways = &mut self.slots[base + lo..base + hi];
+        let mut victim = 0;
+        for (i, w) in ways.iter().enumerate() {
+            if w.tag == EMPTY {
+                victim = i;
                 break;
             }
-            if older(self.stamps[w], self.stamps[victim], self.clock) {
-                victim = w;
+            if older(w.stamp, ways[victim].stamp, self.clock) {
+                victim = i;
             }
         }
-        let out = (self.tags[victim] != EMPTY).then_some(Evicted {
-            line: self.tags[victim],
-            dirty: self.dirty[victim],
+        let v = &mut ways[victim];
+        let out = (v.tag != EMPTY).then_some(Evicted {
+            line: v.tag,
+            dirty: v.dirty,
         });
         self.clock = self.clock.wrapping_add(1);
-        self.tags[victim] = line;
-        self.stamps[victim] = self.clock;
-        self.dirty[victim] = dirty;
-        self.remote[victim] = side == Side::Remote;
+        *v = Way {
+            tag: line,
+            stamp: self.clock,
+            dirty,
+            remote: side == Side::Remote,
+        };
         out
     }
 
     /// Drops every remote line (software coherence at a kernel boundary); returns how many.
     pub fn invalidate_remote(&mut self) -> usize {
         let mut n = 0;
-        for w in 0..self.tags.len() {
-            if self.remote[w] && self.tags[w] != EMPTY {
-                self.tags[w] = EMPTY;
-                self.remote[w] = false;
+        for w in &mut self.slots {
+            if w.remote && w.tag != EMPTY {
+                *w = EMPTY_WAY;
                 n += 1;
             }
         }
@@ -145,9 +160,7 @@ impl Cache {
     /// Drops everything (an L1 at a kernel boundary); dirty lines are not written anywhere:
     /// L1s are write-through.
     pub fn invalidate_all(&mut self) {
-        self.tags.fill(EMPTY);
-        self.remote.fill(false);
-        self.dirty.fill(false);
+        self.slots.fill(EMPTY_WAY);
     }
 }
 

@@ -10,6 +10,7 @@
 
 pub mod cache;
 pub mod config;
+pub mod experiments;
 pub mod link;
 pub mod machine;
 pub mod partition;

@@ -84,6 +84,9 @@ pub struct Machine<'a> {
     line_shift: u32,
     dram_latency: f64,
     caches_remote_in_l2: bool,
+    /// Access buffers of finished CTAs, reused (fresh ones each CTA kept the working set
+    /// cold in the host's caches).
+    spare: Vec<Vec<Access>>,
 }
 
 impl<'a> Machine<'a> {
@@ -126,6 +129,7 @@ impl<'a> Machine<'a> {
             line_shift: cfg.line_bytes.trailing_zeros(),
             dram_latency: cfg.dram_latency_ns * cfg.clock_ghz,
             caches_remote_in_l2: cfg.cache_org != CacheOrg::MemSideLocal,
+            spare: Vec::new(),
         }
     }
 
@@ -204,7 +208,7 @@ impl<'a> Machine<'a> {
                 }
                 let s = self.sms[i].socket;
                 if let Some(c) = queues[s].pop_front() {
-                    let mut v = Vec::new();
+                    let mut v = self.spare.pop().unwrap_or_default();
                     k.accesses(c, &mut v);
                     self.sms[i].ctas.push(CtaRun {
                         accesses: v,
@@ -235,9 +239,11 @@ impl<'a> Machine<'a> {
                 let a = cta.accesses[cta.next];
                 cta.next += 1;
                 if cta.next == cta.accesses.len() {
-                    sm.ctas.swap_remove(j);
+                    let mut done = sm.ctas.swap_remove(j).accesses;
+                    done.clear();
+                    self.spare.push(done);
                     if let Some(c) = queues[sm.socket].pop_front() {
-                        let mut v = Vec::new();
+                        let mut v = self.spare.pop().unwrap_or_default();
                         k.accesses(c, &mut v);
                         if !v.is_empty() {
                             sm.ctas.push(CtaRun {
@@ -306,25 +312,25 @@ impl<'a> Machine<'a> {
     #[inline]
     fn access(&mut self, i: usize, a: Access, t: f64) -> f64 {
         let cfg = self.cfg;
-        let line = a.addr >> self.line_shift;
+        let line = a.addr() >> self.line_shift;
         let s = self.sms[i].socket;
-        let home = self.pages.home(a.addr, s);
+        let home = self.pages.home(a.addr(), s);
         self.stats.accesses += 1;
-        if !a.write && self.sms[i].l1.access(line, false) {
+        if !a.is_write() && self.sms[i].l1.access(line, false) {
             self.stats.l1_hits += 1;
             return t + cfg.l1_latency_cycles;
         }
         let side = if home == s { Side::Local } else { Side::Remote };
         let done = if home == s {
-            self.l2_and_dram(home, line, a.write, t)
+            self.l2_and_dram(home, line, a.is_write(), t)
         } else {
             self.stats.remote += 1;
-            if !a.write && self.caches_remote_in_l2 && self.sockets[s].l2.access(line, false) {
+            if !a.is_write() && self.caches_remote_in_l2 && self.sockets[s].l2.access(line, false) {
                 self.stats.remote_l2_hits += 1;
                 self.stats.l2_hits += 1;
                 self.sockets[s].l2_port.serve(t, cfg.line_bytes) + cfg.l2_latency_cycles
             } else {
-                let (req, resp) = if a.write {
+                let (req, resp) = if a.is_write() {
                     (cfg.header_bytes + cfg.line_bytes, cfg.header_bytes)
                 } else {
                     (cfg.header_bytes, cfg.header_bytes + cfg.line_bytes)
@@ -332,11 +338,11 @@ impl<'a> Machine<'a> {
                 let lat = cfg.link_latency_cycles;
                 let t1 = self.sockets[s].link.out.serve(t, req);
                 let t1 = self.sockets[home].link.inn.serve(t1, req) + lat;
-                let t2 = self.l2_and_dram(home, line, a.write, t1);
+                let t2 = self.l2_and_dram(home, line, a.is_write(), t1);
                 let t3 = self.sockets[home].link.out.serve(t2, resp);
                 let t3 = self.sockets[s].link.inn.serve(t3, resp) + lat;
                 self.stats.link_bytes += 2 * (req + resp);
-                if !a.write {
+                if !a.is_write() {
                     self.sockets[s].remote_reads_window += 1;
                     if self.caches_remote_in_l2 {
                         // Remote lines are clean copies: an evicted one is just dropped.
@@ -347,7 +353,7 @@ impl<'a> Machine<'a> {
                 t3
             }
         };
-        if !a.write {
+        if !a.is_write() {
             self.sms[i].l1.fill(line, side, false);
         }
         done

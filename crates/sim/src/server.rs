@@ -10,14 +10,20 @@ use std::collections::VecDeque;
 
 const BUCKET: f64 = 32.0;
 
+/// `jump` of a bucket with room.
+const OPEN: u64 = u64::MAX;
+
 #[derive(Debug, Clone)]
 pub struct Server {
     bytes_per_cycle: f64,
     /// Bytes booked per bucket, from bucket `base` on.
     fill: VecDeque<f64>,
+    /// Per bucket: OPEN while it has room, else a later bucket to look at next (a
+    /// "next free slot" forest with path compression: a saturated server's requests arrive
+    /// far behind its booked frontier, and walking every full bucket in between made the
+    /// search linear in the queue's length).
+    jump: VecDeque<u64>,
     base: u64,
-    /// Buckets before this one are full (a floor for every search).
-    first_free: u64,
     /// Service time of transfers that arrived in the current sample window (utilisation).
     busy: f64,
     /// Bytes moved since the kernel started.
@@ -30,8 +36,8 @@ impl Server {
         Server {
             bytes_per_cycle,
             fill: VecDeque::new(),
+            jump: VecDeque::new(),
             base: 0,
-            first_free: 0,
             busy: 0.0,
             bytes: 0,
         }
@@ -42,12 +48,35 @@ impl Server {
     }
 
     #[inline]
-    fn slot(&mut self, b: u64) -> &mut f64 {
+    fn index(&mut self, b: u64) -> usize {
         let i = (b - self.base) as usize;
         if i >= self.fill.len() {
             self.fill.resize(i + 1, 0.0);
+            self.jump.resize(i + 1, OPEN);
         }
-        &mut self.fill[i]
+        i
+    }
+
+    /// The first bucket at or after `b` with room.
+    #[inline]
+    fn open_from(&mut self, b: u64) -> u64 {
+        let mut r = b.max(self.base);
+        loop {
+            let i = self.index(r);
+            match self.jump[i] {
+                OPEN => break,
+                next => r = next,
+            }
+        }
+        // Path compression: everything walked over now points at `r`.
+        let mut x = b.max(self.base);
+        while x != r {
+            let i = (x - self.base) as usize;
+            let next = self.jump[i];
+            self.jump[i] = r;
+            x = next;
+        }
+        r
     }
 
     /// Moves `bytes` arriving at `t`; returns when the last byte has left.
@@ -57,28 +86,26 @@ impl Server {
         self.busy += hold;
         self.bytes += bytes;
         let cap = self.cap();
-        let mut b = ((t / BUCKET) as u64).max(self.first_free).max(self.base);
         let mut left = bytes as f64;
+        let mut b = self.open_from((t / BUCKET) as u64);
         loop {
-            let f = self.slot(b);
-            let room = cap - *f;
-            if room > 0.0 {
-                let take = room.min(left);
-                *f += take;
-                left -= take;
-                if left <= 0.0 {
-                    let full = *f >= cap;
-                    let end = b as f64 * BUCKET + *f / cap * BUCKET;
-                    if full && b == self.first_free {
-                        self.first_free += 1;
-                    }
+            let i = self.index(b);
+            let room = cap - self.fill[i];
+            // Less than a byte of room (rounding) counts as none.
+            if room >= 1.0 {
+                if room > left {
+                    self.fill[i] += left;
+                    let end = b as f64 * BUCKET + self.fill[i] / cap * BUCKET;
                     return end.max(t + hold);
                 }
+                left -= room;
+                self.fill[i] = cap;
             }
-            if b == self.first_free {
-                self.first_free += 1;
+            self.jump[i] = b + 1;
+            if left < 1e-9 {
+                return ((b + 1) as f64 * BUCKET).max(t + hold);
             }
-            b += 1;
+            b = self.open_from(b + 1);
         }
     }
 
@@ -96,7 +123,11 @@ impl Server {
         let cap = self.cap();
         let (b0, b1) = ((t / BUCKET) as u64, ((t + cycles) / BUCKET).ceil() as u64);
         for b in b0.max(self.base)..b1 {
-            *self.slot(b) = cap;
+            let i = self.index(b);
+            self.fill[i] = cap;
+            if self.jump[i] == OPEN {
+                self.jump[i] = b + 1;
+            }
         }
     }
 
@@ -105,12 +136,12 @@ impl Server {
         let b = (t / BUCKET) as u64;
         while self.base < b && !self.fill.is_empty() {
             self.fill.pop_front();
+            self.jump.pop_front();
             self.base += 1;
         }
         if self.fill.is_empty() {
             self.base = self.base.max(b);
         }
-        self.first_free = self.first_free.max(self.base);
     }
 
     /// Utilisation over a window of `cycles`, and a fresh window.
@@ -123,8 +154,8 @@ impl Server {
     /// A new kernel at `t`: nothing booked, counters from zero.
     pub fn reset(&mut self, t: f64) {
         self.fill.clear();
+        self.jump.clear();
         self.base = (t / BUCKET) as u64;
-        self.first_free = self.base;
         self.busy = 0.0;
         self.bytes = 0;
     }

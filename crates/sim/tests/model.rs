@@ -109,3 +109,16 @@ fn the_suite_spans_the_papers_classes() {
         assert!(w.accesses() > 0, "{}", w.name);
     }
 }
+
+#[test]
+fn the_shipped_presets_load() {
+    let dir = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../configs/sim");
+    let paper = SimConfig::load(&dir.join("paper-4socket.toml")).unwrap();
+    let d = SimConfig::default();
+    assert_eq!(
+        toml::to_string(&paper).unwrap(),
+        toml::to_string(&d).unwrap()
+    );
+    let h = SimConfig::load(&dir.join("h200x2.toml")).unwrap();
+    assert_eq!((h.sockets, h.sms_per_socket), (2, 132));
+}

@@ -5,6 +5,7 @@
 //! footprints stay well above the 16 MB of L2 a 4-socket machine has, except where a class
 //! lives from its cache).
 
+pub mod calibration;
 mod gather;
 mod gemm;
 mod knn;
@@ -15,19 +16,39 @@ mod stream_init;
 
 pub use knn::knn_trace;
 
-/// One line access of a warp.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct Access {
-    pub addr: u64,
-    pub write: bool,
+/// The stencils' grid and tile (the real-GPU calibration kernels use the same).
+pub mod stencil_geometry {
+    pub use super::stencil::{ROW_LINES, TILE_LINES, TILE_ROWS};
 }
+
+/// One line access of a warp: the address, and the top bit for a write (8 bytes: the
+/// simulator streams hundreds of millions of these through host caches).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Access(u64);
+
+const WRITE_BIT: u64 = 1 << 63;
 
 impl Access {
     pub fn read(addr: u64) -> Access {
-        Access { addr, write: false }
+        debug_assert!(addr < WRITE_BIT);
+        Access(addr)
     }
     pub fn write(addr: u64) -> Access {
-        Access { addr, write: true }
+        debug_assert!(addr < WRITE_BIT);
+        Access(addr | WRITE_BIT)
+    }
+    #[inline]
+    pub fn addr(self) -> u64 {
+        self.0 & !WRITE_BIT
+    }
+    #[inline]
+    pub fn is_write(self) -> bool {
+        self.0 & WRITE_BIT != 0
+    }
+    /// The same access at another address.
+    pub fn at(self, addr: u64) -> Access {
+        debug_assert!(addr < WRITE_BIT);
+        Access(addr | (self.0 & WRITE_BIT))
     }
 }
 

@@ -4,10 +4,10 @@
 use super::{Access, Kernel, Workload, LINE};
 
 /// A row is 4096 floats: 128 lines.
-const ROW_LINES: u64 = 128;
+pub const ROW_LINES: u64 = 128;
 /// A CTA's tile: 8 rows x 32 lines (a quarter of a row's width).
-const TILE_ROWS: u64 = 8;
-const TILE_LINES: u64 = 32;
+pub const TILE_ROWS: u64 = 8;
+pub const TILE_LINES: u64 = 32;
 
 /// One sweep over a `rows` x ROW_LINES grid: for each cell line, reads of `reads` arrays at
 /// rows r-1..=r+1 (those in `neighbours`) or r only, writes of `writes` arrays at row r.
@@ -159,4 +159,17 @@ pub fn seven_point(name: &str, footprint: u64, iters: usize) -> Workload {
         footprint: 2 * arr,
         kernels,
     }
+}
+
+/// One 5-point sweep of a `rows` x ROW_LINES grid: `src` (array 1) in, `dst` (array 0) out
+/// (the calibration kernel on real GPUs).
+pub(crate) fn five_point(rows: u64) -> Box<dyn Kernel> {
+    let arr = rows * ROW_LINES * LINE;
+    Box::new(Sweep2d {
+        rows,
+        reads: vec![(arr, true)],
+        writes: vec![0],
+        planes: 1,
+        compute: 0.0,
+    })
 }

@@ -22,6 +22,16 @@ impl Kernel for Triad {
     }
 }
 
+/// One a = b + s c over three arrays of `lines` lines each at 0, 1, 2 x lines (the
+/// calibration kernel on real GPUs).
+pub(crate) fn triad_kernel(lines: u64) -> Box<dyn Kernel> {
+    let per = lines * LINE;
+    Box::new(Triad {
+        arrays: vec![0, per, 2 * per],
+        lines,
+    })
+}
+
 /// a = b + s c over three arrays of footprint/3 bytes; two iterations.
 pub fn triad(name: &str, footprint: u64) -> Workload {
     let per = footprint / 3 / LINE * LINE;
