@@ -71,24 +71,38 @@ fn graph(name: &str, footprint: u64, seed: u64, sssp: bool) -> Workload {
     // Bytes per vertex: row pointer 4 + distance 4 + columns 32 (+ weights 32).
     let per_vertex = if sssp { 72 } else { 40 };
     let vertices = (footprint / per_vertex).max(VERTS_PER_CTA);
+    // Arrays start on page boundaries, as allocations do.
+    let array = |bytes: u64| bytes.next_multiple_of(super::ALLOC_ALIGN);
     let row_ptr = 0;
-    let dist = vertices * 4;
-    let cols = dist + vertices * 4;
-    let weights = sssp.then_some(cols + vertices * DEGREE * 4);
-    let end = cols + vertices * DEGREE * 4 * if sssp { 2 } else { 1 };
+    let dist = array(vertices * 4);
+    let cols = dist + array(vertices * 4);
+    let weights = sssp.then_some(cols + array(vertices * DEGREE * 4));
+    let end = weights.unwrap_or(cols) + array(vertices * DEGREE * 4);
     // Frontiers of a BFS from one source grow then shrink; SSSP sweeps more of the graph.
     let frontiers: &[u64] = if sssp {
         &[300, 600, 600, 300]
     } else {
         &[50, 400, 500, 50]
     };
-    let mut kernels: Vec<Box<dyn Kernel>> = vec![
-        // Set-up: the graph arrays written by a full-width loader kernel.
-        Box::new(super::stream_init::Fill {
-            base: 0,
-            lines: end / LINE,
-        }),
-    ];
+    // Set-up: each array (row pointers, distances, columns, weights) allocated and written by
+    // its own full-width loader kernel, as an application does: under first touch + contiguous
+    // CTA blocks every array is then split over the sockets in vertex order, so a CTA's
+    // community neighbours live on its own socket. (One fill over the whole footprint would put
+    // every distance - the gathered array - on socket 0.)
+    let mut arrays = vec![(row_ptr, dist), (dist, cols)];
+    match weights {
+        Some(w) => arrays.extend([(cols, w), (w, end)]),
+        None => arrays.push((cols, end)),
+    }
+    let mut kernels: Vec<Box<dyn Kernel>> = arrays
+        .into_iter()
+        .map(|(from, to)| -> Box<dyn Kernel> {
+            Box::new(super::stream_init::Fill {
+                base: from,
+                lines: (to - from).div_ceil(LINE),
+            })
+        })
+        .collect();
     for (i, &f) in frontiers.iter().enumerate() {
         kernels.push(Box::new(Relax {
             vertices,

@@ -15,6 +15,10 @@ struct Gemm {
     a: u64,
     b: u64,
     c: u64,
+    /// Tiles numbered down the columns of C (a block of CTAs covers whole tile columns and
+    /// so one slice of B's columns) - the order when B is the larger operand, so contiguous
+    /// CTA blocks split the weights rather than share them.
+    column_major: bool,
 }
 
 impl Kernel for Gemm {
@@ -26,8 +30,12 @@ impl Kernel for Gemm {
         1.0
     }
     fn accesses(&self, cta: usize, out: &mut Vec<Access>) {
-        let tiles_n = self.n / TILE;
-        let (ti, tj) = (cta as u64 / tiles_n, cta as u64 % tiles_n);
+        let (tiles_m, tiles_n) = (self.m / TILE, self.n / TILE);
+        let (ti, tj) = if self.column_major {
+            (cta as u64 % tiles_m, cta as u64 / tiles_m)
+        } else {
+            (cta as u64 / tiles_n, cta as u64 % tiles_n)
+        };
         // Row-major f32: a row of A is k * 4 bytes, of B and C n * 4 bytes.
         for ks in 0..self.k / KSTEP {
             for r in 0..TILE {
@@ -55,8 +63,8 @@ impl Kernel for Gemm {
 pub fn gemm(name: &str, m: u64, n: u64, k: u64, scale: f64) -> Workload {
     let k = (((k as f64 * scale) as u64) / KSTEP * KSTEP).max(KSTEP);
     let a = 0;
-    let b = (m * k * 4).next_multiple_of(LINE);
-    let c = b + (k * n * 4).next_multiple_of(LINE);
+    let b = (m * k * 4).next_multiple_of(super::ALLOC_ALIGN);
+    let c = b + (k * n * 4).next_multiple_of(super::ALLOC_ALIGN);
     let end = c + m * n * 4;
     let init = |base: u64, bytes: u64| -> Box<dyn Kernel> {
         Box::new(super::stream_init::Fill {
@@ -64,16 +72,29 @@ pub fn gemm(name: &str, m: u64, n: u64, k: u64, scale: f64) -> Workload {
             lines: bytes.div_ceil(LINE),
         })
     };
+    let column_major = n > m;
+    // A (activations) is the previous layer's output, written across the GPU. B (weights)
+    // is written by a loader kernel too, except where the tiles run down the columns: then
+    // each socket's CTAs read one slice of B's columns, and B is left to be placed where
+    // the GEMM first touches it (a page of a row lies in one slice). C is first written by
+    // its CTA.
+    let mut kernels = vec![init(a, m * k * 4)];
+    if !column_major {
+        kernels.push(init(b, k * n * 4));
+    }
+    kernels.push(Box::new(Gemm {
+        m,
+        n,
+        k,
+        a,
+        b,
+        c,
+        column_major,
+    }));
     Workload {
         name: name.into(),
         class: "gemm",
         footprint: end,
-        kernels: vec![
-            // A (activations) produced by the previous layer across the GPU; B (weights)
-            // loaded by a full-width kernel too.
-            init(a, m * k * 4),
-            init(b, k * n * 4),
-            Box::new(Gemm { m, n, k, a, b, c }),
-        ],
+        kernels,
     }
 }

@@ -90,6 +90,13 @@ impl Kernel for Reduce {
     }
 }
 
+fn fill(from: u64, to: u64) -> Box<dyn Kernel> {
+    Box::new(super::stream_init::Fill {
+        base: from,
+        lines: (to - from) / LINE,
+    })
+}
+
 /// 200K x 64 vectors at scale 1 (at least 4K), nlist 256, 256 queries of nprobe 8.
 pub fn knn_trace(scale: f64, seed: u64) -> Workload {
     let (dim, nlist, nq, nprobe) = (64usize, 256usize, 256usize, 8usize);
@@ -113,10 +120,11 @@ pub fn knn_trace(scale: f64, seed: u64) -> Workload {
         .map(|q| filter(index.centroids(), dim, Metric::L2, q, nprobe))
         .collect();
     let row = dim as u64 * 4;
+    let array = |bytes: u64| bytes.next_multiple_of(super::ALLOC_ALIGN);
     let centroids = 0;
-    let vectors = (nlist as u64 * row).next_multiple_of(LINE);
-    let queries_at = vectors + n as u64 * row;
-    let partials = (queries_at + nq as u64 * row).next_multiple_of(LINE);
+    let vectors = array(nlist as u64 * row);
+    let queries_at = vectors + array(n as u64 * row);
+    let partials = queries_at + array(nq as u64 * row);
     let end = partials + (nq * (nprobe + 1)) as u64 * LINE;
     let layout = std::sync::Arc::new(Layout {
         dim: dim as u64,
@@ -138,11 +146,12 @@ pub fn knn_trace(scale: f64, seed: u64) -> Workload {
         class: "k-NN",
         footprint: end,
         kernels: vec![
-            // The index is uploaded by a full-width copy kernel (first touch spreads it).
-            Box::new(super::stream_init::Fill {
-                base: 0,
-                lines: partials / LINE,
-            }),
+            // Centroids, vectors and the query batch are each uploaded by a full-width copy
+            // kernel (first touch splits each array over the sockets in order; the partials
+            // are placed by their writers).
+            fill(centroids, vectors),
+            fill(vectors, queries_at),
+            fill(queries_at, partials),
             Box::new(Filter(layout.clone())),
             Box::new(Search(layout.clone(), nprobe)),
             Box::new(Reduce(layout, nprobe)),

@@ -96,6 +96,9 @@ pub const MB: u64 = 1 << 20;
 /// The generators' line (the default `line_bytes`; a configuration with other lines still
 /// runs, counting each 128-byte access as one request).
 pub(crate) const LINE: u64 = 128;
+/// Where a generator's separately allocated arrays start (a page of the default
+/// configuration; a real allocator aligns at least this much).
+pub(crate) const ALLOC_ALIGN: u64 = 4096;
 /// Lines a CTA of the streaming-shaped kernels covers (8 warps x 4 lines).
 pub(crate) const LINES_PER_CTA: u64 = 32;
 
