@@ -15,9 +15,12 @@ pub struct LoadArgs {
     /// udp://HOST:PORT, tcp://HOST:PORT or http://HOST:PORT.
     #[arg(long)]
     pub target: Target,
-    /// echo, spin or knn.
+    /// echo, spin, knn or bank (bank: sessions of web pages over http://).
     #[arg(long, default_value = "echo")]
     pub service: String,
+    /// bank: users in the server's backend (its --bank-users).
+    #[arg(long, default_value_t = cohort_services::bank::besim::DEFAULT_USERS)]
+    pub bank_users: u32,
     /// Open loop at this many requests per second (e.g. 20000, 20k, 1.5M).
     #[arg(long, conflicts_with_all = ["concurrency", "sweep"], value_parser = parse_rate)]
     pub rate: Option<f64>,
@@ -120,7 +123,13 @@ pub fn workload(a: &LoadArgs) -> Result<Arc<dyn Workload>> {
             );
             Arc::new(KnnWorkload::new(queries, gt, a.k, a.nprobe))
         }
-        other => bail!("unknown service {other:?} for load (echo, spin, knn)"),
+        "bank" => {
+            anyhow::ensure!(a.bank_users >= 1, "--bank-users must be at least 1");
+            Arc::new(cohort_load::BankWorkload {
+                users: a.bank_users,
+            })
+        }
+        other => bail!("unknown service {other:?} for load (echo, spin, knn, bank)"),
     })
 }
 

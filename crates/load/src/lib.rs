@@ -5,6 +5,7 @@
 //! number of requests outstanding). UDP, TCP and HTTP. Every answer is checked by the
 //! workload; requests that never get an answer are counted as `no_answer`.
 
+mod bank;
 mod plot;
 mod report;
 mod run;
@@ -13,6 +14,7 @@ mod tracker;
 mod transport;
 mod workload;
 
+pub use bank::BankWorkload;
 pub use plot::{plot_bars, plot_lines, plot_sweep};
 pub use report::Report;
 pub use run::{run, run_sweep, LoadConfig, Mode, Target};

@@ -33,6 +33,13 @@ impl Latency {
 }
 
 #[derive(Debug, Clone, Serialize, Deserialize)]
+pub struct TypeLatency {
+    pub answers: u64,
+    pub errors: u64,
+    pub latency_us: Latency,
+}
+
+#[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Report {
     pub target: String,
     pub service: String,
@@ -70,6 +77,10 @@ pub struct Report {
     /// (`cohort_power::EnergyReport`); absent parts say why.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub energy: Option<serde_json::Value>,
+    /// Page services: every answer's latency per request type (errors included) and the
+    /// type's errors.
+    #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
+    pub per_type: BTreeMap<String, TypeLatency>,
     #[serde(flatten)]
     pub extra: serde_json::Map<String, serde_json::Value>,
 }

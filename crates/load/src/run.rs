@@ -151,6 +151,8 @@ pub(crate) struct Recorder {
     pub ok: u64,
     pub errors: BTreeMap<String, u64>,
     pub unexpected: u64,
+    /// Page services: latency of every answer per request type, and the type's errors.
+    pub per_type: BTreeMap<&'static str, (Histogram<u64>, u64)>,
 }
 
 pub(crate) enum Answer<'a> {
@@ -159,6 +161,8 @@ pub(crate) enum Answer<'a> {
     Json(u16, serde_json::Value),
     /// The transport failed for this request (e.g. connection closed).
     Failed(&'static str),
+    /// A page service: the request's type and its checked outcome (an error's name).
+    Page(&'static str, Result<(), String>),
 }
 
 fn hist() -> Histogram<u64> {
@@ -175,6 +179,7 @@ impl Recorder {
             ok: 0,
             errors: BTreeMap::new(),
             unexpected: 0,
+            per_type: BTreeMap::new(),
         }
     }
 
@@ -219,7 +224,12 @@ impl Recorder {
         let now = sh.now_ns();
         sh.settled.fetch_add(1, Ordering::Relaxed);
         let w = &sh.workload;
+        let mut page_type = None;
         let outcome: Result<(), String> = match answer {
+            Answer::Page(kind, outcome) => {
+                page_type = Some(kind);
+                outcome
+            }
             Answer::Frame(Kind::Response, p) if w.check(seq, p) => Ok(()),
             Answer::Frame(Kind::Response, _) => Err("wrong_answer".into()),
             Answer::Frame(Kind::Error, p) => Err(ErrorPayload::decode(p)
@@ -240,6 +250,11 @@ impl Recorder {
         }
         let lat = now.saturating_sub(intended).max(1);
         self.all_ns.saturating_record(lat);
+        if let Some(kind) = page_type {
+            let (h, errors) = self.per_type.entry(kind).or_insert_with(|| (hist(), 0));
+            h.saturating_record(lat);
+            *errors += outcome.is_err() as u64;
+        }
         match outcome {
             Ok(()) => {
                 self.ok += 1;
@@ -258,6 +273,11 @@ impl Recorder {
         self.unexpected += o.unexpected;
         for (k, v) in o.errors {
             *self.errors.entry(k).or_insert(0) += v;
+        }
+        for (k, (h, e)) in o.per_type {
+            let (mine, errors) = self.per_type.entry(k).or_insert_with(|| (hist(), 0));
+            mine.add(&h).expect("same bounds");
+            *errors += e;
         }
     }
 }
@@ -305,6 +325,12 @@ pub fn run(cfg: &LoadConfig, workload: Arc<dyn Workload>) -> Result<Report> {
             concurrency * 4
         }
     };
+    if workload.as_bank().is_some() {
+        anyhow::ensure!(
+            matches!(cfg.target, Target::Http(_)),
+            "the bank is served as web pages: give an http:// target"
+        );
+    }
     workload.reset();
     let warm_ns = cfg.warmup.as_nanos() as u64;
     let sh = Arc::new(Shared {
@@ -334,7 +360,10 @@ pub fn run(cfg: &LoadConfig, workload: Arc<dyn Workload>) -> Result<Report> {
         });
         let rec = match cfg.target {
             Target::Udp(_) | Target::Tcp(_) => crate::transport::frames::run(cfg, &sh),
-            Target::Http(a) => crate::transport::http::run(cfg, &sh, a),
+            Target::Http(a) => match workload.as_bank() {
+                Some(b) => crate::transport::pages::run(cfg, &sh, a, b.users),
+                None => crate::transport::http::run(cfg, &sh, a),
+            },
         };
         (rec, meter.join().expect("energy meter thread"))
     });
@@ -404,6 +433,20 @@ fn report(cfg: &LoadConfig, sh: &Shared, rec: Recorder, w: &dyn Workload) -> Rep
         goaway,
         errors: rec.errors,
         energy: None,
+        per_type: rec
+            .per_type
+            .iter()
+            .map(|(k, (h, errors))| {
+                (
+                    k.to_string(),
+                    crate::report::TypeLatency {
+                        answers: h.len(),
+                        errors: *errors,
+                        latency_us: Latency::from_ns(h),
+                    },
+                )
+            })
+            .collect(),
         extra: w.extra(),
     }
 }

@@ -19,6 +19,10 @@ pub trait Workload: Send + Sync {
     }
     /// Forgets what `extra` measured (between the points of a sweep).
     fn reset(&self) {}
+    /// The bank's session workload (served as pages over HTTP only).
+    fn as_bank(&self) -> Option<&crate::bank::BankWorkload> {
+        None
+    }
 }
 
 /// Payload bytes derived from the sequence number, so every answer can be checked.

@@ -1,7 +1,8 @@
 //! HTTP/1.1 JSON gateway and admin endpoints.
 //!
 //! `POST /v1/{service}` with a JSON body -> the service's wire payload -> the same forwarder and
-//! engines as UDP/TCP -> JSON answer. `GET /healthz` (503 while shutting down), `GET /metrics`.
+//! engines as UDP/TCP -> JSON answer. Page services (the bank) take their paths whole
+//! (`http_pages`). `GET /healthz` (503 while shutting down), `GET /metrics`.
 //! Every error body is `{"error": CODE, "message": ...}`. While the server drains, the
 //! listener keeps accepting so health checks see the 503; it closes when the drain ends.
 
@@ -93,7 +94,7 @@ pub(crate) async fn serve_http(
     }
 }
 
-struct OneShot(Mutex<Option<oneshot::Sender<Response>>>);
+pub(crate) struct OneShot(pub(crate) Mutex<Option<oneshot::Sender<Response>>>);
 
 impl ReplyPort for OneShot {
     fn deliver(&self, r: Response) {
@@ -149,6 +150,10 @@ async fn handle(
             .body(Full::new(Bytes::from(metrics())))
             .expect("static response parts"),
         (&Method::POST, p) if p.starts_with("/v1/") => call(req, &p[4..], ctx, id).await,
+        (_, p) if crate::http_pages::page_service(&ctx, p).is_some() => {
+            let sid = crate::http_pages::page_service(&ctx, p).expect("checked");
+            crate::http_pages::page(req, sid, ctx, id).await
+        }
         (m, p) if p.starts_with("/v1/") || p == "/healthz" || p == "/metrics" => {
             let allow = if p.starts_with("/v1/") { "POST" } else { "GET" };
             let mut r = http_error(

@@ -10,6 +10,7 @@ mod async_ingress;
 mod context;
 mod doorbell;
 mod http;
+mod http_pages;
 pub use http::MetricsRender;
 mod server;
 mod tasks;

@@ -19,4 +19,5 @@ pub mod service_id {
     pub const ECHO: u16 = 1;
     pub const SPIN: u16 = 2;
     pub const KNN: u16 = 3;
+    pub const BANK: u16 = 4;
 }

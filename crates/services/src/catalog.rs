@@ -19,6 +19,8 @@ pub struct ServiceOptions {
     pub index_mapped: bool,
     /// knn on the GPU: element type of the vectors there.
     pub precision: Precision,
+    /// bank: users in the backend.
+    pub bank_users: u32,
 }
 
 impl Default for ServiceOptions {
@@ -27,6 +29,7 @@ impl Default for ServiceOptions {
             index: None,
             index_mapped: false,
             precision: Precision::F32,
+            bank_users: crate::bank::besim::DEFAULT_USERS,
         }
     }
 }
@@ -66,7 +69,25 @@ pub const CATALOG: &[Entry] = &[
         gpu: Some(knn_gpu),
         persistent: Some(knn_persistent),
     },
+    Entry {
+        name: "bank",
+        build: |o, _| bank_service(o),
+        // The GPU backend (parse / session / page kernels per cohort) is not built yet.
+        gpu: None,
+        persistent: None,
+    },
 ];
+
+fn bank_service(o: &ServiceOptions) -> Result<Arc<dyn Service>, String> {
+    if o.bank_users == 0 {
+        return Err("bank: --bank-users must be at least 1".into());
+    }
+    Ok(Arc::new(crate::bank::Bank::new(&crate::bank::BankConfig {
+        users: o.bank_users,
+        max_sessions: (o.bank_users as usize).max(1024),
+        ..Default::default()
+    })))
+}
 
 pub fn entry(name: &str) -> Option<&'static Entry> {
     CATALOG.iter().find(|e| e.name == name)

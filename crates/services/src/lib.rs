@@ -3,6 +3,7 @@
 //! one, its GPU backend (kernels + batching) for the generic GPU engines. [`catalog`] lists
 //! them for the server.
 
+pub mod bank;
 pub mod catalog;
 pub mod echo;
 pub mod knn;

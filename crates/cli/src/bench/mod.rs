@@ -1,6 +1,7 @@
 //! `cohort bench ...`: benchmarks that write JSON results naming the machine, the commit and
 //! the command, under bench/results/ by default.
 
+mod bank;
 mod build;
 mod echo;
 mod engine;
@@ -31,6 +32,9 @@ pub enum BenchCmd {
     IndexBuild(build::BuildBench),
     /// Czarnul's multi-stream CPU+GPU packet processing: streams, memory modes, CPU threads.
     Streams(streams::StreamsBench),
+    /// The bank on the cpu engine: in-process requests/s per worker count, then served over
+    /// loopback HTTP (Rhythm's CPU baseline).
+    BankCpu(bank::BankBench),
     /// Several sweeps on one throughput-latency plot.
     Plot(plot::PlotArgs),
 }
@@ -44,6 +48,7 @@ pub fn run(cmd: BenchCmd) -> Result<()> {
         BenchCmd::Hog(a) => hog::run(&a),
         BenchCmd::IndexBuild(a) => build::run(&a),
         BenchCmd::Streams(a) => streams::run(&a),
+        BenchCmd::BankCpu(a) => bank::run(&a),
         BenchCmd::Plot(a) => plot::run(&a),
     }
 }

@@ -74,6 +74,7 @@ fn options(a: &ServeArgs, p: &ServicePlan) -> ServiceOptions {
         index: a.index.clone(),
         index_mapped: a.index_mapped,
         precision: p.precision,
+        bank_users: a.bank_users,
     }
 }
 

@@ -26,7 +26,8 @@ pub struct ServeArgs {
     #[arg(long)]
     pub check_config: bool,
     /// Services to serve, comma-separated, each optionally with its engine:
-    /// NAME[:ENGINE], e.g. knn:gpu-cohort,echo:cpu,spin:gpu-direct. Services: echo, spin, knn.
+    /// NAME[:ENGINE], e.g. knn:gpu-cohort,echo:cpu,spin:gpu-direct. Services: echo, spin, knn,
+    /// bank (pages under /bank/ on the HTTP port).
     #[arg(long, default_value = "echo")]
     pub service: String,
     /// Per-service setting NAME.KEY=VALUE (repeatable), e.g. knn.max_cohort=512; keys: engine,
@@ -47,6 +48,9 @@ pub struct ServeArgs {
     /// less memory at start, slower scans.
     #[arg(long)]
     pub index_mapped: bool,
+    /// bank: users in its backend (1..=N; their records are generated, not stored).
+    #[arg(long, default_value_t = cohort_services::bank::besim::DEFAULT_USERS)]
+    pub bank_users: u32,
     /// Engine of the services that name none: cpu, gpu-direct, gpu-cohort or gpu-persistent.
     #[arg(long, default_value = "cpu")]
     pub engine: String,
@@ -124,6 +128,7 @@ impl ServeArgs {
             service_opt: vec![],
             index: None,
             index_mapped: false,
+            bank_users: cohort_services::bank::besim::DEFAULT_USERS,
             engine: "cpu".into(),
             gpus: vec![0],
             max_cohort: 256,

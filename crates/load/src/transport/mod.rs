@@ -2,3 +2,4 @@
 
 pub(crate) mod frames;
 pub(crate) mod http;
+pub(crate) mod pages;

@@ -1,0 +1,117 @@
+//! The bank served for real: `cohort serve --service bank` on loopback, driven by the load
+//! generator's session replay (every page checked byte for byte), and raw bad requests over a
+//! plain TCP socket getting their 4xx pages.
+
+mod common;
+use cohort_load::{BankWorkload, Mode, Target};
+use common::*;
+use std::io::{Read, Write};
+use std::sync::Arc;
+use std::time::Duration;
+
+#[test]
+fn sessions_over_http_get_correct_pages() {
+    let mut s = Served::start(&[
+        "--service",
+        "bank",
+        "--bank-users",
+        "5000",
+        "--workers",
+        "1",
+    ]);
+    let bank = Arc::new(BankWorkload { users: 5000 });
+    let r = load(
+        Target::Http(s.http.unwrap()),
+        Mode::Open {
+            rate: 800.0,
+            poisson: true,
+        },
+        1.5,
+        bank.clone(),
+    );
+    assert_all_answered(&r);
+    assert_eq!(r.error_total(), 0, "{r:#?}");
+    assert!(r.ok >= 1000, "{r:#?}");
+    // Every type of the mix was served and timed (the rarest is 1% of 1200 requests).
+    assert!(r.per_type.len() >= 12, "{:?}", r.per_type.keys());
+    assert!(r.per_type["login"].answers > 100);
+    // A closed loop over several connections: each its own users, no session stolen.
+    let r = load(
+        Target::Http(s.http.unwrap()),
+        Mode::Closed { concurrency: 8 },
+        1.0,
+        bank,
+    );
+    assert_all_answered(&r);
+    assert_eq!(r.error_total(), 0, "{r:#?}");
+    s.sigterm();
+    assert_eq!(s.wait_exit(Duration::from_secs(15)), 0);
+}
+
+/// Sends raw bytes on a fresh connection and returns the status line's code.
+fn status_of(addr: std::net::SocketAddr, req: &[u8]) -> u16 {
+    let mut c = std::net::TcpStream::connect(addr).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    c.write_all(req).unwrap();
+    let mut buf = [0u8; 64];
+    let mut got = 0;
+    while got < 12 {
+        let n = c.read(&mut buf[got..]).unwrap();
+        assert!(
+            n > 0,
+            "closed without an answer to {:?}",
+            String::from_utf8_lossy(req)
+        );
+        got += n;
+    }
+    assert!(
+        buf.starts_with(b"HTTP/1.1 "),
+        "{:?}",
+        String::from_utf8_lossy(&buf)
+    );
+    std::str::from_utf8(&buf[9..12]).unwrap().parse().unwrap()
+}
+
+#[test]
+fn bad_requests_get_their_pages() {
+    let s = Served::start(&["--service", "bank", "--bank-users", "100", "--workers", "1"]);
+    let a = s.http.unwrap();
+    assert_eq!(
+        status_of(a, b"GET /bank/profile HTTP/1.1\r\nHost: x\r\n\r\n"),
+        401
+    );
+    assert_eq!(
+        status_of(
+            a,
+            b"GET /bank/profile HTTP/1.1\r\nHost: x\r\nCookie: SID=3-00000000deadbeef\r\n\r\n"
+        ),
+        401
+    );
+    assert_eq!(
+        status_of(a, b"GET /bank/vault HTTP/1.1\r\nHost: x\r\n\r\n"),
+        404
+    );
+    assert_eq!(
+        status_of(a, b"GET /bank/login HTTP/1.1\r\nHost: x\r\n\r\n"),
+        405
+    );
+    assert_eq!(
+        status_of(
+            a,
+            b"POST /bank/login HTTP/1.1\r\nHost: x\r\nContent-Length: 9\r\n\r\nuserid=1&"
+        ),
+        400
+    );
+    let big = format!(
+        "POST /bank/post_payee HTTP/1.1\r\nHost: x\r\nContent-Length: 2000\r\n\r\n{}",
+        "a".repeat(2000)
+    );
+    assert_eq!(status_of(a, big.as_bytes()), 413);
+    // Not HTTP at all: hyper's own 400.
+    assert_eq!(status_of(a, b"\x01\x02garbage\r\n\r\n"), 400);
+    // The JSON gateway still serves the other routes beside the pages.
+    assert_eq!(
+        status_of(a, b"GET /healthz HTTP/1.1\r\nHost: x\r\n\r\n"),
+        200
+    );
+}
