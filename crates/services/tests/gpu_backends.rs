@@ -16,7 +16,8 @@ fn service_kernels_compile_for_sm90_through_nvrtc() {
     }
     let dir = std::env::temp_dir().join(format!("cohort-skcache-{}", std::process::id()));
     std::env::set_var("COHORT_KERNEL_CACHE", &dir);
-    let sources: [(&cohort_gpu::KernelSource, &[&str]); 2] = [
+    let sources: [(&cohort_gpu::KernelSource, &[&str]); 3] = [
+        (cohort_services::bank::gpu_parse::source(), &["bank_parse"]),
         (
             &cohort_services::micro_gpu::KERNELS,
             &["echo_rows", "spin_rows"],
@@ -55,5 +56,82 @@ fn gpu_backends_match_their_cpu_twins() {
     eprintln!("seed {seed}");
     for line in cohort_services::selftest::run(seed, true).unwrap() {
         eprintln!("{line}");
+    }
+}
+
+/// The bank's GPU parser against its CPU twin on fresh random requests: the client's real
+/// requests of every type (with and without cookies), the same with bytes flipped, cut or
+/// inserted, and random bytes; both slot layouts. Every field of every request must match.
+#[test]
+fn bank_parser_matches_its_cpu_twin() {
+    use cohort_services::bank::{client, gpu_parse::GpuParser, kinds::Kind, parse};
+    use rand::{Rng, SeedableRng};
+    let devs = match probe() {
+        Ok(d) => d,
+        Err(e) => {
+            report_skip("bank parser vs cpu twin", &e.to_string());
+            return;
+        }
+    };
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64;
+    eprintln!("bank parser seed {seed}");
+    let mut rng = rand::rngs::SmallRng::seed_from_u64(seed);
+    let n = 50_000;
+    let reqs: Vec<Vec<u8>> = (0..n)
+        .map(|i| {
+            let kind = Kind::from_index(rng.gen_range(0..14)).unwrap();
+            let user = rng.gen_range(1..=1_000_000);
+            let cookie = rng.gen_bool(0.8).then(|| parse::Cookie {
+                user,
+                token: rng.gen(),
+            });
+            let mut r = client::step(kind, user, &mut rng).raw(cookie);
+            match i % 4 {
+                0 | 1 => {}
+                2 => {
+                    for _ in 0..rng.gen_range(1..4) {
+                        let at = rng.gen_range(0..=r.len());
+                        match rng.gen_range(0..3) {
+                            0 if at < r.len() => r[at] = rng.gen(),
+                            1 if at < r.len() => {
+                                r.remove(at);
+                            }
+                            _ => r.insert(at, rng.gen()),
+                        }
+                    }
+                }
+                _ => {
+                    r = (0..rng.gen_range(0..2100)).map(|_| rng.gen()).collect();
+                    if rng.gen_bool(0.5) {
+                        r.extend_from_slice(b"\r\n\r\n");
+                    }
+                }
+            }
+            r
+        })
+        .collect();
+    let want: Vec<_> = reqs.iter().map(|r| parse::parse(r)).collect();
+    let ok = want.iter().filter(|w| w.is_ok()).count();
+    assert!(ok > n / 3, "the mix should parse mostly: {ok} of {n}");
+    let mut p = GpuParser::new(&devs[0], n).expect("parser");
+    for transposed in [false, true] {
+        p.upload(&reqs, transposed).unwrap();
+        p.launch().unwrap();
+        p.synchronize().unwrap();
+        let got = p.results().unwrap();
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            assert_eq!(
+                g,
+                w,
+                "request {i} (transposed {transposed}): {:?}",
+                String::from_utf8_lossy(&reqs[i])
+            );
+        }
+        eprintln!(
+            "bank parser: {n} requests ({ok} parse), transposed {transposed}: GPU = CPU twin"
+        );
     }
 }

@@ -2,6 +2,7 @@
 //! the command, under bench/results/ by default.
 
 mod bank;
+mod bank_gpu;
 mod build;
 mod echo;
 mod engine;
@@ -35,6 +36,8 @@ pub enum BenchCmd {
     /// The bank on the cpu engine: in-process requests/s per worker count, then served over
     /// loopback HTTP (Rhythm's CPU baseline).
     BankCpu(bank::BankBench),
+    /// The bank's HTTP parser alone on one GPU: requests/s per cohort size and slot layout.
+    BankParseGpu(bank_gpu::BankParseBench),
     /// Several sweeps on one throughput-latency plot.
     Plot(plot::PlotArgs),
 }
@@ -49,6 +52,7 @@ pub fn run(cmd: BenchCmd) -> Result<()> {
         BenchCmd::IndexBuild(a) => build::run(&a),
         BenchCmd::Streams(a) => streams::run(&a),
         BenchCmd::BankCpu(a) => bank::run(&a),
+        BenchCmd::BankParseGpu(a) => bank_gpu::run(&a),
         BenchCmd::Plot(a) => plot::run(&a),
     }
 }

@@ -6,6 +6,8 @@
 
 pub mod besim;
 pub mod client;
+pub mod cuda;
+pub mod gpu_parse;
 pub mod kinds;
 pub mod page;
 pub mod parse;

@@ -1,0 +1,93 @@
+//! The bank's constants and tables as CUDA source: prepended to its kernels so the GPU reads
+//! the very limits, paths and parameter names the CPU twins use (one definition, in Rust).
+
+use super::besim::NAME;
+use super::kinds::{Kind, Method, KINDS, PREFIX};
+use super::parse::{params, Refusal, MAX_BODY, MAX_REQUEST, NUMS, TEXTS};
+use std::fmt::Write;
+
+/// `#define`s and `__constant__` tables for the bank kernels.
+pub fn prelude() -> String {
+    let mut s =
+        String::from("// Generated from crates/services/src/bank (cuda.rs): do not edit.\n");
+    for (name, v) in [
+        ("BANK_MAX_REQUEST", MAX_REQUEST),
+        ("BANK_MAX_BODY", MAX_BODY),
+        ("BANK_NUMS", NUMS),
+        ("BANK_TEXTS", TEXTS),
+        ("BANK_NAME", NAME),
+        ("BANK_KINDS", KINDS.len()),
+        ("BANK_PREFIX_LEN", PREFIX.len()),
+    ] {
+        writeln!(s, "#define {name} {v}").unwrap();
+    }
+    for r in Refusal::ALL {
+        writeln!(s, "#define BANK_REFUSE_{:?} {}", r, r as u8).unwrap();
+    }
+    // Strings as one byte array with offsets: [start, end) of entry i at off[i], off[i + 1].
+    let table = |s: &mut String, name: &str, items: &[&str]| {
+        let mut bytes = Vec::new();
+        let mut offs = vec![0usize];
+        for it in items {
+            bytes.extend_from_slice(it.as_bytes());
+            offs.push(bytes.len());
+        }
+        bytes.push(0);
+        let list = |v: &mut String, xs: &mut dyn Iterator<Item = String>| {
+            v.push_str(&xs.collect::<Vec<_>>().join(","));
+        };
+        write!(
+            s,
+            "__constant__ unsigned char {name}_BYTES[{}] = {{",
+            bytes.len()
+        )
+        .unwrap();
+        list(s, &mut bytes.iter().map(|b| b.to_string()));
+        writeln!(s, "}};").unwrap();
+        write!(
+            s,
+            "__constant__ unsigned short {name}_OFF[{}] = {{",
+            offs.len()
+        )
+        .unwrap();
+        list(s, &mut offs.iter().map(|b| b.to_string()));
+        writeln!(s, "}};").unwrap();
+    };
+    table(&mut s, "BANK_PREFIX", &[PREFIX]);
+    let names: Vec<&str> = KINDS.iter().map(|k| k.name).collect();
+    table(&mut s, "BANK_KIND_NAME", &names);
+    let methods: Vec<String> = KINDS
+        .iter()
+        .map(|k| ((k.method == Method::Post) as u8).to_string())
+        .collect();
+    writeln!(
+        s,
+        "__constant__ unsigned char BANK_KIND_POST[{}] = {{{}}};",
+        KINDS.len(),
+        methods.join(",")
+    )
+    .unwrap();
+    // Parameter names: kind k's numeric parameter i is entry k * NUMS + i ("" when absent);
+    // its text parameter i is entry k * TEXTS + i of the second table.
+    let (mut nums, mut texts) = (Vec::new(), Vec::new());
+    for k in Kind::all() {
+        let (n, t) = params(k);
+        nums.extend((0..NUMS).map(|i| n.get(i).copied().unwrap_or("")));
+        texts.extend((0..TEXTS).map(|i| t.get(i).copied().unwrap_or("")));
+    }
+    table(&mut s, "BANK_NUM_PARAM", &nums);
+    table(&mut s, "BANK_TEXT_PARAM", &texts);
+    s
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn prelude_names_every_kind() {
+        let p = super::prelude();
+        assert!(p.contains("#define BANK_MAX_REQUEST 2048"));
+        assert!(p.contains("#define BANK_REFUSE_NotFound 2"));
+        assert!(p.contains("BANK_KIND_NAME_OFF[15]"));
+        assert!(p.contains("BANK_NUM_PARAM_OFF[43]"));
+    }
+}
