@@ -17,7 +17,10 @@ fn service_kernels_compile_for_sm90_through_nvrtc() {
     let dir = std::env::temp_dir().join(format!("cohort-skcache-{}", std::process::id()));
     std::env::set_var("COHORT_KERNEL_CACHE", &dir);
     let sources: [(&cohort_gpu::KernelSource, &[&str]); 3] = [
-        (cohort_services::bank::gpu_parse::source(), &["bank_parse"]),
+        (
+            cohort_services::bank::gpu::source(),
+            &["bank_parse", "bank_sessions", "bank_pages", "bank_pad"],
+        ),
         (
             &cohort_services::micro_gpu::KERNELS,
             &["echo_rows", "spin_rows"],
@@ -64,7 +67,7 @@ fn gpu_backends_match_their_cpu_twins() {
 /// inserted, and random bytes; both slot layouts. Every field of every request must match.
 #[test]
 fn bank_parser_matches_its_cpu_twin() {
-    use cohort_services::bank::{client, gpu_parse::GpuParser, kinds::Kind, parse};
+    use cohort_services::bank::{client, gpu::GpuParser, kinds::Kind, parse};
     use rand::{Rng, SeedableRng};
     let devs = match probe() {
         Ok(d) => d,
@@ -133,5 +136,115 @@ fn bank_parser_matches_its_cpu_twin() {
         eprintln!(
             "bank parser: {n} requests ({ok} parse), transposed {transposed}: GPU = CPU twin"
         );
+    }
+}
+
+/// The whole bank on the GPU (parse -> sessions -> pages, per-type cohorts) against the CPU
+/// twins (`Bank::serve`, request by request in the same order) on fresh random traffic:
+/// logins (some with wrong passwords), every page type from logged-in users, forged and
+/// missing cookies, mutated requests, logouts - both layouts, every response byte compared.
+#[test]
+fn bank_gpu_pages_match_the_cpu_twins() {
+    use cohort_services::bank::kinds::Kind;
+    use cohort_services::bank::{client, gpu::GpuParser, parse::Cookie, Bank, BankConfig};
+    use rand::seq::SliceRandom;
+    use rand::{Rng, SeedableRng};
+    let devs = match probe() {
+        Ok(d) => d,
+        Err(e) => {
+            report_skip("bank pages vs cpu twins", &e.to_string());
+            return;
+        }
+    };
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64;
+    eprintln!("bank pages seed {seed}");
+    let users = 20_000u32;
+    for transposed in [false, true] {
+        let mut rng = rand::rngs::SmallRng::seed_from_u64(seed ^ transposed as u64);
+        let cfg = BankConfig {
+            users,
+            max_sessions: users as usize,
+            secret: rng.gen(),
+        };
+        let cpu = Bank::new(&cfg);
+        let mut gpu = GpuParser::new(&devs[0], 4096)
+            .unwrap()
+            .with_sessions(users, users, cfg.secret)
+            .unwrap();
+        let mut live: Vec<(u32, Cookie)> = Vec::new();
+        let mut compared = 0usize;
+        let mut run = |reqs: Vec<Vec<u8>>, live: &mut Vec<(u32, Cookie)>| {
+            gpu.upload(&reqs, transposed).unwrap();
+            gpu.launch().unwrap();
+            gpu.serve().unwrap();
+            let got = gpu.responses().unwrap();
+            let mut out = Vec::new();
+            for (i, req) in reqs.iter().enumerate() {
+                cpu.serve(req, &mut out);
+                assert!(
+                    got[i] == out,
+                    "request {i} (transposed {transposed}) {:?}: GPU {:?}\nCPU {:?}",
+                    String::from_utf8_lossy(req),
+                    String::from_utf8_lossy(&got[i][..got[i].len().min(600)]),
+                    String::from_utf8_lossy(&out[..out.len().min(600)])
+                );
+                if let Some(c) = client::set_cookie(&out) {
+                    live.retain(|(u, _)| *u != c.user);
+                    live.push((c.user, c));
+                }
+            }
+            compared += reqs.len();
+        };
+        for _round in 0..3 {
+            // Logins of distinct users (one in ten with a wrong password).
+            let mut us: Vec<u32> = (1..=users).collect();
+            us.shuffle(&mut rng);
+            let logins: Vec<Vec<u8>> = us[..1500]
+                .iter()
+                .map(|&u| {
+                    let mut s = client::step(Kind::Login, u, &mut rng);
+                    if rng.gen_bool(0.1) {
+                        s.form = format!("userid={u}&password=1");
+                    }
+                    s.raw(None)
+                })
+                .collect();
+            run(logins, &mut live);
+            // Every other type from logged-in users, with forged, missing and mutated ones.
+            for kind in Kind::all().filter(|k| !matches!(k, Kind::Login | Kind::Logout)) {
+                let reqs: Vec<Vec<u8>> = (0..700)
+                    .map(|_| {
+                        let (u, c) = live[rng.gen_range(0..live.len())];
+                        let cookie = match rng.gen_range(0..10) {
+                            0 => None,
+                            1 => Some(Cookie {
+                                user: u,
+                                token: rng.gen(),
+                            }),
+                            _ => Some(c),
+                        };
+                        let mut r = client::step(kind, u, &mut rng).raw(cookie);
+                        if rng.gen_range(0..10) == 0 {
+                            let at = rng.gen_range(0..r.len());
+                            r[at] = rng.gen();
+                        }
+                        r
+                    })
+                    .collect();
+                run(reqs, &mut live);
+            }
+            // Logouts of distinct logged-in users.
+            live.shuffle(&mut rng);
+            let out: Vec<(u32, Cookie)> = live.drain(..live.len() / 2).collect();
+            let reqs = out
+                .iter()
+                .map(|&(u, c)| client::step(Kind::Logout, u, &mut rng).raw(Some(c)))
+                .collect();
+            run(reqs, &mut live);
+        }
+        eprintln!("bank pages: {compared} responses, transposed {transposed}: GPU = CPU twins");
     }
 }

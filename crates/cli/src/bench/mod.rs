@@ -38,6 +38,9 @@ pub enum BenchCmd {
     BankCpu(bank::BankBench),
     /// The bank's HTTP parser alone on one GPU: requests/s per cohort size and slot layout.
     BankParseGpu(bank_gpu::BankParseBench),
+    /// The whole bank on one GPU in-process: per type and cohort size, pages in GPU memory or
+    /// copied to the host, the PCIe bound, energy.
+    BankGpu(bank_gpu::BankGpuBench),
     /// Several sweeps on one throughput-latency plot.
     Plot(plot::PlotArgs),
 }
@@ -53,6 +56,7 @@ pub fn run(cmd: BenchCmd) -> Result<()> {
         BenchCmd::Streams(a) => streams::run(&a),
         BenchCmd::BankCpu(a) => bank::run(&a),
         BenchCmd::BankParseGpu(a) => bank_gpu::run(&a),
+        BenchCmd::BankGpu(a) => bank_gpu::run_all(&a),
         BenchCmd::Plot(a) => plot::run(&a),
     }
 }

@@ -31,15 +31,15 @@ fn word(user: u32, salt: u64, i: u64) -> u64 {
     mix(mix((user as u64) << 16 ^ salt) ^ i)
 }
 
-const FIRST: [&str; 16] = [
+pub(crate) const FIRST: [&str; 16] = [
     "Ada", "Alan", "Barbara", "Claude", "Donald", "Edsger", "Frances", "Grace", "John", "Ken",
     "Leslie", "Margaret", "Niklaus", "Radia", "Shafi", "Tony",
 ];
-const LAST: [&str; 16] = [
+pub(crate) const LAST: [&str; 16] = [
     "Allen", "Backus", "Codd", "Dijkstra", "Floyd", "Hamming", "Hoare", "Hopper", "Kahan", "Knuth",
     "Lamport", "Liskov", "Perlman", "Ritchie", "Turing", "Wirth",
 ];
-const STREETS: [&str; 8] = [
+pub(crate) const STREETS: [&str; 8] = [
     "Oak St",
     "Maple Ave",
     "Pine Rd",
@@ -49,7 +49,7 @@ const STREETS: [&str; 8] = [
     "Spruce Ct",
     "Ash Blvd",
 ];
-const CITIES: [&str; 8] = [
+pub(crate) const CITIES: [&str; 8] = [
     "Springfield",
     "Riverton",
     "Fairview",
@@ -59,8 +59,8 @@ const CITIES: [&str; 8] = [
     "Salem",
     "Franklin",
 ];
-const ACCOUNT_KINDS: [&str; 4] = ["Checking", "Savings", "Money Market", "Credit Card"];
-const MERCHANTS: [&str; 16] = [
+pub(crate) const ACCOUNT_KINDS: [&str; 4] = ["Checking", "Savings", "Money Market", "Credit Card"];
+pub(crate) const MERCHANTS: [&str; 16] = [
     "Grocery Mart",
     "Fuel Stop",
     "City Power",

@@ -1,8 +1,9 @@
 //! The bank's constants and tables as CUDA source: prepended to its kernels so the GPU reads
 //! the very limits, paths and parameter names the CPU twins use (one definition, in Rust).
 
-use super::besim::NAME;
+use super::besim::{self, NAME};
 use super::kinds::{Kind, Method, KINDS, PREFIX};
+use super::page;
 use super::parse::{params, Refusal, MAX_BODY, MAX_REQUEST, NUMS, TEXTS};
 use std::fmt::Write;
 
@@ -77,8 +78,66 @@ pub fn prelude() -> String {
     }
     table(&mut s, "BANK_NUM_PARAM", &nums);
     table(&mut s, "BANK_TEXT_PARAM", &texts);
+    // Pages: sizes, the backend's word lists, refusal statuses and texts.
+    for (name, v) in [
+        ("BANK_MAX_ACCOUNTS", besim::MAX_ACCOUNTS as u64),
+        ("BANK_MAX_PAYEES", besim::MAX_PAYEES as u64),
+        ("BANK_TXNS", besim::TXNS_PER_ACCOUNT as u64),
+        ("BANK_PAYMENTS", besim::PAYMENTS as u64),
+        ("BANK_CHECK_BOX_CENTS", besim::CHECK_BOX_CENTS as u64),
+        ("BANK_REFUSAL_PAGE", page::REFUSAL_PAGE_BYTES as u64),
+        ("BANK_LENGTH_FIELD", page::LENGTH_FIELD as u64),
+        ("BANK_RESP_SLOT", RESP_SLOT as u64),
+    ] {
+        writeln!(s, "#define {name} {v}ull").unwrap();
+    }
+    for k in Kind::all() {
+        writeln!(s, "#define BANK_K_{:?} {}", k, k as u8).unwrap();
+    }
+    let sizes: Vec<String> = KINDS.iter().map(|k| k.page_bytes.to_string()).collect();
+    writeln!(
+        s,
+        "__constant__ unsigned int BANK_KIND_PAGE[{}] = {{{}}};",
+        KINDS.len(),
+        sizes.join(",")
+    )
+    .unwrap();
+    table(&mut s, "BANK_FIRST", &besim::FIRST);
+    table(&mut s, "BANK_LAST", &besim::LAST);
+    table(&mut s, "BANK_STREETS", &besim::STREETS);
+    table(&mut s, "BANK_CITIES", &besim::CITIES);
+    table(&mut s, "BANK_ACCOUNT_KINDS", &besim::ACCOUNT_KINDS);
+    table(&mut s, "BANK_MERCHANTS", &besim::MERCHANTS);
+    table(&mut s, "BANK_DESIGNS", &besim::CHECK_DESIGNS);
+    table(
+        &mut s,
+        "BANK_TAIL",
+        &[std::str::from_utf8(page::TAIL).unwrap()],
+    );
+    // Refusal code c (1..) is entry c - 1; entry 7 is the 200 page's "OK".
+    let mut reasons: Vec<&str> = Refusal::ALL.iter().map(|r| r.reason()).collect();
+    reasons.push("OK");
+    table(&mut s, "BANK_REASON", &reasons);
+    let messages: Vec<&str> = Refusal::ALL.iter().map(|r| r.message()).collect();
+    table(&mut s, "BANK_MESSAGE", &messages);
+    let statuses: Vec<String> = Refusal::ALL
+        .iter()
+        .map(|r| r.status().to_string())
+        .collect();
+    writeln!(
+        s,
+        "__constant__ unsigned short BANK_STATUS[{}] = {{{}}};",
+        statuses.len(),
+        statuses.join(",")
+    )
+    .unwrap();
     s
 }
+
+/// A response slot on the GPU: the largest page, its header and room to spare (whole words,
+/// fewer than 2^16 of them: the pad kernel's word indices are 16-bit).
+pub const RESP_SLOT: usize = super::kinds::MAX_PAGE_BYTES + 1024;
+const _: () = assert!(RESP_SLOT.is_multiple_of(4) && RESP_SLOT / 4 < 1 << 16);
 
 #[cfg(test)]
 mod tests {

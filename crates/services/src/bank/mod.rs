@@ -7,7 +7,7 @@
 pub mod besim;
 pub mod client;
 pub mod cuda;
-pub mod gpu_parse;
+pub mod gpu;
 pub mod kinds;
 pub mod page;
 pub mod parse;

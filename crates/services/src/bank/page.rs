@@ -12,8 +12,8 @@ use super::parse::{Cookie, Parsed, Refusal};
 /// Body bytes of every refusal page.
 pub const REFUSAL_PAGE_BYTES: usize = 1024;
 /// Digits of the Content-Length field (space padded on the left: optional whitespace).
-const LENGTH_FIELD: usize = 6;
-const TAIL: &[u8] = b"</body></html>\n";
+pub(crate) const LENGTH_FIELD: usize = 6;
+pub(crate) const TAIL: &[u8] = b"</body></html>\n";
 
 /// What the page shows besides the request: the session change it made.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
