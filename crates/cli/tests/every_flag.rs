@@ -76,6 +76,7 @@ fn sample(flag: &str, ix: &str) -> Option<Option<String>> {
         "dispatch" => v("key-hash"),
         "drain-timeout-ms" => v("100"),
         "log-level" => v("warn"),
+        "bank-users" => v("1000"),
         // Not settings: what the test itself uses or cannot pass alone.
         "config" | "help" | "version" => Some(None),
         _ => None,
