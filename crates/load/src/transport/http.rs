@@ -8,14 +8,16 @@ use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
 use hyper::client::conn::http1::SendRequest;
 use hyper_util::rt::TokioIo;
+use std::future::Future;
 use std::net::SocketAddr;
+use std::pin::Pin;
 use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use tokio::sync::{mpsc, Mutex};
 
-type Conn = SendRequest<Full<Bytes>>;
+pub(crate) type Conn = SendRequest<Full<Bytes>>;
 
-async fn connect(addr: SocketAddr) -> Option<Conn> {
+pub(crate) async fn connect(addr: SocketAddr) -> Option<Conn> {
     let stream = tokio::net::TcpStream::connect(addr).await.ok()?;
     let _ = stream.set_nodelay(true);
     let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
@@ -61,7 +63,47 @@ async fn one(sh: &Shared, rec: &mut Recorder, conn: &mut Option<Conn>, addr: Soc
     }
 }
 
+/// What a connection of an HTTP run sends: its own state, and one request's round trip
+/// (reconnecting if needed, recording the answer).
+pub(crate) trait Client: Send + 'static {
+    fn one<'a>(
+        &'a mut self,
+        sh: &'a Shared,
+        rec: &'a mut Recorder,
+        conn: &'a mut Option<Conn>,
+        addr: SocketAddr,
+        seq: u64,
+    ) -> Pin<Box<dyn Future<Output = ()> + Send + 'a>>;
+}
+
+/// The JSON gateway's client: request `seq`'s body from the workload.
+struct Json;
+
+impl Client for Json {
+    fn one<'a>(
+        &'a mut self,
+        sh: &'a Shared,
+        rec: &'a mut Recorder,
+        conn: &'a mut Option<Conn>,
+        addr: SocketAddr,
+        seq: u64,
+    ) -> Pin<Box<dyn Future<Output = ()> + Send + 'a>> {
+        Box::pin(one(sh, rec, conn, addr, seq))
+    }
+}
+
 pub(crate) fn run(cfg: &LoadConfig, sh: &Arc<Shared>, addr: SocketAddr) -> Result<Recorder> {
+    drive(cfg, sh, addr, |_, _| Json)
+}
+
+/// Runs one load point over HTTP/1.1 connections, each with the client `client(c, n)` makes
+/// for connection c of n.
+pub(crate) fn drive<C: Client>(
+    cfg: &LoadConfig,
+    sh: &Arc<Shared>,
+    addr: SocketAddr,
+    client: impl Fn(usize, usize) -> C,
+) -> Result<Recorder> {
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(cfg.connections.clamp(1, 4))
         .enable_all()
@@ -72,15 +114,15 @@ pub(crate) fn run(cfg: &LoadConfig, sh: &Arc<Shared>, addr: SocketAddr) -> Resul
             let (tx, rx) = mpsc::unbounded_channel::<u64>();
             let rx = Arc::new(Mutex::new(rx));
             let mut tasks = Vec::new();
-            for _ in 0..cfg.connections {
-                let (sh, rx) = (sh.clone(), rx.clone());
+            for c in 0..cfg.connections {
+                let (sh, rx, mut cl) = (sh.clone(), rx.clone(), client(c, cfg.connections));
                 tasks.push(rt.spawn(async move {
                     let mut rec = Recorder::new();
                     let mut conn = connect(addr).await;
                     loop {
                         let next = rx.lock().await.recv().await;
                         let Some(seq) = next else { break };
-                        one(&sh, &mut rec, &mut conn, addr, seq).await;
+                        cl.one(&sh, &mut rec, &mut conn, addr, seq).await;
                     }
                     rec
                 }));
@@ -116,7 +158,7 @@ pub(crate) fn run(cfg: &LoadConfig, sh: &Arc<Shared>, addr: SocketAddr) -> Resul
         Mode::Closed { concurrency } => {
             let mut tasks = Vec::new();
             for c in 0..concurrency {
-                let sh = sh.clone();
+                let (sh, mut cl) = (sh.clone(), client(c, concurrency));
                 tasks.push(rt.spawn(async move {
                     let mut rec = Recorder::new();
                     let mut conn = connect(addr).await;
@@ -128,7 +170,7 @@ pub(crate) fn run(cfg: &LoadConfig, sh: &Arc<Shared>, addr: SocketAddr) -> Resul
                         }
                         let seq = seq_of(c, k, concurrency);
                         rec.on_send(&sh, seq, now, now);
-                        one(&sh, &mut rec, &mut conn, addr, seq).await;
+                        cl.one(&sh, &mut rec, &mut conn, addr, seq).await;
                     }
                     rec
                 }));

@@ -3,30 +3,17 @@
 //! releases requests on schedule and a free browser takes the next one, so latency includes
 //! waiting for a free connection. Every page is checked against the expected bytes.
 
+use super::http::{connect, Client, Conn};
 use crate::bank::{Browser, Visit};
-use crate::run::{schedule_for, seq_of, Answer, LoadConfig, Mode, Recorder, Shared};
+use crate::run::{Answer, LoadConfig, Recorder, Shared};
 use anyhow::Result;
 use bytes::Bytes;
 use cohort_services::bank::client;
 use http_body_util::{BodyExt, Full};
-use hyper::client::conn::http1::SendRequest;
-use hyper_util::rt::TokioIo;
+use std::future::Future;
 use std::net::SocketAddr;
-use std::sync::atomic::Ordering;
+use std::pin::Pin;
 use std::sync::Arc;
-use tokio::sync::{mpsc, Mutex};
-
-type Conn = SendRequest<Full<Bytes>>;
-
-async fn connect(addr: SocketAddr) -> Option<Conn> {
-    let stream = tokio::net::TcpStream::connect(addr).await.ok()?;
-    let _ = stream.set_nodelay(true);
-    let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
-        .await
-        .ok()?;
-    tokio::spawn(conn);
-    Some(sender)
-}
 
 /// The response as the service wrote it (status, the headers the check needs, body).
 struct Page {
@@ -135,89 +122,26 @@ async fn one(
     }
 }
 
+impl Client for Browser {
+    fn one<'a>(
+        &'a mut self,
+        sh: &'a Shared,
+        rec: &'a mut Recorder,
+        conn: &'a mut Option<Conn>,
+        addr: SocketAddr,
+        seq: u64,
+    ) -> Pin<Box<dyn Future<Output = ()> + Send + 'a>> {
+        Box::pin(one(sh, rec, conn, self, addr, seq))
+    }
+}
+
+/// Runs one load point: a browser per connection, users `users` (the transport is the JSON
+/// one's; only what a connection sends differs).
 pub(crate) fn run(
     cfg: &LoadConfig,
     sh: &Arc<Shared>,
     addr: SocketAddr,
     users: u32,
 ) -> Result<Recorder> {
-    let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(cfg.connections.clamp(1, 4))
-        .enable_all()
-        .build()?;
-    let mut total = Recorder::new();
-    let browser = |c: usize, n: usize| Browser::new(users, c, n, cfg.seed);
-    match cfg.mode {
-        Mode::Open { .. } => {
-            let (tx, rx) = mpsc::unbounded_channel::<u64>();
-            let rx = Arc::new(Mutex::new(rx));
-            let mut tasks = Vec::new();
-            for c in 0..cfg.connections {
-                let (sh, rx, mut b) = (sh.clone(), rx.clone(), browser(c, cfg.connections));
-                tasks.push(rt.spawn(async move {
-                    let mut rec = Recorder::new();
-                    let mut conn = connect(addr).await;
-                    loop {
-                        let next = rx.lock().await.recv().await;
-                        let Some(seq) = next else { break };
-                        one(&sh, &mut rec, &mut conn, &mut b, addr, seq).await;
-                    }
-                    rec
-                }));
-            }
-            let mut sched = schedule_for(
-                &LoadConfig {
-                    connections: 1,
-                    ..cfg.clone()
-                },
-                0,
-            )
-            .expect("open");
-            let mut pace = Recorder::new();
-            for k in 0u64.. {
-                let intended = sched.next();
-                if intended >= sh.end_ns {
-                    break;
-                }
-                sh.wait_until(intended);
-                let seq = seq_of(0, k, 1);
-                pace.on_send(sh, seq, intended, sh.now_ns());
-                if tx.send(seq).is_err() {
-                    break;
-                }
-            }
-            drop(tx);
-            total.merge(pace);
-            for t in tasks {
-                total.merge(rt.block_on(t)?);
-            }
-        }
-        Mode::Closed { concurrency } => {
-            let mut tasks = Vec::new();
-            for c in 0..concurrency {
-                let (sh, mut b) = (sh.clone(), browser(c, concurrency));
-                tasks.push(rt.spawn(async move {
-                    let mut rec = Recorder::new();
-                    let mut conn = connect(addr).await;
-                    sh.wait_until(0);
-                    for k in 0u64.. {
-                        let now = sh.now_ns();
-                        if now >= sh.end_ns {
-                            break;
-                        }
-                        let seq = seq_of(c, k, concurrency);
-                        rec.on_send(&sh, seq, now, now);
-                        one(&sh, &mut rec, &mut conn, &mut b, addr, seq).await;
-                    }
-                    rec
-                }));
-            }
-            for t in tasks {
-                total.merge(rt.block_on(t)?);
-            }
-        }
-    }
-    sh.stop.store(true, Ordering::Release);
-    rt.shutdown_timeout(std::time::Duration::from_secs(1));
-    Ok(total)
+    super::http::drive(cfg, sh, addr, |c, n| Browser::new(users, c, n, cfg.seed))
 }
