@@ -7,7 +7,7 @@
 use crate::serve::{self, ServeArgs};
 use anyhow::Result;
 use clap::Args;
-use cohort_load::{BankWorkload, LoadConfig, Mode, Report, Target};
+use cohort_load::{BankWorkload, LoadConfig, Mode, Target};
 use cohort_services::bank::client;
 use cohort_services::bank::kinds::{Kind, KINDS};
 use cohort_services::bank::{Bank, BankConfig};
@@ -216,13 +216,6 @@ fn in_process(a: &BankBench, workers: usize) -> Result<serde_json::Value> {
     }))
 }
 
-fn meets(r: &Report, limit: f64) -> bool {
-    r.error_total() == 0
-        && r.latency_us.p99 <= limit
-        && r.offered_rate.is_some_and(|o| r.achieved_rate >= 0.98 * o)
-        && !r.generator_saturated
-}
-
 fn served(a: &BankBench) -> Result<serde_json::Value> {
     let mut sa = ServeArgs::loopback("bank");
     sa.udp = None;
@@ -245,7 +238,7 @@ fn served(a: &BankBench) -> Result<serde_json::Value> {
         );
         let r = cohort_load::run(&cfg, w.clone())?;
         eprintln!("served workers={} {}", a.served_workers, r.table_row());
-        let ok = meets(&r, a.p99_limit_us);
+        let ok = super::echo::meets(&r, a.p99_limit_us);
         points.push(r);
         if !ok {
             break;

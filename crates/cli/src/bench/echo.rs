@@ -43,7 +43,9 @@ pub struct EchoBench {
     pub out: PathBuf,
 }
 
-fn meets(r: &Report, limit: f64) -> bool {
+/// Whether an open-loop point met the p99 limit with no errors, the offered rate and an
+/// unsaturated generator (the ramps of every served benchmark stop at the first miss).
+pub(super) fn meets(r: &Report, limit: f64) -> bool {
     r.error_total() == 0
         && r.latency_us.p99 <= limit
         && r.offered_rate.is_some_and(|o| r.achieved_rate >= 0.98 * o)
