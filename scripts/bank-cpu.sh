@@ -17,22 +17,9 @@ users=1000000
 [ -n "${SERVED_ONLY:-}" ] || "$cohort" bench bank-cpu --workers 1,4,8,16 --users "$users" --served-workers 0 \
     --out "$out/bank-cpu-inprocess-$tag.json"
 
-# Served: the server on the first half of the cores (1 io thread + the rest workers), the
+# Served: the server on the first half of the cores (io threads + the rest workers), the
 # generator on the second half.
-half=$((cores / 2))
 io=${IO_THREADS:-1}
-workers=$((half - io))
-port=18080
-taskset -c "0-$((half - 1))" "$cohort" serve --service bank --bank-users "$users" \
-    --http "127.0.0.1:$port" --io-threads "$io" --workers "$workers" --log-level warn &
-server=$!
-trap 'kill $server 2>/dev/null || true' EXIT
-sleep 2
-rates=${RATES:-5k,10k,20k,40k,60k,80k,120k,160k,240k}
-taskset -c "$half-$((cores - 1))" "$cohort" load --target "http://127.0.0.1:$port" \
-    --service bank --bank-users "$users" --poisson --sweep "$rates" --connections 64 \
-    --duration 3 --warmup 1 --answer-timeout-ms 2000 \
-    --label "cohort serve --service bank --io-threads $io --workers $workers (cores 0-$((half - 1))); load on cores $half-$((cores - 1))" \
-    --json "$out/bank-cpu-served-$tag-io$io.json" --plot "$out/bank-cpu-served-$tag-io$io.png"
-kill -INT $server
-wait $server || true
+workers=$(($(nproc) / 2 - io))
+USERS=$users COHORT=$cohort scripts/bank-served.sh "$out/bank-cpu-served-$tag-io$io" \
+    --io-threads "$io" --workers "$workers"

@@ -77,6 +77,8 @@ fn sample(flag: &str, ix: &str) -> Option<Option<String>> {
         "drain-timeout-ms" => v("100"),
         "log-level" => v("warn"),
         "bank-users" => v("1000"),
+        "bank-layout" => v("row-major"),
+        "bank-cohorts" => v("mixed"),
         // Not settings: what the test itself uses or cannot pass alone.
         "config" | "help" | "version" => Some(None),
         _ => None,

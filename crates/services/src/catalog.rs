@@ -21,6 +21,10 @@ pub struct ServiceOptions {
     pub precision: Precision,
     /// bank: users in the backend.
     pub bank_users: u32,
+    /// bank on the GPU: requests and responses transposed by words (else row-major).
+    pub bank_transposed: bool,
+    /// bank on the GPU: one page type per cohort, or mixed.
+    pub bank_cohorts: crate::bank::backend::Cohorts,
 }
 
 impl Default for ServiceOptions {
@@ -30,6 +34,8 @@ impl Default for ServiceOptions {
             index_mapped: false,
             precision: Precision::F32,
             bank_users: crate::bank::besim::DEFAULT_USERS,
+            bank_transposed: true,
+            bank_cohorts: Default::default(),
         }
     }
 }
@@ -48,6 +54,9 @@ pub struct Entry {
     pub gpu: Option<GpuBuild>,
     /// Its stages for the persistent GPU engine; None: not offered there.
     pub persistent: Option<PersistentBuild>,
+    /// Its GPU backend keeps state that requests share (the bank's sessions) in one device's
+    /// memory, so it is served from one GPU only.
+    pub one_gpu: bool,
 }
 
 pub const CATALOG: &[Entry] = &[
@@ -56,25 +65,29 @@ pub const CATALOG: &[Entry] = &[
         build: |_, _| Ok(Arc::new(crate::echo::Echo)),
         gpu: Some(|_, dev| micro(Micro::Echo, dev)),
         persistent: Some(|_, dev| micro_persistent(Micro::Echo, dev)),
+        one_gpu: false,
     },
     Entry {
         name: "spin",
         build: |_, _| Ok(Arc::new(crate::spin::Spin)),
         gpu: Some(|_, dev| micro(Micro::Spin, dev)),
         persistent: Some(|_, dev| micro_persistent(Micro::Spin, dev)),
+        one_gpu: false,
     },
     Entry {
         name: "knn",
         build: knn_service,
         gpu: Some(knn_gpu),
         persistent: Some(knn_persistent),
+        one_gpu: false,
     },
     Entry {
         name: "bank",
         build: |o, _| bank_service(o),
-        // The GPU backend (parse / session / page kernels per cohort) is not built yet.
-        gpu: None,
+        gpu: Some(bank_gpu),
+        // Not built for gpu-persistent yet (gpu-cohort first, as Rhythm).
         persistent: None,
+        one_gpu: true,
     },
 ];
 
@@ -87,6 +100,22 @@ fn bank_service(o: &ServiceOptions) -> Result<Arc<dyn Service>, String> {
         max_sessions: (o.bank_users as usize).max(1024),
         ..Default::default()
     })))
+}
+
+fn bank_gpu(o: &ServiceOptions, dev: &DeviceInfo) -> Result<Arc<dyn GpuBackend>, String> {
+    if o.bank_users == 0 {
+        return Err("bank: --bank-users must be at least 1".into());
+    }
+    let cfg = crate::bank::backend::BankGpuConfig {
+        users: o.bank_users,
+        max_sessions: o.bank_users.max(1024),
+        secret: rand::random(),
+        transposed: o.bank_transposed,
+        cohorts: o.bank_cohorts,
+    };
+    Ok(Arc::new(
+        crate::bank::backend::BankGpu::new(dev, cfg).map_err(|e| e.to_string())?,
+    ))
 }
 
 pub fn entry(name: &str) -> Option<&'static Entry> {

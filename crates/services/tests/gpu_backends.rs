@@ -19,7 +19,14 @@ fn service_kernels_compile_for_sm90_through_nvrtc() {
     let sources: [(&cohort_gpu::KernelSource, &[&str]); 3] = [
         (
             cohort_services::bank::gpu::source(),
-            &["bank_parse", "bank_sessions", "bank_pages", "bank_pad"],
+            &[
+                "bank_parse",
+                "bank_sessions",
+                "bank_pages",
+                "bank_pad",
+                "bank_unpack",
+                "bank_gather",
+            ],
         ),
         (
             &cohort_services::micro_gpu::KERNELS,
@@ -139,15 +146,113 @@ fn bank_parser_matches_its_cpu_twin() {
     }
 }
 
-/// The whole bank on the GPU (parse -> sessions -> pages, per-type cohorts) against the CPU
-/// twins (`Bank::serve`, request by request in the same order) on fresh random traffic:
-/// logins (some with wrong passwords), every page type from logged-in users, forged and
-/// missing cookies, mutated requests, logouts - both layouts, every response byte compared.
+/// Runs one cohort of raw requests on a GPU path of the bank: its responses, in order.
+type ServeCohort<'a> = dyn FnMut(&[Vec<u8>]) -> Vec<Vec<u8>> + 'a;
+
+/// Session mixes for a GPU path of the bank, every response compared byte for byte with the
+/// CPU twin's (`Bank::serve` on a twin with the same secret): three rounds of logins of
+/// distinct users (one in ten with a wrong password), every other type from logged-in users
+/// (one in ten without a cookie, one in ten forged, one in ten with a byte changed, a few
+/// over the size limit), then logouts of half the live sessions. `serve` runs one cohort on
+/// the GPU and returns its responses. Returns the responses compared.
+fn bank_session_rounds(
+    rng: &mut rand::rngs::SmallRng,
+    cpu: &cohort_services::bank::Bank,
+    users: u32,
+    label: &str,
+    serve: &mut ServeCohort,
+) -> usize {
+    use cohort_services::bank::kinds::Kind;
+    use cohort_services::bank::{client, parse::Cookie, parse::MAX_REQUEST};
+    use rand::seq::SliceRandom;
+    use rand::Rng;
+    let mut live: Vec<(u32, Cookie)> = Vec::new();
+    let mut compared = 0usize;
+    let mut run = |reqs: Vec<Vec<u8>>, live: &mut Vec<(u32, Cookie)>| {
+        let got = serve(&reqs);
+        assert_eq!(got.len(), reqs.len());
+        let mut out = Vec::new();
+        for (i, req) in reqs.iter().enumerate() {
+            cpu.serve(req, &mut out);
+            assert!(
+                got[i] == out,
+                "request {i} ({label}) {:?}: GPU {:?}\nCPU {:?}",
+                String::from_utf8_lossy(&req[..req.len().min(600)]),
+                String::from_utf8_lossy(&got[i][..got[i].len().min(600)]),
+                String::from_utf8_lossy(&out[..out.len().min(600)])
+            );
+            if let Some(c) = client::set_cookie(&out) {
+                live.retain(|(u, _)| *u != c.user);
+                live.push((c.user, c));
+            }
+        }
+        compared += reqs.len();
+    };
+    for _round in 0..3 {
+        let mut us: Vec<u32> = (1..=users).collect();
+        us.shuffle(rng);
+        let logins: Vec<Vec<u8>> = us[..1500]
+            .iter()
+            .map(|&u| {
+                let mut s = client::step(Kind::Login, u, rng);
+                if rng.gen_bool(0.1) {
+                    s.form = format!("userid={u}&password=1");
+                }
+                s.raw(None)
+            })
+            .collect();
+        run(logins, &mut live);
+        for kind in Kind::all().filter(|k| !matches!(k, Kind::Login | Kind::Logout)) {
+            let reqs: Vec<Vec<u8>> = (0..700)
+                .map(|_| {
+                    let (u, c) = live[rng.gen_range(0..live.len())];
+                    let cookie = match rng.gen_range(0..10) {
+                        0 => None,
+                        1 => Some(Cookie {
+                            user: u,
+                            token: rng.gen(),
+                        }),
+                        _ => Some(c),
+                    };
+                    let mut r = client::step(kind, u, rng).raw(cookie);
+                    match rng.gen_range(0..100) {
+                        0..=9 => {
+                            let at = rng.gen_range(0..r.len());
+                            r[at] = rng.gen();
+                        }
+                        10 => r.resize(MAX_REQUEST + 1 + rng.gen_range(0..100), b'a'),
+                        _ => {}
+                    }
+                    r
+                })
+                .collect();
+            run(reqs, &mut live);
+        }
+        live.shuffle(rng);
+        let out: Vec<(u32, Cookie)> = live.drain(..live.len() / 2).collect();
+        let reqs = out
+            .iter()
+            .map(|&(u, c)| client::step(Kind::Logout, u, rng).raw(Some(c)))
+            .collect();
+        run(reqs, &mut live);
+    }
+    compared
+}
+
+fn bank_seed(what: &str) -> u64 {
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_nanos() as u64;
+    eprintln!("{what} seed {seed}");
+    seed
+}
+
+/// The bank's kernels (parse, sessions, pages, padding) on the test harness's cohorts against
+/// the CPU twins: both layouts, every response byte compared.
 #[test]
 fn bank_gpu_pages_match_the_cpu_twins() {
-    use cohort_services::bank::kinds::Kind;
-    use cohort_services::bank::{client, gpu::GpuParser, parse::Cookie, Bank, BankConfig};
-    use rand::seq::SliceRandom;
+    use cohort_services::bank::{gpu::GpuParser, Bank, BankConfig};
     use rand::{Rng, SeedableRng};
     let devs = match probe() {
         Ok(d) => d,
@@ -156,11 +261,7 @@ fn bank_gpu_pages_match_the_cpu_twins() {
             return;
         }
     };
-    let seed = std::time::SystemTime::now()
-        .duration_since(std::time::UNIX_EPOCH)
-        .unwrap()
-        .as_nanos() as u64;
-    eprintln!("bank pages seed {seed}");
+    let seed = bank_seed("bank pages");
     let users = 20_000u32;
     for transposed in [false, true] {
         let mut rng = rand::rngs::SmallRng::seed_from_u64(seed ^ transposed as u64);
@@ -174,77 +275,81 @@ fn bank_gpu_pages_match_the_cpu_twins() {
             .unwrap()
             .with_sessions(users, users, cfg.secret)
             .unwrap();
-        let mut live: Vec<(u32, Cookie)> = Vec::new();
-        let mut compared = 0usize;
-        let mut run = |reqs: Vec<Vec<u8>>, live: &mut Vec<(u32, Cookie)>| {
-            gpu.upload(&reqs, transposed).unwrap();
+        let label = format!("harness, transposed {transposed}");
+        let compared = bank_session_rounds(&mut rng, &cpu, users, &label, &mut |reqs| {
+            gpu.upload(reqs, transposed).unwrap();
             gpu.launch().unwrap();
             gpu.serve().unwrap();
-            let got = gpu.responses().unwrap();
-            let mut out = Vec::new();
-            for (i, req) in reqs.iter().enumerate() {
-                cpu.serve(req, &mut out);
-                assert!(
-                    got[i] == out,
-                    "request {i} (transposed {transposed}) {:?}: GPU {:?}\nCPU {:?}",
-                    String::from_utf8_lossy(req),
-                    String::from_utf8_lossy(&got[i][..got[i].len().min(600)]),
-                    String::from_utf8_lossy(&out[..out.len().min(600)])
-                );
-                if let Some(c) = client::set_cookie(&out) {
-                    live.retain(|(u, _)| *u != c.user);
-                    live.push((c.user, c));
+            gpu.responses().unwrap()
+        });
+        eprintln!("bank pages: {compared} responses, {label}: GPU = CPU twins");
+    }
+}
+
+/// The bank's engine backend (what gpu-cohort runs: requests staged packed in pinned memory,
+/// unpacked, parsed, served, gathered back into rows and copied out) against the CPU twin:
+/// cohorts formed by the backend's own batch keys, both layouts, both groupings, every
+/// response byte compared.
+#[test]
+fn bank_engine_backend_matches_the_cpu_twin() {
+    use cohort_gpu::engine::GpuBackend;
+    use cohort_services::bank::backend::{BankGpu, BankGpuConfig, Cohorts};
+    use cohort_services::bank::{Bank, BankConfig};
+    use rand::{Rng, SeedableRng};
+    let devs = match probe() {
+        Ok(d) => d,
+        Err(e) => {
+            report_skip("bank engine backend vs cpu twin", &e.to_string());
+            return;
+        }
+    };
+    let seed = bank_seed("bank engine backend");
+    let users = 20_000u32;
+    let cap = 1024;
+    for (transposed, cohorts) in [(true, Cohorts::ByType), (false, Cohorts::Mixed)] {
+        let mut rng = rand::rngs::SmallRng::seed_from_u64(seed ^ transposed as u64);
+        let secret = rng.gen();
+        let cpu = Bank::new(&BankConfig {
+            users,
+            max_sessions: users as usize,
+            secret,
+        });
+        let cfg = BankGpuConfig {
+            users,
+            max_sessions: users,
+            secret,
+            transposed,
+            cohorts,
+        };
+        let gpu = BankGpu::new(&devs[0], cfg).unwrap();
+        let stream = gpu.context().new_stream().unwrap();
+        let mut slot = gpu.stream_buffers(&stream, cap).unwrap();
+        let label = format!("engine backend, transposed {transposed}, {cohorts:?}");
+        let compared = bank_session_rounds(&mut rng, &cpu, users, &label, &mut |reqs| {
+            // Cohorts as the batcher forms them: by batch key, at most `cap` each, in order
+            // of arrival within a key (a key's requests are independent of other keys').
+            let mut got = vec![Vec::new(); reqs.len()];
+            let mut keys: Vec<(u64, usize)> = reqs
+                .iter()
+                .enumerate()
+                .map(|(i, r)| (cohort_engine::BatchBackend::batch_key(&gpu, r).unwrap(), i))
+                .collect();
+            keys.sort();
+            for group in keys.chunk_by(|a, b| a.0 == b.0) {
+                for cohort in group.chunks(cap) {
+                    let key = cohort[0].0;
+                    for (row, &(_, i)) in cohort.iter().enumerate() {
+                        slot.stage(key, row, &reqs[i]).unwrap();
+                    }
+                    slot.enqueue(&stream, key, cohort.len()).unwrap();
+                    stream.synchronize().unwrap();
+                    for (row, &(_, i)) in cohort.iter().enumerate() {
+                        slot.answer(key, row, &mut got[i]).unwrap();
+                    }
                 }
             }
-            compared += reqs.len();
-        };
-        for _round in 0..3 {
-            // Logins of distinct users (one in ten with a wrong password).
-            let mut us: Vec<u32> = (1..=users).collect();
-            us.shuffle(&mut rng);
-            let logins: Vec<Vec<u8>> = us[..1500]
-                .iter()
-                .map(|&u| {
-                    let mut s = client::step(Kind::Login, u, &mut rng);
-                    if rng.gen_bool(0.1) {
-                        s.form = format!("userid={u}&password=1");
-                    }
-                    s.raw(None)
-                })
-                .collect();
-            run(logins, &mut live);
-            // Every other type from logged-in users, with forged, missing and mutated ones.
-            for kind in Kind::all().filter(|k| !matches!(k, Kind::Login | Kind::Logout)) {
-                let reqs: Vec<Vec<u8>> = (0..700)
-                    .map(|_| {
-                        let (u, c) = live[rng.gen_range(0..live.len())];
-                        let cookie = match rng.gen_range(0..10) {
-                            0 => None,
-                            1 => Some(Cookie {
-                                user: u,
-                                token: rng.gen(),
-                            }),
-                            _ => Some(c),
-                        };
-                        let mut r = client::step(kind, u, &mut rng).raw(cookie);
-                        if rng.gen_range(0..10) == 0 {
-                            let at = rng.gen_range(0..r.len());
-                            r[at] = rng.gen();
-                        }
-                        r
-                    })
-                    .collect();
-                run(reqs, &mut live);
-            }
-            // Logouts of distinct logged-in users.
-            live.shuffle(&mut rng);
-            let out: Vec<(u32, Cookie)> = live.drain(..live.len() / 2).collect();
-            let reqs = out
-                .iter()
-                .map(|&(u, c)| client::step(Kind::Logout, u, &mut rng).raw(Some(c)))
-                .collect();
-            run(reqs, &mut live);
-        }
-        eprintln!("bank pages: {compared} responses, transposed {transposed}: GPU = CPU twins");
+            got
+        });
+        eprintln!("bank engine: {compared} responses, {label}: GPU = CPU twin");
     }
 }

@@ -100,9 +100,14 @@ pub struct BankGpuBench {
     /// Cohorts timed per type and point.
     #[arg(long, default_value_t = 10)]
     pub iters: usize,
-    /// Seconds of the sustained mix under the power meter (cohort 4096, transposed).
+    /// Seconds of the sustained mix under the power meter (cohort 4096, transposed), per
+    /// point of --streams.
     #[arg(long, default_value_t = 5.0)]
     pub energy_secs: f64,
+    /// Streams with a cohort in flight each, for the sustained mix (one cohort of 4096 is
+    /// ~33 threads per SM of an H200: one stream leaves it mostly idle).
+    #[arg(long, value_delimiter = ',', default_value = "1,2,4,8")]
+    pub streams: Vec<usize>,
     /// Host power per busy core (W): the one host thread that drives the GPU.
     #[arg(long, default_value_t = 10.0)]
     pub core_watts: f64,
@@ -329,9 +334,35 @@ pub fn run_all(a: &BankGpuBench) -> Result<()> {
         &a.out,
         json!({ "gpu": devs[0].name, "users": a.users, "iters": a.iters,
                 "pinned_h2d_bytes_per_s": h2d, "pinned_d2h_bytes_per_s": d2h, "points": points,
-                "energy_pages_in_gpu": energy(a, &mut g, &ctx, &pool, &cookies, false)?,
-                "energy_pages_to_host": energy(a, &mut g, &ctx, &pool, &cookies, true)? }),
+                "sustained": sustained_sweep(a, &g, &pool, &cookies)? }),
     )
+}
+
+/// The sustained mix at every --streams point, pages left in GPU memory and copied to the
+/// host, with the best of each named (the Table 3 rows and the energy goal's figures).
+fn sustained_sweep(
+    a: &BankGpuBench,
+    g: &GpuParser,
+    pool: &[u32],
+    cookies: &[Cookie],
+) -> Result<serde_json::Value> {
+    let mut runs = Vec::new();
+    for copy in [false, true] {
+        for &k in &a.streams {
+            anyhow::ensure!(k >= 1, "--streams must be at least 1");
+            runs.push(sustained(a, g, pool, cookies, k, copy)?);
+        }
+    }
+    let best = |copy: bool| {
+        runs.iter()
+            .filter(|r| r["copied_to_host"] == copy)
+            .max_by(|x, y| {
+                let r = |v: &serde_json::Value| v["requests_per_s"].as_f64().unwrap_or(0.0);
+                r(x).total_cmp(&r(y))
+            })
+            .cloned()
+    };
+    Ok(json!({ "best_pages_in_gpu": best(false), "best_pages_to_host": best(true), "runs": runs }))
 }
 
 /// Pinned host <-> device copy rates over 256 MB.
@@ -359,15 +390,21 @@ fn copy_rates(ctx: &std::sync::Arc<cudarc::driver::CudaContext>) -> Result<(f64,
 }
 
 /// GPU board energy over a sustained mix (cohort 4096, transposed; pages left in GPU memory
-/// or copied to the host): cohorts of each non-login type in proportion to the mix.
-fn energy(
+/// or copied to the host): cohorts of each non-login type in proportion to the mix, dealt
+/// round robin to `streams` streams, each with its own cohort buffers and the one session
+/// table (a stream is waited for only before its buffers are reused).
+fn sustained(
     a: &BankGpuBench,
-    g: &mut GpuParser,
-    ctx: &std::sync::Arc<cudarc::driver::CudaContext>,
+    g: &GpuParser,
     pool: &[u32],
     cookies: &[Cookie],
+    streams: usize,
     copy: bool,
 ) -> Result<serde_json::Value> {
+    use cohort_services::bank::gpu::CohortBuffers;
+    let ctx = g.context();
+    let (kernels, table) = g.parts();
+    let table = table.context("the harness has its session table")?;
     let c = 4096.min(pool.len());
     let mut rng = rand::rngs::SmallRng::seed_from_u64(3);
     let mut cohorts = Vec::new();
@@ -384,15 +421,20 @@ fn energy(
         cohorts.push((info.mix_bp, build(ctx, info.kind, &reqs, true)?));
     }
     let total_bp: u32 = cohorts.iter().map(|(bp, _)| bp).sum();
-    let mut host_pinned = cohort_gpu::engine::Pinned::<u8>::for_reads(
-        ctx,
-        c * cohort_services::bank::cuda::RESP_SLOT,
-    )?;
-    let host = host_pinned.as_mut_slice();
+    let slot = cohort_services::bank::cuda::RESP_SLOT;
+    let mut lanes = Vec::new();
+    for _ in 0..streams {
+        let s = ctx.new_stream()?;
+        let bufs = CohortBuffers::new(&s, c)?;
+        let host =
+            cohort_gpu::engine::Pinned::<u8>::for_reads(ctx, if copy { c * slot } else { 1 })?;
+        lanes.push((s, bufs, host));
+    }
     let power = cohort_power::GpuPower::shared();
     let meter = cohort_power::Meter::start_with(power);
     let t = Instant::now();
     let mut served = 0u64;
+    let mut next = 0usize;
     let mut credit = vec![0.0f64; cohorts.len()];
     while t.elapsed().as_secs_f64() < a.energy_secs {
         // Weighted round robin: each type's cohorts in proportion to its share.
@@ -400,17 +442,24 @@ fn energy(
             credit[i] += *bp as f64 / total_bp as f64 * cohorts.len() as f64;
             while credit[i] >= 1.0 {
                 credit[i] -= 1.0;
-                g.upload_packed(&cohort.slots.as_slice()[..cohort.bytes], &cohort.lens, true)?;
-                g.launch()?;
-                g.serve()?;
+                let (s, bufs, host) = &mut lanes[next % streams];
+                next += 1;
+                // This stream's previous cohort is done before its buffers are reused; the
+                // other streams' cohorts keep the GPU busy meanwhile.
+                s.synchronize()?;
+                bufs.upload_slots(s, &cohort.slots.as_slice()[..cohort.bytes], &cohort.lens)?;
+                bufs.parse(kernels, s, c, true)?;
+                bufs.serve(kernels, table, s, c, true)?;
                 if copy {
-                    let out = g.response_bytes(longest(cohort.kind));
-                    g.copy_out(&mut host[..out])?;
+                    let out = longest(cohort.kind).div_ceil(4) * 4 * c;
+                    bufs.copy_out(s, &mut host.as_mut_slice()[..out])?;
                 }
                 served += c as u64;
             }
         }
-        g.synchronize()?;
+    }
+    for (s, _, _) in &lanes {
+        s.synchronize()?;
     }
     let secs = t.elapsed().as_secs_f64();
     let report = meter.finish();
@@ -418,7 +467,7 @@ fn energy(
     let gpu_w = report.gpu_mean_power_w;
     let per_joule = (gpu_w > 0.0).then(|| rate / (gpu_w + a.core_watts));
     println!(
-        "sustained mix (no login/logout), cohort {c}, transposed, {}: {:.2} M req/s, GPU board {:.0} W + 1 host core at {} W: {} requests/J",
+        "sustained mix (no login/logout), cohort {c}, transposed, {streams} stream(s), {}: {:.2} M req/s, GPU board {:.0} W + 1 host core at {} W: {} requests/J",
         if copy { "copied to host" } else { "pages in GPU memory" },
         rate / 1e6,
         gpu_w,
@@ -426,8 +475,9 @@ fn energy(
         per_joule.map(|x| format!("{x:.0}")).unwrap_or_else(|| "- (no NVML)".into())
     );
     Ok(
-        json!({ "requests_per_s": rate, "seconds": secs, "gpu_mean_power_w": gpu_w,
-               "core_watts": a.core_watts, "requests_per_joule_gpu_and_core": per_joule,
+        json!({ "streams": streams, "copied_to_host": copy, "cohort": c, "requests_per_s": rate,
+               "seconds": secs, "gpu_mean_power_w": gpu_w, "core_watts": a.core_watts,
+               "requests_per_joule_gpu_and_core": per_joule,
                "meter": report.to_json(served as f64) }),
     )
 }

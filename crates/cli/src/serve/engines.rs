@@ -75,6 +75,8 @@ fn options(a: &ServeArgs, p: &ServicePlan) -> ServiceOptions {
         index_mapped: a.index_mapped,
         precision: p.precision,
         bank_users: a.bank_users,
+        bank_transposed: a.bank_layout == super::BankLayout::Transposed,
+        bank_cohorts: a.bank_cohorts,
     }
 }
 

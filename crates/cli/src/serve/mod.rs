@@ -15,6 +15,13 @@ use std::time::Duration;
 
 pub use engines::{start_engines, EngineSide};
 
+/// The layout of the bank's request and response slots in GPU memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum BankLayout {
+    Transposed,
+    RowMajor,
+}
+
 #[derive(Args, Debug, Clone)]
 pub struct ServeArgs {
     /// TOML file of serve settings, keys named as these flags (io_threads = 2, ...), plus a
@@ -51,6 +58,13 @@ pub struct ServeArgs {
     /// bank: users in its backend (1..=N; their records are generated, not stored).
     #[arg(long, default_value_t = cohort_services::bank::besim::DEFAULT_USERS)]
     pub bank_users: u32,
+    /// bank on the GPU engines: request and response slots transposed by 4-byte words
+    /// (Rhythm: a warp's accesses coalesce) or row-major.
+    #[arg(long, default_value = "transposed")]
+    pub bank_layout: BankLayout,
+    /// bank on gpu-cohort: cohorts of one page type (Rhythm) or of any mix.
+    #[arg(long, default_value = "type")]
+    pub bank_cohorts: cohort_services::bank::backend::Cohorts,
     /// Engine of the services that name none: cpu, gpu-direct, gpu-cohort or gpu-persistent.
     #[arg(long, default_value = "cpu")]
     pub engine: String,
@@ -129,6 +143,8 @@ impl ServeArgs {
             index: None,
             index_mapped: false,
             bank_users: cohort_services::bank::besim::DEFAULT_USERS,
+            bank_layout: BankLayout::Transposed,
+            bank_cohorts: Default::default(),
             engine: "cpu".into(),
             gpus: vec![0],
             max_cohort: 256,

@@ -268,6 +268,12 @@ fn check(p: &ServicePlan) -> Result<()> {
         };
         check_backend(has, p.name, p.engine)?;
         anyhow::ensure!(!p.gpus.is_empty(), "{}: no GPU listed (gpus)", p.name);
+        anyhow::ensure!(
+            !entry.one_gpu || (p.gpus.len() == 1 && p.engine != EngineKind::Hybrid),
+            "{}: its GPU backend keeps state its requests share (sessions) in one GPU's \
+             memory; serve it on one GPU (gpus = [N]) and not on hybrid",
+            p.name
+        );
     }
     Ok(())
 }

@@ -134,10 +134,15 @@ pub fn prelude() -> String {
     s
 }
 
-/// A response slot on the GPU: the largest page, its header and room to spare (whole words,
-/// fewer than 2^16 of them: the pad kernel's word indices are 16-bit).
-pub const RESP_SLOT: usize = super::kinds::MAX_PAGE_BYTES + 1024;
+/// Room for a response's status line and headers besides its body (the longest, a login's
+/// with its Set-Cookie, is under 300 bytes).
+pub const HEADER_ROOM: usize = 1024;
+/// A response slot on the GPU: the largest page and its header (whole words, fewer than 2^16
+/// of them: the pad kernel's word indices are 16-bit).
+pub const RESP_SLOT: usize = super::kinds::MAX_PAGE_BYTES + HEADER_ROOM;
 const _: () = assert!(RESP_SLOT.is_multiple_of(4) && RESP_SLOT / 4 < 1 << 16);
+// A refusal page fits the response bound of any page type (the smallest page is 4 KB).
+const _: () = assert!(super::page::REFUSAL_PAGE_BYTES <= 4 * 1024);
 
 #[cfg(test)]
 mod tests {

@@ -1,8 +1,10 @@
 //! The bank on the GPU, one thread per request of a cohort: parse (`kernels/bank_parse.cu`),
 //! sessions and pages (`kernels/bank_serve.cu`), with requests and responses in row-major or
 //! transposed slots. CPU twins: [`super::parse`], [`super::session`], [`super::page`]
-//! (together: [`super::Bank::serve`]). Used by the GPU tests (every byte compared with the
-//! twins on random session mixes) and the benchmarks; the engine backend is not built yet.
+//! (together: [`super::Bank::serve`]). The parts - [`Kernels`], the device's [`SessionTable`],
+//! a cohort's device buffers [`CohortBuffers`] - serve both the engine backend
+//! ([`super::backend`], one set of cohort buffers per stream, one table per device) and
+//! [`GpuParser`], the harness of the GPU tests and the in-process benchmarks.
 
 use super::besim::NAME;
 use super::kinds::Kind;
@@ -20,10 +22,11 @@ pub fn source() -> &'static KernelSource {
         name: "bank.cu",
         source: Box::leak(
             format!(
-                "{}{}{}",
+                "{}{}{}{}",
                 super::cuda::prelude(),
                 include_str!("../../kernels/bank_parse.cu"),
-                include_str!("../../kernels/bank_serve.cu")
+                include_str!("../../kernels/bank_serve.cu"),
+                include_str!("../../kernels/bank_io.cu")
             )
             .into_boxed_str(),
         ),
@@ -63,11 +66,76 @@ pub fn upload_bytes(lens: &[u32], transposed: bool) -> usize {
     }
 }
 
-/// Device buffers for a cohort of up to `cap` requests, and the session table.
-pub struct GpuParser {
-    stream: Arc<CudaStream>,
-    func: CudaFunction,
-    module: Arc<cudarc::driver::CudaModule>,
+/// The bank's kernels on one device.
+#[derive(Clone)]
+pub struct Kernels {
+    parse: CudaFunction,
+    sessions: CudaFunction,
+    pages: CudaFunction,
+    pad: CudaFunction,
+    unpack: CudaFunction,
+    gather: CudaFunction,
+}
+
+impl Kernels {
+    pub fn load(ctx: &Arc<CudaContext>, dev: &DeviceInfo) -> Result<Kernels, GpuError> {
+        let m = load_module(ctx, dev, source())?;
+        Ok(Kernels {
+            parse: m.load_function("bank_parse")?,
+            sessions: m.load_function("bank_sessions")?,
+            pages: m.load_function("bank_pages")?,
+            pad: m.load_function("bank_pad")?,
+            unpack: m.load_function("bank_unpack")?,
+            gather: m.load_function("bank_gather")?,
+        })
+    }
+}
+
+/// The session table in GPU memory (the CPU twin: [`super::session::Sessions`]): open
+/// addressing keyed by user id, tokens keyed by `secret`, per-user login counters, the live
+/// count bounded by `max_live`. One per device, shared by every stream's cohorts: the kernels
+/// change it with device-scope atomics only, and a client's next request on a session is sent
+/// after the answer that opened it, so cohorts in flight never race on one session.
+pub struct SessionTable {
+    users: u32,
+    secret: u64,
+    max_live: u32,
+    keys: CudaSlice<u32>,
+    tokens: CudaSlice<u64>,
+    cap: u64,
+    logins: CudaSlice<u32>,
+    live: CudaSlice<u32>,
+}
+
+impl SessionTable {
+    pub fn new(
+        stream: &Arc<CudaStream>,
+        users: u32,
+        max_live: u32,
+        secret: u64,
+    ) -> Result<SessionTable, GpuError> {
+        // At most half full with every user in it: short probe runs.
+        let cap = (2 * users as u64).next_power_of_two().max(1024);
+        Ok(SessionTable {
+            users,
+            secret,
+            max_live,
+            keys: stream.alloc_zeros(cap as usize)?,
+            tokens: stream.alloc_zeros(cap as usize)?,
+            cap,
+            logins: stream.alloc_zeros(users as usize)?,
+            live: stream.alloc_zeros(1)?,
+        })
+    }
+
+    pub fn device_bytes(&self) -> usize {
+        self.cap as usize * 12 + self.users as usize * 4
+    }
+}
+
+/// A cohort's device buffers for up to `cap` requests: the request slots, the parser's and
+/// the session stage's outputs (structure of arrays), the response slots.
+pub struct CohortBuffers {
     cap: usize,
     reqs: CudaSlice<u8>,
     lens: CudaSlice<u32>,
@@ -78,154 +146,213 @@ pub struct GpuParser {
     cookie_token: CudaSlice<u64>,
     nums: CudaSlice<u64>,
     texts: CudaSlice<u8>,
-    /// Requests uploaded, and their layout.
-    n: usize,
-    transposed: bool,
-    /// Bytes the last upload copied (requests and lengths).
-    pub uploaded: usize,
-    serve: Option<Serve>,
-}
-
-/// The session table and the sessions/pages outputs.
-struct Serve {
-    sessions_fn: CudaFunction,
-    pages_fn: CudaFunction,
-    pad_fn: CudaFunction,
-    users: u32,
-    secret: u64,
-    max_live: u32,
-    keys: CudaSlice<u32>,
-    tokens: CudaSlice<u64>,
-    table_cap: u64,
-    logins: CudaSlice<u32>,
-    live: CudaSlice<u32>,
     status: CudaSlice<u8>,
     user: CudaSlice<u32>,
     change: CudaSlice<u8>,
     token: CudaSlice<u64>,
     out: CudaSlice<u8>,
-    lens: CudaSlice<u32>,
+    out_lens: CudaSlice<u32>,
     /// Per response: the whole words of padding [from, to) as from | to << 16.
     pad: CudaSlice<u32>,
 }
 
-impl GpuParser {
-    pub fn new(dev: &DeviceInfo, cap: usize) -> Result<GpuParser, GpuError> {
-        let ctx = CudaContext::new(dev.ordinal)?;
-        let module = load_module(&ctx, dev, source())?;
-        let func = module.load_function("bank_parse")?;
-        let stream = ctx.default_stream();
-        let cap = cap.max(1);
-        Ok(GpuParser {
-            reqs: stream.alloc_zeros(cap * MAX_REQUEST)?,
-            lens: stream.alloc_zeros(cap)?,
-            refusal: stream.alloc_zeros(cap)?,
-            kind: stream.alloc_zeros(cap)?,
-            has_cookie: stream.alloc_zeros(cap)?,
-            cookie_user: stream.alloc_zeros(cap)?,
-            cookie_token: stream.alloc_zeros(cap)?,
-            nums: stream.alloc_zeros(cap * NUMS)?,
-            texts: stream.alloc_zeros(cap * TEXTS * NAME)?,
-            stream,
-            func,
-            module,
-            cap,
-            n: 0,
-            transposed: false,
-            uploaded: 0,
-            serve: None,
-        })
+fn grid_of(n: u32) -> LaunchConfig {
+    LaunchConfig {
+        grid_dim: (n.div_ceil(128), 1, 1),
+        block_dim: (128, 1, 1),
+        shared_mem_bytes: 0,
     }
+}
 
-    /// Adds the session table (`users` users, at most `max_sessions` live, tokens keyed by
-    /// `secret`) and the response slots: what [`GpuParser::serve`] needs.
-    pub fn with_sessions(
-        mut self,
-        users: u32,
-        max_sessions: u32,
-        secret: u64,
-    ) -> Result<GpuParser, GpuError> {
-        let s = &self.stream;
-        let table_cap = (2 * users as u64).next_power_of_two().max(1024);
-        let cap = self.cap;
-        self.serve = Some(Serve {
-            sessions_fn: self.module.load_function("bank_sessions")?,
-            pages_fn: self.module.load_function("bank_pages")?,
-            pad_fn: self.module.load_function("bank_pad")?,
-            users,
-            secret,
-            max_live: max_sessions,
-            keys: s.alloc_zeros(table_cap as usize)?,
-            tokens: s.alloc_zeros(table_cap as usize)?,
-            table_cap,
-            logins: s.alloc_zeros(users as usize)?,
-            live: s.alloc_zeros(1)?,
+impl CohortBuffers {
+    pub fn new(s: &Arc<CudaStream>, cap: usize) -> Result<CohortBuffers, GpuError> {
+        let cap = cap.max(1);
+        Ok(CohortBuffers {
+            cap,
+            reqs: s.alloc_zeros(cap * MAX_REQUEST)?,
+            lens: s.alloc_zeros(cap)?,
+            refusal: s.alloc_zeros(cap)?,
+            kind: s.alloc_zeros(cap)?,
+            has_cookie: s.alloc_zeros(cap)?,
+            cookie_user: s.alloc_zeros(cap)?,
+            cookie_token: s.alloc_zeros(cap)?,
+            nums: s.alloc_zeros(cap * NUMS)?,
+            texts: s.alloc_zeros(cap * TEXTS * NAME)?,
             status: s.alloc_zeros(cap)?,
             user: s.alloc_zeros(cap)?,
             change: s.alloc_zeros(cap)?,
             token: s.alloc_zeros(cap)?,
             out: s.alloc_zeros(cap * super::cuda::RESP_SLOT)?,
-            lens: s.alloc_zeros(cap)?,
+            out_lens: s.alloc_zeros(cap)?,
             pad: s.alloc_zeros(cap)?,
-        });
-        Ok(self)
+        })
     }
 
-    /// Sessions then pages for the parsed cohort (after [`GpuParser::launch`]), leaving the
-    /// responses in GPU memory in the request layout.
-    pub fn serve(&mut self) -> Result<(), GpuError> {
-        let n = self.n as u32;
-        let sv = self.serve.as_mut().expect("with_sessions first");
+    pub fn capacity(&self) -> usize {
+        self.cap
+    }
+
+    pub fn device_bytes(&self) -> usize {
+        self.cap * (MAX_REQUEST + super::cuda::RESP_SLOT + 64 + NUMS * 8 + TEXTS * NAME)
+    }
+
+    /// Spreads `n` requests packed end to end (`packed` at `offs`, true lengths `lens`, on
+    /// the device) into the request slots.
+    pub fn unpack(
+        &mut self,
+        k: &Kernels,
+        s: &Arc<CudaStream>,
+        n: usize,
+        packed: &CudaSlice<u8>,
+        offs: &CudaSlice<u32>,
+        transposed: bool,
+    ) -> Result<(), GpuError> {
+        assert!(n <= self.cap, "a cohort over its buffers' capacity");
         if n == 0 {
             return Ok(());
         }
+        let (n32, tr) = (n as u32, transposed as i32);
+        let mut b = s.launch_builder(&k.unpack);
+        b.arg(&n32)
+            .arg(packed)
+            .arg(offs)
+            .arg(&self.lens)
+            .arg(&tr)
+            .arg(&mut self.reqs);
         let cfg = LaunchConfig {
-            grid_dim: (n.div_ceil(128), 1, 1),
+            grid_dim: ((MAX_REQUEST / 4).div_ceil(128) as u32, n32, 1),
             block_dim: (128, 1, 1),
             shared_mem_bytes: 0,
         };
-        let mut b = self.stream.launch_builder(&sv.sessions_fn);
-        b.arg(&n)
+        // SAFETY: matches bank_unpack; the caller's offs + min(len, MAX_REQUEST) of every row
+        // lie inside `packed`, the slots hold cap >= n requests.
+        unsafe { b.launch(cfg) }?;
+        Ok(())
+    }
+
+    /// Copies a cohort already in the slot layout ([`pack`]'s first [`upload_bytes`] bytes,
+    /// from host memory the caller keeps) and its true lengths into the slots.
+    pub fn upload_slots(
+        &mut self,
+        s: &Arc<CudaStream>,
+        slots: &[u8],
+        lens: &[u32],
+    ) -> Result<(), GpuError> {
+        assert!(
+            lens.len() <= self.cap,
+            "a cohort over its buffers' capacity"
+        );
+        if !lens.is_empty() {
+            s.memcpy_htod(slots, &mut self.reqs.slice_mut(0..slots.len()))?;
+            s.memcpy_htod(lens, &mut self.lens.slice_mut(0..lens.len()))?;
+        }
+        Ok(())
+    }
+
+    /// Copies the first `host.len()` bytes of the response slots to the host (as a server
+    /// would before sending, transposed or not), without reading them.
+    pub fn copy_out(&self, s: &Arc<CudaStream>, host: &mut [u8]) -> Result<(), GpuError> {
+        let bytes = host.len().min(self.out.len());
+        if bytes > 0 {
+            s.memcpy_dtoh(&self.out.slice(0..bytes), &mut host[..bytes])?;
+        }
+        Ok(())
+    }
+
+    /// The true lengths of a cohort's requests, on the device (copied in by the caller).
+    pub fn lens_mut(&mut self) -> &mut CudaSlice<u32> {
+        &mut self.lens
+    }
+
+    /// Parses `n` requests in their slots.
+    pub fn parse(
+        &mut self,
+        k: &Kernels,
+        s: &Arc<CudaStream>,
+        n: usize,
+        transposed: bool,
+    ) -> Result<(), GpuError> {
+        if n == 0 {
+            return Ok(());
+        }
+        let (n32, tr) = (n as u32, transposed as i32);
+        let mut b = s.launch_builder(&k.parse);
+        b.arg(&self.reqs)
+            .arg(&self.lens)
+            .arg(&n32)
+            .arg(&tr)
+            .arg(&mut self.refusal)
+            .arg(&mut self.kind)
+            .arg(&mut self.has_cookie)
+            .arg(&mut self.cookie_user)
+            .arg(&mut self.cookie_token)
+            .arg(&mut self.nums)
+            .arg(&mut self.texts);
+        // SAFETY: the arguments match bank_parse's; every buffer holds cap >= n entries.
+        unsafe { b.launch(grid_of(n32)) }?;
+        Ok(())
+    }
+
+    /// Sessions, pages and padding for `n` parsed requests: the responses in their slots.
+    pub fn serve(
+        &mut self,
+        k: &Kernels,
+        t: &SessionTable,
+        s: &Arc<CudaStream>,
+        n: usize,
+        transposed: bool,
+    ) -> Result<(), GpuError> {
+        if n == 0 {
+            return Ok(());
+        }
+        let (n32, tr) = (n as u32, transposed as i32);
+        // The table is written through shared references: it is shared by every stream of
+        // the device (see SessionTable), and event tracking is off where streams share it.
+        let mut b = s.launch_builder(&k.sessions);
+        b.arg(&n32)
             .arg(&self.refusal)
             .arg(&self.kind)
             .arg(&self.has_cookie)
             .arg(&self.cookie_user)
             .arg(&self.cookie_token)
             .arg(&self.nums)
-            .arg(&sv.users)
-            .arg(&sv.secret)
-            .arg(&mut sv.keys)
-            .arg(&mut sv.tokens)
-            .arg(&sv.table_cap)
-            .arg(&mut sv.logins)
-            .arg(&mut sv.live)
-            .arg(&sv.max_live)
-            .arg(&mut sv.status)
-            .arg(&mut sv.user)
-            .arg(&mut sv.change)
-            .arg(&mut sv.token);
+            .arg(&t.users)
+            .arg(&t.secret)
+            .arg(&t.keys)
+            .arg(&t.tokens)
+            .arg(&t.cap)
+            .arg(&t.logins)
+            .arg(&t.live)
+            .arg(&t.max_live)
+            .arg(&mut self.status)
+            .arg(&mut self.user)
+            .arg(&mut self.change)
+            .arg(&mut self.token);
         // SAFETY: the arguments match bank_sessions'; every per-request buffer holds cap >= n.
-        unsafe { b.launch(cfg) }?;
-        let tr = self.transposed as i32;
-        let mut b = self.stream.launch_builder(&sv.pages_fn);
-        b.arg(&n)
-            .arg(&sv.status)
+        unsafe { b.launch(grid_of(n32)) }?;
+        let mut b = s.launch_builder(&k.pages);
+        b.arg(&n32)
+            .arg(&self.status)
             .arg(&self.kind)
-            .arg(&sv.user)
-            .arg(&sv.change)
-            .arg(&sv.token)
+            .arg(&self.user)
+            .arg(&self.change)
+            .arg(&self.token)
             .arg(&self.nums)
             .arg(&self.texts)
-            .arg(&mut sv.out)
-            .arg(&mut sv.lens);
-        b.arg(&tr).arg(&mut sv.pad);
+            .arg(&mut self.out)
+            .arg(&mut self.out_lens);
+        b.arg(&tr).arg(&mut self.pad);
         // SAFETY: the arguments match bank_pages'; the response slots hold cap x RESP_SLOT.
-        unsafe { b.launch(cfg) }?;
+        unsafe { b.launch(grid_of(n32)) }?;
         // The padding: a few threads per response (a warp per response row-major).
-        let lanes: u32 = if self.transposed { 8 } else { 32 };
+        let lanes: u32 = if transposed { 8 } else { 32 };
         let threads = n as u64 * lanes as u64;
-        let mut b = self.stream.launch_builder(&sv.pad_fn);
-        b.arg(&n).arg(&sv.pad).arg(&mut sv.out).arg(&tr).arg(&lanes);
+        let mut b = s.launch_builder(&k.pad);
+        b.arg(&n32)
+            .arg(&self.pad)
+            .arg(&mut self.out)
+            .arg(&tr)
+            .arg(&lanes);
         let pad_cfg = LaunchConfig {
             grid_dim: (threads.div_ceil(256) as u32, 1, 1),
             block_dim: (256, 1, 1),
@@ -234,6 +361,97 @@ impl GpuParser {
         // SAFETY: the arguments match bank_pad's; it writes inside the n response slots.
         unsafe { b.launch(pad_cfg) }?;
         Ok(())
+    }
+
+    /// The `n` responses out of their slots into `rows` (on the device), one row of `row_bytes`
+    /// (a multiple of 4, at most RESP_SLOT) per response, transposed back if need be.
+    pub fn gather(
+        &self,
+        k: &Kernels,
+        s: &Arc<CudaStream>,
+        n: usize,
+        transposed: bool,
+        row_bytes: usize,
+        rows: &mut CudaSlice<u8>,
+    ) -> Result<(), GpuError> {
+        assert!(row_bytes.is_multiple_of(4) && row_bytes <= super::cuda::RESP_SLOT);
+        assert!(rows.len() >= n * row_bytes);
+        if n == 0 {
+            return Ok(());
+        }
+        let (n32, tr, words) = (n as u32, transposed as i32, (row_bytes / 4) as u32);
+        let mut b = s.launch_builder(&k.gather);
+        b.arg(&n32).arg(&self.out).arg(&tr).arg(&words).arg(rows);
+        let cfg = LaunchConfig {
+            grid_dim: (words.div_ceil(32), n32.div_ceil(32), 1),
+            block_dim: (32, 8, 1),
+            shared_mem_bytes: 0,
+        };
+        // SAFETY: matches bank_gather's; `rows` holds n x row_bytes (asserted above).
+        unsafe { b.launch(cfg) }?;
+        Ok(())
+    }
+
+    /// The response lengths, on the device.
+    pub fn out_lens(&self) -> &CudaSlice<u32> {
+        &self.out_lens
+    }
+}
+
+/// A harness over the parts for one cohort at a time on the context's default stream: the
+/// GPU tests (results and responses read back and compared with the CPU twins) and the
+/// in-process benchmarks (requests uploaded in the slot layout, as Rhythm's emulation).
+pub struct GpuParser {
+    stream: Arc<CudaStream>,
+    kernels: Kernels,
+    bufs: CohortBuffers,
+    table: Option<SessionTable>,
+    /// Requests uploaded, and their layout.
+    n: usize,
+    transposed: bool,
+    /// Bytes the last upload copied (requests and lengths).
+    pub uploaded: usize,
+}
+
+impl GpuParser {
+    pub fn new(dev: &DeviceInfo, cap: usize) -> Result<GpuParser, GpuError> {
+        let ctx = CudaContext::new(dev.ordinal)?;
+        let kernels = Kernels::load(&ctx, dev)?;
+        let stream = ctx.default_stream();
+        Ok(GpuParser {
+            bufs: CohortBuffers::new(&stream, cap)?,
+            stream,
+            kernels,
+            table: None,
+            n: 0,
+            transposed: false,
+            uploaded: 0,
+        })
+    }
+
+    /// Adds the session table (`users` users, at most `max_sessions` live, tokens keyed by
+    /// `secret`): what [`GpuParser::serve`] needs.
+    pub fn with_sessions(
+        mut self,
+        users: u32,
+        max_sessions: u32,
+        secret: u64,
+    ) -> Result<GpuParser, GpuError> {
+        self.table = Some(SessionTable::new(
+            &self.stream,
+            users,
+            max_sessions,
+            secret,
+        )?);
+        Ok(self)
+    }
+
+    /// Sessions then pages for the parsed cohort (after [`GpuParser::launch`]), leaving the
+    /// responses in GPU memory in the request layout.
+    pub fn serve(&mut self) -> Result<(), GpuError> {
+        let t = self.table.as_ref().expect("with_sessions first");
+        self.bufs
+            .serve(&self.kernels, t, &self.stream, self.n, self.transposed)
     }
 
     /// The response bytes a cohort whose responses are at most `longest` bytes occupies:
@@ -250,22 +468,26 @@ impl GpuParser {
     /// Copies the cohort's first `host.len()` response bytes to the host (as a server would
     /// before sending) without reading them: the D2H cost of a cohort.
     pub fn copy_out(&self, host: &mut [u8]) -> Result<(), GpuError> {
-        let sv = self.serve.as_ref().expect("with_sessions first");
         let bytes = host.len().min(self.n * super::cuda::RESP_SLOT);
-        if bytes > 0 {
-            self.stream
-                .memcpy_dtoh(&sv.out.slice(0..bytes), &mut host[..bytes])?;
-        }
-        Ok(())
+        self.bufs.copy_out(&self.stream, &mut host[..bytes])
+    }
+
+    pub fn context(&self) -> &Arc<CudaContext> {
+        self.stream.context()
+    }
+
+    /// The kernels and the session table, for benchmarks that run cohorts of their own on
+    /// other streams against the same sessions.
+    pub fn parts(&self) -> (&Kernels, Option<&SessionTable>) {
+        (&self.kernels, self.table.as_ref())
     }
 
     /// The cohort's responses, each as one byte string (un-transposed).
     pub fn responses(&self) -> Result<Vec<Vec<u8>>, GpuError> {
-        let sv = self.serve.as_ref().expect("with_sessions first");
         let n = self.n;
         let slot = super::cuda::RESP_SLOT;
-        let lens = self.stream.clone_dtoh(&sv.lens.slice(0..n))?;
-        let all = self.stream.clone_dtoh(&sv.out.slice(0..n * slot))?;
+        let lens = self.stream.clone_dtoh(&self.bufs.out_lens.slice(0..n))?;
+        let all = self.stream.clone_dtoh(&self.bufs.out.slice(0..n * slot))?;
         Ok((0..n)
             .map(|r| {
                 let len = (lens[r] as usize).min(slot);
@@ -297,16 +519,7 @@ impl GpuParser {
         lens: &[u32],
         transposed: bool,
     ) -> Result<(), GpuError> {
-        assert!(
-            lens.len() <= self.cap,
-            "a cohort over the parser's capacity"
-        );
-        if !lens.is_empty() {
-            self.stream
-                .memcpy_htod(slots, &mut self.reqs.slice_mut(0..slots.len()))?;
-            self.stream
-                .memcpy_htod(lens, &mut self.lens.slice_mut(0..lens.len()))?;
-        }
+        self.bufs.upload_slots(&self.stream, slots, lens)?;
         self.n = lens.len();
         self.transposed = transposed;
         self.uploaded = slots.len() + 4 * lens.len();
@@ -315,31 +528,8 @@ impl GpuParser {
 
     /// Parses the uploaded cohort (asynchronously on the stream).
     pub fn launch(&mut self) -> Result<(), GpuError> {
-        let n = self.n as u32;
-        if n == 0 {
-            return Ok(());
-        }
-        let tr = self.transposed as i32;
-        let mut b = self.stream.launch_builder(&self.func);
-        b.arg(&self.reqs)
-            .arg(&self.lens)
-            .arg(&n)
-            .arg(&tr)
-            .arg(&mut self.refusal)
-            .arg(&mut self.kind)
-            .arg(&mut self.has_cookie)
-            .arg(&mut self.cookie_user)
-            .arg(&mut self.cookie_token)
-            .arg(&mut self.nums)
-            .arg(&mut self.texts);
-        let cfg = LaunchConfig {
-            grid_dim: (n.div_ceil(128), 1, 1),
-            block_dim: (128, 1, 1),
-            shared_mem_bytes: 0,
-        };
-        // SAFETY: the arguments match bank_parse's; every buffer holds cap >= n entries.
-        unsafe { b.launch(cfg) }?;
-        Ok(())
+        self.bufs
+            .parse(&self.kernels, &self.stream, self.n, self.transposed)
     }
 
     pub fn synchronize(&self) -> Result<(), GpuError> {
@@ -350,13 +540,14 @@ impl GpuParser {
     pub fn results(&self) -> Result<Vec<Result<Parsed, Refusal>>, GpuError> {
         let n = self.n;
         let s = &self.stream;
-        let refusal = s.clone_dtoh(&self.refusal.slice(0..n))?;
-        let kind = s.clone_dtoh(&self.kind.slice(0..n))?;
-        let has = s.clone_dtoh(&self.has_cookie.slice(0..n))?;
-        let user = s.clone_dtoh(&self.cookie_user.slice(0..n))?;
-        let token = s.clone_dtoh(&self.cookie_token.slice(0..n))?;
-        let nums = s.clone_dtoh(&self.nums.slice(0..n * NUMS))?;
-        let texts = s.clone_dtoh(&self.texts.slice(0..n * TEXTS * NAME))?;
+        let b = &self.bufs;
+        let refusal = s.clone_dtoh(&b.refusal.slice(0..n))?;
+        let kind = s.clone_dtoh(&b.kind.slice(0..n))?;
+        let has = s.clone_dtoh(&b.has_cookie.slice(0..n))?;
+        let user = s.clone_dtoh(&b.cookie_user.slice(0..n))?;
+        let token = s.clone_dtoh(&b.cookie_token.slice(0..n))?;
+        let nums = s.clone_dtoh(&b.nums.slice(0..n * NUMS))?;
+        let texts = s.clone_dtoh(&b.texts.slice(0..n * TEXTS * NAME))?;
         Ok((0..n)
             .map(|r| {
                 if refusal[r] != 0 {

@@ -4,6 +4,7 @@
 //! the GPU backend runs per cohort: [`parse`] (one request) -> [`session`] (login creates,
 //! logout removes, the rest must match) -> [`besim`] (the backend records) -> [`page`].
 
+pub mod backend;
 pub mod besim;
 pub mod client;
 pub mod cuda;

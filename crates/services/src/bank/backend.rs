@@ -1,0 +1,298 @@
+//! The bank as a backend of the GPU engines (gpu-cohort: Rhythm's cohorts; gpu-direct: one
+//! request at a time). A request is the raw HTTP/1.1 request the HTTP port handed over; its
+//! batch key is its page type read from the request line, so a cohort holds one type (the
+//! threads of a warp then take the same branches and write the same offsets) - or every
+//! type, with `Cohorts::Mixed`. Per cohort, on the slot's stream:
+//!
+//! copy in (requests packed end to end) -> `bank_unpack` (into slots, transposed or
+//! row-major) -> `bank_parse` -> `bank_sessions` (the device's one session table) ->
+//! `bank_pages` + `bank_pad` -> `bank_gather` (responses back into rows of the cohort's
+//! largest response) -> copy out (the rows and their lengths).
+//!
+//! Every answer is one memcpy from the copied-out rows; a response longer than its cohort's
+//! bound would be an INTERNAL error, never a cut page.
+
+use super::cuda::{HEADER_ROOM, RESP_SLOT};
+use super::gpu::{CohortBuffers, Kernels, SessionTable};
+use super::kinds::{Kind, KINDS};
+use super::parse::MAX_REQUEST;
+use cohort_engine::BatchBackend;
+use cohort_gpu::engine::{GpuBackend, Pinned, StreamBuffers};
+use cohort_gpu::{DeviceInfo, GpuError};
+use cohort_proto::{ErrorCode, ErrorPayload};
+use cudarc::driver::{CudaContext, CudaSlice, CudaStream};
+use std::sync::Arc;
+
+/// How requests are grouped into cohorts.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum Cohorts {
+    /// One page type per cohort (Rhythm).
+    #[default]
+    ByType,
+    /// Any mix of types in a cohort (the baseline Rhythm's cohorts improve on).
+    Mixed,
+}
+
+impl std::str::FromStr for Cohorts {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "type" => Ok(Cohorts::ByType),
+            "mixed" => Ok(Cohorts::Mixed),
+            _ => Err(format!("unknown cohort grouping {s:?} (type or mixed)")),
+        }
+    }
+}
+
+#[derive(Debug, Clone)]
+pub struct BankGpuConfig {
+    pub users: u32,
+    pub max_sessions: u32,
+    /// The key of the session tokens (random per server unless given).
+    pub secret: u64,
+    /// Requests and responses transposed by words in GPU memory (Rhythm), else row-major.
+    pub transposed: bool,
+    pub cohorts: Cohorts,
+}
+
+/// The page type a raw request's line names, read as the parser reads it (method, one
+/// space, the path up to '?' or the next space); None for anything else, whose refusal
+/// page the GPU parser writes.
+pub fn route(req: &[u8]) -> Option<Kind> {
+    let line = &req[..req.len().min(MAX_REQUEST)];
+    let sp = line.iter().take(8).position(|&b| b == b' ')?;
+    let target = &line[sp + 1..];
+    let end = target
+        .iter()
+        .position(|&b| b == b' ' || b == b'?' || b == b'\r')?;
+    Kind::from_path(&target[..end])
+}
+
+/// The largest response a request routed to `kind` can get, in whole words: its page and
+/// header, which also covers every refusal page.
+pub fn response_bound(kind: Option<Kind>) -> usize {
+    kind.map_or(RESP_SLOT, |k| k.info().page_bytes + HEADER_ROOM)
+}
+
+/// The batch key of the cohort of `kind` (None: requests that name no page).
+fn key_of(kind: Option<Kind>) -> u64 {
+    kind.map_or(KINDS.len() as u64, |k| k as u64)
+}
+
+pub struct BankGpu {
+    ctx: Arc<CudaContext>,
+    kernels: Kernels,
+    table: Arc<SessionTable>,
+    cfg: BankGpuConfig,
+}
+
+impl BankGpu {
+    pub fn new(dev: &DeviceInfo, cfg: BankGpuConfig) -> Result<BankGpu, GpuError> {
+        let ctx = CudaContext::new(dev.ordinal)?;
+        let kernels = Kernels::load(&ctx, dev)?;
+        let s = ctx.default_stream();
+        let table = SessionTable::new(&s, cfg.users, cfg.max_sessions, cfg.secret)?;
+        // The table is zeroed on this stream and then used from the slots' streams.
+        s.synchronize()?;
+        Ok(BankGpu {
+            ctx,
+            kernels,
+            table: Arc::new(table),
+            cfg,
+        })
+    }
+}
+
+impl BatchBackend for BankGpu {
+    /// Every request is taken: whatever is wrong with it is the GPU parser's to answer with
+    /// its 4xx page (an over-long request is staged cut, with its true length).
+    fn batch_key(&self, payload: &[u8]) -> Result<u64, ErrorPayload> {
+        Ok(match self.cfg.cohorts {
+            Cohorts::ByType => key_of(route(payload)),
+            Cohorts::Mixed => 0,
+        })
+    }
+}
+
+impl GpuBackend for BankGpu {
+    fn context(&self) -> &Arc<CudaContext> {
+        &self.ctx
+    }
+
+    fn stream_buffers(
+        &self,
+        stream: &Arc<CudaStream>,
+        cap: usize,
+    ) -> Result<Box<dyn StreamBuffers>, GpuError> {
+        let cap = cap.max(1);
+        Ok(Box::new(BankSlot {
+            kernels: self.kernels.clone(),
+            table: self.table.clone(),
+            transposed: self.cfg.transposed,
+            host_in: Pinned::for_uploads(&self.ctx, cap * MAX_REQUEST)?,
+            host_offs: Pinned::for_uploads(&self.ctx, cap)?,
+            host_lens: Pinned::for_uploads(&self.ctx, cap)?,
+            dev_in: stream.alloc_zeros(cap * MAX_REQUEST)?,
+            dev_offs: stream.alloc_zeros(cap)?,
+            bufs: CohortBuffers::new(stream, cap)?,
+            dev_rows: stream.alloc_zeros(cap * RESP_SLOT)?,
+            host_rows: Pinned::for_reads(&self.ctx, cap * RESP_SLOT)?,
+            host_out_lens: Pinned::for_reads(&self.ctx, cap)?,
+            cursor: 0,
+            row_bytes: 0,
+        }))
+    }
+
+    fn device_bytes(&self) -> usize {
+        self.table.device_bytes()
+    }
+
+    /// The bytes copied in and out vary per cohort: no graph replays them.
+    fn graphable(&self) -> bool {
+        false
+    }
+}
+
+/// One stream's cohort: pinned staging, the device buffers, the copied-out rows.
+struct BankSlot {
+    kernels: Kernels,
+    table: Arc<SessionTable>,
+    transposed: bool,
+    host_in: Pinned<u8>,
+    host_offs: Pinned<u32>,
+    host_lens: Pinned<u32>,
+    dev_in: CudaSlice<u8>,
+    dev_offs: CudaSlice<u32>,
+    bufs: CohortBuffers,
+    dev_rows: CudaSlice<u8>,
+    host_rows: Pinned<u8>,
+    host_out_lens: Pinned<u32>,
+    /// Request bytes staged so far in this cohort.
+    cursor: usize,
+    /// The largest response bound among the staged requests: a row's bytes.
+    row_bytes: usize,
+}
+
+impl StreamBuffers for BankSlot {
+    fn stage(&mut self, _key: u64, row: usize, payload: &[u8]) -> Result<(), ErrorPayload> {
+        if row == 0 {
+            self.cursor = 0;
+            self.row_bytes = 0;
+        }
+        // At most a slot's bytes per request, so a full cohort fits cap x MAX_REQUEST.
+        let take = payload.len().min(MAX_REQUEST);
+        let at = self.cursor;
+        self.host_in.as_mut_slice()[at..at + take].copy_from_slice(&payload[..take]);
+        self.host_offs.as_mut_slice()[row] = at as u32;
+        self.host_lens.as_mut_slice()[row] = payload.len().min(u32::MAX as usize) as u32;
+        self.cursor += take;
+        self.row_bytes = self.row_bytes.max(response_bound(route(payload)));
+        Ok(())
+    }
+
+    fn enqueue(&mut self, s: &Arc<CudaStream>, _key: u64, rows: usize) -> Result<(), GpuError> {
+        let bytes = self.cursor.max(1);
+        s.memcpy_htod(
+            &self.host_in.as_slice()[..bytes],
+            &mut self.dev_in.slice_mut(0..bytes),
+        )?;
+        s.memcpy_htod(
+            &self.host_offs.as_slice()[..rows],
+            &mut self.dev_offs.slice_mut(0..rows),
+        )?;
+        s.memcpy_htod(
+            &self.host_lens.as_slice()[..rows],
+            &mut self.bufs.lens_mut().slice_mut(0..rows),
+        )?;
+        let (k, tr) = (&self.kernels, self.transposed);
+        self.bufs
+            .unpack(k, s, rows, &self.dev_in, &self.dev_offs, tr)?;
+        self.bufs.parse(k, s, rows, tr)?;
+        self.bufs.serve(k, &self.table, s, rows, tr)?;
+        let out = rows * self.row_bytes;
+        self.bufs
+            .gather(k, s, rows, tr, self.row_bytes, &mut self.dev_rows)?;
+        s.memcpy_dtoh(
+            &self.bufs.out_lens().slice(0..rows),
+            &mut self.host_out_lens.as_mut_slice()[..rows],
+        )?;
+        s.memcpy_dtoh(
+            &self.dev_rows.slice(0..out),
+            &mut self.host_rows.as_mut_slice()[..out],
+        )?;
+        Ok(())
+    }
+
+    fn answer(&mut self, _key: u64, row: usize, out: &mut Vec<u8>) -> Result<(), ErrorPayload> {
+        let len = self.host_out_lens.as_slice()[row] as usize;
+        if len > self.row_bytes {
+            return Err(ErrorPayload::new(
+                ErrorCode::Internal,
+                format!(
+                    "a {len}-byte response over its cohort's {}-byte bound",
+                    self.row_bytes
+                ),
+            ));
+        }
+        let at = row * self.row_bytes;
+        out.extend_from_slice(&self.host_rows.as_slice()[at..at + len]);
+        Ok(())
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn requests_route_by_their_request_line() {
+        let r = |s: &str| route(s.as_bytes());
+        assert_eq!(r("GET /bank/profile HTTP/1.1\r\n\r\n"), Some(Kind::Profile));
+        assert_eq!(
+            r("GET /bank/transfer?x=1 HTTP/1.1\r\n"),
+            Some(Kind::Transfer)
+        );
+        assert_eq!(r("POST /bank/login HTTP/1.1\r\n"), Some(Kind::Login));
+        assert_eq!(r("GET /bank/nope HTTP/1.1\r\n"), None);
+        assert_eq!(r("garbage"), None);
+        assert_eq!(r(""), None);
+        assert_eq!(r("GET /bank/profile"), None);
+        // The cohort of a request that names no page holds the largest responses.
+        assert_eq!(response_bound(None), RESP_SLOT);
+        for k in Kind::all() {
+            let b = response_bound(Some(k));
+            assert!(b.is_multiple_of(4) && b <= RESP_SLOT);
+        }
+    }
+
+    /// Whatever the parser makes of a request, its response fits the bound of the cohort
+    /// the request line routed it to (the CPU twin's responses over random requests).
+    #[test]
+    fn every_response_fits_its_cohorts_bound() {
+        use rand::{Rng, SeedableRng};
+        let bank = super::super::Bank::new(&super::super::BankConfig {
+            users: 100,
+            max_sessions: 100,
+            secret: 7,
+        });
+        let mut rng = rand::rngs::StdRng::seed_from_u64(3);
+        let mut out = Vec::new();
+        for i in 0..3000u32 {
+            let kind = super::super::client::draw(&mut rng);
+            let user = 1 + i % 100;
+            let cookie = bank.sessions.login(user).ok();
+            let mut req = super::super::client::step(kind, user, &mut rng).raw(cookie);
+            if rng.gen_bool(0.3) {
+                let at = rng.gen_range(0..req.len());
+                req[at] = rng.gen();
+            }
+            bank.serve(&req, &mut out);
+            assert!(
+                out.len() <= response_bound(route(&req)),
+                "{} bytes for {:?}",
+                out.len(),
+                String::from_utf8_lossy(&req[..req.len().min(60)])
+            );
+        }
+    }
+}

@@ -1,0 +1,37 @@
+#!/usr/bin/env bash
+# The bank served over loopback HTTP as its users would see it: `cohort serve` pinned to the
+# first half of the cores, `cohort load` (session replay over keep-alive connections, every
+# page checked byte for byte against the backend data) as a separate process on the other
+# half, Poisson open loop raised through RATES until p99 passes the limit.
+# Usage: scripts/bank-served.sh OUT_JSON_BASE SERVE_ARGS...
+#   e.g. scripts/bank-served.sh out/bank-gpu-served-h200 --engine gpu-cohort --io-threads 4
+# (COHORT=path/to/cohort, default target/release; USERS, default 1000000; RATES=a,b,c;
+# PORT, default 18080.) Writes OUT_JSON_BASE.json and .png.
+set -euo pipefail
+base=${1:?usage: scripts/bank-served.sh OUT_JSON_BASE SERVE_ARGS...}
+shift
+cohort=${COHORT:-target/release/cohort}
+users=${USERS:-1000000}
+port=${PORT:-18080}
+cores=$(nproc)
+half=$((cores / 2))
+mkdir -p "$(dirname "$base")"
+taskset -c "0-$((half - 1))" "$cohort" serve --service bank --bank-users "$users" \
+    --http "127.0.0.1:$port" --log-level warn "$@" &
+server=$!
+trap 'kill $server 2>/dev/null || true' EXIT
+# Up when the port answers (a GPU engine takes a few seconds to allocate its pinned slots).
+for _ in $(seq 1 120); do
+    if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then break; fi
+    kill -0 $server 2>/dev/null || { echo "the server exited during start-up" >&2; exit 1; }
+    sleep 0.5
+done
+rates=${RATES:-5k,10k,20k,40k,60k,80k,120k,160k,240k}
+taskset -c "$half-$((cores - 1))" "$cohort" load --target "http://127.0.0.1:$port" \
+    --service bank --bank-users "$users" --poisson --sweep "$rates" --connections 64 \
+    --duration 3 --warmup 1 --answer-timeout-ms 2000 \
+    --label "cohort serve --service bank $* (cores 0-$((half - 1))); load on cores $half-$((cores - 1))" \
+    --json "$base.json" --plot "$base.png"
+kill -INT $server
+wait $server || true
+trap - EXIT
