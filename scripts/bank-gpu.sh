@@ -19,7 +19,10 @@ if [ -z "${SERVED_ONLY:-}" ]; then
     "$cohort" bench bank-gpu --out "$out/bank-gpu-$tag.json"
 fi
 io=${IO_THREADS:-4}
-gpu=(--engine gpu-cohort --io-threads "$io" --max-cohort 1024 --cohort-timeout-us 500 --streams 16)
+# A cohort waits up to its timeout, so a connection (one request at a time) offers about
+# 1 / (timeout + GPU time): many more connections than the cpu engine needs.
+export CONNECTIONS=${CONNECTIONS:-1024} RATES=${RATES:-20k,40k,60k,80k,100k,120k,160k,200k}
+gpu=(--engine gpu-cohort --io-threads "$io" --max-cohort 1024 --cohort-timeout-us 300 --streams 16)
 scripts/bank-served.sh "$out/bank-gpu-served-$tag-transposed" "${gpu[@]}" --bank-layout transposed
 scripts/bank-served.sh "$out/bank-gpu-served-$tag-rowmajor" "${gpu[@]}" --bank-layout row-major
 scripts/bank-served.sh "$out/bank-gpu-served-$tag-mixed" "${gpu[@]}" --bank-cohorts mixed

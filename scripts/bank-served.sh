@@ -6,7 +6,8 @@
 # Usage: scripts/bank-served.sh OUT_JSON_BASE SERVE_ARGS...
 #   e.g. scripts/bank-served.sh out/bank-gpu-served-h200 --engine gpu-cohort --io-threads 4
 # (COHORT=path/to/cohort, default target/release; USERS, default 1000000; RATES=a,b,c;
-# PORT, default 18080.) Writes OUT_JSON_BASE.json and .png.
+# PORT, default 18080; CONNECTIONS, default 64: each carries one request at a time, so the
+# rate it can offer is CONNECTIONS / latency.) Writes OUT_JSON_BASE.json and .png.
 set -euo pipefail
 base=${1:?usage: scripts/bank-served.sh OUT_JSON_BASE SERVE_ARGS...}
 shift
@@ -28,7 +29,7 @@ for _ in $(seq 1 120); do
 done
 rates=${RATES:-5k,10k,20k,40k,60k,80k,120k,160k,240k}
 taskset -c "$half-$((cores - 1))" "$cohort" load --target "http://127.0.0.1:$port" \
-    --service bank --bank-users "$users" --poisson --sweep "$rates" --connections 64 \
+    --service bank --bank-users "$users" --poisson --sweep "$rates" --connections "${CONNECTIONS:-64}" \
     --duration 3 --warmup 1 --answer-timeout-ms 2000 \
     --label "cohort serve --service bank $* (cores 0-$((half - 1))); load on cores $half-$((cores - 1))" \
     --json "$base.json" --plot "$base.png"
