@@ -3,6 +3,7 @@
 
 mod bank;
 mod bank_gpu;
+mod bank_plot;
 mod build;
 mod echo;
 mod engine;
@@ -41,6 +42,8 @@ pub enum BenchCmd {
     /// The whole bank on one GPU in-process: per type and cohort size, pages in GPU memory or
     /// copied to the host, the PCIe bound, energy.
     BankGpu(bank_gpu::BankGpuBench),
+    /// The bank's figures (cohort sweep, per type, streams, Table 3) from recorded results.
+    BankPlot(bank_plot::BankPlotArgs),
     /// Several sweeps on one throughput-latency plot.
     Plot(plot::PlotArgs),
 }
@@ -57,6 +60,7 @@ pub fn run(cmd: BenchCmd) -> Result<()> {
         BenchCmd::BankCpu(a) => bank::run(&a),
         BenchCmd::BankParseGpu(a) => bank_gpu::run(&a),
         BenchCmd::BankGpu(a) => bank_gpu::run_all(&a),
+        BenchCmd::BankPlot(a) => bank_plot::run(&a),
         BenchCmd::Plot(a) => plot::run(&a),
     }
 }
