@@ -294,13 +294,18 @@ __device__ void payees_table(Out& o, unsigned int user) {
     lit(o, "</table>\n");
 }
 
-__device__ void profile_table(Out& o, unsigned int user) {
-    Name n;
-    lit(o, "<table class=\"profile\"><tr><td>Name</td><td>");
+// The user's "First Last" (Besim::profile's name): on the login page and in the profile.
+__device__ void profile_name(Name& n, unsigned int user) {
     name_init(n);
     name_entry(n, BANK_FIRST_BYTES, BANK_FIRST_OFF, (int)(word(user, 2, 0) % 16));
     name_push(n, ' ');
     name_entry(n, BANK_LAST_BYTES, BANK_LAST_OFF, (int)(word(user, 2, 1) % 16));
+}
+
+__device__ void profile_table(Out& o, unsigned int user) {
+    Name n;
+    lit(o, "<table class=\"profile\"><tr><td>Name</td><td>");
+    profile_name(n, user);
     name(o, n.b);
     lit(o, "</td></tr>\n<tr><td>Street</td><td>");
     name_init(n);
@@ -334,10 +339,7 @@ __device__ void content(Out& o, int kind, unsigned int user, const unsigned long
     switch (kind) {
     case BANK_K_Login: {
         Name nm;
-        name_init(nm);
-        name_entry(nm, BANK_FIRST_BYTES, BANK_FIRST_OFF, (int)(word(user, 2, 0) % 16));
-        name_push(nm, ' ');
-        name_entry(nm, BANK_LAST_BYTES, BANK_LAST_OFF, (int)(word(user, 2, 1) % 16));
+        profile_name(nm, user);
         lit(o, "<p>Welcome, ");
         name(o, nm.b);
         lit(o, "</p>\n");

@@ -293,6 +293,19 @@ pub fn check_backend(has_gpu_backend: bool, name: &str, engine: EngineKind) -> R
 mod tests {
     use super::*;
 
+    #[test]
+    fn a_service_with_per_gpu_state_is_refused_on_two_gpus_and_on_hybrid() {
+        let mut a = args("bank:gpu-cohort", &[]);
+        a.gpus = vec![0];
+        assert!(plans(&a).is_ok());
+        a.gpus = vec![0, 1];
+        let e = plans(&a).unwrap_err().to_string();
+        assert!(e.contains("one GPU"), "{e}");
+        a.gpus = vec![0];
+        a.service = "bank:hybrid".into();
+        assert!(plans(&a).is_err());
+    }
+
     fn args(service: &str, opts: &[&str]) -> ServeArgs {
         let mut a = ServeArgs::loopback(service);
         a.service_opt = opts.iter().map(|s| s.to_string()).collect();
