@@ -14,6 +14,17 @@ nvrtc_lib=$(python3 -c "import nvidia, os; print(os.path.join(nvidia.__path__[0]
 export LD_LIBRARY_PATH="${nvrtc_lib}:${LD_LIBRARY_PATH:-}"
 export COHORT_REQUIRE_NVRTC=1
 
+echo "== memcached for the bank's backend tests (Debian)"
+if ! command -v memcached >/dev/null; then
+    sudo_=""
+    [ "$(id -u)" = 0 ] || sudo_="sudo"
+    export DEBIAN_FRONTEND=noninteractive
+    $sudo_ apt-get install -y -qq memcached >/dev/null 2>&1 ||
+        { $sudo_ apt-get update -qq && $sudo_ apt-get install -y -qq memcached >/dev/null; }
+fi
+memcached -V
+export COHORT_REQUIRE_MEMCACHED=1
+
 echo "== format and lints"
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --release -- -D warnings

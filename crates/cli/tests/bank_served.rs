@@ -115,3 +115,70 @@ fn bad_requests_get_their_pages() {
         200
     );
 }
+
+/// The records in a real memcached (Rhythm's Titan A placement): the server loads them at
+/// start, every page of the session replay is still byte-identical to the computed
+/// records', and with memcached gone a request that needs its records gets a 503 page (a
+/// page without records still its 200), never a hang or a dropped answer.
+#[test]
+fn a_memcached_backend_serves_the_same_pages_and_503_without_it() {
+    let Some(mut mc) = cohort_services::bank::store::spawn_for_test(64) else {
+        return;
+    };
+    let backend = format!("memcached://{}", mc.addr);
+    let mut s = Served::start(&[
+        "--service",
+        "bank",
+        "--bank-users",
+        "3000",
+        "--bank-backend",
+        &backend,
+        "--workers",
+        "2",
+    ]);
+    let r = load(
+        Target::Http(s.http.unwrap()),
+        Mode::Open {
+            rate: 600.0,
+            poisson: true,
+        },
+        1.5,
+        Arc::new(BankWorkload { users: 3000 }),
+    );
+    assert_all_answered(&r);
+    assert_eq!(r.error_total(), 0, "{r:#?}");
+    assert!(r.ok >= 700, "{r:#?}");
+    let a = s.http.unwrap();
+    let password = cohort_services::bank::besim::Besim::password(17);
+    let login = |pw: u64| {
+        let body = format!("userid=17&password={pw}");
+        format!(
+            "POST /bank/login HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n{body}",
+            body.len()
+        )
+    };
+    assert_eq!(status_of(a, login(password).as_bytes()), 200);
+    assert_eq!(status_of(a, login(password + 1).as_bytes()), 401);
+    mc.kill();
+    assert_eq!(status_of(a, login(password).as_bytes()), 503);
+    s.sigterm();
+    assert_eq!(s.wait_exit(Duration::from_secs(15)), 0);
+}
+
+#[test]
+fn an_unreachable_memcached_or_gpu_records_on_cpu_is_a_clear_start_up_error() {
+    for (backend, says) in [
+        ("memcached://127.0.0.1:1", "memcached at 127.0.0.1:1"),
+        ("gpu", "needs a GPU engine"),
+        ("memcached://nohost", "unknown bank backend"),
+    ] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_cohort"))
+            .args(["serve", "--service", "bank", "--http", "127.0.0.1:0"])
+            .args(["--bank-users", "10", "--bank-backend", backend])
+            .output()
+            .unwrap();
+        assert!(!out.status.success(), "{backend}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(err.contains(says), "{backend}: {err}");
+    }
+}

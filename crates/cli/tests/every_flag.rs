@@ -79,6 +79,7 @@ fn sample(flag: &str, ix: &str) -> Option<Option<String>> {
         "bank-users" => v("1000"),
         "bank-layout" => v("row-major"),
         "bank-cohorts" => v("mixed"),
+        "bank-backend" => v("computed"),
         // Not settings: what the test itself uses or cannot pass alone.
         "config" | "help" | "version" => Some(None),
         _ => None,

@@ -25,6 +25,8 @@ pub struct ServiceOptions {
     pub bank_transposed: bool,
     /// bank on the GPU: one page type per cohort, or mixed.
     pub bank_cohorts: crate::bank::backend::Cohorts,
+    /// bank: where its records live (computed, memcached, GPU hash tables).
+    pub bank_backend: crate::bank::store::Placement,
 }
 
 impl Default for ServiceOptions {
@@ -36,6 +38,7 @@ impl Default for ServiceOptions {
             bank_users: crate::bank::besim::DEFAULT_USERS,
             bank_transposed: true,
             bank_cohorts: Default::default(),
+            bank_backend: Default::default(),
         }
     }
 }
@@ -83,7 +86,7 @@ pub const CATALOG: &[Entry] = &[
     },
     Entry {
         name: "bank",
-        build: |o, _| bank_service(o),
+        build: bank_service,
         gpu: Some(bank_gpu),
         // Not built for gpu-persistent yet (gpu-cohort first, as Rhythm).
         persistent: None,
@@ -91,15 +94,38 @@ pub const CATALOG: &[Entry] = &[
     },
 ];
 
-fn bank_service(o: &ServiceOptions) -> Result<Arc<dyn Service>, String> {
+/// Connections the cpu engine's workers share to a memcached backend (opened as needed).
+const MEMCACHED_CONNECTIONS: u32 = 64;
+
+fn bank_service(o: &ServiceOptions, on_gpu: bool) -> Result<Arc<dyn Service>, String> {
+    use crate::bank::store::{Memcached, Placement};
+    use crate::bank::{Backend, Bank, BankConfig};
     if o.bank_users == 0 {
         return Err("bank: --bank-users must be at least 1".into());
     }
-    Ok(Arc::new(crate::bank::Bank::new(&crate::bank::BankConfig {
+    let backend = match &o.bank_backend {
+        Placement::Computed => Backend::Computed,
+        Placement::Gpu if on_gpu => Backend::Computed,
+        Placement::Gpu => {
+            return Err(
+                "bank: --bank-backend gpu keeps the records in GPU memory: it needs a GPU engine (gpu-cohort or gpu-direct)"
+                    .into(),
+            )
+        }
+        Placement::Memcached(addr) => {
+            let m = Memcached::connect(addr, MEMCACHED_CONNECTIONS).map_err(|e| format!("bank: {e}"))?;
+            if m.load(o.bank_users).map_err(|e| format!("bank: {e}"))? {
+                tracing::info!(users = o.bank_users, "bank: records loaded into memcached at {addr}");
+            }
+            Backend::Memcached(m)
+        }
+    };
+    let cfg = BankConfig {
         users: o.bank_users,
         max_sessions: (o.bank_users as usize).max(1024),
         ..Default::default()
-    })))
+    };
+    Ok(Arc::new(Bank::with_backend(&cfg, backend)))
 }
 
 fn bank_gpu(o: &ServiceOptions, dev: &DeviceInfo) -> Result<Arc<dyn GpuBackend>, String> {

@@ -144,7 +144,12 @@ fn serve_sessions(
                         Kind::Logout => cohort_services::bank::page::SessionChange::Closed,
                         _ => cohort_services::bank::page::SessionChange::None,
                     };
-                    cohort_services::bank::page::render(&parsed, s.user, change, &mut want);
+                    cohort_services::bank::page::render(
+                        &parsed,
+                        cohort_services::bank::record::Records::Computed(s.user),
+                        change,
+                        &mut want,
+                    );
                     anyhow::ensure!(out == want, "{kind:?} page of user {} differs", s.user);
                 }
                 n += 1;

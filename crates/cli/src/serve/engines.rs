@@ -77,6 +77,7 @@ fn options(a: &ServeArgs, p: &ServicePlan) -> ServiceOptions {
         bank_users: a.bank_users,
         bank_transposed: a.bank_layout == super::BankLayout::Transposed,
         bank_cohorts: a.bank_cohorts,
+        bank_backend: a.bank_backend.clone(),
     }
 }
 

@@ -55,7 +55,7 @@ pub struct ServeArgs {
     /// less memory at start, slower scans.
     #[arg(long)]
     pub index_mapped: bool,
-    /// bank: users in its backend (1..=N; their records are generated, not stored).
+    /// bank: users in its backend (1..=N; their records are a pure function of the user id).
     #[arg(long, default_value_t = cohort_services::bank::besim::DEFAULT_USERS)]
     pub bank_users: u32,
     /// bank on the GPU engines: request and response slots transposed by 4-byte words
@@ -65,6 +65,11 @@ pub struct ServeArgs {
     /// bank on gpu-cohort: cohorts of one page type (Rhythm) or of any mix.
     #[arg(long, default_value = "type")]
     pub bank_cohorts: cohort_services::bank::backend::Cohorts,
+    /// bank: where its records live: computed (from the user id, in process), gpu (hash
+    /// tables in GPU memory; GPU engines), or memcached://HOST:PORT (loaded at start-up
+    /// unless already there; the server's backend calls go to it).
+    #[arg(long, default_value = "computed")]
+    pub bank_backend: cohort_services::bank::store::Placement,
     /// Engine of the services that name none: cpu, gpu-direct, gpu-cohort or gpu-persistent.
     #[arg(long, default_value = "cpu")]
     pub engine: String,
@@ -145,6 +150,7 @@ impl ServeArgs {
             bank_users: cohort_services::bank::besim::DEFAULT_USERS,
             bank_layout: BankLayout::Transposed,
             bank_cohorts: Default::default(),
+            bank_backend: Default::default(),
             engine: "cpu".into(),
             gpus: vec![0],
             max_cohort: 256,

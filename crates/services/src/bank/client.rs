@@ -7,6 +7,7 @@ use super::besim::{Besim, CHECK_DESIGNS};
 use super::kinds::{Kind, Method, KINDS};
 use super::page::{self, SessionChange};
 use super::parse::{self, Cookie};
+use super::record::Records;
 use rand::Rng;
 
 /// One request to send: its type and its form (query for GET, body for POST), URL-encoded.
@@ -123,7 +124,7 @@ impl Step {
             _ => SessionChange::None,
         };
         let mut out = Vec::new();
-        page::render(&parsed, user, change, &mut out);
+        page::render(&parsed, Records::Computed(user), change, &mut out);
         out
     }
 }

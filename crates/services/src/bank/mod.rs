@@ -12,14 +12,17 @@ pub mod gpu;
 pub mod kinds;
 pub mod page;
 pub mod parse;
+pub mod record;
 pub mod session;
+pub mod store;
 
 use besim::Besim;
 use cohort_engine::Service;
 use cohort_proto::{service_id, ErrorPayload};
 use kinds::Kind;
 use page::SessionChange;
-use parse::Refusal;
+use parse::{Parsed, Refusal};
+use record::Records;
 use session::Sessions;
 
 #[derive(Debug, Clone)]
@@ -42,16 +45,87 @@ impl Default for BankConfig {
     }
 }
 
+/// Where the cpu path reads a user's records (the GPU path's placements are its backend's).
+pub enum Backend {
+    /// Computed from the user id per call.
+    Computed,
+    /// One memcached get per request that reads records (a login's password check and its
+    /// page share one).
+    Memcached(store::Memcached),
+}
+
 pub struct Bank {
     pub besim: Besim,
     pub sessions: Sessions,
+    pub backend: Backend,
 }
 
 impl Bank {
     pub fn new(cfg: &BankConfig) -> Bank {
+        Bank::with_backend(cfg, Backend::Computed)
+    }
+
+    pub fn with_backend(cfg: &BankConfig, backend: Backend) -> Bank {
         Bank {
             besim: Besim::new(cfg.users),
             sessions: Sessions::new(cfg.users, cfg.max_sessions, cfg.secret),
+            backend,
+        }
+    }
+
+    /// The records of `user` (a stored one into `blob`); Unavailable when the backend
+    /// cannot give them.
+    fn records<'a>(&self, user: u32, blob: &'a mut Vec<u8>) -> Result<Records<'a>, Refusal> {
+        match &self.backend {
+            Backend::Computed => Ok(Records::Computed(user)),
+            Backend::Memcached(m) => match m.get(user) {
+                Ok(v) => {
+                    *blob = v;
+                    Ok(Records::Stored(blob))
+                }
+                Err(e) => {
+                    tracing::debug!("bank backend: {e}");
+                    Err(Refusal::Unavailable)
+                }
+            },
+        }
+    }
+
+    /// The session change a parsed request makes and the records its page reads. The
+    /// order of the checks is the GPU's: a login's user range, its records, its password,
+    /// then the session; any other request's session, then its records (only for the
+    /// types that make backend calls).
+    fn resolve<'a>(
+        &self,
+        req: &Parsed,
+        blob: &'a mut Vec<u8>,
+    ) -> Result<(SessionChange, Records<'a>), Refusal> {
+        match req.kind {
+            Kind::Login => {
+                let user = u32::try_from(req.nums[0]).unwrap_or(0);
+                if !self.besim.exists(user) {
+                    return Err(Refusal::BadLogin);
+                }
+                let recs = self.records(user, blob)?;
+                if recs.password() != req.nums[1] {
+                    return Err(Refusal::BadLogin);
+                }
+                let cookie = self.sessions.login(user)?;
+                Ok((SessionChange::Opened(cookie), recs))
+            }
+            Kind::Logout => {
+                let user = self.sessions.logout(req.cookie)?;
+                Ok((SessionChange::Closed, Records::Computed(user)))
+            }
+            kind => {
+                let user = self.sessions.check(req.cookie)?;
+                let recs = if kind.info().backend_calls > 0 {
+                    self.records(user, blob)?
+                } else {
+                    Records::Computed(user)
+                };
+                Ok((SessionChange::None, recs))
+            }
         }
     }
 
@@ -65,30 +139,11 @@ impl Bank {
                 return (None, Some(r));
             }
         };
-        let done = match parsed.kind {
-            Kind::Login => {
-                let (user, password) = (parsed.nums[0], parsed.nums[1]);
-                let user = u32::try_from(user).unwrap_or(0);
-                if !self.besim.exists(user) || Besim::password(user) != password {
-                    Err(Refusal::BadLogin)
-                } else {
-                    self.sessions
-                        .login(user)
-                        .map(|c| (user, SessionChange::Opened(c)))
-                }
-            }
-            Kind::Logout => self
-                .sessions
-                .logout(parsed.cookie)
-                .map(|u| (u, SessionChange::Closed)),
-            _ => self
-                .sessions
-                .check(parsed.cookie)
-                .map(|u| (u, SessionChange::None)),
-        };
+        let mut blob = Vec::new();
+        let done = self.resolve(&parsed, &mut blob);
         match done {
-            Ok((user, change)) => {
-                page::render(&parsed, user, change, out);
+            Ok((change, recs)) => {
+                page::render(&parsed, recs, change, out);
                 (Some(parsed.kind), None)
             }
             Err(r) => {

@@ -5,9 +5,10 @@
 //! at the same time; Content-Length is filled in after the body (a fixed-width field in the
 //! header), as the GPU does.
 
-use super::besim::{Besim, Name, CHECK_BOX_CENTS, CHECK_DESIGNS, NAME};
+use super::besim::{Name, CHECK_BOX_CENTS, CHECK_DESIGNS, NAME};
 use super::kinds::Kind;
 use super::parse::{Cookie, Parsed, Refusal};
+use super::record::Records;
 
 /// Body bytes of every refusal page.
 pub const REFUSAL_PAGE_BYTES: usize = 1024;
@@ -25,14 +26,14 @@ pub enum SessionChange {
     Closed,
 }
 
-/// Writes the 200 page of `req` for `user` into `out` (cleared first).
-pub fn render(req: &Parsed, user: u32, session: SessionChange, out: &mut Vec<u8>) {
+/// Writes the 200 page of `req` from its user's records into `out` (cleared first).
+pub fn render(req: &Parsed, recs: Records, session: SessionChange, out: &mut Vec<u8>) {
     out.clear();
     let info = req.kind.info();
     let body_at = header(out, 200, "OK", session);
     let w = &mut Writer(out);
     head(w, info.name);
-    content(w, req, user);
+    content(w, req, recs);
     finish(out, body_at, info.page_bytes);
 }
 
@@ -171,8 +172,8 @@ fn head(w: &mut Writer, title: &str) {
     w.s(b"</h1>\n");
 }
 
-fn accounts_table(w: &mut Writer, user: u32) {
-    let (acc, n) = Besim::accounts(user);
+fn accounts_table(w: &mut Writer, recs: Records) {
+    let (acc, n) = recs.accounts();
     w.s(b"<table class=\"accounts\"><tr><th>Account</th><th>Type</th><th>Balance</th></tr>\n");
     for a in &acc[..n] {
         w.s(b"<tr><td>");
@@ -186,8 +187,8 @@ fn accounts_table(w: &mut Writer, user: u32) {
     w.s(b"</table>\n");
 }
 
-fn account_select(w: &mut Writer, user: u32, field: &str) {
-    let (acc, n) = Besim::accounts(user);
+fn account_select(w: &mut Writer, recs: Records, field: &str) {
+    let (acc, n) = recs.accounts();
     w.s(b"<select name=\"");
     w.s(field.as_bytes());
     w.s(b"\">");
@@ -201,8 +202,8 @@ fn account_select(w: &mut Writer, user: u32, field: &str) {
     w.s(b"</select>\n");
 }
 
-fn payees_table(w: &mut Writer, user: u32) {
-    let (p, n) = Besim::payees(user);
+fn payees_table(w: &mut Writer, recs: Records) {
+    let (p, n) = recs.payees();
     w.s(b"<table class=\"payees\"><tr><th>Payee</th><th>Name</th><th>Account</th></tr>\n");
     for p in &p[..n] {
         w.s(b"<tr><td>");
@@ -216,8 +217,8 @@ fn payees_table(w: &mut Writer, user: u32) {
     w.s(b"</table>\n");
 }
 
-fn profile_table(w: &mut Writer, user: u32) {
-    let p = Besim::profile(user);
+fn profile_table(w: &mut Writer, recs: Records) {
+    let p = recs.profile();
     w.s(b"<table class=\"profile\"><tr><td>Name</td><td>");
     w.name(&p.name.0);
     w.s(b"</td></tr>\n<tr><td>Street</td><td>");
@@ -238,24 +239,24 @@ fn notice(w: &mut Writer, ok: bool, yes: &str, no: &str) {
     w.s(b"</p>\n");
 }
 
-fn content(w: &mut Writer, req: &Parsed, user: u32) {
+fn content(w: &mut Writer, req: &Parsed, recs: Records) {
     let n = &req.nums;
     match req.kind {
         Kind::Login => {
-            let p = Besim::profile(user);
+            let p = recs.profile();
             w.s(b"<p>Welcome, ");
             w.name(&p.name.0);
             w.s(b"</p>\n");
-            accounts_table(w, user);
+            accounts_table(w, recs);
         }
         Kind::AccountSummary => {
-            let (acc, count) = Besim::accounts(user);
-            accounts_table(w, user);
+            let (acc, count) = recs.accounts();
+            accounts_table(w, recs);
             for (i, a) in acc[..count].iter().enumerate() {
                 w.s(b"<h2>");
                 w.num(a.number, 12);
                 w.s(b"</h2>\n<table class=\"txns\"><tr><th>Date</th><th>Description</th><th>Amount</th><th>Check</th></tr>\n");
-                for t in Besim::transactions(user, i) {
+                for t in recs.transactions(i) {
                     w.s(b"<tr><td>");
                     w.date(t.date);
                     w.td();
@@ -273,9 +274,9 @@ fn content(w: &mut Writer, req: &Parsed, user: u32) {
             w.s(b"<form method=\"post\" action=\"/bank/post_payee\"><label>Name <input name=\"name\" maxlength=\"24\"></label> <label>Account <input name=\"account\" maxlength=\"10\"></label> <button>Add payee</button></form>\n");
         }
         Kind::BillPay => {
-            payees_table(w, user);
+            payees_table(w, recs);
             w.s(b"<form method=\"post\" action=\"/bank/post_transfer\">From ");
-            account_select(w, user, "from");
+            account_select(w, recs, "from");
             w.s(b"<input name=\"amount\"> <button>Pay</button></form>\n");
         }
         Kind::BillPayStatus => {
@@ -285,8 +286,8 @@ fn content(w: &mut Writer, req: &Parsed, user: u32) {
             w.s(b" to ");
             w.date(end as u32);
             w.s(b"</p>\n<table class=\"payments\"><tr><th>Date</th><th>Payee</th><th>Amount</th></tr>\n");
-            let (payees, _) = Besim::payees(user);
-            for p in Besim::payments(user) {
+            let (payees, _) = recs.payees();
+            for p in recs.payments() {
                 if (start..=end).contains(&(p.date as u64)) {
                     w.s(b"<tr><td>");
                     w.date(p.date);
@@ -308,14 +309,14 @@ fn content(w: &mut Writer, req: &Parsed, user: u32) {
             w.s(b"</td></tr>\n<tr><td>Phone</td><td>");
             w.num(n[0], 10);
             w.s(b"</td></tr>\n</table>\n<h2>Before</h2>\n");
-            profile_table(w, user);
+            profile_table(w, recs);
         }
-        Kind::CheckDetail => match Besim::check(user, n[0].min(u32::MAX as u64) as u32) {
+        Kind::CheckDetail => match recs.check(n[0].min(u32::MAX as u64) as u32) {
             Some((account, t)) => {
                 w.s(b"<div class=\"check\"><p>Check ");
                 w.num(t.check as u64, 6);
                 w.s(b" on account ");
-                w.num(Besim::accounts(user).0[account].number, 12);
+                w.num(recs.accounts().0[account].number, 12);
                 w.s(b"</p>\n<p>Date ");
                 w.date(t.date);
                 w.s(b" Pay to ");
@@ -327,9 +328,9 @@ fn content(w: &mut Writer, req: &Parsed, user: u32) {
             None => notice(w, false, "", "No such check on your accounts."),
         },
         Kind::OrderCheck => {
-            accounts_table(w, user);
+            accounts_table(w, recs);
             w.s(b"<form method=\"post\" action=\"/bank/place_check_order\">Account ");
-            account_select(w, user, "account");
+            account_select(w, recs, "account");
             w.s(b"<select name=\"design\">");
             for (i, d) in CHECK_DESIGNS.iter().enumerate() {
                 w.s(b"<option value=\"");
@@ -341,7 +342,7 @@ fn content(w: &mut Writer, req: &Parsed, user: u32) {
             w.s(b"</select> <input name=\"boxes\"> <button>Order</button></form>\n");
         }
         Kind::PlaceCheckOrder => {
-            let (acc, count) = Besim::accounts(user);
+            let (acc, count) = recs.accounts();
             let (a, design, boxes) = (n[0], n[1], n[2]);
             let ok = (a as usize) < count
                 && (design as usize) < CHECK_DESIGNS.len()
@@ -379,10 +380,10 @@ fn content(w: &mut Writer, req: &Parsed, user: u32) {
                 w.num(n[0], 10);
                 w.s(b"</p>\n");
             }
-            payees_table(w, user);
+            payees_table(w, recs);
         }
         Kind::PostTransfer => {
-            let (acc, count) = Besim::accounts(user);
+            let (acc, count) = recs.accounts();
             let (from, to, amount) = (n[0] as usize, n[1] as usize, n[2]);
             let ok = from < count
                 && to < count
@@ -411,15 +412,15 @@ fn content(w: &mut Writer, req: &Parsed, user: u32) {
             }
         }
         Kind::Profile => {
-            profile_table(w, user);
+            profile_table(w, recs);
             w.s(b"<form method=\"post\" action=\"/bank/change_profile\"><input name=\"street\"> <input name=\"city\"> <input name=\"phone\"> <button>Save</button></form>\n");
         }
         Kind::Transfer => {
-            accounts_table(w, user);
+            accounts_table(w, recs);
             w.s(b"<form method=\"post\" action=\"/bank/post_transfer\">From ");
-            account_select(w, user, "from");
+            account_select(w, recs, "from");
             w.s(b" To ");
-            account_select(w, user, "to");
+            account_select(w, recs, "to");
             w.s(b"<input name=\"amount\"> <button>Transfer</button></form>\n");
         }
         Kind::Logout => {

@@ -34,6 +34,9 @@ pub enum Refusal {
     BadLogin,
     /// 503: the session table is full.
     Full,
+    /// 503: the user's records could not be fetched from the backend (memcached down, or
+    /// the record missing or damaged).
+    Unavailable,
 }
 
 impl Refusal {
@@ -44,7 +47,7 @@ impl Refusal {
             Refusal::WrongMethod => 405,
             Refusal::TooLarge => 413,
             Refusal::NoSession | Refusal::BadLogin => 401,
-            Refusal::Full => 503,
+            Refusal::Full | Refusal::Unavailable => 503,
         }
     }
     pub fn reason(self) -> &'static str {
@@ -54,7 +57,7 @@ impl Refusal {
             Refusal::WrongMethod => "Method Not Allowed",
             Refusal::TooLarge => "Content Too Large",
             Refusal::NoSession | Refusal::BadLogin => "Unauthorized",
-            Refusal::Full => "Service Unavailable",
+            Refusal::Full | Refusal::Unavailable => "Service Unavailable",
         }
     }
     /// The sentence on its page.
@@ -67,9 +70,10 @@ impl Refusal {
             Refusal::NoSession => "Please log in.",
             Refusal::BadLogin => "Unknown user or wrong password.",
             Refusal::Full => "Too many sessions; try again later.",
+            Refusal::Unavailable => "Your records are unavailable; try again later.",
         }
     }
-    pub const ALL: [Refusal; 7] = [
+    pub const ALL: [Refusal; 8] = [
         Refusal::Malformed,
         Refusal::NotFound,
         Refusal::WrongMethod,
@@ -77,6 +81,7 @@ impl Refusal {
         Refusal::NoSession,
         Refusal::BadLogin,
         Refusal::Full,
+        Refusal::Unavailable,
     ];
 }
 

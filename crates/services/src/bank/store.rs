@@ -1,0 +1,278 @@
+//! Where the bank's records live (Rhythm's Besim placements): computed from the user id in
+//! the serving process (the default: no set-up), a real memcached on the host (Titan A: one
+//! get per backend call on the cpu engine, one multiget per cohort on the GPU path), or the
+//! GPU's memory as a hash table (Titan B: `bank/gpu.rs`'s `RecordTable`). The stored
+//! placements hold [`record`] blobs, loaded from the same computed records, so every
+//! placement shows the same pages.
+
+use super::record;
+use rayon::prelude::*;
+use std::collections::HashMap;
+use std::time::Duration;
+
+/// A backend placement, as `--bank-backend` names it.
+#[derive(Debug, Clone, PartialEq, Eq, Default)]
+pub enum Placement {
+    #[default]
+    Computed,
+    /// Hash tables in the GPU's memory (GPU engines only).
+    Gpu,
+    /// A memcached at HOST:PORT.
+    Memcached(String),
+}
+
+impl std::str::FromStr for Placement {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, Self::Err> {
+        match s {
+            "computed" => Ok(Placement::Computed),
+            "gpu" => Ok(Placement::Gpu),
+            _ => match s.strip_prefix("memcached://") {
+                Some(addr) if addr.rsplit_once(':').is_some_and(|(h, p)| {
+                    !h.is_empty() && p.parse::<u16>().is_ok_and(|p| p > 0)
+                }) =>
+                {
+                    Ok(Placement::Memcached(addr.to_string()))
+                }
+                _ => Err(format!(
+                    "unknown bank backend {s:?} (computed, gpu, or memcached://HOST:PORT)"
+                )),
+            },
+        }
+    }
+}
+
+impl std::fmt::Display for Placement {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            Placement::Computed => f.write_str("computed"),
+            Placement::Gpu => f.write_str("gpu"),
+            Placement::Memcached(a) => write!(f, "memcached://{a}"),
+        }
+    }
+}
+
+/// Users' records in a memcached: key `bank<BYTES>:<user>` (the layout's size in the key,
+/// so a server never reads records of another layout), value the record blob.
+pub struct Memcached {
+    client: memcache::Client,
+    addr: String,
+}
+
+/// How long a backend call may take before the request gets its 503 page.
+const TIMEOUT: Duration = Duration::from_secs(2);
+/// Records set per batch while loading (one progress step).
+const LOAD_CHUNK: usize = 4096;
+
+fn key(user: u32) -> String {
+    format!("bank{}:{user}", record::BYTES)
+}
+
+fn loaded_key() -> String {
+    format!("bank{}:users", record::BYTES)
+}
+
+impl Memcached {
+    /// Connects with up to `connections` pooled connections (one per thread that calls).
+    pub fn connect(addr: &str, connections: u32) -> Result<Memcached, String> {
+        let url = format!("memcache://{addr}?tcp_nodelay=true");
+        let fail = |e: memcache::MemcacheError| format!("memcached at {addr}: {e}");
+        let client = memcache::Client::builder()
+            .add_server(url.as_str())
+            .map_err(fail)?
+            .with_max_pool_size(connections.max(1))
+            .with_min_idle_conns(1)
+            .with_connection_timeout(TIMEOUT)
+            .with_read_timeout(TIMEOUT)
+            .with_write_timeout(TIMEOUT)
+            .build()
+            .map_err(fail)?;
+        client.version().map_err(fail)?;
+        Ok(Memcached {
+            client,
+            addr: addr.to_string(),
+        })
+    }
+
+    pub fn addr(&self) -> &str {
+        &self.addr
+    }
+
+    /// Stores the records of users 1..=users, unless this memcached already holds them
+    /// (its marker names the same count). Returns whether it loaded.
+    pub fn load(&self, users: u32) -> Result<bool, String> {
+        let fail = |e: memcache::MemcacheError| format!("loading memcached at {}: {e}", self.addr);
+        if self.client.get::<u32>(&loaded_key()).map_err(fail)? == Some(users) {
+            return Ok(false);
+        }
+        let all: Vec<u32> = (1..=users).collect();
+        all.par_chunks(LOAD_CHUNK).try_for_each(|chunk| {
+            let mut blob = vec![0u8; record::BYTES];
+            for &u in chunk {
+                record::encode(u, &mut blob);
+                self.client.set(&key(u), &blob[..], 0).map_err(fail)?;
+            }
+            Ok::<(), String>(())
+        })?;
+        // The marker last: a load cut short is redone.
+        self.client.set(&loaded_key(), users, 0).map_err(fail)?;
+        Ok(true)
+    }
+
+    /// The record of `user`; Err when memcached cannot be reached or the value is missing
+    /// or not a record.
+    pub fn get(&self, user: u32) -> Result<Vec<u8>, String> {
+        match self.client.get::<Vec<u8>>(&key(user)) {
+            Ok(Some(v)) if record::valid(&v) => Ok(v),
+            Ok(Some(_)) => Err(format!("user {user}'s record is damaged")),
+            Ok(None) => Err(format!("user {user}'s record is missing")),
+            Err(e) => Err(format!("memcached at {}: {e}", self.addr)),
+        }
+    }
+
+    /// The valid records of `users` (one multiget; duplicates asked once). Missing or
+    /// damaged records are absent from the map; Err when memcached cannot be reached.
+    pub fn get_many(&self, users: &[u32]) -> Result<HashMap<u32, Vec<u8>>, String> {
+        let mut keys: Vec<(u32, String)> = users.iter().map(|&u| (u, key(u))).collect();
+        keys.sort_unstable_by_key(|k| k.0);
+        keys.dedup_by_key(|k| k.0);
+        let names: Vec<&str> = keys.iter().map(|k| k.1.as_str()).collect();
+        let mut got: HashMap<String, Vec<u8>> = self
+            .client
+            .gets(&names)
+            .map_err(|e| format!("memcached at {}: {e}", self.addr))?;
+        Ok(keys
+            .into_iter()
+            .filter_map(|(u, k)| got.remove(&k).filter(|v| record::valid(v)).map(|v| (u, v)))
+            .collect())
+    }
+}
+
+/// A memcached this process started on a free loopback port (tests and benches; the
+/// scripts install it from Debian). Killed on drop.
+pub struct Spawned {
+    child: std::process::Child,
+    pub addr: String,
+}
+
+impl Spawned {
+    /// Starts `memcached` from PATH with `memory_mb` of item memory; Err when it is not
+    /// installed or does not come up.
+    pub fn start(memory_mb: u32) -> Result<Spawned, String> {
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .and_then(|l| l.local_addr())
+            .map_err(|e| format!("finding a free port: {e}"))?
+            .port();
+        // As root, memcached must be told whom to run as.
+        let user = std::env::var("USER").unwrap_or_else(|_| "root".into());
+        let child = std::process::Command::new("memcached")
+            .args(["-l", "127.0.0.1", "-U", "0", "-t", "4", "-c", "4096"])
+            .args(["-p", &port.to_string(), "-m", &memory_mb.to_string(), "-u", &user])
+            .stdout(std::process::Stdio::null())
+            .spawn()
+            .map_err(|e| format!("starting memcached (apt-get install memcached): {e}"))?;
+        let mut me = Spawned {
+            child,
+            addr: format!("127.0.0.1:{port}"),
+        };
+        for _ in 0..200 {
+            if std::net::TcpStream::connect(&me.addr).is_ok() {
+                return Ok(me);
+            }
+            if let Ok(Some(st)) = me.child.try_wait() {
+                return Err(format!("memcached exited at start: {st}"));
+            }
+            std::thread::sleep(Duration::from_millis(25));
+        }
+        Err("memcached did not listen within 5 s".into())
+    }
+
+    /// Stops it now (the backend then answers 503 pages).
+    pub fn kill(&mut self) {
+        let _ = self.child.kill();
+        let _ = self.child.wait();
+    }
+}
+
+impl Drop for Spawned {
+    fn drop(&mut self) {
+        self.kill();
+    }
+}
+
+/// A spawned memcached, or None with the reason printed where the test log shows it;
+/// `COHORT_REQUIRE_MEMCACHED=1` (the test script sets it after installing memcached) turns
+/// the skip into a failure.
+pub fn spawn_for_test(memory_mb: u32) -> Option<Spawned> {
+    match Spawned::start(memory_mb) {
+        Ok(s) => Some(s),
+        Err(e) if std::env::var("COHORT_REQUIRE_MEMCACHED").as_deref() != Ok("1") => {
+            eprintln!("SKIPPED: no memcached for this test: {e}");
+            None
+        }
+        Err(e) => panic!("COHORT_REQUIRE_MEMCACHED=1 but {e}"),
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn placements_parse_and_print() {
+        for s in ["computed", "gpu", "memcached://127.0.0.1:11211", "memcached://mc:1"] {
+            assert_eq!(s.parse::<Placement>().unwrap().to_string(), s);
+        }
+        for bad in [
+            "",
+            "cpu",
+            "memcached://",
+            "memcached://host",
+            "memcached://:11211",
+            "memcached://h:0",
+            "memcached://h:99999",
+            "memcache://h:1",
+        ] {
+            assert!(bad.parse::<Placement>().is_err(), "{bad}");
+        }
+    }
+
+    #[test]
+    fn an_unreachable_memcached_is_a_clear_error() {
+        // A port nothing listens on (bound, then closed).
+        let port = std::net::TcpListener::bind("127.0.0.1:0")
+            .unwrap()
+            .local_addr()
+            .unwrap()
+            .port();
+        let e = Memcached::connect(&format!("127.0.0.1:{port}"), 1)
+            .err()
+            .expect("nothing listens there");
+        assert!(e.contains("memcached at 127.0.0.1"), "{e}");
+    }
+
+    /// Loading, the marker that skips a second load, gets and multigets against a real
+    /// memcached; a damaged value reads as missing.
+    #[test]
+    fn records_round_trip_through_a_real_memcached() {
+        let Some(mut mc) = spawn_for_test(64) else {
+            return;
+        };
+        let m = Memcached::connect(&mc.addr, 4).unwrap();
+        assert!(m.load(3000).unwrap());
+        assert!(!m.load(3000).unwrap(), "a second load is skipped");
+        for u in [1, 2, 1500, 3000] {
+            assert_eq!(m.get(u).unwrap(), record::of(u));
+        }
+        assert!(m.get(3001).unwrap_err().contains("missing"));
+        let got = m.get_many(&[5, 7, 5, 9000, 3000]).unwrap();
+        assert_eq!(got.len(), 3);
+        assert_eq!(got[&7], record::of(7));
+        m.client.set(&key(8), &b"short"[..], 0).unwrap();
+        assert!(m.get(8).unwrap_err().contains("damaged"));
+        assert!(!m.get_many(&[8]).unwrap().contains_key(&8));
+        mc.kill();
+        assert!(m.get(1).is_err());
+        assert!(m.get_many(&[1]).is_err());
+    }
+}
