@@ -51,11 +51,32 @@ __device__ unsigned int date_of(unsigned long long day) {
     return 20260000u + (unsigned int)((d / 28 + 1) * 100 + d % 28 + 1);
 }
 
+// ---- where a request's records come from: computed from the user id (rec null), or read
+// from a stored record (bank/record.rs's layout: the GPU's table, or staged from memcached) --
+
+struct Src {
+    unsigned int user;
+    const unsigned char* rec;
+};
+
+__device__ __forceinline__ unsigned long long ld64(const unsigned char* p, int at) {
+    return *(const unsigned long long*)(p + at);
+}
+__device__ __forceinline__ unsigned int ld32(const unsigned char* p, int at) {
+    return *(const unsigned int*)(p + at);
+}
+__device__ __forceinline__ unsigned int ld16(const unsigned char* p, int at) {
+    return *(const unsigned short*)(p + at);
+}
+
 __device__ unsigned long long password_of(unsigned int user) {
     return word(user, 1, 0) % 100000000ull;
 }
 
-__device__ int n_accounts(unsigned int user) { return 1 + (int)(word(user, 3, 0) % BANK_MAX_ACCOUNTS); }
+__device__ int n_accounts(const Src& d) {
+    if (d.rec) return (int)ld32(d.rec, BANK_REC_N_ACCOUNTS);
+    return 1 + (int)(word(d.user, 3, 0) % BANK_MAX_ACCOUNTS);
+}
 
 struct Account {
     unsigned long long number;
@@ -63,18 +84,46 @@ struct Account {
     long long balance;
 };
 
-__device__ Account account(unsigned int user, int i) {
-    unsigned long long w0 = word(user, 4 + i, 0), w1 = word(user, 4 + i, 1);
+__device__ Account account(const Src& d, int i) {
     Account a;
+    if (d.rec) {
+        const unsigned char* p = d.rec + BANK_REC_ACCOUNTS + i * BANK_REC_ACCOUNT;
+        a.number = ld64(p, BANK_REC_ACCOUNT_NUMBER);
+        a.balance = (long long)ld64(p, BANK_REC_ACCOUNT_BALANCE);
+        a.kind = (int)ld32(p, BANK_REC_ACCOUNT_KIND);
+        return a;
+    }
+    unsigned long long w0 = word(d.user, 4 + i, 0), w1 = word(d.user, 4 + i, 1);
     a.kind = (int)(w0 % 4);
     unsigned long long magnitude = w1 % 5000000ull;
-    a.number = 100000000000ull + (unsigned long long)user * 10 + i;
+    a.number = 100000000000ull + (unsigned long long)d.user * 10 + i;
     // Account kind 3 is the credit card (BANK_ACCOUNT_KINDS).
     a.balance = a.kind == 3 ? -(long long)(magnitude / 10) : (long long)magnitude;
     return a;
 }
 
-__device__ int n_payees(unsigned int user) { return (int)(word(user, 20, 0) % (BANK_MAX_PAYEES + 1)); }
+__device__ int n_payees(const Src& d) {
+    if (d.rec) return (int)ld32(d.rec, BANK_REC_N_PAYEES);
+    return (int)(word(d.user, 20, 0) % (BANK_MAX_PAYEES + 1));
+}
+
+struct Payee {
+    int merchant;
+    unsigned long long account;
+};
+
+__device__ Payee payee(const Src& d, int i) {
+    Payee p;
+    if (d.rec) {
+        const unsigned char* q = d.rec + BANK_REC_PAYEES + i * BANK_REC_PAYEE;
+        p.merchant = (int)ld32(q, BANK_REC_PAYEE_MERCHANT);
+        p.account = ld64(q, BANK_REC_PAYEE_ACCOUNT);
+        return p;
+    }
+    p.merchant = (int)(word(d.user, 21 + i, 0) % 16);
+    p.account = 1000000000ull + word(d.user, 21 + i, 1) % 9000000000ull;
+    return p;
+}
 
 struct Txn {
     unsigned int date;
@@ -83,16 +132,49 @@ struct Txn {
     unsigned int check;
 };
 
-__device__ Txn txn(unsigned int user, int account, int j) {
-    unsigned long long s = 40 + account;
-    unsigned long long w0 = word(user, s, j * 4 + 0), w1 = word(user, s, j * 4 + 1),
-                       w2 = word(user, s, j * 4 + 2), w3 = word(user, s, j * 4 + 3);
+__device__ Txn txn(const Src& d, int account, int j) {
     Txn t;
+    if (d.rec) {
+        const unsigned char* p = d.rec + BANK_REC_TXNS + (account * BANK_TXNS + j) * BANK_REC_TXN;
+        t.amount = (long long)ld64(p, BANK_REC_TXN_AMOUNT);
+        t.date = ld32(p, BANK_REC_TXN_DATE);
+        t.check = ld16(p, BANK_REC_TXN_CHECK);
+        t.merchant = (int)ld16(p, BANK_REC_TXN_MERCHANT);
+        return t;
+    }
+    unsigned long long s = 40 + account;
+    unsigned long long w0 = word(d.user, s, j * 4 + 0), w1 = word(d.user, s, j * 4 + 1),
+                       w2 = word(d.user, s, j * 4 + 2), w3 = word(d.user, s, j * 4 + 3);
     t.date = date_of(335 - ((unsigned long long)j * 9 + w1 % 9));
     t.merchant = (int)(w2 % 16);
     t.amount = -((long long)(w3 % 40000) + 100);
     t.check = (w0 % 4 == 0) ? 1000u + (unsigned int)(account * BANK_TXNS + j) : 0u;
     return t;
+}
+
+struct Payment {
+    unsigned int date;
+    int payee;
+    long long amount;
+};
+
+// Scheduled payment i; `np` is the user's payee count (the computed payee is drawn from it).
+__device__ Payment payment(const Src& d, int i, int np) {
+    Payment p;
+    if (d.rec) {
+        const unsigned char* q = d.rec + BANK_REC_PAYMENTS + i * BANK_REC_PAYMENT;
+        p.amount = (long long)ld64(q, BANK_REC_PAYMENT_AMOUNT);
+        p.date = ld32(q, BANK_REC_PAYMENT_DATE);
+        p.payee = (int)ld32(q, BANK_REC_PAYMENT_PAYEE);
+        return p;
+    }
+    unsigned long long payees = np < 1 ? 1 : np;
+    unsigned long long w0 = word(d.user, 60, i * 3 + 0), w1 = word(d.user, 60, i * 3 + 1),
+                       w2 = word(d.user, 60, i * 3 + 2);
+    p.date = date_of((unsigned long long)i * 10 + w0 % 10);
+    p.payee = 1 + (int)(w1 % payees);
+    p.amount = (long long)(w2 % 100000) + 500;
+    return p;
 }
 
 // ---- the response writer: byte i of response r, row-major or transposed by words ----
@@ -247,11 +329,11 @@ __device__ void head(Out& o, int kind) {
     lit(o, "</h1>\n");
 }
 
-__device__ void accounts_table(Out& o, unsigned int user) {
-    int n = n_accounts(user);
+__device__ void accounts_table(Out& o, const Src& d) {
+    int n = n_accounts(d);
     lit(o, "<table class=\"accounts\"><tr><th>Account</th><th>Type</th><th>Balance</th></tr>\n");
     for (int i = 0; i < n; i++) {
-        Account a = account(user, i);
+        Account a = account(d, i);
         lit(o, "<tr><td>");
         num(o, a.number, 12);
         td(o);
@@ -263,8 +345,8 @@ __device__ void accounts_table(Out& o, unsigned int user) {
     lit(o, "</table>\n");
 }
 
-__device__ void account_select(Out& o, unsigned int user, const char* field) {
-    int n = n_accounts(user);
+__device__ void account_select(Out& o, const Src& d, const char* field) {
+    int n = n_accounts(d);
     lit(o, "<select name=\"");
     lit(o, field);
     lit(o, "\">");
@@ -272,57 +354,69 @@ __device__ void account_select(Out& o, unsigned int user, const char* field) {
         lit(o, "<option value=\"");
         num(o, i, 1);
         lit(o, "\">");
-        num(o, account(user, i).number, 12);
+        num(o, account(d, i).number, 12);
         lit(o, "</option>");
     }
     lit(o, "</select>\n");
 }
 
-__device__ void payees_table(Out& o, unsigned int user) {
-    int n = n_payees(user);
+__device__ void payees_table(Out& o, const Src& d) {
+    int n = n_payees(d);
     lit(o, "<table class=\"payees\"><tr><th>Payee</th><th>Name</th><th>Account</th></tr>\n");
     for (int i = 0; i < n; i++) {
-        unsigned long long w0 = word(user, 21 + i, 0), w1 = word(user, 21 + i, 1);
+        Payee p = payee(d, i);
         lit(o, "<tr><td>");
         num(o, i + 1, 3);
         td(o);
-        name_of(o, BANK_MERCHANTS_BYTES, BANK_MERCHANTS_OFF, (int)(w0 % 16));
+        name_of(o, BANK_MERCHANTS_BYTES, BANK_MERCHANTS_OFF, p.merchant);
         td(o);
-        num(o, 1000000000ull + w1 % 9000000000ull, 10);
+        num(o, p.account, 10);
         lit(o, "</td></tr>\n");
     }
     lit(o, "</table>\n");
 }
 
-// The user's "First Last" (Besim::profile's name): on the login page and in the profile.
-__device__ void profile_name(Name& n, unsigned int user) {
+// A text field of the profile (record offset `at`: the name - on the login page too -,
+// street, city, email): the record's bytes, or computed into `n`.
+__device__ const unsigned char* profile_field(Name& n, const Src& d, int at) {
+    if (d.rec) return d.rec + at;
+    unsigned int user = d.user;
     name_init(n);
-    name_entry(n, BANK_FIRST_BYTES, BANK_FIRST_OFF, (int)(word(user, 2, 0) % 16));
-    name_push(n, ' ');
-    name_entry(n, BANK_LAST_BYTES, BANK_LAST_OFF, (int)(word(user, 2, 1) % 16));
+    if (at == BANK_REC_PROFILE_NAME) {
+        name_entry(n, BANK_FIRST_BYTES, BANK_FIRST_OFF, (int)(word(user, 2, 0) % 16));
+        name_push(n, ' ');
+        name_entry(n, BANK_LAST_BYTES, BANK_LAST_OFF, (int)(word(user, 2, 1) % 16));
+    } else if (at == BANK_REC_STREET) {
+        name_num(n, word(user, 2, 2) % 9000 + 100);
+        name_push(n, ' ');
+        name_entry(n, BANK_STREETS_BYTES, BANK_STREETS_OFF, (int)(word(user, 2, 3) % 8));
+    } else if (at == BANK_REC_CITY) {
+        name_entry(n, BANK_CITIES_BYTES, BANK_CITIES_OFF, (int)(word(user, 2, 4) % 8));
+    } else {
+        name_lit(n, "user");
+        name_num(n, user);
+        name_lit(n, "@bank.example");
+    }
+    return n.b;
 }
 
-__device__ void profile_table(Out& o, unsigned int user) {
+__device__ unsigned long long phone_of(const Src& d) {
+    if (d.rec) return ld64(d.rec, BANK_REC_PHONE);
+    return 2000000000ull + word(d.user, 2, 5) % 8000000000ull;
+}
+
+__device__ void profile_table(Out& o, const Src& d) {
     Name n;
     lit(o, "<table class=\"profile\"><tr><td>Name</td><td>");
-    profile_name(n, user);
-    name(o, n.b);
+    name(o, profile_field(n, d, BANK_REC_PROFILE_NAME));
     lit(o, "</td></tr>\n<tr><td>Street</td><td>");
-    name_init(n);
-    name_num(n, word(user, 2, 2) % 9000 + 100);
-    name_push(n, ' ');
-    name_entry(n, BANK_STREETS_BYTES, BANK_STREETS_OFF, (int)(word(user, 2, 3) % 8));
-    name(o, n.b);
+    name(o, profile_field(n, d, BANK_REC_STREET));
     lit(o, "</td></tr>\n<tr><td>City</td><td>");
-    name_of(o, BANK_CITIES_BYTES, BANK_CITIES_OFF, (int)(word(user, 2, 4) % 8));
+    name(o, profile_field(n, d, BANK_REC_CITY));
     lit(o, "</td></tr>\n<tr><td>Phone</td><td>");
-    num(o, 2000000000ull + word(user, 2, 5) % 8000000000ull, 10);
+    num(o, phone_of(d), 10);
     lit(o, "</td></tr>\n<tr><td>Email</td><td>");
-    name_init(n);
-    name_lit(n, "user");
-    name_num(n, user);
-    name_lit(n, "@bank.example");
-    name(o, n.b);
+    name(o, profile_field(n, d, BANK_REC_EMAIL));
     lit(o, "</td></tr>\n</table>\n");
 }
 
@@ -333,28 +427,27 @@ __device__ void notice(Out& o, bool ok, const char* yes, const char* no) {
 }
 
 // The 200 page's content (after head); nums/texts are request r's parameters.
-__device__ void content(Out& o, int kind, unsigned int user, const unsigned long long* nums,
+__device__ void content(Out& o, int kind, const Src& d, const unsigned long long* nums,
                         const unsigned char* texts, unsigned int r, unsigned int n) {
     unsigned long long n0 = nums[r], n1 = nums[(size_t)n + r], n2 = nums[(size_t)2 * n + r];
     switch (kind) {
     case BANK_K_Login: {
         Name nm;
-        profile_name(nm, user);
         lit(o, "<p>Welcome, ");
-        name(o, nm.b);
+        name(o, profile_field(nm, d, BANK_REC_PROFILE_NAME));
         lit(o, "</p>\n");
-        accounts_table(o, user);
+        accounts_table(o, d);
         break;
     }
     case BANK_K_AccountSummary: {
-        int na = n_accounts(user);
-        accounts_table(o, user);
+        int na = n_accounts(d);
+        accounts_table(o, d);
         for (int i = 0; i < na; i++) {
             lit(o, "<h2>");
-            num(o, account(user, i).number, 12);
+            num(o, account(d, i).number, 12);
             lit(o, "</h2>\n<table class=\"txns\"><tr><th>Date</th><th>Description</th><th>Amount</th><th>Check</th></tr>\n");
             for (int j = 0; j < BANK_TXNS; j++) {
-                Txn t = txn(user, i, j);
+                Txn t = txn(d, i, j);
                 lit(o, "<tr><td>");
                 date(o, t.date);
                 td(o);
@@ -373,9 +466,9 @@ __device__ void content(Out& o, int kind, unsigned int user, const unsigned long
         lit(o, "<form method=\"post\" action=\"/bank/post_payee\"><label>Name <input name=\"name\" maxlength=\"24\"></label> <label>Account <input name=\"account\" maxlength=\"10\"></label> <button>Add payee</button></form>\n");
         break;
     case BANK_K_BillPay:
-        payees_table(o, user);
+        payees_table(o, d);
         lit(o, "<form method=\"post\" action=\"/bank/post_transfer\">From ");
-        account_select(o, user, "from");
+        account_select(o, d, "from");
         lit(o, "<input name=\"amount\"> <button>Pay</button></form>\n");
         break;
     case BANK_K_BillPayStatus: {
@@ -384,25 +477,20 @@ __device__ void content(Out& o, int kind, unsigned int user, const unsigned long
         lit(o, " to ");
         date(o, (unsigned int)n1);
         lit(o, "</p>\n<table class=\"payments\"><tr><th>Date</th><th>Payee</th><th>Amount</th></tr>\n");
-        int np = n_payees(user);
-        unsigned long long payees = np < 1 ? 1 : np;
+        int np = n_payees(d);
         for (int i = 0; i < BANK_PAYMENTS; i++) {
-            unsigned long long w0 = word(user, 60, i * 3 + 0), w1 = word(user, 60, i * 3 + 1),
-                               w2 = word(user, 60, i * 3 + 2);
-            unsigned int d = date_of((unsigned long long)i * 10 + w0 % 10);
-            if (d < n0 || d > n1) continue;
-            int payee = 1 + (int)(w1 % payees);
+            Payment p = payment(d, i, np);
+            if (p.date < n0 || p.date > n1) continue;
             lit(o, "<tr><td>");
-            date(o, d);
+            date(o, p.date);
             td(o);
-            if (payee - 1 < np) {
-                name_of(o, BANK_MERCHANTS_BYTES, BANK_MERCHANTS_OFF,
-                        (int)(word(user, 21 + payee - 1, 0) % 16));
+            if (p.payee - 1 < np) {
+                name_of(o, BANK_MERCHANTS_BYTES, BANK_MERCHANTS_OFF, payee(d, p.payee - 1).merchant);
             } else {
                 spaces(o, BANK_NAME);
             }
             td(o);
-            money(o, (long long)(w2 % 100000) + 500);
+            money(o, p.amount);
             lit(o, "</td></tr>\n");
         }
         lit(o, "</table>\n");
@@ -417,7 +505,7 @@ __device__ void content(Out& o, int kind, unsigned int user, const unsigned long
         lit(o, "</td></tr>\n<tr><td>Phone</td><td>");
         num(o, n0, 10);
         lit(o, "</td></tr>\n</table>\n<h2>Before</h2>\n");
-        profile_table(o, user);
+        profile_table(o, d);
         break;
     }
     case BANK_K_CheckDetail: {
@@ -426,14 +514,14 @@ __device__ void content(Out& o, int kind, unsigned int user, const unsigned long
         if (c >= 1000) {
             unsigned long long k = c - 1000;
             int acc = (int)(k / BANK_TXNS), j = (int)(k % BANK_TXNS);
-            if (k / BANK_TXNS < (unsigned long long)n_accounts(user)) {
-                Txn t = txn(user, acc, j);
+            if (k / BANK_TXNS < (unsigned long long)n_accounts(d)) {
+                Txn t = txn(d, acc, j);
                 if (t.check == (unsigned int)c) {
                     found = true;
                     lit(o, "<div class=\"check\"><p>Check ");
                     num(o, t.check, 6);
                     lit(o, " on account ");
-                    num(o, account(user, acc).number, 12);
+                    num(o, account(d, acc).number, 12);
                     lit(o, "</p>\n<p>Date ");
                     date(o, t.date);
                     lit(o, " Pay to ");
@@ -448,9 +536,9 @@ __device__ void content(Out& o, int kind, unsigned int user, const unsigned long
         break;
     }
     case BANK_K_OrderCheck:
-        accounts_table(o, user);
+        accounts_table(o, d);
         lit(o, "<form method=\"post\" action=\"/bank/place_check_order\">Account ");
-        account_select(o, user, "account");
+        account_select(o, d, "account");
         lit(o, "<select name=\"design\">");
         for (int i = 0; i < 4; i++) {
             lit(o, "<option value=\"");
@@ -462,12 +550,12 @@ __device__ void content(Out& o, int kind, unsigned int user, const unsigned long
         lit(o, "</select> <input name=\"boxes\"> <button>Order</button></form>\n");
         break;
     case BANK_K_PlaceCheckOrder: {
-        int na = n_accounts(user);
+        int na = n_accounts(d);
         bool ok = n0 < (unsigned long long)na && n1 < 4 && n2 >= 1 && n2 <= 10;
         notice(o, ok, "Your check order is placed.", "The order is not valid (account, design, 1 to 10 boxes).");
         if (ok) {
             lit(o, "<p>Account ");
-            num(o, account(user, (int)n0).number, 12);
+            num(o, account(d, (int)n0).number, 12);
             lit(o, " Design ");
             name_of(o, BANK_DESIGNS_BYTES, BANK_DESIGNS_OFF, (int)n1);
             lit(o, " Boxes ");
@@ -488,18 +576,18 @@ __device__ void content(Out& o, int kind, unsigned int user, const unsigned long
             num(o, n0, 10);
             lit(o, "</p>\n");
         }
-        payees_table(o, user);
+        payees_table(o, d);
         break;
     }
     case BANK_K_PostTransfer: {
-        int na = n_accounts(user);
+        int na = n_accounts(d);
         bool ok = n0 < (unsigned long long)na && n1 < (unsigned long long)na && n0 != n1 && n2 >= 1 &&
-                  (long long)n2 <= account(user, (int)(n0 < (unsigned long long)na ? n0 : 0)).balance;
+                  (long long)n2 <= account(d, (int)(n0 < (unsigned long long)na ? n0 : 0)).balance;
         notice(o, ok, "The transfer is done.", "The transfer is not possible (accounts, or funds).");
         if (ok) {
             lit(o, "<table class=\"accounts\"><tr><th>Account</th><th>Before</th><th>After</th></tr>\n");
             for (int side = 0; side < 2; side++) {
-                Account a = account(user, (int)(side == 0 ? n0 : n1));
+                Account a = account(d, (int)(side == 0 ? n0 : n1));
                 long long d = side == 0 ? -(long long)n2 : (long long)n2;
                 lit(o, "<tr><td>");
                 num(o, a.number, 12);
@@ -514,21 +602,61 @@ __device__ void content(Out& o, int kind, unsigned int user, const unsigned long
         break;
     }
     case BANK_K_Profile:
-        profile_table(o, user);
+        profile_table(o, d);
         lit(o, "<form method=\"post\" action=\"/bank/change_profile\"><input name=\"street\"> <input name=\"city\"> <input name=\"phone\"> <button>Save</button></form>\n");
         break;
     case BANK_K_Transfer:
-        accounts_table(o, user);
+        accounts_table(o, d);
         lit(o, "<form method=\"post\" action=\"/bank/post_transfer\">From ");
-        account_select(o, user, "from");
+        account_select(o, d, "from");
         lit(o, " To ");
-        account_select(o, user, "to");
+        account_select(o, d, "to");
         lit(o, "<input name=\"amount\"> <button>Transfer</button></form>\n");
         break;
     case BANK_K_Logout:
         lit(o, "<p>You are logged out. Thank you for banking with us.</p>\n<p><a href=\"/bank/login\">Log in again</a></p>\n");
         break;
     }
+}
+
+// ---- records: which user's records each request reads, and where they are ----
+
+// want[r]: the user whose records request r reads (0: none - refused by the parser, a type
+// without backend calls, no cookie, or out of range; a cookie's user is only claimed here,
+// bank_sessions checks it). rec_at[r]: that record's index in the GPU's record table (keys /
+// vals: open addressing by mix64(user), built by the host), or BANK_REC_NONE; with no table
+// (cap 0) the host fills rec_at from memcached.
+extern "C" __global__ void bank_fetch(
+    unsigned int n, const unsigned char* refusal, const unsigned char* kind,
+    const unsigned char* has_cookie, const unsigned int* cookie_user,
+    const unsigned long long* nums, unsigned int users, const unsigned int* table_keys,
+    const unsigned int* table_vals, unsigned long long table_cap, unsigned int* want,
+    unsigned int* rec_at) {
+    unsigned int r = blockIdx.x * blockDim.x + threadIdx.x;
+    if (r >= n) return;
+    unsigned int u = 0;
+    if (!refusal[r] && BANK_KIND_RECORDS[kind[r]]) {
+        if (kind[r] == BANK_K_Login) {
+            u = nums[r] <= users ? (unsigned int)nums[r] : 0u;
+        } else if (has_cookie[r] && cookie_user[r] <= users) {
+            u = cookie_user[r];
+        }
+    }
+    want[r] = u;
+    unsigned int at = BANK_REC_NONE;
+    if (u && table_cap) {
+        unsigned long long h = mix64(u) & (table_cap - 1);
+        for (unsigned long long p = 0; p < table_cap; p++) {
+            unsigned long long s = (h + p) & (table_cap - 1);
+            unsigned int k = table_keys[s];
+            if (k == u) {
+                at = table_vals[s];
+                break;
+            }
+            if (k == 0) break;
+        }
+    }
+    rec_at[r] = at;
 }
 
 // ---- sessions: an open-addressing table keyed by user (0 = empty); a slot, once a user's,
@@ -560,6 +688,7 @@ extern "C" __global__ void bank_sessions(
     unsigned int n, const unsigned char* refusal_in, const unsigned char* kind,
     const unsigned char* has_cookie, const unsigned int* cookie_user,
     const unsigned long long* cookie_token, const unsigned long long* nums,
+    const unsigned char* recs, const unsigned int* rec_at,
     unsigned int users, unsigned long long secret, unsigned int* keys,
     unsigned long long* tokens, unsigned long long cap, unsigned int* logins,
     unsigned int* live, unsigned int max_live, unsigned char* status, unsigned int* user_out,
@@ -576,7 +705,19 @@ extern "C" __global__ void bank_sessions(
     int k = kind[r];
     if (k == BANK_K_Login) {
         unsigned long long u = nums[r], pw = nums[(size_t)n + r];
-        if (u < 1 || u > users || password_of((unsigned int)u) != pw) {
+        if (u < 1 || u > users) {
+            status[r] = BANK_REFUSE_BadLogin;
+            return;
+        }
+        unsigned long long want_pw = password_of((unsigned int)u);
+        if (recs) {
+            if (rec_at[r] == BANK_REC_NONE) {
+                status[r] = BANK_REFUSE_Unavailable;
+                return;
+            }
+            want_pw = ld64(recs + (size_t)rec_at[r] * BANK_REC_BYTES, BANK_REC_PASSWORD);
+        }
+        if (want_pw != pw) {
             status[r] = BANK_REFUSE_BadLogin;
             return;
         }
@@ -618,6 +759,9 @@ extern "C" __global__ void bank_sessions(
         tokens[s] = 0;
         atomicSub(live, 1u);
         change[r] = 2;
+    } else if (recs && BANK_KIND_RECORDS[k] && rec_at[r] == BANK_REC_NONE) {
+        status[r] = BANK_REFUSE_Unavailable;
+        return;
     }
     status[r] = 0;
     user_out[r] = user;
@@ -627,8 +771,9 @@ extern "C" __global__ void bank_sessions(
 extern "C" __global__ void bank_pages(
     unsigned int n, const unsigned char* status, const unsigned char* kind,
     const unsigned int* user, const unsigned char* change, const unsigned long long* token,
-    const unsigned long long* nums, const unsigned char* texts, unsigned char* out,
-    unsigned int* lens, int transposed, unsigned int* pad) {
+    const unsigned long long* nums, const unsigned char* texts, const unsigned char* recs,
+    const unsigned int* rec_at, unsigned char* out, unsigned int* lens, int transposed,
+    unsigned int* pad) {
     unsigned int r = blockIdx.x * blockDim.x + threadIdx.x;
     if (r >= n) return;
     Out o;
@@ -656,9 +801,13 @@ extern "C" __global__ void bank_pages(
     }
     int k = kind[r];
     // Entry 7 of the reasons is "OK".
-    int body = header(o, 200, 7, change[r], user[r], token[r]);
+    int body = header(o, 200, BANK_REASON_OK, change[r], user[r], token[r]);
     head(o, k);
-    content(o, k, user[r], nums, texts, r, n);
+    Src d;
+    d.user = user[r];
+    // A type that reads no records may have none (never read then).
+    d.rec = recs && rec_at[r] != BANK_REC_NONE ? recs + (size_t)rec_at[r] * BANK_REC_BYTES : 0;
+    content(o, k, d, nums, texts, r, n);
     lens[r] = finish(o, body, (int)BANK_KIND_PAGE[k], pad);
 }
 

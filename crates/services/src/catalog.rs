@@ -138,10 +138,9 @@ fn bank_gpu(o: &ServiceOptions, dev: &DeviceInfo) -> Result<Arc<dyn GpuBackend>,
         secret: rand::random(),
         transposed: o.bank_transposed,
         cohorts: o.bank_cohorts,
+        backend: o.bank_backend.clone(),
     };
-    Ok(Arc::new(
-        crate::bank::backend::BankGpu::new(dev, cfg).map_err(|e| e.to_string())?,
-    ))
+    Ok(Arc::new(crate::bank::backend::BankGpu::new(dev, cfg)?))
 }
 
 pub fn entry(name: &str) -> Option<&'static Entry> {

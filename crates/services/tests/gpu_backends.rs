@@ -287,14 +287,17 @@ fn bank_gpu_pages_match_the_cpu_twins() {
 }
 
 /// The bank's engine backend (what gpu-cohort runs: requests staged packed in pinned memory,
-/// unpacked, parsed, served, gathered back into rows and copied out) against the CPU twin:
-/// cohorts formed by the backend's own batch keys, both layouts, both groupings, every
-/// response byte compared.
+/// unpacked, parsed, records found, served, gathered back into rows and copied out) against
+/// the CPU twin: cohorts formed by the backend's own batch keys, both layouts, both
+/// groupings, the three record placements (computed; the GPU's record table; a real
+/// memcached, with some users' records removed so both paths answer those with the 503
+/// page), every response byte compared.
 #[test]
 fn bank_engine_backend_matches_the_cpu_twin() {
     use cohort_gpu::engine::GpuBackend;
     use cohort_services::bank::backend::{BankGpu, BankGpuConfig, Cohorts};
-    use cohort_services::bank::{Bank, BankConfig};
+    use cohort_services::bank::store::{self, Memcached, Placement};
+    use cohort_services::bank::{Backend, Bank, BankConfig};
     use rand::{Rng, SeedableRng};
     let devs = match probe() {
         Ok(d) => d,
@@ -306,25 +309,51 @@ fn bank_engine_backend_matches_the_cpu_twin() {
     let seed = bank_seed("bank engine backend");
     let users = 20_000u32;
     let cap = 1024;
-    for (transposed, cohorts) in [(true, Cohorts::ByType), (false, Cohorts::Mixed)] {
+    let mc = store::spawn_for_test(128);
+    let mut runs = vec![
+        (true, Cohorts::ByType, Placement::Computed),
+        (false, Cohorts::Mixed, Placement::Computed),
+        (true, Cohorts::ByType, Placement::Gpu),
+        (false, Cohorts::ByType, Placement::Gpu),
+    ];
+    if let Some(mc) = &mc {
+        runs.push((true, Cohorts::ByType, Placement::Memcached(mc.addr.clone())));
+    }
+    for (transposed, cohorts, backend) in runs {
         let mut rng = rand::rngs::SmallRng::seed_from_u64(seed ^ transposed as u64);
         let secret = rng.gen();
-        let cpu = Bank::new(&BankConfig {
-            users,
-            max_sessions: users as usize,
-            secret,
-        });
+        let twin_backend = match &backend {
+            Placement::Memcached(addr) => {
+                let m = Memcached::connect(addr, 2).unwrap();
+                m.load(users).unwrap();
+                // Users whose records are gone: 503 pages on both paths.
+                for u in (1..=users).step_by(97) {
+                    m.remove(u).unwrap();
+                }
+                Backend::Memcached(m)
+            }
+            _ => Backend::Computed,
+        };
+        let cpu = Bank::with_backend(
+            &BankConfig {
+                users,
+                max_sessions: users as usize,
+                secret,
+            },
+            twin_backend,
+        );
         let cfg = BankGpuConfig {
             users,
             max_sessions: users,
             secret,
             transposed,
             cohorts,
+            backend: backend.clone(),
         };
         let gpu = BankGpu::new(&devs[0], cfg).unwrap();
         let stream = gpu.context().new_stream().unwrap();
         let mut slot = gpu.stream_buffers(&stream, cap).unwrap();
-        let label = format!("engine backend, transposed {transposed}, {cohorts:?}");
+        let label = format!("engine backend, transposed {transposed}, {cohorts:?}, {backend}");
         let compared = bank_session_rounds(&mut rng, &cpu, users, &label, &mut |reqs| {
             // Cohorts as the batcher forms them: by batch key, at most `cap` each, in order
             // of arrival within a key (a key's requests are independent of other keys').

@@ -111,11 +111,16 @@ pub struct BankGpuBench {
     /// Host power per busy core (W): the one host thread that drives the GPU.
     #[arg(long, default_value_t = 10.0)]
     pub core_watts: f64,
+    /// Where the records live: computed (per thread), gpu (the record table in GPU memory,
+    /// Titan B) or memcached://HOST:PORT (one multiget per cohort through the host, Titan A).
+    #[arg(long, default_value = "computed")]
+    pub backend: cohort_services::bank::store::Placement,
     #[arg(long, default_value = "bench/results/bank-gpu.json")]
     pub out: PathBuf,
 }
 
 use cohort_services::bank::gpu::{pack, upload_bytes};
+use cohort_services::bank::gpu_records::SharedRecords;
 use cohort_services::bank::kinds::{Kind, KINDS};
 use cohort_services::bank::parse::Cookie;
 
@@ -161,8 +166,12 @@ pub fn run_all(a: &BankGpuBench) -> Result<()> {
         "--users must be at least 4 x the largest cohort"
     );
     let secret = 0x5eed;
-    let mut g = GpuParser::new(&devs[0], max)?.with_sessions(a.users, a.users, secret)?;
+    let g = GpuParser::new(&devs[0], max)?.with_sessions(a.users, a.users, secret)?;
     let ctx = cudarc::driver::CudaContext::new(devs[0].ordinal)?;
+    let records = SharedRecords::new(&a.backend, &ctx.default_stream(), a.users)
+        .map_err(anyhow::Error::msg)?;
+    let mut g = g.with_records(&records)?;
+    println!("bank records: {}", a.backend);
     let mut rng = rand::rngs::SmallRng::seed_from_u64(2);
     // A pool of logged-in users (1..=max) for every type but login/logout.
     let pool: Vec<u32> = (1..=max as u32).collect();
@@ -333,8 +342,9 @@ pub fn run_all(a: &BankGpuBench) -> Result<()> {
     super::write_result(
         &a.out,
         json!({ "gpu": devs[0].name, "users": a.users, "iters": a.iters,
+                "backend": a.backend.to_string(),
                 "pinned_h2d_bytes_per_s": h2d, "pinned_d2h_bytes_per_s": d2h, "points": points,
-                "sustained": sustained_sweep(a, &g, &pool, &cookies)? }),
+                "sustained": sustained_sweep(a, &g, &records, &pool, &cookies)? }),
     )
 }
 
@@ -343,6 +353,7 @@ pub fn run_all(a: &BankGpuBench) -> Result<()> {
 fn sustained_sweep(
     a: &BankGpuBench,
     g: &GpuParser,
+    records: &SharedRecords,
     pool: &[u32],
     cookies: &[Cookie],
 ) -> Result<serde_json::Value> {
@@ -350,7 +361,7 @@ fn sustained_sweep(
     for copy in [false, true] {
         for &k in &a.streams {
             anyhow::ensure!(k >= 1, "--streams must be at least 1");
-            runs.push(sustained(a, g, pool, cookies, k, copy)?);
+            runs.push(sustained(a, g, records, pool, cookies, k, copy)?);
         }
     }
     let best = |copy: bool| {
@@ -396,6 +407,7 @@ fn copy_rates(ctx: &std::sync::Arc<cudarc::driver::CudaContext>) -> Result<(f64,
 fn sustained(
     a: &BankGpuBench,
     g: &GpuParser,
+    records: &SharedRecords,
     pool: &[u32],
     cookies: &[Cookie],
     streams: usize,
@@ -428,7 +440,8 @@ fn sustained(
         let bufs = CohortBuffers::new(&s, c)?;
         let host =
             cohort_gpu::engine::Pinned::<u8>::for_reads(ctx, if copy { c * slot } else { 1 })?;
-        lanes.push((s, bufs, host));
+        let recs = records.for_stream(ctx, &s, c)?;
+        lanes.push((s, bufs, host, recs));
     }
     let power = cohort_power::GpuPower::shared();
     let meter = cohort_power::Meter::start_with(power);
@@ -442,14 +455,15 @@ fn sustained(
             credit[i] += *bp as f64 / total_bp as f64 * cohorts.len() as f64;
             while credit[i] >= 1.0 {
                 credit[i] -= 1.0;
-                let (s, bufs, host) = &mut lanes[next % streams];
+                let (s, bufs, host, recs) = &mut lanes[next % streams];
                 next += 1;
                 // This stream's previous cohort is done before its buffers are reused; the
                 // other streams' cohorts keep the GPU busy meanwhile.
                 s.synchronize()?;
                 bufs.upload_slots(s, &cohort.slots.as_slice()[..cohort.bytes], &cohort.lens)?;
                 bufs.parse(kernels, s, c, true)?;
-                bufs.serve(kernels, table, s, c, true)?;
+                recs.fetch(kernels, bufs, s, c, table.users())?;
+                bufs.serve(kernels, table, s, c, true, recs.on_device())?;
                 if copy {
                     let out = longest(cohort.kind).div_ceil(4) * 4 * c;
                     bufs.copy_out(s, &mut host.as_mut_slice()[..out])?;
@@ -458,7 +472,7 @@ fn sustained(
             }
         }
     }
-    for (s, _, _) in &lanes {
+    for (s, ..) in &lanes {
         s.synchronize()?;
     }
     let secs = t.elapsed().as_secs_f64();

@@ -5,7 +5,10 @@
 //! type, with `Cohorts::Mixed`. Per cohort, on the slot's stream:
 //!
 //! copy in (requests packed end to end) -> `bank_unpack` (into slots, transposed or
-//! row-major) -> `bank_parse` -> `bank_sessions` (the device's one session table) ->
+//! row-major) -> `bank_parse` -> the records (`--bank-backend`: computed per thread; the
+//! device's record table through `bank_fetch`; or memcached: `bank_fetch` names the users,
+//! the control thread waits for it, fetches them in one multiget and copies them in) ->
+//! `bank_sessions` (the device's one session table) ->
 //! `bank_pages` + `bank_pad` -> `bank_gather` (responses back into rows of the cohort's
 //! largest response) -> copy out (the rows and their lengths).
 //!
@@ -14,8 +17,10 @@
 
 use super::cuda::{HEADER_ROOM, RESP_SLOT};
 use super::gpu::{CohortBuffers, Kernels, SessionTable};
+use super::gpu_records::{RecordSource, SharedRecords};
 use super::kinds::{Kind, KINDS};
 use super::parse::MAX_REQUEST;
+use super::store::Placement;
 use cohort_engine::BatchBackend;
 use cohort_gpu::engine::{GpuBackend, Pinned, StreamBuffers};
 use cohort_gpu::{DeviceInfo, GpuError};
@@ -53,6 +58,8 @@ pub struct BankGpuConfig {
     /// Requests and responses transposed by words in GPU memory (Rhythm), else row-major.
     pub transposed: bool,
     pub cohorts: Cohorts,
+    /// Where the records live.
+    pub backend: Placement,
 }
 
 /// The page type a raw request's line names, read as the parser reads it (method, one
@@ -83,21 +90,25 @@ pub struct BankGpu {
     ctx: Arc<CudaContext>,
     kernels: Kernels,
     table: Arc<SessionTable>,
+    records: SharedRecords,
     cfg: BankGpuConfig,
 }
 
 impl BankGpu {
-    pub fn new(dev: &DeviceInfo, cfg: BankGpuConfig) -> Result<BankGpu, GpuError> {
-        let ctx = CudaContext::new(dev.ordinal)?;
-        let kernels = Kernels::load(&ctx, dev)?;
+    pub fn new(dev: &DeviceInfo, cfg: BankGpuConfig) -> Result<BankGpu, String> {
+        let gpu = |e: GpuError| format!("bank on GPU {}: {e}", dev.ordinal);
+        let ctx = CudaContext::new(dev.ordinal).map_err(|e| gpu(e.into()))?;
+        let kernels = Kernels::load(&ctx, dev).map_err(gpu)?;
         let s = ctx.default_stream();
-        let table = SessionTable::new(&s, cfg.users, cfg.max_sessions, cfg.secret)?;
-        // The table is zeroed on this stream and then used from the slots' streams.
-        s.synchronize()?;
+        let table = SessionTable::new(&s, cfg.users, cfg.max_sessions, cfg.secret).map_err(gpu)?;
+        let records = SharedRecords::new(&cfg.backend, &s, cfg.users)?;
+        // The tables are written on this stream and then used from the slots' streams.
+        s.synchronize().map_err(|e| gpu(e.into()))?;
         Ok(BankGpu {
             ctx,
             kernels,
             table: Arc::new(table),
+            records,
             cfg,
         })
     }
@@ -128,6 +139,7 @@ impl GpuBackend for BankGpu {
         Ok(Box::new(BankSlot {
             kernels: self.kernels.clone(),
             table: self.table.clone(),
+            records: self.records.for_stream(&self.ctx, stream, cap)?,
             transposed: self.cfg.transposed,
             host_in: Pinned::for_uploads(&self.ctx, cap * MAX_REQUEST)?,
             host_offs: Pinned::for_uploads(&self.ctx, cap)?,
@@ -144,7 +156,7 @@ impl GpuBackend for BankGpu {
     }
 
     fn device_bytes(&self) -> usize {
-        self.table.device_bytes()
+        self.table.device_bytes() + self.records.device_bytes()
     }
 
     /// The bytes copied in and out vary per cohort: no graph replays them.
@@ -157,6 +169,7 @@ impl GpuBackend for BankGpu {
 struct BankSlot {
     kernels: Kernels,
     table: Arc<SessionTable>,
+    records: RecordSource,
     transposed: bool,
     host_in: Pinned<u8>,
     host_offs: Pinned<u32>,
@@ -208,7 +221,10 @@ impl StreamBuffers for BankSlot {
         self.bufs
             .unpack(k, s, rows, &self.dev_in, &self.dev_offs, tr)?;
         self.bufs.parse(k, s, rows, tr)?;
-        self.bufs.serve(k, &self.table, s, rows, tr)?;
+        let users = self.table.users();
+        self.records.fetch(k, &mut self.bufs, s, rows, users)?;
+        let recs = self.records.on_device();
+        self.bufs.serve(k, &self.table, s, rows, tr, recs)?;
         let out = rows * self.row_bytes;
         self.bufs
             .gather(k, s, rows, tr, self.row_bytes, &mut self.dev_rows)?;

@@ -5,6 +5,7 @@ use super::besim::{self, NAME};
 use super::kinds::{Kind, Method, KINDS, PREFIX};
 use super::page;
 use super::parse::{params, Refusal, MAX_BODY, MAX_REQUEST, NUMS, TEXTS};
+use super::record;
 use std::fmt::Write;
 
 /// `#define`s and `__constant__` tables for the bank kernels.
@@ -94,6 +95,22 @@ pub fn prelude() -> String {
     for k in Kind::all() {
         writeln!(s, "#define BANK_K_{:?} {}", k, k as u8).unwrap();
     }
+    // The record layout (bank/record.rs) and which types read records.
+    for (name, at) in record::FIELDS.iter().chain(&record::PAYMENT_FIELDS) {
+        writeln!(s, "#define BANK_REC_{name} {at}").unwrap();
+    }
+    writeln!(s, "#define BANK_REC_NONE 0xffffffffu").unwrap();
+    let reads: Vec<String> = KINDS
+        .iter()
+        .map(|k| ((k.backend_calls > 0) as u8).to_string())
+        .collect();
+    writeln!(
+        s,
+        "__constant__ unsigned char BANK_KIND_RECORDS[{}] = {{{}}};",
+        KINDS.len(),
+        reads.join(",")
+    )
+    .unwrap();
     let sizes: Vec<String> = KINDS.iter().map(|k| k.page_bytes.to_string()).collect();
     writeln!(
         s,
@@ -114,8 +131,9 @@ pub fn prelude() -> String {
         "BANK_TAIL",
         &[std::str::from_utf8(page::TAIL).unwrap()],
     );
-    // Refusal code c (1..) is entry c - 1; entry 7 is the 200 page's "OK".
+    // Refusal code c (1..) is entry c - 1; the entry after them is the 200 page's "OK".
     let mut reasons: Vec<&str> = Refusal::ALL.iter().map(|r| r.reason()).collect();
+    writeln!(s, "#define BANK_REASON_OK {}", reasons.len()).unwrap();
     reasons.push("OK");
     table(&mut s, "BANK_REASON", &reasons);
     let messages: Vec<&str> = Refusal::ALL.iter().map(|r| r.message()).collect();

@@ -7,11 +7,12 @@
 //! [`GpuParser`], the harness of the GPU tests and the in-process benchmarks.
 
 use super::besim::NAME;
+use super::gpu_records::{MemcachedStaging, RecordSource, RecordTable, SharedRecords};
 use super::kinds::Kind;
 use super::parse::{Cookie, Parsed, Refusal, MAX_REQUEST, NUMS, TEXTS};
 use cohort_gpu::{load_module, DeviceInfo, GpuError, KernelSource};
 use cudarc::driver::{
-    CudaContext, CudaFunction, CudaSlice, CudaStream, LaunchConfig, PushKernelArg,
+    CudaContext, CudaFunction, CudaSlice, CudaStream, LaunchArgs, LaunchConfig, PushKernelArg,
 };
 use std::sync::Arc;
 
@@ -75,6 +76,7 @@ pub struct Kernels {
     pad: CudaFunction,
     unpack: CudaFunction,
     gather: CudaFunction,
+    fetch: CudaFunction,
 }
 
 impl Kernels {
@@ -87,6 +89,7 @@ impl Kernels {
             pad: m.load_function("bank_pad")?,
             unpack: m.load_function("bank_unpack")?,
             gather: m.load_function("bank_gather")?,
+            fetch: m.load_function("bank_fetch")?,
         })
     }
 }
@@ -131,6 +134,10 @@ impl SessionTable {
     pub fn device_bytes(&self) -> usize {
         self.cap as usize * 12 + self.users as usize * 4
     }
+
+    pub fn users(&self) -> u32 {
+        self.users
+    }
 }
 
 /// A cohort's device buffers for up to `cap` requests: the request slots, the parser's and
@@ -154,6 +161,29 @@ pub struct CohortBuffers {
     out_lens: CudaSlice<u32>,
     /// Per response: the whole words of padding [from, to) as from | to << 16.
     pad: CudaSlice<u32>,
+    /// Per request: the user whose records it reads (0: none), and where they are.
+    want: CudaSlice<u32>,
+    rec_at: CudaSlice<u32>,
+}
+
+/// Where a cohort's records are on the device.
+#[derive(Clone, Copy)]
+pub enum DeviceRecords<'a> {
+    /// Computed from the user id by each thread.
+    Computed,
+    /// The device's record table.
+    Table(&'a RecordTable),
+    /// Staged beside the cohort from memcached.
+    Staged(&'a MemcachedStaging),
+}
+
+/// The records' base pointer argument (null: computed).
+fn push_records<'a>(b: &mut LaunchArgs<'a>, recs: DeviceRecords<'a>, null: &'a u64) {
+    match recs {
+        DeviceRecords::Computed => b.arg(null),
+        DeviceRecords::Table(t) => b.arg(&t.recs),
+        DeviceRecords::Staged(m) => b.arg(&m.dev_recs),
+    };
 }
 
 fn grid_of(n: u32) -> LaunchConfig {
@@ -185,6 +215,8 @@ impl CohortBuffers {
             out: s.alloc_zeros(cap * super::cuda::RESP_SLOT)?,
             out_lens: s.alloc_zeros(cap)?,
             pad: s.alloc_zeros(cap)?,
+            want: s.alloc_zeros(cap)?,
+            rec_at: s.alloc_zeros(cap)?,
         })
     }
 
@@ -293,7 +325,50 @@ impl CohortBuffers {
         Ok(())
     }
 
-    /// Sessions, pages and padding for `n` parsed requests: the responses in their slots.
+    /// Names the users whose records the `n` parsed requests read and, with a record table,
+    /// finds them there (else the caller stages them: [`MemcachedStaging::fetch`]).
+    pub fn fetch(
+        &mut self,
+        k: &Kernels,
+        s: &Arc<CudaStream>,
+        n: usize,
+        users: u32,
+        table: Option<&RecordTable>,
+    ) -> Result<(), GpuError> {
+        if n == 0 {
+            return Ok(());
+        }
+        let (n32, null) = (n as u32, 0u64);
+        let mut b = s.launch_builder(&k.fetch);
+        b.arg(&n32)
+            .arg(&self.refusal)
+            .arg(&self.kind)
+            .arg(&self.has_cookie)
+            .arg(&self.cookie_user)
+            .arg(&self.nums)
+            .arg(&users);
+        match table {
+            Some(t) => b.arg(&t.keys).arg(&t.vals).arg(&t.cap),
+            None => b.arg(&null).arg(&null).arg(&null),
+        };
+        b.arg(&mut self.want).arg(&mut self.rec_at);
+        // SAFETY: the arguments match bank_fetch's (a null table has cap 0 and is not read);
+        // every per-request buffer holds cap >= n.
+        unsafe { b.launch(grid_of(n32)) }?;
+        Ok(())
+    }
+
+    pub(crate) fn want(&self) -> &CudaSlice<u32> {
+        &self.want
+    }
+
+    pub(crate) fn rec_at_mut(&mut self) -> &mut CudaSlice<u32> {
+        &mut self.rec_at
+    }
+
+    /// Sessions, pages and padding for `n` parsed requests (records found by
+    /// [`CohortBuffers::fetch`] unless computed): the responses in their slots.
+    #[allow(clippy::too_many_arguments)]
     pub fn serve(
         &mut self,
         k: &Kernels,
@@ -301,11 +376,12 @@ impl CohortBuffers {
         s: &Arc<CudaStream>,
         n: usize,
         transposed: bool,
+        recs: DeviceRecords,
     ) -> Result<(), GpuError> {
         if n == 0 {
             return Ok(());
         }
-        let (n32, tr) = (n as u32, transposed as i32);
+        let (n32, tr, null) = (n as u32, transposed as i32, 0u64);
         // The table is written through shared references: it is shared by every stream of
         // the device (see SessionTable), and event tracking is off where streams share it.
         let mut b = s.launch_builder(&k.sessions);
@@ -315,7 +391,9 @@ impl CohortBuffers {
             .arg(&self.has_cookie)
             .arg(&self.cookie_user)
             .arg(&self.cookie_token)
-            .arg(&self.nums)
+            .arg(&self.nums);
+        push_records(&mut b, recs, &null);
+        b.arg(&self.rec_at)
             .arg(&t.users)
             .arg(&t.secret)
             .arg(&t.keys)
@@ -338,7 +416,9 @@ impl CohortBuffers {
             .arg(&self.change)
             .arg(&self.token)
             .arg(&self.nums)
-            .arg(&self.texts)
+            .arg(&self.texts);
+        push_records(&mut b, recs, &null);
+        b.arg(&self.rec_at)
             .arg(&mut self.out)
             .arg(&mut self.out_lens);
         b.arg(&tr).arg(&mut self.pad);
@@ -406,6 +486,7 @@ pub struct GpuParser {
     kernels: Kernels,
     bufs: CohortBuffers,
     table: Option<SessionTable>,
+    records: RecordSource,
     /// Requests uploaded, and their layout.
     n: usize,
     transposed: bool,
@@ -423,6 +504,7 @@ impl GpuParser {
             stream,
             kernels,
             table: None,
+            records: RecordSource::Computed,
             n: 0,
             transposed: false,
             uploaded: 0,
@@ -446,12 +528,22 @@ impl GpuParser {
         Ok(self)
     }
 
-    /// Sessions then pages for the parsed cohort (after [`GpuParser::launch`]), leaving the
-    /// responses in GPU memory in the request layout.
+    /// Reads the records from `records` (a placement's, built on this device) instead of
+    /// computing them.
+    pub fn with_records(mut self, records: &SharedRecords) -> Result<GpuParser, GpuError> {
+        let cap = self.bufs.capacity();
+        self.records = records.for_stream(self.stream.context(), &self.stream, cap)?;
+        Ok(self)
+    }
+
+    /// Records, sessions then pages for the parsed cohort (after [`GpuParser::launch`]),
+    /// leaving the responses in GPU memory in the request layout.
     pub fn serve(&mut self) -> Result<(), GpuError> {
         let t = self.table.as_ref().expect("with_sessions first");
+        let (k, s, n) = (&self.kernels, &self.stream, self.n);
+        self.records.fetch(k, &mut self.bufs, s, n, t.users())?;
         self.bufs
-            .serve(&self.kernels, t, &self.stream, self.n, self.transposed)
+            .serve(k, t, s, n, self.transposed, self.records.on_device())
     }
 
     /// The response bytes a cohort whose responses are at most `longest` bytes occupies:

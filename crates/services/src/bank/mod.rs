@@ -9,6 +9,7 @@ pub mod besim;
 pub mod client;
 pub mod cuda;
 pub mod gpu;
+pub mod gpu_records;
 pub mod kinds;
 pub mod page;
 pub mod parse;

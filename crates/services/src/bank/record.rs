@@ -173,8 +173,9 @@ pub fn valid(b: &[u8]) -> bool {
         && (0..np).all(|i| (r.u32(PAYEES + i * PAYEE + PAYEE_MERCHANT) as usize) < 16)
         && (0..na * TXNS_PER_ACCOUNT)
             .all(|k| (r.u16(TXNS + k * TXN + TXN_MERCHANT) as usize) < MERCHANTS.len())
-        && (0..PAYMENTS)
-            .all(|i| (1..=MAX_PAYEES as u32).contains(&r.u32(PAYMENTS_AT + i * PAYMENT + PAYMENT_PAYEE)))
+        && (0..PAYMENTS).all(|i| {
+            (1..=MAX_PAYEES as u32).contains(&r.u32(PAYMENTS_AT + i * PAYMENT + PAYMENT_PAYEE))
+        })
 }
 
 /// Where a page's records come from: computed from the user id (the in-process backend), or
@@ -342,7 +343,11 @@ mod tests {
             assert_eq!(c.payments(), s.payments());
             // Only the accounts a user has carry transactions.
             for a in 0..c.accounts().1 {
-                assert_eq!(c.transactions(a), s.transactions(a), "user {user} account {a}");
+                assert_eq!(
+                    c.transactions(a),
+                    s.transactions(a),
+                    "user {user} account {a}"
+                );
             }
             for n in [0, 999, 1000, 1007, 1040, 1047, 1048, 5000] {
                 assert_eq!(c.check(n), s.check(n));

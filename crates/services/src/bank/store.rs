@@ -28,9 +28,10 @@ impl std::str::FromStr for Placement {
             "computed" => Ok(Placement::Computed),
             "gpu" => Ok(Placement::Gpu),
             _ => match s.strip_prefix("memcached://") {
-                Some(addr) if addr.rsplit_once(':').is_some_and(|(h, p)| {
-                    !h.is_empty() && p.parse::<u16>().is_ok_and(|p| p > 0)
-                }) =>
+                Some(addr)
+                    if addr.rsplit_once(':').is_some_and(|(h, p)| {
+                        !h.is_empty() && p.parse::<u16>().is_ok_and(|p| p > 0)
+                    }) =>
                 {
                     Ok(Placement::Memcached(addr.to_string()))
                 }
@@ -130,6 +131,13 @@ impl Memcached {
         }
     }
 
+    /// Removes `user`'s record (an operator's repair, and the tests' missing record).
+    pub fn remove(&self, user: u32) -> Result<bool, String> {
+        self.client
+            .delete(&key(user))
+            .map_err(|e| format!("memcached at {}: {e}", self.addr))
+    }
+
     /// The valid records of `users` (one multiget; duplicates asked once). Missing or
     /// damaged records are absent from the map; Err when memcached cannot be reached.
     pub fn get_many(&self, users: &[u32]) -> Result<HashMap<u32, Vec<u8>>, String> {
@@ -167,7 +175,14 @@ impl Spawned {
         let user = std::env::var("USER").unwrap_or_else(|_| "root".into());
         let child = std::process::Command::new("memcached")
             .args(["-l", "127.0.0.1", "-U", "0", "-t", "4", "-c", "4096"])
-            .args(["-p", &port.to_string(), "-m", &memory_mb.to_string(), "-u", &user])
+            .args([
+                "-p",
+                &port.to_string(),
+                "-m",
+                &memory_mb.to_string(),
+                "-u",
+                &user,
+            ])
             .stdout(std::process::Stdio::null())
             .spawn()
             .map_err(|e| format!("starting memcached (apt-get install memcached): {e}"))?;
@@ -220,7 +235,12 @@ mod tests {
 
     #[test]
     fn placements_parse_and_print() {
-        for s in ["computed", "gpu", "memcached://127.0.0.1:11211", "memcached://mc:1"] {
+        for s in [
+            "computed",
+            "gpu",
+            "memcached://127.0.0.1:11211",
+            "memcached://mc:1",
+        ] {
             assert_eq!(s.parse::<Placement>().unwrap().to_string(), s);
         }
         for bad in [
