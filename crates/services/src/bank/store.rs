@@ -62,6 +62,8 @@ pub struct Memcached {
 
 /// How long a backend call may take before the request gets its 503 page.
 const TIMEOUT: Duration = Duration::from_secs(2);
+/// Keys per piece of a multiget (pieces go out on parallel connections).
+const MULTIGET_PIECE: usize = 512;
 /// Records set per batch while loading (one progress step).
 const LOAD_CHUNK: usize = 4096;
 
@@ -76,7 +78,7 @@ fn loaded_key() -> String {
 impl Memcached {
     /// Connects with up to `connections` pooled connections (one per thread that calls).
     pub fn connect(addr: &str, connections: u32) -> Result<Memcached, String> {
-        let url = format!("memcache://{addr}?tcp_nodelay=true");
+        let url = format!("memcache://{addr}?tcp_nodelay=true&protocol=ascii");
         let fail = |e: memcache::MemcacheError| format!("memcached at {addr}: {e}");
         let client = memcache::Client::builder()
             .add_server(url.as_str())
@@ -145,9 +147,15 @@ impl Memcached {
         keys.sort_unstable_by_key(|k| k.0);
         keys.dedup_by_key(|k| k.0);
         let names: Vec<&str> = keys.iter().map(|k| k.1.as_str()).collect();
-        let mut got: HashMap<String, Vec<u8>> = self
-            .client
-            .gets(&names)
+        // Pieces of a large multiget on several pooled connections at once (memcached
+        // serves each connection on one of its threads).
+        let mut got: HashMap<String, Vec<u8>> = names
+            .par_chunks(MULTIGET_PIECE)
+            .map(|piece| self.client.gets::<Vec<u8>>(piece))
+            .try_reduce(HashMap::new, |mut a, b| {
+                a.extend(b);
+                Ok(a)
+            })
             .map_err(|e| format!("memcached at {}: {e}", self.addr))?;
         Ok(keys
             .into_iter()
