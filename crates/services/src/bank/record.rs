@@ -159,23 +159,62 @@ pub fn of(user: u32) -> Vec<u8> {
     v
 }
 
-/// Whether `b` is a record a page can be read from: its size, and every count and index
-/// within its bounds (a value from memcached is checked before a page trusts it).
+/// Whether `b` is a record a page can be read from: its size, every count and index within
+/// its bounds, every number within the width its page field has (the pages have exact sizes)
+/// and every name printable text without HTML's special characters. A value from memcached
+/// is checked before a page trusts it.
 pub fn valid(b: &[u8]) -> bool {
     if b.len() != BYTES {
         return false;
     }
     let r = Stored(b);
     let (na, np) = (r.u32(N_ACCOUNTS) as usize, r.u32(N_PAYEES) as usize);
-    (1..=MAX_ACCOUNTS).contains(&na)
-        && np <= MAX_PAYEES
-        && (0..na).all(|i| (r.u32(ACCOUNTS + i * ACCOUNT + ACCOUNT_KIND) as usize) < 4)
-        && (0..np).all(|i| (r.u32(PAYEES + i * PAYEE + PAYEE_MERCHANT) as usize) < 16)
-        && (0..na * TXNS_PER_ACCOUNT)
-            .all(|k| (r.u16(TXNS + k * TXN + TXN_MERCHANT) as usize) < MERCHANTS.len())
-        && (0..PAYMENTS).all(|i| {
-            (1..=MAX_PAYEES as u32).contains(&r.u32(PAYMENTS_AT + i * PAYMENT + PAYMENT_PAYEE))
-        })
+    if !(1..=MAX_ACCOUNTS).contains(&na) || np > MAX_PAYEES {
+        return false;
+    }
+    // Money fits its 12 columns (and a transfer's after-balance too) below 10^9 cents.
+    let money = |c: i64| c.unsigned_abs() < 1_000_000_000;
+    let date = |d: u32| {
+        let (y, m, day) = (d / 10000, d / 100 % 100, d % 100);
+        y == 2026 && (1..=12).contains(&m) && (1..=28).contains(&day)
+    };
+    let text = |at: usize| {
+        r.0[at..at + NAME]
+            .iter()
+            .all(|&c| (0x20..0x7f).contains(&c) && !b"<>&\"".contains(&c))
+    };
+    let accounts = (0..na).all(|i| {
+        let at = ACCOUNTS + i * ACCOUNT;
+        r.u64(at + ACCOUNT_NUMBER) < 1_000_000_000_000
+            && money(r.i64(at + ACCOUNT_BALANCE))
+            && (r.u32(at + ACCOUNT_KIND) as usize) < ACCOUNT_KINDS.len()
+    });
+    let payees = (0..np).all(|i| {
+        let at = PAYEES + i * PAYEE;
+        r.u64(at + PAYEE_ACCOUNT) < 10_000_000_000
+            && (r.u32(at + PAYEE_MERCHANT) as usize) < MERCHANTS.len()
+    });
+    let txns = (0..na * TXNS_PER_ACCOUNT).all(|k| {
+        let at = TXNS + k * TXN;
+        let check = r.u16(at + TXN_CHECK) as u32;
+        date(r.u32(at + TXN_DATE))
+            && money(r.i64(at + TXN_AMOUNT))
+            && (check == 0 || check == 1000 + k as u32)
+            && (r.u16(at + TXN_MERCHANT) as usize) < MERCHANTS.len()
+    });
+    let payments = (0..PAYMENTS).all(|i| {
+        let at = PAYMENTS_AT + i * PAYMENT;
+        date(r.u32(at + PAYMENT_DATE))
+            && money(r.i64(at + PAYMENT_AMOUNT))
+            && (1..=MAX_PAYEES as u32).contains(&r.u32(at + PAYMENT_PAYEE))
+    });
+    r.u64(PASSWORD) < 100_000_000
+        && r.u64(PHONE) < 10_000_000_000
+        && [PROFILE_NAME, STREET, CITY, EMAIL].into_iter().all(text)
+        && accounts
+        && payees
+        && txns
+        && payments
 }
 
 /// Where a page's records come from: computed from the user id (the in-process backend), or
@@ -356,6 +395,41 @@ mod tests {
         }
     }
 
+    /// A record `valid` accepts renders every page at its exact size, whatever its bytes:
+    /// random damage to good records is either refused or harmless.
+    #[test]
+    fn every_valid_record_renders_every_page() {
+        use super::super::kinds::Kind;
+        use super::super::page::{self, SessionChange};
+        use super::super::{client, parse};
+        use rand::{Rng, SeedableRng};
+        let mut rng = rand::rngs::StdRng::seed_from_u64(11);
+        let (mut accepted, mut out) = (0, Vec::new());
+        for i in 0..3000u32 {
+            let mut b = of(1 + i % 500);
+            for _ in 0..rng.gen_range(1..4) {
+                let at = rng.gen_range(0..BYTES);
+                b[at] = if rng.gen_bool(0.5) {
+                    rng.gen()
+                } else {
+                    b[at] ^ 1
+                };
+            }
+            if !valid(&b) {
+                continue;
+            }
+            accepted += 1;
+            for kind in Kind::all() {
+                let req = client::step(kind, 1, &mut rng).raw(None);
+                let parsed = parse::parse(&req).unwrap();
+                page::render(&parsed, Records::Stored(&b), SessionChange::None, &mut out);
+                let body = out.windows(4).position(|w| w == b"\r\n\r\n").unwrap() + 4;
+                assert_eq!(out.len() - body, kind.info().page_bytes, "{kind:?}");
+            }
+        }
+        assert!(accepted > 100, "only {accepted} damaged records passed");
+    }
+
     #[test]
     fn damaged_records_are_refused() {
         let good = of(42);
@@ -366,8 +440,18 @@ mod tests {
         let mut b = good.clone();
         b[N_PAYEES..N_PAYEES + 4].copy_from_slice(&11u32.to_le_bytes());
         assert!(!valid(&b));
-        let mut b = good;
+        let mut b = good.clone();
         b[TXNS + TXN_MERCHANT..TXNS + TXN_MERCHANT + 2].copy_from_slice(&16u16.to_le_bytes());
         assert!(!valid(&b));
+        let mut b = good.clone();
+        let at = ACCOUNTS + ACCOUNT_BALANCE;
+        b[at..at + 8].copy_from_slice(&i64::MIN.to_le_bytes());
+        assert!(!valid(&b), "a balance wider than its field");
+        let mut b = good.clone();
+        b[PROFILE_NAME] = b'<';
+        assert!(!valid(&b), "markup in a name");
+        let mut b = good;
+        b[TXNS + TXN_DATE] ^= 0x40;
+        assert!(!valid(&b), "an impossible date");
     }
 }
