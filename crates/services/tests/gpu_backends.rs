@@ -326,10 +326,6 @@ fn bank_engine_backend_matches_the_cpu_twin() {
             Placement::Memcached(addr) => {
                 let m = Memcached::connect(addr, 2).unwrap();
                 m.load(users).unwrap();
-                // Users whose records are gone: 503 pages on both paths.
-                for u in (1..=users).step_by(97) {
-                    m.remove(u).unwrap();
-                }
                 Backend::Memcached(m)
             }
             _ => Backend::Computed,
@@ -351,6 +347,13 @@ fn bank_engine_backend_matches_the_cpu_twin() {
             backend: backend.clone(),
         };
         let gpu = BankGpu::new(&devs[0], cfg).unwrap();
+        if let Placement::Memcached(addr) = &backend {
+            // Users whose records are gone after start-up: 503 pages on both paths.
+            let m = Memcached::connect(addr, 1).unwrap();
+            for u in (1..=users).step_by(97) {
+                m.remove(u).unwrap();
+            }
+        }
         let stream = gpu.context().new_stream().unwrap();
         let mut slot = gpu.stream_buffers(&stream, cap).unwrap();
         let label = format!("engine backend, transposed {transposed}, {cohorts:?}, {backend}");

@@ -102,12 +102,42 @@ impl Memcached {
     }
 
     /// Stores the records of users 1..=users, unless this memcached already holds them
-    /// (its marker names the same count). Returns whether it loaded.
+    /// (its marker names the same count), then checks a sample of them is there (a memcached
+    /// with too little memory evicts records: an error now, not 503 pages later). Returns
+    /// whether it loaded.
     pub fn load(&self, users: u32) -> Result<bool, String> {
         let fail = |e: memcache::MemcacheError| format!("loading memcached at {}: {e}", self.addr);
-        if self.client.get::<u32>(&loaded_key()).map_err(fail)? == Some(users) {
-            return Ok(false);
+        let loaded = self.client.get::<u32>(&loaded_key()).map_err(fail)? != Some(users);
+        if loaded {
+            let t = std::time::Instant::now();
+            self.store_all(users)?;
+            tracing::info!(
+                users,
+                secs = t.elapsed().as_secs_f64(),
+                "bank: records stored in memcached at {}",
+                self.addr
+            );
         }
+        let mut sample: Vec<u32> = (1..=users)
+            .step_by((users as usize / 1000).max(1))
+            .chain([users])
+            .collect();
+        sample.dedup();
+        let got = self.get_many(&sample)?;
+        if got.len() < sample.len() {
+            return Err(format!(
+                "memcached at {} keeps only part of the records ({} of {} sampled): give it more memory (-m; {users} users need about {} MB)",
+                self.addr,
+                got.len(),
+                sample.len(),
+                users as usize * (record::BYTES + 100) / 1_000_000 + 64
+            ));
+        }
+        Ok(loaded)
+    }
+
+    fn store_all(&self, users: u32) -> Result<(), String> {
+        let fail = |e: memcache::MemcacheError| format!("loading memcached at {}: {e}", self.addr);
         let all: Vec<u32> = (1..=users).collect();
         all.par_chunks(LOAD_CHUNK).try_for_each(|chunk| {
             let mut blob = vec![0u8; record::BYTES];
@@ -118,8 +148,7 @@ impl Memcached {
             Ok::<(), String>(())
         })?;
         // The marker last: a load cut short is redone.
-        self.client.set(&loaded_key(), users, 0).map_err(fail)?;
-        Ok(true)
+        self.client.set(&loaded_key(), users, 0).map_err(fail)
     }
 
     /// The record of `user`; Err when memcached cannot be reached or the value is missing
@@ -302,5 +331,16 @@ mod tests {
         mc.kill();
         assert!(m.get(1).is_err());
         assert!(m.get_many(&[1]).is_err());
+    }
+
+    /// A memcached too small for the records is a clear error at start-up, not 503 pages.
+    #[test]
+    fn a_memcached_too_small_for_the_records_is_refused() {
+        let Some(mc) = spawn_for_test(2) else {
+            return;
+        };
+        let m = Memcached::connect(&mc.addr, 4).unwrap();
+        let e = m.load(20_000).unwrap_err();
+        assert!(e.contains("more memory"), "{e}");
     }
 }
