@@ -124,12 +124,30 @@ pub struct Account {
     pub balance_cents: i64,
 }
 
+impl Account {
+    /// The entries past a user's account count.
+    pub const NONE: Account = Account {
+        number: 0,
+        kind: "",
+        balance_cents: 0,
+    };
+}
+
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Payee {
     pub id: u32,
     pub name: Name,
     /// 10 digits.
     pub account: u64,
+}
+
+impl Payee {
+    /// The entries past a user's payee count (a blank name, as a page shows it).
+    pub const NONE: Payee = Payee {
+        id: 0,
+        name: Name([b' '; NAME]),
+        account: 0,
+    };
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -197,11 +215,7 @@ impl Besim {
 
     pub fn accounts(user: u32) -> ([Account; MAX_ACCOUNTS], usize) {
         let n = 1 + (word(user, 3, 0) % MAX_ACCOUNTS as u64) as usize;
-        let mut a = [Account {
-            number: 0,
-            kind: "",
-            balance_cents: 0,
-        }; MAX_ACCOUNTS];
+        let mut a = [Account::NONE; MAX_ACCOUNTS];
         for (i, acc) in a.iter_mut().enumerate().take(n) {
             let w = |j| word(user, 4 + i as u64, j);
             let kind = ACCOUNT_KINDS[(w(0) % 4) as usize];
@@ -221,11 +235,7 @@ impl Besim {
 
     pub fn payees(user: u32) -> ([Payee; MAX_PAYEES], usize) {
         let n = (word(user, 20, 0) % (MAX_PAYEES as u64 + 1)) as usize;
-        let mut p = [Payee {
-            id: 0,
-            name: Name::new(""),
-            account: 0,
-        }; MAX_PAYEES];
+        let mut p = [Payee::NONE; MAX_PAYEES];
         for (i, payee) in p.iter_mut().enumerate().take(n) {
             let w = |j| word(user, 21 + i as u64, j);
             *payee = Payee {
@@ -267,17 +277,6 @@ impl Besim {
         1000 + (account * TXNS_PER_ACCOUNT + j) as u32
     }
 
-    /// The transaction a check number names, if the user wrote it.
-    pub fn check(user: u32, number: u32) -> Option<(usize, Txn)> {
-        let k = number.checked_sub(1000)? as usize;
-        let (account, j) = (k / TXNS_PER_ACCOUNT, k % TXNS_PER_ACCOUNT);
-        if account >= Self::accounts(user).1 {
-            return None;
-        }
-        let t = Self::transactions(user, account)[j];
-        (t.check == number).then_some((account, t))
-    }
-
     /// Scheduled bill payments of the year (in date order).
     pub fn payments(user: u32) -> [Payment; PAYMENTS] {
         let payees = Self::payees(user).1.max(1) as u64;
@@ -300,6 +299,7 @@ impl Besim {
 
 #[cfg(test)]
 mod tests {
+    use super::super::record::Records;
     use super::*;
 
     #[test]
@@ -317,14 +317,14 @@ mod tests {
             for (i, _) in acc[..n].iter().enumerate() {
                 for (j, t) in Besim::transactions(user, i).iter().enumerate() {
                     if t.check != 0 {
-                        assert_eq!(Besim::check(user, t.check), Some((i, *t)));
+                        assert_eq!(Records::Computed(user).check(t.check), Some((i, *t)));
                         assert_eq!(t.check, Besim::check_number(i, j));
                     }
                 }
             }
         }
         assert_ne!(Besim::profile(1), Besim::profile(2));
-        assert_eq!(Besim::check(1, 999), None);
+        assert_eq!(Records::Computed(1).check(999), None);
     }
 
     #[test]
