@@ -104,8 +104,10 @@ fn bank_service(o: &ServiceOptions, on_gpu: bool) -> Result<Arc<dyn Service>, St
         return Err("bank: --bank-users must be at least 1".into());
     }
     let backend = match &o.bank_backend {
+        // An engine that never runs the CPU function: the GPU backend owns the records (and
+        // connects to and loads memcached itself); this object only maps JSON.
+        _ if on_gpu => Backend::Computed,
         Placement::Computed => Backend::Computed,
-        Placement::Gpu if on_gpu => Backend::Computed,
         Placement::Gpu => {
             return Err(
                 "bank: --bank-backend gpu keeps the records in GPU memory: it needs a GPU engine (gpu-cohort or gpu-direct)"
@@ -114,9 +116,7 @@ fn bank_service(o: &ServiceOptions, on_gpu: bool) -> Result<Arc<dyn Service>, St
         }
         Placement::Memcached(addr) => {
             let m = Memcached::connect(addr, MEMCACHED_CONNECTIONS).map_err(|e| format!("bank: {e}"))?;
-            if m.load(o.bank_users).map_err(|e| format!("bank: {e}"))? {
-                tracing::info!(users = o.bank_users, "bank: records loaded into memcached at {addr}");
-            }
+            m.load(o.bank_users).map_err(|e| format!("bank: {e}"))?;
             Backend::Memcached(m)
         }
     };
