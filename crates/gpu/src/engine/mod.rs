@@ -55,8 +55,27 @@ pub trait StreamBuffers: Send {
     /// staged ones (graph buckets pad a batch) hold earlier or zeroed data and must be safe to
     /// compute; their results are never read.
     fn enqueue(&mut self, stream: &Arc<CudaStream>, key: u64, rows: usize) -> Result<(), GpuError>;
+    /// Called once the work `enqueue` (or the last `resume`) queued has completed, before
+    /// any `answer`: a batch whose second half needs the host in between (a backend call
+    /// through the host, Rhythm's memcached) starts that host work here, reports `Waiting`
+    /// until it is done - never blocking the control thread, which serves the other slots
+    /// meanwhile - then queues the rest on `stream` (`Enqueued`). Most batches are `Done`.
+    fn resume(&mut self, _stream: &Arc<CudaStream>) -> Result<Resume, GpuError> {
+        Ok(Resume::Done)
+    }
     /// Writes row `row`'s answer payload from the copied-out results into `out`.
     fn answer(&mut self, key: u64, row: usize, out: &mut Vec<u8>) -> Result<(), ErrorPayload>;
+}
+
+/// What a slot's batch needs after its queued work completed.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Resume {
+    /// The results are in: answer the batch.
+    Done,
+    /// Host work of the batch is under way: ask again.
+    Waiting,
+    /// More work was queued on the stream: ask again once it completed.
+    Enqueued,
 }
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

@@ -1,7 +1,7 @@
 //! One GPU slot of the batching engine: a stream, a service's buffers for it, the completion
 //! event of the batch in flight, and the CUDA graphs captured for it.
 
-use super::StreamBuffers;
+use super::{Resume, StreamBuffers};
 use cohort_engine::BatchSlot;
 use cohort_proto::ErrorPayload;
 use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
@@ -86,7 +86,18 @@ impl BatchSlot for GpuSlot {
     }
 
     fn poll(&mut self) -> Result<bool, String> {
-        Ok(self.done.as_ref().is_none_or(|e| e.is_complete()))
+        if !self.done.as_ref().is_none_or(|e| e.is_complete()) {
+            return Ok(false);
+        }
+        match self.bufs.resume(&self.stream).map_err(|e| e.to_string())? {
+            Resume::Done => Ok(true),
+            Resume::Waiting => Ok(false),
+            Resume::Enqueued => {
+                let e = self.stream.record_event(None).map_err(|e| e.to_string())?;
+                self.done = Some(e);
+                Ok(false)
+            }
+        }
     }
 
     fn answer(&mut self, key: u64, row: usize, out: &mut Vec<u8>) -> Result<(), ErrorPayload> {

@@ -6,8 +6,9 @@
 //!
 //! copy in (requests packed end to end) -> `bank_unpack` (into slots, transposed or
 //! row-major) -> `bank_parse` -> the records (`--bank-backend`: computed per thread; the
-//! device's record table through `bank_fetch`; or memcached: `bank_fetch` names the users,
-//! the control thread waits for it, fetches them in one multiget and copies them in) ->
+//! device's record table through `bank_fetch`; or memcached: `bank_fetch` names the users and
+//! the cohort's first half ends; the slot's fetcher thread gets them in one multiget while
+//! the control thread serves the other slots; `resume` copies them in and queues the rest) ->
 //! `bank_sessions` (the device's one session table) ->
 //! `bank_pages` + `bank_pad` -> `bank_gather` (responses back into rows of the cohort's
 //! largest response) -> copy out (the rows and their lengths).
@@ -22,7 +23,7 @@ use super::kinds::{Kind, KINDS};
 use super::parse::MAX_REQUEST;
 use super::store::Placement;
 use cohort_engine::BatchBackend;
-use cohort_gpu::engine::{GpuBackend, Pinned, StreamBuffers};
+use cohort_gpu::engine::{GpuBackend, Pinned, Resume, StreamBuffers};
 use cohort_gpu::{DeviceInfo, GpuError};
 use cohort_proto::{ErrorCode, ErrorPayload};
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream};
@@ -152,6 +153,7 @@ impl GpuBackend for BankGpu {
             host_out_lens: Pinned::for_reads(&self.ctx, cap)?,
             cursor: 0,
             row_bytes: 0,
+            half: Half::Idle,
         }))
     }
 
@@ -184,6 +186,19 @@ struct BankSlot {
     cursor: usize,
     /// The largest response bound among the staged requests: a row's bytes.
     row_bytes: usize,
+    /// Where a cohort whose records come through the host stands.
+    half: Half,
+}
+
+/// A cohort between its two halves (memcached records only).
+#[derive(Clone, Copy)]
+enum Half {
+    /// Nothing pending: `resume` has nothing to do.
+    Idle,
+    /// Parsed, the wanted users on their way down.
+    Asked { rows: usize },
+    /// The slot's fetcher is looking the users up.
+    LookingUp { rows: usize },
 }
 
 impl StreamBuffers for BankSlot {
@@ -222,21 +237,37 @@ impl StreamBuffers for BankSlot {
             .unpack(k, s, rows, &self.dev_in, &self.dev_offs, tr)?;
         self.bufs.parse(k, s, rows, tr)?;
         let users = self.table.users();
-        self.records.fetch(k, &mut self.bufs, s, rows, users)?;
-        let recs = self.records.on_device();
-        self.bufs.serve(k, &self.table, s, rows, tr, recs)?;
-        let out = rows * self.row_bytes;
-        self.bufs
-            .gather(k, s, rows, tr, self.row_bytes, &mut self.dev_rows)?;
-        s.memcpy_dtoh(
-            &self.bufs.out_lens().slice(0..rows),
-            &mut self.host_out_lens.as_mut_slice()[..rows],
-        )?;
-        s.memcpy_dtoh(
-            &self.dev_rows.slice(0..out),
-            &mut self.host_rows.as_mut_slice()[..out],
-        )?;
-        Ok(())
+        self.half = Half::Idle;
+        if self.records.begin(k, &mut self.bufs, s, rows, users)? {
+            // The records come through the host: `resume` goes on once the wanted users
+            // are down.
+            self.half = Half::Asked { rows };
+            return Ok(());
+        }
+        self.finish(s, rows)
+    }
+
+    fn resume(&mut self, s: &Arc<CudaStream>) -> Result<Resume, GpuError> {
+        let Some(m) = self.records.memcached() else {
+            return Ok(Resume::Done);
+        };
+        match self.half {
+            Half::Idle => Ok(Resume::Done),
+            Half::Asked { rows } => {
+                m.start()?;
+                self.half = Half::LookingUp { rows };
+                Ok(Resume::Waiting)
+            }
+            Half::LookingUp { rows } => {
+                if !m.poll()? {
+                    return Ok(Resume::Waiting);
+                }
+                m.upload(&mut self.bufs, s)?;
+                self.half = Half::Idle;
+                self.finish(s, rows)?;
+                Ok(Resume::Enqueued)
+            }
+        }
     }
 
     fn answer(&mut self, _key: u64, row: usize, out: &mut Vec<u8>) -> Result<(), ErrorPayload> {
@@ -252,6 +283,28 @@ impl StreamBuffers for BankSlot {
         }
         let at = row * self.row_bytes;
         out.extend_from_slice(&self.host_rows.as_slice()[at..at + len]);
+        Ok(())
+    }
+}
+
+impl BankSlot {
+    /// The cohort's second half on `s`, its records found: sessions, pages, the gather,
+    /// the copies out.
+    fn finish(&mut self, s: &Arc<CudaStream>, rows: usize) -> Result<(), GpuError> {
+        let (k, tr) = (&self.kernels, self.transposed);
+        let recs = self.records.on_device();
+        self.bufs.serve(k, &self.table, s, rows, tr, recs)?;
+        let out = rows * self.row_bytes;
+        self.bufs
+            .gather(k, s, rows, tr, self.row_bytes, &mut self.dev_rows)?;
+        s.memcpy_dtoh(
+            &self.bufs.out_lens().slice(0..rows),
+            &mut self.host_out_lens.as_mut_slice()[..rows],
+        )?;
+        s.memcpy_dtoh(
+            &self.dev_rows.slice(0..out),
+            &mut self.host_rows.as_mut_slice()[..out],
+        )?;
         Ok(())
     }
 }

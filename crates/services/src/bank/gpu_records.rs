@@ -17,10 +17,17 @@ use cohort_gpu::engine::Pinned;
 use cohort_gpu::GpuError;
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream};
 use rayon::prelude::*;
+use std::sync::mpsc;
 use std::sync::Arc;
+use std::thread::JoinHandle;
 
 /// A record index no request has (the kernels' BANK_REC_NONE).
 pub const NONE: u32 = u32::MAX;
+
+/// Connections a device's slots share to memcached: the multiget pieces of several slots'
+/// cohorts at once (each slot's fetcher splits its cohort into pieces on parallel
+/// connections).
+const FETCH_CONNECTIONS: u32 = 16;
 
 /// Users whose records are encoded and copied up at a time while building the table.
 const BUILD_CHUNK: usize = 1 << 16;
@@ -100,59 +107,33 @@ impl RecordTable {
     }
 }
 
-/// One cohort's records fetched from memcached and staged beside its requests.
-pub struct MemcachedStaging {
-    memcached: Arc<Memcached>,
-    host_want: Pinned<u32>,
-    host_recs: Pinned<u8>,
-    host_at: Pinned<u32>,
-    pub(crate) dev_recs: CudaSlice<u8>,
+/// The host half of a cohort's memcached fetch: the wanted users (copied down), the
+/// records found and their indices (staged for the copy in). It moves to the slot's fetcher
+/// thread for the lookup and back, so the buffers have one user at a time.
+struct HostStage {
+    want: Pinned<u32>,
+    recs: Pinned<u8>,
+    at: Pinned<u32>,
+    /// Requests in the cohort, and records staged for them.
+    n: usize,
+    staged: usize,
 }
 
-impl MemcachedStaging {
-    pub fn new(
-        ctx: &Arc<CudaContext>,
-        stream: &Arc<CudaStream>,
-        memcached: Arc<Memcached>,
-        cap: usize,
-    ) -> Result<MemcachedStaging, GpuError> {
-        Ok(MemcachedStaging {
-            memcached,
-            host_want: Pinned::for_reads(ctx, cap)?,
-            host_recs: Pinned::for_uploads(ctx, cap * record::BYTES)?,
-            host_at: Pinned::for_uploads(ctx, cap)?,
-            dev_recs: stream.alloc_zeros(cap * record::BYTES)?,
-        })
-    }
-
-    /// After `bank_fetch` on `s`: waits for the cohort's wanted users, fetches their records
-    /// (one multiget; the backend call goes through the host), stages them and copies them
-    /// and their indices in on `s`. A record memcached does not give stays NONE (503 page).
-    pub fn fetch(
-        &mut self,
-        bufs: &mut CohortBuffers,
-        s: &Arc<CudaStream>,
-        n: usize,
-    ) -> Result<(), GpuError> {
-        if n == 0 {
-            return Ok(());
-        }
-        s.memcpy_dtoh(
-            &bufs.want().slice(0..n),
-            &mut self.host_want.as_mut_slice()[..n],
-        )?;
-        s.synchronize()?;
-        let want = &self.host_want.as_slice()[..n];
+impl HostStage {
+    /// Fetches the wanted users' records (one multiget; the backend call goes through the
+    /// host) and stages them. A record memcached does not give stays NONE (503 page).
+    fn lookup(&mut self, memcached: &Memcached) {
+        let want = &self.want.as_slice()[..self.n];
         let users: Vec<u32> = want.iter().copied().filter(|&u| u != 0).collect();
         let got = if users.is_empty() {
             Default::default()
         } else {
-            self.memcached.get_many(&users).unwrap_or_else(|e| {
+            memcached.get_many(&users).unwrap_or_else(|e| {
                 tracing::debug!("bank backend: {e}");
                 Default::default()
             })
         };
-        let (recs, at) = (self.host_recs.as_mut_slice(), self.host_at.as_mut_slice());
+        let (recs, at) = (self.recs.as_mut_slice(), self.at.as_mut_slice());
         let mut staged = 0usize;
         for (r, &u) in want.iter().enumerate() {
             at[r] = match got.get(&u) {
@@ -164,17 +145,179 @@ impl MemcachedStaging {
                 _ => NONE,
             };
         }
-        let bytes = staged * record::BYTES;
+        self.staged = staged;
+    }
+}
+
+/// A slot's client queue to memcached: one thread that runs the lookups of the slot's
+/// cohorts, so the engine's control thread goes on serving the other slots meanwhile.
+struct Fetcher {
+    jobs: Option<mpsc::SyncSender<HostStage>>,
+    done: mpsc::Receiver<HostStage>,
+    thread: Option<JoinHandle<()>>,
+}
+
+impl Fetcher {
+    fn spawn(memcached: Arc<Memcached>) -> Result<Fetcher, GpuError> {
+        // One cohort per slot at a time: a queue of one never blocks its sender.
+        let (jobs, todo) = mpsc::sync_channel::<HostStage>(1);
+        let (finished, done) = mpsc::sync_channel::<HostStage>(1);
+        let thread = std::thread::Builder::new()
+            .name("bank-fetch".into())
+            .spawn(move || {
+                for mut stage in todo {
+                    stage.lookup(&memcached);
+                    if finished.send(stage).is_err() {
+                        return;
+                    }
+                }
+            })
+            .map_err(|e| GpuError::Invalid(format!("spawning a memcached fetcher: {e}")))?;
+        Ok(Fetcher {
+            jobs: Some(jobs),
+            done,
+            thread: Some(thread),
+        })
+    }
+}
+
+impl Drop for Fetcher {
+    fn drop(&mut self) {
+        // Closing the queue ends the thread after the lookup it may be running.
+        self.jobs = None;
+        if let Some(t) = self.thread.take() {
+            let _ = t.join();
+        }
+    }
+}
+
+/// One stream's cohorts' records fetched from memcached and staged beside their requests.
+/// Per cohort: [`MemcachedStaging::ask`] copies the wanted users down, then either
+/// [`MemcachedStaging::fetch_here`] (waits: the harness) or [`MemcachedStaging::start`] +
+/// [`MemcachedStaging::poll`] (the slot's fetcher looks them up: the engines), then
+/// [`MemcachedStaging::upload`] copies the records in.
+pub struct MemcachedStaging {
+    memcached: Arc<Memcached>,
+    /// None while the fetcher holds it.
+    host: Option<HostStage>,
+    fetcher: Fetcher,
+    pub(crate) dev_recs: CudaSlice<u8>,
+}
+
+impl MemcachedStaging {
+    pub fn new(
+        ctx: &Arc<CudaContext>,
+        stream: &Arc<CudaStream>,
+        memcached: Arc<Memcached>,
+        cap: usize,
+    ) -> Result<MemcachedStaging, GpuError> {
+        Ok(MemcachedStaging {
+            fetcher: Fetcher::spawn(memcached.clone())?,
+            memcached,
+            host: Some(HostStage {
+                want: Pinned::for_reads(ctx, cap)?,
+                recs: Pinned::for_uploads(ctx, cap * record::BYTES)?,
+                at: Pinned::for_uploads(ctx, cap)?,
+                n: 0,
+                staged: 0,
+            }),
+            dev_recs: stream.alloc_zeros(cap * record::BYTES)?,
+        })
+    }
+
+    fn host(&mut self) -> Result<&mut HostStage, GpuError> {
+        self.host
+            .as_mut()
+            .ok_or_else(|| GpuError::Invalid("the memcached fetcher kept a cohort".into()))
+    }
+
+    /// After `bank_fetch` on `s`: copies the `n` wanted users down (asynchronously).
+    pub fn ask(
+        &mut self,
+        bufs: &CohortBuffers,
+        s: &Arc<CudaStream>,
+        n: usize,
+    ) -> Result<(), GpuError> {
+        let host = self.host()?;
+        host.n = n;
+        host.staged = 0;
+        if n > 0 {
+            s.memcpy_dtoh(&bufs.want().slice(0..n), &mut host.want.as_mut_slice()[..n])?;
+        }
+        Ok(())
+    }
+
+    /// Waits for the copy `ask` queued on `s`, looks the users up on this thread and copies
+    /// the records in.
+    pub fn fetch_here(
+        &mut self,
+        bufs: &mut CohortBuffers,
+        s: &Arc<CudaStream>,
+    ) -> Result<(), GpuError> {
+        s.synchronize()?;
+        let m = self.memcached.clone();
+        self.host()?.lookup(&m);
+        self.upload(bufs, s)
+    }
+
+    /// Hands the cohort's lookup to the slot's fetcher (after the copy `ask` queued has
+    /// completed).
+    pub fn start(&mut self) -> Result<(), GpuError> {
+        let host = self.host.take().ok_or_else(|| {
+            GpuError::Invalid("a memcached lookup started twice for one cohort".into())
+        })?;
+        let jobs = self.fetcher.jobs.as_ref().expect("open until drop");
+        jobs.try_send(host).map_err(|e| {
+            // The stage comes back with the error: the slot stays usable.
+            let (msg, stage) = match e {
+                mpsc::TrySendError::Full(s) => ("busy", s),
+                mpsc::TrySendError::Disconnected(s) => ("gone", s),
+            };
+            self.host = Some(stage);
+            GpuError::Invalid(format!("the memcached fetcher is {msg}"))
+        })
+    }
+
+    /// Whether the lookup `start` handed over is done (never blocks).
+    pub fn poll(&mut self) -> Result<bool, GpuError> {
+        if self.host.is_some() {
+            return Ok(true);
+        }
+        match self.fetcher.done.try_recv() {
+            Ok(stage) => {
+                self.host = Some(stage);
+                Ok(true)
+            }
+            Err(mpsc::TryRecvError::Empty) => Ok(false),
+            Err(mpsc::TryRecvError::Disconnected) => Err(GpuError::Invalid(
+                "the memcached fetcher ended with a cohort".into(),
+            )),
+        }
+    }
+
+    /// Copies the looked-up records and their indices in on `s`.
+    pub fn upload(
+        &mut self,
+        bufs: &mut CohortBuffers,
+        s: &Arc<CudaStream>,
+    ) -> Result<(), GpuError> {
+        let host = self
+            .host
+            .as_ref()
+            .ok_or_else(|| GpuError::Invalid("uploading records still being looked up".into()))?;
+        let (n, bytes) = (host.n, host.staged * record::BYTES);
         if bytes > 0 {
             s.memcpy_htod(
-                &self.host_recs.as_slice()[..bytes],
+                &host.recs.as_slice()[..bytes],
                 &mut self.dev_recs.slice_mut(0..bytes),
             )?;
         }
-        s.memcpy_htod(
-            &self.host_at.as_slice()[..n],
-            &mut bufs.rec_at_mut().slice_mut(0..n),
-        )?;
+        if n > 0 {
+            s.memcpy_htod(
+                &host.at.as_slice()[..n],
+                &mut bufs.rec_at_mut().slice_mut(0..n),
+            )?;
+        }
         Ok(())
     }
 }
@@ -202,7 +345,8 @@ impl SharedRecords {
                     .map_err(|e| format!("bank: building the GPU record table: {e}"))?,
             )),
             Placement::Memcached(addr) => {
-                let m = Memcached::connect(addr, 4).map_err(|e| format!("bank: {e}"))?;
+                let m = Memcached::connect(addr, FETCH_CONNECTIONS)
+                    .map_err(|e| format!("bank: {e}"))?;
                 m.load(users).map_err(|e| format!("bank: {e}"))?;
                 SharedRecords::Memcached(Arc::new(m))
             }
@@ -219,9 +363,9 @@ impl SharedRecords {
         Ok(match self {
             SharedRecords::Computed => RecordSource::Computed,
             SharedRecords::Table(t) => RecordSource::Table(t.clone()),
-            SharedRecords::Memcached(m) => {
-                RecordSource::Memcached(MemcachedStaging::new(ctx, stream, m.clone(), cap)?)
-            }
+            SharedRecords::Memcached(m) => RecordSource::Memcached(Box::new(
+                MemcachedStaging::new(ctx, stream, m.clone(), cap)?,
+            )),
         })
     }
 
@@ -237,13 +381,13 @@ impl SharedRecords {
 pub enum RecordSource {
     Computed,
     Table(Arc<RecordTable>),
-    Memcached(MemcachedStaging),
+    Memcached(Box<MemcachedStaging>),
 }
 
 impl RecordSource {
-    /// The fetch stage of `n` parsed requests on `s`: nothing (computed), the table lookup,
-    /// or the wanted users' records fetched from memcached and copied in (this waits for
-    /// the parse: the backend call goes through the host).
+    /// The fetch stage of `n` parsed requests on `s`, waiting for memcached on this thread
+    /// (the harness): nothing (computed), the table lookup, or the wanted users' records
+    /// fetched from memcached and copied in.
     pub fn fetch(
         &mut self,
         k: &Kernels,
@@ -252,13 +396,40 @@ impl RecordSource {
         n: usize,
         users: u32,
     ) -> Result<(), GpuError> {
+        if self.begin(k, bufs, s, n, users)? {
+            if let Some(m) = self.memcached() {
+                m.fetch_here(bufs, s)?;
+            }
+        }
+        Ok(())
+    }
+
+    /// Queues the fetch stage's GPU part of `n` parsed requests on `s`. True when the
+    /// records must still come through the host (memcached: the wanted users are being
+    /// copied down; continue with [`RecordSource::memcached`]'s `start`, `poll`, `upload`).
+    pub fn begin(
+        &mut self,
+        k: &Kernels,
+        bufs: &mut CohortBuffers,
+        s: &Arc<CudaStream>,
+        n: usize,
+        users: u32,
+    ) -> Result<bool, GpuError> {
         match self {
-            RecordSource::Computed => Ok(()),
-            RecordSource::Table(t) => bufs.fetch(k, s, n, users, Some(t)),
+            RecordSource::Computed => Ok(false),
+            RecordSource::Table(t) => bufs.fetch(k, s, n, users, Some(t)).map(|()| false),
             RecordSource::Memcached(m) => {
                 bufs.fetch(k, s, n, users, None)?;
-                m.fetch(bufs, s, n)
+                m.ask(bufs, s, n)?;
+                Ok(true)
             }
+        }
+    }
+
+    pub fn memcached(&mut self) -> Option<&mut MemcachedStaging> {
+        match self {
+            RecordSource::Memcached(m) => Some(m),
+            _ => None,
         }
     }
 
