@@ -233,15 +233,32 @@ __device__ void skip_to(Out& o, int to, unsigned int* pad) {
     int to_word = to >> 2;
     pad[o.r] = (unsigned int)from_word | ((unsigned int)(to_word > from_word ? to_word : from_word) << 16);
 }
+// The digits of v, right-aligned in `width`. The digits are kept as two stacks of nibbles in
+// registers (the least significant 16 in `lo`, the rest in `hi`) rather than an array, which
+// would live in local memory.
 __device__ void num(Out& o, unsigned long long v, int width) {
-    unsigned char d[20];
+    unsigned long long lo = 0, hi = 0;
     int k = 0;
     do {
-        d[k++] = '0' + (unsigned char)(v % 10);
+        unsigned long long digit = v % 10;
+        if (k < 16) {
+            lo = (lo << 4) | digit;
+        } else {
+            hi = (hi << 4) | digit;
+        }
+        k++;
         v /= 10;
     } while (v);
     if (width > k) spaces(o, width - k);
-    while (k) put(o, d[--k]);
+    // Most significant first: the last pushed, hi's before lo's.
+    for (int i = k; i > 16; i--) {
+        put(o, '0' + (unsigned char)(hi & 15));
+        hi >>= 4;
+    }
+    for (int i = k < 16 ? k : 16; i > 0; i--) {
+        put(o, '0' + (unsigned char)(lo & 15));
+        lo >>= 4;
+    }
 }
 __device__ void money(Out& o, long long cents) {
     unsigned long long a = cents < 0 ? (unsigned long long)(-cents) : (unsigned long long)cents;
@@ -272,11 +289,13 @@ __device__ void date(Out& o, unsigned int d) {
 __device__ void name(Out& o, const unsigned char* b) {
     for (int i = 0; i < BANK_NAME; i++) put(o, b[i]);
 }
+// Entry e of a table as a BANK_NAME-wide field: cut to the width, padded with spaces (as
+// name_entry into a Name, without the buffer in local memory).
 __device__ void name_of(Out& o, const unsigned char* bytes, const unsigned short* off, int e) {
-    Name n;
-    name_init(n);
-    name_entry(n, bytes, off, e);
-    name(o, n.b);
+    int from = off[e], len = off[e + 1] - from;
+    if (len > BANK_NAME) len = BANK_NAME;
+    for (int i = 0; i < len; i++) put(o, bytes[from + i]);
+    spaces(o, BANK_NAME - len);
 }
 __device__ void td(Out& o) { lit(o, "</td><td>"); }
 
@@ -426,8 +445,11 @@ __device__ void notice(Out& o, bool ok, const char* yes, const char* no) {
     lit(o, "</p>\n");
 }
 
-// The 200 page's content (after head); nums/texts are request r's parameters.
-__device__ void content(Out& o, int kind, const Src& d, const unsigned long long* nums,
+// The 200 page's content (after head); nums/texts are request r's parameters. Inlined into
+// bank_pages so that the writer `o` stays in registers: passed to a called function, `o`
+// lives in local memory and every byte put reloads and stores its position and word (the
+// page stores through `o.base` may alias it) - measured as most of bank_pages' time.
+__device__ __forceinline__ void content(Out& o, int kind, const Src& d, const unsigned long long* nums,
                         const unsigned char* texts, unsigned int r, unsigned int n) {
     unsigned long long n0 = nums[r], n1 = nums[(size_t)n + r], n2 = nums[(size_t)2 * n + r];
     switch (kind) {
