@@ -208,7 +208,11 @@ __device__ __forceinline__ void put(Out& o, unsigned char c) {
     }
     o.pos++;
 }
+// Kept a loop over the literal's bytes: unrolled, every literal of every page type becomes
+// straight-line code (about 40% more PTX) and the sustained mix ran 13% slower on the H200
+// (52.8 vs 46.0 M requests/s, 325 vs 301 W: fewer instruction-cache misses outweigh the loads).
 __device__ void lit(Out& o, const char* s) {
+#pragma unroll 1
     while (*s) put(o, (unsigned char)*s++);
 }
 __device__ void entry(Out& o, const unsigned char* bytes, const unsigned short* off, int e) {

@@ -294,7 +294,7 @@ fn bank_gpu_pages_match_the_cpu_twins() {
 /// page), every response byte compared.
 #[test]
 fn bank_engine_backend_matches_the_cpu_twin() {
-    use cohort_gpu::engine::GpuBackend;
+    use cohort_gpu::engine::{GpuBackend, Resume};
     use cohort_services::bank::backend::{BankGpu, BankGpuConfig, Cohorts};
     use cohort_services::bank::store::{self, Memcached, Placement};
     use cohort_services::bank::{Backend, Bank, BankConfig};
@@ -374,7 +374,17 @@ fn bank_engine_backend_matches_the_cpu_twin() {
                         slot.stage(key, row, &reqs[i]).unwrap();
                     }
                     slot.enqueue(&stream, key, cohort.len()).unwrap();
-                    stream.synchronize().unwrap();
+                    // As the engine's slot drives a batch: each time the queued work has
+                    // completed, `resume` until the batch is done (memcached: the
+                    // fetcher's lookup, then the second half).
+                    loop {
+                        stream.synchronize().unwrap();
+                        match slot.resume(&stream).unwrap() {
+                            Resume::Done => break,
+                            Resume::Waiting => std::thread::yield_now(),
+                            Resume::Enqueued => {}
+                        }
+                    }
                     for (row, &(_, i)) in cohort.iter().enumerate() {
                         slot.answer(key, row, &mut got[i]).unwrap();
                     }
