@@ -21,12 +21,17 @@ taskset -c "0-$((half - 1))" "$cohort" serve --service bank --bank-users "$users
     --http "127.0.0.1:$port" --log-level warn "$@" &
 server=$!
 trap 'kill $server 2>/dev/null || true' EXIT
-# Up when the port answers (a GPU engine takes a few seconds to allocate its pinned slots).
-for _ in $(seq 1 120); do
-    if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then break; fi
+# Up when the port answers: the server listens once its engines are ready (a GPU engine
+# allocates its pinned slots in seconds; storing 1 M records in an empty memcached takes
+# about a minute).
+up=""
+for _ in $(seq 1 1200); do
+    if (exec 3<>"/dev/tcp/127.0.0.1/$port") 2>/dev/null; then up=1; break; fi
     kill -0 $server 2>/dev/null || { echo "the server exited during start-up" >&2; exit 1; }
     sleep 0.5
 done
+[ -n "$up" ] || { echo "the server did not listen within 10 minutes" >&2; exit 1; }
+echo "server up after ${SECONDS}s"
 rates=${RATES:-5k,10k,20k,40k,60k,80k,120k,160k,240k}
 taskset -c "$half-$((cores - 1))" "$cohort" load --target "http://127.0.0.1:$port" \
     --service bank --bank-users "$users" --poisson --sweep "$rates" --connections "${CONNECTIONS:-64}" \

@@ -177,15 +177,21 @@ impl Memcached {
         keys.dedup_by_key(|k| k.0);
         let names: Vec<&str> = keys.iter().map(|k| k.1.as_str()).collect();
         // Pieces of a large multiget on several pooled connections at once (memcached
-        // serves each connection on one of its threads).
-        let mut got: HashMap<String, Vec<u8>> = names
-            .par_chunks(MULTIGET_PIECE)
-            .map(|piece| self.client.gets::<Vec<u8>>(piece))
-            .try_reduce(HashMap::new, |mut a, b| {
-                a.extend(b);
-                Ok(a)
-            })
-            .map_err(|e| format!("memcached at {}: {e}", self.addr))?;
+        // serves each connection on one of its threads); one piece on this thread (a served
+        // cohort is usually small: handing it to the pool costs two thread wake-ups).
+        let fail = |e: memcache::MemcacheError| format!("memcached at {}: {e}", self.addr);
+        let mut got: HashMap<String, Vec<u8>> = if names.len() <= MULTIGET_PIECE {
+            self.client.gets::<Vec<u8>>(&names).map_err(fail)?
+        } else {
+            names
+                .par_chunks(MULTIGET_PIECE)
+                .map(|piece| self.client.gets::<Vec<u8>>(piece))
+                .try_reduce(HashMap::new, |mut a, b| {
+                    a.extend(b);
+                    Ok(a)
+                })
+                .map_err(fail)?
+        };
         Ok(keys
             .into_iter()
             .filter_map(|(u, k)| got.remove(&k).filter(|v| record::valid(v)).map(|v| (u, v)))
