@@ -3,6 +3,8 @@
 
 use cohort_proto::ErrorPayload;
 
+use crate::Answer;
+
 /// What comes back for a request: a service result or an error frame.
 #[derive(Debug, Clone, PartialEq)]
 pub enum ResponseBody {
@@ -21,4 +23,18 @@ pub struct Response {
 /// Implementations must not block: the egress thread calls this in its loop.
 pub trait ReplyPort: Send + Sync {
     fn deliver(&self, response: Response);
+    /// The answer as the ingress reads it, borrowed from its ring slot. A port that encodes
+    /// its answer anyway (a TCP frame, a JSON body) overrides this to encode straight from
+    /// the slot instead of from an owned copy.
+    fn deliver_answer(&self, request_id: u64, service: u16, answer: Answer<'_>) {
+        let body = match answer {
+            Ok(p) => ResponseBody::Ok(p.to_vec()),
+            Err(e) => ResponseBody::Err(e),
+        };
+        self.deliver(Response {
+            request_id,
+            service,
+            body,
+        });
+    }
 }

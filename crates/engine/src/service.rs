@@ -23,6 +23,38 @@ pub trait Service: Send + Sync {
     fn json_to_payload(&self, body: &serde_json::Value) -> Result<Vec<u8>, ErrorPayload>;
     /// HTTP gateway: wire response payload -> JSON.
     fn payload_to_json(&self, payload: &[u8]) -> serde_json::Value;
+    /// HTTP gateway, from the body's bytes: the wire payload and the deadline the body names
+    /// (`timeout_us`). The default parses a `serde_json::Value` and maps it with
+    /// [`Service::json_to_payload`]; a service with large bodies overrides it to parse a typed
+    /// struct that borrows its strings from the body (the same answers, without the tree).
+    fn json_request<'a>(&self, body: &'a [u8]) -> Result<JsonRequest<'a>, ErrorPayload> {
+        let value: serde_json::Value = serde_json::from_slice(body).map_err(|e| {
+            ErrorPayload::new(
+                cohort_proto::ErrorCode::BadRequest,
+                format!("invalid JSON: {e}"),
+            )
+        })?;
+        Ok(JsonRequest {
+            payload: self.json_to_payload(&value)?.into(),
+            timeout_us: value.get("timeout_us").and_then(|t| t.as_u64()),
+        })
+    }
+    /// HTTP gateway: appends the JSON answer for a response payload to `out`. The default
+    /// writes [`Service::payload_to_json`]; a service with large answers overrides it to write
+    /// straight from the payload.
+    fn write_json(&self, payload: &[u8], out: &mut Vec<u8>) {
+        serde_json::to_writer(out, &self.payload_to_json(payload))
+            .expect("a JSON value serializes into memory");
+    }
+}
+
+/// A JSON request body as the gateway admits it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct JsonRequest<'a> {
+    /// The wire payload, borrowed from the body where the service could.
+    pub payload: std::borrow::Cow<'a, [u8]>,
+    /// The request's deadline in microseconds, where the body names one.
+    pub timeout_us: Option<u64>,
 }
 
 #[derive(Clone, Default)]

@@ -1,7 +1,7 @@
 //! What every listener shares: the services (for the HTTP JSON mapping), the limits, the
-//! metrics, the shutdown flag, and the TCP/HTTP side's ingress.
+//! metrics and the shutdown flag. (Each TCP/HTTP io thread has its own ingress: `shard`.)
 
-use crate::async_ingress::AsyncIngress;
+use crate::shard::Shard;
 use cohort_engine::{Metrics, Registry, ReplyPort, Response, ResponseBody};
 use cohort_proto::{ErrorCode, ErrorPayload, Header, Kind};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -12,8 +12,6 @@ pub struct Context {
     pub max_payload: usize,
     pub metrics: Arc<Metrics>,
     pub shutting_down: AtomicBool,
-    /// TCP and HTTP requests enter the engines here.
-    pub(crate) async_side: AsyncIngress,
 }
 
 impl Context {
@@ -21,9 +19,16 @@ impl Context {
         self.shutting_down.load(Ordering::Acquire)
     }
 
-    /// TCP/HTTP: admits one frame whose header parsed. Every path answers through `port`
-    /// exactly once (at once for a refusal, else when the engine's answer comes back).
-    pub fn submit(&self, header: &Header, payload: &[u8], port: Arc<dyn ReplyPort>) {
+    /// TCP/HTTP: admits one frame whose header parsed into the shard that read it. Every path
+    /// answers through `port` exactly once (at once for a refusal, else when the engine's
+    /// answer comes back).
+    pub(crate) fn submit(
+        &self,
+        shard: &Shard,
+        header: &Header,
+        payload: &[u8],
+        port: Arc<dyn ReplyPort>,
+    ) {
         let refuse = |code: ErrorCode, msg: String| {
             self.metrics
                 .answered(header.service, code.label(), std::time::Duration::ZERO);
@@ -42,7 +47,7 @@ impl Context {
         if self.is_shutting_down() {
             return refuse(ErrorCode::Unavailable, "server is shutting down".into());
         }
-        if let Err((port, e)) = self.async_side.submit(port.clone(), header, payload) {
+        if let Err((port, e)) = shard.submit(port.clone(), header, payload) {
             port.deliver(Response {
                 request_id: header.request_id,
                 service: header.service,

@@ -7,10 +7,11 @@
 //! listener keeps accepting so health checks see the 503; it closes when the drain ends.
 
 use crate::context::Context;
+use crate::shard::Shard;
 use crate::tasks::Tracker;
 use bytes::Bytes;
-use cohort_engine::{ReplyPort, Response, ResponseBody};
-use cohort_proto::{ErrorCode, Header};
+use cohort_engine::{Answer, ReplyPort, Response, ResponseBody, Service};
+use cohort_proto::{ErrorCode, ErrorPayload, Header};
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
 use hyper::{Method, Request, StatusCode};
@@ -34,6 +35,7 @@ const HEADER_TIMEOUT: Duration = Duration::from_secs(5);
 pub(crate) async fn serve_http(
     listener: TcpListener,
     ctx: Arc<Context>,
+    shard: Arc<Shard>,
     metrics: MetricsRender,
     shutdown: watch::Receiver<bool>,
     mut closed: watch::Receiver<bool>,
@@ -52,13 +54,20 @@ pub(crate) async fn serve_http(
             },
             _ = closed.changed() => return,
         };
-        let (ctx, metrics, ids, mut sd) =
-            (ctx.clone(), metrics.clone(), ids.clone(), shutdown.clone());
+        let _ = stream.set_nodelay(true);
+        let (ctx, shard, metrics, ids, mut sd) = (
+            ctx.clone(),
+            shard.clone(),
+            metrics.clone(),
+            ids.clone(),
+            shutdown.clone(),
+        );
         tasks.spawn(async move {
             let svc = hyper::service::service_fn(move |req| {
                 handle(
                     req,
                     ctx.clone(),
+                    shard.clone(),
                     metrics.clone(),
                     ids.fetch_add(1, Ordering::Relaxed),
                 )
@@ -70,6 +79,8 @@ pub(crate) async fn serve_http(
             let conn = hyper::server::conn::http1::Builder::new()
                 .timer(TokioTimer::new())
                 .header_read_timeout(HEADER_TIMEOUT)
+                // Pipelined requests' answers leave in one write, not one each.
+                .pipeline_flush(true)
                 .keep_alive(!opened_draining)
                 .serve_connection(TokioIo::new(stream), svc);
             tokio::pin!(conn);
@@ -94,14 +105,59 @@ pub(crate) async fn serve_http(
     }
 }
 
-pub(crate) struct OneShot(pub(crate) Mutex<Option<oneshot::Sender<Response>>>);
+/// What a waiting handler gets: the body to send, already encoded, or the error.
+pub(crate) type Reply = Result<Vec<u8>, ErrorPayload>;
+
+/// The reply port of one HTTP request: the handler waits on the receiver. The answer is
+/// encoded where the ingress reads it, straight from its ring slot: as the service's JSON
+/// (`json`), or copied as it is (a page service's raw HTTP).
+pub(crate) struct OneShot {
+    tx: Mutex<Option<oneshot::Sender<Reply>>>,
+    json: Option<Arc<dyn Service>>,
+}
+
+impl OneShot {
+    pub(crate) fn new(json: Option<Arc<dyn Service>>) -> (Arc<OneShot>, oneshot::Receiver<Reply>) {
+        let (tx, rx) = oneshot::channel();
+        let port = OneShot {
+            tx: Mutex::new(Some(tx)),
+            json,
+        };
+        (Arc::new(port), rx)
+    }
+}
 
 impl ReplyPort for OneShot {
     fn deliver(&self, r: Response) {
-        if let Some(tx) = self.0.lock().expect("oneshot lock").take() {
-            let _ = tx.send(r);
+        match r.body {
+            ResponseBody::Ok(p) => self.deliver_answer(r.request_id, r.service, Ok(&p)),
+            ResponseBody::Err(e) => self.deliver_answer(r.request_id, r.service, Err(e)),
         }
     }
+
+    fn deliver_answer(&self, _request_id: u64, _service: u16, answer: Answer<'_>) {
+        let Some(tx) = self.tx.lock().expect("oneshot lock").take() else {
+            return;
+        };
+        let reply = answer.map(|p| match &self.json {
+            Some(service) => {
+                let mut out = Vec::with_capacity(p.len() + 64);
+                service.write_json(p, &mut out);
+                out
+            }
+            None => p.to_vec(),
+        });
+        let _ = tx.send(reply); // the handler gone = the connection closed; nobody to tell
+    }
+}
+
+/// A JSON body already encoded.
+fn json_body(status: StatusCode, body: Vec<u8>) -> HttpResponse {
+    hyper::Response::builder()
+        .status(status)
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from(body)))
+        .expect("static response parts")
 }
 
 fn json(status: StatusCode, v: serde_json::Value) -> HttpResponse {
@@ -134,12 +190,13 @@ fn rejected(ctx: &Context, service: u16, code: ErrorCode, msg: impl Into<String>
 async fn handle(
     req: Request<Incoming>,
     ctx: Arc<Context>,
+    shard: Arc<Shard>,
     metrics: MetricsRender,
     id: u64,
 ) -> Result<HttpResponse, std::convert::Infallible> {
     ctx.metrics.http_requests.inc();
-    let path = req.uri().path().to_owned();
-    let resp = match (req.method(), path.as_str()) {
+    let uri = req.uri().clone();
+    let resp = match (req.method(), uri.path()) {
         (&Method::GET, "/healthz") if ctx.is_shutting_down() => json(
             StatusCode::SERVICE_UNAVAILABLE,
             serde_json::json!({"status": "shutting down", "error": "UNAVAILABLE", "message": "server is draining"}),
@@ -149,10 +206,10 @@ async fn handle(
             .header("content-type", "text/plain; version=0.0.4")
             .body(Full::new(Bytes::from(metrics())))
             .expect("static response parts"),
-        (&Method::POST, p) if p.starts_with("/v1/") => call(req, &p[4..], ctx, id).await,
+        (&Method::POST, p) if p.starts_with("/v1/") => call(req, &p[4..], ctx, &shard, id).await,
         (_, p) if crate::http_pages::page_service(&ctx, p).is_some() => {
             let sid = crate::http_pages::page_service(&ctx, p).expect("checked");
-            crate::http_pages::page(req, sid, ctx, id).await
+            crate::http_pages::page(req, sid, ctx, &shard, id).await
         }
         (m, p) if p.starts_with("/v1/") || p == "/healthz" || p == "/metrics" => {
             let allow = if p.starts_with("/v1/") { "POST" } else { "GET" };
@@ -176,7 +233,13 @@ async fn handle(
     Ok(resp)
 }
 
-async fn call(req: Request<Incoming>, name: &str, ctx: Arc<Context>, id: u64) -> HttpResponse {
+async fn call(
+    req: Request<Incoming>,
+    name: &str,
+    ctx: Arc<Context>,
+    shard: &Shard,
+    id: u64,
+) -> HttpResponse {
     let Some(service) = ctx.registry.by_name(name).cloned() else {
         return rejected(
             &ctx,
@@ -208,19 +271,8 @@ async fn call(req: Request<Incoming>, name: &str, ctx: Arc<Context>, id: u64) ->
             )
         }
     };
-    let value: serde_json::Value = match serde_json::from_slice(&body) {
-        Ok(v) => v,
-        Err(e) => {
-            return rejected(
-                &ctx,
-                sid,
-                ErrorCode::BadRequest,
-                format!("invalid JSON: {e}"),
-            )
-        }
-    };
-    let payload = match service.json_to_payload(&value) {
-        Ok(p) => p,
+    let (payload, timeout_us) = match service.json_request(&body) {
+        Ok(r) => (r.payload, r.timeout_us),
         Err(e) => return rejected(&ctx, sid, e.code, e.message),
     };
     if payload.len() > ctx.max_payload {
@@ -236,21 +288,14 @@ async fn call(req: Request<Incoming>, name: &str, ctx: Arc<Context>, id: u64) ->
         );
     }
     let mut header = Header::request(service.id(), id, payload.len());
-    if let Some(t) = value.get("timeout_us").and_then(|t| t.as_u64()) {
+    if let Some(t) = timeout_us {
         header.timeout_us = t.min(u32::MAX as u64) as u32;
     }
-    let (tx, rx) = oneshot::channel();
-    let port = Arc::new(OneShot(Mutex::new(Some(tx))));
-    ctx.submit(&header, &payload, port);
+    let (port, rx) = OneShot::new(Some(service));
+    ctx.submit(shard, &header, &payload, port);
     match rx.await {
-        Ok(Response {
-            body: ResponseBody::Ok(p),
-            ..
-        }) => json(StatusCode::OK, service.payload_to_json(&p)),
-        Ok(Response {
-            body: ResponseBody::Err(e),
-            ..
-        }) => error(e.code, e.message),
+        Ok(Ok(body)) => json_body(StatusCode::OK, body),
+        Ok(Err(e)) => error(e.code, e.message),
         Err(_) => error(ErrorCode::Internal, "request lost"),
     }
 }

@@ -6,14 +6,13 @@
 //! on whichever engine runs it.
 
 use crate::context::Context;
+use crate::shard::Shard;
 use bytes::Bytes;
-use cohort_engine::{Response, ResponseBody};
 use cohort_proto::{ErrorCode, Header};
 use http_body_util::{BodyExt, Full, Limited};
 use hyper::body::Incoming;
 use hyper::{Request, StatusCode};
-use std::sync::{Arc, Mutex};
-use tokio::sync::oneshot;
+use std::sync::Arc;
 
 type HttpResponse = hyper::Response<Full<Bytes>>;
 
@@ -61,7 +60,8 @@ fn raw_request(req: &hyper::http::request::Parts, body: &[u8]) -> Vec<u8> {
 }
 
 /// The service's raw response as a hyper response (its Content-Length is hyper's to send).
-fn parse_response(raw: &[u8]) -> Option<HttpResponse> {
+/// The body is the answer's own buffer, sliced past the head: not copied again.
+fn parse_response(raw: Vec<u8>) -> Option<HttpResponse> {
     let end = raw.windows(4).position(|w| w == b"\r\n\r\n")?;
     let head = std::str::from_utf8(&raw[..end]).ok()?;
     let mut lines = head.split("\r\n");
@@ -78,14 +78,15 @@ fn parse_response(raw: &[u8]) -> Option<HttpResponse> {
             b = b.header(name, value.trim());
         }
     }
-    b.body(Full::new(Bytes::copy_from_slice(&raw[end + 4..])))
-        .ok()
+    let b = b.body(()).ok()?;
+    Some(b.map(|()| Full::new(Bytes::from(raw).slice(end + 4..))))
 }
 
 pub(crate) async fn page(
     req: Request<Incoming>,
     sid: u16,
     ctx: Arc<Context>,
+    shard: &Shard,
     id: u64,
 ) -> HttpResponse {
     let (parts, body) = req.into_parts();
@@ -105,26 +106,16 @@ pub(crate) async fn page(
     };
     let payload = raw_request(&parts, &body);
     let header = Header::request(sid, id, payload.len());
-    let (tx, rx) = oneshot::channel();
-    ctx.submit(
-        &header,
-        &payload,
-        Arc::new(crate::http::OneShot(Mutex::new(Some(tx)))),
-    );
+    let (port, rx) = crate::http::OneShot::new(None);
+    ctx.submit(shard, &header, &payload, port);
     match rx.await {
-        Ok(Response {
-            body: ResponseBody::Ok(p),
-            ..
-        }) => parse_response(&p).unwrap_or_else(|| {
+        Ok(Ok(raw)) => parse_response(raw).unwrap_or_else(|| {
             plain(
                 StatusCode::INTERNAL_SERVER_ERROR,
                 "the service's response is not HTTP\n".into(),
             )
         }),
-        Ok(Response {
-            body: ResponseBody::Err(e),
-            ..
-        }) => plain(
+        Ok(Err(e)) => plain(
             StatusCode::from_u16(e.code.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
             format!("{}: {}\n", e.code.name(), e.message),
         ),
@@ -139,12 +130,23 @@ mod tests {
     #[test]
     fn response_round_trip() {
         let raw = b"HTTP/1.1 401 Unauthorized\r\nContent-Type: text/html\r\nSet-Cookie: SID=; Max-Age=0\r\nContent-Length:     4\r\n\r\nabcd";
-        let r = parse_response(raw).unwrap();
+        let r = parse_response(raw.to_vec()).unwrap();
         assert_eq!(r.status(), 401);
         assert_eq!(r.headers()["set-cookie"], "SID=; Max-Age=0");
         assert!(r.headers().get("content-length").is_none());
-        assert!(parse_response(b"HTTP/1.1 2x0 OK\r\n\r\n").is_none());
-        assert!(parse_response(b"nothing").is_none());
+        let body = futures_body(r.into_body());
+        assert_eq!(&body[..], b"abcd");
+        assert!(parse_response(b"HTTP/1.1 2x0 OK\r\n\r\n".to_vec()).is_none());
+        assert!(parse_response(b"nothing".to_vec()).is_none());
+    }
+
+    fn futures_body(b: Full<Bytes>) -> Bytes {
+        tokio::runtime::Builder::new_current_thread()
+            .build()
+            .unwrap()
+            .block_on(b.collect())
+            .unwrap()
+            .to_bytes()
     }
 
     #[test]

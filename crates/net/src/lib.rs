@@ -4,15 +4,16 @@
 //! their ingress (`cohort_engine::Ingress`: the in-flight table and the request rings into the
 //! engines); the answers come back as messages on the answer rings, and the ingress that
 //! admitted a request writes its answer to the client (UDP: the io thread itself; TCP/HTTP:
-//! the egress thread, through the connection's writer).
+//! the shard's answer pump on the same thread, through the connection's task). Each io thread
+//! is one UDP ingress and one TCP/HTTP shard, never sharing a lock with another io thread.
 
-mod async_ingress;
 mod context;
 mod doorbell;
 mod http;
 mod http_pages;
 pub use http::MetricsRender;
 mod server;
+mod shard;
 mod tasks;
 mod tcp;
 mod udp;

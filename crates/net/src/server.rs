@@ -1,15 +1,15 @@
 //! Starting and stopping the listeners.
 
-use crate::async_ingress::AsyncIngress;
 use crate::context::Context;
 use crate::http::{serve_http, MetricsRender};
+use crate::shard::Shard;
 use crate::tasks::Tracker;
 use crate::tcp::serve_tcp;
 use crate::udp::spawn_udp;
 use anyhow::{Context as _, Result};
 use socket2::{Domain, Protocol, Socket, Type};
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
@@ -20,7 +20,7 @@ pub struct NetConfig {
     pub udp: Option<SocketAddr>,
     pub tcp: Option<SocketAddr>,
     pub http: Option<SocketAddr>,
-    /// UDP io threads (one socket each) and tokio workers for TCP/HTTP.
+    /// io threads: each owns one UDP socket and one TCP/HTTP shard (listeners + ingress).
     pub io_threads: usize,
     /// Cores the network threads are pinned to, in order; empty = not pinned.
     pub cpus: Vec<usize>,
@@ -57,12 +57,12 @@ pub struct Server {
     ctx: Arc<Context>,
     udp_stop: Arc<AtomicBool>,
     udp_threads: Vec<JoinHandle<()>>,
-    egress_stop: Arc<AtomicBool>,
-    egress: Option<JoinHandle<()>>,
+    shards: Vec<Arc<Shard>>,
+    shard_threads: Vec<JoinHandle<()>>,
     shutdown_tx: watch::Sender<bool>,
     closed_tx: watch::Sender<bool>,
+    halt_tx: watch::Sender<bool>,
     tasks: Tracker,
-    runtime: Option<tokio::runtime::Runtime>,
     drain_timeout: Duration,
 }
 
@@ -77,6 +77,29 @@ fn udp_socket(addr: SocketAddr) -> Result<std::net::UdpSocket> {
     Ok(s.into())
 }
 
+/// `n` TCP listeners on one address (SO_REUSEPORT: the kernel spreads connections over them,
+/// one per shard). Port 0 binds the first and gives the others its port.
+fn tcp_listeners(addr: SocketAddr, n: usize, what: &str) -> Result<Vec<std::net::TcpListener>> {
+    let one = |a: SocketAddr| -> Result<std::net::TcpListener> {
+        let s = Socket::new(Domain::for_address(a), Type::STREAM, Some(Protocol::TCP))?;
+        s.set_reuse_address(true)?;
+        s.set_reuse_port(true)?;
+        s.set_nodelay(true)?;
+        s.bind(&a.into())
+            .with_context(|| format!("binding {what} {a}"))?;
+        s.listen(4096)?;
+        s.set_nonblocking(true)?;
+        Ok(s.into())
+    };
+    let first = one(addr)?;
+    let bound = first.local_addr()?;
+    let mut v = vec![first];
+    for _ in 1..n {
+        v.push(one(bound)?);
+    }
+    Ok(v)
+}
+
 /// What the listeners share besides their ring ends.
 pub struct Shared {
     pub registry: cohort_engine::Registry,
@@ -84,11 +107,27 @@ pub struct Shared {
     pub max_payload: usize,
 }
 
+/// What one shard thread serves.
+struct ShardJob {
+    shard: Arc<Shard>,
+    core: Option<usize>,
+    tcp: Option<std::net::TcpListener>,
+    http: Option<std::net::TcpListener>,
+}
+
 impl Server {
     /// Ingresses a server with this configuration needs (`cohort_engine::wire`): one per UDP
-    /// io thread, then one for the TCP/HTTP side.
+    /// io thread, then one per TCP/HTTP shard (one per io thread when TCP or HTTP is on).
     pub fn ingresses(cfg: &NetConfig) -> usize {
-        usize::from(cfg.udp.is_some()) * cfg.io_threads + 1
+        Server::udp_ingresses(cfg) + Server::shard_count(cfg)
+    }
+
+    fn udp_ingresses(cfg: &NetConfig) -> usize {
+        usize::from(cfg.udp.is_some()) * cfg.io_threads
+    }
+
+    fn shard_count(cfg: &NetConfig) -> usize {
+        usize::from(cfg.tcp.is_some() || cfg.http.is_some()) * cfg.io_threads
     }
 
     /// Starts the listeners over `ingresses` (as many as [`Server::ingresses`] says).
@@ -110,14 +149,8 @@ impl Server {
             Server::ingresses(cfg)
         );
         let mut ingresses = ingresses;
-        let async_ends = ingresses.pop().expect("checked");
+        let shard_ends = ingresses.split_off(Server::udp_ingresses(cfg));
         let ctx = Arc::new(Context {
-            async_side: AsyncIngress::new(
-                async_ends,
-                cfg.udp_table_capacity,
-                shared.metrics.clone(),
-                cfg.default_timeout,
-            ),
             registry: shared.registry,
             metrics: shared.metrics,
             max_payload: shared.max_payload,
@@ -145,56 +178,62 @@ impl Server {
                 udp_threads.push(spawn_udp(s, ctx.clone(), ends, udp_stop.clone(), tc, i)?);
             }
         }
-        let egress_stop = Arc::new(AtomicBool::new(false));
-        let egress = ctx
-            .async_side
-            .spawn_egress(egress_stop.clone(), core_of(cfg.io_threads))?;
-        let next_core = Arc::new(AtomicUsize::new(0));
-        let cpus = cfg.cpus.clone();
-        let runtime = tokio::runtime::Builder::new_multi_thread()
-            .worker_threads(cfg.io_threads)
-            .thread_name("net-io")
-            .on_thread_start(move || {
-                if !cpus.is_empty() {
-                    let i = next_core.fetch_add(1, Ordering::Relaxed);
-                    core_affinity::set_for_current(core_affinity::CoreId {
-                        id: cpus[i % cpus.len()],
-                    });
-                }
+        let n = shard_ends.len();
+        let listeners = |addr: Option<SocketAddr>, what| -> Result<Vec<Option<_>>> {
+            Ok(match addr {
+                Some(a) => tcp_listeners(a, n, what)?.into_iter().map(Some).collect(),
+                None => (0..n).map(|_| None).collect(),
             })
-            .enable_all()
-            .build()?;
+        };
+        let mut tcp = listeners(cfg.tcp, "tcp")?;
+        let mut http = listeners(cfg.http, "http")?;
+        let bound = |l: &[Option<std::net::TcpListener>]| -> Result<Option<SocketAddr>> {
+            Ok(match l.first() {
+                Some(Some(l)) => Some(l.local_addr()?),
+                _ => None,
+            })
+        };
+        let (tcp_addr, http_addr) = (bound(&tcp)?, bound(&http)?);
         let (shutdown_tx, shutdown_rx) = watch::channel(false);
         let (closed_tx, closed_rx) = watch::channel(false);
+        let (halt_tx, halt_rx) = watch::channel(false);
         let tasks = Tracker::default();
-        let mut tcp_addr = None;
-        if let Some(addr) = cfg.tcp {
-            let l = runtime
-                .block_on(tokio::net::TcpListener::bind(addr))
-                .with_context(|| format!("binding tcp {addr}"))?;
-            tcp_addr = Some(l.local_addr()?);
-            let (c, sd, t, max) = (
-                ctx.clone(),
-                shutdown_rx.clone(),
-                tasks.clone(),
-                cfg.tcp_max_inflight,
-            );
-            runtime.spawn(serve_tcp(l, c, max, sd, t));
-        }
-        let mut http_addr = None;
-        if let Some(addr) = cfg.http {
-            let l = runtime
-                .block_on(tokio::net::TcpListener::bind(addr))
-                .with_context(|| format!("binding http {addr}"))?;
-            http_addr = Some(l.local_addr()?);
-            runtime.spawn(serve_http(
-                l,
-                ctx.clone(),
-                metrics,
-                shutdown_rx.clone(),
-                closed_rx,
-                tasks.clone(),
-            ));
+        let mut shards = Vec::new();
+        let mut shard_threads = Vec::new();
+        for (i, ends) in shard_ends.into_iter().enumerate() {
+            let shard = Shard::new(
+                i,
+                ends,
+                cfg.udp_table_capacity,
+                ctx.metrics.clone(),
+                cfg.default_timeout,
+            )?;
+            shards.push(shard.clone());
+            let job = ShardJob {
+                shard,
+                core: core_of(i),
+                tcp: tcp[i].take(),
+                http: http[i].take(),
+            };
+            let env = ShardEnv {
+                ctx: ctx.clone(),
+                metrics: metrics.clone(),
+                tcp_max_inflight: cfg.tcp_max_inflight,
+                shutdown: shutdown_rx.clone(),
+                closed: closed_rx.clone(),
+                halt: halt_rx.clone(),
+                tasks: tasks.clone(),
+            };
+            let (ready_tx, ready_rx) = std::sync::mpsc::channel();
+            let t = std::thread::Builder::new()
+                .name(format!("net-io-{i}"))
+                .spawn(move || run_shard(job, env, ready_tx))?;
+            // A shard that cannot start its runtime is a start-up error, not a silent hole.
+            ready_rx
+                .recv()
+                .map_err(|_| anyhow::anyhow!("net-io-{i} ended while starting"))?
+                .with_context(|| format!("starting net-io-{i}"))?;
+            shard_threads.push(t);
         }
         Ok(Server {
             udp_addr,
@@ -203,12 +242,12 @@ impl Server {
             ctx,
             udp_stop,
             udp_threads,
-            egress_stop,
-            egress: Some(egress),
+            shards,
+            shard_threads,
             shutdown_tx,
             closed_tx,
+            halt_tx,
             tasks,
-            runtime: Some(runtime),
             drain_timeout: cfg.drain_timeout,
         })
     }
@@ -239,18 +278,17 @@ impl Server {
         for t in self.udp_threads.drain(..) {
             let _ = t.join();
         }
-        while (self.tasks.live() > 0 || self.ctx.async_side.in_flight() > 0)
-            && Instant::now() < until
-        {
+        let in_flight = |s: &[Arc<Shard>]| s.iter().map(|s| s.in_flight()).sum::<usize>();
+        while (self.tasks.live() > 0 || in_flight(&self.shards) > 0) && Instant::now() < until {
             std::thread::sleep(Duration::from_millis(5));
         }
-        let abandoned = self.ctx.async_side.abandon_all();
+        let abandoned: usize = self.shards.iter().map(|s| s.abandon_all()).sum();
         if abandoned > 0 {
             tracing::warn!(
                 abandoned,
                 "tcp/http requests unanswered at the drain timeout: UNAVAILABLE"
             );
-            // Let the writers send those answers (and close) before the runtime goes.
+            // Let the writers send those answers (and close) before the runtimes go.
             let grace = Instant::now() + Duration::from_secs(1);
             while self.tasks.live() > 0 && Instant::now() < grace {
                 std::thread::sleep(Duration::from_millis(5));
@@ -263,12 +301,82 @@ impl Server {
                 "closing connections still draining"
             );
         }
-        self.egress_stop.store(true, Ordering::Release);
-        if let Some(t) = self.egress.take() {
+        let _ = self.halt_tx.send(true);
+        for t in self.shard_threads.drain(..) {
             let _ = t.join();
         }
-        if let Some(rt) = self.runtime.take() {
-            rt.shutdown_timeout(Duration::from_secs(1));
-        }
     }
+}
+
+/// What every shard thread shares.
+struct ShardEnv {
+    ctx: Arc<Context>,
+    metrics: MetricsRender,
+    tcp_max_inflight: usize,
+    shutdown: watch::Receiver<bool>,
+    closed: watch::Receiver<bool>,
+    halt: watch::Receiver<bool>,
+    tasks: Tracker,
+}
+
+/// One shard's thread: its runtime serves its listeners and its answer pump until halted.
+fn run_shard(job: ShardJob, env: ShardEnv, ready: std::sync::mpsc::Sender<Result<()>>) {
+    if let Some(c) = job.core {
+        core_affinity::set_for_current(core_affinity::CoreId { id: c });
+    }
+    let rt = match tokio::runtime::Builder::new_current_thread()
+        .enable_all()
+        .build()
+    {
+        Ok(rt) => rt,
+        Err(e) => {
+            let _ = ready.send(Err(e.into()));
+            return;
+        }
+    };
+    let ShardEnv {
+        ctx,
+        metrics,
+        tcp_max_inflight,
+        shutdown,
+        closed,
+        mut halt,
+        tasks,
+    } = env;
+    let shard = job.shard;
+    let started = rt.block_on(async {
+        if let Some(l) = job.tcp {
+            let l = tokio::net::TcpListener::from_std(l)?;
+            let (c, s, sd, t) = (ctx.clone(), shard.clone(), shutdown.clone(), tasks.clone());
+            tokio::spawn(serve_tcp(l, c, s, tcp_max_inflight, sd, t));
+        }
+        if let Some(l) = job.http {
+            let l = tokio::net::TcpListener::from_std(l)?;
+            tokio::spawn(serve_http(
+                l,
+                ctx.clone(),
+                shard.clone(),
+                metrics,
+                shutdown.clone(),
+                closed,
+                tasks.clone(),
+            ));
+        }
+        Ok::<_, std::io::Error>(())
+    });
+    let failed = started.is_err();
+    let _ = ready.send(started.map_err(Into::into));
+    if failed {
+        return;
+    }
+    rt.block_on(async {
+        let pump = tokio::spawn(shard.clone().pump(halt.clone()));
+        while !*halt.borrow() {
+            if halt.changed().await.is_err() {
+                break;
+            }
+        }
+        let _ = pump.await;
+    });
+    rt.shutdown_timeout(Duration::from_secs(1));
 }

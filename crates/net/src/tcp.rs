@@ -7,6 +7,7 @@
 //! closes the connection once the last of them is written.
 
 use crate::context::Context;
+use crate::shard::Shard;
 use crate::tasks::Tracker;
 use bytes::{Buf, BytesMut};
 use cohort_engine::{ReplyPort, Response, ResponseBody};
@@ -22,6 +23,7 @@ use tokio::sync::{mpsc, watch, Semaphore};
 pub(crate) async fn serve_tcp(
     listener: TcpListener,
     ctx: Arc<Context>,
+    shard: Arc<Shard>,
     max_inflight: usize,
     mut shutdown: watch::Receiver<bool>,
     tasks: Tracker,
@@ -32,8 +34,8 @@ pub(crate) async fn serve_tcp(
                 Ok((stream, _)) => {
                     ctx.metrics.tcp_connections.inc();
                     let _ = stream.set_nodelay(true);
-                    let (ctx, sd) = (ctx.clone(), shutdown.clone());
-                    tasks.spawn(serve_connection(stream, ctx, max_inflight, sd));
+                    let (ctx, shard, sd) = (ctx.clone(), shard.clone(), shutdown.clone());
+                    tasks.spawn(serve_connection(stream, ctx, shard, max_inflight, sd));
                 }
                 Err(e) => {
                     tracing::warn!(error = %e, "tcp accept failed");
@@ -74,23 +76,36 @@ impl Conn {
     }
 }
 
-impl ReplyPort for Conn {
-    fn deliver(&self, r: Response) {
-        {
-            let mut inflight = self.inflight.lock().expect("inflight lock");
-            if let Some(n) = inflight.get_mut(&r.request_id) {
-                *n -= 1;
-                if *n == 0 {
-                    inflight.remove(&r.request_id);
-                }
+impl Conn {
+    fn answered(&self, request_id: u64) {
+        let mut inflight = self.inflight.lock().expect("inflight lock");
+        if let Some(n) = inflight.get_mut(&request_id) {
+            *n -= 1;
+            if *n == 0 {
+                inflight.remove(&request_id);
             }
         }
-        match &r.body {
-            ResponseBody::Ok(p) => self.send_frame(Kind::Response, r.service, r.request_id, p),
-            ResponseBody::Err(e) => {
+    }
+}
+
+impl ReplyPort for Conn {
+    fn deliver(&self, r: Response) {
+        let answer = match &r.body {
+            ResponseBody::Ok(p) => Ok(&p[..]),
+            ResponseBody::Err(e) => Err(e.clone()),
+        };
+        self.deliver_answer(r.request_id, r.service, answer)
+    }
+
+    /// Encodes the frame straight from the answer's ring slot (one copy).
+    fn deliver_answer(&self, request_id: u64, service: u16, answer: cohort_engine::Answer<'_>) {
+        self.answered(request_id);
+        match answer {
+            Ok(p) => self.send_frame(Kind::Response, service, request_id, p),
+            Err(e) => {
                 let mut p = Vec::new();
                 e.encode(&mut p);
-                self.send_frame(Kind::Error, r.service, r.request_id, &p)
+                self.send_frame(Kind::Error, service, request_id, &p)
             }
         }
     }
@@ -99,6 +114,7 @@ impl ReplyPort for Conn {
 async fn serve_connection(
     stream: TcpStream,
     ctx: Arc<Context>,
+    shard: Arc<Shard>,
     max_inflight: usize,
     mut shutdown: watch::Receiver<bool>,
 ) {
@@ -142,7 +158,7 @@ async fn serve_connection(
                     .expect("inflight lock")
                     .entry(header.request_id)
                     .or_insert(0) += 1;
-                ctx.submit(&header, payload, conn.clone());
+                ctx.submit(&shard, &header, payload, conn.clone());
             }
             buf.advance(used);
         }

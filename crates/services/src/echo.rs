@@ -1,9 +1,19 @@
 //! `echo`: returns the payload unchanged (Lynx's network-bound micro-benchmark).
 
-use cohort_engine::Service;
+use cohort_engine::{JsonRequest, Service};
 use cohort_proto::{service_id, ErrorPayload};
+use std::borrow::Cow;
 
 pub struct Echo;
+
+/// The JSON body as echo reads it: `data` borrowed from the body unless it has escapes.
+#[derive(serde::Deserialize)]
+struct EchoBody<'a> {
+    #[serde(borrow, default)]
+    data: Option<Cow<'a, str>>,
+    #[serde(default)]
+    timeout_us: Option<u64>,
+}
 
 impl Service for Echo {
     fn id(&self) -> u16 {
@@ -21,5 +31,118 @@ impl Service for Echo {
     }
     fn payload_to_json(&self, payload: &[u8]) -> serde_json::Value {
         serde_json::json!({ "data": String::from_utf8_lossy(payload) })
+    }
+    /// Echo bodies are large strings: parsed without a `Value` tree. Only an object takes
+    /// this path (serde would read an array positionally); anything the typed parse refuses
+    /// (a non-string `data`, a negative timeout, a duplicate key) goes the default way, so
+    /// the answers and error messages are the default's.
+    fn json_request<'a>(&self, body: &'a [u8]) -> Result<JsonRequest<'a>, ErrorPayload> {
+        let object = body.iter().find(|b| !b.is_ascii_whitespace()) == Some(&b'{');
+        if object {
+            if let Ok(b) = serde_json::from_slice::<EchoBody<'_>>(body) {
+                let payload = match b.data {
+                    Some(Cow::Borrowed(s)) => Cow::Borrowed(s.as_bytes()),
+                    Some(Cow::Owned(s)) => Cow::Owned(s.into_bytes()),
+                    None => Cow::Borrowed(&[][..]),
+                };
+                return Ok(JsonRequest {
+                    payload,
+                    timeout_us: b.timeout_us,
+                });
+            }
+        }
+        let value: serde_json::Value = serde_json::from_slice(body).map_err(|e| {
+            ErrorPayload::new(
+                cohort_proto::ErrorCode::BadRequest,
+                format!("invalid JSON: {e}"),
+            )
+        })?;
+        Ok(JsonRequest {
+            payload: self.json_to_payload(&value)?.into(),
+            timeout_us: value.get("timeout_us").and_then(|t| t.as_u64()),
+        })
+    }
+    /// `{"data":"..."}` written straight from the payload (`json_str`: escapes found 8 bytes
+    /// at a time), byte for byte what `payload_to_json` serializes to.
+    fn write_json(&self, payload: &[u8], out: &mut Vec<u8>) {
+        out.extend_from_slice(br#"{"data":"#);
+        crate::json_str::write_lossy(payload, out);
+        out.push(b'}');
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use proptest::prelude::*;
+
+    /// The default mapping (through `serde_json::Value`), to hold the fast path against.
+    fn by_value(body: &[u8]) -> Result<JsonRequest<'_>, ErrorPayload> {
+        struct Plain;
+        impl Service for Plain {
+            fn id(&self) -> u16 {
+                Echo.id()
+            }
+            fn name(&self) -> &'static str {
+                "plain"
+            }
+            fn execute_cpu(&self, p: &[u8], out: &mut Vec<u8>) -> Result<(), ErrorPayload> {
+                Echo.execute_cpu(p, out)
+            }
+            fn json_to_payload(&self, b: &serde_json::Value) -> Result<Vec<u8>, ErrorPayload> {
+                Echo.json_to_payload(b)
+            }
+            fn payload_to_json(&self, p: &[u8]) -> serde_json::Value {
+                Echo.payload_to_json(p)
+            }
+        }
+        Plain.json_request(body)
+    }
+
+    #[test]
+    fn fast_path_answers_as_the_value_path() {
+        for body in [
+            &br#"{"data":"hello"}"#[..],
+            br#"{"data":"tab\there \"q\" \u00e9"}"#,
+            br#" {"timeout_us": 500, "data": "x", "other": [1,2]}"#,
+            br#"{}"#,
+            br#"{"data": 5}"#,
+            br#"{"data":"a","timeout_us":-1}"#,
+            br#"{"data":"a","data":"b"}"#,
+            br#"["x", 5]"#,
+            br#"{"data":"unterminated"#,
+            b"",
+            b"null",
+        ] {
+            assert_eq!(
+                Echo.json_request(body),
+                by_value(body),
+                "{:?}",
+                String::from_utf8_lossy(body)
+            );
+        }
+    }
+
+    proptest! {
+        #[test]
+        fn answer_is_the_value_paths_json(payload in proptest::collection::vec(any::<u8>(), 0..300)) {
+            let mut fast = Vec::new();
+            Echo.write_json(&payload, &mut fast);
+            let slow = serde_json::to_vec(&Echo.payload_to_json(&payload)).unwrap();
+            prop_assert_eq!(fast, slow);
+        }
+
+        #[test]
+        fn any_string_round_trips(s in ".{0,200}", t in proptest::option::of(any::<u64>())) {
+            let mut v = serde_json::json!({ "data": s });
+            if let Some(t) = t {
+                v["timeout_us"] = t.into();
+            }
+            let body = serde_json::to_vec(&v).unwrap();
+            let got = Echo.json_request(&body).unwrap();
+            prop_assert_eq!(&got, &by_value(&body).unwrap());
+            prop_assert_eq!(got.payload.into_owned(), s.into_bytes());
+            prop_assert_eq!(got.timeout_us, t);
+        }
     }
 }

@@ -6,6 +6,7 @@
 pub mod bank;
 pub mod catalog;
 pub mod echo;
+mod json_str;
 pub mod knn;
 pub mod micro_gpu;
 pub mod micro_persistent;

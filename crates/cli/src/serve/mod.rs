@@ -104,7 +104,7 @@ pub struct ServeArgs {
     /// HTTP listen address (HOST:PORT; host names are resolved).
     #[arg(long)]
     pub http: Option<String>,
-    /// Network threads: UDP io threads (one socket each) and TCP/HTTP workers.
+    /// io threads: each owns one UDP socket and one TCP/HTTP shard (listeners, ingress).
     #[arg(long, default_value_t = 1)]
     pub io_threads: usize,
     /// Pin network threads to these cores, e.g. 0-1,4.
