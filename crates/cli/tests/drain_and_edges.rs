@@ -116,6 +116,7 @@ fn healthz_answers_503_while_the_server_drains() {
         "GET /healthz HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n",
     );
     assert!(r.starts_with("HTTP/1.1 503"), "{r}");
+    assert!(r.to_ascii_lowercase().contains("retry-after: 1"), "{r}");
     let r = http(
         http_addr,
         "POST /v1/echo HTTP/1.1\r\nhost: x\r\ncontent-length: 2\r\nconnection: close\r\n\r\n{}",

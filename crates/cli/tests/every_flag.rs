@@ -63,6 +63,7 @@ fn sample(flag: &str, ix: &str) -> Option<Option<String>> {
         "gpus" => v("0,1"),
         "max-cohort" => v("512"),
         "cohort-timeout-us" => v("100"),
+        "cohort-keep-busy" => v("0"),
         "gpu-precision" => v("f16"),
         "streams" => v("2"),
         "udp" | "tcp" | "http" => v("localhost:0"),
@@ -181,7 +182,7 @@ fn every_serve_flag_and_config_key_is_accepted() {
     std::fs::write(
         &cfg,
         format!(
-            "service = \"knn:cpu,echo\"\nindex = \"{ix}\"\nudp = \"127.0.0.1:0\"\n[services.knn]\nengine = \"gpu-cohort\"\ngpus = [0]\nmax_cohort = 64\ncohort_timeout_us = 50\nstreams = 2\ngpu_precision = \"f32\"\ncohort_graphs = true\nworkers = 2\nworker_cpus = \"0\"\nmax_queue = 512\ndispatch = \"round-robin\"\nlatency_budget_us = 800\n"
+            "service = \"knn:cpu,echo\"\nindex = \"{ix}\"\nudp = \"127.0.0.1:0\"\n[services.knn]\nengine = \"gpu-cohort\"\ngpus = [0]\nmax_cohort = 64\ncohort_timeout_us = 50\ncohort_keep_busy = 2\nstreams = 2\ngpu_precision = \"f32\"\ncohort_graphs = true\nworkers = 2\nworker_cpus = \"0\"\nmax_queue = 512\ndispatch = \"round-robin\"\nlatency_budget_us = 800\n"
         ),
     )
     .unwrap();

@@ -7,7 +7,10 @@
 //! ring slot into a free slot's staging memory (pinned memory on a GPU), launches a slot when
 //! it holds `max_batch` requests or its oldest request has waited `timeout`, polls launched
 //! slots without blocking, and writes every answer into the answer ring of the ingress that
-//! sent the request. A request that cannot be staged (every slot busy) stays in its ring: the
+//! sent the request. Work-conserving (`keep_busy`, Triton's dynamic batcher): a filling batch
+//! also launches at once while fewer than `keep_busy` batches are running, so an idle device
+//! never waits out the timeout, and under load batches grow by themselves to what arrives
+//! while the device is busy (the timeout only bounds waiting; it is never a fixed wait). A request that cannot be staged (every slot busy) stays in its ring: the
 //! rings are the queue, and a full ring is OVERLOADED at the ingress.
 
 use crate::clock;
@@ -44,8 +47,11 @@ pub trait BatchSlot: Send {
 pub struct BatchConfig {
     /// A batch launches at this many requests (1: every request alone, gpu-direct)...
     pub max_batch: usize,
-    /// ...or when its oldest request has waited this long since it arrived.
+    /// ...or when its oldest request has waited this long since it arrived...
     pub timeout: Duration,
+    /// ...or at once while fewer than this many batches are in flight (0: only at size or
+    /// timeout, Rhythm's fixed cohorts; 1: whenever the device is idle).
+    pub keep_busy: usize,
     /// Metrics label of the compute stage ("gpu").
     pub stage: &'static str,
 }
@@ -239,13 +245,19 @@ impl Batcher<'_> {
     fn launch_due(&mut self, engine: &str, answers: &mut AnswerRings, hurry: bool) -> usize {
         let mut launched = 0;
         let now_ns = clock::now_ns();
+        let mut in_flight = self
+            .slots
+            .iter()
+            .filter(|s| matches!(s.phase, Phase::InFlight { .. }))
+            .count();
         for slot in self.slots.iter_mut() {
             let room = slot.cap;
             let Phase::Filling { key, oldest } = slot.phase else {
                 continue;
             };
             let waited = Duration::from_nanos(now_ns.saturating_sub(oldest));
-            let due = hurry || slot.rows.len() >= room || waited >= self.cfg.timeout;
+            let idle = in_flight < self.cfg.keep_busy;
+            let due = hurry || idle || slot.rows.len() >= room || waited >= self.cfg.timeout;
             if !due {
                 continue;
             }
@@ -266,6 +278,7 @@ impl Batcher<'_> {
             let rows = slot.rows.len();
             match slot.dev.launch(key, rows) {
                 Ok(()) => {
+                    in_flight += 1;
                     self.metrics.cohort(engine, rows);
                     slot.phase = Phase::InFlight {
                         key,

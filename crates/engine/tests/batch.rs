@@ -50,6 +50,48 @@ fn a_batch_closes_at_its_timeout() {
 }
 
 #[test]
+fn an_idle_device_never_waits_out_the_timeout() {
+    let _one = common::serial();
+    // Work-conserving: with nothing in flight a lone request launches at once, although
+    // its batch has room for 100 and the timeout is 10 s.
+    let mut r = batch_rig_keeping_busy(1, 2, 100, LONG, Duration::ZERO, 64, 1);
+    let c = &mut r.clients[0];
+    let t = Instant::now();
+    c.send(1, &[7, 7], LONG);
+    c.collect(Duration::from_secs(2));
+    assert_eq!(c.code(1), None);
+    assert!(
+        t.elapsed() < Duration::from_secs(2),
+        "waited {:?}",
+        t.elapsed()
+    );
+    assert_eq!(r.batches(), (1, 1));
+    r.stop();
+}
+
+#[test]
+fn while_the_device_is_busy_batches_grow_with_what_arrives() {
+    let _one = common::serial();
+    // One batch in flight for 200 ms: the 20 requests sent meanwhile wait for it (not for
+    // the 10 s timeout) and go together, as one batch, once it finishes.
+    let mut r = batch_rig_keeping_busy(1, 2, 100, LONG, Duration::from_millis(200), 64, 1);
+    let c = &mut r.clients[0];
+    c.send(0, &[7, 0], LONG);
+    std::thread::sleep(Duration::from_millis(50));
+    for i in 1..=20 {
+        c.send(i, &[7, i as u8], LONG);
+    }
+    c.collect(Duration::from_secs(5));
+    assert!((0..=20).all(|i| c.code(i).is_none()));
+    assert_eq!(
+        r.batches(),
+        (2, 21),
+        "the first alone, then the other 20 at once"
+    );
+    r.stop();
+}
+
+#[test]
 fn batch_keys_never_mix() {
     let _one = common::serial();
     let mut r = batch_rig(1, 3, 100, Duration::from_millis(5), Duration::ZERO, 64);
@@ -233,6 +275,7 @@ fn least_loaded_spreads_work_over_batching_lanes() {
         let cfg = BatchConfig {
             max_batch: 8,
             timeout: Duration::from_millis(30),
+            keep_busy: 0,
             stage: "gpu",
         };
         threads.push(std::thread::spawn(move || {

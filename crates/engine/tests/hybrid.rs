@@ -43,6 +43,7 @@ fn rig(budget_us: u32) -> Rig {
     let cfg = BatchConfig {
         max_batch: 64,
         timeout: Duration::from_micros(200),
+        keep_busy: 0,
         stage: "gpu",
     };
     let (m, st) = (metrics.clone(), stop.clone());

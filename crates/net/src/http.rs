@@ -81,6 +81,8 @@ pub(crate) async fn serve_http(
                 .header_read_timeout(HEADER_TIMEOUT)
                 // Pipelined requests' answers leave in one write, not one each.
                 .pipeline_flush(true)
+                // Head and body leave in one writev: the body is not copied behind the head.
+                .writev(true)
                 .keep_alive(!opened_draining)
                 .serve_connection(TokioIo::new(stream), svc);
             tokio::pin!(conn);
@@ -170,10 +172,22 @@ fn json(status: StatusCode, v: serde_json::Value) -> HttpResponse {
 
 fn error(code: ErrorCode, msg: impl Into<String>) -> HttpResponse {
     let status = StatusCode::from_u16(code.http_status()).expect("valid status");
-    json(
+    let mut r = json(
         status,
         serde_json::json!({ "error": code.name(), "message": msg.into() }),
-    )
+    );
+    retry_after(&mut r);
+    r
+}
+
+/// A 503 (overloaded, shutting down) tells the client when to come back: RFC 9110 15.6.4.
+pub(crate) fn retry_after<B>(r: &mut hyper::Response<B>) {
+    if r.status() == StatusCode::SERVICE_UNAVAILABLE {
+        r.headers_mut().insert(
+            hyper::header::RETRY_AFTER,
+            hyper::header::HeaderValue::from_static("1"),
+        );
+    }
 }
 
 /// An error of the gateway itself (no wire code): the same body shape.
@@ -197,10 +211,14 @@ async fn handle(
     ctx.metrics.http_requests.inc();
     let uri = req.uri().clone();
     let resp = match (req.method(), uri.path()) {
-        (&Method::GET, "/healthz") if ctx.is_shutting_down() => json(
-            StatusCode::SERVICE_UNAVAILABLE,
-            serde_json::json!({"status": "shutting down", "error": "UNAVAILABLE", "message": "server is draining"}),
-        ),
+        (&Method::GET, "/healthz") if ctx.is_shutting_down() => {
+            let mut r = json(
+                StatusCode::SERVICE_UNAVAILABLE,
+                serde_json::json!({"status": "shutting down", "error": "UNAVAILABLE", "message": "server is draining"}),
+            );
+            retry_after(&mut r);
+            r
+        }
         (&Method::GET, "/healthz") => json(StatusCode::OK, serde_json::json!({"status": "ok"})),
         (&Method::GET, "/metrics") => hyper::Response::builder()
             .header("content-type", "text/plain; version=0.0.4")

@@ -115,10 +115,15 @@ pub(crate) async fn page(
                 "the service's response is not HTTP\n".into(),
             )
         }),
-        Ok(Err(e)) => plain(
-            StatusCode::from_u16(e.code.http_status()).unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
-            format!("{}: {}\n", e.code.name(), e.message),
-        ),
+        Ok(Err(e)) => {
+            let mut r = plain(
+                StatusCode::from_u16(e.code.http_status())
+                    .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
+                format!("{}: {}\n", e.code.name(), e.message),
+            );
+            crate::http::retry_after(&mut r);
+            r
+        }
         Err(_) => plain(StatusCode::INTERNAL_SERVER_ERROR, "request lost\n".into()),
     }
 }

@@ -139,6 +139,7 @@ fn serve_paced(
                 mode,
                 max_cohort: 64,
                 cohort_timeout: Duration::from_micros(300),
+                keep_busy: 1,
                 streams: 3,
                 graphs,
             };

@@ -272,6 +272,7 @@ fn start_gpu(
         mode,
         max_cohort: p.max_cohort,
         cohort_timeout: Duration::from_micros(p.cohort_timeout_us),
+        keep_busy: p.cohort_keep_busy,
         streams: p.streams.unwrap_or(GpuEngineConfig::default_streams(mode)),
         graphs: p.cohort_graphs,
     };

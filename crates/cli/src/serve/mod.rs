@@ -62,8 +62,11 @@ pub struct ServeArgs {
     /// (Rhythm: a warp's accesses coalesce) or row-major.
     #[arg(long, default_value = "transposed")]
     pub bank_layout: BankLayout,
-    /// bank on gpu-cohort: cohorts of one page type (Rhythm) or of any mix.
-    #[arg(long, default_value = "type")]
+    /// bank on gpu-cohort: cohorts of any mix of page types, or of one type (Rhythm).
+    /// Served, mixed is the default: with a dozen types one type's cohorts stay small and
+    /// each pays a cohort's fixed cost (H200, 1024 connections: mixed p99 6.7 ms at 40K
+    /// pages/s, one type per cohort p50 1 s; bench/results/bank-gpu-cohort*-c1024.json).
+    #[arg(long, default_value = "mixed")]
     pub bank_cohorts: cohort_services::bank::backend::Cohorts,
     /// bank: where its records live: computed (from the user id, in process), gpu (hash
     /// tables in GPU memory; GPU engines), or memcached://HOST:PORT (loaded at start-up
@@ -80,9 +83,14 @@ pub struct ServeArgs {
     /// gpu-cohort: a cohort closes at this many requests...
     #[arg(long, default_value_t = 256)]
     pub max_cohort: usize,
-    /// ...or when its first request has waited this long.
+    /// ...or when its first request has waited this long...
     #[arg(long, default_value_t = 200)]
     pub cohort_timeout_us: u64,
+    /// ...or at once while fewer than this many cohorts are in flight on the GPU
+    /// (work-conserving: an idle GPU never waits out the timeout, and cohorts grow with the
+    /// load by themselves; 0 = fixed cohorts, size or timeout only).
+    #[arg(long, default_value_t = 1)]
+    pub cohort_keep_busy: usize,
     /// gpu engines: element type of the knn vectors on the GPU (f32, f16, or u8 for
     /// integral data in 0..=255 such as SIFT).
     #[arg(long, default_value = "f32")]
@@ -149,12 +157,13 @@ impl ServeArgs {
             index_mapped: false,
             bank_users: cohort_services::bank::besim::DEFAULT_USERS,
             bank_layout: BankLayout::Transposed,
-            bank_cohorts: Default::default(),
+            bank_cohorts: cohort_services::bank::backend::Cohorts::Mixed,
             bank_backend: Default::default(),
             engine: "cpu".into(),
             gpus: vec![0],
             max_cohort: 256,
             cohort_timeout_us: 200,
+            cohort_keep_busy: 1,
             streams: None,
             cohort_graphs: false,
             gpu_precision: Precision::F32,

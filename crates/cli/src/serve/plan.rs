@@ -69,6 +69,7 @@ pub struct ServicePlan {
     pub gpus: Vec<usize>,
     pub max_cohort: usize,
     pub cohort_timeout_us: u64,
+    pub cohort_keep_busy: usize,
     pub streams: Option<usize>,
     pub precision: Precision,
     pub cohort_graphs: bool,
@@ -93,11 +94,12 @@ pub struct ServicePlan {
 }
 
 /// Keys a `[services.NAME]` table (or `--service-opt NAME.KEY=VALUE`) may set.
-pub const SERVICE_KEYS: [&str; 17] = [
+pub const SERVICE_KEYS: [&str; 18] = [
     "engine",
     "gpus",
     "max_cohort",
     "cohort_timeout_us",
+    "cohort_keep_busy",
     "streams",
     "gpu_precision",
     "cohort_graphs",
@@ -141,6 +143,7 @@ pub fn plans(a: &ServeArgs) -> Result<Vec<ServicePlan>> {
             gpus: a.gpus.clone(),
             max_cohort: a.max_cohort,
             cohort_timeout_us: a.cohort_timeout_us,
+            cohort_keep_busy: a.cohort_keep_busy,
             streams: a.streams,
             precision: a.gpu_precision,
             cohort_graphs: a.cohort_graphs,
@@ -189,6 +192,7 @@ fn apply(plans: &mut [ServicePlan], opt: &str) -> Result<()> {
         "gpus" => p.gpus = list(value)?,
         "max_cohort" => p.max_cohort = num(value)? as usize,
         "cohort_timeout_us" => p.cohort_timeout_us = num(value)?,
+        "cohort_keep_busy" => p.cohort_keep_busy = num(value)? as usize,
         "streams" => p.streams = Some(num(value)? as usize),
         "gpu_precision" => p.precision = value.parse().map_err(anyhow::Error::msg)?,
         "cohort_graphs" => {

@@ -144,6 +144,7 @@ pub struct BatchRig {
     pub thread: Option<std::thread::JoinHandle<()>>,
 }
 
+/// Fixed batches (size or timeout only).
 pub fn batch_rig(
     ingresses: usize,
     slots: usize,
@@ -151,6 +152,21 @@ pub fn batch_rig(
     timeout: Duration,
     batch_time: Duration,
     ring_slots: usize,
+) -> BatchRig {
+    batch_rig_keeping_busy(
+        ingresses, slots, max_batch, timeout, batch_time, ring_slots, 0,
+    )
+}
+
+/// Batches that also launch while fewer than `keep_busy` are in flight.
+pub fn batch_rig_keeping_busy(
+    ingresses: usize,
+    slots: usize,
+    max_batch: usize,
+    timeout: Duration,
+    batch_time: Duration,
+    ring_slots: usize,
+    keep_busy: usize,
 ) -> BatchRig {
     let metrics = metrics("batch");
     let mut w = wire(ingresses, &[spec("batch", 1, ring_slots)]);
@@ -164,6 +180,7 @@ pub fn batch_rig(
     let cfg = BatchConfig {
         max_batch,
         timeout,
+        keep_busy,
         stage: "gpu",
     };
     let (m, st) = (metrics.clone(), stop.clone());

@@ -99,6 +99,9 @@ pub struct GpuEngineConfig {
     /// Largest cohort (gpu-cohort); gpu-direct uses 1.
     pub max_cohort: usize,
     pub cohort_timeout: Duration,
+    /// gpu-cohort: a filling cohort also launches while fewer than this many are in flight
+    /// (`BatchConfig::keep_busy`; 0 = fixed cohorts: size or timeout only).
+    pub keep_busy: usize,
     /// Slots, each with its own stream (= batches staged or in flight at once).
     pub streams: usize,
     /// gpu-cohort: replay one CUDA graph per (cohort-size bucket, batch key) instead of
@@ -159,6 +162,8 @@ impl GpuEngine {
         let bcfg = BatchConfig {
             max_batch,
             timeout: cfg.cohort_timeout,
+            // gpu-direct launches every request alone at once anyway.
+            keep_busy: cfg.keep_busy,
             stage: "gpu",
         };
         let stop = Arc::new(AtomicBool::new(false));

@@ -17,6 +17,11 @@ use tokio::sync::{mpsc, Mutex};
 
 pub(crate) type Conn = SendRequest<Full<Bytes>>;
 
+/// Cores this process may run on: the generator's threads (it is pinned with `taskset`).
+fn available_cores() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
 pub(crate) async fn connect(addr: SocketAddr) -> Option<Conn> {
     let stream = tokio::net::TcpStream::connect(addr).await.ok()?;
     let _ = stream.set_nodelay(true);
@@ -105,7 +110,7 @@ pub(crate) fn drive<C: Client>(
     client: impl Fn(usize, usize) -> C,
 ) -> Result<Recorder> {
     let rt = tokio::runtime::Builder::new_multi_thread()
-        .worker_threads(cfg.connections.clamp(1, 4))
+        .worker_threads(cfg.connections.clamp(1, available_cores()))
         .enable_all()
         .build()?;
     let mut total = Recorder::new();
