@@ -129,3 +129,46 @@ fn sigterm_under_load_leaves_nothing_unanswered() {
     assert_eq!(r.unexpected_answers, 0);
     assert!(r.ok > 1000, "{r:#?}");
 }
+
+/// Three io threads: TCP and HTTP connections spread over three shards (each its own listener,
+/// ingress and answer pump); every request on every connection is answered once, and SIGTERM
+/// during HTTP load drains all three and exits 0.
+#[test]
+fn tcp_and_http_over_several_io_threads_answer_every_request_once() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let mut s = Served::start(&["--service", "echo", "--io-threads", "3", "--workers", "2"]);
+    let echo = Arc::new(EchoWorkload {
+        payload_bytes: 3000,
+    });
+    let r = load_over(
+        Target::Tcp(s.tcp.unwrap()),
+        Mode::Open {
+            rate: 4000.0,
+            poisson: true,
+        },
+        1.0,
+        echo.clone(),
+        12,
+    );
+    assert_all_answered(&r);
+    assert_eq!(r.error_total(), 0, "{r:#?}");
+    assert!(r.ok >= 3500, "{r:#?}");
+    let http = s.http.unwrap();
+    let e = echo.clone();
+    let h = std::thread::spawn(move || {
+        load_over(
+            Target::Http(http),
+            Mode::Closed { concurrency: 16 },
+            2.0,
+            e,
+            16,
+        )
+    });
+    std::thread::sleep(Duration::from_millis(1200));
+    s.sigterm();
+    let r = h.join().unwrap();
+    assert_eq!(s.wait_exit(Duration::from_secs(15)), 0);
+    assert_eq!(r.errors.get("no_answer").copied().unwrap_or(0), 0, "{r:#?}");
+    assert_eq!(r.unexpected_answers, 0, "{r:#?}");
+    assert!(r.ok > 200, "{r:#?}");
+}

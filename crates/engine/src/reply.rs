@@ -20,7 +20,7 @@ pub struct Response {
 }
 
 /// Where an answer goes on the TCP/HTTP side: a connection's writer, a waiting HTTP handler.
-/// Implementations must not block: the egress thread calls this in its loop.
+/// Implementations must not block: the shard's answer pump calls this in its loop.
 pub trait ReplyPort: Send + Sync {
     fn deliver(&self, response: Response);
     /// The answer as the ingress reads it, borrowed from its ring slot. A port that encodes

@@ -84,12 +84,23 @@ impl Drop for Served {
 }
 
 pub fn load(target: Target, mode: Mode, secs: f64, w: Arc<dyn Workload>) -> Report {
+    load_over(target, mode, secs, w, 2)
+}
+
+/// `load` over `connections` connections (TCP/HTTP) or sockets (UDP).
+pub fn load_over(
+    target: Target,
+    mode: Mode,
+    secs: f64,
+    w: Arc<dyn Workload>,
+    connections: usize,
+) -> Report {
     let cfg = LoadConfig {
         target,
         mode,
         duration: Duration::from_secs_f64(secs),
         warmup: Duration::from_millis(200),
-        connections: 2,
+        connections,
         answer_timeout: Duration::from_secs(3),
         request_timeout_us: 0,
         seed: 7,
