@@ -55,6 +55,10 @@ pub struct LoadArgs {
     pub timeout_us: u32,
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
+    /// The server's process id (same host): its CPU time over each measured window goes in
+    /// the JSON (`cpu.server`, seconds and microseconds per answer) beside the generator's.
+    #[arg(long)]
+    pub server_pid: Option<u32>,
     /// knn: query vectors (.fvecs, .bvecs, .npy).
     #[arg(long)]
     pub queries: Option<PathBuf>,
@@ -163,6 +167,7 @@ pub fn config(a: &LoadArgs) -> Result<LoadConfig> {
         answer_timeout: Duration::from_millis(a.answer_timeout_ms.max(1)),
         request_timeout_us: a.timeout_us,
         seed: a.seed,
+        server_pid: a.server_pid,
     })
 }
 

@@ -38,6 +38,7 @@ fn five_times_capacity_for_ten_seconds_keeps_every_promise() {
         answer_timeout: Duration::from_secs(5),
         request_timeout_us: deadline_us,
         seed: 3,
+        server_pid: None,
     };
     let r = cohort_load::run(
         &cfg,

@@ -6,6 +6,7 @@
 //! workload; requests that never get an answer are counted as `no_answer`.
 
 mod bank;
+mod cpu_time;
 mod plot;
 mod report;
 mod run;

@@ -70,6 +70,8 @@ pub struct LoadConfig {
     /// Deadline put in each request header (0 = the server's default).
     pub request_timeout_us: u32,
     pub seed: u64,
+    /// The server's process id, for its CPU time over the measured window (same host).
+    pub server_pid: Option<u32>,
 }
 
 impl LoadConfig {
@@ -85,6 +87,7 @@ impl LoadConfig {
             answer_timeout: Duration::from_secs(2),
             request_timeout_us: 0,
             seed: 1,
+            server_pid: None,
         }
     }
 }
@@ -355,8 +358,13 @@ pub fn run(cfg: &LoadConfig, workload: Arc<dyn Workload>) -> Result<Report> {
         let meter = sc.spawn(|| {
             sh.wait_until(sh.measure_from_ns);
             let m = cohort_power::Meter::start_with(gpu_power);
+            let cpu = crate::cpu_time::Sample::take(cfg.server_pid);
             sh.wait_until(sh.end_ns);
-            m.finish()
+            (
+                m.finish(),
+                cpu,
+                crate::cpu_time::Sample::take(cfg.server_pid),
+            )
         });
         let rec = match cfg.target {
             Target::Udp(_) | Target::Tcp(_) => crate::transport::frames::run(cfg, &sh),
@@ -385,8 +393,13 @@ pub fn run(cfg: &LoadConfig, workload: Arc<dyn Workload>) -> Result<Report> {
         };
         *rec.errors.entry(name.into()).or_insert(0) += 1;
     }
+    let (energy, cpu_start, cpu_end) = energy;
     let mut r = report(cfg, &sh, rec, workload.as_ref());
     r.energy = Some(energy.to_json(r.ok as f64));
+    r.extra.insert(
+        "cpu".into(),
+        cpu_end.since(&cpu_start, r.ok as f64, cfg.server_pid),
+    );
     Ok(r)
 }
 

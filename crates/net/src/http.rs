@@ -79,8 +79,8 @@ pub(crate) async fn serve_http(
             let conn = hyper::server::conn::http1::Builder::new()
                 .timer(TokioTimer::new())
                 .header_read_timeout(HEADER_TIMEOUT)
-                // Pipelined requests' answers leave in one write, not one each.
-                .pipeline_flush(true)
+                // (No `pipeline_flush`: with it hyper never flushes the 400 for a garbage
+                // request, which stays in its read buffer, and closes the connection silently.)
                 // Head and body leave in one writev: the body is not copied behind the head.
                 .writev(true)
                 .keep_alive(!opened_draining)

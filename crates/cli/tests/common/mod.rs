@@ -104,6 +104,7 @@ pub fn load_over(
         answer_timeout: Duration::from_secs(3),
         request_timeout_us: 0,
         seed: 7,
+        server_pid: None,
     };
     cohort_load::run(&cfg, w).expect("load run")
 }
