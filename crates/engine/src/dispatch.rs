@@ -75,7 +75,10 @@ impl LaneRate {
         if done > 0 || outstanding > 0 {
             let sample = done as f64 / elapsed as f64;
             self.per_ns = Some(match self.per_ns {
-                None => sample,
+                // After a stalled window (rate 0: a batch longer than the window, a lane
+                // that just started) the first window with answers is the measurement:
+                // blended with the 0 it would understate the lane for several windows.
+                None | Some(0.0) => sample,
                 Some(old) => RATE_ALPHA * sample + (1.0 - RATE_ALPHA) * old,
             });
         }

@@ -32,6 +32,10 @@ pub struct EngineSpec {
     pub services: Vec<u16>,
     /// Slots per request ring and per answer ring (powers of two).
     pub slots: usize,
+    /// Admission by deadline: a request whose lane would, at its measured answer rate, not
+    /// reach it before its deadline is refused OVERLOADED at once (503 + Retry-After on
+    /// HTTP) instead of waiting in the queue to time out.
+    pub admit_by_deadline: bool,
 }
 
 /// Slots per ring so that all of an engine's request rings together hold about `max_queue`.
@@ -151,6 +155,7 @@ pub fn wire_in(ingresses: usize, engines: &[EngineSpec], memory: RequestMemory<'
             ing_engines[i].push(EngineTx {
                 name: name.clone(),
                 policy: spec.policy,
+                admit_by_deadline: spec.admit_by_deadline,
                 lanes,
                 next: i,
                 waits: Vec::new(),
@@ -195,6 +200,7 @@ struct LaneTx {
 struct EngineTx {
     name: Arc<str>,
     policy: DispatchPolicy,
+    admit_by_deadline: bool,
     lanes: Vec<LaneTx>,
     next: usize,
     /// Hybrid dispatch's per-lane waits, reused (no allocation per request).
@@ -213,6 +219,8 @@ pub enum Refusal {
     /// The request does not fit the engine's ring slots (engines whose rings a device reads
     /// cannot spill): the payload limit is given.
     TooLarge(usize),
+    /// Every lane would answer after the request's deadline (expected wait, budget; us).
+    PastDeadline { wait_us: u64, budget_us: u64 },
 }
 
 impl Refusal {
@@ -229,6 +237,13 @@ impl Refusal {
             Refusal::TooLarge(max) => ErrorPayload::new(
                 ErrorCode::TooLarge,
                 format!("this engine carries requests of at most {max} bytes"),
+            ),
+            Refusal::PastDeadline { wait_us, budget_us } => ErrorPayload::new(
+                ErrorCode::Overloaded,
+                format!(
+                    "the engine would answer in about {wait_us} us, past this request's \
+                     deadline of {budget_us} us"
+                ),
             ),
         }
     }
@@ -304,6 +319,8 @@ impl IngressEnds {
             }
         };
         let mut any_live = false;
+        let budget_ns = env.deadline.saturating_sub(env.arrived);
+        let mut past_deadline: Option<f64> = None;
         for k in 0..n {
             let i = (first + k) % n;
             let lane = &mut eng.lanes[i];
@@ -311,6 +328,19 @@ impl IngressEnds {
                 continue;
             }
             any_live = true;
+            if eng.admit_by_deadline {
+                // Little's law over this ingress's share of the lane: what it owes the
+                // ingress / how fast it has been answering it (0 until measured).
+                lane.rate
+                    .update(env.arrived, lane.answered, lane.outstanding);
+                let wait = lane.rate.expected_wait_ns(lane.outstanding, false);
+                // A lane measured at a rate of zero (nothing answered for a window) is not
+                // judged here: a ring that stays full refuses it.
+                if wait.is_finite() && wait > budget_ns as f64 {
+                    past_deadline = Some(past_deadline.map_or(wait, |w| w.min(wait)));
+                    continue;
+                }
+            }
             match lane.ring.try_send(env, payload) {
                 Ok(()) => {
                     lane.outstanding += 1;
@@ -328,10 +358,17 @@ impl IngressEnds {
                 Err(SendError::Closed) => continue,
             }
         }
-        Err(if any_live {
-            Refusal::Overloaded
-        } else {
-            Refusal::EngineDown
+        Err(match (any_live, past_deadline) {
+            (false, _) => Refusal::EngineDown,
+            (true, Some(wait)) => Refusal::PastDeadline {
+                wait_us: if wait.is_finite() {
+                    (wait / 1e3) as u64
+                } else {
+                    u64::MAX
+                },
+                budget_us: budget_ns / 1000,
+            },
+            (true, None) => Refusal::Overloaded,
         })
     }
 

@@ -92,6 +92,66 @@ fn while_the_device_is_busy_batches_grow_with_what_arrives() {
 }
 
 #[test]
+fn admission_refuses_at_once_what_would_wait_past_its_deadline() {
+    let _one = common::serial();
+    // One slot, batches of up to 50 taking 20 ms: about 2 500 answers/s under load. The
+    // ingress learns that rate from a backlog (phase 1); then a burst of 400 requests with
+    // 100 ms deadlines holds about 250 that can make it, and the rest are refused OVERLOADED
+    // as they arrive instead of waiting out their deadline in the queue.
+    let mut r = batch_rig_with(
+        1,
+        1,
+        50,
+        Duration::from_millis(1),
+        Duration::from_millis(20),
+        4096,
+        1,
+        true,
+    );
+    let c = &mut r.clients[0];
+    let mut id = 0u64;
+    let learn = Instant::now();
+    while learn.elapsed() < Duration::from_millis(300) {
+        for _ in 0..20 {
+            c.send(id, &[1, id as u8], LONG);
+            id += 1;
+        }
+        c.collect(Duration::ZERO);
+        std::thread::sleep(Duration::from_millis(4));
+    }
+    c.collect(Duration::from_secs(5));
+    let codes: Vec<_> = (0..id).filter_map(|i| c.code(i)).collect();
+    assert!(
+        codes.is_empty(),
+        "the backlog is served: {} of {id} refused {:?}",
+        codes.len(),
+        &codes[..codes.len().min(5)]
+    );
+    let burst = 1_000_000..1_000_400u64;
+    let t = Instant::now();
+    for i in burst.clone() {
+        c.send(i, &[1, i as u8], Duration::from_millis(100));
+    }
+    let sending = t.elapsed();
+    let refused_at_once = burst
+        .clone()
+        .filter(|i| matches!(c.answers.get(i).map(|a| &a[..]), Some([Err(e)]) if e.code == ErrorCode::Overloaded))
+        .count();
+    c.collect(Duration::from_secs(3));
+    let ok = burst.clone().filter(|&i| c.code(i).is_none()).count();
+    assert!(
+        sending < Duration::from_millis(50),
+        "sending took {sending:?}"
+    );
+    assert!(
+        refused_at_once >= 50,
+        "refused {refused_at_once} at once, served {ok}"
+    );
+    assert!(ok >= 100, "served {ok}, refused {refused_at_once} at once");
+    r.stop();
+}
+
+#[test]
 fn batch_keys_never_mix() {
     let _one = common::serial();
     let mut r = batch_rig(1, 3, 100, Duration::from_millis(5), Duration::ZERO, 64);

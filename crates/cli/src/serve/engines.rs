@@ -133,6 +133,10 @@ pub fn start_engines(a: &ServeArgs, ingresses: usize) -> Result<EngineSide> {
             },
             services: vec![id_of(p)],
             slots: slots_for(p.max_queue, n, ingresses),
+            // The batching GPU engines queue requests behind cohorts in flight: refuse at
+            // once what would wait past its deadline (cpu workers keep the queue-and-timeout
+            // behaviour their tests and clients rely on).
+            admit_by_deadline: matches!(p.engine, EngineKind::GpuCohort | EngineKind::GpuDirect),
         })
         .collect();
     let labels: HashMap<u16, ServiceLabel> = plans

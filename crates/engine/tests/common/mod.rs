@@ -133,6 +133,7 @@ pub fn spec(engine: &str, lanes: usize, slots: usize) -> EngineSpec {
         policy: DispatchPolicy::LeastLoaded,
         services: vec![SERVICE],
         slots,
+        admit_by_deadline: false,
     }
 }
 
@@ -168,8 +169,27 @@ pub fn batch_rig_keeping_busy(
     ring_slots: usize,
     keep_busy: usize,
 ) -> BatchRig {
+    batch_rig_with(
+        ingresses, slots, max_batch, timeout, batch_time, ring_slots, keep_busy, false,
+    )
+}
+
+/// A batching engine with every knob, admission by deadline included.
+#[allow(clippy::too_many_arguments)]
+pub fn batch_rig_with(
+    ingresses: usize,
+    slots: usize,
+    max_batch: usize,
+    timeout: Duration,
+    batch_time: Duration,
+    ring_slots: usize,
+    keep_busy: usize,
+    admit_by_deadline: bool,
+) -> BatchRig {
     let metrics = metrics("batch");
-    let mut w = wire(ingresses, &[spec("batch", 1, ring_slots)]);
+    let mut spec = spec("batch", 1, ring_slots);
+    spec.admit_by_deadline = admit_by_deadline;
+    let mut w = wire(ingresses, &[spec]);
     let lane = w.engines[0].pop().unwrap();
     let devs: Vec<Box<dyn BatchSlot>> = (0..slots)
         .map(|_| {
