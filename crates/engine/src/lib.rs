@@ -30,5 +30,5 @@ pub use inflight::{InflightTable, LaneRef, Meta, MAX_INFLIGHT};
 pub use ingress::{Answer, Ingress};
 pub use metrics::{Metrics, ServiceLabel};
 pub use reply::{ReplyPort, Response, ResponseBody};
-pub use service::{JsonRequest, Registry, Service};
+pub use service::{json_request_by_value, JsonRequest, Registry, Service};
 pub use wiring::{wire, wire_in, EngineSpec, IngressEnds, LaneEnds, Refusal, Wiring};

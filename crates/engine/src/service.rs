@@ -28,16 +28,7 @@ pub trait Service: Send + Sync {
     /// [`Service::json_to_payload`]; a service with large bodies overrides it to parse a typed
     /// struct that borrows its strings from the body (the same answers, without the tree).
     fn json_request<'a>(&self, body: &'a [u8]) -> Result<JsonRequest<'a>, ErrorPayload> {
-        let value: serde_json::Value = serde_json::from_slice(body).map_err(|e| {
-            ErrorPayload::new(
-                cohort_proto::ErrorCode::BadRequest,
-                format!("invalid JSON: {e}"),
-            )
-        })?;
-        Ok(JsonRequest {
-            payload: self.json_to_payload(&value)?.into(),
-            timeout_us: value.get("timeout_us").and_then(|t| t.as_u64()),
-        })
+        json_request_by_value(self, body)
     }
     /// HTTP gateway: appends the JSON answer for a response payload to `out`. The default
     /// writes [`Service::payload_to_json`]; a service with large answers overrides it to write
@@ -46,6 +37,24 @@ pub trait Service: Send + Sync {
         serde_json::to_writer(out, &self.payload_to_json(payload))
             .expect("a JSON value serializes into memory");
     }
+}
+
+/// The gateway's JSON mapping through a `serde_json::Value`: [`Service::json_request`]'s
+/// default, and the way back for a service whose own fast parse declines a body.
+pub fn json_request_by_value<'a, S: Service + ?Sized>(
+    service: &S,
+    body: &'a [u8],
+) -> Result<JsonRequest<'a>, ErrorPayload> {
+    let value: serde_json::Value = serde_json::from_slice(body).map_err(|e| {
+        ErrorPayload::new(
+            cohort_proto::ErrorCode::BadRequest,
+            format!("invalid JSON: {e}"),
+        )
+    })?;
+    Ok(JsonRequest {
+        payload: service.json_to_payload(&value)?.into(),
+        timeout_us: value.get("timeout_us").and_then(|t| t.as_u64()),
+    })
 }
 
 /// A JSON request body as the gateway admits it.

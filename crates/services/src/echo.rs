@@ -51,16 +51,7 @@ impl Service for Echo {
                 });
             }
         }
-        let value: serde_json::Value = serde_json::from_slice(body).map_err(|e| {
-            ErrorPayload::new(
-                cohort_proto::ErrorCode::BadRequest,
-                format!("invalid JSON: {e}"),
-            )
-        })?;
-        Ok(JsonRequest {
-            payload: self.json_to_payload(&value)?.into(),
-            timeout_us: value.get("timeout_us").and_then(|t| t.as_u64()),
-        })
+        cohort_engine::json_request_by_value(self, body)
     }
     /// `{"data":"..."}` written straight from the payload (`json_str`: escapes found 8 bytes
     /// at a time), byte for byte what `payload_to_json` serializes to.
@@ -78,25 +69,7 @@ mod tests {
 
     /// The default mapping (through `serde_json::Value`), to hold the fast path against.
     fn by_value(body: &[u8]) -> Result<JsonRequest<'_>, ErrorPayload> {
-        struct Plain;
-        impl Service for Plain {
-            fn id(&self) -> u16 {
-                Echo.id()
-            }
-            fn name(&self) -> &'static str {
-                "plain"
-            }
-            fn execute_cpu(&self, p: &[u8], out: &mut Vec<u8>) -> Result<(), ErrorPayload> {
-                Echo.execute_cpu(p, out)
-            }
-            fn json_to_payload(&self, b: &serde_json::Value) -> Result<Vec<u8>, ErrorPayload> {
-                Echo.json_to_payload(b)
-            }
-            fn payload_to_json(&self, p: &[u8]) -> serde_json::Value {
-                Echo.payload_to_json(p)
-            }
-        }
-        Plain.json_request(body)
+        cohort_engine::json_request_by_value(&Echo, body)
     }
 
     #[test]
