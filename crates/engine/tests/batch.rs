@@ -54,7 +54,7 @@ fn an_idle_device_never_waits_out_the_timeout() {
     let _one = common::serial();
     // Work-conserving: with nothing in flight a lone request launches at once, although
     // its batch has room for 100 and the timeout is 10 s.
-    let mut r = batch_rig_keeping_busy(1, 2, 100, LONG, Duration::ZERO, 64, 1);
+    let mut r = batch_rig_with(1, 2, 100, LONG, Duration::ZERO, 64, 1, false);
     let c = &mut r.clients[0];
     let t = Instant::now();
     c.send(1, &[7, 7], LONG);
@@ -74,7 +74,7 @@ fn while_the_device_is_busy_batches_grow_with_what_arrives() {
     let _one = common::serial();
     // One batch in flight for 200 ms: the 20 requests sent meanwhile wait for it (not for
     // the 10 s timeout) and go together, as one batch, once it finishes.
-    let mut r = batch_rig_keeping_busy(1, 2, 100, LONG, Duration::from_millis(200), 64, 1);
+    let mut r = batch_rig_with(1, 2, 100, LONG, Duration::from_millis(200), 64, 1, false);
     let c = &mut r.clients[0];
     c.send(0, &[7, 0], LONG);
     std::thread::sleep(Duration::from_millis(50));

@@ -154,27 +154,13 @@ pub fn batch_rig(
     batch_time: Duration,
     ring_slots: usize,
 ) -> BatchRig {
-    batch_rig_keeping_busy(
-        ingresses, slots, max_batch, timeout, batch_time, ring_slots, 0,
-    )
-}
-
-/// Batches that also launch while fewer than `keep_busy` are in flight.
-pub fn batch_rig_keeping_busy(
-    ingresses: usize,
-    slots: usize,
-    max_batch: usize,
-    timeout: Duration,
-    batch_time: Duration,
-    ring_slots: usize,
-    keep_busy: usize,
-) -> BatchRig {
     batch_rig_with(
-        ingresses, slots, max_batch, timeout, batch_time, ring_slots, keep_busy, false,
+        ingresses, slots, max_batch, timeout, batch_time, ring_slots, 0, false,
     )
 }
 
-/// A batching engine with every knob, admission by deadline included.
+/// A batching engine with every knob: `keep_busy` (launch while fewer batches are in flight)
+/// and admission by deadline included.
 #[allow(clippy::too_many_arguments)]
 pub fn batch_rig_with(
     ingresses: usize,
