@@ -7,7 +7,8 @@
 //!   as a slot is free (batches of one), its copy-in, kernels and copy-out replayed as one CUDA
 //!   graph; up to `streams` requests in flight.
 //! - `gpu-cohort` (Rhythm / micro-batching / Triton's dynamic batcher): a batch closes at
-//!   `max_cohort` requests or when its first request has waited `cohort_timeout`; each slot has
+//!   `max_cohort` requests, when its first request has waited `cohort_timeout`, or at once
+//!   while fewer than `keep_busy` batches are in flight (work-conserving); each slot has
 //!   its own stream and pinned staging, so copy-in, kernels and copy-out of consecutive
 //!   cohorts overlap.
 
