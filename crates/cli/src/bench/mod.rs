@@ -9,6 +9,7 @@ mod echo;
 mod engine;
 mod gpu;
 mod hog;
+mod http_plot;
 mod knn;
 mod plot;
 mod streams;
@@ -46,6 +47,8 @@ pub enum BenchCmd {
     BankPlot(bank_plot::BankPlotArgs),
     /// Several sweeps on one throughput-latency plot.
     Plot(plot::PlotArgs),
+    /// The HTTP path beside nginx as bars (`scripts/http-served.sh`'s JSON).
+    HttpPlot(http_plot::HttpPlotArgs),
 }
 
 pub fn run(cmd: BenchCmd) -> Result<()> {
@@ -62,6 +65,7 @@ pub fn run(cmd: BenchCmd) -> Result<()> {
         BenchCmd::BankGpu(a) => bank_gpu::run_all(&a),
         BenchCmd::BankPlot(a) => bank_plot::run(&a),
         BenchCmd::Plot(a) => plot::run(&a),
+        BenchCmd::HttpPlot(a) => http_plot::run(&a),
     }
 }
 
