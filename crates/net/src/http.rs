@@ -163,11 +163,7 @@ fn json_body(status: StatusCode, body: Vec<u8>) -> HttpResponse {
 }
 
 fn json(status: StatusCode, v: serde_json::Value) -> HttpResponse {
-    hyper::Response::builder()
-        .status(status)
-        .header("content-type", "application/json")
-        .body(Full::new(Bytes::from(v.to_string())))
-        .expect("static response parts")
+    json_body(status, v.to_string().into_bytes())
 }
 
 fn error(code: ErrorCode, msg: impl Into<String>) -> HttpResponse {
