@@ -25,6 +25,22 @@ struct SvcArgs {
     unsigned long long scratch;    // f32 [filter blocks * nlist]
     unsigned long long max_probe;
     unsigned long long max_k;      // the wire limit of k (knn::MAX_K)
+    // The cohort plan (knn_persistent_cohort.cu); zero for the per-pair stages. Buffers are
+    // indexed by a query's place in the cohort's pass (probes too), not by its slot.
+    unsigned long long cmax;         // requests in one cohort at most
+    unsigned long long cand;         // f32 [cand_floats]: candidate rows, `stride` per query
+    unsigned long long cand_floats;
+    unsigned long long poff;         // u32 [cmax * max_probe]
+    unsigned long long totals;       // u32 [cmax]
+    unsigned long long counts;       // u32 [nlist]
+    unsigned long long cursor;       // u32 [nlist]
+    unsigned long long items;        // u32 [nlist + 1]
+    unsigned long long order;        // u32 [cmax * max_probe]
+    unsigned long long taken;        // u32 [cmax]: the slots of the cohort, as popped
+    unsigned long long ok;           // u32 [cmax]: their checks passed
+    unsigned long long cq_slot;      // u32 [cmax]: the slots that passed, in order
+    unsigned long long ctl;          // u32 [64]: the cohort's shape (COH_*)
+    unsigned long long top_rows;     // u64 [max_probe + 1]: rows in the p largest cells
 };
 
 #define KNN_HEAD 12
@@ -140,6 +156,24 @@ extern "C" __global__ void knn_p_search(PRt rt, SvcArgs a) { search_worker<float
 extern "C" __global__ void knn_p_search_f16(PRt rt, SvcArgs a) { search_worker<unsigned short>(rt, a); }
 extern "C" __global__ void knn_p_search_u8(PRt rt, SvcArgs a) { search_worker<unsigned char>(rt, a); }
 
+// Answers slot `s` with the k nearest (best_i/best_d, shared memory, sorted) and frees the
+// slot. Answer: count u32, then (id u32, distance f32) nearest first; padding (NO_ID, fewer
+// than k candidates) sorts last and is left out. Block-cooperative.
+__device__ void knn_answer(const PRt& rt, unsigned int s, unsigned int k, const unsigned* best_i, const float* best_d) {
+    unsigned int pos;
+    unsigned char* out = tx_begin(rt, &pos);
+    unsigned int count = 0;
+    for (unsigned int j = 0; j < k; ++j) count += best_i[j] != NO_ID;
+    if (threadIdx.x == 0) *(unsigned int*)out = count;
+    for (unsigned int j = threadIdx.x; j < count; j += blockDim.x) {
+        ((unsigned int*)(out + 4))[2 * j] = best_i[j];
+        ((float*)(out + 4))[2 * j + 1] = best_d[j];
+    }
+    tx_commit(rt, pos, &p_slot(rt, s)->h, 0, 4 + 8 * count);
+    if (threadIdx.x == 0) p_free_slot(rt, s);
+    __syncthreads();
+}
+
 // Dynamic shared memory: GPU_MAX_CANDIDATES * 8 bytes.
 extern "C" __global__ void knn_p_reduce(PRt rt, SvcArgs a) {
     p_block_started(rt);
@@ -157,20 +191,7 @@ extern "C" __global__ void knn_p_reduce(PRt rt, SvcArgs a) {
             unsigned long long part = (unsigned long long)s * GPU_MAX_CANDIDATES;
             reduce_one((const unsigned*)a.part_ids + part, (const float*)a.part_dist + part, (int)(nprobe * k),
                        (int)k, best_i, best_d, smem);
-            // Answer: count u32, then (id u32, distance f32) nearest first; padding (NO_ID,
-            // fewer than k candidates) sorts last and is left out.
-            unsigned int pos;
-            unsigned char* out = tx_begin(rt, &pos);
-            unsigned int count = 0;
-            for (unsigned int j = 0; j < k; ++j) count += best_i[j] != NO_ID;
-            if (threadIdx.x == 0) *(unsigned int*)out = count;
-            for (unsigned int j = threadIdx.x; j < count; j += blockDim.x) {
-                ((unsigned int*)(out + 4))[2 * j] = best_i[j];
-                ((float*)(out + 4))[2 * j + 1] = best_d[j];
-            }
-            tx_commit(rt, pos, &sl->h, 0, 4 + 8 * count);
-            if (threadIdx.x == 0) p_free_slot(rt, s);
-            __syncthreads();
+            knn_answer(rt, s, k, best_i, best_d);
         }
     }
 }

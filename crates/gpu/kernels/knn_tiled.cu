@@ -146,27 +146,33 @@ __device__ void row_distances(const float* __restrict__ queries, const size_t* q
     __syncthreads();
 }
 
-// Stage 1. Grid (ceil(nq / QB), ceil(nlist / chunk)). scratch: nq x nlist.
+// Stage 1 for query group gx (QB queries) x centroid chunk gy. scratch: nq x nlist. Query j
+// is row j of `queries`, or row qslot[j] when qslot is given (the persistent engine's queries
+// stay in their slots' rows).
 template <int METRIC>
-__device__ void filter_tiled(const float* __restrict__ queries, int nq, const float* __restrict__ centroids,
-                             int nlist, int dim, int chunk, float* __restrict__ scratch, DistSmem& sm) {
+__device__ void filter_tiled(const float* __restrict__ queries, int nq, const unsigned* __restrict__ qslot,
+                             const float* __restrict__ centroids, int nlist, int dim, int chunk,
+                             float* __restrict__ scratch, int gx, int gy, DistSmem& sm) {
     size_t* qrow = sm.qrow;
     size_t* obase = sm.obase;
-    const int q0 = blockIdx.x * QB, c0 = blockIdx.y * chunk;
+    const int q0 = gx * QB, c0 = gy * chunk;
     const int nqg = min(QB, nq - q0), nc = min(chunk, nlist - c0);
-    if (threadIdx.x < QB) {
-        qrow[threadIdx.x] = (size_t)(q0 + threadIdx.x) * dim;
-        obase[threadIdx.x] = (size_t)(q0 + threadIdx.x) * nlist + c0;
+    if ((int)threadIdx.x < QB) {
+        const int q = q0 + threadIdx.x;
+        qrow[threadIdx.x] = (size_t)(qslot && q < nq ? qslot[q] : q) * dim;
+        obase[threadIdx.x] = (size_t)q * nlist + c0;
     }
     __syncthreads();
     if (nqg > 0 && nc > 0) tile_distances<float, METRIC>(queries, qrow, nqg, centroids, c0, nc, dim, scratch, obase, sm);
+    __syncthreads();
 }
 
+// Grid (ceil(nq / QB), ceil(nlist / chunk)).
 extern "C" __global__ void knn_filter_tiled(const float* __restrict__ queries, int nq, const float* __restrict__ centroids,
                                             int nlist, int dim, int metric, int chunk, float* __restrict__ scratch) {
     __shared__ DistSmem sm;
-    if (metric == 0) filter_tiled<0>(queries, nq, centroids, nlist, dim, chunk, scratch, sm);
-    else filter_tiled<1>(queries, nq, centroids, nlist, dim, chunk, scratch, sm);
+    if (metric == 0) filter_tiled<0>(queries, nq, nullptr, centroids, nlist, dim, chunk, scratch, blockIdx.x, blockIdx.y, sm);
+    else filter_tiled<1>(queries, nq, nullptr, centroids, nlist, dim, chunk, scratch, blockIdx.x, blockIdx.y, sm);
 }
 
 // ---- Radix select ----
@@ -302,22 +308,30 @@ extern "C" __global__ void knn_select_filter(const float* __restrict__ scratch, 
     block_select<BLOCK>(src, nprobe, probes + q * nprobe, (float*)0);
 }
 
-// Stage 3. Thread per query: poff[q * nprobe + p] = where probe p's candidates start in the
-// query's candidate row; totals[q] = the row's length; counts[cell] += 1 (counts zeroed).
+// Stage 3 for one query (one thread): poff[p] = where probe p's candidates start in the
+// query's candidate row (`probes`, `poff`: the query's rows of nprobe entries); returns the
+// row's length; counts[cell] += 1 (counts zeroed).
+__device__ unsigned plan_query(const unsigned* __restrict__ probes, int nprobe,
+                               const unsigned long long* __restrict__ offsets, unsigned* __restrict__ poff,
+                               unsigned* __restrict__ counts) {
+    unsigned run = 0;
+    for (int p = 0; p < nprobe; ++p) {
+        const unsigned c = probes[p];
+        poff[p] = run;
+        run += (unsigned)(offsets[c + 1] - offsets[c]);
+        atomicAdd(&counts[c], 1u);
+    }
+    return run;
+}
+
+// Thread per query: totals[q] = the query's candidate row length.
 extern "C" __global__ void knn_plan(const unsigned* __restrict__ probes, int nq, int nprobe,
                                     const unsigned long long* __restrict__ offsets, unsigned* __restrict__ poff,
                                     unsigned* __restrict__ totals, unsigned* __restrict__ counts) {
     const int q = blockIdx.x * blockDim.x + threadIdx.x;
     if (q >= nq) return;
-    unsigned run = 0;
-    for (int p = 0; p < nprobe; ++p) {
-        const size_t b = (size_t)q * nprobe + p;
-        const unsigned c = probes[b];
-        poff[b] = run;
-        run += (unsigned)(offsets[c + 1] - offsets[c]);
-        atomicAdd(&counts[c], 1u);
-    }
-    totals[q] = run;
+    const size_t b = (size_t)q * nprobe;
+    totals[q] = plan_query(probes + b, nprobe, offsets, poff + b, counts);
 }
 
 // Work items of a cell: its query groups x its row chunks.
@@ -325,11 +339,11 @@ __device__ __forceinline__ unsigned cell_items(unsigned pairs, unsigned long lon
     return ((pairs + QB - 1) / QB) * (unsigned)((len + chunk - 1) / chunk);
 }
 
-// Stage 4. One block: cursor = exclusive prefix of counts (where each cell's pairs start);
-// items = exclusive prefix of work items per cell, items[nlist] = the total.
-extern "C" __global__ void knn_scan_items(const unsigned* __restrict__ counts, int nlist,
-                                          const unsigned long long* __restrict__ offsets, int chunk,
-                                          unsigned* __restrict__ cursor, unsigned* __restrict__ items) {
+// Stage 4 (the whole block): cursor = exclusive prefix of counts (where each cell's pairs
+// start); items = exclusive prefix of work items per cell, items[nlist] = the total.
+__device__ void scan_items(const unsigned* __restrict__ counts, int nlist,
+                           const unsigned long long* __restrict__ offsets, int chunk,
+                           unsigned* __restrict__ cursor, unsigned* __restrict__ items) {
     __shared__ unsigned warp_tot[WARPS];
     const int per = (nlist + BLOCK - 1) / BLOCK;
     const int lo = min(nlist, (int)threadIdx.x * per), hi = min(nlist, lo + per);
@@ -347,6 +361,14 @@ extern "C" __global__ void knn_scan_items(const unsigned* __restrict__ counts, i
         run_w += cell_items(counts[c], offsets[c + 1] - offsets[c], chunk);
     }
     if (threadIdx.x == BLOCK - 1) items[nlist] = run_w;
+    __syncthreads();
+}
+
+// One block.
+extern "C" __global__ void knn_scan_items(const unsigned* __restrict__ counts, int nlist,
+                                          const unsigned long long* __restrict__ offsets, int chunk,
+                                          unsigned* __restrict__ cursor, unsigned* __restrict__ items) {
+    scan_items(counts, nlist, offsets, chunk, cursor, items);
 }
 
 // Stage 5. order: the pair indices (query * nprobe + probe) cell by cell; cursor[c] ends at
@@ -359,20 +381,23 @@ extern "C" __global__ void knn_scatter(const unsigned* __restrict__ probes, int 
     }
 }
 
-// Stage 6. Blocks stride over the work items (their number is only known on the device).
-// cand: query q's candidate row starts at q * stride; probe p's rows at poff[q * nprobe + p].
+// Stage 6. Blocks stride over the work items (their number is only known on the device):
+// items vb0, vb0 + vstep, ... A pair b is probe b % pstride of query b / pstride (pstride:
+// the probes row length, nprobe or the persistent engine's max_probe); the query's vector is
+// row q of `queries`, or row qslot[q] when given. cand: query q's candidate row starts at
+// q * stride; probe p's rows at poff[q * pstride + p].
 template <typename T, int METRIC>
-__device__ void search_tiled(const float* __restrict__ queries, const T* __restrict__ vectors,
-                             const unsigned long long* __restrict__ offsets, int nlist, int nprobe, int dim, int chunk,
-                             const unsigned* __restrict__ counts, const unsigned* __restrict__ cursor,
-                             const unsigned* __restrict__ items, const unsigned* __restrict__ order,
-                             const unsigned* __restrict__ poff, float* __restrict__ cand, size_t stride,
-                             DistSmem& sm) {
+__device__ void search_tiled(const float* __restrict__ queries, const unsigned* __restrict__ qslot,
+                             const T* __restrict__ vectors, const unsigned long long* __restrict__ offsets, int nlist,
+                             int pstride, int dim, int chunk, const unsigned* __restrict__ counts,
+                             const unsigned* __restrict__ cursor, const unsigned* __restrict__ items,
+                             const unsigned* __restrict__ order, const unsigned* __restrict__ poff,
+                             float* __restrict__ cand, size_t stride, unsigned vb0, unsigned vstep, DistSmem& sm) {
     size_t* qrow = sm.qrow;
     size_t* obase = sm.obase;
     float* qsm = sm.qsm;
     const unsigned total = items[nlist];
-    for (unsigned it = blockIdx.x; it < total; it += gridDim.x) {
+    for (unsigned it = vb0; it < total; it += vstep) {
         int lo = 0, hi = nlist - 1;  // the cell: last c with items[c] <= it (skips cells with none)
         while (lo < hi) {
             int mid = (lo + hi + 1) / 2;
@@ -386,8 +411,8 @@ __device__ void search_tiled(const float* __restrict__ queries, const T* __restr
         const int nqg = min(QB, (int)(counts[c] - g * QB));
         if ((int)threadIdx.x < nqg) {
             const unsigned b = order[first + threadIdx.x];
-            const size_t q = b / nprobe;
-            qrow[threadIdx.x] = q * dim;
+            const size_t q = b / pstride;
+            qrow[threadIdx.x] = (size_t)(qslot ? qslot[q] : q) * dim;
             obase[threadIdx.x] = q * stride + poff[b] + (size_t)h * chunk;
         }
         __syncthreads();
@@ -413,29 +438,41 @@ __device__ void search_tiled(const float* __restrict__ queries, const T* __restr
                                     float* __restrict__ cand, unsigned long long stride) {                         \
         __shared__ DistSmem sm;                                                                                    \
         if (metric == 0)                                                                                           \
-            search_tiled<T, 0>(queries, vectors, offsets, nlist, nprobe, dim, chunk, counts, cursor, items, order, \
-                               poff, cand, stride, sm);                                                            \
+            search_tiled<T, 0>(queries, nullptr, vectors, offsets, nlist, nprobe, dim, chunk, counts, cursor,     \
+                               items, order, poff, cand, stride, blockIdx.x, gridDim.x, sm);                       \
         else                                                                                                       \
-            search_tiled<T, 1>(queries, vectors, offsets, nlist, nprobe, dim, chunk, counts, cursor, items, order, \
-                               poff, cand, stride, sm);                                                            \
+            search_tiled<T, 1>(queries, nullptr, vectors, offsets, nlist, nprobe, dim, chunk, counts, cursor,     \
+                               items, order, poff, cand, stride, blockIdx.x, gridDim.x, sm);                       \
     }
 SEARCH_TILED(knn_search_tiled, float)
 SEARCH_TILED(knn_search_tiled_f16, unsigned short)
 SEARCH_TILED(knn_search_tiled_u8, unsigned char)
 
-// Stage 7. Block per query: the k nearest of its candidate row, sorted.
+// Stage 7 for one query (the whole block): the k nearest of its candidate row `cand`
+// (`total` long; probe p's rows start at poff[p], of cell probes[p]), sorted.
+template <int NT>
+__device__ void select_query(const float* __restrict__ cand, unsigned total, const unsigned* __restrict__ poff,
+                             const unsigned* __restrict__ probes, int nprobe,
+                             const unsigned long long* __restrict__ offsets, const unsigned* __restrict__ row_ids,
+                             int k, unsigned* __restrict__ out_ids, float* __restrict__ out_dist) {
+    __shared__ unsigned s_poff[SEL_MAX];
+    for (int p = threadIdx.x; p < nprobe; p += NT) s_poff[p] = poff[p];
+    __syncthreads();
+    RowIds src{cand, (int)total, s_poff, probes, nprobe, offsets, row_ids};
+    block_select<NT>(src, k, out_ids, out_dist);
+    __syncthreads();
+}
+
+// Block per query.
 template <int NT>
 __device__ void select_search(const float* __restrict__ cand, unsigned long long stride,
                               const unsigned* __restrict__ totals, const unsigned* __restrict__ poff,
                               const unsigned* __restrict__ probes, int nprobe,
                               const unsigned long long* __restrict__ offsets, const unsigned* __restrict__ row_ids,
                               int k, unsigned* __restrict__ out_ids, float* __restrict__ out_dist) {
-    __shared__ unsigned s_poff[SEL_MAX];
     const size_t q = blockIdx.x;
-    for (int p = threadIdx.x; p < nprobe; p += NT) s_poff[p] = poff[q * nprobe + p];
-    __syncthreads();
-    RowIds src{cand + q * stride, (int)totals[q], s_poff, probes + q * nprobe, nprobe, offsets, row_ids};
-    block_select<NT>(src, k, out_ids + q * k, out_dist + q * k);
+    select_query<NT>(cand + q * stride, totals[q], poff + q * nprobe, probes + q * nprobe, nprobe, offsets, row_ids,
+                     k, out_ids + q * k, out_dist + q * k);
 }
 
 #define SELECT_SEARCH(NAME, NT)                                                                                     \

@@ -50,6 +50,7 @@ struct PRt {
     unsigned long long prof;       // device u64[nslots * P_PROF_STAMPS]: stamps of slots in use
     unsigned long long prof_log;   // device u64[prof_cap * P_PROF_REC]: answered requests' stamps
     unsigned long long prof_cap;   // 0: the profile is off (no clock reads on the hot path)
+    unsigned long long bar;        // device u32[64]: [0] arrivals, [32] generation (p_grid_barrier)
     PPipe free_slots;              // slot indices ready for a request
     PPipe pipes[P_PIPES];          // between stages; the service decides what flows where
 };
@@ -250,6 +251,70 @@ __device__ unsigned int pipe_pop(const PPipe& p, uint4* out, unsigned int max) {
     return n;
 }
 
+// The whole block claims up to `max` tasks and writes their .x to out[0..n) (any memory):
+// one CAS for the run, then the threads wait for, read and release the elements in parallel.
+// Returns n, the same in every thread (0: none waiting).
+__device__ unsigned int pipe_pop_block(const PPipe& p, unsigned int* out, unsigned int max) {
+    __shared__ unsigned int s_t, s_n;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        unsigned int t, n;
+        while (true) {
+            t = ld_relaxed_gpu(pipe_tail(p));
+            unsigned int h = ld_relaxed_gpu(pipe_head(p));
+            if ((int)(h - t) <= 0) { n = 0; break; }
+            n = min(h - t, max);
+            if (atomicCAS(pipe_tail(p), t, t + n) == t) break;
+        }
+        s_t = t;
+        s_n = n;
+    }
+    __syncthreads();
+    const unsigned int t = s_t, n = s_n, cap = (unsigned int)p.cap;
+    for (unsigned int i = threadIdx.x; i < n; i += blockDim.x) {
+        unsigned int* seq = (unsigned int*)p.seq + ((t + i) & (cap - 1));
+        while (ld_acquire_gpu(seq) != t + i + 1) __nanosleep(32);
+        out[i] = ((volatile uint4*)p.items + ((t + i) & (cap - 1)))->x;
+        st_release_gpu(seq, t + i + cap);
+    }
+    __syncthreads();
+    return n;
+}
+
+// ---- grid barrier: every block of one persistent kernel (a stage whose blocks work in
+// phases on a shared cohort). All its blocks are resident (checked at launch), so waiting for
+// each other cannot deadlock. The arrival counter is zeroed by p_reset before every launch.
+// Returns false when the engine is stopping: the caller leaves at once (the host has drained
+// what it waits for, or restarts and answers what the GPU held INTERNAL).
+__device__ bool p_grid_barrier(const PRt& rt) {
+    __shared__ int s_go;
+    __syncthreads();
+    if (threadIdx.x == 0) {
+        unsigned int* arrived = (unsigned int*)rt.bar;
+        unsigned int* gen = arrived + 32;
+        const unsigned int g = ld_acquire_gpu(gen);  // cannot advance before this block arrives
+        __threadfence();                              // the block's writes (barrier + cumulativity)
+        int go = 1;
+        if (atomicAdd(arrived, 1u) == gridDim.x - 1) {
+            st_relaxed_gpu(arrived, 0u);  // ordered before the release: the next phase's arrivals count from 0
+            st_release_gpu(gen, g + 1);
+        } else {
+            // Phases are short (their waits end within the first sleeps); an idle engine's
+            // blocks wait here for the next cohort and should not flood L2 with polls.
+            Backoff b(1024);
+            unsigned int spins = 0;
+            while (ld_acquire_gpu(gen) == g) {
+                if ((++spins & 63) == 0 && p_stopping(rt)) { go = 0; break; }
+                b.idle();
+            }
+        }
+        __threadfence();
+        s_go = go;
+    }
+    __syncthreads();
+    return s_go != 0;
+}
+
 // ---- slots ---------------------------------------------------------------------------------
 
 __device__ __forceinline__ PSlot* p_slot(const PRt& rt, unsigned int s) { return (PSlot*)rt.slots + s; }
@@ -416,6 +481,7 @@ extern "C" __global__ void p_reset(PRt rt) {
         ((uint4*)rt.free_slots.items)[s] = make_uint4(s, 0, 0, 0);
         ((unsigned int*)rt.free_slots.seq)[s] = s + 1;
     }
+    if (i < 64) ((unsigned int*)rt.bar)[i] = 0;
     if (i == 0) {
         ((unsigned int*)rt.free_slots.ctr)[0] = (unsigned int)rt.nslots;
         *(unsigned int*)rt.dev_stop = 0;

@@ -1,10 +1,12 @@
-// The ingress warp of the persistent engine (compiled after the service's stage file, which
-// defines `SvcArgs` and `service_accept`). One block of 32 threads per GPU polls every RX ring
-// in mapped host memory - each lane looks at one position of one ring, so one bus round trip
-// checks every ring several messages deep -
+// The ingress warps of the persistent engine (compiled after the service's stage file, which
+// defines `SvcArgs` and `service_accept`). Blocks of 32 threads; block b of W owns RX rings
+// b, b + W, ... (measured: one warp copying k-NN requests over the bus saturated at ~480K
+// requests/s, 71% of its time in the copy). Each polls its rings in mapped host memory - each
+// lane looks at one position of one ring, so one bus round trip checks every ring several
+// messages deep -
 // takes a run of ready requests into free slots (reserved first: a request is never read
 // without a place to put it), publishes the ring's tail and hands each slot to the service.
-// Only this warp touches host memory per request on the way in: 132 blocks polling the bus
+// Only these warps touch host memory per request on the way in: 132 blocks polling the bus
 // would slow every poll (274 us ping-pong vs 5.4 us measured on the H200).
 
 #define P_TAKE 16  // requests taken from one ring per visit: copies of a run overlap on the bus
@@ -80,17 +82,18 @@ __device__ __forceinline__ void run_offsets(unsigned int* off, unsigned int n, u
     __syncwarp();
 }
 
-// The ingress warp's phase clock (profile only): lane 0 charges the cycles since the last mark
-// to a phase; the totals go to the device counters every 64 loops (single writer: plain
-// stores).
+// An ingress warp's phase clock (profile only): lane 0 charges the cycles since the last mark
+// to a phase; every 64 loops each warp adds what it charged since its last flush to the device
+// counters (so they hold the sum over the warps); the lifetime clock is warp 0's.
 struct PhaseClock {
     bool on;
     long long last, start;
     unsigned long long start_ns;
     // Indexed by P_STAT_* - P_STAT_CYC_IDLE: the phases, then the visit count.
     unsigned long long cyc[P_STAT_VISITS - P_STAT_CYC_IDLE + 1];
+    unsigned long long flushed[P_STAT_VISITS - P_STAT_CYC_IDLE + 1];
     __device__ PhaseClock(const PRt& rt) : on(rt.prof_cap != 0 && threadIdx.x == 0) {
-        for (int i = 0; i <= P_STAT_VISITS - P_STAT_CYC_IDLE; ++i) cyc[i] = 0;
+        for (int i = 0; i <= P_STAT_VISITS - P_STAT_CYC_IDLE; ++i) cyc[i] = flushed[i] = 0;
         last = start = clock64();
         start_ns = global_ns();
     }
@@ -103,9 +106,15 @@ struct PhaseClock {
     __device__ void flush(const PRt& rt) {
         if (!on) return;
         unsigned long long* st = (unsigned long long*)rt.stats;
-        for (int i = P_STAT_CYC_IDLE; i <= P_STAT_VISITS; ++i) st[i] = cyc[i - P_STAT_CYC_IDLE];
-        st[P_STAT_CLK_CYC] = (unsigned long long)(clock64() - start);
-        st[P_STAT_CLK_NS] = global_ns() - start_ns;
+        for (int i = P_STAT_CYC_IDLE; i <= P_STAT_VISITS; ++i) {
+            const int j = i - P_STAT_CYC_IDLE;
+            atomicAdd(st + i, cyc[j] - flushed[j]);
+            flushed[j] = cyc[j];
+        }
+        if (blockIdx.x == 0) {
+            st[P_STAT_CLK_CYC] = (unsigned long long)(clock64() - start);
+            st[P_STAT_CLK_NS] = global_ns() - start_ns;
+        }
     }
 };
 
@@ -122,16 +131,21 @@ extern "C" __global__ void cohort_ingress(PRt rt, SvcArgs svc) {
     // request arriving at an idle engine does not wait for the free-slot pop).
     __shared__ unsigned int cache[P_TAKE + 32];
     unsigned int ncache = 0;  // the same in every lane
-    const unsigned long long* rx = (const unsigned long long*)rt.rx;
-    unsigned int nrx = (unsigned int)rt.nrx;
+    // This warp's rings: global ring ring0 + i * W for local index i < nrx.
+    const unsigned int W = gridDim.x, ring0 = blockIdx.x, all = (unsigned int)rt.nrx;
+    const unsigned int nrx = all > ring0 ? (all - ring0 + W - 1) / W : 0;
+    __shared__ unsigned long long rx[P_MAX_RX];
     unsigned int lane = threadIdx.x;
+    if (nrx == 0) return;  // the host launches at most one warp per ring; never hoard slots
+    for (unsigned int r = lane; r < nrx; r += 32) rx[r] = ((const unsigned long long*)rt.rx)[ring0 + r * W];
+    __syncwarp();
     // Resume where the last run stopped: the tails this warp published.
     for (unsigned int r = lane; r < nrx; r += 32)
         pos[r] = ld_acquire_sys((const unsigned int*)(rx[r] + COHORT_MQ_TAIL_OFFSET));
     __syncthreads();
     // One bus round trip looks at several positions of every ring: lane = ring + nrx * offset
     // (up to 32 rings; more are visited 32 at a time, one position each).
-    unsigned int group = nrx < 32 ? nrx : 32;
+    unsigned int group = nrx < 32 ? max(nrx, 1u) : 32;
     unsigned int depth = min(32u / group, (unsigned int)P_TAKE);
     Backoff b(256);
     PhaseClock clk(rt);
@@ -217,7 +231,7 @@ extern "C" __global__ void cohort_ingress(PRt rt, SvcArgs svc) {
                     // Relaxed: the copies it releases are complete (their values were stored
                     // before the barrier); a release store would wait on every earlier write.
                     st_relaxed_sys((unsigned int*)(base + COHORT_MQ_TAIL_OFFSET), p0 + got);
-                    for (unsigned int i = 0; i < got; ++i) p_slot(rt, taken[i])->h.route = rr;
+                    for (unsigned int i = 0; i < got; ++i) p_slot(rt, taken[i])->h.route = ring0 + rr * W;
                     p_count(rt, P_STAT_TAKEN, got);
                     if (rt.prof_cap) {
                         unsigned long long now = global_ns();

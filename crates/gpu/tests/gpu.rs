@@ -60,6 +60,9 @@ fn every_kernel_compiles_for_sm90_through_nvrtc() {
                 "knn_p_search_f16",
                 "knn_p_search_u8",
                 "knn_p_reduce",
+                "knn_p_cohort",
+                "knn_p_cohort_f16",
+                "knn_p_cohort_u8",
             ],
             other => panic!("no kernel list for {other}"),
         };

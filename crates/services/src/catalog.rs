@@ -19,6 +19,8 @@ pub struct ServiceOptions {
     pub index_mapped: bool,
     /// knn on the GPU: element type of the vectors there.
     pub precision: Precision,
+    /// knn on gpu-persistent: cohorts of the tiled plan, or per-pair stages.
+    pub knn_persistent_plan: crate::knn::persistent::PersistentPlan,
     /// bank: users in the backend.
     pub bank_users: u32,
     /// bank on the GPU: requests and responses transposed by words (else row-major).
@@ -35,6 +37,7 @@ impl Default for ServiceOptions {
             index: None,
             index_mapped: false,
             precision: Precision::F32,
+            knn_persistent_plan: Default::default(),
             bank_users: crate::bank::besim::DEFAULT_USERS,
             bank_transposed: true,
             bank_cohorts: Default::default(),
@@ -204,6 +207,7 @@ fn knn_persistent(
     let index = load_index(o, true)?;
     let ivf = GpuIvf::upload(dev, &index, o.precision).map_err(|e| e.to_string())?;
     Ok(Arc::new(
-        crate::knn::persistent::KnnPersistent::new(ivf, dev).map_err(|e| e.to_string())?,
+        crate::knn::persistent::KnnPersistent::new(ivf, dev, o.knn_persistent_plan)
+            .map_err(|e| e.to_string())?,
     ))
 }

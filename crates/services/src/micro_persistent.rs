@@ -66,12 +66,7 @@ impl PersistentBackend for MicroPersistent {
             }
         };
         Ok(Prepared {
-            args: SvcArgs({
-                let mut a = [0u64; 16];
-                a[0] = (self.kind == Micro::Spin) as u64;
-                a[1] = MAX_SPIN_US as u64;
-                a
-            }),
+            args: SvcArgs::new(&[(self.kind == Micro::Spin) as u64, MAX_SPIN_US as u64]),
             stages: vec![Stage {
                 kernel: "micro_p_worker",
                 blocks: workers,

@@ -5,7 +5,7 @@
 
 use crate::catalog::{self, ServiceOptions};
 use crate::knn::gpu::KnnGpu;
-use crate::knn::persistent::KnnPersistent;
+use crate::knn::persistent::{KnnPersistent, PersistentPlan};
 use crate::knn::{decode_response, encode_request, Elems, Knn};
 use crate::micro_gpu::MAX_ROW_BYTES;
 use cohort_engine::wiring::DEFAULT_STRIDE;
@@ -269,16 +269,20 @@ fn all_engines(
         v.push(Engine::Batched(gpu()?, mode, graphs));
     }
     if let Some(persistent) = persistent {
-        let cfg = PersistentConfig {
-            slots: 64,
-            // The correctness run also runs the profile's stamping (answers must not change)
-            // and checks what it reports is coherent.
-            profile: 256,
-            ..PersistentConfig::default()
-        };
-        v.push(Engine::Persistent(persistent()?, cfg));
+        v.push(persistent_engine(persistent()?));
     }
     Ok(v)
+}
+
+fn persistent_engine(backend: Arc<dyn PersistentBackend>) -> Engine {
+    let cfg = PersistentConfig {
+        slots: 64,
+        // The correctness run also runs the profile's stamping (answers must not change)
+        // and checks what it reports is coherent.
+        profile: 256,
+        ..PersistentConfig::default()
+    };
+    Engine::Persistent(backend, cfg)
 }
 
 /// A profile of a run that answered good requests: some requests joined, the GPU's share of
@@ -423,24 +427,34 @@ pub fn run(seed: u64, with_persistent: bool) -> Result<Vec<String>, String> {
         let ivf = GpuIvf::upload(dev, &ix, Precision::F32).map_err(|e| e.to_string())?;
         Ok(Arc::new(KnnGpu::new(ivf)))
     };
-    let persistent = || -> Result<Arc<dyn PersistentBackend>, String> {
+    let persistent = |plan: PersistentPlan| -> Result<Arc<dyn PersistentBackend>, String> {
         let ivf = GpuIvf::upload(dev, &ix, Precision::F32).map_err(|e| e.to_string())?;
         Ok(Arc::new(
-            KnnPersistent::new(ivf, dev).map_err(|e| e.to_string())?,
+            KnnPersistent::new(ivf, dev, plan).map_err(|e| e.to_string())?,
         ))
     };
+    let cohort = || persistent(PersistentPlan::Cohort);
+    let per_pair = || persistent(PersistentPlan::PerPair);
     lines.extend(check(
         "knn",
-        &|| all_engines(&gpu, with_persistent.then_some(&persistent)),
+        &|| all_engines(&gpu, with_persistent.then_some(&cohort)),
         &service,
         &payloads,
         neighbours,
     )?);
     if with_persistent {
+        // Both persistent plans answer as the CPU does (the cohort plan ran above).
+        lines.extend(check(
+            "knn (persistent per-pair plan)",
+            &|| Ok(vec![persistent_engine(per_pair()?)]),
+            &service,
+            &payloads,
+            neighbours,
+        )?);
         // The first 300 requests are well-formed (every answer must be a result).
         lines.push(unpackable_stage_ratio_serves_or_refuses(
             &service,
-            &persistent,
+            &per_pair,
             &payloads[..60],
         )?);
     }

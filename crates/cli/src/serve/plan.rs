@@ -6,6 +6,7 @@ use super::ServeArgs;
 use anyhow::{bail, Context as _, Result};
 use cohort_engine::DispatchPolicy;
 use cohort_gpu::knn::Precision;
+use cohort_services::knn::persistent::PersistentPlan;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EngineKind {
@@ -85,6 +86,8 @@ pub struct ServicePlan {
     pub stages: Option<Vec<usize>>,
     /// gpu-persistent: tasks a worker block takes from its gpipe at once.
     pub gpu_batch: usize,
+    /// gpu-persistent k-NN: cohorts of the tiled plan, or per-pair stages.
+    pub persistent_plan: PersistentPlan,
     /// gpu-persistent: restart a GPU that makes no progress for this long.
     pub watchdog_ms: u64,
     /// gpu-persistent: answers whose steps the GPU stamps, reported at shutdown (0 = off).
@@ -94,7 +97,7 @@ pub struct ServicePlan {
 }
 
 /// Keys a `[services.NAME]` table (or `--service-opt NAME.KEY=VALUE`) may set.
-pub const SERVICE_KEYS: [&str; 18] = [
+pub const SERVICE_KEYS: [&str; 19] = [
     "engine",
     "gpus",
     "max_cohort",
@@ -110,6 +113,7 @@ pub const SERVICE_KEYS: [&str; 18] = [
     "gpu_slots",
     "stages",
     "gpu_batch",
+    "persistent_plan",
     "watchdog_ms",
     "profile",
     "latency_budget_us",
@@ -154,6 +158,7 @@ pub fn plans(a: &ServeArgs) -> Result<Vec<ServicePlan>> {
             gpu_slots: 2048,
             stages: None,
             gpu_batch: 1,
+            persistent_plan: PersistentPlan::default(),
             watchdog_ms: 1000,
             profile: 0,
             latency_budget_us: 1000,
@@ -215,6 +220,12 @@ fn apply(plans: &mut [ServicePlan], opt: &str) -> Result<()> {
             )
         }
         "gpu_batch" => p.gpu_batch = num(value)? as usize,
+        "persistent_plan" => {
+            if p.name != "knn" {
+                bail!("{}: persistent_plan applies to knn only", p.name);
+            }
+            p.persistent_plan = value.parse().map_err(anyhow::Error::msg)?
+        }
         "watchdog_ms" => p.watchdog_ms = num(value)?,
         "profile" => p.profile = num(value)? as usize,
         "latency_budget_us" => p.latency_budget_us = num(value)?,
@@ -359,6 +370,8 @@ mod tests {
         assert!(e("echo", &["echo.profile=99999999"]).contains("profile must be at most"));
         assert!(e("echo", &["echo.profile=x"]).contains("profile"));
         assert!(e("echo", &["echo.latency_budget_us=0"]).contains("latency_budget_us must be"));
+        assert!(e("knn", &["knn.persistent_plan=x"]).contains("cohort, per-pair"));
+        assert!(e("echo", &["echo.persistent_plan=cohort"]).contains("knn only"));
     }
 
     #[test]
@@ -377,7 +390,13 @@ mod tests {
         assert_eq!(p.engine, EngineKind::GpuPersistent);
         assert_eq!(p.stages.as_deref(), Some(&[4, 8, 1][..]));
         assert_eq!((p.gpu_slots, p.gpu_batch, p.watchdog_ms), (128, 4, 50));
+        assert_eq!(p.persistent_plan, PersistentPlan::Cohort);
         assert_eq!(p.profile, 1000);
+        let a = args("knn:gpu-persistent", &["knn.persistent_plan=per-pair"]);
+        assert_eq!(
+            plans(&a).unwrap()[0].persistent_plan,
+            PersistentPlan::PerPair
+        );
     }
 
     #[test]

@@ -4,8 +4,8 @@
 //!
 //! - Request rings (one per ingress, built by `cohort_engine::wire_in`) live in mapped host
 //!   memory ([`MappedMemory`]); an ingress writes a request there exactly as for any engine.
-//! - On the GPU (kernels/persistent.cuh, persistent_ingress.cuh): one ingress warp polls
-//!   every RX ring, reserves a slot per request, copies it in and hands it to the service's
+//! - On the GPU (kernels/persistent.cuh, persistent_ingress.cuh): ingress warps (one per RX
+//!   ring, up to `MAX_INGRESS_WARPS`) poll the RX rings, reserves a slot per request, copies it in and hands it to the service's
 //!   first stage; worker blocks per stage pass tasks through gpipes; the last stage writes
 //!   the answer into a TX ring in mapped memory.
 //! - On the host ([`egress`]): one thread per GPU drains the TX ring into the ordinary answer
@@ -31,6 +31,10 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
+
+/// Ingress warps at most (one per RX ring up to this many; ring r belongs to warp r % warps).
+/// One warp copying k-NN requests over the bus topped out at ~480K requests/s on an H200.
+pub const MAX_INGRESS_WARPS: usize = 8;
 
 /// One kind of worker block.
 #[derive(Debug, Clone)]
@@ -163,7 +167,8 @@ pub fn stage_capacity(backend: &dyn PersistentBackend, stage: &Stage) -> Result<
 }
 
 /// A service's persistent module source: the shared constants, the mqueue layout, the
-/// k-NN stage functions when `with_knn`, the runtime, the service's file, the ingress warp.
+/// k-NN stage functions when `with_knn` (knn.cu's per-pair and knn_tiled.cu's tiled ones),
+/// the runtime, the service's file, the ingress warp.
 pub fn persistent_source(
     name: &'static str,
     service: &str,
@@ -176,9 +181,10 @@ pub fn persistent_source(
     );
     let knn = if with_knn {
         format!(
-            "{}{}",
+            "{}{}{}",
             include_str!("../../kernels/common.cuh"),
-            include_str!("../../kernels/knn.cu")
+            include_str!("../../kernels/knn.cu"),
+            include_str!("../../kernels/knn_tiled.cu")
         )
     } else {
         String::new()
@@ -196,14 +202,15 @@ pub fn persistent_source(
     }))
 }
 
-/// The k-NN persistent module (compiled by CI with the other kernel files).
+/// The k-NN persistent module, both plans: per-pair stages (knn_persistent.cu) and the
+/// cohort kernel (knn_persistent_cohort.cu). CI compiles it with the other kernel files.
 pub fn knn_source() -> &'static KernelSource {
     static S: std::sync::OnceLock<&'static KernelSource> = std::sync::OnceLock::new();
     S.get_or_init(|| {
-        persistent_source(
-            "knn_persistent.cu",
+        let service = concat!(
             include_str!("../../kernels/knn_persistent.cu"),
-            true,
-        )
+            include_str!("../../kernels/knn_persistent_cohort.cu")
+        );
+        persistent_source("knn_persistent.cu", service, true)
     })
 }

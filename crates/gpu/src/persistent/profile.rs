@@ -30,7 +30,7 @@ pub struct Interval {
 #[derive(Debug, Clone, Serialize, PartialEq)]
 pub struct Phase {
     pub name: &'static str,
-    /// Fraction of the warp's lifetime.
+    /// Fraction of the cycles the ingress warps charged to phases (summed over the warps).
     pub share: f64,
     /// Nanoseconds per request taken (the warp's cost of a request in this phase).
     pub ns_per_request: f64,
@@ -179,6 +179,10 @@ fn budget(stats: &[u64; STATS]) -> IngressBudget {
     let ns = stats[STAT_CLK_NS] as f64;
     let ghz = if ns > 0.0 { cyc / ns } else { 0.0 };
     let requests = stats[STAT_TAKEN];
+    // The phase counters are summed over every ingress warp; the lifetime clock is one warp's.
+    let charged: f64 = (0..PHASES.len())
+        .map(|i| stats[STAT_CYC_FIRST + i] as f64)
+        .sum();
     let phases = PHASES
         .iter()
         .enumerate()
@@ -186,7 +190,7 @@ fn budget(stats: &[u64; STATS]) -> IngressBudget {
             let c = stats[STAT_CYC_FIRST + i] as f64;
             Phase {
                 name,
-                share: if cyc > 0.0 { c / cyc } else { 0.0 },
+                share: if charged > 0.0 { c / charged } else { 0.0 },
                 ns_per_request: if requests > 0 && ghz > 0.0 {
                     c / ghz / requests as f64
                 } else {
@@ -293,7 +297,9 @@ mod tests {
         stats[STAT_CLK_NS] = 1_000_000; // 2 GHz
         stats[STAT_TAKEN] = 100;
         stats[STAT_VISITS] = 10;
-        stats[STAT_CYC_FIRST + 3] = 1_000_000; // copying: half the time
+        stats[STAT_CYC_FIRST] = 500_000; // idle: a quarter of the charged cycles
+        stats[STAT_CYC_FIRST + 3] = 1_000_000; // copying: half
+        stats[STAT_CYC_FIRST + 5] = 500_000;
         let b = budget(&stats);
         assert!((b.sm_clock_mhz - 2000.0).abs() < 1e-9);
         assert_eq!(b.requests_per_visit, 10.0);

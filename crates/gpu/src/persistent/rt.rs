@@ -47,6 +47,8 @@ pub struct RtArgs {
     pub prof: u64,
     pub prof_log: u64,
     pub prof_cap: u64,
+    /// Device u32[64]: the grid barrier's arrivals [0] and generation [32].
+    pub bar: u64,
     pub free_slots: PipeArgs,
     pub pipes: [PipeArgs; PIPES],
 }
@@ -54,10 +56,24 @@ pub struct RtArgs {
 // SAFETY: plain integers, passed by value as a kernel parameter.
 unsafe impl DeviceRepr for RtArgs {}
 
-/// A service's kernel argument block (its `SvcArgs`, at most 16 64-bit fields).
+/// 64-bit fields a service's argument block may have.
+pub const SVC_ARGS: usize = 32;
+
+/// A service's kernel argument block (its `SvcArgs`, at most `SVC_ARGS` 64-bit fields; a
+/// kernel whose struct is shorter reads only its first fields).
 #[repr(C)]
-#[derive(Debug, Clone, Copy, Default)]
-pub struct SvcArgs(pub [u64; 16]);
+#[derive(Debug, Clone, Copy)]
+pub struct SvcArgs(pub [u64; SVC_ARGS]);
+
+impl SvcArgs {
+    /// The first fields set, the rest zero.
+    pub fn new(fields: &[u64]) -> SvcArgs {
+        assert!(fields.len() <= SVC_ARGS, "at most {SVC_ARGS} fields");
+        let mut a = [0; SVC_ARGS];
+        a[..fields.len()].copy_from_slice(fields);
+        SvcArgs(a)
+    }
+}
 
 // SAFETY: plain integers, passed by value.
 unsafe impl DeviceRepr for SvcArgs {}
@@ -224,6 +240,7 @@ pub struct DeviceState {
     /// [0] the TX reservation counter, [1] the device copy of the stop flag, [2] the host's
     /// TX tail as last read by the GPU (kept across restarts, like [0]: never ahead of it).
     _tx_head: CudaSlice<u32>,
+    _bar: CudaSlice<u32>,
     _pipes: Vec<Pipe>,
     reset: CudaFunction,
     stream: Arc<CudaStream>,
@@ -251,6 +268,7 @@ impl DeviceState {
         let payloads = s.alloc_zeros::<u8>(g.nslots * payload_cap)?;
         let stats = s.alloc_zeros::<u64>(STATS)?;
         let tx_head = s.alloc_zeros::<u32>(4)?;
+        let bar = s.alloc_zeros::<u32>(64)?;
         // Zero-sized buffers are not allocated: one element keeps the addresses valid.
         let prof_slots = if g.profile > 0 { g.nslots } else { 0 };
         let prof = s.alloc_zeros::<u64>((prof_slots * PROF_STAMPS).max(1))?;
@@ -282,6 +300,7 @@ impl DeviceState {
             prof: addr(&prof, &s),
             prof_log: addr(&prof_log, &s),
             prof_cap: g.profile as u64,
+            bar: addr(&bar, &s),
             free_slots: free.args(&s),
             pipes: [pipes[0].args(&s), pipes[1].args(&s), pipes[2].args(&s)],
         };
@@ -297,6 +316,7 @@ impl DeviceState {
             _prof: prof,
             prof_log,
             _tx_head: tx_head,
+            _bar: bar,
             _pipes: all,
             reset,
             stream: s,
@@ -394,6 +414,10 @@ mod tests {
             (
                 "knn_persistent.cu",
                 include_str!("../../kernels/knn_persistent.cu"),
+            ),
+            (
+                "knn_persistent_cohort.cu",
+                include_str!("../../kernels/knn_persistent_cohort.cu"),
             ),
         ] {
             for line in text.lines() {

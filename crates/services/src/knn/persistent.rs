@@ -1,46 +1,336 @@
 //! k-NN on the persistent engine: the index already uploaded for the GPU engines
-//! (`GpuIvf`), the stage kernels of `cohort_gpu`'s knn_persistent.cu (the per-pair stage
-//! functions, so the CPU twins' answers), and per-slot buffers: the query row, the probed
-//! cells, and the reserved partial results every search block writes into directly.
+//! (`GpuIvf`) and one of two plans, both answering as the CPU twins:
+//!
+//! - [`PersistentPlan::Cohort`] (default; kernels/knn_persistent_cohort.cu): one kernel whose
+//!   blocks take every request waiting as a cohort and run gpu-cohort's tiled plan on it in
+//!   phases (batching inside the GPU: each probed cell is read once per group of queries).
+//! - [`PersistentPlan::PerPair`] (kernels/knn_persistent.cu): filter, search and reduce
+//!   blocks passing (request, probe) tasks through gpipes; a block per task.
 
-use cohort_gpu::consts::{GPU_MAX_CANDIDATES, SEL_MAX};
-use cohort_gpu::knn::{GpuIvf, Precision};
-use cohort_gpu::persistent::{knn_source, PersistentBackend, Prepared, Stage, SvcArgs};
+use cohort_gpu::consts::{BLOCK, GPU_MAX_CANDIDATES, SEL_MAX};
+use cohort_gpu::knn::{GpuIvf, Precision, DEFAULT_CANDIDATE_FLOATS};
+use cohort_gpu::persistent::rt::addr;
+use cohort_gpu::persistent::{
+    knn_source, stage_capacity, PersistentBackend, Prepared, Stage, SvcArgs,
+};
 use cohort_gpu::{load_module, DeviceInfo, GpuError};
-use cudarc::driver::{CudaContext, CudaModule, CudaSlice};
+use cudarc::driver::{CudaContext, CudaModule, CudaSlice, CudaStream};
 use std::sync::Arc;
+
+/// How the persistent kernels compute k-NN (`persistent_plan` in a service's options).
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum PersistentPlan {
+    #[default]
+    Cohort,
+    PerPair,
+}
+
+impl std::str::FromStr for PersistentPlan {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s {
+            "cohort" => Ok(PersistentPlan::Cohort),
+            "per-pair" => Ok(PersistentPlan::PerPair),
+            _ => Err(format!("unknown persistent plan {s:?} (cohort, per-pair)")),
+        }
+    }
+}
+
+/// Largest cohort the cohort plan takes at once (its buffers are sized for it): past this,
+/// the tiled plan's reuse of a cell across queries no longer grows (gpu-cohort measures its
+/// best at 8192).
+const COHORT_MAX: usize = 8192;
+/// Bound on the cohort's query x centroid distances (f32): 256 MiB.
+const COHORT_SCRATCH_FLOATS: usize = 1 << 26;
 
 pub struct KnnPersistent {
     ivf: Arc<GpuIvf>,
     module: Arc<CudaModule>,
     sms: usize,
+    plan: PersistentPlan,
 }
 
 impl KnnPersistent {
-    pub fn new(ivf: GpuIvf, dev: &DeviceInfo) -> Result<KnnPersistent, GpuError> {
+    pub fn new(
+        ivf: GpuIvf,
+        dev: &DeviceInfo,
+        plan: PersistentPlan,
+    ) -> Result<KnnPersistent, GpuError> {
         let module = load_module(&ivf.ctx, dev, knn_source())?;
         Ok(KnnPersistent {
             ivf: Arc::new(ivf),
             module,
             sms: dev.sms.max(1) as usize,
+            plan,
         })
     }
 
-    /// Default stage blocks: filter and search cost about the same per query at SIFT-like
-    /// shapes (nlist x dim vs nprobe x cell x dim); search gets twice the blocks for its
-    /// k selection rounds per cell; reducing is light.
+    /// Per-pair default stage blocks: filter and search cost about the same per query at
+    /// SIFT-like shapes (nlist x dim vs nprobe x cell x dim); search gets twice the blocks for
+    /// its k selection rounds per cell; reducing is light.
     fn default_blocks(&self) -> [usize; 3] {
         [self.sms, 2 * self.sms, (self.sms / 4).max(2)]
     }
+
+    fn cohort_kernel(&self) -> &'static str {
+        match self.ivf.precision {
+            Precision::F32 => "knn_p_cohort",
+            Precision::F16 => "knn_p_cohort_f16",
+            Precision::U8 => "knn_p_cohort_u8",
+        }
+    }
+
+    /// Cohort plan default: as many blocks as the GPU holds at once (at most four per SM: more
+    /// only lengthen every grid barrier), less room for the ingress warps.
+    fn default_cohort_blocks(&self) -> Result<usize, GpuError> {
+        let probe = Stage {
+            kernel: self.cohort_kernel(),
+            blocks: 1,
+            threads: BLOCK as u32,
+            dyn_smem: 0,
+        };
+        let fit = stage_capacity(self, &probe)?;
+        // An SM holding an ingress warp has room for one cohort block less: twice the warps
+        // left over keeps the start from depending on where the scheduler puts them.
+        Ok(fit
+            .min(4 * self.sms)
+            .saturating_sub(2 * cohort_gpu::persistent::MAX_INGRESS_WARPS)
+            .max(1))
+    }
+
+    fn rx_copy(&self, rx_stride: usize) -> Result<usize, GpuError> {
+        let dim = self.ivf.dim;
+        let rx_copy = (cohort_mq::SLOT_HEADER_BYTES + 12 + 4 * dim).next_multiple_of(16);
+        if rx_copy > rx_stride {
+            return Err(GpuError::Invalid(format!(
+                "gpu-persistent carries k-NN vectors of at most {} f32 elements in a ring slot; the index has {dim}",
+                (rx_stride - cohort_mq::SLOT_HEADER_BYTES - 12) / 4,
+            )));
+        }
+        Ok(rx_copy)
+    }
+
+    /// The first 16 argument fields, common to both plans.
+    fn base_args(
+        &self,
+        s: &Arc<CudaStream>,
+        queries: &CudaSlice<f32>,
+        probes: &CudaSlice<u32>,
+        part: (&CudaSlice<u32>, &CudaSlice<f32>),
+        scratch: &CudaSlice<f32>,
+    ) -> Vec<u64> {
+        let ivf = &self.ivf;
+        let v = ivf.device_view(s);
+        vec![
+            v.centroids,
+            v.vectors,
+            v.ids,
+            v.offsets,
+            ivf.dim as u64,
+            ivf.nlist as u64,
+            ivf.n as u64,
+            v.metric,
+            ivf.default_nprobe as u64,
+            addr(queries, s),
+            addr(probes, s),
+            addr(part.0, s),
+            addr(part.1, s),
+            addr(scratch, s),
+            self.max_probe() as u64,
+            super::MAX_K as u64,
+        ]
+    }
+
+    fn max_probe(&self) -> usize {
+        self.ivf.nlist.min(SEL_MAX)
+    }
+
+    fn prepare_per_pair(
+        &self,
+        slots: usize,
+        rx_copy: usize,
+        blocks: Option<&[usize]>,
+    ) -> Result<Prepared, GpuError> {
+        let ivf = &self.ivf;
+        let b = match blocks {
+            None => self.default_blocks(),
+            Some(&[f, s, r]) if f > 0 && s > 0 && r > 0 => [f, s, r],
+            Some(other) => {
+                return Err(GpuError::Invalid(format!(
+                    "k-NN per-pair has three stages (filter:search:reduce), each with at least one block; got {other:?}"
+                )))
+            }
+        };
+        let max_probe = self.max_probe();
+        let s = ivf.ctx.new_stream()?;
+        let bufs = PerPairBuffers {
+            queries: s.alloc_zeros(slots * ivf.dim)?,
+            probes: s.alloc_zeros(slots * max_probe)?,
+            part_ids: s.alloc_zeros(slots * GPU_MAX_CANDIDATES)?,
+            part_dist: s.alloc_zeros(slots * GPU_MAX_CANDIDATES)?,
+            scratch: s.alloc_zeros(b[0] * ivf.nlist)?,
+        };
+        s.synchronize()?;
+        let args = self.base_args(
+            &s,
+            &bufs.queries,
+            &bufs.probes,
+            (&bufs.part_ids, &bufs.part_dist),
+            &bufs.scratch,
+        );
+        let search = match ivf.precision {
+            Precision::F32 => "knn_p_search",
+            Precision::F16 => "knn_p_search_f16",
+            Precision::U8 => "knn_p_search_u8",
+        };
+        let block = BLOCK as u32;
+        let stage = |kernel, blocks, dyn_smem| Stage {
+            kernel,
+            blocks,
+            threads: block,
+            dyn_smem,
+        };
+        Ok(Prepared {
+            args: SvcArgs::new(&args),
+            stages: vec![
+                stage("knn_p_filter", b[0], 0),
+                stage(search, b[1], 0),
+                stage("knn_p_reduce", b[2], (GPU_MAX_CANDIDATES * 8) as u32),
+            ],
+            // Filter and reduce tasks: one per request at most; search: nprobe per request.
+            pipe_caps: [slots, slots * max_probe, slots],
+            rx_copy,
+            keep: Box::new(bufs),
+        })
+    }
+
+    fn prepare_cohort(
+        &self,
+        slots: usize,
+        rx_copy: usize,
+        blocks: Option<&[usize]>,
+    ) -> Result<Prepared, GpuError> {
+        let ivf = &self.ivf;
+        let g = match blocks {
+            None => self.default_cohort_blocks()?,
+            Some(&[g]) if g > 0 => g,
+            Some(other) => {
+                return Err(GpuError::Invalid(format!(
+                    "k-NN's cohort plan has one stage (its blocks); got {other:?}"
+                )))
+            }
+        };
+        let (mp, nlist) = (self.max_probe(), ivf.nlist);
+        let cmax = slots
+            .min(COHORT_MAX)
+            .min(COHORT_SCRATCH_FLOATS / nlist)
+            .max(1);
+        // Candidate rows: a whole cohort of default-nprobe queries in one pass, and always at
+        // least the longest row one query can make (wider queries run in more passes).
+        let widest = ivf.max_candidate_row(mp).max(1);
+        let cand_floats = (cmax * ivf.max_candidate_row(ivf.default_nprobe).max(1))
+            .min(DEFAULT_CANDIDATE_FLOATS)
+            .max(widest);
+        let top_rows: Vec<u64> = (0..=mp).map(|p| ivf.max_candidate_row(p) as u64).collect();
+        let s = ivf.ctx.new_stream()?;
+        let bufs = CohortBuffers {
+            queries: s.alloc_zeros(slots * ivf.dim)?,
+            probes: s.alloc_zeros(cmax * mp)?,
+            part_ids: s.alloc_zeros(1)?,
+            part_dist: s.alloc_zeros(1)?,
+            scratch: s.alloc_zeros(cmax * nlist)?,
+            cand: s.alloc_zeros(cand_floats)?,
+            poff: s.alloc_zeros(cmax * mp)?,
+            totals: s.alloc_zeros(cmax)?,
+            counts: s.alloc_zeros(nlist)?,
+            cursor: s.alloc_zeros(nlist)?,
+            items: s.alloc_zeros(nlist + 1)?,
+            order: s.alloc_zeros(cmax * mp)?,
+            taken: s.alloc_zeros(cmax)?,
+            ok: s.alloc_zeros(cmax)?,
+            cq_slot: s.alloc_zeros(cmax)?,
+            ctl: s.alloc_zeros(64)?,
+            top_rows: s.clone_htod(&top_rows)?,
+        };
+        s.synchronize()?;
+        let mut args = self.base_args(
+            &s,
+            &bufs.queries,
+            &bufs.probes,
+            (&bufs.part_ids, &bufs.part_dist),
+            &bufs.scratch,
+        );
+        // The cohort fields of SvcArgs (knn_persistent.cu), in order.
+        args.extend([
+            cmax as u64,
+            addr(&bufs.cand, &s),
+            cand_floats as u64,
+            addr(&bufs.poff, &s),
+            addr(&bufs.totals, &s),
+            addr(&bufs.counts, &s),
+            addr(&bufs.cursor, &s),
+            addr(&bufs.items, &s),
+            addr(&bufs.order, &s),
+            addr(&bufs.taken, &s),
+            addr(&bufs.ok, &s),
+            addr(&bufs.cq_slot, &s),
+            addr(&bufs.ctl, &s),
+            addr(&bufs.top_rows, &s),
+        ]);
+        tracing::info!(
+            blocks = g,
+            cohort_max = cmax,
+            candidate_mib = (cand_floats * 4) >> 20,
+            "k-NN gpu-persistent: cohort plan"
+        );
+        Ok(Prepared {
+            args: SvcArgs::new(&args),
+            stages: vec![Stage {
+                kernel: self.cohort_kernel(),
+                blocks: g,
+                threads: BLOCK as u32,
+                dyn_smem: 0,
+            }],
+            // One gpipe: the ingress warp to the cohort's leader.
+            pipe_caps: [slots, 0, 0],
+            rx_copy,
+            keep: Box::new(bufs),
+        })
+    }
 }
 
-/// The buffers an argument block points to.
-struct Buffers {
-    _queries: CudaSlice<f32>,
-    _probes: CudaSlice<u32>,
-    _part_ids: CudaSlice<u32>,
-    _part_dist: CudaSlice<f32>,
-    _scratch: CudaSlice<f32>,
+/// The buffers the per-pair argument block points to (held for their memory: the kernels
+/// use raw addresses).
+#[allow(dead_code)]
+struct PerPairBuffers {
+    queries: CudaSlice<f32>,
+    probes: CudaSlice<u32>,
+    part_ids: CudaSlice<u32>,
+    part_dist: CudaSlice<f32>,
+    scratch: CudaSlice<f32>,
+}
+
+/// The buffers the cohort plan's argument block points to (sizes: `prepare_cohort`; held for
+/// their memory).
+#[allow(dead_code)]
+struct CohortBuffers {
+    queries: CudaSlice<f32>,
+    probes: CudaSlice<u32>,
+    part_ids: CudaSlice<u32>,
+    part_dist: CudaSlice<f32>,
+    scratch: CudaSlice<f32>,
+    cand: CudaSlice<f32>,
+    poff: CudaSlice<u32>,
+    totals: CudaSlice<u32>,
+    counts: CudaSlice<u32>,
+    cursor: CudaSlice<u32>,
+    items: CudaSlice<u32>,
+    order: CudaSlice<u32>,
+    taken: CudaSlice<u32>,
+    ok: CudaSlice<u32>,
+    cq_slot: CudaSlice<u32>,
+    ctl: CudaSlice<u32>,
+    top_rows: CudaSlice<u64>,
 }
 
 impl PersistentBackend for KnnPersistent {
@@ -58,86 +348,23 @@ impl PersistentBackend for KnnPersistent {
         rx_stride: usize,
         blocks: Option<&[usize]>,
     ) -> Result<Prepared, GpuError> {
-        use cohort_gpu::persistent::rt::addr;
-        let ivf = &self.ivf;
-        let rx_copy = (cohort_mq::SLOT_HEADER_BYTES + 12 + 4 * ivf.dim).next_multiple_of(16);
-        if rx_copy > rx_stride {
-            return Err(GpuError::Invalid(format!(
-                "gpu-persistent carries k-NN vectors of at most {} f32 elements in a ring slot; the index has {}",
-                (rx_stride - cohort_mq::SLOT_HEADER_BYTES - 12) / 4,
-                ivf.dim
-            )));
+        let rx_copy = self.rx_copy(rx_stride)?;
+        match self.plan {
+            PersistentPlan::Cohort => self.prepare_cohort(slots, rx_copy, blocks),
+            PersistentPlan::PerPair => self.prepare_per_pair(slots, rx_copy, blocks),
         }
-        let b = match blocks {
-            None => self.default_blocks(),
-            Some(&[f, s, r]) if f > 0 && s > 0 && r > 0 => [f, s, r],
-            Some(other) => {
-                return Err(GpuError::Invalid(format!(
-                    "k-NN has three stages (filter:search:reduce), each with at least one block; got {other:?}"
-                )))
-            }
-        };
-        let max_probe = ivf.nlist.min(SEL_MAX);
-        let s = ivf.ctx.new_stream()?;
-        let bufs = Buffers {
-            _queries: s.alloc_zeros(slots * ivf.dim)?,
-            _probes: s.alloc_zeros(slots * max_probe)?,
-            _part_ids: s.alloc_zeros(slots * GPU_MAX_CANDIDATES)?,
-            _part_dist: s.alloc_zeros(slots * GPU_MAX_CANDIDATES)?,
-            _scratch: s.alloc_zeros(b[0] * ivf.nlist)?,
-        };
-        s.synchronize()?;
-        let v = ivf.device_view(&s);
-        let args = SvcArgs([
-            v.centroids,
-            v.vectors,
-            v.ids,
-            v.offsets,
-            ivf.dim as u64,
-            ivf.nlist as u64,
-            ivf.n as u64,
-            v.metric,
-            ivf.default_nprobe as u64,
-            addr(&bufs._queries, &s),
-            addr(&bufs._probes, &s),
-            addr(&bufs._part_ids, &s),
-            addr(&bufs._part_dist, &s),
-            addr(&bufs._scratch, &s),
-            max_probe as u64,
-            super::MAX_K as u64,
-        ]);
-        let search = match ivf.precision {
-            Precision::F32 => "knn_p_search",
-            Precision::F16 => "knn_p_search_f16",
-            Precision::U8 => "knn_p_search_u8",
-        };
-        let block = cohort_gpu::consts::BLOCK as u32;
-        Ok(Prepared {
-            args,
-            stages: vec![
-                Stage {
-                    kernel: "knn_p_filter",
-                    blocks: b[0],
-                    threads: block,
-                    dyn_smem: 0,
-                },
-                Stage {
-                    kernel: search,
-                    blocks: b[1],
-                    threads: block,
-                    dyn_smem: 0,
-                },
-                Stage {
-                    kernel: "knn_p_reduce",
-                    blocks: b[2],
-                    threads: block,
-                    dyn_smem: (GPU_MAX_CANDIDATES * 8) as u32,
-                },
-            ],
-            // Filter and reduce tasks: one per request at most; search: nprobe per request.
-            pipe_caps: [slots, slots * max_probe, slots],
-            rx_copy,
-            keep: Box::new(bufs),
-        })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::PersistentPlan;
+
+    #[test]
+    fn plans_parse_by_name_and_unknown_ones_are_refused() {
+        assert_eq!("cohort".parse(), Ok(PersistentPlan::Cohort));
+        assert_eq!("per-pair".parse(), Ok(PersistentPlan::PerPair));
+        let e = "tiled".parse::<PersistentPlan>().unwrap_err();
+        assert!(e.contains("cohort, per-pair"), "{e}");
     }
 }
