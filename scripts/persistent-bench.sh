@@ -10,6 +10,8 @@
 #          taskset to cores 0..N-1, the generator a separate process on cores 8-15, Poisson.
 #  noisy:  Centaur Fig. 10 / Lynx: one server core; a CPU-hungry program on cores 1-7, then on
 #          the server's own core; the neighbour's own rate alone and beside the server.
+#  plans:  k-NN in process per window: gpu-persistent's cohort plan (8192 slots, and the default
+#          2048) beside its per-pair plan and gpu-cohort, with the GPU's stamped profile.
 #  stages: k-NN's filter:search:reduce block ratio (STAGES="132:264:33 ..."), window 1024; each
 #          run bounded by `timeout` (a start that cannot place its blocks must fail, not hang).
 # BIN picks the binary (default dist/cohort).
@@ -21,7 +23,7 @@ D=${DATA:-/tmp/sift-like-1m}; NL=4096; IX=$D/ivf$NL.index
 PART=${PART:-engine}
 B=${BIN:-dist/cohort}
 t0=$(date +%s)
-if [[ $PART == *engine* || $PART == *served* || $PART == *noisy* || $PART == *stages* ]]; then
+if [[ $PART == *engine* || $PART == *served* || $PART == *noisy* || $PART == *stages* || $PART == *plans* ]]; then
     [ -f $D/groundtruth.ivecs ] || $B data synth --n 1000000 --dim 128 --queries 1000 --out $D --log-level warn
     [ -f $IX ] || $B index build --base $D/base.fvecs --nlist $NL --out $IX --log-level warn
     echo "data and index: $(( $(date +%s) - t0 )) s"
@@ -38,6 +40,23 @@ if [[ $PART == *engine* ]]; then
     $B bench engine --service echo --engines gpu-persistent,gpu-direct,cpu --window 1,64 --drivers 1 --duration 2 \
         --out "$OUT/persistent-engine-echo-$TAG.json" --log-level info 2>&1 | tee /tmp/echo.log | short
     grep ring-to-ring /tmp/echo.log | tee "$OUT/persistent-ring-to-ring-$TAG.log"
+fi
+if [[ $PART == *plans* ]]; then
+    W=${WINDOWS:-1,64,1024,8192}
+    for plan in ${PLANS:-cohort=knn.gpu_slots=8192 cohort2048=knn.gpu_slots=2048 per-pair=knn.persistent_plan=per-pair}; do
+        $B bench engine --data $D --nlist $NL --nprobe 16 --k 10 --engines gpu-persistent --service-opt ${plan#*=} \
+            --window $W --duration 2 --drivers 4 --out "$OUT/persistent-plan-${plan%%=*}-$TAG.json" --log-level warn 2>&1 | short
+    done
+    [ "${GPU_COHORT:-1}" = 1 ] && $B bench engine --data $D --nlist $NL --nprobe 16 --k 10 --engines gpu-cohort \
+        --window $W --duration 2 --drivers 4 --out "$OUT/persistent-plan-gpu-cohort-$TAG.json" --log-level warn 2>&1 | short
+    # Where a request's time goes on the cohort plan (the GPU's stamps), windows 1 and 1024.
+    for w in ${PROFILE_WINDOWS:-1 1024}; do
+        f="$OUT/persistent-plan-cohort-profile-w$w-$TAG.json"
+        $B bench engine --data $D --nlist $NL --nprobe 16 --k 10 --engines gpu-persistent \
+            --service-opt knn.gpu_slots=8192 --service-opt knn.profile=50000 --window $w --duration 2 --drivers 4 \
+            --out "$f" --log-level warn 2>&1 | short
+        python3 scripts/profile-summary.py "$f"
+    done
 fi
 if [[ $PART == *stages* ]]; then
     for r in ${STAGES:-132:264:33 264:264:33 66:264:33 132:132:33 132:396:33 264:528:66}; do
@@ -82,6 +101,7 @@ engine_rates() {
         gpu-direct) echo 10k,20k,40k,60k ;;
         gpu-cohort) echo 50k,150k,300k,500k,700k ;;
         gpu-persistent) echo ${P_RATES:-50k,100k,200k,300k,500k,700k} ;;
+        echo-cpu) echo ${E_RATES:-100k,200k,300k,500k,700k,1m} ;;
     esac
 }
 if [[ $PART == *served* ]]; then
@@ -91,9 +111,17 @@ if [[ $PART == *served* ]]; then
             [ $e = cpu ] && [ $n != 8 ] && continue
             flags="--service knn:$e --io-threads $io"
             [ $e = cpu ] && flags="$flags --service-opt knn.workers=$(( n > 1 ? n - 1 : 1 )) --io-threads 1"
+            # The physical anchor: the host's UDP path alone (echo on the cpu engine, same cores).
+            [ $e = echo-cpu ] && flags="--service echo:cpu --io-threads $io --service-opt echo.workers=$n"
             serve 0-$last $flags || continue
-            knn --sweep $(engine_rates $e) --duration 2 --warmup 1 --json "$OUT/persistent-served-$e-${n}core-$TAG.json" \
-                --label "taskset -c 0-$last dist/cohort serve $flags" 2>&1 | tail -n 8
+            if [ $e = echo-cpu ]; then
+                taskset -c 8-15 $B load --target udp://127.0.0.1:7000 --poisson --log-level warn --service echo \
+                    --connections 8 --sweep $(engine_rates $e) --duration 2 --warmup 1 \
+                    --json "$OUT/persistent-served-$e-${n}core-$TAG.json" --label "taskset -c 0-$last dist/cohort serve $flags" 2>&1 | tail -n 8
+            else
+                knn --sweep $(engine_rates $e) --duration 2 --warmup 1 --json "$OUT/persistent-served-$e-${n}core-$TAG.json" \
+                    --label "taskset -c 0-$last dist/cohort serve $flags" 2>&1 | tail -n 8
+            fi
             stop
         done
     done
@@ -101,7 +129,7 @@ fi
 if [[ $PART == *served* ]]; then
     # Fig. 11 (8 cores, one curve per engine) and the Fig. 1/7 table.
     curves=""
-    for e in gpu-persistent gpu-cohort gpu-direct cpu; do
+    for e in gpu-persistent gpu-cohort gpu-direct cpu echo-cpu; do
         f="$OUT/persistent-served-$e-8core-$TAG.json"; [ -f "$f" ] && curves="$curves $e=$f"
     done
     [ -n "$curves" ] && $B bench plot --title "k-NN served over UDP, server on 8 cores (1M x 128, nprobe 16)" \

@@ -6,8 +6,11 @@ import sys
 for path in sys.argv[1:]:
     print("==", path)
     for r in json.load(open(path))["results"]:
+        if "skipped" in r:
+            print(" ", r["engine"], "skipped:", r["skipped"])
+            continue
         if "profile" not in r:
-            print(" ", r["engine"], r["service"], "window", r["window"], "q/s %.0f" % r["queries_per_s"],
+            print(" ", r.get("engine"), r.get("service"), "window", r.get("window"), "q/s %.0f" % r["queries_per_s"],
                   "client p50 %.1f p99 %.1f us" % (r["latency_us"]["p50"], r["latency_us"]["p99"]))
             continue
         for p in r["profile"]:
