@@ -14,7 +14,7 @@
 #          2048) beside its per-pair plan and gpu-cohort, with the GPU's stamped profile.
 #  stages: k-NN's filter:search:reduce block ratio (STAGES="132:264:33 ..."), window 1024; each
 #          run bounded by `timeout` (a start that cannot place its blocks must fail, not hang).
-# BIN picks the binary (default dist/cohort).
+# BIN picks the binary (default dist/cohort); SERVE_EXTRA adds serve flags to every served run.
 set -uo pipefail
 OUT=${OUT:-bench/results}; TAG=${TAG:-h200}; mkdir -p "$OUT"
 nv=$(python3 -c "import nvidia, os; print(os.path.join(nvidia.__path__[0], 'cu13', 'lib'))" 2>/dev/null)
@@ -89,7 +89,8 @@ serve() { # cores, serve flags...: a pinned server on :7000, waits until it list
     local cores=$1; shift
     taskset -c $cores $B serve --udp 127.0.0.1:7000 --index $IX --log-level warn "$@" > /tmp/serve.log 2>&1 &
     SPID=$!
-    for _ in $(seq 1 120); do grep -q listening /tmp/serve.log && return 0; sleep 0.5; done
+    # A fresh machine compiles the persistent module first (NVRTC, ~100 s).
+    for _ in $(seq 1 300); do grep -q listening /tmp/serve.log && return 0; sleep 0.5; done
     echo "server did not start:"; cat /tmp/serve.log; return 1
 }
 stop() { kill -TERM $SPID; wait $SPID; echo "server exit $?"; }
@@ -113,6 +114,7 @@ if [[ $PART == *served* ]]; then
             [ $e = cpu ] && flags="$flags --service-opt knn.workers=$(( n > 1 ? n - 1 : 1 )) --io-threads 1"
             # The physical anchor: the host's UDP path alone (echo on the cpu engine, same cores).
             [ $e = echo-cpu ] && flags="--service echo:cpu --io-threads $io --service-opt echo.workers=$n"
+            flags="$flags ${SERVE_EXTRA:-}"  # e.g. --io-spin-us 50
             serve 0-$last $flags || continue
             if [ $e = echo-cpu ]; then
                 taskset -c 8-15 $B load --target udp://127.0.0.1:7000 --poisson --log-level warn --service echo \

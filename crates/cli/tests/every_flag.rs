@@ -76,6 +76,7 @@ fn sample(flag: &str, ix: &str) -> Option<Option<String>> {
         "default-timeout-us" => v("5000"),
         "dispatch" => v("key-hash"),
         "drain-timeout-ms" => v("100"),
+        "io-spin-us" => v("20"),
         "log-level" => v("warn"),
         "bank-users" => v("1000"),
         "bank-layout" => v("row-major"),

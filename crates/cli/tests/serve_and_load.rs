@@ -57,6 +57,38 @@ fn echo_over_udp_tcp_http_is_correct_and_sigterm_exits_zero() {
     assert_eq!(s.wait_exit(Duration::from_secs(15)), 0);
 }
 
+/// UDP io threads that poll before sleeping (`--io-spin-us`): at a low rate they go from
+/// polling to sleeping between requests, so both paths run; every request is answered once.
+#[test]
+fn udp_io_threads_that_poll_before_sleeping_answer_every_request() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let mut s = Served::start(&[
+        "--service",
+        "echo",
+        "--io-threads",
+        "2",
+        "--io-spin-us",
+        "300",
+    ]);
+    let echo = Arc::new(EchoWorkload { payload_bytes: 64 });
+    for rate in [500.0, 5000.0] {
+        let r = load(
+            Target::Udp(s.udp.unwrap()),
+            Mode::Open {
+                rate,
+                poisson: true,
+            },
+            1.0,
+            echo.clone(),
+        );
+        assert_all_answered(&r);
+        assert_eq!(r.error_total(), 0, "{r:#?}");
+        assert!(r.ok as f64 >= 0.9 * rate, "{r:#?}");
+    }
+    s.sigterm();
+    assert_eq!(s.wait_exit(Duration::from_secs(15)), 0);
+}
+
 /// Far more than capacity over TCP: the excess is refused with OVERLOADED at once, nothing
 /// goes unanswered, the server stays up.
 #[test]

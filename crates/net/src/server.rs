@@ -32,6 +32,10 @@ pub struct NetConfig {
     pub drain_timeout: Duration,
     /// Deadline of requests whose header says 0.
     pub default_timeout: Duration,
+    /// How long an idle UDP io thread keeps polling its socket and answer rings before it
+    /// sleeps in poll() (0: sleep at once). A wake-up costs a syscall and a scheduler round
+    /// trip on each side; polling costs a core.
+    pub io_spin: Duration,
 }
 
 impl Default for NetConfig {
@@ -46,6 +50,7 @@ impl Default for NetConfig {
             tcp_max_inflight: 1024,
             drain_timeout: Duration::from_secs(10),
             default_timeout: Duration::from_secs(1),
+            io_spin: Duration::ZERO,
         }
     }
 }
@@ -174,6 +179,7 @@ impl Server {
                     core: core_of(i),
                     drain_timeout: cfg.drain_timeout,
                     default_timeout: cfg.default_timeout,
+                    spin: cfg.io_spin,
                 };
                 udp_threads.push(spawn_udp(s, ctx.clone(), ends, udp_stop.clone(), tc, i)?);
             }

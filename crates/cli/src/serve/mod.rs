@@ -143,6 +143,12 @@ pub struct ServeArgs {
     /// How long shutdown waits for in-flight answers (then: UNAVAILABLE).
     #[arg(long, default_value_t = 10_000)]
     pub drain_timeout_ms: u64,
+    /// How long an idle UDP io thread polls its socket and answer rings before sleeping, in
+    /// microseconds (0: sleep at once). Default: 50 with one io thread, else 0 - measured on
+    /// an H200 host: one io thread 2-3x the rate at p99 <= 1 ms; eight io threads beside eight
+    /// workers on eight cores lost more than half (bench/README.md, "The host's UDP path").
+    #[arg(long)]
+    pub io_spin_us: Option<u64>,
 }
 
 impl ServeArgs {
@@ -179,6 +185,7 @@ impl ServeArgs {
             default_timeout_us: 1_000_000,
             dispatch: DispatchPolicy::LeastLoaded,
             drain_timeout_ms: 10_000,
+            io_spin_us: None,
         }
     }
 
@@ -196,6 +203,10 @@ impl ServeArgs {
             cpus: self.cpus.clone().map(|c| c.0).unwrap_or_default(),
             drain_timeout: Duration::from_millis(self.drain_timeout_ms),
             default_timeout: Duration::from_micros(self.default_timeout_us.max(1)),
+            io_spin: Duration::from_micros(self.io_spin_us.unwrap_or(match self.io_threads {
+                1 => 50,
+                _ => 0,
+            })),
             ..NetConfig::default()
         })
     }

@@ -31,6 +31,8 @@ pub(crate) struct UdpThreadConfig {
     pub core: Option<usize>,
     pub drain_timeout: Duration,
     pub default_timeout: Duration,
+    /// Idle polling before sleeping (`NetConfig::io_spin`).
+    pub spin: Duration,
 }
 
 pub(crate) fn spawn_udp(
@@ -64,7 +66,7 @@ pub(crate) fn spawn_udp(
                 name: format!("udp-{index}"),
                 ctx,
             };
-            io.run(&stop, cfg.drain_timeout);
+            io.run(&stop, cfg.drain_timeout, cfg.spin);
             drop(socket);
         })
 }
@@ -80,8 +82,10 @@ struct IoThread {
 }
 
 impl IoThread {
-    fn run(&mut self, stop: &AtomicBool, drain_timeout: Duration) {
+    fn run(&mut self, stop: &AtomicBool, drain_timeout: Duration, spin: Duration) {
         let mut loops = 0u32;
+        // When the thread last found nothing to do, while it polls before sleeping.
+        let mut idle_since: Option<Instant> = None;
         while !stop.load(Ordering::Acquire) {
             let got = self.read_batch();
             let answered = self.collect_answers();
@@ -91,8 +95,18 @@ impl IoThread {
                 flush(&mut self.tx_batch, self.fd, &self.ctx.metrics);
             }
             if got == 0 && answered == 0 {
-                self.publish_in_flight();
-                self.park(Some(self.fd), 50);
+                let now = Instant::now();
+                if now.duration_since(*idle_since.get_or_insert(now)) < spin {
+                    // Polling: the next recvmmsg is the poll. Yield so that a thread sharing
+                    // the core (a worker, the GPU egress) runs meanwhile.
+                    std::thread::yield_now();
+                } else {
+                    idle_since = None;
+                    self.publish_in_flight();
+                    self.park(Some(self.fd), 50);
+                }
+            } else {
+                idle_since = None;
             }
             loops = loops.wrapping_add(1);
             if loops.is_multiple_of(4096) {
