@@ -43,8 +43,11 @@ if [[ $PART == *engine* ]]; then
 fi
 if [[ $PART == *plans* ]]; then
     W=${WINDOWS:-1,64,1024,8192}
+    # NAME=OPT[+OPT...]: the service options of one configuration.
     for plan in ${PLANS:-cohort=knn.gpu_slots=8192 cohort2048=knn.gpu_slots=2048 per-pair=knn.persistent_plan=per-pair}; do
-        $B bench engine --data $D --nlist $NL --nprobe 16 --k 10 --engines gpu-persistent --service-opt ${plan#*=} \
+        opts=""; for o in ${plan#*=}; do opts="$opts --service-opt $o"; done
+        opts=${opts//+/ --service-opt }
+        $B bench engine --data $D --nlist $NL --nprobe 16 --k 10 --engines gpu-persistent $opts \
             --window $W --duration 2 --drivers 4 --out "$OUT/persistent-plan-${plan%%=*}-$TAG.json" --log-level warn 2>&1 | short
     done
     [ "${GPU_COHORT:-1}" = 1 ] && $B bench engine --data $D --nlist $NL --nprobe 16 --k 10 --engines gpu-cohort \

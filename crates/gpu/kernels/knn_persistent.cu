@@ -26,7 +26,8 @@ struct SvcArgs {
     unsigned long long max_probe;
     unsigned long long max_k;      // the wire limit of k (knn::MAX_K)
     // The cohort plan (knn_persistent_cohort.cu); zero for the per-pair stages. Buffers are
-    // indexed by a query's place in the cohort's pass (probes too), not by its slot.
+    // indexed by a query's place in the cohort's pass (probes too), not by its slot; each is
+    // `groups` times the size given (per group), except top_rows.
     unsigned long long cmax;         // requests in one cohort at most
     unsigned long long cand;         // f32 [cand_floats]: candidate rows, `stride` per query
     unsigned long long cand_floats;
@@ -41,6 +42,7 @@ struct SvcArgs {
     unsigned long long cq_slot;      // u32 [cmax]: the slots that passed, in order
     unsigned long long ctl;          // u32 [64]: the cohort's shape (COH_*)
     unsigned long long top_rows;     // u64 [max_probe + 1]: rows in the p largest cells
+    unsigned long long groups;       // block groups, each with its own share of the buffers above
 };
 
 #define KNN_HEAD 12

@@ -1,11 +1,13 @@
 // k-NN on the persistent engine, cohort plan: batching inside the GPU (Centaur's stages batch
-// the same way). One kernel of G identical blocks, all resident; every loop:
-//   take    block 0 pops every request the ingress warp queued (up to cmax) - the cohort;
+// the same way). One kernel of G identical blocks, all resident, in `groups` groups (block b in
+// group b % groups) that each run cohorts on their own buffers - so one group's cohort
+// computes while another takes the requests that queued meanwhile. Every loop of a group:
+//   take    its leader pops every request the ingress warps queued (up to cmax) - the cohort;
 //   check   a block per request: knn_check (bad requests answered here, as on the per-pair
 //           plan);
-//   compact block 0 lists the good ones and sizes the passes (candidate rows must fit `cand`);
-// then per pass, the phases of knn_tiled.cu's plan with the blocks striding over each phase's
-// work items (grid barrier between phases):
+//   compact the leader lists the good ones and sizes the passes (candidate rows must fit `cand`);
+// then per pass, the phases of knn_tiled.cu's plan with the group's blocks striding over each
+// phase's work items (a barrier of the group between phases):
 //   filter (query x centroid tiles) -> select the probes -> plan the candidate rows ->
 //   scan the cells' work items -> group the pairs by cell -> search (cell x query-group
 //   tiles) -> per query: select the k nearest and answer into TX.
@@ -15,7 +17,8 @@
 // to a (k, nprobe) per query. Compiled after knn_persistent.cu (SvcArgs, knn_check,
 // knn_answer) and knn_tiled.cu (the stage functions).
 
-// Cohort shape words (SvcArgs::ctl), written by block 0, read by every block after a barrier.
+// Cohort shape words (SvcArgs::ctl), written by the group's leader, read by every block of the
+// group after a barrier.
 #define COH_TAKEN 0      // requests popped (COH_STOP: the engine is stopping)
 #define COH_VALID 1      // requests that passed their checks
 #define COH_STRIDE 2     // candidate floats per query (the longest row any of them can make)
@@ -30,10 +33,45 @@ __device__ __forceinline__ int coh_chunk(unsigned long long rows, unsigned long 
     return (int)min(max(want, (unsigned long long)RT), (unsigned long long)(16 * RT));
 }
 
-__device__ __forceinline__ unsigned coh_global_thread() { return blockIdx.x * blockDim.x + threadIdx.x; }
-__device__ __forceinline__ unsigned coh_threads() { return gridDim.x * blockDim.x; }
+// This block's place in its group.
+struct Grp {
+    unsigned id, rank, size;  // group, block's rank in it (0: the leader), blocks in it
+    __device__ unsigned thread() const { return rank * blockDim.x + threadIdx.x; }
+    __device__ unsigned threads() const { return size * blockDim.x; }
+    __device__ bool leader() const { return rank == 0; }
+};
 
-// Block 0: pops the waiting requests into `taken`, idling with back-off while none wait.
+__device__ Grp coh_group(unsigned groups) {
+    Grp g;
+    g.id = blockIdx.x % groups;
+    g.rank = blockIdx.x / groups;
+    g.size = gridDim.x / groups + (g.id < gridDim.x % groups ? 1u : 0u);
+    return g;
+}
+
+__device__ __forceinline__ bool coh_barrier(const PRt& rt, const Grp& g) { return p_barrier(rt, g.id, g.size); }
+
+// Group g's share of the cohort buffers (the host allocates `groups` of each, back to back).
+__device__ SvcArgs coh_group_args(const SvcArgs& a, unsigned g) {
+    SvcArgs b = a;
+    const unsigned long long cm = a.cmax, mp = a.max_probe, nl = a.nlist;
+    b.probes += 4 * g * cm * mp;
+    b.scratch += 4 * g * cm * nl;
+    b.cand += 4 * g * a.cand_floats;
+    b.poff += 4 * g * cm * mp;
+    b.totals += 4 * g * cm;
+    b.counts += 4 * g * nl;
+    b.cursor += 4 * g * nl;
+    b.items += 4 * g * (nl + 1);
+    b.order += 4 * g * cm * mp;
+    b.taken += 4 * g * cm;
+    b.ok += 4 * g * cm;
+    b.cq_slot += 4 * g * cm;
+    b.ctl += 4 * g * 64;
+    return b;
+}
+
+// The leader: pops the waiting requests into `taken`, idling with back-off while none wait.
 __device__ void cohort_take(const PRt& rt, const SvcArgs& a) {
     __shared__ int s_stop;
     unsigned* ctl = (unsigned*)a.ctl;
@@ -59,7 +97,7 @@ __device__ void cohort_take(const PRt& rt, const SvcArgs& a) {
         }
 }
 
-// Block 0: the slots that passed their checks, in order, into cq_slot; the candidate stride
+// The leader: the slots that passed their checks, in order, into cq_slot; the candidate stride
 // (the longest row any of them can make: its nprobe largest cells) and the pass size.
 __device__ void cohort_compact(const PRt& rt, const SvcArgs& a, unsigned n) {
     __shared__ unsigned warp_tot[WARPS];
@@ -91,9 +129,9 @@ __device__ void cohort_compact(const PRt& rt, const SvcArgs& a, unsigned n) {
     }
 }
 
-// Block 0: the pass's search chunk from its pair count, then the cells' pair starts and work
-// items (scan_items).
-__device__ void cohort_scan(const SvcArgs& a) {
+// The leader: the pass's search chunk from its pair count, then the cells' pair starts and
+// work items (scan_items).
+__device__ void cohort_scan(const SvcArgs& a, unsigned blocks) {
     __shared__ unsigned warp_tot[WARPS];
     __shared__ unsigned s_pairs;
     const unsigned* counts = (const unsigned*)a.counts;
@@ -105,16 +143,17 @@ __device__ void cohort_scan(const SvcArgs& a) {
     const unsigned long long pairs = s_pairs, nlist = a.nlist;
     const unsigned long long avg_rows = max(1ull, (a.n + nlist - 1) / nlist);
     const unsigned long long groups = max(pairs / QB, min(pairs, nlist));
-    const int schunk = coh_chunk(avg_rows, groups, gridDim.x);
+    const int schunk = coh_chunk(avg_rows, groups, blocks);
     scan_items(counts, (int)nlist, (const unsigned long long*)a.offsets, schunk, (unsigned*)a.cursor, (unsigned*)a.items);
     if (threadIdx.x == 0) ((unsigned*)a.ctl)[COH_SCHUNK] = (unsigned)schunk;
 }
 
-// One pass: queries qs[0..m) (slots). Every block runs every phase; false when stopping.
+// One pass: queries qs[0..m) (slots). Every block of the group runs every phase; false when
+// stopping.
 template <typename T, int METRIC>
-__device__ bool cohort_pass(const PRt& rt, const SvcArgs& a, const unsigned* qs, unsigned m, DistSmem& sm,
-                            unsigned* best_i, float* best_d) {
-    const unsigned G = gridDim.x, mp = (unsigned)a.max_probe, nlist = (unsigned)a.nlist, dim = (unsigned)a.dim;
+__device__ bool cohort_pass(const PRt& rt, const Grp& gr, const SvcArgs& a, const unsigned* qs, unsigned m,
+                            DistSmem& sm, unsigned* best_i, float* best_d) {
+    const unsigned G = gr.size, mp = (unsigned)a.max_probe, nlist = (unsigned)a.nlist, dim = (unsigned)a.dim;
     const float* queries = (const float*)a.queries;
     float* scratch = (float*)a.scratch;
     unsigned* probes = (unsigned*)a.probes;
@@ -128,43 +167,43 @@ __device__ bool cohort_pass(const PRt& rt, const SvcArgs& a, const unsigned* qs,
     const unsigned groups = (m + QB - 1) / QB;
     const int fchunk = coh_chunk(nlist, groups, G);
     const unsigned ny = (nlist + fchunk - 1) / fchunk;
-    for (unsigned vb = blockIdx.x; vb < groups * ny; vb += G)
+    for (unsigned vb = gr.rank; vb < groups * ny; vb += G)
         filter_tiled<METRIC>(queries, (int)m, qs, (const float*)a.centroids, (int)nlist, (int)dim, fchunk, scratch,
                              (int)(vb % groups), (int)(vb / groups), sm);
-    for (unsigned c = coh_global_thread(); c < nlist; c += coh_threads()) counts[c] = 0;
-    if (!p_grid_barrier(rt)) return false;
+    for (unsigned c = gr.thread(); c < nlist; c += gr.threads()) counts[c] = 0;
+    if (!coh_barrier(rt, gr)) return false;
 
     // Each query's nprobe nearest cells.
-    for (unsigned q = blockIdx.x; q < m; q += G) {
+    for (unsigned q = gr.rank; q < m; q += G) {
         CellIds src{scratch + (size_t)q * nlist, (int)nlist};
         block_select<BLOCK>(src, (int)p_slot(rt, qs[q])->b, probes + (size_t)q * mp, (float*)0);
         __syncthreads();
     }
-    if (!p_grid_barrier(rt)) return false;
+    if (!coh_barrier(rt, gr)) return false;
 
     // Candidate row layout per query; queries per cell.
-    for (unsigned q = coh_global_thread(); q < m; q += coh_threads())
+    for (unsigned q = gr.thread(); q < m; q += gr.threads())
         totals[q] = plan_query(probes + (size_t)q * mp, (int)p_slot(rt, qs[q])->b, offsets, poff + (size_t)q * mp, counts);
-    if (!p_grid_barrier(rt)) return false;
+    if (!coh_barrier(rt, gr)) return false;
 
-    if (blockIdx.x == 0) cohort_scan(a);
-    if (!p_grid_barrier(rt)) return false;
+    if (gr.leader()) cohort_scan(a, G);
+    if (!coh_barrier(rt, gr)) return false;
 
     // Pairs grouped by cell (a pair is q * mp + probe).
     unsigned* cursor = (unsigned*)a.cursor;
-    for (unsigned b = coh_global_thread(); b < m * mp; b += coh_threads())
+    for (unsigned b = gr.thread(); b < m * mp; b += gr.threads())
         if (b % mp < p_slot(rt, qs[b / mp])->b) ((unsigned*)a.order)[atomicAdd(&cursor[probes[b]], 1u)] = b;
-    if (!p_grid_barrier(rt)) return false;
+    if (!coh_barrier(rt, gr)) return false;
 
     // Cell x query-group distances into the candidate rows.
     const int schunk = (int)((const volatile unsigned*)a.ctl)[COH_SCHUNK];
     search_tiled<T, METRIC>(queries, qs, (const T*)a.vectors, offsets, (int)nlist, (int)mp, (int)dim, schunk, counts,
                             cursor, (const unsigned*)a.items, (const unsigned*)a.order, poff, (float*)a.cand, stride,
-                            blockIdx.x, G, sm);
-    if (!p_grid_barrier(rt)) return false;
+                            gr.rank, G, sm);
+    if (!coh_barrier(rt, gr)) return false;
 
     // The k nearest of each row, answered.
-    for (unsigned q = blockIdx.x; q < m; q += G) {
+    for (unsigned q = gr.rank; q < m; q += G) {
         const unsigned s = qs[q];
         PSlot* sl = p_slot(rt, s);
         if (rt.prof_cap && threadIdx.x == 0)
@@ -178,25 +217,27 @@ __device__ bool cohort_pass(const PRt& rt, const SvcArgs& a, const unsigned* qs,
 }
 
 template <typename T, int METRIC>
-__device__ void cohort_loop(const PRt& rt, const SvcArgs& a, DistSmem& sm, unsigned* best_i, float* best_d) {
+__device__ void cohort_loop(const PRt& rt, const SvcArgs& all, DistSmem& sm, unsigned* best_i, float* best_d) {
+    const Grp gr = coh_group((unsigned)all.groups);
+    const SvcArgs a = coh_group_args(all, gr.id);
     const volatile unsigned* ctl = (const volatile unsigned*)a.ctl;
     while (true) {
-        if (blockIdx.x == 0) cohort_take(rt, a);
-        if (!p_grid_barrier(rt)) return;
+        if (gr.leader()) cohort_take(rt, a);
+        if (!coh_barrier(rt, gr)) return;
         const unsigned n = ctl[COH_TAKEN];
         if (n == COH_STOP) return;
-        for (unsigned i = blockIdx.x; i < n; i += gridDim.x) {
+        for (unsigned i = gr.rank; i < n; i += gr.size) {
             const bool good = knn_check(rt, a, ((const unsigned*)a.taken)[i]);
             if (threadIdx.x == 0) ((unsigned*)a.ok)[i] = good;
         }
-        if (!p_grid_barrier(rt)) return;
-        if (blockIdx.x == 0) cohort_compact(rt, a, n);
-        if (!p_grid_barrier(rt)) return;
+        if (!coh_barrier(rt, gr)) return;
+        if (gr.leader()) cohort_compact(rt, a, n);
+        if (!coh_barrier(rt, gr)) return;
         const unsigned valid = ctl[COH_VALID], per = ctl[COH_PER_PASS];
         for (unsigned q0 = 0; q0 < valid; q0 += per) {
             // The previous pass's answers read what this one overwrites.
-            if (q0 > 0 && !p_grid_barrier(rt)) return;
-            if (!cohort_pass<T, METRIC>(rt, a, (const unsigned*)a.cq_slot + q0, min(per, valid - q0), sm, best_i, best_d))
+            if (q0 > 0 && !coh_barrier(rt, gr)) return;
+            if (!cohort_pass<T, METRIC>(rt, gr, a, (const unsigned*)a.cq_slot + q0, min(per, valid - q0), sm, best_i, best_d))
                 return;
         }
     }

@@ -50,7 +50,7 @@ struct PRt {
     unsigned long long prof;       // device u64[nslots * P_PROF_STAMPS]: stamps of slots in use
     unsigned long long prof_log;   // device u64[prof_cap * P_PROF_REC]: answered requests' stamps
     unsigned long long prof_cap;   // 0: the profile is off (no clock reads on the hot path)
-    unsigned long long bar;        // device u32[64]: [0] arrivals, [32] generation (p_grid_barrier)
+    unsigned long long bar;        // device u32[64 * P_BAR_GROUPS]: per group [0] arrivals, [32] generation
     PPipe free_slots;              // slot indices ready for a request
     PPipe pipes[P_PIPES];          // between stages; the service decides what flows where
 };
@@ -281,21 +281,22 @@ __device__ unsigned int pipe_pop_block(const PPipe& p, unsigned int* out, unsign
     return n;
 }
 
-// ---- grid barrier: every block of one persistent kernel (a stage whose blocks work in
-// phases on a shared cohort). All its blocks are resident (checked at launch), so waiting for
-// each other cannot deadlock. The arrival counter is zeroed by p_reset before every launch.
-// Returns false when the engine is stopping: the caller leaves at once (the host has drained
-// what it waits for, or restarts and answers what the GPU held INTERNAL).
-__device__ bool p_grid_barrier(const PRt& rt) {
+// ---- group barrier: `nblocks` blocks of one persistent kernel (a stage whose blocks work in
+// phases on a shared cohort; `group` < P_BAR_GROUPS tells apart groups working independently).
+// All its blocks are resident (checked at launch), so waiting for each other cannot deadlock.
+// The arrival counters are zeroed by p_reset before every launch. Returns false when the
+// engine is stopping: the caller leaves at once (the host has drained what it waits for, or
+// restarts and answers what the GPU held INTERNAL).
+__device__ bool p_barrier(const PRt& rt, unsigned int group, unsigned int nblocks) {
     __shared__ int s_go;
     __syncthreads();
     if (threadIdx.x == 0) {
-        unsigned int* arrived = (unsigned int*)rt.bar;
+        unsigned int* arrived = (unsigned int*)rt.bar + 64 * group;
         unsigned int* gen = arrived + 32;
         const unsigned int g = ld_acquire_gpu(gen);  // cannot advance before this block arrives
         __threadfence();                              // the block's writes (barrier + cumulativity)
         int go = 1;
-        if (atomicAdd(arrived, 1u) == gridDim.x - 1) {
+        if (atomicAdd(arrived, 1u) == nblocks - 1) {
             st_relaxed_gpu(arrived, 0u);  // ordered before the release: the next phase's arrivals count from 0
             st_release_gpu(gen, g + 1);
         } else {
@@ -314,6 +315,9 @@ __device__ bool p_grid_barrier(const PRt& rt) {
     __syncthreads();
     return s_go != 0;
 }
+
+// Every block of the kernel.
+__device__ __forceinline__ bool p_grid_barrier(const PRt& rt) { return p_barrier(rt, 0, gridDim.x); }
 
 // ---- slots ---------------------------------------------------------------------------------
 
@@ -481,7 +485,7 @@ extern "C" __global__ void p_reset(PRt rt) {
         ((uint4*)rt.free_slots.items)[s] = make_uint4(s, 0, 0, 0);
         ((unsigned int*)rt.free_slots.seq)[s] = s + 1;
     }
-    if (i < 64) ((unsigned int*)rt.bar)[i] = 0;
+    if (i < 64 * P_BAR_GROUPS) ((unsigned int*)rt.bar)[i] = 0;
     if (i == 0) {
         ((unsigned int*)rt.free_slots.ctr)[0] = (unsigned int)rt.nslots;
         *(unsigned int*)rt.dev_stop = 0;

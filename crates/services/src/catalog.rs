@@ -21,6 +21,8 @@ pub struct ServiceOptions {
     pub precision: Precision,
     /// knn on gpu-persistent: cohorts of the tiled plan, or per-pair stages.
     pub knn_persistent_plan: crate::knn::persistent::PersistentPlan,
+    /// knn on gpu-persistent, cohort plan: block groups running cohorts side by side.
+    pub knn_cohort_groups: usize,
     /// bank: users in the backend.
     pub bank_users: u32,
     /// bank on the GPU: requests and responses transposed by words (else row-major).
@@ -38,6 +40,7 @@ impl Default for ServiceOptions {
             index_mapped: false,
             precision: Precision::F32,
             knn_persistent_plan: Default::default(),
+            knn_cohort_groups: crate::knn::persistent::DEFAULT_COHORT_GROUPS,
             bank_users: crate::bank::besim::DEFAULT_USERS,
             bank_transposed: true,
             bank_cohorts: Default::default(),
@@ -208,6 +211,7 @@ fn knn_persistent(
     let ivf = GpuIvf::upload(dev, &index, o.precision).map_err(|e| e.to_string())?;
     Ok(Arc::new(
         crate::knn::persistent::KnnPersistent::new(ivf, dev, o.knn_persistent_plan)
+            .and_then(|k| k.with_groups(o.knn_cohort_groups))
             .map_err(|e| e.to_string())?,
     ))
 }

@@ -435,6 +435,13 @@ pub fn run(seed: u64, with_persistent: bool) -> Result<Vec<String>, String> {
     };
     let cohort = || persistent(PersistentPlan::Cohort);
     let per_pair = || persistent(PersistentPlan::PerPair);
+    let two_groups = || -> Result<Arc<dyn PersistentBackend>, String> {
+        let ivf = GpuIvf::upload(dev, &ix, Precision::F32).map_err(|e| e.to_string())?;
+        let k = KnnPersistent::new(ivf, dev, PersistentPlan::Cohort)
+            .and_then(|k| k.with_groups(2))
+            .map_err(|e| e.to_string())?;
+        Ok(Arc::new(k))
+    };
     lines.extend(check(
         "knn",
         &|| all_engines(&gpu, with_persistent.then_some(&cohort)),
@@ -447,6 +454,13 @@ pub fn run(seed: u64, with_persistent: bool) -> Result<Vec<String>, String> {
         lines.extend(check(
             "knn (persistent per-pair plan)",
             &|| Ok(vec![persistent_engine(per_pair()?)]),
+            &service,
+            &payloads,
+            neighbours,
+        )?);
+        lines.extend(check(
+            "knn (persistent cohort plan, 2 block groups)",
+            &|| Ok(vec![persistent_engine(two_groups()?)]),
             &service,
             &payloads,
             neighbours,

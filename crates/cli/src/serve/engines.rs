@@ -75,6 +75,7 @@ fn options(a: &ServeArgs, p: &ServicePlan) -> ServiceOptions {
         index_mapped: a.index_mapped,
         precision: p.precision,
         knn_persistent_plan: p.persistent_plan,
+        knn_cohort_groups: p.persistent_groups,
         bank_users: a.bank_users,
         bank_transposed: a.bank_layout == super::BankLayout::Transposed,
         bank_cohorts: a.bank_cohorts,

@@ -88,6 +88,8 @@ pub struct ServicePlan {
     pub gpu_batch: usize,
     /// gpu-persistent k-NN: cohorts of the tiled plan, or per-pair stages.
     pub persistent_plan: PersistentPlan,
+    /// gpu-persistent k-NN, cohort plan: block groups running cohorts side by side.
+    pub persistent_groups: usize,
     /// gpu-persistent: restart a GPU that makes no progress for this long.
     pub watchdog_ms: u64,
     /// gpu-persistent: answers whose steps the GPU stamps, reported at shutdown (0 = off).
@@ -97,7 +99,7 @@ pub struct ServicePlan {
 }
 
 /// Keys a `[services.NAME]` table (or `--service-opt NAME.KEY=VALUE`) may set.
-pub const SERVICE_KEYS: [&str; 19] = [
+pub const SERVICE_KEYS: [&str; 20] = [
     "engine",
     "gpus",
     "max_cohort",
@@ -114,6 +116,7 @@ pub const SERVICE_KEYS: [&str; 19] = [
     "stages",
     "gpu_batch",
     "persistent_plan",
+    "persistent_groups",
     "watchdog_ms",
     "profile",
     "latency_budget_us",
@@ -159,6 +162,7 @@ pub fn plans(a: &ServeArgs) -> Result<Vec<ServicePlan>> {
             stages: None,
             gpu_batch: 1,
             persistent_plan: PersistentPlan::default(),
+            persistent_groups: cohort_services::knn::persistent::DEFAULT_COHORT_GROUPS,
             watchdog_ms: 1000,
             profile: 0,
             latency_budget_us: 1000,
@@ -225,6 +229,12 @@ fn apply(plans: &mut [ServicePlan], opt: &str) -> Result<()> {
                 bail!("{}: persistent_plan applies to knn only", p.name);
             }
             p.persistent_plan = value.parse().map_err(anyhow::Error::msg)?
+        }
+        "persistent_groups" => {
+            if p.name != "knn" {
+                bail!("{}: persistent_groups applies to knn only", p.name);
+            }
+            p.persistent_groups = num(value)? as usize
         }
         "watchdog_ms" => p.watchdog_ms = num(value)?,
         "profile" => p.profile = num(value)? as usize,
@@ -392,7 +402,11 @@ mod tests {
         assert_eq!((p.gpu_slots, p.gpu_batch, p.watchdog_ms), (128, 4, 50));
         assert_eq!(p.persistent_plan, PersistentPlan::Cohort);
         assert_eq!(p.profile, 1000);
-        let a = args("knn:gpu-persistent", &["knn.persistent_plan=per-pair"]);
+        let a = args(
+            "knn:gpu-persistent",
+            &["knn.persistent_plan=per-pair", "knn.persistent_groups=3"],
+        );
+        assert_eq!(plans(&a).unwrap()[0].persistent_groups, 3);
         assert_eq!(
             plans(&a).unwrap()[0].persistent_plan,
             PersistentPlan::PerPair

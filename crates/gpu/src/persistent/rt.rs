@@ -47,7 +47,7 @@ pub struct RtArgs {
     pub prof: u64,
     pub prof_log: u64,
     pub prof_cap: u64,
-    /// Device u32[64]: the grid barrier's arrivals [0] and generation [32].
+    /// Device u32[64 * BAR_GROUPS]: per barrier group, arrivals [0] and generation [32].
     pub bar: u64,
     pub free_slots: PipeArgs,
     pub pipes: [PipeArgs; PIPES],
@@ -83,6 +83,8 @@ unsafe impl DeviceRepr for SvcArgs {}
 
 /// Gpipes between stages (`P_PIPES`).
 pub const PIPES: usize = 3;
+/// Independent block groups a kernel's barriers can serve (`P_BAR_GROUPS`).
+pub const BAR_GROUPS: usize = 8;
 /// sizeof(PSlot) in persistent.cuh: the 48-byte header and four u32.
 pub const SLOT_BYTES: usize = 64;
 /// Counter indices (`P_STAT_*`): requests taken off RX rings, answers committed to TX, ingress
@@ -138,8 +140,9 @@ const _: () = {
 
 /// The `#define`s of the constants above, for the kernels.
 pub fn cuda_defines() -> String {
-    let defs: [(&str, usize); 24] = [
+    let defs: [(&str, usize); 25] = [
         ("P_PIPES", PIPES),
+        ("P_BAR_GROUPS", BAR_GROUPS),
         ("P_STAT_TAKEN", STAT_TAKEN),
         ("P_STAT_ANSWERED", STAT_ANSWERED),
         ("P_STAT_NO_SLOT", STAT_NO_SLOT),
@@ -268,7 +271,7 @@ impl DeviceState {
         let payloads = s.alloc_zeros::<u8>(g.nslots * payload_cap)?;
         let stats = s.alloc_zeros::<u64>(STATS)?;
         let tx_head = s.alloc_zeros::<u32>(4)?;
-        let bar = s.alloc_zeros::<u32>(64)?;
+        let bar = s.alloc_zeros::<u32>(64 * BAR_GROUPS)?;
         // Zero-sized buffers are not allocated: one element keeps the addresses valid.
         let prof_slots = if g.profile > 0 { g.nslots } else { 0 };
         let prof = s.alloc_zeros::<u64>((prof_slots * PROF_STAMPS).max(1))?;

@@ -9,7 +9,7 @@
 
 use cohort_gpu::consts::{BLOCK, GPU_MAX_CANDIDATES, SEL_MAX};
 use cohort_gpu::knn::{GpuIvf, Precision, DEFAULT_CANDIDATE_FLOATS};
-use cohort_gpu::persistent::rt::addr;
+use cohort_gpu::persistent::rt::{addr, BAR_GROUPS};
 use cohort_gpu::persistent::{
     knn_source, stage_capacity, PersistentBackend, Prepared, Stage, SvcArgs,
 };
@@ -48,7 +48,12 @@ pub struct KnnPersistent {
     module: Arc<CudaModule>,
     sms: usize,
     plan: PersistentPlan,
+    /// Cohort plan: block groups running cohorts side by side.
+    groups: usize,
 }
+
+/// Cohort plan: block groups by default (one group computes while another takes what queued).
+pub const DEFAULT_COHORT_GROUPS: usize = 1;
 
 impl KnnPersistent {
     pub fn new(
@@ -62,7 +67,19 @@ impl KnnPersistent {
             module,
             sms: dev.sms.max(1) as usize,
             plan,
+            groups: DEFAULT_COHORT_GROUPS,
         })
+    }
+
+    /// Cohort plan: `groups` block groups (1..=BAR_GROUPS), each with its own buffers.
+    pub fn with_groups(mut self, groups: usize) -> Result<KnnPersistent, GpuError> {
+        if !(1..=BAR_GROUPS).contains(&groups) {
+            return Err(GpuError::Invalid(format!(
+                "the cohort plan runs 1..={BAR_GROUPS} block groups; got {groups}"
+            )));
+        }
+        self.groups = groups;
+        Ok(self)
     }
 
     /// Per-pair default stage blocks: filter and search cost about the same per query at
@@ -213,10 +230,10 @@ impl KnnPersistent {
         let ivf = &self.ivf;
         let g = match blocks {
             None => self.default_cohort_blocks()?,
-            Some(&[g]) if g > 0 => g,
+            Some(&[g]) if g >= self.groups => g,
             Some(other) => {
                 return Err(GpuError::Invalid(format!(
-                    "k-NN's cohort plan has one stage (its blocks); got {other:?}"
+                    "k-NN's cohort plan has one stage (its blocks, at least one per group); got {other:?}"
                 )))
             }
         };
@@ -233,23 +250,25 @@ impl KnnPersistent {
             .max(widest);
         let top_rows: Vec<u64> = (0..=mp).map(|p| ivf.max_candidate_row(p) as u64).collect();
         let s = ivf.ctx.new_stream()?;
+        // Each group's share, back to back (coh_group_args in the kernel finds them).
+        let n = self.groups;
         let bufs = CohortBuffers {
             queries: s.alloc_zeros(slots * ivf.dim)?,
-            probes: s.alloc_zeros(cmax * mp)?,
+            probes: s.alloc_zeros(n * cmax * mp)?,
             part_ids: s.alloc_zeros(1)?,
             part_dist: s.alloc_zeros(1)?,
-            scratch: s.alloc_zeros(cmax * nlist)?,
-            cand: s.alloc_zeros(cand_floats)?,
-            poff: s.alloc_zeros(cmax * mp)?,
-            totals: s.alloc_zeros(cmax)?,
-            counts: s.alloc_zeros(nlist)?,
-            cursor: s.alloc_zeros(nlist)?,
-            items: s.alloc_zeros(nlist + 1)?,
-            order: s.alloc_zeros(cmax * mp)?,
-            taken: s.alloc_zeros(cmax)?,
-            ok: s.alloc_zeros(cmax)?,
-            cq_slot: s.alloc_zeros(cmax)?,
-            ctl: s.alloc_zeros(64)?,
+            scratch: s.alloc_zeros(n * cmax * nlist)?,
+            cand: s.alloc_zeros(n * cand_floats)?,
+            poff: s.alloc_zeros(n * cmax * mp)?,
+            totals: s.alloc_zeros(n * cmax)?,
+            counts: s.alloc_zeros(n * nlist)?,
+            cursor: s.alloc_zeros(n * nlist)?,
+            items: s.alloc_zeros(n * (nlist + 1))?,
+            order: s.alloc_zeros(n * cmax * mp)?,
+            taken: s.alloc_zeros(n * cmax)?,
+            ok: s.alloc_zeros(n * cmax)?,
+            cq_slot: s.alloc_zeros(n * cmax)?,
+            ctl: s.alloc_zeros(n * 64)?,
             top_rows: s.clone_htod(&top_rows)?,
         };
         s.synchronize()?;
@@ -276,9 +295,11 @@ impl KnnPersistent {
             addr(&bufs.cq_slot, &s),
             addr(&bufs.ctl, &s),
             addr(&bufs.top_rows, &s),
+            n as u64,
         ]);
         tracing::info!(
             blocks = g,
+            groups = n,
             cohort_max = cmax,
             candidate_mib = (cand_floats * 4) >> 20,
             "k-NN gpu-persistent: cohort plan"
