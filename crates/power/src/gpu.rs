@@ -104,6 +104,18 @@ impl GpuPower {
             .collect()
     }
 
+    /// Every board's GPU utilization now: the percentage of the last sample period in which
+    /// a kernel ran (always 100 while persistent kernels are resident).
+    pub fn utilization(&self) -> Vec<u32> {
+        self.boards
+            .iter()
+            .filter_map(|b| {
+                let d = self.nvml.device_by_index(b.index).ok()?;
+                Some(d.utilization_rates().ok()?.gpu)
+            })
+            .collect()
+    }
+
     /// Starts sampling every board's power every `period` on a thread of its own.
     pub fn sample(self, period: Duration) -> Result<Sampling, String> {
         let start_energy: Vec<Option<u64>> = self

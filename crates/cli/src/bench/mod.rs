@@ -12,6 +12,8 @@ mod hog;
 mod http_plot;
 mod knn;
 mod plot;
+mod served;
+mod served_limit;
 mod streams;
 
 use anyhow::Result;
@@ -27,6 +29,9 @@ pub enum BenchCmd {
     KnnCpu(knn::KnnBench),
     /// k-NN kernels on one GPU: queries/s per cohort size, search bandwidth vs D2D copy.
     GpuKernels(gpu::GpuKernelBench),
+    /// The served matrix: services x engines x server cores, server and generator pinned to
+    /// disjoint cores, each point's limit named from measured counters.
+    Served(served::ServedBench),
     /// Engines fed directly (no sockets): throughput and latency per outstanding window.
     Engine(engine::EngineBench),
     /// A CPU-hungry neighbour that measures its own rate (noisy-neighbour experiments).
@@ -56,6 +61,7 @@ pub fn run(cmd: BenchCmd) -> Result<()> {
         BenchCmd::Echo(a) => echo::run(&a),
         BenchCmd::KnnCpu(a) => knn::run(&a),
         BenchCmd::GpuKernels(a) => gpu::run(&a),
+        BenchCmd::Served(a) => served::run(&a),
         BenchCmd::Engine(a) => engine::run(&a),
         BenchCmd::Hog(a) => hog::run(&a),
         BenchCmd::IndexBuild(a) => build::run(&a),
