@@ -1,6 +1,8 @@
 //! What limited a served point, named from counters measured during it (never guessed from the
-//! latency alone): the generator could not keep its schedule, the server's cores were busy,
-//! the GPU was busy; else the point was within capacity, or its limit has no counter here.
+//! latency alone). A point whose generator fell behind describes the generator; one within the
+//! latency bound and without errors was served (its server may still be busy: polling io
+//! threads count as busy); one that failed the bound is put down to the server's cores or the
+//! GPU when their counter saturated, else its limit has no counter here.
 
 use serde::Serialize;
 
@@ -32,7 +34,7 @@ pub enum Limit {
     ServerCores,
     /// The GPU ran kernels at least `BUSY` of the time.
     Gpu,
-    /// Answered within the latency bound, nothing saturated.
+    /// Answered within the latency bound, without errors.
     None,
     /// Over the latency bound or with errors, and no counter here saturated (persistent
     /// kernels: the GPU's share is not measured by NVML).
@@ -51,17 +53,16 @@ impl Observed {
         if self.generator_saturated {
             return Limit::GeneratorSaturated;
         }
+        if self.errors == 0 && self.p99_us <= p99_bound_us {
+            return Limit::None;
+        }
         if self.server_busy().is_some_and(|b| b >= BUSY) {
             return Limit::ServerCores;
         }
         if !self.persistent_gpu && self.gpu_util.is_some_and(|u| u >= 100.0 * BUSY) {
             return Limit::Gpu;
         }
-        if self.errors == 0 && self.p99_us <= p99_bound_us {
-            Limit::None
-        } else {
-            Limit::Unnamed
-        }
+        Limit::Unnamed
     }
 }
 
@@ -83,6 +84,12 @@ mod tests {
     #[test]
     fn each_counter_names_its_limit_in_order() {
         assert_eq!(ok().limit(1000.0), Limit::None);
+        // Within the bound, a busy server is not a limit (polling io threads look busy).
+        let busy_but_served = Observed {
+            server_cpu_s: Some(8.0),
+            ..ok()
+        };
+        assert_eq!(busy_but_served.limit(1000.0), Limit::None);
         let late = Observed {
             p99_us: 5000.0,
             ..ok()
