@@ -79,3 +79,22 @@ fn served_matrix_measures_each_point_and_names_its_limit() {
     assert!(dir.join("served-echo.png").exists());
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+/// Bad matrices are refused at once with what is wrong, before any server starts.
+#[test]
+fn served_matrix_refuses_bad_arguments_with_a_message() {
+    let run = |args: &[&str]| {
+        let o = Command::new(env!("CARGO_BIN_EXE_cohort"))
+            .args(["bench", "served"])
+            .args(args)
+            .output()
+            .unwrap();
+        assert!(!o.status.success(), "{args:?} was accepted");
+        String::from_utf8_lossy(&o.stderr).into_owned()
+    };
+    assert!(run(&["--cores", "0"]).contains("at least one core"));
+    assert!(run(&["--cores", "1", "--client-cpus", "0"]).contains("cores of its own"));
+    assert!(run(&["--services", "knn", "--client-cpus", "1"]).contains("knn needs --index"));
+    assert!(run(&["--rates", "fast", "--client-cpus", "1"]).contains("fast"));
+    assert!(run(&["--hog", "sometimes"]).contains("sometimes"));
+}

@@ -269,6 +269,12 @@ fn check(p: &ServicePlan) -> Result<()> {
         "{}: gpu_batch must be in 1..=32",
         p.name
     );
+    let groups = cohort_gpu::persistent::rt::BAR_GROUPS;
+    anyhow::ensure!(
+        (1..=groups).contains(&p.persistent_groups),
+        "{}: persistent_groups must be in 1..={groups}",
+        p.name
+    );
     anyhow::ensure!(
         p.profile <= 1 << 22,
         "{}: profile must be at most 4194304 answers",
@@ -382,6 +388,13 @@ mod tests {
         assert!(e("echo", &["echo.latency_budget_us=0"]).contains("latency_budget_us must be"));
         assert!(e("knn", &["knn.persistent_plan=x"]).contains("cohort, per-pair"));
         assert!(e("echo", &["echo.persistent_plan=cohort"]).contains("knn only"));
+        assert!(
+            e("knn", &["knn.persistent_groups=0"]).contains("persistent_groups must be in 1..=8")
+        );
+        assert!(
+            e("knn", &["knn.persistent_groups=9"]).contains("persistent_groups must be in 1..=8")
+        );
+        assert!(e("knn", &["knn.persistent_groups=two"]).contains("non-negative integer"));
     }
 
     #[test]
