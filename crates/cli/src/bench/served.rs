@@ -36,9 +36,10 @@ pub struct ServedBench {
     /// threads (and N workers on the cpu engine).
     #[arg(long, value_delimiter = ',', default_value = "1")]
     pub cores: Vec<usize>,
-    /// Offered rates, e.g. 50k,100k,200k (default: 25k,50k,100k,200k,400k,800k).
-    #[arg(long, default_value = "25k,50k,100k,200k,400k,800k")]
-    pub rates: String,
+    /// Offered rates, e.g. 50k,100k,200k.
+    #[arg(long, value_delimiter = ',', value_parser = crate::util::parse_rate,
+          default_value = "25k,50k,100k,200k,400k,800k")]
+    pub rates: Vec<f64>,
     /// Measured seconds per rate (after the warm-up).
     #[arg(long, default_value_t = 2.0)]
     pub duration: f64,
@@ -98,11 +99,6 @@ pub fn run(a: &ServedBench) -> Result<()> {
              (this machine has {cores_here}; give --client-cpus)"
         );
     }
-    let rates: Vec<f64> = a
-        .rates
-        .split(',')
-        .map(|r| crate::util::parse_rate(r.trim()).map_err(anyhow::Error::msg))
-        .collect::<Result<_>>()?;
     for s in &a.services {
         if s == "knn" && (a.index.is_none() || a.queries.is_none() || a.gt.is_none()) {
             bail!("knn needs --index, --queries and --gt");
@@ -127,7 +123,7 @@ pub fn run(a: &ServedBench) -> Result<()> {
                     engine,
                     n,
                     &client,
-                    &rates,
+                    &a.rates,
                     nvml.as_ref(),
                 )?;
                 curves.push((format!("{engine} {n} core(s)"), p.1));
