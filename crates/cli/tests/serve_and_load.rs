@@ -204,3 +204,108 @@ fn tcp_and_http_over_several_io_threads_answer_every_request_once() {
     assert_eq!(r.unexpected_answers, 0, "{r:#?}");
     assert!(r.ok > 200, "{r:#?}");
 }
+
+/// `echo:inline` (the io threads run it) beside `spin` on cpu workers, two io threads: every
+/// transport answers every request once and correctly, a bad spin payload on an inline spin
+/// gets BAD_REQUEST, and /metrics counts the inline answers under their engine.
+#[test]
+fn inline_services_answer_every_transport_on_the_io_threads() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let mut s = Served::start(&[
+        "--service",
+        "echo:inline,spin",
+        "--io-threads",
+        "2",
+        "--workers",
+        "1",
+    ]);
+    let echo = Arc::new(EchoWorkload {
+        payload_bytes: 3000,
+    });
+    for target in [Target::Udp(s.udp.unwrap()), Target::Tcp(s.tcp.unwrap())] {
+        let r = load_over(
+            target,
+            Mode::Open {
+                rate: 4000.0,
+                poisson: true,
+            },
+            1.0,
+            Arc::new(EchoWorkload { payload_bytes: 500 }),
+            8,
+        );
+        assert_all_answered(&r);
+        assert_eq!(r.error_total(), 0, "{r:#?}");
+        assert!(r.ok >= 3500, "{r:#?}");
+    }
+    let r = load_over(
+        Target::Http(s.http.unwrap()),
+        Mode::Closed { concurrency: 8 },
+        1.0,
+        echo,
+        8,
+    );
+    assert_all_answered(&r);
+    assert_eq!(r.error_total(), 0, "{r:#?}");
+    assert!(r.ok > 200, "{r:#?}");
+    // The spin service still runs on its worker beside the inline echo.
+    let spin = Arc::new(SpinWorkload {
+        spin_us: 100,
+        payload_bytes: 8,
+    });
+    let r = load(
+        Target::Udp(s.udp.unwrap()),
+        Mode::Closed { concurrency: 2 },
+        0.5,
+        spin,
+    );
+    assert_all_answered(&r);
+    assert_eq!(r.error_total(), 0, "{r:#?}");
+    let metrics = http_get(s.http.unwrap(), "/metrics");
+    let inline_ok = metrics
+        .lines()
+        .find(|l| {
+            l.starts_with("cohort_requests_total")
+                && l.contains(r#"service="echo""#)
+                && l.contains(r#"engine="inline""#)
+                && l.contains(r#"outcome="ok""#)
+        })
+        .unwrap_or_else(|| panic!("no inline echo count in /metrics:\n{metrics}"));
+    let n: f64 = inline_ok.rsplit(' ').next().unwrap().parse().unwrap();
+    assert!(n >= 7000.0, "{inline_ok}");
+    s.sigterm();
+    assert_eq!(s.wait_exit(Duration::from_secs(15)), 0);
+}
+
+/// A bad payload for a service served inline is refused with BAD_REQUEST by the io thread,
+/// and the server goes on answering.
+#[test]
+fn inline_service_refuses_a_bad_payload_and_goes_on() {
+    use cohort_proto::{encode_frame, ErrorCode, ErrorPayload, Frame, Header, Kind, MAX_PAYLOAD};
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let mut s = Served::start(&["--service", "spin:inline"]);
+    let sock = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    sock.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
+    let spin = cohort_proto::service_id::SPIN;
+    let mut f = Vec::new();
+    encode_frame(Header::request(spin, 1, 3), b"bad", &mut f);
+    sock.send_to(&f, s.udp.unwrap()).unwrap();
+    let mut buf = [0u8; 2048];
+    let n = sock.recv(&mut buf).expect("an answer");
+    let got = Frame::decode_datagram(&buf[..n], MAX_PAYLOAD).unwrap();
+    assert_eq!((got.header.kind, got.header.request_id), (Kind::Error, 1));
+    let e = ErrorPayload::decode(got.payload).unwrap();
+    assert_eq!(e.code, ErrorCode::BadRequest, "{e:?}");
+    let r = load(
+        Target::Udp(s.udp.unwrap()),
+        Mode::Closed { concurrency: 2 },
+        0.5,
+        Arc::new(SpinWorkload {
+            spin_us: 20,
+            payload_bytes: 8,
+        }),
+    );
+    assert_all_answered(&r);
+    assert_eq!(r.error_total(), 0, "{r:#?}");
+    s.sigterm();
+    assert_eq!(s.wait_exit(Duration::from_secs(15)), 0);
+}

@@ -9,6 +9,7 @@
 
 use crate::clock;
 use crate::inflight::{InflightTable, LaneRef, Meta};
+use crate::inline::InlineEngine;
 use crate::metrics::Metrics;
 use crate::wiring::{answer_of, IngressEnds, Refusal};
 use cohort_mq::Envelope;
@@ -24,7 +25,17 @@ pub struct Ingress<T> {
     default_timeout: Duration,
     /// Answers for tokens no longer in flight (answered by the ingress before the engine).
     pub stale_answers: u64,
+    /// Services this ingress's thread runs itself (`admit`), and the buffer their answers
+    /// are written into (reused: no allocation per request).
+    inline: Option<Arc<InlineEngine>>,
+    inline_out: Vec<u8>,
 }
+
+/// Where a request answered inline says it was served (no engine lane holds it).
+pub const INLINE_LANE: LaneRef = LaneRef {
+    engine: u16::MAX,
+    lane: 0,
+};
 
 /// What an answer is, as the ingress hands it on.
 pub type Answer<'a> = Result<&'a [u8], ErrorPayload>;
@@ -42,7 +53,51 @@ impl<T> Ingress<T> {
             metrics,
             default_timeout,
             stale_answers: 0,
+            inline: None,
+            inline_out: Vec::new(),
         }
+    }
+
+    /// Runs the inline engine's services on this ingress's thread (see [`Ingress::admit`]).
+    pub fn with_inline(mut self, inline: Option<Arc<InlineEngine>>) -> Ingress<T> {
+        self.inline = inline.filter(|i| !i.is_empty());
+        if self.inline.is_some() {
+            self.inline_out = Vec::with_capacity(64 << 10);
+        }
+        self
+    }
+
+    /// Admits one request: a service of the inline engine runs now, on this thread, and its
+    /// answer goes to `now` before `admit` returns; any other is [`Ingress::submit`]ted
+    /// (answered later through `drain`). Refusals come back as from `submit`.
+    pub fn admit(
+        &mut self,
+        who: T,
+        service: u16,
+        request_id: u64,
+        timeout_us: u32,
+        payload: &[u8],
+        now: impl FnOnce(T, &Meta, Answer<'_>),
+    ) -> Result<(), (T, ErrorPayload)> {
+        let Some(s) = self.inline.as_ref().and_then(|i| i.service(service)) else {
+            return self.submit(who, service, request_id, timeout_us, payload);
+        };
+        let meta = Meta {
+            service,
+            request_id,
+            arrived: Instant::now(),
+            lane: INLINE_LANE,
+        };
+        let inline = self.inline.as_ref().expect("checked");
+        let result = inline.execute(&**s, payload, &mut self.inline_out, &self.metrics);
+        let outcome = match &result {
+            Ok(()) => "ok",
+            Err(e) => e.code.label(),
+        };
+        self.metrics
+            .answered(service, outcome, meta.arrived.elapsed());
+        now(who, &meta, result.map(|()| &self.inline_out[..]));
+        Ok(())
     }
 
     /// Admits one request: its message goes into a lane's request ring and `who` waits in the

@@ -7,6 +7,7 @@
 //! the service's engine ([`wiring`]). The lane's thread (a [`CpuEngine`] worker, or the
 //! [`batch`] loop of a GPU engine) reads it, runs the service, and writes the answer as a
 //! message into the answer ring back to that ingress, which looks the token up and replies.
+//! A service of the [`InlineEngine`] skips the rings: the ingress's own thread runs it.
 
 pub mod batch;
 mod batch_cpu;
@@ -16,6 +17,7 @@ mod cpu;
 mod dispatch;
 mod inflight;
 mod ingress;
+mod inline;
 pub mod metrics;
 mod reply;
 mod service;
@@ -27,7 +29,8 @@ pub use bell::{Bell, Wake};
 pub use cpu::{CpuEngine, CpuEngineConfig};
 pub use dispatch::DispatchPolicy;
 pub use inflight::{InflightTable, LaneRef, Meta, MAX_INFLIGHT};
-pub use ingress::{Answer, Ingress};
+pub use ingress::{Answer, Ingress, INLINE_LANE};
+pub use inline::{InlineEngine, INLINE};
 pub use metrics::{Metrics, ServiceLabel};
 pub use reply::{ReplyPort, Response, ResponseBody};
 pub use service::{json_request_by_value, JsonRequest, Registry, Service};

@@ -10,6 +10,8 @@ use std::sync::Arc;
 pub struct Context {
     pub registry: Registry,
     pub max_payload: usize,
+    /// Services the io threads run themselves (no engine lane).
+    pub inline: Option<Arc<cohort_engine::InlineEngine>>,
     pub metrics: Arc<Metrics>,
     pub shutting_down: AtomicBool,
 }

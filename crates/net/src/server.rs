@@ -110,6 +110,8 @@ pub struct Shared {
     pub registry: cohort_engine::Registry,
     pub metrics: Arc<cohort_engine::Metrics>,
     pub max_payload: usize,
+    /// Services the io threads run themselves (`--service NAME:inline`).
+    pub inline: Option<Arc<cohort_engine::InlineEngine>>,
 }
 
 /// What one shard thread serves.
@@ -159,6 +161,7 @@ impl Server {
             registry: shared.registry,
             metrics: shared.metrics,
             max_payload: shared.max_payload,
+            inline: shared.inline,
             shutting_down: AtomicBool::new(false),
         });
         let core_of = |i: usize| (!cfg.cpus.is_empty()).then(|| cfg.cpus[i % cfg.cpus.len()]);
@@ -213,6 +216,7 @@ impl Server {
                 cfg.udp_table_capacity,
                 ctx.metrics.clone(),
                 cfg.default_timeout,
+                ctx.inline.clone(),
             )?;
             shards.push(shard.clone());
             let job = ShardJob {

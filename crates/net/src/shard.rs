@@ -11,7 +11,7 @@
 //! left; on the hot path the shard's own thread is its only user, so the lock never waits.
 
 use crate::doorbell::Doorbell;
-use cohort_engine::{Answer, Ingress, IngressEnds, Meta, Metrics, ReplyPort};
+use cohort_engine::{Answer, Ingress, IngressEnds, InlineEngine, Meta, Metrics, ReplyPort};
 use cohort_proto::{ErrorCode, ErrorPayload, Header};
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::{Arc, Mutex};
@@ -43,28 +43,34 @@ impl Shard {
         capacity: usize,
         metrics: Arc<Metrics>,
         default_timeout: Duration,
+        inline: Option<Arc<InlineEngine>>,
     ) -> std::io::Result<Arc<Shard>> {
         let bell = Arc::new(Doorbell::new()?);
         ends.set_wake(bell.clone());
         Ok(Arc::new(Shard {
             index,
-            ingress: Mutex::new(Ingress::new(ends, capacity, metrics, default_timeout)),
+            ingress: Mutex::new(
+                Ingress::new(ends, capacity, metrics, default_timeout).with_inline(inline),
+            ),
             bell,
         }))
     }
 
+    /// Admits one request: answered now when its service runs inline, else queued to its
+    /// engine (answered by the pump).
     pub fn submit(
         &self,
         port: Port,
         h: &Header,
         payload: &[u8],
     ) -> Result<(), (Port, ErrorPayload)> {
-        self.ingress.lock().expect("ingress lock").submit(
+        self.ingress.lock().expect("ingress lock").admit(
             port,
             h.service,
             h.request_id,
             h.timeout_us,
             payload,
+            deliver,
         )
     }
 

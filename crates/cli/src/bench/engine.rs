@@ -128,7 +128,8 @@ pub fn run(a: &EngineBench) -> Result<()> {
                 let ends = e.take().expect("fresh");
                 let bell = Bell::new();
                 ends.set_wake(bell.clone());
-                let ing = Ingress::new(ends, 1 << 20, metrics.clone(), Duration::from_secs(60));
+                let ing = Ingress::new(ends, 1 << 20, metrics.clone(), Duration::from_secs(60))
+                    .with_inline(side.inline.clone());
                 (ing, bell)
             })
             .collect();
@@ -205,11 +206,28 @@ fn drive(
         "spin" => cohort_proto::service_id::SPIN,
         _ => cohort_proto::service_id::KNN,
     };
-    let refill = |ing: &mut Ingress<Instant>, next: &mut u64, errors: &mut u64| {
+    // An inline service is answered inside `admit`: counted there, never in flight.
+    let refill = |ing: &mut Ingress<Instant>,
+                  next: &mut u64,
+                  errors: &mut u64,
+                  done: &mut u64,
+                  hist: &mut hdrhistogram::Histogram<u64>| {
         while ing.in_flight() < window && Instant::now() < end {
             let p = &payloads[(*next as usize + driver as usize * 7919) % payloads.len()];
+            let mut now = |sent: Instant, _: &cohort_engine::Meta, a: cohort_engine::Answer| {
+                let _ = hist.record(sent.elapsed().as_nanos() as u64);
+                *done += 1;
+                *errors += u64::from(a.is_err());
+            };
             if ing
-                .submit(Instant::now(), service, driver << 48 | *next, 0, p)
+                .admit(
+                    Instant::now(),
+                    service,
+                    driver << 48 | *next,
+                    0,
+                    p,
+                    &mut now,
+                )
                 .is_err()
             {
                 *errors += 1;
@@ -218,7 +236,7 @@ fn drive(
             *next += 1;
         }
     };
-    refill(ing, &mut next, &mut errors);
+    refill(ing, &mut next, &mut errors, &mut done, &mut hist);
     let quiet_until = Instant::now() + Duration::from_secs(10);
     while ing.in_flight() > 0 && Instant::now() < quiet_until.max(end + Duration::from_secs(10)) {
         let mut got = 0;
@@ -230,7 +248,7 @@ fn drive(
         if Instant::now() < end {
             done += got;
         }
-        refill(ing, &mut next, &mut errors);
+        refill(ing, &mut next, &mut errors, &mut done, &mut hist);
         if got == 0 {
             bell.sleep(Duration::from_millis(1), || ing.ends.answers_waiting());
         }

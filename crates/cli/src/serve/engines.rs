@@ -7,8 +7,8 @@ use anyhow::{Context as _, Result};
 use cohort_engine::wiring::slots_for;
 use cohort_engine::wiring::DEFAULT_STRIDE;
 use cohort_engine::{
-    wire_in, CpuEngine, CpuEngineConfig, DispatchPolicy, EngineSpec, IngressEnds, LaneEnds,
-    Metrics, Registry, ServiceLabel,
+    wire_in, CpuEngine, CpuEngineConfig, DispatchPolicy, EngineSpec, IngressEnds, InlineEngine,
+    LaneEnds, Metrics, Registry, ServiceLabel,
 };
 use cohort_gpu::engine::{GpuEngine, GpuEngineConfig, Mode};
 use cohort_gpu::persistent::profile::Profile;
@@ -32,6 +32,8 @@ pub struct EngineSide {
     pub metrics: Arc<Metrics>,
     /// The ingress ends, one per ingress asked for; taken by whoever drives them.
     pub ingresses: Vec<IngressEnds>,
+    /// The services the io threads run themselves (`inline`): no lanes, nothing to stop.
+    pub inline: Option<Arc<InlineEngine>>,
     engines: Vec<Running>,
 }
 
@@ -105,13 +107,25 @@ fn cpu_workers(a: &ServeArgs, p: &ServicePlan, cpu_services: usize) -> usize {
 
 /// Starts one engine per service, wired to `ingresses` ingress ends.
 pub fn start_engines(a: &ServeArgs, ingresses: usize) -> Result<EngineSide> {
-    let plans = plans(a)?;
-    let registry = build_registry(a, &plans)?;
+    let all = plans(a)?;
+    let registry = build_registry(a, &all)?;
+    let id_of = |p: &ServicePlan| registry.by_name(p.name).expect("built above").id();
+    // Inline services get no lanes: the ingresses run them (`Ingress::admit`).
+    let (inline, plans): (Vec<_>, Vec<_>) = all
+        .iter()
+        .cloned()
+        .partition(|p| p.engine == EngineKind::Inline);
+    let inline = (!inline.is_empty()).then(|| {
+        Arc::new(InlineEngine::new(
+            inline
+                .iter()
+                .map(|p| registry.get(id_of(p)).expect("built above").clone()),
+        ))
+    });
     let cpu_services = plans
         .iter()
         .filter(|p| p.engine.runs_cpu_function())
         .count();
-    let id_of = |p: &ServicePlan| registry.by_name(p.name).expect("built above").id();
     let lanes: Vec<usize> = plans
         .iter()
         .map(|p| match p.engine {
@@ -141,7 +155,7 @@ pub fn start_engines(a: &ServeArgs, ingresses: usize) -> Result<EngineSide> {
             admit_by_deadline: matches!(p.engine, EngineKind::GpuCohort | EngineKind::GpuDirect),
         })
         .collect();
-    let labels: HashMap<u16, ServiceLabel> = plans
+    let labels: HashMap<u16, ServiceLabel> = all
         .iter()
         .map(|p| {
             let l = ServiceLabel {
@@ -177,6 +191,7 @@ pub fn start_engines(a: &ServeArgs, ingresses: usize) -> Result<EngineSide> {
     for ((p, lanes), n) in order {
         let started = match p.engine {
             EngineKind::Cpu => start_cpu(a, p, lanes, n, &registry, &metrics),
+            EngineKind::Inline => unreachable!("inline services have no lanes"),
             EngineKind::GpuPersistent => start_persistent(a, p, lanes, &devices),
             EngineKind::Hybrid => start_hybrid(a, p, lanes, n, &devices, &registry, &metrics),
             kind => start_gpu(a, p, kind, lanes, &devices, &metrics),
@@ -189,6 +204,7 @@ pub fn start_engines(a: &ServeArgs, ingresses: usize) -> Result<EngineSide> {
                     registry: registry.clone(),
                     metrics: metrics.clone(),
                     ingresses: Vec::new(),
+                    inline: None,
                     engines,
                 }
                 .shutdown();
@@ -201,6 +217,7 @@ pub fn start_engines(a: &ServeArgs, ingresses: usize) -> Result<EngineSide> {
         registry,
         metrics,
         ingresses: wiring.ingresses,
+        inline,
         engines,
     })
 }

@@ -73,7 +73,9 @@ pub struct ServeArgs {
     /// unless already there; the server's backend calls go to it).
     #[arg(long, default_value = "computed")]
     pub bank_backend: cohort_services::bank::store::Placement,
-    /// Engine of the services that name none: cpu, gpu-direct, gpu-cohort or gpu-persistent.
+    /// Engine of the services that name none: cpu, inline (the io thread runs the CPU
+    /// function: no worker hand-off; for microsecond services), gpu-direct, gpu-cohort,
+    /// gpu-persistent or hybrid.
     #[arg(long, default_value = "cpu")]
     pub engine: String,
     /// GPUs for the gpu engines (one control thread per GPU and service; knn keeps a full
@@ -243,6 +245,7 @@ pub fn start(a: &ServeArgs) -> Result<Stack> {
         registry: side.registry.clone(),
         metrics: side.metrics.clone(),
         max_payload: cohort_proto::MAX_PAYLOAD,
+        inline: side.inline.clone(),
     };
     let metrics = side.metrics.clone();
     // GPU board power and energy are read when /metrics is, not on a timer of their own.

@@ -11,6 +11,9 @@ use cohort_services::knn::persistent::PersistentPlan;
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EngineKind {
     Cpu,
+    /// The io thread that read a request runs the CPU function itself (no worker hand-off):
+    /// for services whose requests take microseconds.
+    Inline,
     GpuDirect,
     GpuCohort,
     GpuPersistent,
@@ -20,8 +23,9 @@ pub enum EngineKind {
 }
 
 impl EngineKind {
-    pub const ALL: [EngineKind; 5] = [
+    pub const ALL: [EngineKind; 6] = [
         EngineKind::Cpu,
+        EngineKind::Inline,
         EngineKind::GpuDirect,
         EngineKind::GpuCohort,
         EngineKind::GpuPersistent,
@@ -31,6 +35,7 @@ impl EngineKind {
     pub fn name(self) -> &'static str {
         match self {
             EngineKind::Cpu => "cpu",
+            EngineKind::Inline => cohort_engine::INLINE,
             EngineKind::GpuDirect => "gpu-direct",
             EngineKind::GpuCohort => "gpu-cohort",
             EngineKind::GpuPersistent => "gpu-persistent",
@@ -41,11 +46,14 @@ impl EngineKind {
     /// Whether the service's CPU function serves requests here (then it gets the resident
     /// index copy rather than a mapped one).
     pub fn runs_cpu_function(self) -> bool {
-        matches!(self, EngineKind::Cpu | EngineKind::Hybrid)
+        matches!(
+            self,
+            EngineKind::Cpu | EngineKind::Inline | EngineKind::Hybrid
+        )
     }
 
     pub fn is_gpu(self) -> bool {
-        self != EngineKind::Cpu
+        !matches!(self, EngineKind::Cpu | EngineKind::Inline)
     }
 }
 

@@ -59,7 +59,8 @@ pub(crate) fn spawn_udp(
                     cfg.table_capacity,
                     ctx.metrics.clone(),
                     cfg.default_timeout,
-                ),
+                )
+                .with_inline(ctx.inline.clone()),
                 rx_batch: MsgBatch::new(BATCH, HEADER_LEN + ctx.max_payload),
                 tx_batch: MsgBatch::new(BATCH, HEADER_LEN + ctx.max_payload),
                 bell,
@@ -206,8 +207,16 @@ impl IoThread {
                 ),
                 Ok(f) => {
                     let h = f.header;
+                    let (tx, fd) = (&mut self.tx_batch, self.fd);
                     self.ingress
-                        .submit(client, h.service, h.request_id, h.timeout_us, f.payload)
+                        .admit(
+                            client,
+                            h.service,
+                            h.request_id,
+                            h.timeout_us,
+                            f.payload,
+                            |c, meta, a| push_answer(tx, fd, metrics, &c, meta, a),
+                        )
                         .err()
                         .map(|(_, e)| (h, e))
                 }
