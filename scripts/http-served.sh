@@ -6,7 +6,8 @@
 #   scripts/http-served.sh OUT_JSON DEBS_DIR NAME=COHORT_BINARY [NAME=COHORT_BINARY ...]
 # DEBS_DIR holds the nginx, nginx-common, wrk and libluajit2 .deb files (`apt-get download
 # nginx nginx-common wrk libluajit2-5.1-2`). Env: CORES (server core counts, default "1 4 8"),
-# SIZES (bytes, default "1024 16384"), CONNS (default 64), SECS (default 5),
+# SIZES (bytes, default "1024 16384"), CONNS (default 64), SECS (default 5), ENGINES (the
+# echo's engines, default "cpu"; e.g. "cpu inline"),
 # VARIANTS (extra `serve` flag sets for the last binary at the largest core count, ';'-separated).
 set -euo pipefail
 out=${1:?usage: scripts/http-served.sh OUT_JSON DEBS_DIR NAME=BINARY...}
@@ -77,15 +78,17 @@ CONF
     for spec in "$@"; do
         name=${spec%%=*}
         bin=${spec#*=}
-        taskset -c "$scores" "$bin" serve --service echo --engine cpu --http 127.0.0.1:18091 \
-            --io-threads "$cores" --log-level warn &
-        srv=$!
-        wait_port 18091
-        for bytes in $sizes; do
-            measure "$name" default "$cores" "$bytes" http://127.0.0.1:18091 echo
+        for engine in ${ENGINES:-cpu}; do
+            taskset -c "$scores" "$bin" serve --service echo --engine "$engine" \
+                --http 127.0.0.1:18091 --io-threads "$cores" --log-level warn &
+            srv=$!
+            wait_port 18091
+            for bytes in $sizes; do
+                measure "$name" "engine=$engine" "$cores" "$bytes" http://127.0.0.1:18091 echo
+            done
+            kill -INT "$srv"
+            wait "$srv" || true
         done
-        kill -INT "$srv"
-        wait "$srv" || true
     done
 done
 

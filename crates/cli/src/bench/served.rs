@@ -26,10 +26,11 @@ pub enum Hog {
 
 #[derive(Args, Debug)]
 pub struct ServedBench {
-    /// Services to load (echo; knn needs --index, --queries and --gt).
+    /// Services to load (echo; knn needs --index, --queries and --gt; bank is served and
+    /// loaded over HTTP, every page checked).
     #[arg(long, value_delimiter = ',', default_value = "echo")]
     pub services: Vec<String>,
-    /// Engines (cpu, gpu-direct, gpu-cohort, gpu-persistent, hybrid).
+    /// Engines (cpu, inline, gpu-direct, gpu-cohort, gpu-persistent, hybrid).
     #[arg(long, value_delimiter = ',', default_value = "cpu")]
     pub engines: Vec<String>,
     /// Server core counts: a point with N cores pins the server to cores 0..N-1, with N io
@@ -45,7 +46,7 @@ pub struct ServedBench {
     pub duration: f64,
     #[arg(long, default_value_t = 1.0)]
     pub warmup: f64,
-    /// UDP sockets of the generator.
+    /// UDP sockets (HTTP connections for the bank) of the generator.
     #[arg(long, default_value_t = 8)]
     pub connections: usize,
     /// The generator's cores (default: every core after the largest server's).
@@ -72,7 +73,10 @@ pub struct ServedBench {
     /// Another serve flag for every server, e.g. --serve-arg=--io-spin-us=50 (repeatable).
     #[arg(long, allow_hyphen_values = true)]
     pub serve_arg: Vec<String>,
-    /// UDP port of the server on 127.0.0.1.
+    /// bank: users of the server's backend (its --bank-users and the generator's).
+    #[arg(long, default_value_t = 100_000)]
+    pub bank_users: u32,
+    /// UDP (HTTP for the bank) port of the server on 127.0.0.1.
     #[arg(long, default_value_t = 7300)]
     pub port: u16,
     /// Seconds a server may take to listen (a GPU engine compiles its kernels first).
@@ -152,6 +156,11 @@ fn plot_path(out: &Path, service: &str) -> PathBuf {
 
 /// One server (service, engine, n cores) and a generator run per rate.
 #[allow(clippy::too_many_arguments)]
+/// The bank's requests are HTTP pages: served and loaded over HTTP, the rest over UDP.
+fn over_http(service: &str) -> bool {
+    service == "bank"
+}
+
 fn point(
     a: &ServedBench,
     exe: &Path,
@@ -166,7 +175,12 @@ fn point(
     let server_cpus: Vec<usize> = (0..n).collect();
     let mut flags: Vec<String> = vec![
         "serve".into(),
-        "--udp".into(),
+        if over_http(service) {
+            "--http"
+        } else {
+            "--udp"
+        }
+        .into(),
         format!("127.0.0.1:{}", a.port),
         "--service".into(),
         format!("{service}:{engine}"),
@@ -177,6 +191,9 @@ fn point(
     ];
     if engine == "cpu" {
         flags.extend(["--service-opt".into(), format!("{service}.workers={n}")]);
+    }
+    if over_http(service) {
+        flags.extend(["--bank-users".into(), a.bank_users.to_string()]);
     }
     if let Some(ix) = &a.index {
         if service == "knn" {
@@ -275,7 +292,11 @@ fn load(
     let mut args: Vec<String> = vec![
         "load".into(),
         "--target".into(),
-        format!("udp://127.0.0.1:{}", a.port),
+        if over_http(service) {
+            format!("http://127.0.0.1:{}", a.port)
+        } else {
+            format!("udp://127.0.0.1:{}", a.port)
+        },
         "--poisson".into(),
         "--log-level".into(),
         "warn".into(),
@@ -294,6 +315,9 @@ fn load(
         "--json".into(),
         json_path.display().to_string(),
     ];
+    if over_http(service) {
+        args.extend(["--bank-users".into(), a.bank_users.to_string()]);
+    }
     if service == "knn" {
         let p = |x: &Option<PathBuf>| {
             x.as_ref()

@@ -129,7 +129,11 @@ pub fn http_get(addr: SocketAddr, path: &str) -> String {
     use std::io::{Read, Write};
     let mut c = std::net::TcpStream::connect(addr).expect("connect");
     c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    write!(c, "GET {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n").unwrap();
+    write!(
+        c,
+        "GET {path} HTTP/1.1\r\nhost: x\r\nconnection: close\r\n\r\n"
+    )
+    .unwrap();
     let mut out = String::new();
     c.read_to_string(&mut out).expect("read the answer");
     out
