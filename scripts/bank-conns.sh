@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# The bank served on 8 cores (0-7) by each engine in ENGINES, loaded by `cohort load` (cores
+# 8-15, open loop, Poisson, every page checked) with each connection count in CONNS over RATES.
+# Usage: scripts/bank-conns.sh OUT_DIR TAG  (ENGINES="inline cpu gpu-cohort", CONNS="64 128",
+# RATES=80k,160k,240k,320k; COHORT=dist/cohort)
+set -uo pipefail
+out=${1:?OUT_DIR}
+tag=${2:?TAG}
+B=${COHORT:-dist/cohort}
+mkdir -p "$out"
+wait_port() {
+    for _ in $(seq 1 2400); do
+        (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
+        sleep 0.05
+    done
+    return 1
+}
+for engine in ${ENGINES:-inline cpu gpu-cohort}; do
+    CUDA_MODULE_LOADING=EAGER taskset -c 0-7 "$B" serve --http 127.0.0.1:18093 --io-threads 8 \
+        --log-level warn --bank-users 100000 --service "bank:$engine" &
+    srv=$!
+    wait_port 18093
+    for c in ${CONNS:-64 128}; do
+        echo "== bank on $engine, 8 cores, $c connections"
+        taskset -c 8-15 "$B" load --target http://127.0.0.1:18093 --duration 2 --warmup 1 \
+            --answer-timeout-ms 2000 --server-pid "$srv" --log-level warn --service bank \
+            --bank-users 100000 --poisson --sweep "${RATES:-80k,160k,240k,320k}" \
+            --connections "$c" --json "$out/bank-conns-$engine-c$c-$tag.json" 2>&1 | grep -v "^$"
+    done
+    kill -INT $srv
+    wait $srv
+done
