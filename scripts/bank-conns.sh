@@ -8,18 +8,12 @@ out=${1:?OUT_DIR}
 tag=${2:?TAG}
 B=${COHORT:-dist/cohort}
 mkdir -p "$out"
-wait_port() {
-    for _ in $(seq 1 2400); do
-        (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
-        sleep 0.05
-    done
-    return 1
-}
+. "$(dirname "$0")/lib/wait-port.sh"
 for engine in ${ENGINES:-inline cpu gpu-cohort}; do
     CUDA_MODULE_LOADING=EAGER taskset -c 0-7 "$B" serve --http 127.0.0.1:18093 --io-threads 8 \
         --log-level warn --bank-users 100000 --service "bank:$engine" &
     srv=$!
-    wait_port 18093
+    wait_port 18093 120
     for c in ${CONNS:-64 128}; do
         echo "== bank on $engine, 8 cores, $c connections"
         taskset -c 8-15 "$B" load --target http://127.0.0.1:18093 --duration 2 --warmup 1 \

@@ -47,14 +47,7 @@ measure() {
     printf '%s\t%s\t%s\t%s\t%s\n' "$label" "$variant" "$cores" "$bytes" "$(echo "$w" | tr '\n' '|')" >>"$points"
 }
 
-wait_port() {
-    for _ in $(seq 1 200); do
-        (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
-        sleep 0.05
-    done
-    echo "nothing listens on $1" >&2
-    return 1
-}
+. "$here/scripts/lib/wait-port.sh"
 
 for cores in $cores_list; do
     scores="0-$((cores - 1))"

@@ -9,13 +9,7 @@ out=${1:?OUT_DIR}
 tag=${2:?TAG}
 B=${COHORT:-dist/cohort}
 mkdir -p "$out"
-wait_port() {
-    for _ in $(seq 1 400); do
-        (exec 3<>"/dev/tcp/127.0.0.1/$1") 2>/dev/null && return 0
-        sleep 0.05
-    done
-    return 1
-}
+. "$(dirname "$0")/lib/wait-port.sh"
 serve() {
     taskset -c 0-7 "$B" serve --http 127.0.0.1:18092 --io-threads 8 --log-level warn \
         --bank-users 100000 "$@" &
