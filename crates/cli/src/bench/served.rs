@@ -155,12 +155,12 @@ fn plot_path(out: &Path, service: &str) -> PathBuf {
 }
 
 /// One server (service, engine, n cores) and a generator run per rate.
-#[allow(clippy::too_many_arguments)]
 /// The bank's requests are HTTP pages: served and loaded over HTTP, the rest over UDP.
 fn over_http(service: &str) -> bool {
     service == "bank"
 }
 
+#[allow(clippy::too_many_arguments)]
 fn point(
     a: &ServedBench,
     exe: &Path,
