@@ -31,6 +31,14 @@ pub struct Ingress<T> {
     inline_out: Vec<u8>,
 }
 
+/// An answer's outcome label in the request metrics.
+fn outcome<A>(answer: &Result<A, ErrorPayload>) -> &'static str {
+    match answer {
+        Ok(_) => "ok",
+        Err(e) => e.code.label(),
+    }
+}
+
 /// Where a request answered inline says it was served (no engine lane holds it).
 pub const INLINE_LANE: LaneRef = LaneRef {
     engine: u16::MAX,
@@ -79,7 +87,11 @@ impl<T> Ingress<T> {
         payload: &[u8],
         now: impl FnOnce(T, &Meta, Answer<'_>),
     ) -> Result<(), (T, ErrorPayload)> {
-        let Some(s) = self.inline.as_ref().and_then(|i| i.service(service)) else {
+        let Some((inline, s)) = self
+            .inline
+            .as_ref()
+            .and_then(|i| Some((i, i.service(service)?)))
+        else {
             return self.submit(who, service, request_id, timeout_us, payload);
         };
         let meta = Meta {
@@ -88,14 +100,9 @@ impl<T> Ingress<T> {
             arrived: Instant::now(),
             lane: INLINE_LANE,
         };
-        let inline = self.inline.as_ref().expect("checked");
         let result = inline.execute(&**s, payload, &mut self.inline_out, &self.metrics);
-        let outcome = match &result {
-            Ok(()) => "ok",
-            Err(e) => e.code.label(),
-        };
         self.metrics
-            .answered(service, outcome, meta.arrived.elapsed());
+            .answered(service, outcome(&result), meta.arrived.elapsed());
         now(who, &meta, result.map(|()| &self.inline_out[..]));
         Ok(())
     }
@@ -177,11 +184,7 @@ impl<T> Ingress<T> {
             .drain_answers(max, |m| match table.take(m.env.token) {
                 Some((who, meta)) => {
                     let answer = answer_of(&m).map(|()| m.payload);
-                    let outcome = match &answer {
-                        Ok(_) => "ok",
-                        Err(e) => e.code.label(),
-                    };
-                    metrics.answered(meta.service, outcome, meta.arrived.elapsed());
+                    metrics.answered(meta.service, outcome(&answer), meta.arrived.elapsed());
                     f(who, &meta, answer)
                 }
                 None => *stale += 1,
