@@ -116,7 +116,7 @@ pub fn run(
             .collect(),
         cfg,
         metrics,
-        scratch: Vec::with_capacity(64 * 1024),
+        scratch: Vec::with_capacity(crate::cpu::ANSWER_BUFFER),
         blocked: false,
         first_ring: 0,
     };
@@ -333,7 +333,13 @@ impl Batcher<'_> {
                 self.metrics.stage(engine, self.cfg.stage, wait, compute);
                 self.scratch.clear();
                 match slot.dev.answer(key, row, &mut self.scratch) {
-                    Ok(()) => answers.send(r.ingress as usize, ok(r.env), &self.scratch),
+                    Ok(()) => {
+                        // A page leaves with its buffer (no copy into the ring, none out).
+                        answers.send_vec(r.ingress as usize, ok(r.env), &mut self.scratch);
+                        if self.scratch.capacity() == 0 {
+                            self.scratch.reserve(crate::cpu::ANSWER_BUFFER);
+                        }
+                    }
                     Err(e) => answers.send_error(r.ingress as usize, r.env, &e),
                 }
             }

@@ -64,6 +64,9 @@ impl CpuEngine {
     }
 }
 
+/// A worker's answer buffer: room for the largest page (the bank's 47 KB) without growing.
+pub(crate) const ANSWER_BUFFER: usize = 64 * 1024;
+
 fn worker_loop(
     mut lane: LaneEnds,
     registry: &Registry,
@@ -73,7 +76,7 @@ fn worker_loop(
 ) {
     let _health = lane.health_guard();
     lane.bell.bind_current();
-    let mut out = Vec::with_capacity(64 * 1024);
+    let mut out = Vec::with_capacity(ANSWER_BUFFER);
     let mut last_work = Instant::now();
     loop {
         let (requests, answers) = (&mut lane.requests, &mut lane.answers);
@@ -100,7 +103,13 @@ fn worker_loop(
                 start.elapsed(),
             );
             match result {
-                Ok(Ok(())) => answers.send(ingress, ok(env), &out),
+                Ok(Ok(())) => {
+                    answers.send_vec(ingress, ok(env), &mut out);
+                    if out.capacity() == 0 {
+                        // A large answer left with its buffer (no copy): a fresh one.
+                        out.reserve(ANSWER_BUFFER);
+                    }
+                }
                 Ok(Err(e)) => answers.send_error(ingress, env, &e),
                 Err(_) => {
                     let e = ErrorPayload::new(ErrorCode::Internal, "service panicked");

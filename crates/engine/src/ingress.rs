@@ -12,6 +12,7 @@ use crate::inflight::{InflightTable, LaneRef, Meta};
 use crate::inline::InlineEngine;
 use crate::metrics::Metrics;
 use crate::wiring::{answer_of, IngressEnds, Refusal};
+use bytes::Bytes;
 use cohort_mq::Envelope;
 use cohort_proto::{ErrorCode, ErrorPayload};
 use std::sync::Arc;
@@ -179,13 +180,25 @@ impl<T> Ingress<T> {
     /// Hands up to `max` answers to `f` (who asked, its meta, the answer). Returns how many
     /// messages were read.
     pub fn drain(&mut self, max: usize, mut f: impl FnMut(T, &Meta, Answer<'_>)) -> usize {
+        self.drain_shared(max, |who, meta, answer, _| f(who, meta, answer))
+    }
+
+    /// `drain`, also handing over the answer's own buffer when it crossed the ring as one (an
+    /// answer larger than a slot, such as a page): a port that keeps the answer clones that
+    /// buffer (a reference count) instead of copying the bytes.
+    pub fn drain_shared(
+        &mut self,
+        max: usize,
+        mut f: impl FnMut(T, &Meta, Answer<'_>, Option<&Bytes>),
+    ) -> usize {
         let (table, metrics, stale) = (&mut self.table, &self.metrics, &mut self.stale_answers);
         self.ends
             .drain_answers(max, |m| match table.take(m.env.token) {
                 Some((who, meta)) => {
                     let answer = answer_of(&m).map(|()| m.payload);
                     metrics.answered(meta.service, outcome(&answer), meta.arrived.elapsed());
-                    f(who, &meta, answer)
+                    let shared = if answer.is_ok() { m.spilled } else { None };
+                    f(who, &meta, answer, shared)
                 }
                 None => *stale += 1,
             })

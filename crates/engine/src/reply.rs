@@ -1,6 +1,7 @@
 //! Replies on the TCP/HTTP side: an answer as an owned value handed to a connection's writer
 //! or a waiting HTTP handler.
 
+use bytes::Bytes;
 use cohort_proto::ErrorPayload;
 
 use crate::Answer;
@@ -36,5 +37,11 @@ pub trait ReplyPort: Send + Sync {
             service,
             body,
         });
+    }
+
+    /// A result that crossed the ring in its own buffer (a large answer): a port that keeps
+    /// the answer as it is (a page) overrides this to keep the buffer instead of a copy.
+    fn deliver_shared(&self, request_id: u64, service: u16, body: &Bytes) {
+        self.deliver_answer(request_id, service, Ok(body));
     }
 }

@@ -572,6 +572,30 @@ impl AnswerRings {
         self.wake(to);
     }
 
+    /// `send` for an answer built in `buf`: one larger than a slot moves into the ring with
+    /// its buffer (no copy; the ingress hands that buffer on) and `buf` is left empty, to be
+    /// refilled by the caller; a smaller one is copied and `buf` kept.
+    pub fn send_vec(&mut self, to: usize, env: Envelope, buf: &mut Vec<u8>) {
+        let mut spins = 0u32;
+        loop {
+            match self.rings[to].try_send_vec(env, buf) {
+                Ok(()) => break,
+                Err(SendError::Full) => {
+                    self.wake(to);
+                    spins += 1;
+                    if spins > 64 {
+                        std::thread::yield_now();
+                    } else {
+                        std::hint::spin_loop();
+                    }
+                }
+                Err(SendError::Closed) => return,
+                Err(SendError::TooLarge) => unreachable!("answer rings spill"),
+            }
+        }
+        self.wake(to);
+    }
+
     /// An error answer: the code in `status`, the message as payload.
     pub fn send_error(&mut self, to: usize, env: Envelope, e: &ErrorPayload) {
         let env = Envelope {

@@ -2,6 +2,7 @@
 
 use crate::layout::{Layout, SlotHeader, SLOT_HEADER_BYTES, SPILLED, TAIL_OFFSET};
 use crate::memory::{HostMemory, RingMemory};
+use bytes::Bytes;
 use std::cell::UnsafeCell;
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
@@ -31,8 +32,11 @@ pub struct Envelope {
     pub arrived: u64,
 }
 
-/// A host-side payload too large for its slot, owned like the slot it belongs to.
-type SpillCell = UnsafeCell<Option<Vec<u8>>>;
+/// A host-side payload too large for its slot, owned like the slot it belongs to. Shared
+/// bytes, so that a producer can move a buffer it built into the ring and the consumer can
+/// keep it (a reference count) instead of copying it out: a 16-47 KB page crosses the ring
+/// without a copy.
+type SpillCell = UnsafeCell<Option<Bytes>>;
 
 struct Shared {
     mem: Box<dyn RingMemory>,
@@ -127,6 +131,9 @@ pub struct Producer {
 pub struct Message<'a> {
     pub env: Envelope,
     pub payload: &'a [u8],
+    /// The payload's own buffer when it spilled (`payload` is its contents): a consumer that
+    /// keeps the payload clones this instead of copying the bytes.
+    pub spilled: Option<&'a Bytes>,
     /// The header's routing word (written by device producers; 0 from host producers).
     pub route: u64,
 }
@@ -162,14 +169,38 @@ impl Producer {
                 payload.len()
             });
         }
+        self.spill(env, Bytes::copy_from_slice(payload))
+    }
+
+    /// Sends the payload in `buf`: copied into the slot when it fits; otherwise the buffer
+    /// itself moves into the slot's spill cell (no copy) and `buf` is left empty. Never blocks;
+    /// on an error `buf` is untouched.
+    pub fn try_send_vec(&mut self, env: Envelope, buf: &mut Vec<u8>) -> Result<(), SendError> {
+        if buf.len() <= self.shared.layout.payload_capacity {
+            return self.try_send(env, buf);
+        }
         if self.shared.spill.is_none() {
             return Err(SendError::TooLarge);
         }
-        self.write(env, |_, cell| {
+        if self.is_closed() {
+            return Err(SendError::Closed);
+        }
+        if !self.has_room() {
+            return Err(SendError::Full);
+        }
+        self.spill(env, Bytes::from(std::mem::take(buf)))
+    }
+
+    fn spill(&mut self, env: Envelope, payload: Bytes) -> Result<(), SendError> {
+        if self.shared.spill.is_none() {
+            return Err(SendError::TooLarge);
+        }
+        let len = payload.len();
+        self.write(env, move |_, cell| {
             let cell = cell.expect("spill checked");
             // SAFETY: the producer owns this slot (and its cell) until seq is published.
-            unsafe { *cell.get() = Some(payload.to_vec()) };
-            payload.len() as u32 | SPILLED
+            unsafe { *cell.get() = Some(payload) };
+            len as u32 | SPILLED
         })
     }
 
@@ -304,7 +335,7 @@ impl Consumer {
                     .as_ref()
                     .expect("spilled message in a ring without spill cells")[slot];
                 let v = (*cell.get())
-                    .as_deref()
+                    .as_ref()
                     .expect("spilled message without its payload");
                 assert_eq!(
                     v.len(),
@@ -315,6 +346,7 @@ impl Consumer {
                     f(Message {
                         env,
                         payload: v,
+                        spilled: Some(v),
                         route: hdr.route,
                     }),
                     Some(cell),
@@ -332,6 +364,7 @@ impl Consumer {
                     f(Message {
                         env,
                         payload,
+                        spilled: None,
                         route: hdr.route,
                     }),
                     None,

@@ -117,6 +117,38 @@ fn large_payloads_spill_on_host_rings_and_are_refused_on_device_rings() {
     assert_eq!(p.try_send(env(1), &[0; 9]), Err(SendError::TooLarge));
 }
 
+/// A buffer larger than a slot moves into the ring and comes out as the same allocation
+/// (the consumer clones it instead of copying); one that fits is copied and the buffer kept.
+#[test]
+fn a_large_buffer_crosses_the_ring_without_a_copy() {
+    let (mut p, mut c) = channel(Layout::new(2, 8), 1);
+    let mut big: Vec<u8> = (0..100).collect();
+    let at = big.as_ptr();
+    p.try_send_vec(env(1), &mut big).unwrap();
+    assert!(big.is_empty(), "the buffer moved into the ring");
+    let mut small = b"tiny".to_vec();
+    p.try_send_vec(env(2), &mut small).unwrap();
+    assert_eq!(small, b"tiny", "a payload that fits is copied");
+    let mut third = vec![7u8; 50];
+    assert_eq!(p.try_send_vec(env(3), &mut third), Err(SendError::Full));
+    assert_eq!(third.len(), 50, "a refused buffer stays with the caller");
+    let kept = c
+        .try_recv(|m| {
+            assert_eq!(m.payload, &(0..100).collect::<Vec<u8>>()[..]);
+            m.spilled.cloned()
+        })
+        .unwrap()
+        .expect("a spilled payload comes with its buffer");
+    assert_eq!(kept.as_ptr(), at, "same allocation: not copied");
+    assert_eq!(c.try_recv(|m| m.spilled.is_none()), Some(true));
+    let mem = Box::new(HostMemory::zeroed(Layout::new(4, 8).bytes()));
+    let (mut p, _c) = channel_in(mem, Layout::new(4, 8), 1, false);
+    assert_eq!(
+        p.try_send_vec(env(1), &mut vec![0; 9]),
+        Err(SendError::TooLarge)
+    );
+}
+
 #[test]
 fn a_message_left_unreleased_is_shown_again() {
     let (mut p, mut c) = channel(Layout::new(4, 8), 1);

@@ -108,7 +108,7 @@ pub(crate) async fn serve_http(
 }
 
 /// What a waiting handler gets: the body to send, already encoded, or the error.
-pub(crate) type Reply = Result<Vec<u8>, ErrorPayload>;
+pub(crate) type Reply = Result<Bytes, ErrorPayload>;
 
 /// The reply port of one HTTP request: the handler waits on the receiver. The answer is
 /// encoded where the ingress reads it, straight from its ring slot: as the service's JSON
@@ -138,32 +138,46 @@ impl ReplyPort for OneShot {
     }
 
     fn deliver_answer(&self, _request_id: u64, _service: u16, answer: Answer<'_>) {
-        let Some(tx) = self.tx.lock().expect("oneshot lock").take() else {
-            return;
-        };
         let reply = answer.map(|p| match &self.json {
             Some(service) => {
                 let mut out = Vec::with_capacity(p.len() + 64);
                 service.write_json(p, &mut out);
-                out
+                Bytes::from(out)
             }
-            None => p.to_vec(),
+            None => Bytes::copy_from_slice(p),
         });
+        self.reply(reply);
+    }
+
+    /// A page that crossed the ring in its own buffer is sent from that buffer.
+    fn deliver_shared(&self, request_id: u64, service: u16, body: &Bytes) {
+        match self.json {
+            Some(_) => self.deliver_answer(request_id, service, Ok(body)),
+            None => self.reply(Ok(body.clone())),
+        }
+    }
+}
+
+impl OneShot {
+    fn reply(&self, reply: Reply) {
+        let Some(tx) = self.tx.lock().expect("oneshot lock").take() else {
+            return;
+        };
         let _ = tx.send(reply); // the handler gone = the connection closed; nobody to tell
     }
 }
 
 /// A JSON body already encoded.
-fn json_body(status: StatusCode, body: Vec<u8>) -> HttpResponse {
+fn json_body(status: StatusCode, body: Bytes) -> HttpResponse {
     hyper::Response::builder()
         .status(status)
         .header("content-type", "application/json")
-        .body(Full::new(Bytes::from(body)))
+        .body(Full::new(body))
         .expect("static response parts")
 }
 
 fn json(status: StatusCode, v: serde_json::Value) -> HttpResponse {
-    json_body(status, v.to_string().into_bytes())
+    json_body(status, Bytes::from(v.to_string()))
 }
 
 fn error(code: ErrorCode, msg: impl Into<String>) -> HttpResponse {

@@ -61,7 +61,7 @@ fn raw_request(req: &hyper::http::request::Parts, body: &[u8]) -> Vec<u8> {
 
 /// The service's raw response as a hyper response (its Content-Length is hyper's to send).
 /// The body is the answer's own buffer, sliced past the head: not copied again.
-fn parse_response(raw: Vec<u8>) -> Option<HttpResponse> {
+fn parse_response(raw: Bytes) -> Option<HttpResponse> {
     let end = raw.windows(4).position(|w| w == b"\r\n\r\n")?;
     let head = std::str::from_utf8(&raw[..end]).ok()?;
     let mut lines = head.split("\r\n");
@@ -79,7 +79,7 @@ fn parse_response(raw: Vec<u8>) -> Option<HttpResponse> {
         }
     }
     let b = b.body(()).ok()?;
-    Some(b.map(|()| Full::new(Bytes::from(raw).slice(end + 4..))))
+    Some(b.map(|()| Full::new(raw.slice(end + 4..))))
 }
 
 pub(crate) async fn page(
@@ -135,14 +135,14 @@ mod tests {
     #[test]
     fn response_round_trip() {
         let raw = b"HTTP/1.1 401 Unauthorized\r\nContent-Type: text/html\r\nSet-Cookie: SID=; Max-Age=0\r\nContent-Length:     4\r\n\r\nabcd";
-        let r = parse_response(raw.to_vec()).unwrap();
+        let r = parse_response(Bytes::from_static(raw)).unwrap();
         assert_eq!(r.status(), 401);
         assert_eq!(r.headers()["set-cookie"], "SID=; Max-Age=0");
         assert!(r.headers().get("content-length").is_none());
         let body = futures_body(r.into_body());
         assert_eq!(&body[..], b"abcd");
-        assert!(parse_response(b"HTTP/1.1 2x0 OK\r\n\r\n".to_vec()).is_none());
-        assert!(parse_response(b"nothing".to_vec()).is_none());
+        assert!(parse_response(Bytes::from_static(b"HTTP/1.1 2x0 OK\r\n\r\n")).is_none());
+        assert!(parse_response(Bytes::from_static(b"nothing")).is_none());
     }
 
     fn futures_body(b: Full<Bytes>) -> Bytes {

@@ -11,6 +11,7 @@
 //! left; on the hot path the shard's own thread is its only user, so the lock never waits.
 
 use crate::doorbell::Doorbell;
+use bytes::Bytes;
 use cohort_engine::{Answer, Ingress, IngressEnds, InlineEngine, Meta, Metrics, ReplyPort};
 use cohort_proto::{ErrorCode, ErrorPayload, Header};
 use std::os::fd::{AsRawFd, RawFd};
@@ -34,6 +35,14 @@ pub(crate) struct Shard {
 
 fn deliver(port: Port, meta: &Meta, answer: Answer<'_>) {
     port.deliver_answer(meta.request_id, meta.service, answer);
+}
+
+/// `deliver`, keeping a large answer's own buffer (no copy) where the ring handed it over.
+fn deliver_shared(port: Port, meta: &Meta, answer: Answer<'_>, shared: Option<&Bytes>) {
+    match shared {
+        Some(body) => port.deliver_shared(meta.request_id, meta.service, body),
+        None => deliver(port, meta, answer),
+    }
 }
 
 impl Shard {
@@ -90,7 +99,7 @@ impl Shard {
     /// Delivers up to `max` answers (and fails the requests of lanes that died).
     fn drain(&self, max: usize) -> usize {
         let mut ing = self.ingress.lock().expect("ingress lock");
-        ing.drain(max, deliver) + ing.reap_dead_lanes(deliver)
+        ing.drain_shared(max, deliver_shared) + ing.reap_dead_lanes(deliver)
     }
 
     fn answers_waiting(&self) -> bool {

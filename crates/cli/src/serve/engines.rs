@@ -296,13 +296,18 @@ fn start_gpu(
         max_cohort: p.max_cohort,
         cohort_timeout: Duration::from_micros(p.cohort_timeout_us),
         keep_busy: p.cohort_keep_busy,
-        streams: p.streams.unwrap_or(GpuEngineConfig::default_streams(mode)),
+        streams: p.streams.unwrap_or(0),
         graphs: p.cohort_graphs,
     };
     let started = per_gpu(p, lanes, devices, GpuEngine::shutdown, |dev, lane| {
-        tracing::info!(gpu = dev.ordinal, name = %dev.name, sms = dev.sms, mem = dev.total_mem,
-            pci = %dev.pci_bus_id, numa = ?dev.numa_node, service = p.name, "gpu");
         let backend = build(&options(a, p), dev).map_err(anyhow::Error::msg)?;
+        let mut cfg = cfg.clone();
+        if p.streams.is_none() {
+            cfg.streams = GpuEngineConfig::default_streams(mode, backend.batch_keys());
+        }
+        tracing::info!(gpu = dev.ordinal, name = %dev.name, sms = dev.sms, mem = dev.total_mem,
+            pci = %dev.pci_bus_id, numa = ?dev.numa_node, service = p.name,
+            streams = cfg.streams, "gpu");
         Ok(GpuEngine::start(backend, lane, &cfg, metrics.clone())?)
     })?;
     Ok(Running::Gpu(started))

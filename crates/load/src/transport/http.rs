@@ -131,7 +131,13 @@ pub(crate) fn drive<C: Client>(
                 std::thread::Builder::new()
                     .name(format!("load-http-{t}"))
                     .spawn_scoped(s, move || -> Result<Recorder> {
+                        // The pacer is the runtime's main future, polled between
+                        // batches of ready tasks: by default 61 of them (tokio's
+                        // event_interval), which with a few hundred connections whose
+                        // answers each take microseconds to check put the send lag's p99
+                        // at 1.9 ms at 1024 connections (H200). Every 4 keeps it short.
                         let rt = tokio::runtime::Builder::new_current_thread()
+                            .event_interval(4)
                             .enable_all()
                             .build()?;
                         let run = one_thread(cfg, sh, addr, t, threads, conns, client);

@@ -161,6 +161,14 @@ impl GpuBackend for BankGpu {
         self.table.device_bytes() + self.records.device_bytes()
     }
 
+    /// One key per page type, and one for requests that name no page.
+    fn batch_keys(&self) -> usize {
+        match self.cfg.cohorts {
+            Cohorts::ByType => KINDS.len() + 1,
+            Cohorts::Mixed => 1,
+        }
+    }
+
     /// The bytes copied in and out vary per cohort: no graph replays them.
     fn graphable(&self) -> bool {
         false
