@@ -16,6 +16,7 @@
 use crate::clock;
 use crate::metrics::Metrics;
 use crate::wiring::{ok, AnswerRings, LaneEnds};
+use bytes::Bytes;
 use cohort_mq::Envelope;
 use cohort_proto::{ErrorCode, ErrorPayload};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -41,6 +42,12 @@ pub trait BatchSlot: Send {
     fn poll(&mut self) -> Result<bool, String>;
     /// Writes row `row`'s answer payload into `out` (cleared by the caller).
     fn answer(&mut self, key: u64, row: usize, out: &mut Vec<u8>) -> Result<(), ErrorPayload>;
+    /// Row `row`'s answer lent as a buffer shared with the slot's results (no copy: a page
+    /// leaves from the pinned memory the device wrote), or None where the slot cannot lend it
+    /// now (then `answer` copies it).
+    fn answer_shared(&mut self, _key: u64, _row: usize) -> Option<Result<Bytes, ErrorPayload>> {
+        None
+    }
 }
 
 #[derive(Debug, Clone)]
@@ -331,6 +338,17 @@ impl Batcher<'_> {
                 }
                 let wait = Duration::from_nanos(launched_ns.saturating_sub(r.env.arrived));
                 self.metrics.stage(engine, self.cfg.stage, wait, compute);
+                match slot.dev.answer_shared(key, row) {
+                    Some(Ok(page)) => {
+                        answers.send_bytes(r.ingress as usize, ok(r.env), &page);
+                        continue;
+                    }
+                    Some(Err(e)) => {
+                        answers.send_error(r.ingress as usize, r.env, &e);
+                        continue;
+                    }
+                    None => {}
+                }
                 self.scratch.clear();
                 match slot.dev.answer(key, row, &mut self.scratch) {
                     Ok(()) => {

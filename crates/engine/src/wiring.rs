@@ -9,6 +9,7 @@
 use crate::bell::{Bell, Wake};
 use crate::dispatch::{hybrid_choice, DispatchPolicy, LaneRate};
 use crate::inflight::LaneRef;
+use bytes::Bytes;
 use cohort_mq::{
     channel, channel_in, Consumer, Envelope, Layout, Message, Producer, RingMemory, SendError,
 };
@@ -555,6 +556,29 @@ impl AnswerRings {
         let mut spins = 0u32;
         loop {
             match self.rings[to].try_send(env, payload) {
+                Ok(()) => break,
+                Err(SendError::Full) => {
+                    self.wake(to);
+                    spins += 1;
+                    if spins > 64 {
+                        std::thread::yield_now();
+                    } else {
+                        std::hint::spin_loop();
+                    }
+                }
+                Err(SendError::Closed) => return,
+                Err(SendError::TooLarge) => unreachable!("answer rings spill"),
+            }
+        }
+        self.wake(to);
+    }
+
+    /// `send` for an answer that is a shared buffer already (a page in the device's pinned
+    /// results): a large one crosses the ring as a reference, with no copy.
+    pub fn send_bytes(&mut self, to: usize, env: Envelope, payload: &Bytes) {
+        let mut spins = 0u32;
+        loop {
+            match self.rings[to].try_send_bytes(env, payload) {
                 Ok(()) => break,
                 Err(SendError::Full) => {
                     self.wake(to);

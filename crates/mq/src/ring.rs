@@ -191,6 +191,15 @@ impl Producer {
         self.spill(env, Bytes::from(std::mem::take(buf)))
     }
 
+    /// Sends a payload that is already a shared buffer: copied into the slot when it fits,
+    /// else the buffer itself (a reference, no copy) goes into the slot's spill cell.
+    pub fn try_send_bytes(&mut self, env: Envelope, payload: &Bytes) -> Result<(), SendError> {
+        if payload.len() <= self.shared.layout.payload_capacity {
+            return self.try_send(env, payload);
+        }
+        self.spill(env, payload.clone())
+    }
+
     fn spill(&mut self, env: Envelope, payload: Bytes) -> Result<(), SendError> {
         if self.shared.spill.is_none() {
             return Err(SendError::TooLarge);

@@ -357,10 +357,14 @@ fn bank_engine_backend_matches_the_cpu_twin() {
         let stream = gpu.context().new_stream().unwrap();
         let mut slot = gpu.stream_buffers(&stream, cap).unwrap();
         let label = format!("engine backend, transposed {transposed}, {cohorts:?}, {backend}");
+        let mut lent_released = rand::rngs::SmallRng::seed_from_u64(seed ^ 0x1e47);
         let compared = bank_session_rounds(&mut rng, &cpu, users, &label, &mut |reqs| {
             // Cohorts as the batcher forms them: by batch key, at most `cap` each, in order
             // of arrival within a key (a key's requests are independent of other keys').
             let mut got = vec![Vec::new(); reqs.len()];
+            // Pages lent from the slot's pinned result buffers, kept for a while as a slow
+            // socket would: later cohorts copy out around them and must never overwrite them.
+            let mut lent: Vec<(usize, bytes::Bytes)> = Vec::new();
             let mut keys: Vec<(u64, usize)> = reqs
                 .iter()
                 .enumerate()
@@ -386,9 +390,20 @@ fn bank_engine_backend_matches_the_cpu_twin() {
                         }
                     }
                     for (row, &(_, i)) in cohort.iter().enumerate() {
-                        slot.answer(key, row, &mut got[i]).unwrap();
+                        match slot.answer_shared(key, row) {
+                            Some(page) => lent.push((i, page.unwrap())),
+                            None => slot.answer(key, row, &mut got[i]).unwrap(),
+                        }
+                    }
+                    if lent_released.gen_bool(0.5) {
+                        for (i, page) in lent.drain(..) {
+                            got[i] = page.to_vec();
+                        }
                     }
                 }
+            }
+            for (i, page) in lent {
+                got[i] = page.to_vec();
             }
             got
         });

@@ -15,6 +15,7 @@
 mod slot;
 
 use crate::GpuError;
+use bytes::Bytes;
 use cohort_engine::batch::{self, BatchBackend, BatchConfig, BatchSlot};
 use cohort_engine::{LaneEnds, Metrics};
 use cohort_proto::ErrorPayload;
@@ -71,6 +72,11 @@ pub trait StreamBuffers: Send {
     }
     /// Writes row `row`'s answer payload from the copied-out results into `out`.
     fn answer(&mut self, key: u64, row: usize, out: &mut Vec<u8>) -> Result<(), ErrorPayload>;
+    /// Row `row`'s answer lent from the copied-out results themselves (no copy), where the
+    /// buffers can spare it (`BatchSlot::answer_shared`); None: `answer` copies it.
+    fn answer_shared(&mut self, _key: u64, _row: usize) -> Option<Result<Bytes, ErrorPayload>> {
+        None
+    }
 }
 
 /// What a slot's batch needs after its queued work completed.

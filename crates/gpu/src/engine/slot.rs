@@ -2,6 +2,7 @@
 //! event of the batch in flight, and the CUDA graphs captured for it.
 
 use super::{Resume, StreamBuffers};
+use bytes::Bytes;
 use cohort_engine::BatchSlot;
 use cohort_proto::ErrorPayload;
 use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
@@ -102,6 +103,10 @@ impl BatchSlot for GpuSlot {
 
     fn answer(&mut self, key: u64, row: usize, out: &mut Vec<u8>) -> Result<(), ErrorPayload> {
         self.bufs.answer(key, row, out)
+    }
+
+    fn answer_shared(&mut self, key: u64, row: usize) -> Option<Result<Bytes, ErrorPayload>> {
+        self.bufs.answer_shared(key, row)
     }
 }
 

@@ -22,6 +22,7 @@ use super::gpu_records::{RecordSource, SharedRecords};
 use super::kinds::{Kind, KINDS};
 use super::parse::MAX_REQUEST;
 use super::store::Placement;
+use bytes::Bytes;
 use cohort_engine::BatchBackend;
 use cohort_gpu::engine::{GpuBackend, Pinned, Resume, StreamBuffers};
 use cohort_gpu::{DeviceInfo, GpuError};
@@ -149,7 +150,15 @@ impl GpuBackend for BankGpu {
             dev_offs: stream.alloc_zeros(cap)?,
             bufs: CohortBuffers::new(stream, cap)?,
             dev_rows: stream.alloc_zeros(cap * RESP_SLOT)?,
-            host_rows: Pinned::for_reads(&self.ctx, cap * RESP_SLOT)?,
+            rows: (0..ROW_BUFFERS)
+                .map(|_| {
+                    Ok(Arc::new(SharedRows(Pinned::for_reads(
+                        &self.ctx,
+                        cap * RESP_SLOT,
+                    )?)))
+                })
+                .collect::<Result<_, GpuError>>()?,
+            current: 0,
             host_out_lens: Pinned::for_reads(&self.ctx, cap)?,
             cursor: 0,
             row_bytes: 0,
@@ -175,6 +184,32 @@ impl GpuBackend for BankGpu {
     }
 }
 
+/// Pinned result buffers per slot: one being copied into, pages of earlier cohorts still
+/// being written to their sockets in the others. With fewer free than two, pages are copied
+/// out instead of lent, so a client that does not read its page never stalls the slot.
+const ROW_BUFFERS: usize = 3;
+
+/// Copied-out responses, lent to the HTTP side as `Bytes` that keep the buffer alive.
+struct SharedRows(Pinned<u8>);
+
+// SAFETY: a `SharedRows` behind an `Arc` is only read (`&`): the pages it lends are the bytes
+// a completed copy-out wrote. It is written only through `Arc::get_mut`, i.e. while no page
+// refers to it.
+unsafe impl Sync for SharedRows {}
+
+/// One page inside a result buffer: the owner `Bytes` keeps while the page is sent.
+struct Page {
+    rows: Arc<SharedRows>,
+    at: usize,
+    len: usize,
+}
+
+impl AsRef<[u8]> for Page {
+    fn as_ref(&self) -> &[u8] {
+        &self.rows.0.as_slice()[self.at..self.at + self.len]
+    }
+}
+
 /// One stream's cohort: pinned staging, the device buffers, the copied-out rows.
 struct BankSlot {
     kernels: Kernels,
@@ -188,7 +223,11 @@ struct BankSlot {
     dev_offs: CudaSlice<u32>,
     bufs: CohortBuffers,
     dev_rows: CudaSlice<u8>,
-    host_rows: Pinned<u8>,
+    /// Pinned buffers the responses are copied out into, `current` the one of the cohort in
+    /// the slot: its pages are sent from there by reference while the next cohort copies
+    /// out into a buffer no page holds any more.
+    rows: Vec<Arc<SharedRows>>,
+    current: usize,
     host_out_lens: Pinned<u32>,
     /// Request bytes staged so far in this cohort.
     cursor: usize,
@@ -279,6 +318,33 @@ impl StreamBuffers for BankSlot {
     }
 
     fn answer(&mut self, _key: u64, row: usize, out: &mut Vec<u8>) -> Result<(), ErrorPayload> {
+        let (at, len) = self.row_span(row)?;
+        out.extend_from_slice(&self.rows[self.current].0.as_slice()[at..at + len]);
+        Ok(())
+    }
+
+    /// The page lent from the pinned buffer the GPU's copy wrote, while another buffer is
+    /// free for the slot's next cohort (no page can take that one before then: only this
+    /// thread lends).
+    fn answer_shared(&mut self, _key: u64, row: usize) -> Option<Result<Bytes, ErrorPayload>> {
+        let spare = (0..self.rows.len())
+            .any(|i| i != self.current && Arc::strong_count(&self.rows[i]) == 1);
+        if !spare {
+            return None;
+        }
+        Some(self.row_span(row).map(|(at, len)| {
+            Bytes::from_owner(Page {
+                rows: self.rows[self.current].clone(),
+                at,
+                len,
+            })
+        }))
+    }
+}
+
+impl BankSlot {
+    /// Where row `row`'s response lies in the current result buffer.
+    fn row_span(&self, row: usize) -> Result<(usize, usize), ErrorPayload> {
         let len = self.host_out_lens.as_slice()[row] as usize;
         if len > self.row_bytes {
             return Err(ErrorPayload::new(
@@ -289,13 +355,9 @@ impl StreamBuffers for BankSlot {
                 ),
             ));
         }
-        let at = row * self.row_bytes;
-        out.extend_from_slice(&self.host_rows.as_slice()[at..at + len]);
-        Ok(())
+        Ok((row * self.row_bytes, len))
     }
-}
 
-impl BankSlot {
     /// The cohort's second half on `s`, its records found: sessions, pages, the gather,
     /// the copies out.
     fn finish(&mut self, s: &Arc<CudaStream>, rows: usize) -> Result<(), GpuError> {
@@ -309,9 +371,15 @@ impl BankSlot {
             &self.bufs.out_lens().slice(0..rows),
             &mut self.host_out_lens.as_mut_slice()[..rows],
         )?;
+        // A buffer no page refers to any more (`answer_shared` lends only while one exists).
+        let free = (0..self.rows.len())
+            .find(|&i| Arc::strong_count(&self.rows[i]) == 1)
+            .ok_or_else(|| GpuError::Invalid("every result buffer is lent out".into()))?;
+        self.current = free;
+        let rows = Arc::get_mut(&mut self.rows[free]).expect("no page refers to it");
         s.memcpy_dtoh(
             &self.dev_rows.slice(0..out),
-            &mut self.host_rows.as_mut_slice()[..out],
+            &mut rows.0.as_mut_slice()[..out],
         )?;
         Ok(())
     }
