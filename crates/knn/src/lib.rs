@@ -3,6 +3,7 @@
 //! the GPU engines implement the same stages as kernels and are tested against these.
 
 pub mod assign;
+pub mod atomic_file;
 pub mod exact;
 pub mod hugebuf;
 pub mod ivf;

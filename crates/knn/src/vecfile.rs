@@ -136,7 +136,8 @@ pub fn read_vectors(path: &Path) -> Result<Vectors> {
 }
 
 fn write_atomic(path: &Path, f: impl FnOnce(&mut dyn Write) -> std::io::Result<()>) -> Result<()> {
-    let tmp = path.with_extension(format!("tmp.{}", std::process::id()));
+    crate::atomic_file::remove_stale_temps(path);
+    let tmp = crate::atomic_file::temp_path(path);
     {
         let file =
             std::fs::File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?;

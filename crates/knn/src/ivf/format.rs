@@ -4,7 +4,7 @@
 //! | offset | size | field |
 //! |---|---|---|
 //! | 0  | 8 | magic `COHORTIV` |
-//! | 8  | 4 | format version (1) |
+//! | 8  | 4 | format version (2) |
 //! | 12 | 1 | metric (0 l2, 1 inner product) |
 //! | 13 | 1 | element type (0 f32) |
 //! | 14 | 2 | reserved (0) |
@@ -12,11 +12,16 @@
 //! | 20 | 4 | nlist |
 //! | 24 | 8 | n (vectors) |
 //! | 32 | 4 | default nprobe |
-//! | 36 | 4 | CRC-32 of every byte after the header |
+//! | 36 | 4 | CRC-32 of the whole file, these 4 bytes read as zero |
 //! | 40 | 24 | reserved (0) |
 //!
 //! Sections: centroids f32[nlist*dim], offsets u64[nlist+1], ids u32[n], vectors f32[n*dim]
 //! (cell-major), each starting on a 64-byte boundary. Little-endian throughout.
+//!
+//! Version 1 checked only the bytes after the header: one flipped bit could turn the metric
+//! from l2 to inner product, or change the default nprobe, and the file still loaded. Version
+//! 2's checksum covers the header too; a version 1 file is refused with the command that
+//! rebuilds it.
 
 use super::{IvfIndex, Store};
 use crate::metric::Metric;
@@ -25,7 +30,9 @@ use std::io::Write;
 use std::path::Path;
 
 pub const MAGIC: &[u8; 8] = b"COHORTIV";
-pub const FORMAT_VERSION: u32 = 1;
+pub const FORMAT_VERSION: u32 = 2;
+/// Where the checksum sits in the header.
+const CRC_AT: std::ops::Range<usize> = 36..40;
 const HEADER: usize = 64;
 
 fn align64(x: usize) -> usize {
@@ -112,7 +119,8 @@ impl<W: Write> Summing<W> {
 
 pub(super) fn save(ix: &IvfIndex, path: &Path) -> Result<()> {
     let layout = Layout::new(ix.dim, ix.nlist, ix.n).context("index too large")?;
-    let tmp = path.with_extension(format!("tmp.{}", std::process::id()));
+    crate::atomic_file::remove_stale_temps(path);
+    let tmp = crate::atomic_file::temp_path(path);
     let file =
         std::fs::File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
     let mut s = Summing {
@@ -144,7 +152,6 @@ pub(super) fn save(ix: &IvfIndex, path: &Path) -> Result<()> {
         s.put(&f32s(chunk))?;
     }
     assert_eq!(s.written, layout.total);
-    let crc = s.crc.finalize();
     let mut h = [0u8; HEADER];
     h[0..8].copy_from_slice(MAGIC);
     h[8..12].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
@@ -153,7 +160,13 @@ pub(super) fn save(ix: &IvfIndex, path: &Path) -> Result<()> {
     h[20..24].copy_from_slice(&(ix.nlist as u32).to_le_bytes());
     h[24..32].copy_from_slice(&(ix.n as u64).to_le_bytes());
     h[32..36].copy_from_slice(&(ix.default_nprobe as u32).to_le_bytes());
-    h[36..40].copy_from_slice(&crc.to_le_bytes());
+    // The header (its checksum field zero) comes first in the file: its CRC, extended by the
+    // body's, is the CRC of the whole file.
+    let mut whole = crc32fast::Hasher::new();
+    whole.update(&h);
+    whole.combine(&s.crc);
+    let crc = whole.finalize();
+    h[CRC_AT].copy_from_slice(&crc.to_le_bytes());
     let mut file = s.w.into_inner().map_err(|e| e.into_error())?;
     use std::io::{Seek, SeekFrom};
     file.seek(SeekFrom::Start(0))?;
@@ -183,6 +196,11 @@ pub(super) fn load(path: &Path) -> Result<IvfIndex> {
     let u32_at = |o: usize| u32::from_le_bytes(map[o..o + 4].try_into().expect("4"));
     let version = u32_at(8);
     ensure!(
+        version != 1,
+        "{what}: index format version 1, whose header is not checksummed; this build reads \
+         version {FORMAT_VERSION}: rebuild it with `cohort index build`"
+    );
+    ensure!(
         version == FORMAT_VERSION,
         "{what}: index format version {version}, this build reads {FORMAT_VERSION}"
     );
@@ -206,9 +224,12 @@ pub(super) fn load(path: &Path) -> Result<IvfIndex> {
         map.len(),
         layout.total
     );
-    let crc = crc32fast::hash(&map[HEADER..]);
+    let mut whole = crc32fast::Hasher::new();
+    whole.update(&map[..CRC_AT.start]);
+    whole.update(&[0; 4]);
+    whole.update(&map[CRC_AT.end..]);
     ensure!(
-        crc == u32_at(36),
+        whole.finalize() == u32_at(CRC_AT.start),
         "{what}: checksum mismatch (file corrupted)"
     );
     let offsets = layout.offsets(&map);
