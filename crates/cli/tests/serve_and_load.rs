@@ -287,7 +287,11 @@ fn inline_service_refuses_a_bad_payload_and_goes_on() {
     sock.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
     let spin = cohort_proto::service_id::SPIN;
     let mut f = Vec::new();
-    encode_frame(Header::request(spin, 1, 3), b"bad", &mut f);
+    // spin_us over its limit (a datagram long enough for an error frame: UDP answers are
+    // never larger than their request).
+    let mut bad = u32::MAX.to_le_bytes().to_vec();
+    bad.extend_from_slice(b"too long a spin");
+    encode_frame(Header::request(spin, 1, 3), &bad, &mut f);
     sock.send_to(&f, s.udp.unwrap()).unwrap();
     let mut buf = [0u8; 2048];
     let n = sock.recv(&mut buf).expect("an answer");

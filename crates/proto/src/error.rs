@@ -12,10 +12,12 @@ pub enum ErrorCode {
     Timeout = 5,
     Unavailable = 6,
     Internal = 7,
+    /// UDP only: the answer would be larger than the request datagram; ask over TCP.
+    Truncated = 8,
 }
 
 impl ErrorCode {
-    pub const ALL: [ErrorCode; 7] = [
+    pub const ALL: [ErrorCode; 8] = [
         ErrorCode::BadRequest,
         ErrorCode::UnknownService,
         ErrorCode::TooLarge,
@@ -23,6 +25,7 @@ impl ErrorCode {
         ErrorCode::Timeout,
         ErrorCode::Unavailable,
         ErrorCode::Internal,
+        ErrorCode::Truncated,
     ];
 
     pub fn from_u16(v: u16) -> Option<ErrorCode> {
@@ -39,6 +42,7 @@ impl ErrorCode {
             ErrorCode::Timeout => "TIMEOUT",
             ErrorCode::Unavailable => "UNAVAILABLE",
             ErrorCode::Internal => "INTERNAL",
+            ErrorCode::Truncated => "TRUNCATED",
         }
     }
 
@@ -52,6 +56,7 @@ impl ErrorCode {
             ErrorCode::Timeout => "timeout",
             ErrorCode::Unavailable => "unavailable",
             ErrorCode::Internal => "internal",
+            ErrorCode::Truncated => "truncated",
         }
     }
 
@@ -65,6 +70,8 @@ impl ErrorCode {
             ErrorCode::Timeout => 504,
             ErrorCode::Unavailable => 503,
             ErrorCode::Internal => 500,
+            // Never sent over HTTP (its answers have no size bound but the server's).
+            ErrorCode::Truncated => 500,
         }
     }
 }

@@ -24,6 +24,9 @@ const BATCH: usize = 64;
 pub(crate) struct Client {
     pub addr: libc::sockaddr_storage,
     pub addr_len: libc::socklen_t,
+    /// The request datagram's size: the answer sent to this address is never larger (no
+    /// amplification toward a spoofed source; `docs/protocol.md`).
+    pub request_len: u32,
 }
 
 pub(crate) struct UdpThreadConfig {
@@ -186,6 +189,7 @@ impl IoThread {
             let client = Client {
                 addr: *addr,
                 addr_len,
+                request_len: bytes.len() as u32,
             };
             // Refusals made here are counted here; the ingress counts its own (a full ring,
             // an unknown service, a stopped engine) inside `submit`.
@@ -264,12 +268,25 @@ impl IoThread {
 }
 
 fn push_answer(tx: &mut MsgBatch, fd: RawFd, m: &Metrics, c: &Client, meta: &Meta, a: Answer<'_>) {
+    let limit = c.request_len as usize;
+    // Not even a bare error frame fits in what the client sent: nothing is sent (counted).
+    if limit < HEADER_LEN + ERROR_HEAD && !matches!(a, Ok(p) if HEADER_LEN + p.len() <= limit) {
+        m.dropped("amplification");
+        return;
+    }
     if tx.is_full() {
         flush(tx, fd, m);
     }
+    let mut truncated = false;
     tx.push(&c.addr, c.addr_len, |buf| {
-        encode_answer(meta.request_id, meta.service, a, buf)
+        let limit = limit.min(buf.len());
+        let (n, t) = encode_answer(meta.request_id, meta.service, a, &mut buf[..limit]);
+        truncated = t;
+        n
     });
+    if truncated {
+        m.dropped("truncated_answer");
+    }
 }
 
 fn flush(tx: &mut MsgBatch, fd: RawFd, m: &Metrics) {
@@ -296,18 +313,38 @@ fn header_for_error(b: &[u8]) -> Header {
     Header::request(service, id, 0)
 }
 
-/// Encodes a response or error frame into `buf`; answers too large for a datagram become
-/// INTERNAL errors.
-fn encode_answer(request_id: u64, service: u16, answer: Answer<'_>, buf: &mut [u8]) -> usize {
+/// Code and message length of an error payload.
+const ERROR_HEAD: usize = 4;
+
+/// Encodes a response or error frame into `buf`, whose length is the most this answer may
+/// take (the request datagram's size, at most a datagram): an answer larger than that becomes
+/// TRUNCATED (retry over TCP), an error's message is cut to fit. `buf` holds at least a bare
+/// error frame. Returns the frame's length and whether the answer was truncated.
+fn encode_answer(
+    request_id: u64,
+    service: u16,
+    answer: Answer<'_>,
+    buf: &mut [u8],
+) -> (usize, bool) {
     let mut scratch = Vec::new();
+    let mut truncated = false;
     let (kind, payload): (Kind, &[u8]) = match answer {
         Ok(p) if HEADER_LEN + p.len() <= buf.len() => (Kind::Response, p),
-        Ok(_) => {
-            ErrorPayload::new(ErrorCode::Internal, "answer too large for UDP").encode(&mut scratch);
+        Ok(p) => {
+            truncated = true;
+            let e = ErrorPayload::new(
+                ErrorCode::Truncated,
+                format!(
+                    "the {}-byte answer is larger than the {}-byte request datagram: ask over TCP",
+                    HEADER_LEN + p.len(),
+                    buf.len()
+                ),
+            );
+            encode_fitting(&e, buf.len() - HEADER_LEN, &mut scratch);
             (Kind::Error, &scratch)
         }
         Err(e) => {
-            e.encode(&mut scratch);
+            encode_fitting(&e, buf.len() - HEADER_LEN, &mut scratch);
             (Kind::Error, &scratch)
         }
     };
@@ -323,5 +360,58 @@ fn encode_answer(request_id: u64, service: u16, answer: Answer<'_>, buf: &mut [u
     h.encode(&mut hb);
     buf[..HEADER_LEN].copy_from_slice(&hb);
     buf[HEADER_LEN..HEADER_LEN + payload.len()].copy_from_slice(payload);
-    HEADER_LEN + payload.len()
+    (HEADER_LEN + payload.len(), truncated)
+}
+
+/// An error payload of at most `room` bytes (at least `ERROR_HEAD`): its message cut at a
+/// character boundary where it does not fit.
+fn encode_fitting(e: &ErrorPayload, room: usize, out: &mut Vec<u8>) {
+    debug_assert!(room >= ERROR_HEAD);
+    let mut cut = e.message.len().min(room - ERROR_HEAD);
+    while !e.message.is_char_boundary(cut) {
+        cut -= 1;
+    }
+    ErrorPayload {
+        code: e.code,
+        message: e.message[..cut].to_string(),
+    }
+    .encode(out);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cohort_proto::{Frame, MAX_PAYLOAD};
+
+    fn decode(b: &[u8]) -> (Kind, Option<ErrorPayload>) {
+        let f = Frame::decode_datagram(b, MAX_PAYLOAD).expect("a whole frame");
+        let e = (f.header.kind == Kind::Error).then(|| ErrorPayload::decode(f.payload).unwrap());
+        (f.header.kind, e)
+    }
+
+    /// An answer never outgrows the room it is given (the request datagram's size): a larger
+    /// result becomes TRUNCATED, an error's message is cut, a result that fits is sent whole.
+    #[test]
+    fn answers_never_outgrow_their_request() {
+        let mut buf = vec![0u8; 9000];
+        for room in [HEADER_LEN + ERROR_HEAD, 40, 68, 200, 9000] {
+            for len in [0usize, 10, 44, 100, 8220] {
+                let body = vec![7u8; len];
+                let (n, truncated) = encode_answer(5, 3, Ok(&body), &mut buf[..room]);
+                assert!(n <= room, "{n} bytes in a room of {room}");
+                let (kind, e) = decode(&buf[..n]);
+                let fits = HEADER_LEN + len <= room;
+                assert_eq!(truncated, !fits);
+                if fits {
+                    assert_eq!(kind, Kind::Response);
+                } else {
+                    assert_eq!(e.unwrap().code, ErrorCode::Truncated);
+                }
+            }
+            let long = ErrorPayload::new(ErrorCode::UnknownService, "é".repeat(300));
+            let (n, truncated) = encode_answer(5, 3, Err(long), &mut buf[..room]);
+            assert!(n <= room && !truncated);
+            assert_eq!(decode(&buf[..n]).1.unwrap().code, ErrorCode::UnknownService);
+        }
+    }
 }
