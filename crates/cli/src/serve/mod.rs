@@ -97,8 +97,8 @@ pub struct ServeArgs {
     /// integral data in 0..=255 such as SIFT).
     #[arg(long, default_value = "f32")]
     pub gpu_precision: Precision,
-    /// gpu engines: slots per GPU, each with its own stream and staging (default 8 direct,
-    /// 4 cohort).
+    /// gpu engines: slots per GPU, each with its own stream and staging (default 8 direct;
+    /// cohort: 3 + one per batch key of the service, e.g. 4 for knn, 19 for the bank by type).
     #[arg(long)]
     pub streams: Option<usize>,
     /// gpu-cohort: replay a CUDA graph per cohort-size bucket instead of launching each copy
