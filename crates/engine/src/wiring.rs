@@ -553,56 +553,32 @@ impl AnswerRings {
     /// is full (the ingress drains it continuously); drops the answer if the ingress is gone
     /// (it answered everything itself before leaving).
     pub fn send(&mut self, to: usize, env: Envelope, payload: &[u8]) {
-        let mut spins = 0u32;
-        loop {
-            match self.rings[to].try_send(env, payload) {
-                Ok(()) => break,
-                Err(SendError::Full) => {
-                    self.wake(to);
-                    spins += 1;
-                    if spins > 64 {
-                        std::thread::yield_now();
-                    } else {
-                        std::hint::spin_loop();
-                    }
-                }
-                Err(SendError::Closed) => return,
-                Err(SendError::TooLarge) => unreachable!("answer rings spill"),
-            }
-        }
-        self.wake(to);
+        self.send_with(to, |ring| ring.try_send(env, payload));
     }
 
     /// `send` for an answer that is a shared buffer already (a page in the device's pinned
     /// results): a large one crosses the ring as a reference, with no copy.
     pub fn send_bytes(&mut self, to: usize, env: Envelope, payload: &Bytes) {
-        let mut spins = 0u32;
-        loop {
-            match self.rings[to].try_send_bytes(env, payload) {
-                Ok(()) => break,
-                Err(SendError::Full) => {
-                    self.wake(to);
-                    spins += 1;
-                    if spins > 64 {
-                        std::thread::yield_now();
-                    } else {
-                        std::hint::spin_loop();
-                    }
-                }
-                Err(SendError::Closed) => return,
-                Err(SendError::TooLarge) => unreachable!("answer rings spill"),
-            }
-        }
-        self.wake(to);
+        self.send_with(to, |ring| ring.try_send_bytes(env, payload));
     }
 
     /// `send` for an answer built in `buf`: one larger than a slot moves into the ring with
     /// its buffer (no copy; the ingress hands that buffer on) and `buf` is left empty, to be
     /// refilled by the caller; a smaller one is copied and `buf` kept.
     pub fn send_vec(&mut self, to: usize, env: Envelope, buf: &mut Vec<u8>) {
+        self.send_with(to, |ring| ring.try_send_vec(env, buf));
+    }
+
+    /// Retries `try_send` on ingress `to`'s ring while it is full (waking the ingress, then
+    /// yielding after a short spin), wakes it once written; gives up if the ingress is gone.
+    fn send_with(
+        &mut self,
+        to: usize,
+        mut try_send: impl FnMut(&mut Producer) -> Result<(), SendError>,
+    ) {
         let mut spins = 0u32;
         loop {
-            match self.rings[to].try_send_vec(env, buf) {
+            match try_send(&mut self.rings[to]) {
                 Ok(()) => break,
                 Err(SendError::Full) => {
                     self.wake(to);
