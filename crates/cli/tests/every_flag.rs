@@ -77,6 +77,7 @@ fn sample(flag: &str, ix: &str) -> Option<Option<String>> {
         "dispatch" => v("key-hash"),
         "drain-timeout-ms" => v("100"),
         "io-spin-us" => v("20"),
+        "udp-io" => v("uring"),
         "log-level" => v("warn"),
         "bank-users" => v("1000"),
         "bank-layout" => v("row-major"),

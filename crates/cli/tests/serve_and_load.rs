@@ -313,3 +313,118 @@ fn inline_service_refuses_a_bad_payload_and_goes_on() {
     s.sigterm();
     assert_eq!(s.wait_exit(Duration::from_secs(15)), 0);
 }
+
+/// `cohort serve --udp-io uring` with `setup` applied to its command; its log (warn and up)
+/// goes to the returned file. Loads echo over UDP at a low and a higher rate and checks every
+/// answer, then returns the server's /metrics and log.
+fn uring_server_answers_echo(setup: impl FnOnce(&mut std::process::Command)) -> (String, String) {
+    let log = std::env::temp_dir().join(format!("cohort-uring-{}.log", std::process::id()));
+    let file = std::fs::File::create(&log).unwrap();
+    let mut s = Served::start_with(
+        &["--service", "echo", "--io-threads", "2", "--udp-io", "uring"],
+        |c| {
+            c.stderr(file);
+            setup(c);
+        },
+    );
+    let echo = Arc::new(EchoWorkload { payload_bytes: 64 });
+    for rate in [500.0, 5000.0] {
+        let r = load(
+            Target::Udp(s.udp.unwrap()),
+            Mode::Open {
+                rate,
+                poisson: true,
+            },
+            1.0,
+            echo.clone(),
+        );
+        assert_all_answered(&r);
+        assert_eq!(r.error_total(), 0, "{r:#?}");
+        assert!(r.ok as f64 >= 0.9 * rate, "{r:#?}");
+    }
+    let metrics = http_get(s.http.unwrap(), "/metrics");
+    s.sigterm();
+    assert_eq!(s.wait_exit(Duration::from_secs(15)), 0);
+    let text = std::fs::read_to_string(&log).unwrap();
+    let _ = std::fs::remove_file(&log);
+    (metrics, text)
+}
+
+/// io_uring io threads answer every request; where this kernel refuses io_uring, the server
+/// said so and both threads run the recvmmsg path (the refusal test below covers that path).
+#[test]
+fn udp_io_threads_on_io_uring_answer_every_request() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let (metrics, log) = uring_server_answers_echo(|_| {});
+    if log.contains("io_uring refused") {
+        eprintln!("io_uring is refused on this machine: only the fallback ran ({log})");
+        assert!(metrics.contains("cohort_udp_io_threads{path=\"recvmmsg\"} 2"), "{metrics}");
+    } else {
+        assert!(metrics.contains("cohort_udp_io_threads{path=\"io_uring\"} 2"), "{metrics}");
+    }
+}
+
+/// A sandbox that refuses io_uring the way container runtimes' seccomp profiles do
+/// (io_uring_setup fails with EPERM): the server says so in one log line, runs recvmmsg, and
+/// answers every request.
+#[cfg(target_arch = "x86_64")]
+#[test]
+fn udp_io_uring_refused_by_seccomp_falls_back_to_recvmmsg() {
+    use std::os::unix::process::CommandExt;
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let (metrics, log) = uring_server_answers_echo(|c| {
+        // SAFETY: only async-signal-safe prctl calls between fork and exec.
+        unsafe { c.pre_exec(refuse_io_uring) };
+    });
+    assert_eq!(log.matches("io_uring refused").count(), 1, "{log}");
+    assert!(log.contains("Operation not permitted"), "{log}");
+    assert!(metrics.contains("cohort_udp_io_threads{path=\"recvmmsg\"} 2"), "{metrics}");
+}
+
+/// Installs a seccomp filter on this process: io_uring_setup fails with EPERM, every other
+/// system call is allowed.
+#[cfg(target_arch = "x86_64")]
+fn refuse_io_uring() -> std::io::Result<()> {
+    const AUDIT_ARCH_X86_64: u32 = 0xc000_003e;
+    let stmt = |code: u32, k: u32| libc::sock_filter {
+        code: code as u16,
+        jt: 0,
+        jf: 0,
+        k,
+    };
+    let jeq = |k: u32, jt: u8, jf: u8| libc::sock_filter {
+        code: (libc::BPF_JMP | libc::BPF_JEQ | libc::BPF_K) as u16,
+        jt,
+        jf,
+        k,
+    };
+    let load = libc::BPF_LD | libc::BPF_W | libc::BPF_ABS;
+    let mut prog = [
+        stmt(load, 4), // seccomp_data.arch
+        jeq(AUDIT_ARCH_X86_64, 0, 3),
+        stmt(load, 0), // seccomp_data.nr
+        jeq(libc::SYS_io_uring_setup as u32, 0, 1),
+        stmt(
+            libc::BPF_RET | libc::BPF_K,
+            libc::SECCOMP_RET_ERRNO | libc::EPERM as u32,
+        ),
+        stmt(libc::BPF_RET | libc::BPF_K, libc::SECCOMP_RET_ALLOW),
+    ];
+    let fprog = libc::sock_fprog {
+        len: prog.len() as u16,
+        filter: prog.as_mut_ptr(),
+    };
+    // SAFETY: plain prctl calls with a filter program that outlives them.
+    unsafe {
+        if libc::prctl(libc::PR_SET_NO_NEW_PRIVS, 1, 0, 0, 0) != 0
+            || libc::prctl(
+                libc::PR_SET_SECCOMP,
+                libc::SECCOMP_MODE_FILTER,
+                &fprog as *const libc::sock_fprog,
+            ) != 0
+        {
+            return Err(std::io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}

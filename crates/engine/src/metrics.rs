@@ -54,6 +54,11 @@ pub struct DirectionLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct PathLabels {
+    pub path: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct GpuLabels {
     pub gpu: String,
 }
@@ -96,6 +101,8 @@ pub struct Metrics {
     pub in_flight: Family<IngressLabels, Gauge>,
     pub datagrams: Family<DirectionLabels, Counter>,
     pub dropped_datagrams: Family<ReasonLabels, Counter>,
+    /// UDP io threads by how they drive their socket (recvmmsg or io_uring).
+    pub udp_io_threads: Family<PathLabels, Gauge>,
     pub tcp_connections: Counter,
     pub tcp_protocol_errors: Counter,
     pub http_requests: Counter,
@@ -134,6 +141,7 @@ impl Metrics {
             in_flight: Family::default(),
             datagrams: Family::default(),
             dropped_datagrams: Family::default(),
+            udp_io_threads: Family::default(),
             tcp_connections: Counter::default(),
             tcp_protocol_errors: Counter::default(),
             http_requests: Counter::default(),
@@ -180,6 +188,11 @@ impl Metrics {
             "cohort_udp_dropped",
             "UDP datagrams dropped unanswered, by reason",
             m.dropped_datagrams.clone(),
+        );
+        r.register(
+            "cohort_udp_io_threads",
+            "UDP io threads by socket path (recvmmsg or io_uring)",
+            m.udp_io_threads.clone(),
         );
         r.register(
             "cohort_tcp_connections",
@@ -340,6 +353,13 @@ impl Metrics {
             .get_or_create(&ReasonLabels {
                 reason: reason.into(),
             })
+            .inc();
+    }
+
+    /// One more UDP io thread drives its socket through `path`.
+    pub fn udp_io_thread(&self, path: &str) {
+        self.udp_io_threads
+            .get_or_create(&PathLabels { path: path.into() })
             .inc();
     }
 

@@ -9,6 +9,8 @@ use std::sync::atomic::{AtomicBool, Ordering};
 pub struct Doorbell {
     fd: OwnedFd,
     sleeping: AtomicBool,
+    /// Consumer-only: a producer's write may still be in the eventfd (see `woke`).
+    unread: AtomicBool,
 }
 
 impl Doorbell {
@@ -22,6 +24,7 @@ impl Doorbell {
         Ok(Doorbell {
             fd: unsafe { OwnedFd::from_raw_fd(fd) },
             sleeping: AtomicBool::new(false),
+            unread: AtomicBool::new(false),
         })
     }
 
@@ -44,12 +47,19 @@ impl Doorbell {
         std::sync::atomic::fence(Ordering::SeqCst);
     }
 
-    /// Consumer side: awake again; clears the eventfd counter.
+    /// Consumer side: awake again; clears the eventfd counter when a producer wrote it.
     pub fn woke(&self) {
-        self.sleeping.store(false, Ordering::SeqCst);
+        // Whoever swaps `sleeping` from true owns the wake-up: if it is us, no producer wrote
+        // (or will write) the eventfd, and its read - a syscall - is skipped.
+        // A read that ran ahead of its producer's write leaves `unread` set, so the count is
+        // cleared at the next wake-up instead of keeping the eventfd readable for good.
+        if self.sleeping.swap(false, Ordering::SeqCst) && !self.unread.load(Ordering::Relaxed) {
+            return;
+        }
         let mut v: u64 = 0;
         // SAFETY: reading 8 bytes into a valid u64 from our non-blocking eventfd.
-        unsafe { libc::read(self.fd.as_raw_fd(), &mut v as *mut u64 as *mut _, 8) };
+        let n = unsafe { libc::read(self.fd.as_raw_fd(), &mut v as *mut u64 as *mut _, 8) };
+        self.unread.store(n != 8, Ordering::Relaxed);
     }
 
     pub fn raw_fd(&self) -> RawFd {

@@ -19,4 +19,4 @@ mod tcp;
 mod udp;
 
 pub use context::Context;
-pub use server::{NetConfig, Server, Shared};
+pub use server::{NetConfig, Server, Shared, UdpIo};

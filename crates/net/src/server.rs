@@ -36,6 +36,19 @@ pub struct NetConfig {
     /// sleeps in poll() (0: sleep at once). A wake-up costs a syscall and a scheduler round
     /// trip on each side; polling costs a core.
     pub io_spin: Duration,
+    /// How UDP io threads drive their sockets.
+    pub udp_io: UdpIo,
+}
+
+/// How a UDP io thread reads and writes its socket.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+pub enum UdpIo {
+    /// recvmmsg/sendmmsg batches, poll() to sleep.
+    #[default]
+    Recvmmsg,
+    /// io_uring: multishot receive into provided buffers, batched sendmsg; where the kernel
+    /// refuses it, the server says so once and uses `Recvmmsg`.
+    Uring,
 }
 
 impl Default for NetConfig {
@@ -51,6 +64,7 @@ impl Default for NetConfig {
             drain_timeout: Duration::from_secs(10),
             default_timeout: Duration::from_secs(1),
             io_spin: Duration::ZERO,
+            udp_io: UdpIo::Recvmmsg,
         }
     }
 }
@@ -172,6 +186,17 @@ impl Server {
             let first = udp_socket(addr)?;
             let bound = first.local_addr()?;
             udp_addr = Some(bound);
+            let uring = cfg.udp_io == UdpIo::Uring
+                && match crate::udp::probe_uring() {
+                    Ok(()) => {
+                        tracing::info!("UDP io threads use io_uring");
+                        true
+                    }
+                    Err(why) => {
+                        tracing::warn!(%why, "io_uring refused: UDP io threads use recvmmsg");
+                        false
+                    }
+                };
             let mut sockets = vec![first];
             for _ in 1..cfg.io_threads {
                 sockets.push(udp_socket(bound)?);
@@ -183,6 +208,7 @@ impl Server {
                     drain_timeout: cfg.drain_timeout,
                     default_timeout: cfg.default_timeout,
                     spin: cfg.io_spin,
+                    uring,
                 };
                 udp_threads.push(spawn_udp(s, ctx.clone(), ends, udp_stop.clone(), tc, i)?);
             }

@@ -151,6 +151,18 @@ pub struct ServeArgs {
     /// workers on eight cores lost more than half (bench/README.md, "The host's UDP path").
     #[arg(long)]
     pub io_spin_us: Option<u64>,
+    /// How UDP io threads drive their sockets: recvmmsg (recvmmsg/sendmmsg batches, poll()
+    /// to sleep) or uring (io_uring: one multishot receive into kernel-picked buffers,
+    /// batched sendmsg, one io_uring_enter per wake-up). Where the kernel or a sandbox
+    /// refuses io_uring, the server says so in one log line and uses recvmmsg.
+    #[arg(long, value_enum, default_value = "recvmmsg")]
+    pub udp_io: UdpIoArg,
+}
+
+#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+pub enum UdpIoArg {
+    Recvmmsg,
+    Uring,
 }
 
 impl ServeArgs {
@@ -188,6 +200,7 @@ impl ServeArgs {
             dispatch: DispatchPolicy::LeastLoaded,
             drain_timeout_ms: 10_000,
             io_spin_us: None,
+            udp_io: UdpIoArg::Recvmmsg,
         }
     }
 
@@ -209,6 +222,10 @@ impl ServeArgs {
                 1 => 50,
                 _ => 0,
             })),
+            udp_io: match self.udp_io {
+                UdpIoArg::Recvmmsg => cohort_net::UdpIo::Recvmmsg,
+                UdpIoArg::Uring => cohort_net::UdpIo::Uring,
+            },
             ..NetConfig::default()
         })
     }

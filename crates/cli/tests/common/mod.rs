@@ -19,21 +19,27 @@ pub struct Served {
 impl Served {
     /// `cohort serve` with loopback listeners and extra flags; waits for the listening line.
     pub fn start(extra: &[&str]) -> Served {
-        let mut child = Command::new(env!("CARGO_BIN_EXE_cohort"))
-            .args([
-                "serve",
-                "--udp",
-                "127.0.0.1:0",
-                "--tcp",
-                "127.0.0.1:0",
-                "--http",
-                "127.0.0.1:0",
-            ])
-            .args(["--log-level", "warn"])
-            .args(extra)
-            .stdout(Stdio::piped())
-            .spawn()
-            .expect("start cohort serve");
+        Served::start_with(extra, |_| {})
+    }
+
+    /// `start`, with the command adjusted by `setup` first (where its log goes, what the
+    /// child may do).
+    pub fn start_with(extra: &[&str], setup: impl FnOnce(&mut Command)) -> Served {
+        let mut cmd = Command::new(env!("CARGO_BIN_EXE_cohort"));
+        cmd.args([
+            "serve",
+            "--udp",
+            "127.0.0.1:0",
+            "--tcp",
+            "127.0.0.1:0",
+            "--http",
+            "127.0.0.1:0",
+        ])
+        .args(["--log-level", "warn"])
+        .args(extra)
+        .stdout(Stdio::piped());
+        setup(&mut cmd);
+        let mut child = cmd.spawn().expect("start cohort serve");
         let mut line = String::new();
         BufReader::new(child.stdout.take().expect("stdout"))
             .read_line(&mut line)

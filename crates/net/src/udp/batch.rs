@@ -107,6 +107,18 @@ impl MsgBatch {
         self.len += 1;
     }
 
+    /// Filled send slot `i` as the `msghdr` a sendmsg takes (valid while the batch lives and
+    /// the slot is not refilled).
+    pub fn msghdr(&self, i: usize) -> *const libc::msghdr {
+        assert!(i < self.len);
+        &self.hdrs[i].msg_hdr
+    }
+
+    /// Forgets the filled slots (their datagrams were sent another way).
+    pub fn clear(&mut self) {
+        self.len = 0;
+    }
+
     /// Sends the filled slots; waits for socket space (bounded) when the kernel pushes back.
     /// Returns the number of datagrams the kernel refused in the end.
     pub fn send_all(&mut self, fd: RawFd) -> usize {

@@ -1,12 +1,15 @@
 //! One UDP io thread: read a batch, admit each frame into the engines' request rings, write
-//! back the answers the engines put on this thread's answer rings, park in poll() on the socket
-//! and the doorbell when there is nothing to do.
+//! back the answers the engines put on this thread's answer rings, sleep on the socket and
+//! the doorbell when there is nothing to do. The socket is driven one of two ways
+//! (`--net-io`): recvmmsg/sendmmsg with poll() to sleep, or io_uring (`uring.rs`).
 //!
-//! Hot path without heap allocation: a datagram is decoded in place in the receive batch, its
-//! payload copied once into a ring slot; an answer is encoded from its ring slot straight into
-//! the send batch. (Error answers allocate their message.)
+//! Hot path without heap allocation: a datagram is decoded in place in its receive buffer,
+//! its payload copied once into a ring slot; an answer is encoded from its ring slot straight
+//! into the send batch. (Error answers allocate their message.) The in-flight table is this
+//! thread's own: no lock.
 
 use super::batch::MsgBatch;
+use super::uring::{BufPool, Received, UringIo};
 use crate::context::Context;
 use crate::doorbell::Doorbell;
 use cohort_engine::{Answer, Ingress, IngressEnds, Meta, Metrics};
@@ -36,6 +39,8 @@ pub(crate) struct UdpThreadConfig {
     pub default_timeout: Duration,
     /// Idle polling before sleeping (`NetConfig::io_spin`).
     pub spin: Duration,
+    /// Drive the socket through io_uring (the server checked that the kernel gives it).
+    pub uring: bool,
 }
 
 pub(crate) fn spawn_udp(
@@ -55,8 +60,26 @@ pub(crate) fn spawn_udp(
             if let Some(c) = cfg.core {
                 core_affinity::set_for_current(core_affinity::CoreId { id: c });
             }
+            let fd = socket.as_raw_fd();
+            let datagram = HEADER_LEN + ctx.max_payload;
+            let path = if cfg.uring {
+                match UringIo::new(fd, bell.raw_fd(), datagram) {
+                    Ok((io, pool)) => SocketPath::Uring {
+                        io,
+                        pool,
+                        taken: Vec::new(),
+                    },
+                    Err(e) => {
+                        tracing::warn!(thread = index, error = %e, "io_uring refused: this UDP io thread uses recvmmsg");
+                        SocketPath::Batched(MsgBatch::new(BATCH, datagram))
+                    }
+                }
+            } else {
+                SocketPath::Batched(MsgBatch::new(BATCH, datagram))
+            };
+            ctx.metrics.udp_io_thread(path.label());
             let mut io = IoThread {
-                fd: socket.as_raw_fd(),
+                fd,
                 ingress: Ingress::new(
                     ends,
                     cfg.table_capacity,
@@ -64,8 +87,8 @@ pub(crate) fn spawn_udp(
                     cfg.default_timeout,
                 )
                 .with_inline(ctx.inline.clone()),
-                rx_batch: MsgBatch::new(BATCH, HEADER_LEN + ctx.max_payload),
-                tx_batch: MsgBatch::new(BATCH, HEADER_LEN + ctx.max_payload),
+                path,
+                tx_batch: MsgBatch::new(BATCH, datagram),
                 bell,
                 name: format!("udp-{index}"),
                 ctx,
@@ -75,10 +98,46 @@ pub(crate) fn spawn_udp(
         })
 }
 
+/// How the io thread reads its socket and sends its answers.
+enum SocketPath {
+    /// recvmmsg into this batch, sendmmsg, poll() to sleep.
+    Batched(MsgBatch),
+    /// io_uring: a multishot receive into `pool`'s buffers; `taken` holds the datagrams of
+    /// the batch being admitted. (`io` is declared first: it ends the receive before the
+    /// pool's buffers are freed.)
+    Uring {
+        io: UringIo,
+        pool: BufPool,
+        taken: Vec<Received>,
+    },
+}
+
+impl SocketPath {
+    fn label(&self) -> &'static str {
+        match self {
+            SocketPath::Batched(_) => "recvmmsg",
+            SocketPath::Uring { .. } => "io_uring",
+        }
+    }
+
+    fn sender(&mut self, fd: RawFd) -> Sender<'_> {
+        match self {
+            SocketPath::Batched(_) => Sender::Syscall(fd),
+            SocketPath::Uring { io, .. } => Sender::Uring(io),
+        }
+    }
+}
+
+/// Where a full send batch goes.
+enum Sender<'a> {
+    Syscall(RawFd),
+    Uring(&'a mut UringIo),
+}
+
 struct IoThread {
     fd: RawFd,
     ingress: Ingress<Client>,
-    rx_batch: MsgBatch,
+    path: SocketPath,
     tx_batch: MsgBatch,
     bell: Arc<Doorbell>,
     name: String,
@@ -96,7 +155,7 @@ impl IoThread {
             // While the socket still has a full batch waiting, keep reading and let answers
             // accumulate so each sendmmsg carries many; once it is drained, send at once.
             if got < BATCH {
-                flush(&mut self.tx_batch, self.fd, &self.ctx.metrics);
+                self.flush();
             }
             if got == 0 && answered == 0 {
                 let now = Instant::now();
@@ -121,10 +180,12 @@ impl IoThread {
         // the engines did not answer in time gets UNAVAILABLE before the socket closes.
         let until = Instant::now() + drain_timeout;
         while self.ingress.in_flight() > 0 && Instant::now() < until {
+            // What still arrives is answered UNAVAILABLE (the ingress is shutting down).
+            let got = self.read_batch();
             let answered = self.collect_answers();
-            flush(&mut self.tx_batch, self.fd, &self.ctx.metrics);
-            if answered == 0 {
-                self.park(None, 10);
+            self.flush();
+            if got == 0 && answered == 0 {
+                self.park(Some(self.fd), 10);
             }
         }
         let left = self.ingress.in_flight();
@@ -133,13 +194,14 @@ impl IoThread {
                 left,
                 "udp io thread stopped waiting for answers: UNAVAILABLE"
             );
-            let (tx, fd, m) = (&mut self.tx_batch, self.fd, &self.ctx.metrics);
+            let (tx, m) = (&mut self.tx_batch, &self.ctx.metrics);
+            let mut out = self.path.sender(self.fd);
             self.ingress.abandon_all(
                 ErrorCode::Unavailable,
                 "server shut down before the engine answered",
-                |c, meta, a| push_answer(tx, fd, m, &c, meta, a),
+                |c, meta, a| push_answer(tx, &mut out, m, &c, meta, a),
             );
-            flush(tx, fd, m);
+            flush(tx, &mut out, m);
         }
         self.publish_in_flight();
     }
@@ -150,10 +212,19 @@ impl IoThread {
             .set_in_flight(&self.name, self.ingress.in_flight());
     }
 
-    /// Sleeps until the socket is readable, an answer arrives, or `ms` pass.
-    fn park(&self, sock: Option<RawFd>, ms: i32) {
+    fn flush(&mut self) {
+        let mut out = self.path.sender(self.fd);
+        flush(&mut self.tx_batch, &mut out, &self.ctx.metrics);
+    }
+
+    /// Sleeps until the socket is readable (`sock`: None while draining, when datagrams
+    /// are no longer read), an answer arrives, or `ms` pass.
+    fn park(&mut self, sock: Option<RawFd>, ms: i32) {
         self.bell.prepare_sleep();
-        if !self.ingress.ends.answers_waiting() {
+        if self.ingress.ends.answers_waiting() {
+        } else if let SocketPath::Uring { io, .. } = &mut self.path {
+            io.park(Duration::from_millis(ms as u64));
+        } else {
             let mut fds = [
                 libc::pollfd {
                     fd: self.bell.raw_fd(),
@@ -172,87 +243,56 @@ impl IoThread {
         self.bell.woke();
     }
 
+    /// Reads what the socket has (a batch at most) and admits it. Returns the datagrams read.
     fn read_batch(&mut self) -> usize {
-        let n = match self.rx_batch.recv(self.fd) {
-            Ok(n) => n,
-            Err(e) => {
-                tracing::warn!(error = %e, "recvmmsg failed");
-                return 0;
+        let shutting_down = self.ctx.is_shutting_down();
+        let (ingress, tx, ctx, fd) = (&mut self.ingress, &mut self.tx_batch, &*self.ctx, self.fd);
+        let n = match &mut self.path {
+            SocketPath::Batched(rx) => {
+                let n = match rx.recv(fd) {
+                    Ok(n) => n,
+                    Err(e) => {
+                        tracing::warn!(error = %e, "recvmmsg failed");
+                        return 0;
+                    }
+                };
+                let mut out = Sender::Syscall(fd);
+                for i in 0..n {
+                    let (bytes, addr, addr_len) = rx.received(i);
+                    let client = Client {
+                        addr: *addr,
+                        addr_len,
+                        request_len: bytes.len() as u32,
+                    };
+                    admit(ingress, tx, &mut out, ctx, shutting_down, bytes, client);
+                }
+                n
+            }
+            SocketPath::Uring { io, pool, taken } => {
+                if io.poll() == 0 {
+                    return 0;
+                }
+                io.take_received(taken);
+                let mut out = Sender::Uring(io);
+                for &r in taken.iter() {
+                    match pool.datagram(r) {
+                        Some((bytes, addr, addr_len)) => {
+                            let client = Client {
+                                addr,
+                                addr_len,
+                                request_len: bytes.len() as u32,
+                            };
+                            admit(ingress, tx, &mut out, ctx, shutting_down, bytes, client);
+                        }
+                        None => ctx.metrics.dropped("truncated_request"),
+                    }
+                }
+                pool.recycle(taken.iter().map(|r| r.bid));
+                taken.len()
             }
         };
         if n > 0 {
             self.ctx.metrics.datagrams("rx", n as u64);
-        }
-        let shutting_down = self.ctx.is_shutting_down();
-        for i in 0..n {
-            let (bytes, addr, addr_len) = self.rx_batch.received(i);
-            let client = Client {
-                addr: *addr,
-                addr_len,
-                request_len: bytes.len() as u32,
-            };
-            // Refusals made here are counted here; the ingress counts its own (a full ring,
-            // an unknown service, a stopped engine) inside `submit`.
-            let metrics = &self.ctx.metrics;
-            let refuse = |h: Header, code: ErrorCode, msg: String| {
-                metrics.answered(h.service, code.label(), Duration::ZERO);
-                Some((h, ErrorPayload::new(code, msg)))
-            };
-            let refusal = match Frame::decode_datagram(bytes, self.ctx.max_payload) {
-                Ok(f) if f.header.kind != Kind::Request => refuse(
-                    f.header,
-                    ErrorCode::BadRequest,
-                    "clients may only send requests".into(),
-                ),
-                Ok(f) if shutting_down => refuse(
-                    f.header,
-                    ErrorCode::Unavailable,
-                    "server is shutting down".into(),
-                ),
-                Ok(f) => {
-                    let h = f.header;
-                    let (tx, fd) = (&mut self.tx_batch, self.fd);
-                    self.ingress
-                        .admit(
-                            client,
-                            h.service,
-                            h.request_id,
-                            h.timeout_us,
-                            f.payload,
-                            |c, meta, a| push_answer(tx, fd, metrics, &c, meta, a),
-                        )
-                        .err()
-                        .map(|(_, e)| (h, e))
-                }
-                Err(e) if e.is_foreign() || bytes.len() < HEADER_LEN => {
-                    metrics.dropped("not_cohort");
-                    None
-                }
-                Err(e) => {
-                    // A Cohort header we can read but a frame we cannot accept: answer it.
-                    let code = match e {
-                        cohort_proto::FrameError::TooLarge(..) => ErrorCode::TooLarge,
-                        _ => ErrorCode::BadRequest,
-                    };
-                    refuse(header_for_error(bytes), code, e.to_string())
-                }
-            };
-            if let Some((h, e)) = refusal {
-                let meta = Meta {
-                    service: h.service,
-                    request_id: h.request_id,
-                    arrived: Instant::now(),
-                    lane: cohort_engine::LaneRef { engine: 0, lane: 0 },
-                };
-                push_answer(
-                    &mut self.tx_batch,
-                    self.fd,
-                    &self.ctx.metrics,
-                    &client,
-                    &meta,
-                    Err(e),
-                );
-            }
         }
         n
     }
@@ -260,14 +300,89 @@ impl IoThread {
     /// Moves every answer the engines have written so far into the send batch (sending only
     /// when the batch fills). Returns how many there were.
     fn collect_answers(&mut self) -> usize {
-        let (tx, fd, m) = (&mut self.tx_batch, self.fd, &self.ctx.metrics);
-        let push = |c: Client, meta: &Meta, a: Answer<'_>| push_answer(tx, fd, m, &c, meta, a);
-        let mut push = push;
+        let (tx, m) = (&mut self.tx_batch, &self.ctx.metrics);
+        let mut out = self.path.sender(self.fd);
+        let mut push =
+            |c: Client, meta: &Meta, a: Answer<'_>| push_answer(tx, &mut out, m, &c, meta, a);
         self.ingress.drain(4 * BATCH, &mut push) + self.ingress.reap_dead_lanes(&mut push)
     }
 }
 
-fn push_answer(tx: &mut MsgBatch, fd: RawFd, m: &Metrics, c: &Client, meta: &Meta, a: Answer<'_>) {
+/// Decodes one datagram and admits its request (or answers why not, or drops what is not
+/// Cohort's).
+fn admit(
+    ingress: &mut Ingress<Client>,
+    tx: &mut MsgBatch,
+    out: &mut Sender<'_>,
+    ctx: &Context,
+    shutting_down: bool,
+    bytes: &[u8],
+    client: Client,
+) {
+    // Refusals made here are counted here; the ingress counts its own (a full ring, an
+    // unknown service, a stopped engine) inside `admit`.
+    let metrics = &ctx.metrics;
+    let refuse = |h: Header, code: ErrorCode, msg: String| {
+        metrics.answered(h.service, code.label(), Duration::ZERO);
+        Some((h, ErrorPayload::new(code, msg)))
+    };
+    let refusal = match Frame::decode_datagram(bytes, ctx.max_payload) {
+        Ok(f) if f.header.kind != Kind::Request => refuse(
+            f.header,
+            ErrorCode::BadRequest,
+            "clients may only send requests".into(),
+        ),
+        Ok(f) if shutting_down => refuse(
+            f.header,
+            ErrorCode::Unavailable,
+            "server is shutting down".into(),
+        ),
+        Ok(f) => {
+            let h = f.header;
+            ingress
+                .admit(
+                    client,
+                    h.service,
+                    h.request_id,
+                    h.timeout_us,
+                    f.payload,
+                    |c, meta, a| push_answer(tx, out, metrics, &c, meta, a),
+                )
+                .err()
+                .map(|(_, e)| (h, e))
+        }
+        Err(e) if e.is_foreign() || bytes.len() < HEADER_LEN => {
+            metrics.dropped("not_cohort");
+            None
+        }
+        Err(e) => {
+            // A Cohort header we can read but a frame we cannot accept: answer it.
+            let code = match e {
+                cohort_proto::FrameError::TooLarge(..) => ErrorCode::TooLarge,
+                _ => ErrorCode::BadRequest,
+            };
+            refuse(header_for_error(bytes), code, e.to_string())
+        }
+    };
+    if let Some((h, e)) = refusal {
+        let meta = Meta {
+            service: h.service,
+            request_id: h.request_id,
+            arrived: Instant::now(),
+            lane: cohort_engine::LaneRef { engine: 0, lane: 0 },
+        };
+        push_answer(tx, out, metrics, &client, &meta, Err(e));
+    }
+}
+
+fn push_answer(
+    tx: &mut MsgBatch,
+    out: &mut Sender<'_>,
+    m: &Metrics,
+    c: &Client,
+    meta: &Meta,
+    a: Answer<'_>,
+) {
     let limit = c.request_len as usize;
     // Not even a bare error frame fits in what the client sent: nothing is sent (counted).
     if limit < HEADER_LEN + ERROR_HEAD && !matches!(a, Ok(p) if HEADER_LEN + p.len() <= limit) {
@@ -275,7 +390,7 @@ fn push_answer(tx: &mut MsgBatch, fd: RawFd, m: &Metrics, c: &Client, meta: &Met
         return;
     }
     if tx.is_full() {
-        flush(tx, fd, m);
+        flush(tx, out, m);
     }
     let mut truncated = false;
     tx.push(&c.addr, c.addr_len, |buf| {
@@ -289,12 +404,15 @@ fn push_answer(tx: &mut MsgBatch, fd: RawFd, m: &Metrics, c: &Client, meta: &Met
     }
 }
 
-fn flush(tx: &mut MsgBatch, fd: RawFd, m: &Metrics) {
+fn flush(tx: &mut MsgBatch, out: &mut Sender<'_>, m: &Metrics) {
     let n = tx.len;
     if n == 0 {
         return;
     }
-    let refused = tx.send_all(fd);
+    let refused = match out {
+        Sender::Syscall(fd) => tx.send_all(*fd),
+        Sender::Uring(io) => io.send(tx),
+    };
     m.datagrams("tx", (n - refused) as u64);
     if refused > 0 {
         let reason = cohort_engine::metrics::ReasonLabels {

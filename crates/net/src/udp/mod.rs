@@ -4,5 +4,7 @@
 
 mod batch;
 mod io_thread;
+mod uring;
 
 pub(crate) use io_thread::{spawn_udp, UdpThreadConfig};
+pub(crate) use uring::probe as probe_uring;
