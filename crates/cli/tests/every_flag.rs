@@ -78,6 +78,7 @@ fn sample(flag: &str, ix: &str) -> Option<Option<String>> {
         "drain-timeout-ms" => v("100"),
         "io-spin-us" => v("20"),
         "udp-io" => v("uring"),
+        "sched-slice-us" => v("300"),
         "log-level" => v("warn"),
         "bank-users" => v("1000"),
         "bank-layout" => v("row-major"),

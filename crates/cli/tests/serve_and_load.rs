@@ -321,7 +321,14 @@ fn uring_server_answers_echo(setup: impl FnOnce(&mut std::process::Command)) -> 
     let log = std::env::temp_dir().join(format!("cohort-uring-{}.log", std::process::id()));
     let file = std::fs::File::create(&log).unwrap();
     let mut s = Served::start_with(
-        &["--service", "echo", "--io-threads", "2", "--udp-io", "uring"],
+        &[
+            "--service",
+            "echo",
+            "--io-threads",
+            "2",
+            "--udp-io",
+            "uring",
+        ],
         |c| {
             c.stderr(file);
             setup(c);
@@ -358,9 +365,15 @@ fn udp_io_threads_on_io_uring_answer_every_request() {
     let (metrics, log) = uring_server_answers_echo(|_| {});
     if log.contains("io_uring refused") {
         eprintln!("io_uring is refused on this machine: only the fallback ran ({log})");
-        assert!(metrics.contains("cohort_udp_io_threads{path=\"recvmmsg\"} 2"), "{metrics}");
+        assert!(
+            metrics.contains("cohort_udp_io_threads{path=\"recvmmsg\"} 2"),
+            "{metrics}"
+        );
     } else {
-        assert!(metrics.contains("cohort_udp_io_threads{path=\"io_uring\"} 2"), "{metrics}");
+        assert!(
+            metrics.contains("cohort_udp_io_threads{path=\"io_uring\"} 2"),
+            "{metrics}"
+        );
     }
 }
 
@@ -378,7 +391,10 @@ fn udp_io_uring_refused_by_seccomp_falls_back_to_recvmmsg() {
     });
     assert_eq!(log.matches("io_uring refused").count(), 1, "{log}");
     assert!(log.contains("Operation not permitted"), "{log}");
-    assert!(metrics.contains("cohort_udp_io_threads{path=\"recvmmsg\"} 2"), "{metrics}");
+    assert!(
+        metrics.contains("cohort_udp_io_threads{path=\"recvmmsg\"} 2"),
+        "{metrics}"
+    );
 }
 
 /// Installs a seccomp filter on this process: io_uring_setup fails with EPERM, every other

@@ -120,12 +120,8 @@ impl BufPool {
         // SAFETY: the mapping lives as long as the pool, which unregisters it before unmapping
         // (`Drop` of `UringIo` unregisters; a pool dropped with its ring: the ring goes first).
         unsafe {
-            ring.submitter().register_buf_ring_with_flags(
-                pool.ring as u64,
-                RX_BUFFERS,
-                GROUP,
-                0,
-            )?
+            ring.submitter()
+                .register_buf_ring_with_flags(pool.ring as u64, RX_BUFFERS, GROUP, 0)?
         };
         for bid in 0..RX_BUFFERS {
             pool.give(bid);
@@ -384,7 +380,9 @@ impl UringIo {
             // the recvmmsg path does, so their buffers can be reused.
             if !cancelled && std::time::Instant::now() > until {
                 let all_sends = CancelBuilder::user_data(SEND).all();
-                let e = opcode::AsyncCancel2::new(all_sends).build().user_data(CANCEL);
+                let e = opcode::AsyncCancel2::new(all_sends)
+                    .build()
+                    .user_data(CANCEL);
                 self.push(e);
                 cancelled = true;
             }
@@ -405,7 +403,11 @@ impl UringIo {
         let args = SubmitArgs::new().timespec(&ts);
         match self.ring.submitter().submit_with_args(1, &args) {
             Ok(_) => {}
-            Err(e) if matches!(e.raw_os_error(), Some(libc::ETIME | libc::EINTR | libc::EBUSY)) => {}
+            Err(e)
+                if matches!(
+                    e.raw_os_error(),
+                    Some(libc::ETIME | libc::EINTR | libc::EBUSY)
+                ) => {}
             Err(e) => tracing::warn!(error = %e, "io_uring wait failed"),
         }
         self.reap();
