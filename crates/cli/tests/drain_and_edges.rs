@@ -246,3 +246,39 @@ fn listen_addresses_may_name_hosts() {
         "{line}"
     );
 }
+
+/// A second server on a port the first one serves is refused with a message naming the port,
+/// for UDP, TCP and HTTP alike (SO_REUSEPORT would otherwise let it join the port and split the
+/// first one's traffic), and the first keeps serving.
+#[test]
+fn a_second_server_on_a_taken_port_is_refused_with_a_clear_message() {
+    let first = Served::start(&["--service", "echo"]);
+    for (flag, addr) in [
+        ("--udp", first.udp.unwrap()),
+        ("--tcp", first.tcp.unwrap()),
+        ("--http", first.http.unwrap()),
+    ] {
+        let out = std::process::Command::new(env!("CARGO_BIN_EXE_cohort"))
+            .args(["serve", "--service", "echo", flag, &addr.to_string()])
+            .args(["--log-level", "warn"])
+            .output()
+            .unwrap();
+        assert!(
+            !out.status.success(),
+            "{flag} {addr}: second server started"
+        );
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("already in use") && err.contains(&addr.to_string()),
+            "{flag}: {err}"
+        );
+    }
+    let r = load(
+        cohort_load::Target::Udp(first.udp.unwrap()),
+        cohort_load::Mode::Closed { concurrency: 1 },
+        0.3,
+        std::sync::Arc::new(cohort_load::EchoWorkload { payload_bytes: 8 }),
+    );
+    assert_all_answered(&r);
+    assert!(r.ok > 0 && r.error_total() == 0, "{r:#?}");
+}

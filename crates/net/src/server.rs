@@ -85,6 +85,33 @@ pub struct Server {
     drain_timeout: Duration,
 }
 
+/// Refuses a fixed port another process already serves. The listeners set SO_REUSEPORT (one
+/// socket per io thread), which would also let a second server join the port and split its
+/// traffic; a probe bound without it fails where any socket holds the port. (TCP probes set
+/// SO_REUSEADDR so a port that only has connections in TIME_WAIT is not refused.)
+fn check_port_free(addr: SocketAddr, ty: Type, what: &str) -> Result<()> {
+    if addr.port() == 0 {
+        return Ok(());
+    }
+    let proto = if ty == Type::DGRAM {
+        Protocol::UDP
+    } else {
+        Protocol::TCP
+    };
+    let s = Socket::new(Domain::for_address(addr), ty, Some(proto))?;
+    if ty == Type::STREAM {
+        s.set_reuse_address(true)?;
+    }
+    match s.bind(&addr.into()) {
+        Ok(()) => Ok(()),
+        Err(e) if e.kind() == std::io::ErrorKind::AddrInUse => anyhow::bail!(
+            "--{what} {addr}: the port is already in use (another cohort serve, or another \
+             program, listens there); pick another port or stop that one"
+        ),
+        Err(e) => Err(e).with_context(|| format!("binding {what} {addr}")),
+    }
+}
+
 fn udp_socket(addr: SocketAddr) -> Result<std::net::UdpSocket> {
     let s = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
     s.set_reuse_port(true)?;
@@ -110,6 +137,7 @@ fn tcp_listeners(addr: SocketAddr, n: usize, what: &str) -> Result<Vec<std::net:
         s.set_nonblocking(true)?;
         Ok(s.into())
     };
+    check_port_free(addr, Type::STREAM, what)?;
     let first = one(addr)?;
     let bound = first.local_addr()?;
     let mut v = vec![first];
@@ -183,6 +211,7 @@ impl Server {
         let mut udp_threads = Vec::new();
         let mut udp_addr = None;
         if let Some(addr) = cfg.udp {
+            check_port_free(addr, Type::DGRAM, "udp")?;
             let first = udp_socket(addr)?;
             let bound = first.local_addr()?;
             udp_addr = Some(bound);

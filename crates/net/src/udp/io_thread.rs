@@ -65,7 +65,7 @@ pub(crate) fn spawn_udp(
             let path = if cfg.uring {
                 match UringIo::new(fd, bell.raw_fd(), datagram) {
                     Ok((io, pool)) => SocketPath::Uring {
-                        io,
+                        io: Box::new(io),
                         pool,
                         taken: Vec::new(),
                     },
@@ -106,7 +106,7 @@ enum SocketPath {
     /// the batch being admitted. (`io` is declared first: it ends the receive before the
     /// pool's buffers are freed.)
     Uring {
-        io: UringIo,
+        io: Box<UringIo>,
         pool: BufPool,
         taken: Vec<Received>,
     },

@@ -315,11 +315,7 @@ impl UringIo {
                         self.recv_armed = false;
                     }
                 }
-                BELL => {
-                    if !cqueue::more(flags) {
-                        self.bell_armed = false;
-                    }
-                }
+                BELL if !cqueue::more(flags) => self.bell_armed = false,
                 SEND => {
                     self.sends_in_flight -= 1;
                     if res < 0 {
