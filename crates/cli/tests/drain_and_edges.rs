@@ -282,3 +282,54 @@ fn a_second_server_on_a_taken_port_is_refused_with_a_clear_message() {
     assert_all_answered(&r);
     assert!(r.ok > 0 && r.error_total() == 0, "{r:#?}");
 }
+
+/// Request framing that RFC 9112 says to refuse is refused, and the connection closed:
+/// Content-Length with Transfer-Encoding (400), a transfer coding other than a lone chunked
+/// (501); a chunked body that never comes (a chunk size of 2^64 - 1, then silence) gets 408
+/// when the body deadline passes instead of holding the connection forever.
+#[test]
+fn ambiguous_or_unsupported_http_framing_is_refused_and_closed() {
+    let s = Served::start(&["--service", "echo"]);
+    let addr = s.http.unwrap();
+    let head = |extra: &str| {
+        format!(
+            "POST /v1/echo HTTP/1.1\r\nHost: x\r\nContent-Type: application/json\r\n{extra}\r\n"
+        )
+    };
+    // read_to_string returns only once the server closed (the helper's read timeout is 5 s).
+    let both = http(
+        addr,
+        &(head("Content-Length: 5\r\nTransfer-Encoding: chunked\r\n") + "0\r\n\r\n"),
+    );
+    assert!(both.starts_with("HTTP/1.1 400"), "{both}");
+    assert!(
+        both.to_ascii_lowercase().contains("connection: close"),
+        "{both}"
+    );
+    let gzip = http(
+        addr,
+        &(head("Transfer-Encoding: gzip, chunked\r\n") + "0\r\n\r\n"),
+    );
+    assert!(gzip.starts_with("HTTP/1.1 501"), "{gzip}");
+    assert!(gzip.contains("NOT_IMPLEMENTED"), "{gzip}");
+    // A lone chunked body still works.
+    let ok = http(
+        addr,
+        &(head("Transfer-Encoding: chunked\r\nConnection: close\r\n")
+            + "e\r\n{\"data\": \"hi\"}\r\n0\r\n\r\n"),
+    );
+    assert!(ok.starts_with("HTTP/1.1 200"), "{ok}");
+    let mut c = TcpStream::connect(addr).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    c.write_all((head("Transfer-Encoding: chunked\r\n") + "ffffffffffffffff\r\n").as_bytes())
+        .unwrap();
+    let started = std::time::Instant::now();
+    let mut out = String::new();
+    let _ = c.read_to_string(&mut out);
+    assert!(out.starts_with("HTTP/1.1 408"), "{out}");
+    assert!(
+        started.elapsed() < Duration::from_secs(15),
+        "{:?}",
+        started.elapsed()
+    );
+}

@@ -31,6 +31,56 @@ pub type MetricsRender = Arc<dyn Fn() -> String + Send + Sync>;
 const MAX_BODY: usize = 4 << 20;
 /// Slow clients: a request's headers must arrive within this.
 const HEADER_TIMEOUT: Duration = Duration::from_secs(5);
+/// Slow clients: a request's body must arrive within this after its headers (408 and close).
+const BODY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// A response after which the connection is closed (its framing can no longer be trusted).
+fn closing(mut r: HttpResponse) -> HttpResponse {
+    r.headers_mut().insert(
+        hyper::header::CONNECTION,
+        hyper::header::HeaderValue::from_static("close"),
+    );
+    r
+}
+
+/// RFC 9112 section 6: a request with both Content-Length and Transfer-Encoding is refused (400)
+/// and its connection closed (a smuggling vector between proxies); a transfer coding other
+/// than a lone `chunked` (say `gzip, chunked`) is not implemented here (501).
+fn framing_error<B>(req: &Request<B>) -> Option<HttpResponse> {
+    let h = req.headers();
+    let codings: Vec<String> = h
+        .get_all(hyper::header::TRANSFER_ENCODING)
+        .iter()
+        .flat_map(|v| {
+            String::from_utf8_lossy(v.as_bytes())
+                .split(',')
+                .map(|c| c.trim().to_ascii_lowercase())
+                .collect::<Vec<_>>()
+        })
+        .filter(|c| !c.is_empty())
+        .collect();
+    if codings.is_empty() && !h.contains_key(hyper::header::TRANSFER_ENCODING) {
+        return None;
+    }
+    if h.contains_key(hyper::header::CONTENT_LENGTH) {
+        return Some(closing(http_error(
+            StatusCode::BAD_REQUEST,
+            "BAD_REQUEST",
+            "Content-Length together with Transfer-Encoding: the body's length is ambiguous".into(),
+        )));
+    }
+    if codings != ["chunked"] {
+        return Some(closing(http_error(
+            StatusCode::NOT_IMPLEMENTED,
+            "NOT_IMPLEMENTED",
+            format!(
+                "transfer coding {:?} is not supported (only a lone chunked)",
+                codings.join(", ")
+            ),
+        )));
+    }
+    None
+}
 
 pub(crate) async fn serve_http(
     listener: TcpListener,
@@ -219,6 +269,9 @@ async fn handle(
     id: u64,
 ) -> Result<HttpResponse, std::convert::Infallible> {
     ctx.metrics.http_requests.inc();
+    if let Some(r) = framing_error(&req) {
+        return Ok(r);
+    }
     let uri = req.uri().clone();
     let resp = match (req.method(), uri.path()) {
         (&Method::GET, "/healthz") if ctx.is_shutting_down() => {
@@ -280,7 +333,24 @@ async fn call(
         );
     };
     let sid = service.id();
-    let body = match Limited::new(req.into_body(), MAX_BODY).collect().await {
+    let collected = tokio::time::timeout(
+        BODY_TIMEOUT,
+        Limited::new(req.into_body(), MAX_BODY).collect(),
+    )
+    .await;
+    let Ok(collected) = collected else {
+        ctx.metrics
+            .answered(sid, ErrorCode::Timeout.label(), Duration::ZERO);
+        return closing(http_error(
+            StatusCode::REQUEST_TIMEOUT,
+            "REQUEST_TIMEOUT",
+            format!(
+                "the body did not arrive within {} s",
+                BODY_TIMEOUT.as_secs()
+            ),
+        ));
+    };
+    let body = match collected {
         Ok(b) => b.to_bytes(),
         Err(e) if e.is::<http_body_util::LengthLimitError>() => {
             return rejected(
