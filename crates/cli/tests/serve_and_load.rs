@@ -57,19 +57,8 @@ fn echo_over_udp_tcp_http_is_correct_and_sigterm_exits_zero() {
     assert_eq!(s.wait_exit(Duration::from_secs(15)), 0);
 }
 
-/// UDP io threads that poll before sleeping (`--io-spin-us`): at a low rate they go from
-/// polling to sleeping between requests, so both paths run; every request is answered once.
-#[test]
-fn udp_io_threads_that_poll_before_sleeping_answer_every_request() {
-    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let mut s = Served::start(&[
-        "--service",
-        "echo",
-        "--io-threads",
-        "2",
-        "--io-spin-us",
-        "300",
-    ]);
+/// 64-byte echoes over UDP, open loop at 500/s then 5000/s: every one answered, none an error.
+fn echo_at_a_low_and_a_higher_rate(s: &Served) {
     let echo = Arc::new(EchoWorkload { payload_bytes: 64 });
     for rate in [500.0, 5000.0] {
         let r = load(
@@ -85,6 +74,22 @@ fn udp_io_threads_that_poll_before_sleeping_answer_every_request() {
         assert_eq!(r.error_total(), 0, "{r:#?}");
         assert!(r.ok as f64 >= 0.9 * rate, "{r:#?}");
     }
+}
+
+/// UDP io threads that poll before sleeping (`--io-spin-us`): at a low rate they go from
+/// polling to sleeping between requests, so both paths run; every request is answered once.
+#[test]
+fn udp_io_threads_that_poll_before_sleeping_answer_every_request() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let mut s = Served::start(&[
+        "--service",
+        "echo",
+        "--io-threads",
+        "2",
+        "--io-spin-us",
+        "300",
+    ]);
+    echo_at_a_low_and_a_higher_rate(&s);
     s.sigterm();
     assert_eq!(s.wait_exit(Duration::from_secs(15)), 0);
 }
@@ -334,21 +339,7 @@ fn uring_server_answers_echo(setup: impl FnOnce(&mut std::process::Command)) -> 
             setup(c);
         },
     );
-    let echo = Arc::new(EchoWorkload { payload_bytes: 64 });
-    for rate in [500.0, 5000.0] {
-        let r = load(
-            Target::Udp(s.udp.unwrap()),
-            Mode::Open {
-                rate,
-                poisson: true,
-            },
-            1.0,
-            echo.clone(),
-        );
-        assert_all_answered(&r);
-        assert_eq!(r.error_total(), 0, "{r:#?}");
-        assert!(r.ok as f64 >= 0.9 * rate, "{r:#?}");
-    }
+    echo_at_a_low_and_a_higher_rate(&s);
     let metrics = http_get(s.http.unwrap(), "/metrics");
     s.sigterm();
     assert_eq!(s.wait_exit(Duration::from_secs(15)), 0);
