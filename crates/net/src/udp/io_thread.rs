@@ -1,7 +1,7 @@
 //! One UDP io thread: read a batch, admit each frame into the engines' request rings, write
 //! back the answers the engines put on this thread's answer rings, sleep on the socket and
 //! the doorbell when there is nothing to do. The socket is driven one of two ways
-//! (`--net-io`): recvmmsg/sendmmsg with poll() to sleep, or io_uring (`uring.rs`).
+//! (`--udp-io`): recvmmsg/sendmmsg with poll() to sleep, or io_uring (`uring.rs`).
 //!
 //! Hot path without heap allocation: a datagram is decoded in place in its receive buffer,
 //! its payload copied once into a ring slot; an answer is encoded from its ring slot straight
@@ -30,6 +30,17 @@ pub(crate) struct Client {
     /// The request datagram's size: the answer sent to this address is never larger (no
     /// amplification toward a spoofed source; `docs/protocol.md`).
     pub request_len: u32,
+}
+
+impl Client {
+    /// The sender of datagram `bytes`.
+    fn of(bytes: &[u8], addr: libc::sockaddr_storage, addr_len: libc::socklen_t) -> Client {
+        Client {
+            addr,
+            addr_len,
+            request_len: bytes.len() as u32,
+        }
+    }
 }
 
 pub(crate) struct UdpThreadConfig {
@@ -259,11 +270,7 @@ impl IoThread {
                 let mut out = Sender::Syscall(fd);
                 for i in 0..n {
                     let (bytes, addr, addr_len) = rx.received(i);
-                    let client = Client {
-                        addr: *addr,
-                        addr_len,
-                        request_len: bytes.len() as u32,
-                    };
+                    let client = Client::of(bytes, *addr, addr_len);
                     admit(ingress, tx, &mut out, ctx, shutting_down, bytes, client);
                 }
                 n
@@ -277,11 +284,7 @@ impl IoThread {
                 for &r in taken.iter() {
                     match pool.datagram(r) {
                         Some((bytes, addr, addr_len)) => {
-                            let client = Client {
-                                addr,
-                                addr_len,
-                                request_len: bytes.len() as u32,
-                            };
+                            let client = Client::of(bytes, addr, addr_len);
                             admit(ingress, tx, &mut out, ctx, shutting_down, bytes, client);
                         }
                         None => ctx.metrics.dropped("truncated_request"),
