@@ -71,9 +71,41 @@ pub fn parse_rate(p: &str) -> Result<f64, String> {
     }
 }
 
+/// Parses a byte count: `1048576`, `512K`, `256M`, `2G` (powers of 1024; `KiB`, `MiB`, `GiB`
+/// alike).
+pub fn parse_bytes(p: &str) -> Result<usize, String> {
+    let t = p.trim();
+    let t = t
+        .strip_suffix("iB")
+        .or_else(|| t.strip_suffix('B'))
+        .unwrap_or(t);
+    let (num, shift) = match t.chars().last() {
+        Some('k' | 'K') => (&t[..t.len() - 1], 10),
+        Some('m' | 'M') => (&t[..t.len() - 1], 20),
+        Some('g' | 'G') => (&t[..t.len() - 1], 30),
+        _ => (t, 0),
+    };
+    match num.parse::<usize>() {
+        Ok(v) if v > 0 => v
+            .checked_mul(1 << shift)
+            .ok_or_else(|| format!("{p:?} is too large")),
+        _ => Err(format!("bad byte count {p:?} (e.g. 1048576, 512M, 2G)")),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn byte_counts() {
+        assert_eq!(parse_bytes("512M").unwrap(), 512 << 20);
+        assert_eq!(parse_bytes("2GiB").unwrap(), 2 << 30);
+        assert_eq!(parse_bytes("4096").unwrap(), 4096);
+        assert_eq!(parse_bytes("64k").unwrap(), 64 << 10);
+        assert!(parse_bytes("0").is_err());
+        assert!(parse_bytes("lots").is_err());
+    }
 
     #[test]
     fn cpu_lists() {

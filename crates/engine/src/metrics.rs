@@ -105,6 +105,15 @@ pub struct Metrics {
     pub udp_io_threads: Family<PathLabels, Gauge>,
     pub tcp_connections: Counter,
     pub tcp_protocol_errors: Counter,
+    /// TCP and HTTP connections open now.
+    pub connections_open: Gauge,
+    /// Connections refused at accept (the cap, the process's descriptor limit), by reason.
+    pub connections_refused: Family<ReasonLabels, Counter>,
+    /// Connections the server closed for a timeout (idle, slow request, stalled reader).
+    pub connections_timed_out: Family<ReasonLabels, Counter>,
+    /// Bytes of requests and answers held for TCP/HTTP connections now (the budget
+    /// `--max-buffered-bytes` bounds: reading stops while it is over).
+    pub buffered_bytes: Gauge,
     pub http_requests: Counter,
     pub gpu_memory_used: Family<GpuLabels, Gauge>,
     /// Board power now (W) and energy since the server started (J), per GPU the driver sees;
@@ -144,6 +153,10 @@ impl Metrics {
             udp_io_threads: Family::default(),
             tcp_connections: Counter::default(),
             tcp_protocol_errors: Counter::default(),
+            connections_open: Gauge::default(),
+            connections_refused: Family::default(),
+            connections_timed_out: Family::default(),
+            buffered_bytes: Gauge::default(),
             http_requests: Counter::default(),
             gpu_memory_used: Family::default(),
             gpu_power: Family::default(),
@@ -203,6 +216,26 @@ impl Metrics {
             "cohort_tcp_protocol_errors",
             "TCP connections closed for bad framing",
             m.tcp_protocol_errors.clone(),
+        );
+        r.register(
+            "cohort_connections_open",
+            "TCP and HTTP connections open",
+            m.connections_open.clone(),
+        );
+        r.register(
+            "cohort_connections_refused",
+            "Connections refused at accept, by reason (max_connections, fd_limit)",
+            m.connections_refused.clone(),
+        );
+        r.register(
+            "cohort_connections_timed_out",
+            "Connections closed by the server for a timeout, by reason",
+            m.connections_timed_out.clone(),
+        );
+        r.register(
+            "cohort_buffered_bytes",
+            "Bytes of requests and answers held for TCP/HTTP connections",
+            m.buffered_bytes.clone(),
         );
         r.register(
             "cohort_http_requests",
@@ -350,6 +383,22 @@ impl Metrics {
 
     pub fn dropped(&self, reason: &str) {
         self.dropped_datagrams
+            .get_or_create(&ReasonLabels {
+                reason: reason.into(),
+            })
+            .inc();
+    }
+
+    pub fn refused_connection(&self, reason: &str) {
+        self.connections_refused
+            .get_or_create(&ReasonLabels {
+                reason: reason.into(),
+            })
+            .inc();
+    }
+
+    pub fn timed_out_connection(&self, reason: &str) {
+        self.connections_timed_out
             .get_or_create(&ReasonLabels {
                 reason: reason.into(),
             })

@@ -6,20 +6,25 @@
 //! Every error body is `{"error": CODE, "message": ...}`. While the server drains, the
 //! listener keeps accepting so health checks see the 503; it closes when the drain ends.
 
+use crate::accept::accept_loop;
 use crate::context::Context;
+use crate::http_limits::{self, BodyError, Charged};
+use crate::limits::{Budget, Connections, Limits, Slot};
 use crate::shard::Shard;
 use crate::tasks::Tracker;
 use bytes::Bytes;
 use cohort_engine::{Answer, ReplyPort, Response, ResponseBody, Service};
 use cohort_proto::{ErrorCode, ErrorPayload, Header};
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper::{Method, Request, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
+use std::convert::Infallible;
+use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
-use tokio::net::TcpListener;
+use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{oneshot, watch};
 
 type HttpResponse = hyper::Response<Full<Bytes>>;
@@ -29,10 +34,16 @@ pub type MetricsRender = Arc<dyn Fn() -> String + Send + Sync>;
 
 /// Largest JSON body accepted.
 const MAX_BODY: usize = 4 << 20;
-/// Slow clients: a request's headers must arrive within this.
-const HEADER_TIMEOUT: Duration = Duration::from_secs(5);
-/// Slow clients: a request's body must arrive within this after its headers (408 and close).
-const BODY_TIMEOUT: Duration = Duration::from_secs(10);
+
+/// What every HTTP connection of a shard shares.
+pub(crate) struct HttpEnv {
+    pub ctx: Arc<Context>,
+    pub shard: Arc<Shard>,
+    pub metrics: MetricsRender,
+    pub limits: Limits,
+    pub budget: Arc<Budget>,
+    pub conns: Arc<Connections>,
+}
 
 /// A response after which the connection is closed (its framing can no longer be trusted).
 fn closing(mut r: HttpResponse) -> HttpResponse {
@@ -84,76 +95,99 @@ fn framing_error<B>(req: &Request<B>) -> Option<HttpResponse> {
 
 pub(crate) async fn serve_http(
     listener: TcpListener,
-    ctx: Arc<Context>,
-    shard: Arc<Shard>,
-    metrics: MetricsRender,
+    env: Arc<HttpEnv>,
     shutdown: watch::Receiver<bool>,
-    mut closed: watch::Receiver<bool>,
+    closed: watch::Receiver<bool>,
     tasks: Tracker,
 ) {
     let ids = Arc::new(AtomicU64::new(1));
-    loop {
-        let (stream, _) = tokio::select! {
-            a = listener.accept() => match a {
-                Ok(s) => s,
-                Err(e) => {
-                    tracing::warn!(error = %e, "http accept failed");
-                    tokio::time::sleep(Duration::from_millis(10)).await;
-                    continue;
-                }
-            },
-            _ = closed.changed() => return,
-        };
-        let _ = stream.set_nodelay(true);
-        let (ctx, shard, metrics, ids, mut sd) = (
-            ctx.clone(),
-            shard.clone(),
-            metrics.clone(),
-            ids.clone(),
-            shutdown.clone(),
-        );
-        tasks.spawn(async move {
-            let svc = hyper::service::service_fn(move |req| {
-                handle(
-                    req,
-                    ctx.clone(),
-                    shard.clone(),
-                    metrics.clone(),
-                    ids.fetch_add(1, Ordering::Relaxed),
-                )
-            });
-            // A connection opened while the server drains (a health check, say) is served
-            // one request, then closed; one opened before is closed gracefully when the
-            // drain begins (the request in progress finishes, keep-alive ends).
-            let opened_draining = *sd.borrow();
-            let conn = hyper::server::conn::http1::Builder::new()
-                .timer(TokioTimer::new())
-                .header_read_timeout(HEADER_TIMEOUT)
-                // (No `pipeline_flush`: with it hyper never flushes the 400 for a garbage
-                // request, which stays in its read buffer, and closes the connection silently.)
-                // Head and body leave in one writev: the body is not copied behind the head.
-                .writev(true)
-                .keep_alive(!opened_draining)
-                .serve_connection(TokioIo::new(stream), svc);
-            tokio::pin!(conn);
-            let draining = async {
-                if opened_draining {
-                    return std::future::pending().await;
-                }
-                while !*sd.borrow() {
-                    if sd.changed().await.is_err() {
-                        break;
-                    }
-                }
-            };
-            tokio::select! {
-                _ = conn.as_mut() => {}
-                _ = draining => {
-                    conn.as_mut().graceful_shutdown();
-                    let _ = tokio::time::timeout(Duration::from_secs(10), conn).await;
-                }
-            }
-        });
+    let mut closed = closed;
+    let stop = async move {
+        let _ = closed.wait_for(|c| *c).await;
+    };
+    let (conns, metrics) = (env.conns.clone(), env.ctx.metrics.clone());
+    accept_loop(
+        listener,
+        "http",
+        conns,
+        metrics,
+        http_limits::refusal(),
+        stop,
+        |stream, slot| {
+            let _ = stream.set_nodelay(true);
+            let (env, ids, sd) = (env.clone(), ids.clone(), shutdown.clone());
+            tasks.spawn(serve_connection(stream, slot, env, ids, sd));
+        },
+    )
+    .await
+}
+
+async fn serve_connection(
+    stream: TcpStream,
+    slot: Slot,
+    env: Arc<HttpEnv>,
+    ids: Arc<AtomicU64>,
+    mut sd: watch::Receiver<bool>,
+) {
+    let _slot = slot;
+    // A second handle on the socket, to say 408 when hyper gives up on a request head (hyper
+    // closes such connections without a word).
+    let for_408 = stream
+        .as_fd()
+        .try_clone_to_owned()
+        .ok()
+        .map(std::net::TcpStream::from);
+    let io = TokioIo::new(stream);
+    let read_timeout = env.limits.read_timeout;
+    let metrics = env.ctx.metrics.clone();
+    let svc = hyper::service::service_fn(move |req| {
+        let env = env.clone();
+        let id = ids.fetch_add(1, Ordering::Relaxed);
+        async move {
+            let r = handle(req, &env, id).await;
+            Ok::<_, Infallible>(r.map(|b| Charged::new(b, &env.budget)))
+        }
+    });
+    // A connection opened while the server drains (a health check, say) is served one
+    // request, then closed; one opened before is closed gracefully when the drain begins
+    // (the request in progress finishes, keep-alive ends).
+    let opened_draining = *sd.borrow();
+    let conn = hyper::server::conn::http1::Builder::new()
+        .timer(TokioTimer::new())
+        // Runs from the first byte of a request head - and through an idle keep-alive
+        // connection, so it is the HTTP idle timeout too.
+        .header_read_timeout(read_timeout)
+        // (No `pipeline_flush`: with it hyper never flushes the 400 for a garbage
+        // request, which stays in its read buffer, and closes the connection silently.)
+        // Head and body leave in one writev: the body is not copied behind the head.
+        .writev(true)
+        .keep_alive(!opened_draining)
+        .serve_connection(io, svc);
+    tokio::pin!(conn);
+    let draining = async {
+        if opened_draining {
+            return std::future::pending().await;
+        }
+        let _ = sd.wait_for(|d| *d).await;
+    };
+    let ended = tokio::select! {
+        r = conn.as_mut() => r,
+        _ = draining => {
+            conn.as_mut().graceful_shutdown();
+            tokio::time::timeout(read_timeout, conn).await.unwrap_or(Ok(()))
+        }
+    };
+    if let (Err(e), Some(mut raw)) = (ended, for_408) {
+        if e.is_timeout() {
+            metrics.timed_out_connection("http_head");
+            let msg = format!(
+                "no complete request head within {} ms; closing connection",
+                read_timeout.as_millis()
+            );
+            let r = http_limits::canned("408 Request Timeout", "REQUEST_TIMEOUT", &msg, false);
+            // Non-blocking (the socket is): a client that does not take 200 bytes loses them.
+            let _ = std::io::Write::write(&mut raw, &r);
+        }
     }
 }
 
@@ -261,16 +295,11 @@ fn rejected(ctx: &Context, service: u16, code: ErrorCode, msg: impl Into<String>
     error(code, msg)
 }
 
-async fn handle(
-    req: Request<Incoming>,
-    ctx: Arc<Context>,
-    shard: Arc<Shard>,
-    metrics: MetricsRender,
-    id: u64,
-) -> Result<HttpResponse, std::convert::Infallible> {
+async fn handle(req: Request<Incoming>, env: &HttpEnv, id: u64) -> HttpResponse {
+    let ctx = &env.ctx;
     ctx.metrics.http_requests.inc();
     if let Some(r) = framing_error(&req) {
-        return Ok(r);
+        return r;
     }
     let uri = req.uri().clone();
     let resp = match (req.method(), uri.path()) {
@@ -285,12 +314,12 @@ async fn handle(
         (&Method::GET, "/healthz") => json(StatusCode::OK, serde_json::json!({"status": "ok"})),
         (&Method::GET, "/metrics") => hyper::Response::builder()
             .header("content-type", "text/plain; version=0.0.4")
-            .body(Full::new(Bytes::from(metrics())))
+            .body(Full::new(Bytes::from((env.metrics)())))
             .expect("static response parts"),
-        (&Method::POST, p) if p.starts_with("/v1/") => call(req, &p[4..], ctx, &shard, id).await,
-        (_, p) if crate::http_pages::page_service(&ctx, p).is_some() => {
-            let sid = crate::http_pages::page_service(&ctx, p).expect("checked");
-            crate::http_pages::page(req, sid, ctx, &shard, id).await
+        (&Method::POST, p) if p.starts_with("/v1/") => call(req, &p[4..], env, id).await,
+        (_, p) if crate::http_pages::page_service(ctx, p).is_some() => {
+            let sid = crate::http_pages::page_service(ctx, p).expect("checked");
+            crate::http_pages::page(req, sid, env, id).await
         }
         (m, p) if p.starts_with("/v1/") || p == "/healthz" || p == "/metrics" => {
             let allow = if p.starts_with("/v1/") { "POST" } else { "GET" };
@@ -311,19 +340,14 @@ async fn handle(
             format!("no route for {m} {p} (POST /v1/SERVICE, GET /healthz, GET /metrics)"),
         ),
     };
-    Ok(resp)
+    resp
 }
 
-async fn call(
-    req: Request<Incoming>,
-    name: &str,
-    ctx: Arc<Context>,
-    shard: &Shard,
-    id: u64,
-) -> HttpResponse {
+async fn call(req: Request<Incoming>, name: &str, env: &HttpEnv, id: u64) -> HttpResponse {
+    let ctx = &env.ctx;
     let Some(service) = ctx.registry.by_name(name).cloned() else {
         return rejected(
-            &ctx,
+            ctx,
             u16::MAX,
             ErrorCode::UnknownService,
             format!(
@@ -333,49 +357,23 @@ async fn call(
         );
     };
     let sid = service.id();
-    let collected = tokio::time::timeout(
-        BODY_TIMEOUT,
-        Limited::new(req.into_body(), MAX_BODY).collect(),
-    )
-    .await;
-    let Ok(collected) = collected else {
-        ctx.metrics
-            .answered(sid, ErrorCode::Timeout.label(), Duration::ZERO);
-        return closing(http_error(
-            StatusCode::REQUEST_TIMEOUT,
-            "REQUEST_TIMEOUT",
-            format!(
-                "the body did not arrive within {} s",
-                BODY_TIMEOUT.as_secs()
-            ),
-        ));
-    };
-    let body = match collected {
-        Ok(b) => b.to_bytes(),
-        Err(e) if e.is::<http_body_util::LengthLimitError>() => {
-            return rejected(
-                &ctx,
-                sid,
-                ErrorCode::TooLarge,
-                format!("body over the limit of {MAX_BODY} bytes"),
-            )
-        }
-        Err(e) => {
-            return rejected(
-                &ctx,
-                sid,
-                ErrorCode::BadRequest,
-                format!("reading body: {e}"),
-            )
-        }
+    let read = http_limits::read_body(
+        req.into_body(),
+        MAX_BODY,
+        env.limits.read_timeout,
+        &env.budget,
+    );
+    let (body, _held) = match read.await {
+        Ok(b) => b,
+        Err(e) => return body_refused(ctx, sid, e),
     };
     let (payload, timeout_us) = match service.json_request(&body) {
         Ok(r) => (r.payload, r.timeout_us),
-        Err(e) => return rejected(&ctx, sid, e.code, e.message),
+        Err(e) => return rejected(ctx, sid, e.code, e.message),
     };
     if payload.len() > ctx.max_payload {
         return rejected(
-            &ctx,
+            ctx,
             sid,
             ErrorCode::TooLarge,
             format!(
@@ -390,10 +388,39 @@ async fn call(
         header.timeout_us = t.min(u32::MAX as u64) as u32;
     }
     let (port, rx) = OneShot::new(Some(service));
-    ctx.submit(shard, &header, &payload, port);
+    ctx.submit(&env.shard, &header, &payload, port);
+    drop(payload);
     match rx.await {
         Ok(Ok(body)) => json_body(StatusCode::OK, body),
         Ok(Err(e)) => error(e.code, e.message),
         Err(_) => error(ErrorCode::Internal, "request lost"),
+    }
+}
+
+/// The answer to a body that could not be read (counted like any other answer).
+pub(crate) fn body_refused(ctx: &Context, sid: u16, e: BodyError) -> HttpResponse {
+    match e {
+        BodyError::TooLarge(max) => rejected(
+            ctx,
+            sid,
+            ErrorCode::TooLarge,
+            format!("body over the limit of {max} bytes"),
+        ),
+        BodyError::Timeout(t) => {
+            ctx.metrics.timed_out_connection("http_body");
+            ctx.metrics
+                .answered(sid, ErrorCode::Timeout.label(), Duration::ZERO);
+            closing(http_error(
+                StatusCode::REQUEST_TIMEOUT,
+                "REQUEST_TIMEOUT",
+                format!("the body did not arrive within {} ms", t.as_millis()),
+            ))
+        }
+        BodyError::Broken(msg) => rejected(
+            ctx,
+            sid,
+            ErrorCode::BadRequest,
+            format!("reading body: {msg}"),
+        ),
     }
 }

@@ -6,13 +6,13 @@
 //! on whichever engine runs it.
 
 use crate::context::Context;
-use crate::shard::Shard;
+use crate::http::HttpEnv;
+use crate::http_limits::{read_body, BodyError};
 use bytes::Bytes;
 use cohort_proto::{ErrorCode, Header};
-use http_body_util::{BodyExt, Full, Limited};
+use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper::{Request, StatusCode};
-use std::sync::Arc;
 
 type HttpResponse = hyper::Response<Full<Bytes>>;
 
@@ -82,17 +82,13 @@ fn parse_response(raw: Bytes) -> Option<HttpResponse> {
     Some(b.map(|()| Full::new(raw.slice(end + 4..))))
 }
 
-pub(crate) async fn page(
-    req: Request<Incoming>,
-    sid: u16,
-    ctx: Arc<Context>,
-    shard: &Shard,
-    id: u64,
-) -> HttpResponse {
+pub(crate) async fn page(req: Request<Incoming>, sid: u16, env: &HttpEnv, id: u64) -> HttpResponse {
+    let ctx = &env.ctx;
     let (parts, body) = req.into_parts();
-    let body = match Limited::new(body, MAX_PAGE_BODY).collect().await {
-        Ok(b) => b.to_bytes(),
-        Err(e) => {
+    let read = read_body(body, MAX_PAGE_BODY, env.limits.read_timeout, &env.budget);
+    let (body, _held) = match read.await {
+        Ok(b) => b,
+        Err(BodyError::TooLarge(max)) => {
             ctx.metrics.answered(
                 sid,
                 ErrorCode::BadRequest.label(),
@@ -100,14 +96,15 @@ pub(crate) async fn page(
             );
             return plain(
                 StatusCode::PAYLOAD_TOO_LARGE,
-                format!("request body refused: {e}\n"),
+                format!("request body refused: over {max} bytes\n"),
             );
         }
+        Err(e) => return crate::http::body_refused(ctx, sid, e),
     };
     let payload = raw_request(&parts, &body);
     let header = Header::request(sid, id, payload.len());
     let (port, rx) = crate::http::OneShot::new(None);
-    ctx.submit(shard, &header, &payload, port);
+    ctx.submit(&env.shard, &header, &payload, port);
     match rx.await {
         Ok(Ok(raw)) => parse_response(raw).unwrap_or_else(|| {
             plain(
@@ -131,6 +128,7 @@ pub(crate) async fn page(
 #[cfg(test)]
 mod tests {
     use super::*;
+    use http_body_util::BodyExt;
 
     #[test]
     fn response_round_trip() {

@@ -7,11 +7,15 @@
 //! the shard's answer pump on the same thread, through the connection's task). Each io thread
 //! is one UDP ingress and one TCP/HTTP shard, never sharing a lock with another io thread.
 
+mod accept;
 mod context;
 mod doorbell;
 mod http;
+mod http_limits;
 mod http_pages;
+mod limits;
 pub use http::MetricsRender;
+pub use limits::{default_buffered_bytes, raise_fd_limit, Limits};
 mod server;
 mod shard;
 mod tasks;

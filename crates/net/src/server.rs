@@ -1,10 +1,11 @@
 //! Starting and stopping the listeners.
 
 use crate::context::Context;
-use crate::http::{serve_http, MetricsRender};
+use crate::http::{serve_http, HttpEnv, MetricsRender};
+use crate::limits::{Budget, Connections, Limits};
 use crate::shard::Shard;
 use crate::tasks::Tracker;
-use crate::tcp::serve_tcp;
+use crate::tcp::{serve_tcp, TcpEnv};
 use crate::udp::spawn_udp;
 use anyhow::{Context as _, Result};
 use socket2::{Domain, Protocol, Socket, Type};
@@ -38,6 +39,8 @@ pub struct NetConfig {
     pub io_spin: Duration,
     /// How UDP io threads drive their sockets.
     pub udp_io: UdpIo,
+    /// Bounds on TCP/HTTP connections and the bytes they hold, and their timeouts.
+    pub limits: Limits,
 }
 
 /// How a UDP io thread reads and writes its socket.
@@ -65,6 +68,7 @@ impl Default for NetConfig {
             default_timeout: Duration::from_secs(1),
             io_spin: Duration::ZERO,
             udp_io: UdpIo::Recvmmsg,
+            limits: Limits::default(),
         }
     }
 }
@@ -262,6 +266,8 @@ impl Server {
         let (closed_tx, closed_rx) = watch::channel(false);
         let (halt_tx, halt_rx) = watch::channel(false);
         let tasks = Tracker::default();
+        let budget = Budget::new(cfg.limits.max_buffered_bytes, &ctx.metrics);
+        let conns = Connections::new(cfg.limits.max_connections, &ctx.metrics);
         let mut shards = Vec::new();
         let mut shard_threads = Vec::new();
         for (i, ends) in shard_ends.into_iter().enumerate() {
@@ -284,6 +290,9 @@ impl Server {
                 ctx: ctx.clone(),
                 metrics: metrics.clone(),
                 tcp_max_inflight: cfg.tcp_max_inflight,
+                limits: cfg.limits,
+                budget: budget.clone(),
+                conns: conns.clone(),
                 shutdown: shutdown_rx.clone(),
                 closed: closed_rx.clone(),
                 halt: halt_rx.clone(),
@@ -378,6 +387,9 @@ struct ShardEnv {
     ctx: Arc<Context>,
     metrics: MetricsRender,
     tcp_max_inflight: usize,
+    limits: Limits,
+    budget: Arc<Budget>,
+    conns: Arc<Connections>,
     shutdown: watch::Receiver<bool>,
     closed: watch::Receiver<bool>,
     halt: watch::Receiver<bool>,
@@ -403,6 +415,9 @@ fn run_shard(job: ShardJob, env: ShardEnv, ready: std::sync::mpsc::Sender<Result
         ctx,
         metrics,
         tcp_max_inflight,
+        limits,
+        budget,
+        conns,
         shutdown,
         closed,
         mut halt,
@@ -412,20 +427,27 @@ fn run_shard(job: ShardJob, env: ShardEnv, ready: std::sync::mpsc::Sender<Result
     let started = rt.block_on(async {
         if let Some(l) = job.tcp {
             let l = tokio::net::TcpListener::from_std(l)?;
-            let (c, s, sd, t) = (ctx.clone(), shard.clone(), shutdown.clone(), tasks.clone());
-            tokio::spawn(serve_tcp(l, c, s, tcp_max_inflight, sd, t));
+            let env = Arc::new(TcpEnv {
+                ctx: ctx.clone(),
+                shard: shard.clone(),
+                max_inflight: tcp_max_inflight,
+                limits,
+                budget: budget.clone(),
+                conns: conns.clone(),
+            });
+            tokio::spawn(serve_tcp(l, env, shutdown.clone(), tasks.clone()));
         }
         if let Some(l) = job.http {
             let l = tokio::net::TcpListener::from_std(l)?;
-            tokio::spawn(serve_http(
-                l,
-                ctx.clone(),
-                shard.clone(),
+            let env = Arc::new(HttpEnv {
+                ctx: ctx.clone(),
+                shard: shard.clone(),
                 metrics,
-                shutdown.clone(),
-                closed,
-                tasks.clone(),
-            ));
+                limits,
+                budget,
+                conns,
+            });
+            tokio::spawn(serve_http(l, env, shutdown.clone(), closed, tasks.clone()));
         }
         Ok::<_, std::io::Error>(())
     });

@@ -2,56 +2,126 @@
 //! out of order. Per connection at most `max_inflight` frames are being answered at once:
 //! past that the reader stops reading (TCP backpressure), so memory stays bounded.
 //!
+//! Limits (`crate::limits`): the connection counts against `--max-connections`, its bytes
+//! against the byte budget; a started frame must complete within the read timeout (TIMEOUT
+//! error frame, close), a connection with nothing to do is closed after the idle timeout
+//! (GOAWAY), a client that does not take its answers within the read timeout is closed.
+//!
 //! Shutdown: the reader stops reading, answers frames it had already buffered with
 //! UNAVAILABLE, sends GOAWAY listing the request ids still being worked on, and the writer
 //! closes the connection once the last of them is written.
 
+use crate::accept::{accept_loop, Refusal};
 use crate::context::Context;
+use crate::limits::{Budget, Connections, Limits, Slot};
 use crate::shard::Shard;
 use crate::tasks::Tracker;
-use bytes::{Buf, BytesMut};
+use bytes::{Buf, BufMut, BytesMut};
 use cohort_engine::{ReplyPort, Response, ResponseBody};
 use cohort_proto::{
     encode_frame, ErrorCode, ErrorPayload, Frame, FrameError, GoAway, Header, Kind, HEADER_LEN,
 };
 use std::collections::HashMap;
+use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
-use tokio::io::{AsyncReadExt, AsyncWriteExt, BufWriter};
+use std::time::{Duration, Instant};
+use tokio::io::{AsyncWriteExt, BufWriter};
 use tokio::net::{TcpListener, TcpStream};
-use tokio::sync::{mpsc, watch, Semaphore};
+use tokio::sync::{mpsc, watch, Notify, Semaphore};
+
+/// What a settled connection (`Conn::settled`) may read while the byte budget is over: one
+/// request of ordinary size. The budget's overshoot is at most this per connection.
+const SETTLED_READ: usize = 16 << 10;
+
+/// What every TCP connection of a shard shares.
+pub(crate) struct TcpEnv {
+    pub ctx: Arc<Context>,
+    pub shard: Arc<Shard>,
+    pub max_inflight: usize,
+    pub limits: Limits,
+    pub budget: Arc<Budget>,
+    pub conns: Arc<Connections>,
+}
+
+/// The error frame a client refused at accept gets (request id 0: it sent nothing yet).
+fn refusal() -> Refusal {
+    static FRAME: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
+    FRAME.get_or_init(|| {
+        let mut p = Vec::new();
+        ErrorPayload::new(
+            ErrorCode::Overloaded,
+            "too many connections; try again later",
+        )
+        .encode(&mut p);
+        let mut out = Vec::new();
+        let h = Header {
+            kind: Kind::Error,
+            service: 0,
+            flags: 0,
+            request_id: 0,
+            payload_len: 0,
+            timeout_us: 0,
+        };
+        encode_frame(h, &p, &mut out);
+        out
+    })
+}
 
 pub(crate) async fn serve_tcp(
     listener: TcpListener,
-    ctx: Arc<Context>,
-    shard: Arc<Shard>,
-    max_inflight: usize,
-    mut shutdown: watch::Receiver<bool>,
+    env: Arc<TcpEnv>,
+    shutdown: watch::Receiver<bool>,
     tasks: Tracker,
 ) {
-    loop {
-        tokio::select! {
-            accepted = listener.accept() => match accepted {
-                Ok((stream, _)) => {
-                    ctx.metrics.tcp_connections.inc();
-                    let _ = stream.set_nodelay(true);
-                    let (ctx, shard, sd) = (ctx.clone(), shard.clone(), shutdown.clone());
-                    tasks.spawn(serve_connection(stream, ctx, shard, max_inflight, sd));
-                }
-                Err(e) => {
-                    tracing::warn!(error = %e, "tcp accept failed");
-                    tokio::time::sleep(std::time::Duration::from_millis(10)).await;
-                }
-            },
-            _ = shutdown.changed() => return,
-        }
-    }
+    let mut stop = shutdown.clone();
+    let metrics = env.ctx.metrics.clone();
+    let conns = env.conns.clone();
+    let stop = async move {
+        let _ = stop.wait_for(|s| *s).await;
+    };
+    accept_loop(
+        listener,
+        "tcp",
+        conns,
+        metrics,
+        refusal(),
+        stop,
+        |stream, slot| {
+            env.ctx.metrics.tcp_connections.inc();
+            let _ = stream.set_nodelay(true);
+            tasks.spawn(serve_connection(
+                stream,
+                slot,
+                env.clone(),
+                shutdown.clone(),
+            ));
+        },
+    )
+    .await
 }
 
 /// The reply port of one connection: encodes answers and queues them for its writer.
 struct Conn {
     tx: mpsc::UnboundedSender<Vec<u8>>,
-    /// Request ids being worked on (id -> count, clients may reuse ids), for GOAWAY.
-    inflight: Mutex<HashMap<u64, u32>>,
+    /// Answer bytes queued for the writer and not yet written (shared with the writer).
+    queue: Arc<Queued>,
+    /// Request ids being worked on (id -> how many, clients may reuse ids, and the bytes of
+    /// those requests still charged to the budget), for GOAWAY and the budget.
+    inflight: Mutex<HashMap<u64, InFlight>>,
+    budget: Arc<Budget>,
+}
+
+/// Answer bytes between `send_frame` and the socket; the writer says when it reaches zero.
+#[derive(Default)]
+struct Queued {
+    bytes: AtomicUsize,
+    emptied: Notify,
+}
+
+#[derive(Default)]
+struct InFlight {
+    count: u32,
+    bytes: usize,
 }
 
 impl Conn {
@@ -66,7 +136,13 @@ impl Conn {
             timeout_us: 0,
         };
         encode_frame(h, payload, &mut out);
-        let _ = self.tx.send(out); // writer gone = connection dead; nothing left to tell
+        self.budget.charge(out.len());
+        self.queue.bytes.fetch_add(out.len(), Ordering::AcqRel);
+        if let Err(gone) = self.tx.send(out) {
+            // The writer is gone (the connection died): nobody left to tell.
+            self.budget.release(gone.0.len());
+            self.queue.bytes.fetch_sub(gone.0.len(), Ordering::AcqRel);
+        }
     }
 
     fn send_error(&self, service: u16, request_id: u64, code: ErrorCode, msg: &str) {
@@ -77,14 +153,52 @@ impl Conn {
 }
 
 impl Conn {
+    /// A request of `bytes` (already charged when read) goes to the engines.
+    fn admitted(&self, request_id: u64, bytes: usize) {
+        let mut inflight = self.inflight.lock().expect("inflight lock");
+        let e = inflight.entry(request_id).or_default();
+        e.count += 1;
+        e.bytes += bytes;
+    }
+
+    /// A request's answer came: its bytes leave the budget (the answer's enter it).
     fn answered(&self, request_id: u64) {
         let mut inflight = self.inflight.lock().expect("inflight lock");
-        if let Some(n) = inflight.get_mut(&request_id) {
-            *n -= 1;
-            if *n == 0 {
-                inflight.remove(&request_id);
-            }
+        let Some(e) = inflight.get_mut(&request_id) else {
+            return;
+        };
+        // Requests sharing an id share its bytes evenly; the last releases what is left.
+        let share = e.bytes / e.count as usize;
+        e.count -= 1;
+        let share = if e.count == 0 { e.bytes } else { share };
+        e.bytes -= share;
+        if e.count == 0 {
+            inflight.remove(&request_id);
         }
+        drop(inflight);
+        self.budget.release(share);
+    }
+
+    fn idle(&self) -> bool {
+        self.inflight.lock().expect("inflight lock").is_empty()
+    }
+
+    /// Nothing in flight and no answer waiting to be written: such a connection with nothing
+    /// buffered may read one chunk even while the byte budget is over, so a client that waits for its answers is
+    /// never starved by clients that do not (the overshoot is one read per connection).
+    fn settled(&self) -> bool {
+        self.queue.bytes.load(Ordering::Acquire) == 0 && self.idle()
+    }
+}
+
+impl Drop for Conn {
+    fn drop(&mut self) {
+        let held: usize = self
+            .inflight
+            .get_mut()
+            .map(|m| m.values().map(|e| e.bytes).sum())
+            .unwrap_or(0);
+        self.budget.release(held);
     }
 }
 
@@ -113,29 +227,49 @@ impl ReplyPort for Conn {
 
 async fn serve_connection(
     stream: TcpStream,
-    ctx: Arc<Context>,
-    shard: Arc<Shard>,
-    max_inflight: usize,
+    slot: Slot,
+    env: Arc<TcpEnv>,
     mut shutdown: watch::Receiver<bool>,
 ) {
-    let (mut rd, wr) = stream.into_split();
+    let _slot = slot;
+    let ctx = &env.ctx;
+    let limits = env.limits;
+    let budget = &env.budget;
+    let (rd, wr) = stream.into_split();
     let (tx, rx) = mpsc::unbounded_channel();
-    let permits = Arc::new(Semaphore::new(max_inflight));
-    let writer = tokio::spawn(write_loop(wr, rx, permits.clone()));
+    let permits = Arc::new(Semaphore::new(env.max_inflight));
+    let queue = Arc::new(Queued::default());
+    let writer = tokio::spawn(write_loop(
+        wr,
+        rx,
+        queue.clone(),
+        permits.clone(),
+        budget.clone(),
+        ctx.metrics.clone(),
+        limits.read_timeout,
+    ));
     let conn = Arc::new(Conn {
         tx,
+        queue,
         inflight: Mutex::new(HashMap::new()),
+        budget: budget.clone(),
     });
     let mut buf = BytesMut::with_capacity(64 * 1024);
     let mut closing = false;
+    // When the frame now partly in `buf` began, and when the client last sent anything.
+    let mut frame_started: Option<Instant> = None;
+    let mut last_read = Instant::now();
+    let timer = tokio::time::sleep(limits.idle_timeout);
+    tokio::pin!(timer);
     'read: loop {
         // Handle every complete frame already buffered.
+        let mut consumed = false;
         loop {
             let (header, used) = match Frame::decode_stream(&buf, ctx.max_payload) {
                 Ok(Some((f, used))) => (f.header, used),
                 Ok(None) => break,
                 Err(e) => {
-                    protocol_error(&conn, &ctx, &buf, &e);
+                    protocol_error(&conn, ctx, &buf, &e);
                     break 'read;
                 }
             };
@@ -145,6 +279,7 @@ async fn serve_connection(
             }
             let payload = &buf[HEADER_LEN..used];
             if closing {
+                budget.release(used);
                 conn.send_error(
                     header.service,
                     header.request_id,
@@ -152,32 +287,95 @@ async fn serve_connection(
                     "server is shutting down",
                 );
             } else {
-                *conn
-                    .inflight
-                    .lock()
-                    .expect("inflight lock")
-                    .entry(header.request_id)
-                    .or_insert(0) += 1;
-                ctx.submit(&shard, &header, payload, conn.clone());
+                conn.admitted(header.request_id, used);
+                ctx.submit(&env.shard, &header, payload, conn.clone());
             }
             buf.advance(used);
+            consumed = true;
         }
         if closing {
             break;
+        }
+        if consumed || buf.is_empty() {
+            frame_started = (!buf.is_empty()).then(Instant::now);
+        }
+        // A started frame must complete within the read timeout; a connection with nothing
+        // started and nothing in flight is closed after the idle timeout (one waiting for
+        // answers looks again then).
+        let (deadline, why) = match frame_started {
+            Some(t) => (t + limits.read_timeout, "partial_frame"),
+            None => (last_read + limits.idle_timeout, "idle"),
+        };
+        let deadline = tokio::time::Instant::from_std(deadline);
+        if timer.deadline() != deadline {
+            timer.as_mut().reset(deadline);
         }
         if buf.capacity() - buf.len() < 4096 {
             buf.reserve(64 * 1024);
         }
         tokio::select! {
-            n = rd.read_buf(&mut buf) => match n {
-                Ok(0) if !buf.is_empty() => {
-                    // The client closed in the middle of a frame: say so before closing.
-                    let e = FrameError::Short { needed: frame_len(&buf), have: buf.len() };
-                    protocol_error(&conn, &ctx, &buf, &e);
+            ready = async {
+                // Read only while under the budget (or settled, see `Conn::settled`).
+                if !(conn.settled() && buf.is_empty()) {
+                    tokio::select! {
+                        _ = budget.under() => {}
+                        _ = conn.queue.emptied.notified() => {}
+                    }
+                }
+                rd.readable().await
+            } => {
+                if ready.is_err() {
                     break;
                 }
-                Ok(0) | Err(_) => break,
-                Ok(_) => {}
+                // The check and the read run without a yield between them.
+                let over = budget.over();
+                if over && !(conn.settled() && buf.is_empty()) {
+                    continue;
+                }
+                let room = if over { SETTLED_READ } else { usize::MAX };
+                match rd.try_read_buf(&mut (&mut buf).limit(room)) {
+                    Ok(0) if !buf.is_empty() => {
+                        // The client closed in the middle of a frame: say so before closing.
+                        let e = FrameError::Short { needed: frame_len(&buf), have: buf.len() };
+                        protocol_error(&conn, ctx, &buf, &e);
+                        break;
+                    }
+                    Ok(0) => break,
+                    Ok(n) => {
+                        budget.charge(n);
+                        last_read = Instant::now();
+                        if frame_started.is_none() {
+                            frame_started = Some(last_read);
+                        }
+                    }
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
+                    Err(_) => break,
+                }
+            },
+            _ = timer.as_mut() => {
+                if why == "idle" && !conn.idle() {
+                    last_read = Instant::now(); // waiting for answers is not idle
+                    continue;
+                }
+                ctx.metrics.timed_out_connection(why);
+                if why == "partial_frame" {
+                    let id = if buf.len() >= HEADER_LEN {
+                        u64::from_le_bytes(buf[8..16].try_into().expect("len"))
+                    } else {
+                        0
+                    };
+                    let msg = format!(
+                        "frame incomplete after {} ms ({} of {} bytes); closing connection",
+                        limits.read_timeout.as_millis(),
+                        buf.len(),
+                        frame_len(&buf)
+                    );
+                    let service = if buf.len() >= 6 { u16::from_le_bytes([buf[4], buf[5]]) } else { 0 };
+                    conn.send_error(service, id, ErrorCode::Timeout, &msg);
+                    break;
+                }
+                // Idle: GOAWAY with nothing pending, then close.
+                closing = true;
             },
             _ = shutdown.changed() => {
                 // Answer what is already buffered with UNAVAILABLE, then say GOAWAY.
@@ -185,6 +383,7 @@ async fn serve_connection(
             }
         }
     }
+    budget.release(buf.len());
     if closing || *shutdown.borrow() {
         let pending: Vec<u64> = conn
             .inflight
@@ -231,30 +430,52 @@ fn protocol_error(conn: &Conn, ctx: &Context, buf: &[u8], e: &FrameError) {
     conn.send_error(service, id, code, &format!("{e}; closing connection"));
 }
 
+/// Writes answers as they come, flushing each run. A client that does not take a write
+/// within `stall` is closed: its answers would otherwise hold the byte budget for ever.
 async fn write_loop(
     wr: tokio::net::tcp::OwnedWriteHalf,
     mut rx: mpsc::UnboundedReceiver<Vec<u8>>,
+    queue: Arc<Queued>,
     permits: Arc<Semaphore>,
+    budget: Arc<Budget>,
+    metrics: Arc<cohort_engine::Metrics>,
+    stall: Duration,
 ) {
     let mut w = BufWriter::with_capacity(64 * 1024, wr);
+    // Whether a write finished within the stall timeout (a stall is counted).
+    let done = |r: Result<std::io::Result<()>, tokio::time::error::Elapsed>| match r {
+        Ok(r) => r.is_ok(),
+        Err(_) => {
+            metrics.timed_out_connection("write_stalled");
+            false
+        }
+    };
     while let Some(frame) = rx.recv().await {
-        let mut n = 1;
-        if w.write_all(&frame).await.is_err() {
-            break;
-        }
-        while let Ok(frame) = rx.try_recv() {
+        let (mut n, mut bytes) = (1, frame.len());
+        let mut ok = done(tokio::time::timeout(stall, w.write_all(&frame)).await);
+        while ok {
+            let Ok(frame) = rx.try_recv() else { break };
             n += 1;
-            if w.write_all(&frame).await.is_err() {
-                permits.close();
-                return;
-            }
+            bytes += frame.len();
+            ok = done(tokio::time::timeout(stall, w.write_all(&frame)).await);
         }
-        if w.flush().await.is_err() {
+        ok = ok && done(tokio::time::timeout(stall, w.flush()).await);
+        budget.release(bytes);
+        if queue.bytes.fetch_sub(bytes, Ordering::AcqRel) == bytes {
+            queue.emptied.notify_one();
+        }
+        if !ok {
             break;
         }
         permits.add_permits(n);
     }
-    // Wake a reader waiting for permits that will never come back.
+    // Wake a reader waiting for permits that will never come back, and let go of the
+    // answers nobody will write.
     permits.close();
-    let _ = w.shutdown().await;
+    rx.close();
+    while let Ok(frame) = rx.try_recv() {
+        budget.release(frame.len());
+        queue.bytes.fetch_sub(frame.len(), Ordering::AcqRel);
+    }
+    let _ = tokio::time::timeout(stall, w.shutdown()).await;
 }

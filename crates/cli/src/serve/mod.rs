@@ -5,7 +5,7 @@ mod engines;
 pub mod plan;
 mod slice;
 
-use crate::util::{parse_cpu_list, CpuList};
+use crate::util::{parse_bytes, parse_cpu_list, CpuList};
 use anyhow::{Context as _, Result};
 use clap::Args;
 use cohort_engine::DispatchPolicy;
@@ -143,9 +143,28 @@ pub struct ServeArgs {
     /// How an ingress picks a lane (cpu worker, GPU): round-robin, least-loaded, key-hash.
     #[arg(long, default_value = "least-loaded")]
     pub dispatch: DispatchPolicy,
-    /// How long shutdown waits for in-flight answers (then: UNAVAILABLE).
+    /// How long shutdown waits for in-flight answers (then: UNAVAILABLE); the whole shutdown
+    /// ends within this plus about two seconds, whatever the clients do.
     #[arg(long, default_value_t = 10_000)]
     pub drain_timeout_ms: u64,
+    /// TCP and HTTP connections open at once; past it a new client gets OVERLOADED (TCP) or
+    /// 503 (HTTP) and is closed. Default: the process's file-descriptor limit (raised to its
+    /// hard limit at start) less 256 for the server's own files.
+    #[arg(long)]
+    pub max_connections: Option<usize>,
+    /// Bytes of requests and answers all TCP/HTTP connections may hold together (e.g. 512M,
+    /// 2G); while over it no connection is read. Default: an eighth of the machine's memory,
+    /// between 64M and 4G.
+    #[arg(long, value_parser = parse_bytes)]
+    pub max_buffered_bytes: Option<usize>,
+    /// A TCP connection with no request started or in flight is closed after this (GOAWAY).
+    #[arg(long, default_value_t = 60_000)]
+    pub idle_timeout_ms: u64,
+    /// A started TCP frame, an HTTP request head (and an idle HTTP keep-alive connection)
+    /// and an HTTP body must each arrive within this (TIMEOUT frame or 408, then close); a
+    /// client that takes no answer bytes for this long is closed.
+    #[arg(long, default_value_t = 10_000)]
+    pub read_timeout_ms: u64,
     /// How long an idle UDP io thread polls its socket and answer rings before sleeping, in
     /// microseconds (0: sleep at once). Default: 50 with one io thread, else 0 - measured on
     /// an H200 host: one io thread 2-3x the rate at p99 <= 1 ms; eight io threads beside eight
@@ -206,6 +225,10 @@ impl ServeArgs {
             default_timeout_us: 1_000_000,
             dispatch: DispatchPolicy::LeastLoaded,
             drain_timeout_ms: 10_000,
+            max_connections: None,
+            max_buffered_bytes: None,
+            idle_timeout_ms: 60_000,
+            read_timeout_ms: 10_000,
             io_spin_us: None,
             udp_io: UdpIoArg::Recvmmsg,
             sched_slice_us: None,
@@ -224,7 +247,37 @@ impl ServeArgs {
             self.udp.is_some() || self.tcp.is_some() || self.http.is_some(),
             "no listener (give --udp, --tcp or --http)"
         );
+        anyhow::ensure!(
+            self.idle_timeout_ms > 0 && self.read_timeout_ms > 0,
+            "--idle-timeout-ms and --read-timeout-ms must be above 0"
+        );
+        let fds = cohort_net::raise_fd_limit();
+        let fit = fds.saturating_sub(FDS_KEPT).max(1);
+        let max_connections = match self.max_connections {
+            Some(0) => anyhow::bail!("--max-connections must be at least 1"),
+            Some(n) => {
+                if n > fit {
+                    tracing::warn!(
+                        max_connections = n,
+                        fd_limit = fds,
+                        "--max-connections is above what the descriptor limit leaves room \
+                         for: clients past about {fit} are refused at the limit instead"
+                    );
+                }
+                n
+            }
+            None => fit,
+        };
+        let limits = cohort_net::Limits {
+            max_connections,
+            max_buffered_bytes: self
+                .max_buffered_bytes
+                .unwrap_or_else(cohort_net::default_buffered_bytes),
+            idle_timeout: Duration::from_millis(self.idle_timeout_ms),
+            read_timeout: Duration::from_millis(self.read_timeout_ms),
+        };
         Ok(NetConfig {
+            limits,
             udp: resolve("udp", &self.udp)?,
             tcp: resolve("tcp", &self.tcp)?,
             http: resolve("http", &self.http)?,
@@ -244,6 +297,10 @@ impl ServeArgs {
         })
     }
 }
+
+/// Descriptors kept for the server's own files (index, rings, eventfds, GPU driver) when
+/// `--max-connections` is derived from the descriptor limit.
+const FDS_KEPT: usize = 256;
 
 /// HOST:PORT -> the first address it resolves to.
 fn resolve(what: &str, a: &Option<String>) -> Result<Option<SocketAddr>> {

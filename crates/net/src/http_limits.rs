@@ -1,0 +1,122 @@
+//! The HTTP side of the server's limits (`crate::limits`): request bodies read only while the
+//! byte budget allows, within the read timeout, and charged as they arrive (`read_body`);
+//! answers charged until hyper takes them (`Charged`); the fixed responses for clients refused
+//! or timed out before hyper could answer them. Request heads are not gated: hyper holds at
+//! most its read buffer of them per connection, and `/healthz` and `/metrics` (bodiless)
+//! keep answering while the budget is over.
+
+use crate::limits::{Budget, Charge};
+use bytes::{Bytes, BytesMut};
+use http_body_util::{BodyExt, Full};
+use hyper::body::{Body, Frame, Incoming, SizeHint};
+use std::convert::Infallible;
+use std::pin::Pin;
+use std::sync::Arc;
+use std::task::{Context, Poll};
+use std::time::Duration;
+
+/// A response body whose bytes count against the budget until hyper has taken them.
+pub(crate) struct Charged {
+    body: Full<Bytes>,
+    _charge: Charge,
+}
+
+impl Charged {
+    pub fn new(body: Full<Bytes>, budget: &Arc<Budget>) -> Charged {
+        let n = body.size_hint().exact().unwrap_or(0) as usize;
+        Charged {
+            body,
+            _charge: budget.hold(n),
+        }
+    }
+}
+
+impl Body for Charged {
+    type Data = Bytes;
+    type Error = Infallible;
+
+    fn poll_frame(
+        self: Pin<&mut Self>,
+        cx: &mut Context<'_>,
+    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
+        Pin::new(&mut self.get_mut().body).poll_frame(cx)
+    }
+
+    fn is_end_stream(&self) -> bool {
+        self.body.is_end_stream()
+    }
+
+    fn size_hint(&self) -> SizeHint {
+        self.body.size_hint()
+    }
+}
+
+/// Why a request body was not read.
+pub(crate) enum BodyError {
+    TooLarge(usize),
+    Timeout(Duration),
+    Broken(String),
+}
+
+/// Reads a whole request body of at most `max` bytes within `timeout`, each piece charged to
+/// the budget as it arrives; the charge is the caller's to hold until the answer.
+pub(crate) async fn read_body(
+    mut body: Incoming,
+    max: usize,
+    timeout: Duration,
+    budget: &Arc<Budget>,
+) -> Result<(Bytes, Charge), BodyError> {
+    if body.size_hint().lower() > max as u64 {
+        return Err(BodyError::TooLarge(max));
+    }
+    let mut held = budget.hold(0);
+    let read = async {
+        let mut out = BytesMut::new();
+        loop {
+            budget.under().await;
+            let Some(frame) = body.frame().await else {
+                break;
+            };
+            let frame = frame.map_err(|e| BodyError::Broken(e.to_string()))?;
+            if let Ok(data) = frame.into_data() {
+                if out.len() + data.len() > max {
+                    return Err(BodyError::TooLarge(max));
+                }
+                held.grow(data.len());
+                out.extend_from_slice(&data);
+            }
+        }
+        Ok(out.freeze())
+    };
+    match tokio::time::timeout(timeout, read).await {
+        Ok(Ok(b)) => Ok((b, held)),
+        Ok(Err(e)) => Err(e),
+        Err(_) => Err(BodyError::Timeout(timeout)),
+    }
+}
+
+/// A complete HTTP/1.1 response with a JSON error body that closes the connection, for
+/// clients hyper is not answering (refused at accept, timed out reading a request head).
+pub(crate) fn canned(status: &str, code: &str, message: &str, retry: bool) -> Vec<u8> {
+    let body = serde_json::json!({ "error": code, "message": message }).to_string();
+    let retry = if retry { "retry-after: 1\r\n" } else { "" };
+    format!(
+        "HTTP/1.1 {status}\r\ncontent-type: application/json\r\n{retry}connection: close\r\n\
+         content-length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .into_bytes()
+}
+
+/// The 503 a client refused at accept gets.
+pub(crate) fn refusal() -> &'static [u8] {
+    static R: std::sync::OnceLock<Vec<u8>> = std::sync::OnceLock::new();
+    R.get_or_init(|| {
+        canned(
+            "503 Service Unavailable",
+            "OVERLOADED",
+            "too many connections; try again later",
+            true,
+        )
+    })
+}

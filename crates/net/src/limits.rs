@@ -1,0 +1,273 @@
+//! Server-wide bounds on what TCP and HTTP clients can make the server hold: open connections
+//! (`Connections`) and bytes of requests and answers (`Budget`). Both are shared by every
+//! shard; each is one atomic on the hot path.
+//!
+//! The byte budget counts a request's bytes from the moment they are read until its answer
+//! has been handed to the connection, and an answer's bytes from then until they are written
+//! to the socket. While the count is at or over the limit no connection reads: new work waits
+//! in the kernel's socket buffers (TCP back-pressure), while the work already admitted
+//! finishes and its answers drain. A client that never reads its answers therefore holds at
+//! most what it had sent, and the write stall timeout closes it (`Limits::read_timeout`).
+
+use cohort_engine::Metrics;
+use prometheus_client::metrics::gauge::Gauge;
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use std::task::{Context, Poll, Waker};
+use std::time::Duration;
+
+/// The bounds, as configured (`cohort serve --max-connections ...`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct Limits {
+    /// TCP and HTTP connections open at once; the next is refused at accept.
+    pub max_connections: usize,
+    /// Bytes of requests and answers held for TCP/HTTP connections (see the module doc).
+    pub max_buffered_bytes: usize,
+    /// A TCP connection with nothing buffered and nothing in flight is closed after this
+    /// (GOAWAY first).
+    pub idle_timeout: Duration,
+    /// A started frame, an HTTP request head (and an idle HTTP keep-alive connection), an
+    /// HTTP body, and a write the client does not read must each complete within this.
+    pub read_timeout: Duration,
+}
+
+impl Default for Limits {
+    fn default() -> Limits {
+        Limits {
+            max_connections: 10_000,
+            max_buffered_bytes: default_buffered_bytes(),
+            idle_timeout: Duration::from_secs(60),
+            read_timeout: Duration::from_secs(10),
+        }
+    }
+}
+
+/// An eighth of the machine's memory, between 64 MiB and 4 GiB.
+pub fn default_buffered_bytes() -> usize {
+    // SAFETY: sysconf has no preconditions.
+    let (pages, page) = unsafe {
+        (
+            libc::sysconf(libc::_SC_PHYS_PAGES),
+            libc::sysconf(libc::_SC_PAGESIZE),
+        )
+    };
+    let total = if pages > 0 && page > 0 {
+        (pages as u64).saturating_mul(page as u64)
+    } else {
+        1 << 30
+    };
+    (total / 8).clamp(64 << 20, 4 << 30) as usize
+}
+
+/// File descriptors this process may open (the soft limit), after raising the soft limit to
+/// the hard one: a server that holds one descriptor per connection should not stop at a
+/// shell's default of 1024 when the system allows more.
+pub fn raise_fd_limit() -> usize {
+    let mut r = libc::rlimit {
+        rlim_cur: 0,
+        rlim_max: 0,
+    };
+    // SAFETY: r is a valid rlimit for the kernel to fill.
+    if unsafe { libc::getrlimit(libc::RLIMIT_NOFILE, &mut r) } != 0 {
+        return 1024;
+    }
+    if r.rlim_cur < r.rlim_max {
+        let raised = libc::rlimit {
+            rlim_cur: r.rlim_max,
+            rlim_max: r.rlim_max,
+        };
+        // SAFETY: raised is a valid rlimit; failure leaves the old limit.
+        if unsafe { libc::setrlimit(libc::RLIMIT_NOFILE, &raised) } == 0 {
+            r = raised;
+        }
+    }
+    usize::try_from(r.rlim_cur).unwrap_or(usize::MAX)
+}
+
+/// The byte budget (module doc). `used` is the `cohort_buffered_bytes` gauge itself.
+pub(crate) struct Budget {
+    used: Gauge,
+    limit: i64,
+    waiters: Mutex<Vec<Waker>>,
+    waiting: AtomicBool,
+}
+
+impl Budget {
+    pub fn new(limit: usize, metrics: &Metrics) -> Arc<Budget> {
+        assert!(limit > 0, "a zero byte budget would never read");
+        Arc::new(Budget {
+            used: metrics.buffered_bytes.clone(),
+            limit: i64::try_from(limit).unwrap_or(i64::MAX),
+            waiters: Mutex::new(Vec::new()),
+            waiting: AtomicBool::new(false),
+        })
+    }
+
+    pub fn charge(&self, n: usize) {
+        self.used.inc_by(n as i64);
+    }
+
+    pub fn release(&self, n: usize) {
+        if n == 0 {
+            return;
+        }
+        let before = self.used.dec_by(n as i64);
+        debug_assert!(before >= n as i64, "budget released more than charged");
+        if before >= self.limit && before - (n as i64) < self.limit {
+            self.wake_readers();
+        }
+    }
+
+    /// A charge released when dropped (an HTTP body or answer).
+    pub fn hold(self: &Arc<Budget>, n: usize) -> Charge {
+        self.charge(n);
+        Charge {
+            budget: self.clone(),
+            n,
+        }
+    }
+
+    pub fn over(&self) -> bool {
+        self.used.get() >= self.limit
+    }
+
+    /// Ready once the budget is under its limit; else the task is woken when it gets there.
+    pub fn poll_under(&self, cx: &mut Context<'_>) -> Poll<()> {
+        if !self.over() {
+            return Poll::Ready(());
+        }
+        let mut w = self.waiters.lock().expect("budget waiters");
+        if !w.iter().any(|x| x.will_wake(cx.waker())) {
+            w.push(cx.waker().clone());
+        }
+        self.waiting.store(true, Ordering::SeqCst);
+        drop(w);
+        // A release between the check above and the flag would not have woken us.
+        if !self.over() {
+            return Poll::Ready(());
+        }
+        Poll::Pending
+    }
+
+    pub async fn under(&self) {
+        std::future::poll_fn(|cx| self.poll_under(cx)).await
+    }
+
+    fn wake_readers(&self) {
+        if !self.waiting.swap(false, Ordering::SeqCst) {
+            return;
+        }
+        let waiters = std::mem::take(&mut *self.waiters.lock().expect("budget waiters"));
+        for w in waiters {
+            w.wake();
+        }
+    }
+}
+
+/// Bytes held in the budget until dropped.
+pub(crate) struct Charge {
+    budget: Arc<Budget>,
+    n: usize,
+}
+
+impl Charge {
+    /// More bytes under the same charge (a body as it arrives).
+    pub fn grow(&mut self, n: usize) {
+        self.budget.charge(n);
+        self.n += n;
+    }
+}
+
+impl Drop for Charge {
+    fn drop(&mut self) {
+        self.budget.release(self.n);
+    }
+}
+
+/// Open TCP and HTTP connections, against `max_connections`.
+pub(crate) struct Connections {
+    live: AtomicUsize,
+    max: usize,
+    gauge: Gauge,
+}
+
+impl Connections {
+    pub fn new(max: usize, metrics: &Metrics) -> Arc<Connections> {
+        Arc::new(Connections {
+            live: AtomicUsize::new(0),
+            max,
+            gauge: metrics.connections_open.clone(),
+        })
+    }
+
+    /// A slot for one more connection, or None at the cap.
+    pub fn open(self: &Arc<Connections>) -> Option<Slot> {
+        let prev = self.live.fetch_add(1, Ordering::AcqRel);
+        if prev >= self.max {
+            self.live.fetch_sub(1, Ordering::AcqRel);
+            return None;
+        }
+        self.gauge.inc();
+        Some(Slot(self.clone()))
+    }
+
+    pub fn max(&self) -> usize {
+        self.max
+    }
+}
+
+/// One open connection; dropping it frees its place.
+pub(crate) struct Slot(Arc<Connections>);
+
+impl Drop for Slot {
+    fn drop(&mut self) {
+        self.0.live.fetch_sub(1, Ordering::AcqRel);
+        self.0.gauge.dec();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::collections::HashMap;
+
+    fn metrics() -> Metrics {
+        Metrics::new(HashMap::new())
+    }
+
+    #[test]
+    fn connections_stop_at_the_cap_and_free_their_place() {
+        let m = metrics();
+        let c = Connections::new(2, &m);
+        let a = c.open().expect("first");
+        let _b = c.open().expect("second");
+        assert!(c.open().is_none(), "a third over the cap of 2");
+        assert_eq!(m.connections_open.get(), 2);
+        drop(a);
+        assert!(c.open().is_some(), "a place freed is taken again");
+    }
+
+    #[tokio::test]
+    async fn a_reader_waits_while_over_and_wakes_when_released() {
+        let m = metrics();
+        let b = Budget::new(100, &m);
+        b.charge(60);
+        assert!(!b.over());
+        let held = b.hold(40);
+        assert!(b.over(), "at the limit counts as over");
+        let b2 = b.clone();
+        let waiter = tokio::spawn(async move { b2.under().await });
+        tokio::task::yield_now().await;
+        assert!(
+            !waiter.is_finished(),
+            "a reader waits while the budget is over"
+        );
+        drop(held);
+        tokio::time::timeout(Duration::from_secs(1), waiter)
+            .await
+            .expect("woken when under")
+            .expect("task");
+        b.release(60);
+        assert_eq!(m.buffered_bytes.get(), 0);
+    }
+}
