@@ -24,6 +24,8 @@ pub struct Ingress<T> {
     metrics: Arc<Metrics>,
     /// Deadline of requests that carry none.
     default_timeout: Duration,
+    /// The longest deadline a request may ask for (a longer one is cut to this).
+    max_timeout: Duration,
     /// Answers for tokens no longer in flight (answered by the ingress before the engine).
     pub stale_answers: u64,
     /// Services this ingress's thread runs itself (`admit`), and the buffer their answers
@@ -61,10 +63,22 @@ impl<T> Ingress<T> {
             table: InflightTable::new(capacity),
             metrics,
             default_timeout,
+            max_timeout: Duration::MAX,
             stale_answers: 0,
             inline: None,
             inline_out: Vec::new(),
         }
+    }
+
+    /// Cuts every request's deadline to at most `max` (a client cannot hold a worker for
+    /// hours by asking for it).
+    pub fn with_max_timeout(mut self, max: Duration) -> Ingress<T> {
+        assert!(
+            !max.is_zero(),
+            "a zero deadline would time out every request"
+        );
+        self.max_timeout = max;
+        self
     }
 
     /// Runs the inline engine's services on this ingress's thread (see [`Ingress::admit`]).
@@ -124,7 +138,8 @@ impl<T> Ingress<T> {
         let timeout = match timeout_us {
             0 => self.default_timeout,
             us => Duration::from_micros(us as u64),
-        };
+        }
+        .min(self.max_timeout);
         let meta = Meta {
             service,
             request_id,

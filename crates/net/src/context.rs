@@ -1,6 +1,7 @@
 //! What every listener shares: the services (for the HTTP JSON mapping), the limits, the
 //! metrics and the shutdown flag. (Each TCP/HTTP io thread has its own ingress: `shard`.)
 
+use crate::quota::{Over, Quotas};
 use crate::shard::Shard;
 use cohort_engine::{Metrics, Registry, ReplyPort, Response, ResponseBody};
 use cohort_proto::{ErrorCode, ErrorPayload, Header, Kind};
@@ -14,9 +15,21 @@ pub struct Context {
     pub inline: Option<Arc<cohort_engine::InlineEngine>>,
     pub metrics: Arc<Metrics>,
     pub shutting_down: AtomicBool,
+    /// Per-client quotas (off unless configured).
+    pub(crate) quotas: Arc<Quotas>,
 }
 
 impl Context {
+    /// A refusal for a client over its quota, counted like any other answer.
+    pub(crate) fn over_quota(&self, service: u16, over: &Over) -> ErrorPayload {
+        self.metrics.answered(
+            service,
+            ErrorCode::Overloaded.label(),
+            std::time::Duration::ZERO,
+        );
+        ErrorPayload::new(ErrorCode::Overloaded, over.message())
+    }
+
     pub fn is_shutting_down(&self) -> bool {
         self.shutting_down.load(Ordering::Acquire)
     }

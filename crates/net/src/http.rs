@@ -20,6 +20,7 @@ use hyper::body::Incoming;
 use hyper::{Method, Request, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use std::convert::Infallible;
+use std::net::IpAddr;
 use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -130,6 +131,7 @@ async fn serve_connection(
     mut sd: watch::Receiver<bool>,
 ) {
     let _slot = slot;
+    let peer = stream.peer_addr().ok().map(|a| a.ip());
     // A second handle on the socket, to say 408 when hyper gives up on a request head (hyper
     // closes such connections without a word).
     let for_408 = stream
@@ -144,7 +146,7 @@ async fn serve_connection(
         let env = env.clone();
         let id = ids.fetch_add(1, Ordering::Relaxed);
         async move {
-            let r = handle(req, &env, id).await;
+            let r = handle(req, &env, id, peer).await;
             Ok::<_, Infallible>(r.map(|b| Charged::new(b, &env.budget)))
         }
     });
@@ -264,7 +266,7 @@ fn json(status: StatusCode, v: serde_json::Value) -> HttpResponse {
     json_body(status, Bytes::from(v.to_string()))
 }
 
-fn error(code: ErrorCode, msg: impl Into<String>) -> HttpResponse {
+pub(crate) fn error(code: ErrorCode, msg: impl Into<String>) -> HttpResponse {
     let status = StatusCode::from_u16(code.http_status()).expect("valid status");
     let mut r = json(
         status,
@@ -295,7 +297,12 @@ fn rejected(ctx: &Context, service: u16, code: ErrorCode, msg: impl Into<String>
     error(code, msg)
 }
 
-async fn handle(req: Request<Incoming>, env: &HttpEnv, id: u64) -> HttpResponse {
+async fn handle(
+    req: Request<Incoming>,
+    env: &HttpEnv,
+    id: u64,
+    peer: Option<IpAddr>,
+) -> HttpResponse {
     let ctx = &env.ctx;
     ctx.metrics.http_requests.inc();
     if let Some(r) = framing_error(&req) {
@@ -316,10 +323,10 @@ async fn handle(req: Request<Incoming>, env: &HttpEnv, id: u64) -> HttpResponse 
             .header("content-type", "text/plain; version=0.0.4")
             .body(Full::new(Bytes::from((env.metrics)())))
             .expect("static response parts"),
-        (&Method::POST, p) if p.starts_with("/v1/") => call(req, &p[4..], env, id).await,
+        (&Method::POST, p) if p.starts_with("/v1/") => call(req, &p[4..], env, id, peer).await,
         (_, p) if crate::http_pages::page_service(ctx, p).is_some() => {
             let sid = crate::http_pages::page_service(ctx, p).expect("checked");
-            crate::http_pages::page(req, sid, env, id).await
+            crate::http_pages::page(req, sid, env, id, peer).await
         }
         (m, p) if p.starts_with("/v1/") || p == "/healthz" || p == "/metrics" => {
             let allow = if p.starts_with("/v1/") { "POST" } else { "GET" };
@@ -343,7 +350,13 @@ async fn handle(req: Request<Incoming>, env: &HttpEnv, id: u64) -> HttpResponse 
     resp
 }
 
-async fn call(req: Request<Incoming>, name: &str, env: &HttpEnv, id: u64) -> HttpResponse {
+async fn call(
+    req: Request<Incoming>,
+    name: &str,
+    env: &HttpEnv,
+    id: u64,
+    peer: Option<IpAddr>,
+) -> HttpResponse {
     let ctx = &env.ctx;
     let Some(service) = ctx.registry.by_name(name).cloned() else {
         return rejected(
@@ -387,6 +400,10 @@ async fn call(req: Request<Incoming>, name: &str, env: &HttpEnv, id: u64) -> Htt
     if let Some(t) = timeout_us {
         header.timeout_us = t.min(u32::MAX as u64) as u32;
     }
+    let _ticket = match ctx.quotas.ticket(peer) {
+        Ok(t) => t,
+        Err(over) => return over_quota(ctx, sid, &over),
+    };
     let (port, rx) = OneShot::new(Some(service));
     ctx.submit(&env.shard, &header, &payload, port);
     drop(payload);
@@ -423,4 +440,16 @@ pub(crate) fn body_refused(ctx: &Context, sid: u16, e: BodyError) -> HttpRespons
             format!("reading body: {msg}"),
         ),
     }
+}
+
+/// A client over its quota: 429 (RFC 6585) with the OVERLOADED body, and when to come back.
+pub(crate) fn over_quota(ctx: &Context, sid: u16, over: &crate::quota::Over) -> HttpResponse {
+    let e = ctx.over_quota(sid, over);
+    let mut r = error(e.code, e.message);
+    *r.status_mut() = StatusCode::TOO_MANY_REQUESTS;
+    r.headers_mut().insert(
+        hyper::header::RETRY_AFTER,
+        hyper::header::HeaderValue::from_static("1"),
+    );
+    r
 }

@@ -82,7 +82,13 @@ fn parse_response(raw: Bytes) -> Option<HttpResponse> {
     Some(b.map(|()| Full::new(raw.slice(end + 4..))))
 }
 
-pub(crate) async fn page(req: Request<Incoming>, sid: u16, env: &HttpEnv, id: u64) -> HttpResponse {
+pub(crate) async fn page(
+    req: Request<Incoming>,
+    sid: u16,
+    env: &HttpEnv,
+    id: u64,
+    peer: Option<std::net::IpAddr>,
+) -> HttpResponse {
     let ctx = &env.ctx;
     let (parts, body) = req.into_parts();
     let read = read_body(body, MAX_PAGE_BODY, env.limits.read_timeout, &env.budget);
@@ -103,6 +109,10 @@ pub(crate) async fn page(req: Request<Incoming>, sid: u16, env: &HttpEnv, id: u6
     };
     let payload = raw_request(&parts, &body);
     let header = Header::request(sid, id, payload.len());
+    let _ticket = match ctx.quotas.ticket(peer) {
+        Ok(t) => t,
+        Err(over) => return crate::http::over_quota(ctx, sid, &over),
+    };
     let (port, rx) = crate::http::OneShot::new(None);
     ctx.submit(&env.shard, &header, &payload, port);
     match rx.await {

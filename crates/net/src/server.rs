@@ -3,6 +3,7 @@
 use crate::context::Context;
 use crate::http::{serve_http, HttpEnv, MetricsRender};
 use crate::limits::{Budget, Connections, Limits};
+use crate::quota::{ClientQuota, Quotas};
 use crate::shard::Shard;
 use crate::tasks::Tracker;
 use crate::tcp::{serve_tcp, TcpEnv};
@@ -41,6 +42,10 @@ pub struct NetConfig {
     pub udp_io: UdpIo,
     /// Bounds on TCP/HTTP connections and the bytes they hold, and their timeouts.
     pub limits: Limits,
+    /// Per-client quotas (requests in flight, per second), per source address.
+    pub client_quota: ClientQuota,
+    /// The longest deadline a request may ask for (longer ones are cut to it).
+    pub max_timeout: Duration,
 }
 
 /// How a UDP io thread reads and writes its socket.
@@ -69,6 +74,8 @@ impl Default for NetConfig {
             io_spin: Duration::ZERO,
             udp_io: UdpIo::Recvmmsg,
             limits: Limits::default(),
+            client_quota: ClientQuota::default(),
+            max_timeout: Duration::from_secs(60),
         }
     }
 }
@@ -209,6 +216,7 @@ impl Server {
             max_payload: shared.max_payload,
             inline: shared.inline,
             shutting_down: AtomicBool::new(false),
+            quotas: Arc::new(Quotas::new(cfg.client_quota)),
         });
         let core_of = |i: usize| (!cfg.cpus.is_empty()).then(|| cfg.cpus[i % cfg.cpus.len()]);
         let udp_stop = Arc::new(AtomicBool::new(false));
@@ -240,6 +248,7 @@ impl Server {
                     core: core_of(i),
                     drain_timeout: cfg.drain_timeout,
                     default_timeout: cfg.default_timeout,
+                    max_timeout: cfg.max_timeout,
                     spin: cfg.io_spin,
                     uring,
                 };
@@ -276,7 +285,7 @@ impl Server {
                 ends,
                 cfg.udp_table_capacity,
                 ctx.metrics.clone(),
-                cfg.default_timeout,
+                (cfg.default_timeout, cfg.max_timeout),
                 ctx.inline.clone(),
             )?;
             shards.push(shard.clone());

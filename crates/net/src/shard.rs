@@ -51,7 +51,7 @@ impl Shard {
         ends: IngressEnds,
         capacity: usize,
         metrics: Arc<Metrics>,
-        default_timeout: Duration,
+        (default_timeout, max_timeout): (Duration, Duration),
         inline: Option<Arc<InlineEngine>>,
     ) -> std::io::Result<Arc<Shard>> {
         let bell = Arc::new(Doorbell::new()?);
@@ -59,7 +59,9 @@ impl Shard {
         Ok(Arc::new(Shard {
             index,
             ingress: Mutex::new(
-                Ingress::new(ends, capacity, metrics, default_timeout).with_inline(inline),
+                Ingress::new(ends, capacity, metrics, default_timeout)
+                    .with_max_timeout(max_timeout)
+                    .with_inline(inline),
             ),
             bell,
         }))

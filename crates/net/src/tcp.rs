@@ -14,6 +14,7 @@
 use crate::accept::{accept_loop, Refusal};
 use crate::context::Context;
 use crate::limits::{Budget, Connections, Limits, Slot};
+use crate::quota::{Key, Quotas};
 use crate::shard::Shard;
 use crate::tasks::Tracker;
 use bytes::{Buf, BufMut, BytesMut};
@@ -109,6 +110,9 @@ struct Conn {
     /// those requests still charged to the budget), for GOAWAY and the budget.
     inflight: Mutex<HashMap<u64, InFlight>>,
     budget: Arc<Budget>,
+    /// The client's quota (`crate::quota`): every request in `inflight` holds one place.
+    quotas: Arc<Quotas>,
+    quota: Option<Key>,
 }
 
 /// Answer bytes between `send_frame` and the socket; the writer says when it reaches zero.
@@ -177,6 +181,7 @@ impl Conn {
         }
         drop(inflight);
         self.budget.release(share);
+        self.quotas.done(self.quota);
     }
 
     fn idle(&self) -> bool {
@@ -233,6 +238,7 @@ async fn serve_connection(
 ) {
     let _slot = slot;
     let ctx = &env.ctx;
+    let peer = stream.peer_addr().ok().map(|a| a.ip());
     let limits = env.limits;
     let budget = &env.budget;
     let (rd, wr) = stream.into_split();
@@ -253,6 +259,8 @@ async fn serve_connection(
         queue,
         inflight: Mutex::new(HashMap::new()),
         budget: budget.clone(),
+        quotas: ctx.quotas.clone(),
+        quota: peer.and_then(|ip| ctx.quotas.slot_of(ip)),
     });
     let mut buf = BytesMut::with_capacity(64 * 1024);
     let mut closing = false;
@@ -287,8 +295,18 @@ async fn serve_connection(
                     "server is shutting down",
                 );
             } else {
-                conn.admitted(header.request_id, used);
-                ctx.submit(&env.shard, &header, payload, conn.clone());
+                match peer.map_or(Ok(None), |ip| ctx.quotas.admit(ip)) {
+                    Ok(quota) => {
+                        debug_assert_eq!(quota, conn.quota, "one source, one slot");
+                        conn.admitted(header.request_id, used);
+                        ctx.submit(&env.shard, &header, payload, conn.clone());
+                    }
+                    Err(over) => {
+                        budget.release(used);
+                        let e = ctx.over_quota(header.service, &over);
+                        conn.send_error(header.service, header.request_id, e.code, &e.message);
+                    }
+                }
             }
             buf.advance(used);
             consumed = true;

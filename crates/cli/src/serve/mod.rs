@@ -157,6 +157,19 @@ pub struct ServeArgs {
     /// between 64M and 4G.
     #[arg(long, value_parser = parse_bytes)]
     pub max_buffered_bytes: Option<usize>,
+    /// Requests one client (source address, over UDP, TCP and HTTP together) may have in
+    /// flight; past it OVERLOADED (HTTP 429). 0 = no cap. Clients behind one address (a
+    /// proxy, a NAT) share it.
+    #[arg(long, default_value_t = 0)]
+    pub client_max_inflight: u32,
+    /// Requests per second one client (source address) may send (a burst of a tenth of a
+    /// second's worth at once); past it OVERLOADED (HTTP 429). 0 = no limit.
+    #[arg(long, default_value_t = 0.0)]
+    pub client_rate: f64,
+    /// The longest deadline a request may ask for, in milliseconds; a longer one (up to
+    /// 4295 s fit the header) is cut to this, so no client holds a worker for long.
+    #[arg(long, default_value_t = 60_000)]
+    pub max_deadline_ms: u64,
     /// A TCP connection with no request started or in flight is closed after this (GOAWAY).
     #[arg(long, default_value_t = 60_000)]
     pub idle_timeout_ms: u64,
@@ -229,6 +242,9 @@ impl ServeArgs {
             max_buffered_bytes: None,
             idle_timeout_ms: 60_000,
             read_timeout_ms: 10_000,
+            client_max_inflight: 0,
+            client_rate: 0.0,
+            max_deadline_ms: 60_000,
             io_spin_us: None,
             udp_io: UdpIoArg::Recvmmsg,
             sched_slice_us: None,
@@ -276,8 +292,21 @@ impl ServeArgs {
             idle_timeout: Duration::from_millis(self.idle_timeout_ms),
             read_timeout: Duration::from_millis(self.read_timeout_ms),
         };
+        anyhow::ensure!(
+            self.client_rate >= 0.0 && self.client_rate.is_finite(),
+            "--client-rate must be 0 (off) or a positive rate"
+        );
+        anyhow::ensure!(
+            self.max_deadline_ms > 0,
+            "--max-deadline-ms must be above 0"
+        );
         Ok(NetConfig {
             limits,
+            client_quota: cohort_net::ClientQuota {
+                max_inflight: self.client_max_inflight,
+                rate: self.client_rate,
+            },
+            max_timeout: Duration::from_millis(self.max_deadline_ms),
             udp: resolve("udp", &self.udp)?,
             tcp: resolve("tcp", &self.tcp)?,
             http: resolve("http", &self.http)?,

@@ -12,8 +12,10 @@ use super::batch::MsgBatch;
 use super::uring::{BufPool, Received, UringIo};
 use crate::context::Context;
 use crate::doorbell::Doorbell;
+use crate::quota::Key;
 use cohort_engine::{Answer, Ingress, IngressEnds, Meta, Metrics};
 use cohort_proto::{ErrorCode, ErrorPayload, Frame, Header, Kind, HEADER_LEN};
+use std::net::IpAddr;
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -30,6 +32,8 @@ pub(crate) struct Client {
     /// The request datagram's size: the answer sent to this address is never larger (no
     /// amplification toward a spoofed source; `docs/protocol.md`).
     pub request_len: u32,
+    /// The quota slot it was admitted under (`crate::quota`), given back with its answer.
+    pub quota: Option<Key>,
 }
 
 impl Client {
@@ -39,6 +43,24 @@ impl Client {
             addr,
             addr_len,
             request_len: bytes.len() as u32,
+            quota: None,
+        }
+    }
+
+    /// The sender's IP address.
+    fn ip(&self) -> Option<IpAddr> {
+        match self.addr.ss_family as libc::c_int {
+            libc::AF_INET => {
+                // SAFETY: the family says the storage holds a sockaddr_in.
+                let a: &libc::sockaddr_in = unsafe { &*(&self.addr as *const _ as *const _) };
+                Some(IpAddr::from(u32::from_be(a.sin_addr.s_addr).to_be_bytes()))
+            }
+            libc::AF_INET6 => {
+                // SAFETY: the family says the storage holds a sockaddr_in6.
+                let a: &libc::sockaddr_in6 = unsafe { &*(&self.addr as *const _ as *const _) };
+                Some(IpAddr::from(a.sin6_addr.s6_addr))
+            }
+            _ => None,
         }
     }
 }
@@ -48,6 +70,7 @@ pub(crate) struct UdpThreadConfig {
     pub core: Option<usize>,
     pub drain_timeout: Duration,
     pub default_timeout: Duration,
+    pub max_timeout: Duration,
     /// Idle polling before sleeping (`NetConfig::io_spin`).
     pub spin: Duration,
     /// Drive the socket through io_uring (the server checked that the kernel gives it).
@@ -97,6 +120,7 @@ pub(crate) fn spawn_udp(
                     ctx.metrics.clone(),
                     cfg.default_timeout,
                 )
+                .with_max_timeout(cfg.max_timeout)
                 .with_inline(ctx.inline.clone()),
                 path,
                 tx_batch: MsgBatch::new(BATCH, datagram),
@@ -205,14 +229,14 @@ impl IoThread {
                 left,
                 "udp io thread stopped waiting for answers: UNAVAILABLE"
             );
-            let (tx, m) = (&mut self.tx_batch, &self.ctx.metrics);
+            let (tx, ctx) = (&mut self.tx_batch, &*self.ctx);
             let mut out = self.path.sender(self.fd);
             self.ingress.abandon_all(
                 ErrorCode::Unavailable,
                 "server shut down before the engine answered",
-                |c, meta, a| push_answer(tx, &mut out, m, &c, meta, a),
+                |c, meta, a| push_answer(tx, &mut out, ctx, &c, meta, a),
             );
-            flush(tx, &mut out, m);
+            flush(tx, &mut out, &ctx.metrics);
         }
         self.publish_in_flight();
     }
@@ -303,10 +327,10 @@ impl IoThread {
     /// Moves every answer the engines have written so far into the send batch (sending only
     /// when the batch fills). Returns how many there were.
     fn collect_answers(&mut self) -> usize {
-        let (tx, m) = (&mut self.tx_batch, &self.ctx.metrics);
+        let (tx, ctx) = (&mut self.tx_batch, &*self.ctx);
         let mut out = self.path.sender(self.fd);
         let mut push =
-            |c: Client, meta: &Meta, a: Answer<'_>| push_answer(tx, &mut out, m, &c, meta, a);
+            |c: Client, meta: &Meta, a: Answer<'_>| push_answer(tx, &mut out, ctx, &c, meta, a);
         self.ingress.drain(4 * BATCH, &mut push) + self.ingress.reap_dead_lanes(&mut push)
     }
 }
@@ -342,17 +366,27 @@ fn admit(
         ),
         Ok(f) => {
             let h = f.header;
-            ingress
-                .admit(
-                    client,
-                    h.service,
-                    h.request_id,
-                    h.timeout_us,
-                    f.payload,
-                    |c, meta, a| push_answer(tx, out, metrics, &c, meta, a),
-                )
-                .err()
-                .map(|(_, e)| (h, e))
+            match client
+                .ip()
+                .map(|ip| ctx.quotas.admit(ip))
+                .unwrap_or(Ok(None))
+            {
+                Err(over) => Some((h, ctx.over_quota(h.service, &over))),
+                Ok(quota) => ingress
+                    .admit(
+                        Client { quota, ..client },
+                        h.service,
+                        h.request_id,
+                        h.timeout_us,
+                        f.payload,
+                        |c, meta, a| push_answer(tx, out, ctx, &c, meta, a),
+                    )
+                    .err()
+                    .map(|(c, e)| {
+                        ctx.quotas.done(c.quota);
+                        (h, e)
+                    }),
+            }
         }
         Err(e) if e.is_foreign() || bytes.len() < HEADER_LEN => {
             metrics.dropped("not_cohort");
@@ -374,18 +408,20 @@ fn admit(
             arrived: Instant::now(),
             lane: cohort_engine::LaneRef { engine: 0, lane: 0 },
         };
-        push_answer(tx, out, metrics, &client, &meta, Err(e));
+        push_answer(tx, out, ctx, &client, &meta, Err(e));
     }
 }
 
 fn push_answer(
     tx: &mut MsgBatch,
     out: &mut Sender<'_>,
-    m: &Metrics,
+    ctx: &Context,
     c: &Client,
     meta: &Meta,
     a: Answer<'_>,
 ) {
+    ctx.quotas.done(c.quota);
+    let m = &*ctx.metrics;
     let limit = c.request_len as usize;
     // Not even a bare error frame fits in what the client sent: nothing is sent (counted).
     if limit < HEADER_LEN + ERROR_HEAD && !matches!(a, Ok(p) if HEADER_LEN + p.len() <= limit) {

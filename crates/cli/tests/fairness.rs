@@ -1,0 +1,157 @@
+//! Per-client quotas from outside: one client (its own loopback address) floods the spin
+//! service with long requests while another sends short ones. Without quotas the second waits
+//! behind the flood; with `--client-max-inflight` it is served as if alone and the flood gets
+//! OVERLOADED (HTTP 429, the same quota over UDP). `--max-deadline-ms` cuts a deadline a client
+//! asks for.
+
+mod common;
+use cohort_proto::{encode_frame, ErrorCode, ErrorPayload, Frame, Header, Kind, MAX_PAYLOAD};
+use common::*;
+use std::io::{Read, Write};
+use std::net::{IpAddr, SocketAddr, TcpStream, UdpSocket};
+use std::time::{Duration, Instant};
+
+fn spin_frame(id: u64, us: u32, timeout_us: u32) -> Vec<u8> {
+    let p = cohort_services::spin::encode(us, b"");
+    let mut h = Header::request(cohort_proto::service_id::SPIN, id, p.len());
+    h.timeout_us = timeout_us;
+    let mut f = Vec::new();
+    encode_frame(h, &p, &mut f);
+    f
+}
+
+/// A TCP connection from a given loopback address (127.0.0.0/8 is all loopback on Linux).
+fn connect_from(ip: &str, to: SocketAddr) -> TcpStream {
+    let s = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    let from: SocketAddr = (ip.parse::<IpAddr>().unwrap(), 0).into();
+    s.bind(&from.into()).unwrap();
+    s.connect(&to.into()).unwrap();
+    let c: TcpStream = s.into();
+    c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    c
+}
+
+/// Reads `n` answer frames: (request id, kind, error code if an error).
+fn read_answers(c: &mut TcpStream, n: usize) -> Vec<(u64, Kind, Option<ErrorCode>)> {
+    let (mut buf, mut out) = (Vec::new(), Vec::new());
+    let mut chunk = [0u8; 4096];
+    while out.len() < n {
+        while let Ok(Some((f, used))) = Frame::decode_stream(&buf, MAX_PAYLOAD) {
+            let code = (f.header.kind == Kind::Error)
+                .then(|| ErrorPayload::decode(f.payload).unwrap().code);
+            out.push((f.header.request_id, f.header.kind, code));
+            buf.drain(..used);
+        }
+        if out.len() >= n {
+            break;
+        }
+        let got = c.read(&mut chunk).expect("answers");
+        assert!(got > 0, "closed after {} answers", out.len());
+        buf.extend_from_slice(&chunk[..got]);
+    }
+    out
+}
+
+/// The flooder pipelines 60 requests of 20 ms from 127.0.0.2; the victim then sends 10 short
+/// ones from 127.0.0.3, one at a time. Returns the victim's slowest answer and the flood's
+/// answers by outcome (ok, overloaded).
+fn flood_and_probe(s: &Served) -> (Duration, usize, usize) {
+    let tcp = s.tcp.unwrap();
+    let mut flood = connect_from("127.0.0.2", tcp);
+    let frames: Vec<u8> = (0..60).flat_map(|i| spin_frame(i, 20_000, 0)).collect();
+    flood.write_all(&frames).unwrap();
+    std::thread::sleep(Duration::from_millis(50));
+    let mut victim = connect_from("127.0.0.3", tcp);
+    let mut slowest = Duration::ZERO;
+    for i in 0..10 {
+        let t = Instant::now();
+        victim.write_all(&spin_frame(1000 + i, 100, 0)).unwrap();
+        let a = read_answers(&mut victim, 1);
+        assert_eq!(a[0].1, Kind::Response, "victim request {i}: {a:?}");
+        slowest = slowest.max(t.elapsed());
+    }
+    let answers = read_answers(&mut flood, 60);
+    let ok = answers.iter().filter(|a| a.1 == Kind::Response).count();
+    let overloaded = answers
+        .iter()
+        .filter(|a| a.2 == Some(ErrorCode::Overloaded))
+        .count();
+    (slowest, ok, overloaded)
+}
+
+#[test]
+fn a_flooding_client_is_held_to_its_quota_and_another_is_served_as_if_alone() {
+    let base = ["--service", "spin", "--workers", "2"];
+    // Without quotas the victim waits behind the flood (60 x 20 ms over 2 workers).
+    let unfair = Served::start(&base);
+    let (slowest_unfair, ok, _) = flood_and_probe(&unfair);
+    drop(unfair);
+    assert_eq!(ok, 60);
+    // With one request in flight per client, the flood holds one worker at most.
+    let fair = Served::start(&[&base[..], &["--client-max-inflight", "1"]].concat());
+    let (slowest_fair, ok, overloaded) = flood_and_probe(&fair);
+    eprintln!("victim's slowest: {slowest_unfair:?} without quotas, {slowest_fair:?} with");
+    assert!(
+        slowest_unfair > Duration::from_millis(150),
+        "{slowest_unfair:?}"
+    );
+    assert!(slowest_fair < Duration::from_millis(60), "{slowest_fair:?}");
+    assert!(
+        ok >= 1 && overloaded >= 50,
+        "ok {ok} overloaded {overloaded}"
+    );
+    assert_eq!(ok + overloaded, 60);
+    // The same quota over HTTP (429) ...
+    let http = fair.http.unwrap();
+    let mut busy = connect_from("127.0.0.4", fair.tcp.unwrap());
+    busy.write_all(&spin_frame(1, 100_000, 0)).unwrap();
+    std::thread::sleep(Duration::from_millis(20));
+    let mut h = connect_from("127.0.0.4", http);
+    let body = r#"{"spin_us": 10}"#;
+    write!(
+        h,
+        "POST /v1/spin HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut out = String::new();
+    let _ = h.read_to_string(&mut out);
+    assert!(out.starts_with("HTTP/1.1 429"), "{out}");
+    assert!(out.contains("OVERLOADED") && out.contains("quota"), "{out}");
+    // ... and over UDP.
+    let u = UdpSocket::bind("127.0.0.4:0").unwrap();
+    u.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    u.send_to(&spin_frame(2, 10, 0), fair.udp.unwrap()).unwrap();
+    let mut b = [0u8; 512];
+    let n = u.recv(&mut b).unwrap();
+    let f = Frame::decode_datagram(&b[..n], MAX_PAYLOAD).unwrap();
+    assert_eq!(f.header.kind, Kind::Error);
+    assert_eq!(
+        ErrorPayload::decode(f.payload).unwrap().code,
+        ErrorCode::Overloaded
+    );
+}
+
+#[test]
+fn a_deadline_longer_than_the_servers_maximum_is_cut_to_it() {
+    let s = Served::start(&[
+        "--service",
+        "spin",
+        "--workers",
+        "1",
+        "--max-deadline-ms",
+        "100",
+    ]);
+    let mut c = TcpStream::connect(s.tcp.unwrap()).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    // The worker is busy for 400 ms; the last request asks to wait ~71 minutes.
+    for id in 1..=4 {
+        c.write_all(&spin_frame(id, 100_000, 0)).unwrap();
+    }
+    c.write_all(&spin_frame(5, 10, u32::MAX)).unwrap();
+    let t = Instant::now();
+    let a = read_answers(&mut c, 5);
+    let second = a.iter().find(|a| a.0 == 5).unwrap();
+    assert_eq!(second.2, Some(ErrorCode::Timeout), "{a:?}");
+    assert!(t.elapsed() < Duration::from_secs(2));
+}
