@@ -7,7 +7,7 @@
 //! ```toml
 //! service = "knn:gpu-cohort,echo:cpu"
 //! index = "/data/sift.ivf"
-//! udp = "0.0.0.0:7000"
+//! udp = "127.0.0.1:7000"
 //! io_threads = 2
 //! cpus = "0-1"
 //!

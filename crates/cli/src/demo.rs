@@ -134,5 +134,23 @@ pub fn run(a: DemoArgs) -> Result<()> {
         .map(|r| r.errors.get("wrong_answer").copied().unwrap_or(0))
         .sum();
     anyhow::ensure!(wrong == 0, "{wrong} wrong answers");
+    println!(
+        "data and index kept in {} ({} MB) for the next run; delete it, or give --dir",
+        dir.display(),
+        dir_bytes(&dir) >> 20
+    );
     Ok(())
+}
+
+/// Bytes of the files directly in `dir`.
+fn dir_bytes(dir: &std::path::Path) -> u64 {
+    std::fs::read_dir(dir)
+        .map(|entries| {
+            entries
+                .filter_map(|e| e.ok()?.metadata().ok())
+                .filter(|m| m.is_file())
+                .map(|m| m.len())
+                .sum()
+        })
+        .unwrap_or(0)
 }

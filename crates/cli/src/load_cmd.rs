@@ -179,6 +179,7 @@ pub fn print_table(reports: &[Report]) {
             println!("{:>10} errors: {:?}", "", r.errors);
         }
     }
+    println!("({})", Report::table_legend());
 }
 
 /// Writes a sweep's plot atomically.

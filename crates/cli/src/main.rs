@@ -103,7 +103,9 @@ fn main() {
             std::process::exit(2);
         }
     };
-    let cli = Cli::parse_from(args);
+    use clap::{CommandFactory, FromArgMatches};
+    let matches = Cli::command().get_matches_from(args);
+    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     let filter = tracing_subscriber::EnvFilter::try_new(&cli.log_level)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     // Colours only for a terminal: logs piped to files or collectors stay plain text.
@@ -114,7 +116,7 @@ fn main() {
         .with_ansi(std::io::stderr().is_terminal())
         .init();
     let result = match cli.cmd {
-        Cmd::Serve(a) => serve::run(a),
+        Cmd::Serve(a) => serve::run(a, matches.subcommand_matches("serve")),
         Cmd::Load(a) => load_cmd::run(a),
         Cmd::Demo(a) => demo::run(a),
         Cmd::Data(c) => data_cmd::run(c),

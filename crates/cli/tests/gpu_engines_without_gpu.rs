@@ -73,6 +73,25 @@ fn gpu_engines_exit_cleanly_without_a_gpu() {
             "{err}"
         );
     }
+    // --check-config checks what serve would: the GPU is not there.
+    let out = cohort(&[
+        "serve",
+        "--service",
+        "knn",
+        "--index",
+        &index,
+        "--engine",
+        "gpu-cohort",
+        "--udp",
+        "127.0.0.1:0",
+        "--check-config",
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("service knn runs on gpu-cohort, but there is no CUDA device"),
+        "{err}"
+    );
     let out = cohort(&["selftest", "gpu"]);
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("no CUDA device"));

@@ -133,10 +133,26 @@ fn check_config_accepts_a_good_file_and_rejects_a_bad_one() {
     );
     assert!(
         text.contains("configuration ok")
-            && text.contains("max_queue: 7")
-            && text.contains("io_threads: 2"),
+            && text.contains("max_queue = 7")
+            && text.contains("io_threads = 2"),
         "{text}"
     );
+    // What it prints is a config file that gives the same configuration back.
+    let resolved = dir.join("resolved.toml");
+    std::fs::write(&resolved, text.as_bytes()).unwrap();
+    let again = std::process::Command::new(env!("CARGO_BIN_EXE_cohort"))
+        .args([
+            "serve",
+            "--config",
+            resolved.to_str().unwrap(),
+            "--check-config",
+        ])
+        .output()
+        .unwrap();
+    assert!(again.status.success(), "{again:?}");
+    // The same settings (a value read back from a file is no longer marked as a default).
+    let table = |t: &str| t.parse::<toml::Table>().expect("the output is TOML");
+    assert_eq!(table(&String::from_utf8_lossy(&again.stdout)), table(&text));
     let bad = dir.join("bad.toml");
     std::fs::write(&bad, "service = \"echo\"\nno_such_setting = 3\n").unwrap();
     let out = std::process::Command::new(env!("CARGO_BIN_EXE_cohort"))

@@ -93,8 +93,20 @@ impl Report {
     pub fn table_header() -> String {
         format!(
             "{:>10} {:>10} {:>9} {:>9} {:>9} {:>9} {:>8} {:>7}",
-            "offered", "achieved", "p50_us", "p99_us", "p999_us", "errors", "gen_sat", "recall"
+            "offered/s",
+            "answered/s",
+            "p50 us",
+            "p99 us",
+            "p99.9 us",
+            "errors",
+            "gen_sat",
+            "recall"
         )
+    }
+
+    /// What the table's columns mean, printed under it.
+    pub fn table_legend() -> &'static str {
+        "offered/s: requests sent per second (c=N: N in flight, closed loop); answered/s:          answers per second; p50/p99/p99.9: latency from send to answer, microseconds;          errors: error answers and requests never answered; gen_sat: true when the load          generator itself fell behind its schedule (the row understates the server);          recall: k-NN recall@k against the ground truth"
     }
 
     pub fn table_row(&self) -> String {

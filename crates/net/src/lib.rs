@@ -25,4 +25,4 @@ mod tcp;
 mod udp;
 
 pub use context::Context;
-pub use server::{NetConfig, Server, Shared, UdpIo};
+pub use server::{check_ports, NetConfig, Server, Shared, UdpIo};

@@ -123,6 +123,21 @@ fn check_port_free(addr: SocketAddr, ty: Type, what: &str) -> Result<()> {
     }
 }
 
+/// Refuses at once a configuration whose fixed ports another process holds (before anything
+/// else starts: a clash is then one clear error, not engines started and stopped first).
+pub fn check_ports(cfg: &NetConfig) -> Result<()> {
+    if let Some(a) = cfg.udp {
+        check_port_free(a, Type::DGRAM, "udp")?;
+    }
+    if let Some(a) = cfg.tcp {
+        check_port_free(a, Type::STREAM, "tcp")?;
+    }
+    if let Some(a) = cfg.http {
+        check_port_free(a, Type::STREAM, "http")?;
+    }
+    Ok(())
+}
+
 fn udp_socket(addr: SocketAddr) -> Result<std::net::UdpSocket> {
     let s = Socket::new(Domain::for_address(addr), Type::DGRAM, Some(Protocol::UDP))?;
     s.set_reuse_port(true)?;

@@ -3,6 +3,7 @@
 
 mod engines;
 pub mod plan;
+mod resolved;
 mod slice;
 
 use crate::util::{parse_bytes, parse_cpu_list, CpuList};
@@ -357,6 +358,7 @@ impl Stack {
 
 pub fn start(a: &ServeArgs) -> Result<Stack> {
     let ncfg = a.net_config()?;
+    cohort_net::check_ports(&ncfg)?;
     let mut side = start_engines(a, Server::ingresses(&ncfg))?;
     let shared = Shared {
         registry: side.registry.clone(),
@@ -369,7 +371,8 @@ pub fn start(a: &ServeArgs) -> Result<Stack> {
     let power = cohort_power::GpuPower::open()
         .map(|p| std::sync::Mutex::new(cohort_power::EnergySince::new(p)));
     if let Err(why) = &power {
-        tracing::info!(%why, "no GPU power metrics");
+        // A machine without NVIDIA's driver has nothing to report; not worth a line at info.
+        tracing::debug!(%why, "no GPU power metrics");
     }
     let render = std::sync::Arc::new(move || {
         if let Ok(p) = &power {
@@ -395,26 +398,57 @@ pub fn start(a: &ServeArgs) -> Result<Stack> {
     })
 }
 
-/// Everything that can be checked without binding sockets or starting threads.
+/// Everything `serve` checks before it binds sockets or starts threads: the flags, the plans,
+/// the files the services read, and the GPUs the GPU engines would open.
 pub fn check(a: &ServeArgs) -> Result<Vec<plan::ServicePlan>> {
     a.net_config()?;
     let plans = plan::plans(a)?;
+    check_gpus(&plans)?;
     engines::build_registry(a, &plans)?;
     Ok(plans)
 }
 
-pub fn run(a: ServeArgs) -> Result<()> {
+/// The GPUs every GPU engine is planned on exist.
+fn check_gpus(plans: &[plan::ServicePlan]) -> Result<()> {
+    let Some(p) = plans.iter().find(|p| p.engine.is_gpu()) else {
+        return Ok(());
+    };
+    let devices = cohort_gpu::probe().map_err(|e| {
+        anyhow::anyhow!(
+            "service {} runs on {}, but there is no CUDA device: {e}",
+            p.name,
+            p.engine.name()
+        )
+    })?;
+    for p in plans.iter().filter(|p| p.engine.is_gpu()) {
+        if let Some(g) = p.gpus.iter().find(|&&g| g >= devices.len()) {
+            anyhow::bail!(
+                "service {} runs on {} with GPU {g}, but this machine has {} (0..{})",
+                p.name,
+                p.engine.name(),
+                devices.len(),
+                devices.len()
+            );
+        }
+    }
+    Ok(())
+}
+
+/// `matches`: the serve command's parsed arguments (for `--check-config` to print them).
+pub fn run(a: ServeArgs, matches: Option<&clap::ArgMatches>) -> Result<()> {
     use signal_hook::consts::{SIGINT, SIGTERM};
     if a.check_config {
         let plans = check(&a)?;
-        println!("configuration ok");
+        println!("# configuration ok");
         for p in &plans {
-            println!("service {}: engine {}", p.name, p.engine.name());
+            println!("# service {}: engine {}", p.name, p.engine.name());
         }
-        println!("{a:#?}\n{plans:#?}");
+        if let Some(m) = matches {
+            print!("{}", resolved::as_toml(m));
+        }
         return Ok(());
     }
-    tracing::info!(config = ?a, "starting");
+    tracing::debug!(config = ?a, "starting");
     // Register before announcing readiness so an early signal is never missed.
     let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM])?;
     let stack = start(&a)?;
