@@ -59,6 +59,10 @@ pub struct LoadArgs {
     /// the JSON (`cpu.server`, seconds and microseconds per answer) beside the generator's.
     #[arg(long)]
     pub server_pid: Option<u32>,
+    /// API key ID:SECRET (a server run with --auth-keys): UDP/TCP frames are signed with it,
+    /// HTTP sends SECRET as the bearer token.
+    #[arg(long)]
+    pub key: Option<cohort_load::ClientKey>,
     /// knn: query vectors (.fvecs, .bvecs, .npy).
     #[arg(long)]
     pub queries: Option<PathBuf>,
@@ -168,6 +172,7 @@ pub fn config(a: &LoadArgs) -> Result<LoadConfig> {
         request_timeout_us: a.timeout_us,
         seed: a.seed,
         server_pid: a.server_pid,
+        key: a.key.clone(),
     })
 }
 

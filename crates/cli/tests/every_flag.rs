@@ -48,6 +48,12 @@ fn index(dir: &std::path::Path) -> String {
     ])
     .status
     .success());
+    // An API keys file for --auth-keys (services as served by the samples).
+    std::fs::write(
+        format!("{ix}.keys"),
+        "[[key]]\nid = \"ci\"\nsecret = \"0123456789abcdef\"\n",
+    )
+    .unwrap();
     ix
 }
 
@@ -86,6 +92,8 @@ fn sample(flag: &str, ix: &str) -> Option<Option<String>> {
         "client-max-inflight" => v("64"),
         "client-rate" => v("10000"),
         "max-deadline-ms" => v("5000"),
+        "admin" => v("127.0.0.1:0"),
+        "auth-keys" => Some(Some(format!("{ix}.keys"))),
         "log-level" => v("warn"),
         "bank-users" => v("1000"),
         "bank-layout" => v("row-major"),

@@ -39,6 +39,7 @@ fn five_times_capacity_for_ten_seconds_keeps_every_promise() {
         request_timeout_us: deadline_us,
         seed: 3,
         server_pid: None,
+        key: None,
     };
     let r = cohort_load::run(
         &cfg,

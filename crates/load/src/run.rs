@@ -72,6 +72,38 @@ pub struct LoadConfig {
     pub seed: u64,
     /// The server's process id, for its CPU time over the measured window (same host).
     pub server_pid: Option<u32>,
+    /// An API key to sign frames with (UDP/TCP) and send as the bearer token (HTTP).
+    pub key: Option<ClientKey>,
+}
+
+/// An API key as the client holds it (`cohort load --key ID:SECRET`).
+#[derive(Clone)]
+pub struct ClientKey {
+    pub id: [u8; cohort_proto::KEY_ID_LEN],
+    pub secret: String,
+}
+
+impl std::fmt::Debug for ClientKey {
+    /// The secret is never printed.
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let id = String::from_utf8_lossy(&self.id);
+        write!(f, "ClientKey({}:***)", id.trim_end_matches('\0'))
+    }
+}
+
+impl std::str::FromStr for ClientKey {
+    type Err = String;
+    fn from_str(s: &str) -> Result<ClientKey, String> {
+        let (id, secret) = s
+            .split_once(':')
+            .ok_or_else(|| format!("{s:?}: expected ID:SECRET"))?;
+        let id = cohort_proto::key_id_bytes(id)
+            .ok_or_else(|| format!("key id {id:?}: 1-16 printable ASCII bytes"))?;
+        Ok(ClientKey {
+            id,
+            secret: secret.to_string(),
+        })
+    }
 }
 
 impl LoadConfig {
@@ -88,6 +120,7 @@ impl LoadConfig {
             request_timeout_us: 0,
             seed: 1,
             server_pid: None,
+            key: None,
         }
     }
 }
@@ -102,6 +135,10 @@ pub(crate) struct Shared {
     pub connections: usize,
     pub answer_timeout: Duration,
     pub request_timeout_us: u32,
+    pub key: Option<ClientKey>,
+    /// Added to each request's sequence number to make its signed frame's nonce (a run's
+    /// nonces differ from the last run's).
+    pub nonce_base: u64,
     /// Requests sent, and requests settled (answered, or given up as unanswered).
     pub sent: AtomicU64,
     pub settled: AtomicU64,
@@ -345,6 +382,8 @@ pub fn run(cfg: &LoadConfig, workload: Arc<dyn Workload>) -> Result<Report> {
         connections: cfg.connections,
         answer_timeout: cfg.answer_timeout,
         request_timeout_us: cfg.request_timeout_us,
+        key: cfg.key.clone(),
+        nonce_base: rand::random(),
         sent: AtomicU64::new(0),
         settled: AtomicU64::new(0),
         stop: AtomicBool::new(false),

@@ -1,6 +1,7 @@
 //! What every listener shares: the services (for the HTTP JSON mapping), the limits, the
 //! metrics and the shutdown flag. (Each TCP/HTTP io thread has its own ingress: `shard`.)
 
+use crate::auth::Auth;
 use crate::quota::{Over, Quotas};
 use crate::shard::Shard;
 use cohort_engine::{Metrics, Registry, ReplyPort, Response, ResponseBody};
@@ -17,9 +18,24 @@ pub struct Context {
     pub shutting_down: AtomicBool,
     /// Per-client quotas (off unless configured).
     pub(crate) quotas: Arc<Quotas>,
+    /// API keys (None: every client may call every service).
+    pub(crate) auth: Option<Arc<Auth>>,
 }
 
 impl Context {
+    /// A frame's service payload once its key checks out (`crate::auth`); without keys, a
+    /// signed frame's trailer is dropped and any frame passes.
+    pub(crate) fn unsigned<'a>(
+        &self,
+        header: &Header,
+        payload: &'a [u8],
+    ) -> Result<&'a [u8], ErrorPayload> {
+        match &self.auth {
+            Some(a) => a.frame(header, payload),
+            None => Ok(cohort_proto::split_signed(header, payload).map_or(payload, |(p, _)| p)),
+        }
+    }
+
     /// A refusal for a client over its quota, counted like any other answer.
     pub(crate) fn over_quota(&self, service: u16, over: &Over) -> ErrorPayload {
         self.metrics.answered(

@@ -44,6 +44,8 @@ pub(crate) struct HttpEnv {
     pub limits: Limits,
     pub budget: Arc<Budget>,
     pub conns: Arc<Connections>,
+    /// `/metrics` lives on the admin listener instead (`--admin`).
+    pub admin_only_metrics: bool,
 }
 
 /// A response after which the connection is closed (its framing can no longer be trusted).
@@ -319,6 +321,14 @@ async fn handle(
             r
         }
         (&Method::GET, "/healthz") => json(StatusCode::OK, serde_json::json!({"status": "ok"})),
+        (&Method::GET, "/metrics") if env.admin_only_metrics => http_error(
+            StatusCode::NOT_FOUND,
+            "NOT_FOUND",
+            "/metrics is served on the admin listener (--admin)".into(),
+        ),
+        (&Method::GET, "/metrics") if unauthorized(ctx, &req, None).is_some() => {
+            unauthorized(ctx, &req, None).expect("checked")
+        }
         (&Method::GET, "/metrics") => hyper::Response::builder()
             .header("content-type", "text/plain; version=0.0.4")
             .body(Full::new(Bytes::from((env.metrics)())))
@@ -370,6 +380,9 @@ async fn call(
         );
     };
     let sid = service.id();
+    if let Some(r) = unauthorized(ctx, &req, Some(sid)) {
+        return r;
+    }
     let read = http_limits::read_body(
         req.into_body(),
         MAX_BODY,
@@ -440,6 +453,30 @@ pub(crate) fn body_refused(ctx: &Context, sid: u16, e: BodyError) -> HttpRespons
             format!("reading body: {msg}"),
         ),
     }
+}
+
+/// With API keys on: the refusal for a request whose bearer key does not allow `service`
+/// (None: any valid key, for `/metrics`), 401 with `WWW-Authenticate` or 403.
+pub(crate) fn unauthorized<B>(
+    ctx: &Context,
+    req: &Request<B>,
+    service: Option<u16>,
+) -> Option<HttpResponse> {
+    let auth = ctx.auth.as_ref()?;
+    let e = auth
+        .bearer(req.headers().get(hyper::header::AUTHORIZATION), service)
+        .err()?;
+    if let Some(sid) = service {
+        ctx.metrics.answered(sid, e.code.label(), Duration::ZERO);
+    }
+    let mut r = error(e.code, e.message);
+    if e.code == ErrorCode::Unauthorized {
+        r.headers_mut().insert(
+            hyper::header::WWW_AUTHENTICATE,
+            hyper::header::HeaderValue::from_static("Bearer"),
+        );
+    }
+    Some(r)
 }
 
 /// A client over its quota: 429 (RFC 6585) with the OVERLOADED body, and when to come back.

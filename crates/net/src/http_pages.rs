@@ -90,6 +90,9 @@ pub(crate) async fn page(
     peer: Option<std::net::IpAddr>,
 ) -> HttpResponse {
     let ctx = &env.ctx;
+    if let Some(r) = crate::http::unauthorized(ctx, &req, Some(sid)) {
+        return r;
+    }
     let (parts, body) = req.into_parts();
     let read = read_body(body, MAX_PAGE_BODY, env.limits.read_timeout, &env.budget);
     let (body, _held) = match read.await {

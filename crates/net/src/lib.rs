@@ -8,6 +8,9 @@
 //! is one UDP ingress and one TCP/HTTP shard, never sharing a lock with another io thread.
 
 mod accept;
+mod admin;
+mod auth;
+pub use auth::Auth;
 mod context;
 mod doorbell;
 mod http;

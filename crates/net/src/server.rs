@@ -22,6 +22,8 @@ pub struct NetConfig {
     pub udp: Option<SocketAddr>,
     pub tcp: Option<SocketAddr>,
     pub http: Option<SocketAddr>,
+    /// `/metrics` and `/healthz` on their own listener (then `/metrics` leaves the HTTP port).
+    pub admin: Option<SocketAddr>,
     /// io threads: each owns one UDP socket and one TCP/HTTP shard (listeners + ingress).
     pub io_threads: usize,
     /// Cores the network threads are pinned to, in order; empty = not pinned.
@@ -65,6 +67,7 @@ impl Default for NetConfig {
             udp: None,
             tcp: None,
             http: None,
+            admin: None,
             io_threads: 1,
             cpus: vec![],
             udp_table_capacity: 65_536,
@@ -84,6 +87,8 @@ pub struct Server {
     pub udp_addr: Option<SocketAddr>,
     pub tcp_addr: Option<SocketAddr>,
     pub http_addr: Option<SocketAddr>,
+    pub admin_addr: Option<SocketAddr>,
+    admin_thread: Option<JoinHandle<()>>,
     ctx: Arc<Context>,
     udp_stop: Arc<AtomicBool>,
     udp_threads: Vec<JoinHandle<()>>,
@@ -135,6 +140,9 @@ pub fn check_ports(cfg: &NetConfig) -> Result<()> {
     if let Some(a) = cfg.http {
         check_port_free(a, Type::STREAM, "http")?;
     }
+    if let Some(a) = cfg.admin {
+        check_port_free(a, Type::STREAM, "admin")?;
+    }
     Ok(())
 }
 
@@ -180,6 +188,8 @@ pub struct Shared {
     pub max_payload: usize,
     /// Services the io threads run themselves (`--service NAME:inline`).
     pub inline: Option<Arc<cohort_engine::InlineEngine>>,
+    /// API keys; None = authentication off.
+    pub auth: Option<Arc<crate::Auth>>,
 }
 
 /// What one shard thread serves.
@@ -232,6 +242,7 @@ impl Server {
             inline: shared.inline,
             shutting_down: AtomicBool::new(false),
             quotas: Arc::new(Quotas::new(cfg.client_quota)),
+            auth: shared.auth,
         });
         let core_of = |i: usize| (!cfg.cpus.is_empty()).then(|| cfg.cpus[i % cfg.cpus.len()]);
         let udp_stop = Arc::new(AtomicBool::new(false));
@@ -289,6 +300,16 @@ impl Server {
         let (shutdown_tx, shutdown_rx) = watch::channel(false);
         let (closed_tx, closed_rx) = watch::channel(false);
         let (halt_tx, halt_rx) = watch::channel(false);
+        let (admin_addr, admin_thread) = match cfg.admin {
+            Some(a) => {
+                let l = tcp_listeners(a, 1, "admin")?.remove(0);
+                let bound = l.local_addr()?;
+                let t =
+                    crate::admin::spawn_admin(l, ctx.clone(), metrics.clone(), halt_rx.clone())?;
+                (Some(bound), Some(t))
+            }
+            None => (None, None),
+        };
         let tasks = Tracker::default();
         let budget = Budget::new(cfg.limits.max_buffered_bytes, &ctx.metrics);
         let conns = Connections::new(cfg.limits.max_connections, &ctx.metrics);
@@ -317,6 +338,7 @@ impl Server {
                 limits: cfg.limits,
                 budget: budget.clone(),
                 conns: conns.clone(),
+                admin_only_metrics: cfg.admin.is_some(),
                 shutdown: shutdown_rx.clone(),
                 closed: closed_rx.clone(),
                 halt: halt_rx.clone(),
@@ -337,6 +359,8 @@ impl Server {
             udp_addr,
             tcp_addr,
             http_addr,
+            admin_addr,
+            admin_thread,
             ctx,
             udp_stop,
             udp_threads,
@@ -357,6 +381,7 @@ impl Server {
             ("udp", self.udp_addr),
             ("tcp", self.tcp_addr),
             ("http", self.http_addr),
+            ("admin", self.admin_addr),
         ] {
             if let Some(a) = a {
                 parts.push(format!("{name}={a}"));
@@ -403,6 +428,9 @@ impl Server {
         for t in self.shard_threads.drain(..) {
             let _ = t.join();
         }
+        if let Some(t) = self.admin_thread.take() {
+            let _ = t.join();
+        }
     }
 }
 
@@ -414,6 +442,7 @@ struct ShardEnv {
     limits: Limits,
     budget: Arc<Budget>,
     conns: Arc<Connections>,
+    admin_only_metrics: bool,
     shutdown: watch::Receiver<bool>,
     closed: watch::Receiver<bool>,
     halt: watch::Receiver<bool>,
@@ -442,6 +471,7 @@ fn run_shard(job: ShardJob, env: ShardEnv, ready: std::sync::mpsc::Sender<Result
         limits,
         budget,
         conns,
+        admin_only_metrics,
         shutdown,
         closed,
         mut halt,
@@ -470,6 +500,7 @@ fn run_shard(job: ShardJob, env: ShardEnv, ready: std::sync::mpsc::Sender<Result
                 limits,
                 budget,
                 conns,
+                admin_only_metrics,
             });
             tokio::spawn(serve_http(l, env, shutdown.clone(), closed, tasks.clone()));
         }

@@ -295,18 +295,7 @@ async fn serve_connection(
                     "server is shutting down",
                 );
             } else {
-                match peer.map_or(Ok(None), |ip| ctx.quotas.admit(ip)) {
-                    Ok(quota) => {
-                        debug_assert_eq!(quota, conn.quota, "one source, one slot");
-                        conn.admitted(header.request_id, used);
-                        ctx.submit(&env.shard, &header, payload, conn.clone());
-                    }
-                    Err(over) => {
-                        budget.release(used);
-                        let e = ctx.over_quota(header.service, &over);
-                        conn.send_error(header.service, header.request_id, e.code, &e.message);
-                    }
-                }
+                admit(&env, &conn, peer, &header, payload, used);
             }
             buf.advance(used);
             consumed = true;
@@ -418,6 +407,42 @@ async fn serve_connection(
     // The writer ends when every holder of `conn` (this reader and in-flight requests) is gone.
     drop(conn);
     let _ = writer.await;
+}
+
+/// One whole request frame (already charged to the budget): its key checked, its client's
+/// quota taken, then into the engines; or its refusal answered at once.
+fn admit(
+    env: &TcpEnv,
+    conn: &Arc<Conn>,
+    peer: Option<std::net::IpAddr>,
+    header: &Header,
+    payload: &[u8],
+    used: usize,
+) {
+    let ctx = &env.ctx;
+    let refused = match ctx.unsigned(header, payload) {
+        Err(e) => {
+            ctx.metrics
+                .answered(header.service, e.code.label(), Duration::ZERO);
+            e
+        }
+        Ok(payload) => match peer.map_or(Ok(None), |ip| ctx.quotas.admit(ip)) {
+            Ok(quota) => {
+                debug_assert_eq!(quota, conn.quota, "one source, one slot");
+                conn.admitted(header.request_id, used);
+                ctx.submit(&env.shard, header, payload, conn.clone());
+                return;
+            }
+            Err(over) => ctx.over_quota(header.service, &over),
+        },
+    };
+    env.budget.release(used);
+    conn.send_error(
+        header.service,
+        header.request_id,
+        refused.code,
+        &refused.message,
+    );
 }
 
 /// Bytes a frame starting at `buf[0]` needs (the header's length where it is complete).

@@ -14,10 +14,14 @@ pub enum ErrorCode {
     Internal = 7,
     /// UDP only: the answer would be larger than the request datagram; ask over TCP.
     Truncated = 8,
+    /// Authentication is on and the request carries no valid key (or a replayed one).
+    Unauthorized = 9,
+    /// The request's key is valid but not for this service.
+    Forbidden = 10,
 }
 
 impl ErrorCode {
-    pub const ALL: [ErrorCode; 8] = [
+    pub const ALL: [ErrorCode; 10] = [
         ErrorCode::BadRequest,
         ErrorCode::UnknownService,
         ErrorCode::TooLarge,
@@ -26,6 +30,8 @@ impl ErrorCode {
         ErrorCode::Unavailable,
         ErrorCode::Internal,
         ErrorCode::Truncated,
+        ErrorCode::Unauthorized,
+        ErrorCode::Forbidden,
     ];
 
     pub fn from_u16(v: u16) -> Option<ErrorCode> {
@@ -43,6 +49,8 @@ impl ErrorCode {
             ErrorCode::Unavailable => "UNAVAILABLE",
             ErrorCode::Internal => "INTERNAL",
             ErrorCode::Truncated => "TRUNCATED",
+            ErrorCode::Unauthorized => "UNAUTHORIZED",
+            ErrorCode::Forbidden => "FORBIDDEN",
         }
     }
 
@@ -57,6 +65,8 @@ impl ErrorCode {
             ErrorCode::Unavailable => "unavailable",
             ErrorCode::Internal => "internal",
             ErrorCode::Truncated => "truncated",
+            ErrorCode::Unauthorized => "unauthorized",
+            ErrorCode::Forbidden => "forbidden",
         }
     }
 
@@ -72,6 +82,8 @@ impl ErrorCode {
             ErrorCode::Internal => 500,
             // Never sent over HTTP (its answers have no size bound but the server's).
             ErrorCode::Truncated => 500,
+            ErrorCode::Unauthorized => 401,
+            ErrorCode::Forbidden => 403,
         }
     }
 }

@@ -4,10 +4,15 @@
 //! decode path beyond what the caller asks for, and no panics on any input (proptest and
 //! cargo-fuzz check that).
 
+mod auth;
 mod error;
 mod frame;
 mod goaway;
 
+pub use auth::{
+    encode_signed, key_id_bytes, split_signed, verify_signed, AuthTrailer, AUTH_TRAILER_LEN,
+    FLAG_AUTH, KEY_ID_LEN,
+};
 pub use error::{ErrorCode, ErrorPayload};
 pub use frame::{
     encode_frame, Frame, FrameError, Header, Kind, HEADER_LEN, MAGIC, MAX_PAYLOAD, VERSION,

@@ -116,6 +116,15 @@ pub struct ServeArgs {
     /// HTTP listen address (HOST:PORT; host names are resolved).
     #[arg(long)]
     pub http: Option<String>,
+    /// Admin listen address (HOST:PORT, or a PORT alone for loopback): `GET /metrics` and
+    /// `GET /healthz` there, and `/metrics` no longer on the HTTP port.
+    #[arg(long)]
+    pub admin: Option<String>,
+    /// API keys file (TOML, `[[key]]` tables of id, secret, services): every request must
+    /// then carry a key that allows its service - HTTP `Authorization: Bearer SECRET`, UDP/TCP
+    /// frames signed with it (docs/protocol.md, Authentication). SIGHUP reloads the file.
+    #[arg(long)]
+    pub auth_keys: Option<std::path::PathBuf>,
     /// io threads: each owns one UDP socket and one TCP/HTTP shard (listeners, ingress).
     #[arg(long, default_value_t = 1)]
     pub io_threads: usize,
@@ -230,6 +239,8 @@ impl ServeArgs {
             udp: Some("127.0.0.1:0".into()),
             tcp: Some("127.0.0.1:0".into()),
             http: Some("127.0.0.1:0".into()),
+            admin: None,
+            auth_keys: None,
             io_threads: 1,
             cpus: None,
             workers: 0,
@@ -311,6 +322,13 @@ impl ServeArgs {
             udp: resolve("udp", &self.udp)?,
             tcp: resolve("tcp", &self.tcp)?,
             http: resolve("http", &self.http)?,
+            admin: match &self.admin {
+                Some(p) if p.parse::<u16>().is_ok() => Some(SocketAddr::from((
+                    [127, 0, 0, 1],
+                    p.parse::<u16>().expect("checked"),
+                ))),
+                a => resolve("admin", a)?,
+            },
             io_threads: self.io_threads,
             cpus: self.cpus.clone().map(|c| c.0).unwrap_or_default(),
             drain_timeout: Duration::from_millis(self.drain_timeout_ms),
@@ -347,6 +365,8 @@ fn resolve(what: &str, a: &Option<String>) -> Result<Option<SocketAddr>> {
 pub struct Stack {
     pub server: Server,
     engines: EngineSide,
+    /// The API keys in force (reloaded on SIGHUP).
+    pub auth: Option<std::sync::Arc<cohort_net::Auth>>,
 }
 
 impl Stack {
@@ -360,11 +380,19 @@ pub fn start(a: &ServeArgs) -> Result<Stack> {
     let ncfg = a.net_config()?;
     cohort_net::check_ports(&ncfg)?;
     let mut side = start_engines(a, Server::ingresses(&ncfg))?;
+    let auth = match load_keys(a, &side.registry) {
+        Ok(auth) => auth,
+        Err(e) => {
+            side.shutdown();
+            return Err(e);
+        }
+    };
     let shared = Shared {
         registry: side.registry.clone(),
         metrics: side.metrics.clone(),
         max_payload: cohort_proto::MAX_PAYLOAD,
         inline: side.inline.clone(),
+        auth: auth.clone(),
     };
     let metrics = side.metrics.clone();
     // GPU board power and energy are read when /metrics is, not on a timer of their own.
@@ -392,9 +420,13 @@ pub fn start(a: &ServeArgs) -> Result<Stack> {
     };
     tracing::info!(io_threads = a.io_threads, services = %a.service,
         dispatch = ?a.dispatch, "server started");
+    if let Some(k) = &auth {
+        tracing::info!(keys = k.key_count(), "API keys required");
+    }
     Ok(Stack {
         server,
         engines: side,
+        auth,
     })
 }
 
@@ -404,8 +436,27 @@ pub fn check(a: &ServeArgs) -> Result<Vec<plan::ServicePlan>> {
     a.net_config()?;
     let plans = plan::plans(a)?;
     check_gpus(&plans)?;
-    engines::build_registry(a, &plans)?;
+    let registry = engines::build_registry(a, &plans)?;
+    load_keys(a, &registry)?;
     Ok(plans)
+}
+
+/// The API keys file, its service names checked against what is served.
+fn load_keys(
+    a: &ServeArgs,
+    registry: &cohort_engine::Registry,
+) -> Result<Option<std::sync::Arc<cohort_net::Auth>>> {
+    let Some(path) = &a.auth_keys else {
+        return Ok(None);
+    };
+    let services = registry
+        .names()
+        .into_iter()
+        .filter_map(|n| Some((n.to_string(), registry.by_name(n)?.id())))
+        .collect();
+    Ok(Some(std::sync::Arc::new(cohort_net::Auth::load(
+        path, services,
+    )?)))
 }
 
 /// The GPUs every GPU engine is planned on exist.
@@ -436,7 +487,7 @@ fn check_gpus(plans: &[plan::ServicePlan]) -> Result<()> {
 
 /// `matches`: the serve command's parsed arguments (for `--check-config` to print them).
 pub fn run(a: ServeArgs, matches: Option<&clap::ArgMatches>) -> Result<()> {
-    use signal_hook::consts::{SIGINT, SIGTERM};
+    use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
     if a.check_config {
         let plans = check(&a)?;
         println!("# configuration ok");
@@ -450,7 +501,7 @@ pub fn run(a: ServeArgs, matches: Option<&clap::ArgMatches>) -> Result<()> {
     }
     tracing::debug!(config = ?a, "starting");
     // Register before announcing readiness so an early signal is never missed.
-    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM])?;
+    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM, SIGHUP])?;
     let stack = start(&a)?;
     if let Some(us) = a.sched_slice_us {
         let threads = slice::apply(us)?;
@@ -465,8 +516,20 @@ pub fn run(a: ServeArgs, matches: Option<&clap::ArgMatches>) -> Result<()> {
     println!("{}", stack.server.listening_line());
     use std::io::Write;
     std::io::stdout().flush()?;
-    if let Some(sig) = signals.forever().next() {
-        tracing::info!(signal = sig, "shutting down");
+    for sig in signals.forever() {
+        if sig != SIGHUP {
+            tracing::info!(signal = sig, "shutting down");
+            break;
+        }
+        match &stack.auth {
+            Some(auth) => match auth.reload() {
+                Ok(n) => tracing::info!(keys = n, "API keys reloaded"),
+                Err(e) => {
+                    tracing::error!(error = %format!("{e:#}"), "API keys not reloaded; the old keys stay in force")
+                }
+            },
+            None => tracing::info!("SIGHUP: nothing to reload (no --auth-keys)"),
+        }
     }
     stack.shutdown();
     tracing::info!("stopped");

@@ -111,6 +111,7 @@ pub fn load_over(
         request_timeout_us: 0,
         seed: 7,
         server_pid: None,
+        key: None,
     };
     cohort_load::run(&cfg, w).expect("load run")
 }

@@ -4,7 +4,7 @@
 
 use crate::run::{schedule_for, seq_of, Answer, LoadConfig, Mode, Recorder, Shared, Target};
 use anyhow::{Context, Result};
-use cohort_proto::{encode_frame, Frame, GoAway, Header, Kind, MAX_PAYLOAD};
+use cohort_proto::{encode_frame, encode_signed, Frame, GoAway, Header, Kind, MAX_PAYLOAD};
 use std::collections::HashMap;
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpStream, UdpSocket};
@@ -140,7 +140,16 @@ fn frame_for(sh: &Shared, seq: u64, out: &mut Vec<u8>, payload: &mut Vec<u8>) {
     sh.workload.payload(seq, payload);
     let mut h = Header::request(sh.workload.service(), seq, payload.len());
     h.timeout_us = sh.request_timeout_us;
-    encode_frame(h, payload, out);
+    match &sh.key {
+        Some(k) => {
+            let now_ms = std::time::SystemTime::now()
+                .duration_since(std::time::UNIX_EPOCH)
+                .map_or(0, |d| d.as_millis() as u64);
+            let nonce = sh.nonce_base.wrapping_add(seq);
+            encode_signed(h, payload, &k.id, k.secret.as_bytes(), now_ms, nonce, out);
+        }
+        None => encode_frame(h, payload, out),
+    }
 }
 
 /// Handles one received frame. Returns false when the connection must stop sending.

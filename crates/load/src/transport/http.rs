@@ -44,9 +44,13 @@ async fn one(sh: &Shared, rec: &mut Recorder, conn: &mut Option<Conn>, addr: Soc
         return rec.on_answer(sh, seq, Answer::Failed("connect_failed"));
     };
     let body = sh.workload.json(seq).to_string();
-    let req = hyper::Request::post(format!("/v1/{}", sh.workload.service_name()))
+    let mut req = hyper::Request::post(format!("/v1/{}", sh.workload.service_name()))
         .header("host", addr.to_string())
-        .header("content-type", "application/json")
+        .header("content-type", "application/json");
+    if let Some(k) = &sh.key {
+        req = req.header("authorization", format!("Bearer {}", k.secret));
+    }
+    let req = req
         .body(Full::new(Bytes::from(body)))
         .expect("static request parts");
     let fut = async {

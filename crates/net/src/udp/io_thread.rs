@@ -364,30 +364,33 @@ fn admit(
             ErrorCode::Unavailable,
             "server is shutting down".into(),
         ),
-        Ok(f) => {
-            let h = f.header;
-            match client
-                .ip()
-                .map(|ip| ctx.quotas.admit(ip))
-                .unwrap_or(Ok(None))
-            {
-                Err(over) => Some((h, ctx.over_quota(h.service, &over))),
-                Ok(quota) => ingress
-                    .admit(
-                        Client { quota, ..client },
-                        h.service,
-                        h.request_id,
-                        h.timeout_us,
-                        f.payload,
-                        |c, meta, a| push_answer(tx, out, ctx, &c, meta, a),
-                    )
-                    .err()
-                    .map(|(c, e)| {
-                        ctx.quotas.done(c.quota);
-                        (h, e)
-                    }),
+        Ok(f) => match ctx.unsigned(&f.header, f.payload) {
+            Err(e) => refuse(f.header, e.code, e.message),
+            Ok(payload) => {
+                let h = f.header;
+                match client
+                    .ip()
+                    .map(|ip| ctx.quotas.admit(ip))
+                    .unwrap_or(Ok(None))
+                {
+                    Err(over) => Some((h, ctx.over_quota(h.service, &over))),
+                    Ok(quota) => ingress
+                        .admit(
+                            Client { quota, ..client },
+                            h.service,
+                            h.request_id,
+                            h.timeout_us,
+                            payload,
+                            |c, meta, a| push_answer(tx, out, ctx, &c, meta, a),
+                        )
+                        .err()
+                        .map(|(c, e)| {
+                            ctx.quotas.done(c.quota);
+                            (h, e)
+                        }),
+                }
             }
-        }
+        },
         Err(e) if e.is_foreign() || bytes.len() < HEADER_LEN => {
             metrics.dropped("not_cohort");
             None

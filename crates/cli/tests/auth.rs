@@ -1,0 +1,194 @@
+//! API keys from outside (`--auth-keys`): without a valid key nothing is served, over UDP, TCP
+//! or HTTP; a key reaches only its services; a captured signed datagram is refused when sent
+//! again; the real load generator signs with `--key` and is served; SIGHUP swaps the keys
+//! without a restart; `/metrics` moves to the admin listener.
+
+mod common;
+use cohort_load::{ClientKey, EchoWorkload, LoadConfig, Mode, Target};
+use cohort_proto::{
+    encode_frame, encode_signed, key_id_bytes, ErrorCode, ErrorPayload, Frame, Header, Kind,
+    MAX_PAYLOAD,
+};
+use common::*;
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream, UdpSocket};
+use std::sync::Arc;
+use std::time::{Duration, SystemTime, UNIX_EPOCH};
+
+const KEYS: &str = "[[key]]\nid = \"alice\"\nsecret = \"alice-secret-0123\"\nservices = [\"echo\"]\n\n[[key]]\nid = \"bob\"\nsecret = \"bob-secret-456789\"\n";
+
+fn echo_request(id: u64) -> (Header, Vec<u8>) {
+    (
+        Header::request(cohort_proto::service_id::ECHO, id, 5),
+        b"hello".to_vec(),
+    )
+}
+
+fn signed(service: u16, id: u64, key: &str, secret: &str) -> Vec<u8> {
+    let h = Header::request(service, id, 0);
+    let now = SystemTime::now()
+        .duration_since(UNIX_EPOCH)
+        .unwrap()
+        .as_millis() as u64;
+    let mut f = Vec::new();
+    let k = key_id_bytes(key).unwrap();
+    encode_signed(h, b"hello", &k, secret.as_bytes(), now, id, &mut f);
+    f
+}
+
+fn udp_ask(to: SocketAddr, frame: &[u8]) -> (Kind, Option<ErrorPayload>) {
+    let s = UdpSocket::bind("127.0.0.1:0").unwrap();
+    s.set_read_timeout(Some(Duration::from_secs(3))).unwrap();
+    s.send_to(frame, to).unwrap();
+    let mut b = [0u8; 2048];
+    let n = s.recv(&mut b).expect("an answer");
+    let f = Frame::decode_datagram(&b[..n], MAX_PAYLOAD).unwrap();
+    let e = (f.header.kind == Kind::Error).then(|| ErrorPayload::decode(f.payload).unwrap());
+    (f.header.kind, e)
+}
+
+fn http(addr: SocketAddr, path: &str, bearer: Option<&str>) -> String {
+    let mut c = TcpStream::connect(addr).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let body = r#"{"data": "hi"}"#;
+    let auth = bearer.map_or(String::new(), |b| format!("Authorization: Bearer {b}\r\n"));
+    let method = if path.starts_with("/v1/") {
+        "POST"
+    } else {
+        "GET"
+    };
+    write!(
+        c,
+        "{method} {path} HTTP/1.1\r\nHost: x\r\n{auth}Content-Length: {}\r\nConnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut out = String::new();
+    let _ = c.read_to_string(&mut out);
+    out
+}
+
+fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
+#[test]
+fn without_a_valid_key_nothing_is_served_and_a_key_reaches_only_its_services() {
+    let dir = std::env::temp_dir().join(format!("cohort-auth-it-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let keys = dir.join("keys.toml");
+    std::fs::write(&keys, KEYS).unwrap();
+    let admin_port = free_port();
+    let admin: SocketAddr = ([127, 0, 0, 1], admin_port).into();
+    let s = Served::start(&[
+        "--service",
+        "echo,spin",
+        "--auth-keys",
+        keys.to_str().unwrap(),
+        "--admin",
+        &admin_port.to_string(),
+    ]);
+    let (udp, tcp, web) = (s.udp.unwrap(), s.tcp.unwrap(), s.http.unwrap());
+    let echo = cohort_proto::service_id::ECHO;
+    let spin = cohort_proto::service_id::SPIN;
+    // UDP: unsigned, unknown key, wrong secret -> UNAUTHORIZED; alice on spin -> FORBIDDEN.
+    let (h, p) = echo_request(1);
+    let mut plain = Vec::new();
+    encode_frame(h, &p, &mut plain);
+    for (what, frame, code) in [
+        ("unsigned", plain.clone(), ErrorCode::Unauthorized),
+        (
+            "unknown key",
+            signed(echo, 2, "mallory", "mallory-secret-01"),
+            ErrorCode::Unauthorized,
+        ),
+        (
+            "wrong secret",
+            signed(echo, 3, "alice", "not-alices-secret"),
+            ErrorCode::Unauthorized,
+        ),
+        (
+            "other service",
+            signed(spin, 4, "alice", "alice-secret-0123"),
+            ErrorCode::Forbidden,
+        ),
+    ] {
+        let (kind, e) = udp_ask(udp, &frame);
+        assert_eq!(kind, Kind::Error, "{what}");
+        assert_eq!(e.unwrap().code, code, "{what}");
+    }
+    // A good frame is served once; the same bytes again are a replay.
+    let good = signed(echo, 5, "alice", "alice-secret-0123");
+    assert_eq!(udp_ask(udp, &good).0, Kind::Response);
+    let (kind, e) = udp_ask(udp, &good);
+    assert_eq!(kind, Kind::Error);
+    assert!(e.unwrap().message.contains("replayed"));
+    // TCP: unsigned refused with its id, signed served.
+    let mut c = TcpStream::connect(tcp).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    c.write_all(&plain).unwrap();
+    c.write_all(&signed(echo, 6, "bob", "bob-secret-456789"))
+        .unwrap();
+    let mut buf = Vec::new();
+    let mut chunk = [0u8; 1024];
+    let mut got = Vec::new();
+    while got.len() < 2 {
+        let n = c.read(&mut chunk).unwrap();
+        assert!(n > 0);
+        buf.extend_from_slice(&chunk[..n]);
+        while let Ok(Some((f, used))) = Frame::decode_stream(&buf, MAX_PAYLOAD) {
+            got.push((f.header.request_id, f.header.kind));
+            buf.drain(..used);
+        }
+    }
+    assert!(
+        got.contains(&(1, Kind::Error)) && got.contains(&(6, Kind::Response)),
+        "{got:?}"
+    );
+    // HTTP: no key 401 (WWW-Authenticate), alice on spin 403, alice on echo 200.
+    let none = http(web, "/v1/echo", None);
+    assert!(none.starts_with("HTTP/1.1 401"), "{none}");
+    assert!(
+        none.to_ascii_lowercase()
+            .contains("www-authenticate: bearer"),
+        "{none}"
+    );
+    assert!(http(web, "/v1/spin", Some("alice-secret-0123")).starts_with("HTTP/1.1 403"));
+    assert!(http(web, "/v1/echo", Some("alice-secret-0123")).starts_with("HTTP/1.1 200"));
+    // /metrics is on the admin listener only.
+    assert!(http(web, "/metrics", Some("bob-secret-456789")).starts_with("HTTP/1.1 404"));
+    let m = http_get(admin, "/metrics");
+    assert!(m.contains("outcome=\"unauthorized\""), "{m}");
+    assert!(http_get(admin, "/healthz").contains("200 OK"));
+    // The load generator signs with --key: every answer OK over UDP and TCP.
+    for target in [Target::Udp(udp), Target::Tcp(tcp)] {
+        let cfg = LoadConfig {
+            key: Some("bob:bob-secret-456789".parse::<ClientKey>().unwrap()),
+            ..LoadConfig::new(
+                target,
+                Mode::Closed { concurrency: 4 },
+                Duration::from_millis(400),
+                2,
+            )
+        };
+        let r = cohort_load::run(&cfg, Arc::new(EchoWorkload { payload_bytes: 32 })).unwrap();
+        assert_all_answered(&r);
+        assert!(r.ok > 100 && r.error_total() == 0, "{r:#?}");
+    }
+    // SIGHUP: carol replaces alice and bob without a restart.
+    std::fs::write(
+        &keys,
+        "[[key]]\nid = \"carol\"\nsecret = \"carol-secret-0123\"\n",
+    )
+    .unwrap();
+    // SAFETY: kill(2) on our own child.
+    unsafe { libc::kill(s.child.id() as i32, libc::SIGHUP) };
+    std::thread::sleep(Duration::from_millis(300));
+    assert!(http(web, "/v1/echo", Some("carol-secret-0123")).starts_with("HTTP/1.1 200"));
+    assert!(http(web, "/v1/echo", Some("alice-secret-0123")).starts_with("HTTP/1.1 401"));
+    let _ = std::fs::remove_dir_all(&dir);
+}
