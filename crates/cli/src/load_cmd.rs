@@ -63,6 +63,10 @@ pub struct LoadArgs {
     /// HTTP sends SECRET as the bearer token.
     #[arg(long)]
     pub key: Option<cohort_load::ClientKey>,
+    /// TLS to a TCP or HTTP target (a server run with --tls-cert), trusting the
+    /// certificates in this PEM file. TCP frames over TLS are driven in closed loop.
+    #[arg(long)]
+    pub tls_ca: Option<PathBuf>,
     /// knn: query vectors (.fvecs, .bvecs, .npy).
     #[arg(long)]
     pub queries: Option<PathBuf>,
@@ -173,6 +177,11 @@ pub fn config(a: &LoadArgs) -> Result<LoadConfig> {
         seed: a.seed,
         server_pid: a.server_pid,
         key: a.key.clone(),
+        tls: a
+            .tls_ca
+            .as_deref()
+            .map(cohort_load::tls_client)
+            .transpose()?,
     })
 }
 

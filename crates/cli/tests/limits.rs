@@ -277,12 +277,18 @@ fn clients_that_pipeline_and_never_read_cannot_grow_the_server_past_its_budget()
     });
     let f = Frame::decode_datagram(&b[..n], MAX_PAYLOAD).unwrap();
     assert_eq!((f.header.kind, f.header.request_id), (Kind::Response, 42));
-    assert!(
+    // The clients that never read are closed once a write has stalled for the read timeout.
+    let stalled = || {
         metric(
             http,
-            "cohort_connections_timed_out_total{reason=\"write_stalled\"}"
-        ) > 0.0
-    );
+            "cohort_connections_timed_out_total{reason=\"write_stalled\"}",
+        )
+    };
+    let until = Instant::now() + Duration::from_secs(10);
+    while stalled() == 0.0 && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    assert!(stalled() > 0.0, "no stalled writer was closed");
 }
 
 /// At the descriptor limit new clients are refused (told and closed, not left after their

@@ -40,6 +40,7 @@ fn five_times_capacity_for_ten_seconds_keeps_every_promise() {
         seed: 3,
         server_pid: None,
         key: None,
+        tls: None,
     };
     let r = cohort_load::run(
         &cfg,

@@ -18,5 +18,5 @@ mod workload;
 pub use bank::BankWorkload;
 pub use plot::{plot_bars, plot_lines, plot_sweep};
 pub use report::Report;
-pub use run::{run, run_sweep, ClientKey, LoadConfig, Mode, Target};
+pub use run::{run, run_sweep, tls_client, ClientKey, LoadConfig, Mode, Target};
 pub use workload::{EchoWorkload, KnnWorkload, SpinWorkload, Workload};

@@ -74,6 +74,25 @@ pub struct LoadConfig {
     pub server_pid: Option<u32>,
     /// An API key to sign frames with (UDP/TCP) and send as the bearer token (HTTP).
     pub key: Option<ClientKey>,
+    /// TLS to the TCP and HTTP targets (`tls_client`).
+    pub tls: Option<Arc<rustls::ClientConfig>>,
+}
+
+/// A TLS client that trusts the certificates in `ca` (PEM), e.g. a server's self-signed one.
+pub fn tls_client(ca: &std::path::Path) -> Result<Arc<rustls::ClientConfig>> {
+    let pem = std::fs::read(ca).with_context(|| format!("reading {}", ca.display()))?;
+    let mut roots = rustls::RootCertStore::empty();
+    for c in rustls_pemfile::certs(&mut &pem[..]) {
+        roots.add(c.with_context(|| format!("{}: not PEM", ca.display()))?)?;
+    }
+    anyhow::ensure!(!roots.is_empty(), "{}: no certificate", ca.display());
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let mut cfg = rustls::ClientConfig::builder_with_provider(provider)
+        .with_safe_default_protocol_versions()?
+        .with_root_certificates(roots)
+        .with_no_client_auth();
+    cfg.alpn_protocols = vec![b"http/1.1".to_vec()];
+    Ok(Arc::new(cfg))
 }
 
 /// An API key as the client holds it (`cohort load --key ID:SECRET`).
@@ -121,6 +140,7 @@ impl LoadConfig {
             seed: 1,
             server_pid: None,
             key: None,
+            tls: None,
         }
     }
 }
@@ -136,6 +156,7 @@ pub(crate) struct Shared {
     pub answer_timeout: Duration,
     pub request_timeout_us: u32,
     pub key: Option<ClientKey>,
+    pub tls: Option<Arc<rustls::ClientConfig>>,
     /// Added to each request's sequence number to make its signed frame's nonce (a run's
     /// nonces differ from the last run's).
     pub nonce_base: u64,
@@ -383,6 +404,7 @@ pub fn run(cfg: &LoadConfig, workload: Arc<dyn Workload>) -> Result<Report> {
         answer_timeout: cfg.answer_timeout,
         request_timeout_us: cfg.request_timeout_us,
         key: cfg.key.clone(),
+        tls: cfg.tls.clone(),
         nonce_base: rand::random(),
         sent: AtomicU64::new(0),
         settled: AtomicU64::new(0),

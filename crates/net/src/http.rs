@@ -46,6 +46,7 @@ pub(crate) struct HttpEnv {
     pub conns: Arc<Connections>,
     /// `/metrics` lives on the admin listener instead (`--admin`).
     pub admin_only_metrics: bool,
+    pub tls: Option<tokio_rustls::TlsAcceptor>,
 }
 
 /// A response after which the connection is closed (its framing can no longer be trusted).
@@ -130,18 +131,41 @@ async fn serve_connection(
     slot: Slot,
     env: Arc<HttpEnv>,
     ids: Arc<AtomicU64>,
-    mut sd: watch::Receiver<bool>,
+    sd: watch::Receiver<bool>,
 ) {
-    let _slot = slot;
     let peer = stream.peer_addr().ok().map(|a| a.ip());
-    // A second handle on the socket, to say 408 when hyper gives up on a request head (hyper
-    // closes such connections without a word).
-    let for_408 = stream
-        .as_fd()
-        .try_clone_to_owned()
-        .ok()
-        .map(std::net::TcpStream::from);
-    let io = TokioIo::new(stream);
+    let Some(tls) = env.tls.clone() else {
+        // A second handle on the socket, to say 408 when hyper gives up on a request head
+        // (hyper closes such connections without a word).
+        let for_408 = stream
+            .as_fd()
+            .try_clone_to_owned()
+            .ok()
+            .map(std::net::TcpStream::from);
+        return serve_http1(stream, for_408, peer, slot, env, ids, sd).await;
+    };
+    match tokio::time::timeout(env.limits.read_timeout, tls.accept(stream)).await {
+        // (Over TLS a 408 written beside rustls would break the record stream: none.)
+        Ok(Ok(s)) => serve_http1(s, None, peer, slot, env, ids, sd).await,
+        Ok(Err(_)) => env.ctx.metrics.refused_connection("tls_handshake"),
+        Err(_) => env.ctx.metrics.timed_out_connection("tls_handshake"),
+    }
+}
+
+/// Serves HTTP/1.1 on `io` until the client or the drain ends it.
+async fn serve_http1<I>(
+    io: I,
+    for_408: Option<std::net::TcpStream>,
+    peer: Option<IpAddr>,
+    slot: Slot,
+    env: Arc<HttpEnv>,
+    ids: Arc<AtomicU64>,
+    mut sd: watch::Receiver<bool>,
+) where
+    I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
+    let _slot = slot;
+    let io = TokioIo::new(io);
     let read_timeout = env.limits.read_timeout;
     let metrics = env.ctx.metrics.clone();
     let svc = hyper::service::service_fn(move |req| {

@@ -25,6 +25,8 @@ mod server;
 mod shard;
 mod tasks;
 mod tcp;
+mod tls;
+pub use tls::check_tls;
 mod udp;
 
 pub use context::Context;

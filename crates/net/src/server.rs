@@ -48,6 +48,8 @@ pub struct NetConfig {
     pub client_quota: ClientQuota,
     /// The longest deadline a request may ask for (longer ones are cut to it).
     pub max_timeout: Duration,
+    /// TLS on the TCP and HTTP listeners: (certificate chain, private key), PEM files.
+    pub tls: Option<(std::path::PathBuf, std::path::PathBuf)>,
 }
 
 /// How a UDP io thread reads and writes its socket.
@@ -79,6 +81,7 @@ impl Default for NetConfig {
             limits: Limits::default(),
             client_quota: ClientQuota::default(),
             max_timeout: Duration::from_secs(60),
+            tls: None,
         }
     }
 }
@@ -310,6 +313,10 @@ impl Server {
             }
             None => (None, None),
         };
+        let tls = match &cfg.tls {
+            Some((cert, key)) => Some(crate::tls::acceptors(cert, key)?),
+            None => None,
+        };
         let tasks = Tracker::default();
         let budget = Budget::new(cfg.limits.max_buffered_bytes, &ctx.metrics);
         let conns = Connections::new(cfg.limits.max_connections, &ctx.metrics);
@@ -339,6 +346,7 @@ impl Server {
                 budget: budget.clone(),
                 conns: conns.clone(),
                 admin_only_metrics: cfg.admin.is_some(),
+                tls: tls.clone(),
                 shutdown: shutdown_rx.clone(),
                 closed: closed_rx.clone(),
                 halt: halt_rx.clone(),
@@ -443,6 +451,7 @@ struct ShardEnv {
     budget: Arc<Budget>,
     conns: Arc<Connections>,
     admin_only_metrics: bool,
+    tls: Option<crate::tls::Acceptors>,
     shutdown: watch::Receiver<bool>,
     closed: watch::Receiver<bool>,
     halt: watch::Receiver<bool>,
@@ -472,6 +481,7 @@ fn run_shard(job: ShardJob, env: ShardEnv, ready: std::sync::mpsc::Sender<Result
         budget,
         conns,
         admin_only_metrics,
+        tls,
         shutdown,
         closed,
         mut halt,
@@ -488,6 +498,7 @@ fn run_shard(job: ShardJob, env: ShardEnv, ready: std::sync::mpsc::Sender<Result
                 limits,
                 budget: budget.clone(),
                 conns: conns.clone(),
+                tls: tls.as_ref().map(|t| t.tcp.clone()),
             });
             tokio::spawn(serve_tcp(l, env, shutdown.clone(), tasks.clone()));
         }
@@ -501,6 +512,7 @@ fn run_shard(job: ShardJob, env: ShardEnv, ready: std::sync::mpsc::Sender<Result
                 budget,
                 conns,
                 admin_only_metrics,
+                tls: tls.map(|t| t.http),
             });
             tokio::spawn(serve_http(l, env, shutdown.clone(), closed, tasks.clone()));
         }

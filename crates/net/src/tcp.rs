@@ -26,13 +26,49 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use tokio::io::{AsyncWriteExt, BufWriter};
+use tokio::io::{AsyncWrite, AsyncWriteExt, BufWriter};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch, Notify, Semaphore};
 
 /// What a settled connection (`Conn::settled`) may read while the byte budget is over: one
 /// request of ordinary size. The budget's overshoot is at most this per connection.
 const SETTLED_READ: usize = 16 << 10;
+
+/// A connection's read side: a plain socket is read only once readable, so that the budget
+/// check and the read run with no yield between them; a TLS stream is read through rustls.
+enum Reader {
+    Plain(tokio::net::tcp::OwnedReadHalf),
+    Tls(tokio::io::ReadHalf<tokio_rustls::server::TlsStream<TcpStream>>),
+}
+
+impl Reader {
+    /// Reads into `buf` once the budget lets this connection read (`may_read`: how much,
+    /// None = not now). Returns the bytes read (0: the client closed).
+    async fn read(
+        &mut self,
+        buf: &mut BytesMut,
+        may_read: impl Fn(&BytesMut) -> Option<usize>,
+    ) -> std::io::Result<usize> {
+        match self {
+            Reader::Plain(rd) => loop {
+                rd.readable().await?;
+                let Some(room) = may_read(buf) else {
+                    return Err(std::io::ErrorKind::WouldBlock.into());
+                };
+                match rd.try_read_buf(&mut buf.limit(room)) {
+                    Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => continue,
+                    r => return r,
+                }
+            },
+            Reader::Tls(rd) => {
+                let Some(room) = may_read(buf) else {
+                    return Err(std::io::ErrorKind::WouldBlock.into());
+                };
+                tokio::io::AsyncReadExt::read_buf(rd, &mut buf.limit(room)).await
+            }
+        }
+    }
+}
 
 /// What every TCP connection of a shard shares.
 pub(crate) struct TcpEnv {
@@ -42,6 +78,7 @@ pub(crate) struct TcpEnv {
     pub limits: Limits,
     pub budget: Arc<Budget>,
     pub conns: Arc<Connections>,
+    pub tls: Option<tokio_rustls::TlsAcceptor>,
 }
 
 /// The error frame a client refused at accept gets (request id 0: it sent nothing yet).
@@ -90,12 +127,7 @@ pub(crate) async fn serve_tcp(
         |stream, slot| {
             env.ctx.metrics.tcp_connections.inc();
             let _ = stream.set_nodelay(true);
-            tasks.spawn(serve_connection(
-                stream,
-                slot,
-                env.clone(),
-                shutdown.clone(),
-            ));
+            tasks.spawn(open_connection(stream, slot, env.clone(), shutdown.clone()));
         },
     )
     .await
@@ -230,18 +262,46 @@ impl ReplyPort for Conn {
     }
 }
 
-async fn serve_connection(
+/// Splits an accepted connection into its read and write sides, after the TLS handshake
+/// where TLS is on (a handshake that does not finish within the read timeout is dropped).
+async fn open_connection(
     stream: TcpStream,
+    slot: Slot,
+    env: Arc<TcpEnv>,
+    shutdown: watch::Receiver<bool>,
+) {
+    let peer = stream.peer_addr().ok().map(|a| a.ip());
+    match &env.tls {
+        None => {
+            let (rd, wr) = stream.into_split();
+            serve_connection(Reader::Plain(rd), wr, peer, slot, env, shutdown).await
+        }
+        Some(tls) => {
+            let accepted = tokio::time::timeout(env.limits.read_timeout, tls.accept(stream));
+            match accepted.await {
+                Ok(Ok(s)) => {
+                    let (rd, wr) = tokio::io::split(s);
+                    serve_connection(Reader::Tls(rd), wr, peer, slot, env, shutdown).await
+                }
+                Ok(Err(_)) => env.ctx.metrics.refused_connection("tls_handshake"),
+                Err(_) => env.ctx.metrics.timed_out_connection("tls_handshake"),
+            }
+        }
+    }
+}
+
+async fn serve_connection<W: AsyncWrite + Unpin + Send + 'static>(
+    mut rd: Reader,
+    wr: W,
+    peer: Option<std::net::IpAddr>,
     slot: Slot,
     env: Arc<TcpEnv>,
     mut shutdown: watch::Receiver<bool>,
 ) {
     let _slot = slot;
     let ctx = &env.ctx;
-    let peer = stream.peer_addr().ok().map(|a| a.ip());
     let limits = env.limits;
     let budget = &env.budget;
-    let (rd, wr) = stream.into_split();
     let (tx, rx) = mpsc::unbounded_channel();
     let permits = Arc::new(Semaphore::new(env.max_inflight));
     let queue = Arc::new(Queued::default());
@@ -321,7 +381,7 @@ async fn serve_connection(
             buf.reserve(64 * 1024);
         }
         tokio::select! {
-            ready = async {
+            got = async {
                 // Read only while under the budget (or settled, see `Conn::settled`).
                 if !(conn.settled() && buf.is_empty()) {
                     tokio::select! {
@@ -329,18 +389,17 @@ async fn serve_connection(
                         _ = conn.queue.emptied.notified() => {}
                     }
                 }
-                rd.readable().await
+                rd.read(&mut buf, |buf| {
+                    let over = budget.over();
+                    match (over, conn.settled() && buf.is_empty()) {
+                        (false, _) => Some(usize::MAX),
+                        (true, true) => Some(SETTLED_READ),
+                        (true, false) => None,
+                    }
+                })
+                .await
             } => {
-                if ready.is_err() {
-                    break;
-                }
-                // The check and the read run without a yield between them.
-                let over = budget.over();
-                if over && !(conn.settled() && buf.is_empty()) {
-                    continue;
-                }
-                let room = if over { SETTLED_READ } else { usize::MAX };
-                match rd.try_read_buf(&mut (&mut buf).limit(room)) {
+                match got {
                     Ok(0) if !buf.is_empty() => {
                         // The client closed in the middle of a frame: say so before closing.
                         let e = FrameError::Short { needed: frame_len(&buf), have: buf.len() };
@@ -355,6 +414,7 @@ async fn serve_connection(
                             frame_started = Some(last_read);
                         }
                     }
+                    // The budget went over between the wait and the read: wait again.
                     Err(e) if e.kind() == std::io::ErrorKind::WouldBlock => {}
                     Err(_) => break,
                 }
@@ -475,8 +535,8 @@ fn protocol_error(conn: &Conn, ctx: &Context, buf: &[u8], e: &FrameError) {
 
 /// Writes answers as they come, flushing each run. A client that does not take a write
 /// within `stall` is closed: its answers would otherwise hold the byte budget for ever.
-async fn write_loop(
-    wr: tokio::net::tcp::OwnedWriteHalf,
+async fn write_loop<W: AsyncWrite + Unpin>(
+    wr: W,
     mut rx: mpsc::UnboundedReceiver<Vec<u8>>,
     queue: Arc<Queued>,
     permits: Arc<Semaphore>,

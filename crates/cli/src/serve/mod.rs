@@ -125,6 +125,13 @@ pub struct ServeArgs {
     /// frames signed with it (docs/protocol.md, Authentication). SIGHUP reloads the file.
     #[arg(long)]
     pub auth_keys: Option<std::path::PathBuf>,
+    /// TLS certificate chain (PEM): the TCP and HTTP listeners then speak TLS only (rustls;
+    /// give --tls-key with it).
+    #[arg(long, requires = "tls_key")]
+    pub tls_cert: Option<std::path::PathBuf>,
+    /// TLS private key (PEM) of --tls-cert.
+    #[arg(long, requires = "tls_cert")]
+    pub tls_key: Option<std::path::PathBuf>,
     /// io threads: each owns one UDP socket and one TCP/HTTP shard (listeners, ingress).
     #[arg(long, default_value_t = 1)]
     pub io_threads: usize,
@@ -241,6 +248,8 @@ impl ServeArgs {
             http: Some("127.0.0.1:0".into()),
             admin: None,
             auth_keys: None,
+            tls_cert: None,
+            tls_key: None,
             io_threads: 1,
             cpus: None,
             workers: 0,
@@ -319,6 +328,7 @@ impl ServeArgs {
                 rate: self.client_rate,
             },
             max_timeout: Duration::from_millis(self.max_deadline_ms),
+            tls: self.tls_cert.clone().zip(self.tls_key.clone()),
             udp: resolve("udp", &self.udp)?,
             tcp: resolve("tcp", &self.tcp)?,
             http: resolve("http", &self.http)?,
@@ -438,6 +448,9 @@ pub fn check(a: &ServeArgs) -> Result<Vec<plan::ServicePlan>> {
     check_gpus(&plans)?;
     let registry = engines::build_registry(a, &plans)?;
     load_keys(a, &registry)?;
+    if let (Some(cert), Some(key)) = (&a.tls_cert, &a.tls_key) {
+        cohort_net::check_tls(cert, key)?;
+    }
     Ok(plans)
 }
 

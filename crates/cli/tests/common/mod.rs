@@ -112,6 +112,7 @@ pub fn load_over(
         seed: 7,
         server_pid: None,
         key: None,
+        tls: None,
     };
     cohort_load::run(&cfg, w).expect("load run")
 }

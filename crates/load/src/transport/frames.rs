@@ -9,19 +9,39 @@ use std::collections::HashMap;
 use std::io::{ErrorKind, Read, Write};
 use std::net::{SocketAddr, TcpStream, UdpSocket};
 use std::sync::atomic::Ordering;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 const TICK: Duration = Duration::from_millis(50);
 
 enum Tx {
     Udp(UdpSocket),
-    Tcp(std::io::BufWriter<TcpStream>),
+    Tcp(std::io::BufWriter<Box<dyn Write + Send>>),
 }
 
 enum Rx {
     Udp(UdpSocket, Vec<u8>),
-    Tcp(TcpStream, Vec<u8>, usize),
+    Tcp(Box<dyn Read + Send>, Vec<u8>, usize),
+}
+
+/// One TLS connection shared by a connection's sending and receiving sides (closed loop: the
+/// same thread, so the lock never waits).
+#[derive(Clone)]
+struct SharedTls(Arc<Mutex<rustls::StreamOwned<rustls::ClientConnection, TcpStream>>>);
+
+impl Read for SharedTls {
+    fn read(&mut self, buf: &mut [u8]) -> std::io::Result<usize> {
+        self.0.lock().expect("tls lock").read(buf)
+    }
+}
+
+impl Write for SharedTls {
+    fn write(&mut self, buf: &[u8]) -> std::io::Result<usize> {
+        self.0.lock().expect("tls lock").write(buf)
+    }
+    fn flush(&mut self) -> std::io::Result<()> {
+        self.0.lock().expect("tls lock").flush()
+    }
 }
 
 /// What the receive side got.
@@ -33,7 +53,7 @@ enum Got {
     Closed,
 }
 
-fn connect(target: Target) -> Result<(Tx, Rx)> {
+fn connect(target: Target, tls: Option<&Arc<rustls::ClientConfig>>) -> Result<(Tx, Rx)> {
     match target {
         Target::Udp(addr) => {
             let bind: SocketAddr = if addr.is_ipv4() {
@@ -61,8 +81,26 @@ fn connect(target: Target) -> Result<(Tx, Rx)> {
                 .with_context(|| format!("tcp connect {addr}"))?;
             s.set_nodelay(true)?;
             s.set_read_timeout(Some(TICK))?;
-            let w = std::io::BufWriter::with_capacity(64 * 1024, s.try_clone()?);
-            Ok((Tx::Tcp(w), Rx::Tcp(s, vec![0u8; 256 * 1024], 0)))
+            let (w, r): (Box<dyn Write + Send>, Box<dyn Read + Send>) = match tls {
+                None => (Box::new(s.try_clone()?), Box::new(s)),
+                Some(cfg) => {
+                    let name = rustls::pki_types::ServerName::from(addr.ip());
+                    let mut conn = rustls::ClientConnection::new(cfg.clone(), name)
+                        .with_context(|| format!("tls to {addr}"))?;
+                    // The handshake first, with a patient socket (reads tick every 50 ms).
+                    let mut s = s;
+                    s.set_read_timeout(Some(Duration::from_secs(5)))?;
+                    while conn.is_handshaking() {
+                        conn.complete_io(&mut s)
+                            .with_context(|| format!("tls handshake with {addr}"))?;
+                    }
+                    s.set_read_timeout(Some(TICK))?;
+                    let t = SharedTls(Arc::new(Mutex::new(rustls::StreamOwned::new(conn, s))));
+                    (Box::new(t.clone()), Box::new(t))
+                }
+            };
+            let w = std::io::BufWriter::with_capacity(64 * 1024, w);
+            Ok((Tx::Tcp(w), Rx::Tcp(r, vec![0u8; 256 * 1024], 0)))
         }
         Target::Http(_) => unreachable!("http has its own transport"),
     }
@@ -164,9 +202,13 @@ fn on_frame(sh: &Shared, rec: &mut Recorder, c: usize, h: Header, p: &[u8]) -> b
 }
 
 pub(crate) fn run(cfg: &LoadConfig, sh: &Arc<Shared>) -> Result<Recorder> {
+    anyhow::ensure!(
+        cfg.tls.is_none() || matches!(cfg.mode, Mode::Closed { .. }),
+        "TLS over TCP frames is driven in closed loop only (give --concurrency)"
+    );
     let mut conns = Vec::new();
     for _ in 0..cfg.connections {
-        conns.push(connect(cfg.target)?);
+        conns.push(connect(cfg.target, cfg.tls.as_ref())?);
     }
     let mut handles = Vec::new();
     let mut senders = Vec::new();

@@ -25,9 +25,25 @@ fn available_cores() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
-pub(crate) async fn connect(addr: SocketAddr) -> Option<Conn> {
+/// A connection to `addr`, over TLS when the run has a TLS client.
+pub(crate) async fn connect(sh: &Shared, addr: SocketAddr) -> Option<Conn> {
     let stream = tokio::net::TcpStream::connect(addr).await.ok()?;
     let _ = stream.set_nodelay(true);
+    let Some(tls) = &sh.tls else {
+        return handshake(stream).await;
+    };
+    let name = rustls::pki_types::ServerName::from(addr.ip());
+    let stream = tokio_rustls::TlsConnector::from(tls.clone())
+        .connect(name, stream)
+        .await
+        .ok()?;
+    handshake(stream).await
+}
+
+async fn handshake<S>(stream: S) -> Option<Conn>
+where
+    S: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
+{
     let (sender, conn) = hyper::client::conn::http1::handshake(TokioIo::new(stream))
         .await
         .ok()?;
@@ -38,7 +54,7 @@ pub(crate) async fn connect(addr: SocketAddr) -> Option<Conn> {
 /// Sends request `seq` on `conn` (reconnecting if needed) and records its answer.
 async fn one(sh: &Shared, rec: &mut Recorder, conn: &mut Option<Conn>, addr: SocketAddr, seq: u64) {
     if conn.as_ref().is_none_or(|c| c.is_closed()) {
-        *conn = connect(addr).await;
+        *conn = connect(sh, addr).await;
     }
     let Some(c) = conn.as_mut() else {
         return rec.on_answer(sh, seq, Answer::Failed("connect_failed"));
@@ -191,7 +207,7 @@ async fn one_thread<C: Client>(
                 let (sh, pool, mut cl) = (sh.clone(), pool.clone(), client(c, conns));
                 tasks.push(tokio::spawn(async move {
                     let mut rec = Recorder::new();
-                    let mut conn = connect(addr).await;
+                    let mut conn = connect(&sh, addr).await;
                     let mut next = pool.idle(slot);
                     loop {
                         let seq = match next {
@@ -239,7 +255,7 @@ async fn one_thread<C: Client>(
                 let (sh, mut cl) = (sh.clone(), client(c, conns));
                 tasks.push(tokio::spawn(async move {
                     let mut rec = Recorder::new();
-                    let mut conn = connect(addr).await;
+                    let mut conn = connect(&sh, addr).await;
                     wait_until(&sh, 0).await;
                     for k in 0u64.. {
                         let now = sh.now_ns();

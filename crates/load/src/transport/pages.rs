@@ -95,7 +95,7 @@ async fn one(
     seq: u64,
 ) {
     if conn.as_ref().is_none_or(|c| c.is_closed()) {
-        *conn = connect(addr).await;
+        *conn = connect(sh, addr).await;
     }
     let v = b.next();
     let kind = v.step.kind.name();

@@ -1,0 +1,49 @@
+//! TLS on the TCP and HTTP listeners (`cohort serve --tls-cert FILE --tls-key FILE`, PEM),
+//! through rustls with the `ring` provider. HTTP offers ALPN `http/1.1`. A handshake must
+//! finish within the read timeout.
+
+use anyhow::{Context as _, Result};
+use std::path::Path;
+use std::sync::Arc;
+use tokio_rustls::TlsAcceptor;
+
+/// Both listeners' acceptors: (TCP frames, HTTP).
+#[derive(Clone)]
+pub struct Acceptors {
+    pub tcp: TlsAcceptor,
+    pub http: TlsAcceptor,
+}
+
+pub fn acceptors(cert: &Path, key: &Path) -> Result<Acceptors> {
+    let read = |p: &Path| std::fs::read(p).with_context(|| format!("reading {}", p.display()));
+    let certs = rustls_pemfile::certs(&mut &read(cert)?[..])
+        .collect::<Result<Vec<_>, _>>()
+        .with_context(|| format!("--tls-cert {}: not PEM certificates", cert.display()))?;
+    anyhow::ensure!(
+        !certs.is_empty(),
+        "--tls-cert {}: no certificate in the file",
+        cert.display()
+    );
+    let key = rustls_pemfile::private_key(&mut &read(key)?[..])
+        .with_context(|| format!("--tls-key {}: not a PEM private key", key.display()))?
+        .with_context(|| format!("--tls-key {}: no private key in the file", key.display()))?;
+    let provider = Arc::new(rustls::crypto::ring::default_provider());
+    let config = |alpn: &[&[u8]]| -> Result<Arc<rustls::ServerConfig>> {
+        let mut c = rustls::ServerConfig::builder_with_provider(provider.clone())
+            .with_safe_default_protocol_versions()?
+            .with_no_client_auth()
+            .with_single_cert(certs.clone(), key.clone_key())
+            .context("--tls-cert/--tls-key: the key does not fit the certificate")?;
+        c.alpn_protocols = alpn.iter().map(|p| p.to_vec()).collect();
+        Ok(Arc::new(c))
+    };
+    Ok(Acceptors {
+        tcp: TlsAcceptor::from(config(&[])?),
+        http: TlsAcceptor::from(config(&[b"http/1.1"])?),
+    })
+}
+
+/// Whether the files make a working TLS server configuration (`--check-config`).
+pub fn check_tls(cert: &Path, key: &Path) -> Result<()> {
+    acceptors(cert, key).map(|_| ())
+}
