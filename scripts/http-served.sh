@@ -8,7 +8,8 @@
 # nginx nginx-common wrk libluajit2-5.1-2`). Env: CORES (server core counts, default "1 4 8"),
 # SIZES (bytes, default "1024 16384"), CONNS (default 64), SECS (default 5), ENGINES (the
 # echo's engines, default "cpu"; e.g. "cpu inline"),
-# VARIANTS (extra `serve` flag sets for the last binary at the largest core count, ';'-separated).
+# VARIANTS (extra `serve` flag sets for the last binary at the largest core count, ';'-separated;
+# one with --tls-cert is driven over https).
 set -euo pipefail
 out=${1:?usage: scripts/http-served.sh OUT_JSON DEBS_DIR NAME=BINARY...}
 debs=${2:?DEBS_DIR}
@@ -95,11 +96,14 @@ for v in "${variants[@]}"; do
     [ -n "$v" ] || continue
     # shellcheck disable=SC2086
     taskset -c "0-$((cores - 1))" "$bin" serve --service echo --engine cpu --http 127.0.0.1:18091 \
-        --log-level warn $v &
+        --io-threads "$cores" --log-level warn $v &
     srv=$!
     wait_port 18091
+    # A variant with TLS is driven over https (wrk does not check the certificate).
+    scheme=http
+    case "$v" in *--tls-cert*) scheme=https ;; esac
     for bytes in $sizes; do
-        measure "$name" "$v" "$cores" "$bytes" http://127.0.0.1:18091 echo
+        measure "$name" "$v" "$cores" "$bytes" "$scheme://127.0.0.1:18091" echo
     done
     kill -INT "$srv"
     wait "$srv" || true
