@@ -35,6 +35,9 @@ bench)
     CORES=8 SIZES="1024 16384" SECS=3 \
         VARIANTS="--tls-cert $TLS/cert.pem --tls-key $TLS/key.pem" \
         bash scripts/http-served.sh "$OUT/http-served-$TAG.json" dist/debs before=dist/cohort-before after=dist/cohort 2>&1 | grep -v "^wrote" | tail -n 40
+    PART=tcp OUT="$OUT" TAG="$TAG" bash "$0"
+    ;;
+tcp)
     # TCP frames, closed loop (64 connections x 16 in flight), plaintext then TLS.
     for tls in plain tls; do
         args=(); largs=()

@@ -106,8 +106,13 @@ fn main() {
     use clap::{CommandFactory, FromArgMatches};
     let matches = Cli::command().get_matches_from(args);
     let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
-    let filter = tracing_subscriber::EnvFilter::try_new(&cli.log_level)
+    let mut filter = tracing_subscriber::EnvFilter::try_new(&cli.log_level)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    // rustls warns once per handshake about clients' quirks (an IP address sent as SNI, as wrk
+    // does): a line per connection. Its errors still show; `--log-level rustls=warn` restores.
+    if !cli.log_level.contains("rustls") {
+        filter = filter.add_directive("rustls=error".parse().expect("static directive"));
+    }
     // Colours only for a terminal: logs piped to files or collectors stay plain text.
     use std::io::IsTerminal;
     tracing_subscriber::fmt()
