@@ -1,13 +1,29 @@
 //! Embeds the git commit the binary was built from (benchmark results name it).
-fn main() {
-    let commit = std::process::Command::new("git")
-        .args(["describe", "--always", "--dirty", "--abbrev=12"])
+use std::process::Command;
+
+fn git(args: &[&str]) -> Option<String> {
+    Command::new("git")
+        .args(args)
         .output()
         .ok()
         .filter(|o| o.status.success())
         .map(|o| String::from_utf8_lossy(&o.stdout).trim().to_string())
+}
+
+fn main() {
+    let commit = git(&["describe", "--always", "--dirty", "--abbrev=12"])
         .unwrap_or_else(|| "unknown".into());
     println!("cargo:rustc-env=COHORT_COMMIT={commit}");
-    println!("cargo:rerun-if-changed=../../.git/HEAD");
-    println!("cargo:rerun-if-changed=../../.git/index");
+    // Rebuild when HEAD moves: HEAD itself, the branch it names, and the index - wherever git
+    // keeps them (a worktree's are not under ../../.git, and two checkouts sharing a target
+    // folder must not share a stale commit).
+    let mut watched = vec!["HEAD".to_string(), "index".to_string()];
+    if let Some(branch) = git(&["symbolic-ref", "-q", "HEAD"]) {
+        watched.push(branch);
+    }
+    for w in watched {
+        if let Some(p) = git(&["rev-parse", "--path-format=absolute", "--git-path", &w]) {
+            println!("cargo:rerun-if-changed={p}");
+        }
+    }
 }
