@@ -192,3 +192,78 @@ fn without_a_valid_key_nothing_is_served_and_a_key_reaches_only_its_services() {
     assert!(http(web, "/v1/echo", Some("alice-secret-0123")).starts_with("HTTP/1.1 401"));
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// With keys on, quotas are per key: two keys from one address each get their own.
+#[test]
+fn with_keys_the_quota_is_per_key_not_per_address() {
+    let dir = std::env::temp_dir().join(format!("cohort-auth-q-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let keys = dir.join("keys.toml");
+    std::fs::write(
+        &keys,
+        "[[key]]\nid = \"k1\"\nsecret = \"k1-secret-0123456\"\n[[key]]\nid = \"k2\"\nsecret = \"k2-secret-0123456\"\n",
+    )
+    .unwrap();
+    let s = Served::start(&[
+        "--service",
+        "spin",
+        "--workers",
+        "2",
+        "--client-max-inflight",
+        "1",
+        "--auth-keys",
+        keys.to_str().unwrap(),
+    ]);
+    let spin = |id: u64, us: u32, key: &str, secret: &str| {
+        let p = cohort_services::spin::encode(us, b"");
+        let now = SystemTime::now()
+            .duration_since(UNIX_EPOCH)
+            .unwrap()
+            .as_millis() as u64;
+        let mut f = Vec::new();
+        let h = Header::request(cohort_proto::service_id::SPIN, id, 0);
+        encode_signed(
+            h,
+            &p,
+            &key_id_bytes(key).unwrap(),
+            secret.as_bytes(),
+            now,
+            id,
+            &mut f,
+        );
+        f
+    };
+    let mut c = TcpStream::connect(s.tcp.unwrap()).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    for id in 1..=3 {
+        c.write_all(&spin(id, 100_000, "k1", "k1-secret-0123456"))
+            .unwrap();
+    }
+    c.write_all(&spin(10, 10, "k2", "k2-secret-0123456"))
+        .unwrap();
+    let (mut buf, mut got) = (Vec::new(), Vec::new());
+    let mut chunk = [0u8; 1024];
+    while got.len() < 4 {
+        let n = c.read(&mut chunk).unwrap();
+        assert!(n > 0);
+        buf.extend_from_slice(&chunk[..n]);
+        while let Ok(Some((f, used))) = Frame::decode_stream(&buf, MAX_PAYLOAD) {
+            let code = (f.header.kind == Kind::Error)
+                .then(|| ErrorPayload::decode(f.payload).unwrap().code);
+            got.push((f.header.request_id, code));
+            buf.drain(..used);
+        }
+    }
+    got.sort();
+    assert_eq!(
+        got,
+        vec![
+            (1, None),
+            (2, Some(ErrorCode::Overloaded)),
+            (3, Some(ErrorCode::Overloaded)),
+            (10, None)
+        ],
+        "k1 is held to one in flight, k2 from the same address is served"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}

@@ -172,12 +172,12 @@ impl Auth {
     }
 
     /// Checks an authenticated frame for `header.service`; returns the service payload (the
-    /// trailer removed) or the error to answer.
+    /// trailer removed) and the key's id, or the error to answer.
     pub(crate) fn frame<'a>(
         &self,
         header: &Header,
         payload: &'a [u8],
-    ) -> Result<&'a [u8], ErrorPayload> {
+    ) -> Result<(&'a [u8], [u8; KEY_ID_LEN]), ErrorPayload> {
         let Some((app, t)) = split_signed(header, payload) else {
             return Err(refuse(
                 ErrorCode::Unauthorized,
@@ -206,7 +206,7 @@ impl Auth {
             ));
         }
         self.first_time(k, t.nonce, now)?;
-        Ok(app)
+        Ok((app, t.key_id))
     }
 
     /// Remembers (key, nonce); a pair seen within the clock window is a replay.
@@ -235,12 +235,12 @@ impl Auth {
     }
 
     /// Checks an HTTP `Authorization: Bearer SECRET` header for `service` (None: any valid
-    /// key will do, for `/metrics`).
+    /// key will do, for `/metrics`); returns the key's id.
     pub(crate) fn bearer(
         &self,
         value: Option<&hyper::header::HeaderValue>,
         service: Option<u16>,
-    ) -> Result<(), ErrorPayload> {
+    ) -> Result<[u8; KEY_ID_LEN], ErrorPayload> {
         let token = value
             .and_then(|v| v.to_str().ok())
             .and_then(|v| {
@@ -265,7 +265,7 @@ impl Auth {
                 ErrorCode::Forbidden,
                 &format!("key {:?} may not call this service", key.id),
             )),
-            _ => Ok(()),
+            _ => Ok(cohort_proto::key_id_bytes(&key.id).expect("checked at load")),
         }
     }
 }
@@ -300,7 +300,7 @@ mod tests {
     fn check(a: &Auth, f: &[u8]) -> Result<Vec<u8>, ErrorCode> {
         let d = Frame::decode_datagram(f, 65_000).unwrap();
         a.frame(&d.header, d.payload)
-            .map(|p| p.to_vec())
+            .map(|(p, _)| p.to_vec())
             .map_err(|e| e.code)
     }
 

@@ -23,16 +23,19 @@ pub struct Context {
 }
 
 impl Context {
-    /// A frame's service payload once its key checks out (`crate::auth`); without keys, a
-    /// signed frame's trailer is dropped and any frame passes.
+    /// A frame's service payload once its key checks out (`crate::auth`), with the key's id;
+    /// without keys, a signed frame's trailer is dropped and any frame passes.
     pub(crate) fn unsigned<'a>(
         &self,
         header: &Header,
         payload: &'a [u8],
-    ) -> Result<&'a [u8], ErrorPayload> {
+    ) -> Result<(&'a [u8], Option<[u8; cohort_proto::KEY_ID_LEN]>), ErrorPayload> {
         match &self.auth {
-            Some(a) => a.frame(header, payload),
-            None => Ok(cohort_proto::split_signed(header, payload).map_or(payload, |(p, _)| p)),
+            Some(a) => a.frame(header, payload).map(|(p, k)| (p, Some(k))),
+            None => Ok((
+                cohort_proto::split_signed(header, payload).map_or(payload, |(p, _)| p),
+                None,
+            )),
         }
     }
 

@@ -10,6 +10,7 @@ use crate::accept::accept_loop;
 use crate::context::Context;
 use crate::http_limits::{self, BodyError, Charged};
 use crate::limits::{Budget, Connections, Limits, Slot};
+use crate::quota::Who;
 use crate::shard::Shard;
 use crate::tasks::Tracker;
 use bytes::Bytes;
@@ -404,9 +405,10 @@ async fn call(
         );
     };
     let sid = service.id();
-    if let Some(r) = unauthorized(ctx, &req, Some(sid)) {
-        return r;
-    }
+    let key = match authorized(ctx, &req, Some(sid)) {
+        Ok(key) => key,
+        Err(r) => return *r,
+    };
     let read = http_limits::read_body(
         req.into_body(),
         MAX_BODY,
@@ -437,7 +439,7 @@ async fn call(
     if let Some(t) = timeout_us {
         header.timeout_us = t.min(u32::MAX as u64) as u32;
     }
-    let _ticket = match ctx.quotas.ticket(peer) {
+    let _ticket = match ctx.quotas.ticket(Who::of(key, peer)) {
         Ok(t) => t,
         Err(over) => return over_quota(ctx, sid, &over),
     };
@@ -486,10 +488,23 @@ pub(crate) fn unauthorized<B>(
     req: &Request<B>,
     service: Option<u16>,
 ) -> Option<HttpResponse> {
-    let auth = ctx.auth.as_ref()?;
-    let e = auth
-        .bearer(req.headers().get(hyper::header::AUTHORIZATION), service)
-        .err()?;
+    authorized(ctx, req, service).err().map(|r| *r)
+}
+
+/// With API keys on: the request's key id if its bearer key allows `service`, else the
+/// refusal (`unauthorized`). Without keys: Ok(None).
+pub(crate) fn authorized<B>(
+    ctx: &Context,
+    req: &Request<B>,
+    service: Option<u16>,
+) -> Result<Option<[u8; cohort_proto::KEY_ID_LEN]>, Box<HttpResponse>> {
+    let Some(auth) = ctx.auth.as_ref() else {
+        return Ok(None);
+    };
+    let e = match auth.bearer(req.headers().get(hyper::header::AUTHORIZATION), service) {
+        Ok(key) => return Ok(Some(key)),
+        Err(e) => e,
+    };
     if let Some(sid) = service {
         ctx.metrics.answered(sid, e.code.label(), Duration::ZERO);
     }
@@ -500,7 +515,7 @@ pub(crate) fn unauthorized<B>(
             hyper::header::HeaderValue::from_static("Bearer"),
         );
     }
-    Some(r)
+    Err(Box::new(r))
 }
 
 /// A client over its quota: 429 (RFC 6585) with the OVERLOADED body, and when to come back.

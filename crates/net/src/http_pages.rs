@@ -90,9 +90,10 @@ pub(crate) async fn page(
     peer: Option<std::net::IpAddr>,
 ) -> HttpResponse {
     let ctx = &env.ctx;
-    if let Some(r) = crate::http::unauthorized(ctx, &req, Some(sid)) {
-        return r;
-    }
+    let key = match crate::http::authorized(ctx, &req, Some(sid)) {
+        Ok(key) => key,
+        Err(r) => return *r,
+    };
     let (parts, body) = req.into_parts();
     let read = read_body(body, MAX_PAGE_BODY, env.limits.read_timeout, &env.budget);
     let (body, _held) = match read.await {
@@ -112,7 +113,7 @@ pub(crate) async fn page(
     };
     let payload = raw_request(&parts, &body);
     let header = Header::request(sid, id, payload.len());
-    let _ticket = match ctx.quotas.ticket(peer) {
+    let _ticket = match ctx.quotas.ticket(crate::quota::Who::of(key, peer)) {
         Ok(t) => t,
         Err(over) => return crate::http::over_quota(ctx, sid, &over),
     };

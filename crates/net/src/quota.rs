@@ -1,5 +1,5 @@
-//! Per-client quotas: requests in flight and requests per second, per source address, over
-//! UDP, TCP and HTTP together (`cohort serve --client-max-inflight`, `--client-rate`). A client
+//! Per-client quotas: requests in flight and requests per second, per API key where keys are
+//! on, else per source address, over UDP, TCP and HTTP together (`cohort serve --client-max-inflight`, `--client-rate`). A client
 //! past either gets OVERLOADED (503 on HTTP) while other clients are served as before: a
 //! flood from one address holds at most its in-flight cap of a service's queue.
 //!
@@ -33,6 +33,21 @@ impl ClientQuota {
 
 /// A slot a request was admitted under; give it back with [`Quotas::done`].
 pub(crate) type Key = u16;
+
+/// Whose quota a request counts against: its API key where keys are on, else its source
+/// address.
+#[derive(Debug, Clone, Copy, PartialEq, Eq, Hash)]
+pub(crate) enum Who {
+    Addr(IpAddr),
+    ApiKey([u8; cohort_proto::KEY_ID_LEN]),
+}
+
+impl Who {
+    /// The API key's holder, else the address's.
+    pub fn of(key: Option<[u8; cohort_proto::KEY_ID_LEN]>, ip: Option<IpAddr>) -> Option<Who> {
+        key.map(Who::ApiKey).or(ip.map(Who::Addr))
+    }
+}
 
 struct Slot {
     inflight: AtomicU32,
@@ -83,29 +98,26 @@ impl Quotas {
         self.slots.is_empty()
     }
 
-    /// The slot `ip`'s requests are admitted under (None when quotas are off).
-    pub fn slot_of(&self, ip: IpAddr) -> Option<Key> {
-        (!self.is_off()).then(|| self.key(ip))
-    }
-
-    fn key(&self, ip: IpAddr) -> Key {
+    fn key(&self, who: Who) -> Key {
         // An IPv4 client reaching a dual-stack socket counts as itself.
-        let ip = match ip {
-            IpAddr::V6(v6) => v6.to_ipv4_mapped().map_or(ip, IpAddr::V4),
-            v4 => v4,
+        let who = match who {
+            Who::Addr(IpAddr::V6(v6)) => v6
+                .to_ipv4_mapped()
+                .map_or(who, |v4| Who::Addr(IpAddr::V4(v4))),
+            other => other,
         };
         let mut h = self.hasher.build_hasher();
-        ip.hash(&mut h);
+        who.hash(&mut h);
         (std::hash::Hasher::finish(&h) as usize % SLOTS) as Key
     }
 
-    /// Admits one request from `ip`: its slot (give it back when answered), None when quotas
+    /// Admits one request of `who`: its slot (give it back when answered), None when quotas
     /// are off, or why not.
-    pub fn admit(&self, ip: IpAddr) -> Result<Option<Key>, Over> {
+    pub fn admit(&self, who: Who) -> Result<Option<Key>, Over> {
         if self.is_off() {
             return Ok(None);
         }
-        let key = self.key(ip);
+        let key = self.key(who);
         let slot = &self.slots[key as usize];
         if self.cfg.rate > 0.0 && !self.take_token(slot) {
             return Err(Over::Rate(self.cfg.rate));
@@ -125,9 +137,9 @@ impl Quotas {
     }
 
     /// `admit`, as a place given back when the ticket is dropped (an HTTP handler's answer).
-    pub fn ticket(&self, ip: Option<IpAddr>) -> Result<Ticket<'_>, Over> {
-        let key = match ip {
-            Some(ip) => self.admit(ip)?,
+    pub fn ticket(&self, who: Option<Who>) -> Result<Ticket<'_>, Over> {
+        let key = match who {
+            Some(who) => self.admit(who)?,
             None => None,
         };
         Ok(Ticket { quotas: self, key })
@@ -183,7 +195,7 @@ mod tests {
     fn off_admits_everything_without_a_slot() {
         let q = Quotas::new(ClientQuota::default());
         for _ in 0..10_000 {
-            assert!(matches!(q.admit(ip("10.0.0.1")), Ok(None)));
+            assert!(matches!(q.admit(Who::Addr(ip("10.0.0.1"))), Ok(None)));
         }
     }
 
@@ -194,18 +206,21 @@ mod tests {
             rate: 0.0,
         });
         let a: Vec<_> = (0..3)
-            .map(|_| q.admit(ip("10.0.0.1")).ok().unwrap())
+            .map(|_| q.admit(Who::Addr(ip("10.0.0.1"))).ok().unwrap())
             .collect();
-        assert!(matches!(q.admit(ip("10.0.0.1")), Err(Over::InFlight(3))));
+        assert!(matches!(
+            q.admit(Who::Addr(ip("10.0.0.1"))),
+            Err(Over::InFlight(3))
+        ));
         // Another client is unaffected (unless it shares the slot, which these two do not
         // for this process's key with overwhelming odds; check rather than assume).
-        if q.key(ip("10.0.0.2")) != q.key(ip("10.0.0.1")) {
-            assert!(q.admit(ip("10.0.0.2")).is_ok());
+        if q.key(Who::Addr(ip("10.0.0.2"))) != q.key(Who::Addr(ip("10.0.0.1"))) {
+            assert!(q.admit(Who::Addr(ip("10.0.0.2"))).is_ok());
         }
         q.done(a[0]);
-        assert!(q.admit(ip("10.0.0.1")).is_ok());
+        assert!(q.admit(Who::Addr(ip("10.0.0.1"))).is_ok());
         // The IPv4-mapped form is the same client.
-        assert!(q.admit(ip("::ffff:10.0.0.1")).is_err());
+        assert!(q.admit(Who::Addr(ip("::ffff:10.0.0.1"))).is_err());
     }
 
     #[test]
@@ -215,10 +230,14 @@ mod tests {
             rate: 1000.0,
         });
         let c = ip("192.168.1.9");
-        let burst = (0..1000).take_while(|_| q.admit(c).is_ok()).count();
+        let burst = (0..1000)
+            .take_while(|_| q.admit(Who::Addr(c)).is_ok())
+            .count();
         assert!((100..=102).contains(&burst), "burst {burst}");
         std::thread::sleep(std::time::Duration::from_millis(50));
-        let more = (0..1000).take_while(|_| q.admit(c).is_ok()).count();
+        let more = (0..1000)
+            .take_while(|_| q.admit(Who::Addr(c)).is_ok())
+            .count();
         // 50 ms at 1000/s refills about 50 (timer slack allows more, never a new burst).
         assert!((30..=100).contains(&more), "refill {more}");
     }

@@ -14,7 +14,7 @@
 use crate::accept::{accept_loop, Refusal};
 use crate::context::Context;
 use crate::limits::{Budget, Connections, Limits, Slot};
-use crate::quota::{Key, Quotas};
+use crate::quota::{Key, Quotas, Who};
 use crate::shard::Shard;
 use crate::tasks::Tracker;
 use bytes::{Buf, BufMut, BytesMut};
@@ -142,9 +142,8 @@ struct Conn {
     /// those requests still charged to the budget), for GOAWAY and the budget.
     inflight: Mutex<HashMap<u64, InFlight>>,
     budget: Arc<Budget>,
-    /// The client's quota (`crate::quota`): every request in `inflight` holds one place.
+    /// Per-client quotas (`crate::quota`): every request in `inflight` holds a place.
     quotas: Arc<Quotas>,
-    quota: Option<Key>,
 }
 
 /// Answer bytes between `send_frame` and the socket; the writer says when it reaches zero.
@@ -158,6 +157,8 @@ struct Queued {
 struct InFlight {
     count: u32,
     bytes: usize,
+    /// The quota slots these requests hold (empty while quotas are off).
+    slots: Vec<Key>,
 }
 
 impl Conn {
@@ -189,12 +190,14 @@ impl Conn {
 }
 
 impl Conn {
-    /// A request of `bytes` (already charged when read) goes to the engines.
-    fn admitted(&self, request_id: u64, bytes: usize) {
+    /// A request of `bytes` (already charged when read), holding quota slot `slot`, goes to
+    /// the engines.
+    fn admitted(&self, request_id: u64, bytes: usize, slot: Option<Key>) {
         let mut inflight = self.inflight.lock().expect("inflight lock");
         let e = inflight.entry(request_id).or_default();
         e.count += 1;
         e.bytes += bytes;
+        e.slots.extend(slot);
     }
 
     /// A request's answer came: its bytes leave the budget (the answer's enter it).
@@ -208,12 +211,13 @@ impl Conn {
         e.count -= 1;
         let share = if e.count == 0 { e.bytes } else { share };
         e.bytes -= share;
+        let slot = e.slots.pop();
         if e.count == 0 {
             inflight.remove(&request_id);
         }
         drop(inflight);
         self.budget.release(share);
-        self.quotas.done(self.quota);
+        self.quotas.done(slot);
     }
 
     fn idle(&self) -> bool {
@@ -320,7 +324,6 @@ async fn serve_connection<W: AsyncWrite + Unpin + Send + 'static>(
         inflight: Mutex::new(HashMap::new()),
         budget: budget.clone(),
         quotas: ctx.quotas.clone(),
-        quota: peer.and_then(|ip| ctx.quotas.slot_of(ip)),
     });
     let mut buf = BytesMut::with_capacity(64 * 1024);
     let mut closing = false;
@@ -486,10 +489,9 @@ fn admit(
                 .answered(header.service, e.code.label(), Duration::ZERO);
             e
         }
-        Ok(payload) => match peer.map_or(Ok(None), |ip| ctx.quotas.admit(ip)) {
-            Ok(quota) => {
-                debug_assert_eq!(quota, conn.quota, "one source, one slot");
-                conn.admitted(header.request_id, used);
+        Ok((payload, key)) => match Who::of(key, peer).map_or(Ok(None), |w| ctx.quotas.admit(w)) {
+            Ok(slot) => {
+                conn.admitted(header.request_id, used, slot);
                 ctx.submit(&env.shard, header, payload, conn.clone());
                 return;
             }

@@ -12,7 +12,7 @@ use super::batch::MsgBatch;
 use super::uring::{BufPool, Received, UringIo};
 use crate::context::Context;
 use crate::doorbell::Doorbell;
-use crate::quota::Key;
+use crate::quota::{Key, Who};
 use cohort_engine::{Answer, Ingress, IngressEnds, Meta, Metrics};
 use cohort_proto::{ErrorCode, ErrorPayload, Frame, Header, Kind, HEADER_LEN};
 use std::net::IpAddr;
@@ -366,13 +366,10 @@ fn admit(
         ),
         Ok(f) => match ctx.unsigned(&f.header, f.payload) {
             Err(e) => refuse(f.header, e.code, e.message),
-            Ok(payload) => {
+            Ok((payload, key)) => {
                 let h = f.header;
-                match client
-                    .ip()
-                    .map(|ip| ctx.quotas.admit(ip))
-                    .unwrap_or(Ok(None))
-                {
+                let who = Who::of(key, client.ip());
+                match who.map_or(Ok(None), |w| ctx.quotas.admit(w)) {
                     Err(over) => Some((h, ctx.over_quota(h.service, &over))),
                     Ok(quota) => ingress
                         .admit(
