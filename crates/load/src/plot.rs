@@ -220,28 +220,24 @@ pub fn plot_bars(
         .build_cartesian_2d(0.0..slots, 0.0..max_y)
         .map_err(|e| anyhow!("{e}"))?;
     if labels {
-        let names = categories.to_vec();
         chart
             .configure_mesh()
             .disable_x_mesh()
-            .x_labels(groups * (bars + 1))
-            .x_label_formatter(&move |x| {
-                let slot = x.floor() as usize;
-                let (g, i) = (slot / (bars + 1), slot % (bars + 1));
-                if i == bars / 2 && (x - x.floor()).abs() < 1e-9 {
-                    names.get(g).cloned().unwrap_or_default()
-                } else {
-                    String::new()
-                }
-            })
-            .x_label_style(
-                ("sans-serif", 13)
-                    .into_font()
-                    .transform(FontTransform::Rotate90),
-            )
+            // The groups are named below, one name under each (the mesh would put its
+            // labels at "nice" positions, not under the groups).
+            .x_labels(0)
             .y_desc(y_desc)
             .draw()
             .map_err(|e| anyhow!("{e}"))?;
+        let style = ("sans-serif", 13)
+            .into_font()
+            .transform(FontTransform::Rotate90);
+        for (g, name) in categories.iter().enumerate() {
+            let mid = (g * (bars + 1)) as f64 + bars as f64 / 2.0;
+            let (px, py) = chart.backend_coord(&(mid, 0.0));
+            root.draw(&Text::new(name.clone(), (px - 7, py + 8), style.clone()))
+                .map_err(|e| anyhow!("{e}"))?;
+        }
     }
     for (i, (name, values)) in series.iter().enumerate() {
         let color = Palette99::pick(i).to_rgba();

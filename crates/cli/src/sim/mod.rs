@@ -180,19 +180,33 @@ fn print_figure(f: &Figure) {
         }
         println!();
     }
+    // Whole names (no cut), and the paper's figure only where it gives one.
+    let label = |s: &cohort_sim::experiments::Summary| format!("{} over {}", s.variant, s.baseline);
+    let w = f
+        .summary
+        .iter()
+        .map(|s| label(s).len())
+        .max()
+        .unwrap_or(8)
+        .max(8);
     println!(
-        "{:<28} {:>8} {:>8} {:>8}  paper",
-        "variant (over baseline)", "mean", "geomean", "paper"
+        "{:<w$} {:>8} {:>8} {:>8}  paper's note",
+        "variant", "mean", "geomean", "paper"
     );
     for s in &f.summary {
-        let paper = s.paper.map(|p| format!("{p:.2}")).unwrap_or("-".into());
+        let paper = s.paper.map(|p| format!("{p:.2}x")).unwrap_or("-".into());
+        let note = match (&s.paper_note, s.paper) {
+            (Some(n), _) => n.as_str(),
+            (None, None) => "(the paper gives no number for this)",
+            (None, Some(_)) => "",
+        };
         println!(
-            "{:<28} {:>7.2}x {:>7.2}x {:>8}  {}",
-            format!("{} / {}", trim(&s.variant, 14), trim(&s.baseline, 12)),
+            "{:<w$} {:>7.2}x {:>7.2}x {:>8}  {}",
+            label(s),
             s.mean_speedup,
             s.geomean_speedup,
             paper,
-            s.paper_note.as_deref().unwrap_or("")
+            note
         );
     }
     println!(
