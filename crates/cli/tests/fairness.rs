@@ -133,25 +133,23 @@ fn a_flooding_client_is_held_to_its_quota_and_another_is_served_as_if_alone() {
 }
 
 #[test]
-fn a_deadline_longer_than_the_servers_maximum_is_cut_to_it() {
-    let s = Served::start(&[
-        "--service",
-        "spin",
-        "--workers",
-        "1",
-        "--max-deadline-ms",
-        "100",
-    ]);
-    let mut c = TcpStream::connect(s.tcp.unwrap()).unwrap();
-    c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    // The worker is busy for 400 ms; the last request asks to wait ~71 minutes.
-    for id in 1..=4 {
-        c.write_all(&spin_frame(id, 100_000, 0)).unwrap();
+fn a_deadline_longer_than_the_servers_or_the_services_maximum_is_cut_to_it() {
+    for cut in [
+        &["--max-deadline-ms", "100"][..],
+        &["--service-opt", "spin.max_deadline_ms=100"][..],
+    ] {
+        let s = Served::start(&[&["--service", "spin,echo", "--workers", "1"][..], cut].concat());
+        let mut c = TcpStream::connect(s.tcp.unwrap()).unwrap();
+        c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+        // The worker is busy for 400 ms; the last request asks to wait ~71 minutes.
+        for id in 1..=4 {
+            c.write_all(&spin_frame(id, 100_000, 0)).unwrap();
+        }
+        c.write_all(&spin_frame(5, 10, u32::MAX)).unwrap();
+        let t = Instant::now();
+        let a = read_answers(&mut c, 5);
+        let last = a.iter().find(|a| a.0 == 5).unwrap();
+        assert_eq!(last.2, Some(ErrorCode::Timeout), "{cut:?}: {a:?}");
+        assert!(t.elapsed() < Duration::from_secs(2));
     }
-    c.write_all(&spin_frame(5, 10, u32::MAX)).unwrap();
-    let t = Instant::now();
-    let a = read_answers(&mut c, 5);
-    let second = a.iter().find(|a| a.0 == 5).unwrap();
-    assert_eq!(second.2, Some(ErrorCode::Timeout), "{a:?}");
-    assert!(t.elapsed() < Duration::from_secs(2));
 }

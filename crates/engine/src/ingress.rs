@@ -24,8 +24,10 @@ pub struct Ingress<T> {
     metrics: Arc<Metrics>,
     /// Deadline of requests that carry none.
     default_timeout: Duration,
-    /// The longest deadline a request may ask for (a longer one is cut to this).
+    /// The longest deadline a request may ask for (a longer one is cut to this), and the
+    /// services that set their own (a handful: a scan is cheaper than a map).
     max_timeout: Duration,
+    service_max_timeout: Vec<(u16, Duration)>,
     /// Answers for tokens no longer in flight (answered by the ingress before the engine).
     pub stale_answers: u64,
     /// Services this ingress's thread runs itself (`admit`), and the buffer their answers
@@ -64,6 +66,7 @@ impl<T> Ingress<T> {
             metrics,
             default_timeout,
             max_timeout: Duration::MAX,
+            service_max_timeout: Vec::new(),
             stale_answers: 0,
             inline: None,
             inline_out: Vec::new(),
@@ -72,13 +75,25 @@ impl<T> Ingress<T> {
 
     /// Cuts every request's deadline to at most `max` (a client cannot hold a worker for
     /// hours by asking for it).
-    pub fn with_max_timeout(mut self, max: Duration) -> Ingress<T> {
+    pub fn with_max_timeout(
+        mut self,
+        max: Duration,
+        per_service: &[(u16, Duration)],
+    ) -> Ingress<T> {
         assert!(
-            !max.is_zero(),
+            !max.is_zero() && per_service.iter().all(|(_, d)| !d.is_zero()),
             "a zero deadline would time out every request"
         );
         self.max_timeout = max;
+        self.service_max_timeout = per_service.to_vec();
         self
+    }
+
+    fn max_timeout_of(&self, service: u16) -> Duration {
+        self.service_max_timeout
+            .iter()
+            .find(|(s, _)| *s == service)
+            .map_or(self.max_timeout, |(_, d)| *d)
     }
 
     /// Runs the inline engine's services on this ingress's thread (see [`Ingress::admit`]).
@@ -139,7 +154,7 @@ impl<T> Ingress<T> {
             0 => self.default_timeout,
             us => Duration::from_micros(us as u64),
         }
-        .min(self.max_timeout);
+        .min(self.max_timeout_of(service));
         let meta = Meta {
             service,
             request_id,

@@ -46,8 +46,10 @@ pub struct NetConfig {
     pub limits: Limits,
     /// Per-client quotas (requests in flight, per second), per source address.
     pub client_quota: ClientQuota,
-    /// The longest deadline a request may ask for (longer ones are cut to it).
+    /// The longest deadline a request may ask for (longer ones are cut to it), and per
+    /// service where it sets its own.
     pub max_timeout: Duration,
+    pub service_max_timeout: Vec<(u16, Duration)>,
     /// TLS on the TCP and HTTP listeners: (certificate chain, private key), PEM files.
     pub tls: Option<(std::path::PathBuf, std::path::PathBuf)>,
 }
@@ -81,6 +83,7 @@ impl Default for NetConfig {
             limits: Limits::default(),
             client_quota: ClientQuota::default(),
             max_timeout: Duration::from_secs(60),
+            service_max_timeout: Vec::new(),
             tls: None,
         }
     }
@@ -278,6 +281,7 @@ impl Server {
                     drain_timeout: cfg.drain_timeout,
                     default_timeout: cfg.default_timeout,
                     max_timeout: cfg.max_timeout,
+                    service_max_timeout: cfg.service_max_timeout.clone(),
                     spin: cfg.io_spin,
                     uring,
                 };
@@ -328,7 +332,11 @@ impl Server {
                 ends,
                 cfg.udp_table_capacity,
                 ctx.metrics.clone(),
-                (cfg.default_timeout, cfg.max_timeout),
+                (
+                    cfg.default_timeout,
+                    cfg.max_timeout,
+                    &cfg.service_max_timeout,
+                ),
                 ctx.inline.clone(),
             )?;
             shards.push(shard.clone());

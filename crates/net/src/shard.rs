@@ -51,7 +51,7 @@ impl Shard {
         ends: IngressEnds,
         capacity: usize,
         metrics: Arc<Metrics>,
-        (default_timeout, max_timeout): (Duration, Duration),
+        (default_timeout, max_timeout, per_service): (Duration, Duration, &[(u16, Duration)]),
         inline: Option<Arc<InlineEngine>>,
     ) -> std::io::Result<Arc<Shard>> {
         let bell = Arc::new(Doorbell::new()?);
@@ -60,7 +60,7 @@ impl Shard {
             index,
             ingress: Mutex::new(
                 Ingress::new(ends, capacity, metrics, default_timeout)
-                    .with_max_timeout(max_timeout)
+                    .with_max_timeout(max_timeout, per_service)
                     .with_inline(inline),
             ),
             bell,

@@ -184,7 +184,8 @@ pub struct ServeArgs {
     #[arg(long, default_value_t = 0.0)]
     pub client_rate: f64,
     /// The longest deadline a request may ask for, in milliseconds; a longer one (up to
-    /// 4295 s fit the header) is cut to this, so no client holds a worker for long.
+    /// 4295 s fit the header) is cut to this, so no client holds a worker for long. A
+    /// service may set its own (`--service-opt NAME.max_deadline_ms=N`).
     #[arg(long, default_value_t = 60_000)]
     pub max_deadline_ms: u64,
     /// A TCP connection with no request started or in flight is closed after this (GOAWAY).
@@ -387,9 +388,19 @@ impl Stack {
 }
 
 pub fn start(a: &ServeArgs) -> Result<Stack> {
-    let ncfg = a.net_config()?;
+    let mut ncfg = a.net_config()?;
     cohort_net::check_ports(&ncfg)?;
+    let plans = plan::plans(a)?;
     let mut side = start_engines(a, Server::ingresses(&ncfg))?;
+    // Services that cut deadlines shorter (or longer) than the server's --max-deadline-ms.
+    ncfg.service_max_timeout = plans
+        .iter()
+        .filter(|p| p.max_deadline_ms != a.max_deadline_ms)
+        .filter_map(|p| {
+            let id = side.registry.by_name(p.name)?.id();
+            Some((id, Duration::from_millis(p.max_deadline_ms)))
+        })
+        .collect();
     let auth = match load_keys(a, &side.registry) {
         Ok(auth) => auth,
         Err(e) => {

@@ -104,10 +104,12 @@ pub struct ServicePlan {
     pub profile: usize,
     /// hybrid: the expected GPU wait beyond which a request goes to a CPU worker.
     pub latency_budget_us: u64,
+    /// The longest deadline a request of this service may ask for (ms).
+    pub max_deadline_ms: u64,
 }
 
 /// Keys a `[services.NAME]` table (or `--service-opt NAME.KEY=VALUE`) may set.
-pub const SERVICE_KEYS: [&str; 20] = [
+pub const SERVICE_KEYS: [&str; 21] = [
     "engine",
     "gpus",
     "max_cohort",
@@ -128,6 +130,7 @@ pub const SERVICE_KEYS: [&str; 20] = [
     "watchdog_ms",
     "profile",
     "latency_budget_us",
+    "max_deadline_ms",
 ];
 
 pub fn plans(a: &ServeArgs) -> Result<Vec<ServicePlan>> {
@@ -174,6 +177,7 @@ pub fn plans(a: &ServeArgs) -> Result<Vec<ServicePlan>> {
             watchdog_ms: 1000,
             profile: 0,
             latency_budget_us: 1000,
+            max_deadline_ms: a.max_deadline_ms,
         });
     }
     anyhow::ensure!(!out.is_empty(), "--service names no service");
@@ -247,6 +251,7 @@ fn apply(plans: &mut [ServicePlan], opt: &str) -> Result<()> {
         "watchdog_ms" => p.watchdog_ms = num(value)?,
         "profile" => p.profile = num(value)? as usize,
         "latency_budget_us" => p.latency_budget_us = num(value)?,
+        "max_deadline_ms" => p.max_deadline_ms = num(value)?,
         other => bail!(
             "unknown per-service key {other:?} (known: {})",
             SERVICE_KEYS.join(", ")
@@ -291,6 +296,11 @@ fn check(p: &ServicePlan) -> Result<()> {
     anyhow::ensure!(
         p.watchdog_ms >= 1,
         "{}: watchdog_ms must be at least 1",
+        p.name
+    );
+    anyhow::ensure!(
+        p.max_deadline_ms >= 1,
+        "{}: max_deadline_ms must be at least 1",
         p.name
     );
     anyhow::ensure!(

@@ -71,6 +71,7 @@ pub(crate) struct UdpThreadConfig {
     pub drain_timeout: Duration,
     pub default_timeout: Duration,
     pub max_timeout: Duration,
+    pub service_max_timeout: Vec<(u16, Duration)>,
     /// Idle polling before sleeping (`NetConfig::io_spin`).
     pub spin: Duration,
     /// Drive the socket through io_uring (the server checked that the kernel gives it).
@@ -120,7 +121,7 @@ pub(crate) fn spawn_udp(
                     ctx.metrics.clone(),
                     cfg.default_timeout,
                 )
-                .with_max_timeout(cfg.max_timeout)
+                .with_max_timeout(cfg.max_timeout, &cfg.service_max_timeout)
                 .with_inline(ctx.inline.clone()),
                 path,
                 tx_batch: MsgBatch::new(BATCH, datagram),
