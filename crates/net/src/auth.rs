@@ -282,7 +282,10 @@ mod tests {
     fn auth(text: &str) -> Auth {
         let dir = std::env::temp_dir().join(format!("cohort-auth-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
-        let p = dir.join(format!("{}.toml", text.len()));
+        // A file of its own per call: tests run in parallel and one rewrites its file.
+        static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+        let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        let p = dir.join(format!("keys-{n}.toml"));
         std::fs::write(&p, text).unwrap();
         Auth::load(&p, services()).unwrap()
     }
