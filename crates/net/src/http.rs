@@ -145,11 +145,10 @@ async fn serve_connection(
             .map(std::net::TcpStream::from);
         return serve_http1(stream, for_408, peer, slot, env, ids, sd).await;
     };
-    match tokio::time::timeout(env.limits.read_timeout, tls.accept(stream)).await {
+    let timeout = env.limits.read_timeout;
+    if let Some(s) = crate::tls::handshake(&tls, stream, timeout, &env.ctx.metrics).await {
         // (Over TLS a 408 written beside rustls would break the record stream: none.)
-        Ok(Ok(s)) => serve_http1(s, None, peer, slot, env, ids, sd).await,
-        Ok(Err(_)) => env.ctx.metrics.refused_connection("tls_handshake"),
-        Err(_) => env.ctx.metrics.timed_out_connection("tls_handshake"),
+        serve_http1(s, None, peer, slot, env, ids, sd).await
     }
 }
 
@@ -351,13 +350,13 @@ async fn handle(
             "NOT_FOUND",
             "/metrics is served on the admin listener (--admin)".into(),
         ),
-        (&Method::GET, "/metrics") if unauthorized(ctx, &req, None).is_some() => {
-            unauthorized(ctx, &req, None).expect("checked")
-        }
-        (&Method::GET, "/metrics") => hyper::Response::builder()
-            .header("content-type", "text/plain; version=0.0.4")
-            .body(Full::new(Bytes::from((env.metrics)())))
-            .expect("static response parts"),
+        (&Method::GET, "/metrics") => match unauthorized(ctx, &req, None) {
+            Some(refused) => refused,
+            None => hyper::Response::builder()
+                .header("content-type", "text/plain; version=0.0.4")
+                .body(Full::new(Bytes::from((env.metrics)())))
+                .expect("static response parts"),
+        },
         (&Method::POST, p) if p.starts_with("/v1/") => call(req, &p[4..], env, id, peer).await,
         (_, p) if crate::http_pages::page_service(ctx, p).is_some() => {
             let sid = crate::http_pages::page_service(ctx, p).expect("checked");

@@ -281,14 +281,10 @@ async fn open_connection(
             serve_connection(Reader::Plain(rd), wr, peer, slot, env, shutdown).await
         }
         Some(tls) => {
-            let accepted = tokio::time::timeout(env.limits.read_timeout, tls.accept(stream));
-            match accepted.await {
-                Ok(Ok(s)) => {
-                    let (rd, wr) = tokio::io::split(s);
-                    serve_connection(Reader::Tls(rd), wr, peer, slot, env, shutdown).await
-                }
-                Ok(Err(_)) => env.ctx.metrics.refused_connection("tls_handshake"),
-                Err(_) => env.ctx.metrics.timed_out_connection("tls_handshake"),
+            let timeout = env.limits.read_timeout;
+            if let Some(s) = crate::tls::handshake(tls, stream, timeout, &env.ctx.metrics).await {
+                let (rd, wr) = tokio::io::split(s);
+                serve_connection(Reader::Tls(rd), wr, peer, slot, env, shutdown).await
             }
         }
     }

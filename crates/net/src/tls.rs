@@ -43,6 +43,27 @@ pub fn acceptors(cert: &Path, key: &Path) -> Result<Acceptors> {
     })
 }
 
+/// The server side of a handshake on an accepted connection, within `timeout`; a failed or
+/// timed-out one is counted and gives None (the connection is dropped).
+pub(crate) async fn handshake(
+    tls: &TlsAcceptor,
+    stream: tokio::net::TcpStream,
+    timeout: std::time::Duration,
+    metrics: &cohort_engine::Metrics,
+) -> Option<tokio_rustls::server::TlsStream<tokio::net::TcpStream>> {
+    match tokio::time::timeout(timeout, tls.accept(stream)).await {
+        Ok(Ok(s)) => Some(s),
+        Ok(Err(_)) => {
+            metrics.refused_connection("tls_handshake");
+            None
+        }
+        Err(_) => {
+            metrics.timed_out_connection("tls_handshake");
+            None
+        }
+    }
+}
+
 /// Whether the files make a working TLS server configuration (`--check-config`).
 pub fn check_tls(cert: &Path, key: &Path) -> Result<()> {
     acceptors(cert, key).map(|_| ())
