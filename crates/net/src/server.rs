@@ -42,6 +42,9 @@ pub struct NetConfig {
     pub io_spin: Duration,
     /// How UDP io threads drive their sockets.
     pub udp_io: UdpIo,
+    /// Answers of one send batch to one address leave as one UDP GSO train (recvmmsg path;
+    /// off where the kernel lacks it, said once in the log).
+    pub udp_gso: bool,
     /// Bounds on TCP/HTTP connections and the bytes they hold, and their timeouts.
     pub limits: Limits,
     /// Per-client quotas (requests in flight, per second), per source address.
@@ -80,6 +83,7 @@ impl Default for NetConfig {
             default_timeout: Duration::from_secs(1),
             io_spin: Duration::ZERO,
             udp_io: UdpIo::Recvmmsg,
+            udp_gso: true,
             limits: Limits::default(),
             client_quota: ClientQuota::default(),
             max_timeout: Duration::from_secs(60),
@@ -284,6 +288,7 @@ impl Server {
                     service_max_timeout: cfg.service_max_timeout.clone(),
                     spin: cfg.io_spin,
                     uring,
+                    gso: cfg.udp_gso,
                 };
                 udp_threads.push(spawn_udp(s, ctx.clone(), ends, udp_stop.clone(), tc, i)?);
             }

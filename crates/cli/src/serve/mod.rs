@@ -150,8 +150,9 @@ pub struct ServeArgs {
     /// steals it from the thread that would produce the work).
     #[arg(long)]
     pub worker_spin_us: Option<u64>,
-    /// Requests queued per service (its request rings together) before new ones get
-    /// OVERLOADED.
+    /// Requests a service holds at once (waiting in its rings or device slots, or running),
+    /// counted across every io thread: one more gets OVERLOADED (HTTP 503). Per service:
+    /// `NAME.max_queue`.
     #[arg(long, default_value_t = 16_384)]
     pub max_queue: usize,
     /// Deadline for requests that carry none (their header says 0).
@@ -208,6 +209,12 @@ pub struct ServeArgs {
     /// refuses io_uring, the server says so in one log line and uses recvmmsg.
     #[arg(long, value_enum, default_value = "recvmmsg")]
     pub udp_io: UdpIoArg,
+    /// UDP generic segmentation offload on the recvmmsg path: the answers of one send batch
+    /// that go to the same address leave as one datagram train (one pass through the kernel's
+    /// send path, cut into datagrams at the end). on|off. Where the kernel lacks it, the
+    /// server says so once and sends datagram by datagram.
+    #[arg(long, value_parser = parse_on_off, default_value = "on")]
+    pub udp_gso: bool,
     /// Ask the kernel's fair scheduler for this time slice (microseconds, 100 to 100000) for
     /// every server thread: a shorter slice lets a waking io thread preempt a CPU-bound
     /// neighbour on its core sooner (Linux 6.12+, no privilege needed; older kernels ignore
@@ -269,6 +276,7 @@ impl ServeArgs {
             max_deadline_ms: 60_000,
             io_spin_us: None,
             udp_io: UdpIoArg::Recvmmsg,
+            udp_gso: true,
             sched_slice_us: None,
         }
     }
@@ -352,6 +360,7 @@ impl ServeArgs {
                 UdpIoArg::Recvmmsg => cohort_net::UdpIo::Recvmmsg,
                 UdpIoArg::Uring => cohort_net::UdpIo::Uring,
             },
+            udp_gso: self.udp_gso,
             ..NetConfig::default()
         })
     }
@@ -360,6 +369,15 @@ impl ServeArgs {
 /// Descriptors kept for the server's own files (index, rings, eventfds, GPU driver) when
 /// `--max-connections` is derived from the descriptor limit.
 const FDS_KEPT: usize = 256;
+
+/// `on` / `off` (also true/false, 1/0) for a switch that defaults on.
+fn parse_on_off(s: &str) -> Result<bool, String> {
+    match s {
+        "on" | "true" | "1" => Ok(true),
+        "off" | "false" | "0" => Ok(false),
+        _ => Err(format!("{s:?}: expected on or off")),
+    }
+}
 
 /// HOST:PORT -> the first address it resolves to.
 fn resolve(what: &str, a: &Option<String>) -> Result<Option<SocketAddr>> {

@@ -114,6 +114,25 @@ impl MsgBatch {
         &self.hdrs[i].msg_hdr
     }
 
+    /// Filled send slot `i`: its length and its destination's bytes.
+    pub fn slot(&self, i: usize) -> (usize, &[u8]) {
+        let (addr, len) = self.address(i);
+        // SAFETY: `len` bytes of the storage were written by push (len <= its size).
+        let bytes =
+            unsafe { std::slice::from_raw_parts(addr as *const _ as *const u8, len as usize) };
+        (self.iovs[i].iov_len, bytes)
+    }
+
+    /// Filled send slot `i`'s data as an iovec (valid while the batch lives).
+    pub fn iovec(&self, i: usize) -> libc::iovec {
+        self.iovs[i]
+    }
+
+    /// Filled send slot `i`'s destination.
+    pub fn address(&self, i: usize) -> (&libc::sockaddr_storage, libc::socklen_t) {
+        (&self.addrs[i], self.hdrs[i].msg_hdr.msg_namelen)
+    }
+
     /// Forgets the filled slots (their datagrams were sent another way).
     pub fn clear(&mut self) {
         self.len = 0;
@@ -162,7 +181,7 @@ impl MsgBatch {
     }
 }
 
-fn wait_writable(fd: RawFd, timeout_ms: i32) {
+pub(super) fn wait_writable(fd: RawFd, timeout_ms: i32) {
     let mut p = libc::pollfd {
         fd,
         events: libc::POLLOUT,

@@ -9,6 +9,7 @@
 //! thread's own: no lock.
 
 use super::batch::MsgBatch;
+use super::gso::{self, Coalescer};
 use super::uring::{BufPool, Received, UringIo};
 use crate::context::Context;
 use crate::doorbell::Doorbell;
@@ -76,6 +77,8 @@ pub(crate) struct UdpThreadConfig {
     pub spin: Duration,
     /// Drive the socket through io_uring (the server checked that the kernel gives it).
     pub uring: bool,
+    /// Coalesce answers to one address into UDP GSO trains (recvmmsg path; `gso.rs`).
+    pub gso: bool,
 }
 
 pub(crate) fn spawn_udp(
@@ -97,6 +100,16 @@ pub(crate) fn spawn_udp(
             }
             let fd = socket.as_raw_fd();
             let datagram = HEADER_LEN + ctx.max_payload;
+            let batched = || {
+                let gso = cfg.gso && gso::supported(fd);
+                if cfg.gso && !gso {
+                    tracing::warn!(thread = index, "the kernel has no UDP GSO: answers are sent one datagram each");
+                }
+                SocketPath::Batched {
+                    rx: MsgBatch::new(BATCH, datagram),
+                    gso: Box::new(Coalescer::new(BATCH, gso)),
+                }
+            };
             let path = if cfg.uring {
                 match UringIo::new(fd, bell.raw_fd(), datagram) {
                     Ok((io, pool)) => SocketPath::Uring {
@@ -106,11 +119,11 @@ pub(crate) fn spawn_udp(
                     },
                     Err(e) => {
                         tracing::warn!(thread = index, error = %e, "io_uring refused: this UDP io thread uses recvmmsg");
-                        SocketPath::Batched(MsgBatch::new(BATCH, datagram))
+                        batched()
                     }
                 }
             } else {
-                SocketPath::Batched(MsgBatch::new(BATCH, datagram))
+                batched()
             };
             ctx.metrics.udp_io_thread(path.label());
             let mut io = IoThread {
@@ -136,8 +149,8 @@ pub(crate) fn spawn_udp(
 
 /// How the io thread reads its socket and sends its answers.
 enum SocketPath {
-    /// recvmmsg into this batch, sendmmsg, poll() to sleep.
-    Batched(MsgBatch),
+    /// recvmmsg into `rx`, sendmmsg (answers to one address as GSO trains), poll() to sleep.
+    Batched { rx: MsgBatch, gso: Box<Coalescer> },
     /// io_uring: a multishot receive into `pool`'s buffers; `taken` holds the datagrams of
     /// the batch being admitted. (`io` is declared first: it ends the receive before the
     /// pool's buffers are freed.)
@@ -151,14 +164,14 @@ enum SocketPath {
 impl SocketPath {
     fn label(&self) -> &'static str {
         match self {
-            SocketPath::Batched(_) => "recvmmsg",
+            SocketPath::Batched { .. } => "recvmmsg",
             SocketPath::Uring { .. } => "io_uring",
         }
     }
 
     fn sender(&mut self, fd: RawFd) -> Sender<'_> {
         match self {
-            SocketPath::Batched(_) => Sender::Syscall(fd),
+            SocketPath::Batched { gso, .. } => Sender::Syscall(fd, gso),
             SocketPath::Uring { io, .. } => Sender::Uring(io),
         }
     }
@@ -166,7 +179,7 @@ impl SocketPath {
 
 /// Where a full send batch goes.
 enum Sender<'a> {
-    Syscall(RawFd),
+    Syscall(RawFd, &'a mut Coalescer),
     Uring(&'a mut UringIo),
 }
 
@@ -284,7 +297,7 @@ impl IoThread {
         let shutting_down = self.ctx.is_shutting_down();
         let (ingress, tx, ctx, fd) = (&mut self.ingress, &mut self.tx_batch, &*self.ctx, self.fd);
         let n = match &mut self.path {
-            SocketPath::Batched(rx) => {
+            SocketPath::Batched { rx, gso } => {
                 let n = match rx.recv(fd) {
                     Ok(n) => n,
                     Err(e) => {
@@ -292,7 +305,7 @@ impl IoThread {
                         return 0;
                     }
                 };
-                let mut out = Sender::Syscall(fd);
+                let mut out = Sender::Syscall(fd, gso);
                 for i in 0..n {
                     let (bytes, addr, addr_len) = rx.received(i);
                     let client = Client::of(bytes, *addr, addr_len);
@@ -450,7 +463,14 @@ fn flush(tx: &mut MsgBatch, out: &mut Sender<'_>, m: &Metrics) {
         return;
     }
     let refused = match out {
-        Sender::Syscall(fd) => tx.send_all(*fd),
+        Sender::Syscall(fd, gso) => {
+            let (refused, coalesced) = gso.send(tx, *fd);
+            if coalesced > 0 {
+                // A share of "tx": the datagrams that left in GSO trains.
+                m.datagrams("tx_coalesced", coalesced as u64);
+            }
+            refused
+        }
         Sender::Uring(io) => io.send(tx),
     };
     m.datagrams("tx", (n - refused) as u64);

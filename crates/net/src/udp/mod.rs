@@ -3,6 +3,7 @@
 //! in-flight table holds each request's client address).
 
 mod batch;
+mod gso;
 mod io_thread;
 mod uring;
 
