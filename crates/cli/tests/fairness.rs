@@ -153,3 +153,53 @@ fn a_deadline_longer_than_the_servers_or_the_services_maximum_is_cut_to_it() {
         assert!(t.elapsed() < Duration::from_secs(2));
     }
 }
+
+/// `--max-queue N` is exact: N + k requests sent at once to a one-worker service over two
+/// io threads (each with its own rings, where ring sizes round up) get N answers and exactly
+/// k OVERLOADED; the same bound then holds per service (`NAME.max_queue`).
+#[test]
+fn max_queue_admits_exactly_that_many_requests() {
+    for (flags, n) in [
+        (&["--max-queue", "3"][..], 3usize),
+        (&["--service-opt", "spin.max_queue=5"][..], 5),
+    ] {
+        let s = Served::start(
+            &[
+                &["--service", "spin", "--workers", "1", "--io-threads", "2"][..],
+                flags,
+            ]
+            .concat(),
+        );
+        let k = 4;
+        // Two connections (either shard), then UDP: N + k requests of 100 ms in all.
+        let tcp = s.tcp.unwrap();
+        let mut a = connect_from("127.0.0.5", tcp);
+        let mut b = connect_from("127.0.0.6", tcp);
+        let split = (n + k) / 2;
+        let frames = |ids: std::ops::Range<usize>| -> Vec<u8> {
+            ids.flat_map(|i| spin_frame(i as u64, 100_000, 5_000_000))
+                .collect()
+        };
+        a.write_all(&frames(0..split)).unwrap();
+        b.write_all(&frames(split..n + k - 1)).unwrap();
+        let u = UdpSocket::bind("127.0.0.7:0").unwrap();
+        u.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+        std::thread::sleep(Duration::from_millis(10));
+        u.send_to(&spin_frame(99, 100_000, 5_000_000), s.udp.unwrap())
+            .unwrap();
+        let mut all = read_answers(&mut a, split);
+        all.extend(read_answers(&mut b, n + k - 1 - split));
+        let mut d = [0u8; 512];
+        let got = u.recv(&mut d).unwrap();
+        let f = Frame::decode_datagram(&d[..got], MAX_PAYLOAD).unwrap();
+        let code =
+            (f.header.kind == Kind::Error).then(|| ErrorPayload::decode(f.payload).unwrap().code);
+        all.push((f.header.request_id, f.header.kind, code));
+        let ok = all.iter().filter(|a| a.1 == Kind::Response).count();
+        let overloaded = all
+            .iter()
+            .filter(|a| a.2 == Some(ErrorCode::Overloaded))
+            .count();
+        assert_eq!((ok, overloaded), (n, k), "{flags:?}: {all:?}");
+    }
+}

@@ -37,6 +37,39 @@ pub struct EngineSpec {
     /// reach it before its deadline is refused OVERLOADED at once (503 + Retry-After on
     /// HTTP) instead of waiting in the queue to time out.
     pub admit_by_deadline: bool,
+    /// At most this many requests in the engine at once (sent by any ingress and not yet
+    /// answered: waiting in a ring, in a device slot or running); past it, OVERLOADED. None:
+    /// only the rings bound it (a batching lane empties its rings into device slots, so they
+    /// do not bound what it holds).
+    pub max_queued: Option<usize>,
+}
+
+/// An engine's requests in flight across all its ingresses, against `--max-queue`. Each
+/// ingress adds what it sends and subtracts what it gets answered, so the count is exact
+/// whatever the number of rings.
+#[derive(Debug)]
+struct Queued {
+    count: std::sync::atomic::AtomicUsize,
+    limit: usize,
+}
+
+impl Queued {
+    /// Takes a place, or None when `limit` are taken.
+    fn take(&self) -> Option<()> {
+        let before = self.count.fetch_add(1, Ordering::AcqRel);
+        if before >= self.limit {
+            self.count.fetch_sub(1, Ordering::AcqRel);
+            return None;
+        }
+        Some(())
+    }
+
+    fn give_back(&self, n: usize) {
+        if n > 0 {
+            let before = self.count.fetch_sub(n, Ordering::AcqRel);
+            debug_assert!(before >= n, "more places given back than taken");
+        }
+    }
 }
 
 /// Slots per ring so that all of an engine's request rings together hold about `max_queue`.
@@ -104,6 +137,13 @@ pub fn wire_in(ingresses: usize, engines: &[EngineSpec], memory: RequestMemory<'
             routes.push((s, e as u16));
         }
         let name: Arc<str> = spec.name.as_str().into();
+        let queued = spec.max_queued.map(|limit| {
+            assert!(limit >= 1, "engine {} admits nothing", spec.name);
+            Arc::new(Queued {
+                count: 0.into(),
+                limit,
+            })
+        });
         let layout = Layout::with_stride(spec.slots, DEFAULT_STRIDE);
         let publish = (spec.slots / 8).clamp(1, 32);
         let mut txs: Vec<Vec<LaneTx>> = (0..ingresses).map(|_| Vec::new()).collect();
@@ -160,6 +200,7 @@ pub fn wire_in(ingresses: usize, engines: &[EngineSpec], memory: RequestMemory<'
                 lanes,
                 next: i,
                 waits: Vec::new(),
+                queued: queued.clone(),
             });
         }
         lanes_out.push(lanes);
@@ -206,6 +247,8 @@ struct EngineTx {
     next: usize,
     /// Hybrid dispatch's per-lane waits, reused (no allocation per request).
     waits: Vec<Option<f64>>,
+    /// The engine's bound on requests in flight, shared by every ingress.
+    queued: Option<Arc<Queued>>,
 }
 
 /// Why ingress could not hand a request to an engine.
@@ -282,6 +325,20 @@ impl IngressEnds {
     /// dispatch policy) and wakes that lane. Never blocks.
     pub fn send(&mut self, env: Envelope, payload: &[u8]) -> Result<LaneRef, Refusal> {
         let e = self.engine_of(env.service).ok_or(Refusal::UnknownService)?;
+        let queued = self.engines[e as usize].queued.clone();
+        let Some(q) = queued else {
+            return self.send_to_lane(e, env, payload);
+        };
+        q.take().ok_or(Refusal::Overloaded)?;
+        let sent = self.send_to_lane(e, env, payload);
+        if sent.is_err() {
+            q.give_back(1);
+        }
+        sent
+    }
+
+    /// `send` once the engine has room: the dispatch policy picks a lane with room in its ring.
+    fn send_to_lane(&mut self, e: u16, env: Envelope, payload: &[u8]) -> Result<LaneRef, Refusal> {
         let eng = &mut self.engines[e as usize];
         let n = eng.lanes.len();
         let live = |l: &LaneTx| !l.health.dead.load(Ordering::Relaxed);
@@ -392,6 +449,13 @@ impl IngressEnds {
                 let lane = self.answers[i].0;
                 let eng = &mut self.engines[lane.engine as usize];
                 let tx = &mut eng.lanes[lane.lane as usize];
+                // An answer the lane owed (not a late one from before a restart, which was
+                // given back when the lane was reaped) frees its place in the engine.
+                if tx.outstanding > 0 {
+                    if let Some(q) = &eng.queued {
+                        q.give_back(1);
+                    }
+                }
                 tx.outstanding = tx.outstanding.saturating_sub(1);
                 tx.answered += 1;
                 if let Some(arrived) = arrived {
@@ -432,16 +496,24 @@ impl IngressEnds {
                     engine: e as u16,
                     lane: l as u16,
                 };
+                // What the lane owed is answered by the caller from here on (its places in
+                // the engine are given back now; answers that still come are not counted).
+                let owed_answered_by_caller = |lane: &mut LaneTx| {
+                    if let Some(q) = &eng.queued {
+                        q.give_back(lane.outstanding);
+                    }
+                    lane.outstanding = 0;
+                };
                 if !lane.dead_seen && lane.health.dead.load(Ordering::Acquire) {
                     lane.dead_seen = true;
+                    owed_answered_by_caller(lane);
                     out.push((id, true));
                     continue;
                 }
                 let r = lane.health.restarts.load(Ordering::Acquire);
                 if r != lane.restarts_seen {
                     lane.restarts_seen = r;
-                    // What the lane owed is answered by the caller; late answers are stale.
-                    lane.outstanding = 0;
+                    owed_answered_by_caller(lane);
                     out.push((id, false));
                 }
             }

@@ -30,6 +30,7 @@ fn rig(budget_us: u32) -> Rig {
         services: vec![SERVICE],
         slots: 4096,
         admit_by_deadline: false,
+        max_queued: None,
     };
     let mut w = wire(1, &[spec]);
     let mut lanes = std::mem::take(&mut w.engines[0]);

@@ -119,6 +119,7 @@ fn serve_paced(
         slots: RING_SLOTS,
         // Every request must reach the device: the selftest compares each answer.
         admit_by_deadline: false,
+        max_queued: None,
     };
     // The persistent engine's request ring is mapped memory the GPU polls.
     let mut mapped: Option<MappedMemory> = match &engine {

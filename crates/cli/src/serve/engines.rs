@@ -153,6 +153,8 @@ pub fn start_engines(a: &ServeArgs, ingresses: usize) -> Result<EngineSide> {
             // once what would wait past its deadline (cpu workers keep the queue-and-timeout
             // behaviour their tests and clients rely on).
             admit_by_deadline: matches!(p.engine, EngineKind::GpuCohort | EngineKind::GpuDirect),
+            // --max-queue is exact: the rings are sized near it, the count bounds it.
+            max_queued: Some(p.max_queue),
         })
         .collect();
     let labels: HashMap<u16, ServiceLabel> = all

@@ -134,6 +134,7 @@ pub fn spec(engine: &str, lanes: usize, slots: usize) -> EngineSpec {
         services: vec![SERVICE],
         slots,
         admit_by_deadline: false,
+        max_queued: None,
     }
 }
 
