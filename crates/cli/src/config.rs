@@ -20,9 +20,17 @@
 use anyhow::{bail, Context, Result};
 use std::ffi::OsString;
 
+/// A serve flag as the loader needs it: its long name (without `--`) and whether it is a bare
+/// switch (TOML true = given, false = not given) rather than a flag that takes a value (a TOML
+/// boolean then becomes its value: `udp_gso = false` is `--udp-gso false`).
+pub struct Flag {
+    pub name: String,
+    pub switch: bool,
+}
+
 /// Expands `serve --config FILE` into the flags the file sets; other argument lists are
-/// returned unchanged. `known` lists the serve command's long flag names (without `--`).
-pub fn expand(args: Vec<OsString>, known: &[String]) -> Result<Vec<OsString>> {
+/// returned unchanged. `known` lists the serve command's long flags.
+pub fn expand(args: Vec<OsString>, known: &[Flag]) -> Result<Vec<OsString>> {
     let Some(serve_at) = args.iter().position(|a| a == "serve") else {
         return Ok(args);
     };
@@ -83,7 +91,7 @@ fn scalar(key: &str, v: &toml::Value) -> Result<String> {
 
 /// TOML table -> `--flag value` list; a key that is no serve flag is an error naming the file's
 /// key (not a flag).
-pub fn flags_from_toml(text: &str, known: &[String]) -> Result<Vec<String>> {
+pub fn flags_from_toml(text: &str, known: &[Flag]) -> Result<Vec<String>> {
     let table: toml::Table = text.parse().context("invalid TOML")?;
     let mut out = Vec::new();
     for (key, value) in table {
@@ -106,15 +114,18 @@ pub fn flags_from_toml(text: &str, known: &[String]) -> Result<Vec<String>> {
             continue;
         }
         let name = key.replace('_', "-");
-        if !known.contains(&name) || name == "service-opt" {
+        let Some(known) = known
+            .iter()
+            .find(|f| f.name == name && name != "service-opt")
+        else {
             bail!(
                 "unknown key {key:?} (keys are the serve flags without \"--\", e.g. io_threads, and [services.NAME] tables)"
             );
-        }
+        };
         let flag = format!("--{name}");
         match &value {
-            toml::Value::Boolean(true) => out.push(flag),
-            toml::Value::Boolean(false) => {}
+            toml::Value::Boolean(true) if known.switch => out.push(flag),
+            toml::Value::Boolean(false) if known.switch => {}
             v => {
                 out.push(flag);
                 out.push(scalar(&key, v)?);
@@ -128,17 +139,27 @@ pub fn flags_from_toml(text: &str, known: &[String]) -> Result<Vec<String>> {
 mod tests {
     use super::*;
 
-    fn known() -> Vec<String> {
-        ["service", "io-threads", "cpus", "verbose", "service-opt"]
-            .iter()
-            .map(|s| s.to_string())
-            .collect()
+    fn known() -> Vec<Flag> {
+        [
+            "service",
+            "io-threads",
+            "cpus",
+            "verbose",
+            "service-opt",
+            "udp-gso",
+        ]
+        .iter()
+        .map(|s| Flag {
+            name: s.to_string(),
+            switch: *s == "verbose",
+        })
+        .collect()
     }
 
     #[test]
     fn toml_becomes_flags() {
         let f = flags_from_toml(
-            "service = \"echo\"\nio_threads = 2\ncpus = [0, 1]\nverbose = false\n[services.knn]\nmax_cohort = 512\ngpus = [0, 1]\n",
+            "service = \"echo\"\nio_threads = 2\ncpus = [0, 1]\nverbose = false\nudp_gso = false\n[services.knn]\nmax_cohort = 512\ngpus = [0, 1]\n",
             &known(),
         )
         .unwrap();
@@ -154,7 +175,9 @@ mod tests {
                 "--service-opt",
                 "knn.gpus=0,1",
                 "--service-opt",
-                "knn.max_cohort=512"
+                "knn.max_cohort=512",
+                "--udp-gso",
+                "false"
             ]
         );
         assert!(flags_from_toml("x = {a = 1}", &known()).is_err());

@@ -30,7 +30,7 @@ struct Cli {
 #[derive(Subcommand)]
 enum Cmd {
     /// Run a server until SIGINT/SIGTERM.
-    Serve(serve::ServeArgs),
+    Serve(Box<serve::ServeArgs>),
     /// Drive load at a server and report throughput, latency and errors.
     Load(load_cmd::LoadArgs),
     /// Start a server on loopback, sweep load at it, print a table.
@@ -64,13 +64,18 @@ enum Cmd {
 }
 
 /// The serve command's long flag names: the keys a config file may use.
-fn serve_flags() -> Vec<String> {
+fn serve_flags() -> Vec<config::Flag> {
     use clap::CommandFactory;
     Cli::command()
         .find_subcommand("serve")
         .map(|c| {
             c.get_arguments()
-                .filter_map(|a| a.get_long().map(str::to_string))
+                .filter_map(|a| {
+                    Some(config::Flag {
+                        name: a.get_long()?.to_string(),
+                        switch: matches!(a.get_action(), clap::ArgAction::SetTrue),
+                    })
+                })
                 .collect()
         })
         .unwrap_or_default()
@@ -121,7 +126,7 @@ fn main() {
         .with_ansi(std::io::stderr().is_terminal())
         .init();
     let result = match cli.cmd {
-        Cmd::Serve(a) => serve::run(a, matches.subcommand_matches("serve")),
+        Cmd::Serve(a) => serve::run(*a, matches.subcommand_matches("serve")),
         Cmd::Load(a) => load_cmd::run(a),
         Cmd::Demo(a) => demo::run(a),
         Cmd::Data(c) => data_cmd::run(c),

@@ -1,8 +1,9 @@
 //! Per-client quotas from outside: one client (its own loopback address) floods the spin
 //! service with long requests while another sends short ones. Without quotas the second waits
 //! behind the flood; with `--client-max-inflight` it is served as if alone and the flood gets
-//! OVERLOADED (HTTP 429, the same quota over UDP). `--max-deadline-ms` cuts a deadline a client
-//! asks for.
+//! OVERLOADED (HTTP 429, the same quota over UDP). Fair queueing inside the service (on by
+//! default) serves the second client ahead of the flood without refusing the flood.
+//! `--max-deadline-ms` cuts a deadline a client asks for; `--max-queue` is exact.
 
 mod common;
 use cohort_proto::{encode_frame, ErrorCode, ErrorPayload, Frame, Header, Kind, MAX_PAYLOAD};
@@ -79,9 +80,31 @@ fn flood_and_probe(s: &Served) -> (Duration, usize, usize) {
     (slowest, ok, overloaded)
 }
 
+/// Fair queueing alone (the default, no quotas): the flood is all admitted, yet the other
+/// client's requests run next instead of after it; with `--fair-queue off` they wait behind
+/// the whole flood (arrival order).
+#[test]
+fn fair_queueing_serves_a_light_client_ahead_of_a_flood_without_refusing_it() {
+    let base = ["--service", "spin", "--workers", "2"];
+    let arrival_order = Served::start(&[&base[..], &["--fair-queue", "off"]].concat());
+    let (slowest_fifo, ok, _) = flood_and_probe(&arrival_order);
+    drop(arrival_order);
+    assert_eq!(ok, 60);
+    let fair = Served::start(&base);
+    let (slowest_fair, ok, _) = flood_and_probe(&fair);
+    eprintln!("victim's slowest: {slowest_fifo:?} in arrival order, {slowest_fair:?} fair");
+    assert_eq!(ok, 60, "fair queueing refuses nothing");
+    assert!(
+        slowest_fifo > Duration::from_millis(150),
+        "{slowest_fifo:?}"
+    );
+    assert!(slowest_fair < Duration::from_millis(60), "{slowest_fair:?}");
+}
+
 #[test]
 fn a_flooding_client_is_held_to_its_quota_and_another_is_served_as_if_alone() {
-    let base = ["--service", "spin", "--workers", "2"];
+    // Arrival order inside the service (no fair queueing): the quota alone isolates.
+    let base = ["--service", "spin", "--workers", "2", "--fair-queue", "off"];
     // Without quotas the victim waits behind the flood (60 x 20 ms over 2 workers).
     let unfair = Served::start(&base);
     let (slowest_unfair, ok, _) = flood_and_probe(&unfair);

@@ -53,7 +53,24 @@ pub const INLINE_LANE: LaneRef = LaneRef {
 /// What an answer is, as the ingress hands it on.
 pub type Answer<'a> = Result<&'a [u8], ErrorPayload>;
 
-impl<T> Ingress<T> {
+/// Who asked, as the ingress's in-flight table keeps it: the client's fairness class goes
+/// with each request to the engine (the cpu engine's fair queue, `fair.rs`).
+pub trait Requester {
+    /// A hash of the client's identity (API key, else source address), 0 where none is
+    /// known; clients that share a class share a fair queue.
+    fn fairness_class(&self) -> u16 {
+        0
+    }
+}
+
+/// Callers that name requests by a number or a time (benchmarks, tests, the selftest): one
+/// client.
+impl Requester for u64 {}
+impl Requester for u32 {}
+impl Requester for usize {}
+impl Requester for Instant {}
+
+impl<T: Requester> Ingress<T> {
     pub fn new(
         ends: IngressEnds,
         capacity: usize,
@@ -170,11 +187,13 @@ impl<T> Ingress<T> {
                 .answered(service, e.code.label(), Duration::ZERO);
             return Err((who, e));
         }
+        let class = who.fairness_class();
         let token = self.table.insert(who, meta).expect("room checked");
         let env = Envelope {
             token,
             service,
-            status: 0,
+            // A request's status is its client's class (answers put their code there).
+            status: class,
             request_id,
             deadline: now.saturating_add(timeout.as_nanos() as u64),
             arrived: now,

@@ -1,8 +1,10 @@
 //! Replies on the TCP/HTTP side: an answer as an owned value handed to a connection's writer
 //! or a waiting HTTP handler.
 
+use crate::ingress::Requester;
 use bytes::Bytes;
 use cohort_proto::ErrorPayload;
+use std::sync::Arc;
 
 use crate::Answer;
 
@@ -43,5 +45,16 @@ pub trait ReplyPort: Send + Sync {
     /// the answer as it is (a page) overrides this to keep the buffer instead of a copy.
     fn deliver_shared(&self, request_id: u64, service: u16, body: &Bytes) {
         self.deliver_answer(request_id, service, Ok(body));
+    }
+
+    /// The asking client's fairness class (`Requester`); 0: not known.
+    fn fairness_class(&self) -> u16 {
+        0
+    }
+}
+
+impl Requester for Arc<dyn ReplyPort> {
+    fn fairness_class(&self) -> u16 {
+        ReplyPort::fairness_class(&**self)
     }
 }

@@ -594,6 +594,20 @@ impl RequestRings {
         None
     }
 
+    /// `poll`, but the request is released only if `f` returns Some (else it stays first in
+    /// its ring and polling stops).
+    pub fn poll_if<R>(&mut self, f: impl FnOnce(usize, Message<'_>) -> Option<R>) -> Option<R> {
+        let n = self.rings.len();
+        for k in 0..n {
+            let i = (self.next + k) % n;
+            if self.rings[i].is_ready() {
+                self.next = i + 1;
+                return self.rings[i].try_recv_if(|m| f(i, m));
+            }
+        }
+        None
+    }
+
     pub fn any_ready(&self) -> bool {
         self.rings.iter().any(|c| c.is_ready())
     }

@@ -16,6 +16,7 @@ fn cpu(workers: usize, ring_slots: usize) -> (CpuEngine, Client) {
     let cfg = CpuEngineConfig {
         cpus: vec![],
         spin: Duration::from_micros(20),
+        fair: true,
     };
     let eng = CpuEngine::start(&cfg, w.engines.pop().unwrap(), reg, m.clone()).unwrap();
     let client = Client::new(w.ingresses.pop().unwrap(), &m);
@@ -103,10 +104,15 @@ fn a_full_service_refuses_only_itself() {
     reg.add(Arc::new(Other)).unwrap();
     let mut other = spec("cpu", 1, 64);
     other.services = vec![10];
-    let mut w = wire(1, &[spec("cpu", 1, 64), other]);
+    // The blocked service holds at most 64 (as `--max-queue` bounds a served one: its
+    // worker takes requests out of the ring into its fair queue, so the ring alone does not).
+    let mut blocked = spec("cpu", 1, 64);
+    blocked.max_queued = Some(64);
+    let mut w = wire(1, &[blocked, other]);
     let cfg = CpuEngineConfig {
         cpus: vec![],
         spin: Duration::ZERO,
+        fair: true,
     };
     let e2 = CpuEngine::start(&cfg, w.engines.pop().unwrap(), reg.clone(), m.clone()).unwrap();
     let e1 = CpuEngine::start(&cfg, w.engines.pop().unwrap(), reg, m.clone()).unwrap();

@@ -56,6 +56,7 @@ fn rig(budget_us: u32) -> Rig {
         &CpuEngineConfig {
             cpus: vec![],
             spin: Duration::from_micros(50),
+            fair: true,
         },
         cpu_lanes,
         reg,

@@ -23,7 +23,9 @@ pub enum SendError {
 pub struct Envelope {
     pub token: u32,
     pub service: u16,
-    /// 0 = ok, else a wire error code (answers).
+    /// Answers: 0 = ok, else a wire error code. Requests: the client's fairness class (the
+    /// ingress's hash of its key or address; 0 = unknown), which the cpu engine's fair queue
+    /// reads.
     pub status: u16,
     pub request_id: u64,
     /// Nanoseconds on the server's monotonic clock; 0 = none.

@@ -228,20 +228,30 @@ pub(crate) type Reply = Result<Bytes, ErrorPayload>;
 pub(crate) struct OneShot {
     tx: Mutex<Option<oneshot::Sender<Reply>>>,
     json: Option<Arc<dyn Service>>,
+    /// The asking client's fairness class (`Quotas::class_of`).
+    class: u16,
 }
 
 impl OneShot {
-    pub(crate) fn new(json: Option<Arc<dyn Service>>) -> (Arc<OneShot>, oneshot::Receiver<Reply>) {
+    pub(crate) fn new(
+        json: Option<Arc<dyn Service>>,
+        class: u16,
+    ) -> (Arc<OneShot>, oneshot::Receiver<Reply>) {
         let (tx, rx) = oneshot::channel();
         let port = OneShot {
             tx: Mutex::new(Some(tx)),
             json,
+            class,
         };
         (Arc::new(port), rx)
     }
 }
 
 impl ReplyPort for OneShot {
+    fn fairness_class(&self) -> u16 {
+        self.class
+    }
+
     fn deliver(&self, r: Response) {
         match r.body {
             ResponseBody::Ok(p) => self.deliver_answer(r.request_id, r.service, Ok(&p)),
@@ -442,7 +452,7 @@ async fn call(
         Ok(t) => t,
         Err(over) => return over_quota(ctx, sid, &over),
     };
-    let (port, rx) = OneShot::new(Some(service));
+    let (port, rx) = OneShot::new(Some(service), ctx.quotas.class_of(Who::of(key, peer)));
     ctx.submit(&env.shard, &header, &payload, port);
     drop(payload);
     match rx.await {

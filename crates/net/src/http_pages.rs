@@ -117,7 +117,8 @@ pub(crate) async fn page(
         Ok(t) => t,
         Err(over) => return crate::http::over_quota(ctx, sid, &over),
     };
-    let (port, rx) = crate::http::OneShot::new(None);
+    let class = ctx.quotas.class_of(crate::quota::Who::of(key, peer));
+    let (port, rx) = crate::http::OneShot::new(None, class);
     ctx.submit(&env.shard, &header, &payload, port);
     match rx.await {
         Ok(Ok(raw)) => parse_response(raw).unwrap_or_else(|| {

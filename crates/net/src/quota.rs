@@ -111,6 +111,17 @@ impl Quotas {
         (std::hash::Hasher::finish(&h) as usize % SLOTS) as Key
     }
 
+    /// `who`'s fairness class for the engines' fair queues (`cohort_engine::Requester`): a
+    /// keyed hash (a client cannot pick addresses that share another's class), never 0 (0 =
+    /// no client known).
+    pub fn class_of(&self, who: Option<Who>) -> u16 {
+        who.map_or(0, |w| {
+            let mut h = self.hasher.build_hasher();
+            w.hash(&mut h);
+            ((std::hash::Hasher::finish(&h) >> 48) as u16).max(1)
+        })
+    }
+
     /// Admits one request of `who`: its slot (give it back when answered), None when quotas
     /// are off, or why not.
     pub fn admit(&self, who: Who) -> Result<Option<Key>, Over> {

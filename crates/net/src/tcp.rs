@@ -144,6 +144,9 @@ struct Conn {
     budget: Arc<Budget>,
     /// Per-client quotas (`crate::quota`): every request in `inflight` holds a place.
     quotas: Arc<Quotas>,
+    /// The fairness class of the request being submitted (its key's or the peer's; set by
+    /// the reader just before it submits, read by the ingress during the submit).
+    class: std::sync::atomic::AtomicU16,
 }
 
 /// Answer bytes between `send_frame` and the socket; the writer says when it reaches zero.
@@ -244,6 +247,10 @@ impl Drop for Conn {
 }
 
 impl ReplyPort for Conn {
+    fn fairness_class(&self) -> u16 {
+        self.class.load(Ordering::Relaxed)
+    }
+
     fn deliver(&self, r: Response) {
         let answer = match &r.body {
             ResponseBody::Ok(p) => Ok(&p[..]),
@@ -320,6 +327,7 @@ async fn serve_connection<W: AsyncWrite + Unpin + Send + 'static>(
         inflight: Mutex::new(HashMap::new()),
         budget: budget.clone(),
         quotas: ctx.quotas.clone(),
+        class: 0.into(),
     });
     let mut buf = BytesMut::with_capacity(64 * 1024);
     let mut closing = false;
@@ -488,6 +496,8 @@ fn admit(
         Ok((payload, key)) => match Who::of(key, peer).map_or(Ok(None), |w| ctx.quotas.admit(w)) {
             Ok(slot) => {
                 conn.admitted(header.request_id, used, slot);
+                let class = ctx.quotas.class_of(Who::of(key, peer));
+                conn.class.store(class, Ordering::Relaxed);
                 ctx.submit(&env.shard, header, payload, conn.clone());
                 return;
             }

@@ -243,6 +243,7 @@ fn start_cpu(
     let cfg = CpuEngineConfig {
         cpus: p.worker_cpus.clone(),
         spin: Duration::from_micros(spin_us),
+        fair: a.fair_queue,
     };
     Ok(Running::Cpu(CpuEngine::start(
         &cfg,

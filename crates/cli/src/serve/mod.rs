@@ -150,6 +150,12 @@ pub struct ServeArgs {
     /// steals it from the thread that would produce the work).
     #[arg(long)]
     pub worker_spin_us: Option<u64>,
+    /// Fair queueing between clients on the cpu engine: each worker runs next the request of
+    /// the client (API key, else source address) that has had the least service time, among
+    /// up to 1024 queued requests, so one client's flood does not delay another's requests.
+    /// on|off (off: arrival order).
+    #[arg(long, value_parser = parse_on_off, default_value = "on", action = clap::ArgAction::Set)]
+    pub fair_queue: bool,
     /// Requests a service holds at once (waiting in its rings or device slots, or running),
     /// counted across every io thread: one more gets OVERLOADED (HTTP 503). Per service:
     /// `NAME.max_queue`.
@@ -213,7 +219,7 @@ pub struct ServeArgs {
     /// that go to the same address leave as one datagram train (one pass through the kernel's
     /// send path, cut into datagrams at the end). on|off. Where the kernel lacks it, the
     /// server says so once and sends datagram by datagram.
-    #[arg(long, value_parser = parse_on_off, default_value = "on")]
+    #[arg(long, value_parser = parse_on_off, default_value = "on", action = clap::ArgAction::Set)]
     pub udp_gso: bool,
     /// Ask the kernel's fair scheduler for this time slice (microseconds, 100 to 100000) for
     /// every server thread: a shorter slice lets a waking io thread preempt a CPU-bound
@@ -277,6 +283,7 @@ impl ServeArgs {
             io_spin_us: None,
             udp_io: UdpIoArg::Recvmmsg,
             udp_gso: true,
+            fair_queue: true,
             sched_slice_us: None,
         }
     }

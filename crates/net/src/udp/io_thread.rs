@@ -35,6 +35,14 @@ pub(crate) struct Client {
     pub request_len: u32,
     /// The quota slot it was admitted under (`crate::quota`), given back with its answer.
     pub quota: Option<Key>,
+    /// Its fairness class (`Quotas::class_of`).
+    pub class: u16,
+}
+
+impl cohort_engine::Requester for Client {
+    fn fairness_class(&self) -> u16 {
+        self.class
+    }
 }
 
 impl Client {
@@ -45,6 +53,7 @@ impl Client {
             addr_len,
             request_len: bytes.len() as u32,
             quota: None,
+            class: 0,
         }
     }
 
@@ -387,7 +396,11 @@ fn admit(
                     Err(over) => Some((h, ctx.over_quota(h.service, &over))),
                     Ok(quota) => ingress
                         .admit(
-                            Client { quota, ..client },
+                            Client {
+                                quota,
+                                class: ctx.quotas.class_of(who),
+                                ..client
+                            },
                             h.service,
                             h.request_id,
                             h.timeout_us,
