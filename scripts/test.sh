@@ -29,6 +29,12 @@ echo "== format and lints"
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --release -- -D warnings
 
+echo "== layering: the load generator builds without the services' backends (no CUDA, no memcached client)"
+if cargo tree -p cohort-load -e normal --prefix none | grep -E "^(cudarc|memcache|cohort-gpu) "; then
+    echo "cohort-load depends on a backend crate"; exit 1
+fi
+cargo clippy -p cohort-services --no-default-features --all-targets --release -- -D warnings
+
 echo "== unit, property and integration tests"
 cargo test --workspace --release
 

@@ -22,9 +22,8 @@ pub const KM_TILE: usize = 64;
 /// The per-pair reduce (and the persistent engine's reducer slots) hold nprobe * k
 /// candidates, 8 bytes each, in shared memory.
 pub const GPU_MAX_CANDIDATES: usize = 6144;
-/// Largest magnitude of a k-NN query element: beyond it a squared distance over MAX_DIM
-/// dimensions could overflow f32 and rank neighbours arbitrarily.
-pub const KNN_MAX_ABS_ELEMENT: f32 = 1e16;
+/// Largest magnitude of a k-NN query element (defined with the k-NN library).
+pub const KNN_MAX_ABS_ELEMENT: f32 = cohort_knn::MAX_ABS_ELEMENT;
 
 /// NUMA calibration kernels: threads per CTA, floats of each array a CTA covers (32 lines of
 /// 128 B: the simulator's CTA), stencil tile rows and grid width (the simulator's

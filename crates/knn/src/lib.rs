@@ -13,6 +13,11 @@ pub mod synth;
 pub mod topk;
 pub mod vecfile;
 
+/// Largest magnitude of a query element: beyond it a squared distance over 1024 dimensions
+/// could overflow f32 and rank neighbours arbitrarily. The one definition: the k-NN service
+/// validates queries against it and the GPU kernels receive it as a `#define`.
+pub const MAX_ABS_ELEMENT: f32 = 1e16;
+
 pub use ivf::{IvfIndex, SearchParams};
 pub use metric::Metric;
 pub use topk::{Neighbor, TopK};

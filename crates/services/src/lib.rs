@@ -4,12 +4,16 @@
 //! them for the server.
 
 pub mod bank;
+#[cfg(feature = "backends")]
 pub mod catalog;
 pub mod echo;
 mod json_str;
 pub mod knn;
+#[cfg(feature = "backends")]
 pub mod micro_gpu;
+#[cfg(feature = "backends")]
 pub mod micro_persistent;
+#[cfg(feature = "backends")]
 pub mod selftest;
 pub mod spin;
 

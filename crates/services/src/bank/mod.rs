@@ -4,17 +4,22 @@
 //! the GPU backend runs per cohort: [`parse`] (one request) -> [`session`] (login creates,
 //! logout removes, the rest must match) -> [`besim`] (the backend records) -> [`page`].
 
+#[cfg(feature = "backends")]
 pub mod backend;
 pub mod besim;
 pub mod client;
+#[cfg(feature = "backends")]
 pub mod cuda;
+#[cfg(feature = "backends")]
 pub mod gpu;
+#[cfg(feature = "backends")]
 pub mod gpu_records;
 pub mod kinds;
 pub mod page;
 pub mod parse;
 pub mod record;
 pub mod session;
+#[cfg(feature = "backends")]
 pub mod store;
 
 use besim::Besim;
@@ -52,6 +57,7 @@ pub enum Backend {
     Computed,
     /// One memcached get per request that reads records (a login's password check and its
     /// page share one).
+    #[cfg(feature = "backends")]
     Memcached(store::Memcached),
 }
 
@@ -76,9 +82,11 @@ impl Bank {
 
     /// The records of `user` (a stored one into `blob`); Unavailable when the backend
     /// cannot give them.
+    #[cfg_attr(not(feature = "backends"), allow(unused_variables, clippy::ptr_arg))]
     fn records<'a>(&self, user: u32, blob: &'a mut Vec<u8>) -> Result<Records<'a>, Refusal> {
         match &self.backend {
             Backend::Computed => Ok(Records::Computed(user)),
+            #[cfg(feature = "backends")]
             Backend::Memcached(m) => match m.get(user) {
                 Ok(v) => {
                     *blob = v;

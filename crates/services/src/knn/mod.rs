@@ -17,7 +17,9 @@
 //! The GPU backend (`gpu.rs`) batches requests by (k, nprobe) and stages vectors straight from
 //! the request message into pinned memory.
 
+#[cfg(feature = "backends")]
 pub mod gpu;
+#[cfg(feature = "backends")]
 pub mod persistent;
 
 use cohort_engine::Service;
@@ -27,9 +29,8 @@ use std::sync::Arc;
 
 pub const MAX_K: usize = 1024;
 const HEAD: usize = 12;
-/// Largest magnitude of a query element: beyond it a squared distance over 1024 dimensions
-/// could overflow f32 and rank neighbours arbitrarily.
-pub const MAX_ABS_ELEMENT: f32 = cohort_gpu::consts::KNN_MAX_ABS_ELEMENT;
+/// Largest magnitude of a query element (`cohort_knn::MAX_ABS_ELEMENT`).
+pub const MAX_ABS_ELEMENT: f32 = cohort_knn::MAX_ABS_ELEMENT;
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct KnnRequest {
