@@ -45,8 +45,6 @@ struct SvcArgs {
     unsigned long long groups;       // block groups, each with its own share of the buffers above
 };
 
-#define KNN_HEAD 12
-
 // The ingress warp only moves requests: k-NN's checks and widening run in the filter blocks
 // (hundreds of them in parallel) - measured: on the one ingress warp they were the largest part
 // of its time per request (scripts/persistent-profile.sh).

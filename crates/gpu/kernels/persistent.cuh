@@ -18,7 +18,8 @@
 // included) and no gpipe can fill: each gpipe holds at least as many tasks as the slots can
 // create. Kernels stop at a task boundary when the host raises the stop flag.
 
-#define P_MAX_RX 64
+// P_MAX_RX (RX rings per runtime) and P_MAX_BATCH (tasks a worker block pops at once) come
+// from crates/gpu/src/persistent/rt.rs with the other P_* constants.
 
 // Every field is 64 bits, so the host mirror (`RtArgs` in crates/gpu/src/persistent/rt.rs)
 // has the same layout with no padding rules to get wrong.
@@ -438,7 +439,6 @@ __device__ void tx_reply(const PRt& rt, unsigned int s, const unsigned char* src
 // ---- the worker loop ------------------------------------------------------------------------
 // Pops up to rt.batch tasks from `pipe` into shared memory for the whole block; returns the
 // count (0 when stopping). Idles with back-off while the pipe is empty.
-#define P_MAX_BATCH 32
 __device__ unsigned int worker_next(const PRt& rt, const PPipe& pipe, uint4* tasks, Backoff& b) {
     __shared__ unsigned int s_n;
     __syncthreads();

@@ -24,6 +24,8 @@ pub const KM_TILE: usize = 64;
 pub const GPU_MAX_CANDIDATES: usize = 6144;
 /// Largest magnitude of a k-NN query element (defined with the k-NN library).
 pub const KNN_MAX_ABS_ELEMENT: f32 = cohort_knn::MAX_ABS_ELEMENT;
+/// Bytes of a k-NN query message before its vector (defined with the k-NN library).
+pub const KNN_HEAD: usize = cohort_knn::QUERY_HEAD;
 
 /// NUMA calibration kernels: threads per CTA, floats of each array a CTA covers (32 lines of
 /// 128 B: the simulator's CTA), stencil tile rows and grid width (the simulator's
@@ -37,7 +39,7 @@ pub const CALIB_ROW_FLOATS: usize = 4096;
 pub fn cuda_prelude() -> String {
     // Plain int literals (kernels mix them with int arithmetic: min(RT, n) must stay int);
     // NO_ID is the one unsigned.
-    let defs: [(&str, usize); 12] = [
+    let defs: [(&str, usize); 13] = [
         ("CALIB_THREADS", CALIB_THREADS),
         ("CALIB_CHUNK_FLOATS", CALIB_CHUNK_FLOATS),
         ("CALIB_TILE_ROWS", CALIB_TILE_ROWS),
@@ -50,6 +52,7 @@ pub fn cuda_prelude() -> String {
         ("RT", RT),
         ("SEL_MAX", SEL_MAX),
         ("GPU_MAX_CANDIDATES", GPU_MAX_CANDIDATES),
+        ("KNN_HEAD", KNN_HEAD),
     ];
     let mut s = String::from(
         "// Generated from crates/gpu/src/consts.rs: the limits host and kernels share.\n",
@@ -76,4 +79,53 @@ pub fn cuda_prelude() -> String {
         s.push_str(&format!("#define P_ERR_{snake} {}\n", c as u16));
     }
     s
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// No kernel file of the workspace (`crates/*/kernels`) defines a name the generated
+    /// preludes define (this file's and the persistent runtime's): a limit shared across the
+    /// language boundary has its one definition in Rust.
+    #[test]
+    fn no_kernel_file_restates_a_shared_constant() {
+        let generated: Vec<String> = [cuda_prelude(), crate::persistent::rt::cuda_defines()]
+            .iter()
+            .flat_map(|p| {
+                p.lines()
+                    .filter_map(|l| l.strip_prefix("#define "))
+                    .filter_map(|l| l.split_whitespace().next())
+                    .map(str::to_string)
+                    .collect::<Vec<_>>()
+            })
+            .collect();
+        assert!(generated.iter().any(|n| n == "KNN_HEAD"));
+        assert!(generated.iter().any(|n| n == "P_MAX_BATCH"));
+        let crates = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("..");
+        let mut files = 0;
+        for dir in std::fs::read_dir(&crates).unwrap() {
+            let kernels = dir.unwrap().path().join("kernels");
+            let Ok(entries) = std::fs::read_dir(&kernels) else {
+                continue;
+            };
+            for e in entries {
+                let path = e.unwrap().path();
+                let text = std::fs::read_to_string(&path).unwrap();
+                files += 1;
+                for line in text.lines() {
+                    let Some(rest) = line.trim_start().strip_prefix("#define ") else {
+                        continue;
+                    };
+                    let name = rest.split(['(', ' ']).next().unwrap_or("");
+                    assert!(
+                        !generated.iter().any(|g| g == name),
+                        "{} defines its own {name}: {line}",
+                        path.display()
+                    );
+                }
+            }
+        }
+        assert!(files >= 10, "kernel files found: {files}");
+    }
 }

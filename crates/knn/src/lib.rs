@@ -18,6 +18,11 @@ pub mod vecfile;
 /// validates queries against it and the GPU kernels receive it as a `#define`.
 pub const MAX_ABS_ELEMENT: f32 = 1e16;
 
+/// Bytes of a k-NN query message before its vector (k, nprobe, element type, reserved, dim:
+/// the layout in `cohort_services::knn`). The one definition: the service's codec and the
+/// persistent GPU kernels (`KNN_HEAD`) read it.
+pub const QUERY_HEAD: usize = 12;
+
 pub use ivf::{IvfIndex, SearchParams};
 pub use metric::Metric;
 pub use topk::{Neighbor, TopK};

@@ -278,9 +278,10 @@ fn check(p: &ServicePlan) -> Result<()> {
         p.name
     );
     anyhow::ensure!(
-        (1..=32).contains(&p.gpu_batch),
-        "{}: gpu_batch must be in 1..=32",
-        p.name
+        (1..=cohort_gpu::persistent::rt::MAX_BATCH).contains(&p.gpu_batch),
+        "{}: gpu_batch must be in 1..={}",
+        p.name,
+        cohort_gpu::persistent::rt::MAX_BATCH
     );
     let groups = cohort_gpu::persistent::rt::BAR_GROUPS;
     anyhow::ensure!(

@@ -83,6 +83,12 @@ unsafe impl DeviceRepr for SvcArgs {}
 
 /// Gpipes between stages (`P_PIPES`).
 pub const PIPES: usize = 3;
+/// RX rings one runtime polls (`P_MAX_RX`: the ingress keeps a position per ring in shared
+/// memory).
+pub const MAX_RX: usize = 64;
+/// Tasks a worker block pops from its gpipe at once (`P_MAX_BATCH`: staged in shared memory);
+/// a service's `gpu_batch` is at most this.
+pub const MAX_BATCH: usize = 32;
 /// Independent block groups a kernel's barriers can serve (`P_BAR_GROUPS`).
 pub const BAR_GROUPS: usize = 8;
 /// sizeof(PSlot) in persistent.cuh: the 48-byte header and four u32.
@@ -140,8 +146,10 @@ const _: () = {
 
 /// The `#define`s of the constants above, for the kernels.
 pub fn cuda_defines() -> String {
-    let defs: [(&str, usize); 25] = [
+    let defs: [(&str, usize); 27] = [
         ("P_PIPES", PIPES),
+        ("P_MAX_RX", MAX_RX),
+        ("P_MAX_BATCH", MAX_BATCH),
         ("P_BAR_GROUPS", BAR_GROUPS),
         ("P_STAT_TAKEN", STAT_TAKEN),
         ("P_STAT_ANSWERED", STAT_ANSWERED),
@@ -258,7 +266,10 @@ impl DeviceState {
     ) -> Result<(DeviceState, Consumer), GpuError> {
         assert!(g.rx_copy >= cohort_mq::SLOT_HEADER_BYTES && g.rx_copy.is_multiple_of(16));
         assert!(g.rx_copy <= g.rx_layout.slot_stride());
-        assert!(!g.rx.is_empty() && g.rx.len() <= 64, "1..=64 RX rings");
+        assert!(
+            !g.rx.is_empty() && g.rx.len() <= MAX_RX,
+            "1..={MAX_RX} RX rings"
+        );
         let s = ctx.new_stream()?;
         let stop = MappedMemory::zeroed(ctx, 64)?;
         let tx_layout = Layout::with_stride(g.tx_slots, TX_STRIDE);
@@ -299,7 +310,7 @@ impl DeviceState {
             payloads: addr(&payloads, &s),
             payload_cap: payload_cap as u64,
             stats: addr(&stats, &s),
-            batch: g.batch.clamp(1, 32) as u64,
+            batch: g.batch.clamp(1, MAX_BATCH) as u64,
             prof: addr(&prof, &s),
             prof_log: addr(&prof_log, &s),
             prof_cap: g.profile as u64,
@@ -428,7 +439,8 @@ mod tests {
                 assert!(
                     !(l.starts_with("#define P_STAT")
                         || l.starts_with("#define P_PROF")
-                        || l.starts_with("#define P_PIPES")),
+                        || l.starts_with("#define P_PIPES")
+                        || l.starts_with("#define P_MAX_")),
                     "{file} defines its own copy: {line}"
                 );
             }

@@ -28,7 +28,7 @@ use cohort_proto::{service_id, ErrorPayload};
 use std::sync::Arc;
 
 pub const MAX_K: usize = 1024;
-const HEAD: usize = 12;
+const HEAD: usize = cohort_knn::QUERY_HEAD;
 /// Largest magnitude of a query element (`cohort_knn::MAX_ABS_ELEMENT`).
 pub const MAX_ABS_ELEMENT: f32 = cohort_knn::MAX_ABS_ELEMENT;
 
