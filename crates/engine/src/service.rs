@@ -37,6 +37,13 @@ pub trait Service: Send + Sync {
         serde_json::to_writer(out, &self.payload_to_json(payload))
             .expect("a JSON value serializes into memory");
     }
+    /// HTTP gateway: true for a service that serves raw HTTP pages: a request under
+    /// `/{name}/...` is handed to it whole (request line, the headers a page needs, body) and
+    /// its payload is the raw HTTP response to send back. False (the default): JSON at
+    /// `POST /v1/{name}`.
+    fn serves_http_pages(&self) -> bool {
+        false
+    }
 }
 
 /// The gateway's JSON mapping through a `serde_json::Value`: [`Service::json_request`]'s

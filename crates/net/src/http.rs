@@ -1,7 +1,7 @@
 //! HTTP/1.1 JSON gateway and admin endpoints.
 //!
 //! `POST /v1/{service}` with a JSON body -> the service's wire payload -> the same forwarder and
-//! engines as UDP/TCP -> JSON answer. Page services (the bank) take their paths whole
+//! engines as UDP/TCP -> JSON answer. Page services (`Service::serves_http_pages`) take their paths whole
 //! (`http_pages`). `GET /healthz` (503 while shutting down), `GET /metrics`.
 //! Every error body is `{"error": CODE, "message": ...}`. While the server drains, the
 //! listener keeps accepting so health checks see the 503; it closes when the drain ends.

@@ -1,5 +1,5 @@
 //! Page services on the HTTP port: a request under `/{service}/...` whose service takes raw
-//! HTTP (the `bank`) is handed over whole - request line, the headers a page needs, body -
+//! HTTP (`Service::serves_http_pages`) is handed over whole - request line, the headers a page needs, body -
 //! as the service's payload, and the service's raw HTTP response is sent back as it wrote
 //! it (status, headers, body). hyper frames the connection (keep-alive, header timeouts,
 //! chunked or oversized bodies); everything inside the request is the service's to parse,
@@ -16,19 +16,17 @@ use hyper::{Request, StatusCode};
 
 type HttpResponse = hyper::Response<Full<Bytes>>;
 
-/// Services whose pages are served this way: (path prefix, service name).
-pub(crate) const PAGE_SERVICES: &[(&str, &str)] = &[("/bank/", "bank")];
-
 /// The largest body handed to a page service (it applies its own, smaller limits and
 /// answers 413 itself; beyond this the gateway refuses without reading more).
 const MAX_PAGE_BODY: usize = 64 << 10;
 /// Headers passed through to the service (the rest are the connection's business).
 const PASSED: &[&str] = &["cookie", "content-type"];
 
-/// The page service a path belongs to, if the server hosts it.
+/// The page service a path belongs to (`/{name}/...`), if the server hosts one by that name.
 pub(crate) fn page_service(ctx: &Context, path: &str) -> Option<u16> {
-    let (_, name) = PAGE_SERVICES.iter().find(|(p, _)| path.starts_with(p))?;
-    ctx.registry.by_name(name).map(|s| s.id())
+    let (name, _) = path.strip_prefix('/')?.split_once('/')?;
+    let s = ctx.registry.by_name(name)?;
+    s.serves_http_pages().then(|| s.id())
 }
 
 fn plain(status: StatusCode, msg: String) -> HttpResponse {
@@ -169,7 +167,7 @@ mod tests {
 
     #[test]
     fn request_is_rebuilt() {
-        let req = hyper::Request::post("/bank/login?x=1")
+        let req = hyper::Request::post("/shop/login?x=1")
             .header("cookie", "SID=1-2")
             .header("user-agent", "t")
             .body(())
@@ -178,7 +176,7 @@ mod tests {
         let raw = raw_request(&parts, b"a=b");
         assert_eq!(
             raw,
-            b"POST /bank/login?x=1 HTTP/1.1\r\ncookie: SID=1-2\r\ncontent-length: 3\r\n\r\na=b"
+            b"POST /shop/login?x=1 HTTP/1.1\r\ncookie: SID=1-2\r\ncontent-length: 3\r\n\r\na=b"
         );
     }
 }

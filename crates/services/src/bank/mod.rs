@@ -184,6 +184,10 @@ impl Service for Bank {
             )),
         }
     }
+    /// The bank's pages are served at `/bank/...` (its requests are raw HTTP).
+    fn serves_http_pages(&self) -> bool {
+        true
+    }
     fn payload_to_json(&self, payload: &[u8]) -> serde_json::Value {
         serde_json::json!({ "http": String::from_utf8_lossy(payload) })
     }
