@@ -133,18 +133,10 @@ fn without_a_valid_key_nothing_is_served_and_a_key_reaches_only_its_services() {
     c.write_all(&plain).unwrap();
     c.write_all(&signed(echo, 6, "bob", "bob-secret-456789"))
         .unwrap();
-    let mut buf = Vec::new();
-    let mut chunk = [0u8; 1024];
-    let mut got = Vec::new();
-    while got.len() < 2 {
-        let n = c.read(&mut chunk).unwrap();
-        assert!(n > 0);
-        buf.extend_from_slice(&chunk[..n]);
-        while let Ok(Some((f, used))) = Frame::decode_stream(&buf, MAX_PAYLOAD) {
-            got.push((f.header.request_id, f.header.kind));
-            buf.drain(..used);
-        }
-    }
+    let got: Vec<(u64, Kind)> = read_answers(&mut c, 2)
+        .into_iter()
+        .map(|(id, kind, _)| (id, kind))
+        .collect();
     assert!(
         got.contains(&(1, Kind::Error)) && got.contains(&(6, Kind::Response)),
         "{got:?}"
@@ -241,19 +233,10 @@ fn with_keys_the_quota_is_per_key_not_per_address() {
     }
     c.write_all(&spin(10, 10, "k2", "k2-secret-0123456"))
         .unwrap();
-    let (mut buf, mut got) = (Vec::new(), Vec::new());
-    let mut chunk = [0u8; 1024];
-    while got.len() < 4 {
-        let n = c.read(&mut chunk).unwrap();
-        assert!(n > 0);
-        buf.extend_from_slice(&chunk[..n]);
-        while let Ok(Some((f, used))) = Frame::decode_stream(&buf, MAX_PAYLOAD) {
-            let code = (f.header.kind == Kind::Error)
-                .then(|| ErrorPayload::decode(f.payload).unwrap().code);
-            got.push((f.header.request_id, code));
-            buf.drain(..used);
-        }
-    }
+    let mut got: Vec<(u64, Option<ErrorCode>)> = read_answers(&mut c, 4)
+        .into_iter()
+        .map(|(id, _, code)| (id, code))
+        .collect();
     got.sort();
     assert_eq!(
         got,

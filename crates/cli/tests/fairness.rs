@@ -6,7 +6,7 @@
 //! `--max-deadline-ms` cuts a deadline a client asks for; `--max-queue` is exact.
 
 mod common;
-use cohort_proto::{encode_frame, ErrorCode, ErrorPayload, Frame, Header, Kind, MAX_PAYLOAD};
+use cohort_proto::{encode_frame, ErrorCode, Header, Kind};
 use common::*;
 use std::io::{Read, Write};
 use std::net::{IpAddr, SocketAddr, TcpStream, UdpSocket};
@@ -30,27 +30,6 @@ fn connect_from(ip: &str, to: SocketAddr) -> TcpStream {
     let c: TcpStream = s.into();
     c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
     c
-}
-
-/// Reads `n` answer frames: (request id, kind, error code if an error).
-fn read_answers(c: &mut TcpStream, n: usize) -> Vec<(u64, Kind, Option<ErrorCode>)> {
-    let (mut buf, mut out) = (Vec::new(), Vec::new());
-    let mut chunk = [0u8; 4096];
-    while out.len() < n {
-        while let Ok(Some((f, used))) = Frame::decode_stream(&buf, MAX_PAYLOAD) {
-            let code = (f.header.kind == Kind::Error)
-                .then(|| ErrorPayload::decode(f.payload).unwrap().code);
-            out.push((f.header.request_id, f.header.kind, code));
-            buf.drain(..used);
-        }
-        if out.len() >= n {
-            break;
-        }
-        let got = c.read(&mut chunk).expect("answers");
-        assert!(got > 0, "closed after {} answers", out.len());
-        buf.extend_from_slice(&chunk[..got]);
-    }
-    out
 }
 
 /// The flooder pipelines 60 requests of 20 ms from 127.0.0.2; the victim then sends 10 short
@@ -145,14 +124,8 @@ fn a_flooding_client_is_held_to_its_quota_and_another_is_served_as_if_alone() {
     let u = UdpSocket::bind("127.0.0.4:0").unwrap();
     u.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     u.send_to(&spin_frame(2, 10, 0), fair.udp.unwrap()).unwrap();
-    let mut b = [0u8; 512];
-    let n = u.recv(&mut b).unwrap();
-    let f = Frame::decode_datagram(&b[..n], MAX_PAYLOAD).unwrap();
-    assert_eq!(f.header.kind, Kind::Error);
-    assert_eq!(
-        ErrorPayload::decode(f.payload).unwrap().code,
-        ErrorCode::Overloaded
-    );
+    let (_, kind, code) = udp_answer(&u);
+    assert_eq!((kind, code), (Kind::Error, Some(ErrorCode::Overloaded)));
 }
 
 #[test]
@@ -212,12 +185,7 @@ fn max_queue_admits_exactly_that_many_requests() {
             .unwrap();
         let mut all = read_answers(&mut a, split);
         all.extend(read_answers(&mut b, n + k - 1 - split));
-        let mut d = [0u8; 512];
-        let got = u.recv(&mut d).unwrap();
-        let f = Frame::decode_datagram(&d[..got], MAX_PAYLOAD).unwrap();
-        let code =
-            (f.header.kind == Kind::Error).then(|| ErrorPayload::decode(f.payload).unwrap().code);
-        all.push((f.header.request_id, f.header.kind, code));
+        all.push(udp_answer(&u));
         let ok = all.iter().filter(|a| a.1 == Kind::Response).count();
         let overloaded = all
             .iter()

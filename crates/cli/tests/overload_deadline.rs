@@ -26,21 +26,20 @@ fn five_times_capacity_for_ten_seconds_keeps_every_promise() {
         "0",
     ]);
     let deadline_us = 50_000;
+    let open = Mode::Open {
+        rate: 2_500.0,
+        poisson: true,
+    };
     let cfg = LoadConfig {
-        target: Target::Tcp(s.tcp.unwrap()),
-        mode: Mode::Open {
-            rate: 2_500.0,
-            poisson: true,
-        },
-        duration: Duration::from_secs(10),
-        warmup: Duration::from_millis(500),
-        connections: 2,
         answer_timeout: Duration::from_secs(5),
         request_timeout_us: deadline_us,
         seed: 3,
-        server_pid: None,
-        key: None,
-        tls: None,
+        ..LoadConfig::new(
+            Target::Tcp(s.tcp.unwrap()),
+            open,
+            Duration::from_secs(10),
+            2,
+        )
     };
     let r = cohort_load::run(
         &cfg,

@@ -102,17 +102,10 @@ pub fn load_over(
     connections: usize,
 ) -> Report {
     let cfg = LoadConfig {
-        target,
-        mode,
-        duration: Duration::from_secs_f64(secs),
         warmup: Duration::from_millis(200),
-        connections,
         answer_timeout: Duration::from_secs(3),
-        request_timeout_us: 0,
         seed: 7,
-        server_pid: None,
-        key: None,
-        tls: None,
+        ..LoadConfig::new(target, mode, Duration::from_secs_f64(secs), connections)
     };
     cohort_load::run(&cfg, w).expect("load run")
 }
@@ -145,4 +138,50 @@ pub fn http_get(addr: SocketAddr, path: &str) -> String {
     let mut out = String::new();
     c.read_to_string(&mut out).expect("read the answer");
     out
+}
+
+/// An answer frame as the tests read it: (request id, kind, error code if an error).
+#[allow(dead_code)] // (each test binary compiles this module; not all read frames)
+pub type Answered = (u64, cohort_proto::Kind, Option<cohort_proto::ErrorCode>);
+
+#[allow(dead_code)]
+fn answered(f: &cohort_proto::Frame<'_>) -> Answered {
+    let code = (f.header.kind == cohort_proto::Kind::Error).then(|| {
+        cohort_proto::ErrorPayload::decode(f.payload)
+            .expect("an error frame's payload")
+            .code
+    });
+    (f.header.request_id, f.header.kind, code)
+}
+
+/// Reads `n` answer frames from a TCP connection (fails if it closes first).
+#[allow(dead_code)]
+pub fn read_answers(c: &mut std::net::TcpStream, n: usize) -> Vec<Answered> {
+    use std::io::Read;
+    let (mut buf, mut out) = (Vec::new(), Vec::new());
+    let mut chunk = [0u8; 4096];
+    while out.len() < n {
+        while let Ok(Some((f, used))) =
+            cohort_proto::Frame::decode_stream(&buf, cohort_proto::MAX_PAYLOAD)
+        {
+            out.push(answered(&f));
+            buf.drain(..used);
+        }
+        if out.len() >= n {
+            break;
+        }
+        let got = c.read(&mut chunk).expect("answers");
+        assert!(got > 0, "closed after {} answers", out.len());
+        buf.extend_from_slice(&chunk[..got]);
+    }
+    out
+}
+
+/// The next answer datagram on `s` (within its read timeout).
+#[allow(dead_code)]
+pub fn udp_answer(s: &std::net::UdpSocket) -> Answered {
+    let mut b = vec![0u8; 65_536];
+    let n = s.recv(&mut b).expect("an answer datagram");
+    let f = cohort_proto::Frame::decode_datagram(&b[..n], cohort_proto::MAX_PAYLOAD);
+    answered(&f.expect("a frame"))
 }
