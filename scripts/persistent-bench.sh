@@ -32,7 +32,7 @@ short() { grep '^{' | python3 -c "import json,sys
 for l in sys.stdin:
     r = json.loads(l); print(r.get('engine'), r.get('service'), r.get('spin_us'), r.get('service_opt'), 'window', r.get('window'), 'q/s %.0f' % r.get('queries_per_s', 0), 'p50 %.1f p99 %.1f us' % (r['latency_us']['p50'], r['latency_us']['p99']), 'errors', r.get('errors'))"; }
 if [[ $PART == *engine* ]]; then
-    $B bench engine --data $D --nlist $NL --nprobe 16 --k 10 --engines gpu-persistent,gpu-cohort,gpu-direct \
+    $B bench engine --data $D --nlist $NL --nprobe 16 --k 10 --max-cohort 1024 --engines gpu-persistent,gpu-cohort,gpu-direct \
         --window 1,64,1024,8192 --duration 2 --drivers 4 --out "$OUT/persistent-engine-knn-$TAG.json" --log-level warn 2>&1 | short
     $B bench engine --data $D --nlist $NL --nprobe 16 --k 10 --engines gpu-persistent --service-opt knn.gpu_batch=4 \
         --window 64,1024,8192 --duration 2 --drivers 4 --out "$OUT/persistent-engine-knn-batch4-$TAG.json" --log-level warn 2>&1 | short
@@ -50,7 +50,7 @@ if [[ $PART == *plans* ]]; then
         $B bench engine --data $D --nlist $NL --nprobe 16 --k 10 --engines gpu-persistent $opts \
             --window $W --duration 2 --drivers 4 --out "$OUT/persistent-plan-${plan%%=*}-$TAG.json" --log-level warn 2>&1 | short
     done
-    [ "${GPU_COHORT:-1}" = 1 ] && $B bench engine --data $D --nlist $NL --nprobe 16 --k 10 --engines gpu-cohort \
+    [ "${GPU_COHORT:-1}" = 1 ] && $B bench engine --data $D --nlist $NL --nprobe 16 --k 10 --max-cohort 1024 --engines gpu-cohort \
         --window $W --duration 2 --drivers 4 --out "$OUT/persistent-plan-gpu-cohort-$TAG.json" --log-level warn 2>&1 | short
     # Where a request's time goes on the cohort plan (the GPU's stamps), windows 1 and 1024.
     for w in ${PROFILE_WINDOWS:-1 1024}; do

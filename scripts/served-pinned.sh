@@ -21,7 +21,7 @@ t0=$(date +%s)
 echo "data and index: $(( $(date +%s) - t0 )) s"
 for bin in dist-before dist; do
     [ -x $bin/cohort ] && [ "$ENGINE" = 1 ] || continue
-    $bin/cohort bench engine --data $D --nlist $NL --nprobe 16 --k 10 --engines gpu-direct,gpu-cohort \
+    $bin/cohort bench engine --data $D --nlist $NL --nprobe 16 --k 10 --max-cohort 1024 --engines gpu-direct,gpu-cohort \
         --window 64,1024,8192 --duration 2 --drivers 4 --out "$OUT/engine-$bin-$TAG.json" --log-level warn 2>&1 |
         grep '^{' | cut -c1-200
 done

@@ -27,11 +27,11 @@ $B bench knn-cpu --data $D --nlist $NL --served-only --engine cpu --serve-nprobe
     --sweep 2k,5k,10k,15k --io-threads 4 --connections 8 --duration 2 \
     --out "$OUT/served-cpu-io4.json" --log-level warn 2>&1 | tail -n 5
 # Engines without sockets: without and with gpu-cohort's per-bucket CUDA graphs, and nlist 4096.
-$B bench engine --data $D --nlist $NL --nprobe 16 --engines gpu-direct,gpu-cohort --window 64,1024,8192 \
+$B bench engine --data $D --nlist $NL --nprobe 16 --max-cohort 1024 --engines gpu-direct,gpu-cohort --window 64,1024,8192 \
     --duration 2 --drivers 4 --out "$OUT/engine.json" --log-level warn 2>&1 | grep '^{' | cut -c1-300
-$B bench engine --data $D --nlist $NL --nprobe 16 --engines gpu-cohort --window 64,1024,8192 --cohort-graphs \
+$B bench engine --data $D --nlist $NL --nprobe 16 --max-cohort 1024 --engines gpu-cohort --window 64,1024,8192 --cohort-graphs \
     --duration 2 --drivers 4 --out "$OUT/engine-graphs.json" --log-level warn 2>&1 | grep '^{' | cut -c1-300
 if [ -f $D/ivf4096.index ]; then
-    $B bench engine --data $D --nlist 4096 --nprobe 16 --engines gpu-cohort --window 64,1024,8192 \
+    $B bench engine --data $D --nlist 4096 --nprobe 16 --max-cohort 1024 --engines gpu-cohort --window 64,1024,8192 \
         --duration 2 --drivers 4 --out "$OUT/engine-nlist4096.json" --log-level warn 2>&1 | grep '^{' | cut -c1-300
 fi

@@ -11,5 +11,5 @@ for g in 0 0,1; do
       --out $OUT/x2-served-gpus${g/,/_}-io$io.json --log-level warn 2>&1 | grep -E "^\s+[0-9]|errors"
   done
 done
-$B bench engine --data $D --nlist 1024 --nprobe 16 --engines gpu-cohort --gpus 0,1 --window 1024,8192,16384 --duration 2 --drivers 8 --out $OUT/x2-engine-gpus0_1.json --log-level warn 2>&1 | grep '^{' | cut -c1-260
-$B bench engine --data $D --nlist 1024 --nprobe 16 --engines gpu-cohort --gpus 0 --window 1024,8192,16384 --duration 2 --drivers 8 --out $OUT/x2-engine-gpus0.json --log-level warn 2>&1 | grep '^{' | cut -c1-260
+$B bench engine --data $D --nlist 1024 --nprobe 16 --max-cohort 1024 --engines gpu-cohort --gpus 0,1 --window 1024,8192,16384 --duration 2 --drivers 8 --out $OUT/x2-engine-gpus0_1.json --log-level warn 2>&1 | grep '^{' | cut -c1-260
+$B bench engine --data $D --nlist 1024 --nprobe 16 --max-cohort 1024 --engines gpu-cohort --gpus 0 --window 1024,8192,16384 --duration 2 --drivers 8 --out $OUT/x2-engine-gpus0.json --log-level warn 2>&1 | grep '^{' | cut -c1-260

@@ -46,19 +46,9 @@ pub struct EngineBench {
     pub window: Vec<usize>,
     #[arg(long, default_value_t = 3.0)]
     pub duration: f64,
-    #[arg(long, default_value_t = 1024)]
-    pub max_cohort: usize,
-    #[arg(long, default_value_t = 200)]
-    pub cohort_timeout_us: u64,
-    /// gpu engines: vectors on the GPU as f32 or f16.
-    #[arg(long, default_value = "f32")]
-    pub gpu_precision: cohort_gpu::knn::Precision,
-    /// gpu engines: GPUs to serve from (one control thread and a full index copy each).
-    #[arg(long, value_delimiter = ',', default_value = "0")]
-    pub gpus: Vec<usize>,
-    /// gpu-cohort with its per-bucket CUDA graphs (to measure what they bring).
-    #[arg(long)]
-    pub cohort_graphs: bool,
+    /// The GPU batching engines' settings, as `cohort serve` takes them (the same defaults).
+    #[command(flatten)]
+    pub gpu: crate::serve::GpuEngineArgs,
     /// Driver threads sharing the window (encoding and submitting requests is their work;
     /// the gpu engines decode in the submitting thread, so one driver can be the limit).
     #[arg(long, default_value_t = 4)]
@@ -96,11 +86,7 @@ pub fn run(a: &EngineBench) -> Result<()> {
             sa.index = Some(data.join(format!("ivf{}.index", a.nlist)));
         }
         sa.engine = engine.clone();
-        sa.max_cohort = a.max_cohort;
-        sa.cohort_timeout_us = a.cohort_timeout_us;
-        sa.gpu_precision = a.gpu_precision;
-        sa.gpus = a.gpus.clone();
-        sa.cohort_graphs = a.cohort_graphs;
+        sa.gpu = a.gpu.clone();
         sa.max_queue = 1 << 20;
         sa.default_timeout_us = 60_000_000;
         let drivers_max = a
@@ -171,7 +157,7 @@ pub fn run(a: &EngineBench) -> Result<()> {
             let us = |q: f64| hist.value_at_quantile(q) as f64 / 1e3;
             let r = json!({"engine": engine, "service": a.service, "spin_us": a.spin_us, "service_opt": a.service_opt, "window": window, "drivers": drivers, "queries_per_s": done as f64 / secs, "errors": errors,
                 "latency_us": {"p50": us(0.5), "p99": us(0.99), "p999": us(0.999)}, "nprobe": a.nprobe, "k": a.k, "nlist": a.nlist,
-                "precision": format!("{:?}", a.gpu_precision), "gpus": a.gpus, "max_cohort": a.max_cohort, "cohort_timeout_us": a.cohort_timeout_us, "cohort_graphs": a.cohort_graphs,
+                "precision": format!("{:?}", a.gpu.gpu_precision), "gpus": a.gpu.gpus, "max_cohort": a.gpu.max_cohort, "cohort_timeout_us": a.gpu.cohort_timeout_us, "cohort_graphs": a.gpu.cohort_graphs, "cohort_keep_busy": a.gpu.cohort_keep_busy, "streams": a.gpu.streams,
                 "energy": energy.to_json(done as f64)});
             eprintln!("{r}");
             results.push(r);

@@ -44,16 +44,9 @@ pub struct KnnBench {
     /// Engine of the served sweep: cpu, gpu-direct, gpu-cohort.
     #[arg(long, default_value = "cpu")]
     pub engine: String,
-    #[arg(long, default_value_t = 256)]
-    pub max_cohort: usize,
-    #[arg(long, default_value_t = 200)]
-    pub cohort_timeout_us: u64,
-    /// gpu engines: vectors on the GPU as f32 or f16.
-    #[arg(long, default_value = "f32")]
-    pub gpu_precision: cohort_gpu::knn::Precision,
-    /// gpu engines: GPUs to serve from (one control thread and a full index copy each).
-    #[arg(long, value_delimiter = ',', default_value = "0")]
-    pub gpus: Vec<usize>,
+    /// The GPU batching engines' settings, as `cohort serve` takes them (the same defaults).
+    #[command(flatten)]
+    pub gpu: crate::serve::GpuEngineArgs,
     /// Skip the per-nprobe CPU measurements (served sweep only).
     #[arg(long)]
     pub served_only: bool,
@@ -129,10 +122,7 @@ pub fn run(a: &KnnBench) -> Result<()> {
         sa.http = None;
         sa.io_threads = a.io_threads;
         sa.engine = a.engine.clone();
-        sa.max_cohort = a.max_cohort;
-        sa.cohort_timeout_us = a.cohort_timeout_us;
-        sa.gpu_precision = a.gpu_precision;
-        sa.gpus = a.gpus.clone();
+        sa.gpu = a.gpu.clone();
         let stack = serve::start(&sa)?;
         let w = Arc::new(KnnWorkload::new(
             q.clone(),
@@ -166,7 +156,7 @@ pub fn run(a: &KnnBench) -> Result<()> {
         &a.out,
         json!({
             "data": a.data, "n": ix.n, "dim": ix.dim, "nlist": ix.nlist, "queries": q.n, "build_seconds": build_s,
-            "per_nprobe": per_nprobe, "served_udp": {"engine": a.engine, "gpus": a.gpus, "nprobe": a.serve_nprobe, "io_threads": a.io_threads, "max_cohort": a.max_cohort, "runs": served},
+            "per_nprobe": per_nprobe, "served_udp": {"engine": a.engine, "gpus": a.gpu.gpus, "nprobe": a.serve_nprobe, "io_threads": a.io_threads, "max_cohort": a.gpu.max_cohort, "runs": served},
         }),
     )
 }

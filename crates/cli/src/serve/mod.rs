@@ -2,6 +2,7 @@
 //! engines, starts the engines, then the listeners, and waits for a signal.
 
 mod engines;
+pub mod gpu_args;
 pub mod plan;
 mod resolved;
 mod slice;
@@ -10,12 +11,12 @@ use crate::util::{parse_bytes, parse_cpu_list, CpuList};
 use anyhow::{Context as _, Result};
 use clap::Args;
 use cohort_engine::DispatchPolicy;
-use cohort_gpu::knn::Precision;
 use cohort_net::{NetConfig, Server, Shared};
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::time::Duration;
 
 pub use engines::{start_engines, EngineSide};
+pub use gpu_args::GpuEngineArgs;
 
 /// The layout of the bank's request and response slots in GPU memory.
 #[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
@@ -80,33 +81,9 @@ pub struct ServeArgs {
     /// gpu-persistent or hybrid.
     #[arg(long, default_value = "cpu")]
     pub engine: String,
-    /// GPUs for the gpu engines (one control thread per GPU and service; knn keeps a full
-    /// index copy on each).
-    #[arg(long, value_delimiter = ',', default_value = "0")]
-    pub gpus: Vec<usize>,
-    /// gpu-cohort: a cohort closes at this many requests...
-    #[arg(long, default_value_t = 256)]
-    pub max_cohort: usize,
-    /// ...or when its first request has waited this long...
-    #[arg(long, default_value_t = 200)]
-    pub cohort_timeout_us: u64,
-    /// ...or at once while fewer than this many cohorts are in flight on the GPU
-    /// (work-conserving: an idle GPU never waits out the timeout, and cohorts grow with the
-    /// load by themselves; 0 = fixed cohorts, size or timeout only).
-    #[arg(long, default_value_t = 1)]
-    pub cohort_keep_busy: usize,
-    /// gpu engines: element type of the knn vectors on the GPU (f32, f16, or u8 for
-    /// integral data in 0..=255 such as SIFT).
-    #[arg(long, default_value = "f32")]
-    pub gpu_precision: Precision,
-    /// gpu engines: slots per GPU, each with its own stream and staging (default 8 direct;
-    /// cohort: 3 + one per batch key of the service, e.g. 4 for knn, 19 for the bank by type).
-    #[arg(long)]
-    pub streams: Option<usize>,
-    /// gpu-cohort: replay a CUDA graph per cohort-size bucket instead of launching each copy
-    /// and kernel (measured within +-3% of launching on the H200: off by default).
-    #[arg(long)]
-    pub cohort_graphs: bool,
+    /// The GPU batching engines' settings.
+    #[command(flatten)]
+    pub gpu: GpuEngineArgs,
     /// UDP listen address (HOST:PORT; host names are resolved).
     #[arg(long)]
     pub udp: Option<String>,
@@ -250,13 +227,7 @@ impl ServeArgs {
             bank_cohorts: cohort_services::bank::backend::Cohorts::Mixed,
             bank_backend: Default::default(),
             engine: "cpu".into(),
-            gpus: vec![0],
-            max_cohort: 256,
-            cohort_timeout_us: 200,
-            cohort_keep_busy: 1,
-            streams: None,
-            cohort_graphs: false,
-            gpu_precision: Precision::F32,
+            gpu: GpuEngineArgs::default(),
             udp: Some("127.0.0.1:0".into()),
             tcp: Some("127.0.0.1:0".into()),
             http: Some("127.0.0.1:0".into()),

@@ -158,13 +158,13 @@ pub fn plans(a: &ServeArgs) -> Result<Vec<ServicePlan>> {
         out.push(ServicePlan {
             name: entry.name,
             engine,
-            gpus: a.gpus.clone(),
-            max_cohort: a.max_cohort,
-            cohort_timeout_us: a.cohort_timeout_us,
-            cohort_keep_busy: a.cohort_keep_busy,
-            streams: a.streams,
-            precision: a.gpu_precision,
-            cohort_graphs: a.cohort_graphs,
+            gpus: a.gpu.gpus.clone(),
+            max_cohort: a.gpu.max_cohort,
+            cohort_timeout_us: a.gpu.cohort_timeout_us,
+            cohort_keep_busy: a.gpu.cohort_keep_busy,
+            streams: a.gpu.streams,
+            precision: a.gpu.gpu_precision,
+            cohort_graphs: a.gpu.cohort_graphs,
             workers: a.workers,
             worker_cpus: a.worker_cpus.clone().map(|c| c.0).unwrap_or_default(),
             max_queue: a.max_queue,
@@ -346,12 +346,12 @@ mod tests {
     #[test]
     fn a_service_with_per_gpu_state_is_refused_on_two_gpus_and_on_hybrid() {
         let mut a = args("bank:gpu-cohort", &[]);
-        a.gpus = vec![0];
+        a.gpu.gpus = vec![0];
         assert!(plans(&a).is_ok());
-        a.gpus = vec![0, 1];
+        a.gpu.gpus = vec![0, 1];
         let e = plans(&a).unwrap_err().to_string();
         assert!(e.contains("one GPU"), "{e}");
-        a.gpus = vec![0];
+        a.gpu.gpus = vec![0];
         a.service = "bank:hybrid".into();
         assert!(plans(&a).is_err());
     }

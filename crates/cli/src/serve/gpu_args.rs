@@ -1,0 +1,63 @@
+//! The GPU batching engines' settings (gpu-direct, gpu-cohort, hybrid), as one typed group of
+//! flags that `serve`, `bench engine` and `bench knn` share: each knob has one name, one
+//! default and one help text (the clap attributes below). A service may set its own with
+//! `--service-opt NAME.KEY=VALUE` (`plan.rs`).
+
+use clap::{Args, FromArgMatches};
+use cohort_gpu::knn::Precision;
+
+#[derive(Args, Debug, Clone, PartialEq)]
+pub struct GpuEngineArgs {
+    /// GPUs for the gpu engines (one control thread per GPU and service; knn keeps a full
+    /// index copy on each).
+    #[arg(long, value_delimiter = ',', default_value = "0")]
+    pub gpus: Vec<usize>,
+    /// gpu-cohort: a cohort closes at this many requests...
+    #[arg(long, default_value_t = 256)]
+    pub max_cohort: usize,
+    /// ...or when its first request has waited this long...
+    #[arg(long, default_value_t = 200)]
+    pub cohort_timeout_us: u64,
+    /// ...or at once while fewer than this many cohorts are in flight on the GPU
+    /// (work-conserving: an idle GPU never waits out the timeout, and cohorts grow with the
+    /// load by themselves; 0 = fixed cohorts, size or timeout only).
+    #[arg(long, default_value_t = 1)]
+    pub cohort_keep_busy: usize,
+    /// gpu engines: element type of the knn vectors on the GPU (f32, f16, or u8 for
+    /// integral data in 0..=255 such as SIFT).
+    #[arg(long, default_value = "f32")]
+    pub gpu_precision: Precision,
+    /// gpu engines: slots per GPU, each with its own stream and staging (default 8 direct;
+    /// cohort: 3 + one per batch key of the service, e.g. 4 for knn, 19 for the bank by type).
+    #[arg(long)]
+    pub streams: Option<usize>,
+    /// gpu-cohort: replay a CUDA graph per cohort-size bucket instead of launching each copy
+    /// and kernel (measured within +-3% of launching on the H200: off by default).
+    #[arg(long)]
+    pub cohort_graphs: bool,
+}
+
+impl Default for GpuEngineArgs {
+    /// The defaults the flags declare (no second copy of them here).
+    fn default() -> Self {
+        let cmd = GpuEngineArgs::augment_args(clap::Command::new("defaults"));
+        let m = cmd.get_matches_from(["defaults"]);
+        GpuEngineArgs::from_arg_matches(&m).expect("the declared defaults parse")
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn defaults_are_the_declared_ones() {
+        let d = GpuEngineArgs::default();
+        assert_eq!(d.gpus, vec![0]);
+        assert_eq!(
+            (d.max_cohort, d.cohort_timeout_us, d.cohort_keep_busy),
+            (256, 200, 1)
+        );
+        assert_eq!((d.streams, d.cohort_graphs), (None, false));
+    }
+}
