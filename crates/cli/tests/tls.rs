@@ -74,3 +74,34 @@ fn a_key_that_is_not_the_certificates_is_a_clear_error() {
         "{err}"
     );
 }
+
+/// Over TLS too, a request head that does not arrive within `--read-timeout-ms` gets 408
+/// (written through the TLS session, after hyper gives up on the head) before the close.
+#[test]
+fn a_stalled_request_head_over_tls_gets_408() {
+    use std::io::{Read, Write};
+    let (cert, key) = (data("cert.pem"), data("key.pem"));
+    let s = Served::start(&[
+        "--service",
+        "echo",
+        "--tls-cert",
+        &cert,
+        "--tls-key",
+        &key,
+        "--read-timeout-ms",
+        "300",
+    ]);
+    let cfg = cohort_load::tls_client(std::path::Path::new(&data("ca.pem"))).unwrap();
+    let name = rustls::pki_types::ServerName::try_from("localhost").unwrap();
+    let conn = rustls::ClientConnection::new(cfg, name).unwrap();
+    let tcp = std::net::TcpStream::connect(s.http.unwrap()).unwrap();
+    tcp.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    let mut tls = rustls::StreamOwned::new(conn, tcp);
+    tls.write_all(b"GET /healthz HTTP/1.1\r\nHost: x\r\n")
+        .unwrap();
+    let mut out = Vec::new();
+    let _ = tls.read_to_end(&mut out);
+    let out = String::from_utf8_lossy(&out);
+    assert!(out.starts_with("HTTP/1.1 408"), "{out}");
+    assert!(out.contains("REQUEST_TIMEOUT"), "{out}");
+}

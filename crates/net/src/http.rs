@@ -22,7 +22,6 @@ use hyper::{Method, Request, StatusCode};
 use hyper_util::rt::{TokioIo, TokioTimer};
 use std::convert::Infallible;
 use std::net::IpAddr;
-use std::os::fd::AsFd;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::Duration;
@@ -136,26 +135,17 @@ async fn serve_connection(
 ) {
     let peer = stream.peer_addr().ok().map(|a| a.ip());
     let Some(tls) = env.tls.clone() else {
-        // A second handle on the socket, to say 408 when hyper gives up on a request head
-        // (hyper closes such connections without a word).
-        let for_408 = stream
-            .as_fd()
-            .try_clone_to_owned()
-            .ok()
-            .map(std::net::TcpStream::from);
-        return serve_http1(stream, for_408, peer, slot, env, ids, sd).await;
+        return serve_http1(stream, peer, slot, env, ids, sd).await;
     };
     let timeout = env.limits.read_timeout;
     if let Some(s) = crate::tls::handshake(&tls, stream, timeout, &env.ctx.metrics).await {
-        // (Over TLS a 408 written beside rustls would break the record stream: none.)
-        serve_http1(s, None, peer, slot, env, ids, sd).await
+        serve_http1(s, peer, slot, env, ids, sd).await
     }
 }
 
 /// Serves HTTP/1.1 on `io` until the client or the drain ends it.
 async fn serve_http1<I>(
     io: I,
-    for_408: Option<std::net::TcpStream>,
     peer: Option<IpAddr>,
     slot: Slot,
     env: Arc<HttpEnv>,
@@ -180,7 +170,7 @@ async fn serve_http1<I>(
     // request, then closed; one opened before is closed gracefully when the drain begins
     // (the request in progress finishes, keep-alive ends).
     let opened_draining = *sd.borrow();
-    let conn = hyper::server::conn::http1::Builder::new()
+    let mut conn = hyper::server::conn::http1::Builder::new()
         .timer(TokioTimer::new())
         // Runs from the first byte of a request head - and through an idle keep-alive
         // connection, so it is the HTTP idle timeout too.
@@ -191,21 +181,23 @@ async fn serve_http1<I>(
         .writev(true)
         .keep_alive(!opened_draining)
         .serve_connection(io, svc);
-    tokio::pin!(conn);
     let draining = async {
         if opened_draining {
             return std::future::pending().await;
         }
         let _ = sd.wait_for(|d| *d).await;
     };
+    // The connection is polled in place (not pinned away), so that after hyper gives up on a
+    // request head - it closes such connections without a word - its socket (plain or TLS)
+    // can be taken back to say 408.
     let ended = tokio::select! {
-        r = conn.as_mut() => r,
+        r = &mut conn => r,
         _ = draining => {
-            conn.as_mut().graceful_shutdown();
-            tokio::time::timeout(read_timeout, conn).await.unwrap_or(Ok(()))
+            std::pin::Pin::new(&mut conn).graceful_shutdown();
+            tokio::time::timeout(read_timeout, &mut conn).await.unwrap_or(Ok(()))
         }
     };
-    if let (Err(e), Some(mut raw)) = (ended, for_408) {
+    if let Err(e) = ended {
         if e.is_timeout() {
             metrics.timed_out_connection("http_head");
             let msg = format!(
@@ -213,8 +205,13 @@ async fn serve_http1<I>(
                 read_timeout.as_millis()
             );
             let r = http_limits::canned("408 Request Timeout", "REQUEST_TIMEOUT", &msg, false);
-            // Non-blocking (the socket is): a client that does not take 200 bytes loses them.
-            let _ = std::io::Write::write(&mut raw, &r);
+            let mut io = conn.into_parts().io.into_inner();
+            // Bounded: a client that does not take 200 bytes within 100 ms loses them.
+            let say = async {
+                tokio::io::AsyncWriteExt::write_all(&mut io, &r).await?;
+                tokio::io::AsyncWriteExt::shutdown(&mut io).await
+            };
+            let _ = tokio::time::timeout(Duration::from_millis(100), say).await;
         }
     }
 }
