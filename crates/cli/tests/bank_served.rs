@@ -182,3 +182,45 @@ fn an_unreachable_memcached_or_gpu_records_on_cpu_is_a_clear_start_up_error() {
         assert!(err.contains(says), "{backend}: {err}");
     }
 }
+
+/// With API keys on, the bank's pages need a key too: the load generator's browsers send it
+/// (`--key`) and every page is served and checked; without it the page is 401.
+#[test]
+fn with_keys_the_generator_sends_its_key_with_every_page() {
+    let dir = std::env::temp_dir().join(format!("cohort-bank-keys-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let keys = dir.join("keys.toml");
+    std::fs::write(
+        &keys,
+        "[[key]]\nid = \"web\"\nsecret = \"web-secret-0123456\"\n",
+    )
+    .unwrap();
+    let s = Served::start(&[
+        "--service",
+        "bank",
+        "--bank-users",
+        "1000",
+        "--workers",
+        "1",
+        "--auth-keys",
+        keys.to_str().unwrap(),
+    ]);
+    let a = s.http.unwrap();
+    assert_eq!(
+        status_of(a, b"GET /bank/login HTTP/1.1\r\nHost: x\r\n\r\n"),
+        401
+    );
+    let cfg = cohort_load::LoadConfig {
+        key: Some("web:web-secret-0123456".parse().unwrap()),
+        ..cohort_load::LoadConfig::new(
+            Target::Http(a),
+            Mode::Closed { concurrency: 4 },
+            Duration::from_millis(600),
+            2,
+        )
+    };
+    let r = cohort_load::run(&cfg, Arc::new(BankWorkload { users: 1000 })).unwrap();
+    assert_all_answered(&r);
+    assert!(r.ok > 100 && r.error_total() == 0, "{r:#?}");
+    let _ = std::fs::remove_dir_all(&dir);
+}

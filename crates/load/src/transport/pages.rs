@@ -22,7 +22,8 @@ struct Page {
     body: Bytes,
 }
 
-async fn send(c: &mut Conn, addr: SocketAddr, v: &Visit) -> Option<Page> {
+/// One page request; `bearer`: the API key's secret where the server wants keys.
+async fn send(c: &mut Conn, addr: SocketAddr, v: &Visit, bearer: Option<&str>) -> Option<Page> {
     let method = match v.step.kind.info().method {
         cohort_services::bank::kinds::Method::Get => hyper::Method::GET,
         cohort_services::bank::kinds::Method::Post => hyper::Method::POST,
@@ -39,6 +40,9 @@ async fn send(c: &mut Conn, addr: SocketAddr, v: &Visit) -> Option<Page> {
     }
     if method == hyper::Method::POST {
         req = req.header("content-type", "application/x-www-form-urlencoded");
+    }
+    if let Some(secret) = bearer {
+        req = req.header("authorization", format!("Bearer {secret}"));
     }
     let req = req
         .body(Full::new(Bytes::from(v.step.body().to_owned())))
@@ -103,7 +107,12 @@ async fn one(
         b.answered(&v, false, None);
         return rec.on_answer(sh, seq, Answer::Page(kind, Err("connect_failed".into())));
     };
-    match tokio::time::timeout(sh.answer_timeout, send(c, addr, &v)).await {
+    match tokio::time::timeout(
+        sh.answer_timeout,
+        send(c, addr, &v, sh.key.as_ref().map(|k| k.secret.as_str())),
+    )
+    .await
+    {
         Ok(Some(page)) => {
             let (outcome, set) = check(&v, &page);
             b.answered(&v, outcome.is_ok(), set);
