@@ -6,11 +6,7 @@
 # build without GSO, the exact --max-queue count and fair queueing); CONNS = generator sockets.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; TAG=${TAG:-h200-v26}; mkdir -p "$OUT"
-nv=$(python3 -c "import nvidia, os; print(os.path.join(nvidia.__path__[0], 'cu13', 'lib'))" 2>/dev/null)
-export LD_LIBRARY_PATH="${nv}:${LD_LIBRARY_PATH:-}" CUDA_MODULE_LOADING=EAGER
-export COHORT_KERNEL_CACHE=/tmp/cohort-kernels
-B=dist/cohort
-D=/tmp/sift-like-1m; NL=4096; IX=$D/ivf$NL.index
+. "$(dirname "$0")/lib/gpu-env.sh"
 t0=$(date +%s)
 # variant -> the binary and the serve flag it runs with
 bin() { [ "$1" = before ] && echo dist/cohort-before || echo $B; }

@@ -3,11 +3,7 @@
 # server's own core. PART=tests|echo|hog|knn (IOS="recvmmsg uring").
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; TAG=${TAG:-h200-v22}; mkdir -p "$OUT"
-nv=$(python3 -c "import nvidia, os; print(os.path.join(nvidia.__path__[0], 'cu13', 'lib'))" 2>/dev/null)
-export LD_LIBRARY_PATH="${nv}:${LD_LIBRARY_PATH:-}" CUDA_MODULE_LOADING=EAGER
-export COHORT_KERNEL_CACHE=/tmp/cohort-kernels
-B=dist/cohort
-D=/tmp/sift-like-1m; NL=4096; IX=$D/ivf$NL.index
+. "$(dirname "$0")/lib/gpu-env.sh"
 t0=$(date +%s)
 rc=0
 case ${PART:-tests} in

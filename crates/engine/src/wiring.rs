@@ -583,29 +583,25 @@ impl RequestRings {
     /// Takes one request from the next ingress that has one (round robin) and hands it to
     /// `f` with its ingress index.
     pub fn poll<R>(&mut self, f: impl FnOnce(usize, Message<'_>) -> R) -> Option<R> {
-        let n = self.rings.len();
-        for k in 0..n {
-            let i = (self.next + k) % n;
-            if self.rings[i].is_ready() {
-                self.next = i + 1;
-                return self.rings[i].try_recv(|m| f(i, m));
-            }
-        }
-        None
+        let i = self.next_ready()?;
+        self.rings[i].try_recv(|m| f(i, m))
     }
 
     /// `poll`, but the request is released only if `f` returns Some (else it stays first in
     /// its ring and polling stops).
     pub fn poll_if<R>(&mut self, f: impl FnOnce(usize, Message<'_>) -> Option<R>) -> Option<R> {
+        let i = self.next_ready()?;
+        self.rings[i].try_recv_if(|m| f(i, m))
+    }
+
+    /// The next ingress (round robin from the last one served) whose ring holds a request.
+    fn next_ready(&mut self) -> Option<usize> {
         let n = self.rings.len();
-        for k in 0..n {
-            let i = (self.next + k) % n;
-            if self.rings[i].is_ready() {
-                self.next = i + 1;
-                return self.rings[i].try_recv_if(|m| f(i, m));
-            }
-        }
-        None
+        let i = (0..n)
+            .map(|k| (self.next + k) % n)
+            .find(|&i| self.rings[i].is_ready())?;
+        self.next = i + 1;
+        Some(i)
     }
 
     pub fn any_ready(&self) -> bool {
