@@ -107,13 +107,13 @@ fn worker_loop(
                 while requests
                     .poll_if(|ingress, msg| {
                         q.has_room(msg.payload.len())
-                            .then(|| q.push(ingress, msg.env, msg.payload))
+                            .then(|| q.push(ingress, msg.env, msg.payload, msg.spilled))
                     })
                     .is_some()
                 {}
                 match q.pop() {
                     Some(s) => {
-                        let took = run.one(answers, s.ingress, s.env, &s.payload);
+                        let took = run.one(answers, s.ingress, s.env, s.payload.bytes());
                         q.charge(s.env.status, took.as_nanos() as u64);
                         q.recycle(s.payload);
                         true

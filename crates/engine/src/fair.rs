@@ -10,6 +10,7 @@
 //! client known) is one class like any other. Beyond the window, requests wait in the rings in
 //! arrival order, and `--max-queue` still bounds the whole.
 
+use bytes::Bytes;
 use cohort_mq::Envelope;
 use std::collections::VecDeque;
 
@@ -17,7 +18,23 @@ use std::collections::VecDeque;
 pub struct Staged {
     pub ingress: usize,
     pub env: Envelope,
-    pub payload: Vec<u8>,
+    pub payload: Payload,
+}
+
+/// A staged request's bytes: a slot-sized payload copied out of its ring slot, or a large one
+/// that crossed the ring in its own buffer, kept by reference (no copy).
+pub enum Payload {
+    Copied(Vec<u8>),
+    Shared(Bytes),
+}
+
+impl Payload {
+    pub fn bytes(&self) -> &[u8] {
+        match self {
+            Payload::Copied(v) => v,
+            Payload::Shared(b) => b,
+        }
+    }
 }
 
 struct Class {
@@ -73,8 +90,9 @@ impl FairQueue {
         self.len == 0 || (self.len < self.max_len && self.bytes + payload <= self.max_bytes)
     }
 
-    /// Stages a request (its payload copied) under its client class.
-    pub fn push(&mut self, ingress: usize, env: Envelope, payload: &[u8]) {
+    /// Stages a request under its client class: its payload copied, or `spilled` (the
+    /// payload's own buffer, when it has one) kept by reference.
+    pub fn push(&mut self, ingress: usize, env: Envelope, payload: &[u8], spilled: Option<&Bytes>) {
         debug_assert!(self.has_room(payload.len()));
         let class = env.status;
         let at = match self.index[class as usize] {
@@ -94,15 +112,21 @@ impl FairQueue {
             }
             i => i as usize - 1,
         };
-        let mut buf = self.spare_payloads.pop().unwrap_or_default();
-        buf.clear();
-        buf.extend_from_slice(payload);
-        self.bytes += payload.len();
+        let payload = match spilled {
+            Some(b) => Payload::Shared(b.clone()),
+            None => {
+                let mut buf = self.spare_payloads.pop().unwrap_or_default();
+                buf.clear();
+                buf.extend_from_slice(payload);
+                Payload::Copied(buf)
+            }
+        };
+        self.bytes += payload.bytes().len();
         self.len += 1;
         self.active[at].queue.push_back(Staged {
             ingress,
             env,
-            payload: buf,
+            payload,
         });
     }
 
@@ -116,7 +140,7 @@ impl FairQueue {
             .pop_front()
             .expect("an active class has a request waiting");
         self.len -= 1;
-        self.bytes -= s.payload.len();
+        self.bytes -= s.payload.bytes().len();
         if self.active[at].queue.is_empty() {
             self.retire(at);
         }
@@ -131,10 +155,12 @@ impl FairQueue {
         }
     }
 
-    /// A payload buffer back for reuse.
-    pub fn recycle(&mut self, payload: Vec<u8>) {
-        if self.spare_payloads.len() < self.max_len {
-            self.spare_payloads.push(payload);
+    /// A copied payload's buffer back for reuse (a shared one is just dropped).
+    pub fn recycle(&mut self, payload: Payload) {
+        if let Payload::Copied(v) = payload {
+            if self.spare_payloads.len() < self.max_len {
+                self.spare_payloads.push(v);
+            }
         }
     }
 
@@ -170,11 +196,11 @@ mod tests {
     fn a_late_light_client_overtakes_a_flood() {
         let mut q = FairQueue::new(1024, 1 << 20);
         for i in 0..100 {
-            q.push(0, env(7, i), b"flood");
+            q.push(0, env(7, i), b"flood", None);
         }
         let first = q.pop().unwrap();
         q.charge(7, 20_000_000);
-        q.push(1, env(9, 1000), b"light");
+        q.push(1, env(9, 1000), b"light", None);
         assert_eq!(first.env.request_id, 0);
         assert_eq!(q.pop().unwrap().env.request_id, 1000);
         assert_eq!(q.pop().unwrap().env.status, 7);
@@ -192,7 +218,10 @@ mod tests {
         ) {
             let mut q = FairQueue::new(1000, 1 << 20);
             for (i, &(c, len)) in pushes.iter().enumerate() {
-                q.push(0, env(c, i as u64), &vec![c as u8; len]);
+                let bytes = vec![c as u8; len];
+                // Every third a shared buffer, as a large payload crosses its ring.
+                let shared = (i % 3 == 0).then(|| Bytes::from(bytes.clone()));
+                q.push(0, env(c, i as u64), &bytes, shared.as_ref());
             }
             let mut seen = vec![false; pushes.len()];
             let mut last = [None::<u64>; 5];
@@ -205,7 +234,7 @@ mod tests {
                 let (i, c) = (s.env.request_id as usize, s.env.status as usize);
                 prop_assert!(!seen[i]);
                 seen[i] = true;
-                prop_assert_eq!(s.payload.len(), pushes[i].1);
+                prop_assert_eq!(s.payload.bytes(), &vec![c as u8; pushes[i].1][..]);
                 prop_assert!(last[c].is_none_or(|l| l < i as u64));
                 last[c] = Some(i as u64);
                 // While every class still waits, their service stays within one cost.
