@@ -1,8 +1,8 @@
 //! Per-client quotas from outside: one client (its own loopback address) floods the spin
 //! service with long requests while another sends short ones. Without quotas the second waits
 //! behind the flood; with `--client-max-inflight` it is served as if alone and the flood gets
-//! OVERLOADED (HTTP 429, the same quota over UDP). Fair queueing inside the service (on by
-//! default) serves the second client ahead of the flood without refusing the flood.
+//! OVERLOADED (HTTP 429, the same quota over UDP). Fair queueing inside the service
+//! (`--fair-queue on`) serves the second client ahead of the flood without refusing the flood.
 //! `--max-deadline-ms` cuts a deadline a client asks for; `--max-queue` is exact.
 
 mod common;
@@ -59,9 +59,9 @@ fn flood_and_probe(s: &Served) -> (Duration, usize, usize) {
     (slowest, ok, overloaded)
 }
 
-/// Fair queueing alone (the default, no quotas): the flood is all admitted, yet the other
-/// client's requests run next instead of after it; with `--fair-queue off` they wait behind
-/// the whole flood (arrival order).
+/// Fair queueing alone (`--fair-queue on`, no quotas): the flood is all admitted, yet the
+/// other client's requests run next instead of after it; with `--fair-queue off` (the
+/// default) they wait behind the whole flood (arrival order).
 #[test]
 fn fair_queueing_serves_a_light_client_ahead_of_a_flood_without_refusing_it() {
     let base = ["--service", "spin", "--workers", "2"];
@@ -69,7 +69,7 @@ fn fair_queueing_serves_a_light_client_ahead_of_a_flood_without_refusing_it() {
     let (slowest_fifo, ok, _) = flood_and_probe(&arrival_order);
     drop(arrival_order);
     assert_eq!(ok, 60);
-    let fair = Served::start(&base);
+    let fair = Served::start(&[&base[..], &["--fair-queue", "on"]].concat());
     let (slowest_fair, ok, _) = flood_and_probe(&fair);
     eprintln!("victim's slowest: {slowest_fifo:?} in arrival order, {slowest_fair:?} fair");
     assert_eq!(ok, 60, "fair queueing refuses nothing");
