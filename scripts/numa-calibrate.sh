@@ -24,7 +24,7 @@ step() { # name, timeout, command...
 }
 $B gpus
 nvidia-smi topo -m 2>/dev/null | head -5
-step "numa-calib-test-gpu-$TAG" 300 env COHORT_REQUIRE_NVRTC=1 dist/test-gpu --nocapture --test-threads 1 numa
+step "numa-calib-test-gpu-$TAG" 300 env COHORT_REQUIRE_NVRTC=1 dist/test-experiments --nocapture --test-threads 1 twins
 step "sim-numa-calibrate-$TAG" 400 $B sim numa calibrate --out "$OUT" --tag "$TAG" --scale 0.25
 if [ "${FIGURES:-1}" = 1 ]; then
     step "sim-numa-all-$TAG" 500 $B sim numa all --out "$OUT" --tag "$TAG-cpu"

@@ -34,6 +34,10 @@ if cargo tree -p cohort-load -e normal --prefix none | grep -E "^(cudarc|memcach
     echo "cohort-load depends on a backend crate"; exit 1
 fi
 cargo clippy -p cohort-services --no-default-features --all-targets --release -- -D warnings
+echo "== layering: the GPU runtime depends on no service (nor on the k-NN library)"
+if cargo tree -p cohort-gpu -e normal --prefix none | grep -E "^cohort-(services|knn|experiments) "; then
+    echo "cohort-gpu depends on a service"; exit 1
+fi
 
 echo "== unit, property and integration tests"
 cargo test --workspace --release

@@ -49,10 +49,10 @@ pub struct BuildArgs {
     #[arg(long, default_value = "auto")]
     pub device: BuildDevice,
     /// GPU builds: CUDA streams the base is streamed over.
-    #[arg(long, default_value_t = cohort_gpu::kmeans::DEFAULT_STREAMS)]
+    #[arg(long, default_value_t = cohort_services::knn::gpu_kmeans::DEFAULT_STREAMS)]
     pub build_streams: usize,
     /// GPU builds: rows per streamed chunk.
-    #[arg(long, default_value_t = cohort_gpu::kmeans::DEFAULT_CHUNK_ROWS)]
+    #[arg(long, default_value_t = cohort_services::knn::gpu_kmeans::DEFAULT_CHUNK_ROWS)]
     pub chunk_rows: usize,
 }
 
@@ -93,9 +93,9 @@ pub fn assigner_for(
             .iter()
             .find(|d| d.ordinal == ordinal)
             .with_context(|| format!("no GPU {ordinal} ({} found)", devs.len()))?;
-        Ok(Box::new(cohort_gpu::kmeans::GpuAssigner::new(
-            dev, streams, chunk_rows,
-        )?))
+        Ok(Box::new(
+            cohort_services::knn::gpu_kmeans::GpuAssigner::new(dev, streams, chunk_rows)?,
+        ))
     };
     match device {
         BuildDevice::Cpu => Ok(Box::new(CpuGemm)),

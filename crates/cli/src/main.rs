@@ -173,7 +173,10 @@ fn selftest(what: &str, seed: Option<u64>, persistent: bool) -> anyhow::Result<(
             .unwrap_or(1)
     });
     println!("selftest gpu, seed {seed}");
-    for line in cohort_gpu::selftest::run(seed)? {
+    for line in cohort_services::knn::selftest::run(seed)? {
+        println!("{line}");
+    }
+    for line in cohort_experiments::selftest::run(seed)? {
         println!("{line}");
     }
     println!("selftest gpu: all kernels match their CPU twins");

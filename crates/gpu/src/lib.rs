@@ -1,24 +1,22 @@
-//! The GPU layer. Everything here works on a machine without CUDA: [`probe`] says "no CUDA
+//! The GPU layer: device probe, NVRTC with an on-disk cache, pinned and mapped memory, and
+//! the generic GPU engines (gpu-direct, gpu-cohort, gpu-persistent). It knows no service:
+//! a service brings its kernels and backends through the traits of [`engine`] and
+//! [`persistent`]. Everything here works on a machine without CUDA: [`probe`] says "no CUDA
 //! device" instead of the driver library panicking, and every driver or NVRTC failure is a
 //! typed [`GpuError`].
 
-pub mod consts;
 mod device;
 pub mod engine;
 mod error;
-pub mod kmeans;
-pub mod knn;
-pub mod numa_calib;
+pub mod kernel_check;
 mod nvrtc;
 pub mod persistent;
-pub mod selftest;
-pub mod streams;
+pub mod prelude;
 
 pub use device::{probe, DeviceInfo};
 pub use error::GpuError;
-pub use nvrtc::{
-    compile_cached, embedded, kernel_sources, load_module, nvrtc_available, KernelSource,
-};
+pub use nvrtc::{compile_cached, load_module, nvrtc_available};
+pub use prelude::{KernelSource, Prelude};
 
 /// Says that a GPU check was skipped, on the process's real stderr: the test harness captures
 /// `eprintln!`, which would leave a skipped check looking like a pass in the log.

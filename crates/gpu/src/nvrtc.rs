@@ -1,64 +1,14 @@
-//! The project's CUDA sources, embedded in the binary, compiled by NVRTC at run time and
+//! CUDA sources (each backend's, embedded in the binary) compiled by NVRTC at run time and
 //! cached on disk by (source hash, architecture), so a restart does not pay ~100 ms per
 //! kernel file again.
 
+use crate::prelude::KernelSource;
 use crate::{DeviceInfo, GpuError};
 use cudarc::driver::{CudaContext, CudaModule};
 use cudarc::nvrtc::{CompileOptions, Ptx};
 use sha2::{Digest, Sha256};
 use std::path::PathBuf;
 use std::sync::{Arc, Mutex};
-
-pub struct KernelSource {
-    pub name: &'static str,
-    pub source: &'static str,
-}
-
-/// The k-NN and k-means kernel files (CI compiles each of them through NVRTC). Each is compiled as one
-/// self-contained source: the constants shared with the host (`consts::cuda_prelude`), then
-/// common.cuh, then the file.
-pub fn kernel_sources() -> &'static [KernelSource] {
-    static SOURCES: std::sync::OnceLock<Vec<KernelSource>> = std::sync::OnceLock::new();
-    SOURCES.get_or_init(|| {
-        let files = [
-            ("knn.cu", include_str!("../kernels/knn.cu")),
-            ("knn_tiled.cu", include_str!("../kernels/knn_tiled.cu")),
-            ("kmeans.cu", include_str!("../kernels/kmeans.cu")),
-            ("streams.cu", include_str!("../kernels/streams.cu")),
-            ("numa_calib.cu", include_str!("../kernels/numa_calib.cu")),
-        ];
-        let mut all: Vec<KernelSource> = files
-            .into_iter()
-            .map(|(name, body)| KernelSource {
-                name,
-                source: Box::leak(
-                    format!(
-                        "{}{}{}",
-                        crate::consts::cuda_prelude(),
-                        include_str!("../kernels/common.cuh"),
-                        body
-                    )
-                    .into_boxed_str(),
-                ),
-            })
-            .collect();
-        // The persistent k-NN module: the runtime + the stage functions of knn.cu.
-        let p = crate::persistent::knn_source();
-        all.push(KernelSource {
-            name: p.name,
-            source: p.source,
-        });
-        all
-    })
-}
-
-/// The embedded kernel file `name` (one of [`kernel_sources`]).
-pub fn embedded(name: &str) -> &'static KernelSource {
-    kernel_sources()
-        .iter()
-        .find(|s| s.name == name)
-        .unwrap_or_else(|| panic!("kernel file {name} is not embedded"))
-}
 
 /// `src` compiled for `dev` (from the cache when it was before) and loaded into `ctx`: what
 /// every GPU backend does once at start.

@@ -1,10 +1,10 @@
 //! The services a server can host, each with its CPU function and, where it has one, its GPU
 //! backend. Adding a service = its module + one line in [`CATALOG`].
 
-use crate::micro_gpu::{Micro, MicroGpu};
+use crate::knn::gpu_ivf::{GpuIvf, Precision};
+use crate::micro::gpu::{Micro, MicroGpu};
 use cohort_engine::Service;
 use cohort_gpu::engine::GpuBackend;
-use cohort_gpu::knn::{GpuIvf, Precision};
 use cohort_gpu::persistent::PersistentBackend;
 use cohort_gpu::DeviceInfo;
 use std::path::PathBuf;
@@ -149,6 +149,14 @@ fn bank_gpu(o: &ServiceOptions, dev: &DeviceInfo) -> Result<Arc<dyn GpuBackend>,
     Ok(Arc::new(crate::bank::backend::BankGpu::new(dev, cfg)?))
 }
 
+/// Every service's kernel compilation units (CI compiles each through NVRTC).
+pub fn kernel_sources() -> Vec<&'static cohort_gpu::KernelSource> {
+    let mut all = crate::micro::sources();
+    all.extend_from_slice(crate::knn::kernels::sources());
+    all.push(crate::bank::gpu::source());
+    all
+}
+
 pub fn entry(name: &str) -> Option<&'static Entry> {
     CATALOG.iter().find(|e| e.name == name)
 }
@@ -165,7 +173,7 @@ fn micro(kind: Micro, dev: &DeviceInfo) -> Result<Arc<dyn GpuBackend>, String> {
 
 fn micro_persistent(kind: Micro, dev: &DeviceInfo) -> Result<Arc<dyn PersistentBackend>, String> {
     Ok(Arc::new(
-        crate::micro_persistent::MicroPersistent::new(kind, dev).map_err(|e| e.to_string())?,
+        crate::micro::persistent::MicroPersistent::new(kind, dev).map_err(|e| e.to_string())?,
     ))
 }
 

@@ -6,16 +6,13 @@
 pub mod bank;
 #[cfg(feature = "backends")]
 pub mod catalog;
-pub mod echo;
 mod json_str;
 pub mod knn;
-#[cfg(feature = "backends")]
-pub mod micro_gpu;
-#[cfg(feature = "backends")]
-pub mod micro_persistent;
+pub mod micro;
 #[cfg(feature = "backends")]
 pub mod selftest;
-pub mod spin;
+
+pub use micro::{echo, spin};
 
 use cohort_proto::{ErrorCode, ErrorPayload};
 

@@ -5,19 +5,19 @@
 
 use crate::catalog::{self, ServiceOptions};
 use crate::knn::gpu::KnnGpu;
+use crate::knn::gpu_ivf::{GpuIvf, Precision};
 use crate::knn::persistent::{KnnPersistent, PersistentPlan};
+use crate::knn::selftest::same_neighbors;
 use crate::knn::{decode_response, encode_request, Elems, Knn};
-use crate::micro_gpu::MAX_ROW_BYTES;
+use crate::micro::gpu::MAX_ROW_BYTES;
 use cohort_engine::wiring::DEFAULT_STRIDE;
 use cohort_engine::{
     wire_in, Bell, DispatchPolicy, EngineSpec, Ingress, Metrics, Service, ServiceLabel,
 };
 use cohort_gpu::engine::{GpuBackend, GpuEngine, GpuEngineConfig, Mode};
-use cohort_gpu::knn::{GpuIvf, Precision};
 use cohort_gpu::persistent::{
     stage_capacity, MappedMemory, PersistentBackend, PersistentConfig, PersistentEngine,
 };
-use cohort_gpu::selftest::same_neighbors;
 use cohort_gpu::{probe, DeviceInfo};
 use cohort_knn::kmeans::KMeansConfig;
 use cohort_knn::synth::{Model, SynthConfig};

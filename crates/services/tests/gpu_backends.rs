@@ -2,53 +2,56 @@
 //! every GPU backend matches its CPU twin through the real engines. A check that cannot run
 //! says so on the real stderr (`SKIPPED ...`), so the log never shows a skip as a pass.
 
-use cohort_gpu::{compile_cached, nvrtc_available, probe, report_skip};
+use cohort_gpu::{probe, report_skip};
 
 #[test]
 fn service_kernels_compile_for_sm90_through_nvrtc() {
-    if !nvrtc_available() {
-        assert!(
-            std::env::var_os("COHORT_REQUIRE_NVRTC").is_none(),
-            "NVRTC required but not loadable"
-        );
-        report_skip("service kernels compile", "NVRTC is not installed");
+    cohort_gpu::kernel_check::every_kernel_compiles(
+        "services",
+        &cohort_services::catalog::kernel_sources(),
+        // Kernels the k-NN files make with macros, one per element type.
+        &[
+            ("knn.cu", &["knn_search", "knn_search_f16"]),
+            (
+                "knn_tiled.cu",
+                &[
+                    "knn_search_tiled",
+                    "knn_search_tiled_f16",
+                    "knn_search_tiled_u8",
+                    "knn_select_search",
+                    "knn_select_search_wide",
+                ],
+            ),
+            (
+                "knn_persistent.cu",
+                &[
+                    "knn_p_search",
+                    "knn_p_search_f16",
+                    "knn_p_search_u8",
+                    "knn_p_cohort",
+                    "knn_p_cohort_f16",
+                    "knn_p_cohort_u8",
+                ],
+            ),
+        ],
+    );
+}
+
+/// The k-NN kernels (both plans, k-means) against their CPU twins on fresh random inputs.
+#[test]
+fn knn_kernels_match_their_cpu_twins() {
+    if let Err(e) = probe() {
+        report_skip("knn kernels vs cpu twins", &e.to_string());
         return;
     }
-    let dir = std::env::temp_dir().join(format!("cohort-skcache-{}", std::process::id()));
-    std::env::set_var("COHORT_KERNEL_CACHE", &dir);
-    let sources: [(&cohort_gpu::KernelSource, &[&str]); 3] = [
-        (
-            cohort_services::bank::gpu::source(),
-            &[
-                "bank_parse",
-                "bank_sessions",
-                "bank_pages",
-                "bank_pad",
-                "bank_unpack",
-                "bank_gather",
-            ],
-        ),
-        (
-            &cohort_services::micro_gpu::KERNELS,
-            &["echo_rows", "spin_rows"],
-        ),
-        (
-            cohort_services::micro_persistent::source(),
-            &["cohort_ingress", "p_reset", "micro_p_worker"],
-        ),
-    ];
-    for (src, kernels) in sources {
-        let ptx = compile_cached(src, "sm_90").unwrap_or_else(|e| panic!("{}: {e}", src.name));
-        let text = ptx.to_src();
-        for f in kernels {
-            assert!(
-                text.contains(&format!(".entry {f}(")),
-                "{} lacks {f}",
-                src.name
-            );
-        }
+    let seed = std::time::SystemTime::now()
+        .duration_since(std::time::UNIX_EPOCH)
+        .unwrap()
+        .as_secs();
+    eprintln!("seed {seed}");
+    for line in cohort_services::knn::selftest::run(seed).unwrap() {
+        eprintln!("{line}");
     }
-    let _ = std::fs::remove_dir_all(&dir);
 }
 
 #[test]

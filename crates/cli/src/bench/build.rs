@@ -30,7 +30,7 @@ pub struct BuildBench {
     /// GPU builds: CUDA streams (several values: one build each).
     #[arg(long, value_delimiter = ',', default_value = "4")]
     pub streams: Vec<usize>,
-    #[arg(long, default_value_t = cohort_gpu::kmeans::DEFAULT_CHUNK_ROWS)]
+    #[arg(long, default_value_t = cohort_services::knn::gpu_kmeans::DEFAULT_CHUNK_ROWS)]
     pub chunk_rows: usize,
     #[arg(long, value_delimiter = ',', default_value = "16")]
     pub nprobe: Vec<usize>,

@@ -5,9 +5,9 @@
 
 use anyhow::{Context, Result};
 use clap::Args;
-use cohort_gpu::knn::{GpuIvf, Plan};
 use cohort_knn::kmeans::KMeansConfig;
 use cohort_knn::{vecfile, IvfIndex, Metric};
+use cohort_services::knn::gpu_ivf::{GpuIvf, Plan};
 use serde_json::json;
 use std::path::PathBuf;
 use std::time::Instant;
@@ -29,7 +29,7 @@ pub struct GpuKernelBench {
     pub k: usize,
     /// Vector precisions on the GPU to measure (f32, f16, u8).
     #[arg(long, value_delimiter = ',', default_value = "f32,f16,u8")]
-    pub precision: Vec<cohort_gpu::knn::Precision>,
+    pub precision: Vec<cohort_services::knn::gpu_ivf::Precision>,
     /// Seconds to spend timing each point.
     #[arg(long, default_value_t = 0.5)]
     pub seconds: f64,

@@ -4,7 +4,7 @@
 //! `--service-opt NAME.KEY=VALUE` (`plan.rs`).
 
 use clap::{Args, FromArgMatches};
-use cohort_gpu::knn::Precision;
+use cohort_services::knn::gpu_ivf::Precision;
 
 #[derive(Args, Debug, Clone, PartialEq)]
 pub struct GpuEngineArgs {

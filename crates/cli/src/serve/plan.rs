@@ -5,7 +5,7 @@
 use super::ServeArgs;
 use anyhow::{bail, Context as _, Result};
 use cohort_engine::DispatchPolicy;
-use cohort_gpu::knn::Precision;
+use cohort_services::knn::gpu_ivf::Precision;
 use cohort_services::knn::persistent::PersistentPlan;
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

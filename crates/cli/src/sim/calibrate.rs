@@ -7,7 +7,7 @@
 
 use super::NumaArgs;
 use anyhow::{bail, Context as _, Result};
-use cohort_gpu::numa_calib::{Calibration, Kind, Measured, Split, SPLITS};
+use cohort_experiments::numa_calib::{Calibration, Kind, Measured, Split, SPLITS};
 use cohort_sim::config::{CtaSchedule, Placement};
 use cohort_sim::workloads::calibration;
 use cohort_sim::{simulate, SimConfig};
@@ -15,7 +15,7 @@ use serde::{Deserialize, Serialize};
 
 // The GPU kernels and the simulator's workloads share one geometry.
 const _: () = {
-    use cohort_gpu::consts::{CALIB_CHUNK_FLOATS, CALIB_ROW_FLOATS, CALIB_TILE_ROWS};
+    use cohort_experiments::{CALIB_CHUNK_FLOATS, CALIB_ROW_FLOATS, CALIB_TILE_ROWS};
     use cohort_sim::workloads::stencil_geometry as g;
     assert!(CALIB_CHUNK_FLOATS as u64 * 4 == g::TILE_LINES * 128);
     assert!(CALIB_ROW_FLOATS as u64 * 4 == g::ROW_LINES * 128);

@@ -22,7 +22,8 @@ pub mod mapped;
 pub mod profile;
 pub mod rt;
 
-use crate::{GpuError, KernelSource};
+use crate::prelude::{KernelSource, Prelude};
+use crate::GpuError;
 use cohort_engine::LaneEnds;
 use cudarc::driver::{CudaContext, CudaModule};
 pub use mapped::MappedMemory;
@@ -166,51 +167,35 @@ pub fn stage_capacity(backend: &dyn PersistentBackend, stage: &Stage) -> Result<
     egress::capacity(backend.context(), &f, stage)
 }
 
-/// A service's persistent module source: the shared constants, the mqueue layout, the
-/// k-NN stage functions when `with_knn` (knn.cu's per-pair and knn_tiled.cu's tiled ones),
-/// the runtime, the service's file, the ingress warp.
+/// A service's persistent module: the runtime's constants and the service's `prelude`, the
+/// mqueue layout, the service's `library` (device functions its stages call), the runtime
+/// (`kernels/persistent.cuh`), the service's `stages` (which define its `SvcArgs` and stage
+/// kernels), the ingress warp. The runtime includes nothing of any service.
 pub fn persistent_source(
     name: &'static str,
-    service: &str,
-    with_knn: bool,
+    prelude: &Prelude,
+    library: &[(&'static str, &'static str)],
+    stages: &[(&'static str, &'static str)],
 ) -> &'static KernelSource {
-    let mq = include_str!("../../../mq/include/cohort_mqueue.h").replace(
-        "#include <stdint.h>",
-        "typedef unsigned char uint8_t;\ntypedef unsigned short uint16_t;\n\
-         typedef unsigned int uint32_t;\ntypedef unsigned long long uint64_t;",
-    );
-    let knn = if with_knn {
-        format!(
-            "{}{}{}",
-            include_str!("../../kernels/common.cuh"),
-            include_str!("../../kernels/knn.cu"),
-            include_str!("../../kernels/knn_tiled.cu")
-        )
-    } else {
-        String::new()
-    };
-    let source = format!(
-        "{}{}{mq}\n{knn}{}{service}{}",
-        crate::consts::cuda_prelude(),
-        rt::cuda_defines(),
-        include_str!("../../kernels/persistent.cuh"),
-        include_str!("../../kernels/persistent_ingress.cuh"),
-    );
-    Box::leak(Box::new(KernelSource {
-        name,
-        source: Box::leak(source.into_boxed_str()),
-    }))
-}
-
-/// The k-NN persistent module, both plans: per-pair stages (knn_persistent.cu) and the
-/// cohort kernel (knn_persistent_cohort.cu). CI compiles it with the other kernel files.
-pub fn knn_source() -> &'static KernelSource {
-    static S: std::sync::OnceLock<&'static KernelSource> = std::sync::OnceLock::new();
-    S.get_or_init(|| {
-        let service = concat!(
-            include_str!("../../kernels/knn_persistent.cu"),
-            include_str!("../../kernels/knn_persistent_cohort.cu")
+    static MQ: std::sync::OnceLock<&'static str> = std::sync::OnceLock::new();
+    let mq = MQ.get_or_init(|| {
+        let text = include_str!("../../../mq/include/cohort_mqueue.h").replace(
+            "#include <stdint.h>",
+            "typedef unsigned char uint8_t;\ntypedef unsigned short uint16_t;\n\
+             typedef unsigned int uint32_t;\ntypedef unsigned long long uint64_t;",
         );
-        persistent_source("knn_persistent.cu", service, true)
-    })
+        Box::leak(text.into_boxed_str())
+    });
+    let mut files = vec![("cohort_mqueue.h", *mq)];
+    files.extend_from_slice(library);
+    files.push((
+        "persistent.cuh",
+        include_str!("../../kernels/persistent.cuh"),
+    ));
+    files.extend_from_slice(stages);
+    files.push((
+        "persistent_ingress.cuh",
+        include_str!("../../kernels/persistent_ingress.cuh"),
+    ));
+    KernelSource::assemble(name, &rt::prelude().and(prelude), &files)
 }

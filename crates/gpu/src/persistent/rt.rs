@@ -4,6 +4,7 @@
 //! watchdog restarts the kernels.
 
 use super::mapped::MappedMemory;
+use crate::prelude::Prelude;
 use crate::GpuError;
 use cohort_mq::{channel_in, Consumer, Layout};
 use cudarc::driver::{
@@ -145,7 +146,7 @@ const _: () = {
 };
 
 /// The `#define`s of the constants above, for the kernels.
-pub fn cuda_defines() -> String {
+pub fn prelude() -> Prelude {
     let defs: [(&str, usize); 27] = [
         ("P_PIPES", PIPES),
         ("P_MAX_RX", MAX_RX),
@@ -175,14 +176,12 @@ pub fn cuda_defines() -> String {
         ("P_PROF_FIRST_POP", PROF_FIRST_POP),
         ("P_PROF_LAST_POP", PROF_LAST_POP),
     ];
-    let mut s = String::from("// Generated from crates/gpu/src/persistent/rt.rs.\n");
-    for (name, v) in defs
-        .into_iter()
+    defs.into_iter()
         .chain([("P_PROF_STAMPS", PROF_STAMPS), ("P_PROF_REC", PROF_REC)])
-    {
-        s.push_str(&format!("#define {name} {v}\n"));
-    }
-    s
+        .fold(
+            Prelude::new("crates/gpu/src/persistent/rt.rs").error_codes(),
+            |p, (name, v)| p.int(name, v),
+        )
 }
 
 /// TX slots hold answers up to 2000 bytes (k-NN: 4 + 8 k for k <= 128 is 1028).
@@ -413,37 +412,20 @@ mod tests {
 
     #[test]
     fn kernels_get_the_runtime_constants_from_here_only() {
-        let defs = cuda_defines();
-        assert!(defs.contains(&format!("#define P_STAT_STARTED {STAT_STARTED}\n")));
-        assert!(defs.contains(&format!("#define P_PROF_REC {PROF_REC}\n")));
-        for (file, text) in [
-            (
-                "persistent.cuh",
-                include_str!("../../kernels/persistent.cuh"),
-            ),
-            (
-                "persistent_ingress.cuh",
-                include_str!("../../kernels/persistent_ingress.cuh"),
-            ),
-            (
-                "knn_persistent.cu",
-                include_str!("../../kernels/knn_persistent.cu"),
-            ),
-            (
-                "knn_persistent_cohort.cu",
-                include_str!("../../kernels/knn_persistent_cohort.cu"),
-            ),
-        ] {
-            for line in text.lines() {
-                let l = line.trim_start();
-                assert!(
-                    !(l.starts_with("#define P_STAT")
-                        || l.starts_with("#define P_PROF")
-                        || l.starts_with("#define P_PIPES")
-                        || l.starts_with("#define P_MAX_")),
-                    "{file} defines its own copy: {line}"
-                );
-            }
-        }
+        let defs = prelude();
+        let text = defs.text();
+        assert!(text.contains(&format!("#define P_STAT_STARTED {STAT_STARTED}\n")));
+        assert!(text.contains(&format!("#define P_PROF_REC {PROF_REC}\n")));
+        assert!(text.contains("#define P_MAX_BATCH "));
+        let src = super::super::persistent_source(
+            "runtime-alone.cu",
+            &Prelude::new("a test"),
+            &[],
+            &[("svc.cu", concat!(
+            "struct SvcArgs { unsigned long long f[16]; };\n",
+            "__device__ bool service_accept(const PRt&, const SvcArgs&, unsigned int) { return false; }\n"
+        ))],
+        );
+        assert!(src.restated().is_empty(), "{:?}", src.restated());
     }
 }

@@ -6,12 +6,12 @@ use super::kinds::{Kind, Method, KINDS, PREFIX};
 use super::page;
 use super::parse::{params, Refusal, MAX_BODY, MAX_REQUEST, NUMS, TEXTS};
 use super::record;
+use cohort_gpu::Prelude;
 use std::fmt::Write;
 
 /// `#define`s and `__constant__` tables for the bank kernels.
-pub fn prelude() -> String {
-    let mut s =
-        String::from("// Generated from crates/services/src/bank (cuda.rs): do not edit.\n");
+pub fn prelude() -> Prelude {
+    let mut s = Prelude::new("crates/services/src/bank/cuda.rs");
     for (name, v) in [
         ("BANK_MAX_REQUEST", MAX_REQUEST),
         ("BANK_MAX_BODY", MAX_BODY),
@@ -27,7 +27,7 @@ pub fn prelude() -> String {
         writeln!(s, "#define BANK_REFUSE_{:?} {}", r, r as u8).unwrap();
     }
     // Strings as one byte array with offsets: [start, end) of entry i at off[i], off[i + 1].
-    let table = |s: &mut String, name: &str, items: &[&str]| {
+    let table = |s: &mut Prelude, name: &str, items: &[&str]| {
         let mut bytes = Vec::new();
         let mut offs = vec![0usize];
         for it in items {
@@ -35,8 +35,9 @@ pub fn prelude() -> String {
             offs.push(bytes.len());
         }
         bytes.push(0);
-        let list = |v: &mut String, xs: &mut dyn Iterator<Item = String>| {
-            v.push_str(&xs.collect::<Vec<_>>().join(","));
+        let list = |v: &mut Prelude, xs: &mut dyn Iterator<Item = String>| {
+            v.write_str(&xs.collect::<Vec<_>>().join(","))
+                .expect("writing to a String");
         };
         write!(
             s,
@@ -166,7 +167,7 @@ const _: () = assert!(super::page::REFUSAL_PAGE_BYTES <= 4 * 1024);
 mod tests {
     #[test]
     fn prelude_names_every_kind() {
-        let p = super::prelude();
+        let p = super::prelude().text().to_string();
         assert!(p.contains("#define BANK_MAX_REQUEST 2048"));
         assert!(p.contains("#define BANK_REFUSE_NotFound 2"));
         assert!(p.contains("BANK_KIND_NAME_OFF[15]"));

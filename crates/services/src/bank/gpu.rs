@@ -18,19 +18,17 @@ use std::sync::Arc;
 
 /// The bank's kernels: the generated prelude (bank/cuda.rs), the parser, sessions and pages.
 pub fn source() -> &'static KernelSource {
-    static SRC: std::sync::OnceLock<KernelSource> = std::sync::OnceLock::new();
-    SRC.get_or_init(|| KernelSource {
-        name: "bank.cu",
-        source: Box::leak(
-            format!(
-                "{}{}{}{}",
-                super::cuda::prelude(),
-                include_str!("../../kernels/bank_parse.cu"),
-                include_str!("../../kernels/bank_serve.cu"),
-                include_str!("../../kernels/bank_io.cu")
-            )
-            .into_boxed_str(),
-        ),
+    static SRC: std::sync::OnceLock<&'static KernelSource> = std::sync::OnceLock::new();
+    SRC.get_or_init(|| {
+        KernelSource::assemble(
+            "bank.cu",
+            &super::cuda::prelude(),
+            &[
+                ("bank_parse.cu", include_str!("kernels/bank_parse.cu")),
+                ("bank_serve.cu", include_str!("kernels/bank_serve.cu")),
+                ("bank_io.cu", include_str!("kernels/bank_io.cu")),
+            ],
+        )
     })
 }
 

@@ -1,12 +1,12 @@
 //! k-NN's GPU backend: requests batch by (k, nprobe); a request's vector is decoded straight
 //! from its message into the slot's pinned staging; a batch runs the IVF kernels of
-//! `cohort_gpu::knn` (copy in, filter -> search -> select, copy out); each row's (id, distance)
+//! `gpu_ivf` (copy in, filter -> search -> select, copy out); each row's (id, distance)
 //! list becomes the same answer payload the CPU twin (`Knn::execute_cpu`) writes.
 
+use super::gpu_ivf::{check_shape, Buffers, GpuIvf, NO_ID};
 use super::{parse_head, vector_into, Head};
 use cohort_engine::BatchBackend;
 use cohort_gpu::engine::{GpuBackend, Pinned, StreamBuffers};
-use cohort_gpu::knn::{check_shape, Buffers, GpuIvf, NO_ID};
 use cohort_gpu::GpuError;
 use cohort_proto::{ErrorCode, ErrorPayload};
 use cudarc::driver::{CudaContext, CudaStream};
@@ -59,7 +59,7 @@ impl GpuBackend for KnnGpu {
         cap: usize,
     ) -> Result<Box<dyn StreamBuffers>, GpuError> {
         let ctx = &self.ivf.ctx;
-        let k = cohort_gpu::knn::GPU_MAX_K;
+        let k = super::gpu_ivf::GPU_MAX_K;
         // Zeroed: graph buckets copy whole buckets, and rows never staged must be numbers.
         let q = Pinned::for_uploads(ctx, cap * self.ivf.dim)?;
         let ids = Pinned::for_reads(ctx, cap * k)?;
@@ -131,7 +131,7 @@ impl StreamBuffers for KnnBuffers {
 }
 
 /// One row's answer in the layout of `encode_response_into`, skipping padding ids (fewer
-/// than k candidates), as `cohort_gpu::knn::to_neighbors` does.
+/// than k candidates), as `super::gpu_ivf::to_neighbors` does.
 fn write_answer(ids: &[u32], dist: &[f32], out: &mut Vec<u8>) {
     let n = ids.iter().filter(|&&id| id != NO_ID).count();
     out.extend_from_slice(&(n as u32).to_le_bytes());
@@ -151,7 +151,7 @@ mod tests {
         let dist = [0.5, 1.0, 0.0, 2.0, 0.0];
         let mut out = Vec::new();
         write_answer(&ids, &dist, &mut out);
-        let rows = cohort_gpu::knn::to_neighbors(&ids, &dist, 1, 5);
+        let rows = crate::knn::gpu_ivf::to_neighbors(&ids, &dist, 1, 5);
         assert_eq!(out, super::super::encode_response(&rows[0]));
     }
 

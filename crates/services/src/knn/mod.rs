@@ -20,7 +20,15 @@
 #[cfg(feature = "backends")]
 pub mod gpu;
 #[cfg(feature = "backends")]
+pub mod gpu_ivf;
+#[cfg(feature = "backends")]
+pub mod gpu_kmeans;
+#[cfg(feature = "backends")]
+pub mod kernels;
+#[cfg(feature = "backends")]
 pub mod persistent;
+#[cfg(feature = "backends")]
+pub mod selftest;
 
 use cohort_engine::Service;
 use cohort_knn::{IvfIndex, Neighbor, SearchParams};

@@ -7,12 +7,10 @@
 //! - [`PersistentPlan::PerPair`] (kernels/knn_persistent.cu): filter, search and reduce
 //!   blocks passing (request, probe) tasks through gpipes; a block per task.
 
-use cohort_gpu::consts::{BLOCK, GPU_MAX_CANDIDATES, SEL_MAX};
-use cohort_gpu::knn::{GpuIvf, Precision, DEFAULT_CANDIDATE_FLOATS};
+use super::gpu_ivf::{GpuIvf, Precision, DEFAULT_CANDIDATE_FLOATS};
+use super::kernels::{BLOCK, GPU_MAX_CANDIDATES, SEL_MAX};
 use cohort_gpu::persistent::rt::{addr, BAR_GROUPS};
-use cohort_gpu::persistent::{
-    knn_source, stage_capacity, PersistentBackend, Prepared, Stage, SvcArgs,
-};
+use cohort_gpu::persistent::{stage_capacity, PersistentBackend, Prepared, Stage, SvcArgs};
 use cohort_gpu::{load_module, DeviceInfo, GpuError};
 use cudarc::driver::{CudaContext, CudaModule, CudaSlice, CudaStream};
 use std::sync::Arc;
@@ -61,7 +59,7 @@ impl KnnPersistent {
         dev: &DeviceInfo,
         plan: PersistentPlan,
     ) -> Result<KnnPersistent, GpuError> {
-        let module = load_module(&ivf.ctx, dev, knn_source())?;
+        let module = load_module(&ivf.ctx, dev, super::kernels::source("knn_persistent.cu"))?;
         Ok(KnnPersistent {
             ivf: Arc::new(ivf),
             module,

@@ -11,18 +11,19 @@
 mod per_pair;
 mod tiled;
 
-use crate::{embedded, load_module, DeviceInfo, GpuError};
+use super::kernels;
+use cohort_gpu::{load_module, DeviceInfo, GpuError};
 use cohort_knn::{IvfIndex, Metric, Neighbor};
 use cudarc::driver::{CudaContext, CudaFunction, CudaSlice, CudaStream, LaunchArgs, PushKernelArg};
 use std::sync::Arc;
 
-/// Limits of the kernels (defined once in `crate::consts`, compiled into the kernels).
-pub const GPU_MAX_K: usize = crate::consts::MAX_K;
-pub const GPU_MAX_DIM: usize = crate::consts::MAX_DIM;
+/// Limits of the kernels (defined once in `super::kernels`, compiled into the kernels).
+pub const GPU_MAX_K: usize = kernels::MAX_K;
+pub const GPU_MAX_DIM: usize = kernels::MAX_DIM;
 /// The per-pair reduce holds nprobe * k candidates (8 bytes each) in shared memory.
-pub const GPU_MAX_CANDIDATES: usize = crate::consts::GPU_MAX_CANDIDATES;
+pub const GPU_MAX_CANDIDATES: usize = kernels::GPU_MAX_CANDIDATES;
 /// The tiled plan's select keeps nprobe probe offsets and k winners in shared memory.
-pub const TILED_MAX_PROBE: usize = crate::consts::SEL_MAX;
+pub const TILED_MAX_PROBE: usize = kernels::SEL_MAX;
 /// Batches from this size take the tiled plan: on the H200 it beats the per-pair plan from a
 /// single query up (bench/README.md), so the per-pair plan serves only nprobe above
 /// TILED_MAX_PROBE (and stays as the stage-by-stage twin the tests compare).
@@ -30,8 +31,8 @@ pub const TILED_MIN_COHORT: usize = 1;
 /// Candidate distances one `Buffers` holds for the tiled plan (1 GiB); a cohort whose
 /// candidate rows need more runs in several passes.
 pub const DEFAULT_CANDIDATE_FLOATS: usize = 1 << 28;
-const BLOCK: u32 = crate::consts::BLOCK as u32;
-pub use crate::consts::NO_ID;
+const BLOCK: u32 = kernels::BLOCK as u32;
+pub use kernels::NO_ID;
 
 /// Element type of the vectors on the device; distances are computed in f32 in every case.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -137,7 +138,7 @@ struct Kernels {
 
 impl Kernels {
     fn load(ctx: &Arc<CudaContext>, dev: &DeviceInfo) -> Result<Kernels, GpuError> {
-        let module = |name: &str| load_module(ctx, dev, embedded(name));
+        let module = |name: &str| load_module(ctx, dev, kernels::source(name));
         let (pp, t) = (module("knn.cu")?, module("knn_tiled.cu")?);
         Ok(Kernels {
             filter: pp.load_function("knn_filter")?,
@@ -273,7 +274,7 @@ impl GpuIvf {
     /// Raw device addresses of the index, for kernels that outlive any stream ordering (the
     /// persistent engine's).
     pub fn device_view(&self, s: &Arc<CudaStream>) -> IvfView {
-        use crate::persistent::rt::addr;
+        use cohort_gpu::persistent::rt::addr;
         IvfView {
             centroids: addr(&self.centroids, s),
             vectors: match &self.vectors {

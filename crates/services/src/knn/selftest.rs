@@ -1,8 +1,9 @@
-//! GPU kernels against their CPU twins on fresh random inputs. Used by the test suite and by
+//! The k-NN kernels (per-pair and tiled plans, k-means assignment) against their CPU twins on
+//! fresh random inputs. Used by the test suite and by
 //! `cohort selftest gpu` (the GPU machine has no cargo: the binary carries the checks).
 
-use crate::knn::{round_f16, to_neighbors, GpuIvf, Plan, Precision};
-use crate::{probe, GpuError};
+use super::gpu_ivf::{round_f16, to_neighbors, GpuIvf, Plan, Precision};
+use cohort_gpu::{probe, GpuError};
 use cohort_knn::ivf::stages;
 use cohort_knn::kmeans::KMeansConfig;
 use cohort_knn::synth::{Model, SynthConfig};
@@ -310,28 +311,6 @@ pub fn run(seed: u64) -> Result<Vec<String>, GpuError> {
         .map(check_case)
         .collect::<Result<_, _>>()?;
     lines.extend(check_kmeans(seed)?);
-    lines.extend(check_streams()?);
-    lines.extend(check_numa_calib(seed)?);
-    Ok(lines)
-}
-
-/// The NUMA calibration kernels (triad, stencil) against their twins, every split of the work,
-/// on GPU 0 (both "GPUs" the same one here; `cohort sim numa calibrate` runs them on two).
-pub fn check_numa_calib(seed: u64) -> Result<Vec<String>, GpuError> {
-    use crate::numa_calib::{Calibration, Kind, SPLITS};
-    let devs = crate::probe()?;
-    let cal = Calibration::open(&devs[..1])?;
-    let floats = 64 * crate::consts::CALIB_ROW_FLOATS * crate::consts::CALIB_TILE_ROWS;
-    let mut lines = Vec::new();
-    for kind in [Kind::Triad, Kind::Stencil] {
-        for split in SPLITS {
-            let m = cal.run(kind, split, floats, 2, seed)?;
-            lines.push(format!(
-                "ok   numa calibration {kind:?} {split:?}: {} outputs equal the twin",
-                m.checked
-            ));
-        }
-    }
     Ok(lines)
 }
 
@@ -341,7 +320,7 @@ pub fn check_numa_calib(seed: u64) -> Result<Vec<String>, GpuError> {
 pub fn check_kmeans(seed: u64) -> Result<Vec<String>, GpuError> {
     use cohort_knn::assign::{check, Assigner};
     use rand::{Rng, SeedableRng};
-    let dev = crate::probe()?
+    let dev = cohort_gpu::probe()?
         .into_iter()
         .next()
         .expect("probe returns a device");
@@ -360,7 +339,7 @@ pub fn check_kmeans(seed: u64) -> Result<Vec<String>, GpuError> {
             )
         };
         let (data, c) = (v(n), v(k));
-        let mut g = crate::kmeans::GpuAssigner::new(&dev, 3, 4_096)?;
+        let mut g = super::gpu_kmeans::GpuAssigner::new(&dev, 3, 4_096)?;
         let got = g
             .assign(&data, &c, metric)
             .map_err(|e| GpuError::Invalid(format!("{e:#}")))?;
@@ -373,59 +352,6 @@ pub fn check_kmeans(seed: u64) -> Result<Vec<String>, GpuError> {
             "ok   k-means assign n {n} k {k} dim {dim} {metric:?} ({} chunks)",
             g.chunks
         ));
-    }
-    Ok(lines)
-}
-
-/// The multi-stream benchmark's kernel against its twin: every packet checked, in each memory
-/// mode, version A and B, with a CPU thread taking packets too.
-pub fn check_streams() -> Result<Vec<String>, GpuError> {
-    use crate::streams::{run, Inputs, MemoryMode, RunConfig, StreamGpu, Version, OUT_FLOATS};
-    let dev = crate::probe()?
-        .into_iter()
-        .next()
-        .expect("probe returns a device");
-    let gpu = StreamGpu::open(&dev)?;
-    let mut lines = Vec::new();
-    for mode in [
-        MemoryMode::Pinned,
-        MemoryMode::Managed,
-        MemoryMode::ManagedPrefetch,
-    ] {
-        let (packets, chunk_floats) = (12, 4_099);
-        let inputs = Inputs::new(
-            gpu.context(),
-            mode,
-            packets,
-            chunk_floats,
-            4 * OUT_FLOATS * 4,
-        )?;
-        for version in [Version::A, Version::B] {
-            let cfg = RunConfig {
-                packets,
-                chunk_floats,
-                inner: 5,
-                streams: 3,
-                version,
-                mode,
-                cpu_threads: 1,
-                check_every: 1,
-            };
-            inputs.to_host(&gpu.context().default_stream())?;
-            let r = run(std::slice::from_ref(&gpu), &inputs, &cfg)?;
-            let gpu_done: u64 = r.gpu_packets.iter().sum();
-            if gpu_done + r.cpu_packets != packets as u64 || r.checked != gpu_done {
-                return Err(GpuError::Invalid(format!(
-                    "streams {mode:?} {version:?}: {gpu_done} GPU + {} CPU packets of {packets}, {} checked",
-                    r.cpu_packets, r.checked
-                )));
-            }
-            lines.push(format!(
-                "ok   streams {} version {version:?}: {gpu_done} GPU packets equal the twin, {} on the CPU",
-                mode.name(),
-                r.cpu_packets
-            ));
-        }
     }
     Ok(lines)
 }

@@ -2,11 +2,11 @@
 //! round trip. A cohort whose candidate rows do not fit `Buffers::cand` runs in passes.
 
 use super::{Buffers, GpuIvf, BLOCK};
-use crate::GpuError;
+use cohort_gpu::GpuError;
 use cudarc::driver::{LaunchConfig, PushKernelArg};
 use std::sync::Arc;
 
-use crate::consts::{QB, RT};
+use crate::knn::kernels::{QB, RT};
 /// Resident blocks per SM the grid-stride search aims for (256 threads, ~13 KiB shared each).
 const BLOCKS_PER_SM: usize = 8;
 

@@ -13,7 +13,7 @@
 //! [`packet_cpu`] is the kernel's twin: the CPU threads compute with it and sampled GPU
 //! packets are checked against it.
 
-use crate::{embedded, load_module, DeviceInfo, GpuError};
+use cohort_gpu::{load_module, DeviceInfo, GpuError};
 use cudarc::driver::sys::{self, CUdeviceptr};
 use cudarc::driver::{result, CudaContext, CudaFunction, CudaStream, LaunchConfig, PushKernelArg};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
@@ -288,7 +288,7 @@ impl StreamGpu {
     pub fn open(dev: &DeviceInfo) -> Result<StreamGpu, GpuError> {
         let ctx = CudaContext::new(dev.ordinal)?;
         let kernel =
-            load_module(&ctx, dev, embedded("streams.cu"))?.load_function("stream_packet")?;
+            load_module(&ctx, dev, crate::source("streams.cu"))?.load_function("stream_packet")?;
         Ok(StreamGpu {
             dev: dev.clone(),
             ctx,

@@ -3,7 +3,7 @@
 //! into fresh buffers, so tests compare it with its CPU twin.
 
 use super::{Buffers, GpuIvf, BLOCK, GPU_MAX_CANDIDATES};
-use crate::GpuError;
+use cohort_gpu::GpuError;
 use cudarc::driver::{CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
 use std::sync::Arc;
 

@@ -2,10 +2,10 @@
 //! is one block of `kernels/micro.cu`; spin busy-waits the requested microseconds on the GPU's
 //! clock. A batch packs its payloads end to end, so only the bytes sent cross the bus.
 
-use crate::spin;
+use super::spin;
 use cohort_engine::BatchBackend;
 use cohort_gpu::engine::{GpuBackend, Pinned, StreamBuffers};
-use cohort_gpu::{load_module, DeviceInfo, GpuError, KernelSource};
+use cohort_gpu::{load_module, DeviceInfo, GpuError, KernelSource, Prelude};
 use cohort_proto::{ErrorCode, ErrorPayload};
 use cudarc::driver::{
     CudaContext, CudaFunction, CudaSlice, CudaStream, LaunchConfig, PushKernelArg,
@@ -15,10 +15,17 @@ use std::sync::Arc;
 /// Largest payload one request may carry on the GPU engines.
 pub const MAX_ROW_BYTES: usize = 4096;
 
-pub const KERNELS: KernelSource = KernelSource {
-    name: "micro.cu",
-    source: include_str!("../kernels/micro.cu"),
-};
+/// `kernels/micro.cu`: one block per request (no limit shared with the host: an empty prelude).
+pub fn source() -> &'static KernelSource {
+    static S: std::sync::OnceLock<&'static KernelSource> = std::sync::OnceLock::new();
+    S.get_or_init(|| {
+        KernelSource::assemble(
+            "micro.cu",
+            &Prelude::new("crates/services/src/micro/gpu.rs"),
+            &[("micro.cu", include_str!("kernels/micro.cu"))],
+        )
+    })
+}
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Micro {
@@ -35,7 +42,7 @@ pub struct MicroGpu {
 impl MicroGpu {
     pub fn new(kind: Micro, dev: &DeviceInfo) -> Result<MicroGpu, GpuError> {
         let ctx = CudaContext::new(dev.ordinal)?;
-        let module = load_module(&ctx, dev, &KERNELS)?;
+        let module = load_module(&ctx, dev, source())?;
         let func = module.load_function(match kind {
             Micro::Echo => "echo_rows",
             Micro::Spin => "spin_rows",

@@ -1,6 +1,6 @@
 // Definitions shared by the k-NN kernel files (prepended to each before NVRTC compiles it).
 
-// BLOCK, MAX_K, MAX_DIM, NO_ID, QB, RT and SEL_MAX come from crates/gpu/src/consts.rs (the
+// BLOCK, MAX_K, MAX_DIM, NO_ID, QB, RT and SEL_MAX come from crates/services/src/knn/kernels.rs (the
 // prelude NVRTC compiles before this file); they are never restated here.
 #define WARPS (BLOCK / 32)
 #define INF __int_as_float(0x7f800000)

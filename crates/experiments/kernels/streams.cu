@@ -2,7 +2,7 @@
 // element per thread. Each thread, `inner` times, picks two neighbouring elements of each input
 // (positions spread by a hash of its id), averages each pair, and adds the distance of the two
 // averages to its output. `inner` sets the compute per byte copied.
-// CPU twin: cohort_gpu::streams::packet_cpu (same positions, same order of operations).
+// CPU twin: cohort_experiments::streams::packet_cpu (same positions, same order of operations).
 
 __device__ __forceinline__ unsigned stream_start(unsigned t, unsigned n) {
     return (t * 2654435761u) % n;

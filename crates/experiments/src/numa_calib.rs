@@ -10,8 +10,8 @@
 //! one GPU the "two GPUs" are the same one (the selftest's kernel check). [`triad_cpu`] and
 //! [`stencil_cpu`] are the kernels' twins; every run's output is compared with them.
 
-use crate::consts::{CALIB_CHUNK_FLOATS, CALIB_ROW_FLOATS, CALIB_THREADS, CALIB_TILE_ROWS};
-use crate::{embedded, load_module, DeviceInfo, GpuError};
+use crate::{CALIB_CHUNK_FLOATS, CALIB_ROW_FLOATS, CALIB_THREADS, CALIB_TILE_ROWS};
+use cohort_gpu::{load_module, DeviceInfo, GpuError};
 use cudarc::driver::sys::{self, CUdeviceptr};
 use cudarc::driver::{result, CudaContext, CudaFunction, CudaStream, LaunchConfig, PushKernelArg};
 use serde::Serialize;
@@ -154,7 +154,7 @@ impl Calibration {
         let mut gpus = Vec::new();
         for d in devs {
             let ctx = CudaContext::new(d.ordinal)?;
-            let m = load_module(&ctx, d, embedded("numa_calib.cu"))?;
+            let m = load_module(&ctx, d, crate::source("numa_calib.cu"))?;
             gpus.push(Gpu {
                 stream: ctx.new_stream()?,
                 triad: m.load_function("calib_triad")?,

@@ -1,10 +1,10 @@
 //! Echo and spin on the persistent engine (Lynx's micro-benchmarks with the GPU serving its
 //! own queues): `kernels/micro_persistent.cu`. Each worker block is one of Lynx's queues.
 
-use crate::micro_gpu::Micro;
-use crate::spin::MAX_SPIN_US;
+use super::gpu::Micro;
+use super::spin::MAX_SPIN_US;
 use cohort_gpu::persistent::{persistent_source, PersistentBackend, Prepared, Stage, SvcArgs};
-use cohort_gpu::{load_module, DeviceInfo, GpuError, KernelSource};
+use cohort_gpu::{load_module, DeviceInfo, GpuError, KernelSource, Prelude};
 use cudarc::driver::{CudaContext, CudaModule};
 use std::sync::Arc;
 
@@ -14,8 +14,12 @@ pub fn source() -> &'static KernelSource {
     S.get_or_init(|| {
         persistent_source(
             "micro_persistent.cu",
-            include_str!("../kernels/micro_persistent.cu"),
-            false,
+            &Prelude::new("crates/services/src/micro/persistent.rs"),
+            &[],
+            &[(
+                "micro_persistent.cu",
+                include_str!("kernels/micro_persistent.cu"),
+            )],
         )
     })
 }

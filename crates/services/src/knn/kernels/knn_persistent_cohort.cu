@@ -27,7 +27,7 @@
 #define COH_STOP 0xffffffffu
 
 // Rows per work item: enough to amortise staging the queries, few enough that every block
-// gets work. The same rule as chunk_rows in crates/gpu/src/knn/tiled.rs.
+// gets work. The same rule as chunk_rows in crates/services/src/knn/gpu_ivf/tiled.rs.
 __device__ __forceinline__ int coh_chunk(unsigned long long rows, unsigned long long groups, unsigned blocks) {
     unsigned long long want = rows * groups / max(blocks, 1u) / RT * RT;
     return (int)min(max(want, (unsigned long long)RT), (unsigned long long)(16 * RT));

@@ -3,8 +3,8 @@
 //! pattern), so a base of any size fits; centroids stay resident for the call. The training
 //! loop around it (update, empty-cluster splits) is `cohort_knn::kmeans`, shared with the CPU.
 
-use crate::engine::Pinned;
-use crate::{embedded, load_module, DeviceInfo, GpuError};
+use cohort_gpu::engine::Pinned;
+use cohort_gpu::{load_module, DeviceInfo, GpuError};
 use cohort_knn::assign::{norms, Assigner};
 use cohort_knn::{Metric, Vectors};
 use cudarc::driver::{
@@ -13,7 +13,7 @@ use cudarc::driver::{
 use rayon::prelude::*;
 use std::sync::Arc;
 
-const TILE: usize = crate::consts::KM_TILE;
+const TILE: usize = super::kernels::KM_TILE;
 
 /// Rows per chunk by default: 64K rows of 128 f32 = 32 MiB per copy, long enough to run at
 /// the bus's rate, small enough that the first chunk's kernel starts early.
@@ -57,8 +57,8 @@ impl GpuAssigner {
             ));
         }
         let ctx = CudaContext::new(dev.ordinal)?;
-        let kernel =
-            load_module(&ctx, dev, embedded("kmeans.cu"))?.load_function("kmeans_assign")?;
+        let kernel = load_module(&ctx, dev, super::kernels::source("kmeans.cu"))?
+            .load_function("kmeans_assign")?;
         // Each lane's buffers are used on its own stream only and reused after that stream
         // synchronised: cudarc's per-buffer events would only add driver calls.
         // SAFETY: see above.

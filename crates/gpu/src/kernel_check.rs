@@ -1,0 +1,68 @@
+//! The check every kernel registry's test runs (the runtime's, each service's, the
+//! experiments'): each source compiles for sm_90 through NVRTC, exports every kernel its files
+//! declare, hits the on-disk cache the second time, and restates no generated limit. CI
+//! installs NVRTC and sets `COHORT_REQUIRE_NVRTC=1`, so a kernel that does not compile fails CI.
+
+use crate::{compile_cached, nvrtc_available, report_skip, KernelSource};
+
+/// Compiles and checks `sources`; panics (this is a test helper) on the first failure. `also`
+/// names kernels a source's macros make (which its text does not spell out). Without NVRTC it
+/// reports the skip, unless `COHORT_REQUIRE_NVRTC` is set.
+pub fn every_kernel_compiles(what: &str, sources: &[&KernelSource], also: &[(&str, &[&str])]) {
+    for s in sources {
+        let restated = s.restated();
+        assert!(restated.is_empty(), "{restated:#?}");
+    }
+    if !nvrtc_available() {
+        assert!(
+            std::env::var_os("COHORT_REQUIRE_NVRTC").is_none(),
+            "NVRTC required but not loadable"
+        );
+        report_skip(
+            &format!("{what} kernels compile"),
+            "NVRTC is not installed (pip install nvidia-cuda-nvrtc; add its lib folder to LD_LIBRARY_PATH)",
+        );
+        return;
+    }
+    let dir = std::env::temp_dir().join(format!("cohort-kcache-{what}-{}", std::process::id()));
+    struct Cleanup(std::path::PathBuf);
+    impl Drop for Cleanup {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_dir_all(&self.0);
+        }
+    }
+    let _cleanup = Cleanup(dir.clone());
+    std::env::set_var("COHORT_KERNEL_CACHE", &dir);
+    for src in sources {
+        let ptx = compile_cached(src, "sm_90").unwrap_or_else(|e| panic!("{}: {e}", src.name));
+        let text = ptx.to_src();
+        assert!(
+            text.contains(".target sm_90"),
+            "{}: not sm_90 PTX",
+            src.name
+        );
+        let mut entries = src.entry_points();
+        for (name, more) in also {
+            if *name == src.name {
+                entries.extend_from_slice(more);
+            }
+        }
+        assert!(!entries.is_empty(), "{} declares no kernel", src.name);
+        for f in entries {
+            assert!(
+                text.contains(&format!(".entry {f}(")),
+                "{} lacks kernel {f}",
+                src.name
+            );
+        }
+        // The second call hits the on-disk cache.
+        assert!(std::fs::read_dir(&dir).unwrap().count() >= 1);
+        compile_cached(src, "sm_90").unwrap();
+    }
+    for (name, _) in also {
+        assert!(
+            sources.iter().any(|s| s.name == *name),
+            "no source {name} to look for its macro-made kernels in"
+        );
+    }
+}
