@@ -1,8 +1,9 @@
 //! `cohort serve --config FILE`: a TOML file whose keys are the serve flags (without `--`,
-//! `-` or `_` alike), plus one `[services.NAME]` table per service. The file's settings become
+//! `-` or `_` alike), plus one `[services.NAME]` table per service. The file's flags become
 //! flags placed before the command line's, so a flag the command line also gives is taken from
-//! the command line, and the file accepts exactly what the flags do. A `[services.NAME]` table's
-//! keys become `--service-opt NAME.KEY=VALUE`.
+//! the command line, and the file accepts exactly what the flags do. The `[services.NAME]`
+//! tables are handed on as tables (their values keep their TOML types), below the services'
+//! flags and `--service-opt` in precedence.
 //!
 //! ```toml
 //! service = "knn:gpu-cohort,echo:cpu"
@@ -28,11 +29,14 @@ pub struct Flag {
     pub switch: bool,
 }
 
-/// Expands `serve --config FILE` into the flags the file sets; other argument lists are
-/// returned unchanged. `known` lists the serve command's long flags.
-pub fn expand(args: Vec<OsString>, known: &[Flag]) -> Result<Vec<OsString>> {
+/// The `[services.NAME]` tables of a config file, by service name.
+pub type ServiceTables = std::collections::BTreeMap<String, toml::Table>;
+
+/// Expands `serve --config FILE` into the flags the file sets and its services' tables; other
+/// argument lists are returned unchanged. `known` lists the serve command's long flags.
+pub fn expand(args: Vec<OsString>, known: &[Flag]) -> Result<(Vec<OsString>, ServiceTables)> {
     let Some(serve_at) = args.iter().position(|a| a == "serve") else {
-        return Ok(args);
+        return Ok((args, ServiceTables::new()));
     };
     let mut path = None;
     for (i, a) in args.iter().enumerate().skip(serve_at + 1) {
@@ -43,10 +47,12 @@ pub fn expand(args: Vec<OsString>, known: &[Flag]) -> Result<Vec<OsString>> {
             path = Some(p.into());
         }
     }
-    let Some(path) = path else { return Ok(args) };
+    let Some(path) = path else {
+        return Ok((args, ServiceTables::new()));
+    };
     let text = std::fs::read_to_string(&path)
         .with_context(|| format!("reading config {}", path.to_string_lossy()))?;
-    let flags = flags_from_toml(&text, known)
+    let (flags, services) = flags_from_toml(&text, known)
         .with_context(|| format!("in config {}", path.to_string_lossy()))?;
     // Flags given on the command line win: drop the file's setting of the same flag (a
     // repeatable --service-opt from the file is kept: the command line's come after it).
@@ -65,13 +71,13 @@ pub fn expand(args: Vec<OsString>, known: &[Flag]) -> Result<Vec<OsString>> {
         } else {
             1
         };
-        if !given.contains(&flags[i]) || flags[i] == "--service-opt" {
+        if !given.contains(&flags[i]) {
             out.extend(flags[i..i + n].iter().map(OsString::from));
         }
         i += n;
     }
     out.extend(args[serve_at + 1..].iter().cloned());
-    Ok(out)
+    Ok((out, services))
 }
 
 fn scalar(key: &str, v: &toml::Value) -> Result<String> {
@@ -89,11 +95,12 @@ fn scalar(key: &str, v: &toml::Value) -> Result<String> {
     })
 }
 
-/// TOML table -> `--flag value` list; a key that is no serve flag is an error naming the file's
-/// key (not a flag).
-pub fn flags_from_toml(text: &str, known: &[Flag]) -> Result<Vec<String>> {
+/// TOML table -> `--flag value` list and the services' tables; a key that is no serve flag is
+/// an error naming the file's key (not a flag).
+pub fn flags_from_toml(text: &str, known: &[Flag]) -> Result<(Vec<String>, ServiceTables)> {
     let table: toml::Table = text.parse().context("invalid TOML")?;
     let mut out = Vec::new();
+    let mut tables = ServiceTables::new();
     for (key, value) in table {
         if key == "config" {
             bail!("a config file cannot name another config file");
@@ -106,10 +113,7 @@ pub fn flags_from_toml(text: &str, known: &[Flag]) -> Result<Vec<String>> {
                 let toml::Value::Table(t) = t else {
                     bail!("[services.{name}] must be a table");
                 };
-                for (k, v) in t {
-                    out.push("--service-opt".into());
-                    out.push(format!("{name}.{k}={}", scalar(&k, &v)?));
-                }
+                tables.insert(name, t);
             }
             continue;
         }
@@ -132,7 +136,7 @@ pub fn flags_from_toml(text: &str, known: &[Flag]) -> Result<Vec<String>> {
             }
         }
     }
-    Ok(out)
+    Ok((out, tables))
 }
 
 #[cfg(test)]
@@ -158,11 +162,17 @@ mod tests {
 
     #[test]
     fn toml_becomes_flags() {
-        let f = flags_from_toml(
+        let (f, tables) = flags_from_toml(
             "service = \"echo\"\nio_threads = 2\ncpus = [0, 1]\nverbose = false\nudp_gso = false\n[services.knn]\nmax_cohort = 512\ngpus = [0, 1]\n",
             &known(),
         )
         .unwrap();
+        let knn = &tables["knn"];
+        assert_eq!(knn["max_cohort"], toml::Value::Integer(512));
+        assert_eq!(
+            knn["gpus"],
+            toml::Value::Array(vec![toml::Value::Integer(0), toml::Value::Integer(1)])
+        );
         assert_eq!(
             f,
             vec![
@@ -172,10 +182,6 @@ mod tests {
                 "2",
                 "--service",
                 "echo",
-                "--service-opt",
-                "knn.gpus=0,1",
-                "--service-opt",
-                "knn.max_cohort=512",
                 "--udp-gso",
                 "false"
             ]
@@ -211,6 +217,7 @@ mod tests {
         .collect();
         let out: Vec<String> = expand(args, &known())
             .unwrap()
+            .0
             .into_iter()
             .map(|s| s.into_string().unwrap())
             .collect();

@@ -102,7 +102,7 @@ pub fn run(a: DemoArgs) -> Result<()> {
         println!("reusing data and index in {}", dir.display());
     }
     let mut sa = ServeArgs::loopback("knn");
-    sa.index = Some(ipath.clone());
+    sa.set_service("knn", "index", ipath.display().to_string());
     sa.http = None;
     let stack = serve::start(&sa)?;
     println!("{}", stack.server.listening_line());

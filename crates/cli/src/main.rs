@@ -63,10 +63,47 @@ enum Cmd {
     Sim(sim::SimCmd),
 }
 
+/// The command line: the derived commands, plus on `serve` the flags each service declares
+/// (`--index` of knn, ...), which the services' catalog lists.
+fn command() -> clap::Command {
+    use clap::CommandFactory;
+    Cli::command().mut_subcommand("serve", |mut c| {
+        for (_, f) in cohort_services::catalog::flags() {
+            let arg = clap::Arg::new(f.long).long(f.long);
+            c = c.arg(if f.switch {
+                arg.help(f.help).action(clap::ArgAction::SetTrue)
+            } else {
+                arg.help(format!("{} [example: {}]", f.help, f.example))
+                    .action(clap::ArgAction::Set)
+                    .value_name("VALUE")
+            });
+        }
+        c
+    })
+}
+
+/// The services' flags the serve command line gave, onto their settings (over the config
+/// file's `[services.NAME]` tables).
+fn service_flags(a: &mut serve::ServeArgs, m: &clap::ArgMatches) {
+    for (service, f) in cohort_services::catalog::flags() {
+        let value = if f.switch {
+            if !m.get_flag(f.long) {
+                continue;
+            }
+            toml::Value::Boolean(true)
+        } else {
+            let Some(raw) = m.get_one::<String>(f.long) else {
+                continue;
+            };
+            cohort_services::config::value_of(raw)
+        };
+        a.set_service(service.name, f.key, value);
+    }
+}
+
 /// The serve command's long flag names: the keys a config file may use.
 fn serve_flags() -> Vec<config::Flag> {
-    use clap::CommandFactory;
-    Cli::command()
+    command()
         .find_subcommand("serve")
         .map(|c| {
             c.get_arguments()
@@ -101,16 +138,21 @@ fn main() {
         std::env::set_var("CUDA_MODULE_LOADING", "EAGER");
     }
     keep_freed_memory();
-    let args = match config::expand(std::env::args_os().collect(), &serve_flags()) {
+    let (args, file_services) = match config::expand(std::env::args_os().collect(), &serve_flags())
+    {
         Ok(a) => a,
         Err(e) => {
             eprintln!("error: {e:#}");
             std::process::exit(2);
         }
     };
-    use clap::{CommandFactory, FromArgMatches};
-    let matches = Cli::command().get_matches_from(args);
-    let cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    use clap::FromArgMatches;
+    let matches = command().get_matches_from(args);
+    let mut cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
+    if let (Cmd::Serve(a), Some(m)) = (&mut cli.cmd, matches.subcommand_matches("serve")) {
+        a.service_settings = file_services;
+        service_flags(a, m);
+    }
     let mut filter = tracing_subscriber::EnvFilter::try_new(&cli.log_level)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
     // rustls warns once per handshake about clients' quirks (an IP address sent as SNI, as wrk

@@ -19,7 +19,7 @@ const KEYS: &str = "[[key]]\nid = \"alice\"\nsecret = \"alice-secret-0123\"\nser
 
 fn echo_request(id: u64) -> (Header, Vec<u8>) {
     (
-        Header::request(cohort_proto::service_id::ECHO, id, 5),
+        Header::request(cohort_services::echo::ID, id, 5),
         b"hello".to_vec(),
     )
 }
@@ -93,8 +93,8 @@ fn without_a_valid_key_nothing_is_served_and_a_key_reaches_only_its_services() {
         &admin_port.to_string(),
     ]);
     let (udp, tcp, web) = (s.udp.unwrap(), s.tcp.unwrap(), s.http.unwrap());
-    let echo = cohort_proto::service_id::ECHO;
-    let spin = cohort_proto::service_id::SPIN;
+    let echo = cohort_services::echo::ID;
+    let spin = cohort_services::spin::ID;
     // UDP: unsigned, unknown key, wrong secret -> UNAUTHORIZED; alice on spin -> FORBIDDEN.
     let (h, p) = echo_request(1);
     let mut plain = Vec::new();
@@ -213,7 +213,7 @@ fn with_keys_the_quota_is_per_key_not_per_address() {
             .unwrap()
             .as_millis() as u64;
         let mut f = Vec::new();
-        let h = Header::request(cohort_proto::service_id::SPIN, id, 0);
+        let h = Header::request(cohort_services::spin::ID, id, 0);
         encode_signed(
             h,
             &p,

@@ -17,7 +17,7 @@ fn spin_frame(id: u64, us: u32) -> Vec<u8> {
     let mut f = Vec::new();
     let p = cohort_services::spin::encode(us, b"");
     encode_frame(
-        Header::request(cohort_proto::service_id::SPIN, id, p.len()),
+        Header::request(cohort_services::spin::ID, id, p.len()),
         &p,
         &mut f,
     );
@@ -135,7 +135,7 @@ fn a_frame_cut_short_by_the_client_closing_gets_its_error_frame() {
     c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
     let mut f = Vec::new();
     encode_frame(
-        Header::request(cohort_proto::service_id::ECHO, 42, 100),
+        Header::request(cohort_services::echo::ID, 42, 100),
         &[7u8; 100],
         &mut f,
     );

@@ -70,7 +70,6 @@ fn sample(flag: &str, ix: &str) -> Option<Option<String>> {
         "max-cohort" => v("512"),
         "cohort-timeout-us" => v("100"),
         "cohort-keep-busy" => v("0"),
-        "gpu-precision" => v("f16"),
         "streams" => v("2"),
         "udp" | "tcp" | "http" => v("localhost:0"),
         "io-threads" => v("2"),
@@ -97,14 +96,31 @@ fn sample(flag: &str, ix: &str) -> Option<Option<String>> {
         "tls-cert" | "tls-key" => Some(None), // given together, checked by the tls test
         "auth-keys" => Some(Some(format!("{ix}.keys"))),
         "log-level" => v("warn"),
-        "bank-users" => v("1000"),
-        "bank-layout" => v("row-major"),
-        "bank-cohorts" => v("mixed"),
-        "bank-backend" => v("computed"),
         // Not settings: what the test itself uses or cannot pass alone.
         "config" | "help" | "version" => Some(None),
         _ => None,
     }
+}
+
+/// The example values the help shows (`[example: VALUE]`), by flag.
+fn examples() -> std::collections::HashMap<String, String> {
+    let out = cohort(&["serve", "--help"]);
+    let help = String::from_utf8_lossy(&out.stdout).into_owned();
+    let (mut found, mut flag, mut next_is_example) =
+        (std::collections::HashMap::new(), None, false);
+    for word in help.split_whitespace() {
+        if next_is_example {
+            if let Some(f) = &flag {
+                found.insert(String::clone(f), word.trim_end_matches(']').to_string());
+            }
+            next_is_example = false;
+        } else if let Some(f) = word.strip_prefix("--") {
+            flag = Some(f.trim_end_matches(',').to_string());
+        } else if word == "[example:" {
+            next_is_example = true;
+        }
+    }
+    found
 }
 
 fn serve_flags() -> Vec<String> {
@@ -143,9 +159,12 @@ fn every_serve_flag_and_config_key_is_accepted() {
     ];
     let flags = serve_flags();
     assert!(flags.len() > 20, "{flags:?}");
+    let examples = examples();
     for flag in &flags {
-        let value =
-            sample(flag, &ix).unwrap_or_else(|| panic!("no sample value for --{flag}: add one"));
+        // A service's own flag shows an example value in its help; others have one here.
+        let value = sample(flag, &ix)
+            .or_else(|| examples.get(flag).map(|e| Some(e.clone())))
+            .unwrap_or_else(|| panic!("no sample value for --{flag}: add one"));
         // (--tls-cert and --tls-key go together: the tls test passes them.)
         if [
             "config",
@@ -212,7 +231,7 @@ fn every_serve_flag_and_config_key_is_accepted() {
     std::fs::write(
         &cfg,
         format!(
-            "service = \"knn:cpu,echo\"\nindex = \"{ix}\"\nudp = \"127.0.0.1:0\"\n[services.knn]\nengine = \"cpu\"\ngpus = [0]\nmax_cohort = 64\ncohort_timeout_us = 50\ncohort_keep_busy = 2\nstreams = 2\ngpu_precision = \"f32\"\ncohort_graphs = true\nworkers = 2\nworker_cpus = \"0\"\nmax_queue = 512\ndispatch = \"round-robin\"\nlatency_budget_us = 800\nmax_deadline_ms = 5000\n"
+            "service = \"knn:cpu,echo\"\nindex = \"{ix}\"\nudp = \"127.0.0.1:0\"\n[services.knn]\nengine = \"cpu\"\ngpus = [0]\nmax_cohort = 64\ncohort_timeout_us = 50\ncohort_keep_busy = 2\nstreams = 2\nprecision = \"f32\"\ncohort_graphs = true\nworkers = 2\nworker_cpus = \"0\"\nmax_queue = 512\ndispatch = \"round-robin\"\nlatency_budget_us = 800\nmax_deadline_ms = 5000\n"
         ),
     )
     .unwrap();

@@ -14,7 +14,7 @@ use std::time::{Duration, Instant};
 
 fn spin_frame(id: u64, us: u32, timeout_us: u32) -> Vec<u8> {
     let p = cohort_services::spin::encode(us, b"");
-    let mut h = Header::request(cohort_proto::service_id::SPIN, id, p.len());
+    let mut h = Header::request(cohort_services::spin::ID, id, p.len());
     h.timeout_us = timeout_us;
     let mut f = Vec::new();
     encode_frame(h, &p, &mut f);

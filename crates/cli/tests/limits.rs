@@ -16,7 +16,7 @@ fn echo_frame(id: u64, len: usize) -> Vec<u8> {
     let mut f = Vec::new();
     let p = vec![b'x'; len];
     encode_frame(
-        Header::request(cohort_proto::service_id::ECHO, id, p.len()),
+        Header::request(cohort_services::echo::ID, id, p.len()),
         &p,
         &mut f,
     );

@@ -290,7 +290,7 @@ fn inline_service_refuses_a_bad_payload_and_goes_on() {
     let mut s = Served::start(&["--service", "spin:inline"]);
     let sock = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
     sock.set_read_timeout(Some(Duration::from_secs(2))).unwrap();
-    let spin = cohort_proto::service_id::SPIN;
+    let spin = cohort_services::spin::ID;
     let mut f = Vec::new();
     // spin_us over its limit (a datagram long enough for an error frame: UDP answers are
     // never larger than their request).

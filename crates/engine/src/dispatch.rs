@@ -34,6 +34,18 @@ impl std::str::FromStr for DispatchPolicy {
     }
 }
 
+/// The name `from_str` reads (hybrid, which the hybrid engine sets itself, as "hybrid").
+impl std::fmt::Display for DispatchPolicy {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            DispatchPolicy::RoundRobin => "round-robin",
+            DispatchPolicy::LeastLoaded => "least-loaded",
+            DispatchPolicy::KeyHash => "key-hash",
+            DispatchPolicy::Hybrid { .. } => "hybrid",
+        })
+    }
+}
+
 /// How fast one lane answers one ingress, measured over windows of at least [`RATE_WINDOW_NS`]
 /// (several batches of a batching lane) and smoothed, so the wait a request sent there now
 /// would see is outstanding / rate: Little's law, which holds for a batching GPU lane as for

@@ -3,7 +3,6 @@
 //! backend records give (`cohort_services::bank::client`).
 
 use crate::workload::Workload;
-use cohort_proto::service_id;
 use cohort_services::bank::client::{self, Step};
 use cohort_services::bank::kinds::Kind;
 use cohort_services::bank::parse::Cookie;
@@ -18,7 +17,7 @@ pub struct BankWorkload {
 
 impl Workload for BankWorkload {
     fn service(&self) -> u16 {
-        service_id::BANK
+        cohort_services::bank::ID
     }
     fn service_name(&self) -> &'static str {
         "bank"

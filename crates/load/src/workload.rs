@@ -1,6 +1,5 @@
 //! What requests to send and how to check their answers.
 
-use cohort_proto::service_id;
 use serde_json::Value;
 
 pub trait Workload: Send + Sync {
@@ -42,7 +41,7 @@ pub struct EchoWorkload {
 
 impl Workload for EchoWorkload {
     fn service(&self) -> u16 {
-        service_id::ECHO
+        cohort_services::echo::ID
     }
     fn service_name(&self) -> &'static str {
         "echo"
@@ -70,7 +69,7 @@ pub struct SpinWorkload {
 
 impl Workload for SpinWorkload {
     fn service(&self) -> u16 {
-        service_id::SPIN
+        cohort_services::spin::ID
     }
     fn service_name(&self) -> &'static str {
         "spin"
@@ -155,7 +154,7 @@ impl KnnWorkload {
 
 impl Workload for KnnWorkload {
     fn service(&self) -> u16 {
-        service_id::KNN
+        cohort_services::knn::ID
     }
     fn service_name(&self) -> &'static str {
         "knn"

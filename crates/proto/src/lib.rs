@@ -19,10 +19,6 @@ pub use frame::{
 };
 pub use goaway::GoAway;
 
-/// Well-known service ids. The id travels in every frame header.
-pub mod service_id {
-    pub const ECHO: u16 = 1;
-    pub const SPIN: u16 = 2;
-    pub const KNN: u16 = 3;
-    pub const BANK: u16 = 4;
-}
+// A service's id (it travels in every frame header) is declared by the service itself
+// (`cohort_services::<name>::ID`); the catalog checks that no two share one. Ids from 0xfe00
+// are left to services only the tests serve.

@@ -6,9 +6,13 @@
 pub mod bank;
 #[cfg(feature = "backends")]
 pub mod catalog;
+#[cfg(feature = "backends")]
+pub mod config;
 mod json_str;
 pub mod knn;
 pub mod micro;
+#[cfg(feature = "test-services")]
+pub mod reverse;
 #[cfg(feature = "backends")]
 pub mod selftest;
 

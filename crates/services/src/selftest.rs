@@ -3,7 +3,8 @@
 //! requests (bad ones included); and the persistent engine's watchdog, provoked. Run by
 //! `cohort selftest gpu` (the GPU machine has no cargo) and the test suite.
 
-use crate::catalog::{self, ServiceOptions};
+use crate::catalog;
+use crate::config::Settings;
 use crate::knn::gpu::KnnGpu;
 use crate::knn::gpu_ivf::{GpuIvf, Precision};
 use crate::knn::persistent::{KnnPersistent, PersistentPlan};
@@ -361,13 +362,13 @@ pub fn run(seed: u64, with_persistent: bool) -> Result<Vec<String>, String> {
     let dev: &DeviceInfo = &devs[0];
     let mut rng = SmallRng::seed_from_u64(seed);
     let mut lines = Vec::new();
-    let opts = ServiceOptions::default();
+    let opts = Settings::new();
     for name in ["echo", "spin"] {
         let e = catalog::entry(name).expect("in the catalog");
         let service = (e.build)(&opts, true)?;
         let gpu = e.gpu.expect("has a GPU backend");
         let persistent_of = e.persistent.expect("has a persistent backend");
-        let persistent = |o: &ServiceOptions, d: &DeviceInfo| persistent_of(o, d);
+        let persistent = |o: &Settings, d: &DeviceInfo| persistent_of(o, d);
         let payloads = micro_payloads(&mut rng, name == "spin");
         lines.extend(check(
             name,

@@ -225,7 +225,7 @@ fn served(a: &BankBench) -> Result<serde_json::Value> {
     let mut sa = ServeArgs::loopback("bank");
     sa.udp = None;
     sa.tcp = None;
-    sa.bank_users = a.users;
+    sa.set_service("bank", "users", a.users as i64);
     sa.workers = a.served_workers;
     let stack = serve::start(&sa)?;
     let target = Target::Http(stack.server.http_addr.expect("http"));

@@ -49,6 +49,10 @@ pub struct EngineBench {
     /// The GPU batching engines' settings, as `cohort serve` takes them (the same defaults).
     #[command(flatten)]
     pub gpu: crate::serve::GpuEngineArgs,
+    /// knn on the GPU engines: element type of the vectors there (f32, f16, u8), as
+    /// `cohort serve --gpu-precision`.
+    #[arg(long, default_value = "f32")]
+    pub gpu_precision: String,
     /// Driver threads sharing the window (encoding and submitting requests is their work;
     /// the gpu engines decode in the submitting thread, so one driver can be the limit).
     #[arg(long, default_value_t = 4)]
@@ -83,7 +87,9 @@ pub fn run(a: &EngineBench) -> Result<()> {
         let mut sa = ServeArgs::loopback(&a.service);
         sa.service_opt = a.service_opt.clone();
         if let Some(data) = &a.data {
-            sa.index = Some(data.join(format!("ivf{}.index", a.nlist)));
+            let index = data.join(format!("ivf{}.index", a.nlist));
+            sa.set_service("knn", "index", index.display().to_string());
+            sa.set_service("knn", "precision", a.gpu_precision.clone());
         }
         sa.engine = engine.clone();
         sa.gpu = a.gpu.clone();
@@ -157,7 +163,7 @@ pub fn run(a: &EngineBench) -> Result<()> {
             let us = |q: f64| hist.value_at_quantile(q) as f64 / 1e3;
             let r = json!({"engine": engine, "service": a.service, "spin_us": a.spin_us, "service_opt": a.service_opt, "window": window, "drivers": drivers, "queries_per_s": done as f64 / secs, "errors": errors,
                 "latency_us": {"p50": us(0.5), "p99": us(0.99), "p999": us(0.999)}, "nprobe": a.nprobe, "k": a.k, "nlist": a.nlist,
-                "precision": format!("{:?}", a.gpu.gpu_precision), "gpus": a.gpu.gpus, "max_cohort": a.gpu.max_cohort, "cohort_timeout_us": a.gpu.cohort_timeout_us, "cohort_graphs": a.gpu.cohort_graphs, "cohort_keep_busy": a.gpu.cohort_keep_busy, "streams": a.gpu.streams,
+                "precision": a.gpu_precision, "gpus": a.gpu.gpus, "max_cohort": a.gpu.max_cohort, "cohort_timeout_us": a.gpu.cohort_timeout_us, "cohort_graphs": a.gpu.cohort_graphs, "cohort_keep_busy": a.gpu.cohort_keep_busy, "streams": a.gpu.streams,
                 "energy": energy.to_json(done as f64)});
             eprintln!("{r}");
             results.push(r);
@@ -188,9 +194,9 @@ fn drive(
     let mut hist = hdrhistogram::Histogram::<u64>::new(3)?;
     let (mut next, mut done, mut errors) = (0u64, 0u64, 0u64);
     let service = match service {
-        "echo" => cohort_proto::service_id::ECHO,
-        "spin" => cohort_proto::service_id::SPIN,
-        _ => cohort_proto::service_id::KNN,
+        "echo" => cohort_services::echo::ID,
+        "spin" => cohort_services::spin::ID,
+        _ => cohort_services::knn::ID,
     };
     // An inline service is answered inside `admit`: counted there, never in flight.
     let refill = |ing: &mut Ingress<Instant>,

@@ -47,6 +47,10 @@ pub struct KnnBench {
     /// The GPU batching engines' settings, as `cohort serve` takes them (the same defaults).
     #[command(flatten)]
     pub gpu: crate::serve::GpuEngineArgs,
+    /// The GPU engines: element type of the vectors there (f32, f16, u8), as
+    /// `cohort serve --gpu-precision`.
+    #[arg(long, default_value = "f32")]
+    pub gpu_precision: String,
     /// Skip the per-nprobe CPU measurements (served sweep only).
     #[arg(long)]
     pub served_only: bool,
@@ -118,7 +122,8 @@ pub fn run(a: &KnnBench) -> Result<()> {
     let mut served = Vec::new();
     if !a.sweep.is_empty() {
         let mut sa = ServeArgs::loopback("knn");
-        sa.index = Some(ipath.clone());
+        sa.set_service("knn", "index", ipath.display().to_string());
+        sa.set_service("knn", "precision", a.gpu_precision.clone());
         sa.http = None;
         sa.io_threads = a.io_threads;
         sa.engine = a.engine.clone();

@@ -14,7 +14,7 @@ use cohort_gpu::engine::{GpuEngine, GpuEngineConfig, Mode};
 use cohort_gpu::persistent::profile::Profile;
 use cohort_gpu::persistent::{MappedMemory, PersistentConfig, PersistentEngine};
 use cohort_mq::{Layout, RingMemory};
-use cohort_services::catalog::{self, ServiceOptions};
+use cohort_services::catalog;
 use std::collections::HashMap;
 use std::sync::Arc;
 use std::time::Duration;
@@ -71,26 +71,12 @@ impl EngineSide {
     }
 }
 
-fn options(a: &ServeArgs, p: &ServicePlan) -> ServiceOptions {
-    ServiceOptions {
-        index: a.index.clone(),
-        index_mapped: a.index_mapped,
-        precision: p.precision,
-        knn_persistent_plan: p.persistent_plan,
-        knn_cohort_groups: p.persistent_groups,
-        bank_users: a.bank_users,
-        bank_transposed: a.bank_layout == super::BankLayout::Transposed,
-        bank_cohorts: a.bank_cohorts,
-        bank_backend: a.bank_backend.clone(),
-    }
-}
-
 /// The services themselves (CPU functions, schemas): every engine's reference.
-pub fn build_registry(a: &ServeArgs, plans: &[ServicePlan]) -> Result<Registry> {
+pub fn build_registry(plans: &[ServicePlan]) -> Result<Registry> {
     let mut reg = Registry::new();
     for p in plans {
         let entry = catalog::entry(p.name).expect("plans hold catalog names");
-        let s = (entry.build)(&options(a, p), !p.engine.runs_cpu_function())
+        let s = (entry.build)(&p.settings, !p.engine.runs_cpu_function())
             .map_err(anyhow::Error::msg)?;
         reg.add(s).map_err(anyhow::Error::msg)?;
     }
@@ -108,7 +94,7 @@ fn cpu_workers(a: &ServeArgs, p: &ServicePlan, cpu_services: usize) -> usize {
 /// Starts one engine per service, wired to `ingresses` ingress ends.
 pub fn start_engines(a: &ServeArgs, ingresses: usize) -> Result<EngineSide> {
     let all = plans(a)?;
-    let registry = build_registry(a, &all)?;
+    let registry = build_registry(&all)?;
     let id_of = |p: &ServicePlan| registry.by_name(p.name).expect("built above").id();
     // Inline services get no lanes: the ingresses run them (`Ingress::admit`).
     let (inline, plans): (Vec<_>, Vec<_>) = all
@@ -194,9 +180,9 @@ pub fn start_engines(a: &ServeArgs, ingresses: usize) -> Result<EngineSide> {
         let started = match p.engine {
             EngineKind::Cpu => start_cpu(a, p, lanes, n, &registry, &metrics),
             EngineKind::Inline => unreachable!("inline services have no lanes"),
-            EngineKind::GpuPersistent => start_persistent(a, p, lanes, &devices),
+            EngineKind::GpuPersistent => start_persistent(p, lanes, &devices),
             EngineKind::Hybrid => start_hybrid(a, p, lanes, n, &devices, &registry, &metrics),
-            kind => start_gpu(a, p, kind, lanes, &devices, &metrics),
+            kind => start_gpu(p, kind, lanes, &devices, &metrics),
         };
         match started {
             Ok(r) => engines.push(r),
@@ -265,8 +251,7 @@ fn start_hybrid(
     metrics: &Arc<Metrics>,
 ) -> Result<Running> {
     let cpu_lanes = lanes.split_off(p.gpus.len());
-    let Running::Gpu(gpus) = start_gpu(a, p, EngineKind::GpuCohort, lanes, devices, metrics)?
-    else {
+    let Running::Gpu(gpus) = start_gpu(p, EngineKind::GpuCohort, lanes, devices, metrics)? else {
         unreachable!("start_gpu starts GPU engines")
     };
     match start_cpu(a, p, cpu_lanes, n - p.gpus.len(), registry, metrics) {
@@ -280,7 +265,6 @@ fn start_hybrid(
 }
 
 fn start_gpu(
-    a: &ServeArgs,
     p: &ServicePlan,
     kind: EngineKind,
     lanes: Vec<LaneEnds>,
@@ -303,7 +287,7 @@ fn start_gpu(
         graphs: p.cohort_graphs,
     };
     let started = per_gpu(p, lanes, devices, GpuEngine::shutdown, |dev, lane| {
-        let backend = build(&options(a, p), dev).map_err(anyhow::Error::msg)?;
+        let backend = build(&p.settings, dev).map_err(anyhow::Error::msg)?;
         let mut cfg = cfg.clone();
         if p.streams.is_none() {
             cfg.streams = GpuEngineConfig::default_streams(mode, backend.batch_keys());
@@ -368,7 +352,6 @@ fn mapped_rings(
 }
 
 fn start_persistent(
-    a: &ServeArgs,
     p: &ServicePlan,
     lanes: Vec<LaneEnds>,
     devices: &[cohort_gpu::DeviceInfo],
@@ -390,7 +373,7 @@ fn start_persistent(
         PersistentEngine::shutdown,
         |dev, lane| {
             tracing::info!(gpu = dev.ordinal, name = %dev.name, sms = dev.sms, service = p.name, "gpu-persistent");
-            let backend = build(&options(a, p), dev).map_err(anyhow::Error::msg)?;
+            let backend = build(&p.settings, dev).map_err(anyhow::Error::msg)?;
             Ok(PersistentEngine::start(backend, lane, &cfg)?)
         },
     )?;

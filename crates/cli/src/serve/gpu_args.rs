@@ -4,12 +4,11 @@
 //! `--service-opt NAME.KEY=VALUE` (`plan.rs`).
 
 use clap::{Args, FromArgMatches};
-use cohort_services::knn::gpu_ivf::Precision;
 
 #[derive(Args, Debug, Clone, PartialEq)]
 pub struct GpuEngineArgs {
-    /// GPUs for the gpu engines (one control thread per GPU and service; knn keeps a full
-    /// index copy on each).
+    /// GPUs for the gpu engines (one control thread per GPU and service; a service's backend
+    /// on each).
     #[arg(long, value_delimiter = ',', default_value = "0")]
     pub gpus: Vec<usize>,
     /// gpu-cohort: a cohort closes at this many requests...
@@ -23,10 +22,6 @@ pub struct GpuEngineArgs {
     /// load by themselves; 0 = fixed cohorts, size or timeout only).
     #[arg(long, default_value_t = 1)]
     pub cohort_keep_busy: usize,
-    /// gpu engines: element type of the knn vectors on the GPU (f32, f16, or u8 for
-    /// integral data in 0..=255 such as SIFT).
-    #[arg(long, default_value = "f32")]
-    pub gpu_precision: Precision,
     /// gpu engines: slots per GPU, each with its own stream and staging (default 8 direct;
     /// cohort: 3 + one per batch key of the service, e.g. 4 for knn, 19 for the bank by type).
     #[arg(long)]

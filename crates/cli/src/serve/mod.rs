@@ -18,13 +18,6 @@ use std::time::Duration;
 pub use engines::{start_engines, EngineSide};
 pub use gpu_args::GpuEngineArgs;
 
-/// The layout of the bank's request and response slots in GPU memory.
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
-pub enum BankLayout {
-    Transposed,
-    RowMajor,
-}
-
 #[derive(Args, Debug, Clone)]
 pub struct ServeArgs {
     /// TOML file of serve settings, keys named as these flags (io_threads = 2, ...), plus a
@@ -36,46 +29,27 @@ pub struct ServeArgs {
     #[arg(long)]
     pub check_config: bool,
     /// Services to serve, comma-separated, each optionally with its engine:
-    /// NAME[:ENGINE], e.g. knn:gpu-cohort,echo:cpu,spin:gpu-direct. Services: echo, spin, knn,
-    /// bank (pages under /bank/ on the HTTP port).
+    /// NAME[:ENGINE], e.g. knn:gpu-cohort,echo:cpu,spin:gpu-direct; each service's own flags
+    /// are listed below, each help text starting with the service's name.
     #[arg(long, default_value = "echo")]
     pub service: String,
-    /// Per-service setting NAME.KEY=VALUE (repeatable), e.g. knn.max_cohort=512; keys: engine,
-    /// gpus, max_cohort, cohort_timeout_us, streams, gpu_precision, cohort_graphs, workers,
+    /// Per-service setting NAME.KEY=VALUE (repeatable), e.g. knn.max_cohort=512: the service's
+    /// own keys (the configuration check prints them with their values) and the engine keys:
+    /// engine, gpus, max_cohort, cohort_timeout_us, streams, cohort_graphs, workers,
     /// worker_cpus, max_queue, dispatch, and for gpu-persistent gpu_slots (requests in flight
     /// per GPU, 2048), stages (worker blocks per stage, knn filter:search:reduce e.g.
     /// 132:264:33; echo/spin one count), gpu_batch (tasks a worker takes at once, 1),
     /// watchdog_ms (restart a GPU making no progress, 1000), profile (answers whose steps the
     /// GPU stamps, reported at shutdown: where the time goes, 0 = off), and for hybrid
     /// latency_budget_us (expected GPU wait beyond which a cpu worker answers, 1000). A config
-    /// file's [services.NAME] tables become these.
+    /// file's [services.NAME] tables take the same keys (below these in precedence).
     #[arg(long)]
     pub service_opt: Vec<String>,
-    /// IVF index file for the knn service (`cohort index build`).
-    #[arg(long)]
-    pub index: Option<std::path::PathBuf>,
-    /// Serve the index from its memory-mapped file instead of a resident (huge-page) copy:
-    /// less memory at start, slower scans.
-    #[arg(long)]
-    pub index_mapped: bool,
-    /// bank: users in its backend (1..=N; their records are a pure function of the user id).
-    #[arg(long, default_value_t = cohort_services::bank::besim::DEFAULT_USERS)]
-    pub bank_users: u32,
-    /// bank on the GPU engines: request and response slots transposed by 4-byte words
-    /// (Rhythm: a warp's accesses coalesce) or row-major.
-    #[arg(long, default_value = "transposed")]
-    pub bank_layout: BankLayout,
-    /// bank on gpu-cohort: cohorts of any mix of page types, or of one type (Rhythm).
-    /// Served, mixed is the default: with a dozen types one type's cohorts stay small and
-    /// each pays a cohort's fixed cost (H200, 1024 connections: mixed p99 6.7 ms at 40K
-    /// pages/s, one type per cohort p50 1 s; bench/results/bank-gpu-cohort*-c1024.json).
-    #[arg(long, default_value = "mixed")]
-    pub bank_cohorts: cohort_services::bank::backend::Cohorts,
-    /// bank: where its records live: computed (from the user id, in process), gpu (hash
-    /// tables in GPU memory; GPU engines), or memcached://HOST:PORT (loaded at start-up
-    /// unless already there; the server's backend calls go to it).
-    #[arg(long, default_value = "computed")]
-    pub bank_backend: cohort_services::bank::store::Placement,
+    /// The services' settings given by their `[services.NAME]` tables and by the serve flags
+    /// each service declares (service name -> key -> value): filled by `main` from the config
+    /// file and those flags, read by `plan`.
+    #[arg(skip)]
+    pub service_settings: std::collections::BTreeMap<String, cohort_services::config::Settings>,
     /// Engine of the services that name none: cpu, inline (the io thread runs the CPU
     /// function: no worker hand-off; for microsecond services), gpu-direct, gpu-cohort,
     /// gpu-persistent or hybrid.
@@ -214,6 +188,14 @@ pub enum UdpIoArg {
 }
 
 impl ServeArgs {
+    /// Sets a service's own setting, as its flag or its `[services.NAME]` key would.
+    pub fn set_service(&mut self, service: &str, key: &str, value: impl Into<toml::Value>) {
+        self.service_settings
+            .entry(service.to_string())
+            .or_default()
+            .insert(key.to_string(), value.into());
+    }
+
     /// Loopback defaults for in-process servers (demo, tests).
     pub fn loopback(service: &str) -> ServeArgs {
         ServeArgs {
@@ -221,12 +203,7 @@ impl ServeArgs {
             check_config: false,
             service: service.into(),
             service_opt: vec![],
-            index: None,
-            index_mapped: false,
-            bank_users: cohort_services::bank::besim::DEFAULT_USERS,
-            bank_layout: BankLayout::Transposed,
-            bank_cohorts: cohort_services::bank::backend::Cohorts::Mixed,
-            bank_backend: Default::default(),
+            service_settings: Default::default(),
             engine: "cpu".into(),
             gpu: GpuEngineArgs::default(),
             udp: Some("127.0.0.1:0".into()),
@@ -454,7 +431,7 @@ pub fn check(a: &ServeArgs) -> Result<Vec<plan::ServicePlan>> {
     a.net_config()?;
     let plans = plan::plans(a)?;
     check_gpus(&plans)?;
-    let registry = engines::build_registry(a, &plans)?;
+    let registry = engines::build_registry(&plans)?;
     load_keys(a, &registry)?;
     if let (Some(cert), Some(key)) = (&a.tls_cert, &a.tls_key) {
         cohort_net::check_tls(cert, key)?;
@@ -516,7 +493,7 @@ pub fn run(a: ServeArgs, matches: Option<&clap::ArgMatches>) -> Result<()> {
             println!("# service {}: engine {}", p.name, p.engine.name());
         }
         if let Some(m) = matches {
-            print!("{}", resolved::as_toml(m));
+            print!("{}", resolved::as_toml(m, &plans)?);
         }
         return Ok(());
     }

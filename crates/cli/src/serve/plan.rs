@@ -1,12 +1,13 @@
-//! Which engine runs each service, with what knobs: `--service NAME[:ENGINE]` and the config
-//! file's `[services.NAME]` tables (passed on as `--service-opt NAME.KEY=VALUE`), over the
-//! server-wide flags as defaults (Triton's per-model configuration).
+//! Which engine runs each service, with what knobs (Triton's per-model configuration). A
+//! service's settings come from the config file's `[services.NAME]` table, the serve flags the
+//! service owns (`--index`), and `--service-opt NAME.KEY=VALUE`, in that order of precedence,
+//! as one TOML table: the engine keys below set the service's engine (over the server-wide
+//! flags as defaults), every other key is the service's own and its typed settings read it.
 
 use super::ServeArgs;
 use anyhow::{bail, Context as _, Result};
 use cohort_engine::DispatchPolicy;
-use cohort_services::knn::gpu_ivf::Precision;
-use cohort_services::knn::persistent::PersistentPlan;
+use cohort_services::config::{value_of, Settings};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum EngineKind {
@@ -80,7 +81,6 @@ pub struct ServicePlan {
     pub cohort_timeout_us: u64,
     pub cohort_keep_busy: usize,
     pub streams: Option<usize>,
-    pub precision: Precision,
     pub cohort_graphs: bool,
     /// cpu engine: workers (0 = share of the cores left after the io threads).
     pub workers: usize,
@@ -94,10 +94,6 @@ pub struct ServicePlan {
     pub stages: Option<Vec<usize>>,
     /// gpu-persistent: tasks a worker block takes from its gpipe at once.
     pub gpu_batch: usize,
-    /// gpu-persistent k-NN: cohorts of the tiled plan, or per-pair stages.
-    pub persistent_plan: PersistentPlan,
-    /// gpu-persistent k-NN, cohort plan: block groups running cohorts side by side.
-    pub persistent_groups: usize,
     /// gpu-persistent: restart a GPU that makes no progress for this long.
     pub watchdog_ms: u64,
     /// gpu-persistent: answers whose steps the GPU stamps, reported at shutdown (0 = off).
@@ -106,17 +102,19 @@ pub struct ServicePlan {
     pub latency_budget_us: u64,
     /// The longest deadline a request of this service may ask for (ms).
     pub max_deadline_ms: u64,
+    /// The service's own settings (what its typed settings struct reads).
+    pub settings: Settings,
 }
 
-/// Keys a `[services.NAME]` table (or `--service-opt NAME.KEY=VALUE`) may set.
-pub const SERVICE_KEYS: [&str; 21] = [
+/// Keys of a `[services.NAME]` table (or `--service-opt NAME.KEY=VALUE`) that set the
+/// service's engine; any other key is the service's own.
+pub const ENGINE_KEYS: [&str; 18] = [
     "engine",
     "gpus",
     "max_cohort",
     "cohort_timeout_us",
     "cohort_keep_busy",
     "streams",
-    "gpu_precision",
     "cohort_graphs",
     "workers",
     "worker_cpus",
@@ -125,8 +123,6 @@ pub const SERVICE_KEYS: [&str; 21] = [
     "gpu_slots",
     "stages",
     "gpu_batch",
-    "persistent_plan",
-    "persistent_groups",
     "watchdog_ms",
     "profile",
     "latency_budget_us",
@@ -163,7 +159,6 @@ pub fn plans(a: &ServeArgs) -> Result<Vec<ServicePlan>> {
             cohort_timeout_us: a.gpu.cohort_timeout_us,
             cohort_keep_busy: a.gpu.cohort_keep_busy,
             streams: a.gpu.streams,
-            precision: a.gpu.gpu_precision,
             cohort_graphs: a.gpu.cohort_graphs,
             workers: a.workers,
             worker_cpus: a.worker_cpus.clone().map(|c| c.0).unwrap_or_default(),
@@ -172,17 +167,31 @@ pub fn plans(a: &ServeArgs) -> Result<Vec<ServicePlan>> {
             gpu_slots: 2048,
             stages: None,
             gpu_batch: 1,
-            persistent_plan: PersistentPlan::default(),
-            persistent_groups: cohort_services::knn::persistent::DEFAULT_COHORT_GROUPS,
             watchdog_ms: 1000,
             profile: 0,
             latency_budget_us: 1000,
             max_deadline_ms: a.max_deadline_ms,
+            settings: Settings::new(),
         });
     }
     anyhow::ensure!(!out.is_empty(), "--service names no service");
+    // Settings from the config file and the services' flags, then --service-opt.
+    for (name, table) in &a.service_settings {
+        let Some(p) = out.iter_mut().find(|p| p.name == name.as_str()) else {
+            // A flag of a service not served (the demo's --index with --service echo): unused.
+            continue;
+        };
+        for (key, value) in table {
+            set(p, key, value.clone()).with_context(|| format!("[services.{name}] {key}"))?;
+        }
+    }
     for opt in &a.service_opt {
-        apply(&mut out, opt).with_context(|| format!("--service-opt {opt:?}"))?;
+        let (name, key, value) =
+            split_opt(opt).with_context(|| format!("--service-opt {opt:?}"))?;
+        let Some(p) = out.iter_mut().find(|p| p.name == name) else {
+            bail!("--service-opt {opt:?}: service {name:?} is not in --service");
+        };
+        set(p, &key, value_of(value)).with_context(|| format!("--service-opt {opt:?}"))?;
     }
     for p in &out {
         check(p)?;
@@ -190,77 +199,100 @@ pub fn plans(a: &ServeArgs) -> Result<Vec<ServicePlan>> {
     Ok(out)
 }
 
-/// `NAME.KEY=VALUE` onto the plan of NAME.
-fn apply(plans: &mut [ServicePlan], opt: &str) -> Result<()> {
+/// `NAME.KEY=VALUE` split; `-` in KEY read as `_`.
+fn split_opt(opt: &str) -> Result<(&str, String, &str)> {
     let Some((path, value)) = opt.split_once('=') else {
         bail!("expected NAME.KEY=VALUE");
     };
     let Some((name, key)) = path.split_once('.') else {
         bail!("expected NAME.KEY=VALUE");
     };
-    let key = key.replace('-', "_");
-    let Some(p) = plans.iter_mut().find(|p| p.name == name) else {
-        bail!("service {name:?} is not in --service");
-    };
-    let num = |v: &str| -> Result<u64> {
-        v.parse()
-            .with_context(|| format!("{key} must be a non-negative integer, got {v:?}"))
-    };
-    let list =
-        |v: &str| -> Result<Vec<usize>> { crate::util::parse_cpus(v).map_err(anyhow::Error::msg) };
-    match key.as_str() {
-        "engine" => p.engine = value.parse().map_err(anyhow::Error::msg)?,
-        "gpus" => p.gpus = list(value)?,
-        "max_cohort" => p.max_cohort = num(value)? as usize,
-        "cohort_timeout_us" => p.cohort_timeout_us = num(value)?,
-        "cohort_keep_busy" => p.cohort_keep_busy = num(value)? as usize,
-        "streams" => p.streams = Some(num(value)? as usize),
-        "gpu_precision" => p.precision = value.parse().map_err(anyhow::Error::msg)?,
-        "cohort_graphs" => {
-            p.cohort_graphs = value
-                .parse()
-                .with_context(|| format!("cohort_graphs must be true or false, got {value:?}"))?
+    Ok((name, key.replace('-', "_"), value))
+}
+
+/// One setting onto the plan: an engine key sets the engine's knob, any other key goes to
+/// the service's own settings (checked against its typed struct in [`check`]).
+fn set(p: &mut ServicePlan, key: &str, value: toml::Value) -> Result<()> {
+    fn typed<T: serde::de::DeserializeOwned>(key: &str, v: &toml::Value) -> Result<T> {
+        v.clone()
+            .try_into()
+            .map_err(|e: toml::de::Error| anyhow::anyhow!("{key}: {}", e.message().trim()))
+    }
+    fn count(key: &str, v: &toml::Value) -> Result<u64> {
+        match v {
+            toml::Value::Integer(i) if *i >= 0 => Ok(*i as u64),
+            other => bail!("{key} must be a non-negative integer, got {other}"),
         }
-        "workers" => p.workers = num(value)? as usize,
-        "worker_cpus" => p.worker_cpus = list(value)?,
-        "max_queue" => p.max_queue = num(value)? as usize,
-        "dispatch" => p.dispatch = value.parse().map_err(anyhow::Error::msg)?,
-        "gpu_slots" => p.gpu_slots = num(value)? as usize,
-        "stages" => {
-            p.stages = Some(
-                value
-                    .split(':')
-                    .map(|v| num(v.trim()).map(|n| n as usize))
-                    .collect::<Result<_>>()
-                    .context("stages is a list of block counts like 132:264:33")?,
-            )
+    }
+    fn parsed<T: std::str::FromStr<Err = String>>(v: &toml::Value) -> Result<T> {
+        match v {
+            toml::Value::String(s) => s.parse().map_err(anyhow::Error::msg),
+            other => other.to_string().parse().map_err(anyhow::Error::msg),
         }
-        "gpu_batch" => p.gpu_batch = num(value)? as usize,
-        "persistent_plan" => {
-            if p.name != "knn" {
-                bail!("{}: persistent_plan applies to knn only", p.name);
+    }
+    // A list of numbers: a TOML array, or text as on a command line ("0-3,8", "4:8:1").
+    fn list(key: &str, v: &toml::Value, sep: char) -> Result<Vec<usize>> {
+        let text = match v {
+            toml::Value::Array(items) => {
+                return items
+                    .iter()
+                    .map(|x| count(key, x).map(|n| n as usize))
+                    .collect();
             }
-            p.persistent_plan = value.parse().map_err(anyhow::Error::msg)?
+            toml::Value::Integer(_) => return Ok(vec![count(key, v)? as usize]),
+            toml::Value::String(s) => s,
+            other => bail!("{key} must be a list of numbers, got {other}"),
+        };
+        if sep == ',' {
+            crate::util::parse_cpus(text).map_err(anyhow::Error::msg)
+        } else {
+            text.split(sep)
+                .map(|x| x.trim().parse::<usize>())
+                .collect::<Result<_, _>>()
+                .with_context(|| format!("{key} is a list of block counts like 132:264:33"))
         }
-        "persistent_groups" => {
-            if p.name != "knn" {
-                bail!("{}: persistent_groups applies to knn only", p.name);
-            }
-            p.persistent_groups = num(value)? as usize
+    }
+    match key {
+        "engine" => p.engine = parsed(&value)?,
+        "gpus" => p.gpus = list(key, &value, ',')?,
+        "max_cohort" => p.max_cohort = count(key, &value)? as usize,
+        "cohort_timeout_us" => p.cohort_timeout_us = count(key, &value)?,
+        "cohort_keep_busy" => p.cohort_keep_busy = count(key, &value)? as usize,
+        "streams" => p.streams = Some(count(key, &value)? as usize),
+        "cohort_graphs" => p.cohort_graphs = typed(key, &value)?,
+        "workers" => p.workers = count(key, &value)? as usize,
+        "worker_cpus" => p.worker_cpus = list(key, &value, ',')?,
+        "max_queue" => p.max_queue = count(key, &value)? as usize,
+        "dispatch" => p.dispatch = parsed(&value)?,
+        "gpu_slots" => p.gpu_slots = count(key, &value)? as usize,
+        "stages" => p.stages = Some(list(key, &value, ':')?),
+        "gpu_batch" => p.gpu_batch = count(key, &value)? as usize,
+        "watchdog_ms" => p.watchdog_ms = count(key, &value)?,
+        "profile" => p.profile = count(key, &value)? as usize,
+        "latency_budget_us" => p.latency_budget_us = count(key, &value)?,
+        "max_deadline_ms" => p.max_deadline_ms = count(key, &value)?,
+        _ => {
+            p.settings.insert(key.to_string(), value);
         }
-        "watchdog_ms" => p.watchdog_ms = num(value)?,
-        "profile" => p.profile = num(value)? as usize,
-        "latency_budget_us" => p.latency_budget_us = num(value)?,
-        "max_deadline_ms" => p.max_deadline_ms = num(value)?,
-        other => bail!(
-            "unknown per-service key {other:?} (known: {})",
-            SERVICE_KEYS.join(", ")
-        ),
     }
     Ok(())
 }
 
+/// The service's own settings, resolved by its typed struct (every default filled in); an
+/// unknown key names the engine keys too.
+pub fn resolved_settings(p: &ServicePlan) -> Result<Settings> {
+    let entry = cohort_services::catalog::entry(p.name).expect("plans hold catalog names");
+    (entry.resolve)(&p.settings).map_err(|e| {
+        if e.contains("unknown field") {
+            anyhow::anyhow!("{e}; engine keys: {}", ENGINE_KEYS.join(", "))
+        } else {
+            anyhow::anyhow!(e)
+        }
+    })
+}
+
 fn check(p: &ServicePlan) -> Result<()> {
+    resolved_settings(p)?;
     anyhow::ensure!(p.max_queue >= 1, "{}: max_queue must be at least 1", p.name);
     anyhow::ensure!(
         p.max_cohort >= 1,
@@ -282,12 +314,6 @@ fn check(p: &ServicePlan) -> Result<()> {
         "{}: gpu_batch must be in 1..={}",
         p.name,
         cohort_gpu::persistent::rt::MAX_BATCH
-    );
-    let groups = cohort_gpu::persistent::rt::BAR_GROUPS;
-    anyhow::ensure!(
-        (1..=groups).contains(&p.persistent_groups),
-        "{}: persistent_groups must be in 1..={groups}",
-        p.name
     );
     anyhow::ensure!(
         p.profile <= 1 << 22,
@@ -392,7 +418,16 @@ mod tests {
         assert!(e("nope", &[]).contains("unknown service \"nope\""));
         assert!(e("echo:warp-drive", &[]).contains("unknown engine"));
         assert!(e("echo", &["spin.workers=2"]).contains("not in --service"));
-        assert!(e("echo", &["echo.colour=red"]).contains("unknown per-service key"));
+        let unknown = e("echo", &["echo.colour=red"]);
+        assert!(
+            unknown.contains("unknown field `colour`") && unknown.contains("engine keys: engine"),
+            "{unknown}"
+        );
+        let unknown = e("knn", &["knn.colour=red"]);
+        assert!(
+            unknown.contains("colour") && unknown.contains("index_mapped"),
+            "{unknown}"
+        );
         assert!(e("echo", &["echo.max_queue=x"]).contains("non-negative integer"));
         assert!(e("echo", &["echo.streams=0"]).contains("streams must be at least 1"));
         assert!(e("echo", &["echo"]).contains("NAME.KEY=VALUE"));
@@ -406,14 +441,33 @@ mod tests {
         assert!(e("echo", &["echo.profile=x"]).contains("profile"));
         assert!(e("echo", &["echo.latency_budget_us=0"]).contains("latency_budget_us must be"));
         assert!(e("knn", &["knn.persistent_plan=x"]).contains("cohort, per-pair"));
-        assert!(e("echo", &["echo.persistent_plan=cohort"]).contains("knn only"));
+        assert!(e("echo", &["echo.persistent_plan=cohort"]).contains("unknown field"));
         assert!(
             e("knn", &["knn.persistent_groups=0"]).contains("persistent_groups must be in 1..=8")
         );
         assert!(
             e("knn", &["knn.persistent_groups=9"]).contains("persistent_groups must be in 1..=8")
         );
-        assert!(e("knn", &["knn.persistent_groups=two"]).contains("non-negative integer"));
+        assert!(e("knn", &["knn.persistent_groups=two"]).contains("persistent_groups"));
+        assert!(e("bank", &["bank.users=0"]).contains("users must be at least 1"));
+        assert!(e("bank", &["bank.layout=diagonal"]).contains("unknown bank layout"));
+    }
+
+    #[test]
+    fn service_settings_come_from_the_file_then_flags_then_service_opt() {
+        let mut a = args("knn:gpu-persistent", &["knn.persistent_groups=3"]);
+        let file: toml::Table = "persistent_groups = 2\nmax_cohort = 64\nindex = \"/x.ivf\"\ngpus = [0, 1]\nstages = [4, 8, 1]\n"
+            .parse()
+            .unwrap();
+        a.service_settings.insert("knn".into(), file);
+        let p = &plans(&a).unwrap()[0];
+        assert_eq!((p.max_cohort, p.gpus.clone()), (64, vec![0, 1]));
+        assert_eq!(p.stages.as_deref(), Some(&[4, 8, 1][..]));
+        let s = resolved_settings(p).unwrap();
+        assert_eq!(s["persistent_groups"], toml::Value::Integer(3));
+        assert_eq!(s["index"], toml::Value::String("/x.ivf".into()));
+        assert_eq!(s["precision"], toml::Value::String("f32".into()));
+        assert_eq!(s["persistent_plan"], toml::Value::String("cohort".into()));
     }
 
     #[test]
@@ -426,22 +480,17 @@ mod tests {
                 "knn.gpu_batch=4",
                 "knn.watchdog_ms=50",
                 "knn.profile=1000",
+                "knn.persistent_plan=per-pair",
             ],
         );
         let p = &plans(&a).unwrap()[0];
         assert_eq!(p.engine, EngineKind::GpuPersistent);
         assert_eq!(p.stages.as_deref(), Some(&[4, 8, 1][..]));
         assert_eq!((p.gpu_slots, p.gpu_batch, p.watchdog_ms), (128, 4, 50));
-        assert_eq!(p.persistent_plan, PersistentPlan::Cohort);
         assert_eq!(p.profile, 1000);
-        let a = args(
-            "knn:gpu-persistent",
-            &["knn.persistent_plan=per-pair", "knn.persistent_groups=3"],
-        );
-        assert_eq!(plans(&a).unwrap()[0].persistent_groups, 3);
         assert_eq!(
-            plans(&a).unwrap()[0].persistent_plan,
-            PersistentPlan::PerPair
+            resolved_settings(p).unwrap()["persistent_plan"],
+            toml::Value::String("per-pair".into())
         );
     }
 

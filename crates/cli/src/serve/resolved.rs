@@ -1,10 +1,12 @@
 //! `cohort serve --check-config` prints the configuration it resolved (flags, config file and
-//! defaults together) as a config file: keys named as the flags, `[services.NAME]` tables for
-//! `--service-opt`, each default marked. Fed back through `--config`, it gives the same server.
+//! defaults together) as a config file: keys named as the flags, each default marked, then a
+//! `[services.NAME]` table per service served: its engine's knobs and its own settings as its
+//! typed settings resolved them (every default filled in). Fed back through `--config`, it
+//! gives the same server.
 
+use super::plan::{resolved_settings, ServicePlan};
 use clap::parser::ValueSource;
 use clap::ArgMatches;
-use std::collections::BTreeMap;
 
 /// Flags that are not settings of the server.
 const NOT_SETTINGS: [&str; 3] = ["config", "check_config", "log_level"];
@@ -16,15 +18,19 @@ fn value(raw: &str) -> toml::Value {
     }
 }
 
-/// The serve command's settings as TOML.
-pub fn as_toml(m: &ArgMatches) -> String {
+/// The serve command's settings and the services' `plans` as TOML.
+pub fn as_toml(m: &ArgMatches, plans: &[ServicePlan]) -> anyhow::Result<String> {
     let mut lines = Vec::new();
-    let mut services: BTreeMap<String, Vec<String>> = BTreeMap::new();
     for id in m.ids() {
         let id = id.as_str();
         // Argument ids are the fields' snake_case names; the derived group of the whole
-        // struct (`ServeArgs`) is not a setting.
-        if NOT_SETTINGS.contains(&id) || id.chars().any(|c| c.is_ascii_uppercase()) {
+        // struct (`ServeArgs`) is not a setting; the services' own flags and --service-opt
+        // are printed in the services' tables.
+        if NOT_SETTINGS.contains(&id)
+            || id == "service_opt"
+            || id.chars().any(|c| c.is_ascii_uppercase())
+            || cohort_services::catalog::flag_owner(id).is_some()
+        {
             continue;
         }
         let Some(raw) = m.get_raw(id) else {
@@ -32,18 +38,6 @@ pub fn as_toml(m: &ArgMatches) -> String {
             continue;
         };
         let raw: Vec<String> = raw.map(|v| v.to_string_lossy().into_owned()).collect();
-        if id == "service_opt" {
-            for opt in &raw {
-                if let Some((name, kv)) = opt.split_once('.') {
-                    let (k, v) = kv.split_once('=').unwrap_or((kv, ""));
-                    services
-                        .entry(name.to_string())
-                        .or_default()
-                        .push(format!("{k} = {}", value(v)));
-                }
-            }
-            continue;
-        }
         let v = match raw.as_slice() {
             [one] if one == "true" || one == "false" => toml::Value::Boolean(one == "true"),
             [one] => value(one),
@@ -54,9 +48,39 @@ pub fn as_toml(m: &ArgMatches) -> String {
         lines.push(format!("{id} = {v}{note}"));
     }
     lines.sort();
-    for (name, keys) in services {
-        lines.push(format!("\n[services.{name}]"));
-        lines.extend(keys);
+    for p in plans {
+        lines.push(format!("\n[services.{}]", p.name));
+        let mut t = resolved_settings(p)?;
+        t.insert("engine".into(), p.engine.name().into());
+        let list = |v: &[usize]| toml::Value::Array(v.iter().map(|&x| (x as i64).into()).collect());
+        t.insert("gpus".into(), list(&p.gpus));
+        for (k, v) in [
+            ("max_cohort", p.max_cohort as u64),
+            ("cohort_timeout_us", p.cohort_timeout_us),
+            ("cohort_keep_busy", p.cohort_keep_busy as u64),
+            ("workers", p.workers as u64),
+            ("max_queue", p.max_queue as u64),
+            ("gpu_slots", p.gpu_slots as u64),
+            ("gpu_batch", p.gpu_batch as u64),
+            ("watchdog_ms", p.watchdog_ms),
+            ("profile", p.profile as u64),
+            ("latency_budget_us", p.latency_budget_us),
+            ("max_deadline_ms", p.max_deadline_ms),
+        ] {
+            t.insert(k.into(), (v as i64).into());
+        }
+        t.insert("cohort_graphs".into(), p.cohort_graphs.into());
+        t.insert("dispatch".into(), p.dispatch.to_string().into());
+        if !p.worker_cpus.is_empty() {
+            t.insert("worker_cpus".into(), list(&p.worker_cpus));
+        }
+        if let Some(s) = p.streams {
+            t.insert("streams".into(), (s as i64).into());
+        }
+        if let Some(s) = &p.stages {
+            t.insert("stages".into(), list(s));
+        }
+        lines.push(toml::to_string(&t)?.trim_end().to_string());
     }
-    lines.join("\n") + "\n"
+    Ok(lines.join("\n") + "\n")
 }

@@ -51,6 +51,15 @@ impl std::str::FromStr for Cohorts {
     }
 }
 
+impl std::fmt::Display for Cohorts {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Cohorts::ByType => "type",
+            Cohorts::Mixed => "mixed",
+        })
+    }
+}
+
 #[derive(Debug, Clone)]
 pub struct BankGpuConfig {
     pub users: u32,

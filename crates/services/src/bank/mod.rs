@@ -9,6 +9,8 @@ pub mod backend;
 pub mod besim;
 pub mod client;
 #[cfg(feature = "backends")]
+pub mod config;
+#[cfg(feature = "backends")]
 pub mod cuda;
 #[cfg(feature = "backends")]
 pub mod gpu;
@@ -20,16 +22,21 @@ pub mod parse;
 pub mod record;
 pub mod session;
 #[cfg(feature = "backends")]
+pub mod slice;
+#[cfg(feature = "backends")]
 pub mod store;
 
 use besim::Besim;
 use cohort_engine::Service;
-use cohort_proto::{service_id, ErrorPayload};
+use cohort_proto::ErrorPayload;
 use kinds::Kind;
 use page::SessionChange;
 use parse::{Parsed, Refusal};
 use record::Records;
 use session::Sessions;
+
+/// Its wire id (in every frame header).
+pub const ID: u16 = 4;
 
 #[derive(Debug, Clone)]
 pub struct BankConfig {
@@ -165,7 +172,7 @@ impl Bank {
 
 impl Service for Bank {
     fn id(&self) -> u16 {
-        service_id::BANK
+        ID
     }
     fn name(&self) -> &'static str {
         "bank"

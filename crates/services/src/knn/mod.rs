@@ -18,6 +18,8 @@
 //! the request message into pinned memory.
 
 #[cfg(feature = "backends")]
+pub mod config;
+#[cfg(feature = "backends")]
 pub mod gpu;
 #[cfg(feature = "backends")]
 pub mod gpu_ivf;
@@ -29,11 +31,16 @@ pub mod kernels;
 pub mod persistent;
 #[cfg(feature = "backends")]
 pub mod selftest;
+#[cfg(feature = "backends")]
+pub mod slice;
 
 use cohort_engine::Service;
 use cohort_knn::{IvfIndex, Neighbor, SearchParams};
-use cohort_proto::{service_id, ErrorPayload};
+use cohort_proto::ErrorPayload;
 use std::sync::Arc;
+
+/// Its wire id (in every frame header).
+pub const ID: u16 = 3;
 
 pub const MAX_K: usize = 1024;
 const HEAD: usize = cohort_knn::QUERY_HEAD;
@@ -220,7 +227,7 @@ impl Knn {
 
 impl Service for Knn {
     fn id(&self) -> u16 {
-        service_id::KNN
+        ID
     }
     fn name(&self) -> &'static str {
         "knn"

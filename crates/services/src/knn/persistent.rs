@@ -15,7 +15,7 @@ use cohort_gpu::{load_module, DeviceInfo, GpuError};
 use cudarc::driver::{CudaContext, CudaModule, CudaSlice, CudaStream};
 use std::sync::Arc;
 
-/// How the persistent kernels compute k-NN (`persistent_plan` in a service's options).
+/// How the persistent kernels compute k-NN (`knn.persistent_plan`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
 pub enum PersistentPlan {
     #[default]
@@ -31,6 +31,15 @@ impl std::str::FromStr for PersistentPlan {
             "per-pair" => Ok(PersistentPlan::PerPair),
             _ => Err(format!("unknown persistent plan {s:?} (cohort, per-pair)")),
         }
+    }
+}
+
+impl std::fmt::Display for PersistentPlan {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            PersistentPlan::Cohort => "cohort",
+            PersistentPlan::PerPair => "per-pair",
+        })
     }
 }
 

@@ -1,8 +1,11 @@
 //! `echo`: returns the payload unchanged (Lynx's network-bound micro-benchmark).
 
 use cohort_engine::{JsonRequest, Service};
-use cohort_proto::{service_id, ErrorPayload};
+use cohort_proto::ErrorPayload;
 use std::borrow::Cow;
+
+/// Its wire id (in every frame header).
+pub const ID: u16 = 1;
 
 pub struct Echo;
 
@@ -17,7 +20,7 @@ struct EchoBody<'a> {
 
 impl Service for Echo {
     fn id(&self) -> u16 {
-        service_id::ECHO
+        ID
     }
     fn name(&self) -> &'static str {
         "echo"

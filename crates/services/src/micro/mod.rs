@@ -8,6 +8,8 @@ pub mod echo;
 pub mod gpu;
 #[cfg(feature = "backends")]
 pub mod persistent;
+#[cfg(feature = "backends")]
+pub mod slice;
 pub mod spin;
 
 /// The compilation units of both backends.

@@ -4,8 +4,11 @@
 //! Payload: spin_us u32 LE, then any bytes. The whole payload is echoed.
 
 use cohort_engine::Service;
-use cohort_proto::{service_id, ErrorPayload};
+use cohort_proto::ErrorPayload;
 use std::time::{Duration, Instant};
+
+/// Its wire id (in every frame header).
+pub const ID: u16 = 2;
 
 /// Longest busy wait one request may ask for: 100 ms.
 pub const MAX_SPIN_US: u32 = 100_000;
@@ -35,7 +38,7 @@ pub fn decode(payload: &[u8]) -> Result<u32, ErrorPayload> {
 
 impl Service for Spin {
     fn id(&self) -> u16 {
-        service_id::SPIN
+        ID
     }
     fn name(&self) -> &'static str {
         "spin"

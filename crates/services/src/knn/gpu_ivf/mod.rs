@@ -56,6 +56,16 @@ impl std::str::FromStr for Precision {
     }
 }
 
+impl std::fmt::Display for Precision {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Precision::F32 => "f32",
+            Precision::F16 => "f16",
+            Precision::U8 => "u8",
+        })
+    }
+}
+
 /// The value an f32 takes once stored as f16 (the CPU twin of f16 storage rounds with this).
 pub fn round_f16(x: f32) -> f32 {
     half::f16::from_f32(x).to_f32()

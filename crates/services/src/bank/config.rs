@@ -1,0 +1,112 @@
+//! The bank's settings (`[services.bank]`, `--service-opt bank.KEY=VALUE`, and the serve
+//! flags below).
+
+use super::backend::Cohorts;
+use super::besim::DEFAULT_USERS;
+use super::store::Placement;
+use crate::config::{text, ServiceConfig, ServiceFlag};
+use serde::{Deserialize, Serialize};
+
+/// The layout of the request and response slots in GPU memory.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Layout {
+    /// Transposed by 4-byte words (Rhythm: a warp's accesses coalesce).
+    Transposed,
+    RowMajor,
+}
+
+impl std::str::FromStr for Layout {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Layout, String> {
+        match s {
+            "transposed" => Ok(Layout::Transposed),
+            "row-major" => Ok(Layout::RowMajor),
+            _ => Err(format!("unknown bank layout {s:?} (transposed, row-major)")),
+        }
+    }
+}
+
+impl std::fmt::Display for Layout {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Layout::Transposed => "transposed",
+            Layout::RowMajor => "row-major",
+        })
+    }
+}
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct BankSettings {
+    /// Users in the backend (1..=N; their records are a pure function of the user id).
+    pub users: u32,
+    /// GPU engines: slot layout.
+    #[serde(with = "text")]
+    pub layout: Layout,
+    /// gpu-cohort: cohorts of any mix of page types, or of one type (Rhythm). Served, mixed is
+    /// the default: with a dozen types one type's cohorts stay small and each pays a cohort's
+    /// fixed cost (H200, 1024 connections: mixed p99 6.7 ms at 40K pages/s, one type per
+    /// cohort p50 1 s; bench/results/bank-gpu-cohort*-c1024.json).
+    #[serde(with = "text")]
+    pub cohorts: Cohorts,
+    /// Where the records live: computed, gpu, or memcached://HOST:PORT.
+    #[serde(with = "text")]
+    pub backend: Placement,
+}
+
+impl Default for BankSettings {
+    fn default() -> Self {
+        BankSettings {
+            users: DEFAULT_USERS,
+            layout: Layout::Transposed,
+            cohorts: Cohorts::Mixed,
+            backend: Placement::Computed,
+        }
+    }
+}
+
+impl ServiceConfig for BankSettings {
+    fn check(&self) -> Result<(), String> {
+        if self.users == 0 {
+            return Err("users must be at least 1".into());
+        }
+        Ok(())
+    }
+}
+
+/// The serve flags that set the bank's keys.
+pub const FLAGS: &[ServiceFlag] = &[
+    ServiceFlag {
+        long: "bank-users",
+        key: "users",
+        help: "bank: users in its backend (1..=N; their records are a pure function of the \
+               user id) [default: 1000000]",
+        switch: false,
+        example: "1000",
+    },
+    ServiceFlag {
+        long: "bank-layout",
+        key: "layout",
+        help: "bank on the GPU engines: request and response slots transposed by 4-byte words \
+               (Rhythm: a warp's accesses coalesce) or row-major [default: transposed]",
+        switch: false,
+        example: "row-major",
+    },
+    ServiceFlag {
+        long: "bank-cohorts",
+        key: "cohorts",
+        help: "bank on gpu-cohort: cohorts of any mix of page types (mixed), or of one type \
+               (type, Rhythm) [default: mixed]",
+        switch: false,
+        example: "type",
+    },
+    ServiceFlag {
+        long: "bank-backend",
+        key: "backend",
+        help: "bank: where its records live: computed (from the user id, in process), gpu (hash \
+               tables in GPU memory; GPU engines), or memcached://HOST:PORT (loaded at start-up \
+               unless already there) [default: computed]",
+        switch: false,
+        example: "memcached://127.0.0.1:11211",
+    },
+];

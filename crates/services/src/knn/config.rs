@@ -1,0 +1,75 @@
+//! The knn service's settings (`[services.knn]`, `--service-opt knn.KEY=VALUE`, and the serve
+//! flags below).
+
+use super::gpu_ivf::Precision;
+use super::persistent::{PersistentPlan, DEFAULT_COHORT_GROUPS};
+use crate::config::{text, ServiceConfig, ServiceFlag};
+use cohort_gpu::persistent::rt::BAR_GROUPS;
+use serde::{Deserialize, Serialize};
+use std::path::PathBuf;
+
+#[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct KnnSettings {
+    /// The IVF index file (`cohort index build`).
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub index: Option<PathBuf>,
+    /// cpu engine: serve from the memory-mapped file instead of a resident (huge-page) copy.
+    pub index_mapped: bool,
+    /// GPU engines: element type of the vectors on the GPU.
+    #[serde(with = "text")]
+    pub precision: Precision,
+    /// gpu-persistent: cohorts of the tiled plan, or per-pair stages.
+    #[serde(with = "text")]
+    pub persistent_plan: PersistentPlan,
+    /// gpu-persistent, cohort plan: block groups running cohorts side by side.
+    pub persistent_groups: usize,
+}
+
+impl Default for KnnSettings {
+    fn default() -> Self {
+        KnnSettings {
+            index: None,
+            index_mapped: false,
+            precision: Precision::F32,
+            persistent_plan: PersistentPlan::default(),
+            persistent_groups: DEFAULT_COHORT_GROUPS,
+        }
+    }
+}
+
+impl ServiceConfig for KnnSettings {
+    fn check(&self) -> Result<(), String> {
+        if !(1..=BAR_GROUPS).contains(&self.persistent_groups) {
+            return Err(format!("persistent_groups must be in 1..={BAR_GROUPS}"));
+        }
+        Ok(())
+    }
+}
+
+/// The serve flags that set knn's keys.
+pub const FLAGS: &[ServiceFlag] = &[
+    ServiceFlag {
+        long: "index",
+        key: "index",
+        help: "knn: IVF index file (`cohort index build`)",
+        switch: false,
+        example: "/data/sift1m.ivf",
+    },
+    ServiceFlag {
+        long: "index-mapped",
+        key: "index_mapped",
+        help: "knn: serve the index from its memory-mapped file instead of a resident \
+               (huge-page) copy: less memory at start, slower scans",
+        switch: true,
+        example: "",
+    },
+    ServiceFlag {
+        long: "gpu-precision",
+        key: "precision",
+        help: "knn on the GPU engines: element type of the vectors there (f32, f16, or u8 for \
+               integral data in 0..=255 such as SIFT) [default: f32]",
+        switch: false,
+        example: "u8",
+    },
+];

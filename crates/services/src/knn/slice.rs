@@ -1,0 +1,74 @@
+//! The knn service's catalog entry: how the server builds it from its settings.
+
+use super::config::{KnnSettings, FLAGS};
+use super::gpu_ivf::GpuIvf;
+use crate::catalog::Entry;
+use crate::config::{resolved, typed, Settings};
+use cohort_engine::Service;
+use cohort_gpu::engine::GpuBackend;
+use cohort_gpu::persistent::PersistentBackend;
+use cohort_gpu::DeviceInfo;
+use std::sync::Arc;
+
+pub const ENTRY: Entry = Entry {
+    name: "knn",
+    id: super::ID,
+    flags: FLAGS,
+    resolve: |s| resolved::<KnnSettings>("knn", s),
+    build: service,
+    gpu: Some(gpu),
+    persistent: Some(persistent),
+    one_gpu: false,
+    kernels: || super::kernels::sources().to_vec(),
+};
+
+fn config(s: &Settings) -> Result<KnnSettings, String> {
+    typed("knn", s)
+}
+
+fn load_index(c: &KnnSettings, mapped: bool) -> Result<cohort_knn::IvfIndex, String> {
+    let Some(path) = &c.index else {
+        return Err("the knn service needs an index (--index PATH)".into());
+    };
+    let ix = if mapped {
+        cohort_knn::IvfIndex::load(path)
+    } else {
+        cohort_knn::IvfIndex::load_resident(path)
+    };
+    ix.map_err(|e| format!("loading {}: {e:#}", path.display()))
+}
+
+fn service(s: &Settings, on_gpu: bool) -> Result<Arc<dyn Service>, String> {
+    let c = config(s)?;
+    // A GPU engine validates requests itself and uploads its own copy: a mapped index here
+    // costs only the pages actually read (header, centroids).
+    let index = load_index(&c, c.index_mapped || on_gpu)?;
+    tracing::info!(
+        n = index.n,
+        dim = index.dim,
+        nlist = index.nlist,
+        default_nprobe = index.default_nprobe,
+        "index loaded"
+    );
+    Ok(Arc::new(super::Knn {
+        index: Arc::new(index),
+    }))
+}
+
+fn gpu(s: &Settings, dev: &DeviceInfo) -> Result<Arc<dyn GpuBackend>, String> {
+    let c = config(s)?;
+    let index = load_index(&c, true)?;
+    let ivf = GpuIvf::upload(dev, &index, c.precision).map_err(|e| e.to_string())?;
+    Ok(Arc::new(super::gpu::KnnGpu::new(ivf)))
+}
+
+fn persistent(s: &Settings, dev: &DeviceInfo) -> Result<Arc<dyn PersistentBackend>, String> {
+    let c = config(s)?;
+    let index = load_index(&c, true)?;
+    let ivf = GpuIvf::upload(dev, &index, c.precision).map_err(|e| e.to_string())?;
+    Ok(Arc::new(
+        super::persistent::KnnPersistent::new(ivf, dev, c.persistent_plan)
+            .and_then(|k| k.with_groups(c.persistent_groups))
+            .map_err(|e| e.to_string())?,
+    ))
+}

@@ -1,0 +1,22 @@
+//! The reverse service's catalog entry. CPU only: `gpu` and `persistent` are None, so a GPU
+//! engine refuses it with a clear error.
+
+use super::config::{ReverseSettings, FLAGS};
+use crate::catalog::Entry;
+use crate::config::{resolved, typed};
+use std::sync::Arc;
+
+pub const ENTRY: Entry = Entry {
+    name: "reverse",
+    id: super::ID,
+    flags: FLAGS,
+    resolve: |s| resolved::<ReverseSettings>("reverse", s),
+    build: |s, _| {
+        let c: ReverseSettings = typed("reverse", s)?;
+        Ok(Arc::new(super::Reverse { max_len: c.max_len }))
+    },
+    gpu: None,
+    persistent: None,
+    one_gpu: false,
+    kernels: Vec::new,
+};
