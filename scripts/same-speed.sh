@@ -4,13 +4,16 @@
 # windows 64/1024/8192) on gpu-direct, gpu-cohort and gpu-persistent, and the bank's
 # `bench bank-gpu`, each run by the binary before (BEFORE, default dist/cohort-before) and after
 # (dist/cohort), alternating, REPS times. Results: $OUT/same-speed-{before,after}-*.json and a
-# summary table. Usage: OUT=dir TAG=h200 scripts/same-speed.sh
+# summary table. PART=engine or bank runs one half (each fits a 10-minute device call).
+# Usage: OUT=dir TAG=h200 [PART=all|engine|bank] scripts/same-speed.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib/gpu-env.sh
 OUT=${OUT:-bench/results}; TAG=${TAG:-h200}; REPS=${REPS:-2}; mkdir -p "$OUT"
 BEFORE=${BEFORE:-dist/cohort-before}
+PART=${PART:-all}
 t0=$(date +%s)
+if [ "$PART" != bank ]; then
 [ -f $D/groundtruth.ivecs ] || $B data synth --n 1000000 --dim 128 --queries 1000 --out $D --log-level warn
 [ -f $IX ] || $B index build --base $D/base.fvecs --nlist $NL --out $IX --log-level warn
 echo "data and index: $(( $(date +%s) - t0 )) s"
@@ -23,7 +26,8 @@ for rep in $(seq 1 "$REPS"); do
             echo "FAIL bench engine $side rep $rep"
     done
 done
-for side in before after; do
+fi
+[ "$PART" != engine ] && for side in before after; do
     bin=$B; [ $side = before ] && bin=$BEFORE
     $bin bench bank-gpu --cohorts 1024,8192 --iters 10 --energy-secs 1 \
         --out "$OUT/same-speed-$side-bank-gpu-$TAG.json" --log-level warn > /dev/null 2>&1 ||
