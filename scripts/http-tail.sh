@@ -26,8 +26,8 @@ load --service echo --payload-bytes 16384 --poisson --sweep 40k,80k,160k,240k,32
 kill -INT $srv; wait $srv
 serve --service bank:inline
 for c in 64 256 1024; do
-    load --service bank --bank-users 100000 --poisson --sweep 40k,80k,160k \
+    load --service bank --users 100000 --poisson --sweep 40k,80k,160k \
         --connections "$c" --json "$out/tail-bank-c$c-$tag.json"
 done
-load --service bank --bank-users 100000 --concurrency 256 --json "$out/tail-bank-closed-$tag.json"
+load --service bank --users 100000 --concurrency 256 --json "$out/tail-bank-closed-$tag.json"
 kill -INT $srv; wait $srv

@@ -3,9 +3,7 @@
 use crate::util::{parse_rate, tmp_path, write_atomic};
 use anyhow::{bail, Context, Result};
 use clap::Args;
-use cohort_load::{
-    EchoWorkload, KnnWorkload, LoadConfig, Mode, Report, SpinWorkload, Target, Workload,
-};
+use cohort_load::{LoadConfig, Mode, Report, Target, Workload};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -15,12 +13,14 @@ pub struct LoadArgs {
     /// udp://HOST:PORT, tcp://HOST:PORT or http://HOST:PORT.
     #[arg(long)]
     pub target: Target,
-    /// echo, spin, knn or bank (bank: sessions of web pages over http://).
+    /// The service to load (one the server offers; a service served as web pages is loaded by
+    /// browser sessions over http://).
     #[arg(long, default_value = "echo")]
     pub service: String,
-    /// bank: users in the server's backend (its --bank-users).
-    #[arg(long, default_value_t = cohort_services::bank::besim::DEFAULT_USERS)]
-    pub bank_users: u32,
+    /// Services that keep per-user records: users in the server's backend (the server's
+    /// setting of the same name).
+    #[arg(long, default_value_t = 1_000_000)]
+    pub users: u32,
     /// Open loop at this many requests per second (e.g. 20000, 20k, 1.5M).
     #[arg(long, conflicts_with_all = ["concurrency", "sweep"], value_parser = parse_rate)]
     pub rate: Option<f64>,
@@ -98,51 +98,23 @@ pub fn workload(a: &LoadArgs) -> Result<Arc<dyn Workload>> {
         a.payload_bytes <= 60_000,
         "--payload-bytes must be at most 60000"
     );
-    Ok(match a.service.as_str() {
-        "echo" => Arc::new(EchoWorkload {
-            payload_bytes: a.payload_bytes,
-        }),
-        "spin" => Arc::new(SpinWorkload {
-            spin_us: a.spin_us,
-            payload_bytes: a.payload_bytes,
-        }),
-        "knn" => {
-            let q = a
-                .queries
-                .as_ref()
-                .context("--service knn needs --queries FILE")?;
-            let queries = cohort_knn::vecfile::read_vectors(q)?;
-            let gt = match &a.gt {
-                Some(p) => {
-                    let (n, dim, ids) = cohort_knn::vecfile::read_ivecs(p)?;
-                    anyhow::ensure!(
-                        n >= queries.n,
-                        "ground truth has {n} rows for {} queries",
-                        queries.n
-                    );
-                    anyhow::ensure!(
-                        a.k <= dim,
-                        "--k {} exceeds the ground-truth depth {dim}",
-                        a.k
-                    );
-                    Some((dim, ids))
-                }
-                None => None,
-            };
-            anyhow::ensure!(
-                a.k >= 1 && a.k <= cohort_services::knn::MAX_K,
-                "--k out of range"
-            );
-            Arc::new(KnnWorkload::new(queries, gt, a.k, a.nprobe))
-        }
-        "bank" => {
-            anyhow::ensure!(a.bank_users >= 1, "--bank-users must be at least 1");
-            Arc::new(cohort_load::BankWorkload {
-                users: a.bank_users,
-            })
-        }
-        other => bail!("unknown service {other:?} for load (echo, spin, knn, bank)"),
-    })
+    let Some(entry) = cohort_services::catalog::entry(&a.service) else {
+        bail!(
+            "unknown service {:?} for load (available: {})",
+            a.service,
+            cohort_services::catalog::names().join(", ")
+        );
+    };
+    let o = cohort_services::workload::LoadOptions {
+        payload_bytes: a.payload_bytes,
+        spin_us: a.spin_us,
+        queries: a.queries.clone(),
+        gt: a.gt.clone(),
+        k: a.k,
+        nprobe: a.nprobe,
+        users: a.users,
+    };
+    (entry.workload)(&o).map_err(anyhow::Error::msg)
 }
 
 pub fn config(a: &LoadArgs) -> Result<LoadConfig> {

@@ -3,7 +3,8 @@
 //! plain TCP socket getting their 4xx pages.
 
 mod common;
-use cohort_load::{BankWorkload, Mode, Target};
+use cohort_load::{Mode, Target};
+use cohort_services::bank::load::BankWorkload;
 use common::*;
 use std::io::{Read, Write};
 use std::sync::Arc;

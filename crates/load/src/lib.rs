@@ -5,7 +5,6 @@
 //! number of requests outstanding). UDP, TCP and HTTP. Every answer is checked by the
 //! workload; requests that never get an answer are counted as `no_answer`.
 
-mod bank;
 mod cpu_time;
 mod plot;
 mod report;
@@ -15,8 +14,10 @@ mod tracker;
 mod transport;
 mod workload;
 
-pub use bank::BankWorkload;
 pub use plot::{plot_bars, plot_lines, plot_sweep};
 pub use report::Report;
 pub use run::{run, run_sweep, tls_client, ClientKey, LoadConfig, Mode, Target};
-pub use workload::{EchoWorkload, KnnWorkload, SpinWorkload, Workload};
+pub use workload::Workload;
+// The workloads of the services the tools drive most (each defined in its service's folder).
+pub use cohort_services::knn::load::KnnWorkload;
+pub use cohort_services::micro::load::{EchoWorkload, SpinWorkload};

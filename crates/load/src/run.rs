@@ -386,10 +386,11 @@ pub fn run(cfg: &LoadConfig, workload: Arc<dyn Workload>) -> Result<Report> {
             concurrency * 4
         }
     };
-    if workload.as_bank().is_some() {
+    if workload.pages().is_some() {
         anyhow::ensure!(
             matches!(cfg.target, Target::Http(_)),
-            "the bank is served as web pages: give an http:// target"
+            "{} is served as web pages: give an http:// target",
+            workload.service_name()
         );
     }
     workload.reset();
@@ -429,8 +430,8 @@ pub fn run(cfg: &LoadConfig, workload: Arc<dyn Workload>) -> Result<Report> {
         });
         let rec = match cfg.target {
             Target::Udp(_) | Target::Tcp(_) => crate::transport::frames::run(cfg, &sh),
-            Target::Http(a) => match workload.as_bank() {
-                Some(b) => crate::transport::pages::run(cfg, &sh, a, b.users),
+            Target::Http(a) => match workload.pages() {
+                Some(p) => crate::transport::pages::run(cfg, &sh, a, p),
                 None => crate::transport::http::run(cfg, &sh, a),
             },
         };

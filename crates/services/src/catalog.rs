@@ -3,6 +3,7 @@
 //! one line in [`CATALOG`] (docs/adding-a-service.md).
 
 use crate::config::{ServiceFlag, Settings};
+use crate::workload::{LoadOptions, Workload};
 use cohort_engine::Service;
 use cohort_gpu::engine::GpuBackend;
 use cohort_gpu::persistent::PersistentBackend;
@@ -35,6 +36,8 @@ pub struct Entry {
     pub one_gpu: bool,
     /// Its kernels' compilation units (CI compiles each through NVRTC).
     pub kernels: fn() -> Vec<&'static KernelSource>,
+    /// What `cohort load --service NAME` sends it and how it checks the answers.
+    pub workload: fn(&LoadOptions) -> Result<Arc<dyn Workload>, String>,
 }
 
 /// What a user can serve.

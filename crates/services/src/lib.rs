@@ -16,6 +16,8 @@ pub mod reverse;
 #[cfg(feature = "backends")]
 pub mod selftest;
 
+pub mod workload;
+
 pub use micro::{echo, spin};
 
 use cohort_proto::{ErrorCode, ErrorPayload};

@@ -7,9 +7,10 @@
 use crate::serve::{self, ServeArgs};
 use anyhow::Result;
 use clap::Args;
-use cohort_load::{BankWorkload, LoadConfig, Mode, Target};
+use cohort_load::{LoadConfig, Mode, Target};
 use cohort_services::bank::client;
 use cohort_services::bank::kinds::{Kind, KINDS};
+use cohort_services::bank::load::BankWorkload;
 use cohort_services::bank::{Bank, BankConfig};
 use rand::rngs::SmallRng;
 use rand::SeedableRng;

@@ -316,7 +316,7 @@ fn load(
         json_path.display().to_string(),
     ];
     if over_http(service) {
-        args.extend(["--bank-users".into(), a.bank_users.to_string()]);
+        args.extend(["--users".into(), a.bank_users.to_string()]);
     }
     if service == "knn" {
         let p = |x: &Option<PathBuf>| {

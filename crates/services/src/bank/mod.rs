@@ -17,6 +17,7 @@ pub mod gpu;
 #[cfg(feature = "backends")]
 pub mod gpu_records;
 pub mod kinds;
+pub mod load;
 pub mod page;
 pub mod parse;
 pub mod record;

@@ -22,6 +22,12 @@ pub const ENTRY: Entry = Entry {
     // Sessions live in one device's memory.
     one_gpu: true,
     kernels: || vec![super::gpu::source()],
+    workload: |o| {
+        if o.users == 0 {
+            return Err("bank load: --users must be at least 1".into());
+        }
+        Ok(Arc::new(super::load::BankWorkload { users: o.users }))
+    },
 };
 
 /// Connections the cpu engine's workers share to a memcached backend (opened as needed).

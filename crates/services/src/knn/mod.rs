@@ -27,6 +27,7 @@ pub mod gpu_ivf;
 pub mod gpu_kmeans;
 #[cfg(feature = "backends")]
 pub mod kernels;
+pub mod load;
 #[cfg(feature = "backends")]
 pub mod persistent;
 #[cfg(feature = "backends")]

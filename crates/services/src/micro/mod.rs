@@ -6,6 +6,7 @@
 pub mod echo;
 #[cfg(feature = "backends")]
 pub mod gpu;
+pub mod load;
 #[cfg(feature = "backends")]
 pub mod persistent;
 #[cfg(feature = "backends")]

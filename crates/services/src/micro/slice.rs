@@ -29,6 +29,11 @@ pub const ECHO: Entry = Entry {
     persistent: Some(|_, dev| persistent(Micro::Echo, dev)),
     one_gpu: false,
     kernels: super::sources,
+    workload: |o| {
+        Ok(Arc::new(super::load::EchoWorkload {
+            payload_bytes: o.payload_bytes,
+        }))
+    },
 };
 
 pub const SPIN: Entry = Entry {
@@ -45,6 +50,12 @@ pub const SPIN: Entry = Entry {
     one_gpu: false,
     // The same units as echo's (listed once, under echo).
     kernels: Vec::new,
+    workload: |o| {
+        Ok(Arc::new(super::load::SpinWorkload {
+            spin_us: o.spin_us,
+            payload_bytes: o.payload_bytes,
+        }))
+    },
 };
 
 fn gpu(kind: Micro, dev: &DeviceInfo) -> Result<Arc<dyn GpuBackend>, String> {

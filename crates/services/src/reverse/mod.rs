@@ -6,6 +6,7 @@
 //! /v1/reverse` with `{"data": "text"}`, answered `{"data": "txet"}`.
 
 pub mod config;
+pub mod load;
 pub mod slice;
 
 use cohort_engine::Service;

@@ -19,4 +19,9 @@ pub const ENTRY: Entry = Entry {
     persistent: None,
     one_gpu: false,
     kernels: Vec::new,
+    workload: |o| {
+        Ok(Arc::new(super::load::ReverseWorkload {
+            len: o.payload_bytes.max(1),
+        }))
+    },
 };
