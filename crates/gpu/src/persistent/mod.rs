@@ -21,6 +21,7 @@ mod egress;
 pub mod mapped;
 pub mod profile;
 pub mod rt;
+pub mod svc_args;
 
 use crate::prelude::{KernelSource, Prelude};
 use crate::GpuError;

@@ -10,10 +10,21 @@
 use super::gpu_ivf::{GpuIvf, Precision, DEFAULT_CANDIDATE_FLOATS};
 use super::kernels::{BLOCK, GPU_MAX_CANDIDATES, SEL_MAX};
 use cohort_gpu::persistent::rt::{addr, BAR_GROUPS};
-use cohort_gpu::persistent::{stage_capacity, PersistentBackend, Prepared, Stage, SvcArgs};
+use cohort_gpu::persistent::{stage_capacity, PersistentBackend, Prepared, Stage};
 use cohort_gpu::{load_module, DeviceInfo, GpuError};
 use cudarc::driver::{CudaContext, CudaModule, CudaSlice, CudaStream};
 use std::sync::Arc;
+
+cohort_gpu::svc_args! {
+    /// The stage kernels' argument block: `struct SvcArgs` of `kernels/knn_persistent.cu`,
+    /// field for field (checked by the test below). The cohort plan's fields (from `cmax`)
+    /// are zero for the per-pair stages.
+    pub struct KnnArgs {
+        centroids, vectors, ids, offsets, dim, nlist, n, metric, default_nprobe, queries,
+        probes, part_ids, part_dist, scratch, max_probe, max_k, cmax, cand, cand_floats, poff,
+        totals, counts, cursor, items, order, taken, ok, cq_slot, ctl, top_rows, groups,
+    }
+}
 
 /// How the persistent kernels compute k-NN (`knn.persistent_plan`).
 #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
@@ -136,6 +147,7 @@ impl KnnPersistent {
     }
 
     /// The first 16 argument fields, common to both plans.
+    /// The fields both plans share (the cohort plan's are zero here).
     fn base_args(
         &self,
         s: &Arc<CudaStream>,
@@ -143,27 +155,28 @@ impl KnnPersistent {
         probes: &CudaSlice<u32>,
         part: (&CudaSlice<u32>, &CudaSlice<f32>),
         scratch: &CudaSlice<f32>,
-    ) -> Vec<u64> {
+    ) -> KnnArgs {
         let ivf = &self.ivf;
         let v = ivf.device_view(s);
-        vec![
-            v.centroids,
-            v.vectors,
-            v.ids,
-            v.offsets,
-            ivf.dim as u64,
-            ivf.nlist as u64,
-            ivf.n as u64,
-            v.metric,
-            ivf.default_nprobe as u64,
-            addr(queries, s),
-            addr(probes, s),
-            addr(part.0, s),
-            addr(part.1, s),
-            addr(scratch, s),
-            self.max_probe() as u64,
-            super::MAX_K as u64,
-        ]
+        KnnArgs {
+            centroids: v.centroids,
+            vectors: v.vectors,
+            ids: v.ids,
+            offsets: v.offsets,
+            dim: ivf.dim as u64,
+            nlist: ivf.nlist as u64,
+            n: ivf.n as u64,
+            metric: v.metric,
+            default_nprobe: ivf.default_nprobe as u64,
+            queries: addr(queries, s),
+            probes: addr(probes, s),
+            part_ids: addr(part.0, s),
+            part_dist: addr(part.1, s),
+            scratch: addr(scratch, s),
+            max_probe: self.max_probe() as u64,
+            max_k: super::MAX_K as u64,
+            ..KnnArgs::default()
+        }
     }
 
     fn max_probe(&self) -> usize {
@@ -216,7 +229,7 @@ impl KnnPersistent {
             dyn_smem,
         };
         Ok(Prepared {
-            args: SvcArgs::new(&args),
+            args: args.to_svc_args(),
             stages: vec![
                 stage("knn_p_filter", b[0], 0),
                 stage(search, b[1], 0),
@@ -280,31 +293,30 @@ impl KnnPersistent {
             top_rows: s.clone_htod(&top_rows)?,
         };
         s.synchronize()?;
-        let mut args = self.base_args(
-            &s,
-            &bufs.queries,
-            &bufs.probes,
-            (&bufs.part_ids, &bufs.part_dist),
-            &bufs.scratch,
-        );
-        // The cohort fields of SvcArgs (knn_persistent.cu), in order.
-        args.extend([
-            cmax as u64,
-            addr(&bufs.cand, &s),
-            cand_floats as u64,
-            addr(&bufs.poff, &s),
-            addr(&bufs.totals, &s),
-            addr(&bufs.counts, &s),
-            addr(&bufs.cursor, &s),
-            addr(&bufs.items, &s),
-            addr(&bufs.order, &s),
-            addr(&bufs.taken, &s),
-            addr(&bufs.ok, &s),
-            addr(&bufs.cq_slot, &s),
-            addr(&bufs.ctl, &s),
-            addr(&bufs.top_rows, &s),
-            n as u64,
-        ]);
+        let args = KnnArgs {
+            cmax: cmax as u64,
+            cand: addr(&bufs.cand, &s),
+            cand_floats: cand_floats as u64,
+            poff: addr(&bufs.poff, &s),
+            totals: addr(&bufs.totals, &s),
+            counts: addr(&bufs.counts, &s),
+            cursor: addr(&bufs.cursor, &s),
+            items: addr(&bufs.items, &s),
+            order: addr(&bufs.order, &s),
+            taken: addr(&bufs.taken, &s),
+            ok: addr(&bufs.ok, &s),
+            cq_slot: addr(&bufs.cq_slot, &s),
+            ctl: addr(&bufs.ctl, &s),
+            top_rows: addr(&bufs.top_rows, &s),
+            groups: n as u64,
+            ..self.base_args(
+                &s,
+                &bufs.queries,
+                &bufs.probes,
+                (&bufs.part_ids, &bufs.part_dist),
+                &bufs.scratch,
+            )
+        };
         tracing::info!(
             blocks = g,
             groups = n,
@@ -313,7 +325,7 @@ impl KnnPersistent {
             "k-NN gpu-persistent: cohort plan"
         );
         Ok(Prepared {
-            args: SvcArgs::new(&args),
+            args: args.to_svc_args(),
             stages: vec![Stage {
                 kernel: self.cohort_kernel(),
                 blocks: g,
@@ -387,7 +399,17 @@ impl PersistentBackend for KnnPersistent {
 
 #[cfg(test)]
 mod tests {
-    use super::PersistentPlan;
+    use super::{KnnArgs, PersistentPlan};
+
+    /// The argument block is declared alike on both sides of the language boundary.
+    #[test]
+    fn the_argument_block_matches_the_cuda_struct() {
+        cohort_gpu::persistent::svc_args::check_against_cuda(
+            KnnArgs::FIELDS,
+            include_str!("kernels/knn_persistent.cu"),
+        )
+        .unwrap();
+    }
 
     #[test]
     fn plans_parse_by_name_and_unknown_ones_are_refused() {

@@ -3,7 +3,7 @@
 
 use super::gpu::Micro;
 use super::spin::MAX_SPIN_US;
-use cohort_gpu::persistent::{persistent_source, PersistentBackend, Prepared, Stage, SvcArgs};
+use cohort_gpu::persistent::{persistent_source, PersistentBackend, Prepared, Stage};
 use cohort_gpu::{load_module, DeviceInfo, GpuError, KernelSource, Prelude};
 use cudarc::driver::{CudaContext, CudaModule};
 use std::sync::Arc;
@@ -22,6 +22,11 @@ pub fn source() -> &'static KernelSource {
             )],
         )
     })
+}
+
+cohort_gpu::svc_args! {
+    /// The worker's argument block: `struct SvcArgs` of `kernels/micro_persistent.cu`.
+    pub struct MicroArgs { spin, max_spin_us }
 }
 
 pub struct MicroPersistent {
@@ -70,7 +75,11 @@ impl PersistentBackend for MicroPersistent {
             }
         };
         Ok(Prepared {
-            args: SvcArgs::new(&[(self.kind == Micro::Spin) as u64, MAX_SPIN_US as u64]),
+            args: MicroArgs {
+                spin: (self.kind == Micro::Spin) as u64,
+                max_spin_us: MAX_SPIN_US as u64,
+            }
+            .to_svc_args(),
             stages: vec![Stage {
                 kernel: "micro_p_worker",
                 blocks: workers,
@@ -82,5 +91,17 @@ impl PersistentBackend for MicroPersistent {
             rx_copy: rx_stride,
             keep: Box::new(()),
         })
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn the_argument_block_matches_the_cuda_struct() {
+        cohort_gpu::persistent::svc_args::check_against_cuda(
+            super::MicroArgs::FIELDS,
+            include_str!("kernels/micro_persistent.cu"),
+        )
+        .unwrap();
     }
 }
