@@ -22,7 +22,7 @@ macro_rules! svc_args {
             pub const FIELDS: &'static [&'static str] = &[$(stringify!($field)),*];
 
             /// The block the runtime hands the stage kernels.
-            pub fn to_svc_args(&self) -> $crate::persistent::SvcArgs {
+            pub fn to_svc_args(self) -> $crate::persistent::SvcArgs {
                 $crate::persistent::SvcArgs::new(&[$(self.$field),*])
             }
         }
