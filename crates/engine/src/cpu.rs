@@ -68,7 +68,7 @@ impl CpuEngine {
     }
 }
 
-/// A worker's answer buffer: room for the largest page (the bank's 47 KB) without growing.
+/// A worker's answer buffer: room for a large answer (a 47 KB web page) without growing.
 pub(crate) const ANSWER_BUFFER: usize = 64 * 1024;
 
 /// Requests and payload bytes a worker takes out of its rings to queue fairly (`fair.rs`);

@@ -2,7 +2,7 @@
 //! itself and writes the answer back on the same turn, as nginx's workers do.
 //!
 //! No ring, no in-flight entry, no worker to wake and no answer to pump: a request costs its
-//! function and nothing else, which for microsecond services (echo, the bank's pages) is
+//! function and nothing else, which for microsecond services (echo, small web pages) is
 //! most of the host's per-request work on the other engines (the hand-off to a worker thread
 //! and back measured about 16% of a 16 KB echo, plus the copies into and out of the rings).
 //! The price is that the io thread serves nothing else meanwhile: a slow request holds every

@@ -64,7 +64,7 @@ pub fn resolved<T: ServiceConfig>(service: &str, s: &Settings) -> Result<Setting
     }
 }
 
-/// A setting written on a command line (`--service-opt knn.nprobe=16`, `--bank-users 50`) as
+/// A setting written on a command line (`--service-opt knn.nprobe=16`, `--index F`) as
 /// the TOML value a config file would hold: integers and booleans as such, anything else a
 /// string.
 pub fn value_of(raw: &str) -> toml::Value {

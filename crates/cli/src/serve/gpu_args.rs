@@ -23,7 +23,7 @@ pub struct GpuEngineArgs {
     #[arg(long, default_value_t = 1)]
     pub cohort_keep_busy: usize,
     /// gpu engines: slots per GPU, each with its own stream and staging (default 8 direct;
-    /// cohort: 3 + one per batch key of the service, e.g. 4 for knn, 19 for the bank by type).
+    /// cohort: 3 + one per batch key of the service, e.g. 4 for a service of one key).
     #[arg(long)]
     pub streams: Option<usize>,
     /// gpu-cohort: replay a CUDA graph per cohort-size bucket instead of launching each copy

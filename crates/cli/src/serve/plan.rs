@@ -371,14 +371,20 @@ mod tests {
 
     #[test]
     fn a_service_with_per_gpu_state_is_refused_on_two_gpus_and_on_hybrid() {
-        let mut a = args("bank:gpu-cohort", &[]);
+        // A catalogued service whose GPU backend keeps shared state on one GPU.
+        let name = cohort_services::catalog::CATALOG
+            .iter()
+            .find(|e| e.one_gpu)
+            .expect("a one-GPU service in the catalog")
+            .name;
+        let mut a = args(&format!("{name}:gpu-cohort"), &[]);
         a.gpu.gpus = vec![0];
         assert!(plans(&a).is_ok());
         a.gpu.gpus = vec![0, 1];
         let e = plans(&a).unwrap_err().to_string();
         assert!(e.contains("one GPU"), "{e}");
         a.gpu.gpus = vec![0];
-        a.service = "bank:hybrid".into();
+        a.service = format!("{name}:hybrid");
         assert!(plans(&a).is_err());
     }
 
@@ -449,8 +455,6 @@ mod tests {
             e("knn", &["knn.persistent_groups=9"]).contains("persistent_groups must be in 1..=8")
         );
         assert!(e("knn", &["knn.persistent_groups=two"]).contains("persistent_groups"));
-        assert!(e("bank", &["bank.users=0"]).contains("users must be at least 1"));
-        assert!(e("bank", &["bank.layout=diagonal"]).contains("unknown bank layout"));
     }
 
     #[test]
@@ -506,7 +510,7 @@ mod tests {
             (EngineKind::Hybrid, 2500, 3)
         );
         assert!(EngineKind::Hybrid.runs_cpu_function() && EngineKind::Hybrid.is_gpu());
-        let err = check_backend(false, "bank", EngineKind::Hybrid)
+        let err = check_backend(false, "pages", EngineKind::Hybrid)
             .unwrap_err()
             .to_string();
         assert!(err.contains("no GPU backend"), "{err}");
@@ -514,14 +518,14 @@ mod tests {
 
     #[test]
     fn a_gpu_engine_needs_a_gpu_backend() {
-        let err = check_backend(false, "bank", EngineKind::GpuCohort)
+        let err = check_backend(false, "pages", EngineKind::GpuCohort)
             .unwrap_err()
             .to_string();
         assert!(
-            err.contains("no GPU backend") && err.contains("bank:cpu"),
+            err.contains("no GPU backend") && err.contains("pages:cpu"),
             "{err}"
         );
-        assert!(check_backend(false, "bank", EngineKind::Cpu).is_ok());
+        assert!(check_backend(false, "pages", EngineKind::Cpu).is_ok());
         assert!(check_backend(true, "knn", EngineKind::GpuDirect).is_ok());
     }
 }

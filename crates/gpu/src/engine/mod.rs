@@ -42,8 +42,8 @@ pub trait GpuBackend: BatchBackend {
     fn device_bytes(&self) -> usize {
         0
     }
-    /// How many batch keys this service's requests can carry at once (the bank: one per page
-    /// type). gpu-cohort's default keeps a filling slot for each beside those in flight.
+    /// How many batch keys this service's requests can carry at once (a page service: one per
+    /// page type). gpu-cohort's default keeps a filling slot for each beside those in flight.
     fn batch_keys(&self) -> usize {
         1
     }
@@ -125,7 +125,7 @@ impl GpuEngineConfig {
     /// The defaults of each mode: gpu-direct 8 streams; gpu-cohort three in flight while one
     /// fills per batch key (4 for a service of one key). With fewer slots than keys, a request
     /// of a key that has no filling slot blocks its ring and forces every filling cohort out
-    /// at once: the bank's 16 keys on 4 slots made cohorts of a few pages, each taking a
+    /// at once: a page service's 16 keys on 4 slots made cohorts of a few pages, each taking a
     /// GPU thread's whole page-building time, and capped the served rate near 100 K pages/s.
     pub fn default_streams(mode: Mode, batch_keys: usize) -> usize {
         match mode {

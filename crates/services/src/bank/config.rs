@@ -110,3 +110,41 @@ pub const FLAGS: &[ServiceFlag] = &[
         example: "memcached://127.0.0.1:11211",
     },
 ];
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config::{typed, value_of, Settings};
+
+    fn settings(pairs: &[(&str, &str)]) -> Settings {
+        pairs
+            .iter()
+            .map(|(k, v)| (k.to_string(), value_of(v)))
+            .collect()
+    }
+
+    #[test]
+    fn settings_read_their_flags_values_and_refuse_bad_ones() {
+        let s: BankSettings = typed(
+            "bank",
+            &settings(&[
+                ("users", "50"),
+                ("layout", "row-major"),
+                ("cohorts", "type"),
+                ("backend", "memcached://127.0.0.1:11211"),
+            ]),
+        )
+        .unwrap();
+        assert_eq!((s.users, s.layout), (50, Layout::RowMajor));
+        assert_eq!(s.cohorts, Cohorts::ByType);
+        assert_eq!(s.backend, Placement::Memcached("127.0.0.1:11211".into()));
+        let e = |k: &str, v: &str| typed::<BankSettings>("bank", &settings(&[(k, v)])).unwrap_err();
+        assert!(e("users", "0").contains("users must be at least 1"));
+        assert!(e("layout", "diagonal").contains("unknown bank layout"));
+        assert!(e("backend", "memcached://nohost").contains("unknown bank backend"));
+        for f in FLAGS {
+            let got = typed::<BankSettings>("bank", &settings(&[(f.key, f.example)]));
+            assert!(got.is_ok(), "--{} {}: {got:?}", f.long, f.example);
+        }
+    }
+}
