@@ -224,6 +224,104 @@ pub fn wire_in(ingresses: usize, engines: &[EngineSpec], memory: RequestMemory<'
     }
 }
 
+/// `IngressEnds::send` once the engine has room: the dispatch policy picks a lane with room in
+/// its ring.
+fn send_to_lane(
+    eng: &mut EngineTx,
+    e: u16,
+    env: Envelope,
+    payload: &[u8],
+) -> Result<LaneRef, Refusal> {
+    let n = eng.lanes.len();
+    let live = |l: &LaneTx| !l.health.dead.load(Ordering::Relaxed);
+    let first = match eng.policy {
+        DispatchPolicy::RoundRobin => {
+            eng.next = eng.next.wrapping_add(1);
+            eng.next % n
+        }
+        DispatchPolicy::LeastLoaded => {
+            let mut best = (usize::MAX, 0);
+            for (i, l) in eng.lanes.iter().enumerate() {
+                // Ties go to the lowest lane: an idle engine keeps one lane hot.
+                if live(l) && l.outstanding < best.0 {
+                    best = (l.outstanding, i);
+                }
+            }
+            best.1
+        }
+        // Fibonacci hashing spreads sequential ids evenly.
+        DispatchPolicy::KeyHash => {
+            (env.request_id.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) as usize % n
+        }
+        DispatchPolicy::Hybrid {
+            gpu_lanes,
+            budget_us,
+        } => {
+            let now = env.arrived;
+            eng.waits.clear();
+            for (i, l) in eng.lanes.iter_mut().enumerate() {
+                l.rate.update(now, l.answered, l.outstanding);
+                let cpu = i >= gpu_lanes as usize;
+                let w = live(l).then(|| l.rate.expected_wait_ns(l.outstanding, cpu));
+                eng.waits.push(w);
+            }
+            hybrid_choice(&eng.waits, gpu_lanes as usize, budget_us as f64 * 1e3).unwrap_or(0)
+        }
+    };
+    let mut any_live = false;
+    let budget_ns = env.deadline.saturating_sub(env.arrived);
+    let mut past_deadline: Option<f64> = None;
+    for k in 0..n {
+        let i = (first + k) % n;
+        let lane = &mut eng.lanes[i];
+        if !live(lane) {
+            continue;
+        }
+        any_live = true;
+        if eng.admit_by_deadline {
+            // Little's law over this ingress's share of the lane: what it owes the
+            // ingress / how fast it has been answering it (0 until measured).
+            lane.rate
+                .update(env.arrived, lane.answered, lane.outstanding);
+            let wait = lane.rate.expected_wait_ns(lane.outstanding, false);
+            // A lane measured at a rate of zero (nothing answered for a window) is not
+            // judged here: a ring that stays full refuses it.
+            if wait.is_finite() && wait > budget_ns as f64 {
+                past_deadline = Some(past_deadline.map_or(wait, |w| w.min(wait)));
+                continue;
+            }
+        }
+        match lane.ring.try_send(env, payload) {
+            Ok(()) => {
+                lane.outstanding += 1;
+                lane.bell.wake();
+                return Ok(LaneRef {
+                    engine: e,
+                    lane: i as u16,
+                });
+            }
+            Err(SendError::Full) if eng.policy != DispatchPolicy::KeyHash => continue,
+            Err(SendError::Full) => return Err(Refusal::Overloaded),
+            Err(SendError::TooLarge) => {
+                return Err(Refusal::TooLarge(lane.ring.layout().payload_capacity))
+            }
+            Err(SendError::Closed) => continue,
+        }
+    }
+    Err(match (any_live, past_deadline) {
+        (false, _) => Refusal::EngineDown,
+        (true, Some(wait)) => Refusal::PastDeadline {
+            wait_us: if wait.is_finite() {
+                (wait / 1e3) as u64
+            } else {
+                u64::MAX
+            },
+            budget_us: budget_ns / 1000,
+        },
+        (true, None) => Refusal::Overloaded,
+    })
+}
+
 struct LaneTx {
     ring: Producer,
     bell: Arc<Bell>,
@@ -325,109 +423,24 @@ impl IngressEnds {
     /// dispatch policy) and wakes that lane. Never blocks.
     pub fn send(&mut self, env: Envelope, payload: &[u8]) -> Result<LaneRef, Refusal> {
         let e = self.engine_of(env.service).ok_or(Refusal::UnknownService)?;
-        let queued = self.engines[e as usize].queued.clone();
-        let Some(q) = queued else {
-            return self.send_to_lane(e, env, payload);
-        };
-        q.take().ok_or(Refusal::Overloaded)?;
-        let sent = self.send_to_lane(e, env, payload);
-        if sent.is_err() {
-            q.give_back(1);
-        }
-        sent
-    }
-
-    /// `send` once the engine has room: the dispatch policy picks a lane with room in its ring.
-    fn send_to_lane(&mut self, e: u16, env: Envelope, payload: &[u8]) -> Result<LaneRef, Refusal> {
         let eng = &mut self.engines[e as usize];
-        let n = eng.lanes.len();
-        let live = |l: &LaneTx| !l.health.dead.load(Ordering::Relaxed);
-        let first = match eng.policy {
-            DispatchPolicy::RoundRobin => {
-                eng.next = eng.next.wrapping_add(1);
-                eng.next % n
-            }
-            DispatchPolicy::LeastLoaded => {
-                let mut best = (usize::MAX, 0);
-                for (i, l) in eng.lanes.iter().enumerate() {
-                    // Ties go to the lowest lane: an idle engine keeps one lane hot.
-                    if live(l) && l.outstanding < best.0 {
-                        best = (l.outstanding, i);
-                    }
-                }
-                best.1
-            }
-            // Fibonacci hashing spreads sequential ids evenly.
-            DispatchPolicy::KeyHash => {
-                (env.request_id.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 32) as usize % n
-            }
-            DispatchPolicy::Hybrid {
-                gpu_lanes,
-                budget_us,
-            } => {
-                let now = env.arrived;
-                eng.waits.clear();
-                for (i, l) in eng.lanes.iter_mut().enumerate() {
-                    l.rate.update(now, l.answered, l.outstanding);
-                    let cpu = i >= gpu_lanes as usize;
-                    let w = live(l).then(|| l.rate.expected_wait_ns(l.outstanding, cpu));
-                    eng.waits.push(w);
-                }
-                hybrid_choice(&eng.waits, gpu_lanes as usize, budget_us as f64 * 1e3).unwrap_or(0)
-            }
+        // The bound is moved out and back, not cloned: no shared reference count touched per
+        // request on this path.
+        let Some(q) = eng.queued.take() else {
+            return send_to_lane(eng, e, env, payload);
         };
-        let mut any_live = false;
-        let budget_ns = env.deadline.saturating_sub(env.arrived);
-        let mut past_deadline: Option<f64> = None;
-        for k in 0..n {
-            let i = (first + k) % n;
-            let lane = &mut eng.lanes[i];
-            if !live(lane) {
-                continue;
-            }
-            any_live = true;
-            if eng.admit_by_deadline {
-                // Little's law over this ingress's share of the lane: what it owes the
-                // ingress / how fast it has been answering it (0 until measured).
-                lane.rate
-                    .update(env.arrived, lane.answered, lane.outstanding);
-                let wait = lane.rate.expected_wait_ns(lane.outstanding, false);
-                // A lane measured at a rate of zero (nothing answered for a window) is not
-                // judged here: a ring that stays full refuses it.
-                if wait.is_finite() && wait > budget_ns as f64 {
-                    past_deadline = Some(past_deadline.map_or(wait, |w| w.min(wait)));
-                    continue;
+        let sent = match q.take() {
+            Some(()) => {
+                let sent = send_to_lane(eng, e, env, payload);
+                if sent.is_err() {
+                    q.give_back(1);
                 }
+                sent
             }
-            match lane.ring.try_send(env, payload) {
-                Ok(()) => {
-                    lane.outstanding += 1;
-                    lane.bell.wake();
-                    return Ok(LaneRef {
-                        engine: e,
-                        lane: i as u16,
-                    });
-                }
-                Err(SendError::Full) if eng.policy != DispatchPolicy::KeyHash => continue,
-                Err(SendError::Full) => return Err(Refusal::Overloaded),
-                Err(SendError::TooLarge) => {
-                    return Err(Refusal::TooLarge(lane.ring.layout().payload_capacity))
-                }
-                Err(SendError::Closed) => continue,
-            }
-        }
-        Err(match (any_live, past_deadline) {
-            (false, _) => Refusal::EngineDown,
-            (true, Some(wait)) => Refusal::PastDeadline {
-                wait_us: if wait.is_finite() {
-                    (wait / 1e3) as u64
-                } else {
-                    u64::MAX
-                },
-                budget_us: budget_ns / 1000,
-            },
-            (true, None) => Refusal::Overloaded,
-        })
+            None => Err(Refusal::Overloaded),
+        };
+        eng.queued = Some(q);
+        sent
     }
 
     /// Hands up to `max` waiting answers to `f`, from every lane in turn. Returns how many.
