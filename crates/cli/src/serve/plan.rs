@@ -278,6 +278,42 @@ fn set(p: &mut ServicePlan, key: &str, value: toml::Value) -> Result<()> {
     Ok(())
 }
 
+/// The plan's engine knobs as the keys `set` reads (what `--check-config` prints; read back,
+/// they give the same plan).
+pub fn engine_settings(p: &ServicePlan) -> Settings {
+    let mut t = Settings::new();
+    let list = |v: &[usize]| toml::Value::Array(v.iter().map(|&x| (x as i64).into()).collect());
+    t.insert("engine".into(), p.engine.name().into());
+    t.insert("gpus".into(), list(&p.gpus));
+    for (k, v) in [
+        ("max_cohort", p.max_cohort as u64),
+        ("cohort_timeout_us", p.cohort_timeout_us),
+        ("cohort_keep_busy", p.cohort_keep_busy as u64),
+        ("workers", p.workers as u64),
+        ("max_queue", p.max_queue as u64),
+        ("gpu_slots", p.gpu_slots as u64),
+        ("gpu_batch", p.gpu_batch as u64),
+        ("watchdog_ms", p.watchdog_ms),
+        ("profile", p.profile as u64),
+        ("latency_budget_us", p.latency_budget_us),
+        ("max_deadline_ms", p.max_deadline_ms),
+    ] {
+        t.insert(k.into(), (v as i64).into());
+    }
+    t.insert("cohort_graphs".into(), p.cohort_graphs.into());
+    t.insert("dispatch".into(), p.dispatch.to_string().into());
+    if !p.worker_cpus.is_empty() {
+        t.insert("worker_cpus".into(), list(&p.worker_cpus));
+    }
+    if let Some(s) = p.streams {
+        t.insert("streams".into(), (s as i64).into());
+    }
+    if let Some(s) = &p.stages {
+        t.insert("stages".into(), list(s));
+    }
+    t
+}
+
 /// The service's own settings, resolved by its typed struct (every default filled in); an
 /// unknown key names the engine keys too.
 pub fn resolved_settings(p: &ServicePlan) -> Result<Settings> {
@@ -472,6 +508,35 @@ mod tests {
         assert_eq!(s["index"], toml::Value::String("/x.ivf".into()));
         assert_eq!(s["precision"], toml::Value::String("f32".into()));
         assert_eq!(s["persistent_plan"], toml::Value::String("cohort".into()));
+    }
+
+    /// What `--check-config` prints for the engine is every engine key, and read back through
+    /// `set` it gives the same knobs.
+    #[test]
+    fn engine_settings_cover_every_engine_key_and_read_back_alike() {
+        let a = args(
+            "knn:gpu-persistent",
+            &[
+                "knn.stages=4:8:1",
+                "knn.streams=3",
+                "knn.worker_cpus=0-1",
+                "knn.dispatch=key-hash",
+                "knn.max_cohort=77",
+            ],
+        );
+        let p = plans(&a).unwrap().remove(0);
+        let written = engine_settings(&p);
+        let mut keys: Vec<&str> = written.keys().map(String::as_str).collect();
+        let mut want = ENGINE_KEYS.to_vec();
+        keys.sort_unstable();
+        want.sort_unstable();
+        assert_eq!(keys, want);
+        let mut q = plans(&args("knn", &[])).unwrap().remove(0);
+        for (k, v) in &written {
+            set(&mut q, k, v.clone()).unwrap();
+        }
+        assert_eq!(engine_settings(&q), written);
+        assert!(q.settings.is_empty(), "an engine key went to the service");
     }
 
     #[test]

@@ -4,7 +4,7 @@
 //! typed settings resolved them (every default filled in). Fed back through `--config`, it
 //! gives the same server.
 
-use super::plan::{resolved_settings, ServicePlan};
+use super::plan::{engine_settings, resolved_settings, ServicePlan};
 use clap::parser::ValueSource;
 use clap::ArgMatches;
 
@@ -51,35 +51,7 @@ pub fn as_toml(m: &ArgMatches, plans: &[ServicePlan]) -> anyhow::Result<String> 
     for p in plans {
         lines.push(format!("\n[services.{}]", p.name));
         let mut t = resolved_settings(p)?;
-        t.insert("engine".into(), p.engine.name().into());
-        let list = |v: &[usize]| toml::Value::Array(v.iter().map(|&x| (x as i64).into()).collect());
-        t.insert("gpus".into(), list(&p.gpus));
-        for (k, v) in [
-            ("max_cohort", p.max_cohort as u64),
-            ("cohort_timeout_us", p.cohort_timeout_us),
-            ("cohort_keep_busy", p.cohort_keep_busy as u64),
-            ("workers", p.workers as u64),
-            ("max_queue", p.max_queue as u64),
-            ("gpu_slots", p.gpu_slots as u64),
-            ("gpu_batch", p.gpu_batch as u64),
-            ("watchdog_ms", p.watchdog_ms),
-            ("profile", p.profile as u64),
-            ("latency_budget_us", p.latency_budget_us),
-            ("max_deadline_ms", p.max_deadline_ms),
-        ] {
-            t.insert(k.into(), (v as i64).into());
-        }
-        t.insert("cohort_graphs".into(), p.cohort_graphs.into());
-        t.insert("dispatch".into(), p.dispatch.to_string().into());
-        if !p.worker_cpus.is_empty() {
-            t.insert("worker_cpus".into(), list(&p.worker_cpus));
-        }
-        if let Some(s) = p.streams {
-            t.insert("streams".into(), (s as i64).into());
-        }
-        if let Some(s) = &p.stages {
-            t.insert("stages".into(), list(s));
-        }
+        t.extend(engine_settings(p));
         lines.push(toml::to_string(&t)?.trim_end().to_string());
     }
     Ok(lines.join("\n") + "\n")

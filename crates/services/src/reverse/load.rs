@@ -1,7 +1,7 @@
 //! The load generator's reverse workload: payloads derived from the sequence number, answers
 //! checked as their reverse.
 
-use crate::workload::Workload;
+use crate::workload::{text_pattern, Workload};
 use serde_json::Value;
 
 pub struct ReverseWorkload {
@@ -11,7 +11,7 @@ pub struct ReverseWorkload {
 
 impl ReverseWorkload {
     fn text(&self, seq: u64) -> String {
-        format!("{seq:x}-").chars().cycle().take(self.len).collect()
+        text_pattern(seq, self.len)
     }
 }
 
