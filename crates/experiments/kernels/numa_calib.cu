@@ -13,10 +13,33 @@ __device__ __forceinline__ size_t calib_off(size_t i, size_t half) {
     return i < half ? i : i - half;
 }
 
-extern "C" __global__ void calib_triad(float* a0, float* a1, const float* b0, const float* b1,
-                                       const float* c0, const float* c1, unsigned long long half,
-                                       unsigned long long first, unsigned long long step,
-                                       float scale) {
+// Launch arguments (declared again in Rust, numa_calib.rs; the kernel check compares the
+// layouts).
+struct CalibTriadArgs {
+    float* a0;
+    float* a1;
+    const float* b0;
+    const float* b1;
+    const float* c0;
+    const float* c1;
+    unsigned long long half;
+    unsigned long long first;
+    unsigned long long step;
+    float scale;
+};
+
+extern "C" __global__ void calib_triad(const CalibTriadArgs a) {
+    float* a0 = a.a0;
+    float* a1 = a.a1;
+    const float* b0 = a.b0;
+    const float* b1 = a.b1;
+    const float* c0 = a.c0;
+    const float* c1 = a.c1;
+    const unsigned long long half = a.half;
+    const unsigned long long first = a.first;
+    const unsigned long long step = a.step;
+    const float scale = a.scale;
+
     const size_t chunk = first + (size_t)blockIdx.x * step;
     const size_t n = 2 * (size_t)half;
     const int per_thread = CALIB_CHUNK_FLOATS / CALIB_THREADS;
@@ -32,9 +55,25 @@ extern "C" __global__ void calib_triad(float* a0, float* a1, const float* b0, co
 
 // out = 0.2 (centre + four neighbours) over a rows x CALIB_ROW_FLOATS grid whose rows
 // [0, rows/2) live on GPU 0; edges keep their value (copied). `rows` is even.
-extern "C" __global__ void calib_stencil(float* out0, float* out1, const float* in0,
-                                         const float* in1, unsigned long long rows,
-                                         unsigned long long first, unsigned long long step) {
+struct CalibStencilArgs {
+    float* out0;
+    float* out1;
+    const float* in0;
+    const float* in1;
+    unsigned long long rows;
+    unsigned long long first;
+    unsigned long long step;
+};
+
+extern "C" __global__ void calib_stencil(const CalibStencilArgs a) {
+    float* out0 = a.out0;
+    float* out1 = a.out1;
+    const float* in0 = a.in0;
+    const float* in1 = a.in1;
+    const unsigned long long rows = a.rows;
+    const unsigned long long first = a.first;
+    const unsigned long long step = a.step;
+
     const size_t tile = first + (size_t)blockIdx.x * step;
     const size_t across = CALIB_ROW_FLOATS / CALIB_CHUNK_FLOATS;
     const size_t r0 = tile / across * CALIB_TILE_ROWS;

@@ -8,10 +8,22 @@ __device__ __forceinline__ unsigned stream_start(unsigned t, unsigned n) {
     return (t * 2654435761u) % n;
 }
 
-extern "C" __global__ void stream_packet(
-    const float* __restrict__ a, const float* __restrict__ b, float* __restrict__ out,
-    unsigned n_in, int inner)
-{
+// Launch arguments (declared again in Rust, streams.rs; the kernel check compares the layouts).
+struct StreamPacketArgs {
+    const float* a;
+    const float* b;
+    float* out;
+    unsigned n_in;
+    int inner;
+};
+
+extern "C" __global__ void stream_packet(const StreamPacketArgs p) {
+    const float* __restrict__ a = p.a;
+    const float* __restrict__ b = p.b;
+    float* __restrict__ out = p.out;
+    const unsigned n_in = p.n_in;
+    const int inner = p.inner;
+
     const unsigned t = blockIdx.x * blockDim.x + threadIdx.x;
     unsigned j = stream_start(t, n_in);
     float acc = 0.f;

@@ -26,15 +26,17 @@ pub fn kernel_sources() -> &'static [&'static KernelSource] {
             .int("CALIB_TILE_ROWS", CALIB_TILE_ROWS)
             .int("CALIB_ROW_FLOATS", CALIB_ROW_FLOATS);
         vec![
-            KernelSource::assemble(
+            KernelSource::assemble_typed(
                 "streams.cu",
                 &prelude,
                 &[("streams.cu", include_str!("../kernels/streams.cu"))],
+                streams::checked(),
             ),
-            KernelSource::assemble(
+            KernelSource::assemble_typed(
                 "numa_calib.cu",
                 &prelude,
                 &[("numa_calib.cu", include_str!("../kernels/numa_calib.cu"))],
+                numa_calib::checked(),
             ),
         ]
     })

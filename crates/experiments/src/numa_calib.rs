@@ -11,9 +11,11 @@
 //! [`stencil_cpu`] are the kernels' twins; every run's output is compared with them.
 
 use crate::{CALIB_CHUNK_FLOATS, CALIB_ROW_FLOATS, CALIB_THREADS, CALIB_TILE_ROWS};
+use cohort_gpu::kernel_args;
+use cohort_gpu::launch::{ArgsLayout, Dev, Grid, Kernel, KernelDecl, Work};
 use cohort_gpu::{load_module, DeviceInfo, GpuError};
 use cudarc::driver::sys::{self, CUdeviceptr};
-use cudarc::driver::{result, CudaContext, CudaFunction, CudaStream, LaunchConfig, PushKernelArg};
+use cudarc::driver::{result, CudaContext, CudaStream};
 use serde::Serialize;
 use std::sync::Arc;
 use std::time::Instant;
@@ -114,8 +116,8 @@ impl Drop for DevBuf {
 struct Gpu {
     ctx: Arc<CudaContext>,
     stream: Arc<CudaStream>,
-    triad: CudaFunction,
-    stencil: CudaFunction,
+    triad: Kernel<CalibTriadArgs>,
+    stencil: Kernel<CalibStencilArgs>,
 }
 
 /// An array in two halves; `halves[h]` on GPU `owner[h]`.
@@ -137,6 +139,45 @@ pub struct Measured {
     pub checked: u64,
 }
 
+kernel_args! {
+    /// a = b + scale c over arrays split in halves (GPU 0's, GPU 1's).
+    pub struct CalibTriadArgs {
+        a0: Dev<f32>,
+        a1: Dev<f32>,
+        b0: Dev<f32>,
+        b1: Dev<f32>,
+        c0: Dev<f32>,
+        c1: Dev<f32>,
+        half: u64,
+        first: u64,
+        step: u64,
+        scale: f32,
+    }
+}
+
+kernel_args! {
+    /// A five-point stencil over a grid whose rows are split in halves.
+    pub struct CalibStencilArgs {
+        out0: Dev<f32>,
+        out1: Dev<f32>,
+        in0: Dev<f32>,
+        in1: Dev<f32>,
+        rows: u64,
+        first: u64,
+        step: u64,
+    }
+}
+
+/// A block per chunk (triad) or tile (stencil) of the launch's share: chunk first + i x step.
+pub const TRIAD: KernelDecl<CalibTriadArgs> =
+    KernelDecl::new("calib_triad", CALIB_THREADS as u32, Grid::BlockPerItem);
+pub const STENCIL: KernelDecl<CalibStencilArgs> =
+    KernelDecl::new("calib_stencil", CALIB_THREADS as u32, Grid::BlockPerItem);
+
+pub(crate) fn checked() -> Vec<(&'static str, ArgsLayout)> {
+    vec![TRIAD.checked(), STENCIL.checked()]
+}
+
 pub struct Calibration {
     gpus: Vec<Gpu>,
     pub devices: Vec<DeviceInfo>,
@@ -153,12 +194,12 @@ impl Calibration {
         }
         let mut gpus = Vec::new();
         for d in devs {
-            let ctx = CudaContext::new(d.ordinal)?;
+            let ctx = cohort_gpu::launch::context(d.ordinal)?;
             let m = load_module(&ctx, d, crate::source("numa_calib.cu"))?;
             gpus.push(Gpu {
                 stream: ctx.new_stream()?,
-                triad: m.load_function("calib_triad")?,
-                stencil: m.load_function("calib_stencil")?,
+                triad: Kernel::load(&m, &TRIAD)?,
+                stencil: Kernel::load(&m, &STENCIL)?,
                 ctx,
             });
         }
@@ -291,31 +332,39 @@ impl Calibration {
             for &(g, first, step, n) in &plan {
                 let gpu = &self.gpus[g];
                 gpu.ctx.bind_to_thread()?;
-                let lc = LaunchConfig {
-                    grid_dim: (n as u32, 1, 1),
-                    block_dim: (CALIB_THREADS as u32, 1, 1),
-                    shared_mem_bytes: 0,
-                };
                 let (first, step) = (first as u64, step as u64);
-                let (a0, a1) = (p(0, 0), p(0, 1));
+                let f = |a: usize, h: usize| Dev::raw(p(a, h));
                 match kind {
                     Kind::Triad => {
-                        let (b0, b1, c0, c1) = (p(1, 0), p(1, 1), p(2, 0), p(2, 1));
-                        let mut l = gpu.stream.launch_builder(&gpu.triad);
-                        l.arg(&a0).arg(&a1).arg(&b0).arg(&b1).arg(&c0).arg(&c1);
-                        l.arg(&half).arg(&first).arg(&step).arg(&TRIAD_SCALE);
+                        let args = CalibTriadArgs {
+                            a0: f(0, 0),
+                            a1: f(0, 1),
+                            b0: f(1, 0),
+                            b1: f(1, 1),
+                            c0: f(2, 0),
+                            c1: f(2, 1),
+                            half,
+                            first,
+                            step,
+                            scale: TRIAD_SCALE,
+                        };
                         // SAFETY: every pointer holds its half of `floats` floats; chunks
                         // cover [0, floats) exactly (checked: floats % unit == 0).
-                        unsafe { l.launch(lc) }?;
+                        unsafe { gpu.triad.launch(&gpu.stream, Work::Items(n), 0, &args) }?;
                     }
                     Kind::Stencil => {
                         // Array 0 is the output, 1 the input.
-                        let (i0, i1) = (p(1, 0), p(1, 1));
-                        let mut l = gpu.stream.launch_builder(&gpu.stencil);
-                        l.arg(&a0).arg(&a1).arg(&i0).arg(&i1);
-                        l.arg(&rows).arg(&first).arg(&step);
+                        let args = CalibStencilArgs {
+                            out0: f(0, 0),
+                            out1: f(0, 1),
+                            in0: f(1, 0),
+                            in1: f(1, 1),
+                            rows,
+                            first,
+                            step,
+                        };
                         // SAFETY: as above; tiles cover every row and column once.
-                        unsafe { l.launch(lc) }?;
+                        unsafe { gpu.stencil.launch(&gpu.stream, Work::Items(n), 0, &args) }?;
                     }
                 }
             }

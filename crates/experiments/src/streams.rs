@@ -13,9 +13,11 @@
 //! [`packet_cpu`] is the kernel's twin: the CPU threads compute with it and sampled GPU
 //! packets are checked against it.
 
+use cohort_gpu::kernel_args;
+use cohort_gpu::launch::{ArgsLayout, Dev, Grid, Kernel, KernelDecl, Work};
 use cohort_gpu::{load_module, DeviceInfo, GpuError};
 use cudarc::driver::sys::{self, CUdeviceptr};
-use cudarc::driver::{result, CudaContext, CudaFunction, CudaStream, LaunchConfig, PushKernelArg};
+use cudarc::driver::{result, CudaContext, CudaStream};
 use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::Instant;
@@ -244,11 +246,30 @@ impl Drop for Inputs {
     }
 }
 
+kernel_args! {
+    /// One packet: out[t] accumulates `inner` rounds over the inputs' n_in floats.
+    pub struct StreamPacketArgs {
+        a: Dev<f32>,
+        b: Dev<f32>,
+        out: Dev<f32>,
+        n_in: u32,
+        inner: i32,
+    }
+}
+
+/// A fixed grid of BLOCKS x THREADS_PER_BLOCK threads, each owning one output float.
+pub const PACKET: KernelDecl<StreamPacketArgs> =
+    KernelDecl::new("stream_packet", THREADS_PER_BLOCK as u32, Grid::Sized);
+
+pub(crate) fn checked() -> Vec<(&'static str, ArgsLayout)> {
+    vec![PACKET.checked()]
+}
+
 /// One GPU: its context and the kernel.
 pub struct StreamGpu {
     pub dev: DeviceInfo,
     ctx: Arc<CudaContext>,
-    kernel: CudaFunction,
+    kernel: Kernel<StreamPacketArgs>,
 }
 
 /// A stream with the buffers of one packet in flight.
@@ -286,9 +307,11 @@ impl Drop for Lane {
 
 impl StreamGpu {
     pub fn open(dev: &DeviceInfo) -> Result<StreamGpu, GpuError> {
-        let ctx = CudaContext::new(dev.ordinal)?;
-        let kernel =
-            load_module(&ctx, dev, crate::source("streams.cu"))?.load_function("stream_packet")?;
+        let ctx = cohort_gpu::launch::context(dev.ordinal)?;
+        let kernel = Kernel::load(
+            &load_module(&ctx, dev, crate::source("streams.cu"))?,
+            &PACKET,
+        )?;
         Ok(StreamGpu {
             dev: dev.clone(),
             ctx,
@@ -364,17 +387,18 @@ impl StreamGpu {
                 (inputs.address(p, 0, n), inputs.address(p, 1, n))
             }
         };
-        let (n_in, inner) = (n as u32, cfg.inner as i32);
-        let mut l = lane.stream.launch_builder(&self.kernel);
-        l.arg(&a).arg(&b).arg(&lane.out).arg(&n_in).arg(&inner);
-        let lc = LaunchConfig {
-            grid_dim: (BLOCKS as u32, 1, 1),
-            block_dim: (THREADS_PER_BLOCK as u32, 1, 1),
-            shared_mem_bytes: 0,
+        let args = StreamPacketArgs {
+            a: Dev::raw(a),
+            b: Dev::raw(b),
+            out: Dev::raw(lane.out),
+            n_in: n as u32,
+            inner: cfg.inner as i32,
         };
-        // SAFETY: stream_packet(const float*, const float*, float*, unsigned, int); the
-        // inputs hold n floats each, the output OUT_FLOATS.
-        unsafe { l.launch(lc) }?;
+        // SAFETY: the inputs hold n floats each, the output OUT_FLOATS.
+        unsafe {
+            self.kernel
+                .launch(&lane.stream, Work::Grid(BLOCKS as u32, 1), 0, &args)
+        }?;
         match cfg.mode {
             MemoryMode::Pinned => {
                 // SAFETY: host_out holds OUT_FLOATS f32, read only after a synchronize.
@@ -471,22 +495,20 @@ impl StreamGpu {
         }
         lane.stream.synchronize()?;
         let copy = t.elapsed().as_secs_f64() / reps as f64;
-        let (n_in, inner) = (n as u32, cfg.inner as i32);
-        let lc = LaunchConfig {
-            grid_dim: (BLOCKS as u32, 1, 1),
-            block_dim: (THREADS_PER_BLOCK as u32, 1, 1),
-            shared_mem_bytes: 0,
+        let args = StreamPacketArgs {
+            a: Dev::raw(lane.dev_a),
+            b: Dev::raw(lane.dev_b),
+            out: Dev::raw(lane.out),
+            n_in: n as u32,
+            inner: cfg.inner as i32,
         };
         let t = Instant::now();
         for _ in 0..reps {
-            let mut l = lane.stream.launch_builder(&self.kernel);
-            l.arg(&lane.dev_a)
-                .arg(&lane.dev_b)
-                .arg(&lane.out)
-                .arg(&n_in)
-                .arg(&inner);
             // SAFETY: as in `issue`.
-            unsafe { l.launch(lc) }?;
+            unsafe {
+                self.kernel
+                    .launch(&lane.stream, Work::Grid(BLOCKS as u32, 1), 0, &args)
+            }?;
         }
         lane.stream.synchronize()?;
         let kernel = t.elapsed().as_secs_f64() / reps as f64;

@@ -1,6 +1,8 @@
 //! The check every kernel registry's test runs (the runtime's, each service's, the
 //! experiments'): each source compiles for sm_90 through NVRTC, exports every kernel its files
-//! declare, hits the on-disk cache the second time, and restates no generated limit. CI
+//! declare, hits the on-disk cache the second time, and restates no generated limit. A unit of
+//! typed batch kernels also exports exactly the kernels Rust declares, and compiles with
+//! `static_assert`s that every argument block's CUDA struct has Rust's size and offsets. CI
 //! installs NVRTC and sets `COHORT_REQUIRE_NVRTC=1`, so a kernel that does not compile fails CI.
 
 use crate::{compile_cached, nvrtc_available, report_skip, KernelSource};
@@ -55,6 +57,9 @@ pub fn every_kernel_compiles(what: &str, sources: &[&KernelSource], also: &[(&st
                 src.name
             );
         }
+        if !src.typed.is_empty() {
+            typed_kernels_match(src, &text);
+        }
         // The second call hits the on-disk cache.
         assert!(std::fs::read_dir(&dir).unwrap().count() >= 1);
         compile_cached(src, "sm_90").unwrap();
@@ -65,4 +70,40 @@ pub fn every_kernel_compiles(what: &str, sources: &[&KernelSource], also: &[(&st
             "no source {name} to look for its macro-made kernels in"
         );
     }
+}
+
+/// `src`'s exports are exactly its Rust-declared kernels, and its argument blocks' layouts are
+/// asserted in it.
+fn typed_kernels_match(src: &KernelSource, ptx: &str) {
+    let exported: Vec<&str> = ptx
+        .lines()
+        .filter_map(|l| l.trim_start().strip_prefix(".visible .entry "))
+        .chain(
+            ptx.lines()
+                .filter_map(|l| l.trim_start().strip_prefix(".entry ")),
+        )
+        .map(|l| l.split('(').next().unwrap_or("").trim())
+        .collect();
+    for (name, _) in &src.typed {
+        assert!(
+            exported.contains(name),
+            "{}: declared kernel {name} is not exported",
+            src.name
+        );
+    }
+    for e in &exported {
+        assert!(
+            src.typed.iter().any(|(n, _)| n == e),
+            "{}: kernel {e} has no Rust declaration (KernelDecl with its argument block)",
+            src.name
+        );
+    }
+    // The layouts are asserted inside the unit itself (KernelSource::assemble_typed), which
+    // compiled above.
+    assert!(
+        src.source
+            .contains(&format!("static_assert(sizeof({})", src.typed[0].1.name)),
+        "{}: the unit lacks its layout assertions",
+        src.name
+    );
 }

@@ -9,6 +9,7 @@ mod device;
 pub mod engine;
 mod error;
 pub mod kernel_check;
+pub mod launch;
 mod nvrtc;
 pub mod persistent;
 pub mod prelude;

@@ -4,6 +4,7 @@
 //! [`KernelSource::restated`] finds a kernel file that does, and every kernel registry's test
 //! calls it.
 
+use crate::launch::ArgsLayout;
 use std::fmt::{Display, Write};
 
 /// Generated `#define`s and tables, in the order written.
@@ -93,6 +94,10 @@ pub struct KernelSource {
     pub generated: Vec<String>,
     /// The hand-written files, by name, in order.
     pub files: Vec<(&'static str, &'static str)>,
+    /// The kernels it exports with their Rust argument blocks (batch kernels, launched
+    /// through [`crate::launch::Kernel`]); empty for units whose kernels the persistent
+    /// runtime launches with its own blocks.
+    pub typed: Vec<(&'static str, ArgsLayout)>,
 }
 
 impl KernelSource {
@@ -103,16 +108,40 @@ impl KernelSource {
         prelude: &Prelude,
         files: &[(&'static str, &'static str)],
     ) -> &'static KernelSource {
+        Self::assemble_typed(name, prelude, files, Vec::new())
+    }
+
+    /// As [`assemble`](Self::assemble), for a unit of batch kernels: `typed` declares every
+    /// kernel it exports with its argument block (the kernel check holds it to that). The
+    /// blocks' Rust layouts end the unit as `static_assert`s, so the unit compiles (in CI and
+    /// on every device) only while each CUDA struct is laid out as its Rust twin.
+    pub fn assemble_typed(
+        name: &'static str,
+        prelude: &Prelude,
+        files: &[(&'static str, &'static str)],
+        typed: Vec<(&'static str, ArgsLayout)>,
+    ) -> &'static KernelSource {
         let mut source = prelude.text.clone();
         for (_, text) in files {
             source.push_str(text);
             source.push('\n');
+        }
+        if !typed.is_empty() {
+            source.push_str("\n// The argument blocks as Rust lays them out (crate::launch).\n");
+            let mut seen = Vec::new();
+            for (_, layout) in &typed {
+                if !seen.contains(&layout.name) {
+                    seen.push(layout.name);
+                    source.push_str(&layout.cuda_asserts());
+                }
+            }
         }
         Box::leak(Box::new(KernelSource {
             name,
             source: Box::leak(source.into_boxed_str()),
             generated: prelude.names(),
             files: files.to_vec(),
+            typed,
         }))
     }
 

@@ -2,6 +2,7 @@
 //! block and slot are laid out as the host mirrors them, and probing without a driver is an
 //! error, not a panic. GPU checks print SKIPPED with the reason where no GPU exists.
 
+use cohort_gpu::launch::{Dev, Grid, KernelDecl};
 use cohort_gpu::persistent::persistent_source;
 use cohort_gpu::{compile_cached, probe, report_skip, KernelSource, Prelude};
 
@@ -16,6 +17,41 @@ fn runtime_alone() -> &'static KernelSource {
             "__device__ bool service_accept(const PRt&, const SvcArgs&, unsigned int) { return false; }\n"
         ))],
     )
+}
+
+cohort_gpu::kernel_args! {
+    struct ProbeArgs { a: Dev<f32>, n: i32, b: Dev<u32> }
+}
+
+/// A typed unit compiles while its CUDA argument block is laid out as the Rust one, and stops
+/// compiling, naming the field, once a field moves on one side only.
+#[test]
+fn an_argument_block_laid_out_otherwise_in_cuda_does_not_compile() {
+    if !cohort_gpu::nvrtc_available() {
+        assert!(std::env::var_os("COHORT_REQUIRE_NVRTC").is_none());
+        report_skip("argument block layout check", "NVRTC is not installed");
+        return;
+    }
+    let decl = KernelDecl::<ProbeArgs>::new("probe", 32, Grid::BlockPerItem);
+    let unit = |name: &'static str, fields: &str| {
+        let text = format!(
+            "struct ProbeArgs {{ {fields} }};\nextern \"C\" __global__ void probe(const ProbeArgs p) {{ if (p.n) p.b[0] = (unsigned)p.a[0]; }}\n"
+        );
+        KernelSource::assemble_typed(
+            name,
+            &Prelude::new("crates/gpu/tests/gpu.rs"),
+            &[("probe.cu", Box::leak(text.into_boxed_str()))],
+            vec![decl.checked()],
+        )
+    };
+    let same = unit("probe_same.cu", "const float* a; int n; unsigned* b;");
+    compile_cached(same, "sm_90").expect("the layouts agree");
+    let moved = unit("probe_moved.cu", "const float* a; unsigned* b; int n;");
+    let err = compile_cached(moved, "sm_90").unwrap_err().to_string();
+    assert!(err.contains("ProbeArgs.n: offset differs"), "{err}");
+    let narrow = unit("probe_narrow.cu", "const float* a; short n; unsigned* b;");
+    let err = compile_cached(narrow, "sm_90").unwrap_err().to_string();
+    assert!(err.contains("ProbeArgs.n: size differs"), "{err}");
 }
 
 #[test]

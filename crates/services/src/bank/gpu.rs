@@ -8,29 +8,13 @@
 
 use super::besim::NAME;
 use super::gpu_records::{MemcachedStaging, RecordSource, RecordTable, SharedRecords};
+use super::kernels::*;
 use super::kinds::Kind;
 use super::parse::{Cookie, Parsed, Refusal, MAX_REQUEST, NUMS, TEXTS};
-use cohort_gpu::{load_module, DeviceInfo, GpuError, KernelSource};
-use cudarc::driver::{
-    CudaContext, CudaFunction, CudaSlice, CudaStream, LaunchArgs, LaunchConfig, PushKernelArg,
-};
+use cohort_gpu::launch::{Dev, Kernel, Work};
+use cohort_gpu::{load_module, DeviceInfo, GpuError};
+use cudarc::driver::{CudaContext, CudaSlice, CudaStream};
 use std::sync::Arc;
-
-/// The bank's kernels: the generated prelude (bank/cuda.rs), the parser, sessions and pages.
-pub fn source() -> &'static KernelSource {
-    static SRC: std::sync::OnceLock<&'static KernelSource> = std::sync::OnceLock::new();
-    SRC.get_or_init(|| {
-        KernelSource::assemble(
-            "bank.cu",
-            &super::cuda::prelude(),
-            &[
-                ("bank_parse.cu", include_str!("kernels/bank_parse.cu")),
-                ("bank_serve.cu", include_str!("kernels/bank_serve.cu")),
-                ("bank_io.cu", include_str!("kernels/bank_io.cu")),
-            ],
-        )
-    })
-}
 
 /// Requests packed into slots of MAX_REQUEST bytes: row-major, or transposed by 4-byte
 /// words. A request over the slot keeps its true length (the kernel refuses it unread).
@@ -68,26 +52,26 @@ pub fn upload_bytes(lens: &[u32], transposed: bool) -> usize {
 /// The bank's kernels on one device.
 #[derive(Clone)]
 pub struct Kernels {
-    parse: CudaFunction,
-    sessions: CudaFunction,
-    pages: CudaFunction,
-    pad: CudaFunction,
-    unpack: CudaFunction,
-    gather: CudaFunction,
-    fetch: CudaFunction,
+    parse: Kernel<BankParseArgs>,
+    sessions: Kernel<BankSessionsArgs>,
+    pages: Kernel<BankPagesArgs>,
+    pad: Kernel<BankPadArgs>,
+    unpack: Kernel<BankUnpackArgs>,
+    gather: Kernel<BankGatherArgs>,
+    fetch: Kernel<BankFetchArgs>,
 }
 
 impl Kernels {
     pub fn load(ctx: &Arc<CudaContext>, dev: &DeviceInfo) -> Result<Kernels, GpuError> {
         let m = load_module(ctx, dev, source())?;
         Ok(Kernels {
-            parse: m.load_function("bank_parse")?,
-            sessions: m.load_function("bank_sessions")?,
-            pages: m.load_function("bank_pages")?,
-            pad: m.load_function("bank_pad")?,
-            unpack: m.load_function("bank_unpack")?,
-            gather: m.load_function("bank_gather")?,
-            fetch: m.load_function("bank_fetch")?,
+            parse: Kernel::load(&m, &PARSE)?,
+            sessions: Kernel::load(&m, &SESSIONS)?,
+            pages: Kernel::load(&m, &PAGES)?,
+            pad: Kernel::load(&m, &PAD)?,
+            unpack: Kernel::load(&m, &UNPACK)?,
+            gather: Kernel::load(&m, &GATHER)?,
+            fetch: Kernel::load(&m, &FETCH)?,
         })
     }
 }
@@ -175,20 +159,14 @@ pub enum DeviceRecords<'a> {
     Staged(&'a MemcachedStaging),
 }
 
-/// The records' base pointer argument (null: computed).
-fn push_records<'a>(b: &mut LaunchArgs<'a>, recs: DeviceRecords<'a>, null: &'a u64) {
-    match recs {
-        DeviceRecords::Computed => b.arg(null),
-        DeviceRecords::Table(t) => b.arg(&t.recs),
-        DeviceRecords::Staged(m) => b.arg(&m.dev_recs),
-    };
-}
-
-fn grid_of(n: u32) -> LaunchConfig {
-    LaunchConfig {
-        grid_dim: (n.div_ceil(128), 1, 1),
-        block_dim: (128, 1, 1),
-        shared_mem_bytes: 0,
+impl DeviceRecords<'_> {
+    /// The records' base address (null: computed).
+    fn dev(&self, s: &CudaStream) -> Dev<u8> {
+        match self {
+            DeviceRecords::Computed => Dev::NULL,
+            DeviceRecords::Table(t) => Dev::of(&t.recs, s),
+            DeviceRecords::Staged(m) => Dev::of(&m.dev_recs, s),
+        }
     }
 }
 
@@ -241,22 +219,18 @@ impl CohortBuffers {
         if n == 0 {
             return Ok(());
         }
-        let (n32, tr) = (n as u32, transposed as i32);
-        let mut b = s.launch_builder(&k.unpack);
-        b.arg(&n32)
-            .arg(packed)
-            .arg(offs)
-            .arg(&self.lens)
-            .arg(&tr)
-            .arg(&mut self.reqs);
-        let cfg = LaunchConfig {
-            grid_dim: ((MAX_REQUEST / 4).div_ceil(128) as u32, n32, 1),
-            block_dim: (128, 1, 1),
-            shared_mem_bytes: 0,
+        let args = BankUnpackArgs {
+            n: n as u32,
+            packed: Dev::of(packed, s),
+            offs: Dev::of(offs, s),
+            lens: Dev::of(&self.lens, s),
+            transposed: transposed as i32,
+            reqs: Dev::of_mut(&mut self.reqs, s),
         };
-        // SAFETY: matches bank_unpack; the caller's offs + min(len, MAX_REQUEST) of every row
-        // lie inside `packed`, the slots hold cap >= n requests.
-        unsafe { b.launch(cfg) }?;
+        let grid = Work::Grid((MAX_REQUEST / 4).div_ceil(128) as u32, n as u32);
+        // SAFETY: the caller's offs + min(len, MAX_REQUEST) of every row lie inside
+        // `packed`; the slots hold cap >= n requests.
+        unsafe { k.unpack.launch(s, grid, 0, &args) }?;
         Ok(())
     }
 
@@ -305,21 +279,21 @@ impl CohortBuffers {
         if n == 0 {
             return Ok(());
         }
-        let (n32, tr) = (n as u32, transposed as i32);
-        let mut b = s.launch_builder(&k.parse);
-        b.arg(&self.reqs)
-            .arg(&self.lens)
-            .arg(&n32)
-            .arg(&tr)
-            .arg(&mut self.refusal)
-            .arg(&mut self.kind)
-            .arg(&mut self.has_cookie)
-            .arg(&mut self.cookie_user)
-            .arg(&mut self.cookie_token)
-            .arg(&mut self.nums)
-            .arg(&mut self.texts);
-        // SAFETY: the arguments match bank_parse's; every buffer holds cap >= n entries.
-        unsafe { b.launch(grid_of(n32)) }?;
+        let args = BankParseArgs {
+            reqs: Dev::of(&self.reqs, s),
+            lens: Dev::of(&self.lens, s),
+            n: n as u32,
+            transposed: transposed as i32,
+            refusal: Dev::of_mut(&mut self.refusal, s),
+            kind: Dev::of_mut(&mut self.kind, s),
+            has_cookie: Dev::of_mut(&mut self.has_cookie, s),
+            cookie_user: Dev::of_mut(&mut self.cookie_user, s),
+            cookie_token: Dev::of_mut(&mut self.cookie_token, s),
+            nums: Dev::of_mut(&mut self.nums, s),
+            texts: Dev::of_mut(&mut self.texts, s),
+        };
+        // SAFETY: every buffer holds cap >= n entries.
+        unsafe { k.parse.launch(s, Work::Items(n), 0, &args) }?;
         Ok(())
     }
 
@@ -336,23 +310,23 @@ impl CohortBuffers {
         if n == 0 {
             return Ok(());
         }
-        let (n32, null) = (n as u32, 0u64);
-        let mut b = s.launch_builder(&k.fetch);
-        b.arg(&n32)
-            .arg(&self.refusal)
-            .arg(&self.kind)
-            .arg(&self.has_cookie)
-            .arg(&self.cookie_user)
-            .arg(&self.nums)
-            .arg(&users);
-        match table {
-            Some(t) => b.arg(&t.keys).arg(&t.vals).arg(&t.cap),
-            None => b.arg(&null).arg(&null).arg(&null),
+        let args = BankFetchArgs {
+            n: n as u32,
+            refusal: Dev::of(&self.refusal, s),
+            kind: Dev::of(&self.kind, s),
+            has_cookie: Dev::of(&self.has_cookie, s),
+            cookie_user: Dev::of(&self.cookie_user, s),
+            nums: Dev::of(&self.nums, s),
+            users,
+            table_keys: table.map_or(Dev::NULL, |t| Dev::of(&t.keys, s)),
+            table_vals: table.map_or(Dev::NULL, |t| Dev::of(&t.vals, s)),
+            table_cap: table.map_or(0, |t| t.cap),
+            want: Dev::of_mut(&mut self.want, s),
+            rec_at: Dev::of_mut(&mut self.rec_at, s),
         };
-        b.arg(&mut self.want).arg(&mut self.rec_at);
-        // SAFETY: the arguments match bank_fetch's (a null table has cap 0 and is not read);
-        // every per-request buffer holds cap >= n.
-        unsafe { b.launch(grid_of(n32)) }?;
+        // SAFETY: a null table has cap 0 and is not read; every per-request buffer holds
+        // cap >= n.
+        unsafe { k.fetch.launch(s, Work::Items(n), 0, &args) }?;
         Ok(())
     }
 
@@ -379,65 +353,64 @@ impl CohortBuffers {
         if n == 0 {
             return Ok(());
         }
-        let (n32, tr, null) = (n as u32, transposed as i32, 0u64);
+        let (n32, tr, recs) = (n as u32, transposed as i32, recs.dev(s));
         // The table is written through shared references: it is shared by every stream of
         // the device (see SessionTable), and event tracking is off where streams share it.
-        let mut b = s.launch_builder(&k.sessions);
-        b.arg(&n32)
-            .arg(&self.refusal)
-            .arg(&self.kind)
-            .arg(&self.has_cookie)
-            .arg(&self.cookie_user)
-            .arg(&self.cookie_token)
-            .arg(&self.nums);
-        push_records(&mut b, recs, &null);
-        b.arg(&self.rec_at)
-            .arg(&t.users)
-            .arg(&t.secret)
-            .arg(&t.keys)
-            .arg(&t.tokens)
-            .arg(&t.cap)
-            .arg(&t.logins)
-            .arg(&t.live)
-            .arg(&t.max_live)
-            .arg(&mut self.status)
-            .arg(&mut self.user)
-            .arg(&mut self.change)
-            .arg(&mut self.token);
-        // SAFETY: the arguments match bank_sessions'; every per-request buffer holds cap >= n.
-        unsafe { b.launch(grid_of(n32)) }?;
-        let mut b = s.launch_builder(&k.pages);
-        b.arg(&n32)
-            .arg(&self.status)
-            .arg(&self.kind)
-            .arg(&self.user)
-            .arg(&self.change)
-            .arg(&self.token)
-            .arg(&self.nums)
-            .arg(&self.texts);
-        push_records(&mut b, recs, &null);
-        b.arg(&self.rec_at)
-            .arg(&mut self.out)
-            .arg(&mut self.out_lens);
-        b.arg(&tr).arg(&mut self.pad);
-        // SAFETY: the arguments match bank_pages'; the response slots hold cap x RESP_SLOT.
-        unsafe { b.launch(grid_of(n32)) }?;
+        let args = BankSessionsArgs {
+            n: n32,
+            refusal_in: Dev::of(&self.refusal, s),
+            kind: Dev::of(&self.kind, s),
+            has_cookie: Dev::of(&self.has_cookie, s),
+            cookie_user: Dev::of(&self.cookie_user, s),
+            cookie_token: Dev::of(&self.cookie_token, s),
+            nums: Dev::of(&self.nums, s),
+            recs,
+            rec_at: Dev::of(&self.rec_at, s),
+            users: t.users,
+            secret: t.secret,
+            keys: Dev::of(&t.keys, s),
+            tokens: Dev::of(&t.tokens, s),
+            cap: t.cap,
+            logins: Dev::of(&t.logins, s),
+            live: Dev::of(&t.live, s),
+            max_live: t.max_live,
+            status: Dev::of_mut(&mut self.status, s),
+            user_out: Dev::of_mut(&mut self.user, s),
+            change: Dev::of_mut(&mut self.change, s),
+            token_out: Dev::of_mut(&mut self.token, s),
+        };
+        // SAFETY: every per-request buffer holds cap >= n; the table holds `cap` slots and
+        // `users` counters.
+        unsafe { k.sessions.launch(s, Work::Items(n), 0, &args) }?;
+        let args = BankPagesArgs {
+            n: n32,
+            status: Dev::of(&self.status, s),
+            kind: Dev::of(&self.kind, s),
+            user: Dev::of(&self.user, s),
+            change: Dev::of(&self.change, s),
+            token: Dev::of(&self.token, s),
+            nums: Dev::of(&self.nums, s),
+            texts: Dev::of(&self.texts, s),
+            recs,
+            rec_at: Dev::of(&self.rec_at, s),
+            out: Dev::of_mut(&mut self.out, s),
+            lens: Dev::of_mut(&mut self.out_lens, s),
+            transposed: tr,
+            pad: Dev::of_mut(&mut self.pad, s),
+        };
+        // SAFETY: the response slots hold cap x RESP_SLOT, the rest cap >= n entries.
+        unsafe { k.pages.launch(s, Work::Items(n), 0, &args) }?;
         // The padding: a few threads per response (a warp per response row-major).
         let lanes: u32 = if transposed { 8 } else { 32 };
-        let threads = n as u64 * lanes as u64;
-        let mut b = s.launch_builder(&k.pad);
-        b.arg(&n32)
-            .arg(&self.pad)
-            .arg(&mut self.out)
-            .arg(&tr)
-            .arg(&lanes);
-        let pad_cfg = LaunchConfig {
-            grid_dim: (threads.div_ceil(256) as u32, 1, 1),
-            block_dim: (256, 1, 1),
-            shared_mem_bytes: 0,
+        let args = BankPadArgs {
+            n: n32,
+            pad: Dev::of(&self.pad, s),
+            out: Dev::of_mut(&mut self.out, s),
+            transposed: tr,
+            lanes,
         };
-        // SAFETY: the arguments match bank_pad's; it writes inside the n response slots.
-        unsafe { b.launch(pad_cfg) }?;
+        // SAFETY: it writes inside the n response slots.
+        unsafe { k.pad.launch(s, Work::Items(n * lanes as usize), 0, &args) }?;
         Ok(())
     }
 
@@ -457,16 +430,17 @@ impl CohortBuffers {
         if n == 0 {
             return Ok(());
         }
-        let (n32, tr, words) = (n as u32, transposed as i32, (row_bytes / 4) as u32);
-        let mut b = s.launch_builder(&k.gather);
-        b.arg(&n32).arg(&self.out).arg(&tr).arg(&words).arg(rows);
-        let cfg = LaunchConfig {
-            grid_dim: (words.div_ceil(32), n32.div_ceil(32), 1),
-            block_dim: (32, 8, 1),
-            shared_mem_bytes: 0,
+        let words = (row_bytes / 4) as u32;
+        let args = BankGatherArgs {
+            n: n as u32,
+            out: Dev::of(&self.out, s).cast(),
+            transposed: transposed as i32,
+            words,
+            packed: Dev::of_mut(rows, s).cast(),
         };
-        // SAFETY: matches bank_gather's; `rows` holds n x row_bytes (asserted above).
-        unsafe { b.launch(cfg) }?;
+        let grid = Work::Grid(words.div_ceil(32), (n as u32).div_ceil(32));
+        // SAFETY: `rows` holds n x row_bytes (asserted above); the slots n responses.
+        unsafe { k.gather.launch(s, grid, 0, &args) }?;
         Ok(())
     }
 
@@ -494,7 +468,7 @@ pub struct GpuParser {
 
 impl GpuParser {
     pub fn new(dev: &DeviceInfo, cap: usize) -> Result<GpuParser, GpuError> {
-        let ctx = CudaContext::new(dev.ordinal)?;
+        let ctx = cohort_gpu::launch::context(dev.ordinal)?;
         let kernels = Kernels::load(&ctx, dev)?;
         let stream = ctx.default_stream();
         Ok(GpuParser {

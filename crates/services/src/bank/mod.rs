@@ -16,6 +16,8 @@ pub mod cuda;
 pub mod gpu;
 #[cfg(feature = "backends")]
 pub mod gpu_records;
+#[cfg(feature = "backends")]
+pub mod kernels;
 pub mod kinds;
 pub mod load;
 pub mod page;

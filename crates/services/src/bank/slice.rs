@@ -21,7 +21,7 @@ pub const ENTRY: Entry = Entry {
     persistent: None,
     // Sessions live in one device's memory.
     one_gpu: true,
-    kernels: || vec![super::gpu::source()],
+    kernels: || vec![super::kernels::source()],
     workload: |o| {
         if o.users == 0 {
             return Err("bank load: --users must be at least 1".into());

@@ -3,17 +3,15 @@
 //! pattern), so a base of any size fits; centroids stay resident for the call. The training
 //! loop around it (update, empty-cluster splits) is `cohort_knn::kmeans`, shared with the CPU.
 
+use super::kernels::kmeans::{KmeansAssignArgs, ASSIGN};
 use cohort_gpu::engine::Pinned;
+use cohort_gpu::launch::{Dev, Kernel, Work};
 use cohort_gpu::{load_module, DeviceInfo, GpuError};
 use cohort_knn::assign::{norms, Assigner};
 use cohort_knn::{Metric, Vectors};
-use cudarc::driver::{
-    CudaContext, CudaFunction, CudaSlice, CudaStream, LaunchConfig, PushKernelArg,
-};
+use cudarc::driver::{CudaContext, CudaSlice, CudaStream};
 use rayon::prelude::*;
 use std::sync::Arc;
-
-const TILE: usize = super::kernels::KM_TILE;
 
 /// Rows per chunk by default: 64K rows of 128 f32 = 32 MiB per copy, long enough to run at
 /// the bus's rate, small enough that the first chunk's kernel starts early.
@@ -34,7 +32,7 @@ struct Lane {
 pub struct GpuAssigner {
     dev: DeviceInfo,
     ctx: Arc<CudaContext>,
-    kernel: CudaFunction,
+    kernel: Kernel<KmeansAssignArgs>,
     streams: usize,
     chunk_rows: usize,
     /// Lanes sized for `dim`; rebuilt when a call brings another dimension.
@@ -56,13 +54,11 @@ impl GpuAssigner {
                 "streams and chunk rows must be at least 1".into(),
             ));
         }
-        let ctx = CudaContext::new(dev.ordinal)?;
-        let kernel = load_module(&ctx, dev, super::kernels::source("kmeans.cu"))?
-            .load_function("kmeans_assign")?;
         // Each lane's buffers are used on its own stream only and reused after that stream
-        // synchronised: cudarc's per-buffer events would only add driver calls.
-        // SAFETY: see above.
-        unsafe { ctx.disable_event_tracking() };
+        // synchronised (the context tracks no events: typed launches need that).
+        let ctx = cohort_gpu::launch::context(dev.ordinal)?;
+        let module = load_module(&ctx, dev, super::kernels::source("kmeans.cu"))?;
+        let kernel = Kernel::load(&module, &ASSIGN)?;
         Ok(GpuAssigner {
             dev: dev.clone(),
             ctx,
@@ -132,24 +128,20 @@ impl GpuAssigner {
                 .for_each(|(d, s)| d.copy_from_slice(s));
             lane.stream
                 .memcpy_htod(&lane.host_in.as_slice()[..rows * dim], &mut lane.dev_in)?;
-            let n = rows as u64;
-            let mut b = lane.stream.launch_builder(&self.kernel);
-            b.arg(&lane.dev_in)
-                .arg(&n)
-                .arg(&cd)
-                .arg(&cn)
-                .arg(&k)
-                .arg(&dim_i)
-                .arg(&metric_i)
-                .arg(&mut lane.dev_out);
-            let cfg = LaunchConfig {
-                grid_dim: (rows.div_ceil(TILE) as u32, 1, 1),
-                block_dim: (256, 1, 1),
-                shared_mem_bytes: 0,
+            let s = &lane.stream;
+            let args = KmeansAssignArgs {
+                x: Dev::of(&lane.dev_in, s),
+                n: rows as u64,
+                c: Dev::of(&cd, s),
+                c_norm: Dev::of(&cn, s),
+                k,
+                dim: dim_i,
+                metric: metric_i,
+                out: Dev::of_mut(&mut lane.dev_out, s),
             };
-            // SAFETY: argument order and types match kmeans_assign; dev_in holds rows*dim
-            // f32 and dev_out rows u32 (chunk_rows each).
-            unsafe { b.launch(cfg) }?;
+            // SAFETY: dev_in holds rows x dim f32 and dev_out rows u32 (chunk_rows each); the
+            // centroids (k x dim) and their norms live until the call synchronises below.
+            unsafe { self.kernel.launch(s, Work::Items(rows), 0, &args) }?;
             let view = lane.dev_out.slice(..rows);
             lane.stream
                 .memcpy_dtoh(&view, &mut lane.host_out.as_mut_slice()[..rows])?;

@@ -2,6 +2,10 @@
 //! and handed to the kernels as a generated prelude, and the compilation units built from
 //! `kernels/` (the per-pair and tiled batch kernels, k-means assignment, the persistent stages).
 
+pub mod kmeans;
+pub mod per_pair;
+pub mod tiled;
+
 use cohort_gpu::persistent::persistent_source;
 use cohort_gpu::{KernelSource, Prelude};
 
@@ -59,12 +63,13 @@ pub fn sources() -> &'static [&'static KernelSource] {
     SOURCES.get_or_init(|| {
         let p = prelude();
         vec![
-            KernelSource::assemble("knn.cu", &p, &[COMMON, PER_PAIR]),
-            KernelSource::assemble("knn_tiled.cu", &p, &[COMMON, TILED]),
-            KernelSource::assemble(
+            KernelSource::assemble_typed("knn.cu", &p, &[COMMON, PER_PAIR], per_pair::checked()),
+            KernelSource::assemble_typed("knn_tiled.cu", &p, &[COMMON, TILED], tiled::checked()),
+            KernelSource::assemble_typed(
                 "kmeans.cu",
                 &p,
                 &[COMMON, ("kmeans.cu", include_str!("kernels/kmeans.cu"))],
+                kmeans::checked(),
             ),
             persistent_source(
                 "knn_persistent.cu",

@@ -5,24 +5,42 @@
 use super::spin;
 use cohort_engine::BatchBackend;
 use cohort_gpu::engine::{GpuBackend, Pinned, StreamBuffers};
+use cohort_gpu::kernel_args;
+use cohort_gpu::launch::{Dev, Grid, Kernel, KernelDecl, Work};
 use cohort_gpu::{load_module, DeviceInfo, GpuError, KernelSource, Prelude};
 use cohort_proto::{ErrorCode, ErrorPayload};
-use cudarc::driver::{
-    CudaContext, CudaFunction, CudaSlice, CudaStream, LaunchConfig, PushKernelArg,
-};
+use cudarc::driver::{CudaContext, CudaSlice, CudaStream};
 use std::sync::Arc;
 
 /// Largest payload one request may carry on the GPU engines.
 pub const MAX_ROW_BYTES: usize = 4096;
 
+kernel_args! {
+    /// A packed batch: row r's payload is input[offs[r] .. offs[r] + lens[r]], its answer goes
+    /// to the same place in out.
+    pub struct MicroRowsArgs {
+        input: Dev<u8>,
+        offs: Dev<u32>,
+        lens: Dev<u32>,
+        out: Dev<u8>,
+        rows: u32,
+    }
+}
+
+pub const ECHO_ROWS: KernelDecl<MicroRowsArgs> =
+    KernelDecl::new("echo_rows", 128, Grid::BlockPerItem);
+pub const SPIN_ROWS: KernelDecl<MicroRowsArgs> =
+    KernelDecl::new("spin_rows", 128, Grid::BlockPerItem);
+
 /// `kernels/micro.cu`: one block per request (no limit shared with the host: an empty prelude).
 pub fn source() -> &'static KernelSource {
     static S: std::sync::OnceLock<&'static KernelSource> = std::sync::OnceLock::new();
     S.get_or_init(|| {
-        KernelSource::assemble(
+        KernelSource::assemble_typed(
             "micro.cu",
             &Prelude::new("crates/services/src/micro/gpu.rs"),
             &[("micro.cu", include_str!("kernels/micro.cu"))],
+            vec![ECHO_ROWS.checked(), SPIN_ROWS.checked()],
         )
     })
 }
@@ -36,18 +54,21 @@ pub enum Micro {
 pub struct MicroGpu {
     kind: Micro,
     ctx: Arc<CudaContext>,
-    func: CudaFunction,
+    kernel: Kernel<MicroRowsArgs>,
 }
 
 impl MicroGpu {
     pub fn new(kind: Micro, dev: &DeviceInfo) -> Result<MicroGpu, GpuError> {
-        let ctx = CudaContext::new(dev.ordinal)?;
+        let ctx = cohort_gpu::launch::context(dev.ordinal)?;
         let module = load_module(&ctx, dev, source())?;
-        let func = module.load_function(match kind {
-            Micro::Echo => "echo_rows",
-            Micro::Spin => "spin_rows",
-        })?;
-        Ok(MicroGpu { kind, ctx, func })
+        let kernel = Kernel::load(
+            &module,
+            match kind {
+                Micro::Echo => &ECHO_ROWS,
+                Micro::Spin => &SPIN_ROWS,
+            },
+        )?;
+        Ok(MicroGpu { kind, ctx, kernel })
     }
 }
 
@@ -78,7 +99,7 @@ impl GpuBackend for MicroGpu {
     ) -> Result<Box<dyn StreamBuffers>, GpuError> {
         let bytes = cap * MAX_ROW_BYTES;
         Ok(Box::new(MicroBuffers {
-            func: self.func.clone(),
+            kernel: self.kernel.clone(),
             host_in: Pinned::for_uploads(&self.ctx, bytes)?,
             // Read back by `answer`: cached, not write-combined.
             host_offs: Pinned::for_reads(&self.ctx, cap)?,
@@ -99,7 +120,7 @@ impl GpuBackend for MicroGpu {
 }
 
 struct MicroBuffers {
-    func: CudaFunction,
+    kernel: Kernel<MicroRowsArgs>,
     host_in: Pinned<u8>,
     host_offs: Pinned<u32>,
     host_lens: Pinned<u32>,
@@ -140,20 +161,15 @@ impl StreamBuffers for MicroBuffers {
             &self.host_lens.as_slice()[..rows],
             &mut self.dev_lens.slice_mut(0..rows),
         )?;
-        let n = rows as u32;
-        let mut b = s.launch_builder(&self.func);
-        b.arg(&self.dev_in)
-            .arg(&self.dev_offs)
-            .arg(&self.dev_lens)
-            .arg(&mut self.dev_out)
-            .arg(&n);
-        let cfg = LaunchConfig {
-            grid_dim: (n, 1, 1),
-            block_dim: (128, 1, 1),
-            shared_mem_bytes: 0,
+        let args = MicroRowsArgs {
+            input: Dev::of(&self.dev_in, s),
+            offs: Dev::of(&self.dev_offs, s),
+            lens: Dev::of(&self.dev_lens, s),
+            out: Dev::of_mut(&mut self.dev_out, s),
+            rows: rows as u32,
         };
-        // SAFETY: matches echo_rows/spin_rows; offs + lens of every row lie inside `bytes`.
-        unsafe { b.launch(cfg) }?;
+        // SAFETY: offs + lens of every row lie inside `bytes`, which every buffer holds.
+        unsafe { self.kernel.launch(s, Work::Items(rows), 0, &args) }?;
         s.memcpy_dtoh(
             &self.dev_out.slice(0..bytes),
             &mut self.host_out.as_mut_slice()[..bytes],

@@ -9,9 +9,23 @@
 // the request's first min(lens[r], BANK_MAX_REQUEST) bytes (an over-long request keeps its
 // true length: the parser refuses it unread). Bytes past the end of a request in its last
 // word are zero.
-extern "C" __global__ void bank_unpack(unsigned int n, const unsigned char* packed,
-                                       const unsigned int* offs, const unsigned int* lens,
-                                       int transposed, unsigned char* reqs) {
+struct BankUnpackArgs {
+    unsigned int n;
+    const unsigned char* packed;
+    const unsigned int* offs;
+    const unsigned int* lens;
+    int transposed;
+    unsigned char* reqs;
+};
+
+extern "C" __global__ void bank_unpack(const BankUnpackArgs a) {
+    const unsigned int n = a.n;
+    const unsigned char* packed = a.packed;
+    const unsigned int* offs = a.offs;
+    const unsigned int* lens = a.lens;
+    const int transposed = a.transposed;
+    unsigned char* reqs = a.reqs;
+
     unsigned int r = blockIdx.y;
     unsigned int w = blockIdx.x * blockDim.x + threadIdx.x;
     if (r >= n || w >= BANK_MAX_REQUEST / 4) return;
@@ -31,8 +45,21 @@ extern "C" __global__ void bank_unpack(unsigned int n, const unsigned char* pack
 // moves a tile of 32 responses x 32 words through shared memory, so that both the transposed
 // reads (32 responses' word w side by side) and the row writes (one response's 32 words)
 // are whole 128-byte runs. Block (32, 8).
-extern "C" __global__ void bank_gather(unsigned int n, const unsigned int* out, int transposed,
-                                       unsigned int words, unsigned int* packed) {
+struct BankGatherArgs {
+    unsigned int n;
+    const unsigned int* out;
+    int transposed;
+    unsigned int words;
+    unsigned int* packed;
+};
+
+extern "C" __global__ void bank_gather(const BankGatherArgs a) {
+    const unsigned int n = a.n;
+    const unsigned int* out = a.out;
+    const int transposed = a.transposed;
+    const unsigned int words = a.words;
+    unsigned int* packed = a.packed;
+
     __shared__ unsigned int tile[32][33];
     unsigned int w0 = blockIdx.x * 32, r0 = blockIdx.y * 32;
     for (unsigned int j = threadIdx.y; j < 32; j += 8) {

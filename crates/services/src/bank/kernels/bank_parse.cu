@@ -275,12 +275,33 @@ __device__ int parse_one(const Req& q, unsigned char* kind_out, unsigned char* h
     return 0;
 }
 
-extern "C" __global__ void bank_parse(const unsigned char* reqs, const unsigned int* lens,
-                                      unsigned int n, int transposed, unsigned char* refusal,
-                                      unsigned char* kind, unsigned char* has_cookie,
-                                      unsigned int* cookie_user,
-                                      unsigned long long* cookie_token,
-                                      unsigned long long* nums, unsigned char* texts) {
+struct BankParseArgs {
+    const unsigned char* reqs;
+    const unsigned int* lens;
+    unsigned int n;
+    int transposed;
+    unsigned char* refusal;
+    unsigned char* kind;
+    unsigned char* has_cookie;
+    unsigned int* cookie_user;
+    unsigned long long* cookie_token;
+    unsigned long long* nums;
+    unsigned char* texts;
+};
+
+extern "C" __global__ void bank_parse(const BankParseArgs a) {
+    const unsigned char* reqs = a.reqs;
+    const unsigned int* lens = a.lens;
+    const unsigned int n = a.n;
+    const int transposed = a.transposed;
+    unsigned char* refusal = a.refusal;
+    unsigned char* kind = a.kind;
+    unsigned char* has_cookie = a.has_cookie;
+    unsigned int* cookie_user = a.cookie_user;
+    unsigned long long* cookie_token = a.cookie_token;
+    unsigned long long* nums = a.nums;
+    unsigned char* texts = a.texts;
+
     unsigned int r = blockIdx.x * blockDim.x + threadIdx.x;
     if (r >= n) return;
     Req q;

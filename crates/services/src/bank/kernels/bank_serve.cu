@@ -652,12 +652,35 @@ __device__ __forceinline__ void content(Out& o, int kind, const Src& d, const un
 // bank_sessions checks it). rec_at[r]: that record's index in the GPU's record table (keys /
 // vals: open addressing by mix64(user), built by the host), or BANK_REC_NONE; with no table
 // (cap 0) the host fills rec_at from memcached.
-extern "C" __global__ void bank_fetch(
-    unsigned int n, const unsigned char* refusal, const unsigned char* kind,
-    const unsigned char* has_cookie, const unsigned int* cookie_user,
-    const unsigned long long* nums, unsigned int users, const unsigned int* table_keys,
-    const unsigned int* table_vals, unsigned long long table_cap, unsigned int* want,
-    unsigned int* rec_at) {
+struct BankFetchArgs {
+    unsigned int n;
+    const unsigned char* refusal;
+    const unsigned char* kind;
+    const unsigned char* has_cookie;
+    const unsigned int* cookie_user;
+    const unsigned long long* nums;
+    unsigned int users;
+    const unsigned int* table_keys;
+    const unsigned int* table_vals;
+    unsigned long long table_cap;
+    unsigned int* want;
+    unsigned int* rec_at;
+};
+
+extern "C" __global__ void bank_fetch(const BankFetchArgs a) {
+    const unsigned int n = a.n;
+    const unsigned char* refusal = a.refusal;
+    const unsigned char* kind = a.kind;
+    const unsigned char* has_cookie = a.has_cookie;
+    const unsigned int* cookie_user = a.cookie_user;
+    const unsigned long long* nums = a.nums;
+    const unsigned int users = a.users;
+    const unsigned int* table_keys = a.table_keys;
+    const unsigned int* table_vals = a.table_vals;
+    const unsigned long long table_cap = a.table_cap;
+    unsigned int* want = a.want;
+    unsigned int* rec_at = a.rec_at;
+
     unsigned int r = blockIdx.x * blockDim.x + threadIdx.x;
     if (r >= n) return;
     unsigned int u = 0;
@@ -710,15 +733,53 @@ __device__ long long slot_of(unsigned int* keys, unsigned long long cap, unsigne
 
 // Resolves each parsed request's session. Outputs per request: status (0 ok or a refusal
 // code), user, change (0 none, 1 opened, 2 closed), token (the opened cookie's).
-extern "C" __global__ void bank_sessions(
-    unsigned int n, const unsigned char* refusal_in, const unsigned char* kind,
-    const unsigned char* has_cookie, const unsigned int* cookie_user,
-    const unsigned long long* cookie_token, const unsigned long long* nums,
-    const unsigned char* recs, const unsigned int* rec_at,
-    unsigned int users, unsigned long long secret, unsigned int* keys,
-    unsigned long long* tokens, unsigned long long cap, unsigned int* logins,
-    unsigned int* live, unsigned int max_live, unsigned char* status, unsigned int* user_out,
-    unsigned char* change, unsigned long long* token_out) {
+struct BankSessionsArgs {
+    unsigned int n;
+    const unsigned char* refusal_in;
+    const unsigned char* kind;
+    const unsigned char* has_cookie;
+    const unsigned int* cookie_user;
+    const unsigned long long* cookie_token;
+    const unsigned long long* nums;
+    const unsigned char* recs;
+    const unsigned int* rec_at;
+    unsigned int users;
+    unsigned long long secret;
+    unsigned int* keys;
+    unsigned long long* tokens;
+    unsigned long long cap;
+    unsigned int* logins;
+    unsigned int* live;
+    unsigned int max_live;
+    unsigned char* status;
+    unsigned int* user_out;
+    unsigned char* change;
+    unsigned long long* token_out;
+};
+
+extern "C" __global__ void bank_sessions(const BankSessionsArgs a) {
+    const unsigned int n = a.n;
+    const unsigned char* refusal_in = a.refusal_in;
+    const unsigned char* kind = a.kind;
+    const unsigned char* has_cookie = a.has_cookie;
+    const unsigned int* cookie_user = a.cookie_user;
+    const unsigned long long* cookie_token = a.cookie_token;
+    const unsigned long long* nums = a.nums;
+    const unsigned char* recs = a.recs;
+    const unsigned int* rec_at = a.rec_at;
+    const unsigned int users = a.users;
+    const unsigned long long secret = a.secret;
+    unsigned int* keys = a.keys;
+    unsigned long long* tokens = a.tokens;
+    const unsigned long long cap = a.cap;
+    unsigned int* logins = a.logins;
+    unsigned int* live = a.live;
+    const unsigned int max_live = a.max_live;
+    unsigned char* status = a.status;
+    unsigned int* user_out = a.user_out;
+    unsigned char* change = a.change;
+    unsigned long long* token_out = a.token_out;
+
     unsigned int r = blockIdx.x * blockDim.x + threadIdx.x;
     if (r >= n) return;
     change[r] = 0;
@@ -794,12 +855,39 @@ extern "C" __global__ void bank_sessions(
 }
 
 // Writes each request's response: its page, or its refusal page. lens[r] = its bytes.
-extern "C" __global__ void bank_pages(
-    unsigned int n, const unsigned char* status, const unsigned char* kind,
-    const unsigned int* user, const unsigned char* change, const unsigned long long* token,
-    const unsigned long long* nums, const unsigned char* texts, const unsigned char* recs,
-    const unsigned int* rec_at, unsigned char* out, unsigned int* lens, int transposed,
-    unsigned int* pad) {
+struct BankPagesArgs {
+    unsigned int n;
+    const unsigned char* status;
+    const unsigned char* kind;
+    const unsigned int* user;
+    const unsigned char* change;
+    const unsigned long long* token;
+    const unsigned long long* nums;
+    const unsigned char* texts;
+    const unsigned char* recs;
+    const unsigned int* rec_at;
+    unsigned char* out;
+    unsigned int* lens;
+    int transposed;
+    unsigned int* pad;
+};
+
+extern "C" __global__ void bank_pages(const BankPagesArgs a) {
+    const unsigned int n = a.n;
+    const unsigned char* status = a.status;
+    const unsigned char* kind = a.kind;
+    const unsigned int* user = a.user;
+    const unsigned char* change = a.change;
+    const unsigned long long* token = a.token;
+    const unsigned long long* nums = a.nums;
+    const unsigned char* texts = a.texts;
+    const unsigned char* recs = a.recs;
+    const unsigned int* rec_at = a.rec_at;
+    unsigned char* out = a.out;
+    unsigned int* lens = a.lens;
+    const int transposed = a.transposed;
+    unsigned int* pad = a.pad;
+
     unsigned int r = blockIdx.x * blockDim.x + threadIdx.x;
     if (r >= n) return;
     Out o;
@@ -840,8 +928,21 @@ extern "C" __global__ void bank_pages(
 // Spaces in the words [from, to) of every response (pad[r]: from | to << 16), `lanes`
 // threads per response: transposed, the threads of a warp are 32 responses at the same word
 // index (one 128-byte store); row-major, a warp is one response's 32 consecutive words.
-extern "C" __global__ void bank_pad(unsigned int n, const unsigned int* pad, unsigned char* out,
-                                    int transposed, unsigned int lanes) {
+struct BankPadArgs {
+    unsigned int n;
+    const unsigned int* pad;
+    unsigned char* out;
+    int transposed;
+    unsigned int lanes;
+};
+
+extern "C" __global__ void bank_pad(const BankPadArgs a) {
+    const unsigned int n = a.n;
+    const unsigned int* pad = a.pad;
+    unsigned char* out = a.out;
+    const int transposed = a.transposed;
+    const unsigned int lanes = a.lanes;
+
     unsigned long long i = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
     if (i >= (unsigned long long)n * lanes) return;
     unsigned int r, lane;

@@ -12,9 +12,11 @@ mod per_pair;
 mod tiled;
 
 use super::kernels;
+use super::kernels::{per_pair as pp, tiled as tk};
+use cohort_gpu::launch::{Dev, Kernel};
 use cohort_gpu::{load_module, DeviceInfo, GpuError};
 use cohort_knn::{IvfIndex, Metric, Neighbor};
-use cudarc::driver::{CudaContext, CudaFunction, CudaSlice, CudaStream, LaunchArgs, PushKernelArg};
+use cudarc::driver::{CudaContext, CudaSlice, CudaStream};
 use std::sync::Arc;
 
 /// Limits of the kernels (defined once in `super::kernels`, compiled into the kernels).
@@ -31,7 +33,6 @@ pub const TILED_MIN_COHORT: usize = 1;
 /// Candidate distances one `Buffers` holds for the tiled plan (1 GiB); a cohort whose
 /// candidate rows need more runs in several passes.
 pub const DEFAULT_CANDIDATE_FLOATS: usize = 1 << 28;
-const BLOCK: u32 = kernels::BLOCK as u32;
 pub use kernels::NO_ID;
 
 /// Element type of the vectors on the device; distances are computed in f32 in every case.
@@ -100,12 +101,14 @@ impl DeviceVectors {
         })
     }
 
-    fn push<'a>(&'a self, b: &mut LaunchArgs<'a>) {
+    /// Where the rows start, whatever their element type (the kernel of the index's
+    /// precision reads them).
+    fn dev(&self, s: &CudaStream) -> Dev<()> {
         match self {
-            DeviceVectors::F32(v) => b.arg(v),
-            DeviceVectors::F16(v) => b.arg(v),
-            DeviceVectors::U8(v) => b.arg(v),
-        };
+            DeviceVectors::F32(v) => Dev::of(v, s).erase(),
+            DeviceVectors::F16(v) => Dev::of(v, s).erase(),
+            DeviceVectors::U8(v) => Dev::of(v, s).erase(),
+        }
     }
 
     fn bytes_per_elem(&self) -> usize {
@@ -133,43 +136,35 @@ fn to_u8(v: &[f32]) -> Result<Vec<u8>, GpuError> {
 
 /// Every kernel, loaded once per device.
 struct Kernels {
-    filter: CudaFunction,
-    search: [CudaFunction; 3], // by precision: f32, f16, u8
-    reduce: CudaFunction,
-    filter_tiled: CudaFunction,
-    select_filter: CudaFunction,
-    plan: CudaFunction,
-    scan_items: CudaFunction,
-    scatter: CudaFunction,
-    search_tiled: [CudaFunction; 3],
-    select_search: CudaFunction,
-    select_search_wide: CudaFunction,
+    filter: Kernel<pp::KnnFilterArgs>,
+    search: [Kernel<pp::KnnSearchArgs>; 3], // by precision: f32, f16, u8
+    reduce: Kernel<pp::KnnReduceArgs>,
+    filter_tiled: Kernel<tk::KnnFilterTiledArgs>,
+    select_filter: Kernel<tk::KnnSelectFilterArgs>,
+    plan: Kernel<tk::KnnPlanArgs>,
+    scan_items: Kernel<tk::KnnScanItemsArgs>,
+    scatter: Kernel<tk::KnnScatterArgs>,
+    search_tiled: [Kernel<tk::KnnSearchTiledArgs>; 3],
+    select_search: Kernel<tk::KnnSelectSearchArgs>,
+    select_search_wide: Kernel<tk::KnnSelectSearchArgs>,
 }
 
 impl Kernels {
     fn load(ctx: &Arc<CudaContext>, dev: &DeviceInfo) -> Result<Kernels, GpuError> {
         let module = |name: &str| load_module(ctx, dev, kernels::source(name));
-        let (pp, t) = (module("knn.cu")?, module("knn_tiled.cu")?);
+        let (m, t) = (module("knn.cu")?, module("knn_tiled.cu")?);
         Ok(Kernels {
-            filter: pp.load_function("knn_filter")?,
-            search: [
-                pp.load_function("knn_search")?,
-                pp.load_function("knn_search_f16")?,
-                pp.load_function("knn_search_u8")?,
-            ],
-            reduce: pp.load_function("knn_reduce")?,
-            filter_tiled: t.load_function("knn_filter_tiled")?,
-            select_filter: t.load_function("knn_select_filter")?,
-            plan: t.load_function("knn_plan")?,
-            scan_items: t.load_function("knn_scan_items")?,
-            scatter: t.load_function("knn_scatter")?,
-            search_tiled: [
-                t.load_function("knn_search_tiled")?,
-                t.load_function("knn_search_tiled_f16")?,
-                t.load_function("knn_search_tiled_u8")?,
-            ],
-            select_search: t.load_function("knn_select_search")?,
-            select_search_wide: t.load_function("knn_select_search_wide")?,
+            filter: Kernel::load(&m, &pp::FILTER)?,
+            search: Kernel::load_each(&m, &pp::SEARCH)?,
+            reduce: Kernel::load(&m, &pp::REDUCE)?,
+            filter_tiled: Kernel::load(&t, &tk::FILTER)?,
+            select_filter: Kernel::load(&t, &tk::SELECT_FILTER)?,
+            plan: Kernel::load(&t, &tk::PLAN)?,
+            scan_items: Kernel::load(&t, &tk::SCAN_ITEMS)?,
+            scatter: Kernel::load(&t, &tk::SCATTER)?,
+            search_tiled: Kernel::load_each(&t, &tk::SEARCH)?,
+            select_search: Kernel::load(&t, &tk::SELECT_SEARCH)?,
+            select_search_wide: Kernel::load(&t, &tk::SELECT_SEARCH_WIDE)?,
         })
     }
 }
@@ -243,7 +238,7 @@ impl GpuIvf {
                 ix.dim
             )));
         }
-        let ctx = CudaContext::new(dev.ordinal)?;
+        let ctx = cohort_gpu::launch::context(dev.ordinal)?;
         let kernels = Kernels::load(&ctx, dev)?;
         let s = ctx.default_stream();
         let vectors = DeviceVectors::upload(&s, ix.vectors(), precision)?;
@@ -287,11 +282,7 @@ impl GpuIvf {
         use cohort_gpu::persistent::rt::addr;
         IvfView {
             centroids: addr(&self.centroids, s),
-            vectors: match &self.vectors {
-                DeviceVectors::F32(v) => addr(v, s),
-                DeviceVectors::F16(v) => addr(v, s),
-                DeviceVectors::U8(v) => addr(v, s),
-            },
+            vectors: self.vectors.dev(s).addr(),
             ids: addr(&self.ids, s),
             offsets: addr(&self.offsets, s),
             metric: self.metric as u64,

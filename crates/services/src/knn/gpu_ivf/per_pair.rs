@@ -2,9 +2,11 @@
 //! top-k in shared memory) -> knn_reduce (block per query). Each stage also launches alone
 //! into fresh buffers, so tests compare it with its CPU twin.
 
-use super::{Buffers, GpuIvf, BLOCK, GPU_MAX_CANDIDATES};
+use super::{Buffers, GpuIvf, GPU_MAX_CANDIDATES};
+use crate::knn::kernels::per_pair::{KnnFilterArgs, KnnReduceArgs, KnnSearchArgs};
+use cohort_gpu::launch::{Dev, Work};
 use cohort_gpu::GpuError;
-use cudarc::driver::{CudaSlice, CudaStream, LaunchConfig, PushKernelArg};
+use cudarc::driver::{CudaSlice, CudaStream};
 use std::sync::Arc;
 
 impl GpuIvf {
@@ -40,15 +42,7 @@ impl GpuIvf {
         )
     }
 
-    pub(super) fn blocks(n: usize) -> LaunchConfig {
-        LaunchConfig {
-            grid_dim: (n as u32, 1, 1),
-            block_dim: (BLOCK, 1, 1),
-            shared_mem_bytes: 0,
-        }
-    }
-
-    // The one place each kernel's argument list is written (the stage launchers below and
+    // The one place each kernel's argument block is written (the stage launchers below and
     // `per_pair_into` both go through these).
 
     /// knn_filter: one block per query; scratch holds nq x nlist, probes nq x nprobe.
@@ -65,24 +59,18 @@ impl GpuIvf {
             scratch.len() >= nq * self.nlist && probes.len() >= nq * nprobe,
             "filter buffers too small"
         );
-        let (nlist, dim, np, metric) = (
-            self.nlist as i32,
-            self.dim as i32,
-            nprobe as i32,
-            self.metric,
-        );
-        let mut b = s.launch_builder(&self.kernels.filter);
-        b.arg(q)
-            .arg(&self.centroids)
-            .arg(&nlist)
-            .arg(&dim)
-            .arg(&np)
-            .arg(&metric)
-            .arg(scratch)
-            .arg(probes);
-        // SAFETY: argument types and order match knn_filter; buffer sizes asserted above.
-        unsafe { b.launch(Self::blocks(nq)) }?;
-        Ok(())
+        let args = KnnFilterArgs {
+            queries: Dev::of(q, s),
+            centroids: Dev::of(&self.centroids, s),
+            nlist: self.nlist as i32,
+            dim: self.dim as i32,
+            nprobe: nprobe as i32,
+            metric: self.metric,
+            scratch: Dev::of_mut(scratch, s),
+            probes: Dev::of_mut(probes, s),
+        };
+        // SAFETY: q holds nq x dim (the caller's), scratch and probes sized as asserted.
+        unsafe { self.kernels.filter.launch(s, Work::Items(nq), 0, &args) }
     }
 
     /// knn_search (by `precision`): one block per (query, probe).
@@ -102,20 +90,22 @@ impl GpuIvf {
             ids.len() >= nq * nprobe * k && dist.len() >= nq * nprobe * k,
             "search buffers too small"
         );
-        let (np, dim, kk, metric) = (nprobe as i32, self.dim as i32, k as i32, self.metric);
-        let mut b = s.launch_builder(&self.kernels.search[self.precision as usize]);
-        b.arg(q);
-        self.vectors.push(&mut b);
-        b.arg(&self.ids).arg(&self.offsets).arg(probes);
-        b.arg(&np)
-            .arg(&dim)
-            .arg(&kk)
-            .arg(&metric)
-            .arg(ids)
-            .arg(dist);
-        // SAFETY: matches knn_search / knn_search_f16; outputs sized as asserted above.
-        unsafe { b.launch(Self::blocks(nq * nprobe)) }?;
-        Ok(())
+        let args = KnnSearchArgs {
+            queries: Dev::of(q, s),
+            vectors: self.vectors.dev(s),
+            row_ids: Dev::of(&self.ids, s),
+            offsets: Dev::of(&self.offsets, s),
+            probes: Dev::of(probes, s),
+            nprobe: nprobe as i32,
+            dim: self.dim as i32,
+            k: k as i32,
+            metric: self.metric,
+            out_ids: Dev::of_mut(ids, s),
+            out_dist: Dev::of_mut(dist, s),
+        };
+        let kernel = &self.kernels.search[self.precision as usize];
+        // SAFETY: the kernel of the index's precision; outputs sized as asserted above.
+        unsafe { kernel.launch(s, Work::Items(nq * nprobe), 0, &args) }
     }
 
     /// knn_reduce: one block per query, nprobe * k candidates in shared memory.
@@ -135,21 +125,21 @@ impl GpuIvf {
             nprobe * k <= GPU_MAX_CANDIDATES && ids.len() >= nq * k && dist.len() >= nq * k,
             "reduce buffers"
         );
-        let (np, kk) = (nprobe as i32, k as i32);
-        let mut b = s.launch_builder(&self.kernels.reduce);
-        b.arg(part_ids)
-            .arg(part_dist)
-            .arg(&np)
-            .arg(&kk)
-            .arg(ids)
-            .arg(dist);
-        let cfg = LaunchConfig {
-            shared_mem_bytes: (nprobe * k * 8) as u32,
-            ..Self::blocks(nq)
+        let args = KnnReduceArgs {
+            part_ids: Dev::of(part_ids, s),
+            part_dist: Dev::of(part_dist, s),
+            nprobe: nprobe as i32,
+            k: k as i32,
+            out_ids: Dev::of_mut(ids, s),
+            out_dist: Dev::of_mut(dist, s),
         };
-        // SAFETY: matches knn_reduce; shared memory holds nprobe*k candidates (<= 48 KiB).
-        unsafe { b.launch(cfg) }?;
-        Ok(())
+        let shared = (nprobe * k * 8) as u32;
+        // SAFETY: shared memory holds nprobe*k candidates (<= 48 KiB); outputs as asserted.
+        unsafe {
+            self.kernels
+                .reduce
+                .launch(s, Work::Items(nq), shared, &args)
+        }
     }
 
     /// Stage 1 alone: probes (nq x nprobe) in fresh buffers.

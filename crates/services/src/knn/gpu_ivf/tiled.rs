@@ -1,9 +1,10 @@
 //! The tiled plan for cohorts (kernels/knn_tiled.cu): seven launches on one stream, no host
 //! round trip. A cohort whose candidate rows do not fit `Buffers::cand` runs in passes.
 
-use super::{Buffers, GpuIvf, BLOCK};
+use super::{Buffers, GpuIvf};
+use crate::knn::kernels::tiled::*;
+use cohort_gpu::launch::{Dev, Work};
 use cohort_gpu::GpuError;
-use cudarc::driver::{LaunchConfig, PushKernelArg};
 use std::sync::Arc;
 
 use crate::knn::kernels::{QB, RT};
@@ -98,56 +99,54 @@ impl GpuIvf {
                 && (q0 + m) * k <= b.out_ids.len(),
             "tiled buffers too small"
         );
-        let q = b.q.slice(q0 * dim..(q0 + m) * dim);
-        let (mi, nlist_i, dim_i, np_i, k_i) =
-            (m as i32, nlist as i32, dim as i32, nprobe as i32, k as i32);
+        let q = Dev::of(&b.q.slice(q0 * dim..(q0 + m) * dim), s);
+        let (offsets, metric) = (Dev::of(&self.offsets, s), self.metric);
+        let (mi, nlist_i, dim_i, np_i) = (m as i32, nlist as i32, dim as i32, nprobe as i32);
         let blocks = self.sms * BLOCKS_PER_SM;
         let groups = m.div_ceil(QB);
+        let kn = &self.kernels;
 
         // 1. Query x centroid distances.
         let fchunk = chunk_rows(nlist, groups, blocks) as i32;
-        let mut l = s.launch_builder(&self.kernels.filter_tiled);
-        l.arg(&q)
-            .arg(&mi)
-            .arg(&self.centroids)
-            .arg(&nlist_i)
-            .arg(&dim_i)
-            .arg(&self.metric)
-            .arg(&fchunk)
-            .arg(&mut b.scratch);
-        let cfg = LaunchConfig {
-            grid_dim: (groups as u32, nlist.div_ceil(fchunk as usize) as u32, 1),
-            ..Self::blocks(1)
+        let args = KnnFilterTiledArgs {
+            queries: q,
+            nq: mi,
+            centroids: Dev::of(&self.centroids, s),
+            nlist: nlist_i,
+            dim: dim_i,
+            metric,
+            chunk: fchunk,
+            scratch: Dev::of_mut(&mut b.scratch, s),
         };
-        // SAFETY: matches knn_filter_tiled; scratch holds m x nlist (asserted).
-        unsafe { l.launch(cfg) }?;
-
+        let grid = Work::Grid(groups as u32, nlist.div_ceil(fchunk as usize) as u32);
+        // SAFETY: scratch holds m x nlist (asserted).
+        unsafe { kn.filter_tiled.launch(s, grid, 0, &args) }?;
         after("filter")?;
 
         // 2. The nprobe nearest cells per query.
-        let mut l = s.launch_builder(&self.kernels.select_filter);
-        l.arg(&b.scratch)
-            .arg(&nlist_i)
-            .arg(&np_i)
-            .arg(&mut b.probes);
-        // SAFETY: matches knn_select_filter; probes holds m x nprobe, nprobe <= SEL_MAX.
-        unsafe { l.launch(Self::blocks(m)) }?;
-
+        let args = KnnSelectFilterArgs {
+            scratch: Dev::of(&b.scratch, s),
+            nlist: nlist_i,
+            nprobe: np_i,
+            probes: Dev::of_mut(&mut b.probes, s),
+        };
+        // SAFETY: probes holds m x nprobe, nprobe <= SEL_MAX.
+        unsafe { kn.select_filter.launch(s, Work::Items(m), 0, &args) }?;
         after("select_filter")?;
 
         // 3. Candidate row layout per query; queries per cell.
         s.memset_zeros(&mut b.counts)?;
-        let mut l = s.launch_builder(&self.kernels.plan);
-        l.arg(&b.probes)
-            .arg(&mi)
-            .arg(&np_i)
-            .arg(&self.offsets)
-            .arg(&mut b.poff)
-            .arg(&mut b.totals)
-            .arg(&mut b.counts);
-        // SAFETY: matches knn_plan; thread per query; poff m x nprobe, totals m, counts nlist.
-        unsafe { l.launch(Self::blocks(m.div_ceil(BLOCK as usize))) }?;
-
+        let args = KnnPlanArgs {
+            probes: Dev::of(&b.probes, s),
+            nq: mi,
+            nprobe: np_i,
+            offsets,
+            poff: Dev::of_mut(&mut b.poff, s),
+            totals: Dev::of_mut(&mut b.totals, s),
+            counts: Dev::of_mut(&mut b.counts, s),
+        };
+        // SAFETY: poff m x nprobe, totals m, counts nlist.
+        unsafe { kn.plan.launch(s, Work::Items(m), 0, &args) }?;
         after("plan")?;
 
         // 4. Pair starts and work items per cell. Average cell rows x queries per cell sizes
@@ -156,84 +155,77 @@ impl GpuIvf {
         let avg_rows = self.n.div_ceil(nlist).max(1);
         let cell_groups = (pairs / QB).max(pairs.min(nlist));
         let schunk = chunk_rows(avg_rows, cell_groups, blocks) as i32;
-        let mut l = s.launch_builder(&self.kernels.scan_items);
-        l.arg(&b.counts)
-            .arg(&nlist_i)
-            .arg(&self.offsets)
-            .arg(&schunk)
-            .arg(&mut b.cursor)
-            .arg(&mut b.items);
-        // SAFETY: matches knn_scan_items; one block; items holds nlist + 1.
-        unsafe { l.launch(Self::blocks(1)) }?;
-
+        let args = KnnScanItemsArgs {
+            counts: Dev::of(&b.counts, s),
+            nlist: nlist_i,
+            offsets,
+            chunk: schunk,
+            cursor: Dev::of_mut(&mut b.cursor, s),
+            items: Dev::of_mut(&mut b.items, s),
+        };
+        // SAFETY: one block; cursor holds nlist, items nlist + 1.
+        unsafe { kn.scan_items.launch(s, Work::Grid(1, 1), 0, &args) }?;
         after("scan_items")?;
 
         // 5. Pairs grouped by cell.
-        let pairs_i = pairs as i32;
-        let mut l = s.launch_builder(&self.kernels.scatter);
-        l.arg(&b.probes)
-            .arg(&pairs_i)
-            .arg(&mut b.cursor)
-            .arg(&mut b.order);
-        // SAFETY: matches knn_scatter; order holds >= pairs entries (asserted).
-        unsafe { l.launch(Self::blocks(pairs.div_ceil(BLOCK as usize).min(1024))) }?;
-
+        let args = KnnScatterArgs {
+            probes: Dev::of(&b.probes, s),
+            pairs: pairs as i32,
+            cursor: Dev::of_mut(&mut b.cursor, s),
+            order: Dev::of_mut(&mut b.order, s),
+        };
+        // SAFETY: order holds >= pairs entries (asserted).
+        unsafe { kn.scatter.launch(s, Work::Items(pairs), 0, &args) }?;
         after("scatter")?;
 
         // 6. Cell x query-group distances into the candidate rows.
-        let stride_u = stride as u64;
-        let mut l = s.launch_builder(&self.kernels.search_tiled[self.precision as usize]);
-        l.arg(&q);
-        self.vectors.push(&mut l);
-        l.arg(&self.offsets)
-            .arg(&nlist_i)
-            .arg(&np_i)
-            .arg(&dim_i)
-            .arg(&schunk)
-            .arg(&self.metric)
-            .arg(&b.counts)
-            .arg(&b.cursor)
-            .arg(&b.items)
-            .arg(&b.order)
-            .arg(&b.poff)
-            .arg(&mut b.cand)
-            .arg(&stride_u);
+        let args = KnnSearchTiledArgs {
+            queries: q,
+            vectors: self.vectors.dev(s),
+            offsets,
+            nlist: nlist_i,
+            nprobe: np_i,
+            dim: dim_i,
+            chunk: schunk,
+            metric,
+            counts: Dev::of(&b.counts, s),
+            cursor: Dev::of(&b.cursor, s),
+            items: Dev::of(&b.items, s),
+            order: Dev::of(&b.order, s),
+            poff: Dev::of(&b.poff, s),
+            cand: Dev::of_mut(&mut b.cand, s),
+            stride: stride as u64,
+        };
         // At most one work item per pair per row chunk of the largest cell.
         let bound = pairs * self.top_rows[1].div_ceil(schunk as usize).max(1);
-        // SAFETY: matches knn_search_tiled*; candidate rows hold m x stride (asserted), and
-        // every query's row is at most `stride` long by construction of top_rows.
-        unsafe { l.launch(Self::blocks(blocks.min(bound))) }?;
-
+        let grid = Work::Grid(blocks.min(bound) as u32, 1);
+        // SAFETY: candidate rows hold m x stride (asserted), and every query's row is at most
+        // `stride` long by construction of top_rows.
+        unsafe { kn.search_tiled[self.precision as usize].launch(s, grid, 0, &args) }?;
         after("search")?;
 
-        // 7. The k nearest of each candidate row; 1024 threads a query when too few queries
-        //    would leave SMs idle.
-        let mut ids = b.out_ids.slice_mut(q0 * k..(q0 + m) * k);
-        let mut dist = b.out_dist.slice_mut(q0 * k..(q0 + m) * k);
-        let wide = m < 2 * self.sms;
-        let mut l = s.launch_builder(if wide {
-            &self.kernels.select_search_wide
-        } else {
-            &self.kernels.select_search
-        });
-        l.arg(&b.cand)
-            .arg(&stride_u)
-            .arg(&b.totals)
-            .arg(&b.poff)
-            .arg(&b.probes)
-            .arg(&np_i)
-            .arg(&self.offsets)
-            .arg(&self.ids)
-            .arg(&k_i)
-            .arg(&mut ids)
-            .arg(&mut dist);
-        let cfg = LaunchConfig {
-            block_dim: (if wide { 1024 } else { BLOCK }, 1, 1),
-            ..Self::blocks(m)
+        // 7. k nearest per query; the results of queries q0.. land at rows q0..
+        let args = KnnSelectSearchArgs {
+            cand: Dev::of(&b.cand, s),
+            stride: stride as u64,
+            totals: Dev::of(&b.totals, s),
+            poff: Dev::of(&b.poff, s),
+            probes: Dev::of(&b.probes, s),
+            nprobe: np_i,
+            offsets,
+            row_ids: Dev::of(&self.ids, s),
+            k: k as i32,
+            out_ids: Dev::of_mut(&mut b.out_ids.slice_mut(q0 * k..(q0 + m) * k), s),
+            out_dist: Dev::of_mut(&mut b.out_dist.slice_mut(q0 * k..(q0 + m) * k), s),
         };
-        // SAFETY: matches knn_select_search(_wide) and its block size; outputs m x k;
-        // k <= GPU_MAX_K <= SEL_MAX.
-        unsafe { l.launch(cfg) }?;
+        // Few queries: 1024 threads each, so the select still fills the SMs.
+        let select = if m < 2 * self.sms {
+            &kn.select_search_wide
+        } else {
+            &kn.select_search
+        };
+        // SAFETY: outputs m x k; k <= GPU_MAX_K <= SEL_MAX.
+        unsafe { select.launch(s, Work::Items(m), 0, &args) }?;
         after("select_search")
     }
 }

@@ -8,15 +8,30 @@
 // FMAs. Each thread keeps the best centroid of its 4 rows; the 16 threads sharing a row (one
 // half-warp) agree on it by shuffles at the end.
 //
-// KM_TILE comes from consts.rs (the host sizes the grid with it).
+// KM_TILE comes from the generated prelude (the host's grid rule uses it).
 #define KM_STEP 32
 #define KM_SUB (KM_TILE / 16)
 
-extern "C" __global__ void kmeans_assign(
-    const float* __restrict__ x, unsigned long long n,
-    const float* __restrict__ c, const float* __restrict__ c_norm, int k,
-    int dim, int metric, unsigned* __restrict__ out)
+// Launch arguments (declared again in Rust, kernels/kmeans.rs; the kernel check compares the
+// two layouts).
+struct KmeansAssignArgs {
+    const float* x;       // n x dim rows
+    unsigned long long n;
+    const float* c;       // k x dim centroids
+    const float* c_norm;  // k squared norms
+    int k, dim, metric;
+    unsigned* out;        // n nearest centroids
+};
+
+// A block per KM_TILE rows.
+extern "C" __global__ void kmeans_assign(const KmeansAssignArgs a)
 {
+    const float* __restrict__ x = a.x;
+    const float* __restrict__ c = a.c;
+    const float* __restrict__ c_norm = a.c_norm;
+    unsigned* __restrict__ out = a.out;
+    const unsigned long long n = a.n;
+    const int k = a.k, dim = a.dim, metric = a.metric;
     __shared__ float xs[KM_STEP][KM_TILE + 1];
     __shared__ float cs[KM_STEP][KM_TILE + 1];
     const int tx = threadIdx.x & 15, ty = threadIdx.x >> 4;

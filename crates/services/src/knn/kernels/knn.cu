@@ -117,13 +117,21 @@ __device__ void filter_one(const float* __restrict__ query, const float* __restr
     }
 }
 
-// Block per query: scratch is nq x nlist, probes nq x nprobe.
-extern "C" __global__ void knn_filter(const float* __restrict__ queries, const float* __restrict__ centroids,
-                                      int nlist, int dim, int nprobe, int metric,
-                                      float* __restrict__ scratch, unsigned* __restrict__ probes) {
+// Launch arguments, one struct per kernel (declared again in Rust, kernels/per_pair.rs; the
+// kernel check compares the two layouts).
+struct KnnFilterArgs {
+    const float* queries;    // nq x dim
+    const float* centroids;  // nlist x dim
+    int nlist, dim, nprobe, metric;
+    float* scratch;          // nq x nlist
+    unsigned* probes;        // nq x nprobe
+};
+
+// Block per query.
+extern "C" __global__ void knn_filter(const KnnFilterArgs a) {
     int qi = blockIdx.x;
-    filter_one(queries + (size_t)qi * dim, centroids, nlist, dim, nprobe, metric,
-               scratch + (size_t)qi * nlist, probes + (size_t)qi * nprobe);
+    filter_one(a.queries + (size_t)qi * a.dim, a.centroids, a.nlist, a.dim, a.nprobe, a.metric,
+               a.scratch + (size_t)qi * a.nlist, a.probes + (size_t)qi * a.nprobe);
 }
 
 // Stage 2 (twin of stages::search_cell). Block per (query, probe): scans the cell in tiles,
@@ -190,15 +198,23 @@ __device__ void search_impl(const float* __restrict__ queries, const T* __restri
                out_ids + (size_t)b * k, out_dist + (size_t)b * k);
 }
 
+struct KnnSearchArgs {
+    const float* queries;                // nq x dim
+    const void* vectors;                 // the index's rows, of the kernel's element type
+    const unsigned* row_ids;
+    const unsigned long long* offsets;   // nlist + 1
+    const unsigned* probes;              // nq x nprobe
+    int nprobe, dim, k, metric;
+    unsigned* out_ids;                   // (nq * nprobe) x k
+    float* out_dist;
+};
+
 // The scan over f32, f16 and u8 vectors (twins: search_cell over the index, its f16-rounded
 // copy, and the index itself, which u8 holds exactly when integral in 0..=255).
-#define SEARCH(NAME, T)                                                                                          \
-    extern "C" __global__ void NAME(const float* __restrict__ queries, const T* __restrict__ vectors,           \
-                                    const unsigned* __restrict__ row_ids,                                        \
-                                    const unsigned long long* __restrict__ offsets,                              \
-                                    const unsigned* __restrict__ probes, int nprobe, int dim, int k, int metric, \
-                                    unsigned* __restrict__ out_ids, float* __restrict__ out_dist) {              \
-        search_impl(queries, vectors, row_ids, offsets, probes, nprobe, dim, k, metric, out_ids, out_dist);      \
+#define SEARCH(NAME, T)                                                                                      \
+    extern "C" __global__ void NAME(const KnnSearchArgs a) {                                                 \
+        search_impl(a.queries, (const T*)a.vectors, a.row_ids, a.offsets, a.probes, a.nprobe, a.dim, a.k,   \
+                    a.metric, a.out_ids, a.out_dist);                                                        \
     }
 SEARCH(knn_search, float)
 SEARCH(knn_search_f16, unsigned short)
@@ -231,12 +247,19 @@ __device__ void reduce_one(const unsigned* __restrict__ part_ids, const float* _
     }
 }
 
-// Block per query.
-extern "C" __global__ void knn_reduce(const unsigned* __restrict__ part_ids, const float* __restrict__ part_dist,
-                                      int nprobe, int k, unsigned* __restrict__ out_ids, float* __restrict__ out_dist) {
+struct KnnReduceArgs {
+    const unsigned* part_ids;  // (nq * nprobe) x k
+    const float* part_dist;
+    int nprobe, k;
+    unsigned* out_ids;         // nq x k
+    float* out_dist;
+};
+
+// Block per query; nprobe * k * 8 bytes of dynamic shared memory.
+extern "C" __global__ void knn_reduce(const KnnReduceArgs a) {
     extern __shared__ unsigned char smem[];
     int qi = blockIdx.x;
-    int n = nprobe * k;
-    reduce_one(part_ids + (size_t)qi * n, part_dist + (size_t)qi * n, n, k,
-               out_ids + (size_t)qi * k, out_dist + (size_t)qi * k, smem);
+    int n = a.nprobe * a.k;
+    reduce_one(a.part_ids + (size_t)qi * n, a.part_dist + (size_t)qi * n, n, a.k,
+               a.out_ids + (size_t)qi * a.k, a.out_dist + (size_t)qi * a.k, smem);
 }

@@ -167,12 +167,23 @@ __device__ void filter_tiled(const float* __restrict__ queries, int nq, const un
     __syncthreads();
 }
 
+// Launch arguments, one struct per kernel (declared again in Rust, kernels/tiled.rs; the
+// kernel check compares the two layouts).
+struct KnnFilterTiledArgs {
+    const float* queries;    // nq x dim
+    int nq;
+    const float* centroids;  // nlist x dim
+    int nlist, dim, metric, chunk;
+    float* scratch;          // nq x nlist
+};
+
 // Grid (ceil(nq / QB), ceil(nlist / chunk)).
-extern "C" __global__ void knn_filter_tiled(const float* __restrict__ queries, int nq, const float* __restrict__ centroids,
-                                            int nlist, int dim, int metric, int chunk, float* __restrict__ scratch) {
+extern "C" __global__ void knn_filter_tiled(const KnnFilterTiledArgs a) {
     __shared__ DistSmem sm;
-    if (metric == 0) filter_tiled<0>(queries, nq, nullptr, centroids, nlist, dim, chunk, scratch, blockIdx.x, blockIdx.y, sm);
-    else filter_tiled<1>(queries, nq, nullptr, centroids, nlist, dim, chunk, scratch, blockIdx.x, blockIdx.y, sm);
+    if (a.metric == 0)
+        filter_tiled<0>(a.queries, a.nq, nullptr, a.centroids, a.nlist, a.dim, a.chunk, a.scratch, blockIdx.x, blockIdx.y, sm);
+    else
+        filter_tiled<1>(a.queries, a.nq, nullptr, a.centroids, a.nlist, a.dim, a.chunk, a.scratch, blockIdx.x, blockIdx.y, sm);
 }
 
 // ---- Radix select ----
@@ -300,12 +311,17 @@ __device__ void block_select(const Src& src, int k, unsigned* __restrict__ out_i
     }
 }
 
+struct KnnSelectFilterArgs {
+    const float* scratch;  // nq x nlist
+    int nlist, nprobe;
+    unsigned* probes;      // nq x nprobe
+};
+
 // Stage 2. Block per query: probes (nq x nprobe), nearest cell first.
-extern "C" __global__ void knn_select_filter(const float* __restrict__ scratch, int nlist, int nprobe,
-                                             unsigned* __restrict__ probes) {
+extern "C" __global__ void knn_select_filter(const KnnSelectFilterArgs a) {
     const size_t q = blockIdx.x;
-    CellIds src{scratch + q * nlist, nlist};
-    block_select<BLOCK>(src, nprobe, probes + q * nprobe, (float*)0);
+    CellIds src{a.scratch + q * a.nlist, a.nlist};
+    block_select<BLOCK>(src, a.nprobe, a.probes + q * a.nprobe, (float*)0);
 }
 
 // Stage 3 for one query (one thread): poff[p] = where probe p's candidates start in the
@@ -324,14 +340,21 @@ __device__ unsigned plan_query(const unsigned* __restrict__ probes, int nprobe,
     return run;
 }
 
+struct KnnPlanArgs {
+    const unsigned* probes;             // nq x nprobe
+    int nq, nprobe;
+    const unsigned long long* offsets;  // nlist + 1
+    unsigned* poff;                     // nq x nprobe
+    unsigned* totals;                   // nq
+    unsigned* counts;                   // nlist, zeroed
+};
+
 // Thread per query: totals[q] = the query's candidate row length.
-extern "C" __global__ void knn_plan(const unsigned* __restrict__ probes, int nq, int nprobe,
-                                    const unsigned long long* __restrict__ offsets, unsigned* __restrict__ poff,
-                                    unsigned* __restrict__ totals, unsigned* __restrict__ counts) {
+extern "C" __global__ void knn_plan(const KnnPlanArgs a) {
     const int q = blockIdx.x * blockDim.x + threadIdx.x;
-    if (q >= nq) return;
-    const size_t b = (size_t)q * nprobe;
-    totals[q] = plan_query(probes + b, nprobe, offsets, poff + b, counts);
+    if (q >= a.nq) return;
+    const size_t b = (size_t)q * a.nprobe;
+    a.totals[q] = plan_query(a.probes + b, a.nprobe, a.offsets, a.poff + b, a.counts);
 }
 
 // Work items of a cell: its query groups x its row chunks.
@@ -364,20 +387,33 @@ __device__ void scan_items(const unsigned* __restrict__ counts, int nlist,
     __syncthreads();
 }
 
+struct KnnScanItemsArgs {
+    const unsigned* counts;             // nlist
+    int nlist;
+    const unsigned long long* offsets;  // nlist + 1
+    int chunk;
+    unsigned* cursor;                   // nlist
+    unsigned* items;                    // nlist + 1
+};
+
 // One block.
-extern "C" __global__ void knn_scan_items(const unsigned* __restrict__ counts, int nlist,
-                                          const unsigned long long* __restrict__ offsets, int chunk,
-                                          unsigned* __restrict__ cursor, unsigned* __restrict__ items) {
-    scan_items(counts, nlist, offsets, chunk, cursor, items);
+extern "C" __global__ void knn_scan_items(const KnnScanItemsArgs a) {
+    scan_items(a.counts, a.nlist, a.offsets, a.chunk, a.cursor, a.items);
 }
+
+struct KnnScatterArgs {
+    const unsigned* probes;  // pairs
+    int pairs;
+    unsigned* cursor;        // nlist
+    unsigned* order;         // pairs
+};
 
 // Stage 5. order: the pair indices (query * nprobe + probe) cell by cell; cursor[c] ends at
 // the end of cell c's range.
-extern "C" __global__ void knn_scatter(const unsigned* __restrict__ probes, int pairs, unsigned* __restrict__ cursor,
-                                       unsigned* __restrict__ order) {
-    for (int b = blockIdx.x * blockDim.x + threadIdx.x; b < pairs; b += gridDim.x * blockDim.x) {
-        const unsigned pos = atomicAdd(&cursor[probes[b]], 1u);
-        order[pos] = (unsigned)b;
+extern "C" __global__ void knn_scatter(const KnnScatterArgs a) {
+    for (int b = blockIdx.x * blockDim.x + threadIdx.x; b < a.pairs; b += gridDim.x * blockDim.x) {
+        const unsigned pos = atomicAdd(&a.cursor[a.probes[b]], 1u);
+        a.order[pos] = (unsigned)b;
     }
 }
 
@@ -429,20 +465,30 @@ __device__ void search_tiled(const float* __restrict__ queries, const unsigned* 
     }
 }
 
+struct KnnSearchTiledArgs {
+    const float* queries;               // nq x dim
+    const void* vectors;                // the index's rows, of the kernel's element type
+    const unsigned long long* offsets;  // nlist + 1
+    int nlist, nprobe, dim, chunk, metric;
+    const unsigned* counts;
+    const unsigned* cursor;
+    const unsigned* items;
+    const unsigned* order;
+    const unsigned* poff;
+    float* cand;                        // nq x stride
+    unsigned long long stride;
+};
+
 #define SEARCH_TILED(NAME, T)                                                                                      \
-    extern "C" __global__ void NAME(const float* __restrict__ queries, const T* __restrict__ vectors,              \
-                                    const unsigned long long* __restrict__ offsets, int nlist, int nprobe, int dim, \
-                                    int chunk, int metric, const unsigned* __restrict__ counts,                    \
-                                    const unsigned* __restrict__ cursor, const unsigned* __restrict__ items,        \
-                                    const unsigned* __restrict__ order, const unsigned* __restrict__ poff,          \
-                                    float* __restrict__ cand, unsigned long long stride) {                         \
+    extern "C" __global__ void NAME(const KnnSearchTiledArgs a) {                                                  \
         __shared__ DistSmem sm;                                                                                    \
-        if (metric == 0)                                                                                           \
-            search_tiled<T, 0>(queries, nullptr, vectors, offsets, nlist, nprobe, dim, chunk, counts, cursor,     \
-                               items, order, poff, cand, stride, blockIdx.x, gridDim.x, sm);                       \
+        const T* vectors = (const T*)a.vectors;                                                                    \
+        if (a.metric == 0)                                                                                         \
+            search_tiled<T, 0>(a.queries, nullptr, vectors, a.offsets, a.nlist, a.nprobe, a.dim, a.chunk, a.counts, \
+                               a.cursor, a.items, a.order, a.poff, a.cand, a.stride, blockIdx.x, gridDim.x, sm);   \
         else                                                                                                       \
-            search_tiled<T, 1>(queries, nullptr, vectors, offsets, nlist, nprobe, dim, chunk, counts, cursor,     \
-                               items, order, poff, cand, stride, blockIdx.x, gridDim.x, sm);                       \
+            search_tiled<T, 1>(a.queries, nullptr, vectors, a.offsets, a.nlist, a.nprobe, a.dim, a.chunk, a.counts, \
+                               a.cursor, a.items, a.order, a.poff, a.cand, a.stride, blockIdx.x, gridDim.x, sm);   \
     }
 SEARCH_TILED(knn_search_tiled, float)
 SEARCH_TILED(knn_search_tiled_f16, unsigned short)
@@ -475,14 +521,25 @@ __device__ void select_search(const float* __restrict__ cand, unsigned long long
                      k, out_ids + q * k, out_dist + q * k);
 }
 
-#define SELECT_SEARCH(NAME, NT)                                                                                     \
-    extern "C" __global__ void NAME(const float* __restrict__ cand, unsigned long long stride,                      \
-                                    const unsigned* __restrict__ totals, const unsigned* __restrict__ poff,         \
-                                    const unsigned* __restrict__ probes, int nprobe,                                \
-                                    const unsigned long long* __restrict__ offsets,                                 \
-                                    const unsigned* __restrict__ row_ids, int k, unsigned* __restrict__ out_ids,    \
-                                    float* __restrict__ out_dist) {                                                 \
-        select_search<NT>(cand, stride, totals, poff, probes, nprobe, offsets, row_ids, k, out_ids, out_dist);     \
+struct KnnSelectSearchArgs {
+    const float* cand;                  // nq x stride
+    unsigned long long stride;
+    const unsigned* totals;             // nq
+    const unsigned* poff;               // nq x nprobe
+    const unsigned* probes;             // nq x nprobe
+    int nprobe;
+    const unsigned long long* offsets;  // nlist + 1
+    const unsigned* row_ids;
+    int k;
+    unsigned* out_ids;                  // nq x k
+    float* out_dist;
+};
+
+// Block per query, NT threads.
+#define SELECT_SEARCH(NAME, NT)                                                                                 \
+    extern "C" __global__ void NAME(const KnnSelectSearchArgs a) {                                              \
+        select_search<NT>(a.cand, a.stride, a.totals, a.poff, a.probes, a.nprobe, a.offsets, a.row_ids, a.k,    \
+                          a.out_ids, a.out_dist);                                                               \
     }
 SELECT_SEARCH(knn_select_search, 256)
 SELECT_SEARCH(knn_select_search_wide, 1024)

@@ -12,12 +12,20 @@ __device__ void copy_row(const unsigned char* in, unsigned char* out, unsigned i
     }
 }
 
-extern "C" __global__ void echo_rows(const unsigned char* in, const unsigned int* offs,
-                                     const unsigned int* lens, unsigned char* out,
-                                     unsigned int rows) {
+// Launch arguments of both kernels (declared again in Rust, micro/gpu.rs; the kernel check
+// compares the two layouts).
+struct MicroRowsArgs {
+    const unsigned char* input;  // the packed payloads
+    const unsigned int* offs;    // rows
+    const unsigned int* lens;    // rows
+    unsigned char* out;          // as input
+    unsigned int rows;
+};
+
+extern "C" __global__ void echo_rows(const MicroRowsArgs a) {
     unsigned int r = blockIdx.x;
-    if (r >= rows) return;
-    copy_row(in, out, offs[r], lens[r]);
+    if (r >= a.rows) return;
+    copy_row(a.input, a.out, a.offs[r], a.lens[r]);
 }
 
 __device__ unsigned long long global_ns() {
@@ -29,12 +37,11 @@ __device__ unsigned long long global_ns() {
 // Spin: the row's first 4 bytes (little-endian) are microseconds to busy-wait; then the
 // payload is echoed. Thread 0 of the block waits on the GPU's global timer while the rest of
 // the block waits at the barrier, so the row occupies its SM slot for the requested time.
-extern "C" __global__ void spin_rows(const unsigned char* in, const unsigned int* offs,
-                                     const unsigned int* lens, unsigned char* out,
-                                     unsigned int rows) {
+extern "C" __global__ void spin_rows(const MicroRowsArgs a) {
     unsigned int r = blockIdx.x;
-    if (r >= rows) return;
-    unsigned int off = offs[r], len = lens[r];
+    if (r >= a.rows) return;
+    const unsigned char* in = a.input;
+    unsigned int off = a.offs[r], len = a.lens[r];
     if (threadIdx.x == 0 && len >= 4) {
         unsigned int us = (unsigned int)in[off] | (unsigned int)in[off + 1] << 8 |
                           (unsigned int)in[off + 2] << 16 | (unsigned int)in[off + 3] << 24;
@@ -43,5 +50,5 @@ extern "C" __global__ void spin_rows(const unsigned char* in, const unsigned int
         }
     }
     __syncthreads();
-    copy_row(in, out, off, len);
+    copy_row(in, a.out, off, len);
 }

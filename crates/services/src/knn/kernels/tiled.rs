@@ -1,0 +1,145 @@
+//! The tiled plan's kernels (`knn_tiled.cu`), declared once: name, argument block, grid rule.
+
+use super::BLOCK;
+use cohort_gpu::kernel_args;
+use cohort_gpu::launch::{ArgsLayout, Dev, Grid, KernelDecl};
+
+kernel_args! {
+    /// Query x centroid distances as tiled products.
+    pub struct KnnFilterTiledArgs {
+        queries: Dev<f32>,
+        nq: i32,
+        centroids: Dev<f32>,
+        nlist: i32,
+        dim: i32,
+        metric: i32,
+        chunk: i32,
+        scratch: Dev<f32>,
+    }
+}
+
+kernel_args! {
+    /// The nprobe nearest cells of each query (radix select).
+    pub struct KnnSelectFilterArgs {
+        scratch: Dev<f32>,
+        nlist: i32,
+        nprobe: i32,
+        probes: Dev<u32>,
+    }
+}
+
+kernel_args! {
+    /// Each query's candidate row layout; queries per cell.
+    pub struct KnnPlanArgs {
+        probes: Dev<u32>,
+        nq: i32,
+        nprobe: i32,
+        offsets: Dev<u64>,
+        poff: Dev<u32>,
+        totals: Dev<u32>,
+        counts: Dev<u32>,
+    }
+}
+
+kernel_args! {
+    /// Pair starts and work items per cell (prefix sums).
+    pub struct KnnScanItemsArgs {
+        counts: Dev<u32>,
+        nlist: i32,
+        offsets: Dev<u64>,
+        chunk: i32,
+        cursor: Dev<u32>,
+        items: Dev<u32>,
+    }
+}
+
+kernel_args! {
+    /// The (query, probe) pairs grouped by cell.
+    pub struct KnnScatterArgs {
+        probes: Dev<u32>,
+        pairs: i32,
+        cursor: Dev<u32>,
+        order: Dev<u32>,
+    }
+}
+
+kernel_args! {
+    /// Cell x query-group distances into the candidate rows.
+    pub struct KnnSearchTiledArgs {
+        queries: Dev<f32>,
+        /// f32, f16 or u8 rows: the kernel of the index's precision reads them.
+        vectors: Dev<()>,
+        offsets: Dev<u64>,
+        nlist: i32,
+        nprobe: i32,
+        dim: i32,
+        chunk: i32,
+        metric: i32,
+        counts: Dev<u32>,
+        cursor: Dev<u32>,
+        items: Dev<u32>,
+        order: Dev<u32>,
+        poff: Dev<u32>,
+        cand: Dev<f32>,
+        stride: u64,
+    }
+}
+
+kernel_args! {
+    /// The k nearest of each query's candidate row.
+    pub struct KnnSelectSearchArgs {
+        cand: Dev<f32>,
+        stride: u64,
+        totals: Dev<u32>,
+        poff: Dev<u32>,
+        probes: Dev<u32>,
+        nprobe: i32,
+        offsets: Dev<u64>,
+        row_ids: Dev<u32>,
+        k: i32,
+        out_ids: Dev<u32>,
+        out_dist: Dev<f32>,
+    }
+}
+
+const B: u32 = BLOCK as u32;
+/// Grid (query groups of QB, centroid chunks).
+pub const FILTER: KernelDecl<KnnFilterTiledArgs> =
+    KernelDecl::new("knn_filter_tiled", B, Grid::Sized);
+pub const SELECT_FILTER: KernelDecl<KnnSelectFilterArgs> =
+    KernelDecl::new("knn_select_filter", B, Grid::BlockPerItem);
+pub const PLAN: KernelDecl<KnnPlanArgs> =
+    KernelDecl::new("knn_plan", B, Grid::ThreadPerItem { cap: 0 });
+/// One block over every cell.
+pub const SCAN_ITEMS: KernelDecl<KnnScanItemsArgs> =
+    KernelDecl::new("knn_scan_items", B, Grid::Sized);
+/// Grid-stride over the pairs.
+pub const SCATTER: KernelDecl<KnnScatterArgs> =
+    KernelDecl::new("knn_scatter", B, Grid::ThreadPerItem { cap: 1024 });
+/// By precision (f32, f16, u8); blocks stride over work items only the device counts, so the
+/// caller sizes the grid from the resident blocks.
+pub const SEARCH: [KernelDecl<KnnSearchTiledArgs>; 3] = [
+    KernelDecl::new("knn_search_tiled", B, Grid::Sized),
+    KernelDecl::new("knn_search_tiled_f16", B, Grid::Sized),
+    KernelDecl::new("knn_search_tiled_u8", B, Grid::Sized),
+];
+pub const SELECT_SEARCH: KernelDecl<KnnSelectSearchArgs> =
+    KernelDecl::new("knn_select_search", 256, Grid::BlockPerItem);
+/// 1024 threads per query: for cohorts too small to fill the SMs with 256-thread blocks.
+pub const SELECT_SEARCH_WIDE: KernelDecl<KnnSelectSearchArgs> =
+    KernelDecl::new("knn_select_search_wide", 1024, Grid::BlockPerItem);
+
+/// Every kernel of `knn_tiled.cu`, for the layout check.
+pub fn checked() -> Vec<(&'static str, ArgsLayout)> {
+    let mut v = vec![
+        FILTER.checked(),
+        SELECT_FILTER.checked(),
+        PLAN.checked(),
+        SCAN_ITEMS.checked(),
+        SCATTER.checked(),
+        SELECT_SEARCH.checked(),
+        SELECT_SEARCH_WIDE.checked(),
+    ];
+    v.extend(SEARCH.iter().map(KernelDecl::checked));
+    v
+}
