@@ -34,7 +34,7 @@ done
 echo "server up after ${SECONDS}s"
 rates=${RATES:-5k,10k,20k,40k,60k,80k,120k,160k,240k}
 taskset -c "$half-$((cores - 1))" "$cohort" load --target "http://127.0.0.1:$port" \
-    --service bank --bank-users "$users" --poisson --sweep "$rates" --connections "${CONNECTIONS:-64}" \
+    --service bank --users "$users" --poisson --sweep "$rates" --connections "${CONNECTIONS:-64}" \
     --duration 3 --warmup 1 --answer-timeout-ms 2000 --server-pid "$server" \
     --label "cohort serve --service bank $* (cores 0-$((half - 1))); load on cores $half-$((cores - 1))" \
     --json "$base.json" --plot "$base.png"

@@ -26,8 +26,8 @@ pub enum Hog {
 
 #[derive(Args, Debug)]
 pub struct ServedBench {
-    /// Services to load (echo; knn needs --index, --queries and --gt; bank is served and
-    /// loaded over HTTP, every page checked).
+    /// Services to load (echo; knn needs --index, --queries and --gt; a service of raw HTTP
+    /// pages is served and loaded over HTTP, every page checked).
     #[arg(long, value_delimiter = ',', default_value = "echo")]
     pub services: Vec<String>,
     /// Engines (cpu, inline, gpu-direct, gpu-cohort, gpu-persistent, hybrid).
@@ -46,7 +46,7 @@ pub struct ServedBench {
     pub duration: f64,
     #[arg(long, default_value_t = 1.0)]
     pub warmup: f64,
-    /// UDP sockets (HTTP connections for the bank) of the generator.
+    /// UDP sockets (HTTP connections for a page service) of the generator.
     #[arg(long, default_value_t = 8)]
     pub connections: usize,
     /// The generator's cores (default: every core after the largest server's).
@@ -73,10 +73,11 @@ pub struct ServedBench {
     /// Another serve flag for every server, e.g. --serve-arg=--io-spin-us=50 (repeatable).
     #[arg(long, allow_hyphen_values = true)]
     pub serve_arg: Vec<String>,
-    /// bank: users of the server's backend (its --bank-users and the generator's).
-    #[arg(long, default_value_t = 100_000)]
-    pub bank_users: u32,
-    /// UDP (HTTP for the bank) port of the server on 127.0.0.1.
+    /// Users of the server's backend, for a service with a `users` setting (the server's
+    /// setting and the generator's --users).
+    #[arg(long, alias = "bank-users", default_value_t = 100_000)]
+    pub users: u32,
+    /// UDP (HTTP for a page service) port of the server on 127.0.0.1.
     #[arg(long, default_value_t = 7300)]
     pub port: u16,
     /// Seconds a server may take to listen (a GPU engine compiles its kernels first).
@@ -154,12 +155,33 @@ fn plot_path(out: &Path, service: &str) -> PathBuf {
     out.with_file_name(format!("{stem}-{service}.png"))
 }
 
-/// One server (service, engine, n cores) and a generator run per rate.
-/// The bank's requests are HTTP pages: served and loaded over HTTP, the rest over UDP.
+/// A service of raw HTTP pages (its workload browses sessions of pages) is served and loaded
+/// over HTTP, the rest over UDP.
 fn over_http(service: &str) -> bool {
-    service == "bank"
+    // The smallest options a workload accepts; one that needs files (knn) refuses them and is
+    // not a page service.
+    let options = cohort_services::workload::LoadOptions {
+        payload_bytes: 1,
+        spin_us: 0,
+        queries: None,
+        gt: None,
+        k: 1,
+        nprobe: 1,
+        users: 1,
+    };
+    cohort_services::catalog::entry(service)
+        .and_then(|e| (e.workload)(&options).ok())
+        .is_some_and(|w| w.pages().is_some())
 }
 
+/// Whether the service has a `users` setting (its records are per user).
+fn has_users(service: &str) -> bool {
+    cohort_services::catalog::entry(service)
+        .and_then(|e| (e.resolve)(&Default::default()).ok())
+        .is_some_and(|s| s.contains_key("users"))
+}
+
+/// One server (service, engine, n cores) and a generator run per rate.
 #[allow(clippy::too_many_arguments)]
 fn point(
     a: &ServedBench,
@@ -192,8 +214,8 @@ fn point(
     if engine == "cpu" {
         flags.extend(["--service-opt".into(), format!("{service}.workers={n}")]);
     }
-    if over_http(service) {
-        flags.extend(["--bank-users".into(), a.bank_users.to_string()]);
+    if has_users(service) {
+        flags.extend(["--service-opt".into(), format!("{service}.users={}", a.users)]);
     }
     if let Some(ix) = &a.index {
         if service == "knn" {
@@ -315,8 +337,8 @@ fn load(
         "--json".into(),
         json_path.display().to_string(),
     ];
-    if over_http(service) {
-        args.extend(["--users".into(), a.bank_users.to_string()]);
+    if has_users(service) {
+        args.extend(["--users".into(), a.users.to_string()]);
     }
     if service == "knn" {
         let p = |x: &Option<PathBuf>| {
