@@ -14,7 +14,7 @@ mkdir -p "$out"
 cores=$(nproc)
 users=1000000
 
-[ -n "${SERVED_ONLY:-}" ] || "$cohort" bench bank-cpu --workers 1,4,8,16 --users "$users" --served-workers 0 \
+[ -n "${SERVED_ONLY:-}" ] || "$cohort" bench bank-cpu --workers 1,4,8,16 --users "$users" \
     --out "$out/bank-cpu-inprocess-$tag.json"
 
 # Served: the server on the first half of the cores (io threads + the rest workers), the

@@ -64,10 +64,17 @@ enum Cmd {
 }
 
 /// The command line: the derived commands, plus on `serve` the flags each service declares
-/// (`--index` of knn, ...), which the services' catalog lists.
+/// (`--index` of knn, ...) and under `bench` each service's own benchmarks, which the
+/// services' catalog lists.
 fn command() -> clap::Command {
     use clap::CommandFactory;
-    Cli::command().mut_subcommand("serve", |mut c| {
+    let cmd = Cli::command().mut_subcommand("bench", |mut c| {
+        for b in cohort_services::catalog::benches() {
+            c = c.subcommand((b.command)());
+        }
+        c
+    });
+    cmd.mut_subcommand("serve", |mut c| {
         for (_, f) in cohort_services::catalog::flags() {
             let arg = clap::Arg::new(f.long).long(f.long);
             c = c.arg(if f.switch {
@@ -131,6 +138,36 @@ fn keep_freed_memory() {
     }
 }
 
+/// `cohort bench NAME ...` where NAME is a service's own benchmark: it, and its flags.
+fn service_bench(
+    m: &clap::ArgMatches,
+) -> Option<(
+    &'static cohort_services::catalog::ServiceBench,
+    &clap::ArgMatches,
+)> {
+    let (name, sub) = m.subcommand_matches("bench")?.subcommand()?;
+    cohort_services::catalog::benches()
+        .find(|b| b.name == name)
+        .map(|b| (b, sub))
+}
+
+fn init_tracing(level: &str) {
+    let mut filter = tracing_subscriber::EnvFilter::try_new(level)
+        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
+    // rustls warns once per handshake about clients' quirks (an IP address sent as SNI, as wrk
+    // does): a line per connection. Its errors still show; `--log-level rustls=warn` restores.
+    if !level.contains("rustls") {
+        filter = filter.add_directive("rustls=error".parse().expect("static directive"));
+    }
+    // Colours only for a terminal: logs piped to files or collectors stay plain text.
+    use std::io::IsTerminal;
+    tracing_subscriber::fmt()
+        .with_env_filter(filter)
+        .with_writer(std::io::stderr)
+        .with_ansi(std::io::stderr().is_terminal())
+        .init();
+}
+
 fn main() {
     // Persistent kernels never end: with lazy module loading a later kernel load can wait on
     // them forever. The driver reads this at cuInit, so it is set before anything else runs.
@@ -148,25 +185,26 @@ fn main() {
     };
     use clap::FromArgMatches;
     let matches = command().get_matches_from(args);
+    if let Some((bench, m)) = service_bench(&matches) {
+        let level = matches
+            .get_one::<String>("log_level")
+            .map_or("info", String::as_str);
+        init_tracing(level);
+        let record = |path: &std::path::Path, v: serde_json::Value| {
+            bench::write_result(path, v).map_err(|e| format!("{e:#}"))
+        };
+        if let Err(e) = (bench.run)(m, &record) {
+            eprintln!("error: {e}");
+            std::process::exit(1);
+        }
+        return;
+    }
     let mut cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     if let (Cmd::Serve(a), Some(m)) = (&mut cli.cmd, matches.subcommand_matches("serve")) {
         a.service_settings = file_services;
         service_flags(a, m);
     }
-    let mut filter = tracing_subscriber::EnvFilter::try_new(&cli.log_level)
-        .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
-    // rustls warns once per handshake about clients' quirks (an IP address sent as SNI, as wrk
-    // does): a line per connection. Its errors still show; `--log-level rustls=warn` restores.
-    if !cli.log_level.contains("rustls") {
-        filter = filter.add_directive("rustls=error".parse().expect("static directive"));
-    }
-    // Colours only for a terminal: logs piped to files or collectors stay plain text.
-    use std::io::IsTerminal;
-    tracing_subscriber::fmt()
-        .with_env_filter(filter)
-        .with_writer(std::io::stderr)
-        .with_ansi(std::io::stderr().is_terminal())
-        .init();
+    init_tracing(&cli.log_level);
     let result = match cli.cmd {
         Cmd::Serve(a) => serve::run(*a, matches.subcommand_matches("serve")),
         Cmd::Load(a) => load_cmd::run(a),

@@ -14,7 +14,8 @@ mod tracker;
 mod transport;
 mod workload;
 
-pub use plot::{plot_bars, plot_lines, plot_sweep};
+pub use cohort_plot::{plot_bars, plot_lines};
+pub use plot::plot_sweep;
 pub use report::Report;
 pub use run::{run, run_sweep, tls_client, ClientKey, LoadConfig, Mode, Target};
 pub use workload::Workload;

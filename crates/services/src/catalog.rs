@@ -38,6 +38,24 @@ pub struct Entry {
     pub kernels: fn() -> Vec<&'static KernelSource>,
     /// What `cohort load --service NAME` sends it and how it checks the answers.
     pub workload: fn(&LoadOptions) -> Result<Arc<dyn Workload>, String>,
+    /// Its own benchmarks (`cohort bench NAME ...`), beside its code.
+    pub benches: &'static [ServiceBench],
+}
+
+/// Writes a benchmark's result at a path, with the machine, commit and command beside it
+/// (the binary's: it knows its commit), atomically.
+pub type Record<'a> = &'a dyn Fn(&std::path::Path, serde_json::Value) -> Result<(), String>;
+
+/// A service's benchmark: `cohort bench NAME` with the flags `command` declares.
+pub struct ServiceBench {
+    pub name: &'static str,
+    pub command: fn() -> clap::Command,
+    pub run: fn(&clap::ArgMatches, Record) -> Result<(), String>,
+}
+
+/// Every service's benchmarks.
+pub fn benches() -> impl Iterator<Item = &'static ServiceBench> {
+    all().flat_map(|e| e.benches.iter())
 }
 
 /// What a user can serve.

@@ -1,9 +1,7 @@
 //! `cohort bench ...`: benchmarks that write JSON results naming the machine, the commit and
-//! the command, under bench/results/ by default.
+//! the command, under bench/results/ by default. A service's own benchmarks live
+//! in its folder and join these through the catalog (`main.rs`).
 
-mod bank;
-mod bank_gpu;
-mod bank_plot;
 mod build;
 mod echo;
 mod engine;
@@ -40,16 +38,6 @@ pub enum BenchCmd {
     IndexBuild(build::BuildBench),
     /// Czarnul's multi-stream CPU+GPU packet processing: streams, memory modes, CPU threads.
     Streams(streams::StreamsBench),
-    /// The bank on the cpu engine: in-process requests/s per worker count, then served over
-    /// loopback HTTP (Rhythm's CPU baseline).
-    BankCpu(bank::BankBench),
-    /// The bank's HTTP parser alone on one GPU: requests/s per cohort size and slot layout.
-    BankParseGpu(bank_gpu::BankParseBench),
-    /// The whole bank on one GPU in-process: per type and cohort size, pages in GPU memory or
-    /// copied to the host, the PCIe bound, energy.
-    BankGpu(bank_gpu::BankGpuBench),
-    /// The bank's figures (cohort sweep, per type, streams, Table 3) from recorded results.
-    BankPlot(bank_plot::BankPlotArgs),
     /// Several sweeps on one throughput-latency plot.
     Plot(plot::PlotArgs),
     /// The HTTP path beside nginx as bars (`scripts/http-served.sh`'s JSON).
@@ -66,10 +54,6 @@ pub fn run(cmd: BenchCmd) -> Result<()> {
         BenchCmd::Hog(a) => hog::run(&a),
         BenchCmd::IndexBuild(a) => build::run(&a),
         BenchCmd::Streams(a) => streams::run(&a),
-        BenchCmd::BankCpu(a) => bank::run(&a),
-        BenchCmd::BankParseGpu(a) => bank_gpu::run(&a),
-        BenchCmd::BankGpu(a) => bank_gpu::run_all(&a),
-        BenchCmd::BankPlot(a) => bank_plot::run(&a),
         BenchCmd::Plot(a) => plot::run(&a),
         BenchCmd::HttpPlot(a) => http_plot::run(&a),
     }

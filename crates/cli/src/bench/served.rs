@@ -75,7 +75,7 @@ pub struct ServedBench {
     pub serve_arg: Vec<String>,
     /// Users of the server's backend, for a service with a `users` setting (the server's
     /// setting and the generator's --users).
-    #[arg(long, alias = "bank-users", default_value_t = 100_000)]
+    #[arg(long, default_value_t = 100_000)]
     pub users: u32,
     /// UDP (HTTP for a page service) port of the server on 127.0.0.1.
     #[arg(long, default_value_t = 7300)]
@@ -215,7 +215,10 @@ fn point(
         flags.extend(["--service-opt".into(), format!("{service}.workers={n}")]);
     }
     if has_users(service) {
-        flags.extend(["--service-opt".into(), format!("{service}.users={}", a.users)]);
+        flags.extend([
+            "--service-opt".into(),
+            format!("{service}.users={}", a.users),
+        ]);
     }
     if let Some(ix) = &a.index {
         if service == "knn" {

@@ -6,6 +6,8 @@
 
 #[cfg(feature = "backends")]
 pub mod backend;
+#[cfg(feature = "backends")]
+pub mod bench;
 pub mod besim;
 pub mod client;
 #[cfg(feature = "backends")]

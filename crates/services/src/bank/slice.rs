@@ -22,6 +22,7 @@ pub const ENTRY: Entry = Entry {
     // Sessions live in one device's memory.
     one_gpu: true,
     kernels: || vec![super::kernels::source()],
+    benches: super::bench::BENCHES,
     workload: |o| {
         if o.users == 0 {
             return Err("bank load: --users must be at least 1".into());

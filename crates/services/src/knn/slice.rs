@@ -20,6 +20,7 @@ pub const ENTRY: Entry = Entry {
     persistent: Some(persistent),
     one_gpu: false,
     kernels: || super::kernels::sources().to_vec(),
+    benches: &[],
     workload: |o| Ok(Arc::new(super::load::KnnWorkload::from_options(o)?)),
 };
 

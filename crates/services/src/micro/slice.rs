@@ -29,6 +29,7 @@ pub const ECHO: Entry = Entry {
     persistent: Some(|_, dev| persistent(Micro::Echo, dev)),
     one_gpu: false,
     kernels: super::sources,
+    benches: &[],
     workload: |o| {
         Ok(Arc::new(super::load::EchoWorkload {
             payload_bytes: o.payload_bytes,
@@ -50,6 +51,7 @@ pub const SPIN: Entry = Entry {
     one_gpu: false,
     // The same units as echo's (listed once, under echo).
     kernels: Vec::new,
+    benches: &[],
     workload: |o| {
         Ok(Arc::new(super::load::SpinWorkload {
             spin_us: o.spin_us,

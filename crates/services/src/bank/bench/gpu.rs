@@ -3,10 +3,11 @@
 //! one thread per request, row-major vs transposed slots, per cohort size. The first launch
 //! of each layout is checked against the CPU twin request by request.
 
+use super::Record;
+use crate::bank::gpu::GpuParser;
+use crate::bank::{client, parse};
 use anyhow::{Context, Result};
 use clap::Args;
-use cohort_services::bank::gpu::GpuParser;
-use cohort_services::bank::{client, parse};
 use rand::{Rng, SeedableRng};
 use serde_json::json;
 use std::path::PathBuf;
@@ -24,7 +25,7 @@ pub struct BankParseBench {
     pub out: PathBuf,
 }
 
-pub fn run(a: &BankParseBench) -> Result<()> {
+pub fn run(a: &BankParseBench, record: Record) -> Result<()> {
     let devs = cohort_gpu::probe().context("the parser benchmark needs a GPU")?;
     let max = *a.cohorts.iter().max().context("--cohorts is empty")?;
     anyhow::ensure!(
@@ -36,11 +37,10 @@ pub fn run(a: &BankParseBench) -> Result<()> {
         .map(|_| {
             let user = rng.gen_range(1..=1_000_000);
             let kind = client::draw(&mut rng);
-            let cookie =
-                (kind != cohort_services::bank::kinds::Kind::Login).then(|| parse::Cookie {
-                    user,
-                    token: rng.gen(),
-                });
+            let cookie = (kind != crate::bank::kinds::Kind::Login).then(|| parse::Cookie {
+                user,
+                token: rng.gen(),
+            });
             client::step(kind, user, &mut rng).raw(cookie)
         })
         .collect();
@@ -79,10 +79,11 @@ pub fn run(a: &BankParseBench) -> Result<()> {
             }));
         }
     }
-    super::write_result(
+    record(
         &a.out,
         json!({ "gpu": devs[0].name, "points": points, "iters": a.iters }),
     )
+    .map_err(anyhow::Error::msg)
 }
 
 /// The whole bank on one GPU in-process (Rhythm's emulation): cohorts of one request type,
@@ -114,15 +115,15 @@ pub struct BankGpuBench {
     /// Where the records live: computed (per thread), gpu (the record table in GPU memory,
     /// Titan B) or memcached://HOST:PORT (one multiget per cohort through the host, Titan A).
     #[arg(long, default_value = "computed")]
-    pub backend: cohort_services::bank::store::Placement,
+    pub backend: crate::bank::store::Placement,
     #[arg(long, default_value = "bench/results/bank-gpu.json")]
     pub out: PathBuf,
 }
 
-use cohort_services::bank::gpu::{pack, upload_bytes};
-use cohort_services::bank::gpu_records::SharedRecords;
-use cohort_services::bank::kinds::{Kind, KINDS};
-use cohort_services::bank::parse::Cookie;
+use crate::bank::gpu::{pack, upload_bytes};
+use crate::bank::gpu_records::SharedRecords;
+use crate::bank::kinds::{Kind, KINDS};
+use crate::bank::parse::Cookie;
 
 /// One pre-built cohort: packed slots (pinned) and lengths.
 struct Cohort {
@@ -154,11 +155,11 @@ fn build(
 fn longest(kind: Kind) -> usize {
     kind.info()
         .page_bytes
-        .max(cohort_services::bank::page::REFUSAL_PAGE_BYTES)
+        .max(crate::bank::page::REFUSAL_PAGE_BYTES)
         + 256
 }
 
-pub fn run_all(a: &BankGpuBench) -> Result<()> {
+pub fn run_all(a: &BankGpuBench, record: Record) -> Result<()> {
     let devs = cohort_gpu::probe().context("the bank GPU benchmark needs a GPU")?;
     let max = *a.cohorts.iter().max().context("--cohorts is empty")?;
     anyhow::ensure!(
@@ -198,10 +199,8 @@ pub fn run_all(a: &BankGpuBench) -> Result<()> {
     let mut next_user = max as u32 + 1;
     let mut points = Vec::new();
     // Pinned, as a server's send buffers would be (pageable memory halves the copy rate).
-    let mut host_pinned = cohort_gpu::engine::Pinned::<u8>::for_reads(
-        &ctx,
-        max * cohort_services::bank::cuda::RESP_SLOT,
-    )?;
+    let mut host_pinned =
+        cohort_gpu::engine::Pinned::<u8>::for_reads(&ctx, max * crate::bank::cuda::RESP_SLOT)?;
     let host = host_pinned.as_mut_slice();
     for transposed in [false, true] {
         for &c in &a.cohorts {
@@ -339,13 +338,14 @@ pub fn run_all(a: &BankGpuBench) -> Result<()> {
             }));
         }
     }
-    super::write_result(
+    record(
         &a.out,
         json!({ "gpu": devs[0].name, "users": a.users, "iters": a.iters,
                 "backend": a.backend.to_string(),
                 "pinned_h2d_bytes_per_s": h2d, "pinned_d2h_bytes_per_s": d2h, "points": points,
                 "sustained": sustained_sweep(a, &g, &records, &pool, &cookies)? }),
     )
+    .map_err(anyhow::Error::msg)
 }
 
 /// The sustained mix at every --streams point, pages left in GPU memory and copied to the
@@ -413,7 +413,7 @@ fn sustained(
     streams: usize,
     copy: bool,
 ) -> Result<serde_json::Value> {
-    use cohort_services::bank::gpu::CohortBuffers;
+    use crate::bank::gpu::CohortBuffers;
     let ctx = g.context();
     let (kernels, table) = g.parts();
     let table = table.context("the harness has its session table")?;
@@ -433,7 +433,7 @@ fn sustained(
         cohorts.push((info.mix_bp, build(ctx, info.kind, &reqs, true)?));
     }
     let total_bp: u32 = cohorts.iter().map(|(bp, _)| bp).sum();
-    let slot = cohort_services::bank::cuda::RESP_SLOT;
+    let slot = crate::bank::cuda::RESP_SLOT;
     let mut lanes = Vec::new();
     for _ in 0..streams {
         let s = ctx.new_stream()?;

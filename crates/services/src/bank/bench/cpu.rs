@@ -1,22 +1,19 @@
-//! The bank (Rhythm's banking workload) on the cpu engine: the CPU baseline of Rhythm's
-//! Table 3. In-process first, as Rhythm's emulation: sessions of the Table 2 mix pre-built
-//! in memory, served by `workers` threads calling the service directly (no network), every
-//! page checked on the first pass; then served over loopback HTTP by the real server, with the
-//! load generator's session replay raising an open-loop rate until p99 passes the limit.
+//! The bank (Rhythm's banking workload) on the CPU in-process: the CPU baseline of Rhythm's
+//! Table 3, as Rhythm's emulation: sessions of the Table 2 mix pre-built in memory, served by
+//! `workers` threads calling the service directly (no network), every page checked on the
+//! first pass. Served over HTTP is `cohort bench served --services bank` (the server pinned,
+//! the generator a separate process; `scripts/bank-cpu.sh` runs both).
 
-use crate::serve::{self, ServeArgs};
+use super::Record;
+use crate::bank::client;
+use crate::bank::kinds::{Kind, KINDS};
+use crate::bank::{Bank, BankConfig};
 use anyhow::Result;
 use clap::Args;
-use cohort_load::{LoadConfig, Mode, Target};
-use cohort_services::bank::client;
-use cohort_services::bank::kinds::{Kind, KINDS};
-use cohort_services::bank::load::BankWorkload;
-use cohort_services::bank::{Bank, BankConfig};
 use rand::rngs::SmallRng;
 use rand::SeedableRng;
 use serde_json::json;
 use std::path::PathBuf;
-use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 #[derive(Args, Debug)]
@@ -25,7 +22,7 @@ pub struct BankBench {
     #[arg(long, value_delimiter = ',', default_value = "1,4,8,16")]
     pub workers: Vec<usize>,
     /// Users in the backend.
-    #[arg(long, default_value_t = cohort_services::bank::besim::DEFAULT_USERS)]
+    #[arg(long, default_value_t = crate::bank::besim::DEFAULT_USERS)]
     pub users: u32,
     /// Sessions pre-built per worker.
     #[arg(long, default_value_t = 2000)]
@@ -37,19 +34,6 @@ pub struct BankBench {
     /// (RAPL is not readable on the lent machines), so the figure is stated, not measured.
     #[arg(long, default_value_t = 10.0)]
     pub core_watts: f64,
-    /// Served over loopback HTTP: cpu engine workers (0 = skip the served part).
-    #[arg(long, default_value_t = 1)]
-    pub served_workers: usize,
-    #[arg(long, default_value_t = 4)]
-    pub connections: usize,
-    #[arg(long, default_value_t = 5000.0)]
-    pub p99_limit_us: f64,
-    #[arg(long, value_parser = crate::util::parse_rate, default_value = "2k")]
-    pub start_rate: f64,
-    #[arg(long, value_parser = crate::util::parse_rate, default_value = "1M")]
-    pub max_rate: f64,
-    #[arg(long, default_value_t = 1.4)]
-    pub step: f64,
     #[arg(long, default_value = "bench/results/bank-cpu.json")]
     pub out: PathBuf,
 }
@@ -61,8 +45,7 @@ struct Session {
     requests: Vec<(Kind, Vec<u8>, Option<usize>)>,
 }
 
-const PLACEHOLDER: cohort_services::bank::parse::Cookie =
-    cohort_services::bank::parse::Cookie { user: 0, token: 0 };
+const PLACEHOLDER: crate::bank::parse::Cookie = crate::bank::parse::Cookie { user: 0, token: 0 };
 
 fn build_sessions(users: u32, worker: usize, workers: usize, n: usize, seed: u64) -> Vec<Session> {
     let mut rng = SmallRng::seed_from_u64(seed ^ worker as u64);
@@ -86,12 +69,11 @@ fn build_sessions(users: u32, worker: usize, workers: usize, n: usize, seed: u64
                 if kind == Kind::Login {
                     break;
                 }
-                let raw = client::step(kind, user, &mut rng).raw(Some(
-                    cohort_services::bank::parse::Cookie {
+                let raw =
+                    client::step(kind, user, &mut rng).raw(Some(crate::bank::parse::Cookie {
                         user,
                         ..PLACEHOLDER
-                    },
-                ));
+                    }));
                 let marker = format!("SID={user}-");
                 let at = raw
                     .windows(marker.len())
@@ -136,18 +118,18 @@ fn serve_sessions(
                 }
                 if check {
                     // The step is re-derived from the raw request to build the expected page.
-                    let parsed = cohort_services::bank::parse::parse(raw).expect("own request");
+                    let parsed = crate::bank::parse::parse(raw).expect("own request");
                     let mut want = Vec::new();
                     let change = match kind {
-                        Kind::Login => cohort_services::bank::page::SessionChange::Opened(
+                        Kind::Login => crate::bank::page::SessionChange::Opened(
                             client::set_cookie(&out).expect("cookie"),
                         ),
-                        Kind::Logout => cohort_services::bank::page::SessionChange::Closed,
-                        _ => cohort_services::bank::page::SessionChange::None,
+                        Kind::Logout => crate::bank::page::SessionChange::Closed,
+                        _ => crate::bank::page::SessionChange::None,
                     };
-                    cohort_services::bank::page::render(
+                    crate::bank::page::render(
                         &parsed,
-                        cohort_services::bank::record::Records::Computed(s.user),
+                        crate::bank::record::Records::Computed(s.user),
                         change,
                         &mut want,
                     );
@@ -222,51 +204,7 @@ fn in_process(a: &BankBench, workers: usize) -> Result<serde_json::Value> {
     }))
 }
 
-fn served(a: &BankBench) -> Result<serde_json::Value> {
-    let mut sa = ServeArgs::loopback("bank");
-    sa.udp = None;
-    sa.tcp = None;
-    sa.set_service("bank", "users", a.users as i64);
-    sa.workers = a.served_workers;
-    let stack = serve::start(&sa)?;
-    let target = Target::Http(stack.server.http_addr.expect("http"));
-    let w = Arc::new(BankWorkload { users: a.users });
-    let (mut points, mut best, mut rate) = (Vec::new(), None, a.start_rate);
-    while rate <= a.max_rate {
-        let cfg = LoadConfig::new(
-            target,
-            Mode::Open {
-                rate,
-                poisson: true,
-            },
-            Duration::from_secs_f64(a.duration),
-            a.connections,
-        );
-        let r = cohort_load::run(&cfg, w.clone())?;
-        eprintln!("served workers={} {}", a.served_workers, r.table_row());
-        let ok = super::echo::meets(&r, a.p99_limit_us);
-        points.push(r);
-        if !ok {
-            break;
-        }
-        best = Some(rate);
-        rate *= a.step;
-    }
-    stack.shutdown();
-    println!(
-        "served over loopback HTTP, {} cpu worker(s): highest rate with p99 <= {} us: {}",
-        a.served_workers,
-        a.p99_limit_us,
-        best.map(|b| format!("{b:.0}/s"))
-            .unwrap_or_else(|| "none".into())
-    );
-    Ok(json!({
-        "workers": a.served_workers, "connections": a.connections, "p99_limit_us": a.p99_limit_us,
-        "max_rate_meeting_limit": best, "points": points,
-    }))
-}
-
-pub fn run(a: &BankBench) -> Result<()> {
+pub fn run(a: &BankBench, record: Record) -> Result<()> {
     anyhow::ensure!(
         a.users >= 1 && a.sessions >= 1,
         "--users and --sessions must be positive"
@@ -276,13 +214,9 @@ pub fn run(a: &BankBench) -> Result<()> {
         anyhow::ensure!(w >= 1, "--workers entries must be positive");
         inproc.push(in_process(a, w)?);
     }
-    let served = if a.served_workers > 0 {
-        Some(served(a)?)
-    } else {
-        None
-    };
-    super::write_result(
+    record(
         &a.out,
-        json!({ "engine": "cpu", "users": a.users, "in_process": inproc, "served_http": served }),
+        json!({ "engine": "cpu", "users": a.users, "in_process": inproc }),
     )
+    .map_err(anyhow::Error::msg)
 }

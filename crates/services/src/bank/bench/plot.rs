@@ -3,9 +3,9 @@
 //! Table 3 (requests/s and requests per joule, cpu engine beside the GPU path), as PNGs
 //! beside the GPU JSON and Table 3 as markdown on stdout.
 
+use crate::bank::kinds::KINDS;
 use anyhow::{Context, Result};
 use clap::Args;
-use cohort_services::bank::kinds::KINDS;
 use serde_json::Value;
 use std::path::{Path, PathBuf};
 
@@ -68,7 +68,7 @@ pub fn run(a: &BankPlotArgs) -> Result<()> {
         ));
     }
     let out = beside(&a.gpu, "cohorts");
-    cohort_load::plot_lines(
+    cohort_plot::plot_lines(
         &series,
         "bank on one GPU: cohort size (one stream)",
         ("requests per cohort", "M requests/s (Table 2 mix)"),
@@ -92,7 +92,7 @@ pub fn run(a: &BankPlotArgs) -> Result<()> {
         bars.push((format!("{name}, pages in GPU memory"), rates));
     }
     let out = beside(&a.gpu, "per-type");
-    cohort_load::plot_bars(
+    cohort_plot::plot_bars(
         &names,
         &bars,
         &format!("bank per type, cohort {largest}"),
@@ -114,7 +114,7 @@ pub fn run(a: &BankPlotArgs) -> Result<()> {
                 .collect()
         };
         let out = beside(&a.gpu, "streams");
-        cohort_load::plot_lines(
+        cohort_plot::plot_lines(
             &[
                 ("pages in GPU memory".into(), of(false)),
                 ("copied to host".into(), of(true)),
@@ -184,7 +184,7 @@ fn table3(cpu: &Value, g: &Value, gpu_path: &Path) -> Result<()> {
             .map(|r| if pick == 1 { r.1 / 1e6 } else { r.2 / 1e3 })
             .collect();
         let out = beside(gpu_path, what);
-        cohort_load::plot_bars(
+        cohort_plot::plot_bars(
             &names,
             &[(y.to_string(), values)],
             "bank: Table 3",
