@@ -42,6 +42,11 @@ impl<T> Clone for Dev<T> {
     }
 }
 impl<T> Copy for Dev<T> {}
+impl<T> Default for Dev<T> {
+    fn default() -> Self {
+        Dev::NULL
+    }
+}
 impl<T> std::fmt::Debug for Dev<T> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         write!(f, "Dev({:#x})", self.0)
@@ -130,20 +135,31 @@ pub trait KernelArgs: DeviceRepr + Copy {
 #[macro_export]
 macro_rules! kernel_args {
     ($(#[$m:meta])* $vis:vis struct $name:ident { $($(#[$fm:meta])* $field:ident : $ty:ty),* $(,)? }) => {
+        $crate::kernel_args! {
+            @make [stringify!($name)] $(#[$m])* $vis struct $name { $($(#[$fm])* $field : $ty),* }
+        }
+    };
+    // `as "CName"`: the CUDA struct has another name (the runtime's `PRt`).
+    ($(#[$m:meta])* $vis:vis struct $name:ident as $cuda:literal { $($(#[$fm:meta])* $field:ident : $ty:ty),* $(,)? }) => {
+        $crate::kernel_args! {
+            @make [$cuda] $(#[$m])* $vis struct $name { $($(#[$fm])* $field : $ty),* }
+        }
+    };
+    (@make [$cuda:expr] $(#[$m:meta])* $vis:vis struct $name:ident { $($(#[$fm:meta])* $field:ident : $ty:ty),* }) => {
         $(#[$m])*
         #[repr(C)]
-        #[derive(Debug, Clone, Copy)]
+        #[derive(Debug, Clone, Copy, Default)]
         $vis struct $name {
             $($(#[$fm])* pub $field: $ty,)*
         }
 
         // SAFETY: a `#[repr(C)]` block of device addresses and numbers, no references; its
-        // layout is checked against the CUDA struct of the same name when the kernels compile.
+        // layout is checked against its CUDA struct when the kernels compile.
         unsafe impl $crate::launch::DeviceRepr for $name {}
 
         impl $crate::launch::KernelArgs for $name {
             const LAYOUT: $crate::launch::ArgsLayout = $crate::launch::ArgsLayout {
-                name: stringify!($name),
+                name: $cuda,
                 size: ::core::mem::size_of::<$name>(),
                 fields: &[$((
                     stringify!($field),

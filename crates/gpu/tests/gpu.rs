@@ -56,6 +56,9 @@ fn an_argument_block_laid_out_otherwise_in_cuda_does_not_compile() {
 
 #[test]
 fn the_runtime_compiles_for_sm90_through_nvrtc() {
+    // Its argument blocks' Rust layouts are asserted in the unit it compiles.
+    let src = runtime_alone().source;
+    assert!(src.contains("static_assert(sizeof(PRt) == ") && src.contains("sizeof(PPipe) == "));
     cohort_gpu::kernel_check::every_kernel_compiles("runtime", &[runtime_alone()], &[]);
 }
 

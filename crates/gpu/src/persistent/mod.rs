@@ -198,5 +198,10 @@ pub fn persistent_source(
         "persistent_ingress.cuh",
         include_str!("../../kernels/persistent_ingress.cuh"),
     ));
+    static LAYOUT: std::sync::OnceLock<&'static str> = std::sync::OnceLock::new();
+    files.push((
+        "rt layout (rt.rs)",
+        LAYOUT.get_or_init(|| Box::leak(rt::layout_asserts().into_boxed_str())),
+    ));
     KernelSource::assemble(name, &rt::prelude().and(prelude), &files)
 }

@@ -13,49 +13,56 @@ use cudarc::driver::{
 };
 use std::sync::Arc;
 
-/// Mirror of `PPipe`: every field 64 bits, so C and Rust agree without padding rules.
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Default)]
-pub struct PipeArgs {
-    pub ctr: u64,
-    pub seq: u64,
-    pub items: u64,
-    pub cap: u64,
+crate::kernel_args! {
+    /// Mirror of `PPipe`: every field 64 bits, so C and Rust agree without padding rules.
+    pub struct PipeArgs as "PPipe" {
+        ctr: u64,
+        seq: u64,
+        items: u64,
+        cap: u64,
+    }
 }
 
-/// Mirror of `PRt` (field for field; `persistent_layout_matches` in the GPU tests checks the
-/// device's sizeof against this one).
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Default)]
-pub struct RtArgs {
-    pub stop: u64,
-    pub dev_stop: u64,
-    pub rx: u64,
-    pub nrx: u64,
-    pub rx_slots: u64,
-    pub rx_stride: u64,
-    pub rx_copy: u64,
-    pub tx: u64,
-    pub tx_slots: u64,
-    pub tx_stride: u64,
-    pub tx_head: u64,
-    pub slots: u64,
-    pub nslots: u64,
-    pub payloads: u64,
-    pub payload_cap: u64,
-    pub stats: u64,
-    pub batch: u64,
-    pub prof: u64,
-    pub prof_log: u64,
-    pub prof_cap: u64,
-    /// Device u32[64 * BAR_GROUPS]: per barrier group, arrivals [0] and generation [32].
-    pub bar: u64,
-    pub free_slots: PipeArgs,
-    pub pipes: [PipeArgs; PIPES],
+crate::kernel_args! {
+    /// Mirror of `PRt`, field for field: the runtime's source ends with `static_assert`s of
+    /// this layout (`layout_asserts`), so the two cannot drift apart and still compile.
+    pub struct RtArgs as "PRt" {
+        stop: u64,
+        dev_stop: u64,
+        rx: u64,
+        nrx: u64,
+        rx_slots: u64,
+        rx_stride: u64,
+        rx_copy: u64,
+        tx: u64,
+        tx_slots: u64,
+        tx_stride: u64,
+        tx_head: u64,
+        slots: u64,
+        nslots: u64,
+        payloads: u64,
+        payload_cap: u64,
+        stats: u64,
+        batch: u64,
+        prof: u64,
+        prof_log: u64,
+        prof_cap: u64,
+        /// Device u32[64 * BAR_GROUPS]: per barrier group, arrivals [0] and generation [32].
+        bar: u64,
+        free_slots: PipeArgs,
+        pipes: [PipeArgs; PIPES],
+    }
 }
 
-// SAFETY: plain integers, passed by value as a kernel parameter.
-unsafe impl DeviceRepr for RtArgs {}
+/// `static_assert`s of the runtime's argument blocks as Rust lays them out (`PPipe`, `PRt`).
+pub fn layout_asserts() -> String {
+    use crate::launch::KernelArgs;
+    format!(
+        "\n// The runtime's blocks as Rust lays them out (rt.rs).\n{}{}",
+        PipeArgs::LAYOUT.cuda_asserts(),
+        RtArgs::LAYOUT.cuda_asserts()
+    )
+}
 
 /// 64-bit fields a service's argument block may have.
 pub const SVC_ARGS: usize = 32;

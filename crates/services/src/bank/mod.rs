@@ -30,6 +30,8 @@ pub mod session;
 pub mod slice;
 #[cfg(feature = "backends")]
 pub mod store;
+#[cfg(test)]
+mod tests;
 
 use besim::Besim;
 use cohort_engine::Service;

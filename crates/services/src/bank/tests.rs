@@ -1,11 +1,11 @@
 //! The bank service end to end on its CPU path: whole sessions of the Table 2 mix, every page
 //! compared with the one the backend records give; refusals; and no input that crashes it.
 
-use cohort_services::bank::besim::Besim;
-use cohort_services::bank::client::{self, Step};
-use cohort_services::bank::kinds::Kind;
-use cohort_services::bank::parse::Cookie;
-use cohort_services::bank::{Bank, BankConfig};
+use crate::bank::besim::Besim;
+use crate::bank::client::{self, Step};
+use crate::bank::kinds::Kind;
+use crate::bank::parse::Cookie;
+use crate::bank::{Bank, BankConfig};
 use proptest::prelude::*;
 use rand::rngs::SmallRng;
 use rand::{Rng, SeedableRng};
