@@ -75,14 +75,7 @@ pub fn plot_sweep(series: &[(String, Vec<Report>)], title: &str, out: &Path) -> 
             }
         }
     }
-    if labels {
-        chart
-            .configure_series_labels()
-            .border_style(BLACK)
-            .background_style(WHITE.mix(0.8))
-            .draw()
-            .map_err(|e| anyhow!("{e}"))?;
-    }
+    cohort_plot::legend(&mut chart, labels)?;
     root.present().map_err(|e| anyhow!("{e}"))?;
     Ok(())
 }

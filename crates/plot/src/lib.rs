@@ -32,6 +32,22 @@ pub fn register_font() -> bool {
     })
 }
 
+/// The series' legend, boxed, where the chart has text at all (`labels`: a font registered).
+pub fn legend<'a, DB: DrawingBackend + 'a, CT: CoordTranslate>(
+    chart: &mut ChartContext<'a, DB, CT>,
+    labels: bool,
+) -> Result<()> {
+    if labels {
+        chart
+            .configure_series_labels()
+            .border_style(BLACK)
+            .background_style(WHITE.mix(0.8))
+            .draw()
+            .map_err(|e| anyhow!("{e}"))?;
+    }
+    Ok(())
+}
+
 /// Lines of (x, y) points, one per series, on a linear y axis from 0 and a log-2 x axis
 /// where `log_x` (stream counts, loop counts). Without a system font, no text (as above).
 pub fn plot_lines(
@@ -81,14 +97,7 @@ pub fn plot_lines(
                         .legend(move |(x, y)| PathElement::new(vec![(x, y), (x + 20, y)], style));
                 }
             }
-            if labels {
-                chart
-                    .configure_series_labels()
-                    .border_style(BLACK)
-                    .background_style(WHITE.mix(0.8))
-                    .draw()
-                    .map_err(|e| anyhow!("{e}"))?;
-            }
+            legend(&mut chart, labels)?;
         }};
     }
     if log_x {
@@ -186,14 +195,7 @@ pub fn plot_bars(
             ))
             .map_err(|e| anyhow!("{e}"))?;
     }
-    if labels {
-        chart
-            .configure_series_labels()
-            .border_style(BLACK)
-            .background_style(WHITE.mix(0.8))
-            .draw()
-            .map_err(|e| anyhow!("{e}"))?;
-    }
+    legend(&mut chart, labels)?;
     root.present().map_err(|e| anyhow!("{e}"))?;
     Ok(())
 }

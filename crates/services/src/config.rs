@@ -78,6 +78,16 @@ pub fn value_of(raw: &str) -> toml::Value {
     }
 }
 
+/// Settings from `KEY=VALUE` pairs as text, read as the serve flags' values are (the tests'
+/// shorthand).
+#[cfg(test)]
+pub(crate) fn settings(pairs: &[(&str, &str)]) -> Settings {
+    pairs
+        .iter()
+        .map(|(k, v)| (k.to_string(), value_of(v)))
+        .collect()
+}
+
 /// Serde for a field whose type reads from and writes to text (`FromStr` + `Display`): an
 /// enum like `f16` or `memcached://HOST:PORT`.
 pub mod text {
@@ -147,13 +157,6 @@ mod tests {
             }
             Ok(())
         }
-    }
-
-    fn settings(pairs: &[(&str, &str)]) -> Settings {
-        pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), value_of(v)))
-            .collect()
     }
 
     #[test]

@@ -114,14 +114,7 @@ pub const FLAGS: &[ServiceFlag] = &[
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::config::{typed, value_of, Settings};
-
-    fn settings(pairs: &[(&str, &str)]) -> Settings {
-        pairs
-            .iter()
-            .map(|(k, v)| (k.to_string(), value_of(v)))
-            .collect()
-    }
+    use crate::config::{settings, typed};
 
     #[test]
     fn settings_read_their_flags_values_and_refuse_bad_ones() {
