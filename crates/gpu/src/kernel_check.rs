@@ -9,8 +9,8 @@ use crate::{compile_cached, nvrtc_available, report_skip, KernelSource};
 
 /// Compiles and checks `sources`; panics (this is a test helper) on the first failure. `also`
 /// names kernels a source's macros make (which its text does not spell out), for units
-/// without typed declarations: a typed unit's exports are checked against its declarations. Without NVRTC it
-/// reports the skip, unless `COHORT_REQUIRE_NVRTC` is set.
+/// without typed declarations: a typed unit's exports are checked against its declarations.
+/// Without NVRTC it reports the skip, unless `COHORT_REQUIRE_NVRTC` is set.
 pub fn every_kernel_compiles(what: &str, sources: &[&KernelSource], also: &[(&str, &[&str])]) {
     for s in sources {
         let restated = s.restated();

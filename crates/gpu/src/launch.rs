@@ -75,14 +75,9 @@ impl<T> Dev<T> {
         Dev(addr, PhantomData)
     }
 
-    /// The same address read as `U`s (bytes a kernel moves as whole words).
+    /// The same address read as `U`s: bytes a kernel moves as whole words, or `()` for the
+    /// CUDA side's `const void*` (kernels instantiated over several element types).
     pub fn cast<U>(self) -> Dev<U> {
-        Dev(self.0, PhantomData)
-    }
-
-    /// The same address with its element type forgotten (the CUDA side's `const void*`, for
-    /// kernels instantiated over several element types).
-    pub fn erase(self) -> Dev<()> {
         Dev(self.0, PhantomData)
     }
 
@@ -187,6 +182,32 @@ pub enum Grid {
     Sized,
 }
 
+impl Grid {
+    /// The grid `work` makes under this rule with blocks of `block` threads; `None` for no
+    /// work at all.
+    pub fn dims(self, block: u32, work: Work) -> Result<Option<(u32, u32)>, GpuError> {
+        let g = match (self, work) {
+            (Grid::ThreadPerItem { cap }, Work::Items(n)) => {
+                let b = n.div_ceil(block as usize);
+                let b = if cap > 0 { b.min(cap as usize) } else { b };
+                (u32::try_from(b).map_err(|_| too_big(n))?, 1)
+            }
+            (Grid::BlockPerItem, Work::Items(n)) => (u32::try_from(n).map_err(|_| too_big(n))?, 1),
+            (Grid::ItemsPerBlock(per), Work::Items(n)) => (
+                u32::try_from(n.div_ceil(per.max(1) as usize)).map_err(|_| too_big(n))?,
+                1,
+            ),
+            (Grid::Sized, Work::Grid(x, y)) => (x, y),
+            (rule, w) => {
+                return Err(GpuError::Invalid(format!(
+                    "launch of {w:?} against a kernel whose grid rule is {rule:?}"
+                )))
+            }
+        };
+        Ok((g.0 > 0 && g.1 > 0).then_some(g))
+    }
+}
+
 /// A kernel, declared once: its exported name, its argument block `A`, its block size and
 /// its grid rule.
 pub struct KernelDecl<A> {
@@ -273,29 +294,6 @@ impl<A: KernelArgs> Kernel<A> {
             .unwrap_or_else(|_| unreachable!("N declarations make N kernels")))
     }
 
-    /// The grid `work` makes under the kernel's rule; `None` for no work at all.
-    pub fn grid_for(grid: Grid, block: u32, work: Work) -> Result<Option<(u32, u32)>, GpuError> {
-        let g = match (grid, work) {
-            (Grid::ThreadPerItem { cap }, Work::Items(n)) => {
-                let b = n.div_ceil(block as usize);
-                let b = if cap > 0 { b.min(cap as usize) } else { b };
-                (u32::try_from(b).map_err(|_| too_big(n))?, 1)
-            }
-            (Grid::BlockPerItem, Work::Items(n)) => (u32::try_from(n).map_err(|_| too_big(n))?, 1),
-            (Grid::ItemsPerBlock(per), Work::Items(n)) => (
-                u32::try_from(n.div_ceil(per.max(1) as usize)).map_err(|_| too_big(n))?,
-                1,
-            ),
-            (Grid::Sized, Work::Grid(x, y)) => (x, y),
-            (rule, w) => {
-                return Err(GpuError::Invalid(format!(
-                    "launch of {w:?} against a kernel whose grid rule is {rule:?}"
-                )))
-            }
-        };
-        Ok((g.0 > 0 && g.1 > 0).then_some(g))
-    }
-
     /// Launches the kernel over `work` on `s` with dynamic shared memory `shared` bytes. A
     /// launch over no work does nothing.
     ///
@@ -314,7 +312,7 @@ impl<A: KernelArgs> Kernel<A> {
                 "typed launches need a context without event tracking (cohort_gpu::context)".into(),
             ));
         }
-        let Some((x, y)) = Self::grid_for(self.grid, self.block, work)? else {
+        let Some((x, y)) = self.grid.dims(self.block, work)? else {
             return Ok(());
         };
         let cfg = LaunchConfig {
@@ -367,29 +365,22 @@ mod tests {
 
     #[test]
     fn grid_rules() {
-        type K = Kernel<DemoArgs>;
         let t = Grid::ThreadPerItem { cap: 0 };
-        assert_eq!(K::grid_for(t, 256, Work::Items(257)).unwrap(), Some((2, 1)));
-        assert_eq!(K::grid_for(t, 256, Work::Items(0)).unwrap(), None);
+        assert_eq!(t.dims(256, Work::Items(257)).unwrap(), Some((2, 1)));
+        assert_eq!(t.dims(256, Work::Items(0)).unwrap(), None);
         let capped = Grid::ThreadPerItem { cap: 4 };
+        assert_eq!(capped.dims(32, Work::Items(1000)).unwrap(), Some((4, 1)));
         assert_eq!(
-            K::grid_for(capped, 32, Work::Items(1000)).unwrap(),
-            Some((4, 1))
-        );
-        assert_eq!(
-            K::grid_for(Grid::BlockPerItem, 256, Work::Items(7)).unwrap(),
+            Grid::BlockPerItem.dims(256, Work::Items(7)).unwrap(),
             Some((7, 1))
         );
         assert_eq!(
-            K::grid_for(Grid::Sized, 256, Work::Grid(3, 5)).unwrap(),
+            Grid::Sized.dims(256, Work::Grid(3, 5)).unwrap(),
             Some((3, 5))
         );
         let tiles = Grid::ItemsPerBlock(64);
-        assert_eq!(
-            K::grid_for(tiles, 256, Work::Items(65)).unwrap(),
-            Some((2, 1))
-        );
-        assert!(K::grid_for(Grid::Sized, 256, Work::Items(3)).is_err());
-        assert!(K::grid_for(Grid::BlockPerItem, 256, Work::Grid(1, 1)).is_err());
+        assert_eq!(tiles.dims(256, Work::Items(65)).unwrap(), Some((2, 1)));
+        assert!(Grid::Sized.dims(256, Work::Items(3)).is_err());
+        assert!(Grid::BlockPerItem.dims(256, Work::Grid(1, 1)).is_err());
     }
 }

@@ -105,9 +105,9 @@ impl DeviceVectors {
     /// precision reads them).
     fn dev(&self, s: &CudaStream) -> Dev<()> {
         match self {
-            DeviceVectors::F32(v) => Dev::of(v, s).erase(),
-            DeviceVectors::F16(v) => Dev::of(v, s).erase(),
-            DeviceVectors::U8(v) => Dev::of(v, s).erase(),
+            DeviceVectors::F32(v) => Dev::of(v, s).cast(),
+            DeviceVectors::F16(v) => Dev::of(v, s).cast(),
+            DeviceVectors::U8(v) => Dev::of(v, s).cast(),
         }
     }
 
