@@ -40,6 +40,22 @@ pub struct Entry {
     pub workload: fn(&LoadOptions) -> Result<Arc<dyn Workload>, String>,
     /// Its own benchmarks (`cohort bench NAME ...`), beside its code.
     pub benches: &'static [ServiceBench],
+    /// Its GPU code against its CPU twins, beyond what the selftest runs through the engines
+    /// (the services' GPU test executable runs every one on the GPU machine).
+    pub gpu_checks: &'static [GpuCheck],
+}
+
+/// A check of a service's GPU code against its CPU twin on one device, on fresh random
+/// inputs drawn from `seed`: the lines it logs, or why it could not run. A mismatch panics,
+/// naming the input and both answers.
+pub struct GpuCheck {
+    pub name: &'static str,
+    pub run: fn(&DeviceInfo, u64) -> Result<Vec<String>, String>,
+}
+
+/// Every service's GPU checks, with the service's name.
+pub fn gpu_checks() -> impl Iterator<Item = (&'static str, &'static GpuCheck)> {
+    all().flat_map(|e| e.gpu_checks.iter().map(move |c| (e.name, c)))
 }
 
 /// Writes a benchmark's result at a path, with the machine, commit and command beside it

@@ -17,6 +17,8 @@ pub mod cuda;
 #[cfg(feature = "backends")]
 pub mod gpu;
 #[cfg(feature = "backends")]
+pub mod gpu_checks;
+#[cfg(feature = "backends")]
 pub mod gpu_records;
 #[cfg(feature = "backends")]
 pub mod kernels;

@@ -22,6 +22,7 @@ pub const ENTRY: Entry = Entry {
     // Sessions live in one device's memory.
     one_gpu: true,
     kernels: || vec![super::kernels::source()],
+    gpu_checks: super::gpu_checks::CHECKS,
     benches: super::bench::BENCHES,
     workload: |o| {
         if o.users == 0 {

@@ -2,7 +2,7 @@
 
 use super::config::{KnnSettings, FLAGS};
 use super::gpu_ivf::GpuIvf;
-use crate::catalog::Entry;
+use crate::catalog::{Entry, GpuCheck};
 use crate::config::{resolved, typed, Settings};
 use cohort_engine::Service;
 use cohort_gpu::engine::GpuBackend;
@@ -21,6 +21,12 @@ pub const ENTRY: Entry = Entry {
     one_gpu: false,
     kernels: || super::kernels::sources().to_vec(),
     benches: &[],
+    // Both plans' kernels and k-means against their CPU twins (the engines' selftest runs
+    // the backends).
+    gpu_checks: &[GpuCheck {
+        name: "knn kernels vs cpu twins",
+        run: |_, seed| super::selftest::run(seed).map_err(|e| e.to_string()),
+    }],
     workload: |o| Ok(Arc::new(super::load::KnnWorkload::from_options(o)?)),
 };
 

@@ -30,6 +30,7 @@ pub const ECHO: Entry = Entry {
     one_gpu: false,
     kernels: super::sources,
     benches: &[],
+    gpu_checks: &[],
     workload: |o| {
         Ok(Arc::new(super::load::EchoWorkload {
             payload_bytes: o.payload_bytes,
@@ -52,6 +53,7 @@ pub const SPIN: Entry = Entry {
     // The same units as echo's (listed once, under echo).
     kernels: Vec::new,
     benches: &[],
+    gpu_checks: &[],
     workload: |o| {
         Ok(Arc::new(super::load::SpinWorkload {
             spin_us: o.spin_us,

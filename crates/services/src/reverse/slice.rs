@@ -19,6 +19,7 @@ pub const ENTRY: Entry = Entry {
     persistent: None,
     one_gpu: false,
     kernels: Vec::new,
+    gpu_checks: &[],
     benches: &[],
     workload: |o| {
         Ok(Arc::new(super::load::ReverseWorkload {
