@@ -2,9 +2,7 @@
 
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
-use cohort_knn::synth::{Model, SynthConfig};
-use cohort_knn::{exact, vecfile, Metric};
-use std::path::{Path, PathBuf};
+use std::path::PathBuf;
 
 #[derive(Subcommand, Debug)]
 pub enum DataCmd {
@@ -51,7 +49,7 @@ pub fn synth(a: &SynthArgs) -> Result<()> {
     );
     anyhow::ensure!(a.clusters >= 1, "--clusters must be positive");
     std::fs::create_dir_all(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
-    write_synth(
+    cohort_knn::synth::write_synth(
         &a.out,
         a.n,
         a.dim,
@@ -62,44 +60,6 @@ pub fn synth(a: &SynthArgs) -> Result<()> {
         a.latent_dim,
         a.noise,
     )
-}
-
-/// Generates and writes a data set; shared with the demo.
-#[allow(clippy::too_many_arguments)]
-pub fn write_synth(
-    out: &Path,
-    n: usize,
-    dim: usize,
-    nq: usize,
-    gt_k: usize,
-    seed: u64,
-    clusters: usize,
-    latent_dim: usize,
-    noise: f32,
-) -> Result<()> {
-    let t = std::time::Instant::now();
-    let model = Model::new(SynthConfig {
-        clusters,
-        latent_dim,
-        noise,
-        ..SynthConfig::sift_like(dim, seed)
-    });
-    let base = model.sample(n, 1);
-    let queries = model.sample(nq, 2);
-    eprintln!(
-        "generated {n} x {dim} base and {nq} queries in {:.1?}; computing exact top-{gt_k}",
-        t.elapsed()
-    );
-    let gt = exact::search(&base, Metric::L2, &queries, gt_k);
-    let ids: Vec<i32> = gt
-        .iter()
-        .flat_map(|r| r.iter().map(|x| x.id as i32))
-        .collect();
-    vecfile::write_fvecs(&out.join("base.fvecs"), &base)?;
-    vecfile::write_fvecs(&out.join("query.fvecs"), &queries)?;
-    vecfile::write_ivecs(&out.join("groundtruth.ivecs"), gt_k, &ids)?;
-    eprintln!("wrote {} in {:.1?}", out.display(), t.elapsed());
-    Ok(())
 }
 
 pub fn run(cmd: DataCmd) -> Result<()> {

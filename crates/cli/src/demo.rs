@@ -2,13 +2,12 @@
 //! reaches recall@10 >= 0.9, serve it on loopback, sweep load over UDP, print throughput,
 //! latency percentiles and recall. Exits non-zero on any wrong answer.
 
-use crate::load_cmd::print_table;
-use crate::serve::{self, ServeArgs};
 use anyhow::{Context, Result};
 use clap::Args;
 use cohort_knn::kmeans::KMeansConfig;
 use cohort_knn::{exact, vecfile, IvfIndex, Metric, SearchParams};
 use cohort_load::{KnnWorkload, LoadConfig, Mode, Target};
+use cohort_server::{self as serve, ServeArgs};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -26,7 +25,7 @@ pub struct DemoArgs {
     #[arg(long, default_value_t = 2.0)]
     pub duration: f64,
     /// Rates to sweep (queries/s).
-    #[arg(long, value_delimiter = ',', value_parser = crate::util::parse_rate, default_value = "500,1k,2k")]
+    #[arg(long, value_delimiter = ',', value_parser = cohort_server::util::parse_rate, default_value = "500,1k,2k")]
     pub sweep: Vec<f64>,
     /// Where the data and index are kept between runs (default: the system temp folder).
     #[arg(long)]
@@ -83,7 +82,7 @@ pub fn run(a: DemoArgs) -> Result<()> {
             a.dim,
             dir.display()
         );
-        crate::data_cmd::write_synth(&dir, a.n, a.dim, 1000, 100, 42, 64, 16, 1.0)?;
+        cohort_knn::synth::write_synth(&dir, a.n, a.dim, 1000, 100, 42, 64, 16, 1.0)?;
         let base = vecfile::read_vectors(&dir.join("base.fvecs"))?;
         println!("building IVF-Flat, nlist {}", a.nlist);
         let km = KMeansConfig {
@@ -128,7 +127,7 @@ pub fn run(a: DemoArgs) -> Result<()> {
     let reports = cohort_load::run_sweep(&cfg, &a.sweep, w);
     stack.shutdown();
     let reports = reports?;
-    print_table(&reports);
+    cohort_load::Report::print_table(&reports);
     let wrong: u64 = reports
         .iter()
         .map(|r| r.errors.get("wrong_answer").copied().unwrap_or(0))

@@ -285,7 +285,7 @@ pub fn run(a: &FetchArgs) -> Result<()> {
     }
     unpack_and_check(&archive, &s, &a.out)?;
     if recorded.is_none() {
-        crate::util::write_atomic(&sums, format!("{sum}  {}\n", s.archive).as_bytes())?;
+        cohort_server::util::write_atomic(&sums, format!("{sum}  {}\n", s.archive).as_bytes())?;
     }
     eprintln!("{} ready in {} (sha256 {sum})", a.set, a.out.display());
     Ok(())

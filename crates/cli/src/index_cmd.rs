@@ -1,11 +1,11 @@
 //! `cohort index build|info|eval`.
 
-use crate::util::write_atomic;
 use anyhow::{Context, Result};
 use clap::{Args, Subcommand};
-use cohort_knn::assign::{Assigner, CpuGemm};
 use cohort_knn::kmeans::{Init, KMeansConfig};
 use cohort_knn::{exact, vecfile, IvfIndex, Metric, SearchParams};
+use cohort_server::util::write_atomic;
+use cohort_services::knn::gpu_kmeans::{assigner_for, BuildDevice};
 use rayon::prelude::*;
 use std::path::PathBuf;
 use std::time::Instant;
@@ -54,57 +54,6 @@ pub struct BuildArgs {
     /// GPU builds: rows per streamed chunk.
     #[arg(long, default_value_t = cohort_services::knn::gpu_kmeans::DEFAULT_CHUNK_ROWS)]
     pub chunk_rows: usize,
-}
-
-/// Where an index build assigns rows to centroids.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum BuildDevice {
-    Auto,
-    Cpu,
-    Gpu(usize),
-}
-
-impl std::str::FromStr for BuildDevice {
-    type Err = String;
-    fn from_str(s: &str) -> Result<BuildDevice, String> {
-        match s {
-            "auto" => Ok(BuildDevice::Auto),
-            "cpu" => Ok(BuildDevice::Cpu),
-            "gpu" => Ok(BuildDevice::Gpu(0)),
-            _ => s
-                .strip_prefix("gpu:")
-                .and_then(|n| n.parse().ok())
-                .map(BuildDevice::Gpu)
-                .ok_or_else(|| format!("unknown device {s:?} (auto, cpu, gpu, gpu:N)")),
-        }
-    }
-}
-
-/// The assigner for `device`: a GPU one where asked (an error if there is none) or where
-/// `auto` finds one; the CPU otherwise, saying why on stderr.
-pub fn assigner_for(
-    device: BuildDevice,
-    streams: usize,
-    chunk_rows: usize,
-) -> Result<Box<dyn Assigner>> {
-    let gpu = |ordinal: usize| -> Result<Box<dyn Assigner>> {
-        let devs = cohort_gpu::probe()?;
-        let dev = devs
-            .iter()
-            .find(|d| d.ordinal == ordinal)
-            .with_context(|| format!("no GPU {ordinal} ({} found)", devs.len()))?;
-        Ok(Box::new(
-            cohort_services::knn::gpu_kmeans::GpuAssigner::new(dev, streams, chunk_rows)?,
-        ))
-    };
-    match device {
-        BuildDevice::Cpu => Ok(Box::new(CpuGemm)),
-        BuildDevice::Gpu(n) => gpu(n),
-        BuildDevice::Auto => gpu(0).or_else(|e| {
-            eprintln!("building on the CPU: {e:#}");
-            Ok(Box::new(CpuGemm))
-        }),
-    }
 }
 
 #[derive(Args, Debug)]

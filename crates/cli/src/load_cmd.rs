@@ -1,9 +1,9 @@
 //! `cohort load`: drive a server, print a table, write JSON and a plot.
 
-use crate::util::{parse_rate, tmp_path, write_atomic};
-use anyhow::{bail, Context, Result};
+use anyhow::{bail, Result};
 use clap::Args;
 use cohort_load::{LoadConfig, Mode, Report, Target, Workload};
+use cohort_server::util::{parse_rate, write_atomic};
 use std::path::PathBuf;
 use std::sync::Arc;
 use std::time::Duration;
@@ -157,24 +157,6 @@ pub fn config(a: &LoadArgs) -> Result<LoadConfig> {
     })
 }
 
-pub fn print_table(reports: &[Report]) {
-    println!("{}", Report::table_header());
-    for r in reports {
-        println!("{}", r.table_row());
-        if !r.errors.is_empty() {
-            println!("{:>10} errors: {:?}", "", r.errors);
-        }
-    }
-    println!("({})", Report::table_legend());
-}
-
-/// Writes a sweep's plot atomically.
-pub fn plot(series: &[(String, Vec<Report>)], title: &str, path: &std::path::Path) -> Result<()> {
-    let tmp = tmp_path(path);
-    cohort_load::plot_sweep(series, title, &tmp)?;
-    std::fs::rename(&tmp, path).with_context(|| format!("writing {}", path.display()))
-}
-
 pub fn run(a: LoadArgs) -> Result<()> {
     let cfg = config(&a)?;
     let w = workload(&a)?;
@@ -182,7 +164,7 @@ pub fn run(a: LoadArgs) -> Result<()> {
         Some(rates) => cohort_load::run_sweep(&cfg, rates, w)?,
         None => vec![cohort_load::run(&cfg, w)?],
     };
-    print_table(&reports);
+    Report::print_table(&reports);
     if reports.iter().any(|r| r.generator_saturated) {
         eprintln!("warning: the generator could not keep the offered rate (generator_saturated)");
     }
@@ -194,7 +176,7 @@ pub fn run(a: LoadArgs) -> Result<()> {
         };
         // Machine, commit and command beside the numbers, as every benchmark result has.
         if let serde_json::Value::Object(m) = &mut v {
-            m.extend(crate::bench::provenance());
+            m.extend(cohort_experiments::bench::provenance());
             if let Some(l) = &a.label {
                 m.insert("label".into(), l.clone().into());
             }
@@ -203,7 +185,7 @@ pub fn run(a: LoadArgs) -> Result<()> {
     }
     if let Some(p) = &a.plot {
         let title = format!("{} over {}", a.service, a.target);
-        plot(&[(a.service.clone(), reports.clone())], &title, p)?;
+        cohort_load::plot_sweep(&[(a.service.clone(), reports.clone())], &title, p)?;
     }
     verdict(&reports, a.min_recall)
 }

@@ -1,15 +1,14 @@
 //! `cohort`: one binary for the server, the load generator, the demo and the tools.
 
-mod bench;
-mod config;
 mod data_cmd;
 mod demo;
 mod fetch;
 mod index_cmd;
 mod load_cmd;
-mod serve;
 mod sim;
-mod util;
+
+use cohort_experiments::bench;
+use cohort_server::{self as serve, config_file as config};
 
 use clap::{Parser, Subcommand};
 

@@ -1,7 +1,11 @@
-//! Experiments beside the serving path, each with its kernels and their CPU twins:
-//! [`streams`] (Czarnul's multi-stream CPU+GPU processing, `cohort bench streams`) and
-//! [`numa_calib`] (the kernels that calibrate the NUMA simulator, `cohort sim numa calibrate`).
+//! Experiments and benchmarks beside the serving path: [`bench`] (`cohort bench ...`: echo,
+//! engines fed in process, the served matrix, the k-NN kernels, index builds; each result
+//! written with its machine, commit and command), and the experiments with their own kernels
+//! and CPU twins: [`streams`] (Czarnul's multi-stream CPU+GPU processing, `cohort bench
+//! streams`) and [`numa_calib`] (the kernels that calibrate the NUMA simulator, `cohort sim
+//! numa calibrate`). A service's own benchmarks live in its folder (catalog `benches`).
 
+pub mod bench;
 pub mod numa_calib;
 pub mod selftest;
 pub mod streams;

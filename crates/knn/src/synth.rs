@@ -120,3 +120,42 @@ impl Model {
         Vectors::new(dim, data)
     }
 }
+
+/// Generates a SIFT-like set and writes base.fvecs, query.fvecs and groundtruth.ivecs (exact
+/// top-`gt_k`) under `out` (`cohort data synth`, the demo, the benchmarks).
+#[allow(clippy::too_many_arguments)]
+pub fn write_synth(
+    out: &std::path::Path,
+    n: usize,
+    dim: usize,
+    nq: usize,
+    gt_k: usize,
+    seed: u64,
+    clusters: usize,
+    latent_dim: usize,
+    noise: f32,
+) -> anyhow::Result<()> {
+    let t = std::time::Instant::now();
+    let model = Model::new(SynthConfig {
+        clusters,
+        latent_dim,
+        noise,
+        ..SynthConfig::sift_like(dim, seed)
+    });
+    let base = model.sample(n, 1);
+    let queries = model.sample(nq, 2);
+    eprintln!(
+        "generated {n} x {dim} base and {nq} queries in {:.1?}; computing exact top-{gt_k}",
+        t.elapsed()
+    );
+    let gt = crate::exact::search(&base, crate::Metric::L2, &queries, gt_k);
+    let ids: Vec<i32> = gt
+        .iter()
+        .flat_map(|r| r.iter().map(|x| x.id as i32))
+        .collect();
+    crate::vecfile::write_fvecs(&out.join("base.fvecs"), &base)?;
+    crate::vecfile::write_fvecs(&out.join("query.fvecs"), &queries)?;
+    crate::vecfile::write_ivecs(&out.join("groundtruth.ivecs"), gt_k, &ids)?;
+    eprintln!("wrote {} in {:.1?}", out.display(), t.elapsed());
+    Ok(())
+}

@@ -7,9 +7,24 @@ use cohort_plot::register_font;
 use plotters::prelude::*;
 use std::path::Path;
 
-/// Achieved throughput (x) against p50/p99 latency (y, log scale), one line per series.
-/// Without a system font the plot is drawn without text (and says so on stderr).
+/// Achieved throughput (x) against p50/p99 latency (y, log scale), one line per series,
+/// written atomically (drawn beside `out`, then renamed). Without a system font the plot is
+/// drawn without text (and says so on stderr).
 pub fn plot_sweep(series: &[(String, Vec<Report>)], title: &str, out: &Path) -> Result<()> {
+    // A sibling name that keeps the extension: plotters picks the format from it.
+    let name = out.file_name().map(|n| n.to_string_lossy().into_owned());
+    let ext = out.extension().map(|e| e.to_string_lossy().into_owned());
+    let tmp = out.with_file_name(format!(
+        ".{}.{}.tmp.{}",
+        name.unwrap_or_default(),
+        std::process::id(),
+        ext.unwrap_or_else(|| "png".into())
+    ));
+    draw_sweep(series, title, &tmp)?;
+    std::fs::rename(&tmp, out).map_err(|e| anyhow!("writing {}: {e}", out.display()))
+}
+
+fn draw_sweep(series: &[(String, Vec<Report>)], title: &str, out: &Path) -> Result<()> {
     let labels = register_font();
     if !labels {
         eprintln!("warning: no TrueType font found; plotting without labels");

@@ -90,6 +90,18 @@ impl Report {
         self.errors.values().sum()
     }
 
+    /// The reports as a table on stdout, each with its errors, then the columns' legend.
+    pub fn print_table(reports: &[Report]) {
+        println!("{}", Report::table_header());
+        for r in reports {
+            println!("{}", r.table_row());
+            if !r.errors.is_empty() {
+                println!("{:>10} errors: {:?}", "", r.errors);
+            }
+        }
+        println!("({})", Report::table_legend());
+    }
+
     pub fn table_header() -> String {
         format!(
             "{:>10} {:>10} {:>9} {:>9} {:>9} {:>9} {:>8} {:>7}",

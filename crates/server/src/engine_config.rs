@@ -9,8 +9,8 @@ use clap::Args;
 use cohort_engine::DispatchPolicy;
 use serde::{Deserialize, Serialize};
 
-pub use super::gpu_args::GpuEngineArgs;
-pub use super::plan::EngineKind;
+pub use crate::gpu_args::GpuEngineArgs;
+pub use crate::plan::EngineKind;
 
 /// What every engine honours for its service: how much it admits, how long a request may
 /// wait, and how an ingress picks among its lanes.

@@ -1,8 +1,8 @@
 //! Starting the engines a plan asks for: one engine per service (its own rings, so a full
 //! queue of one service refuses that service alone), wired to the listeners' ingresses.
 
-use super::plan::{plans, EngineKind, ServicePlan};
-use super::ServeArgs;
+use crate::plan::{plans, EngineKind, ServicePlan};
+use crate::ServeArgs;
 use anyhow::{Context as _, Result};
 use cohort_engine::wiring::slots_for;
 use cohort_engine::wiring::DEFAULT_STRIDE;
@@ -76,7 +76,7 @@ pub fn build_registry(plans: &[ServicePlan]) -> Result<Registry> {
     let mut reg = Registry::new();
     for p in plans {
         let entry = catalog::entry(p.name).expect("plans hold catalog names");
-        let s = (entry.build)(&p.settings, !p.engine.runs_cpu_function())
+        let s = (entry.build)(&p.settings, !p.cfg.engine.runs_cpu_function())
             .map_err(anyhow::Error::msg)?;
         reg.add(s).map_err(anyhow::Error::msg)?;
     }
@@ -84,8 +84,8 @@ pub fn build_registry(plans: &[ServicePlan]) -> Result<Registry> {
 }
 
 fn cpu_workers(a: &ServeArgs, p: &ServicePlan, cpu_services: usize) -> usize {
-    if p.workers > 0 {
-        return p.workers;
+    if p.cfg.cpu.workers > 0 {
+        return p.cfg.cpu.workers;
     }
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     (cores.saturating_sub(a.io_threads) / cpu_services.max(1)).max(1)
@@ -100,7 +100,7 @@ pub fn start_engines(a: &ServeArgs, ingresses: usize) -> Result<EngineSide> {
     let (inline, plans): (Vec<_>, Vec<_>) = all
         .iter()
         .cloned()
-        .partition(|p| p.engine == EngineKind::Inline);
+        .partition(|p| p.cfg.engine == EngineKind::Inline);
     let inline = (!inline.is_empty()).then(|| {
         Arc::new(InlineEngine::new(
             inline
@@ -110,37 +110,40 @@ pub fn start_engines(a: &ServeArgs, ingresses: usize) -> Result<EngineSide> {
     });
     let cpu_services = plans
         .iter()
-        .filter(|p| p.engine.runs_cpu_function())
+        .filter(|p| p.cfg.engine.runs_cpu_function())
         .count();
     let lanes: Vec<usize> = plans
         .iter()
-        .map(|p| match p.engine {
+        .map(|p| match p.cfg.engine {
             EngineKind::Cpu => cpu_workers(a, p, cpu_services),
-            EngineKind::Hybrid => p.gpus.len() + cpu_workers(a, p, cpu_services),
-            _ => p.gpus.len(),
+            EngineKind::Hybrid => p.cfg.gpu.gpus.len() + cpu_workers(a, p, cpu_services),
+            _ => p.cfg.gpu.gpus.len(),
         })
         .collect();
     let specs: Vec<EngineSpec> = plans
         .iter()
         .zip(&lanes)
         .map(|(p, &n)| EngineSpec {
-            name: p.engine.name().into(),
+            name: p.cfg.engine.name().into(),
             lanes: n,
-            policy: match p.engine {
+            policy: match p.cfg.engine {
                 EngineKind::Hybrid => DispatchPolicy::Hybrid {
-                    gpu_lanes: p.gpus.len() as u16,
-                    budget_us: p.latency_budget_us as u32,
+                    gpu_lanes: p.cfg.gpu.gpus.len() as u16,
+                    budget_us: p.cfg.hybrid.latency_budget_us as u32,
                 },
-                _ => p.dispatch,
+                _ => p.cfg.admission.dispatch,
             },
             services: vec![id_of(p)],
-            slots: slots_for(p.max_queue, n, ingresses),
+            slots: slots_for(p.cfg.admission.max_queue, n, ingresses),
             // The batching GPU engines queue requests behind cohorts in flight: refuse at
             // once what would wait past its deadline (cpu workers keep the queue-and-timeout
             // behaviour their tests and clients rely on).
-            admit_by_deadline: matches!(p.engine, EngineKind::GpuCohort | EngineKind::GpuDirect),
+            admit_by_deadline: matches!(
+                p.cfg.engine,
+                EngineKind::GpuCohort | EngineKind::GpuDirect
+            ),
             // --max-queue is exact: the rings are sized near it, the count bounds it.
-            max_queued: Some(p.max_queue),
+            max_queued: Some(p.cfg.admission.max_queue),
         })
         .collect();
     let labels: HashMap<u16, ServiceLabel> = all
@@ -148,7 +151,7 @@ pub fn start_engines(a: &ServeArgs, ingresses: usize) -> Result<EngineSide> {
         .map(|p| {
             let l = ServiceLabel {
                 name: p.name.into(),
-                engine: p.engine.name().into(),
+                engine: p.cfg.engine.name().into(),
             };
             (id_of(p), l)
         })
@@ -156,8 +159,8 @@ pub fn start_engines(a: &ServeArgs, ingresses: usize) -> Result<EngineSide> {
     let metrics = Arc::new(Metrics::new(labels));
     let on_gpu: Vec<String> = plans
         .iter()
-        .filter(|p| p.engine.is_gpu())
-        .map(|p| format!("{} on {}", p.name, p.engine.name()))
+        .filter(|p| p.cfg.engine.is_gpu())
+        .map(|p| format!("{} on {}", p.name, p.cfg.engine.name()))
         .collect();
     let devices = if on_gpu.is_empty() {
         Vec::new()
@@ -175,9 +178,9 @@ pub fn start_engines(a: &ServeArgs, ingresses: usize) -> Result<EngineSide> {
     // (module loads, allocations) can wait on them forever (measured on the H200: a gpu-direct
     // engine started after a gpu-persistent one never came up).
     let mut order: Vec<_> = plans.iter().zip(wiring.engines).zip(lanes).collect();
-    order.sort_by_key(|((p, _), _)| p.engine == EngineKind::GpuPersistent);
+    order.sort_by_key(|((p, _), _)| p.cfg.engine == EngineKind::GpuPersistent);
     for ((p, lanes), n) in order {
-        let started = match p.engine {
+        let started = match p.cfg.engine {
             EngineKind::Cpu => start_cpu(a, p, lanes, n, &registry, &metrics),
             EngineKind::Inline => unreachable!("inline services have no lanes"),
             EngineKind::GpuPersistent => start_persistent(p, lanes, &devices),
@@ -196,10 +199,14 @@ pub fn start_engines(a: &ServeArgs, ingresses: usize) -> Result<EngineSide> {
                     engines,
                 }
                 .shutdown();
-                return Err(e.context(format!("starting {} on {}", p.name, p.engine.name())));
+                return Err(e.context(format!("starting {} on {}", p.name, p.cfg.engine.name())));
             }
         }
-        tracing::info!(service = p.name, engine = p.engine.name(), "engine started");
+        tracing::info!(
+            service = p.name,
+            engine = p.cfg.engine.name(),
+            "engine started"
+        );
     }
     Ok(EngineSide {
         registry,
@@ -227,7 +234,13 @@ fn start_cpu(
             0
         });
     let cfg = CpuEngineConfig {
-        cpus: p.worker_cpus.clone(),
+        cpus: p
+            .cfg
+            .cpu
+            .worker_cpus
+            .clone()
+            .map(|c| c.0)
+            .unwrap_or_default(),
         spin: Duration::from_micros(spin_us),
         fair: a.fair_queue,
     };
@@ -250,11 +263,11 @@ fn start_hybrid(
     registry: &Registry,
     metrics: &Arc<Metrics>,
 ) -> Result<Running> {
-    let cpu_lanes = lanes.split_off(p.gpus.len());
+    let cpu_lanes = lanes.split_off(p.cfg.gpu.gpus.len());
     let Running::Gpu(gpus) = start_gpu(p, EngineKind::GpuCohort, lanes, devices, metrics)? else {
         unreachable!("start_gpu starts GPU engines")
     };
-    match start_cpu(a, p, cpu_lanes, n - p.gpus.len(), registry, metrics) {
+    match start_cpu(a, p, cpu_lanes, n - p.cfg.gpu.gpus.len(), registry, metrics) {
         Ok(Running::Cpu(c)) => Ok(Running::Hybrid(gpus, c)),
         Ok(_) => unreachable!("start_cpu starts a cpu engine"),
         Err(e) => {
@@ -280,16 +293,16 @@ fn start_gpu(
     };
     let cfg = GpuEngineConfig {
         mode,
-        max_cohort: p.max_cohort,
-        cohort_timeout: Duration::from_micros(p.cohort_timeout_us),
-        keep_busy: p.cohort_keep_busy,
-        streams: p.streams.unwrap_or(0),
-        graphs: p.cohort_graphs,
+        max_cohort: p.cfg.gpu.max_cohort,
+        cohort_timeout: Duration::from_micros(p.cfg.gpu.cohort_timeout_us),
+        keep_busy: p.cfg.gpu.cohort_keep_busy,
+        streams: p.cfg.gpu.streams.unwrap_or(0),
+        graphs: p.cfg.gpu.cohort_graphs,
     };
     let started = per_gpu(p, lanes, devices, GpuEngine::shutdown, |dev, lane| {
         let backend = build(&p.settings, dev).map_err(anyhow::Error::msg)?;
         let mut cfg = cfg.clone();
-        if p.streams.is_none() {
+        if p.cfg.gpu.streams.is_none() {
             cfg.streams = GpuEngineConfig::default_streams(mode, backend.batch_keys());
         }
         tracing::info!(gpu = dev.ordinal, name = %dev.name, sms = dev.sms, mem = dev.total_mem,
@@ -310,7 +323,7 @@ fn per_gpu<E>(
     mut start: impl FnMut(&cohort_gpu::DeviceInfo, LaneEnds) -> Result<E>,
 ) -> Result<Vec<E>> {
     let mut out = Vec::new();
-    for (&g, lane) in p.gpus.iter().zip(lanes) {
+    for (&g, lane) in p.cfg.gpu.gpus.iter().zip(lanes) {
         let started = devices
             .iter()
             .find(|d| d.ordinal == g)
@@ -336,11 +349,11 @@ fn mapped_rings(
 ) -> Result<HashMap<(usize, usize, usize), MappedMemory>> {
     let mut out = HashMap::new();
     for (e, (p, spec)) in plans.iter().zip(specs).enumerate() {
-        if p.engine != EngineKind::GpuPersistent {
+        if p.cfg.engine != EngineKind::GpuPersistent {
             continue;
         }
         let bytes = Layout::with_stride(spec.slots, DEFAULT_STRIDE).bytes();
-        for (l, &g) in p.gpus.iter().enumerate() {
+        for (l, &g) in p.cfg.gpu.gpus.iter().enumerate() {
             for i in 0..ingresses {
                 let m = MappedMemory::on_device(g, bytes)
                     .with_context(|| format!("{}: mapped request rings on GPU {g}", p.name))?;
@@ -359,11 +372,11 @@ fn start_persistent(
     let entry = catalog::entry(p.name).expect("plans hold catalog names");
     let build = entry.persistent.expect("plans checked the backend");
     let cfg = PersistentConfig {
-        slots: p.gpu_slots,
-        blocks: p.stages.clone(),
-        batch: p.gpu_batch,
-        watchdog: Duration::from_millis(p.watchdog_ms),
-        profile: p.profile,
+        slots: p.cfg.persistent.gpu_slots,
+        blocks: p.cfg.persistent.stages.clone().map(|s| s.0),
+        batch: p.cfg.persistent.gpu_batch,
+        watchdog: Duration::from_millis(p.cfg.persistent.watchdog_ms),
+        profile: p.cfg.persistent.profile,
         ..PersistentConfig::default()
     };
     let started = per_gpu(

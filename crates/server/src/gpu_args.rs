@@ -1,15 +1,18 @@
 //! The GPU batching engines' settings (gpu-direct, gpu-cohort, hybrid), as one typed group of
-//! flags that `serve`, `bench engine` and `bench knn` share: each knob has one name, one
+//! flags that `serve`, `bench engine` and `bench knn` share (and, through serde, a service's
+//! `[services.NAME]` table: `engine_config.rs`): each knob has one name, one
 //! default and one help text (the clap attributes below). A service may set its own with
 //! `--service-opt NAME.KEY=VALUE` (`plan.rs`).
 
 use clap::{Args, FromArgMatches};
+use serde::{Deserialize, Serialize};
 
-#[derive(Args, Debug, Clone, PartialEq)]
+#[derive(Args, Serialize, Deserialize, Debug, Clone, PartialEq)]
 pub struct GpuEngineArgs {
     /// GPUs for the gpu engines (one control thread per GPU and service; a service's backend
     /// on each).
     #[arg(long, value_delimiter = ',', default_value = "0")]
+    #[serde(with = "crate::engine_config::gpu_list")]
     pub gpus: Vec<usize>,
     /// gpu-cohort: a cohort closes at this many requests...
     #[arg(long, default_value_t = 256)]
@@ -25,6 +28,7 @@ pub struct GpuEngineArgs {
     /// gpu engines: slots per GPU, each with its own stream and staging (default 8 direct;
     /// cohort: 3 + one per batch key of the service, e.g. 4 for a service of one key).
     #[arg(long)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub streams: Option<usize>,
     /// gpu-cohort: replay a CUDA graph per cohort-size bucket instead of launching each copy
     /// and kernel (measured within +-3% of launching on the H200: off by default).

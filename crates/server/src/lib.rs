@@ -1,20 +1,25 @@
-//! `cohort serve`: plans each service's engine, wires the rings between the listeners and the
-//! engines, starts the engines, then the listeners, and waits for a signal.
+//! The server behind `cohort serve`: plans each service's engine (`plan.rs`, with each engine
+//! kind's typed knobs in `engine_config.rs`), wires the rings between the listeners and the
+//! engines, starts the engines (`engines.rs`), then the listeners, and waits for a signal.
+//! The benchmarks start it in process through [`start`].
 
+pub mod config_file;
+pub mod engine_config;
 mod engines;
 pub mod gpu_args;
 pub mod plan;
 mod resolved;
 mod slice;
+pub mod util;
 
 use crate::util::{parse_bytes, parse_cpu_list, CpuList};
 use anyhow::{Context as _, Result};
 use clap::Args;
-use cohort_engine::DispatchPolicy;
 use cohort_net::{NetConfig, Server, Shared};
 use std::net::{SocketAddr, ToSocketAddrs};
 use std::time::Duration;
 
+pub use engine_config::{AdmissionArgs, CpuEngineArgs, HybridEngineArgs, PersistentEngineArgs};
 pub use engines::{start_engines, EngineSide};
 pub use gpu_args::GpuEngineArgs;
 
@@ -34,15 +39,10 @@ pub struct ServeArgs {
     #[arg(long, default_value = "echo")]
     pub service: String,
     /// Per-service setting NAME.KEY=VALUE (repeatable), e.g. knn.max_cohort=512: the service's
-    /// own keys (the configuration check prints them with their values) and the engine keys:
-    /// engine, gpus, max_cohort, cohort_timeout_us, streams, cohort_graphs, workers,
-    /// worker_cpus, max_queue, dispatch, and for gpu-persistent gpu_slots (requests in flight
-    /// per GPU, 2048), stages (worker blocks per stage, knn filter:search:reduce e.g.
-    /// 132:264:33; echo/spin one count), gpu_batch (tasks a worker takes at once, 1),
-    /// watchdog_ms (restart a GPU making no progress, 1000), profile (answers whose steps the
-    /// GPU stamps, reported at shutdown: where the time goes, 0 = off), and for hybrid
-    /// latency_budget_us (expected GPU wait beyond which a cpu worker answers, 1000). A config
-    /// file's [services.NAME] tables take the same keys (below these in precedence).
+    /// own keys (the configuration check prints them with their values) and the engine keys,
+    /// named as the engine flags (engine, max_queue, workers, gpus, max_cohort, stages,
+    /// gpu_slots, latency_budget_us, ...), over those flags for this service. A config file's
+    /// [services.NAME] tables take the same keys (below these in precedence).
     #[arg(long)]
     pub service_opt: Vec<String>,
     /// The services' settings given by their `[services.NAME]` tables and by the serve flags
@@ -55,9 +55,21 @@ pub struct ServeArgs {
     /// gpu-persistent or hybrid.
     #[arg(long, default_value = "cpu")]
     pub engine: String,
+    /// What every engine honours per service: admission, deadlines, lane choice.
+    #[command(flatten)]
+    pub admission: AdmissionArgs,
+    /// The cpu engine's workers.
+    #[command(flatten)]
+    pub cpu: CpuEngineArgs,
     /// The GPU batching engines' settings.
     #[command(flatten)]
     pub gpu: GpuEngineArgs,
+    /// gpu-persistent's settings.
+    #[command(flatten)]
+    pub persistent: PersistentEngineArgs,
+    /// hybrid's settings.
+    #[command(flatten)]
+    pub hybrid: HybridEngineArgs,
     /// UDP listen address (HOST:PORT; host names are resolved).
     #[arg(long)]
     pub udp: Option<String>,
@@ -89,13 +101,6 @@ pub struct ServeArgs {
     /// Pin network threads to these cores, e.g. 0-1,4.
     #[arg(long, value_parser = parse_cpu_list)]
     pub cpus: Option<CpuList>,
-    /// cpu engine worker threads per service (0 = the cores left after the io threads,
-    /// shared among the services on the cpu engine, at least 1).
-    #[arg(long, default_value_t = 0)]
-    pub workers: usize,
-    /// Pin cpu engine workers to these cores.
-    #[arg(long, value_parser = parse_cpu_list)]
-    pub worker_cpus: Option<CpuList>,
     /// How long an idle cpu worker polls before parking, in microseconds (default: 50 when
     /// the workers and io threads have a core each, else 0: spinning on a shared core only
     /// steals it from the thread that would produce the work).
@@ -108,17 +113,9 @@ pub struct ServeArgs {
     /// its rate on 8 cores (bench/README.md), not yet explained.
     #[arg(long, value_parser = parse_on_off, default_value = "off", action = clap::ArgAction::Set)]
     pub fair_queue: bool,
-    /// Requests a service holds at once (waiting in its rings or device slots, or running),
-    /// counted across every io thread: one more gets OVERLOADED (HTTP 503). Per service:
-    /// `NAME.max_queue`.
-    #[arg(long, default_value_t = 16_384)]
-    pub max_queue: usize,
     /// Deadline for requests that carry none (their header says 0).
     #[arg(long, default_value_t = 1_000_000)]
     pub default_timeout_us: u64,
-    /// How an ingress picks a lane (cpu worker, GPU): round-robin, least-loaded, key-hash.
-    #[arg(long, default_value = "least-loaded")]
-    pub dispatch: DispatchPolicy,
     /// How long shutdown waits for in-flight answers (then: UNAVAILABLE); the whole shutdown
     /// ends within this plus about two seconds, whatever the clients do.
     #[arg(long, default_value_t = 10_000)]
@@ -142,11 +139,6 @@ pub struct ServeArgs {
     /// second's worth at once); past it OVERLOADED (HTTP 429). 0 = no limit.
     #[arg(long, default_value_t = 0.0)]
     pub client_rate: f64,
-    /// The longest deadline a request may ask for, in milliseconds; a longer one (up to
-    /// 4295 s fit the header) is cut to this, so no client holds a worker for long. A
-    /// service may set its own (`--service-opt NAME.max_deadline_ms=N`).
-    #[arg(long, default_value_t = 60_000)]
-    pub max_deadline_ms: u64,
     /// A TCP connection with no request started or in flight is closed after this (GOAWAY).
     #[arg(long, default_value_t = 60_000)]
     pub idle_timeout_ms: u64,
@@ -196,45 +188,24 @@ impl ServeArgs {
             .insert(key.to_string(), value.into());
     }
 
-    /// Loopback defaults for in-process servers (demo, tests).
+    /// Loopback defaults for in-process servers (demo, tests): the flags' own defaults, with
+    /// every listener on an ephemeral loopback port.
     pub fn loopback(service: &str) -> ServeArgs {
-        ServeArgs {
-            config: None,
-            check_config: false,
-            service: service.into(),
-            service_opt: vec![],
-            service_settings: Default::default(),
-            engine: "cpu".into(),
-            gpu: GpuEngineArgs::default(),
-            udp: Some("127.0.0.1:0".into()),
-            tcp: Some("127.0.0.1:0".into()),
-            http: Some("127.0.0.1:0".into()),
-            admin: None,
-            auth_keys: None,
-            tls_cert: None,
-            tls_key: None,
-            io_threads: 1,
-            cpus: None,
-            workers: 0,
-            worker_cpus: None,
-            worker_spin_us: None,
-            max_queue: 16_384,
-            default_timeout_us: 1_000_000,
-            dispatch: DispatchPolicy::LeastLoaded,
-            drain_timeout_ms: 10_000,
-            max_connections: None,
-            max_buffered_bytes: None,
-            idle_timeout_ms: 60_000,
-            read_timeout_ms: 10_000,
-            client_max_inflight: 0,
-            client_rate: 0.0,
-            max_deadline_ms: 60_000,
-            io_spin_us: None,
-            udp_io: UdpIoArg::Recvmmsg,
-            udp_gso: true,
-            fair_queue: false,
-            sched_slice_us: None,
+        use clap::{CommandFactory as _, FromArgMatches as _};
+        #[derive(clap::Parser)]
+        struct Defaults {
+            #[command(flatten)]
+            serve: ServeArgs,
         }
+        let m = Defaults::command().get_matches_from(["serve"]);
+        let mut a = Defaults::from_arg_matches(&m)
+            .expect("the declared defaults parse")
+            .serve;
+        a.service = service.into();
+        a.udp = Some("127.0.0.1:0".into());
+        a.tcp = Some("127.0.0.1:0".into());
+        a.http = Some("127.0.0.1:0".into());
+        a
     }
 
     pub fn net_config(&self) -> Result<NetConfig> {
@@ -283,7 +254,7 @@ impl ServeArgs {
             "--client-rate must be 0 (off) or a positive rate"
         );
         anyhow::ensure!(
-            self.max_deadline_ms > 0,
+            self.admission.max_deadline_ms > 0,
             "--max-deadline-ms must be above 0"
         );
         Ok(NetConfig {
@@ -292,7 +263,7 @@ impl ServeArgs {
                 max_inflight: self.client_max_inflight,
                 rate: self.client_rate,
             },
-            max_timeout: Duration::from_millis(self.max_deadline_ms),
+            max_timeout: Duration::from_millis(self.admission.max_deadline_ms),
             tls: self.tls_cert.clone().zip(self.tls_key.clone()),
             udp: resolve("udp", &self.udp)?,
             tcp: resolve("tcp", &self.tcp)?,
@@ -369,10 +340,10 @@ pub fn start(a: &ServeArgs) -> Result<Stack> {
     // Services that cut deadlines shorter (or longer) than the server's --max-deadline-ms.
     ncfg.service_max_timeout = plans
         .iter()
-        .filter(|p| p.max_deadline_ms != a.max_deadline_ms)
+        .filter(|p| p.cfg.admission.max_deadline_ms != a.admission.max_deadline_ms)
         .filter_map(|p| {
             let id = side.registry.by_name(p.name)?.id();
-            Some((id, Duration::from_millis(p.max_deadline_ms)))
+            Some((id, Duration::from_millis(p.cfg.admission.max_deadline_ms)))
         })
         .collect();
     let auth = match load_keys(a, &side.registry) {
@@ -414,7 +385,7 @@ pub fn start(a: &ServeArgs) -> Result<Stack> {
         }
     };
     tracing::info!(io_threads = a.io_threads, services = %a.service,
-        dispatch = ?a.dispatch, "server started");
+        dispatch = %a.admission.dispatch, "server started");
     if let Some(k) = &auth {
         tracing::info!(keys = k.key_count(), "API keys required");
     }
@@ -459,22 +430,22 @@ fn load_keys(
 
 /// The GPUs every GPU engine is planned on exist.
 fn check_gpus(plans: &[plan::ServicePlan]) -> Result<()> {
-    let Some(p) = plans.iter().find(|p| p.engine.is_gpu()) else {
+    let Some(p) = plans.iter().find(|p| p.cfg.engine.is_gpu()) else {
         return Ok(());
     };
     let devices = cohort_gpu::probe().map_err(|e| {
         anyhow::anyhow!(
             "service {} runs on {}, but there is no CUDA device: {e}",
             p.name,
-            p.engine.name()
+            p.cfg.engine.name()
         )
     })?;
-    for p in plans.iter().filter(|p| p.engine.is_gpu()) {
-        if let Some(g) = p.gpus.iter().find(|&&g| g >= devices.len()) {
+    for p in plans.iter().filter(|p| p.cfg.engine.is_gpu()) {
+        if let Some(g) = p.cfg.gpu.gpus.iter().find(|&&g| g >= devices.len()) {
             anyhow::bail!(
                 "service {} runs on {} with GPU {g}, but this machine has {} (0..{})",
                 p.name,
-                p.engine.name(),
+                p.cfg.engine.name(),
                 devices.len(),
                 devices.len()
             );
@@ -490,7 +461,7 @@ pub fn run(a: ServeArgs, matches: Option<&clap::ArgMatches>) -> Result<()> {
         let plans = check(&a)?;
         println!("# configuration ok");
         for p in &plans {
-            println!("# service {}: engine {}", p.name, p.engine.name());
+            println!("# service {}: engine {}", p.name, p.cfg.engine.name());
         }
         if let Some(m) = matches {
             print!("{}", resolved::as_toml(m, &plans)?);

@@ -4,9 +4,9 @@
 //! as one TOML table: the engine keys below set the service's engine (over the server-wide
 //! flags as defaults), every other key is the service's own and its typed settings read it.
 
-use super::ServeArgs;
+use crate::engine_config::{EngineConfig, ENGINE_KEYS};
+use crate::ServeArgs;
 use anyhow::{bail, Context as _, Result};
-use cohort_engine::DispatchPolicy;
 use cohort_services::config::{value_of, Settings};
 
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
@@ -58,6 +58,12 @@ impl EngineKind {
     }
 }
 
+impl std::fmt::Display for EngineKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
 impl std::str::FromStr for EngineKind {
     type Err = String;
     fn from_str(s: &str) -> Result<EngineKind, String> {
@@ -75,62 +81,22 @@ impl std::str::FromStr for EngineKind {
 #[derive(Debug, Clone)]
 pub struct ServicePlan {
     pub name: &'static str,
-    pub engine: EngineKind,
-    pub gpus: Vec<usize>,
-    pub max_cohort: usize,
-    pub cohort_timeout_us: u64,
-    pub cohort_keep_busy: usize,
-    pub streams: Option<usize>,
-    pub cohort_graphs: bool,
-    /// cpu engine: workers (0 = share of the cores left after the io threads).
-    pub workers: usize,
-    pub worker_cpus: Vec<usize>,
-    pub max_queue: usize,
-    pub dispatch: DispatchPolicy,
-    /// gpu-persistent: requests in flight on each GPU (slots).
-    pub gpu_slots: usize,
-    /// gpu-persistent: worker blocks per stage (k-NN filter:search:reduce; echo/spin one
-    /// count); None = the service's default.
-    pub stages: Option<Vec<usize>>,
-    /// gpu-persistent: tasks a worker block takes from its gpipe at once.
-    pub gpu_batch: usize,
-    /// gpu-persistent: restart a GPU that makes no progress for this long.
-    pub watchdog_ms: u64,
-    /// gpu-persistent: answers whose steps the GPU stamps, reported at shutdown (0 = off).
-    pub profile: usize,
-    /// hybrid: the expected GPU wait beyond which a request goes to a CPU worker.
-    pub latency_budget_us: u64,
-    /// The longest deadline a request of this service may ask for (ms).
-    pub max_deadline_ms: u64,
+    /// Its engine and the engine's knobs: the server-wide flags, then its own keys.
+    pub cfg: EngineConfig,
     /// The service's own settings (what its typed settings struct reads).
     pub settings: Settings,
 }
 
-/// Keys of a `[services.NAME]` table (or `--service-opt NAME.KEY=VALUE`) that set the
-/// service's engine; any other key is the service's own.
-pub const ENGINE_KEYS: [&str; 18] = [
-    "engine",
-    "gpus",
-    "max_cohort",
-    "cohort_timeout_us",
-    "cohort_keep_busy",
-    "streams",
-    "cohort_graphs",
-    "workers",
-    "worker_cpus",
-    "max_queue",
-    "dispatch",
-    "gpu_slots",
-    "stages",
-    "gpu_batch",
-    "watchdog_ms",
-    "profile",
-    "latency_budget_us",
-    "max_deadline_ms",
-];
-
 pub fn plans(a: &ServeArgs) -> Result<Vec<ServicePlan>> {
     let default_engine: EngineKind = a.engine.parse().map_err(anyhow::Error::msg)?;
+    let server_wide = EngineConfig {
+        engine: default_engine,
+        admission: a.admission.clone(),
+        cpu: a.cpu.clone(),
+        gpu: a.gpu.clone(),
+        persistent: a.persistent.clone(),
+        hybrid: a.hybrid.clone(),
+    };
     let mut out: Vec<ServicePlan> = Vec::new();
     for item in a
         .service
@@ -153,24 +119,10 @@ pub fn plans(a: &ServeArgs) -> Result<Vec<ServicePlan>> {
         }
         out.push(ServicePlan {
             name: entry.name,
-            engine,
-            gpus: a.gpu.gpus.clone(),
-            max_cohort: a.gpu.max_cohort,
-            cohort_timeout_us: a.gpu.cohort_timeout_us,
-            cohort_keep_busy: a.gpu.cohort_keep_busy,
-            streams: a.gpu.streams,
-            cohort_graphs: a.gpu.cohort_graphs,
-            workers: a.workers,
-            worker_cpus: a.worker_cpus.clone().map(|c| c.0).unwrap_or_default(),
-            max_queue: a.max_queue,
-            dispatch: a.dispatch,
-            gpu_slots: 2048,
-            stages: None,
-            gpu_batch: 1,
-            watchdog_ms: 1000,
-            profile: 0,
-            latency_budget_us: 1000,
-            max_deadline_ms: a.max_deadline_ms,
+            cfg: EngineConfig {
+                engine,
+                ..server_wide.clone()
+            },
             settings: Settings::new(),
         });
     }
@@ -210,70 +162,14 @@ fn split_opt(opt: &str) -> Result<(&str, String, &str)> {
     Ok((name, key.replace('-', "_"), value))
 }
 
-/// One setting onto the plan: an engine key sets the engine's knob, any other key goes to
-/// the service's own settings (checked against its typed struct in [`check`]).
+/// One setting onto the plan: an engine key sets the engine's knob (read by its typed
+/// struct), any other key goes to the service's own settings (checked against its typed
+/// struct in [`check`]).
 fn set(p: &mut ServicePlan, key: &str, value: toml::Value) -> Result<()> {
-    fn typed<T: serde::de::DeserializeOwned>(key: &str, v: &toml::Value) -> Result<T> {
-        v.clone()
-            .try_into()
-            .map_err(|e: toml::de::Error| anyhow::anyhow!("{key}: {}", e.message().trim()))
-    }
-    fn count(key: &str, v: &toml::Value) -> Result<u64> {
-        match v {
-            toml::Value::Integer(i) if *i >= 0 => Ok(*i as u64),
-            other => bail!("{key} must be a non-negative integer, got {other}"),
-        }
-    }
-    fn parsed<T: std::str::FromStr<Err = String>>(v: &toml::Value) -> Result<T> {
-        match v {
-            toml::Value::String(s) => s.parse().map_err(anyhow::Error::msg),
-            other => other.to_string().parse().map_err(anyhow::Error::msg),
-        }
-    }
-    // A list of numbers: a TOML array, or text as on a command line ("0-3,8", "4:8:1").
-    fn list(key: &str, v: &toml::Value, sep: char) -> Result<Vec<usize>> {
-        let text = match v {
-            toml::Value::Array(items) => {
-                return items
-                    .iter()
-                    .map(|x| count(key, x).map(|n| n as usize))
-                    .collect();
-            }
-            toml::Value::Integer(_) => return Ok(vec![count(key, v)? as usize]),
-            toml::Value::String(s) => s,
-            other => bail!("{key} must be a list of numbers, got {other}"),
-        };
-        if sep == ',' {
-            crate::util::parse_cpus(text).map_err(anyhow::Error::msg)
-        } else {
-            text.split(sep)
-                .map(|x| x.trim().parse::<usize>())
-                .collect::<Result<_, _>>()
-                .with_context(|| format!("{key} is a list of block counts like 132:264:33"))
-        }
-    }
-    match key {
-        "engine" => p.engine = parsed(&value)?,
-        "gpus" => p.gpus = list(key, &value, ',')?,
-        "max_cohort" => p.max_cohort = count(key, &value)? as usize,
-        "cohort_timeout_us" => p.cohort_timeout_us = count(key, &value)?,
-        "cohort_keep_busy" => p.cohort_keep_busy = count(key, &value)? as usize,
-        "streams" => p.streams = Some(count(key, &value)? as usize),
-        "cohort_graphs" => p.cohort_graphs = typed(key, &value)?,
-        "workers" => p.workers = count(key, &value)? as usize,
-        "worker_cpus" => p.worker_cpus = list(key, &value, ',')?,
-        "max_queue" => p.max_queue = count(key, &value)? as usize,
-        "dispatch" => p.dispatch = parsed(&value)?,
-        "gpu_slots" => p.gpu_slots = count(key, &value)? as usize,
-        "stages" => p.stages = Some(list(key, &value, ':')?),
-        "gpu_batch" => p.gpu_batch = count(key, &value)? as usize,
-        "watchdog_ms" => p.watchdog_ms = count(key, &value)?,
-        "profile" => p.profile = count(key, &value)? as usize,
-        "latency_budget_us" => p.latency_budget_us = count(key, &value)?,
-        "max_deadline_ms" => p.max_deadline_ms = count(key, &value)?,
-        _ => {
-            p.settings.insert(key.to_string(), value);
-        }
+    if ENGINE_KEYS.contains(&key) {
+        p.cfg = p.cfg.with(key, value).map_err(anyhow::Error::msg)?;
+    } else {
+        p.settings.insert(key.to_string(), value);
     }
     Ok(())
 }
@@ -281,37 +177,7 @@ fn set(p: &mut ServicePlan, key: &str, value: toml::Value) -> Result<()> {
 /// The plan's engine knobs as the keys `set` reads (what `--check-config` prints; read back,
 /// they give the same plan).
 pub fn engine_settings(p: &ServicePlan) -> Settings {
-    let mut t = Settings::new();
-    let list = |v: &[usize]| toml::Value::Array(v.iter().map(|&x| (x as i64).into()).collect());
-    t.insert("engine".into(), p.engine.name().into());
-    t.insert("gpus".into(), list(&p.gpus));
-    for (k, v) in [
-        ("max_cohort", p.max_cohort as u64),
-        ("cohort_timeout_us", p.cohort_timeout_us),
-        ("cohort_keep_busy", p.cohort_keep_busy as u64),
-        ("workers", p.workers as u64),
-        ("max_queue", p.max_queue as u64),
-        ("gpu_slots", p.gpu_slots as u64),
-        ("gpu_batch", p.gpu_batch as u64),
-        ("watchdog_ms", p.watchdog_ms),
-        ("profile", p.profile as u64),
-        ("latency_budget_us", p.latency_budget_us),
-        ("max_deadline_ms", p.max_deadline_ms),
-    ] {
-        t.insert(k.into(), (v as i64).into());
-    }
-    t.insert("cohort_graphs".into(), p.cohort_graphs.into());
-    t.insert("dispatch".into(), p.dispatch.to_string().into());
-    if !p.worker_cpus.is_empty() {
-        t.insert("worker_cpus".into(), list(&p.worker_cpus));
-    }
-    if let Some(s) = p.streams {
-        t.insert("streams".into(), (s as i64).into());
-    }
-    if let Some(s) = &p.stages {
-        t.insert("stages".into(), list(s));
-    }
-    t
+    p.cfg.to_table()
 }
 
 /// The service's own settings, resolved by its typed struct (every default filled in); an
@@ -329,59 +195,67 @@ pub fn resolved_settings(p: &ServicePlan) -> Result<Settings> {
 
 fn check(p: &ServicePlan) -> Result<()> {
     resolved_settings(p)?;
-    anyhow::ensure!(p.max_queue >= 1, "{}: max_queue must be at least 1", p.name);
+    let EngineConfig {
+        engine,
+        admission: a,
+        gpu: g,
+        persistent: q,
+        hybrid: h,
+        ..
+    } = &p.cfg;
+    anyhow::ensure!(a.max_queue >= 1, "{}: max_queue must be at least 1", p.name);
     anyhow::ensure!(
-        p.max_cohort >= 1,
+        g.max_cohort >= 1,
         "{}: max_cohort must be at least 1",
         p.name
     );
     anyhow::ensure!(
-        p.streams != Some(0),
+        g.streams != Some(0),
         "{}: streams must be at least 1",
         p.name
     );
     anyhow::ensure!(
-        (1..=1 << 20).contains(&p.gpu_slots),
+        (1..=1 << 20).contains(&q.gpu_slots),
         "{}: gpu_slots must be in 1..=1048576",
         p.name
     );
     anyhow::ensure!(
-        (1..=cohort_gpu::persistent::rt::MAX_BATCH).contains(&p.gpu_batch),
+        (1..=cohort_gpu::persistent::rt::MAX_BATCH).contains(&q.gpu_batch),
         "{}: gpu_batch must be in 1..={}",
         p.name,
         cohort_gpu::persistent::rt::MAX_BATCH
     );
     anyhow::ensure!(
-        p.profile <= 1 << 22,
+        q.profile <= 1 << 22,
         "{}: profile must be at most 4194304 answers",
         p.name
     );
     anyhow::ensure!(
-        p.watchdog_ms >= 1,
+        q.watchdog_ms >= 1,
         "{}: watchdog_ms must be at least 1",
         p.name
     );
     anyhow::ensure!(
-        p.max_deadline_ms >= 1,
+        a.max_deadline_ms >= 1,
         "{}: max_deadline_ms must be at least 1",
         p.name
     );
     anyhow::ensure!(
-        (1..=u32::MAX as u64).contains(&p.latency_budget_us),
+        (1..=u32::MAX as u64).contains(&h.latency_budget_us),
         "{}: latency_budget_us must be in 1..=4294967295",
         p.name
     );
-    if p.engine.is_gpu() {
+    if engine.is_gpu() {
         let entry = cohort_services::catalog::entry(p.name).expect("plans hold catalog names");
-        let has = if p.engine == EngineKind::GpuPersistent {
+        let has = if *engine == EngineKind::GpuPersistent {
             entry.persistent.is_some()
         } else {
             entry.gpu.is_some()
         };
-        check_backend(has, p.name, p.engine)?;
-        anyhow::ensure!(!p.gpus.is_empty(), "{}: no GPU listed (gpus)", p.name);
+        check_backend(has, p.name, *engine)?;
+        anyhow::ensure!(!g.gpus.is_empty(), "{}: no GPU listed (gpus)", p.name);
         anyhow::ensure!(
-            !entry.one_gpu || (p.gpus.len() == 1 && p.engine != EngineKind::Hybrid),
+            !entry.one_gpu || (g.gpus.len() == 1 && *engine != EngineKind::Hybrid),
             "{}: its GPU backend keeps state its requests share (sessions) in one GPU's \
              memory; serve it on one GPU (gpus = [N]) and not on hybrid",
             p.name
@@ -444,13 +318,16 @@ mod tests {
         let p = plans(&a).unwrap();
         assert_eq!(p.len(), 3);
         assert_eq!(
-            (p[0].name, p[0].engine, p[0].max_cohort),
+            (p[0].name, p[0].cfg.engine, p[0].cfg.gpu.max_cohort),
             ("knn", EngineKind::GpuCohort, 512)
         );
-        assert_eq!(p[0].gpus, vec![0, 1]);
-        assert_eq!((p[1].name, p[1].engine), ("echo", EngineKind::Cpu));
-        assert_eq!((p[2].name, p[2].engine), ("spin", EngineKind::GpuDirect));
-        assert_eq!(p[2].max_cohort, 256, "server-wide default");
+        assert_eq!(p[0].cfg.gpu.gpus, vec![0, 1]);
+        assert_eq!((p[1].name, p[1].cfg.engine), ("echo", EngineKind::Cpu));
+        assert_eq!(
+            (p[2].name, p[2].cfg.engine),
+            ("spin", EngineKind::GpuDirect)
+        );
+        assert_eq!(p[2].cfg.gpu.max_cohort, 256, "server-wide default");
     }
 
     #[test]
@@ -501,8 +378,14 @@ mod tests {
             .unwrap();
         a.service_settings.insert("knn".into(), file);
         let p = &plans(&a).unwrap()[0];
-        assert_eq!((p.max_cohort, p.gpus.clone()), (64, vec![0, 1]));
-        assert_eq!(p.stages.as_deref(), Some(&[4, 8, 1][..]));
+        assert_eq!(
+            (p.cfg.gpu.max_cohort, p.cfg.gpu.gpus.clone()),
+            (64, vec![0, 1])
+        );
+        assert_eq!(
+            p.cfg.persistent.stages.as_ref().map(|s| &s.0[..]),
+            Some(&[4, 8, 1][..])
+        );
         let s = resolved_settings(p).unwrap();
         assert_eq!(s["persistent_groups"], toml::Value::Integer(3));
         assert_eq!(s["index"], toml::Value::String("/x.ivf".into()));
@@ -553,10 +436,20 @@ mod tests {
             ],
         );
         let p = &plans(&a).unwrap()[0];
-        assert_eq!(p.engine, EngineKind::GpuPersistent);
-        assert_eq!(p.stages.as_deref(), Some(&[4, 8, 1][..]));
-        assert_eq!((p.gpu_slots, p.gpu_batch, p.watchdog_ms), (128, 4, 50));
-        assert_eq!(p.profile, 1000);
+        assert_eq!(p.cfg.engine, EngineKind::GpuPersistent);
+        assert_eq!(
+            p.cfg.persistent.stages.as_ref().map(|s| &s.0[..]),
+            Some(&[4, 8, 1][..])
+        );
+        assert_eq!(
+            (
+                p.cfg.persistent.gpu_slots,
+                p.cfg.persistent.gpu_batch,
+                p.cfg.persistent.watchdog_ms
+            ),
+            (128, 4, 50)
+        );
+        assert_eq!(p.cfg.persistent.profile, 1000);
         assert_eq!(
             resolved_settings(p).unwrap()["persistent_plan"],
             toml::Value::String("per-pair".into())
@@ -571,7 +464,11 @@ mod tests {
         );
         let p = &plans(&a).unwrap()[0];
         assert_eq!(
-            (p.engine, p.latency_budget_us, p.workers),
+            (
+                p.cfg.engine,
+                p.cfg.hybrid.latency_budget_us,
+                p.cfg.cpu.workers
+            ),
             (EngineKind::Hybrid, 2500, 3)
         );
         assert!(EngineKind::Hybrid.runs_cpu_function() && EngineKind::Hybrid.is_gpu());

@@ -4,7 +4,7 @@
 //! typed settings resolved them (every default filled in). Fed back through `--config`, it
 //! gives the same server.
 
-use super::plan::{engine_settings, resolved_settings, ServicePlan};
+use crate::plan::{engine_settings, resolved_settings, ServicePlan};
 use clap::parser::ValueSource;
 use clap::ArgMatches;
 

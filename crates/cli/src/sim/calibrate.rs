@@ -168,7 +168,7 @@ pub fn run(a: &NumaArgs) -> Result<()> {
         Some(t) => format!("sim-numa-calibrate-{t}"),
         None => "sim-numa-calibrate".into(),
     };
-    crate::bench::write_result(
+    cohort_experiments::bench::write_result(
         &a.out.join(format!("{stem}.json")),
         serde_json::json!({
             "hardware": hw,

@@ -99,7 +99,7 @@ pub fn run(cmd: SimCmd) -> Result<()> {
             "seed": a.seed,
             "figure": fig,
         });
-        crate::bench::write_result(&a.out.join(format!("{stem}.json")), json)?;
+        cohort_experiments::bench::write_result(&a.out.join(format!("{stem}.json")), json)?;
         plot_figure(&fig, &a.out.join(format!("{stem}.png")))?;
     }
     Ok(())
@@ -261,7 +261,7 @@ fn plot_figure(f: &Figure, out: &Path) -> Result<()> {
     } else {
         ("speedup", Some(1.0))
     };
-    let tmp = crate::util::tmp_path(out);
+    let tmp = cohort_server::util::tmp_path(out);
     cohort_load::plot_bars(&cats, &series, &f.title, y, reference, &tmp)?;
     std::fs::rename(&tmp, out).with_context(|| format!("writing {}", out.display()))?;
     eprintln!("wrote {}", out.display());

@@ -2,11 +2,11 @@
 //! training + filling the lists), energy, and recall of each resulting index, so the GPU
 //! build is judged by the index it makes, not only by its speed.
 
-use crate::index_cmd::{assigner_for, BuildDevice};
 use anyhow::Result;
 use clap::Args;
 use cohort_knn::kmeans::KMeansConfig;
 use cohort_knn::{exact, vecfile, IvfIndex, Metric, SearchParams};
+use cohort_services::knn::gpu_kmeans::{assigner_for, BuildDevice};
 use rayon::prelude::*;
 use serde_json::json;
 use std::path::PathBuf;
@@ -46,7 +46,7 @@ pub fn run(a: &BuildBench) -> Result<()> {
     let gp = a.data.join("groundtruth.ivecs");
     if !gp.exists() {
         std::fs::create_dir_all(&a.data)?;
-        crate::data_cmd::write_synth(&a.data, a.n, 128, 1000, 100, 42, 64, 16, 1.0)?;
+        cohort_knn::synth::write_synth(&a.data, a.n, 128, 1000, 100, 42, 64, 16, 1.0)?;
     }
     let base = vecfile::read_vectors(&a.data.join("base.fvecs"))?;
     let q = vecfile::read_vectors(&a.data.join("query.fvecs"))?;

@@ -1,10 +1,10 @@
 //! Echo over loopback: for each transport and io-thread count, raise the offered rate until
 //! p99 passes the limit (or errors appear); report the highest rate that met it.
 
-use crate::serve::{self, ServeArgs};
 use anyhow::Result;
 use clap::Args;
 use cohort_load::{EchoWorkload, LoadConfig, Mode, Report, Target};
+use cohort_server::{self as serve, ServeArgs};
 use serde_json::json;
 use std::path::PathBuf;
 use std::sync::Arc;
@@ -29,9 +29,9 @@ pub struct EchoBench {
     pub duration: f64,
     #[arg(long, default_value_t = 1000.0)]
     pub p99_limit_us: f64,
-    #[arg(long, value_parser = crate::util::parse_rate, default_value = "50k")]
+    #[arg(long, value_parser = cohort_server::util::parse_rate, default_value = "50k")]
     pub start_rate: f64,
-    #[arg(long, value_parser = crate::util::parse_rate, default_value = "4M")]
+    #[arg(long, value_parser = cohort_server::util::parse_rate, default_value = "4M")]
     pub max_rate: f64,
     /// Multiplier between successive rates.
     #[arg(long, default_value_t = 1.25)]
@@ -62,7 +62,7 @@ pub fn run(a: &EchoBench) -> Result<()> {
             let mut sa = ServeArgs::loopback("echo");
             sa.http = None;
             sa.io_threads = io;
-            sa.workers = if a.workers > 0 {
+            sa.cpu.workers = if a.workers > 0 {
                 a.workers
             } else {
                 cores.saturating_sub(io + 2 * a.connections).max(1)
@@ -91,7 +91,7 @@ pub fn run(a: &EchoBench) -> Result<()> {
                     a.connections,
                 );
                 let r = cohort_load::run(&cfg, w.clone())?;
-                eprintln!("{t} io={io} workers={} {}", sa.workers, r.table_row());
+                eprintln!("{t} io={io} workers={} {}", sa.cpu.workers, r.table_row());
                 let ok = meets(&r, a.p99_limit_us);
                 let saturated = r.generator_saturated;
                 points.push(r);
@@ -123,7 +123,7 @@ pub fn run(a: &EchoBench) -> Result<()> {
             stack.shutdown();
             results.push(json!({
                 "closed_loop": closed,
-                "transport": t, "io_threads": io, "workers": sa.workers, "connections": a.connections,
+                "transport": t, "io_threads": io, "workers": sa.cpu.workers, "connections": a.connections,
                 "payload_bytes": a.payload_bytes, "p99_limit_us": a.p99_limit_us,
                 "max_rate_meeting_limit": best, "stopped_by": limited_by, "points": points,
             }));

@@ -3,10 +3,10 @@
 //! messages back, keeping `window` requests outstanding, so an engine is measured past what
 //! the kernel's UDP path could deliver, through the same boundary a server uses.
 
-use crate::serve::{self, ServeArgs};
 use anyhow::{Context as _, Result};
 use clap::Args;
 use cohort_engine::{Bell, Ingress, IngressEnds};
+use cohort_server::{self as serve, ServeArgs};
 use cohort_services::knn::{encode_request, Elems};
 use serde_json::json;
 use std::path::PathBuf;
@@ -48,7 +48,7 @@ pub struct EngineBench {
     pub duration: f64,
     /// The GPU batching engines' settings, as `cohort serve` takes them (the same defaults).
     #[command(flatten)]
-    pub gpu: crate::serve::GpuEngineArgs,
+    pub gpu: cohort_server::GpuEngineArgs,
     /// knn on the GPU engines: element type of the vectors there (f32, f16, u8), as
     /// `cohort serve --gpu-precision`.
     #[arg(long, default_value = "f32")]
@@ -93,7 +93,7 @@ pub fn run(a: &EngineBench) -> Result<()> {
         }
         sa.engine = engine.clone();
         sa.gpu = a.gpu.clone();
-        sa.max_queue = 1 << 20;
+        sa.admission.max_queue = 1 << 20;
         sa.default_timeout_us = 60_000_000;
         let drivers_max = a
             .window

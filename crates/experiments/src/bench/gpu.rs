@@ -70,7 +70,7 @@ pub fn run(a: &GpuKernelBench) -> Result<()> {
     let dev = &devs[0];
     if !a.data.join("query.fvecs").exists() {
         std::fs::create_dir_all(&a.data)?;
-        crate::data_cmd::write_synth(&a.data, a.n, 128, 1000, 100, 42, 64, 16, 1.0)?;
+        cohort_knn::synth::write_synth(&a.data, a.n, 128, 1000, 100, 42, 64, 16, 1.0)?;
     }
     let queries = vecfile::read_vectors(&a.data.join("query.fvecs"))?;
     let mut results = Vec::new();

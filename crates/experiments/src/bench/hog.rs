@@ -30,7 +30,7 @@ fn unit(mut x: u64) -> u64 {
 }
 
 pub fn run(a: &HogBench) -> Result<()> {
-    let cpus = crate::util::parse_cpus(&a.cpus).map_err(anyhow::Error::msg)?;
+    let cpus = cohort_server::util::parse_cpus(&a.cpus).map_err(anyhow::Error::msg)?;
     let dur = Duration::from_secs_f64(a.seconds);
     let rates: Vec<f64> = std::thread::scope(|s| {
         let hs: Vec<_> = cpus

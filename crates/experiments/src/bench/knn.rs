@@ -2,12 +2,12 @@
 //! recall@k and single-query latency per nprobe, then a served throughput-latency sweep
 //! over UDP.
 
-use crate::serve::{self, ServeArgs};
 use anyhow::{Context, Result};
 use clap::Args;
 use cohort_knn::kmeans::KMeansConfig;
 use cohort_knn::{exact, vecfile, IvfIndex, Metric, SearchParams};
 use cohort_load::{KnnWorkload, LoadConfig, Mode, Target};
+use cohort_server::{self as serve, ServeArgs};
 use rayon::prelude::*;
 use serde_json::json;
 use std::path::PathBuf;
@@ -33,7 +33,7 @@ pub struct KnnBench {
     #[arg(long, default_value_t = 16)]
     pub serve_nprobe: u16,
     /// Rates of the served sweep (empty = skip).
-    #[arg(long, value_delimiter = ',', value_parser = crate::util::parse_rate)]
+    #[arg(long, value_delimiter = ',', value_parser = cohort_server::util::parse_rate)]
     pub sweep: Vec<f64>,
     #[arg(long, default_value_t = 1)]
     pub io_threads: usize,
@@ -46,7 +46,7 @@ pub struct KnnBench {
     pub engine: String,
     /// The GPU batching engines' settings, as `cohort serve` takes them (the same defaults).
     #[command(flatten)]
-    pub gpu: crate::serve::GpuEngineArgs,
+    pub gpu: cohort_server::GpuEngineArgs,
     /// The GPU engines: element type of the vectors there (f32, f16, u8), as
     /// `cohort serve --gpu-precision`.
     #[arg(long, default_value = "f32")]
@@ -69,7 +69,7 @@ pub fn run(a: &KnnBench) -> Result<()> {
     );
     if !gp.exists() {
         std::fs::create_dir_all(&a.data)?;
-        crate::data_cmd::write_synth(&a.data, a.n, 128, a.queries, 100, 42, 64, 16, 1.0)?;
+        cohort_knn::synth::write_synth(&a.data, a.n, 128, a.queries, 100, 42, 64, 16, 1.0)?;
     }
     let ipath = a.data.join(format!("ivf{}.index", a.nlist));
     let build_s = if IvfIndex::load(&ipath).is_err() {
@@ -147,13 +147,13 @@ pub fn run(a: &KnnBench) -> Result<()> {
         let reports = cohort_load::run_sweep(&cfg, &a.sweep, w);
         stack.shutdown();
         let reports = reports?;
-        crate::load_cmd::print_table(&reports);
+        cohort_load::Report::print_table(&reports);
         if let Some(p) = &a.plot {
             let title = format!(
                 "knn cpu engine, nlist {} nprobe {}",
                 a.nlist, a.serve_nprobe
             );
-            crate::load_cmd::plot(&[("cpu".into(), reports.clone())], &title, p)?;
+            cohort_load::plot_sweep(&[("cpu".into(), reports.clone())], &title, p)?;
         }
         served = reports;
     }

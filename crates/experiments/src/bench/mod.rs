@@ -110,7 +110,7 @@ pub fn write_result(path: &Path, results: Value) -> Result<()> {
     let mut doc = provenance();
     doc.insert("results".into(), results);
     let doc = Value::Object(doc);
-    crate::util::write_atomic(path, serde_json::to_string_pretty(&doc)?.as_bytes())?;
+    cohort_server::util::write_atomic(path, serde_json::to_string_pretty(&doc)?.as_bytes())?;
     eprintln!("wrote {}", path.display());
     Ok(())
 }

@@ -33,5 +33,5 @@ pub fn run(a: &PlotArgs) -> Result<()> {
         .with_context(|| format!("{path}: sweep runs"))?;
         series.push((name.to_string(), runs));
     }
-    crate::load_cmd::plot(&series, &a.title, &a.out)
+    cohort_load::plot_sweep(&series, &a.title, &a.out)
 }

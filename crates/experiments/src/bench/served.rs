@@ -6,10 +6,10 @@
 //! measured during it (served_limit.rs). Writes one JSON and one plot per service.
 
 use super::served_limit::Observed;
-use crate::util::{parse_cpu_list, CpuList};
 use anyhow::{bail, Context as _, Result};
 use clap::{Args, ValueEnum};
 use cohort_load::Report;
+use cohort_server::util::{parse_cpu_list, CpuList};
 use serde_json::{json, Value};
 use std::path::{Path, PathBuf};
 use std::process::{Child, Command, Stdio};
@@ -38,7 +38,7 @@ pub struct ServedBench {
     #[arg(long, value_delimiter = ',', default_value = "1")]
     pub cores: Vec<usize>,
     /// Offered rates, e.g. 50k,100k,200k.
-    #[arg(long, value_delimiter = ',', value_parser = crate::util::parse_rate,
+    #[arg(long, value_delimiter = ',', value_parser = cohort_server::util::parse_rate,
           default_value = "25k,50k,100k,200k,400k,800k")]
     pub rates: Vec<f64>,
     /// Measured seconds per rate (after the warm-up).
@@ -136,7 +136,7 @@ pub fn run(a: &ServedBench) -> Result<()> {
             }
         }
         let png = plot_path(&a.out, service);
-        crate::load_cmd::plot(
+        cohort_load::plot_sweep(
             &curves,
             &format!("{service} served over UDP (hog: {:?})", a.hog),
             &png,

@@ -1,14 +1,14 @@
-//! `cohort bench streams`: Czarnul's multi-stream CPU+GPU benchmark (cohort_experiments::streams)
+//! `cohort bench streams`: Czarnul's multi-stream CPU+GPU benchmark (crate::streams)
 //! as the paper's experiments: streams x compute/communication ratio for versions A and B
 //! (Fig. 2), memory modes (Fig. 6/14), CPU threads added to the GPUs (Fig. 8/9), and packets
 //! per joule of every run (Fig. 10-12). MPS is a GPU setting and is never started here: the
 //! paper's MPS runs have no counterpart.
 
-use anyhow::{Context, Result};
-use clap::Args;
-use cohort_experiments::streams::{
+use crate::streams::{
     run as run_packets, Inputs, MemoryMode, RunConfig, StreamGpu, Version, CHECK_EVERY, OUT_FLOATS,
 };
+use anyhow::{Context, Result};
+use clap::Args;
 use serde_json::{json, Value};
 use std::path::PathBuf;
 
@@ -115,7 +115,7 @@ pub fn run(a: &StreamsBench) -> Result<()> {
     out.insert(
         "setup".into(),
         json!({"packets": packets, "chunk_bytes": chunk_floats * 4, "output_bytes": OUT_FLOATS * 4,
-            "blocks": cohort_experiments::streams::BLOCKS, "threads_per_block": cohort_experiments::streams::THREADS_PER_BLOCK,
+            "blocks": crate::streams::BLOCKS, "threads_per_block": crate::streams::THREADS_PER_BLOCK,
             "gpus": gpus.iter().map(|g| g.dev.name.clone()).collect::<Vec<_>>(),
             "check_every": CHECK_EVERY, "mps": "not used: MPS daemons are GPU settings, never started"}),
     );
@@ -135,7 +135,7 @@ pub fn run(a: &StreamsBench) -> Result<()> {
         let mut o = vec![0f32; OUT_FLOATS];
         let reps = 3;
         for p in 0..reps {
-            cohort_experiments::streams::packet_cpu(
+            crate::streams::packet_cpu(
                 pinned.chunk(p, 0, chunk_floats),
                 pinned.chunk(p, 1, chunk_floats),
                 &mut o,

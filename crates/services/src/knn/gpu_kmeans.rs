@@ -170,3 +170,52 @@ impl Assigner for GpuAssigner {
         Ok(self.run(data, centroids, metric)?)
     }
 }
+
+/// Where an index build assigns rows to centroids.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum BuildDevice {
+    Auto,
+    Cpu,
+    Gpu(usize),
+}
+
+impl std::str::FromStr for BuildDevice {
+    type Err = String;
+    fn from_str(s: &str) -> Result<BuildDevice, String> {
+        match s {
+            "auto" => Ok(BuildDevice::Auto),
+            "cpu" => Ok(BuildDevice::Cpu),
+            "gpu" => Ok(BuildDevice::Gpu(0)),
+            _ => s
+                .strip_prefix("gpu:")
+                .and_then(|n| n.parse().ok())
+                .map(BuildDevice::Gpu)
+                .ok_or_else(|| format!("unknown device {s:?} (auto, cpu, gpu, gpu:N)")),
+        }
+    }
+}
+
+/// The assigner for `device`: a GPU one where asked (an error if there is none) or where
+/// `auto` finds one; the CPU otherwise, saying why on stderr.
+pub fn assigner_for(
+    device: BuildDevice,
+    streams: usize,
+    chunk_rows: usize,
+) -> anyhow::Result<Box<dyn Assigner>> {
+    let gpu = |ordinal: usize| -> anyhow::Result<Box<dyn Assigner>> {
+        let devs = cohort_gpu::probe()?;
+        let dev = devs
+            .iter()
+            .find(|d| d.ordinal == ordinal)
+            .ok_or_else(|| anyhow::anyhow!("no GPU {ordinal} ({} found)", devs.len()))?;
+        Ok(Box::new(GpuAssigner::new(dev, streams, chunk_rows)?))
+    };
+    match device {
+        BuildDevice::Cpu => Ok(Box::new(cohort_knn::assign::CpuGemm)),
+        BuildDevice::Gpu(n) => gpu(n),
+        BuildDevice::Auto => gpu(0).or_else(|e| {
+            eprintln!("building on the CPU: {e:#}");
+            Ok(Box::new(cohort_knn::assign::CpuGemm))
+        }),
+    }
+}
