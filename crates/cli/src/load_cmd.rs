@@ -70,6 +70,14 @@ pub struct LoadArgs {
     /// knn: query vectors (.fvecs, .bvecs, .npy).
     #[arg(long)]
     pub queries: Option<PathBuf>,
+    /// The workload's data set folder (lenet: an MNIST folder whose test images are sent;
+    /// default: the 1000 test digits built in).
+    #[arg(long)]
+    pub data: Option<PathBuf>,
+    /// The served model's weights file, which the workload runs to know each right answer
+    /// (lenet; default: the model the service ships).
+    #[arg(long)]
+    pub model: Option<PathBuf>,
     /// knn: ground truth (.ivecs) to report recall_at_k.
     #[arg(long)]
     pub gt: Option<PathBuf>,
@@ -113,6 +121,8 @@ pub fn workload(a: &LoadArgs) -> Result<Arc<dyn Workload>> {
         k: a.k,
         nprobe: a.nprobe,
         users: a.users,
+        data: a.data.clone(),
+        model: a.model.clone(),
     };
     (entry.workload)(&o).map_err(anyhow::Error::msg)
 }

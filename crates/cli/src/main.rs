@@ -40,6 +40,17 @@ enum Cmd {
     /// IVF-Flat indexes: build, inspect, evaluate.
     #[command(subcommand)]
     Index(index_cmd::IndexCmd),
+    /// A service's model tools: `model train lenet --data MNIST_DIR --out lenet.safetensors`,
+    /// `model eval lenet --data MNIST_DIR [--model FILE]`.
+    Model {
+        /// The tool: train or eval.
+        tool: String,
+        /// The service whose model it is (lenet).
+        service: String,
+        /// The tool's own flags (`cohort model TOOL SERVICE --help` lists them).
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        args: Vec<String>,
+    },
     /// List CUDA devices (name, SMs, memory, PCI bus, NUMA node).
     Gpus,
     /// Self-checks; `selftest gpu` runs every GPU kernel against its CPU twin.
@@ -141,7 +152,7 @@ fn keep_freed_memory() {
 fn service_bench(
     m: &clap::ArgMatches,
 ) -> Option<(
-    &'static cohort_services::catalog::ServiceBench,
+    &'static cohort_services::catalog::ServiceCommand,
     &clap::ArgMatches,
 )> {
     let (name, sub) = m.subcommand_matches("bench")?.subcommand()?;
@@ -212,6 +223,11 @@ fn main() {
         Cmd::Index(c) => index_cmd::run(c),
         Cmd::Bench(c) => bench::run(c),
         Cmd::Sim(c) => sim::run(c),
+        Cmd::Model {
+            tool,
+            service,
+            args,
+        } => model_tool(&tool, &service, args),
         Cmd::Gpus => gpus(),
         Cmd::Selftest {
             what,
@@ -223,6 +239,30 @@ fn main() {
         eprintln!("error: {e:#}");
         std::process::exit(1);
     }
+}
+
+/// `cohort model TOOL SERVICE ARGS...`: the service's own tool, its flags parsed by it.
+fn model_tool(tool: &str, service: &str, args: Vec<String>) -> anyhow::Result<()> {
+    let Some(cmd) = cohort_services::catalog::model_tool(tool, service) else {
+        let have = cohort_services::catalog::with_model_tool(tool);
+        anyhow::bail!(
+            "no model tool {tool:?} for service {service:?} (services with one: {})",
+            if have.is_empty() {
+                "none".to_string()
+            } else {
+                have.join(", ")
+            }
+        );
+    };
+    let m = (cmd.command)()
+        .bin_name(format!("cohort model {tool} {service}"))
+        .no_binary_name(true)
+        .try_get_matches_from(args)
+        .unwrap_or_else(|e| e.exit());
+    let record = |path: &std::path::Path, v: serde_json::Value| {
+        bench::write_result(path, v).map_err(|e| format!("{e:#}"))
+    };
+    (cmd.run)(&m, &record).map_err(anyhow::Error::msg)
 }
 
 fn gpus() -> anyhow::Result<()> {

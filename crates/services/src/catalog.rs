@@ -39,10 +39,27 @@ pub struct Entry {
     /// What `cohort load --service NAME` sends it and how it checks the answers.
     pub workload: fn(&LoadOptions) -> Result<Arc<dyn Workload>, String>,
     /// Its own benchmarks (`cohort bench NAME ...`), beside its code.
-    pub benches: &'static [ServiceBench],
+    pub benches: &'static [ServiceCommand],
+    /// Its model's tools, `cohort model COMMAND NAME ...` (lenet: `train`, `eval`).
+    pub models: &'static [ServiceCommand],
+    /// Requests the selftest sends through every GPU engine it has a backend for, and how an
+    /// answer is compared with the CPU function's (`selftest::run`).
+    pub selftest: Option<SelftestCase>,
     /// Its GPU code against its CPU twins, beyond what the selftest runs through the engines
     /// (the services' GPU test executable runs every one on the GPU machine).
     pub gpu_checks: &'static [GpuCheck],
+}
+
+/// A service's requests for the engines' selftest: fresh ones from `seed` (bad ones
+/// included), and whether a GPU answer agrees with the CPU function's.
+pub struct SelftestCase {
+    pub payloads: fn(u64) -> Vec<Vec<u8>>,
+    pub compare: fn(&[u8], &[u8]) -> Result<(), String>,
+}
+
+/// Every service with a selftest case, with its entry.
+pub fn selftest_cases() -> impl Iterator<Item = (&'static Entry, &'static SelftestCase)> {
+    all().filter_map(|e| e.selftest.as_ref().map(|c| (e, c)))
 }
 
 /// A check of a service's GPU code against its CPU twin on one device, on fresh random
@@ -62,16 +79,30 @@ pub fn gpu_checks() -> impl Iterator<Item = (&'static str, &'static GpuCheck)> {
 /// (the binary's: it knows its commit), atomically.
 pub type Record<'a> = &'a dyn Fn(&std::path::Path, serde_json::Value) -> Result<(), String>;
 
-/// A service's benchmark: `cohort bench NAME` with the flags `command` declares.
-pub struct ServiceBench {
+/// A command a service brings (a benchmark, `cohort bench NAME`; a model tool, `cohort model
+/// NAME SERVICE`), with the flags `command` declares.
+pub struct ServiceCommand {
     pub name: &'static str,
     pub command: fn() -> clap::Command,
     pub run: fn(&clap::ArgMatches, Record) -> Result<(), String>,
 }
 
 /// Every service's benchmarks.
-pub fn benches() -> impl Iterator<Item = &'static ServiceBench> {
+pub fn benches() -> impl Iterator<Item = &'static ServiceCommand> {
     all().flat_map(|e| e.benches.iter())
+}
+
+/// Service `service`'s model tool `name` (`cohort model NAME SERVICE`).
+pub fn model_tool(name: &str, service: &str) -> Option<&'static ServiceCommand> {
+    entry(service)?.models.iter().find(|c| c.name == name)
+}
+
+/// The services that have a model tool `name`.
+pub fn with_model_tool(name: &str) -> Vec<&'static str> {
+    all()
+        .filter(|e| e.models.iter().any(|c| c.name == name))
+        .map(|e| e.name)
+        .collect()
 }
 
 /// What a user can serve.
@@ -80,6 +111,7 @@ pub const CATALOG: &[&Entry] = &[
     &crate::micro::slice::SPIN,
     &crate::knn::slice::ENTRY,
     &crate::bank::slice::ENTRY,
+    &crate::lenet::slice::ENTRY,
 ];
 
 /// Services the tests serve beside [`CATALOG`] (not offered to users).

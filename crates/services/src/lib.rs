@@ -10,6 +10,7 @@ pub mod catalog;
 pub mod config;
 mod json_str;
 pub mod knn;
+pub mod lenet;
 pub mod micro;
 #[cfg(feature = "test-services")]
 pub mod reverse;

@@ -31,6 +31,7 @@ use std::sync::Arc;
 use std::time::{Duration, Instant};
 
 type Compare = fn(&[u8], &[u8]) -> Result<(), String>;
+type PersistentBuild = fn(&Settings, &DeviceInfo) -> Result<Arc<dyn PersistentBackend>, String>;
 
 fn exact(g: &[u8], c: &[u8]) -> Result<(), String> {
     if g == c {
@@ -406,6 +407,25 @@ pub fn run(seed: u64, with_persistent: bool) -> Result<Vec<String>, String> {
     if with_persistent {
         let make = || (e.persistent.expect("persistent"))(&opts, dev);
         lines.push(watchdog_restarts_a_stalled_gpu(&service, &make)?);
+    }
+    // Every service that brings its own selftest case, through every engine it has a backend
+    // for.
+    for (e, case) in catalog::selftest_cases() {
+        let service = (e.build)(&opts, true)?;
+        let Some(gpu) = e.gpu else { continue };
+        let payloads = (case.payloads)(rng.gen());
+        let persistent_of = e.persistent.filter(|_| with_persistent);
+        let persistent = |p: &PersistentBuild| p(&opts, dev);
+        lines.extend(check(
+            e.name,
+            &|| match &persistent_of {
+                Some(p) => all_engines(&|| gpu(&opts, dev), Some(&|| persistent(p))),
+                None => all_engines(&|| gpu(&opts, dev), None),
+            },
+            &service,
+            &payloads,
+            case.compare,
+        )?);
     }
     // knn on a fresh random index, f32 and f16.
     let (n, dim, nlist) = (6000, 48, 64);

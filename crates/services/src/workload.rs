@@ -44,6 +44,12 @@ pub struct LoadOptions {
     /// Users of the server's backend (services that keep per-user records; the server's
     /// setting of the same name).
     pub users: u32,
+    /// A folder holding the workload's data set (lenet: an MNIST folder; unset: the
+    /// workload's built-in sample).
+    pub data: Option<std::path::PathBuf>,
+    /// The served model's weights, for workloads that check answers by predicting them
+    /// (unset: the model the service ships).
+    pub model: Option<std::path::PathBuf>,
 }
 
 /// A page service's load: one browser per connection.

@@ -22,7 +22,8 @@ pub struct EngineBench {
     )]
     pub engines: Vec<String>,
     /// The service driven: knn (queries from --data), echo (empty requests: the engine's
-    /// round trip alone) or spin (--spin-us of work per request).
+    /// round trip alone), spin (--spin-us of work per request), or any other service's
+    /// load-workload requests (lenet: MNIST digits, from --data if given).
     #[arg(long, default_value = "knn")]
     pub service: String,
     /// spin: microseconds of work per request.
@@ -76,7 +77,39 @@ fn payloads(a: &EngineBench) -> Result<Vec<Vec<u8>>> {
         }
         "echo" => vec![Vec::new()],
         "spin" => vec![cohort_services::spin::encode(a.spin_us, b"")],
-        other => anyhow::bail!("bench engine drives knn, echo or spin, not {other:?}"),
+        // Any other service: the requests its load workload makes (lenet: MNIST digits from
+        // --data, else the ones built in).
+        other => {
+            let entry = cohort_services::catalog::entry(other).with_context(|| {
+                format!(
+                    "unknown service {other:?} (available: {})",
+                    cohort_services::catalog::names().join(", ")
+                )
+            })?;
+            let options = cohort_services::workload::LoadOptions {
+                payload_bytes: 64,
+                spin_us: a.spin_us,
+                queries: None,
+                gt: None,
+                k: a.k as usize,
+                nprobe: a.nprobe,
+                users: 1,
+                data: a.data.clone(),
+                model: None,
+            };
+            let w = (entry.workload)(&options).map_err(anyhow::Error::msg)?;
+            anyhow::ensure!(
+                w.pages().is_none(),
+                "{other} is served as HTTP pages: bench engine drives request services"
+            );
+            (0..4096u64)
+                .map(|seq| {
+                    let mut p = Vec::new();
+                    w.payload(seq, &mut p);
+                    p
+                })
+                .collect()
+        }
     })
 }
 

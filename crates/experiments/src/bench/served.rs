@@ -168,6 +168,8 @@ fn over_http(service: &str) -> bool {
         k: 1,
         nprobe: 1,
         users: 1,
+        data: None,
+        model: None,
     };
     cohort_services::catalog::entry(service)
         .and_then(|e| (e.workload)(&options).ok())

@@ -22,8 +22,10 @@ pub const ENTRY: Entry = Entry {
     // Sessions live in one device's memory.
     one_gpu: true,
     kernels: || vec![super::kernels::source()],
+    selftest: None,
     gpu_checks: super::gpu_checks::CHECKS,
     benches: super::bench::BENCHES,
+    models: &[],
     workload: |o| {
         if o.users == 0 {
             return Err("bank load: --users must be at least 1".into());

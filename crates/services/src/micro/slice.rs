@@ -30,6 +30,8 @@ pub const ECHO: Entry = Entry {
     one_gpu: false,
     kernels: super::sources,
     benches: &[],
+    models: &[],
+    selftest: None,
     gpu_checks: &[],
     workload: |o| {
         Ok(Arc::new(super::load::EchoWorkload {
@@ -53,6 +55,8 @@ pub const SPIN: Entry = Entry {
     // The same units as echo's (listed once, under echo).
     kernels: Vec::new,
     benches: &[],
+    models: &[],
+    selftest: None,
     gpu_checks: &[],
     workload: |o| {
         Ok(Arc::new(super::load::SpinWorkload {

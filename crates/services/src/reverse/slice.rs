@@ -19,8 +19,10 @@ pub const ENTRY: Entry = Entry {
     persistent: None,
     one_gpu: false,
     kernels: Vec::new,
+    selftest: None,
     gpu_checks: &[],
     benches: &[],
+    models: &[],
     workload: |o| {
         Ok(Arc::new(super::load::ReverseWorkload {
             len: o.payload_bytes.max(1),

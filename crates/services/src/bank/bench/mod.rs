@@ -7,7 +7,7 @@ mod cpu;
 mod gpu;
 mod plot;
 
-use crate::catalog::{Record, ServiceBench};
+use crate::catalog::{Record, ServiceCommand};
 use clap::{Args, Command, FromArgMatches};
 
 /// Its flags (clap) as the subcommand `name`, described by `about`.
@@ -24,8 +24,8 @@ fn parsed<A: FromArgMatches>(
     run(&a).map_err(|e| format!("{e:#}"))
 }
 
-pub const BENCHES: &[ServiceBench] = &[
-    ServiceBench {
+pub const BENCHES: &[ServiceCommand] = &[
+    ServiceCommand {
         name: "bank-cpu",
         command: || {
             command::<cpu::BankBench>(
@@ -35,7 +35,7 @@ pub const BENCHES: &[ServiceBench] = &[
         },
         run: |m, record: Record| parsed(m, |a: &cpu::BankBench| cpu::run(a, record)),
     },
-    ServiceBench {
+    ServiceCommand {
         name: "bank-parse-gpu",
         command: || {
             command::<gpu::BankParseBench>(
@@ -45,7 +45,7 @@ pub const BENCHES: &[ServiceBench] = &[
         },
         run: |m, record: Record| parsed(m, |a: &gpu::BankParseBench| gpu::run(a, record)),
     },
-    ServiceBench {
+    ServiceCommand {
         name: "bank-gpu",
         command: || {
             command::<gpu::BankGpuBench>(
@@ -55,7 +55,7 @@ pub const BENCHES: &[ServiceBench] = &[
         },
         run: |m, record: Record| parsed(m, |a: &gpu::BankGpuBench| gpu::run_all(a, record)),
     },
-    ServiceBench {
+    ServiceCommand {
         name: "bank-plot",
         command: || {
             command::<plot::BankPlotArgs>(

@@ -1,0 +1,354 @@
+//! LeNet's GPU batch backend (gpu-direct, gpu-cohort): the weights resident on the device; a
+//! cohort's images staged in pinned memory, copied in as bytes (784 per image), run through
+//! `kernels/lenet.cu` (the convolutions per image, the dense layers as two GEMMs over the
+//! cohort), and only the ten logits per image copied back. The digit is taken from them on
+//! the host, by the same rule as the CPU twin.
+
+use super::kernels::{CONV_THREADS, TILE};
+use super::model::{self, Weights, CLASSES, FLAT, HIDDEN, IMAGE_BYTES};
+use cohort_engine::BatchBackend;
+use cohort_gpu::engine::{GpuBackend, Pinned, StreamBuffers};
+use cohort_gpu::kernel_args;
+use cohort_gpu::launch::{Dev, Grid, Kernel, KernelDecl, Work};
+use cohort_gpu::{load_module, DeviceInfo, GpuError};
+use cohort_proto::ErrorPayload;
+use cudarc::driver::{CudaContext, CudaSlice, CudaStream};
+use std::sync::Arc;
+
+kernel_args! {
+    /// One block per image: the convolutions, their tanh and pools, the image's features.
+    pub struct LenetConvArgs {
+        images: Dev<u8>,
+        w1: Dev<f32>,
+        b1: Dev<f32>,
+        w2: Dev<f32>,
+        b2: Dev<f32>,
+        features: Dev<f32>,
+        rows: u32,
+    }
+}
+
+kernel_args! {
+    /// out[r][n] = bias[n] + sum_k input[r][k] * weight[n][k], ReLU'd when `relu` is 1.
+    pub struct LenetDenseArgs {
+        input: Dev<f32>,
+        weight: Dev<f32>,
+        bias: Dev<f32>,
+        out: Dev<f32>,
+        rows: u32,
+        k: u32,
+        n: u32,
+        relu: u32,
+    }
+}
+
+pub const CONV: KernelDecl<LenetConvArgs> =
+    KernelDecl::new("lenet_conv", CONV_THREADS as u32, Grid::BlockPerItem);
+pub const DENSE: KernelDecl<LenetDenseArgs> =
+    KernelDecl::new("lenet_dense", TILE as u32, Grid::Sized).with_block_y(TILE as u32);
+
+/// The weights in device memory, uploaded once per device.
+pub(super) struct DeviceWeights {
+    pub(super) w1: CudaSlice<f32>,
+    pub(super) b1: CudaSlice<f32>,
+    pub(super) w2: CudaSlice<f32>,
+    pub(super) b2: CudaSlice<f32>,
+    pub(super) f1w: CudaSlice<f32>,
+    pub(super) f1b: CudaSlice<f32>,
+    pub(super) f2w: CudaSlice<f32>,
+    pub(super) f2b: CudaSlice<f32>,
+}
+
+impl DeviceWeights {
+    pub(super) fn upload(ctx: &Arc<CudaContext>, w: &Weights) -> Result<DeviceWeights, GpuError> {
+        let s = ctx.default_stream();
+        let d = DeviceWeights {
+            w1: s.clone_htod(&w.conv1_w)?,
+            b1: s.clone_htod(&w.conv1_b)?,
+            w2: s.clone_htod(&w.conv2_w)?,
+            b2: s.clone_htod(&w.conv2_b)?,
+            f1w: s.clone_htod(&w.fc1_w)?,
+            f1b: s.clone_htod(&w.fc1_b)?,
+            f2w: s.clone_htod(&w.fc2_w)?,
+            f2b: s.clone_htod(&w.fc2_b)?,
+        };
+        s.synchronize()?;
+        Ok(d)
+    }
+}
+
+pub struct LenetGpu {
+    ctx: Arc<CudaContext>,
+    conv: Kernel<LenetConvArgs>,
+    dense: Kernel<LenetDenseArgs>,
+    weights: Arc<DeviceWeights>,
+    bytes: usize,
+}
+
+impl LenetGpu {
+    pub fn new(dev: &DeviceInfo, w: &Weights) -> Result<LenetGpu, GpuError> {
+        let ctx = cohort_gpu::launch::context(dev.ordinal)?;
+        let module = load_module(&ctx, dev, super::kernels::batch())?;
+        let weights = DeviceWeights::upload(&ctx, w)?;
+        Ok(LenetGpu {
+            conv: Kernel::load(&module, &CONV)?,
+            dense: Kernel::load(&module, &DENSE)?,
+            bytes: 4 * w.tensors().iter().map(|t| t.len()).sum::<usize>(),
+            ctx,
+            weights: Arc::new(weights),
+        })
+    }
+}
+
+impl BatchBackend for LenetGpu {
+    fn batch_key(&self, payload: &[u8]) -> Result<u64, ErrorPayload> {
+        super::decode(payload)?;
+        Ok(0)
+    }
+}
+
+impl GpuBackend for LenetGpu {
+    fn context(&self) -> &Arc<CudaContext> {
+        &self.ctx
+    }
+
+    fn stream_buffers(
+        &self,
+        stream: &Arc<CudaStream>,
+        cap: usize,
+    ) -> Result<Box<dyn StreamBuffers>, GpuError> {
+        Ok(Box::new(LenetBuffers {
+            conv: self.conv.clone(),
+            dense: self.dense.clone(),
+            weights: self.weights.clone(),
+            host_in: Pinned::for_uploads(&self.ctx, cap * IMAGE_BYTES)?,
+            host_logits: Pinned::for_reads(&self.ctx, cap * CLASSES)?,
+            dev_in: stream.alloc_zeros(cap * IMAGE_BYTES)?,
+            features: stream.alloc_zeros(cap * FLAT)?,
+            hidden: stream.alloc_zeros(cap * HIDDEN)?,
+            logits: stream.alloc_zeros(cap * CLASSES)?,
+        }))
+    }
+
+    fn device_bytes(&self) -> usize {
+        self.bytes
+    }
+}
+
+struct LenetBuffers {
+    conv: Kernel<LenetConvArgs>,
+    dense: Kernel<LenetDenseArgs>,
+    weights: Arc<DeviceWeights>,
+    host_in: Pinned<u8>,
+    host_logits: Pinned<f32>,
+    dev_in: CudaSlice<u8>,
+    features: CudaSlice<f32>,
+    hidden: CudaSlice<f32>,
+    logits: CudaSlice<f32>,
+}
+
+/// Queues the network over `rows` images already in `images` (device), leaving the logits in
+/// `logits`: what the backend and the GPU check run.
+#[allow(clippy::too_many_arguments)]
+fn enqueue_network(
+    s: &Arc<CudaStream>,
+    conv: &Kernel<LenetConvArgs>,
+    dense: &Kernel<LenetDenseArgs>,
+    w: &DeviceWeights,
+    images: &CudaSlice<u8>,
+    features: &mut CudaSlice<f32>,
+    hidden: &mut CudaSlice<f32>,
+    logits: &mut CudaSlice<f32>,
+    rows: usize,
+) -> Result<(), GpuError> {
+    let conv_args = LenetConvArgs {
+        images: Dev::of(images, s),
+        w1: Dev::of(&w.w1, s),
+        b1: Dev::of(&w.b1, s),
+        w2: Dev::of(&w.w2, s),
+        b2: Dev::of(&w.b2, s),
+        features: Dev::of_mut(features, s),
+        rows: rows as u32,
+    };
+    // SAFETY: every buffer holds `rows` images' worth (the slot's capacity bounds rows).
+    unsafe { conv.launch(s, Work::Items(rows), 0, &conv_args) }?;
+    let tiles = |n: usize| n.div_ceil(TILE) as u32;
+    let fc1 = LenetDenseArgs {
+        input: Dev::of(features, s),
+        weight: Dev::of(&w.f1w, s),
+        bias: Dev::of(&w.f1b, s),
+        out: Dev::of_mut(hidden, s),
+        rows: rows as u32,
+        k: FLAT as u32,
+        n: HIDDEN as u32,
+        relu: 1,
+    };
+    // SAFETY: features rows x FLAT, f1w HIDDEN x FLAT, hidden rows x HIDDEN.
+    unsafe { dense.launch(s, Work::Grid(tiles(HIDDEN), tiles(rows)), 0, &fc1) }?;
+    let fc2 = LenetDenseArgs {
+        input: Dev::of(hidden, s),
+        weight: Dev::of(&w.f2w, s),
+        bias: Dev::of(&w.f2b, s),
+        out: Dev::of_mut(logits, s),
+        rows: rows as u32,
+        k: HIDDEN as u32,
+        n: CLASSES as u32,
+        relu: 0,
+    };
+    // SAFETY: hidden rows x HIDDEN, f2w CLASSES x HIDDEN, logits rows x CLASSES.
+    unsafe { dense.launch(s, Work::Grid(tiles(CLASSES), tiles(rows)), 0, &fc2) }?;
+    Ok(())
+}
+
+impl StreamBuffers for LenetBuffers {
+    fn stage(&mut self, _key: u64, row: usize, payload: &[u8]) -> Result<(), ErrorPayload> {
+        // batch_key checked the length.
+        self.host_in.as_mut_slice()[row * IMAGE_BYTES..(row + 1) * IMAGE_BYTES]
+            .copy_from_slice(payload);
+        Ok(())
+    }
+
+    fn enqueue(&mut self, s: &Arc<CudaStream>, _key: u64, rows: usize) -> Result<(), GpuError> {
+        s.memcpy_htod(
+            &self.host_in.as_slice()[..rows * IMAGE_BYTES],
+            &mut self.dev_in.slice_mut(0..rows * IMAGE_BYTES),
+        )?;
+        enqueue_network(
+            s,
+            &self.conv,
+            &self.dense,
+            &self.weights,
+            &self.dev_in,
+            &mut self.features,
+            &mut self.hidden,
+            &mut self.logits,
+            rows,
+        )?;
+        s.memcpy_dtoh(
+            &self.logits.slice(0..rows * CLASSES),
+            &mut self.host_logits.as_mut_slice()[..rows * CLASSES],
+        )?;
+        Ok(())
+    }
+
+    fn answer(&mut self, _key: u64, row: usize, out: &mut Vec<u8>) -> Result<(), ErrorPayload> {
+        let mut logits = [0f32; CLASSES];
+        logits.copy_from_slice(&self.host_logits.as_slice()[row * CLASSES..(row + 1) * CLASSES]);
+        super::encode_answer(&logits, out);
+        Ok(())
+    }
+}
+
+/// The engines' selftest requests: MNIST digits (the 1000 built in, a shuffled 300), fresh
+/// random images, and images of the wrong size (BAD_REQUEST on every engine).
+pub fn selftest_payloads(seed: u64) -> Vec<Vec<u8>> {
+    use rand::seq::SliceRandom;
+    use rand::{Rng, SeedableRng};
+    let mut rng = rand::rngs::SmallRng::seed_from_u64(seed);
+    let digits = super::mnist::embedded_test_subset();
+    let mut idx: Vec<usize> = (0..digits.len()).collect();
+    idx.shuffle(&mut rng);
+    let mut out: Vec<Vec<u8>> = idx[..300]
+        .iter()
+        .map(|&i| digits.image(i).to_vec())
+        .collect();
+    for _ in 0..100 {
+        out.push((0..IMAGE_BYTES).map(|_| rng.gen()).collect());
+    }
+    for len in [0, 1, IMAGE_BYTES - 1, IMAGE_BYTES + 1, 2000] {
+        out.push(vec![7; len]);
+    }
+    out.shuffle(&mut rng);
+    out
+}
+
+/// A GPU answer agrees with the CPU's: every logit within [`LOGIT_TOLERANCE`], and the same
+/// digit unless the CPU's two candidates are themselves that close (a near tie on a random
+/// image, which the order of sums may break either way).
+pub fn same_answer(gpu: &[u8], cpu: &[u8]) -> Result<(), String> {
+    let (Some((gd, gl)), Some((cd, cl))) = (super::decode_answer(gpu), super::decode_answer(cpu))
+    else {
+        return Err(format!("answers of {} and {} bytes", gpu.len(), cpu.len()));
+    };
+    let close = gl
+        .iter()
+        .zip(&cl)
+        .all(|(g, c)| (g - c).abs() <= LOGIT_TOLERANCE * (1.0 + c.abs()));
+    let tie = (cl[gd as usize] - cl[cd as usize]).abs()
+        <= 2.0 * LOGIT_TOLERANCE * (1.0 + cl[cd as usize].abs());
+    if !close || (gd != cd && !tie) {
+        return Err(format!("GPU digit {gd} {gl:?}, CPU digit {cd} {cl:?}"));
+    }
+    Ok(())
+}
+
+/// How far a GPU logit may be from the CPU twin's (the sums run in another order, with FMA).
+pub const LOGIT_TOLERANCE: f32 = 1e-3;
+
+/// The kernels against the CPU forward pass on the repository's 1000 MNIST test digits and on
+/// fresh random images from `seed`: every logit within [`LOGIT_TOLERANCE`] (relative to its
+/// size, plus that much absolute) and the digit identical on the MNIST digits.
+pub fn check(dev: &DeviceInfo, seed: u64) -> Result<Vec<String>, String> {
+    use rand::{Rng, SeedableRng};
+    let w = Weights::load(None)?;
+    let gpu = LenetGpu::new(dev, &w).map_err(|e| e.to_string())?;
+    let digits = super::mnist::embedded_test_subset();
+    let mut rng = rand::rngs::SmallRng::seed_from_u64(seed);
+    let random = 1000;
+    let mut images = digits.images.clone();
+    images.extend((0..random * IMAGE_BYTES).map(|_| rng.gen::<u8>()));
+    let rows = digits.len() + random;
+    let run = || -> Result<Vec<f32>, GpuError> {
+        let s = gpu.ctx.new_stream()?;
+        let dev_in = s.clone_htod(&images)?;
+        let mut features = s.alloc_zeros::<f32>(rows * FLAT)?;
+        let mut hidden = s.alloc_zeros::<f32>(rows * HIDDEN)?;
+        let mut logits = s.alloc_zeros::<f32>(rows * CLASSES)?;
+        enqueue_network(
+            &s,
+            &gpu.conv,
+            &gpu.dense,
+            &gpu.weights,
+            &dev_in,
+            &mut features,
+            &mut hidden,
+            &mut logits,
+            rows,
+        )?;
+        let out = s.clone_dtoh(&logits)?;
+        s.synchronize()?;
+        Ok(out)
+    };
+    let got = run().map_err(|e| e.to_string())?;
+    let mut scratch = model::Scratch::default();
+    let mut worst = 0f32;
+    for r in 0..rows {
+        let want = model::forward(
+            &w,
+            &images[r * IMAGE_BYTES..(r + 1) * IMAGE_BYTES],
+            &mut scratch,
+        );
+        let g: [f32; CLASSES] = got[r * CLASSES..(r + 1) * CLASSES]
+            .try_into()
+            .expect("ten logits");
+        for (a, b) in g.iter().zip(&want) {
+            let err = (a - b).abs() / (1.0 + b.abs());
+            worst = worst.max(err);
+            assert!(
+                err <= LOGIT_TOLERANCE,
+                "image {r}: GPU logits {g:?}, CPU {want:?}"
+            );
+        }
+        if r < digits.len() {
+            assert_eq!(
+                model::argmax(&g),
+                model::argmax(&want),
+                "digit of image {r}"
+            );
+        }
+    }
+    Ok(vec![format!(
+        "lenet: {} MNIST + {random} random images: GPU logits = CPU twin's (worst relative error {worst:.2e}), digits identical",
+        digits.len()
+    )])
+}

@@ -1,0 +1,65 @@
+//! LeNet's kernel files and every size they share with Rust (the network's, from `model.rs`,
+//! and the kernels' block shapes), handed to CUDA by one prelude.
+
+use super::model::{C1, C2, C2_SIDE, CLASSES, FLAT, HIDDEN, KERNEL, P1_SIDE, SIDE};
+use cohort_gpu::persistent::persistent_source;
+use cohort_gpu::{KernelSource, Prelude};
+
+/// Threads of a `lenet_conv` block (one image).
+pub const CONV_THREADS: usize = 256;
+/// Side of `lenet_dense`'s square tile (rows x outputs, and the k step).
+pub const TILE: usize = 16;
+/// Threads of a persistent worker block (one image at a time: more threads, less latency).
+pub const P_THREADS: usize = 512;
+
+fn prelude() -> Prelude {
+    Prelude::new("crates/services/src/lenet/kernels.rs")
+        .int("LENET_SIDE", SIDE)
+        .int("LENET_KERNEL", KERNEL)
+        .int("LENET_C1", C1)
+        .int("LENET_P1_SIDE", P1_SIDE)
+        .int("LENET_C2", C2)
+        .int("LENET_P2_SIDE", C2_SIDE / 2)
+        .int("LENET_FLAT", FLAT)
+        .int("LENET_HIDDEN", HIDDEN)
+        .int("LENET_CLASSES", CLASSES)
+        .int("LENET_CONV_THREADS", CONV_THREADS)
+        .int("LENET_TILE", TILE)
+        .int("LENET_P_THREADS", P_THREADS)
+}
+
+const NET: (&str, &str) = ("lenet_net.cuh", include_str!("kernels/lenet_net.cuh"));
+
+/// The batch kernels (`lenet.cu`), held to their Rust declarations.
+pub fn batch() -> &'static KernelSource {
+    static S: std::sync::OnceLock<&'static KernelSource> = std::sync::OnceLock::new();
+    S.get_or_init(|| {
+        KernelSource::assemble_typed(
+            "lenet.cu",
+            &prelude(),
+            &[NET, ("lenet.cu", include_str!("kernels/lenet.cu"))],
+            vec![super::gpu::CONV.checked(), super::gpu::DENSE.checked()],
+        )
+    })
+}
+
+/// The persistent module: the runtime around `lenet_persistent.cu`.
+pub fn persistent() -> &'static KernelSource {
+    static S: std::sync::OnceLock<&'static KernelSource> = std::sync::OnceLock::new();
+    S.get_or_init(|| {
+        persistent_source(
+            "lenet_persistent.cu",
+            &prelude(),
+            &[NET],
+            &[(
+                "lenet_persistent.cu",
+                include_str!("kernels/lenet_persistent.cu"),
+            )],
+        )
+    })
+}
+
+/// Both units (CI compiles each through NVRTC).
+pub fn sources() -> Vec<&'static KernelSource> {
+    vec![batch(), persistent()]
+}

@@ -1,0 +1,64 @@
+//! The lenet service's catalog entry: how the server builds it from its settings.
+
+use super::config::{LenetSettings, FLAGS};
+use super::model::Weights;
+use crate::catalog::{Entry, GpuCheck, SelftestCase};
+use crate::config::{resolved, typed, Settings};
+use cohort_engine::Service;
+use cohort_gpu::engine::GpuBackend;
+use cohort_gpu::persistent::PersistentBackend;
+use cohort_gpu::DeviceInfo;
+use std::sync::Arc;
+
+pub const ENTRY: Entry = Entry {
+    name: "lenet",
+    id: super::ID,
+    flags: FLAGS,
+    resolve: |s| resolved::<LenetSettings>("lenet", s),
+    build: service,
+    gpu: Some(gpu),
+    persistent: Some(persistent),
+    one_gpu: false,
+    kernels: super::kernels::sources,
+    benches: &[],
+    #[cfg(feature = "train")]
+    models: super::train::COMMANDS,
+    #[cfg(not(feature = "train"))]
+    models: &[],
+    selftest: Some(SelftestCase {
+        payloads: super::gpu::selftest_payloads,
+        compare: super::gpu::same_answer,
+    }),
+    gpu_checks: &[GpuCheck {
+        name: "lenet kernels vs cpu twin",
+        run: super::gpu::check,
+    }],
+    workload: |o| Ok(Arc::new(super::load::LenetWorkload::from_options(o)?)),
+};
+
+fn weights(s: &Settings) -> Result<Arc<Weights>, String> {
+    let c: LenetSettings = typed("lenet", s)?;
+    Weights::load(c.model.as_deref())
+        .map(Arc::new)
+        .map_err(|e| format!("lenet: {e}"))
+}
+
+fn service(s: &Settings, _on_gpu: bool) -> Result<Arc<dyn Service>, String> {
+    Ok(Arc::new(super::Lenet {
+        weights: weights(s)?,
+    }))
+}
+
+fn gpu(s: &Settings, dev: &DeviceInfo) -> Result<Arc<dyn GpuBackend>, String> {
+    let w = weights(s)?;
+    Ok(Arc::new(
+        super::gpu::LenetGpu::new(dev, &w).map_err(|e| e.to_string())?,
+    ))
+}
+
+fn persistent(s: &Settings, dev: &DeviceInfo) -> Result<Arc<dyn PersistentBackend>, String> {
+    let w = weights(s)?;
+    Ok(Arc::new(
+        super::persistent::LenetPersistent::new(dev, &w).map_err(|e| e.to_string())?,
+    ))
+}

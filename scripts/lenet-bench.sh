@@ -1,0 +1,32 @@
+#!/usr/bin/env bash
+# The lenet service on the GPU machine (dist/ carried): PART=tests runs every GPU check;
+# PART=engine the engines fed in process (`cohort bench engine --service lenet`, the built-in
+# MNIST digits, windows 1..8192, each engine in turn); PART=served the served matrix (server
+# pinned to 1 and 8 cores, generator on the others, every answer checked) with the cpu
+# engine's echo measured beside it as the host's anchor.
+# Usage: OUT=dir TAG=h200 PART=tests|engine|served scripts/lenet-bench.sh
+set -uo pipefail
+cd "$(dirname "$0")/.."
+. scripts/lib/gpu-env.sh
+OUT=${OUT:-bench/results}; TAG=${TAG:-h200}; mkdir -p "$OUT"
+t0=$(date +%s)
+case ${PART:-engine} in
+tests)
+    OUT="$OUT/tests" bash scripts/gpu-check run tests
+    ;;
+engine)
+    $B bench engine --service lenet --engines ${ENGINES:-gpu-direct,gpu-cohort,gpu-persistent} \
+        --window ${WINDOWS:-1,64,1024,8192} --max-cohort ${MAX_COHORT:-8192} --duration 2 \
+        --drivers 4 --out "$OUT/lenet-engine-$TAG.json" --log-level warn 2>&1 | tail -n 20
+    $B bench engine --service lenet --engines cpu --window 64 --duration 2 --drivers 4 \
+        --out "$OUT/lenet-engine-cpu-$TAG.json" --log-level warn 2>&1 | tail -n 4
+    ;;
+served)
+    $B bench served --services echo --engines cpu --cores 1,8 --rates ${ECHO_RATES:-100k,200k,300k,500k,700k} \
+        --duration 2 --warmup 1 --out "$OUT/lenet-served-anchor-$TAG.json" --log-level warn 2>&1 | tail -n 12
+    $B bench served --services lenet --engines ${ENGINES:-cpu,gpu-cohort,gpu-persistent} --cores 1,8 \
+        --rates ${RATES:-5k,20k,50k,100k,200k,300k,400k} --duration 2 --warmup 1 \
+        --out "$OUT/lenet-served-$TAG.json" --log-level warn 2>&1 | tail -n 40
+    ;;
+esac
+echo "lenet-bench ${PART:-engine}: $(( $(date +%s) - t0 )) s"
