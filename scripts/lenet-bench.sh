@@ -25,7 +25,7 @@ served)
     $B bench served --services echo --engines cpu --cores 1,8 --rates ${ECHO_RATES:-100k,200k,300k,500k,700k} \
         --duration 2 --warmup 1 --out "$OUT/lenet-served-anchor-$TAG.json" --log-level warn 2>&1 | tail -n 12
     $B bench served --services lenet --engines ${ENGINES:-cpu,gpu-cohort,gpu-persistent} --cores 1,8 \
-        --rates ${RATES:-5k,20k,50k,100k,200k,300k,400k} --duration 2 --warmup 1 \
+        --rates ${RATES:-1k,5k,20k,50k,100k,200k,300k,400k} --duration 2 --warmup 1 \
         --out "$OUT/lenet-served-$TAG.json" --log-level warn 2>&1 | tail -n 40
     ;;
 esac

@@ -226,11 +226,9 @@ fn drive(
     bell.bind_current();
     let mut hist = hdrhistogram::Histogram::<u64>::new(3)?;
     let (mut next, mut done, mut errors) = (0u64, 0u64, 0u64);
-    let service = match service {
-        "echo" => cohort_services::echo::ID,
-        "spin" => cohort_services::spin::ID,
-        _ => cohort_services::knn::ID,
-    };
+    let service = cohort_services::catalog::entry(service)
+        .with_context(|| format!("unknown service {service:?}"))?
+        .id;
     // An inline service is answered inside `admit`: counted there, never in flight.
     let refill = |ing: &mut Ingress<Instant>,
                   next: &mut u64,
