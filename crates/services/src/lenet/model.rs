@@ -158,6 +158,8 @@ impl Weights {
 
 /// Scratch space of one forward pass (kept by a worker: no allocation per request).
 pub struct Scratch {
+    /// A convolution's input patches, one column per output position (im2col).
+    cols: Vec<f32>,
     c1: Vec<f32>,
     p1: Vec<f32>,
     c2: Vec<f32>,
@@ -168,6 +170,11 @@ pub struct Scratch {
 impl Default for Scratch {
     fn default() -> Self {
         Scratch {
+            cols: vec![
+                0.0;
+                (KERNEL * KERNEL * C1 * C2_SIDE * C2_SIDE)
+                    .max(KERNEL * KERNEL * C1_SIDE * C1_SIDE)
+            ],
             c1: vec![0.0; C1 * C1_SIDE * C1_SIDE],
             p1: vec![0.0; C1 * P1_SIDE * P1_SIDE],
             c2: vec![0.0; C2 * C2_SIDE * C2_SIDE],
@@ -177,16 +184,35 @@ impl Default for Scratch {
     }
 }
 
-/// The logits of one image; the CPU twin of the kernels (same order of sums per output).
+/// The logits of one image; the CPU twin of the kernels (the same sums, in another order:
+/// the GPU checks compare within a tolerance).
 pub fn forward(w: &Weights, image: &[u8], s: &mut Scratch) -> [f32; CLASSES] {
     assert_eq!(image.len(), IMAGE_BYTES, "a LeNet image is 28x28 bytes");
     let mut x = [0f32; IMAGE_BYTES];
     for (o, &p) in x.iter_mut().zip(image) {
         *o = p as f32 * (1.0 / 255.0);
     }
-    conv_tanh(&x, 1, SIDE, &w.conv1_w, &w.conv1_b, C1, &mut s.c1);
+    conv_tanh(
+        &x,
+        1,
+        SIDE,
+        &w.conv1_w,
+        &w.conv1_b,
+        C1,
+        &mut s.cols,
+        &mut s.c1,
+    );
     max_pool(&s.c1, C1, C1_SIDE, &mut s.p1);
-    conv_tanh(&s.p1, C1, P1_SIDE, &w.conv2_w, &w.conv2_b, C2, &mut s.c2);
+    conv_tanh(
+        &s.p1,
+        C1,
+        P1_SIDE,
+        &w.conv2_w,
+        &w.conv2_b,
+        C2,
+        &mut s.cols,
+        &mut s.c2,
+    );
     max_pool(&s.c2, C2, C2_SIDE, &mut s.flat);
     for (j, h) in s.hidden.iter_mut().enumerate() {
         let row = &w.fc1_w[j * FLAT..(j + 1) * FLAT];
@@ -197,6 +223,50 @@ pub fn forward(w: &Weights, image: &[u8], s: &mut Scratch) -> [f32; CLASSES] {
         *l = w.fc2_b[j] + dot(&w.fc2_w[j * HIDDEN..(j + 1) * HIDDEN], &s.hidden);
     }
     logits
+}
+
+/// A dot product in eight independent lanes (so the compiler can keep them in one SIMD
+/// register; a single running sum would serialise every add), then the lanes summed.
+fn dot(a: &[f32], b: &[f32]) -> f32 {
+    let mut lanes = [0f32; 8];
+    let (ac, bc) = (a.chunks_exact(8), b.chunks_exact(8));
+    let tail: f32 = ac
+        .remainder()
+        .iter()
+        .zip(bc.remainder())
+        .map(|(x, y)| x * y)
+        .sum();
+    for (x, y) in ac.zip(bc) {
+        for i in 0..8 {
+            lanes[i] += x[i] * y[i];
+        }
+    }
+    lanes.iter().sum::<f32>() + tail
+}
+
+/// c (m x n) = a (m x k) . b (k x n), all row-major (matrixmultiply's blocked SIMD kernel).
+fn gemm(m: usize, k: usize, n: usize, a: &[f32], b: &[f32], c: &mut [f32]) {
+    assert!(a.len() >= m * k && b.len() >= k * n && c.len() >= m * n);
+    // SAFETY: the three buffers hold the shapes asserted above, row-major, and do not alias
+    // (c is borrowed mutably).
+    unsafe {
+        matrixmultiply::sgemm(
+            m,
+            k,
+            n,
+            1.0,
+            a.as_ptr(),
+            k as isize,
+            1,
+            b.as_ptr(),
+            n as isize,
+            1,
+            0.0,
+            c.as_mut_ptr(),
+            n as isize,
+            1,
+        );
+    }
 }
 
 /// The predicted digit: the largest logit, the smaller digit on a tie.
@@ -210,11 +280,10 @@ pub fn argmax(logits: &[f32; CLASSES]) -> u8 {
     best as u8
 }
 
-fn dot(a: &[f32], b: &[f32]) -> f32 {
-    a.iter().zip(b).map(|(x, y)| x * y).sum()
-}
-
-/// Valid 5x5 convolution of `cin` planes of `side` x `side`, then tanh.
+/// Valid 5x5 convolution of `cin` planes of `side` x `side`, plus bias, then tanh: the
+/// patches unrolled into `cols` (one column per output position), then one GEMM of the
+/// weights (`cout` x `cin`*25) with them.
+#[allow(clippy::too_many_arguments)]
 fn conv_tanh(
     input: &[f32],
     cin: usize,
@@ -222,30 +291,34 @@ fn conv_tanh(
     weight: &[f32],
     bias: &[f32],
     cout: usize,
+    cols: &mut [f32],
     out: &mut [f32],
 ) {
     let os = side - KERNEL + 1;
-    for co in 0..cout {
-        let plane = &mut out[co * os * os..(co + 1) * os * os];
-        plane.fill(bias[co]);
-        for ci in 0..cin {
-            let inp = &input[ci * side * side..(ci + 1) * side * side];
-            let k = &weight[(co * cin + ci) * KERNEL * KERNEL..][..KERNEL * KERNEL];
-            for y in 0..os {
-                let row = &mut plane[y * os..(y + 1) * os];
-                for ky in 0..KERNEL {
-                    let src = &inp[(y + ky) * side..];
-                    for kx in 0..KERNEL {
-                        let wv = k[ky * KERNEL + kx];
-                        for (x, o) in row.iter_mut().enumerate() {
-                            *o += wv * src[x + kx];
-                        }
-                    }
+    let positions = os * os;
+    for ci in 0..cin {
+        let plane = &input[ci * side * side..(ci + 1) * side * side];
+        for ky in 0..KERNEL {
+            for kx in 0..KERNEL {
+                let row = &mut cols[((ci * KERNEL + ky) * KERNEL + kx) * positions..][..positions];
+                for y in 0..os {
+                    row[y * os..(y + 1) * os].copy_from_slice(&plane[(y + ky) * side + kx..][..os]);
                 }
             }
         }
-        for v in plane.iter_mut() {
-            *v = v.tanh();
+    }
+    let k = cin * KERNEL * KERNEL;
+    gemm(
+        cout,
+        k,
+        positions,
+        weight,
+        &cols[..k * positions],
+        &mut out[..cout * positions],
+    );
+    for co in 0..cout {
+        for v in &mut out[co * positions..(co + 1) * positions] {
+            *v = (*v + bias[co]).tanh();
         }
     }
 }
@@ -304,7 +377,8 @@ mod tests {
         let bias = [0.1, -0.2];
         let os = side - 4;
         let mut out = vec![0.0; cout * os * os];
-        conv_tanh(&input, cin, side, &weight, &bias, cout, &mut out);
+        let mut cols = vec![0.0; cin * 25 * os * os];
+        conv_tanh(&input, cin, side, &weight, &bias, cout, &mut cols, &mut out);
         for co in 0..cout {
             for y in 0..os {
                 for x in 0..os {
