@@ -94,34 +94,20 @@ fn digits_are_recognised_over_udp_and_http_and_bad_images_refused() {
 #[test]
 fn the_load_generator_checks_every_answer_and_reports_accuracy() {
     let s = Served::start(&["--service", "lenet", "--workers", "2"]);
-    let dir = std::env::temp_dir().join(format!("cohort-lenet-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
     for target in [
         format!("udp://{}", s.udp.unwrap()),
         format!("http://{}", s.http.unwrap()),
     ] {
-        let out = dir.join("load.json");
-        let o = Command::new(env!("CARGO_BIN_EXE_cohort"))
-            .args(["load", "--target", &target, "--service", "lenet"])
-            .args(["--rate", "300", "--duration", "1", "--warmup", "0.2"])
-            .args(["--log-level", "warn", "--json"])
-            .arg(&out)
-            .output()
-            .unwrap();
-        assert!(
-            o.status.success(),
-            "{target}: {}",
-            String::from_utf8_lossy(&o.stderr)
+        let r = common::cohort_load_report(
+            &target,
+            "lenet",
+            &["--rate", "300", "--duration", "1", "--warmup", "0.2"],
         );
-        let r: serde_json::Value =
-            serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
-        let r = if r.is_array() { r[0].clone() } else { r };
         assert!(r["ok"].as_u64().unwrap() > 100, "{target}: {r}");
         assert_eq!(r["ok"], r["sent"], "{target}: {r}");
         let acc = r["accuracy"].as_f64().expect("accuracy reported");
         assert!(acc > 0.97, "{target}: accuracy {acc}");
     }
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]

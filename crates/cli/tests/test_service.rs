@@ -118,37 +118,25 @@ fn its_settings_are_typed_checked_and_printed() {
 #[test]
 fn the_load_generator_drives_it_through_its_workload() {
     let s = Served::start(&["--service", "reverse", "--reverse-max-len", "32"]);
-    let dir = std::env::temp_dir().join(format!("cohort-reverse-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
     for target in [
         format!("udp://{}", s.udp.unwrap()),
         format!("http://{}", s.http.unwrap()),
     ] {
-        let out = dir.join("load.json");
-        let o = Command::new(env!("CARGO_BIN_EXE_cohort"))
-            .args(["load", "--target", &target, "--service", "reverse"])
-            .args([
+        let r = common::cohort_load_report(
+            &target,
+            "reverse",
+            &[
                 "--payload-bytes",
                 "24",
                 "--rate",
                 "500",
                 "--duration",
                 "0.5",
-            ])
-            .args(["--warmup", "0.1", "--log-level", "warn", "--json"])
-            .arg(&out)
-            .output()
-            .unwrap();
-        assert!(
-            o.status.success(),
-            "{target}: {}",
-            String::from_utf8_lossy(&o.stderr)
+                "--warmup",
+                "0.1",
+            ],
         );
-        let r: serde_json::Value =
-            serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
-        let r = if r.is_array() { r[0].clone() } else { r };
         assert!(r["ok"].as_u64().unwrap() > 100, "{target}: {r}");
         assert_eq!(r["ok"], r["sent"], "{target}: {r}");
     }
-    std::fs::remove_dir_all(&dir).unwrap();
 }

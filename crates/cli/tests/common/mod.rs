@@ -110,6 +110,34 @@ pub fn load_over(
     cohort_load::run(&cfg, w).expect("load run")
 }
 
+/// Runs the real `cohort load` binary at `target` for `service` with `args`, and returns its
+/// JSON report (a sweep's first point); the run must succeed.
+pub fn cohort_load_report(target: &str, service: &str, args: &[&str]) -> serde_json::Value {
+    static RUNS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
+    let n = RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+    let out = std::env::temp_dir().join(format!("cohort-load-{}-{n}.json", std::process::id()));
+    let o = Command::new(env!("CARGO_BIN_EXE_cohort"))
+        .args(["load", "--target", target, "--service", service])
+        .args(args)
+        .args(["--log-level", "warn", "--json"])
+        .arg(&out)
+        .output()
+        .unwrap();
+    assert!(
+        o.status.success(),
+        "{target}: {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    let r: serde_json::Value =
+        serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+    std::fs::remove_file(&out).unwrap();
+    if r.is_array() {
+        r[0].clone()
+    } else {
+        r
+    }
+}
+
 /// Every request sent in the window got exactly one answer (a result or an error).
 pub fn assert_all_answered(r: &Report) {
     assert_eq!(r.errors.get("no_answer").copied().unwrap_or(0), 0, "{r:#?}");

@@ -161,6 +161,22 @@ impl Drop for PersistentEngine {
     }
 }
 
+/// The worker blocks of a service whose persistent kernel has one stage: the one count asked
+/// for (`--stages N`, at least 1), or `default`.
+pub fn one_stage_blocks(
+    blocks: Option<&[usize]>,
+    default: usize,
+    service: &str,
+) -> Result<usize, GpuError> {
+    match blocks {
+        None => Ok(default),
+        Some(&[w]) if w > 0 => Ok(w),
+        Some(other) => Err(GpuError::Invalid(format!(
+            "{service} has one stage (workers, at least 1); got {other:?}"
+        ))),
+    }
+}
+
 /// How many blocks of `stage` the backend's GPU holds at once (nothing else running): the
 /// unit of `PersistentConfig::blocks` sizing.
 pub fn stage_capacity(backend: &dyn PersistentBackend, stage: &Stage) -> Result<usize, GpuError> {

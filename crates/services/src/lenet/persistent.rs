@@ -6,7 +6,7 @@ use super::gpu::DeviceWeights;
 use super::kernels::P_THREADS;
 use super::model::Weights;
 use cohort_gpu::persistent::rt::addr;
-use cohort_gpu::persistent::{PersistentBackend, Prepared, Stage};
+use cohort_gpu::persistent::{one_stage_blocks, PersistentBackend, Prepared, Stage};
 use cohort_gpu::{load_module, DeviceInfo, GpuError};
 use cudarc::driver::{CudaContext, CudaModule};
 use std::sync::Arc;
@@ -54,15 +54,7 @@ impl PersistentBackend for LenetPersistent {
         blocks: Option<&[usize]>,
     ) -> Result<Prepared, GpuError> {
         // Two workers per SM by default: one image each, the SM's cores shared between them.
-        let workers = match blocks {
-            None => 2 * self.sms,
-            Some(&[w]) if w > 0 => w,
-            Some(other) => {
-                return Err(GpuError::Invalid(format!(
-                    "lenet has one stage (workers); got {other:?}"
-                )))
-            }
-        };
+        let workers = one_stage_blocks(blocks, 2 * self.sms, "lenet")?;
         // The header and the image, rounded up to 16: the ingress copies no more. A larger
         // request (BAD_REQUEST) only needs its header read.
         let rx_copy =

@@ -3,7 +3,9 @@
 
 use super::gpu::Micro;
 use super::spin::MAX_SPIN_US;
-use cohort_gpu::persistent::{persistent_source, PersistentBackend, Prepared, Stage};
+use cohort_gpu::persistent::{
+    one_stage_blocks, persistent_source, PersistentBackend, Prepared, Stage,
+};
 use cohort_gpu::{load_module, DeviceInfo, GpuError, KernelSource, Prelude};
 use cudarc::driver::{CudaContext, CudaModule};
 use std::sync::Arc;
@@ -65,15 +67,7 @@ impl PersistentBackend for MicroPersistent {
         blocks: Option<&[usize]>,
     ) -> Result<Prepared, GpuError> {
         // One worker block per SM by default: Lynx's one queue per SM.
-        let workers = match blocks {
-            None => self.sms,
-            Some(&[w]) if w > 0 => w,
-            Some(other) => {
-                return Err(GpuError::Invalid(format!(
-                    "echo and spin have one stage (workers); got {other:?}"
-                )))
-            }
-        };
+        let workers = one_stage_blocks(blocks, self.sms, "echo or spin")?;
         Ok(Prepared {
             args: MicroArgs {
                 spin: (self.kind == Micro::Spin) as u64,
