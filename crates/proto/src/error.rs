@@ -18,10 +18,13 @@ pub enum ErrorCode {
     Unauthorized = 9,
     /// The request's key is valid but not for this service.
     Forbidden = 10,
+    /// The request names something the server's data does not hold (facever: a person with
+    /// no reference in the database).
+    NotFound = 11,
 }
 
 impl ErrorCode {
-    pub const ALL: [ErrorCode; 10] = [
+    pub const ALL: [ErrorCode; 11] = [
         ErrorCode::BadRequest,
         ErrorCode::UnknownService,
         ErrorCode::TooLarge,
@@ -32,6 +35,7 @@ impl ErrorCode {
         ErrorCode::Truncated,
         ErrorCode::Unauthorized,
         ErrorCode::Forbidden,
+        ErrorCode::NotFound,
     ];
 
     pub fn from_u16(v: u16) -> Option<ErrorCode> {
@@ -51,6 +55,7 @@ impl ErrorCode {
             ErrorCode::Truncated => "TRUNCATED",
             ErrorCode::Unauthorized => "UNAUTHORIZED",
             ErrorCode::Forbidden => "FORBIDDEN",
+            ErrorCode::NotFound => "NOT_FOUND",
         }
     }
 
@@ -67,6 +72,7 @@ impl ErrorCode {
             ErrorCode::Truncated => "truncated",
             ErrorCode::Unauthorized => "unauthorized",
             ErrorCode::Forbidden => "forbidden",
+            ErrorCode::NotFound => "not_found",
         }
     }
 
@@ -84,6 +90,7 @@ impl ErrorCode {
             ErrorCode::Truncated => 500,
             ErrorCode::Unauthorized => 401,
             ErrorCode::Forbidden => 403,
+            ErrorCode::NotFound => 404,
         }
     }
 }

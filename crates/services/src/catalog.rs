@@ -112,6 +112,7 @@ pub const CATALOG: &[&Entry] = &[
     &crate::knn::slice::ENTRY,
     &crate::bank::slice::ENTRY,
     &crate::lenet::slice::ENTRY,
+    &crate::facever::slice::ENTRY,
 ];
 
 /// Services the tests serve beside [`CATALOG`] (not offered to users).

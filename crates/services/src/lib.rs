@@ -8,6 +8,7 @@ pub mod bank;
 pub mod catalog;
 #[cfg(feature = "backends")]
 pub mod config;
+pub mod facever;
 mod json_str;
 pub mod knn;
 pub mod lenet;
