@@ -70,8 +70,9 @@ pub struct LoadArgs {
     /// knn: query vectors (.fvecs, .bvecs, .npy).
     #[arg(long)]
     pub queries: Option<PathBuf>,
-    /// The workload's data set folder (lenet: an MNIST folder whose test images are sent;
-    /// default: the 1000 test digits built in).
+    /// The workload's data set folder (lenet: an MNIST folder whose test images are sent,
+    /// default the 1000 test digits built in; facever: an ORL faces folder, default the ten
+    /// people built in - load the database from the same folder).
     #[arg(long)]
     pub data: Option<PathBuf>,
     /// The served model's weights file, which the workload runs to know each right answer
