@@ -12,6 +12,8 @@ pub mod facever;
 mod json_str;
 pub mod knn;
 pub mod lenet;
+#[cfg(feature = "backends")]
+pub mod memcached;
 pub mod micro;
 #[cfg(feature = "test-services")]
 pub mod reverse;

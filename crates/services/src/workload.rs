@@ -99,3 +99,41 @@ pub(crate) fn text_pattern(seq: u64, len: usize) -> String {
     let s = format!("{seq:x}-");
     s.chars().cycle().take(len).collect()
 }
+
+/// A workload's count of checked answers and of those right against the data set's truth
+/// (lenet's digits, facever's verdicts), reported as `accuracy`.
+#[derive(Debug, Default)]
+pub struct AccuracyCount {
+    answered: std::sync::atomic::AtomicU64,
+    right: std::sync::atomic::AtomicU64,
+}
+
+impl AccuracyCount {
+    pub fn record(&self, right: bool) {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.answered.fetch_add(1, Relaxed);
+        if right {
+            self.right.fetch_add(1, Relaxed);
+        }
+    }
+
+    /// `{"accuracy": right / answered}`, or nothing before the first answer.
+    pub fn extra(&self) -> serde_json::Map<String, Value> {
+        use std::sync::atomic::Ordering::Relaxed;
+        let n = self.answered.load(Relaxed);
+        let mut m = serde_json::Map::new();
+        if n > 0 {
+            m.insert(
+                "accuracy".into(),
+                (self.right.load(Relaxed) as f64 / n as f64).into(),
+            );
+        }
+        m
+    }
+
+    pub fn reset(&self) {
+        use std::sync::atomic::Ordering::Relaxed;
+        self.answered.store(0, Relaxed);
+        self.right.store(0, Relaxed);
+    }
+}

@@ -13,13 +13,12 @@ use super::besim::mix;
 use super::gpu::{CohortBuffers, DeviceRecords, Kernels};
 use super::record;
 use super::store::{Memcached, Placement};
+use crate::memcached::ClientQueue;
 use cohort_gpu::engine::Pinned;
 use cohort_gpu::GpuError;
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream};
 use rayon::prelude::*;
-use std::sync::mpsc;
 use std::sync::Arc;
-use std::thread::JoinHandle;
 
 /// A record index no request has (the kernels' BANK_REC_NONE).
 pub const NONE: u32 = u32::MAX;
@@ -149,48 +148,6 @@ impl HostStage {
     }
 }
 
-/// A slot's client queue to memcached: one thread that runs the lookups of the slot's
-/// cohorts, so the engine's control thread goes on serving the other slots meanwhile.
-struct Fetcher {
-    jobs: Option<mpsc::SyncSender<HostStage>>,
-    done: mpsc::Receiver<HostStage>,
-    thread: Option<JoinHandle<()>>,
-}
-
-impl Fetcher {
-    fn spawn(memcached: Arc<Memcached>) -> Result<Fetcher, GpuError> {
-        // One cohort per slot at a time: a queue of one never blocks its sender.
-        let (jobs, todo) = mpsc::sync_channel::<HostStage>(1);
-        let (finished, done) = mpsc::sync_channel::<HostStage>(1);
-        let thread = std::thread::Builder::new()
-            .name("bank-fetch".into())
-            .spawn(move || {
-                for mut stage in todo {
-                    stage.lookup(&memcached);
-                    if finished.send(stage).is_err() {
-                        return;
-                    }
-                }
-            })
-            .map_err(|e| GpuError::Invalid(format!("spawning a memcached fetcher: {e}")))?;
-        Ok(Fetcher {
-            jobs: Some(jobs),
-            done,
-            thread: Some(thread),
-        })
-    }
-}
-
-impl Drop for Fetcher {
-    fn drop(&mut self) {
-        // Closing the queue ends the thread after the lookup it may be running.
-        self.jobs = None;
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
-
 /// One stream's cohorts' records fetched from memcached and staged beside their requests.
 /// Per cohort: [`MemcachedStaging::ask`] copies the wanted users down, then either
 /// [`MemcachedStaging::fetch_here`] (waits: the harness) or [`MemcachedStaging::start`] +
@@ -200,7 +157,7 @@ pub struct MemcachedStaging {
     memcached: Arc<Memcached>,
     /// None while the fetcher holds it.
     host: Option<HostStage>,
-    fetcher: Fetcher,
+    fetcher: ClientQueue<HostStage>,
     pub(crate) dev_recs: CudaSlice<u8>,
 }
 
@@ -212,7 +169,11 @@ impl MemcachedStaging {
         cap: usize,
     ) -> Result<MemcachedStaging, GpuError> {
         Ok(MemcachedStaging {
-            fetcher: Fetcher::spawn(memcached.clone())?,
+            fetcher: {
+                let m = memcached.clone();
+                ClientQueue::spawn("bank-fetch", move |stage: &mut HostStage| stage.lookup(&m))
+                    .map_err(GpuError::Invalid)?
+            },
             memcached,
             host: Some(HostStage {
                 want: Pinned::for_reads(ctx, cap)?,
@@ -266,13 +227,8 @@ impl MemcachedStaging {
         let host = self.host.take().ok_or_else(|| {
             GpuError::Invalid("a memcached lookup started twice for one cohort".into())
         })?;
-        let jobs = self.fetcher.jobs.as_ref().expect("open until drop");
-        jobs.try_send(host).map_err(|e| {
+        self.fetcher.start(host).map_err(|(stage, msg)| {
             // The stage comes back with the error: the slot stays usable.
-            let (msg, stage) = match e {
-                mpsc::TrySendError::Full(s) => ("busy", s),
-                mpsc::TrySendError::Disconnected(s) => ("gone", s),
-            };
             self.host = Some(stage);
             GpuError::Invalid(format!("the memcached fetcher is {msg}"))
         })
@@ -283,15 +239,12 @@ impl MemcachedStaging {
         if self.host.is_some() {
             return Ok(true);
         }
-        match self.fetcher.done.try_recv() {
-            Ok(stage) => {
+        match self.fetcher.poll().map_err(GpuError::Invalid)? {
+            Some(stage) => {
                 self.host = Some(stage);
                 Ok(true)
             }
-            Err(mpsc::TryRecvError::Empty) => Ok(false),
-            Err(mpsc::TryRecvError::Disconnected) => Err(GpuError::Invalid(
-                "the memcached fetcher ended with a cohort".into(),
-            )),
+            None => Ok(false),
         }
     }
 

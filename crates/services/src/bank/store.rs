@@ -60,8 +60,6 @@ pub struct Memcached {
     addr: String,
 }
 
-/// How long a backend call may take before the request gets its 503 page.
-const TIMEOUT: Duration = Duration::from_secs(2);
 /// Keys per piece of a multiget (pieces go out on parallel connections).
 const MULTIGET_PIECE: usize = 512;
 /// Records set per batch while loading (one progress step).
@@ -78,21 +76,8 @@ fn loaded_key() -> String {
 impl Memcached {
     /// Connects with up to `connections` pooled connections (one per thread that calls).
     pub fn connect(addr: &str, connections: u32) -> Result<Memcached, String> {
-        let url = format!("memcache://{addr}?tcp_nodelay=true&protocol=ascii");
-        let fail = |e: memcache::MemcacheError| format!("memcached at {addr}: {e}");
-        let client = memcache::Client::builder()
-            .add_server(url.as_str())
-            .map_err(fail)?
-            .with_max_pool_size(connections.max(1))
-            .with_min_idle_conns(1)
-            .with_connection_timeout(TIMEOUT)
-            .with_read_timeout(TIMEOUT)
-            .with_write_timeout(TIMEOUT)
-            .build()
-            .map_err(fail)?;
-        client.version().map_err(fail)?;
         Ok(Memcached {
-            client,
+            client: crate::memcached::connect(addr, connections)?,
             addr: addr.to_string(),
         })
     }

@@ -7,10 +7,6 @@
 use super::lbp::{self, Histogram, BINS};
 use super::orl::Faces;
 use std::collections::HashMap;
-use std::time::Duration;
-
-/// How long one memcached call may take before the request gets UNAVAILABLE.
-const TIMEOUT: Duration = Duration::from_secs(2);
 
 fn key(person: u32) -> String {
     format!("facever{BINS}:{person}")
@@ -54,21 +50,8 @@ pub struct FaceDb {
 impl FaceDb {
     /// Connects with up to `connections` pooled connections.
     pub fn connect(addr: &str, connections: u32) -> Result<FaceDb, String> {
-        let url = format!("memcache://{addr}?tcp_nodelay=true&protocol=ascii");
-        let fail = |e: memcache::MemcacheError| format!("memcached at {addr}: {e}");
-        let client = memcache::Client::builder()
-            .add_server(url.as_str())
-            .map_err(fail)?
-            .with_max_pool_size(connections.max(1))
-            .with_min_idle_conns(1)
-            .with_connection_timeout(TIMEOUT)
-            .with_read_timeout(TIMEOUT)
-            .with_write_timeout(TIMEOUT)
-            .build()
-            .map_err(fail)?;
-        client.version().map_err(fail)?;
         Ok(FaceDb {
-            client,
+            client: crate::memcached::connect(addr, connections)?,
             addr: addr.to_string(),
         })
     }

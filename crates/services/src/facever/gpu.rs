@@ -18,6 +18,7 @@ use super::kernels::THREADS;
 use super::lbp::{self, BINS, IMAGE_BYTES};
 use super::service::miss_error;
 use super::Verdict;
+use crate::memcached::ClientQueue;
 use cohort_engine::BatchBackend;
 use cohort_gpu::engine::{GpuBackend, Pinned, Resume, StreamBuffers};
 use cohort_gpu::kernel_args;
@@ -25,9 +26,7 @@ use cohort_gpu::launch::{Dev, Grid, Kernel, KernelDecl, Work};
 use cohort_gpu::{load_module, DeviceInfo, GpuError};
 use cohort_proto::ErrorPayload;
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream};
-use std::sync::mpsc;
 use std::sync::Arc;
-use std::thread::JoinHandle;
 
 kernel_args! {
     /// One block per image: its grid of LBP histograms.
@@ -172,7 +171,11 @@ impl GpuBackend for FaceverGpu {
                 rows: 0,
                 design: self.design,
             }),
-            queue: ClientQueue::spawn(self.db.clone())?,
+            queue: {
+                let db = self.db.clone();
+                ClientQueue::spawn("facever-fetch", move |l: &mut Lookup| l.run(&db))
+                    .map_err(GpuError::Invalid)?
+            },
             phase: Phase::Idle,
         }))
     }
@@ -233,47 +236,6 @@ impl Lookup {
     }
 }
 
-/// A slot's client queue to memcached: one thread that fetches its cohorts' references, so
-/// the engine's control thread serves the other slots meanwhile.
-struct ClientQueue {
-    jobs: Option<mpsc::SyncSender<Lookup>>,
-    done: mpsc::Receiver<Lookup>,
-    thread: Option<JoinHandle<()>>,
-}
-
-impl ClientQueue {
-    fn spawn(db: Arc<FaceDb>) -> Result<ClientQueue, GpuError> {
-        // One cohort per slot at a time: queues of one never block.
-        let (jobs, todo) = mpsc::sync_channel::<Lookup>(1);
-        let (finished, done) = mpsc::sync_channel::<Lookup>(1);
-        let thread = std::thread::Builder::new()
-            .name("facever-fetch".into())
-            .spawn(move || {
-                for mut l in todo {
-                    l.run(&db);
-                    if finished.send(l).is_err() {
-                        return;
-                    }
-                }
-            })
-            .map_err(|e| GpuError::Invalid(format!("spawning a memcached client queue: {e}")))?;
-        Ok(ClientQueue {
-            jobs: Some(jobs),
-            done,
-            thread: Some(thread),
-        })
-    }
-}
-
-impl Drop for ClientQueue {
-    fn drop(&mut self) {
-        self.jobs = None;
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
-    }
-}
-
 /// Where a slot's cohort is.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 enum Phase {
@@ -298,7 +260,7 @@ struct FaceverBuffers {
     dist: CudaSlice<f32>,
     /// None while the client queue holds it.
     lookup: Option<Lookup>,
-    queue: ClientQueue,
+    queue: ClientQueue<Lookup>,
     phase: Phase,
 }
 
@@ -368,12 +330,7 @@ impl StreamBuffers for FaceverBuffers {
             Phase::Idle => Ok(Resume::Done),
             Phase::Started => {
                 let l = self.lookup.take().expect("held until started");
-                let jobs = self.queue.jobs.as_ref().expect("open until drop");
-                if let Err(e) = jobs.try_send(l) {
-                    let (msg, l) = match e {
-                        mpsc::TrySendError::Full(l) => ("busy", l),
-                        mpsc::TrySendError::Disconnected(l) => ("gone", l),
-                    };
+                if let Err((l, msg)) = self.queue.start(l) {
                     self.lookup = Some(l);
                     self.phase = Phase::Idle;
                     return Err(GpuError::Invalid(format!(
@@ -383,17 +340,14 @@ impl StreamBuffers for FaceverBuffers {
                 self.phase = Phase::Fetching;
                 Ok(Resume::Waiting)
             }
-            Phase::Fetching => match self.queue.done.try_recv() {
-                Ok(l) => {
+            Phase::Fetching => match self.queue.poll().map_err(GpuError::Invalid)? {
+                Some(l) => {
                     self.lookup = Some(l);
                     self.compare(s)?;
                     self.phase = Phase::Comparing;
                     Ok(Resume::Enqueued)
                 }
-                Err(mpsc::TryRecvError::Empty) => Ok(Resume::Waiting),
-                Err(mpsc::TryRecvError::Disconnected) => Err(GpuError::Invalid(
-                    "the memcached client queue ended with a cohort".into(),
-                )),
+                None => Ok(Resume::Waiting),
             },
             Phase::Comparing => {
                 self.phase = Phase::Idle;

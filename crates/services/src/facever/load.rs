@@ -8,10 +8,9 @@
 use super::lbp::{self, Histogram};
 use super::orl::{self, Faces, HELD_OUT};
 use super::Verdict;
-use crate::workload::{LoadOptions, Workload};
+use crate::workload::{AccuracyCount, LoadOptions, Workload};
 use rayon::prelude::*;
 use serde_json::Value;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 /// How far a served distance may be from the CPU twin's, relative (the GPU sums in another
 /// order).
@@ -22,8 +21,7 @@ pub struct FaceverWorkload {
     /// Every (held-out probe, claimed person) pair's distance, by [`FaceverWorkload::pair`].
     probes: Vec<Histogram>,
     refs: Vec<Histogram>,
-    answered: AtomicU64,
-    right: AtomicU64,
+    accuracy: AccuracyCount,
 }
 
 impl FaceverWorkload {
@@ -47,8 +45,7 @@ impl FaceverWorkload {
             faces,
             probes,
             refs,
-            answered: AtomicU64::new(0),
-            right: AtomicU64::new(0),
+            accuracy: AccuracyCount::default(),
         }
     }
 
@@ -76,10 +73,7 @@ impl FaceverWorkload {
         if (v.distance - want).abs() > DISTANCE_TOLERANCE * want.max(1.0) {
             return false;
         }
-        self.answered.fetch_add(1, Ordering::Relaxed);
-        if v.same == (person == claimed) {
-            self.right.fetch_add(1, Ordering::Relaxed);
-        }
+        self.accuracy.record(v.same == (person == claimed));
         true
     }
 }
@@ -118,19 +112,10 @@ impl Workload for FaceverWorkload {
     }
     /// The share of right verdicts among the answers checked.
     fn extra(&self) -> serde_json::Map<String, Value> {
-        let n = self.answered.load(Ordering::Relaxed);
-        let mut m = serde_json::Map::new();
-        if n > 0 {
-            m.insert(
-                "accuracy".into(),
-                (self.right.load(Ordering::Relaxed) as f64 / n as f64).into(),
-            );
-        }
-        m
+        self.accuracy.extra()
     }
     fn reset(&self) {
-        self.answered.store(0, Ordering::Relaxed);
-        self.right.store(0, Ordering::Relaxed);
+        self.accuracy.reset()
     }
 }
 

@@ -5,17 +5,15 @@
 
 use super::mnist::{self, Digits, Split};
 use super::model::{self, Weights, CLASSES};
-use crate::workload::{LoadOptions, Workload};
+use crate::workload::{AccuracyCount, LoadOptions, Workload};
 use rayon::prelude::*;
 use serde_json::Value;
-use std::sync::atomic::{AtomicU64, Ordering};
 
 pub struct LenetWorkload {
     digits: Digits,
     /// The served model's answer to each image, computed here on the CPU.
     expected: Vec<(u8, [f32; CLASSES])>,
-    answered: AtomicU64,
-    right: AtomicU64,
+    accuracy: AccuracyCount,
 }
 
 /// How far an engine's score may be from the CPU twin's: absolute, plus relative to its size.
@@ -42,8 +40,7 @@ impl LenetWorkload {
         LenetWorkload {
             digits,
             expected,
-            answered: AtomicU64::new(0),
-            right: AtomicU64::new(0),
+            accuracy: AccuracyCount::default(),
         }
     }
 
@@ -61,10 +58,7 @@ impl LenetWorkload {
         if digit != *want || !close {
             return false;
         }
-        self.answered.fetch_add(1, Ordering::Relaxed);
-        if digit == self.digits.labels[i] {
-            self.right.fetch_add(1, Ordering::Relaxed);
-        }
+        self.accuracy.record(digit == self.digits.labels[i]);
         true
     }
 }
@@ -106,18 +100,9 @@ impl Workload for LenetWorkload {
     }
     /// The accuracy of the answers checked, against MNIST's labels.
     fn extra(&self) -> serde_json::Map<String, Value> {
-        let n = self.answered.load(Ordering::Relaxed);
-        let mut m = serde_json::Map::new();
-        if n > 0 {
-            m.insert(
-                "accuracy".into(),
-                (self.right.load(Ordering::Relaxed) as f64 / n as f64).into(),
-            );
-        }
-        m
+        self.accuracy.extra()
     }
     fn reset(&self) {
-        self.answered.store(0, Ordering::Relaxed);
-        self.right.store(0, Ordering::Relaxed);
+        self.accuracy.reset()
     }
 }
