@@ -2,9 +2,10 @@
 # The facever service on the GPU machine (dist/ carried, memcached from dist/debs): a real
 # memcached (4 threads) pinned to the last four cores and filled by `cohort model load-db
 # facever` (the faces built in), then PART=engine: the engines fed in process (cpu, and
-# gpu-direct and gpu-cohort in both designs); PART=served: the server pinned to 8 cores
+# gpu-direct and gpu-cohort in both designs, gpu-persistent); PART=served: the server pinned to 8 cores
 # (0-7), the generator on 8-11, every answer checked - cpu engine, host-centric (gpu-direct
-# and gpu-cohort) and GPU-centric (gpu-cohort) - with the cpu engine's echo beside it.
+# and gpu-cohort), GPU-centric (gpu-cohort, and gpu-persistent: no launch per request) - with
+# the cpu engine's echo beside it.
 # Usage: OUT=dir TAG=h200 PART=engine|served scripts/facever-bench.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -32,6 +33,10 @@ engine)
             --max-cohort 1024 --duration 2 --drivers 4 \
             --out "$OUT/facever-engine-$design-$TAG.json" --log-level warn 2>&1 | tail -n 8
     done
+    # gpu-persistent runs the GPU-centric design only (the worker posts its own fetches).
+    $B bench engine --service facever --engines gpu-persistent $opt \
+        --window ${WINDOWS:-1,64,1024} --duration 2 --drivers 4 \
+        --out "$OUT/facever-engine-persistent-$TAG.json" --log-level warn 2>&1 | tail -n 6
     $B bench engine --service facever --engines cpu $opt --window 64 --duration 2 --drivers 4 \
         --out "$OUT/facever-engine-cpu-$TAG.json" --log-level warn 2>&1 | tail -n 4
     ;;
@@ -50,6 +55,9 @@ served)
             --rates "$rates" --duration 2 --warmup 1 \
             --out "$OUT/facever-served-$design-$TAG.json" --log-level warn 2>&1 | tail -n 18
     done
+    $B bench served --services facever --engines gpu-persistent --cores 8 --client-cpus 8-11 \
+        "$sa" --rates "$rates" --duration 2 --warmup 1 \
+        --out "$OUT/facever-served-persistent-$TAG.json" --log-level warn 2>&1 | tail -n 10
     ;;
 esac
 echo "facever-bench ${PART:-engine}: $(( $(date +%s) - t0 )) s"

@@ -42,6 +42,20 @@ pub struct EngineSpec {
     /// only the rings bound it (a batching lane empties its rings into device slots, so they
     /// do not bound what it holds).
     pub max_queued: Option<usize>,
+    /// Bytes of a ring slot, header included ([`DEFAULT_STRIDE`] unless the engine must carry
+    /// larger requests in place: the persistent engine's GPU reads them from the ring and
+    /// cannot follow a spill to the heap).
+    pub stride: usize,
+}
+
+impl EngineSpec {
+    /// The slot stride that carries payloads of up to `bytes` in place (at least
+    /// [`DEFAULT_STRIDE`], a power of two).
+    pub fn stride_for(bytes: usize) -> usize {
+        (cohort_mq::SLOT_HEADER_BYTES + bytes)
+            .next_power_of_two()
+            .max(DEFAULT_STRIDE)
+    }
 }
 
 /// An engine's requests in flight across all its ingresses, against `--max-queue`. Each
@@ -144,7 +158,7 @@ pub fn wire_in(ingresses: usize, engines: &[EngineSpec], memory: RequestMemory<'
                 limit,
             })
         });
-        let layout = Layout::with_stride(spec.slots, DEFAULT_STRIDE);
+        let layout = Layout::with_stride(spec.slots, spec.stride);
         let publish = (spec.slots / 8).clamp(1, 32);
         let mut txs: Vec<Vec<LaneTx>> = (0..ingresses).map(|_| Vec::new()).collect();
         let mut lanes = Vec::new();

@@ -31,6 +31,7 @@ fn rig(budget_us: u32) -> Rig {
         slots: 4096,
         admit_by_deadline: false,
         max_queued: None,
+        stride: cohort_engine::wiring::DEFAULT_STRIDE,
     };
     let mut w = wire(1, &[spec]);
     let mut lanes = std::mem::take(&mut w.engines[0]);

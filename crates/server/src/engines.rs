@@ -144,6 +144,14 @@ pub fn start_engines(a: &ServeArgs, ingresses: usize) -> Result<EngineSide> {
             ),
             // --max-queue is exact: the rings are sized near it, the count bounds it.
             max_queued: Some(p.cfg.admission.max_queue),
+            stride: match p.cfg.engine {
+                EngineKind::GpuPersistent => EngineSpec::stride_for(
+                    catalog::entry(p.name)
+                        .expect("plans hold catalog names")
+                        .persistent_request_bytes,
+                ),
+                _ => DEFAULT_STRIDE,
+            },
         })
         .collect();
     let labels: HashMap<u16, ServiceLabel> = all
@@ -352,7 +360,7 @@ fn mapped_rings(
         if p.cfg.engine != EngineKind::GpuPersistent {
             continue;
         }
-        let bytes = Layout::with_stride(spec.slots, DEFAULT_STRIDE).bytes();
+        let bytes = Layout::with_stride(spec.slots, spec.stride).bytes();
         for (l, &g) in p.cfg.gpu.gpus.iter().enumerate() {
             for i in 0..ingresses {
                 let m = MappedMemory::on_device(g, bytes)

@@ -31,6 +31,10 @@ pub struct Entry {
     pub gpu: Option<GpuBuild>,
     /// Its stages for the persistent GPU engine; None: not offered there.
     pub persistent: Option<PersistentBuild>,
+    /// The largest request its persistent backend reads in place from the request rings,
+    /// when the default slot is too small for it (0: the default is enough). The GPU cannot
+    /// follow a spill to the heap: the server sizes that engine's slots to carry it.
+    pub persistent_request_bytes: usize,
     /// Its GPU backend keeps state that requests share (the bank's sessions) in one device's
     /// memory, so it is served from one GPU only.
     pub one_gpu: bool,
@@ -55,7 +59,15 @@ pub struct Entry {
 pub struct SelftestCase {
     pub payloads: fn(u64) -> Vec<Vec<u8>>,
     pub compare: fn(&[u8], &[u8]) -> Result<(), String>,
+    /// The settings its backends are built with and what must live while they serve
+    /// (facever: a memcached it started and filled); None here: the defaults. Ok(None): it
+    /// cannot run on this machine (the reason already logged as a skip).
+    pub setup: Option<SelftestSetup>,
 }
+
+/// What a selftest setup gives: the settings, and what must outlive the run.
+pub type SelftestSettings = (Settings, Box<dyn std::any::Any>);
+pub type SelftestSetup = fn() -> Result<Option<SelftestSettings>, String>;
 
 /// Every service with a selftest case, with its entry.
 pub fn selftest_cases() -> impl Iterator<Item = (&'static Entry, &'static SelftestCase)> {

@@ -30,6 +30,9 @@ use rand::{Rng, SeedableRng};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 
+/// Makes a persistent backend (its slot stride beside it where one is asked for).
+type MakePersistent<'a> = dyn Fn() -> Result<Arc<dyn PersistentBackend>, String> + 'a;
+
 type Compare = fn(&[u8], &[u8]) -> Result<(), String>;
 type PersistentBuild = fn(&Settings, &DeviceInfo) -> Result<Arc<dyn PersistentBackend>, String>;
 
@@ -61,7 +64,8 @@ type Answers = Vec<Result<Vec<u8>, cohort_proto::ErrorPayload>>;
 #[derive(Clone)]
 enum Engine {
     Batched(Arc<dyn GpuBackend>, Mode, bool),
-    Persistent(Arc<dyn PersistentBackend>, PersistentConfig),
+    /// The backend, the engine's settings and the request rings' slot stride.
+    Persistent(Arc<dyn PersistentBackend>, PersistentConfig, usize),
 }
 
 impl Engine {
@@ -76,7 +80,7 @@ impl Engine {
     fn row_limit(&self) -> usize {
         match self {
             Engine::Batched(..) => MAX_ROW_BYTES,
-            Engine::Persistent(..) => Layout::with_stride(2, DEFAULT_STRIDE).payload_capacity,
+            Engine::Persistent(_, _, stride) => Layout::with_stride(2, *stride).payload_capacity,
         }
     }
 }
@@ -122,13 +126,17 @@ fn serve_paced(
         // Every request must reach the device: the selftest compares each answer.
         admit_by_deadline: false,
         max_queued: None,
+        stride: match &engine {
+            Engine::Persistent(_, _, stride) => *stride,
+            Engine::Batched(..) => DEFAULT_STRIDE,
+        },
     };
     // The persistent engine's request ring is mapped memory the GPU polls.
     let mut mapped: Option<MappedMemory> = match &engine {
-        Engine::Persistent(b, _) => Some(
+        Engine::Persistent(b, _, stride) => Some(
             MappedMemory::zeroed(
                 b.context(),
-                Layout::with_stride(RING_SLOTS, DEFAULT_STRIDE).bytes(),
+                Layout::with_stride(RING_SLOTS, *stride).bytes(),
             )
             .map_err(|e| e.to_string())?,
         ),
@@ -155,7 +163,7 @@ fn serve_paced(
                 Ok(0)
             })
         }
-        Engine::Persistent(backend, cfg) => {
+        Engine::Persistent(backend, cfg, _) => {
             let eng = PersistentEngine::start(backend, lane, &cfg).map_err(|e| e.to_string())?;
             let profiled = cfg.profile > 0;
             Box::new(move || {
@@ -265,19 +273,24 @@ fn check(
 /// `persistent`.
 fn all_engines(
     gpu: &dyn Fn() -> Result<Arc<dyn GpuBackend>, String>,
-    persistent: Option<&dyn Fn() -> Result<Arc<dyn PersistentBackend>, String>>,
+    persistent: Option<(&MakePersistent<'_>, usize)>,
 ) -> Result<Vec<Engine>, String> {
     let mut v = Vec::new();
     for (mode, graphs) in MODES {
         v.push(Engine::Batched(gpu()?, mode, graphs));
     }
-    if let Some(persistent) = persistent {
-        v.push(persistent_engine(persistent()?));
+    if let Some((persistent, stride)) = persistent {
+        v.push(persistent_engine_with(persistent()?, stride));
     }
     Ok(v)
 }
 
 fn persistent_engine(backend: Arc<dyn PersistentBackend>) -> Engine {
+    persistent_engine_with(backend, DEFAULT_STRIDE)
+}
+
+/// As `persistent_engine`, with request slots of `stride` bytes.
+fn persistent_engine_with(backend: Arc<dyn PersistentBackend>, stride: usize) -> Engine {
     let cfg = PersistentConfig {
         slots: 64,
         // The correctness run also runs the profile's stamping (answers must not change)
@@ -285,7 +298,7 @@ fn persistent_engine(backend: Arc<dyn PersistentBackend>) -> Engine {
         profile: 256,
         ..PersistentConfig::default()
     };
-    Engine::Persistent(backend, cfg)
+    Engine::Persistent(backend, cfg, stride)
 }
 
 /// A profile of a run that answered good requests: some requests joined, the GPU's share of
@@ -376,7 +389,7 @@ pub fn run(seed: u64, with_persistent: bool) -> Result<Vec<String>, String> {
             &|| {
                 all_engines(
                     &|| gpu(&opts, dev),
-                    with_persistent.then_some(&|| persistent(&opts, dev)),
+                    with_persistent.then_some((&|| persistent(&opts, dev), DEFAULT_STRIDE)),
                 )
             },
             &service,
@@ -411,15 +424,28 @@ pub fn run(seed: u64, with_persistent: bool) -> Result<Vec<String>, String> {
     // Every service that brings its own selftest case, through every engine it has a backend
     // for.
     for (e, case) in catalog::selftest_cases() {
+        // Its own settings where it needs them (facever: a memcached started and filled),
+        // held while its engines run.
+        let (opts, _held) = match case.setup {
+            None => (opts.clone(), None),
+            Some(setup) => match setup()? {
+                Some((s, held)) => (s, Some(held)),
+                None => {
+                    lines.push(format!("SKIPPED {}: its setup cannot run here", e.name));
+                    continue;
+                }
+            },
+        };
         let service = (e.build)(&opts, true)?;
         let Some(gpu) = e.gpu else { continue };
         let payloads = (case.payloads)(rng.gen());
         let persistent_of = e.persistent.filter(|_| with_persistent);
         let persistent = |p: &PersistentBuild| p(&opts, dev);
+        let stride = EngineSpec::stride_for(e.persistent_request_bytes);
         lines.extend(check(
             e.name,
             &|| match &persistent_of {
-                Some(p) => all_engines(&|| gpu(&opts, dev), Some(&|| persistent(p))),
+                Some(p) => all_engines(&|| gpu(&opts, dev), Some((&|| persistent(p), stride))),
                 None => all_engines(&|| gpu(&opts, dev), None),
             },
             &service,
@@ -466,7 +492,7 @@ pub fn run(seed: u64, with_persistent: bool) -> Result<Vec<String>, String> {
     };
     lines.extend(check(
         "knn",
-        &|| all_engines(&gpu, with_persistent.then_some(&cohort)),
+        &|| all_engines(&gpu, with_persistent.then_some((&cohort, DEFAULT_STRIDE))),
         &service,
         &payloads,
         neighbours,
@@ -527,7 +553,11 @@ fn unpackable_stage_ratio_serves_or_refuses(
         ..PersistentConfig::default()
     };
     let t = Instant::now();
-    let served = serve(Engine::Persistent(backend, cfg), service, payloads);
+    let served = serve(
+        Engine::Persistent(backend, cfg, DEFAULT_STRIDE),
+        service,
+        payloads,
+    );
     let took = t.elapsed();
     match served {
         Ok(sv) => {
@@ -568,7 +598,12 @@ fn watchdog_restarts_a_stalled_gpu(
     payloads.extend((0..4u8).map(|i| crate::spin::encode(100_000, &[i])));
     payloads.extend((0..40u8).map(|i| crate::spin::encode(5, &[i])));
     let pause = Some((44, Duration::from_millis(400)));
-    let s = serve_paced(Engine::Persistent(make()?, cfg), service, &payloads, pause)?;
+    let s = serve_paced(
+        Engine::Persistent(make()?, cfg, DEFAULT_STRIDE),
+        service,
+        &payloads,
+        pause,
+    )?;
     let internal = s
         .answers
         .iter()

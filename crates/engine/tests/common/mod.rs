@@ -135,6 +135,7 @@ pub fn spec(engine: &str, lanes: usize, slots: usize) -> EngineSpec {
         slots,
         admit_by_deadline: false,
         max_queued: None,
+        stride: cohort_engine::wiring::DEFAULT_STRIDE,
     }
 }
 

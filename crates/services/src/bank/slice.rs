@@ -19,6 +19,7 @@ pub const ENTRY: Entry = Entry {
     gpu: Some(gpu),
     // Not built for gpu-persistent yet (gpu-cohort first, as Rhythm).
     persistent: None,
+    persistent_request_bytes: 0,
     // Sessions live in one device's memory.
     one_gpu: true,
     kernels: || vec![super::kernels::source()],

@@ -24,6 +24,10 @@ pub mod lbp;
 pub mod load;
 pub mod orl;
 #[cfg(feature = "backends")]
+pub mod persistent;
+#[cfg(feature = "backends")]
+pub mod selftest;
+#[cfg(feature = "backends")]
 pub mod service;
 #[cfg(feature = "backends")]
 pub mod slice;

@@ -2,10 +2,11 @@
 
 use super::config::FaceverSettings;
 use super::db::FaceDb;
-use crate::catalog::{Entry, GpuCheck};
+use crate::catalog::{Entry, GpuCheck, SelftestCase};
 use crate::config::{resolved, typed, Settings};
 use cohort_engine::Service;
 use cohort_gpu::engine::GpuBackend;
+use cohort_gpu::persistent::PersistentBackend;
 use cohort_gpu::DeviceInfo;
 use std::sync::Arc;
 
@@ -16,15 +17,19 @@ pub const ENTRY: Entry = Entry {
     resolve: |s| resolved::<FaceverSettings>("facever", s),
     build: service,
     gpu: Some(gpu),
-    // Lynx's GPU-centric design runs on gpu-cohort (the slot's client queue); a persistent
-    // worker that posts its fetches itself is not built.
-    persistent: None,
+    // The GPU-centric design only: the worker posts its fetches itself.
+    persistent: Some(persistent),
+    persistent_request_bytes: super::REQUEST_BYTES,
     one_gpu: false,
-    kernels: || vec![super::kernels::source()],
+    kernels: super::kernels::sources,
     benches: &[],
     models: super::tools::COMMANDS,
-    // The selftest compares engines without a database; the GPU check covers the kernels.
-    selftest: None,
+    // Every GPU engine against the CPU function, over a real memcached the case starts.
+    selftest: Some(SelftestCase {
+        payloads: super::selftest::payloads,
+        compare: super::selftest::same_verdict,
+        setup: Some(super::selftest::setup),
+    }),
     gpu_checks: &[GpuCheck {
         name: "facever kernels vs cpu twin",
         run: super::gpu::check,
@@ -59,5 +64,19 @@ fn gpu(s: &Settings, dev: &DeviceInfo) -> Result<Arc<dyn GpuBackend>, String> {
     let (c, db, threshold) = database(s)?;
     Ok(Arc::new(
         super::gpu::FaceverGpu::new(dev, db, threshold, c.design).map_err(|e| e.to_string())?,
+    ))
+}
+
+fn persistent(s: &Settings, dev: &DeviceInfo) -> Result<Arc<dyn PersistentBackend>, String> {
+    let (c, db, threshold) = database(s)?;
+    if c.design != super::config::Design::Gpu {
+        return Err(
+            "facever: gpu-persistent runs the GPU-centric design only (design = gpu); \
+             the host-centric design runs on gpu-direct and gpu-cohort"
+                .into(),
+        );
+    }
+    Ok(Arc::new(
+        super::persistent::FaceverPersistent::new(dev, db, threshold).map_err(|e| e.to_string())?,
     ))
 }

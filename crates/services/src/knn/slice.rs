@@ -18,6 +18,7 @@ pub const ENTRY: Entry = Entry {
     build: service,
     gpu: Some(gpu),
     persistent: Some(persistent),
+    persistent_request_bytes: 0,
     one_gpu: false,
     kernels: || super::kernels::sources().to_vec(),
     benches: &[],

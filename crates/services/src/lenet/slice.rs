@@ -18,6 +18,7 @@ pub const ENTRY: Entry = Entry {
     build: service,
     gpu: Some(gpu),
     persistent: Some(persistent),
+    persistent_request_bytes: 0,
     one_gpu: false,
     kernels: super::kernels::sources,
     benches: &[],
@@ -28,6 +29,7 @@ pub const ENTRY: Entry = Entry {
     selftest: Some(SelftestCase {
         payloads: super::gpu::selftest_payloads,
         compare: super::gpu::same_answer,
+        setup: None,
     }),
     gpu_checks: &[GpuCheck {
         name: "lenet kernels vs cpu twin",

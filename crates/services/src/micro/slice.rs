@@ -27,6 +27,7 @@ pub const ECHO: Entry = Entry {
     },
     gpu: Some(|_, dev| gpu(Micro::Echo, dev)),
     persistent: Some(|_, dev| persistent(Micro::Echo, dev)),
+    persistent_request_bytes: 0,
     one_gpu: false,
     kernels: super::sources,
     benches: &[],
@@ -51,6 +52,7 @@ pub const SPIN: Entry = Entry {
     },
     gpu: Some(|_, dev| gpu(Micro::Spin, dev)),
     persistent: Some(|_, dev| persistent(Micro::Spin, dev)),
+    persistent_request_bytes: 0,
     one_gpu: false,
     // The same units as echo's (listed once, under echo).
     kernels: Vec::new,

@@ -17,6 +17,7 @@ pub const ENTRY: Entry = Entry {
     },
     gpu: None,
     persistent: None,
+    persistent_request_bytes: 0,
     one_gpu: false,
     kernels: Vec::new,
     selftest: None,

@@ -19,8 +19,6 @@ struct FaceverChi2Args {
     unsigned int rows;
 };
 
-__constant__ int facever_neighbours[16] = FACEVER_NEIGHBOURS;
-
 extern "C" __global__ void __launch_bounds__(FACEVER_THREADS)
 facever_lbp(FaceverLbpArgs a) {
     __shared__ unsigned int hist[FACEVER_BINS];
@@ -33,20 +31,7 @@ facever_lbp(FaceverLbpArgs a) {
     for (unsigned int i = threadIdx.x; i < FACEVER_IMAGE_BYTES; i += blockDim.x) img[i] = src[i];
     for (unsigned int i = threadIdx.x; i < 256; i += blockDim.x) table[i] = a.table[i];
     __syncthreads();
-    const unsigned int iw = FACEVER_WIDTH - 2, ih = FACEVER_HEIGHT - 2;
-    for (unsigned int i = threadIdx.x; i < iw * ih; i += blockDim.x) {
-        const int x = 1 + (int)(i % iw), y = 1 + (int)(i / iw);
-        const unsigned char c = img[y * FACEVER_WIDTH + x];
-        unsigned int code = 0;
-#pragma unroll
-        for (int n = 0; n < 8; ++n) {
-            const int nx = x + facever_neighbours[2 * n], ny = y + facever_neighbours[2 * n + 1];
-            code |= (unsigned int)(img[ny * FACEVER_WIDTH + nx] >= c) << (7 - n);
-        }
-        const unsigned int cx = (unsigned int)(x - 1) * FACEVER_GRID_X / iw;
-        const unsigned int cy = (unsigned int)(y - 1) * FACEVER_GRID_Y / ih;
-        atomicAdd(&hist[(cy * FACEVER_GRID_X + cx) * FACEVER_LABELS + table[code]], 1u);
-    }
+    facever_count(img, table, hist);
     __syncthreads();
     float* dst = a.hists + (size_t)row * FACEVER_BINS;
     for (unsigned int i = threadIdx.x; i < FACEVER_BINS; i += blockDim.x) dst[i] = (float)hist[i];
@@ -57,22 +42,7 @@ facever_chi2(FaceverChi2Args a) {
     __shared__ float partial[FACEVER_THREADS / 32];
     const unsigned int row = blockIdx.x;
     if (row >= a.rows) return;
-    const float* p = a.probes + (size_t)row * FACEVER_BINS;
-    const float* r = a.refs + (size_t)row * FACEVER_BINS;
-    float s = 0.0f;
-    for (unsigned int i = threadIdx.x; i < FACEVER_BINS; i += blockDim.x) {
-        const float sum = p[i] + r[i];
-        if (sum > 0.0f) {
-            const float d = p[i] - r[i];
-            s += d * d / sum;
-        }
-    }
-    for (int off = 16; off > 0; off >>= 1) s += __shfl_down_sync(0xffffffffu, s, off);
-    if ((threadIdx.x & 31) == 0) partial[threadIdx.x / 32] = s;
-    __syncthreads();
-    if (threadIdx.x < 32) {
-        s = threadIdx.x < FACEVER_THREADS / 32 ? partial[threadIdx.x] : 0.0f;
-        for (int off = 16; off > 0; off >>= 1) s += __shfl_down_sync(0xffffffffu, s, off);
-        if (threadIdx.x == 0) a.distances[row] = s;
-    }
+    const float s = facever_chi2_sum(a.probes + (size_t)row * FACEVER_BINS,
+                                     a.refs + (size_t)row * FACEVER_BINS, partial);
+    if (threadIdx.x == 0) a.distances[row] = s;
 }
