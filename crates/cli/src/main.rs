@@ -22,6 +22,11 @@ struct Cli {
     /// Log level: error, warn, info, debug, trace.
     #[arg(long, global = true, default_value = "info")]
     log_level: String,
+    /// Virtual GPUs: N groups of S SMs of GPU DEV (green contexts), e.g. 0:8x8; GPU indices
+    /// (--gpus 0-7) then name the groups. Sets COHORT_VIRTUAL_GPUS, which the servers that
+    /// `bench served` starts inherit.
+    #[arg(long, global = true, value_name = "DEV:NxS")]
+    virtual_gpus: Option<String>,
     #[command(subcommand)]
     cmd: Cmd,
 }
@@ -195,6 +200,13 @@ fn main() {
     };
     use clap::FromArgMatches;
     let matches = command().get_matches_from(args);
+    if let Some(v) = matches.get_one::<String>("virtual_gpus") {
+        if let Err(e) = v.parse::<cohort_gpu::green::VirtualSplit>() {
+            eprintln!("error: --virtual-gpus {e}");
+            std::process::exit(2);
+        }
+        std::env::set_var(cohort_gpu::green::ENV, v);
+    }
     if let Some((bench, m)) = service_bench(&matches) {
         let level = matches
             .get_one::<String>("log_level")

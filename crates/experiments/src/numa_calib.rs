@@ -194,7 +194,7 @@ impl Calibration {
         }
         let mut gpus = Vec::new();
         for d in devs {
-            let ctx = cohort_gpu::launch::context(d.ordinal)?;
+            let ctx = cohort_gpu::launch::context(d)?;
             let m = load_module(&ctx, d, crate::source("numa_calib.cu"))?;
             gpus.push(Gpu {
                 stream: ctx.new_stream()?,

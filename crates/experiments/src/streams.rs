@@ -307,7 +307,7 @@ impl Drop for Lane {
 
 impl StreamGpu {
     pub fn open(dev: &DeviceInfo) -> Result<StreamGpu, GpuError> {
-        let ctx = cohort_gpu::launch::context(dev.ordinal)?;
+        let ctx = cohort_gpu::launch::context(dev)?;
         let kernel = Kernel::load(
             &load_module(&ctx, dev, crate::source("streams.cu"))?,
             &PACKET,

@@ -1,12 +1,20 @@
 //! Device discovery: name, SMs, memory, PCI bus id and the NUMA node the GPU hangs off.
 
+use crate::green::VirtualSplit;
 use crate::GpuError;
 use cudarc::driver::sys::CUdevice_attribute as Attr;
 use cudarc::driver::CudaContext;
 
 #[derive(Debug, Clone)]
 pub struct DeviceInfo {
+    /// The serving device's index (what `--gpus` names): the CUDA ordinal, or a virtual GPU's
+    /// index among its split's groups.
     pub ordinal: usize,
+    /// The CUDA device it runs on.
+    pub physical: usize,
+    /// A virtual GPU's split and group (green contexts, [`crate::green`]); None: the whole
+    /// device.
+    pub sm_group: Option<(VirtualSplit, usize)>,
     pub name: String,
     pub compute_capability: (i32, i32),
     pub sms: i32,
@@ -47,8 +55,35 @@ fn numa_node(bus: &str) -> Option<u32> {
         .map(|n| n as u32)
 }
 
-/// Every CUDA device, or `NoDevice` with the reason.
+/// Every serving device, or `NoDevice` with the reason: the CUDA devices, or with
+/// `COHORT_VIRTUAL_GPUS` set, the groups of SMs it names ([`crate::green`]).
 pub fn probe() -> Result<Vec<DeviceInfo>, GpuError> {
+    let physical = probe_physical()?;
+    let Some(split) = crate::green::from_env()? else {
+        return Ok(physical);
+    };
+    let dev = physical.get(split.device).ok_or_else(|| {
+        GpuError::Invalid(format!(
+            "virtual GPUs {split}: no GPU {} ({} found)",
+            split.device,
+            physical.len()
+        ))
+    })?;
+    Ok(crate::green::group_sms(split)?
+        .into_iter()
+        .enumerate()
+        .map(|(i, sms)| DeviceInfo {
+            ordinal: i,
+            sms: sms as i32,
+            sm_group: Some((split, i)),
+            name: format!("{} [SMs group {i} of {split}]", dev.name),
+            ..dev.clone()
+        })
+        .collect())
+}
+
+/// Every CUDA device.
+pub fn probe_physical() -> Result<Vec<DeviceInfo>, GpuError> {
     if !driver_present() {
         return Err(GpuError::NoDevice(
             "the CUDA driver library (libcuda) is not installed".into(),
@@ -70,6 +105,8 @@ pub fn probe() -> Result<Vec<DeviceInfo>, GpuError> {
             let pci = format!("{dom:04x}:{bus:02x}:{dev:02x}.0");
             Ok(DeviceInfo {
                 ordinal: i,
+                physical: i,
+                sm_group: None,
                 name: ctx.name()?,
                 compute_capability: ctx.compute_capability()?,
                 sms: ctx.attribute(Attr::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)?,

@@ -11,7 +11,7 @@
 //! so launches refuse a context that tracks events; [`context`] makes one that does not.
 //! Cohort orders its work by streams itself (one stream per worker, uploads synchronised).
 
-use crate::GpuError;
+use crate::{DeviceInfo, GpuError};
 use cudarc::driver::{
     CudaContext, CudaFunction, CudaModule, CudaStream, DevicePtr, DevicePtrMut, LaunchConfig,
     PushKernelArg,
@@ -22,16 +22,24 @@ use std::sync::Arc;
 #[doc(hidden)]
 pub use cudarc::driver::DeviceRepr;
 
-/// The device's primary context with cudarc's event tracking off (see the module doc): the
-/// one way Cohort opens a device.
-pub fn context(ordinal: usize) -> Result<Arc<CudaContext>, GpuError> {
-    let ctx = CudaContext::new(ordinal)?;
+/// A context of `dev` (the device's primary context, or a virtual GPU's green context) with
+/// cudarc's event tracking off (see the module doc): the one way Cohort opens a device.
+pub fn context(dev: &DeviceInfo) -> Result<Arc<CudaContext>, GpuError> {
+    let ctx = open(dev)?;
     // SAFETY: no operation is in flight on a context just opened; every user orders its work
     // by stream (and synchronises uploads), not by cudarc's events.
     unsafe { ctx.disable_event_tracking() };
     Ok(ctx)
 }
 
+/// A context of `dev` with cudarc's event tracking as it comes (the persistent engines'
+/// set-up relies on it): the device's primary context, or a virtual GPU's green context.
+pub fn open(dev: &DeviceInfo) -> Result<Arc<CudaContext>, GpuError> {
+    match dev.sm_group {
+        None => Ok(CudaContext::new(dev.physical)?),
+        Some((split, i)) => crate::green::context(split, i),
+    }
+}
 /// A device address of `T`s, as a kernel argument (8 bytes, the CUDA side's `T*`).
 #[repr(transparent)]
 pub struct Dev<T>(u64, PhantomData<fn() -> T>);

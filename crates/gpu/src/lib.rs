@@ -8,13 +8,14 @@
 mod device;
 pub mod engine;
 mod error;
+pub mod green;
 pub mod kernel_check;
 pub mod launch;
 mod nvrtc;
 pub mod persistent;
 pub mod prelude;
 
-pub use device::{probe, DeviceInfo};
+pub use device::{probe, probe_physical, DeviceInfo};
 pub use error::GpuError;
 pub use nvrtc::{compile_cached, load_module, nvrtc_available};
 pub use prelude::{KernelSource, Prelude};

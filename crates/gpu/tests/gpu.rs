@@ -110,3 +110,81 @@ fn probe_without_a_driver_is_an_error_not_a_panic() {
         Err(e) => assert!(e.to_string().contains("no CUDA device"), "{e}"),
     }
 }
+
+/// Virtual GPUs: device 0 split into two groups of 8 SMs by green contexts. Each group's
+/// context reports its own SMs, its kernels run only there (the SM ids a many-block kernel
+/// records number at most the group's SMs), and memory written through one group is read
+/// through the other (the groups share the device's memory).
+#[test]
+fn virtual_gpus_run_on_their_own_sms_and_share_memory() {
+    use cohort_gpu::green::{self, VirtualSplit};
+    use cudarc::driver::{LaunchConfig, PushKernelArg};
+    if let Err(e) = cohort_gpu::probe_physical() {
+        report_skip("virtual GPUs (green contexts)", &e.to_string());
+        return;
+    }
+    let split: VirtualSplit = "0:2x8".parse().unwrap();
+    let sms = green::group_sms(split).unwrap();
+    assert_eq!(sms.len(), 2);
+    let src = r#"extern "C" __global__ void which_sm(unsigned int* out) {
+        unsigned int id; asm volatile("mov.u32 %0, %%smid;" : "=r"(id));
+        if (threadIdx.x == 0) out[blockIdx.x] = id;
+    }"#;
+    let unit = KernelSource::assemble(
+        "which_sm.cu",
+        &Prelude::new("test"),
+        &[("which_sm.cu", src)],
+    );
+    let arch: &'static str = Box::leak(probe().unwrap()[0].arch().into_boxed_str());
+    let ptx = compile_cached(unit, arch).unwrap();
+    let ctxs: Vec<_> = (0..2).map(|i| green::context(split, i).unwrap()).collect();
+    let blocks = 4096;
+    let mut seen = Vec::new();
+    for (i, ctx) in ctxs.iter().enumerate() {
+        assert_eq!(green::context_sms(ctx).unwrap(), sms[i] as usize);
+        let f = ctx
+            .load_module(ptx.clone())
+            .unwrap()
+            .load_function("which_sm")
+            .unwrap();
+        let s = ctx.new_stream().unwrap();
+        let mut out = s.alloc_zeros::<u32>(blocks).unwrap();
+        let mut b = s.launch_builder(&f);
+        b.arg(&mut out);
+        unsafe {
+            b.launch(LaunchConfig {
+                grid_dim: (blocks as u32, 1, 1),
+                block_dim: (64, 1, 1),
+                shared_mem_bytes: 0,
+            })
+        }
+        .unwrap();
+        let mut ids = s.clone_dtoh(&out).unwrap();
+        ids.sort_unstable();
+        ids.dedup();
+        assert!(
+            ids.len() <= sms[i] as usize,
+            "group {i} of {} SMs ran on {} SMs: {ids:?}",
+            sms[i],
+            ids.len()
+        );
+        eprintln!(
+            "virtual GPU {i}: {} SMs, kernel seen on SMs {ids:?}",
+            sms[i]
+        );
+        seen.push(ids);
+    }
+    assert!(
+        seen[0].iter().all(|id| !seen[1].contains(id)),
+        "the two groups share SMs: {seen:?}"
+    );
+    // Written through group 0, read through group 1.
+    let s0 = ctxs[0].new_stream().unwrap();
+    let data: Vec<u32> = (0..1000).collect();
+    let buf = s0.clone_htod(&data).unwrap();
+    s0.synchronize().unwrap();
+    let s1 = ctxs[1].new_stream().unwrap();
+    let mut copy = s1.alloc_zeros::<u32>(1000).unwrap();
+    s1.memcpy_dtod(&buf, &mut copy).unwrap();
+    assert_eq!(s1.clone_dtoh(&copy).unwrap(), data);
+}

@@ -175,7 +175,7 @@ pub fn start_engines(a: &ServeArgs, ingresses: usize) -> Result<EngineSide> {
     } else {
         cohort_gpu::probe().with_context(|| format!("{} needs a GPU", on_gpu.join(", ")))?
     };
-    let mut mapped = mapped_rings(&plans, &specs, ingresses)?;
+    let mut mapped = mapped_rings(&plans, &specs, ingresses, &devices)?;
     let wiring = wire_in(ingresses, &specs, &mut |e, l, i, _| {
         mapped
             .remove(&(e, l, i))
@@ -354,6 +354,7 @@ fn mapped_rings(
     plans: &[ServicePlan],
     specs: &[EngineSpec],
     ingresses: usize,
+    devices: &[cohort_gpu::DeviceInfo],
 ) -> Result<HashMap<(usize, usize, usize), MappedMemory>> {
     let mut out = HashMap::new();
     for (e, (p, spec)) in plans.iter().zip(specs).enumerate() {
@@ -362,8 +363,12 @@ fn mapped_rings(
         }
         let bytes = Layout::with_stride(spec.slots, spec.stride).bytes();
         for (l, &g) in p.cfg.gpu.gpus.iter().enumerate() {
+            let dev = devices
+                .iter()
+                .find(|d| d.ordinal == g)
+                .with_context(|| format!("no GPU {g} ({} found)", devices.len()))?;
             for i in 0..ingresses {
-                let m = MappedMemory::on_device(g, bytes)
+                let m = MappedMemory::on_device(dev, bytes)
                     .with_context(|| format!("{}: mapped request rings on GPU {g}", p.name))?;
                 out.insert((e, l, i), m);
             }

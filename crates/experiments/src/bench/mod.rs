@@ -85,6 +85,8 @@ pub fn machine() -> Value {
         "cpu_model": model,
         "kernel": std::fs::read_to_string("/proc/sys/kernel/osrelease").unwrap_or_default().trim(),
         "gpus": gpus,
+        // Virtual GPUs (green contexts) the run served on, if any: DEV:NxS.
+        "virtual_gpus": std::env::var("COHORT_VIRTUAL_GPUS").ok(),
     })
 }
 

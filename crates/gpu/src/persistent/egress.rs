@@ -505,14 +505,14 @@ pub(super) fn load_stage(
     Ok(f)
 }
 
-/// How many blocks of `st` the whole GPU holds at once (nothing else running).
+/// How many blocks of `st` the context's SMs (the whole GPU, or a virtual GPU's) hold at once (nothing else running).
 pub(super) fn capacity(
     ctx: &Arc<cudarc::driver::CudaContext>,
     f: &CudaFunction,
     st: &Stage,
 ) -> Result<usize, GpuError> {
-    let sms =
-        ctx.attribute(sys::CUdevice_attribute::CU_DEVICE_ATTRIBUTE_MULTIPROCESSOR_COUNT)? as usize;
+    // A virtual GPU's group, not the device's.
+    let sms = crate::green::context_sms(ctx)?;
     let per_sm =
         f.occupancy_max_active_blocks_per_multiprocessor(st.threads, st.dyn_smem as usize, None)?;
     Ok(per_sm as usize * sms)

@@ -40,9 +40,9 @@ impl MappedMemory {
         Ok(mem)
     }
 
-    /// As `zeroed`, on GPU `ordinal` (its primary context).
-    pub fn on_device(ordinal: usize, len: usize) -> Result<MappedMemory, GpuError> {
-        MappedMemory::zeroed(&CudaContext::new(ordinal)?, len)
+    /// As `zeroed`, for serving device `dev` (a virtual GPU's shares its device's memory).
+    pub fn on_device(dev: &crate::DeviceInfo, len: usize) -> Result<MappedMemory, GpuError> {
+        MappedMemory::zeroed(&crate::launch::open(dev)?, len)
     }
 
     /// The address kernels use.

@@ -108,7 +108,7 @@ pub struct BankGpu {
 impl BankGpu {
     pub fn new(dev: &DeviceInfo, cfg: BankGpuConfig) -> Result<BankGpu, String> {
         let gpu = |e: GpuError| format!("bank on GPU {}: {e}", dev.ordinal);
-        let ctx = cohort_gpu::launch::context(dev.ordinal).map_err(gpu)?;
+        let ctx = cohort_gpu::launch::context(dev).map_err(gpu)?;
         let kernels = Kernels::load(&ctx, dev).map_err(gpu)?;
         let s = ctx.default_stream();
         let table = SessionTable::new(&s, cfg.users, cfg.max_sessions, cfg.secret).map_err(gpu)?;

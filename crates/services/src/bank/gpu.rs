@@ -468,7 +468,7 @@ pub struct GpuParser {
 
 impl GpuParser {
     pub fn new(dev: &DeviceInfo, cap: usize) -> Result<GpuParser, GpuError> {
-        let ctx = cohort_gpu::launch::context(dev.ordinal)?;
+        let ctx = cohort_gpu::launch::context(dev)?;
         let kernels = Kernels::load(&ctx, dev)?;
         let stream = ctx.default_stream();
         Ok(GpuParser {

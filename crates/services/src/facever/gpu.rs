@@ -126,7 +126,7 @@ impl FaceverGpu {
         threshold: f32,
         design: Design,
     ) -> Result<FaceverGpu, GpuError> {
-        let ctx = cohort_gpu::launch::context(dev.ordinal)?;
+        let ctx = cohort_gpu::launch::context(dev)?;
         Ok(FaceverGpu {
             kernels: Arc::new(DeviceKernels::load(&ctx, dev)?),
             ctx,
@@ -382,7 +382,7 @@ pub const DISTANCE_TOLERANCE: f32 = 1e-4;
 /// [`DISTANCE_TOLERANCE`]. No memcached: the references are computed here.
 pub fn check(dev: &DeviceInfo, seed: u64) -> Result<Vec<String>, String> {
     use rand::{Rng, SeedableRng};
-    let ctx = cohort_gpu::launch::context(dev.ordinal).map_err(|e| e.to_string())?;
+    let ctx = cohort_gpu::launch::context(dev).map_err(|e| e.to_string())?;
     let k = DeviceKernels::load(&ctx, dev).map_err(|e| e.to_string())?;
     let faces = super::orl::embedded();
     let table = lbp::uniform_table();

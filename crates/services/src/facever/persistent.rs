@@ -48,7 +48,7 @@ impl FaceverPersistent {
         db: Arc<FaceDb>,
         threshold: f32,
     ) -> Result<FaceverPersistent, GpuError> {
-        let ctx = CudaContext::new(dev.ordinal)?;
+        let ctx = cohort_gpu::launch::open(dev)?;
         let module = load_module(&ctx, dev, super::kernels::persistent())?;
         Ok(FaceverPersistent {
             ctx,

@@ -56,7 +56,7 @@ impl GpuAssigner {
         }
         // Each lane's buffers are used on its own stream only and reused after that stream
         // synchronised (the context tracks no events: typed launches need that).
-        let ctx = cohort_gpu::launch::context(dev.ordinal)?;
+        let ctx = cohort_gpu::launch::context(dev)?;
         let module = load_module(&ctx, dev, super::kernels::source("kmeans.cu"))?;
         let kernel = Kernel::load(&module, &ASSIGN)?;
         Ok(GpuAssigner {

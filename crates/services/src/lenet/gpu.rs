@@ -87,7 +87,7 @@ pub struct LenetGpu {
 
 impl LenetGpu {
     pub fn new(dev: &DeviceInfo, w: &Weights) -> Result<LenetGpu, GpuError> {
-        let ctx = cohort_gpu::launch::context(dev.ordinal)?;
+        let ctx = cohort_gpu::launch::context(dev)?;
         let module = load_module(&ctx, dev, super::kernels::batch())?;
         let weights = DeviceWeights::upload(&ctx, w)?;
         Ok(LenetGpu {

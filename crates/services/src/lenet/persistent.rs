@@ -26,7 +26,7 @@ pub struct LenetPersistent {
 
 impl LenetPersistent {
     pub fn new(dev: &DeviceInfo, w: &Weights) -> Result<LenetPersistent, GpuError> {
-        let ctx = CudaContext::new(dev.ordinal)?;
+        let ctx = cohort_gpu::launch::open(dev)?;
         let module = load_module(&ctx, dev, super::kernels::persistent())?;
         let weights = Arc::new(DeviceWeights::upload(&ctx, w)?);
         Ok(LenetPersistent {

@@ -59,7 +59,7 @@ pub struct MicroGpu {
 
 impl MicroGpu {
     pub fn new(kind: Micro, dev: &DeviceInfo) -> Result<MicroGpu, GpuError> {
-        let ctx = cohort_gpu::launch::context(dev.ordinal)?;
+        let ctx = cohort_gpu::launch::context(dev)?;
         let module = load_module(&ctx, dev, source())?;
         let kernel = Kernel::load(
             &module,

@@ -40,7 +40,7 @@ pub struct MicroPersistent {
 
 impl MicroPersistent {
     pub fn new(kind: Micro, dev: &DeviceInfo) -> Result<MicroPersistent, GpuError> {
-        let ctx = CudaContext::new(dev.ordinal)?;
+        let ctx = cohort_gpu::launch::open(dev)?;
         let module = load_module(&ctx, dev, source())?;
         Ok(MicroPersistent {
             kind,

@@ -168,7 +168,7 @@ pub fn run_all(a: &BankGpuBench, record: Record) -> Result<()> {
     );
     let secret = 0x5eed;
     let g = GpuParser::new(&devs[0], max)?.with_sessions(a.users, a.users, secret)?;
-    let ctx = cohort_gpu::launch::context(devs[0].ordinal)?;
+    let ctx = cohort_gpu::launch::context(&devs[0])?;
     let records = SharedRecords::new(&a.backend, &ctx.default_stream(), a.users)
         .map_err(anyhow::Error::msg)?;
     let mut g = g.with_records(&records)?;

@@ -238,7 +238,7 @@ impl GpuIvf {
                 ix.dim
             )));
         }
-        let ctx = cohort_gpu::launch::context(dev.ordinal)?;
+        let ctx = cohort_gpu::launch::context(dev)?;
         let kernels = Kernels::load(&ctx, dev)?;
         let s = ctx.default_stream();
         let vectors = DeviceVectors::upload(&s, ix.vectors(), precision)?;
