@@ -6,7 +6,7 @@
 # (0-7), the generator on 8-11, every answer checked - cpu engine, host-centric (gpu-direct
 # and gpu-cohort), GPU-centric (gpu-cohort, and gpu-persistent: no launch per request) - with
 # the cpu engine's echo beside it.
-# Usage: OUT=dir TAG=h200 PART=engine|served scripts/facever-bench.sh
+# Usage: OUT=dir TAG=h200 PART=engine|served|persistent scripts/facever-bench.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib/gpu-env.sh
@@ -26,6 +26,20 @@ for _ in $(seq 100); do (exec 3<>/dev/tcp/127.0.0.1/$port) 2>/dev/null && break;
 $B model load-db facever --memcached "$addr" || exit 1
 opt="--service-opt facever.memcached=$addr"
 case ${PART:-engine} in
+persistent)
+    # gpu-persistent alone (in process, then served beside the echo anchor and gpu-cohort's
+    # GPU-centric design measured in the same run).
+    $B bench engine --service facever --engines gpu-persistent,gpu-cohort $opt \
+        --window ${WINDOWS:-1,64,1024} --max-cohort 1024 --duration 2 --drivers 4 \
+        --out "$OUT/facever-engine-persistent-$TAG.json" --log-level warn 2>&1 | tail -n 8
+    $B bench served --services echo --engines cpu --cores 8 --client-cpus 8-11 \
+        --rates ${ECHO_RATES:-300k,500k} --duration 2 --warmup 1 \
+        --out "$OUT/facever-served-anchor-persistent-$TAG.json" --log-level warn 2>&1 | tail -n 4
+    $B bench served --services facever --engines gpu-persistent,gpu-cohort --cores 8 \
+        --client-cpus 8-11 "--serve-arg=--facever-memcached=$addr" \
+        --rates ${RATES:-10k,50k,100k,200k,300k,400k,600k} --duration 2 --warmup 1 \
+        --out "$OUT/facever-served-persistent-$TAG.json" --log-level warn 2>&1 | tail -n 16
+    ;;
 engine)
     for design in host gpu; do
         $B bench engine --service facever --engines gpu-direct,gpu-cohort $opt \

@@ -3,8 +3,9 @@
 # PART=engine the engines fed in process (`cohort bench engine --service lenet`, the built-in
 # MNIST digits, windows 1..8192, each engine in turn); PART=served the served matrix (server
 # pinned to 1 and 8 cores, generator on the others, every answer checked) with the cpu
-# engine's echo measured beside it as the host's anchor.
-# Usage: OUT=dir TAG=h200 PART=tests|engine|served scripts/lenet-bench.sh
+# engine's echo measured beside it as the host's anchor; PART=vgpus throughput against the
+# number of virtual GPUs (groups of 8 SMs, green contexts; Lynx Fig. 8b's shape).
+# Usage: OUT=dir TAG=h200 PART=tests|engine|served|vgpus scripts/lenet-bench.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib/gpu-env.sh
@@ -27,6 +28,18 @@ served)
     $B bench served --services lenet --engines ${ENGINES:-cpu,gpu-cohort,gpu-persistent} --cores 1,8 \
         --rates ${RATES:-1k,5k,20k,50k,100k,200k,300k,400k} --duration 2 --warmup 1 \
         --out "$OUT/lenet-served-$TAG.json" --log-level warn 2>&1 | tail -n 40
+    ;;
+vgpus)
+    # Lynx Fig. 8b's shape: throughput against GPUs, the GPUs being virtual - N groups of 8
+    # SMs of GPU 0 (green contexts) - each a serving device with its own lane and backend.
+    for n in ${GROUPS_LIST:-1 2 4 8 15}; do
+        $B --virtual-gpus "0:${n}x8" bench engine --service lenet \
+            --engines ${ENGINES:-gpu-cohort,gpu-persistent} --gpus "$(seq -s, 0 $((n - 1)))" \
+            --window ${WINDOWS:-1024,8192} --max-cohort 8192 --duration 2 --drivers 8 \
+            --out "$OUT/lenet-vgpus-$n-$TAG.json" --log-level warn 2>&1 | tail -n 6
+    done
+    $B bench scaling-plot --title "lenet in process on N groups of 8 SMs of one $TAG" \
+        --out "$OUT/lenet-vgpus-$TAG.png" "$OUT"/lenet-vgpus-*-$TAG.json | tee "$OUT/lenet-vgpus-$TAG.txt"
     ;;
 esac
 echo "lenet-bench ${PART:-engine}: $(( $(date +%s) - t0 )) s"

@@ -10,6 +10,7 @@ mod hog;
 mod http_plot;
 mod knn;
 mod plot;
+mod scaling_plot;
 mod served;
 mod served_limit;
 mod streams;
@@ -42,6 +43,8 @@ pub enum BenchCmd {
     Plot(plot::PlotArgs),
     /// The HTTP path beside nginx as bars (`scripts/http-served.sh`'s JSON).
     HttpPlot(http_plot::HttpPlotArgs),
+    /// Throughput against the number of (virtual) GPUs from `bench engine` results.
+    ScalingPlot(scaling_plot::ScalingPlotArgs),
 }
 
 pub fn run(cmd: BenchCmd) -> Result<()> {
@@ -56,6 +59,7 @@ pub fn run(cmd: BenchCmd) -> Result<()> {
         BenchCmd::Streams(a) => streams::run(&a),
         BenchCmd::Plot(a) => plot::run(&a),
         BenchCmd::HttpPlot(a) => http_plot::run(&a),
+        BenchCmd::ScalingPlot(a) => scaling_plot::run(&a),
     }
 }
 
