@@ -26,12 +26,16 @@ type Points = BTreeMap<String, BTreeMap<usize, f64>>;
 fn points(files: &[PathBuf]) -> Result<Points> {
     let mut out = Points::new();
     for f in files {
-        let text = std::fs::read_to_string(f).with_context(|| format!("reading {}", f.display()))?;
+        let text =
+            std::fs::read_to_string(f).with_context(|| format!("reading {}", f.display()))?;
         let v: serde_json::Value =
             serde_json::from_str(&text).with_context(|| format!("parsing {}", f.display()))?;
-        let results = v["results"]
-            .as_array()
-            .with_context(|| format!("{}: no \"results\" (not a bench engine result)", f.display()))?;
+        let results = v["results"].as_array().with_context(|| {
+            format!(
+                "{}: no \"results\" (not a bench engine result)",
+                f.display()
+            )
+        })?;
         for r in results {
             let (Some(engine), Some(gpus), Some(rate)) = (
                 r["engine"].as_str(),
@@ -71,7 +75,9 @@ pub fn run(a: &ScalingPlotArgs) -> Result<()> {
         if let Some(o) = one {
             series.push((
                 format!("{engine} ideal (N x one)"),
-                by_n.keys().map(|&n| (n as f64, n as f64 * o / 1e3)).collect(),
+                by_n.keys()
+                    .map(|&n| (n as f64, n as f64 * o / 1e3))
+                    .collect(),
             ));
         }
     }

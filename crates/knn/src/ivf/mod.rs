@@ -4,6 +4,8 @@
 //! as in FAISS, and the query runs as three stages (see `stages`).
 
 mod format;
+pub mod placement;
+pub mod shard;
 pub mod stages;
 
 use crate::assign::{Assigner, CpuGemm};

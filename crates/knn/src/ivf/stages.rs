@@ -56,22 +56,32 @@ scan_for!(
     crate::metric::x86::dot_avx2
 );
 
+/// Scans rows `vectors` (with their `ids`) into `t`: the one scan every search runs, so a
+/// shard scanning its own copy of a list finds exactly what the whole index finds.
+pub fn scan_rows(metric: Metric, q: &[f32], vectors: &[f32], ids: &[u32], t: &mut TopK) {
+    match isa() {
+        // SAFETY: isa() checked the CPU features.
+        #[cfg(target_arch = "x86_64")]
+        Isa::Avx2 => unsafe { scan_avx2(q, vectors, ids, metric, t) },
+        _ => match metric {
+            Metric::L2 => scan(q, vectors, ids, t, l2_sq_lanes),
+            Metric::InnerProduct => scan(q, vectors, ids, t, |a, b| -dot_lanes(a, b)),
+        },
+    }
+}
+
 /// Scans one cell: its k nearest to `q`.
 pub fn search_cell(index: &IvfIndex, q: &[f32], cell: u32, k: usize) -> Vec<Neighbor> {
     let (start, end) = index.cell_range(cell as usize);
     let dim = index.dim;
-    let vectors = &index.vectors()[start * dim..end * dim];
-    let ids = &index.ids()[start..end];
     let mut t = TopK::new(k);
-    match isa() {
-        // SAFETY: isa() checked the CPU features.
-        #[cfg(target_arch = "x86_64")]
-        Isa::Avx2 => unsafe { scan_avx2(q, vectors, ids, index.metric, &mut t) },
-        _ => match index.metric {
-            Metric::L2 => scan(q, vectors, ids, &mut t, l2_sq_lanes),
-            Metric::InnerProduct => scan(q, vectors, ids, &mut t, |a, b| -dot_lanes(a, b)),
-        },
-    }
+    scan_rows(
+        index.metric,
+        q,
+        &index.vectors()[start * dim..end * dim],
+        &index.ids()[start..end],
+        &mut t,
+    );
     t.into_sorted()
 }
 
