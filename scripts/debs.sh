@@ -6,5 +6,5 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 mkdir -p dist/debs
 cd dist/debs
-apt-get download nginx nginx-common wrk libluajit2-5.1-2 memcached libevent-2.1-7 libmemcached-tools libmemcached11 libmemcachedutil2
+apt-get download nginx nginx-common wrk libluajit2-5.1-2 memcached libevent-2.1-7 libmemcached-tools libmemcached11 libmemcachedutil2 libhashkit2
 ls -la

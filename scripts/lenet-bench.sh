@@ -33,9 +33,9 @@ vgpus)
     # Lynx Fig. 8b's shape: throughput against GPUs, the GPUs being virtual - N groups of 8
     # SMs of GPU 0 (green contexts) - each a serving device with its own lane and backend.
     for n in ${GROUPS_LIST:-1 2 4 8 15}; do
-        $B --virtual-gpus "0:${n}x8" bench engine --service lenet \
-            --engines ${ENGINES:-gpu-cohort,gpu-persistent} --gpus "$(seq -s, 0 $((n - 1)))" \
-            --window ${WINDOWS:-1024,8192} --max-cohort 8192 --duration 2 --drivers 8 \
+        timeout 90 $B --virtual-gpus "0:${n}x8" bench engine --service lenet \
+            --engines ${ENGINES:-gpu-cohort} --gpus "$(seq -s, 0 $((n - 1)))" \
+            --window ${WINDOWS:-8192} --max-cohort 8192 --duration 2 --drivers 8 \
             --out "$OUT/lenet-vgpus-$n-$TAG.json" --log-level warn 2>&1 | tail -n 6
     done
     $B bench scaling-plot --title "lenet in process on N groups of 8 SMs of one $TAG" \
