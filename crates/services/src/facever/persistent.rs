@@ -233,6 +233,13 @@ impl Drop for ClientQueueThread {
     }
 }
 
+/// After memcached failed, fetches are answered UNAVAILABLE at once for this long before it
+/// is tried again: a failing call costs up to the pool's connect timeout, and a thread that
+/// paid it on every batch would hold the waiting requests for seconds (measured on the H200:
+/// 24622 of 800000 requests went unanswered within the client's 2 s while memcached was
+/// killed under 100 K/s, before this).
+const RETRY_AFTER: Duration = Duration::from_millis(50);
+
 /// Polls for this long after the last fetch before sleeping between scans.
 const SPIN: Duration = Duration::from_millis(2);
 const NAP: Duration = Duration::from_micros(50);
@@ -245,6 +252,7 @@ fn serve_fetches(m: &Mailboxes, db: &FaceDb, stop: &AtomicBool) {
     let mut head: u32 = 0;
     let mut last_work = Instant::now();
     let mut failing = false;
+    let mut retry_at = Instant::now();
     while !stop.load(Ordering::Acquire) {
         pending.clear();
         for (s, seen) in taken.iter_mut().enumerate() {
@@ -266,7 +274,14 @@ fn serve_fetches(m: &Mailboxes, db: &FaceDb, stop: &AtomicBool) {
         last_work = Instant::now();
         persons.clear();
         persons.extend(pending.iter().map(|p| p.2));
-        let got = db.get_many(&persons);
+        let got = if failing && Instant::now() < retry_at {
+            Err("memcached failed moments ago; not retried yet".to_string())
+        } else {
+            db.get_many(&persons)
+        };
+        if got.is_err() && Instant::now() >= retry_at {
+            retry_at = Instant::now() + RETRY_AFTER;
+        }
         match (&got, failing) {
             (Err(e), false) => {
                 tracing::warn!(error = %e, "facever: memcached unreachable; answering UNAVAILABLE")
