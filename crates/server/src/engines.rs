@@ -392,16 +392,18 @@ fn start_persistent(
         profile: p.cfg.persistent.profile,
         ..PersistentConfig::default()
     };
-    let started = per_gpu(
-        p,
-        lanes,
-        devices,
-        PersistentEngine::shutdown,
-        |dev, lane| {
-            tracing::info!(gpu = dev.ordinal, name = %dev.name, sms = dev.sms, service = p.name, "gpu-persistent");
-            let backend = build(&p.settings, dev).map_err(anyhow::Error::msg)?;
-            Ok(PersistentEngine::start(backend, lane, &cfg)?)
-        },
-    )?;
+    // Every device's backend first (module loads, allocations), then every engine set up
+    // before any kernel runs: virtual GPUs share one device, and set-up there can wait on
+    // resident persistent kernels (`PersistentEngine::start_all`).
+    let mut items = Vec::new();
+    for (&g, lane) in p.cfg.gpu.gpus.iter().zip(lanes) {
+        let dev = devices
+            .iter()
+            .find(|d| d.ordinal == g)
+            .with_context(|| format!("no GPU {g} ({} found)", devices.len()))?;
+        tracing::info!(gpu = dev.ordinal, name = %dev.name, sms = dev.sms, service = p.name, "gpu-persistent");
+        items.push((build(&p.settings, dev).map_err(anyhow::Error::msg)?, lane));
+    }
+    let started = PersistentEngine::start_all(items, &cfg)?;
     Ok(Running::Persistent(started))
 }

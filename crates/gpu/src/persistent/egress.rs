@@ -63,7 +63,21 @@ fn stream_state(s: &CudaStream) -> CUresult {
 }
 
 impl Egress {
+    /// Set up and launched: the engine's start.
     pub(super) fn new(
+        backend: Arc<dyn PersistentBackend>,
+        lane: LaneEnds,
+        cfg: &PersistentConfig,
+        stop: Arc<AtomicBool>,
+        stats: Arc<LaneStats>,
+    ) -> Result<Egress, GpuError> {
+        Egress::set_up(backend, lane, cfg, stop, stats)?.launched()
+    }
+
+    /// Everything but the launch: module functions, the backend's buffers, the device state.
+    /// Set-up on a device can wait on persistent kernels already resident there, so engines
+    /// sharing a device are all set up before any is launched (`PersistentEngine::start_all`).
+    pub(super) fn set_up(
         backend: Arc<dyn PersistentBackend>,
         lane: LaneEnds,
         cfg: &PersistentConfig,
@@ -143,14 +157,18 @@ impl Egress {
             // covers it without growing without bound.
             host_stamps: HashMap::with_capacity(cfg.profile * 2),
         };
-        // Launched here, not on the egress thread: a launch that cannot run is the engine's
-        // start failing, with the reason, not a lane that dies later.
-        if let Err(err) = e.launch() {
+        Ok(e)
+    }
+
+    /// Launched here, not on the egress thread: a launch that cannot run is the engine's start
+    /// failing, with the reason, not a lane that dies later.
+    pub(super) fn launched(self) -> Result<Egress, GpuError> {
+        if let Err(err) = self.launch() {
             tracing::error!(error = %err, "gpu-persistent: launch failed; stopping what started");
-            e.abandon();
+            self.abandon();
             return Err(err);
         }
-        Ok(e)
+        Ok(self)
     }
 
     /// Launches every persistent kernel and waits until all their blocks run: one that never

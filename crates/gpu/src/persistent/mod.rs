@@ -143,6 +143,45 @@ impl PersistentEngine {
         })
     }
 
+    /// Engines for several lanes whose devices may be one (virtual GPUs: groups of SMs of one
+    /// GPU): every one set up before any kernel is launched, since set-up on a device (module
+    /// loads, allocations) can wait forever on persistent kernels resident there (measured on
+    /// the H200: a second group's set-up after the first group's launch never finished). If one
+    /// fails, those already started are stopped before the error is returned.
+    pub fn start_all(
+        lanes: Vec<(Arc<dyn PersistentBackend>, LaneEnds)>,
+        cfg: &PersistentConfig,
+    ) -> Result<Vec<PersistentEngine>, GpuError> {
+        let mut ready = Vec::with_capacity(lanes.len());
+        for (backend, lane) in lanes {
+            let stop = Arc::new(AtomicBool::new(false));
+            let stats = Arc::new(LaneStats::default());
+            let e = egress::Egress::set_up(backend, lane, cfg, stop.clone(), stats.clone())?;
+            ready.push((e, stop, stats));
+        }
+        let mut started: Vec<PersistentEngine> = Vec::with_capacity(ready.len());
+        for (e, stop, stats) in ready {
+            let spawned = e.launched().and_then(|e| {
+                std::thread::Builder::new()
+                    .name("gpu-persistent".into())
+                    .spawn(move || e.run())
+                    .map_err(|e| GpuError::Invalid(format!("spawning the egress thread: {e}")))
+            });
+            match spawned {
+                Ok(thread) => started.push(PersistentEngine {
+                    thread: Some(thread),
+                    stop,
+                    stats,
+                }),
+                Err(err) => {
+                    started.into_iter().for_each(PersistentEngine::shutdown);
+                    return Err(err);
+                }
+            }
+        }
+        Ok(started)
+    }
+
     /// Serves what is queued (bounded wait), then stops the kernels and frees the GPU state.
     pub fn shutdown(mut self) {
         self.stop.store(true, Ordering::Release);
