@@ -57,7 +57,7 @@ impl EngineSide {
             match e {
                 Running::Cpu(c) => c.shutdown(),
                 Running::Gpu(v) => v.into_iter().for_each(GpuEngine::shutdown),
-                Running::Persistent(v) => v.into_iter().for_each(PersistentEngine::shutdown),
+                Running::Persistent(v) => PersistentEngine::shutdown_all(v),
                 Running::Hybrid(g, c) => {
                     g.into_iter().for_each(GpuEngine::shutdown);
                     c.shutdown();
