@@ -751,3 +751,25 @@ pub fn answer_of(m: &Message<'_>) -> Result<(), ErrorPayload> {
         String::from_utf8_lossy(m.payload).into_owned(),
     ))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A stride carries its payload in place (no spill: the persistent GPU reads the ring),
+    /// is never below the default, and is a power of two.
+    #[test]
+    fn the_stride_for_a_payload_carries_it_in_place() {
+        assert_eq!(EngineSpec::stride_for(0), DEFAULT_STRIDE);
+        assert_eq!(EngineSpec::stride_for(784), DEFAULT_STRIDE);
+        for bytes in [977, 2580, 4000, 70_000] {
+            let s = EngineSpec::stride_for(bytes);
+            assert!(s.is_power_of_two() && s >= DEFAULT_STRIDE);
+            assert!(
+                Layout::with_stride(2, s).payload_capacity >= bytes,
+                "{bytes} in {s}"
+            );
+        }
+        assert_eq!(EngineSpec::stride_for(2580), 4096);
+    }
+}
