@@ -102,6 +102,7 @@ fn sample(flag: &str, ix: &str) -> Option<Option<String>> {
         "tls-cert" | "tls-key" => Some(None), // given together, checked by the tls test
         "auth-keys" => Some(Some(format!("{ix}.keys"))),
         "log-level" => v("warn"),
+        "virtual-gpus" => v("0:2x8"),
         // Not settings: what the test itself uses or cannot pass alone.
         "config" | "help" | "version" => Some(None),
         _ => None,
@@ -202,9 +203,9 @@ fn every_serve_flag_and_config_key_is_accepted() {
             "--{flag}: {}",
             String::from_utf8_lossy(&o.stderr)
         );
-        // As a config-file key (log-level is global, not a serve key; service-opt is written
-        // as [services.NAME] tables, checked below).
-        if flag == "log-level" || flag == "service-opt" {
+        // As a config-file key (log-level and virtual-gpus are global, not serve keys;
+        // service-opt is written as [services.NAME] tables, checked below).
+        if flag == "log-level" || flag == "virtual-gpus" || flag == "service-opt" {
             continue;
         }
         let key = flag.replace('-', "_");
