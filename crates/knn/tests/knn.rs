@@ -215,6 +215,43 @@ fn index_file_roundtrip_and_corruption() {
         .contains("bad magic"));
 }
 
+/// A placement recorded in the file comes back as written, is what `placement_for` gives for
+/// that many devices (the balanced one for any other count), and a file whose owners name a
+/// device past the recorded count is refused.
+#[test]
+fn a_recorded_placement_survives_the_file_and_bad_owners_are_refused() {
+    use cohort_knn::ivf::placement::Placement;
+    let d = tmpdir("ixplace");
+    let base = synth(2000, 8, 5);
+    let mut ix = IvfIndex::build(&base, 12, Metric::L2, &KMeansConfig::new(12));
+    let p = d.join("p.ivf");
+    // Not the balanced placement: list l on device l % 3, so the test sees the file's own.
+    let mine = Placement {
+        devices: 3,
+        owner: (0..12).map(|l| (l % 3) as u16).collect(),
+    };
+    ix.placement = Some(mine.clone());
+    ix.save(&p).unwrap();
+    let back = IvfIndex::load(&p).unwrap();
+    assert_eq!(back.placement.as_ref(), Some(&mine));
+    assert_eq!(back.placement_for(3), mine);
+    assert_eq!(back.placement_for(2).devices, 2);
+    assert_ne!(back.placement_for(2).owner, mine.owner);
+    let resident = IvfIndex::load_resident(&p).unwrap();
+    assert_eq!(resident.placement, Some(mine));
+    // Owner of the last list set to device 7 of 3, the checksum recomputed so only the
+    // owner check can refuse it.
+    let mut bytes = std::fs::read(&p).unwrap();
+    let n = bytes.len();
+    bytes[n - 2..].copy_from_slice(&7u16.to_le_bytes());
+    bytes[36..40].copy_from_slice(&[0; 4]);
+    let crc = crc32fast::hash(&bytes);
+    bytes[36..40].copy_from_slice(&crc.to_le_bytes());
+    std::fs::write(&p, &bytes).unwrap();
+    let e = IvfIndex::load(&p).unwrap_err().to_string();
+    assert!(e.contains("past 3"), "{e}");
+}
+
 /// Every bit of the 64-byte header is covered: flipping any one of them (metric, sizes,
 /// default nprobe, reserved bytes, the checksum itself) makes the file refused. A version 1
 /// file gets a message that says how to rebuild it; a build removes temporaries left by a

@@ -13,10 +13,14 @@
 //! | 24 | 8 | n (vectors) |
 //! | 32 | 4 | default nprobe |
 //! | 36 | 4 | CRC-32 of the whole file, these 4 bytes read as zero |
-//! | 40 | 24 | reserved (0) |
+//! | 40 | 4 | placement devices (0: no placement recorded) |
+//! | 44 | 20 | reserved (0) |
 //!
 //! Sections: centroids f32[nlist*dim], offsets u64[nlist+1], ids u32[n], vectors f32[n*dim]
-//! (cell-major), each starting on a 64-byte boundary. Little-endian throughout.
+//! (cell-major), and where a placement is recorded its owners u16[nlist] (the device holding
+//! each list when the index is sharded over that many devices), each starting on a 64-byte
+//! boundary. Little-endian throughout. Files written before the placement field have zeros
+//! there and load as before.
 //!
 //! Version 1 checked only the bytes after the header: one flipped bit could turn the metric
 //! from l2 to inner product, or change the default nprobe, and the file still loaded. Version
@@ -46,11 +50,13 @@ pub(super) struct Layout {
     offsets: (usize, usize),
     ids: (usize, usize),
     vectors: (usize, usize),
+    /// The owners section (empty without a placement).
+    owners: (usize, usize),
     total: usize,
 }
 
 impl Layout {
-    fn new(dim: usize, nlist: usize, n: usize) -> Option<Layout> {
+    fn new(dim: usize, nlist: usize, n: usize, placed: bool) -> Option<Layout> {
         let c0 = HEADER;
         let c1 = c0.checked_add(nlist.checked_mul(dim)?.checked_mul(4)?)?;
         let o0 = align64(c1);
@@ -59,12 +65,19 @@ impl Layout {
         let i1 = i0.checked_add(n.checked_mul(4)?)?;
         let v0 = align64(i1);
         let v1 = v0.checked_add(n.checked_mul(dim)?.checked_mul(4)?)?;
+        let owners = if placed {
+            let w0 = align64(v1);
+            (w0, w0.checked_add(nlist.checked_mul(2)?)?)
+        } else {
+            (v1, v1)
+        };
         Some(Layout {
             centroids: (c0, c1),
             offsets: (o0, o1),
             ids: (i0, i1),
             vectors: (v0, v1),
-            total: v1,
+            owners,
+            total: owners.1,
         })
     }
 
@@ -118,7 +131,14 @@ impl<W: Write> Summing<W> {
 }
 
 pub(super) fn save(ix: &IvfIndex, path: &Path) -> Result<()> {
-    let layout = Layout::new(ix.dim, ix.nlist, ix.n).context("index too large")?;
+    let layout =
+        Layout::new(ix.dim, ix.nlist, ix.n, ix.placement.is_some()).context("index too large")?;
+    if let Some(p) = &ix.placement {
+        ensure!(
+            p.owner.len() == ix.nlist && p.owner.iter().all(|&d| (d as usize) < p.devices),
+            "a placement of another index"
+        );
+    }
     crate::atomic_file::remove_stale_temps(path);
     let tmp = crate::atomic_file::temp_path(path);
     let file =
@@ -151,6 +171,15 @@ pub(super) fn save(ix: &IvfIndex, path: &Path) -> Result<()> {
     for chunk in ix.vectors().chunks(1 << 20) {
         s.put(&f32s(chunk))?;
     }
+    if let Some(p) = &ix.placement {
+        s.pad_to(layout.owners.0)?;
+        s.put(
+            &p.owner
+                .iter()
+                .flat_map(|x| x.to_le_bytes())
+                .collect::<Vec<u8>>(),
+        )?;
+    }
     assert_eq!(s.written, layout.total);
     let mut h = [0u8; HEADER];
     h[0..8].copy_from_slice(MAGIC);
@@ -160,6 +189,8 @@ pub(super) fn save(ix: &IvfIndex, path: &Path) -> Result<()> {
     h[20..24].copy_from_slice(&(ix.nlist as u32).to_le_bytes());
     h[24..32].copy_from_slice(&(ix.n as u64).to_le_bytes());
     h[32..36].copy_from_slice(&(ix.default_nprobe as u32).to_le_bytes());
+    let placed = ix.placement.as_ref().map_or(0, |p| p.devices as u32);
+    h[40..44].copy_from_slice(&placed.to_le_bytes());
     // The header (its checksum field zero) comes first in the file: its CRC, extended by the
     // body's, is the CRC of the whole file.
     let mut whole = crc32fast::Hasher::new();
@@ -216,8 +247,13 @@ pub(super) fn load(path: &Path) -> Result<IvfIndex> {
         dim > 0 && nlist > 0 && nlist <= n.max(1),
         "{what}: inconsistent header (dim {dim}, nlist {nlist}, n {n})"
     );
-    let layout =
-        Layout::new(dim, nlist, n).with_context(|| format!("{what}: header sizes overflow"))?;
+    let devices = u32_at(40) as usize;
+    ensure!(
+        devices <= u16::MAX as usize + 1,
+        "{what}: placement over {devices} devices (at most 65536)"
+    );
+    let layout = Layout::new(dim, nlist, n, devices > 0)
+        .with_context(|| format!("{what}: header sizes overflow"))?;
     ensure!(
         map.len() == layout.total,
         "{what}: {} bytes, header implies {} (truncated?)",
@@ -245,11 +281,25 @@ pub(super) fn load(path: &Path) -> Result<IvfIndex> {
         layout.ids(&map).iter().all(|&i| (i as usize) < n),
         "{what}: id out of range"
     );
+    let placement = if devices > 0 {
+        let owner: Vec<u16> = map[layout.owners.0..layout.owners.1]
+            .chunks_exact(2)
+            .map(|b| u16::from_le_bytes([b[0], b[1]]))
+            .collect();
+        ensure!(
+            owner.iter().all(|&d| (d as usize) < devices),
+            "{what}: a list placed on a device past {devices}"
+        );
+        Some(super::placement::Placement { devices, owner })
+    } else {
+        None
+    };
     Ok(IvfIndex {
         dim,
         nlist,
         n,
         metric,
+        placement,
         default_nprobe: default_nprobe.clamp(1, nlist),
         store: Store::Mapped { map, layout },
     })

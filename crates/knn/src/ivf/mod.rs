@@ -40,6 +40,9 @@ pub struct IvfIndex {
     pub metric: Metric,
     /// nprobe used when a request asks for 0.
     pub default_nprobe: usize,
+    /// Where the lists go when the index is sharded over `placement.devices` devices, as
+    /// recorded in the file (`cohort index place`), so every start places them the same way.
+    pub placement: Option<placement::Placement>,
     store: Store,
 }
 
@@ -113,6 +116,7 @@ impl IvfIndex {
             n: base.n,
             metric,
             default_nprobe: default_nprobe(nlist),
+            placement: None,
             store: Store::Owned {
                 centroids: centroids.data,
                 offsets,
@@ -180,6 +184,7 @@ impl IvfIndex {
             n: self.n,
             metric: self.metric,
             default_nprobe: self.default_nprobe,
+            placement: self.placement.clone(),
             store,
         }
     }
@@ -194,6 +199,18 @@ impl IvfIndex {
         let probes = stages::filter(self.centroids(), self.dim, self.metric, q, nprobe);
         let partials = stages::search(self, q, &probes, p.k);
         stages::reduce(&partials, p.k)
+    }
+
+    /// The placement over `devices` devices: the recorded one where the file holds one for
+    /// that many, else the balanced one (deterministic: the same sizes place the same way).
+    pub fn placement_for(&self, devices: usize) -> placement::Placement {
+        match &self.placement {
+            Some(p) if p.devices == devices => p.clone(),
+            _ => placement::Placement::balanced(
+                &placement::list_bytes(&self.cell_sizes(), self.dim),
+                devices,
+            ),
+        }
     }
 
     pub fn save(&self, path: &Path) -> Result<()> {

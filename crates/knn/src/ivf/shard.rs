@@ -48,6 +48,32 @@ impl IvfShard {
         self.local.get(l as usize).is_some_and(Option::is_some)
     }
 
+    /// The shard as an IVF offsets array over every list of the index (nlist + 1 entries):
+    /// list l's rows are `offsets[l]..offsets[l + 1]` of `ids()` / `vectors()`, empty where
+    /// another device holds l. A device searching these with the whole index's kernels finds
+    /// exactly its own lists' part of every query's answer.
+    pub fn offsets(&self) -> Vec<u64> {
+        let mut out = Vec::with_capacity(self.local.len() + 1);
+        let mut at = 0u64;
+        for l in &self.local {
+            out.push(at);
+            if let Some((s, e)) = l {
+                debug_assert_eq!(*s as u64, at, "lists are cut in list order");
+                at = *e as u64;
+            }
+        }
+        out.push(at);
+        out
+    }
+
+    pub fn ids(&self) -> &[u32] {
+        &self.ids
+    }
+
+    pub fn vectors(&self) -> &[f32] {
+        &self.vectors
+    }
+
     /// Bytes of list data held (vectors and ids).
     pub fn list_bytes(&self) -> usize {
         self.vectors.len() * 4 + self.ids.len() * 4
@@ -112,6 +138,20 @@ mod tests {
                 shards.iter().map(IvfShard::list_bytes).sum::<usize>(),
                 bytes.iter().sum::<u64>() as usize
             );
+            for sh in &shards {
+                let off = sh.offsets();
+                assert_eq!(off.len(), nlist + 1);
+                assert_eq!(*off.last().unwrap() as usize, sh.ids().len());
+                for l in 0..nlist {
+                    let len = (off[l + 1] - off[l]) as usize;
+                    let want = if sh.holds(l as u32) {
+                        ix.cell_sizes()[l]
+                    } else {
+                        0
+                    };
+                    assert_eq!(len, want, "list {l} on device {}", sh.device);
+                }
+            }
             for i in 0..queries.n {
                 let q = queries.row(i);
                 let want = ix.query(q, SearchParams { k: 10, nprobe: 8 });
