@@ -62,6 +62,14 @@ pub fn probe() -> Result<Vec<DeviceInfo>, GpuError> {
     let Some(split) = crate::green::from_env()? else {
         return Ok(physical);
     };
+    virtual_devices(&physical, split)
+}
+
+/// The groups of SMs `split` names, as serving devices (ordinals 0..groups).
+pub fn virtual_devices(
+    physical: &[DeviceInfo],
+    split: VirtualSplit,
+) -> Result<Vec<DeviceInfo>, GpuError> {
     let dev = physical.get(split.device).ok_or_else(|| {
         GpuError::Invalid(format!(
             "virtual GPUs {split}: no GPU {} ({} found)",

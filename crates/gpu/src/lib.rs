@@ -15,7 +15,7 @@ mod nvrtc;
 pub mod persistent;
 pub mod prelude;
 
-pub use device::{probe, probe_physical, DeviceInfo};
+pub use device::{probe, probe_physical, virtual_devices, DeviceInfo};
 pub use error::GpuError;
 pub use nvrtc::{compile_cached, load_module, nvrtc_available};
 pub use prelude::{KernelSource, Prelude};
