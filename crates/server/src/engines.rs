@@ -293,7 +293,25 @@ fn start_gpu(
     metrics: &Arc<Metrics>,
 ) -> Result<Running> {
     let entry = catalog::entry(p.name).expect("plans hold catalog names");
-    let build = entry.gpu.expect("plans checked the backend");
+    // Every device's backend first: a service whose devices share state (knn's sharded
+    // index) builds them together.
+    let serving = p
+        .cfg
+        .gpu
+        .gpus
+        .iter()
+        .map(|&g| {
+            devices
+                .iter()
+                .find(|d| d.ordinal == g)
+                .cloned()
+                .with_context(|| format!("no GPU {g} ({} found)", devices.len()))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let mut backends = entry
+        .gpu_backends(&p.settings, &serving)
+        .map_err(anyhow::Error::msg)?
+        .into_iter();
     let mode = if kind == EngineKind::GpuDirect {
         Mode::Direct
     } else {
@@ -308,7 +326,7 @@ fn start_gpu(
         graphs: p.cfg.gpu.cohort_graphs,
     };
     let started = per_gpu(p, lanes, devices, GpuEngine::shutdown, |dev, lane| {
-        let backend = build(&p.settings, dev).map_err(anyhow::Error::msg)?;
+        let backend = backends.next().expect("one backend per serving device");
         let mut cfg = cfg.clone();
         if p.cfg.gpu.streams.is_none() {
             cfg.streams = GpuEngineConfig::default_streams(mode, backend.batch_keys());

@@ -12,6 +12,7 @@ use std::sync::Arc;
 
 type CpuBuild = fn(&Settings, bool) -> Result<Arc<dyn Service>, String>;
 type GpuBuild = fn(&Settings, &DeviceInfo) -> Result<Arc<dyn GpuBackend>, String>;
+type GpuSetBuild = fn(&Settings, &[DeviceInfo]) -> Result<Vec<Arc<dyn GpuBackend>>, String>;
 type PersistentBuild = fn(&Settings, &DeviceInfo) -> Result<Arc<dyn PersistentBackend>, String>;
 
 /// All the server knows of a service.
@@ -29,6 +30,9 @@ pub struct Entry {
     pub build: CpuBuild,
     /// Its GPU backend on one device; None: the service runs on the cpu engine only.
     pub gpu: Option<GpuBuild>,
+    /// Its GPU backends for every serving device at once, in serving order, where they share
+    /// state across devices (knn's sharded index); None: `gpu` builds each alone.
+    pub gpu_set: Option<GpuSetBuild>,
     /// Its stages for the persistent GPU engine; None: not offered there.
     pub persistent: Option<PersistentBuild>,
     /// The largest request its persistent backend reads in place from the request rings,
@@ -52,6 +56,26 @@ pub struct Entry {
     /// Its GPU code against its CPU twins, beyond what the selftest runs through the engines
     /// (the services' GPU test executable runs every one on the GPU machine).
     pub gpu_checks: &'static [GpuCheck],
+}
+
+impl Entry {
+    /// Its GPU backend for each of `devs` (serving order), through `gpu_set` where the service
+    /// has one.
+    pub fn gpu_backends(
+        &self,
+        s: &Settings,
+        devs: &[DeviceInfo],
+    ) -> Result<Vec<Arc<dyn GpuBackend>>, String> {
+        if let Some(set) = self.gpu_set {
+            let v = set(s, devs)?;
+            assert_eq!(v.len(), devs.len(), "{}: one backend per device", self.name);
+            return Ok(v);
+        }
+        let Some(one) = self.gpu else {
+            return Err(format!("{} has no GPU backend", self.name));
+        };
+        devs.iter().map(|d| one(s, d)).collect()
+    }
 }
 
 /// A service's requests for the engines' selftest: fresh ones from `seed` (bad ones

@@ -17,6 +17,7 @@ pub const ENTRY: Entry = Entry {
     resolve: |s| resolved::<BankSettings>("bank", s),
     build: service,
     gpu: Some(gpu),
+    gpu_set: None,
     // Not built for gpu-persistent yet (gpu-cohort first, as Rhythm).
     persistent: None,
     persistent_request_bytes: 0,

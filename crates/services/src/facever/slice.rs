@@ -17,6 +17,7 @@ pub const ENTRY: Entry = Entry {
     resolve: |s| resolved::<FaceverSettings>("facever", s),
     build: service,
     gpu: Some(gpu),
+    gpu_set: None,
     // The GPU-centric design only: the worker posts its fetches itself.
     persistent: Some(persistent),
     persistent_request_bytes: super::REQUEST_BYTES,

@@ -19,6 +19,11 @@ pub struct KnnSettings {
     /// GPU engines: element type of the vectors on the GPU.
     #[serde(with = "text")]
     pub precision: Precision,
+    /// GPU engines on several devices: a whole copy of the index on each (`replicate`), or
+    /// the lists split over them by bytes (`shard`, Centaur: every device holds the
+    /// centroids and 1/N of the lists; placed as the index file records, if it does).
+    #[serde(with = "text")]
+    pub placement: Placement,
     /// gpu-persistent: cohorts of the tiled plan, or per-pair stages.
     #[serde(with = "text")]
     pub persistent_plan: PersistentPlan,
@@ -32,6 +37,7 @@ impl Default for KnnSettings {
             index: None,
             index_mapped: false,
             precision: Precision::F32,
+            placement: Placement::Replicate,
             persistent_plan: PersistentPlan::default(),
             persistent_groups: DEFAULT_COHORT_GROUPS,
         }
@@ -44,6 +50,33 @@ impl ServiceConfig for KnnSettings {
             return Err(format!("persistent_groups must be in 1..={BAR_GROUPS}"));
         }
         Ok(())
+    }
+}
+
+/// How the index is laid over the serving GPUs.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Placement {
+    Replicate,
+    Shard,
+}
+
+impl std::str::FromStr for Placement {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Placement, String> {
+        match s {
+            "replicate" => Ok(Placement::Replicate),
+            "shard" => Ok(Placement::Shard),
+            _ => Err(format!("unknown placement {s:?} (replicate, shard)")),
+        }
+    }
+}
+
+impl std::fmt::Display for Placement {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Placement::Replicate => "replicate",
+            Placement::Shard => "shard",
+        })
     }
 }
 

@@ -27,10 +27,10 @@ impl KnnGpu {
 }
 
 /// The batch key of (k, nprobe), and back.
-fn key(k: usize, nprobe: usize) -> u64 {
+pub(super) fn key(k: usize, nprobe: usize) -> u64 {
     (k as u64) << 32 | nprobe as u64
 }
-fn unkey(key: u64) -> (usize, usize) {
+pub(super) fn unkey(key: u64) -> (usize, usize) {
     ((key >> 32) as usize, (key & 0xFFFF_FFFF) as usize)
 }
 
@@ -132,7 +132,7 @@ impl StreamBuffers for KnnBuffers {
 
 /// One row's answer in the layout of `encode_response_into`, skipping padding ids (fewer
 /// than k candidates), as `super::gpu_ivf::to_neighbors` does.
-fn write_answer(ids: &[u32], dist: &[f32], out: &mut Vec<u8>) {
+pub(super) fn write_answer(ids: &[u32], dist: &[f32], out: &mut Vec<u8>) {
     let n = ids.iter().filter(|&&id| id != NO_ID).count();
     out.extend_from_slice(&(n as u32).to_le_bytes());
     for (id, d) in ids.iter().zip(dist).filter(|(&id, _)| id != NO_ID) {

@@ -26,6 +26,8 @@ pub mod gpu_ivf;
 #[cfg(feature = "backends")]
 pub mod gpu_kmeans;
 #[cfg(feature = "backends")]
+pub mod gpu_sharded;
+#[cfg(feature = "backends")]
 pub mod kernels;
 pub mod load;
 #[cfg(feature = "backends")]

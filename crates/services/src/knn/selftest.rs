@@ -355,3 +355,109 @@ pub fn check_kmeans(seed: u64) -> Result<Vec<String>, GpuError> {
     }
     Ok(lines)
 }
+
+/// The sharded index (`gpu_sharded`) against the whole one: a fresh index split over 2 and 3
+/// devices (groups of 8 SMs of `dev` where green contexts are available, else `dev` itself
+/// several times, which runs the same routing and reducer), every home device serving a
+/// cohort through the engine's backend calls (stage, enqueue, answer). Answers must equal the
+/// whole index's on the GPU bit for bit (each distance is computed by the same kernel on the
+/// same rows; the reducer breaks ties as the select does) and the CPU's within tolerance.
+pub fn check_sharded(dev: &cohort_gpu::DeviceInfo, seed: u64) -> Result<Vec<String>, String> {
+    use super::gpu_sharded::ShardSet;
+    use super::{decode_response, encode_request, Elems};
+    use cohort_gpu::engine::GpuBackend;
+    use cohort_knn::ivf::shard::IvfShard;
+    let e = |e: GpuError| e.to_string();
+    let (n, dim, nlist, nq) = (8000, 40, 96, 257);
+    let model = Model::new(SynthConfig {
+        clusters: 24,
+        ..SynthConfig::sift_like(dim, seed ^ 0x5a4d)
+    });
+    let ix = IvfIndex::build(
+        &model.sample(n, 1),
+        nlist,
+        Metric::L2,
+        &KMeansConfig {
+            iters: 6,
+            ..KMeansConfig::new(nlist)
+        },
+    );
+    let queries = model.sample(nq, 2);
+    let whole = GpuIvf::upload(dev, &ix, Precision::F32).map_err(e)?;
+    let s = whole.ctx.new_stream().map_err(|x| x.to_string())?;
+    let mut lines = Vec::new();
+    for (k, nprobe) in [(10, 8), (1, 1), (37, 24)] {
+        let want = whole.search(&s, &queries.data, k, nprobe).map_err(e)?;
+        for (i, w) in want.iter().enumerate() {
+            let cpu = ix.query(queries.row(i), SearchParams { k, nprobe });
+            same_neighbors(w, &cpu).map_err(|m| format!("whole index, query {i}: {m}"))?;
+        }
+        for devices in [2, 3] {
+            let split = cohort_gpu::green::VirtualSplit {
+                device: dev.physical,
+                groups: devices,
+                sms: 8,
+            };
+            let (devs, how) = match cohort_gpu::probe_physical()
+                .and_then(|p| cohort_gpu::virtual_devices(&p, split))
+            {
+                Ok(v) => (v, format!("virtual GPUs {split}")),
+                Err(x) => (
+                    vec![dev.clone(); devices],
+                    format!("{devices} x the whole device (no green contexts: {x})"),
+                ),
+            };
+            let placement = ix.placement_for(devices);
+            let shards = (0..devices)
+                .map(|d| {
+                    GpuIvf::upload_shard(
+                        &devs[d],
+                        &ix,
+                        &IvfShard::cut(&ix, &placement, d),
+                        Precision::F32,
+                    )
+                })
+                .collect::<Result<Vec<_>, _>>()
+                .map_err(e)?;
+            let set = std::sync::Arc::new(ShardSet::new(&devs, shards, placement).map_err(e)?);
+            for home in 0..devices {
+                let b = set.backend(home);
+                let hs = b.context().new_stream().map_err(|x| x.to_string())?;
+                let mut bufs = b.stream_buffers(&hs, nq).map_err(e)?;
+                let mut key = None;
+                for i in 0..nq {
+                    let mut p = Vec::new();
+                    encode_request(k as u16, nprobe as u16, Elems::F32(queries.row(i)), &mut p);
+                    let kk = cohort_engine::BatchBackend::batch_key(&b, &p)
+                        .map_err(|x| x.message.clone())?;
+                    key = Some(kk);
+                    bufs.stage(kk, i, &p).map_err(|x| x.message.clone())?;
+                }
+                let key = key.expect("queries");
+                bufs.enqueue(&hs, key, nq).map_err(e)?;
+                hs.synchronize().map_err(|x| x.to_string())?;
+                for (i, want) in want.iter().enumerate() {
+                    let mut out = Vec::new();
+                    bufs.answer(key, i, &mut out)
+                        .map_err(|x| x.message.clone())?;
+                    let got = decode_response(&out)?;
+                    let same = got.len() == want.len()
+                        && got.iter().zip(want).all(|(g, w)| {
+                            g.id == w.id && g.distance.to_bits() == w.distance.to_bits()
+                        });
+                    if !same {
+                        return Err(format!(
+                            "sharded over {devices} ({how}), home {home}, k {k}, nprobe \
+                             {nprobe}, query {i}: {got:?} vs the whole index's {want:?}"
+                        ));
+                    }
+                }
+            }
+            lines.push(format!(
+                "knn sharded over {devices} devices ({how}), every home, k {k} nprobe {nprobe}: \
+                 {nq} answers identical to the whole index"
+            ));
+        }
+    }
+    Ok(lines)
+}

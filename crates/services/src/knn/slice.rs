@@ -1,6 +1,6 @@
 //! The knn service's catalog entry: how the server builds it from its settings.
 
-use super::config::{KnnSettings, FLAGS};
+use super::config::{KnnSettings, Placement, FLAGS};
 use super::gpu_ivf::GpuIvf;
 use crate::catalog::{Entry, GpuCheck};
 use crate::config::{resolved, typed, Settings};
@@ -17,6 +17,7 @@ pub const ENTRY: Entry = Entry {
     resolve: |s| resolved::<KnnSettings>("knn", s),
     build: service,
     gpu: Some(gpu),
+    gpu_set: Some(gpu_set),
     persistent: Some(persistent),
     persistent_request_bytes: 0,
     one_gpu: false,
@@ -27,10 +28,16 @@ pub const ENTRY: Entry = Entry {
     selftest: None,
     // Both plans' kernels and k-means against their CPU twins (the engines' selftest runs
     // the backends).
-    gpu_checks: &[GpuCheck {
-        name: "knn kernels vs cpu twins",
-        run: |_, seed| super::selftest::run(seed).map_err(|e| e.to_string()),
-    }],
+    gpu_checks: &[
+        GpuCheck {
+            name: "knn kernels vs cpu twins",
+            run: |_, seed| super::selftest::run(seed).map_err(|e| e.to_string()),
+        },
+        GpuCheck {
+            name: "knn sharded index vs the whole index",
+            run: super::selftest::check_sharded,
+        },
+    ],
     workload: |o| Ok(Arc::new(super::load::KnnWorkload::from_options(o)?)),
 };
 
@@ -83,4 +90,43 @@ fn persistent(s: &Settings, dev: &DeviceInfo) -> Result<Arc<dyn PersistentBacken
             .and_then(|k| k.with_groups(c.persistent_groups))
             .map_err(|e| e.to_string())?,
     ))
+}
+
+/// Every serving device's backend: a copy of the index each, or one shard each.
+fn gpu_set(s: &Settings, devs: &[DeviceInfo]) -> Result<Vec<Arc<dyn GpuBackend>>, String> {
+    let c = config(s)?;
+    if c.placement == Placement::Replicate {
+        return devs.iter().map(|d| gpu(s, d)).collect();
+    }
+    let index = load_index(&c, true)?;
+    let placement = index.placement_for(devs.len());
+    if index
+        .placement
+        .as_ref()
+        .is_some_and(|p| p.devices != devs.len())
+    {
+        tracing::warn!(
+            recorded = index.placement.as_ref().map(|p| p.devices),
+            serving = devs.len(),
+            "the index records a placement for another device count: placing by bytes"
+        );
+    }
+    let mut shards = Vec::with_capacity(devs.len());
+    for (i, dev) in devs.iter().enumerate() {
+        let cut = cohort_knn::ivf::shard::IvfShard::cut(&index, &placement, i);
+        tracing::info!(
+            gpu = dev.ordinal,
+            lists = placement.lists_of(i).len(),
+            list_bytes = cut.list_bytes(),
+            "knn shard"
+        );
+        shards
+            .push(GpuIvf::upload_shard(dev, &index, &cut, c.precision).map_err(|e| e.to_string())?);
+    }
+    let set = Arc::new(
+        super::gpu_sharded::ShardSet::new(devs, shards, placement).map_err(|e| e.to_string())?,
+    );
+    Ok((0..devs.len())
+        .map(|home| Arc::new(set.backend(home)) as Arc<dyn GpuBackend>)
+        .collect())
 }

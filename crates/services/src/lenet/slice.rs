@@ -17,6 +17,7 @@ pub const ENTRY: Entry = Entry {
     resolve: |s| resolved::<LenetSettings>("lenet", s),
     build: service,
     gpu: Some(gpu),
+    gpu_set: None,
     persistent: Some(persistent),
     persistent_request_bytes: 0,
     one_gpu: false,

@@ -26,6 +26,7 @@ pub const ECHO: Entry = Entry {
         Ok(Arc::new(super::echo::Echo))
     },
     gpu: Some(|_, dev| gpu(Micro::Echo, dev)),
+    gpu_set: None,
     persistent: Some(|_, dev| persistent(Micro::Echo, dev)),
     persistent_request_bytes: 0,
     one_gpu: false,
@@ -51,6 +52,7 @@ pub const SPIN: Entry = Entry {
         Ok(Arc::new(super::spin::Spin))
     },
     gpu: Some(|_, dev| gpu(Micro::Spin, dev)),
+    gpu_set: None,
     persistent: Some(|_, dev| persistent(Micro::Spin, dev)),
     persistent_request_bytes: 0,
     one_gpu: false,

@@ -16,6 +16,7 @@ pub const ENTRY: Entry = Entry {
         Ok(Arc::new(super::Reverse { max_len: c.max_len }))
     },
     gpu: None,
+    gpu_set: None,
     persistent: None,
     persistent_request_bytes: 0,
     one_gpu: false,

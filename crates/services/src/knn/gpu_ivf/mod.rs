@@ -10,11 +10,14 @@
 
 mod per_pair;
 mod tiled;
+pub use tiled::ScanIo;
+pub mod reducer;
 
 use super::kernels;
 use super::kernels::{per_pair as pp, tiled as tk};
 use cohort_gpu::launch::{Dev, Kernel};
 use cohort_gpu::{load_module, DeviceInfo, GpuError};
+use cohort_knn::ivf::shard::IvfShard;
 use cohort_knn::{IvfIndex, Metric, Neighbor};
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream};
 use std::sync::Arc;
@@ -134,6 +137,46 @@ fn to_u8(v: &[f32]) -> Result<Vec<u8>, GpuError> {
     Ok(v.iter().map(|x| *x as u8).collect())
 }
 
+/// What one device holds of an index: every centroid, and the lists of `offsets` (all of
+/// them, or a shard's with the others empty).
+struct HostLists<'a> {
+    dim: usize,
+    nlist: usize,
+    /// Vectors of the whole index (requests are checked against it).
+    n: usize,
+    default_nprobe: usize,
+    metric: Metric,
+    centroids: &'a [f32],
+    vectors: &'a [f32],
+    ids: &'a [u32],
+    offsets: std::borrow::Cow<'a, [u64]>,
+}
+
+impl<'a> HostLists<'a> {
+    fn whole(ix: &'a IvfIndex) -> HostLists<'a> {
+        HostLists {
+            dim: ix.dim,
+            nlist: ix.nlist,
+            n: ix.n,
+            default_nprobe: ix.default_nprobe,
+            metric: ix.metric,
+            centroids: ix.centroids(),
+            vectors: ix.vectors(),
+            ids: ix.ids(),
+            offsets: ix.offsets().into(),
+        }
+    }
+
+    fn shard(ix: &'a IvfIndex, shard: &'a IvfShard) -> HostLists<'a> {
+        HostLists {
+            vectors: shard.vectors(),
+            ids: shard.ids(),
+            offsets: shard.offsets().into(),
+            ..HostLists::whole(ix)
+        }
+    }
+}
+
 /// Every kernel, loaded once per device.
 struct Kernels {
     filter: Kernel<pp::KnnFilterArgs>,
@@ -232,6 +275,25 @@ impl GpuIvf {
         ix: &IvfIndex,
         precision: Precision,
     ) -> Result<GpuIvf, GpuError> {
+        Self::upload_lists(dev, &HostLists::whole(ix), precision)
+    }
+
+    /// As `upload`, holding only `shard`'s lists beside every centroid (a sharded index's
+    /// device: the other lists are empty here, so a search finds this device's part).
+    pub fn upload_shard(
+        dev: &DeviceInfo,
+        ix: &IvfIndex,
+        shard: &IvfShard,
+        precision: Precision,
+    ) -> Result<GpuIvf, GpuError> {
+        Self::upload_lists(dev, &HostLists::shard(ix, shard), precision)
+    }
+
+    fn upload_lists(
+        dev: &DeviceInfo,
+        ix: &HostLists,
+        precision: Precision,
+    ) -> Result<GpuIvf, GpuError> {
         if ix.dim > GPU_MAX_DIM {
             return Err(GpuError::Invalid(format!(
                 "dimension {} over the GPU limit {GPU_MAX_DIM}",
@@ -241,8 +303,12 @@ impl GpuIvf {
         let ctx = cohort_gpu::launch::context(dev)?;
         let kernels = Kernels::load(&ctx, dev)?;
         let s = ctx.default_stream();
-        let vectors = DeviceVectors::upload(&s, ix.vectors(), precision)?;
-        let mut sizes = ix.cell_sizes();
+        let vectors = DeviceVectors::upload(&s, ix.vectors, precision)?;
+        let mut sizes: Vec<usize> = ix
+            .offsets
+            .windows(2)
+            .map(|w| (w[1] - w[0]) as usize)
+            .collect();
         sizes.sort_unstable_by(|a, b| b.cmp(a));
         let top_rows = std::iter::once(0)
             .chain(sizes.iter().scan(0usize, |run, &x| {
@@ -261,13 +327,13 @@ impl GpuIvf {
             },
             precision,
             sms: dev.sms.max(1) as usize,
-            centroids: s.clone_htod(ix.centroids())?,
-            device_bytes: 4 * (ix.centroids().len() + ix.ids().len())
-                + ix.vectors().len() * vectors.bytes_per_elem()
-                + 8 * ix.offsets().len(),
+            centroids: s.clone_htod(ix.centroids)?,
+            device_bytes: 4 * (ix.centroids.len() + ix.ids.len())
+                + ix.vectors.len() * vectors.bytes_per_elem()
+                + 8 * ix.offsets.len(),
             vectors,
-            ids: s.clone_htod(ix.ids())?,
-            offsets: s.clone_htod(ix.offsets())?,
+            ids: s.clone_htod(ix.ids)?,
+            offsets: s.clone_htod(ix.offsets.as_ref())?,
             top_rows,
             kernels,
             ctx,
@@ -301,21 +367,46 @@ impl GpuIvf {
         cap: usize,
         cand_floats: usize,
     ) -> Result<Buffers, GpuError> {
+        self.alloc_buffers(s, cap, cand_floats, true)
+    }
+
+    /// Buffers for the scan of a sharded index's device (`scan_into`): no filter scratch and
+    /// no per-pair partials, which the query's home device keeps (a shard device has a set
+    /// per home and slot, so the saving is multiplied by both).
+    pub fn scan_buffers(
+        &self,
+        s: &Arc<CudaStream>,
+        cap: usize,
+        cand_floats: usize,
+    ) -> Result<Buffers, GpuError> {
+        self.alloc_buffers(s, cap, cand_floats, false)
+    }
+
+    fn alloc_buffers(
+        &self,
+        s: &Arc<CudaStream>,
+        cap: usize,
+        cand_floats: usize,
+        whole: bool,
+    ) -> Result<Buffers, GpuError> {
         let max_probe = self.nlist.min(GPU_MAX_CANDIDATES);
         let tiled_probe = self.nlist.min(TILED_MAX_PROBE);
         let cand = cand_floats
             .min(cap * self.top_rows[tiled_probe])
             .max(self.top_rows[tiled_probe])
             .max(1);
+        // A shard's scan reads the queries and probes on their home device and writes into
+        // its reducer slot: only the scan's own work space is allocated here.
+        let home = |len: usize| if whole { len } else { 1 };
         Ok(Buffers {
             cap,
-            q: s.alloc_zeros(cap * self.dim)?,
-            out_ids: s.alloc_zeros(cap * GPU_MAX_K)?,
-            out_dist: s.alloc_zeros(cap * GPU_MAX_K)?,
-            scratch: s.alloc_zeros(cap * self.nlist)?,
-            probes: s.alloc_zeros(cap * max_probe)?,
-            part_ids: s.alloc_zeros(cap * GPU_MAX_CANDIDATES)?,
-            part_dist: s.alloc_zeros(cap * GPU_MAX_CANDIDATES)?,
+            q: s.alloc_zeros(home(cap * self.dim))?,
+            out_ids: s.alloc_zeros(home(cap * GPU_MAX_K))?,
+            out_dist: s.alloc_zeros(home(cap * GPU_MAX_K))?,
+            scratch: s.alloc_zeros(home(cap * self.nlist))?,
+            probes: s.alloc_zeros(home(cap * max_probe))?,
+            part_ids: s.alloc_zeros(home(cap * GPU_MAX_CANDIDATES))?,
+            part_dist: s.alloc_zeros(home(cap * GPU_MAX_CANDIDATES))?,
             counts: s.alloc_zeros(self.nlist)?,
             cursor: s.alloc_zeros(self.nlist)?,
             items: s.alloc_zeros(self.nlist + 1)?,

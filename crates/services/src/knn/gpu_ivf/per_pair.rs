@@ -110,7 +110,7 @@ impl GpuIvf {
 
     /// knn_reduce: one block per query, nprobe * k candidates in shared memory.
     #[allow(clippy::too_many_arguments)]
-    fn run_reduce(
+    pub(super) fn run_reduce(
         &self,
         s: &Arc<CudaStream>,
         part_ids: &CudaSlice<u32>,

@@ -518,10 +518,11 @@ __device__ void select_search(const float* __restrict__ cand, unsigned long long
                               const unsigned* __restrict__ totals, const unsigned* __restrict__ poff,
                               const unsigned* __restrict__ probes, int nprobe,
                               const unsigned long long* __restrict__ offsets, const unsigned* __restrict__ row_ids,
-                              int k, unsigned* __restrict__ out_ids, float* __restrict__ out_dist) {
+                              int k, unsigned* __restrict__ out_ids, float* __restrict__ out_dist,
+                              int out_stride) {
     const size_t q = blockIdx.x;
     select_query<NT>(cand + q * stride, totals[q], poff + q * nprobe, probes + q * nprobe, nprobe, offsets, row_ids,
-                     k, out_ids + q * k, out_dist + q * k);
+                     k, out_ids + q * out_stride, out_dist + q * out_stride);
 }
 
 struct KnnSelectSearchArgs {
@@ -534,15 +535,16 @@ struct KnnSelectSearchArgs {
     const unsigned long long* offsets;  // nlist + 1
     const unsigned* row_ids;
     int k;
-    unsigned* out_ids;                  // nq x k
+    unsigned* out_ids;                  // nq rows of out_stride, k written per row
     float* out_dist;
+    int out_stride;                     // k; a shard's partials: devices x k (the reducer's row)
 };
 
 // Block per query, NT threads.
 #define SELECT_SEARCH(NAME, NT)                                                                                 \
     extern "C" __global__ void NAME(const KnnSelectSearchArgs a) {                                              \
         select_search<NT>(a.cand, a.stride, a.totals, a.poff, a.probes, a.nprobe, a.offsets, a.row_ids, a.k,    \
-                          a.out_ids, a.out_dist);                                                               \
+                          a.out_ids, a.out_dist, a.out_stride);                                                 \
     }
 SELECT_SEARCH(knn_select_search, 256)
 SELECT_SEARCH(knn_select_search_wide, 1024)

@@ -99,6 +99,8 @@ kernel_args! {
         k: i32,
         out_ids: Dev<u32>,
         out_dist: Dev<f32>,
+        /// Elements between rows of the outputs: k, or a shard's devices x k.
+        out_stride: i32,
     }
 }
 
