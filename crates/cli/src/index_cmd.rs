@@ -18,6 +18,21 @@ pub enum IndexCmd {
     Info { path: PathBuf },
     /// Measure recall@k and queries/s against ground truth.
     Eval(EvalArgs),
+    /// Show how the lists split over N devices when the index is sharded
+    /// (`knn.placement=shard`), and with --write record that placement in the file, so every
+    /// server start places the lists the same way.
+    Place(PlaceArgs),
+}
+
+#[derive(Args, Debug)]
+pub struct PlaceArgs {
+    pub index: PathBuf,
+    /// Serving devices the lists are split over.
+    #[arg(long)]
+    pub devices: usize,
+    /// Record the placement in the index file (rewritten atomically).
+    #[arg(long)]
+    pub write: bool,
 }
 
 #[derive(Args, Debug)]
@@ -146,6 +161,58 @@ pub fn info(path: &std::path::Path) -> Result<()> {
         "  list sizes min {min}, mean {:.1}, max {max}, empty {empty}",
         ix.n as f64 / ix.nlist as f64
     );
+    match &ix.placement {
+        Some(p) => println!("  placement  recorded for {} devices", p.devices),
+        None => println!("  placement  none recorded (sharding places by bytes)"),
+    }
+    Ok(())
+}
+
+pub fn place(a: &PlaceArgs) -> Result<()> {
+    anyhow::ensure!(
+        (1..=u16::MAX as usize + 1).contains(&a.devices),
+        "--devices must be in 1..=65536"
+    );
+    let mut ix = if a.write {
+        IvfIndex::load_resident(&a.index)?
+    } else {
+        IvfIndex::load(&a.index)?
+    };
+    let recorded = ix
+        .placement
+        .as_ref()
+        .is_some_and(|p| p.devices == a.devices);
+    let p = ix.placement_for(a.devices);
+    let bytes = cohort_knn::ivf::placement::list_bytes(&ix.cell_sizes(), ix.dim);
+    let per = p.bytes_per_device(&bytes);
+    let total: u64 = bytes.iter().sum();
+    let centroids = (ix.nlist * ix.dim * 4) as u64;
+    println!(
+        "{} over {} devices ({}):",
+        a.index.display(),
+        a.devices,
+        if recorded { "as recorded" } else { "by bytes" }
+    );
+    for (d, b) in per.iter().enumerate() {
+        println!(
+            "  device {d}: {} lists, {b} list bytes ({:.2}% of {total}) + {centroids} centroid bytes",
+            p.lists_of(d).len(),
+            100.0 * *b as f64 / total.max(1) as f64
+        );
+    }
+    let mean = total as f64 / a.devices as f64;
+    let max = per.iter().copied().max().unwrap_or(0);
+    println!(
+        "  largest device holds {:.4} x the mean ({:.4} of the lists)",
+        max as f64 / mean.max(1.0),
+        max as f64 / total.max(1) as f64
+    );
+    if a.write {
+        ix.placement = Some(p);
+        ix.save(&a.index)
+            .with_context(|| format!("writing {}", a.index.display()))?;
+        println!("  recorded in {}", a.index.display());
+    }
     Ok(())
 }
 
@@ -267,6 +334,7 @@ pub fn run(cmd: IndexCmd) -> Result<()> {
         IndexCmd::Build(a) => build(&a).map(|_| ()),
         IndexCmd::Info { path } => info(&path),
         IndexCmd::Eval(a) => eval(&a),
+        IndexCmd::Place(a) => place(&a),
     }
 }
 

@@ -310,6 +310,17 @@ fn selftest(what: &str, seed: Option<u64>, persistent: bool) -> anyhow::Result<(
     for line in cohort_experiments::selftest::run(seed)? {
         println!("{line}");
     }
+    // Every service's own checks (its catalog entry's `gpu_checks`: kernels, sharded index,
+    // parsers) on the first GPU; a mismatch panics inside the check, naming both answers.
+    let devs = cohort_gpu::probe()?;
+    for (service, check) in cohort_services::catalog::gpu_checks() {
+        println!("{service}: {}", check.name);
+        let lines = (check.run)(&devs[0], seed)
+            .map_err(|e| anyhow::anyhow!("{service}: {}: {e}", check.name))?;
+        for line in lines {
+            println!("{line}");
+        }
+    }
     println!("selftest gpu: all kernels match their CPU twins");
     if !persistent {
         println!("gpu-persistent left out (--no-persistent)");
