@@ -1,0 +1,47 @@
+#!/usr/bin/env bash
+# Centaur's Fig. 6 shape on one GPU (issue 29): k-NN (1M x 128 SIFT-like, IVF nlist 4096,
+# nprobe 16, k 10) in process against the number of virtual GPUs (N groups of 8 SMs of GPU 0,
+# green contexts), the index replicated on every group vs sharded over them by bytes.
+# Usage: OUT=dir TAG=h200 PART=check|vgpus|served scripts/knn-shard-bench.sh
+#   check:  the sharded-vs-whole GPU check (`cohort selftest gpu` runs it too) and the
+#           placement's per-device list bytes for 2, 4, 8 and 15 devices.
+#   vgpus:  `bench engine` gpu-cohort, GROUPS_LIST (1 2 4 8 15) x PLACEMENTS (replicate shard).
+#   served: `bench served` gpu-cohort on 8 server cores, 1/2/4 groups sharded vs replicated.
+set -uo pipefail
+cd "$(dirname "$0")/.."
+. scripts/lib/gpu-env.sh
+OUT=${OUT:-bench/results}; TAG=${TAG:-h200}; mkdir -p "$OUT"
+t0=$(date +%s)
+[ -f $D/groundtruth.ivecs ] || $B data synth --n 1000000 --dim 128 --queries 1000 --out $D --log-level warn
+[ -f $IX ] || $B index build --base $D/base.fvecs --nlist $NL --out $IX --log-level warn
+echo "data and index: $(( $(date +%s) - t0 )) s"
+case ${PART:-vgpus} in
+check)
+    for n in 2 4 8 15; do $B index place $IX --devices $n | tail -n 2; done | tee "$OUT/knn-shard-place-$TAG.txt"
+    ;;
+vgpus)
+    for pl in ${PLACEMENTS:-replicate shard}; do
+        for n in ${GROUPS_LIST:-1 2 4 8 15}; do
+            timeout 120 $B --virtual-gpus "0:${n}x8" bench engine --data $D --nlist $NL --nprobe 16 --k 10 \
+                --engines gpu-cohort --gpus "$(seq -s, 0 $((n - 1)))" --service-opt knn.placement=$pl \
+                --window ${WINDOWS:-8192} --max-cohort ${MAX_COHORT:-2048} --duration 2 --drivers 8 \
+                --out "$OUT/knn-vgpus-$pl-$n-$TAG.json" --log-level warn 2>&1 | tail -n 3
+            echo "rc $? ($pl, $n groups)"
+        done
+        $B bench scaling-plot --title "k-NN 1M x 128 ($pl) on N groups of 8 SMs of one $TAG" \
+            --out "$OUT/knn-vgpus-$pl-$TAG.png" "$OUT"/knn-vgpus-$pl-*-$TAG.json | tee "$OUT/knn-vgpus-$pl-$TAG.txt"
+    done
+    ;;
+served)
+    for pl in replicate shard; do
+        for n in ${GROUPS_LIST:-1 2 4}; do
+            timeout 200 $B --virtual-gpus "0:${n}x8" bench served --services knn --engines gpu-cohort \
+                --cores 8 --index $IX --queries $D/query.fvecs --gt $D/groundtruth.ivecs \
+                "--serve-arg=--gpus=$(seq -s, 0 $((n - 1)))" "--serve-arg=--service-opt=knn.placement=$pl" --rates ${RATES:-50k,100k,200k,300k,400k} \
+                --duration 2 --warmup 1 --out "$OUT/knn-served-vgpus-$pl-$n-$TAG.json" --log-level warn 2>&1 | tail -n 8
+            echo "rc $? ($pl, $n groups)"
+        done
+    done
+    ;;
+esac
+echo "knn-shard-bench ${PART:-vgpus}: $(( $(date +%s) - t0 )) s"
