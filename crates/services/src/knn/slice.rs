@@ -83,6 +83,14 @@ fn gpu(s: &Settings, dev: &DeviceInfo) -> Result<Arc<dyn GpuBackend>, String> {
 
 fn persistent(s: &Settings, dev: &DeviceInfo) -> Result<Arc<dyn PersistentBackend>, String> {
     let c = config(s)?;
+    if c.placement == Placement::Shard {
+        // Its stages would have to pass tasks between devices' gpipes: not built.
+        return Err(
+            "knn.placement=shard is served by gpu-direct and gpu-cohort; gpu-persistent keeps \
+             a whole copy of the index per device (knn.placement=replicate)"
+                .into(),
+        );
+    }
     let index = load_index(&c, true)?;
     let ivf = GpuIvf::upload(dev, &index, c.precision).map_err(|e| e.to_string())?;
     Ok(Arc::new(
