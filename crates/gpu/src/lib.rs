@@ -12,6 +12,7 @@ pub mod green;
 pub mod kernel_check;
 pub mod launch;
 mod nvrtc;
+pub mod overheads;
 pub mod persistent;
 pub mod prelude;
 
