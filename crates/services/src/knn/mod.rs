@@ -18,6 +18,8 @@
 //! the request message into pinned memory.
 
 #[cfg(feature = "backends")]
+pub mod centaur;
+#[cfg(feature = "backends")]
 pub mod config;
 #[cfg(feature = "backends")]
 pub mod gpu;

@@ -23,7 +23,7 @@ pub const ENTRY: Entry = Entry {
     one_gpu: false,
     kernels: || super::kernels::sources().to_vec(),
     benches: &[],
-    models: &[],
+    models: super::centaur::command::COMMANDS,
     // The engines' selftest builds its own index (`selftest.rs`).
     selftest: None,
     // Both plans' kernels and k-means against their CPU twins (the engines' selftest runs

@@ -1,0 +1,190 @@
+//! The model's inputs, each measured: runs of `cohort bench engine` (the measured curve and one
+//! device's cohort times), the index and queries (which lists a query probes, so the rows each
+//! device scans), and the host's cost per request (the service's codec and staging, timed
+//! here on this machine).
+
+use super::Layout;
+use crate::knn::{encode_request, encode_response_into, parse_head, vector_into, Elems};
+use cohort_knn::ivf::stages::filter;
+use cohort_knn::topk::Neighbor;
+use cohort_knn::IvfIndex;
+use rayon::prelude::*;
+use serde_json::Value;
+use std::path::Path;
+use std::time::Instant;
+
+/// One `cohort bench engine` result.
+#[derive(Clone, Debug)]
+pub struct Run {
+    pub file: String,
+    pub engine: String,
+    pub devices: usize,
+    pub layout: Layout,
+    pub window: usize,
+    pub max_cohort: usize,
+    pub drivers: usize,
+    pub nprobe: usize,
+    pub rate: f64,
+    pub p50_us: f64,
+    pub p99_us: f64,
+    /// The machine's logical CPUs (its `machine.cpus`).
+    pub cpus: Option<usize>,
+}
+
+/// Reads a `bench engine` JSON of the knn service: one run per engine it measured; a run that
+/// did not start (its `skipped` says why) is an error with that reason.
+pub fn read_runs(path: &Path) -> Result<Vec<Result<Run, String>>, String> {
+    let text = std::fs::read_to_string(path).map_err(|e| format!("{}: {e}", path.display()))?;
+    let v: Value =
+        serde_json::from_str(&text).map_err(|e| format!("{}: not JSON: {e}", path.display()))?;
+    let results = v.get("results").and_then(Value::as_array).ok_or_else(|| {
+        format!(
+            "{}: no results (a `cohort bench engine` result?)",
+            path.display()
+        )
+    })?;
+    let cpus = v
+        .get("machine")
+        .and_then(|m| m.get("cpus"))
+        .and_then(Value::as_u64)
+        .map(|c| c as usize);
+    Ok(results
+        .iter()
+        .map(|r| one_run(path, r).map(|run| Run { cpus, ..run }))
+        .collect())
+}
+
+fn one_run(path: &Path, r: &Value) -> Result<Run, String> {
+    let what = |k: &str| {
+        format!(
+            "{}: no {k} (a `cohort bench engine` result?)",
+            path.display()
+        )
+    };
+    let num = |k: &str| r.get(k).and_then(Value::as_f64).ok_or_else(|| what(k));
+    if let Some(s) = r.get("skipped").and_then(Value::as_str) {
+        return Err(format!("{}: the run did not start: {s}", path.display()));
+    }
+    if r.get("service").and_then(Value::as_str) != Some("knn") {
+        return Err(format!("{}: not a knn run", path.display()));
+    }
+    let layout = match r.get("service_opt").and_then(Value::as_array) {
+        Some(opts)
+            if opts
+                .iter()
+                .any(|o| o.as_str() == Some("knn.placement=shard")) =>
+        {
+            Layout::Shard
+        }
+        _ => Layout::Replicate,
+    };
+    let lat = |k: &str| {
+        r.get("latency_us")
+            .and_then(|l| l.get(k))
+            .and_then(Value::as_f64)
+            .ok_or_else(|| what(k))
+    };
+    Ok(Run {
+        file: path.display().to_string(),
+        engine: r
+            .get("engine")
+            .and_then(Value::as_str)
+            .ok_or_else(|| what("engine"))?
+            .to_string(),
+        devices: r
+            .get("gpus")
+            .and_then(Value::as_array)
+            .map(|g| g.len())
+            .filter(|&n| n > 0)
+            .ok_or_else(|| what("gpus"))?,
+        layout,
+        window: num("window")? as usize,
+        max_cohort: num("max_cohort")? as usize,
+        drivers: num("drivers")? as usize,
+        nprobe: num("nprobe")? as usize,
+        rate: num("queries_per_s")?,
+        p50_us: lat("p50")?,
+        p99_us: lat("p99")?,
+        cpus: None,
+    })
+}
+
+/// f_l of eq. 7: the share of `queries` (rows of `dim`) that probe each list at `nprobe`.
+pub fn probe_shares(ix: &IvfIndex, queries: &[f32], nprobe: usize) -> Vec<f64> {
+    assert!(nprobe >= 1 && nprobe <= ix.nlist, "nprobe in 1..=nlist");
+    let nq = queries.len() / ix.dim;
+    assert!(nq > 0, "at least one query");
+    let counts = queries
+        .par_chunks_exact(ix.dim)
+        .map(|q| filter(ix.centroids(), ix.dim, ix.metric, q, nprobe))
+        .fold(
+            || vec![0u32; ix.nlist],
+            |mut c, probes| {
+                probes.iter().for_each(|&l| c[l as usize] += 1);
+                c
+            },
+        )
+        .reduce(
+            || vec![0u32; ix.nlist],
+            |mut a, b| {
+                a.iter_mut().zip(b).for_each(|(x, y)| *x += y);
+                a
+            },
+        );
+    counts.iter().map(|&c| c as f64 / nq as f64).collect()
+}
+
+/// s of eq. 9: rows scanned per query over rows scanned plus centroids compared (both are
+/// `dim`-long distance computations; the filter compares every centroid).
+pub fn scan_share(ix: &IvfIndex, probed: &[f64]) -> f64 {
+    let rows: f64 = ix
+        .cell_sizes()
+        .iter()
+        .zip(probed)
+        .map(|(&s, &f)| s as f64 * f)
+        .sum();
+    rows / (rows + ix.nlist as f64)
+}
+
+/// Eq. 3's bytes per query: the probed rows (f32). The centroids are not counted: a cohort's
+/// filter reads them once per tile of queries, from L2 (2 MiB at 4096 x 128).
+pub fn bytes_per_query(ix: &IvfIndex, probed: &[f64]) -> f64 {
+    let rows: f64 = ix
+        .cell_sizes()
+        .iter()
+        .zip(probed)
+        .map(|(&s, &f)| s as f64 * f)
+        .sum();
+    rows * ix.dim as f64 * 4.0
+}
+
+/// c_r of eq. 2: a request's host work in microseconds, one thread: encoding it (the client's
+/// side in process), checking its head and staging its vector (the engine's), and encoding and
+/// decoding a k-neighbour answer.
+pub fn host_cost_us(dim: usize, nlist: usize, queries: &[f32], k: usize) -> f64 {
+    let nq = queries.len() / dim;
+    assert!(nq > 0, "at least one query");
+    let answer: Vec<Neighbor> = (0..k)
+        .map(|i| Neighbor {
+            id: i as u32,
+            distance: i as f32,
+        })
+        .collect();
+    let (mut p, mut out, mut staged) = (Vec::new(), Vec::new(), vec![0f32; dim]);
+    let rounds = (200_000 / nq).max(1);
+    let t = Instant::now();
+    let mut sink = 0usize;
+    for _ in 0..rounds {
+        for q in queries.chunks_exact(dim) {
+            p.clear();
+            encode_request(k as u16, 16, Elems::F32(q), &mut p);
+            let head = parse_head(&p, dim, nlist, usize::MAX).expect("a valid request");
+            vector_into(&p, head, &mut staged).expect("finite values");
+            out.clear();
+            encode_response_into(&answer, &mut out);
+            sink += crate::knn::decode_response(&out).expect("own answer").len();
+        }
+    }
+    assert_eq!(sink, rounds * nq * k, "every answer decoded");
+    t.elapsed().as_secs_f64() * 1e6 / (rounds * nq) as f64
+}
