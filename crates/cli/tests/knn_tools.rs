@@ -1,0 +1,200 @@
+//! The k-NN tools of the sharded index and Centaur's model, through the real binary: `cohort
+//! index place` (recorded and read back), `cohort model centaur knn` over bench-engine results
+//! (its calibration point predicted exactly, a run that did not start left out by name, a
+//! clear error where overheads can be neither measured nor read).
+
+use std::path::{Path, PathBuf};
+use std::process::{Command, Output};
+
+/// `cohort CMD --log-level warn ARGS...` (a model tool takes every argument after its name
+/// as its own).
+fn cohort(args: &[&str]) -> Output {
+    Command::new(env!("CARGO_BIN_EXE_cohort"))
+        .arg(args[0])
+        .args(["--log-level", "warn"])
+        .args(&args[1..])
+        .output()
+        .unwrap()
+}
+
+fn text(o: &Output) -> String {
+    format!(
+        "{}{}",
+        String::from_utf8_lossy(&o.stdout),
+        String::from_utf8_lossy(&o.stderr)
+    )
+}
+
+fn ok(o: &Output) -> String {
+    let t = text(o);
+    assert!(o.status.success(), "{t}");
+    t
+}
+
+struct Scratch(PathBuf);
+impl Scratch {
+    fn new(name: &str) -> Scratch {
+        let d = std::env::temp_dir().join(format!("cohort-{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&d).unwrap();
+        Scratch(d)
+    }
+    fn path(&self, f: &str) -> String {
+        self.0.join(f).to_str().unwrap().to_string()
+    }
+}
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}
+
+fn small_index(d: &Scratch) -> (String, String) {
+    let data = d.path("data");
+    ok(&cohort(&[
+        "data",
+        "synth",
+        "--n",
+        "6000",
+        "--dim",
+        "16",
+        "--queries",
+        "50",
+        "--out",
+        &data,
+    ]));
+    let ix = d.path("ix.index");
+    ok(&cohort(&[
+        "index",
+        "build",
+        "--base",
+        &format!("{data}/base.fvecs"),
+        "--nlist",
+        "64",
+        "--out",
+        &ix,
+    ]));
+    (ix, format!("{data}/query.fvecs"))
+}
+
+/// A `bench engine` result as the binary writes it (one engine's entry).
+fn engine_run(path: &Path, gpus: usize, placement: &str, window: usize, rate: f64) {
+    let v = serde_json::json!({
+        "command": "test", "commit": "test", "unix_time": 0,
+        "machine": {"cpus": 16},
+        "results": [{
+            "engine": "gpu-cohort", "service": "knn", "gpus": (0..gpus).collect::<Vec<_>>(),
+            "service_opt": [format!("knn.placement={placement}")],
+            "window": window, "max_cohort": 2048, "drivers": 8, "nprobe": 8,
+            "queries_per_s": rate,
+            "latency_us": {"p50": window as f64 * 1e6 / rate, "p99": 2.0 * window as f64 * 1e6 / rate},
+        }]
+    });
+    std::fs::write(path, serde_json::to_vec(&v).unwrap()).unwrap();
+}
+
+#[test]
+fn a_recorded_placement_is_shown_by_index_info() {
+    let d = Scratch::new("knn-place");
+    let (ix, _) = small_index(&d);
+    let shown = ok(&cohort(&["index", "place", &ix, "--devices", "3"]));
+    assert!(shown.contains("device 2"), "{shown}");
+    assert!(ok(&cohort(&["index", "info", &ix])).contains("none recorded"));
+    ok(&cohort(&[
+        "index",
+        "place",
+        &ix,
+        "--devices",
+        "3",
+        "--write",
+    ]));
+    let info = ok(&cohort(&["index", "info", &ix]));
+    assert!(info.contains("recorded for 3 devices"), "{info}");
+    let bad = cohort(&["index", "place", &ix, "--devices", "0"]);
+    assert!(!bad.status.success(), "{}", text(&bad));
+}
+
+#[test]
+fn the_model_predicts_its_calibration_and_names_what_it_left_out() {
+    let d = Scratch::new("knn-centaur");
+    let (ix, q) = small_index(&d);
+    let runs = ["one.json", "two.json", "four.json", "skipped.json"].map(|f| d.path(f));
+    engine_run(Path::new(&runs[0]), 1, "replicate", 8192, 140_000.0);
+    engine_run(Path::new(&runs[1]), 2, "replicate", 8192, 270_000.0);
+    engine_run(Path::new(&runs[2]), 4, "shard", 8192, 300_000.0);
+    std::fs::write(
+        &runs[3],
+        r#"{"machine":{"cpus":16},"results":[{"engine":"gpu-cohort","skipped":"out of memory"}]}"#,
+    )
+    .unwrap();
+    let over = d.path("overheads.json");
+    std::fs::write(
+        &over,
+        r#"{"overheads":{"launch_us":3.0,"device_gap_us":3.0,"query_us":1.0,"copy_gbs":3000.0}}"#,
+    )
+    .unwrap();
+    let out = d.path("model/m");
+    let mut args = vec!["model", "centaur", "knn"];
+    args.extend(runs.iter().map(|s| s.as_str()));
+    args.extend([
+        "--index",
+        &ix,
+        "--queries",
+        &q,
+        "--overheads",
+        &over,
+        "--out",
+        &out,
+    ]);
+    let printed = ok(&cohort(&args));
+    assert!(
+        printed.contains("left out") && printed.contains("out of memory"),
+        "{printed}"
+    );
+    let v: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(format!("{out}.json")).unwrap()).unwrap();
+    let rows = v["results"]["runs"]
+        .as_array()
+        .or_else(|| v["runs"].as_array())
+        .expect("runs")
+        .clone();
+    assert_eq!(rows.len(), 3, "{v}");
+    let one = rows.iter().find(|r| r["devices"] == 1).unwrap();
+    assert!(one["error"].as_f64().unwrap().abs() < 1e-9, "{one}");
+    for r in &rows {
+        let p = &r["predicted"];
+        let rate = p["rate"].as_f64().unwrap();
+        assert!(
+            rate > 0.0 && rate <= p["gpu_rate"].as_f64().unwrap() + 1e-6,
+            "{r}"
+        );
+    }
+    for f in ["-fig6.png", "-fig2.png"] {
+        assert!(std::fs::metadata(format!("{out}{f}")).unwrap().len() > 1000);
+    }
+    // Without --overheads and without a GPU: a clear error, not a crash.
+    let mut args = vec!["model", "centaur", "knn", runs[0].as_str()];
+    args.extend(["--index", &ix, "--queries", &q, "--out", &out]);
+    let o = cohort(&args);
+    if !o.status.success() {
+        let t = text(&o);
+        assert!(t.contains("--overheads"), "{t}");
+    }
+    // No one-device run: nothing to calibrate eq. 6 with.
+    let mut args = vec!["model", "centaur", "knn", runs[1].as_str()];
+    args.extend([
+        "--index",
+        &ix,
+        "--queries",
+        &q,
+        "--overheads",
+        &over,
+        "--out",
+        &out,
+    ]);
+    let o = cohort(&args);
+    assert!(
+        !o.status.success() && text(&o).contains("one-device"),
+        "{}",
+        text(&o)
+    );
+}
