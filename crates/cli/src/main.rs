@@ -69,6 +69,10 @@ enum Cmd {
         /// kernels that never end would wait for each other forever).
         #[arg(long)]
         no_persistent: bool,
+        /// Run only the service GPU checks whose "service: check" name holds this text (and
+        /// nothing else): one check again after a change, without the whole selftest.
+        #[arg(long)]
+        only: Option<String>,
     },
     /// Benchmarks; results go to bench/results/ with machine, commit and command.
     #[command(subcommand)]
@@ -245,7 +249,8 @@ fn main() {
             what,
             seed,
             no_persistent,
-        } => selftest(&what, seed, !no_persistent),
+            only,
+        } => selftest(&what, seed, !no_persistent, only.as_deref()),
     };
     if let Err(e) = result {
         eprintln!("error: {e:#}");
@@ -295,7 +300,12 @@ fn gpus() -> anyhow::Result<()> {
     Ok(())
 }
 
-fn selftest(what: &str, seed: Option<u64>, persistent: bool) -> anyhow::Result<()> {
+fn selftest(
+    what: &str,
+    seed: Option<u64>,
+    persistent: bool,
+    only: Option<&str>,
+) -> anyhow::Result<()> {
     anyhow::ensure!(what == "gpu", "unknown selftest {what:?} (gpu)");
     let seed = seed.unwrap_or_else(|| {
         std::time::SystemTime::now()
@@ -304,22 +314,35 @@ fn selftest(what: &str, seed: Option<u64>, persistent: bool) -> anyhow::Result<(
             .unwrap_or(1)
     });
     println!("selftest gpu, seed {seed}");
-    for line in cohort_services::knn::selftest::run(seed)? {
-        println!("{line}");
-    }
-    for line in cohort_experiments::selftest::run(seed)? {
-        println!("{line}");
+    if only.is_none() {
+        for line in cohort_services::knn::selftest::run(seed)? {
+            println!("{line}");
+        }
+        for line in cohort_experiments::selftest::run(seed)? {
+            println!("{line}");
+        }
     }
     // Every service's own checks (its catalog entry's `gpu_checks`: kernels, sharded index,
     // parsers) on the first GPU; a mismatch panics inside the check, naming both answers.
     let devs = cohort_gpu::probe()?;
+    let mut ran = 0;
     for (service, check) in cohort_services::catalog::gpu_checks() {
-        println!("{service}: {}", check.name);
+        let name = format!("{service}: {}", check.name);
+        if only.is_some_and(|o| !name.contains(o)) {
+            continue;
+        }
+        ran += 1;
+        println!("{name}");
         let lines = (check.run)(&devs[0], seed)
             .map_err(|e| anyhow::anyhow!("{service}: {}: {e}", check.name))?;
         for line in lines {
             println!("{line}");
         }
+    }
+    if let Some(o) = only {
+        anyhow::ensure!(ran > 0, "no service GPU check is named like {o:?}");
+        println!("selftest gpu: the {ran} check(s) named like {o:?} match (the rest not run)");
+        return Ok(());
     }
     println!("selftest gpu: all kernels match their CPU twins");
     if !persistent {

@@ -155,6 +155,7 @@ fn serve_paced(
                 keep_busy: 1,
                 streams: 3,
                 graphs,
+                device: None,
             };
             let eng = GpuEngine::start(backend, lane, &cfg, metrics.clone())
                 .map_err(|e| e.to_string())?;

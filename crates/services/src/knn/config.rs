@@ -24,6 +24,11 @@ pub struct KnnSettings {
     /// centroids and 1/N of the lists; placed as the index file records, if it does).
     #[serde(with = "text")]
     pub placement: Placement,
+    /// A sharded index's partial results between devices: `peer` (devices address each
+    /// other's memory), `host` (through mapped host memory: where peer access is absent), or
+    /// `auto` (peer where every pair of devices has it, else host).
+    #[serde(with = "text")]
+    pub shard_exchange: Exchange,
     /// gpu-persistent: cohorts of the tiled plan, or per-pair stages.
     #[serde(with = "text")]
     pub persistent_plan: PersistentPlan,
@@ -38,6 +43,7 @@ impl Default for KnnSettings {
             index_mapped: false,
             precision: Precision::F32,
             placement: Placement::Replicate,
+            shard_exchange: Exchange::Auto,
             persistent_plan: PersistentPlan::default(),
             persistent_groups: DEFAULT_COHORT_GROUPS,
         }
@@ -76,6 +82,36 @@ impl std::fmt::Display for Placement {
         f.write_str(match self {
             Placement::Replicate => "replicate",
             Placement::Shard => "shard",
+        })
+    }
+}
+
+/// How a sharded index's devices exchange queries, probes and partial results.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Exchange {
+    Auto,
+    Peer,
+    Host,
+}
+
+impl std::str::FromStr for Exchange {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Exchange, String> {
+        match s {
+            "auto" => Ok(Exchange::Auto),
+            "peer" => Ok(Exchange::Peer),
+            "host" => Ok(Exchange::Host),
+            _ => Err(format!("unknown shard exchange {s:?} (auto, peer, host)")),
+        }
+    }
+}
+
+impl std::fmt::Display for Exchange {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(match self {
+            Exchange::Auto => "auto",
+            Exchange::Peer => "peer",
+            Exchange::Host => "host",
         })
     }
 }

@@ -6,15 +6,21 @@
 //! the queries and probes from the home and writing its k nearest per query into the reducer
 //! row the home reserved for that query (`gpu_ivf::reducer`); the home waits for every device's
 //! event, merges the rows and copies the answers out. No host round trip: one host thread per
-//! device drives all of it. The devices address one another's memory directly: the virtual
-//! GPUs of one device always can, physical GPUs need peer access (refused at start without it).
+//! device drives all of it. The devices address one another's memory directly where they can
+//! (`Route::Peer`: the virtual GPUs of one device always, physical GPUs with peer access);
+//! otherwise (`Route::Host`, `knn.shard_exchange=host` forces it) the queries, probes and
+//! partial rows pass through mapped host memory: the home copies the probes out, each device
+//! copies the cohort in and writes its partials there, the home copies the rows back in.
 
+use super::config::Exchange;
 use super::gpu::{key, unkey, write_answer};
 use super::gpu_ivf::reducer::check_devices;
 use super::gpu_ivf::{check_shape, Buffers, GpuIvf};
 use super::{parse_head, vector_into};
 use cohort_engine::BatchBackend;
 use cohort_gpu::engine::{GpuBackend, Pinned, StreamBuffers};
+use cohort_gpu::launch::Dev;
+use cohort_gpu::persistent::mapped::{device_address, MappedMemory};
 use cohort_gpu::{DeviceInfo, GpuError};
 use cohort_knn::ivf::placement::Placement;
 use cohort_proto::{ErrorCode, ErrorPayload};
@@ -27,10 +33,24 @@ use std::sync::Arc;
 /// total grows as N, not N squared (15 virtual GPUs at a fixed 64 MiB each ran out of memory).
 pub const SCAN_CANDIDATE_FLOATS: usize = 1 << 24;
 
+/// Largest k a host exchange carries: its partial rows are pinned host memory, sized
+/// devices x this per query and slot.
+pub const HOST_EXCHANGE_MAX_K: usize = 128;
+
+/// How a cohort's data reaches the other devices and their partials come back.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Route {
+    /// Kernels address the home's memory directly.
+    Peer,
+    /// Through mapped host memory.
+    Host,
+}
+
 /// The devices of one sharded index, in serving order.
 pub struct ShardSet {
     pub devices: Vec<Arc<GpuIvf>>,
     pub placement: Placement,
+    pub route: Route,
 }
 
 impl ShardSet {
@@ -40,6 +60,7 @@ impl ShardSet {
         devs: &[DeviceInfo],
         shards: Vec<GpuIvf>,
         placement: Placement,
+        exchange: Exchange,
     ) -> Result<ShardSet, GpuError> {
         assert_eq!(devs.len(), shards.len(), "one shard per device");
         assert_eq!(
@@ -48,14 +69,32 @@ impl ShardSet {
             "a placement for these devices"
         );
         let devices: Vec<Arc<GpuIvf>> = shards.into_iter().map(Arc::new).collect();
-        for (a, da) in devs.iter().enumerate() {
-            for (b, db) in devs.iter().enumerate() {
-                if da.physical != db.physical {
-                    enable_peer_access(&devices[a].ctx, &devices[b].ctx, da, db)?;
+        let peers = || -> Result<(), GpuError> {
+            for (a, da) in devs.iter().enumerate() {
+                for (b, db) in devs.iter().enumerate() {
+                    if da.physical != db.physical {
+                        enable_peer_access(&devices[a].ctx, &devices[b].ctx, da, db)?;
+                    }
                 }
             }
-        }
-        Ok(ShardSet { devices, placement })
+            Ok(())
+        };
+        let route = match exchange {
+            Exchange::Host => Route::Host,
+            Exchange::Peer => peers().map(|_| Route::Peer)?,
+            Exchange::Auto => match peers() {
+                Ok(()) => Route::Peer,
+                Err(e) => {
+                    tracing::info!(why = %e, "knn shards exchange through host memory");
+                    Route::Host
+                }
+            },
+        };
+        Ok(ShardSet {
+            devices,
+            placement,
+            route,
+        })
     }
 
     /// The backend of the engine of device `home`.
@@ -81,8 +120,8 @@ fn enable_peer_access(
     let r = unsafe { sys::cuDeviceCanAccessPeer(&mut can, fd.physical as i32, td.physical as i32) };
     if r != sys::cudaError_enum::CUDA_SUCCESS || can == 0 {
         return Err(GpuError::Invalid(format!(
-            "GPU {} cannot address GPU {}'s memory (no peer access): a sharded index needs \
-             it; serve with knn.placement=replicate",
+            "GPU {} cannot address GPU {}'s memory (no peer access): serve with \
+             knn.shard_exchange=host or auto",
             fd.physical, td.physical
         )));
     }
@@ -124,6 +163,16 @@ impl BatchBackend for KnnShardedGpu {
         check_shape(ivf.nlist, h.k, nprobe)
             .and_then(|_| check_devices(self.set.devices.len(), h.k))
             .and_then(|_| {
+                if self.set.route == Route::Host && h.k > HOST_EXCHANGE_MAX_K {
+                    Err(format!(
+                        "a sharded index exchanging through host memory serves k up to \
+                         {HOST_EXCHANGE_MAX_K}"
+                    ))
+                } else {
+                    Ok(())
+                }
+            })
+            .and_then(|_| {
                 if nprobe > super::gpu_ivf::TILED_MAX_PROBE {
                     Err(format!(
                         "a sharded index serves nprobe up to {} on the gpu engines",
@@ -158,13 +207,19 @@ impl GpuBackend for KnnShardedGpu {
             }
             let s = dev.ctx.new_stream()?;
             let share = SCAN_CANDIDATE_FLOATS / self.set.devices.len();
-            let bufs = dev.scan_buffers(&s, cap, share)?;
+            let host = self.set.route == Route::Host;
+            let bufs = dev.scan_buffers(&s, cap, share, host)?;
             let done = dev.ctx.new_event(None)?;
             scans.push(Scan { d, s, bufs, done });
         }
+        let exchange = match self.set.route {
+            Route::Peer => None,
+            Route::Host => Some(HostExchange::new(&self.set, cap)?),
+        };
         Ok(Box::new(ShardedBuffers {
             set: self.set.clone(),
             home: self.home,
+            exchange,
             bufs: ivf.buffers(stream, cap)?,
             filtered: ctx.new_event(None)?,
             scans,
@@ -193,9 +248,63 @@ struct Scan {
     done: CudaEvent,
 }
 
+/// One slot's mapped host memory for `Route::Host`: the cohort's queries (staged here
+/// directly), its probes, and the reducer rows (devices x k per query).
+struct HostExchange {
+    mem: MappedMemory,
+    /// The allocation's device address in each device's context.
+    base: Vec<u64>,
+    q: usize,
+    probes: usize,
+    ids: usize,
+    dist: usize,
+    end: usize,
+}
+
+impl HostExchange {
+    fn new(set: &ShardSet, cap: usize) -> Result<HostExchange, GpuError> {
+        let home = &set.devices[0];
+        let align = |x: usize| x.next_multiple_of(256);
+        let q = 0;
+        let probes = align(q + 4 * cap * home.dim);
+        let rows = cap * set.devices.len() * HOST_EXCHANGE_MAX_K;
+        let ids = align(probes + 4 * cap * super::gpu_ivf::TILED_MAX_PROBE);
+        let dist = align(ids + 4 * rows);
+        let end = align(dist + 4 * rows);
+        let mem = MappedMemory::zeroed(&home.ctx, end)?;
+        let base = set
+            .devices
+            .iter()
+            .map(|d| device_address(&d.ctx, mem.host_ptr()))
+            .collect::<Result<_, _>>()?;
+        Ok(HostExchange {
+            mem,
+            base,
+            q,
+            probes,
+            ids,
+            dist,
+            end,
+        })
+    }
+
+    /// `len` `T`s at byte `at`.
+    fn host<T>(&mut self, at: usize, len: usize) -> &mut [T] {
+        assert!(
+            at + len * std::mem::size_of::<T>() <= self.end,
+            "exchange bounds"
+        );
+        // SAFETY: inside the allocation (asserted), 256-aligned offsets of a page-aligned
+        // base, plain numbers; GPU work that touches the range is ordered by events around
+        // every host-side borrow (enqueue copies from it only on streams).
+        unsafe { std::slice::from_raw_parts_mut(self.mem.host_ptr().add(at) as *mut T, len) }
+    }
+}
+
 struct ShardedBuffers {
     set: Arc<ShardSet>,
     home: usize,
+    exchange: Option<HostExchange>,
     /// The home's buffers: queries, probes, reducer rows, answers (and its own scan).
     bufs: Buffers,
     /// Recorded on the home's stream once the probes are in.
@@ -207,19 +316,106 @@ struct ShardedBuffers {
     k_out: usize,
 }
 
+impl ShardedBuffers {
+    /// `enqueue` for `Route::Host`: the same steps, with the cohort's queries and probes
+    /// copied to each device and the partial rows written to host memory and copied back.
+    fn enqueue_through_host(
+        &mut self,
+        s: &Arc<CudaStream>,
+        key: u64,
+        rows: usize,
+    ) -> Result<(), GpuError> {
+        let (k, nprobe) = unkey(key);
+        let home = &self.set.devices[self.home];
+        let devices = self.set.devices.len();
+        let dim = home.dim;
+        assert!(k <= HOST_EXCHANGE_MAX_K, "batch_key refuses larger k");
+        let x = self.exchange.as_mut().expect("host route");
+        let (xq, xp, xi, xd) = (x.q, x.probes, x.ids, x.dist);
+        s.memcpy_htod(
+            &x.host::<f32>(xq, rows * dim)[..],
+            &mut self.bufs.q.slice_mut(0..rows * dim),
+        )?;
+        home.filter_into(s, &mut self.bufs, rows, nprobe)?;
+        s.memcpy_dtoh(
+            &self.bufs.probes.slice(0..rows * nprobe),
+            x.host::<u32>(xp, rows * nprobe),
+        )?;
+        self.filtered.record(s)?;
+        // Column d of every reducer row, in host memory as device d's context addresses it.
+        let io = |base: u64, scan: &mut Buffers, ss: &CudaStream| super::gpu_ivf::ScanIo {
+            queries: Dev::of(&scan.q, ss),
+            probes: Dev::of(&scan.probes, ss),
+            out_ids: Dev::raw(base + xi as u64),
+            out_dist: Dev::raw(base + xd as u64),
+            out_stride: devices * k,
+        };
+        for scan in &mut self.scans {
+            scan.s.wait(&self.filtered)?;
+            scan.s.memcpy_htod(
+                &x.host::<f32>(xq, rows * dim)[..],
+                &mut scan.bufs.q.slice_mut(0..rows * dim),
+            )?;
+            scan.s.memcpy_htod(
+                &x.host::<u32>(xp, rows * nprobe)[..],
+                &mut scan.bufs.probes.slice_mut(0..rows * nprobe),
+            )?;
+            let mut at = io(x.base[scan.d], &mut scan.bufs, &scan.s);
+            at.out_ids = Dev::raw(at.out_ids.addr() + (scan.d * k * 4) as u64);
+            at.out_dist = Dev::raw(at.out_dist.addr() + (scan.d * k * 4) as u64);
+            self.set.devices[scan.d].scan_into(&scan.s, &mut scan.bufs, at, rows, k, nprobe)?;
+            scan.done.record(&scan.s)?;
+        }
+        let mut at = io(x.base[self.home], &mut self.bufs, s);
+        at.out_ids = Dev::raw(at.out_ids.addr() + (self.home * k * 4) as u64);
+        at.out_dist = Dev::raw(at.out_dist.addr() + (self.home * k * 4) as u64);
+        home.scan_into(s, &mut self.bufs, at, rows, k, nprobe)?;
+        for scan in &self.scans {
+            s.wait(&scan.done)?;
+        }
+        let n = rows * devices * k;
+        s.memcpy_htod(
+            &x.host::<u32>(xi, n)[..],
+            &mut self.bufs.part_ids.slice_mut(0..n),
+        )?;
+        s.memcpy_htod(
+            &x.host::<f32>(xd, n)[..],
+            &mut self.bufs.part_dist.slice_mut(0..n),
+        )?;
+        home.reduce_into(s, &mut self.bufs, rows, devices, k)?;
+        s.memcpy_dtoh(
+            &self.bufs.out_ids.slice(0..rows * k),
+            &mut self.ids.as_mut_slice()[..rows * k],
+        )?;
+        s.memcpy_dtoh(
+            &self.bufs.out_dist.slice(0..rows * k),
+            &mut self.dist.as_mut_slice()[..rows * k],
+        )?;
+        self.k_out = k;
+        Ok(())
+    }
+}
+
 impl StreamBuffers for ShardedBuffers {
     fn stage(&mut self, _key: u64, row: usize, payload: &[u8]) -> Result<(), ErrorPayload> {
         let ivf = &self.set.devices[self.home];
         let dim = ivf.dim;
         let head = parse_head(payload, dim, ivf.nlist, ivf.n)?;
-        vector_into(
-            payload,
-            head,
-            &mut self.q.as_mut_slice()[row * dim..(row + 1) * dim],
-        )
+        let q = match &mut self.exchange {
+            // Staged where every device copies it from.
+            Some(x) => {
+                let at = x.q;
+                &mut x.host::<f32>(at, (row + 1) * dim)[row * dim..]
+            }
+            None => &mut self.q.as_mut_slice()[row * dim..(row + 1) * dim],
+        };
+        vector_into(payload, head, q)
     }
 
     fn enqueue(&mut self, s: &Arc<CudaStream>, key: u64, rows: usize) -> Result<(), GpuError> {
+        if self.exchange.is_some() {
+            return self.enqueue_through_host(s, key, rows);
+        }
         let (k, nprobe) = unkey(key);
         let home = &self.set.devices[self.home];
         let devices = self.set.devices.len();

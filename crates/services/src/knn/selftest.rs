@@ -363,6 +363,7 @@ pub fn check_kmeans(seed: u64) -> Result<Vec<String>, GpuError> {
 /// whole index's on the GPU bit for bit (each distance is computed by the same kernel on the
 /// same rows; the reducer breaks ties as the select does) and the CPU's within tolerance.
 pub fn check_sharded(dev: &cohort_gpu::DeviceInfo, seed: u64) -> Result<Vec<String>, String> {
+    use super::config::Exchange;
     use super::gpu_sharded::ShardSet;
     use super::{decode_response, encode_request, Elems};
     use cohort_gpu::engine::GpuBackend;
@@ -407,56 +408,62 @@ pub fn check_sharded(dev: &cohort_gpu::DeviceInfo, seed: u64) -> Result<Vec<Stri
                     format!("{devices} x the whole device (no green contexts: {x})"),
                 ),
             };
-            let placement = ix.placement_for(devices);
-            let shards = (0..devices)
-                .map(|d| {
-                    GpuIvf::upload_shard(
-                        &devs[d],
-                        &ix,
-                        &IvfShard::cut(&ix, &placement, d),
-                        Precision::F32,
-                    )
-                })
-                .collect::<Result<Vec<_>, _>>()
-                .map_err(e)?;
-            let set = std::sync::Arc::new(ShardSet::new(&devs, shards, placement).map_err(e)?);
-            for home in 0..devices {
-                let b = set.backend(home);
-                let hs = b.context().new_stream().map_err(|x| x.to_string())?;
-                let mut bufs = b.stream_buffers(&hs, nq).map_err(e)?;
-                let mut key = None;
-                for i in 0..nq {
-                    let mut p = Vec::new();
-                    encode_request(k as u16, nprobe as u16, Elems::F32(queries.row(i)), &mut p);
-                    let kk = cohort_engine::BatchBackend::batch_key(&b, &p)
-                        .map_err(|x| x.message.clone())?;
-                    key = Some(kk);
-                    bufs.stage(kk, i, &p).map_err(|x| x.message.clone())?;
-                }
-                let key = key.expect("queries");
-                bufs.enqueue(&hs, key, nq).map_err(e)?;
-                hs.synchronize().map_err(|x| x.to_string())?;
-                for (i, want) in want.iter().enumerate() {
-                    let mut out = Vec::new();
-                    bufs.answer(key, i, &mut out)
-                        .map_err(|x| x.message.clone())?;
-                    let got = decode_response(&out)?;
-                    let same = got.len() == want.len()
-                        && got.iter().zip(want).all(|(g, w)| {
-                            g.id == w.id && g.distance.to_bits() == w.distance.to_bits()
-                        });
-                    if !same {
-                        return Err(format!(
-                            "sharded over {devices} ({how}), home {home}, k {k}, nprobe \
-                             {nprobe}, query {i}: {got:?} vs the whole index's {want:?}"
-                        ));
+            for exchange in [Exchange::Auto, Exchange::Host] {
+                let placement = ix.placement_for(devices);
+                let shards = (0..devices)
+                    .map(|d| {
+                        GpuIvf::upload_shard(
+                            &devs[d],
+                            &ix,
+                            &IvfShard::cut(&ix, &placement, d),
+                            Precision::F32,
+                        )
+                    })
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(e)?;
+                let set = std::sync::Arc::new(
+                    ShardSet::new(&devs, shards, placement, exchange).map_err(e)?,
+                );
+                let route = set.route;
+                for home in 0..devices {
+                    let b = set.backend(home);
+                    let hs = b.context().new_stream().map_err(|x| x.to_string())?;
+                    let mut bufs = b.stream_buffers(&hs, nq).map_err(e)?;
+                    let mut key = None;
+                    for i in 0..nq {
+                        let mut p = Vec::new();
+                        encode_request(k as u16, nprobe as u16, Elems::F32(queries.row(i)), &mut p);
+                        let kk = cohort_engine::BatchBackend::batch_key(&b, &p)
+                            .map_err(|x| x.message.clone())?;
+                        key = Some(kk);
+                        bufs.stage(kk, i, &p).map_err(|x| x.message.clone())?;
+                    }
+                    let key = key.expect("queries");
+                    bufs.enqueue(&hs, key, nq).map_err(e)?;
+                    hs.synchronize().map_err(|x| x.to_string())?;
+                    for (i, want) in want.iter().enumerate() {
+                        let mut out = Vec::new();
+                        bufs.answer(key, i, &mut out)
+                            .map_err(|x| x.message.clone())?;
+                        let got = decode_response(&out)?;
+                        let same = got.len() == want.len()
+                            && got.iter().zip(want).all(|(g, w)| {
+                                g.id == w.id && g.distance.to_bits() == w.distance.to_bits()
+                            });
+                        if !same {
+                            return Err(format!(
+                                "sharded over {devices} ({how}, {route:?} exchange), home {home}, \
+                             k {k}, nprobe {nprobe}, query {i}: {got:?} vs the whole index's \
+                             {want:?}"
+                            ));
+                        }
                     }
                 }
-            }
-            lines.push(format!(
-                "knn sharded over {devices} devices ({how}), every home, k {k} nprobe {nprobe}: \
-                 {nq} answers identical to the whole index"
+                lines.push(format!(
+                "knn sharded over {devices} devices ({how}, {route:?} exchange), every home, k \
+                 {k} nprobe {nprobe}: {nq} answers identical to the whole index"
             ));
+            }
         }
     }
     Ok(lines)

@@ -132,7 +132,8 @@ fn gpu_set(s: &Settings, devs: &[DeviceInfo]) -> Result<Vec<Arc<dyn GpuBackend>>
             .push(GpuIvf::upload_shard(dev, &index, &cut, c.precision).map_err(|e| e.to_string())?);
     }
     let set = Arc::new(
-        super::gpu_sharded::ShardSet::new(devs, shards, placement).map_err(|e| e.to_string())?,
+        super::gpu_sharded::ShardSet::new(devs, shards, placement, c.shard_exchange)
+            .map_err(|e| e.to_string())?,
     );
     Ok((0..devs.len())
         .map(|home| Arc::new(set.backend(home)) as Arc<dyn GpuBackend>)

@@ -244,6 +244,15 @@ pub struct IvfView {
     pub metric: u64,
 }
 
+/// What a set of buffers holds: everything (a whole index, or a sharded index's home), a
+/// shard's scan space only, or that and the cohort's queries and probes.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Keep {
+    Whole,
+    Scan,
+    Inputs,
+}
+
 /// Device buffers for batches of up to `cap` queries, allocated once (the engines keep one set
 /// per stream: no allocation or memset per launch beyond the tiled plan's cell counters).
 pub struct Buffers {
@@ -253,11 +262,11 @@ pub struct Buffers {
     pub out_dist: CudaSlice<f32>,
     /// cap x nlist query-centroid distances (both plans).
     scratch: CudaSlice<f32>,
-    /// cap x nprobe probed cells (both plans).
-    probes: CudaSlice<u32>,
-    // Per-pair plan: per (query, probe) top-k.
-    part_ids: CudaSlice<u32>,
-    part_dist: CudaSlice<f32>,
+    /// cap x nprobe probed cells (both plans); a sharded index's host exchange copies them.
+    pub(crate) probes: CudaSlice<u32>,
+    // Per-pair plan: per (query, probe) top-k; a sharded index's reducer rows.
+    pub(crate) part_ids: CudaSlice<u32>,
+    pub(crate) part_dist: CudaSlice<f32>,
     // Tiled plan: cells' pair counts and starts, work items, pairs by cell, candidate rows.
     counts: CudaSlice<u32>,
     cursor: CudaSlice<u32>,
@@ -367,19 +376,26 @@ impl GpuIvf {
         cap: usize,
         cand_floats: usize,
     ) -> Result<Buffers, GpuError> {
-        self.alloc_buffers(s, cap, cand_floats, true)
+        self.alloc_buffers(s, cap, cand_floats, Keep::Whole)
     }
 
     /// Buffers for the scan of a sharded index's device (`scan_into`): no filter scratch and
     /// no per-pair partials, which the query's home device keeps (a shard device has a set
-    /// per home and slot, so the saving is multiplied by both).
+    /// per home and slot, so the saving is multiplied by both); with `inputs`, room for the
+    /// cohort's queries and probes (copied in where the home's memory cannot be addressed).
     pub fn scan_buffers(
         &self,
         s: &Arc<CudaStream>,
         cap: usize,
         cand_floats: usize,
+        inputs: bool,
     ) -> Result<Buffers, GpuError> {
-        self.alloc_buffers(s, cap, cand_floats, false)
+        self.alloc_buffers(
+            s,
+            cap,
+            cand_floats,
+            if inputs { Keep::Inputs } else { Keep::Scan },
+        )
     }
 
     fn alloc_buffers(
@@ -387,7 +403,7 @@ impl GpuIvf {
         s: &Arc<CudaStream>,
         cap: usize,
         cand_floats: usize,
-        whole: bool,
+        keep: Keep,
     ) -> Result<Buffers, GpuError> {
         let max_probe = self.nlist.min(GPU_MAX_CANDIDATES);
         let tiled_probe = self.nlist.min(TILED_MAX_PROBE);
@@ -395,16 +411,18 @@ impl GpuIvf {
             .min(cap * self.top_rows[tiled_probe])
             .max(self.top_rows[tiled_probe])
             .max(1);
-        // A shard's scan reads the queries and probes on their home device and writes into
-        // its reducer slot: only the scan's own work space is allocated here.
-        let home = |len: usize| if whole { len } else { 1 };
+        // A shard's scan reads the queries and probes on their home device (or its own copy
+        // of them) and writes into its reducer slot: only the scan's own work space is
+        // allocated here.
+        let home = |len: usize| if keep == Keep::Whole { len } else { 1 };
+        let inputs = |len: usize| if keep == Keep::Scan { 1 } else { len };
         Ok(Buffers {
             cap,
-            q: s.alloc_zeros(home(cap * self.dim))?,
+            q: s.alloc_zeros(inputs(cap * self.dim))?,
             out_ids: s.alloc_zeros(home(cap * GPU_MAX_K))?,
             out_dist: s.alloc_zeros(home(cap * GPU_MAX_K))?,
             scratch: s.alloc_zeros(home(cap * self.nlist))?,
-            probes: s.alloc_zeros(home(cap * max_probe))?,
+            probes: s.alloc_zeros(inputs(cap * max_probe))?,
             part_ids: s.alloc_zeros(home(cap * GPU_MAX_CANDIDATES))?,
             part_dist: s.alloc_zeros(home(cap * GPU_MAX_CANDIDATES))?,
             counts: s.alloc_zeros(self.nlist)?,
