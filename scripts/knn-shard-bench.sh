@@ -2,10 +2,11 @@
 # Centaur's Fig. 6 shape on one GPU (issue 29): k-NN (1M x 128 SIFT-like, IVF nlist 4096,
 # nprobe 16, k 10) in process against the number of virtual GPUs (N groups of 8 SMs of GPU 0,
 # green contexts), the index replicated on every group vs sharded over them by bytes.
-# Usage: OUT=dir TAG=h200 PART=check|vgpus|served scripts/knn-shard-bench.sh
+# Usage: OUT=dir TAG=h200 PART=check|vgpus|exchange|served scripts/knn-shard-bench.sh
 #   check:  the sharded-vs-whole GPU check (`cohort selftest gpu` runs it too) and the
 #           placement's per-device list bytes for 2, 4, 8 and 15 devices.
 #   vgpus:  `bench engine` gpu-cohort, GROUPS_LIST (1 2 4 8 15) x PLACEMENTS (replicate shard).
+#   exchange: sharded over 2 and 4 groups, partials peer-to-peer vs through host memory.
 #   served: `bench served` gpu-cohort on 8 server cores, 1/2/4 groups sharded vs replicated.
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -30,6 +31,18 @@ vgpus)
         done
         $B bench scaling-plot --title "k-NN 1M x 128 ($pl) on N groups of 8 SMs of one $TAG" \
             --out "$OUT/knn-vgpus-$pl-$TAG.png" "$OUT"/knn-vgpus-$pl-*-$TAG.json | tee "$OUT/knn-vgpus-$pl-$TAG.txt"
+    done
+    ;;
+exchange)
+    # Partial results peer-to-peer vs through mapped host memory (knn.shard_exchange).
+    for x in peer host; do
+        for n in ${GROUPS_LIST:-2 4}; do
+            timeout 120 $B --virtual-gpus "0:${n}x8" bench engine --data $D --nlist $NL --nprobe 16 --k 10 \
+                --engines gpu-cohort --gpus "$(seq -s, 0 $((n - 1)))" --service-opt knn.placement=shard \
+                --service-opt knn.shard_exchange=$x --window 8192 --max-cohort 2048 --duration 2 --drivers 8 \
+                --out "$OUT/knn-exchange-$x-$n-$TAG.json" --log-level warn 2>&1 | tail -n 1 | cut -c1-160
+            echo "rc $? ($x, $n groups)"
+        done
     done
     ;;
 served)
