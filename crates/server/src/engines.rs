@@ -324,10 +324,12 @@ fn start_gpu(
         keep_busy: p.cfg.gpu.cohort_keep_busy,
         streams: p.cfg.gpu.streams.unwrap_or(0),
         graphs: p.cfg.gpu.cohort_graphs,
+        device: None,
     };
     let started = per_gpu(p, lanes, devices, GpuEngine::shutdown, |dev, lane| {
         let backend = backends.next().expect("one backend per serving device");
         let mut cfg = cfg.clone();
+        cfg.device = Some(dev.ordinal);
         if p.cfg.gpu.streams.is_none() {
             cfg.streams = GpuEngineConfig::default_streams(mode, backend.batch_keys());
         }

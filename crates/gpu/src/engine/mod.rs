@@ -119,6 +119,9 @@ pub struct GpuEngineConfig {
     /// gpu-cohort: replay one CUDA graph per (cohort-size bucket, batch key) instead of
     /// launching each copy and kernel (gpu-direct always replays its single-request graphs).
     pub graphs: bool,
+    /// The serving device's index, the `gpu` label of its metrics (virtual GPUs of one device
+    /// share its CUDA ordinal); None: the context's ordinal.
+    pub device: Option<usize>,
 }
 
 impl GpuEngineConfig {
@@ -153,7 +156,7 @@ impl GpuEngine {
             Mode::Cohort => cfg.max_cohort.max(1),
         };
         let ctx = backend.context().clone();
-        let gpu = ctx.ordinal();
+        let gpu = cfg.device.unwrap_or_else(|| ctx.ordinal());
         metrics
             .gpu_memory_used
             .get_or_create(&cohort_engine::metrics::GpuLabels {
