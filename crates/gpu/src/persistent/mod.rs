@@ -227,6 +227,20 @@ pub fn one_stage_blocks(
     }
 }
 
+/// The bytes of an RX slot the ingress copies for a request of at most `payload` bytes: the
+/// slot header and the payload, rounded up to 16 (the copy's unit); an error naming
+/// `service` where the engine's slots (`rx_stride` bytes) are smaller. A larger request
+/// (answered BAD_REQUEST) only needs its header read.
+pub fn rx_copy_bytes(service: &str, payload: usize, rx_stride: usize) -> Result<usize, GpuError> {
+    let copy = (cohort_mq::SLOT_HEADER_BYTES + payload).next_multiple_of(16);
+    if copy > rx_stride {
+        return Err(GpuError::Invalid(format!(
+            "{service}'s requests need RX slots of {copy} bytes; the engine's are {rx_stride}"
+        )));
+    }
+    Ok(copy)
+}
+
 /// How many blocks of `stage` the backend's GPU holds at once (nothing else running): the
 /// unit of `PersistentConfig::blocks` sizing.
 pub fn stage_capacity(backend: &dyn PersistentBackend, stage: &Stage) -> Result<usize, GpuError> {
@@ -270,4 +284,23 @@ pub fn persistent_source(
         LAYOUT.get_or_init(|| Box::leak(rt::layout_asserts().into_boxed_str())),
     ));
     KernelSource::assemble(name, &rt::prelude().and(prelude), &files)
+}
+
+#[cfg(test)]
+mod rx_copy_tests {
+    use super::rx_copy_bytes;
+    use cohort_mq::SLOT_HEADER_BYTES;
+
+    #[test]
+    fn the_copy_is_header_and_payload_rounded_to_16_and_must_fit_the_slot() {
+        let want = (SLOT_HEADER_BYTES + 784).next_multiple_of(16);
+        assert_eq!(rx_copy_bytes("lenet", 784, 4096).unwrap(), want);
+        assert_eq!(want % 16, 0);
+        assert!(want >= SLOT_HEADER_BYTES + 784);
+        assert_eq!(rx_copy_bytes("lenet", 784, want).unwrap(), want);
+        let e = rx_copy_bytes("lenet", 784, want - 1)
+            .unwrap_err()
+            .to_string();
+        assert!(e.contains("lenet") && e.contains(&want.to_string()), "{e}");
+    }
 }

@@ -16,7 +16,9 @@ use super::db::FaceDb;
 use super::kernels::THREADS;
 use super::lbp::{self, BINS};
 use cohort_gpu::persistent::rt::addr;
-use cohort_gpu::persistent::{one_stage_blocks, MappedMemory, PersistentBackend, Prepared, Stage};
+use cohort_gpu::persistent::{
+    one_stage_blocks, rx_copy_bytes, MappedMemory, PersistentBackend, Prepared, Stage,
+};
 use cohort_gpu::{load_module, DeviceInfo, GpuError};
 use cohort_mq::RingMemory;
 use cohort_proto::ErrorCode;
@@ -87,12 +89,7 @@ impl PersistentBackend for FaceverPersistent {
         // Four workers per SM by default: each waits a memcached round trip per batch, so
         // the requests in flight, not the SMs' arithmetic, bound the rate.
         let workers = one_stage_blocks(blocks, 4 * self.sms, "facever")?;
-        let rx_copy = (cohort_mq::SLOT_HEADER_BYTES + super::REQUEST_BYTES).next_multiple_of(16);
-        if rx_copy > rx_stride {
-            return Err(GpuError::Invalid(format!(
-                "facever's requests need RX slots of {rx_copy} bytes; the engine's are {rx_stride}"
-            )));
-        }
+        let rx_copy = rx_copy_bytes("facever", super::REQUEST_BYTES, rx_stride)?;
         let s = self.ctx.default_stream();
         let table = s.clone_htod(&lbp::uniform_table())?;
         let probes = s.alloc_zeros::<f32>(slots * BINS)?;

@@ -136,14 +136,12 @@ impl KnnPersistent {
     fn rx_copy(&self, rx_stride: usize) -> Result<usize, GpuError> {
         let dim = self.ivf.dim;
         let head = cohort_knn::QUERY_HEAD;
-        let rx_copy = (cohort_mq::SLOT_HEADER_BYTES + head + 4 * dim).next_multiple_of(16);
-        if rx_copy > rx_stride {
-            return Err(GpuError::Invalid(format!(
+        cohort_gpu::persistent::rx_copy_bytes("knn", head + 4 * dim, rx_stride).map_err(|_| {
+            GpuError::Invalid(format!(
                 "gpu-persistent carries k-NN vectors of at most {} f32 elements in a ring slot; the index has {dim}",
-                (rx_stride - cohort_mq::SLOT_HEADER_BYTES - head) / 4,
-            )));
-        }
-        Ok(rx_copy)
+                rx_stride.saturating_sub(cohort_mq::SLOT_HEADER_BYTES + head) / 4,
+            ))
+        })
     }
 
     /// The first 16 argument fields, common to both plans.

@@ -6,7 +6,7 @@ use super::gpu::DeviceWeights;
 use super::kernels::P_THREADS;
 use super::model::Weights;
 use cohort_gpu::persistent::rt::addr;
-use cohort_gpu::persistent::{one_stage_blocks, PersistentBackend, Prepared, Stage};
+use cohort_gpu::persistent::{one_stage_blocks, rx_copy_bytes, PersistentBackend, Prepared, Stage};
 use cohort_gpu::{load_module, DeviceInfo, GpuError};
 use cudarc::driver::{CudaContext, CudaModule};
 use std::sync::Arc;
@@ -55,15 +55,7 @@ impl PersistentBackend for LenetPersistent {
     ) -> Result<Prepared, GpuError> {
         // Two workers per SM by default: one image each, the SM's cores shared between them.
         let workers = one_stage_blocks(blocks, 2 * self.sms, "lenet")?;
-        // The header and the image, rounded up to 16: the ingress copies no more. A larger
-        // request (BAD_REQUEST) only needs its header read.
-        let rx_copy =
-            (cohort_mq::SLOT_HEADER_BYTES + super::model::IMAGE_BYTES).next_multiple_of(16);
-        if rx_copy > rx_stride {
-            return Err(GpuError::Invalid(format!(
-                "lenet's requests need RX slots of {rx_copy} bytes; the engine's are {rx_stride}"
-            )));
-        }
+        let rx_copy = rx_copy_bytes("lenet", super::model::IMAGE_BYTES, rx_stride)?;
         let s = self.ctx.default_stream();
         let w = &self.weights;
         let args = LenetArgs {
