@@ -239,12 +239,16 @@ impl Egress {
         }
     }
 
-    pub(super) fn run(mut self) {
+    /// Serves the lane until told to stop; then stops the kernels and hands its GPU state
+    /// back unfreed (None where it had to be leaked): the caller frees it once every engine
+    /// of the device has stopped its kernels, since a free waits for every kernel of the
+    /// device and would block another engine's thread before it could stop its own.
+    pub(super) fn run(mut self) -> Option<Egress> {
         let _guard = self.lane.health_guard();
         self.lane.bell.bind_current();
         if let Err(e) = self.backend.context().bind_to_thread() {
             tracing::error!(error = %e, "gpu-persistent: binding the context failed");
-            return;
+            return Some(self);
         }
         let mut last_progress = Instant::now();
         let mut last_check = Instant::now();
@@ -252,8 +256,7 @@ impl Egress {
         let mut spins = 0u32;
         loop {
             if self.stop.load(Ordering::Acquire) {
-                self.shutdown();
-                return;
+                return self.shutdown();
             }
             if self.drain(512) > 0 {
                 last_progress = Instant::now();
@@ -287,13 +290,13 @@ impl Egress {
                     self.stats.faults.fetch_add(1, Ordering::Relaxed);
                     tracing::error!(error = %e, "gpu-persistent: a kernel failed; the lane stops and its requests are answered INTERNAL");
                     self.leak();
-                    return;
+                    return None;
                 }
                 if now - last_progress > self.watchdog {
                     if let Err(e) = self.restart() {
                         tracing::error!(error = %e, "gpu-persistent: restart failed; the lane stops");
                         self.leak();
-                        return;
+                        return None;
                     }
                     last_progress = Instant::now();
                 }
@@ -429,7 +432,7 @@ impl Egress {
         Ok(())
     }
 
-    fn shutdown(mut self) {
+    fn shutdown(mut self) -> Option<Egress> {
         let h = &self.ring_to_ring;
         tracing::info!(
             answered = self.stats.answered.load(Ordering::Relaxed),
@@ -461,12 +464,14 @@ impl Egress {
         if let Err(e) = self.stop_kernels(STOP_TIMEOUT) {
             tracing::error!(error = %e, "gpu-persistent: kernels did not stop at shutdown");
             self.leak();
-            return;
+            return None;
         }
-        // Stopped (the state is freed when `self` drops); the ingress warp flushed its clock.
+        // Stopped (the state is freed when the caller drops it); the ingress warp flushed its
+        // clock.
         if self.profile > 0 {
             self.report_profile();
         }
+        Some(self)
     }
 
     fn report_profile(&self) {

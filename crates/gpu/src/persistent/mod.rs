@@ -116,7 +116,8 @@ pub struct LaneStats {
 
 /// One GPU's persistent kernels and their egress thread.
 pub struct PersistentEngine {
-    thread: Option<JoinHandle<()>>,
+    /// The egress thread; it returns the lane's GPU state, kernels stopped, not yet freed.
+    thread: Option<JoinHandle<Option<egress::Egress>>>,
     stop: Arc<AtomicBool>,
     pub stats: Arc<LaneStats>,
 }
@@ -182,32 +183,34 @@ impl PersistentEngine {
         Ok(started)
     }
 
-    /// Shuts every engine down at once: each is told to stop before any is waited for. Freeing
-    /// one engine's GPU state waits for every kernel of its device, so engines sharing a
-    /// device (virtual GPUs) stopped one after another would wait on each other forever
-    /// (measured on the H200: the second of two groups never shut down).
-    pub fn shutdown_all(engines: Vec<PersistentEngine>) {
+    /// Shuts every engine down together: each is told to stop, every one's kernels stop, and
+    /// only then is any GPU state freed. Freeing waits for every kernel of the device, and
+    /// the driver holds other threads' calls meanwhile, so engines sharing a device (virtual
+    /// GPUs) that freed while another had not yet stopped its kernels waited on each other
+    /// forever (measured on the H200: a run on two or more groups never ended).
+    pub fn shutdown_all(mut engines: Vec<PersistentEngine>) {
         for e in &engines {
             e.stop.store(true, Ordering::Release);
         }
-        engines.into_iter().for_each(PersistentEngine::shutdown);
+        let states: Vec<_> = engines.iter_mut().map(PersistentEngine::join).collect();
+        drop(states);
     }
 
     /// Serves what is queued (bounded wait), then stops the kernels and frees the GPU state.
-    pub fn shutdown(mut self) {
+    pub fn shutdown(self) {
+        PersistentEngine::shutdown_all(vec![self]);
+    }
+
+    /// Stops the egress thread and takes the lane's GPU state (kernels stopped) from it.
+    fn join(&mut self) -> Option<egress::Egress> {
         self.stop.store(true, Ordering::Release);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
+        self.thread.take().and_then(|t| t.join().ok().flatten())
     }
 }
 
 impl Drop for PersistentEngine {
     fn drop(&mut self) {
-        self.stop.store(true, Ordering::Release);
-        if let Some(t) = self.thread.take() {
-            let _ = t.join();
-        }
+        drop(self.join());
     }
 }
 
