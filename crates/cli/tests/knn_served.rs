@@ -28,24 +28,6 @@ fn json(path: &std::path::Path) -> serde_json::Value {
     serde_json::from_slice(&std::fs::read(path).unwrap()).unwrap()
 }
 
-/// Folder under the target dir, removed when dropped (tests leave nothing in /tmp).
-struct Scratch(std::path::PathBuf);
-impl Scratch {
-    fn new(name: &str) -> Scratch {
-        let d = std::env::temp_dir().join(format!("cohort-{name}-{}", std::process::id()));
-        std::fs::create_dir_all(&d).unwrap();
-        Scratch(d)
-    }
-    fn path(&self, f: &str) -> String {
-        self.0.join(f).to_str().unwrap().to_string()
-    }
-}
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
-}
-
 #[test]
 fn served_knn_recall_equals_the_index_recall_against_exact_search() {
     let d = Scratch::new("knn-served");

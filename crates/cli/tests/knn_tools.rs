@@ -3,7 +3,9 @@
 //! (its calibration point predicted exactly, a run that did not start left out by name, a
 //! clear error where overheads can be neither measured nor read).
 
-use std::path::{Path, PathBuf};
+mod common;
+use common::Scratch;
+use std::path::Path;
 use std::process::{Command, Output};
 
 /// `cohort CMD --log-level warn ARGS...` (a model tool takes every argument after its name
@@ -29,23 +31,6 @@ fn ok(o: &Output) -> String {
     let t = text(o);
     assert!(o.status.success(), "{t}");
     t
-}
-
-struct Scratch(PathBuf);
-impl Scratch {
-    fn new(name: &str) -> Scratch {
-        let d = std::env::temp_dir().join(format!("cohort-{name}-{}", std::process::id()));
-        std::fs::create_dir_all(&d).unwrap();
-        Scratch(d)
-    }
-    fn path(&self, f: &str) -> String {
-        self.0.join(f).to_str().unwrap().to_string()
-    }
-}
-impl Drop for Scratch {
-    fn drop(&mut self) {
-        let _ = std::fs::remove_dir_all(&self.0);
-    }
 }
 
 fn small_index(d: &Scratch) -> (String, String) {

@@ -213,3 +213,25 @@ pub fn udp_answer(s: &std::net::UdpSocket) -> Answered {
     let f = cohort_proto::Frame::decode_datagram(&b[..n], cohort_proto::MAX_PAYLOAD);
     answered(&f.expect("a frame"))
 }
+
+/// A folder under the system's temp dir for one test's files, removed when dropped (tests
+/// leave nothing behind).
+pub struct Scratch(pub std::path::PathBuf);
+
+impl Scratch {
+    pub fn new(name: &str) -> Scratch {
+        let d = std::env::temp_dir().join(format!("cohort-{name}-{}", std::process::id()));
+        std::fs::create_dir_all(&d).unwrap();
+        Scratch(d)
+    }
+
+    pub fn path(&self, f: &str) -> String {
+        self.0.join(f).to_str().unwrap().to_string()
+    }
+}
+
+impl Drop for Scratch {
+    fn drop(&mut self) {
+        let _ = std::fs::remove_dir_all(&self.0);
+    }
+}

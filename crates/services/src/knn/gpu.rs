@@ -108,14 +108,7 @@ impl StreamBuffers for KnnBuffers {
             &mut self.bufs.q.slice_mut(0..rows * dim),
         )?;
         self.ivf.launch_into(s, &mut self.bufs, rows, k, nprobe)?;
-        s.memcpy_dtoh(
-            &self.bufs.out_ids.slice(0..rows * k),
-            &mut self.ids.as_mut_slice()[..rows * k],
-        )?;
-        s.memcpy_dtoh(
-            &self.bufs.out_dist.slice(0..rows * k),
-            &mut self.dist.as_mut_slice()[..rows * k],
-        )?;
+        copy_answers_out(s, &self.bufs, &mut self.ids, &mut self.dist, rows, k)?;
         self.k_out = k;
         Ok(())
     }
@@ -139,6 +132,27 @@ pub(super) fn write_answer(ids: &[u32], dist: &[f32], out: &mut Vec<u8>) {
         out.extend_from_slice(&id.to_le_bytes());
         out.extend_from_slice(&d.to_le_bytes());
     }
+}
+
+/// The k nearest of the first `rows` queries (`b.out_ids` / `b.out_dist`) into the pinned
+/// rows `answer` reads, on `s`.
+pub(super) fn copy_answers_out(
+    s: &Arc<CudaStream>,
+    b: &Buffers,
+    ids: &mut Pinned<u32>,
+    dist: &mut Pinned<f32>,
+    rows: usize,
+    k: usize,
+) -> Result<(), GpuError> {
+    s.memcpy_dtoh(
+        &b.out_ids.slice(0..rows * k),
+        &mut ids.as_mut_slice()[..rows * k],
+    )?;
+    s.memcpy_dtoh(
+        &b.out_dist.slice(0..rows * k),
+        &mut dist.as_mut_slice()[..rows * k],
+    )?;
+    Ok(())
 }
 
 #[cfg(test)]

@@ -13,7 +13,7 @@
 //! copies the cohort in and writes its partials there, the home copies the rows back in.
 
 use super::config::Exchange;
-use super::gpu::{key, unkey, write_answer};
+use super::gpu::{copy_answers_out, key, unkey, write_answer};
 use super::gpu_ivf::reducer::check_devices;
 use super::gpu_ivf::{check_shape, Buffers, GpuIvf};
 use super::{parse_head, vector_into};
@@ -383,14 +383,7 @@ impl ShardedBuffers {
             &mut self.bufs.part_dist.slice_mut(0..n),
         )?;
         home.reduce_into(s, &mut self.bufs, rows, devices, k)?;
-        s.memcpy_dtoh(
-            &self.bufs.out_ids.slice(0..rows * k),
-            &mut self.ids.as_mut_slice()[..rows * k],
-        )?;
-        s.memcpy_dtoh(
-            &self.bufs.out_dist.slice(0..rows * k),
-            &mut self.dist.as_mut_slice()[..rows * k],
-        )?;
+        copy_answers_out(s, &self.bufs, &mut self.ids, &mut self.dist, rows, k)?;
         self.k_out = k;
         Ok(())
     }
@@ -439,14 +432,7 @@ impl StreamBuffers for ShardedBuffers {
             s.wait(&scan.done)?;
         }
         home.reduce_into(s, &mut self.bufs, rows, devices, k)?;
-        s.memcpy_dtoh(
-            &self.bufs.out_ids.slice(0..rows * k),
-            &mut self.ids.as_mut_slice()[..rows * k],
-        )?;
-        s.memcpy_dtoh(
-            &self.bufs.out_dist.slice(0..rows * k),
-            &mut self.dist.as_mut_slice()[..rows * k],
-        )?;
+        copy_answers_out(s, &self.bufs, &mut self.ids, &mut self.dist, rows, k)?;
         self.k_out = k;
         Ok(())
     }

@@ -137,25 +137,23 @@ pub fn probe_shares(ix: &IvfIndex, queries: &[f32], nprobe: usize) -> Vec<f64> {
 /// s of eq. 9: rows scanned per query over rows scanned plus centroids compared (both are
 /// `dim`-long distance computations; the filter compares every centroid).
 pub fn scan_share(ix: &IvfIndex, probed: &[f64]) -> f64 {
-    let rows: f64 = ix
-        .cell_sizes()
+    let rows = rows_per_query(ix, probed);
+    rows / (rows + ix.nlist as f64)
+}
+
+/// The rows a query scans on average: sum over the lists of f_l |l|.
+pub fn rows_per_query(ix: &IvfIndex, probed: &[f64]) -> f64 {
+    ix.cell_sizes()
         .iter()
         .zip(probed)
         .map(|(&s, &f)| s as f64 * f)
-        .sum();
-    rows / (rows + ix.nlist as f64)
+        .sum()
 }
 
 /// Eq. 3's bytes per query: the probed rows (f32). The centroids are not counted: a cohort's
 /// filter reads them once per tile of queries, from L2 (2 MiB at 4096 x 128).
 pub fn bytes_per_query(ix: &IvfIndex, probed: &[f64]) -> f64 {
-    let rows: f64 = ix
-        .cell_sizes()
-        .iter()
-        .zip(probed)
-        .map(|(&s, &f)| s as f64 * f)
-        .sum();
-    rows * ix.dim as f64 * 4.0
+    rows_per_query(ix, probed) * ix.dim as f64 * 4.0
 }
 
 /// c_r of eq. 2: a request's host work in microseconds, one thread: encoding it (the client's
