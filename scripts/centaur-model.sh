@@ -10,8 +10,7 @@ cd "$(dirname "$0")/.."
 . scripts/lib/gpu-env.sh
 OUT=${OUT:-bench/results}; TAG=${TAG:-h100}; mkdir -p "$OUT"
 t0=$(date +%s)
-[ -f $D/groundtruth.ivecs ] || $B data synth --n 1000000 --dim 128 --queries 1000 --out $D --log-level warn
-[ -f $IX ] || $B index build --base $D/base.fvecs --nlist $NL --out $IX --log-level warn
+knn_data
 engine() { # groups placement window
     timeout 120 $B --virtual-gpus "0:${1}x8" bench engine --data $D --nlist $NL --nprobe 16 --k 10 \
         --engines gpu-cohort --gpus "$(seq -s, 0 $(($1 - 1)))" --service-opt knn.placement=$2 \

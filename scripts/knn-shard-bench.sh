@@ -13,8 +13,7 @@ cd "$(dirname "$0")/.."
 . scripts/lib/gpu-env.sh
 OUT=${OUT:-bench/results}; TAG=${TAG:-h200}; mkdir -p "$OUT"
 t0=$(date +%s)
-[ -f $D/groundtruth.ivecs ] || $B data synth --n 1000000 --dim 128 --queries 1000 --out $D --log-level warn
-[ -f $IX ] || $B index build --base $D/base.fvecs --nlist $NL --out $IX --log-level warn
+knn_data
 echo "data and index: $(( $(date +%s) - t0 )) s"
 case ${PART:-vgpus} in
 check)

@@ -5,3 +5,9 @@ export LD_LIBRARY_PATH="${nv}:${LD_LIBRARY_PATH:-}" CUDA_MODULE_LOADING=EAGER
 export COHORT_KERNEL_CACHE=/tmp/cohort-kernels
 B=dist/cohort
 D=/tmp/sift-like-1m; NL=4096; IX=$D/ivf$NL.index
+
+# The k-NN data set and its index, built once per machine (kept in /tmp between calls).
+knn_data() {
+    [ -f $D/groundtruth.ivecs ] || $B data synth --n 1000000 --dim 128 --queries 1000 --out $D --log-level warn
+    [ -f $IX ] || $B index build --base $D/base.fvecs --nlist $NL --out $IX --log-level warn
+}

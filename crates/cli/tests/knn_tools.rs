@@ -118,30 +118,25 @@ fn the_model_predicts_its_calibration_and_names_what_it_left_out() {
     )
     .unwrap();
     let out = d.path("model/m");
-    let mut args = vec!["model", "centaur", "knn"];
-    args.extend(runs.iter().map(|s| s.as_str()));
-    args.extend([
-        "--index",
-        &ix,
-        "--queries",
-        &q,
-        "--overheads",
-        &over,
-        "--out",
-        &out,
-    ]);
-    let printed = ok(&cohort(&args));
+    // `cohort model centaur knn RUNS... --index --queries [--overheads] --out`.
+    let model = |runs: &[&str], overheads: Option<&str>| {
+        let mut args = vec!["model", "centaur", "knn"];
+        args.extend(runs);
+        args.extend(["--index", &ix, "--queries", &q, "--out", &out]);
+        if let Some(o) = overheads {
+            args.extend(["--overheads", o]);
+        }
+        cohort(&args)
+    };
+    let all: Vec<&str> = runs.iter().map(|s| s.as_str()).collect();
+    let printed = ok(&model(&all, Some(&over)));
     assert!(
         printed.contains("left out") && printed.contains("out of memory"),
         "{printed}"
     );
     let v: serde_json::Value =
         serde_json::from_slice(&std::fs::read(format!("{out}.json")).unwrap()).unwrap();
-    let rows = v["results"]["runs"]
-        .as_array()
-        .or_else(|| v["runs"].as_array())
-        .expect("runs")
-        .clone();
+    let rows = v["results"]["runs"].as_array().expect("runs").clone();
     assert_eq!(rows.len(), 3, "{v}");
     let one = rows.iter().find(|r| r["devices"] == 1).unwrap();
     assert!(one["error"].as_f64().unwrap().abs() < 1e-9, "{one}");
@@ -157,26 +152,13 @@ fn the_model_predicts_its_calibration_and_names_what_it_left_out() {
         assert!(std::fs::metadata(format!("{out}{f}")).unwrap().len() > 1000);
     }
     // Without --overheads and without a GPU: a clear error, not a crash.
-    let mut args = vec!["model", "centaur", "knn", runs[0].as_str()];
-    args.extend(["--index", &ix, "--queries", &q, "--out", &out]);
-    let o = cohort(&args);
+    let o = model(&all[..1], None);
     if !o.status.success() {
         let t = text(&o);
         assert!(t.contains("--overheads"), "{t}");
     }
     // No one-device run: nothing to calibrate eq. 6 with.
-    let mut args = vec!["model", "centaur", "knn", runs[1].as_str()];
-    args.extend([
-        "--index",
-        &ix,
-        "--queries",
-        &q,
-        "--overheads",
-        &over,
-        "--out",
-        &out,
-    ]);
-    let o = cohort(&args);
+    let o = model(&all[1..2], Some(&over));
     assert!(
         !o.status.success() && text(&o).contains("one-device"),
         "{}",

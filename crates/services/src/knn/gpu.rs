@@ -59,18 +59,13 @@ impl GpuBackend for KnnGpu {
         cap: usize,
     ) -> Result<Box<dyn StreamBuffers>, GpuError> {
         let ctx = &self.ivf.ctx;
-        let k = super::gpu_ivf::GPU_MAX_K;
         // Zeroed: graph buckets copy whole buckets, and rows never staged must be numbers.
         let q = Pinned::for_uploads(ctx, cap * self.ivf.dim)?;
-        let ids = Pinned::for_reads(ctx, cap * k)?;
-        let dist = Pinned::for_reads(ctx, cap * k)?;
         Ok(Box::new(KnnBuffers {
             ivf: self.ivf.clone(),
             bufs: self.ivf.buffers(stream, cap)?,
             q,
-            ids,
-            dist,
-            k_out: 0,
+            answers: PinnedAnswers::new(ctx, cap)?,
         }))
     }
 
@@ -83,10 +78,7 @@ struct KnnBuffers {
     ivf: Arc<GpuIvf>,
     bufs: Buffers,
     q: Pinned<f32>,
-    ids: Pinned<u32>,
-    dist: Pinned<f32>,
-    /// k of the batch last enqueued (row stride of ids/dist).
-    k_out: usize,
+    answers: PinnedAnswers,
 }
 
 impl StreamBuffers for KnnBuffers {
@@ -108,24 +100,18 @@ impl StreamBuffers for KnnBuffers {
             &mut self.bufs.q.slice_mut(0..rows * dim),
         )?;
         self.ivf.launch_into(s, &mut self.bufs, rows, k, nprobe)?;
-        copy_answers_out(s, &self.bufs, &mut self.ids, &mut self.dist, rows, k)?;
-        self.k_out = k;
-        Ok(())
+        self.answers.copy_out(s, &self.bufs, rows, k)
     }
 
     fn answer(&mut self, key: u64, row: usize, out: &mut Vec<u8>) -> Result<(), ErrorPayload> {
-        let (k, _) = unkey(key);
-        debug_assert_eq!(k, self.k_out);
-        let ids = &self.ids.as_slice()[row * k..(row + 1) * k];
-        let dist = &self.dist.as_slice()[row * k..(row + 1) * k];
-        write_answer(ids, dist, out);
+        self.answers.write(key, row, out);
         Ok(())
     }
 }
 
 /// One row's answer in the layout of `encode_response_into`, skipping padding ids (fewer
 /// than k candidates), as `super::gpu_ivf::to_neighbors` does.
-pub(super) fn write_answer(ids: &[u32], dist: &[f32], out: &mut Vec<u8>) {
+fn write_answer(ids: &[u32], dist: &[f32], out: &mut Vec<u8>) {
     let n = ids.iter().filter(|&&id| id != NO_ID).count();
     out.extend_from_slice(&(n as u32).to_le_bytes());
     for (id, d) in ids.iter().zip(dist).filter(|(&id, _)| id != NO_ID) {
@@ -134,25 +120,53 @@ pub(super) fn write_answer(ids: &[u32], dist: &[f32], out: &mut Vec<u8>) {
     }
 }
 
-/// The k nearest of the first `rows` queries (`b.out_ids` / `b.out_dist`) into the pinned
-/// rows `answer` reads, on `s`.
-pub(super) fn copy_answers_out(
-    s: &Arc<CudaStream>,
-    b: &Buffers,
-    ids: &mut Pinned<u32>,
-    dist: &mut Pinned<f32>,
-    rows: usize,
+/// A slot's answers in pinned host memory: the k nearest of each row of the cohort last
+/// enqueued, as its batch backend (whole or sharded index) copied them out.
+pub(super) struct PinnedAnswers {
+    ids: Pinned<u32>,
+    dist: Pinned<f32>,
+    /// k of the batch last enqueued (row stride of ids/dist).
     k: usize,
-) -> Result<(), GpuError> {
-    s.memcpy_dtoh(
-        &b.out_ids.slice(0..rows * k),
-        &mut ids.as_mut_slice()[..rows * k],
-    )?;
-    s.memcpy_dtoh(
-        &b.out_dist.slice(0..rows * k),
-        &mut dist.as_mut_slice()[..rows * k],
-    )?;
-    Ok(())
+}
+
+impl PinnedAnswers {
+    pub(super) fn new(ctx: &Arc<CudaContext>, cap: usize) -> Result<PinnedAnswers, GpuError> {
+        let k = super::gpu_ivf::GPU_MAX_K;
+        Ok(PinnedAnswers {
+            ids: Pinned::for_reads(ctx, cap * k)?,
+            dist: Pinned::for_reads(ctx, cap * k)?,
+            k: 0,
+        })
+    }
+
+    /// The k nearest of the first `rows` queries (`b.out_ids` / `b.out_dist`), on `s`.
+    pub(super) fn copy_out(
+        &mut self,
+        s: &Arc<CudaStream>,
+        b: &Buffers,
+        rows: usize,
+        k: usize,
+    ) -> Result<(), GpuError> {
+        s.memcpy_dtoh(
+            &b.out_ids.slice(0..rows * k),
+            &mut self.ids.as_mut_slice()[..rows * k],
+        )?;
+        s.memcpy_dtoh(
+            &b.out_dist.slice(0..rows * k),
+            &mut self.dist.as_mut_slice()[..rows * k],
+        )?;
+        self.k = k;
+        Ok(())
+    }
+
+    /// Row `row`'s answer (after the slot's stream finished), for a batch of `key`.
+    pub(super) fn write(&self, key: u64, row: usize, out: &mut Vec<u8>) {
+        let (k, _) = unkey(key);
+        debug_assert_eq!(k, self.k);
+        let ids = &self.ids.as_slice()[row * k..(row + 1) * k];
+        let dist = &self.dist.as_slice()[row * k..(row + 1) * k];
+        write_answer(ids, dist, out);
+    }
 }
 
 #[cfg(test)]

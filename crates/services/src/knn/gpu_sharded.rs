@@ -13,7 +13,7 @@
 //! copies the cohort in and writes its partials there, the home copies the rows back in.
 
 use super::config::Exchange;
-use super::gpu::{copy_answers_out, key, unkey, write_answer};
+use super::gpu::{key, unkey, PinnedAnswers};
 use super::gpu_ivf::reducer::check_devices;
 use super::gpu_ivf::{check_shape, Buffers, GpuIvf};
 use super::{parse_head, vector_into};
@@ -199,7 +199,6 @@ impl GpuBackend for KnnShardedGpu {
     ) -> Result<Box<dyn StreamBuffers>, GpuError> {
         let ivf = self.ivf();
         let ctx = &ivf.ctx;
-        let k = super::gpu_ivf::GPU_MAX_K;
         let mut scans = Vec::new();
         for (d, dev) in self.set.devices.iter().enumerate() {
             if d == self.home {
@@ -212,21 +211,18 @@ impl GpuBackend for KnnShardedGpu {
             let done = dev.ctx.new_event(None)?;
             scans.push(Scan { d, s, bufs, done });
         }
-        let exchange = match self.set.route {
-            Route::Peer => None,
-            Route::Host => Some(HostExchange::new(&self.set, cap)?),
+        let staging = match self.set.route {
+            Route::Peer => Staging::Pinned(Pinned::for_uploads(ctx, cap * ivf.dim)?),
+            Route::Host => Staging::Host(HostExchange::new(&self.set, cap)?),
         };
         Ok(Box::new(ShardedBuffers {
             set: self.set.clone(),
             home: self.home,
-            exchange,
+            staging,
             bufs: ivf.buffers(stream, cap)?,
             filtered: ctx.new_event(None)?,
             scans,
-            q: Pinned::for_uploads(ctx, cap * ivf.dim)?,
-            ids: Pinned::for_reads(ctx, cap * k)?,
-            dist: Pinned::for_reads(ctx, cap * k)?,
-            k_out: 0,
+            answers: PinnedAnswers::new(ctx, cap)?,
         }))
     }
 
@@ -263,15 +259,16 @@ struct HostExchange {
 
 impl HostExchange {
     fn new(set: &ShardSet, cap: usize) -> Result<HostExchange, GpuError> {
-        let home = &set.devices[0];
+        // Mapped for every context (portable), so any device's may allocate it.
+        let first = &set.devices[0];
         let align = |x: usize| x.next_multiple_of(256);
         let q = 0;
-        let probes = align(q + 4 * cap * home.dim);
+        let probes = align(q + 4 * cap * first.dim);
         let rows = cap * set.devices.len() * HOST_EXCHANGE_MAX_K;
         let ids = align(probes + 4 * cap * super::gpu_ivf::TILED_MAX_PROBE);
         let dist = align(ids + 4 * rows);
         let end = align(dist + 4 * rows);
-        let mem = MappedMemory::zeroed(&home.ctx, end)?;
+        let mem = MappedMemory::zeroed(&first.ctx, end)?;
         let base = set
             .devices
             .iter()
@@ -301,19 +298,23 @@ impl HostExchange {
     }
 }
 
+/// Where a slot stages its cohort's queries: pinned memory the home uploads from
+/// (`Route::Peer`), or the host exchange every device copies from (`Route::Host`).
+enum Staging {
+    Pinned(Pinned<f32>),
+    Host(HostExchange),
+}
+
 struct ShardedBuffers {
     set: Arc<ShardSet>,
     home: usize,
-    exchange: Option<HostExchange>,
+    staging: Staging,
     /// The home's buffers: queries, probes, reducer rows, answers (and its own scan).
     bufs: Buffers,
     /// Recorded on the home's stream once the probes are in.
     filtered: CudaEvent,
     scans: Vec<Scan>,
-    q: Pinned<f32>,
-    ids: Pinned<u32>,
-    dist: Pinned<f32>,
-    k_out: usize,
+    answers: PinnedAnswers,
 }
 
 impl ShardedBuffers {
@@ -330,7 +331,9 @@ impl ShardedBuffers {
         let devices = self.set.devices.len();
         let dim = home.dim;
         assert!(k <= HOST_EXCHANGE_MAX_K, "batch_key refuses larger k");
-        let x = self.exchange.as_mut().expect("host route");
+        let Staging::Host(x) = &mut self.staging else {
+            unreachable!("the host route stages in the exchange")
+        };
         let (xq, xp, xi, xd) = (x.q, x.probes, x.ids, x.dist);
         s.memcpy_htod(
             &x.host::<f32>(xq, rows * dim)[..],
@@ -342,14 +345,16 @@ impl ShardedBuffers {
             x.host::<u32>(xp, rows * nprobe),
         )?;
         self.filtered.record(s)?;
-        // Column d of every reducer row, in host memory as device d's context addresses it.
-        let io = |base: u64, scan: &mut Buffers, ss: &CudaStream| super::gpu_ivf::ScanIo {
-            queries: Dev::of(&scan.q, ss),
-            probes: Dev::of(&scan.probes, ss),
-            out_ids: Dev::raw(base + xi as u64),
-            out_dist: Dev::raw(base + xd as u64),
-            out_stride: devices * k,
-        };
+        // Device d scans its copy of the cohort into column d of every reducer row, in host
+        // memory as its context addresses it.
+        let io =
+            |base: u64, d: usize, scan: &mut Buffers, ss: &CudaStream| super::gpu_ivf::ScanIo {
+                queries: Dev::of(&scan.q, ss),
+                probes: Dev::of(&scan.probes, ss),
+                out_ids: Dev::raw(base + (xi + d * k * 4) as u64),
+                out_dist: Dev::raw(base + (xd + d * k * 4) as u64),
+                out_stride: devices * k,
+            };
         for scan in &mut self.scans {
             scan.s.wait(&self.filtered)?;
             scan.s.memcpy_htod(
@@ -360,15 +365,11 @@ impl ShardedBuffers {
                 &x.host::<u32>(xp, rows * nprobe)[..],
                 &mut scan.bufs.probes.slice_mut(0..rows * nprobe),
             )?;
-            let mut at = io(x.base[scan.d], &mut scan.bufs, &scan.s);
-            at.out_ids = Dev::raw(at.out_ids.addr() + (scan.d * k * 4) as u64);
-            at.out_dist = Dev::raw(at.out_dist.addr() + (scan.d * k * 4) as u64);
+            let at = io(x.base[scan.d], scan.d, &mut scan.bufs, &scan.s);
             self.set.devices[scan.d].scan_into(&scan.s, &mut scan.bufs, at, rows, k, nprobe)?;
             scan.done.record(&scan.s)?;
         }
-        let mut at = io(x.base[self.home], &mut self.bufs, s);
-        at.out_ids = Dev::raw(at.out_ids.addr() + (self.home * k * 4) as u64);
-        at.out_dist = Dev::raw(at.out_dist.addr() + (self.home * k * 4) as u64);
+        let at = io(x.base[self.home], self.home, &mut self.bufs, s);
         home.scan_into(s, &mut self.bufs, at, rows, k, nprobe)?;
         for scan in &self.scans {
             s.wait(&scan.done)?;
@@ -383,9 +384,7 @@ impl ShardedBuffers {
             &mut self.bufs.part_dist.slice_mut(0..n),
         )?;
         home.reduce_into(s, &mut self.bufs, rows, devices, k)?;
-        copy_answers_out(s, &self.bufs, &mut self.ids, &mut self.dist, rows, k)?;
-        self.k_out = k;
-        Ok(())
+        self.answers.copy_out(s, &self.bufs, rows, k)
     }
 }
 
@@ -394,27 +393,27 @@ impl StreamBuffers for ShardedBuffers {
         let ivf = &self.set.devices[self.home];
         let dim = ivf.dim;
         let head = parse_head(payload, dim, ivf.nlist, ivf.n)?;
-        let q = match &mut self.exchange {
+        let q = match &mut self.staging {
+            Staging::Pinned(q) => &mut q.as_mut_slice()[row * dim..(row + 1) * dim],
             // Staged where every device copies it from.
-            Some(x) => {
+            Staging::Host(x) => {
                 let at = x.q;
                 &mut x.host::<f32>(at, (row + 1) * dim)[row * dim..]
             }
-            None => &mut self.q.as_mut_slice()[row * dim..(row + 1) * dim],
         };
         vector_into(payload, head, q)
     }
 
     fn enqueue(&mut self, s: &Arc<CudaStream>, key: u64, rows: usize) -> Result<(), GpuError> {
-        if self.exchange.is_some() {
+        let Staging::Pinned(q) = &self.staging else {
             return self.enqueue_through_host(s, key, rows);
-        }
+        };
         let (k, nprobe) = unkey(key);
         let home = &self.set.devices[self.home];
         let devices = self.set.devices.len();
         let dim = home.dim;
         s.memcpy_htod(
-            &self.q.as_slice()[..rows * dim],
+            &q.as_slice()[..rows * dim],
             &mut self.bufs.q.slice_mut(0..rows * dim),
         )?;
         home.filter_into(s, &mut self.bufs, rows, nprobe)?;
@@ -432,17 +431,11 @@ impl StreamBuffers for ShardedBuffers {
             s.wait(&scan.done)?;
         }
         home.reduce_into(s, &mut self.bufs, rows, devices, k)?;
-        copy_answers_out(s, &self.bufs, &mut self.ids, &mut self.dist, rows, k)?;
-        self.k_out = k;
-        Ok(())
+        self.answers.copy_out(s, &self.bufs, rows, k)
     }
 
     fn answer(&mut self, key: u64, row: usize, out: &mut Vec<u8>) -> Result<(), ErrorPayload> {
-        let (k, _) = unkey(key);
-        debug_assert_eq!(k, self.k_out);
-        let ids = &self.ids.as_slice()[row * k..(row + 1) * k];
-        let dist = &self.dist.as_slice()[row * k..(row + 1) * k];
-        write_answer(ids, dist, out);
+        self.answers.write(key, row, out);
         Ok(())
     }
 }
