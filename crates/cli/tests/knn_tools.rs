@@ -151,6 +151,13 @@ fn the_model_predicts_its_calibration_and_names_what_it_left_out() {
     for f in ["-fig6.png", "-fig2.png"] {
         assert!(std::fs::metadata(format!("{out}{f}")).unwrap().len() > 1000);
     }
+    // An earlier run's JSON serves as --overheads (its measured O_k, O_q, g, bandwidth).
+    let earlier = d.path("earlier.json");
+    std::fs::copy(format!("{out}.json"), &earlier).unwrap();
+    ok(&model(&all[..2], Some(&earlier)));
+    let again: serde_json::Value =
+        serde_json::from_slice(&std::fs::read(format!("{out}.json")).unwrap()).unwrap();
+    assert_eq!(again["results"]["overheads"], v["results"]["overheads"]);
     // Without --overheads and without a GPU: a clear error, not a crash.
     let o = model(&all[..1], None);
     if !o.status.success() {

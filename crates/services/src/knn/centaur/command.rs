@@ -282,8 +282,10 @@ fn read_overheads(p: &Path) -> Result<Overheads, String> {
     let text = std::fs::read_to_string(p).map_err(|e| format!("{}: {e}", p.display()))?;
     let v: serde_json::Value =
         serde_json::from_str(&text).map_err(|e| format!("{}: {e}", p.display()))?;
+    // An earlier model run's JSON keeps them under `results` (as every recorded result);
+    // a hand-written file may give them at the top.
     let o = v
-        .get("result")
+        .get("results")
         .unwrap_or(&v)
         .get("overheads")
         .ok_or_else(|| {
