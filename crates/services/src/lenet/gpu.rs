@@ -1,10 +1,12 @@
 //! LeNet's GPU batch backend (gpu-direct, gpu-cohort): the weights resident on the device; a
 //! cohort's images staged in pinned memory, copied in as bytes (784 per image), run through
 //! `kernels/lenet.cu` (the convolutions per image, the dense layers as two GEMMs over the
-//! cohort), and only the ten logits per image copied back. The digit is taken from them on
-//! the host, by the same rule as the CPU twin.
+//! cohort; on the tensor cores or the CUDA cores as `lenet.math` says), and only the ten
+//! logits per image copied back. The digit is taken from them on the host, by the same rule
+//! as the CPU twin.
 
-use super::kernels::{CONV_THREADS, TILE};
+use super::config::Math;
+use super::kernels::{CONV_THREADS, DENSE_TC_THREADS, DENSE_TC_TILE, TILE};
 use super::model::{self, Weights, CLASSES, FLAT, HIDDEN, IMAGE_BYTES};
 use cohort_engine::BatchBackend;
 use cohort_gpu::engine::{GpuBackend, Pinned, StreamBuffers};
@@ -44,8 +46,37 @@ kernel_args! {
 
 pub const CONV: KernelDecl<LenetConvArgs> =
     KernelDecl::new("lenet_conv", CONV_THREADS as u32, Grid::BlockPerItem);
+pub const CONV_TC: KernelDecl<LenetConvArgs> =
+    KernelDecl::new("lenet_conv_tc", CONV_THREADS as u32, Grid::BlockPerItem);
 pub const DENSE: KernelDecl<LenetDenseArgs> =
     KernelDecl::new("lenet_dense", TILE as u32, Grid::Sized).with_block_y(TILE as u32);
+pub const DENSE_TC: KernelDecl<LenetDenseArgs> =
+    KernelDecl::new("lenet_dense_tc", DENSE_TC_THREADS as u32, Grid::Sized);
+
+/// The network's two kernels for one `Math`, and the dense kernel's tile side.
+#[derive(Clone)]
+struct Net {
+    conv: Kernel<LenetConvArgs>,
+    dense: Kernel<LenetDenseArgs>,
+    dense_tile: usize,
+}
+
+impl Net {
+    fn load(module: &Arc<cudarc::driver::CudaModule>, math: Math) -> Result<Net, GpuError> {
+        Ok(match math {
+            Math::Tf32x3 => Net {
+                conv: Kernel::load(module, &CONV_TC)?,
+                dense: Kernel::load(module, &DENSE_TC)?,
+                dense_tile: DENSE_TC_TILE,
+            },
+            Math::Fp32 => Net {
+                conv: Kernel::load(module, &CONV)?,
+                dense: Kernel::load(module, &DENSE)?,
+                dense_tile: TILE,
+            },
+        })
+    }
+}
 
 /// The weights in device memory, uploaded once per device.
 pub(super) struct DeviceWeights {
@@ -79,20 +110,19 @@ impl DeviceWeights {
 
 pub struct LenetGpu {
     ctx: Arc<CudaContext>,
-    conv: Kernel<LenetConvArgs>,
-    dense: Kernel<LenetDenseArgs>,
+    net: Net,
     weights: Arc<DeviceWeights>,
     bytes: usize,
 }
 
 impl LenetGpu {
-    pub fn new(dev: &DeviceInfo, w: &Weights) -> Result<LenetGpu, GpuError> {
+    pub fn new(dev: &DeviceInfo, w: &Weights, math: Math) -> Result<LenetGpu, GpuError> {
+        math.check_device(dev).map_err(GpuError::Invalid)?;
         let ctx = cohort_gpu::launch::context(dev)?;
         let module = load_module(&ctx, dev, super::kernels::batch())?;
         let weights = DeviceWeights::upload(&ctx, w)?;
         Ok(LenetGpu {
-            conv: Kernel::load(&module, &CONV)?,
-            dense: Kernel::load(&module, &DENSE)?,
+            net: Net::load(&module, math)?,
             bytes: 4 * w.tensors().iter().map(|t| t.len()).sum::<usize>(),
             ctx,
             weights: Arc::new(weights),
@@ -118,8 +148,7 @@ impl GpuBackend for LenetGpu {
         cap: usize,
     ) -> Result<Box<dyn StreamBuffers>, GpuError> {
         Ok(Box::new(LenetBuffers {
-            conv: self.conv.clone(),
-            dense: self.dense.clone(),
+            net: self.net.clone(),
             weights: self.weights.clone(),
             host_in: Pinned::for_uploads(&self.ctx, cap * IMAGE_BYTES)?,
             host_logits: Pinned::for_reads(&self.ctx, cap * CLASSES)?,
@@ -136,8 +165,7 @@ impl GpuBackend for LenetGpu {
 }
 
 struct LenetBuffers {
-    conv: Kernel<LenetConvArgs>,
-    dense: Kernel<LenetDenseArgs>,
+    net: Net,
     weights: Arc<DeviceWeights>,
     host_in: Pinned<u8>,
     host_logits: Pinned<f32>,
@@ -152,8 +180,7 @@ struct LenetBuffers {
 #[allow(clippy::too_many_arguments)]
 fn enqueue_network(
     s: &Arc<CudaStream>,
-    conv: &Kernel<LenetConvArgs>,
-    dense: &Kernel<LenetDenseArgs>,
+    net: &Net,
     w: &DeviceWeights,
     images: &CudaSlice<u8>,
     features: &mut CudaSlice<f32>,
@@ -171,8 +198,8 @@ fn enqueue_network(
         rows: rows as u32,
     };
     // SAFETY: every buffer holds `rows` images' worth (the slot's capacity bounds rows).
-    unsafe { conv.launch(s, Work::Items(rows), 0, &conv_args) }?;
-    let tiles = |n: usize| n.div_ceil(TILE) as u32;
+    unsafe { net.conv.launch(s, Work::Items(rows), 0, &conv_args) }?;
+    let tiles = |n: usize| n.div_ceil(net.dense_tile) as u32;
     let fc1 = LenetDenseArgs {
         input: Dev::of(features, s),
         weight: Dev::of(&w.f1w, s),
@@ -184,7 +211,10 @@ fn enqueue_network(
         relu: 1,
     };
     // SAFETY: features rows x FLAT, f1w HIDDEN x FLAT, hidden rows x HIDDEN.
-    unsafe { dense.launch(s, Work::Grid(tiles(HIDDEN), tiles(rows)), 0, &fc1) }?;
+    unsafe {
+        net.dense
+            .launch(s, Work::Grid(tiles(HIDDEN), tiles(rows)), 0, &fc1)
+    }?;
     let fc2 = LenetDenseArgs {
         input: Dev::of(hidden, s),
         weight: Dev::of(&w.f2w, s),
@@ -196,7 +226,10 @@ fn enqueue_network(
         relu: 0,
     };
     // SAFETY: hidden rows x HIDDEN, f2w CLASSES x HIDDEN, logits rows x CLASSES.
-    unsafe { dense.launch(s, Work::Grid(tiles(CLASSES), tiles(rows)), 0, &fc2) }?;
+    unsafe {
+        net.dense
+            .launch(s, Work::Grid(tiles(CLASSES), tiles(rows)), 0, &fc2)
+    }?;
     Ok(())
 }
 
@@ -215,8 +248,7 @@ impl StreamBuffers for LenetBuffers {
         )?;
         enqueue_network(
             s,
-            &self.conv,
-            &self.dense,
+            &self.net,
             &self.weights,
             &self.dev_in,
             &mut self.features,
@@ -286,69 +318,79 @@ pub fn same_answer(gpu: &[u8], cpu: &[u8]) -> Result<(), String> {
 pub const LOGIT_TOLERANCE: f32 = 1e-3;
 
 /// The kernels against the CPU forward pass on the repository's 1000 MNIST test digits and on
-/// fresh random images from `seed`: every logit within [`LOGIT_TOLERANCE`] (relative to its
-/// size, plus that much absolute) and the digit identical on the MNIST digits.
+/// fresh random images from `seed`, in each `Math` the device has: every logit within
+/// [`LOGIT_TOLERANCE`] (relative to its size, plus that much absolute) and the digit
+/// identical on the MNIST digits.
 pub fn check(dev: &DeviceInfo, seed: u64) -> Result<Vec<String>, String> {
     use rand::{Rng, SeedableRng};
     let w = Weights::load(None)?;
-    let gpu = LenetGpu::new(dev, &w).map_err(|e| e.to_string())?;
     let digits = super::mnist::embedded_test_subset();
     let mut rng = rand::rngs::SmallRng::seed_from_u64(seed);
     let random = 1000;
     let mut images = digits.images.clone();
     images.extend((0..random * IMAGE_BYTES).map(|_| rng.gen::<u8>()));
     let rows = digits.len() + random;
-    let run = || -> Result<Vec<f32>, GpuError> {
-        let s = gpu.ctx.new_stream()?;
-        let dev_in = s.clone_htod(&images)?;
-        let mut features = s.alloc_zeros::<f32>(rows * FLAT)?;
-        let mut hidden = s.alloc_zeros::<f32>(rows * HIDDEN)?;
-        let mut logits = s.alloc_zeros::<f32>(rows * CLASSES)?;
-        enqueue_network(
-            &s,
-            &gpu.conv,
-            &gpu.dense,
-            &gpu.weights,
-            &dev_in,
-            &mut features,
-            &mut hidden,
-            &mut logits,
-            rows,
-        )?;
-        let out = s.clone_dtoh(&logits)?;
-        s.synchronize()?;
-        Ok(out)
-    };
-    let got = run().map_err(|e| e.to_string())?;
     let mut scratch = model::Scratch::default();
-    let mut worst = 0f32;
-    for r in 0..rows {
-        let want = model::forward(
-            &w,
-            &images[r * IMAGE_BYTES..(r + 1) * IMAGE_BYTES],
-            &mut scratch,
-        );
-        let g: [f32; CLASSES] = got[r * CLASSES..(r + 1) * CLASSES]
-            .try_into()
-            .expect("ten logits");
-        for (a, b) in g.iter().zip(&want) {
-            let err = (a - b).abs() / (1.0 + b.abs());
-            worst = worst.max(err);
-            assert!(
-                err <= LOGIT_TOLERANCE,
-                "image {r}: GPU logits {g:?}, CPU {want:?}"
-            );
+    let want: Vec<[f32; CLASSES]> = (0..rows)
+        .map(|r| {
+            model::forward(
+                &w,
+                &images[r * IMAGE_BYTES..(r + 1) * IMAGE_BYTES],
+                &mut scratch,
+            )
+        })
+        .collect();
+    let mut lines = Vec::new();
+    for math in [Math::Fp32, Math::Tf32x3] {
+        if let Err(why) = math.check_device(dev) {
+            cohort_gpu::report_skip(&format!("lenet math {math}"), &why);
+            lines.push(format!("SKIPPED lenet math {math}: {why}"));
+            continue;
         }
-        if r < digits.len() {
-            assert_eq!(
-                model::argmax(&g),
-                model::argmax(&want),
-                "digit of image {r}"
-            );
+        let gpu = LenetGpu::new(dev, &w, math).map_err(|e| e.to_string())?;
+        let run = || -> Result<Vec<f32>, GpuError> {
+            let s = gpu.ctx.new_stream()?;
+            let dev_in = s.clone_htod(&images)?;
+            let mut features = s.alloc_zeros::<f32>(rows * FLAT)?;
+            let mut hidden = s.alloc_zeros::<f32>(rows * HIDDEN)?;
+            let mut logits = s.alloc_zeros::<f32>(rows * CLASSES)?;
+            enqueue_network(
+                &s,
+                &gpu.net,
+                &gpu.weights,
+                &dev_in,
+                &mut features,
+                &mut hidden,
+                &mut logits,
+                rows,
+            )?;
+            let out = s.clone_dtoh(&logits)?;
+            s.synchronize()?;
+            Ok(out)
+        };
+        let got = run().map_err(|e| format!("lenet math {math}: {e}"))?;
+        let mut worst = 0f32;
+        for (r, want) in want.iter().enumerate() {
+            let g: [f32; CLASSES] = got[r * CLASSES..(r + 1) * CLASSES]
+                .try_into()
+                .expect("ten logits");
+            for (a, b) in g.iter().zip(want) {
+                let err = (a - b).abs() / (1.0 + b.abs());
+                worst = worst.max(err);
+                if err.is_nan() || err > LOGIT_TOLERANCE {
+                    return Err(format!(
+                        "lenet math {math}, image {r}: GPU logits {g:?}, CPU {want:?}"
+                    ));
+                }
+            }
+            if r < digits.len() && model::argmax(&g) != model::argmax(want) {
+                return Err(format!("lenet math {math}: digit of image {r} differs"));
+            }
         }
+        lines.push(format!(
+            "lenet math {math}: {} MNIST + {random} random images: GPU logits = CPU twin's (worst relative error {worst:.2e}), digits identical",
+            digits.len()
+        ));
     }
-    Ok(vec![format!(
-        "lenet: {} MNIST + {random} random images: GPU logits = CPU twin's (worst relative error {worst:.2e}), digits identical",
-        digits.len()
-    )])
+    Ok(lines)
 }

@@ -1,7 +1,7 @@
 //! LeNet's kernel files and every size they share with Rust (the network's, from `model.rs`,
 //! and the kernels' block shapes), handed to CUDA by one prelude.
 
-use super::model::{C1, C2, C2_SIDE, CLASSES, FLAT, HIDDEN, KERNEL, P1_SIDE, SIDE};
+use super::model::{C1, C2, C2_SIDE, CLASSES, FLAT, HIDDEN, KERNEL, P1_SIDE, P2_SIDE, SIDE};
 use cohort_gpu::persistent::persistent_source;
 use cohort_gpu::{KernelSource, Prelude};
 
@@ -9,6 +9,13 @@ use cohort_gpu::{KernelSource, Prelude};
 pub const CONV_THREADS: usize = 256;
 /// Side of `lenet_dense`'s square tile (rows x outputs, and the k step).
 pub const TILE: usize = 16;
+// The tensor-core conv2 splits its 4 row tiles over the warps: a multiple of 4 warps.
+const _: () = assert!(CONV_THREADS.is_multiple_of(128) && P_THREADS.is_multiple_of(128));
+
+/// Threads of a `lenet_dense_tc` block: eight warps, each 16 rows x 32 outputs.
+pub const DENSE_TC_THREADS: usize = 256;
+/// Rows and outputs of a `lenet_dense_tc` block's tile.
+pub const DENSE_TC_TILE: usize = 64;
 /// Threads of a persistent worker block (one image at a time: more threads, less latency).
 pub const P_THREADS: usize = 512;
 
@@ -19,13 +26,16 @@ fn prelude() -> Prelude {
         .int("LENET_C1", C1)
         .int("LENET_P1_SIDE", P1_SIDE)
         .int("LENET_C2", C2)
-        .int("LENET_P2_SIDE", C2_SIDE / 2)
+        .int("LENET_C2_SIDE", C2_SIDE)
+        .int("LENET_P2_SIDE", P2_SIDE)
         .int("LENET_FLAT", FLAT)
         .int("LENET_HIDDEN", HIDDEN)
         .int("LENET_CLASSES", CLASSES)
         .int("LENET_CONV_THREADS", CONV_THREADS)
         .int("LENET_TILE", TILE)
         .int("LENET_P_THREADS", P_THREADS)
+        .int("LENET_DENSE_TC_THREADS", DENSE_TC_THREADS)
+        .int("LENET_DENSE_TC_TILE", DENSE_TC_TILE)
 }
 
 const NET: (&str, &str) = ("lenet_net.cuh", include_str!("kernels/lenet_net.cuh"));
@@ -38,7 +48,12 @@ pub fn batch() -> &'static KernelSource {
             "lenet.cu",
             &prelude(),
             &[NET, ("lenet.cu", include_str!("kernels/lenet.cu"))],
-            vec![super::gpu::CONV.checked(), super::gpu::DENSE.checked()],
+            vec![
+                super::gpu::CONV.checked(),
+                super::gpu::CONV_TC.checked(),
+                super::gpu::DENSE.checked(),
+                super::gpu::DENSE_TC.checked(),
+            ],
         )
     })
 }

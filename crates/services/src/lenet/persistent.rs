@@ -1,7 +1,8 @@
 //! LeNet on the persistent engine (Lynx's persistent LeNet): each worker block runs the whole
-//! network on one image at a time, inside the resident kernel (`kernels/lenet_persistent.cu`):
-//! no launch per request.
+//! network on one image at a time, inside the resident kernel (`kernels/lenet_persistent.cu`;
+//! conv2 on the tensor cores or the CUDA cores as `lenet.math` says): no launch per request.
 
+use super::config::Math;
 use super::gpu::DeviceWeights;
 use super::kernels::P_THREADS;
 use super::model::Weights;
@@ -22,10 +23,12 @@ pub struct LenetPersistent {
     module: Arc<CudaModule>,
     weights: Arc<DeviceWeights>,
     sms: usize,
+    math: Math,
 }
 
 impl LenetPersistent {
-    pub fn new(dev: &DeviceInfo, w: &Weights) -> Result<LenetPersistent, GpuError> {
+    pub fn new(dev: &DeviceInfo, w: &Weights, math: Math) -> Result<LenetPersistent, GpuError> {
+        math.check_device(dev).map_err(GpuError::Invalid)?;
         let ctx = cohort_gpu::launch::open(dev)?;
         let module = load_module(&ctx, dev, super::kernels::persistent())?;
         let weights = Arc::new(DeviceWeights::upload(&ctx, w)?);
@@ -34,6 +37,7 @@ impl LenetPersistent {
             module,
             weights,
             sms: dev.sms.max(1) as usize,
+            math,
         })
     }
 }
@@ -71,7 +75,10 @@ impl PersistentBackend for LenetPersistent {
         Ok(Prepared {
             args: args.to_svc_args(),
             stages: vec![Stage {
-                kernel: "lenet_p_worker",
+                kernel: match self.math {
+                    Math::Tf32x3 => "lenet_p_worker_tc",
+                    Math::Fp32 => "lenet_p_worker",
+                },
                 blocks: workers,
                 threads: P_THREADS as u32,
                 dyn_smem: 0,

@@ -1,6 +1,6 @@
 //! The lenet service's catalog entry: how the server builds it from its settings.
 
-use super::config::{LenetSettings, FLAGS};
+use super::config::{LenetSettings, Math, FLAGS};
 use super::model::Weights;
 use crate::catalog::{Entry, GpuCheck, SelftestCase};
 use crate::config::{resolved, typed, Settings};
@@ -46,6 +46,10 @@ fn weights(s: &Settings) -> Result<Arc<Weights>, String> {
         .map_err(|e| format!("lenet: {e}"))
 }
 
+fn math(s: &Settings) -> Result<Math, String> {
+    Ok(typed::<LenetSettings>("lenet", s)?.math)
+}
+
 fn service(s: &Settings, _on_gpu: bool) -> Result<Arc<dyn Service>, String> {
     Ok(Arc::new(super::Lenet {
         weights: weights(s)?,
@@ -55,13 +59,13 @@ fn service(s: &Settings, _on_gpu: bool) -> Result<Arc<dyn Service>, String> {
 fn gpu(s: &Settings, dev: &DeviceInfo) -> Result<Arc<dyn GpuBackend>, String> {
     let w = weights(s)?;
     Ok(Arc::new(
-        super::gpu::LenetGpu::new(dev, &w).map_err(|e| e.to_string())?,
+        super::gpu::LenetGpu::new(dev, &w, math(s)?).map_err(|e| e.to_string())?,
     ))
 }
 
 fn persistent(s: &Settings, dev: &DeviceInfo) -> Result<Arc<dyn PersistentBackend>, String> {
     let w = weights(s)?;
     Ok(Arc::new(
-        super::persistent::LenetPersistent::new(dev, &w).map_err(|e| e.to_string())?,
+        super::persistent::LenetPersistent::new(dev, &w, math(s)?).map_err(|e| e.to_string())?,
     ))
 }
