@@ -4,8 +4,9 @@
 # MNIST digits, windows 1..8192, each engine in turn); PART=served the served matrix (server
 # pinned to 1 and 8 cores, generator on the others, every answer checked) with the cpu
 # engine's echo measured beside it as the host's anchor; PART=vgpus throughput against the
-# number of virtual GPUs (groups of 8 SMs, green contexts; Lynx Fig. 8b's shape).
-# Usage: OUT=dir TAG=h200 PART=tests|engine|served|vgpus scripts/lenet-bench.sh
+# number of virtual GPUs (groups of 8 SMs, green contexts; Lynx Fig. 8b's shape); PART=math
+# the engines in process in each `lenet.math` (tensor cores in 3xTF32, CUDA cores in FP32).
+# Usage: OUT=dir TAG=h200 PART=tests|engine|math|served|vgpus scripts/lenet-bench.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib/gpu-env.sh
@@ -21,6 +22,18 @@ engine)
         --drivers 4 --out "$OUT/lenet-engine-$TAG.json" --log-level warn 2>&1 | tail -n 20
     $B bench engine --service lenet --engines cpu --window 64 --duration 2 --drivers 4 \
         --out "$OUT/lenet-engine-cpu-$TAG.json" --log-level warn 2>&1 | tail -n 4
+    ;;
+math)
+    for m in ${MATHS:-tf32x3 fp32}; do
+        $B bench engine --service lenet --service-opt lenet.math=$m \
+            --engines ${ENGINES:-gpu-direct,gpu-cohort,gpu-persistent} --window ${WINDOWS:-1,64,1024,8192} \
+            --max-cohort 8192 --duration 2 --drivers 4 --out "$OUT/lenet-engine-$m-$TAG.json" \
+            --log-level warn 2>&1 | tail -n 14
+    done
+    # Register spills in the tensor-core kernels would show as local loads and stores.
+    for f in "$COHORT_KERNEL_CACHE"/lenet*.ptx; do
+        echo "$f: $(grep -c 'mma.sync' "$f") mma, $(grep -c 'ld.local\|st.local' "$f") local loads/stores"
+    done
     ;;
 served)
     $B bench served --services echo --engines cpu --cores 1,8 --rates ${ECHO_RATES:-100k,200k,300k,500k,700k} \
