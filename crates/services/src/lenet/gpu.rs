@@ -53,28 +53,50 @@ pub const DENSE: KernelDecl<LenetDenseArgs> =
 pub const DENSE_TC: KernelDecl<LenetDenseArgs> =
     KernelDecl::new("lenet_dense_tc", DENSE_TC_THREADS as u32, Grid::Sized);
 
-/// The network's two kernels for one `Math`, and the dense kernel's tile side.
+/// Below this many rows the dense layers take the FP32 tile kernel even under `Math::Tf32x3`:
+/// a few rows make only a few 64-row blocks, each waiting on its loads in turn, where the
+/// 16x16 tiles spread the same work over four times the blocks.
+pub const DENSE_TC_MIN_ROWS: usize = 256;
+
+/// The network's kernels for one `Math`.
 #[derive(Clone)]
-struct Net {
+pub(super) struct Net {
     conv: Kernel<LenetConvArgs>,
+    /// FP32, 16x16 tiles.
     dense: Kernel<LenetDenseArgs>,
-    dense_tile: usize,
+    /// Tensor cores, 64x64 tiles, for cohorts of at least `dense_tc_min_rows`.
+    dense_tc: Option<Kernel<LenetDenseArgs>>,
+    pub(super) dense_tc_min_rows: usize,
 }
 
 impl Net {
-    fn load(module: &Arc<cudarc::driver::CudaModule>, math: Math) -> Result<Net, GpuError> {
+    pub(super) fn load(
+        module: &Arc<cudarc::driver::CudaModule>,
+        math: Math,
+    ) -> Result<Net, GpuError> {
+        let dense = Kernel::load(module, &DENSE)?;
         Ok(match math {
             Math::Tf32x3 => Net {
                 conv: Kernel::load(module, &CONV_TC)?,
-                dense: Kernel::load(module, &DENSE_TC)?,
-                dense_tile: DENSE_TC_TILE,
+                dense,
+                dense_tc: Some(Kernel::load(module, &DENSE_TC)?),
+                dense_tc_min_rows: DENSE_TC_MIN_ROWS,
             },
             Math::Fp32 => Net {
                 conv: Kernel::load(module, &CONV)?,
-                dense: Kernel::load(module, &DENSE)?,
-                dense_tile: TILE,
+                dense,
+                dense_tc: None,
+                dense_tc_min_rows: usize::MAX,
             },
         })
+    }
+
+    /// The dense kernel for `rows` rows, and its tile side.
+    fn dense_for(&self, rows: usize) -> (&Kernel<LenetDenseArgs>, usize) {
+        match &self.dense_tc {
+            Some(tc) if rows >= self.dense_tc_min_rows => (tc, DENSE_TC_TILE),
+            _ => (&self.dense, TILE),
+        }
     }
 }
 
@@ -152,10 +174,7 @@ impl GpuBackend for LenetGpu {
             weights: self.weights.clone(),
             host_in: Pinned::for_uploads(&self.ctx, cap * IMAGE_BYTES)?,
             host_logits: Pinned::for_reads(&self.ctx, cap * CLASSES)?,
-            dev_in: stream.alloc_zeros(cap * IMAGE_BYTES)?,
-            features: stream.alloc_zeros(cap * FLAT)?,
-            hidden: stream.alloc_zeros(cap * HIDDEN)?,
-            logits: stream.alloc_zeros(cap * CLASSES)?,
+            act: Activations::new(stream, cap)?,
         }))
     }
 
@@ -169,25 +188,45 @@ struct LenetBuffers {
     weights: Arc<DeviceWeights>,
     host_in: Pinned<u8>,
     host_logits: Pinned<f32>,
-    dev_in: CudaSlice<u8>,
-    features: CudaSlice<f32>,
-    hidden: CudaSlice<f32>,
-    logits: CudaSlice<f32>,
+    act: Activations,
 }
 
-/// Queues the network over `rows` images already in `images` (device), leaving the logits in
-/// `logits`: what the backend and the GPU check run.
-#[allow(clippy::too_many_arguments)]
-fn enqueue_network(
+/// A cohort's device buffers: its images, and each layer's output.
+pub(super) struct Activations {
+    pub(super) images: CudaSlice<u8>,
+    pub(super) features: CudaSlice<f32>,
+    pub(super) hidden: CudaSlice<f32>,
+    pub(super) logits: CudaSlice<f32>,
+}
+
+impl Activations {
+    pub(super) fn new(s: &Arc<CudaStream>, cap: usize) -> Result<Activations, GpuError> {
+        Ok(Activations {
+            images: s.alloc_zeros(cap * IMAGE_BYTES)?,
+            features: s.alloc_zeros(cap * FLAT)?,
+            hidden: s.alloc_zeros(cap * HIDDEN)?,
+            logits: s.alloc_zeros(cap * CLASSES)?,
+        })
+    }
+}
+
+/// Queues the network over the first `rows` images of `a`, leaving their logits in
+/// `a.logits`: what the backend, the GPU check and the kernel benchmark run. `after` is
+/// called after each kernel is queued (the benchmark records an event there).
+pub(super) fn enqueue_network(
     s: &Arc<CudaStream>,
     net: &Net,
     w: &DeviceWeights,
-    images: &CudaSlice<u8>,
-    features: &mut CudaSlice<f32>,
-    hidden: &mut CudaSlice<f32>,
-    logits: &mut CudaSlice<f32>,
+    a: &mut Activations,
     rows: usize,
+    after: &mut dyn FnMut(&'static str) -> Result<(), GpuError>,
 ) -> Result<(), GpuError> {
+    let Activations {
+        images,
+        features,
+        hidden,
+        logits,
+    } = a;
     let conv_args = LenetConvArgs {
         images: Dev::of(images, s),
         w1: Dev::of(&w.w1, s),
@@ -199,7 +238,9 @@ fn enqueue_network(
     };
     // SAFETY: every buffer holds `rows` images' worth (the slot's capacity bounds rows).
     unsafe { net.conv.launch(s, Work::Items(rows), 0, &conv_args) }?;
-    let tiles = |n: usize| n.div_ceil(net.dense_tile) as u32;
+    after("conv")?;
+    let (dense, tile) = net.dense_for(rows);
+    let tiles = |n: usize| n.div_ceil(tile) as u32;
     let fc1 = LenetDenseArgs {
         input: Dev::of(features, s),
         weight: Dev::of(&w.f1w, s),
@@ -211,10 +252,8 @@ fn enqueue_network(
         relu: 1,
     };
     // SAFETY: features rows x FLAT, f1w HIDDEN x FLAT, hidden rows x HIDDEN.
-    unsafe {
-        net.dense
-            .launch(s, Work::Grid(tiles(HIDDEN), tiles(rows)), 0, &fc1)
-    }?;
+    unsafe { dense.launch(s, Work::Grid(tiles(HIDDEN), tiles(rows)), 0, &fc1) }?;
+    after("fc1")?;
     let fc2 = LenetDenseArgs {
         input: Dev::of(hidden, s),
         weight: Dev::of(&w.f2w, s),
@@ -226,11 +265,8 @@ fn enqueue_network(
         relu: 0,
     };
     // SAFETY: hidden rows x HIDDEN, f2w CLASSES x HIDDEN, logits rows x CLASSES.
-    unsafe {
-        net.dense
-            .launch(s, Work::Grid(tiles(CLASSES), tiles(rows)), 0, &fc2)
-    }?;
-    Ok(())
+    unsafe { dense.launch(s, Work::Grid(tiles(CLASSES), tiles(rows)), 0, &fc2) }?;
+    after("fc2")
 }
 
 impl StreamBuffers for LenetBuffers {
@@ -244,20 +280,18 @@ impl StreamBuffers for LenetBuffers {
     fn enqueue(&mut self, s: &Arc<CudaStream>, _key: u64, rows: usize) -> Result<(), GpuError> {
         s.memcpy_htod(
             &self.host_in.as_slice()[..rows * IMAGE_BYTES],
-            &mut self.dev_in.slice_mut(0..rows * IMAGE_BYTES),
+            &mut self.act.images.slice_mut(0..rows * IMAGE_BYTES),
         )?;
         enqueue_network(
             s,
             &self.net,
             &self.weights,
-            &self.dev_in,
-            &mut self.features,
-            &mut self.hidden,
-            &mut self.logits,
+            &mut self.act,
             rows,
+            &mut |_| Ok(()),
         )?;
         s.memcpy_dtoh(
-            &self.logits.slice(0..rows * CLASSES),
+            &self.act.logits.slice(0..rows * CLASSES),
             &mut self.host_logits.as_mut_slice()[..rows * CLASSES],
         )?;
         Ok(())
@@ -350,21 +384,10 @@ pub fn check(dev: &DeviceInfo, seed: u64) -> Result<Vec<String>, String> {
         let gpu = LenetGpu::new(dev, &w, math).map_err(|e| e.to_string())?;
         let run = || -> Result<Vec<f32>, GpuError> {
             let s = gpu.ctx.new_stream()?;
-            let dev_in = s.clone_htod(&images)?;
-            let mut features = s.alloc_zeros::<f32>(rows * FLAT)?;
-            let mut hidden = s.alloc_zeros::<f32>(rows * HIDDEN)?;
-            let mut logits = s.alloc_zeros::<f32>(rows * CLASSES)?;
-            enqueue_network(
-                &s,
-                &gpu.net,
-                &gpu.weights,
-                &dev_in,
-                &mut features,
-                &mut hidden,
-                &mut logits,
-                rows,
-            )?;
-            let out = s.clone_dtoh(&logits)?;
+            let mut act = Activations::new(&s, rows)?;
+            s.memcpy_htod(&images, &mut act.images)?;
+            enqueue_network(&s, &gpu.net, &gpu.weights, &mut act, rows, &mut |_| Ok(()))?;
+            let out = s.clone_dtoh(&act.logits)?;
             s.synchronize()?;
             Ok(out)
         };

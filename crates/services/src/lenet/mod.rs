@@ -9,6 +9,8 @@
 //! `{"image": [...], "timeout_us": N}`); answered `{"digit": 7, "scores": [...]}`.
 
 #[cfg(feature = "backends")]
+pub mod bench;
+#[cfg(feature = "backends")]
 pub mod config;
 #[cfg(feature = "backends")]
 pub mod gpu;

@@ -7,7 +7,9 @@ use super::gpu::DeviceWeights;
 use super::kernels::P_THREADS;
 use super::model::Weights;
 use cohort_gpu::persistent::rt::addr;
-use cohort_gpu::persistent::{one_stage_blocks, rx_copy_bytes, PersistentBackend, Prepared, Stage};
+use cohort_gpu::persistent::{
+    one_stage_blocks, rx_copy_bytes, stage_capacity, PersistentBackend, Prepared, Stage,
+};
 use cohort_gpu::{load_module, DeviceInfo, GpuError};
 use cudarc::driver::{CudaContext, CudaModule};
 use std::sync::Arc;
@@ -57,8 +59,21 @@ impl PersistentBackend for LenetPersistent {
         rx_stride: usize,
         blocks: Option<&[usize]>,
     ) -> Result<Prepared, GpuError> {
-        // Two workers per SM by default: one image each, the SM's cores shared between them.
-        let workers = one_stage_blocks(blocks, 2 * self.sms, "lenet")?;
+        // Two workers per SM by default (one image each, the SM's cores shared between them),
+        // fewer where the SMs hold fewer beside the ingress warps.
+        let mut stage = Stage {
+            kernel: match self.math {
+                Math::Tf32x3 => "lenet_p_worker_tc",
+                Math::Fp32 => "lenet_p_worker",
+            },
+            blocks: 1,
+            threads: P_THREADS as u32,
+            dyn_smem: 0,
+        };
+        let fit = stage_capacity(self, &stage)?
+            .saturating_sub(2 * cohort_gpu::persistent::MAX_INGRESS_WARPS)
+            .max(1);
+        stage.blocks = one_stage_blocks(blocks, (2 * self.sms).min(fit), "lenet")?;
         let rx_copy = rx_copy_bytes("lenet", super::model::IMAGE_BYTES, rx_stride)?;
         let s = self.ctx.default_stream();
         let w = &self.weights;
@@ -74,15 +89,7 @@ impl PersistentBackend for LenetPersistent {
         };
         Ok(Prepared {
             args: args.to_svc_args(),
-            stages: vec![Stage {
-                kernel: match self.math {
-                    Math::Tf32x3 => "lenet_p_worker_tc",
-                    Math::Fp32 => "lenet_p_worker",
-                },
-                blocks: workers,
-                threads: P_THREADS as u32,
-                dyn_smem: 0,
-            }],
+            stages: vec![stage],
             pipe_caps: [slots, 0, 0],
             rx_copy,
             keep: Box::new(self.weights.clone()),

@@ -22,7 +22,7 @@ pub const ENTRY: Entry = Entry {
     persistent_request_bytes: 0,
     one_gpu: false,
     kernels: super::kernels::sources,
-    benches: &[],
+    benches: super::bench::BENCHES,
     #[cfg(feature = "train")]
     models: super::train::COMMANDS,
     #[cfg(not(feature = "train"))]

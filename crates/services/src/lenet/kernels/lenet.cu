@@ -91,6 +91,7 @@ lenet_dense_tc(LenetDenseArgs a) {
     float acc[4][4];
 #pragma unroll
     for (int j = 0; j < 4; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
+#pragma unroll 4
     for (unsigned int k0 = 0; k0 < a.k; k0 += 8) {
         const unsigned int ka = k0 + t, kb = ka + 4;
         unsigned ab[4], as[4];

@@ -99,8 +99,10 @@ __device__ __forceinline__ void tf32_split(float x, unsigned& big, unsigned& sma
     asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(small) : "f"(rest));
 }
 
+// Not volatile: the product has no side effect, and the compiler may then hoist the next k
+// steps' loads above it (they are what a single image waits on).
 __device__ __forceinline__ void mma_tf32(float c[4], const unsigned a[4], const unsigned b[2]) {
-    asm volatile(
+    asm(
         "mma.sync.aligned.m16n8k8.row.col.f32.tf32.tf32.f32 "
         "{%0, %1, %2, %3}, {%4, %5, %6, %7}, {%8, %9}, {%0, %1, %2, %3};\n"
         : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
@@ -154,6 +156,7 @@ __device__ void lenet_conv2_tc(const float* w2, const float* b2, LenetTcSmem& sm
 #pragma unroll
     for (int j = 0; j < LENET_C2_NT; ++j) acc[j][0] = acc[j][1] = acc[j][2] = acc[j][3] = 0.f;
 
+#pragma unroll 3
     for (int k0 = 0; k0 < LENET_C2_KP; k0 += 8) {
         const int ka = k0 + t, kb = ka + 4;
         const int oa = sm.koff[ka], ob = sm.koff[kb];

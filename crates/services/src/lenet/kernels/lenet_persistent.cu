@@ -80,7 +80,8 @@ lenet_p_worker(PRt rt, SvcArgs a) {
     lenet_worker(rt, a, sm);
 }
 
-extern "C" __global__ void __launch_bounds__(LENET_P_THREADS)
+// Two workers per SM (the default): registers held to half the SM's.
+extern "C" __global__ void __launch_bounds__(LENET_P_THREADS, 2)
 lenet_p_worker_tc(PRt rt, SvcArgs a) {
     p_block_started(rt);
     __shared__ LenetTcSmem sm;
