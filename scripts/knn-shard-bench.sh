@@ -5,7 +5,11 @@
 # Usage: OUT=dir TAG=h200 PART=check|vgpus|exchange|served scripts/knn-shard-bench.sh
 #   check:  the sharded-vs-whole GPU check (`cohort selftest gpu` runs it too) and the
 #           placement's per-device list bytes for 2, 4, 8 and 15 devices.
-#   vgpus:  `bench engine` gpu-cohort, GROUPS_LIST (1 2 4 8 15) x PLACEMENTS (replicate shard).
+#   vgpus:  `bench engine` gpu-cohort (or ENGINE), GROUPS_LIST (1 2 4 8 15) x PLACEMENTS
+#           (replicate shard).
+#   shard-kernels: the tiled plan's kernels on one group of 8 SMs, on the whole index and on
+#           one device's shard of it placed over 2, 4, 8 and 15 devices (`bench gpu-kernels
+#           --shards`): which stages do not shrink as 1/N.
 #   exchange: sharded over 2 and 4 groups, partials peer-to-peer vs through host memory.
 #   served: `bench served` gpu-cohort on 8 server cores, 1/2/4 groups sharded vs replicated.
 set -uo pipefail
@@ -20,17 +24,35 @@ check)
     for n in 2 4 8 15; do $B index place $IX --devices $n | tail -n 2; done | tee "$OUT/knn-shard-place-$TAG.txt"
     ;;
 vgpus)
+    E=${ENGINE:-gpu-cohort}; P=knn-vgpus${ENGINE:+-$ENGINE}
     for pl in ${PLACEMENTS:-replicate shard}; do
         for n in ${GROUPS_LIST:-1 2 4 8 15}; do
-            timeout 120 $B --virtual-gpus "0:${n}x8" bench engine --data $D --nlist $NL --nprobe 16 --k 10 \
-                --engines gpu-cohort --gpus "$(seq -s, 0 $((n - 1)))" --service-opt knn.placement=$pl \
+            timeout ${BOUND:-120} $B --virtual-gpus "0:${n}x8" bench engine --data $D --nlist $NL --nprobe 16 --k 10 \
+                --engines $E --gpus "$(seq -s, 0 $((n - 1)))" --service-opt knn.placement=$pl \
                 --window ${WINDOWS:-8192} --max-cohort ${MAX_COHORT:-2048} --duration 2 --drivers 8 \
-                --out "$OUT/knn-vgpus-$pl-$n-$TAG.json" --log-level warn 2>&1 | tail -n 3
-            echo "rc $? ($pl, $n groups)"
+                --out "$OUT/$P-$pl-$n-$TAG.json" --log-level warn 2>&1 | tail -n 3
+            echo "rc $? ($E, $pl, $n groups)"
         done
-        $B bench scaling-plot --title "k-NN 1M x 128 ($pl) on N groups of 8 SMs of one $TAG" \
-            --out "$OUT/knn-vgpus-$pl-$TAG.png" "$OUT"/knn-vgpus-$pl-*-$TAG.json | tee "$OUT/knn-vgpus-$pl-$TAG.txt"
+        $B bench scaling-plot --title "k-NN 1M x 128 on $E ($pl) on N groups of 8 SMs of one $TAG" \
+            --out "$OUT/$P-$pl-$TAG.png" "$OUT"/$P-$pl-*-$TAG.json | tee "$OUT/$P-$pl-$TAG.txt"
     done
+    ;;
+shard-kernels)
+    $B --virtual-gpus 0:1x8 bench gpu-kernels --data $D --nlist $NL --nprobe 16 --cohorts ${COHORTS:-2048,8192} \
+        --precision f32 --shards ${SHARDS:-1,2,4,8,15} --seconds 0.3 --out "$OUT/knn-shard-kernels-$TAG.json" \
+        --log-level warn 2>&1 | grep -v '^{' | tail -n 4
+    python3 - "$OUT/knn-shard-kernels-$TAG.json" <<'PY' | tee "$OUT/knn-shard-kernels-$TAG.txt"
+import json, sys
+d = json.load(open(sys.argv[1]))
+pts = d.get("results", d).get("points", [])
+whole = {p["cohort"]: p for p in pts if p["shards"] == 1}
+for p in pts:
+    st = p.get("tiled_stage_ms", {})
+    w = whole.get(p["cohort"], p)
+    print(f"cohort {p['cohort']:5} shards {p['shards']:2}: tiled {p['tiled_ms']:7.2f} ms "
+          f"(x{p['tiled_ms'] / w['tiled_ms']:.2f} of whole, 1/N = {1 / p['shards']:.2f}); "
+          + ", ".join(f"{k} {v:.2f}" for k, v in st.items()))
+PY
     ;;
 exchange)
     # Partial results peer-to-peer vs through mapped host memory (knn.shard_exchange).

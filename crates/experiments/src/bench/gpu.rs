@@ -33,6 +33,11 @@ pub struct GpuKernelBench {
     /// Seconds to spend timing each point.
     #[arg(long, default_value_t = 0.5)]
     pub seconds: f64,
+    /// Index placements to time: 1 is the whole index; N > 1 times the first device's shard
+    /// of the index placed over N devices (its own lists beside every centroid), as a
+    /// sharded server's device searches it: where a shard's time does not fall as 1/N.
+    #[arg(long, value_delimiter = ',', default_value = "1")]
+    pub shards: Vec<usize>,
     #[arg(long, default_value = "bench/results/gpu-kernels.json")]
     pub out: PathBuf,
 }
@@ -98,8 +103,27 @@ pub fn run(a: &GpuKernelBench) -> Result<()> {
             sorted[sorted.len() * 99 / 100],
             sorted[sorted.len() - 1]
         );
-        for &precision in &a.precision {
-            let g = GpuIvf::upload(dev, &ix, precision)?;
+        for (&precision, &shards) in a
+            .precision
+            .iter()
+            .flat_map(|p| a.shards.iter().map(move |n| (p, n)))
+        {
+            anyhow::ensure!(shards >= 1, "--shards takes device counts of at least 1");
+            // The rows of each cell this device holds (none of another shard's).
+            let mut sizes = sizes.clone();
+            let g = if shards == 1 {
+                GpuIvf::upload(dev, &ix, precision)?
+            } else {
+                let placement = ix.placement_for(shards);
+                let own = placement.lists_of(0);
+                for (cell, rows) in sizes.iter_mut().enumerate() {
+                    if !own.contains(&(cell as u32)) {
+                        *rows = 0;
+                    }
+                }
+                let cut = cohort_knn::ivf::shard::IvfShard::cut(&ix, &placement, 0);
+                GpuIvf::upload_shard(dev, &ix, &cut, precision)?
+            };
             let bw = match copy_bw {
                 Some(b) => b,
                 None => {
@@ -130,7 +154,7 @@ pub fn run(a: &GpuKernelBench) -> Result<()> {
                     let mut bufs = g.buffers(&s, c)?;
                     s.memcpy_htod(&qh, &mut bufs.q)?;
                     let mut point = json!({
-                        "nlist": nlist, "nprobe": nprobe, "k": a.k, "cohort": c,
+                        "nlist": nlist, "nprobe": nprobe, "k": a.k, "cohort": c, "shards": shards,
                         "precision": format!("{precision:?}"), "scan_bytes": bytes,
                         "default_plan": format!("{:?}", g.plan_for(c, nprobe)),
                     });
