@@ -188,11 +188,9 @@ fn init_tracing(level: &str) {
 }
 
 fn main() {
-    // Persistent kernels never end: with lazy module loading a later kernel load can wait on
-    // them forever. The driver reads this at cuInit, so it is set before anything else runs.
-    if std::env::var_os("CUDA_MODULE_LOADING").is_none() {
-        std::env::set_var("CUDA_MODULE_LOADING", "EAGER");
-    }
+    // Eager module loading and a hardware queue per stream; the driver reads these at
+    // cuInit, so they are set before anything else runs.
+    cohort_gpu::set_driver_defaults();
     keep_freed_memory();
     let (args, file_services) = match config::expand(std::env::args_os().collect(), &serve_flags())
     {
