@@ -37,6 +37,41 @@ pub const SCAN_CANDIDATE_FLOATS: usize = 1 << 24;
 /// devices x this per query and slot.
 pub const HOST_EXCHANGE_MAX_K: usize = 128;
 
+/// Streams a device scans other homes' cohorts on, at most: they are shared round robin by
+/// the homes' slots past this. Each stream beyond the driver's hardware queues
+/// (`cohort_gpu::DEVICE_CONNECTIONS`, 32) shares one, and a scan waiting on its home's filter
+/// would hold back unrelated work queued behind it there. With a stream per home slot, 15
+/// virtual GPUs made 4 + 14 x 4 = 60 streams a device and served a third of 8 devices' rate.
+/// 24 leaves room for the device's own engine slots (4 for k-NN's one batch key).
+pub const SCAN_STREAMS_PER_DEVICE: usize = 24;
+
+/// A device's scan streams, made on first use up to [`SCAN_STREAMS_PER_DEVICE`], then handed
+/// out again in turn. A shared stream runs its homes' scans in the order they were queued:
+/// each waits for its own home's filter, and records its own event after it.
+struct StreamPool {
+    streams: std::sync::Mutex<(Vec<Arc<CudaStream>>, usize)>,
+}
+
+impl StreamPool {
+    fn new() -> StreamPool {
+        StreamPool {
+            streams: std::sync::Mutex::new((Vec::new(), 0)),
+        }
+    }
+
+    fn take(&self, ctx: &Arc<CudaContext>) -> Result<Arc<CudaStream>, GpuError> {
+        let mut g = self.streams.lock().expect("stream pool");
+        let (streams, next) = &mut *g;
+        if streams.len() < SCAN_STREAMS_PER_DEVICE {
+            streams.push(ctx.new_stream()?);
+            return Ok(streams[streams.len() - 1].clone());
+        }
+        let s = streams[*next % streams.len()].clone();
+        *next += 1;
+        Ok(s)
+    }
+}
+
 /// How a cohort's data reaches the other devices and their partials come back.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Route {
@@ -51,6 +86,8 @@ pub struct ShardSet {
     pub devices: Vec<Arc<GpuIvf>>,
     pub placement: Placement,
     pub route: Route,
+    /// Per device, the streams it scans other homes' cohorts on.
+    scan_streams: Vec<StreamPool>,
 }
 
 impl ShardSet {
@@ -91,6 +128,7 @@ impl ShardSet {
             },
         };
         Ok(ShardSet {
+            scan_streams: devices.iter().map(|_| StreamPool::new()).collect(),
             devices,
             placement,
             route,
@@ -204,7 +242,7 @@ impl GpuBackend for KnnShardedGpu {
             if d == self.home {
                 continue;
             }
-            let s = dev.ctx.new_stream()?;
+            let s = self.set.scan_streams[d].take(&dev.ctx)?;
             let share = SCAN_CANDIDATE_FLOATS / self.set.devices.len();
             let host = self.set.route == Route::Host;
             let bufs = dev.scan_buffers(&s, cap, share, host)?;
