@@ -43,4 +43,4 @@ echo "== unit, property and integration tests"
 cargo test --workspace --release
 
 echo "== fuzz targets (bounded)"
-scripts/fuzz.sh "${FUZZ_SECONDS:-20}"
+scripts/fuzz.sh "${FUZZ_SECONDS:-10}"
