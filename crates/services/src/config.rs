@@ -88,6 +88,50 @@ pub(crate) fn settings(pairs: &[(&str, &str)]) -> Settings {
         .collect()
 }
 
+/// An enum a setting names by a word: the enum, `FromStr` (an unknown word is an error that
+/// names `what` and lists the words) and `Display` (the word), so a `#[serde(with = "text")]`
+/// field reads and writes it.
+///
+/// ```ignore
+/// named_enum! {
+///     /// How the GPU computes.
+///     pub enum Math ("lenet math") { Tf32x3 = "tf32x3", Fp32 = "fp32" }
+/// }
+/// ```
+macro_rules! named_enum {
+    ($(#[$meta:meta])* $vis:vis enum $name:ident ($what:literal) {
+        $($(#[$vmeta:meta])* $variant:ident = $word:literal),+ $(,)?
+    }) => {
+        $(#[$meta])*
+        $vis enum $name {
+            $($(#[$vmeta])* $variant),+
+        }
+
+        impl std::str::FromStr for $name {
+            type Err = String;
+            fn from_str(s: &str) -> Result<Self, String> {
+                match s {
+                    $($word => Ok($name::$variant),)+
+                    _ => Err(format!(
+                        "unknown {} {s:?} ({})",
+                        $what,
+                        [$($word),+].join(", ")
+                    )),
+                }
+            }
+        }
+
+        impl std::fmt::Display for $name {
+            fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+                f.write_str(match self {
+                    $($name::$variant => $word),+
+                })
+            }
+        }
+    };
+}
+pub(crate) use named_enum;
+
 /// Serde for a field whose type reads from and writes to text (`FromStr` + `Display`): an
 /// enum like `f16` or `memcached://HOST:PORT`.
 pub mod text {
@@ -123,30 +167,12 @@ mod tests {
         shade: Shade,
     }
 
-    #[derive(Debug, Default, PartialEq)]
-    enum Shade {
-        #[default]
-        Light,
-        Dark,
-    }
-
-    impl std::str::FromStr for Shade {
-        type Err = String;
-        fn from_str(s: &str) -> Result<Shade, String> {
-            match s {
-                "light" => Ok(Shade::Light),
-                "dark" => Ok(Shade::Dark),
-                _ => Err(format!("unknown shade {s:?} (light, dark)")),
-            }
-        }
-    }
-
-    impl std::fmt::Display for Shade {
-        fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-            f.write_str(match self {
-                Shade::Light => "light",
-                Shade::Dark => "dark",
-            })
+    named_enum! {
+        #[derive(Debug, Default, PartialEq)]
+        enum Shade ("shade") {
+            #[default]
+            Light = "light",
+            Dark = "dark",
         }
     }
 

@@ -4,34 +4,17 @@
 use super::backend::Cohorts;
 use super::besim::DEFAULT_USERS;
 use super::store::Placement;
+use crate::config::named_enum;
 use crate::config::{text, ServiceConfig, ServiceFlag};
 use serde::{Deserialize, Serialize};
 
-/// The layout of the request and response slots in GPU memory.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Layout {
-    /// Transposed by 4-byte words (Rhythm: a warp's accesses coalesce).
-    Transposed,
-    RowMajor,
-}
-
-impl std::str::FromStr for Layout {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Layout, String> {
-        match s {
-            "transposed" => Ok(Layout::Transposed),
-            "row-major" => Ok(Layout::RowMajor),
-            _ => Err(format!("unknown bank layout {s:?} (transposed, row-major)")),
-        }
-    }
-}
-
-impl std::fmt::Display for Layout {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Layout::Transposed => "transposed",
-            Layout::RowMajor => "row-major",
-        })
+named_enum! {
+    /// The layout of the request and response slots in GPU memory.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum Layout ("bank layout") {
+        /// Transposed by 4-byte words (Rhythm: a warp's accesses coalesce).
+        Transposed = "transposed",
+        RowMajor = "row-major",
     }
 }
 

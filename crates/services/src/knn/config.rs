@@ -3,6 +3,7 @@
 
 use super::gpu_ivf::Precision;
 use super::persistent::{PersistentPlan, DEFAULT_COHORT_GROUPS};
+use crate::config::named_enum;
 use crate::config::{text, ServiceConfig, ServiceFlag};
 use cohort_gpu::persistent::rt::BAR_GROUPS;
 use serde::{Deserialize, Serialize};
@@ -59,60 +60,22 @@ impl ServiceConfig for KnnSettings {
     }
 }
 
-/// How the index is laid over the serving GPUs.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Placement {
-    Replicate,
-    Shard,
-}
-
-impl std::str::FromStr for Placement {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Placement, String> {
-        match s {
-            "replicate" => Ok(Placement::Replicate),
-            "shard" => Ok(Placement::Shard),
-            _ => Err(format!("unknown placement {s:?} (replicate, shard)")),
-        }
+named_enum! {
+    /// How the index is laid over the serving GPUs.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum Placement ("placement") {
+        Replicate = "replicate",
+        Shard = "shard",
     }
 }
 
-impl std::fmt::Display for Placement {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Placement::Replicate => "replicate",
-            Placement::Shard => "shard",
-        })
-    }
-}
-
-/// How a sharded index's devices exchange queries, probes and partial results.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Exchange {
-    Auto,
-    Peer,
-    Host,
-}
-
-impl std::str::FromStr for Exchange {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Exchange, String> {
-        match s {
-            "auto" => Ok(Exchange::Auto),
-            "peer" => Ok(Exchange::Peer),
-            "host" => Ok(Exchange::Host),
-            _ => Err(format!("unknown shard exchange {s:?} (auto, peer, host)")),
-        }
-    }
-}
-
-impl std::fmt::Display for Exchange {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Exchange::Auto => "auto",
-            Exchange::Peer => "peer",
-            Exchange::Host => "host",
-        })
+named_enum! {
+    /// How a sharded index's devices exchange queries, probes and partial results.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum Exchange ("shard exchange") {
+        Auto = "auto",
+        Peer = "peer",
+        Host = "host",
     }
 }
 

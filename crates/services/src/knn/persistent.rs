@@ -9,6 +9,7 @@
 
 use super::gpu_ivf::{GpuIvf, Precision, DEFAULT_CANDIDATE_FLOATS};
 use super::kernels::{BLOCK, GPU_MAX_CANDIDATES, SEL_MAX};
+use crate::config::named_enum;
 use cohort_gpu::persistent::rt::{addr, BAR_GROUPS};
 use cohort_gpu::persistent::{stage_capacity, PersistentBackend, Prepared, Stage};
 use cohort_gpu::{load_module, DeviceInfo, GpuError};
@@ -26,31 +27,13 @@ cohort_gpu::svc_args! {
     }
 }
 
-/// How the persistent kernels compute k-NN (`knn.persistent_plan`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum PersistentPlan {
-    #[default]
-    Cohort,
-    PerPair,
-}
-
-impl std::str::FromStr for PersistentPlan {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "cohort" => Ok(PersistentPlan::Cohort),
-            "per-pair" => Ok(PersistentPlan::PerPair),
-            _ => Err(format!("unknown persistent plan {s:?} (cohort, per-pair)")),
-        }
-    }
-}
-
-impl std::fmt::Display for PersistentPlan {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            PersistentPlan::Cohort => "cohort",
-            PersistentPlan::PerPair => "per-pair",
-        })
+named_enum! {
+    /// How the persistent kernels compute k-NN (`knn.persistent_plan`).
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+    pub enum PersistentPlan ("persistent plan") {
+        #[default]
+        Cohort = "cohort",
+        PerPair = "per-pair",
     }
 }
 

@@ -1,6 +1,7 @@
 //! The lenet service's settings (`[services.lenet]`, `--service-opt lenet.KEY=VALUE`, and its
 //! serve flag).
 
+use crate::config::named_enum;
 use crate::config::{text, ServiceConfig, ServiceFlag};
 use serde::{Deserialize, Serialize};
 use std::path::PathBuf;
@@ -17,34 +18,16 @@ pub struct LenetSettings {
     pub math: Math,
 }
 
-/// `lenet.math`: the GPU's arithmetic for the network's products (the CPU twin is FP32).
-#[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
-pub enum Math {
-    /// Tensor cores, 3xTF32 (FP32's accuracy): conv2 as an implicit GEMM and, on the batch
-    /// engines, the dense layers. Needs compute capability 8.0 or later.
-    #[default]
-    Tf32x3,
-    /// CUDA cores, FP32 throughout.
-    Fp32,
-}
-
-impl std::str::FromStr for Math {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Self, String> {
-        match s {
-            "tf32x3" => Ok(Math::Tf32x3),
-            "fp32" => Ok(Math::Fp32),
-            _ => Err(format!("unknown lenet math {s:?} (tf32x3, fp32)")),
-        }
-    }
-}
-
-impl std::fmt::Display for Math {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Math::Tf32x3 => "tf32x3",
-            Math::Fp32 => "fp32",
-        })
+named_enum! {
+    /// `lenet.math`: the GPU's arithmetic for the network's products (the CPU twin is FP32).
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+    pub enum Math ("lenet math") {
+        /// Tensor cores, 3xTF32 (FP32's accuracy): conv2 as an implicit GEMM and, on the batch
+        /// engines, the dense layers. Needs compute capability 8.0 or later.
+        #[default]
+        Tf32x3 = "tf32x3",
+        /// CUDA cores, FP32 throughout.
+        Fp32 = "fp32",
     }
 }
 

@@ -15,6 +15,7 @@ pub mod reducer;
 
 use super::kernels;
 use super::kernels::{per_pair as pp, tiled as tk};
+use crate::config::named_enum;
 use cohort_gpu::launch::{Dev, Kernel};
 use cohort_gpu::{load_module, DeviceInfo, GpuError};
 use cohort_knn::ivf::shard::IvfShard;
@@ -38,35 +39,15 @@ pub const TILED_MIN_COHORT: usize = 1;
 pub const DEFAULT_CANDIDATE_FLOATS: usize = 1 << 28;
 pub use kernels::NO_ID;
 
-/// Element type of the vectors on the device; distances are computed in f32 in every case.
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub enum Precision {
-    F32,
-    /// Half the bytes per scan; vectors rounded to f16.
-    F16,
-    /// A quarter of the bytes, exact for integral data in 0..=255 (SIFT's descriptors).
-    U8,
-}
-
-impl std::str::FromStr for Precision {
-    type Err = String;
-    fn from_str(s: &str) -> Result<Precision, String> {
-        match s {
-            "f32" => Ok(Precision::F32),
-            "f16" => Ok(Precision::F16),
-            "u8" => Ok(Precision::U8),
-            _ => Err(format!("unknown precision {s:?} (f32, f16, u8)")),
-        }
-    }
-}
-
-impl std::fmt::Display for Precision {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.write_str(match self {
-            Precision::F32 => "f32",
-            Precision::F16 => "f16",
-            Precision::U8 => "u8",
-        })
+named_enum! {
+    /// Element type of the vectors on the device; distances are computed in f32 in every case.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum Precision ("precision") {
+        F32 = "f32",
+        /// Half the bytes per scan; vectors rounded to f16.
+        F16 = "f16",
+        /// A quarter of the bytes, exact for integral data in 0..=255 (SIFT's descriptors).
+        U8 = "u8",
     }
 }
 
