@@ -39,8 +39,8 @@ if cargo tree -p cohort-gpu -e normal --prefix none | grep -E "^cohort-(services
     echo "cohort-gpu depends on a service"; exit 1
 fi
 
-echo "== unit, property and integration tests"
-cargo test --workspace --release
+echo "== unit, property and integration tests (profile ci: release without LTO)"
+cargo test --workspace --profile ci
 
 echo "== fuzz targets (bounded)"
 scripts/fuzz.sh "${FUZZ_SECONDS:-10}"
