@@ -1,7 +1,9 @@
 //! `cohort model centaur knn`: the model's inputs measured (or read), its predictions beside
 //! the measured runs with their errors, Centaur's Fig. 6 and Fig. 2 shapes plotted.
 
-use super::inputs::{bytes_per_query, host_cost_us, probe_shares, read_runs, scan_share, Run};
+use super::inputs::{
+    bytes_per_query, host_cost_us, probe_shares, read_runs, scan_share, shard_work, Run,
+};
 use super::{fig2, fit_cohort_time, imbalance, Inputs, Layout, Prediction, LAUNCHES_PER_COHORT};
 use crate::catalog::{Record, ServiceCommand};
 use clap::{value_parser, Arg, ArgAction, ArgMatches, Command};
@@ -38,6 +40,7 @@ fn centaur_command() -> Command {
         .arg(path("queries", "The queries the runs sent (.fvecs)").required(true))
         .arg(path("whole-device", "A `bench engine` run on one whole physical device (no virtual GPUs), same settings: eq. 3's ceiling for virtual GPUs of it"))
         .arg(path("overheads", "O_k, O_q and g from an earlier run's JSON (its `overheads`); without it they are measured on GPU 0"))
+        .arg(path("shard-profile", "r(N) of eq. 9 from a `cohort bench gpu-kernels --shards` result (the tiled plan per stage on one shard of N); without it r(N) = 1"))
         .arg(
             Arg::new("in-flight")
                 .long("in-flight")
@@ -156,6 +159,17 @@ fn run_centaur(m: &ArgMatches, record: Record) -> Result<(), String> {
                 .ok_or_else(|| format!("{}: no machine.cpus: pass --host-cores", first.file))?
                 as f64,
         },
+        shard_work: match path("shard-profile") {
+            None => Vec::new(),
+            Some(p) => {
+                let text =
+                    std::fs::read_to_string(&p).map_err(|e| format!("{}: {e}", p.display()))?;
+                let v: serde_json::Value = serde_json::from_str(&text)
+                    .map_err(|e| format!("{}: not JSON: {e}", p.display()))?;
+                shard_work(&v, first.max_cohort as f64)
+                    .map_err(|e| format!("{}: {e}", p.display()))?
+            }
+        },
         whole_rate: match path("whole-device") {
             None => 0.0,
             Some(p) => {
@@ -179,6 +193,17 @@ fn run_centaur(m: &ArgMatches, record: Record) -> Result<(), String> {
         inputs.window, inputs.max_cohort, inputs.in_flight, inputs.t0_us, inputs.tq_us, inputs.scan_share,
         inputs.bytes_per_query / 1e6, inputs.bandwidth_gbs, inputs.memories, inputs.whole_rate, inputs.memory_rate()
     );
+    if !inputs.shard_work.is_empty() {
+        println!(
+            "r(N) of eq. 9, measured: {}",
+            inputs
+                .shard_work
+                .iter()
+                .map(|(n, r)| format!("{n}: {r:.3}"))
+                .collect::<Vec<_>>()
+                .join(", ")
+        );
+    }
     println!(
         "{:<10} {:>7} {:>7} {:>11} {:>11} {:>7} {:>6} {:>9} {:>11} {:>11}",
         "layout",

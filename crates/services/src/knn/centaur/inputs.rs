@@ -186,3 +186,84 @@ pub fn host_cost_us(dim: usize, nlist: usize, queries: &[f32], k: usize) -> f64 
     assert_eq!(sink, rounds * nq * k, "every answer decoded");
     t.elapsed().as_secs_f64() * 1e6 / (rounds * nq) as f64
 }
+
+/// r(N) of eq. 9 from a `bench gpu-kernels --shards` result: at the profiled cohort nearest
+/// `cohort`, (F + N S(N)) / (F + S(1)), where F is the filter's stages (the home's, for its
+/// own cohort) and S(N) the scan's stages on one device's shard of an N-way placement (run
+/// once for each of the N homes' cohorts). Ascending by N, N > 1.
+pub fn shard_work(profile: &Value, cohort: f64) -> Result<Vec<(usize, f64)>, String> {
+    let points = profile
+        .get("results")
+        .unwrap_or(profile)
+        .get("points")
+        .and_then(Value::as_array)
+        .ok_or("no points (a `cohort bench gpu-kernels --shards` result?)")?;
+    // (cohort, shards, filter ms, scan ms) of every point with a stage profile.
+    let staged: Vec<(f64, usize, f64, f64)> = points
+        .iter()
+        .filter_map(|p| {
+            let stages = p.get("tiled_stage_ms")?.as_object()?;
+            let (mut f, mut scan) = (0.0, 0.0);
+            for (name, ms) in stages {
+                let ms = ms.as_f64()?;
+                if name.starts_with("filter") || name == "select_filter" {
+                    f += ms;
+                } else {
+                    scan += ms;
+                }
+            }
+            Some((
+                p.get("cohort")?.as_f64()?,
+                p.get("shards").and_then(Value::as_u64).unwrap_or(1) as usize,
+                f,
+                scan,
+            ))
+        })
+        .collect();
+    let at = staged
+        .iter()
+        .map(|p| p.0)
+        .min_by(|a, b| (a - cohort).abs().total_cmp(&(b - cohort).abs()))
+        .ok_or("no point with a stage profile (tiled_stage_ms)")?;
+    let here: Vec<_> = staged.iter().filter(|p| p.0 == at).collect();
+    let whole = here
+        .iter()
+        .find(|p| p.1 == 1)
+        .ok_or_else(|| format!("no whole-index point (shards 1) at cohort {at}"))?;
+    let base = whole.2 + whole.3;
+    let mut out: Vec<(usize, f64)> = here
+        .iter()
+        .filter(|p| p.1 > 1)
+        .map(|p| (p.1, (whole.2 + p.1 as f64 * p.3) / base))
+        .collect();
+    out.sort_by_key(|p| p.0);
+    out.dedup_by_key(|p| p.0);
+    Ok(out)
+}
+
+#[cfg(test)]
+mod shard_work_tests {
+    use super::*;
+
+    #[test]
+    fn shard_work_is_read_at_the_nearest_cohort() {
+        let point = |cohort: u64, shards: u64, filter: f64, search: f64| {
+            serde_json::json!({"cohort": cohort, "shards": shards, "tiled_stage_ms": {
+                "filter": filter * 0.8, "select_filter": filter * 0.2, "plan": 0.0,
+                "search": search * 0.9, "select_search": search * 0.1 }})
+        };
+        let v = serde_json::json!({"results": {"points": [
+            point(2048, 1, 3.0, 11.0), point(2048, 4, 3.0, 3.0), point(2048, 2, 3.0, 5.5),
+            point(8192, 1, 10.0, 30.0), point(8192, 4, 10.0, 9.0),
+        ]}});
+        let r = shard_work(&v, 2000.0).unwrap();
+        assert_eq!(r.len(), 2);
+        assert_eq!(r[0].0, 2);
+        // Halving the scan exactly costs nothing: (3 + 2 x 5.5) / 14.
+        assert!((r[0].1 - 1.0).abs() < 1e-9);
+        assert!((r[1].1 - (3.0 + 4.0 * 3.0) / 14.0).abs() < 1e-9);
+        let r = shard_work(&v, 9000.0).unwrap();
+        assert_eq!(r, vec![(4, (10.0 + 36.0) / 40.0)]);
+        assert!(shard_work(&serde_json::json!({"results": {}}), 1.0).is_err());
+    }
+}

@@ -20,9 +20,13 @@
 //! 7. w_d = sum over the lists l of device d of f_l |l|: rows device d scans per query, f_l
 //!    the share of queries that probe list l.
 //! 8. I(N) = max_d w_d / mean_d w_d: the placement's imbalance.
-//! 9. sharded: t_dev(N) = t(b_N) + (N - 1) n_s g + s t_q b_N (I(N) - 1): every device runs
-//!    its own scan for each of the N homes' cohorts (n_s launches, g each) over the share s of
-//!    a query's time that is scanning, and the busiest device sets the pace.
+//! 9. sharded: t_dev(N) = r(N) t(b_N) + (N - 1) n_s g + s t_q b_N (I(N) - 1): every device
+//!    runs its own scan for each of the N homes' cohorts (n_s launches, g each) over the share
+//!    s of a query's time that is scanning, and the busiest device sets the pace. r(N) is a
+//!    device's kernel time per round sharded (its cohort's filter, then its shard's scan of
+//!    each of the N homes' cohorts) over a whole device's per cohort, measured per stage
+//!    (`bench gpu-kernels --shards`): the parts of a scan that do not fall as 1/N (the
+//!    select over each query's candidates). 1 where not measured.
 
 pub mod command;
 pub mod inputs;
@@ -72,6 +76,9 @@ pub struct Inputs {
     pub whole_rate: f64,
     /// C of eq. 2: the host's cores.
     pub host_cores: f64,
+    /// r(N) of eq. 9 where measured, by device count (ascending); empty: 1 for every N.
+    #[serde(default)]
+    pub shard_work: Vec<(usize, f64)>,
 }
 
 /// One predicted point.
@@ -113,6 +120,23 @@ impl Inputs {
         self.host_threads * 1e6 / per_request
     }
 
+    /// r(N) of eq. 9: the measured value at N, linear between measured device counts (1 at
+    /// one device), the last measured one past them; 1 where none is measured.
+    pub fn shard_factor(&self, devices: usize) -> f64 {
+        let mut prev = (1usize, 1.0f64);
+        for &(n, r) in &self.shard_work {
+            if devices <= n {
+                if n == prev.0 {
+                    return r;
+                }
+                let t = (devices.saturating_sub(prev.0)) as f64 / (n - prev.0) as f64;
+                return prev.1 + t.clamp(0.0, 1.0) * (r - prev.1);
+            }
+            prev = (n, r);
+        }
+        prev.1
+    }
+
     /// Eqs. 3 and 9: the devices' rate.
     pub fn gpu_rate(&self, devices: usize, layout: Layout, imbalance: f64) -> f64 {
         let b = self.cohort(devices);
@@ -120,7 +144,7 @@ impl Inputs {
         let t = match layout {
             Layout::Replicate => self.cohort_time_us(b),
             Layout::Shard => {
-                self.cohort_time_us(b)
+                self.shard_factor(devices) * self.cohort_time_us(b)
                     + (n - 1.0) * LAUNCHES_PER_SHARD_SCAN * self.gap_us
                     + self.scan_share * self.tq_us * b * (imbalance - 1.0).max(0.0)
             }
@@ -260,7 +284,30 @@ mod tests {
             memories: 1.0,
             whole_rate: 0.0,
             host_cores: 64.0,
+            shard_work: Vec::new(),
         }
+    }
+
+    #[test]
+    fn the_shard_factor_is_measured_interpolated_or_one() {
+        let mut i = inputs();
+        assert_eq!(i.shard_factor(4), 1.0);
+        i.shard_work = vec![(2, 1.02), (4, 1.06), (8, 1.14)];
+        assert_eq!(i.shard_factor(1), 1.0);
+        assert_eq!(i.shard_factor(4), 1.06);
+        assert!((i.shard_factor(6) - 1.10).abs() < 1e-12);
+        assert_eq!(i.shard_factor(15), 1.14);
+        // The measured extra work slows the sharded devices by that factor (launch and
+        // imbalance terms aside).
+        let plain = Inputs {
+            shard_work: Vec::new(),
+            ..i.clone()
+        };
+        let (a, b) = (
+            plain.gpu_rate(4, Layout::Shard, 1.0),
+            i.gpu_rate(4, Layout::Shard, 1.0),
+        );
+        assert!(b < a && b > a / 1.06 * 0.99, "{a} {b}");
     }
 
     #[test]
