@@ -3,7 +3,8 @@
 # nlist 4096, nprobe 16, k 10) on gpu-cohort over N groups of 8 SMs (green contexts),
 # replicated and sharded, plus one group at smaller windows (eq. 6's calibration), then
 # `cohort model centaur knn` over all of them (it measures O_k, O_q, g and the copy bandwidth
-# on GPU 0).
+# on GPU 0; r(N) of eq. 9 from the tiled plan's stages on one shard, profiled here on one
+# group of 8 SMs).
 # Usage: OUT=dir TAG=h100 [RUNS=dir of recorded centaur-*.json] scripts/centaur-model.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -28,7 +29,12 @@ fi
 timeout 120 $B bench engine --data $D --nlist $NL --nprobe 16 --k 10 --engines gpu-cohort --gpus 0 \
     --window 8192 --max-cohort 2048 --duration 2 --drivers 8 \
     --out "$OUT/whole-device-w8192-$TAG.json" --log-level warn 2>&1 | tail -n 1
+# r(N) of eq. 9: the tiled plan per stage on the whole index and on one shard of 2..15.
+$B --virtual-gpus 0:1x8 bench gpu-kernels --data $D --nlist $NL --nprobe 16 --cohorts 2048 \
+    --precision f32 --shards 1,2,4,8,15 --seconds 0.3 --out "$OUT/shard-profile-$TAG.json" \
+    --log-level warn > /dev/null 2>&1 || echo "shard profile failed: r(N) = 1"
+prof=(); [ -f "$OUT/shard-profile-$TAG.json" ] && prof=(--shard-profile "$OUT/shard-profile-$TAG.json")
 RUNS=${RUNS:-$OUT}
 $B model centaur knn "$RUNS"/centaur-*-$TAG.json --whole-device "$OUT/whole-device-w8192-$TAG.json" \
-    --index $IX --queries $D/query.fvecs --out "$OUT/centaur-model-$TAG" 2>&1 | tee "$OUT/centaur-model-$TAG.txt"
+    "${prof[@]}" --index $IX --queries $D/query.fvecs --out "$OUT/centaur-model-$TAG" 2>&1 | tee "$OUT/centaur-model-$TAG.txt"
 echo "centaur-model: $(( $(date +%s) - t0 )) s"
