@@ -15,11 +15,13 @@ mod nvrtc;
 pub mod overheads;
 pub mod persistent;
 pub mod prelude;
+mod stage_timer;
 
 pub use device::{probe, probe_physical, virtual_devices, DeviceInfo};
 pub use error::GpuError;
 pub use nvrtc::{compile_cached, load_module, nvrtc_available};
 pub use prelude::{KernelSource, Prelude};
+pub use stage_timer::StageTimer;
 
 /// Hardware work queues per context the driver opens (`CUDA_DEVICE_MAX_CONNECTIONS`, 8 by
 /// default, 32 at most). Streams beyond them share a queue, and a stream waiting on another

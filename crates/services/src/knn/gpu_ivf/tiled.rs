@@ -123,20 +123,11 @@ impl GpuIvf {
                 "profile: batch does not fit one pass".into(),
             ));
         }
-        let flags = Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT);
-        let mut marks = vec![("start", self.ctx.new_event(flags)?)];
-        marks[0].1.record(s)?;
+        let mut timer = cohort_gpu::StageTimer::start(s)?;
         self.tiled_pass(s, b, 0, nq, k, nprobe, stride, &mut |stage| {
-            let e = self.ctx.new_event(flags)?;
-            e.record(s)?;
-            marks.push((stage, e));
-            Ok(())
+            timer.mark(stage)
         })?;
-        s.synchronize()?;
-        marks
-            .windows(2)
-            .map(|w| Ok((w[1].0, w[0].1.elapsed_ms(&w[1].1)?)))
-            .collect()
+        timer.finish()
     }
 
     /// Queries q0..q0+m. Scratch and the candidate rows are reused by every pass (stream
