@@ -88,7 +88,7 @@ fn time_math(
     let module = load_module(&ctx, dev, super::kernels::batch())?;
     let mut net = Net::load(&module, math)?;
     if let Some(m) = tc_min_rows {
-        net.dense_tc_min_rows = m;
+        net.set_dense_tc_min_rows(m);
     }
     let label = match tc_min_rows {
         Some(0) => format!("{math}, dense on tensor cores at every batch"),
@@ -99,29 +99,22 @@ fn time_math(
     let max = images.len() / IMAGE_BYTES;
     let mut act = Activations::new(&s, max)?;
     s.memcpy_htod(images, &mut act.images)?;
-    let flags = Some(cudarc::driver::sys::CUevent_flags::CU_EVENT_DEFAULT);
     let mut points = Vec::new();
     for &rows in &a.batches {
         enqueue_network(&s, &net, &weights, &mut act, rows, &mut |_| Ok(()))?;
         let mut per_kernel: Vec<(&'static str, f64)> = Vec::new();
         let mut total_ms = 0f64;
         for _ in 0..a.iters {
-            let mut marks = vec![("start", ctx.new_event(flags)?)];
-            marks[0].1.record(&s)?;
+            let mut timer = cohort_gpu::StageTimer::start(&s)?;
             enqueue_network(&s, &net, &weights, &mut act, rows, &mut |stage| {
-                let e = ctx.new_event(flags)?;
-                e.record(&s)?;
-                marks.push((stage, e));
-                Ok(())
+                timer.mark(stage)
             })?;
-            s.synchronize()?;
-            for (i, pair) in marks.windows(2).enumerate() {
-                let ms = pair[0].1.elapsed_ms(&pair[1].1)? as f64;
+            for (i, (stage, ms)) in timer.finish()?.into_iter().enumerate() {
                 if per_kernel.len() <= i {
-                    per_kernel.push((pair[1].0, 0.0));
+                    per_kernel.push((stage, 0.0));
                 }
-                per_kernel[i].1 += ms;
-                total_ms += ms;
+                per_kernel[i].1 += ms as f64;
+                total_ms += ms as f64;
             }
         }
         let us = |ms: f64| 1e3 * ms / a.iters as f64;
@@ -141,7 +134,7 @@ fn time_math(
             .map(|(k, ms)| (format!("{k}_us"), json!(us(*ms))))
             .collect();
         points.push(json!({
-            "math": math.to_string(), "variant": label, "dense_tc_min_rows": net.dense_tc_min_rows,
+            "math": math.to_string(), "variant": label, "dense_tc_min_rows": net.dense_tc_min_rows(),
             "batch": rows, "network_us": us(total_ms),
             "images_per_s": rate, "kernels": kernels,
         }));
