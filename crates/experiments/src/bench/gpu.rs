@@ -115,9 +115,8 @@ pub fn run(a: &GpuKernelBench) -> Result<()> {
                 GpuIvf::upload(dev, &ix, precision)?
             } else {
                 let placement = ix.placement_for(shards);
-                let own = placement.lists_of(0);
-                for (cell, rows) in sizes.iter_mut().enumerate() {
-                    if !own.contains(&(cell as u32)) {
+                for (rows, &owner) in sizes.iter_mut().zip(&placement.owner) {
+                    if owner != 0 {
                         *rows = 0;
                     }
                 }
