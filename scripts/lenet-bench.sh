@@ -5,8 +5,10 @@
 # pinned to 1 and 8 cores, generator on the others, every answer checked) with the cpu
 # engine's echo measured beside it as the host's anchor; PART=vgpus throughput against the
 # number of virtual GPUs (groups of 8 SMs, green contexts; Lynx Fig. 8b's shape); PART=math
-# the engines in process in each `lenet.math` (tensor cores in 3xTF32, CUDA cores in FP32).
-# Usage: OUT=dir TAG=h200 PART=tests|engine|math|served|vgpus scripts/lenet-bench.sh
+# the engines in process in each `lenet.math` (tensor cores in 3xTF32, CUDA cores in FP32);
+# PART=plans gpu-persistent in each `lenet.persistent` plan and math, with the engine's
+# profile of one request at a time beside it.
+# Usage: OUT=dir TAG=h200 PART=tests|engine|math|plans|served|vgpus scripts/lenet-bench.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib/gpu-env.sh
@@ -33,6 +35,20 @@ math)
     # Register spills in the tensor-core kernels would show as local loads and stores.
     for f in "$COHORT_KERNEL_CACHE"/lenet*.ptx; do
         echo "$f: $(grep -c 'mma.sync' "$f") mma, $(grep -c 'ld.local\|st.local' "$f") local loads/stores"
+    done
+    ;;
+plans)
+    for p in ${PLANS:-image team}; do
+        for m in ${MATHS:-tf32x3 fp32}; do
+            opts=(--service-opt lenet.persistent=$p --service-opt lenet.math=$m)
+            $B bench engine --service lenet "${opts[@]}" --engines gpu-persistent \
+                --window ${WINDOWS:-1,64,1024,8192} --duration 2 --drivers 4 \
+                --out "$OUT/lenet-persistent-$p-$m-$TAG.json" --log-level warn 2>&1 | tail -n 6
+            f="$OUT/lenet-persistent-profile-$p-$m-$TAG.json"
+            $B bench engine --service lenet "${opts[@]}" --service-opt lenet.profile=50000 \
+                --engines gpu-persistent --window 1 --drivers 1 --duration 2 --out "$f" \
+                --log-level warn > /dev/null 2>&1 && python3 scripts/profile-summary.py "$f"
+        done
     done
     ;;
 served)

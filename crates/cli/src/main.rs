@@ -69,8 +69,9 @@ enum Cmd {
         /// kernels that never end would wait for each other forever).
         #[arg(long)]
         no_persistent: bool,
-        /// Run only the service GPU checks whose "service: check" name holds this text (and
-        /// nothing else): one check again after a change, without the whole selftest.
+        /// Run only the service GPU checks whose "service: check" name holds this text, and
+        /// the engine checks of the services whose name holds it (nothing else): one service
+        /// again after a change, without the whole selftest.
         #[arg(long)]
         only: Option<String>,
     },
@@ -338,6 +339,13 @@ fn selftest(
         }
     }
     if let Some(o) = only {
+        // The services named like it, through the engines, too.
+        let lines = cohort_services::selftest::run_cases(&devs[0], seed, persistent, Some(o))
+            .map_err(anyhow::Error::msg)?;
+        ran += lines.len();
+        for line in lines {
+            println!("{line}");
+        }
         anyhow::ensure!(ran > 0, "no service GPU check is named like {o:?}");
         println!("selftest gpu: the {ran} check(s) named like {o:?} match (the rest not run)");
         return Ok(());

@@ -437,16 +437,17 @@ __device__ void tx_reply(const PRt& rt, unsigned int s, const unsigned char* src
 }
 
 // ---- the worker loop ------------------------------------------------------------------------
-// Pops up to rt.batch tasks from `pipe` into shared memory for the whole block; returns the
-// count (0 when stopping). Idles with back-off while the pipe is empty.
-__device__ unsigned int worker_next(const PRt& rt, const PPipe& pipe, uint4* tasks, Backoff& b) {
+// Pops up to `max` (<= P_MAX_BATCH) tasks from `pipe` into shared memory for the whole
+// block; returns the count (0 when stopping). Idles with back-off while the pipe is empty.
+__device__ unsigned int worker_next_max(const PRt& rt, const PPipe& pipe, uint4* tasks, Backoff& b,
+                                        unsigned int max) {
     __shared__ unsigned int s_n;
     __syncthreads();
     if (threadIdx.x == 0) {
         unsigned int n = 0;
         unsigned int spins = 0;
         while (true) {
-            n = pipe_pop(pipe, tasks, (unsigned int)min(rt.batch, (unsigned long long)P_MAX_BATCH));
+            n = pipe_pop(pipe, tasks, max);
             if (n > 0) { b.reset(); break; }
             if ((++spins & 15) == 0 && p_stopping(rt)) break;
             b.idle();
@@ -465,6 +466,11 @@ __device__ unsigned int worker_next(const PRt& rt, const PPipe& pipe, uint4* tas
     }
     __syncthreads();
     return s_n;
+}
+
+// As worker_next_max, up to the engine's batch (rt.batch) at once.
+__device__ unsigned int worker_next(const PRt& rt, const PPipe& pipe, uint4* tasks, Backoff& b) {
+    return worker_next_max(rt, pipe, tasks, b, (unsigned int)min(rt.batch, (unsigned long long)P_MAX_BATCH));
 }
 
 // Set-up before launch (and after a restart): every slot free, every gpipe empty.

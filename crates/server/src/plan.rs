@@ -362,10 +362,10 @@ mod tests {
         assert!(e("knn", &["knn.persistent_plan=x"]).contains("cohort, per-pair"));
         assert!(e("echo", &["echo.persistent_plan=cohort"]).contains("unknown field"));
         assert!(
-            e("knn", &["knn.persistent_groups=0"]).contains("persistent_groups must be in 1..=8")
+            e("knn", &["knn.persistent_groups=0"]).contains("persistent_groups must be in 1..=64")
         );
         assert!(
-            e("knn", &["knn.persistent_groups=9"]).contains("persistent_groups must be in 1..=8")
+            e("knn", &["knn.persistent_groups=65"]).contains("persistent_groups must be in 1..=64")
         );
         assert!(e("knn", &["knn.persistent_groups=two"]).contains("persistent_groups"));
     }

@@ -87,6 +87,9 @@ pub struct SelftestCase {
     /// (facever: a memcached it started and filled); None here: the defaults. Ok(None): it
     /// cannot run on this machine (the reason already logged as a skip).
     pub setup: Option<SelftestSetup>,
+    /// Settings the persistent engine is checked with too, each on top of the case's own
+    /// (`("persistent", "team")`): the plans and maths only that engine's kernels differ in.
+    pub persistent_variants: &'static [&'static [(&'static str, &'static str)]],
 }
 
 /// What a selftest setup gives: the settings, and what must outlive the run.
@@ -187,6 +190,19 @@ pub fn flags() -> impl Iterator<Item = (&'static Entry, &'static ServiceFlag)> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn every_selftest_variant_is_a_valid_setting() {
+        for (e, case) in selftest_cases() {
+            for variant in case.persistent_variants {
+                let mut s = Settings::new();
+                for (k, v) in *variant {
+                    s.insert(k.to_string(), crate::config::value_of(v));
+                }
+                (e.resolve)(&s).unwrap_or_else(|err| panic!("{}: {variant:?}: {err}", e.name));
+            }
+        }
+    }
 
     #[test]
     fn names_and_flags_are_unique() {

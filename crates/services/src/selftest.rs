@@ -370,6 +370,68 @@ fn knn_payloads(rng: &mut SmallRng, model: &Model, dim: usize, nlist: usize) -> 
     v
 }
 
+/// Every service that brings its own selftest case (those whose name contains `only`, where
+/// given), through every engine it has a backend for, then its persistent variants.
+pub fn run_cases(
+    dev: &DeviceInfo,
+    seed: u64,
+    with_persistent: bool,
+    only: Option<&str>,
+) -> Result<Vec<String>, String> {
+    let mut rng = SmallRng::seed_from_u64(seed);
+    let mut lines = Vec::new();
+    let opts = Settings::new();
+    for (e, case) in catalog::selftest_cases() {
+        if only.is_some_and(|o| !e.name.contains(o)) {
+            continue;
+        }
+        // Its own settings where it needs them (facever: a memcached started and filled),
+        // held while its engines run.
+        let (opts, _held) = match case.setup {
+            None => (opts.clone(), None),
+            Some(setup) => match setup()? {
+                Some((s, held)) => (s, Some(held)),
+                None => {
+                    lines.push(format!("SKIPPED {}: its setup cannot run here", e.name));
+                    continue;
+                }
+            },
+        };
+        let service = (e.build)(&opts, true)?;
+        let Some(gpu) = e.gpu else { continue };
+        let payloads = (case.payloads)(rng.gen());
+        let persistent_of = e.persistent.filter(|_| with_persistent);
+        let persistent = |p: &PersistentBuild| p(&opts, dev);
+        let stride = EngineSpec::stride_for(e.persistent_request_bytes);
+        lines.extend(check(
+            e.name,
+            &|| match &persistent_of {
+                Some(p) => all_engines(&|| gpu(&opts, dev), Some((&|| persistent(p), stride))),
+                None => all_engines(&|| gpu(&opts, dev), None),
+            },
+            &service,
+            &payloads,
+            case.compare,
+        )?);
+        let Some(p) = persistent_of else { continue };
+        for variant in case.persistent_variants {
+            let mut o = opts.clone();
+            for (k, v) in *variant {
+                o.insert(k.to_string(), crate::config::value_of(v));
+            }
+            let what = variant.iter().map(|(k, v)| format!("{k}={v}"));
+            lines.extend(check(
+                &format!("{} ({})", e.name, what.collect::<Vec<_>>().join(", ")),
+                &|| Ok(vec![persistent_engine_with(p(&o, dev)?, stride)]),
+                &service,
+                &payloads,
+                case.compare,
+            )?);
+        }
+    }
+    Ok(lines)
+}
+
 /// Every GPU backend against its CPU twin on device 0 (`persistent`: the persistent engine
 /// too, and its watchdog).
 pub fn run(seed: u64, with_persistent: bool) -> Result<Vec<String>, String> {
@@ -422,38 +484,7 @@ pub fn run(seed: u64, with_persistent: bool) -> Result<Vec<String>, String> {
         let make = || (e.persistent.expect("persistent"))(&opts, dev);
         lines.push(watchdog_restarts_a_stalled_gpu(&service, &make)?);
     }
-    // Every service that brings its own selftest case, through every engine it has a backend
-    // for.
-    for (e, case) in catalog::selftest_cases() {
-        // Its own settings where it needs them (facever: a memcached started and filled),
-        // held while its engines run.
-        let (opts, _held) = match case.setup {
-            None => (opts.clone(), None),
-            Some(setup) => match setup()? {
-                Some((s, held)) => (s, Some(held)),
-                None => {
-                    lines.push(format!("SKIPPED {}: its setup cannot run here", e.name));
-                    continue;
-                }
-            },
-        };
-        let service = (e.build)(&opts, true)?;
-        let Some(gpu) = e.gpu else { continue };
-        let payloads = (case.payloads)(rng.gen());
-        let persistent_of = e.persistent.filter(|_| with_persistent);
-        let persistent = |p: &PersistentBuild| p(&opts, dev);
-        let stride = EngineSpec::stride_for(e.persistent_request_bytes);
-        lines.extend(check(
-            e.name,
-            &|| match &persistent_of {
-                Some(p) => all_engines(&|| gpu(&opts, dev), Some((&|| persistent(p), stride))),
-                None => all_engines(&|| gpu(&opts, dev), None),
-            },
-            &service,
-            &payloads,
-            case.compare,
-        )?);
-    }
+    lines.extend(run_cases(dev, rng.gen(), with_persistent, None)?);
     // knn on a fresh random index, f32 and f16.
     let (n, dim, nlist) = (6000, 48, 64);
     let model = Model::new(SynthConfig {

@@ -98,7 +98,7 @@ pub const MAX_RX: usize = 64;
 /// a service's `gpu_batch` is at most this.
 pub const MAX_BATCH: usize = 32;
 /// Independent block groups a kernel's barriers can serve (`P_BAR_GROUPS`).
-pub const BAR_GROUPS: usize = 8;
+pub const BAR_GROUPS: usize = 64;
 /// sizeof(PSlot) in persistent.cuh: the 48-byte header and four u32.
 pub const SLOT_BYTES: usize = 64;
 /// Counter indices (`P_STAT_*`): requests taken off RX rings, answers committed to TX, ingress

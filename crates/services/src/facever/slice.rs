@@ -30,6 +30,7 @@ pub const ENTRY: Entry = Entry {
         payloads: super::selftest::payloads,
         compare: super::selftest::same_verdict,
         setup: Some(super::selftest::setup),
+        persistent_variants: &[],
     }),
     gpu_checks: &[GpuCheck {
         name: "facever kernels vs cpu twin",

@@ -16,6 +16,23 @@ pub struct LenetSettings {
     /// How the GPU kernels compute conv2 and the batch dense layers.
     #[serde(with = "text")]
     pub math: Math,
+    /// How the persistent engine's blocks share the images.
+    #[serde(with = "text")]
+    pub persistent: Plan,
+}
+
+named_enum! {
+    /// `lenet.persistent`: the persistent engine's plan.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq, Default)]
+    pub enum Plan ("lenet persistent plan") {
+        /// Each worker block runs the whole network on one image at a time: the most images
+        /// at once.
+        #[default]
+        Image = "image",
+        /// A team of blocks (one per conv2 channel tile) runs one image together, meeting
+        /// between layers: one image's answer sooner.
+        Team = "team",
+    }
 }
 
 named_enum! {
@@ -76,6 +93,20 @@ mod tests {
         assert_eq!(with_math("tf32x3").unwrap().math, Math::Tf32x3);
         let e = with_math("tf16").unwrap_err();
         assert!(e.contains("math") && e.contains("tf32x3, fp32"), "{e}");
+    }
+
+    #[test]
+    fn the_persistent_plan_defaults_to_a_block_per_image() {
+        assert_eq!(LenetSettings::default().persistent, Plan::Image);
+        let mut s = Settings::new();
+        s.insert("persistent".into(), value_of("team"));
+        assert_eq!(
+            typed::<LenetSettings>("lenet", &s).unwrap().persistent,
+            Plan::Team
+        );
+        s.insert("persistent".into(), value_of("teams"));
+        let e = typed::<LenetSettings>("lenet", &s).unwrap_err();
+        assert!(e.contains("image, team"), "{e}");
     }
 
     #[test]

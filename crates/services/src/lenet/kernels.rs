@@ -19,6 +19,15 @@ pub const DENSE_TC_TILE: usize = 64;
 /// Threads of a persistent worker block (one image at a time: more threads, less latency).
 pub const P_THREADS: usize = 512;
 
+/// Blocks of a team in the persistent `team` plan: one per conv2 channel tile of 8.
+pub const TEAM: usize = C2.div_ceil(8);
+/// A team's device memory, in 4-byte words: the image's features, its hidden layer and the
+/// leader's mailbox (the slot in hand), each starting on its own 128-byte line.
+pub const TEAM_FEATURES: usize = 0;
+pub const TEAM_HIDDEN: usize = (TEAM_FEATURES + FLAT).next_multiple_of(32);
+pub const TEAM_MAIL: usize = (TEAM_HIDDEN + HIDDEN).next_multiple_of(32);
+pub const TEAM_STRIDE: usize = TEAM_MAIL + 32;
+
 fn prelude() -> Prelude {
     Prelude::new("crates/services/src/lenet/kernels.rs")
         .int("LENET_SIDE", SIDE)
@@ -36,6 +45,11 @@ fn prelude() -> Prelude {
         .int("LENET_P_THREADS", P_THREADS)
         .int("LENET_DENSE_TC_THREADS", DENSE_TC_THREADS)
         .int("LENET_DENSE_TC_TILE", DENSE_TC_TILE)
+        .int("LENET_TEAM", TEAM)
+        .int("LENET_TEAM_FEATURES", TEAM_FEATURES)
+        .int("LENET_TEAM_HIDDEN", TEAM_HIDDEN)
+        .int("LENET_TEAM_MAIL", TEAM_MAIL)
+        .int("LENET_TEAM_STRIDE", TEAM_STRIDE)
 }
 
 const NET: (&str, &str) = ("lenet_net.cuh", include_str!("kernels/lenet_net.cuh"));

@@ -1,12 +1,14 @@
-//! LeNet on the persistent engine (Lynx's persistent LeNet): each worker block runs the whole
-//! network on one image at a time, inside the resident kernel (`kernels/lenet_persistent.cu`;
-//! conv2 on the tensor cores or the CUDA cores as `lenet.math` says): no launch per request.
+//! LeNet on the persistent engine (Lynx's persistent LeNet), inside the resident kernel
+//! (`kernels/lenet_persistent.cu`; conv2 on the tensor cores or the CUDA cores as `lenet.math`
+//! says): no launch per request. `lenet.persistent` picks who works on an image: one worker
+//! block (`image`: the most images at once) or a team of [`TEAM`] blocks meeting between
+//! layers (`team`: one image answered sooner).
 
-use super::config::Math;
+use super::config::{Math, Plan};
 use super::gpu::DeviceWeights;
-use super::kernels::P_THREADS;
+use super::kernels::{P_THREADS, TEAM, TEAM_STRIDE};
 use super::model::Weights;
-use cohort_gpu::persistent::rt::addr;
+use cohort_gpu::persistent::rt::{addr, BAR_GROUPS};
 use cohort_gpu::persistent::{
     one_stage_blocks, rx_copy_bytes, stage_capacity, PersistentBackend, Prepared, Stage,
 };
@@ -17,7 +19,7 @@ use std::sync::Arc;
 cohort_gpu::svc_args! {
     /// The worker's argument block: `struct SvcArgs` of `kernels/lenet_persistent.cu` (the
     /// weights' device addresses).
-    pub struct LenetArgs { w1, b1, w2, b2, f1w, f1b, f2w, f2b }
+    pub struct LenetArgs { w1, b1, w2, b2, f1w, f1b, f2w, f2b, team }
 }
 
 pub struct LenetPersistent {
@@ -26,10 +28,16 @@ pub struct LenetPersistent {
     weights: Arc<DeviceWeights>,
     sms: usize,
     math: Math,
+    plan: Plan,
 }
 
 impl LenetPersistent {
-    pub fn new(dev: &DeviceInfo, w: &Weights, math: Math) -> Result<LenetPersistent, GpuError> {
+    pub fn new(
+        dev: &DeviceInfo,
+        w: &Weights,
+        math: Math,
+        plan: Plan,
+    ) -> Result<LenetPersistent, GpuError> {
         math.check_device(dev).map_err(GpuError::Invalid)?;
         let ctx = cohort_gpu::launch::open(dev)?;
         let module = load_module(&ctx, dev, super::kernels::persistent())?;
@@ -40,7 +48,24 @@ impl LenetPersistent {
             weights,
             sms: dev.sms.max(1) as usize,
             math,
+            plan,
         })
+    }
+}
+
+/// The team plan's block count: `asked` (a multiple of [`TEAM`]), or by default as many whole
+/// teams as `fit` blocks hold; at most one team per barrier group.
+fn team_blocks(asked: Option<usize>, fit: usize) -> Result<usize, GpuError> {
+    let most = BAR_GROUPS * TEAM;
+    match asked {
+        Some(b) if b == 0 || !b.is_multiple_of(TEAM) || b > most => Err(GpuError::Invalid(
+            format!("lenet's team plan runs whole teams of {TEAM} blocks, at most {most}; got {b}"),
+        )),
+        Some(b) => Ok(b),
+        None if fit < TEAM => Err(GpuError::Invalid(format!(
+            "lenet's team plan needs {TEAM} resident blocks; this GPU holds {fit} beside the ingress"
+        ))),
+        None => Ok((fit / TEAM).min(BAR_GROUPS) * TEAM),
     }
 }
 
@@ -59,23 +84,41 @@ impl PersistentBackend for LenetPersistent {
         rx_stride: usize,
         blocks: Option<&[usize]>,
     ) -> Result<Prepared, GpuError> {
-        // Two workers per SM by default (one image each, the SM's cores shared between them),
-        // fewer where the SMs hold fewer beside the ingress warps.
+        // Two blocks per SM by default (the SM's cores shared between them), fewer where the
+        // SMs hold fewer beside the ingress warps.
         let mut stage = Stage {
-            kernel: match self.math {
-                Math::Tf32x3 => "lenet_p_worker_tc",
-                Math::Fp32 => "lenet_p_worker",
+            kernel: match (self.plan, self.math) {
+                (Plan::Image, Math::Tf32x3) => "lenet_p_worker_tc",
+                (Plan::Image, Math::Fp32) => "lenet_p_worker",
+                (Plan::Team, Math::Tf32x3) => "lenet_p_team_tc",
+                (Plan::Team, Math::Fp32) => "lenet_p_team",
             },
             blocks: 1,
             threads: P_THREADS as u32,
             dyn_smem: 0,
         };
         let fit = stage_capacity(self, &stage)?
-            .saturating_sub(2 * cohort_gpu::persistent::MAX_INGRESS_WARPS)
-            .max(1);
-        stage.blocks = one_stage_blocks(blocks, (2 * self.sms).min(fit), "lenet")?;
-        let rx_copy = rx_copy_bytes("lenet", super::model::IMAGE_BYTES, rx_stride)?;
+            .saturating_sub(2 * cohort_gpu::persistent::MAX_INGRESS_WARPS);
         let s = self.ctx.default_stream();
+        let mut team_mem = None;
+        stage.blocks = match self.plan {
+            Plan::Image => one_stage_blocks(blocks, (2 * self.sms).min(fit.max(1)), "lenet")?,
+            Plan::Team => {
+                let asked = match blocks {
+                    None => None,
+                    Some(&[b]) => Some(b),
+                    Some(other) => {
+                        return Err(GpuError::Invalid(format!(
+                            "lenet has one stage (workers); got {other:?}"
+                        )))
+                    }
+                };
+                let n = team_blocks(asked, (2 * self.sms).min(fit))?;
+                team_mem = Some(s.alloc_zeros::<u32>(n / TEAM * TEAM_STRIDE)?);
+                n
+            }
+        };
+        let rx_copy = rx_copy_bytes("lenet", super::model::IMAGE_BYTES, rx_stride)?;
         let w = &self.weights;
         let args = LenetArgs {
             w1: addr(&w.w1, &s),
@@ -86,19 +129,38 @@ impl PersistentBackend for LenetPersistent {
             f1b: addr(&w.f1b, &s),
             f2w: addr(&w.f2w, &s),
             f2b: addr(&w.f2b, &s),
+            team: team_mem.as_ref().map_or(0, |m| addr(m, &s)),
         };
         Ok(Prepared {
             args: args.to_svc_args(),
             stages: vec![stage],
             pipe_caps: [slots, 0, 0],
             rx_copy,
-            keep: Box::new(self.weights.clone()),
+            keep: Box::new((self.weights.clone(), team_mem)),
         })
     }
 }
 
 #[cfg(test)]
 mod tests {
+    use super::*;
+
+    #[test]
+    fn the_team_plan_runs_whole_teams() {
+        assert_eq!(TEAM, 7);
+        assert_eq!(team_blocks(None, 2 * 132 - 16).unwrap(), 35 * TEAM);
+        assert_eq!(team_blocks(None, 10_000).unwrap(), BAR_GROUPS * TEAM);
+        assert_eq!(team_blocks(Some(14), 0).unwrap(), 14);
+        for bad in [0, 13, (BAR_GROUPS + 1) * TEAM] {
+            let e = team_blocks(Some(bad), 264).unwrap_err().to_string();
+            assert!(e.contains("whole teams of 7"), "{e}");
+        }
+        assert!(team_blocks(None, 6)
+            .unwrap_err()
+            .to_string()
+            .contains("needs 7"));
+    }
+
     #[test]
     fn the_argument_block_matches_the_cuda_struct() {
         cohort_gpu::persistent::svc_args::check_against_cuda(

@@ -31,6 +31,11 @@ pub const ENTRY: Entry = Entry {
         payloads: super::gpu::selftest_payloads,
         compare: super::gpu::same_answer,
         setup: None,
+        persistent_variants: &[
+            &[("math", "fp32")],
+            &[("persistent", "team")],
+            &[("persistent", "team"), ("math", "fp32")],
+        ],
     }),
     gpu_checks: &[GpuCheck {
         name: "lenet kernels vs cpu twin",
@@ -65,7 +70,9 @@ fn gpu(s: &Settings, dev: &DeviceInfo) -> Result<Arc<dyn GpuBackend>, String> {
 
 fn persistent(s: &Settings, dev: &DeviceInfo) -> Result<Arc<dyn PersistentBackend>, String> {
     let w = weights(s)?;
+    let c: LenetSettings = typed("lenet", s)?;
     Ok(Arc::new(
-        super::persistent::LenetPersistent::new(dev, &w, math(s)?).map_err(|e| e.to_string())?,
+        super::persistent::LenetPersistent::new(dev, &w, c.math, c.persistent)
+            .map_err(|e| e.to_string())?,
     ))
 }

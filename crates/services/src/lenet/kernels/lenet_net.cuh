@@ -137,14 +137,19 @@ struct LenetTcSmem {
 
 // The block's warps (a multiple of 4) split the 4 row tiles x 7 channel tiles: warp w takes
 // row tile w % 4 and channel tiles w / 4, w / 4 + warps / 4, ... sharing each A fragment.
-__device__ void lenet_conv2_tc(const float* w2, const float* b2, LenetTcSmem& sm, float* out) {
+// koff[k]: where A's column k starts in the pooled conv1 planes (0 for the padding).
+__device__ void lenet_koff_table(int* koff) {
     for (int k = threadIdx.x; k < LENET_C2_KP; k += blockDim.x) {
         const int ci = k / LENET_KK, r = k % LENET_KK;
-        sm.koff[k] = k < LENET_C2_K
-                         ? ci * LENET_P1_PLANE + (r / LENET_KERNEL) * LENET_P1_SIDE + r % LENET_KERNEL
-                         : 0;
+        koff[k] = k < LENET_C2_K
+                      ? ci * LENET_P1_PLANE + (r / LENET_KERNEL) * LENET_P1_SIDE + r % LENET_KERNEL
+                      : 0;
     }
     __syncthreads();
+}
+
+__device__ void lenet_conv2_tc(const float* w2, const float* b2, LenetTcSmem& sm, float* out) {
+    lenet_koff_table(sm.koff);
     const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
     const int g = lane >> 2, t = lane & 3;
     const int mt = warp % 4, n_first = warp / 4, n_step = warps / 4;
@@ -220,6 +225,159 @@ __device__ void lenet_dense_one(const float* in, const float* w, const float* bi
         if (lane == 0) {
             float v = bias[j] + s;
             out[j] = relu ? fmaxf(v, 0.0f) : v;
+        }
+    }
+    __syncthreads();
+}
+
+// ---- A team of blocks on one image (the persistent engine's `team` plan) ----------------
+// One block per image leaves a single image waiting on one SM's loads in turn; a team of
+// LENET_TEAM blocks splits it: member m computes conv2's channel tile m (8 channels; conv1
+// is recomputed by every member, cheaper than a barrier), then 1/LENET_TEAM of fc1's rows.
+// These functions need 16 warps (LENET_P_THREADS = 512): four row tiles x four k quarters.
+
+#if LENET_TEAM != LENET_C2_NT
+#error "a team has one member per conv2 channel tile"
+#endif
+#if LENET_P_THREADS != 512
+#error "the team's conv2 splits 16 warps into 4 row tiles x 4 k quarters"
+#endif
+
+// A tile's weights in shared memory, [8 channels][k]: rows 508 floats apart, so the eight
+// rows a B fragment reads fall in distinct banks (504 would put rows 0 and 4 in one).
+#define LENET_W2_TILE_STRIDE (LENET_C2_KP + 4)
+// conv2's sums of one tile before bias and pool, one copy per k quarter: [quarter][m][8].
+#define LENET_TILE_PARTS (4 * LENET_C2_M * 8)
+
+// Tile `nt`'s weights (channels past LENET_C2 and k past LENET_C2_K zero), loaded once.
+__device__ void lenet_load_w2_tile(const float* w2, int nt, float* ws) {
+    for (int i = threadIdx.x; i < 8 * LENET_W2_TILE_STRIDE; i += blockDim.x) {
+        const int r = i / LENET_W2_TILE_STRIDE, k = i % LENET_W2_TILE_STRIDE, n = nt * 8 + r;
+        ws[i] = n < LENET_C2 && k < LENET_C2_K ? w2[(size_t)n * LENET_C2_K + k] : 0.f;
+    }
+    __syncthreads();
+}
+
+// A tile's sums on the tensor cores (3xTF32, as lenet_conv2_tc): warp w takes row tile w % 4
+// over k quarter w / 4 (16 of the 63 k steps, the last 15) into parts[w / 4].
+__device__ void lenet_conv2_tile_tc(const float* p1, const int* koff, const float* ws,
+                                    float* parts) {
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5;
+    const int g = lane >> 2, t = lane & 3;
+    const int mt = warp % 4, kq = warp / 4;
+    const int m_a = 16 * mt + g, m_b = m_a + 8;
+    const int off_a = (m_a / LENET_C2_SIDE) * LENET_P1_SIDE + m_a % LENET_C2_SIDE;
+    const int off_b = (m_b / LENET_C2_SIDE) * LENET_P1_SIDE + m_b % LENET_C2_SIDE;
+    const int steps = LENET_C2_KP / 8, per = (steps + 3) / 4;
+    const int s0 = kq * per, s1 = min(steps, s0 + per);
+    const float* wrow = ws + g * LENET_W2_TILE_STRIDE;
+    float acc[4] = {0.f, 0.f, 0.f, 0.f};
+#pragma unroll 4
+    for (int st = s0; st < s1; ++st) {
+        const int ka = 8 * st + t, kb = ka + 4;
+        const int oa = koff[ka], ob = koff[kb];
+        unsigned ab[4], as[4], bb[2], bs[2];
+        tf32_split(p1[off_a + oa], ab[0], as[0]);
+        tf32_split(p1[off_b + oa], ab[1], as[1]);
+        tf32_split(p1[off_a + ob], ab[2], as[2]);
+        tf32_split(p1[off_b + ob], ab[3], as[3]);
+        tf32_split(wrow[ka], bb[0], bs[0]);
+        tf32_split(wrow[kb], bb[1], bs[1]);
+        mma_tf32x3(acc, ab, as, bb, bs);
+    }
+    float* q = parts + kq * LENET_C2_M * 8;
+    q[m_a * 8 + 2 * t] = acc[0];
+    q[m_a * 8 + 2 * t + 1] = acc[1];
+    q[m_b * 8 + 2 * t] = acc[2];
+    q[m_b * 8 + 2 * t + 1] = acc[3];
+    __syncthreads();
+}
+
+// The same sums on the CUDA cores: thread (quarter, channel, pooled position) sums its 2x2
+// window's four outputs over the quarter's 5 input channels.
+__device__ void lenet_conv2_tile_fp32(const float* p1, const float* ws, float* parts) {
+    const int kq = threadIdx.x >> 7, r = threadIdx.x & 127;
+    const int n = r / LENET_P2_PLANE, p = r % LENET_P2_PLANE;
+    const int y = 2 * (p / LENET_P2_SIDE), x = 2 * (p % LENET_P2_SIDE);
+    constexpr int CI = LENET_C1 / 4;
+    static_assert(LENET_C1 % 4 == 0, "conv1's channels split in four quarters");
+    float s00 = 0.f, s01 = 0.f, s10 = 0.f, s11 = 0.f;
+    for (int ci = kq * CI; ci < (kq + 1) * CI; ++ci) {
+        const float* k = ws + n * LENET_W2_TILE_STRIDE + ci * LENET_KK;
+        const float* plane = p1 + ci * LENET_P1_PLANE;
+#pragma unroll
+        for (int ky = 0; ky < LENET_KERNEL; ++ky) {
+#pragma unroll
+            for (int kx = 0; kx < LENET_KERNEL; ++kx) {
+                const float w = k[ky * LENET_KERNEL + kx];
+                const float* src = plane + (y + ky) * LENET_P1_SIDE + x + kx;
+                s00 += w * src[0];
+                s01 += w * src[1];
+                s10 += w * src[LENET_P1_SIDE];
+                s11 += w * src[LENET_P1_SIDE + 1];
+            }
+        }
+    }
+    float* q = parts + kq * LENET_C2_M * 8;
+    const int m = y * LENET_C2_SIDE + x;
+    q[m * 8 + n] = s00;
+    q[(m + 1) * 8 + n] = s01;
+    q[(m + LENET_C2_SIDE) * 8 + n] = s10;
+    q[(m + LENET_C2_SIDE + 1) * 8 + n] = s11;
+    __syncthreads();
+}
+
+// Tile nt's features from its partial sums (the quarters added in order, then bias, 2x2
+// max-pool, tanh), channel-major as lenet_conv2_* write them; channels past LENET_C2 dropped.
+__device__ void lenet_conv2_tile_pool(const float* parts, const float* b2, int nt, float* out) {
+    for (int o = threadIdx.x; o < 8 * LENET_P2_PLANE; o += blockDim.x) {
+        const int r = o / LENET_P2_PLANE, c = nt * 8 + r, p = o % LENET_P2_PLANE;
+        if (c >= LENET_C2) continue;
+        const int y = 2 * (p / LENET_P2_SIDE), x = 2 * (p % LENET_P2_SIDE);
+        float best = __int_as_float(0xff800000);  // -inf
+#pragma unroll
+        for (int d = 0; d < 4; ++d) {
+            const int m = (y + d / 2) * LENET_C2_SIDE + x + d % 2;
+            float s = 0.f;
+#pragma unroll
+            for (int kq = 0; kq < 4; ++kq) s += parts[kq * LENET_C2_M * 8 + m * 8 + r];
+            best = fmaxf(best, s);
+        }
+        out[c * LENET_P2_PLANE + p] = tanhf(best + b2[c]);
+    }
+    __syncthreads();
+}
+
+// Rows [r0, r1) of a dense layer on one image: out[j] = bias[j] + w[j] . in (ReLU if asked),
+// a warp per row. K is known here, so a lane issues all its float4 loads of the row before
+// using the first: a row costs one L2 round trip, not one per step.
+template <int K>
+__device__ void lenet_dense_rows(const float4* in, const float* w, const float* bias, int r0,
+                                 int r1, bool relu, float* out) {
+    static_assert(K % 4 == 0, "rows are read as float4");
+    constexpr int V = K / 4, PER = (V + 31) / 32;
+    const int lane = threadIdx.x & 31, warp = threadIdx.x >> 5, warps = blockDim.x >> 5;
+    for (int j = r0 + warp; j < r1; j += warps) {
+        const float4* row = (const float4*)(w + (size_t)j * K);
+        float4 v[PER];
+#pragma unroll
+        for (int i = 0; i < PER; ++i) {
+            const int e = lane + 32 * i;
+            v[i] = e < V ? __ldg(row + e) : make_float4(0.f, 0.f, 0.f, 0.f);
+        }
+        float s = 0.f;
+#pragma unroll
+        for (int i = 0; i < PER; ++i) {
+            const int e = lane + 32 * i;
+            if (e < V) {
+                const float4 x = in[e];
+                s += v[i].x * x.x + v[i].y * x.y + v[i].z * x.z + v[i].w * x.w;
+            }
+        }
+        for (int d = 16; d > 0; d >>= 1) s += __shfl_xor_sync(0xffffffffu, s, d);
+        if (lane == 0) {
+            const float o = bias[j] + s;
+            out[j] = relu ? fmaxf(o, 0.f) : o;
         }
     }
     __syncthreads();
