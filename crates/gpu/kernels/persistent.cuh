@@ -288,7 +288,10 @@ __device__ unsigned int pipe_pop_block(const PPipe& p, unsigned int* out, unsign
 // The arrival counters are zeroed by p_reset before every launch. Returns false when the
 // engine is stopping: the caller leaves at once (the host has drained what it waits for, or
 // restarts and answers what the GPU held INTERNAL).
-__device__ bool p_barrier(const PRt& rt, unsigned int group, unsigned int nblocks) {
+// `cap_ns` caps the waiters' back-off: long for a wait that may last until the next request,
+// short where every block arrives within a phase of the same work.
+__device__ bool p_barrier(const PRt& rt, unsigned int group, unsigned int nblocks,
+                          unsigned int cap_ns = 1024) {
     __shared__ int s_go;
     __syncthreads();
     if (threadIdx.x == 0) {
@@ -303,7 +306,7 @@ __device__ bool p_barrier(const PRt& rt, unsigned int group, unsigned int nblock
         } else {
             // Phases are short (their waits end within the first sleeps); an idle engine's
             // blocks wait here for the next cohort and should not flood L2 with polls.
-            Backoff b(1024);
+            Backoff b(cap_ns);
             unsigned int spins = 0;
             while (ld_acquire_gpu(gen) == g) {
                 if ((++spins & 63) == 0 && p_stopping(rt)) { go = 0; break; }

@@ -25,31 +25,61 @@ struct LenetConvSmem {
 
 // One image (784 bytes at `in`) -> conv1 -> tanh -> pool into sm.p1, every thread of the
 // block calling (CUDA cores: a fifth of the work, K = 25 is too short for the tensor cores).
+//
+// A step is a quarter of one pooled row of one channel: 3 pooled outputs, i.e. 2 conv rows x
+// 6 conv columns = 12 sums, with the channel's 25 weights and one input row's 10 values at a
+// time in registers, each read from shared memory once for every sum it feeds. (One pooled
+// output per step read 125 values from shared memory for its 100 multiply-adds, and shared
+// memory's bandwidth, not the arithmetic, set conv1's time.) Each sum still adds bias, then
+// ky, then kx in order, as the CPU twin does.
+#define LENET_C1_QUARTERS 4
+#define LENET_C1_POOLED (LENET_P1_SIDE / LENET_C1_QUARTERS)  // pooled outputs a step: 3
+#define LENET_C1_COLS (2 * LENET_C1_POOLED)                   // conv columns a step: 6
+#define LENET_C1_IN (LENET_C1_COLS + LENET_KERNEL - 1)        // input values a row: 10
+
 __device__ void lenet_conv1_pool(const unsigned char* in, const float* w1, const float* b1,
                                  LenetConvSmem& sm) {
+    static_assert(LENET_P1_SIDE % LENET_C1_QUARTERS == 0, "a pooled row splits in quarters");
     for (int i = threadIdx.x; i < LENET_PIXELS; i += blockDim.x) sm.x[i] = in[i] * (1.0f / 255.0f);
     for (int i = threadIdx.x; i < LENET_C1 * LENET_KK; i += blockDim.x) sm.w1[i] = w1[i];
     __syncthreads();
 
-    // One pooled output (four sums) per step.
-    for (int o = threadIdx.x; o < LENET_C1 * LENET_P1_PLANE; o += blockDim.x) {
-        const int c = o / LENET_P1_PLANE;
-        const int y = 2 * ((o / LENET_P1_SIDE) % LENET_P1_SIDE);
-        const int xx = 2 * (o % LENET_P1_SIDE);
+    const int steps = LENET_C1 * LENET_P1_SIDE * LENET_C1_QUARTERS;
+    for (int it = threadIdx.x; it < steps; it += blockDim.x) {
+        const int c = it / (LENET_P1_SIDE * LENET_C1_QUARTERS);
+        const int r = it % (LENET_P1_SIDE * LENET_C1_QUARTERS);
+        const int py = r / LENET_C1_QUARTERS, q = r % LENET_C1_QUARTERS;
+        const int y0 = 2 * py, x0 = LENET_C1_COLS * q;
+        float w[LENET_KK];
+#pragma unroll
+        for (int i = 0; i < LENET_KK; ++i) w[i] = sm.w1[c * LENET_KK + i];
         const float b = b1[c];
-        float s00 = b, s01 = b, s10 = b, s11 = b;
-        const float* k = sm.w1 + c * LENET_KK;
-        for (int ky = 0; ky < LENET_KERNEL; ++ky) {
-            for (int kx = 0; kx < LENET_KERNEL; ++kx) {
-                const float w = k[ky * LENET_KERNEL + kx];
-                const float* src = sm.x + (y + ky) * LENET_SIDE + xx + kx;
-                s00 += w * src[0];
-                s01 += w * src[1];
-                s10 += w * src[LENET_SIDE];
-                s11 += w * src[LENET_SIDE + 1];
+        float s[2][LENET_C1_COLS];
+#pragma unroll
+        for (int dy = 0; dy < 2; ++dy)
+#pragma unroll
+            for (int cx = 0; cx < LENET_C1_COLS; ++cx) s[dy][cx] = b;
+#pragma unroll
+        for (int iy = 0; iy < LENET_KERNEL + 1; ++iy) {
+            float v[LENET_C1_IN];
+            const float* row = sm.x + (y0 + iy) * LENET_SIDE + x0;
+#pragma unroll
+            for (int j = 0; j < LENET_C1_IN; ++j) v[j] = row[j];
+#pragma unroll
+            for (int dy = 0; dy < 2; ++dy) {
+                const int ky = iy - dy;  // known after unrolling
+                if (ky < 0 || ky >= LENET_KERNEL) continue;
+#pragma unroll
+                for (int kx = 0; kx < LENET_KERNEL; ++kx)
+#pragma unroll
+                    for (int cx = 0; cx < LENET_C1_COLS; ++cx)
+                        s[dy][cx] += w[ky * LENET_KERNEL + kx] * v[cx + kx];
             }
         }
-        sm.p1[o] = tanhf(fmaxf(fmaxf(s00, s01), fmaxf(s10, s11)));
+        float* out = sm.p1 + c * LENET_P1_PLANE + py * LENET_P1_SIDE + LENET_C1_POOLED * q;
+#pragma unroll
+        for (int p = 0; p < LENET_C1_POOLED; ++p)
+            out[p] = tanhf(fmaxf(fmaxf(s[0][2 * p], s[0][2 * p + 1]), fmaxf(s[1][2 * p], s[1][2 * p + 1])));
     }
     __syncthreads();
 }

@@ -113,6 +113,9 @@ lenet_p_worker_tc(PRt rt, SvcArgs a) {
 // Team memory: features [LENET_TEAM_FEATURES..), hidden [LENET_TEAM_HIDDEN..), mailbox
 // [LENET_TEAM_MAIL] (u32), LENET_TEAM_STRIDE words a team.
 
+// The back-off cap between layers: the members do the same work and arrive close together.
+#define LENET_TEAM_WAIT_NS 256
+
 struct LenetTeamSmem {
     LenetConvSmem conv;  // the image, conv1's weights, the pooled conv1 planes
     int koff[LENET_C2_KP];
@@ -154,14 +157,14 @@ __device__ void lenet_team(const PRt& rt, const SvcArgs& a, LenetTeamSmem& sm) {
         else
             lenet_conv2_tile_fp32(sm.conv.p1, sm.w2, sm.u.parts);
         lenet_conv2_tile_pool(sm.u.parts, (const float*)a.b2, member, mem + LENET_TEAM_FEATURES);
-        if (!p_barrier(rt, team, LENET_TEAM)) return;
+        if (!p_barrier(rt, team, LENET_TEAM, LENET_TEAM_WAIT_NS)) return;
 
         for (int i = threadIdx.x; i < LENET_FLAT / 4; i += blockDim.x)
             sm.u.features[i] = __ldcg((const float4*)(mem + LENET_TEAM_FEATURES) + i);
         __syncthreads();
         lenet_dense_rows<LENET_FLAT>(sm.u.features, (const float*)a.f1w, (const float*)a.f1b, r0, r1,
                                      true, mem + LENET_TEAM_HIDDEN);
-        if (!p_barrier(rt, team, LENET_TEAM)) return;
+        if (!p_barrier(rt, team, LENET_TEAM, LENET_TEAM_WAIT_NS)) return;
 
         if (member == 0) {
             for (int i = threadIdx.x; i < LENET_HIDDEN; i += blockDim.x)
