@@ -181,10 +181,13 @@ impl Batcher<'_> {
         for k in 0..n {
             let i = (self.first_ring + k) % n;
             // A bounded share per ingress per pass keeps the loop polling completions.
+            // One clock read per run of up to 256 requests: a deadline is checked against a
+            // time at most one run old (reading the clock per request cost ~10% of the
+            // control thread at 1.7 M requests/s).
+            let now = clock::now_ns();
             for _ in 0..256 {
                 let got = requests.poll_from(i, |msg| {
                     let env = msg.env;
-                    let now = clock::now_ns();
                     if clock::expired(env.deadline, now) {
                         let e =
                             ErrorPayload::new(ErrorCode::Timeout, "deadline passed while queued");
@@ -332,12 +335,15 @@ impl Batcher<'_> {
             }
             let compute = launched.elapsed();
             let launched_ns = clock::now_ns().saturating_sub(compute.as_nanos() as u64);
+            let hists = self.metrics.stage_hists(engine, self.cfg.stage);
+            // The ingresses are woken per run of answers, not per answer (`hold_wakes`).
+            answers.hold_wakes();
             for (row, r) in slot.rows.iter().enumerate() {
                 if r.answered {
                     continue;
                 }
                 let wait = Duration::from_nanos(launched_ns.saturating_sub(r.env.arrived));
-                self.metrics.stage(engine, self.cfg.stage, wait, compute);
+                hists.observe(wait, compute);
                 match slot.dev.answer_shared(key, row) {
                     Some(Ok(page)) => {
                         answers.send_bytes(r.ingress as usize, ok(r.env), &page);
@@ -361,6 +367,7 @@ impl Batcher<'_> {
                     Err(e) => answers.send_error(r.ingress as usize, r.env, &e),
                 }
             }
+            answers.release_wakes();
             slot.rows.clear();
             slot.phase = Phase::Free;
             done += 1;

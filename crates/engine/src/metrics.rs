@@ -79,6 +79,16 @@ struct HotHandles {
 /// A known service's duration histogram and one request counter per outcome label.
 type ServiceHandles = (Histogram, Vec<(&'static str, Counter)>);
 
+/// One (engine, stage)'s queue-wait and compute histograms (`Metrics::stage_hists`).
+pub struct StageHists(Histogram, Histogram);
+
+impl StageHists {
+    pub fn observe(&self, wait: Duration, compute: Duration) {
+        self.0.observe(wait.as_secs_f64());
+        self.1.observe(compute.as_secs_f64());
+    }
+}
+
 /// Stage names the engines report (others still work, through the family lookup).
 const HOT_STAGES: [&str; 2] = ["execute", "gpu"];
 
@@ -359,26 +369,28 @@ impl Metrics {
 
     /// One request's time queued before `stage` of `engine` ran it, and the stage's time.
     pub fn stage(&self, engine: &str, stage: &str, wait: Duration, compute: Duration) {
+        self.stage_hists(engine, stage).observe(wait, compute);
+    }
+
+    /// The queue-wait and compute histograms of (`engine`, `stage`), found once for a run of
+    /// observations (a batch's rows: the lookup compares the names).
+    pub fn stage_hists(&self, engine: &str, stage: &str) -> StageHists {
         if let Some((_, _, w, c)) = self
             .hot
             .stages
             .iter()
             .find(|(e, s, _, _)| *s == stage && e == engine)
         {
-            w.observe(wait.as_secs_f64());
-            c.observe(compute.as_secs_f64());
-            return;
+            return StageHists(w.clone(), c.clone());
         }
         let l = StageLabels {
             engine: engine.into(),
             stage: stage.into(),
         };
-        self.queue_wait
-            .get_or_create(&l)
-            .observe(wait.as_secs_f64());
-        self.compute
-            .get_or_create(&l)
-            .observe(compute.as_secs_f64());
+        StageHists(
+            self.queue_wait.get_or_create(&l).clone(),
+            self.compute.get_or_create(&l).clone(),
+        )
     }
 
     pub fn dropped(&self, reason: &str) {
