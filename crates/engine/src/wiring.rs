@@ -651,13 +651,13 @@ impl RequestRings {
 pub struct AnswerRings {
     rings: Vec<Producer>,
     wakes: Vec<WakeCell>,
-    /// Per ingress: answers written since its last wake, while wakes are held.
-    unwoken: Vec<u32>,
+    /// Per ingress, while wakes are held: answers written to it in this run.
+    in_run: Vec<u32>,
     held: bool,
 }
 
-/// While wakes are held, an ingress is woken once per this many answers written to it (and
-/// once when they are released). A wake costs a full fence and a read of the line the
+/// While wakes are held, an ingress is woken at the first answer written to it, once per
+/// this many after, and once when they are released (for answers after its last wake). A wake costs a full fence and a read of the line the
 /// ingress writes when it parks: measured on an H100 host, a third of the gpu-cohort control
 /// thread's time (and two fifths of gpu-persistent's egress thread) went to waking the
 /// ingress after every one of a cohort's answers.
@@ -665,18 +665,18 @@ pub const WAKE_EVERY: u32 = 32;
 
 impl AnswerRings {
     fn new(rings: Vec<Producer>, wakes: Vec<WakeCell>) -> AnswerRings {
-        let unwoken = vec![0; rings.len()];
+        let in_run = vec![0; rings.len()];
         AnswerRings {
             rings,
             wakes,
-            unwoken,
+            in_run,
             held: false,
         }
     }
 
     /// Holds wakes for a run of answers (a cohort's, a drained TX run): until
-    /// [`release_wakes`](Self::release_wakes), an ingress is woken every [`WAKE_EVERY`]
-    /// answers instead of after each. The caller releases before it goes idle or busy
+    /// [`release_wakes`](Self::release_wakes), an ingress is woken at its first answer and
+    /// then every [`WAKE_EVERY`] answers instead of after each. The caller releases before it goes idle or busy
     /// elsewhere, or an ingress asleep may wait out its park timeout.
     pub fn hold_wakes(&mut self) {
         self.held = true;
@@ -686,9 +686,10 @@ impl AnswerRings {
     /// wakes after each answer again.
     pub fn release_wakes(&mut self) {
         self.held = false;
-        for to in 0..self.unwoken.len() {
-            if self.unwoken[to] > 0 {
-                self.unwoken[to] = 0;
+        for to in 0..self.in_run.len() {
+            let n = std::mem::take(&mut self.in_run[to]);
+            // Answers after its last wake (the first and every WAKE_EVERY-th woke it).
+            if n > 1 && !n.is_multiple_of(WAKE_EVERY) {
                 self.wake(to);
             }
         }
@@ -740,11 +741,13 @@ impl AnswerRings {
             }
         }
         if self.held {
-            self.unwoken[to] += 1;
-            if self.unwoken[to] < WAKE_EVERY {
+            // The run's first answer wakes at once (an ingress asleep starts draining now),
+            // then every WAKE_EVERY-th, then the release wakes for what came after.
+            let n = self.in_run[to] + 1;
+            self.in_run[to] = n;
+            if n != 1 && !n.is_multiple_of(WAKE_EVERY) {
                 return;
             }
-            self.unwoken[to] = 0;
         }
         self.wake(to);
     }
@@ -812,8 +815,8 @@ mod tests {
         }
     }
 
-    /// Held wakes come once per WAKE_EVERY answers and once at the release; otherwise one per
-    /// answer. Every answer is in the ring either way.
+    /// Held wakes come at a run's first answer, once per WAKE_EVERY and at the release when
+    /// answers came after the last; otherwise one per answer. Every answer is in the ring.
     #[test]
     fn held_wakes_come_per_run_and_at_the_release() {
         let layout = Layout::with_stride(1024, DEFAULT_STRIDE);
@@ -831,18 +834,29 @@ mod tests {
         for _ in 0..n {
             a.send(0, env, b"y");
         }
-        assert_eq!(wakes(), 3);
-        a.release_wakes();
+        // The first answer, the 32nd and the 64th.
         assert_eq!(wakes(), 4);
         a.release_wakes();
-        assert_eq!(wakes(), 4, "nothing unwoken left");
+        assert_eq!(wakes(), 5, "the five after the 64th");
+        a.release_wakes();
+        assert_eq!(wakes(), 5, "nothing unwoken left");
+        a.hold_wakes();
+        for _ in 0..WAKE_EVERY {
+            a.send(0, env, b"w");
+        }
+        a.release_wakes();
+        assert_eq!(
+            wakes(),
+            7,
+            "a run ending on a wake needs none at its release"
+        );
         a.send(0, env, b"z");
-        assert_eq!(wakes(), 5);
+        assert_eq!(wakes(), 8);
         let mut got = 0;
         while c.try_recv(|_| ()).is_some() {
             got += 1;
         }
-        assert_eq!(got, n + 2);
+        assert_eq!(got, n + 2 + WAKE_EVERY as usize);
     }
 
     #[test]
