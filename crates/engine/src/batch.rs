@@ -336,8 +336,6 @@ impl Batcher<'_> {
             let compute = launched.elapsed();
             let launched_ns = clock::now_ns().saturating_sub(compute.as_nanos() as u64);
             let hists = self.metrics.stage_hists(engine, self.cfg.stage);
-            // The ingresses are woken per run of answers, not per answer (`hold_wakes`).
-            answers.hold_wakes();
             for (row, r) in slot.rows.iter().enumerate() {
                 if r.answered {
                     continue;
@@ -367,7 +365,6 @@ impl Batcher<'_> {
                     Err(e) => answers.send_error(r.ingress as usize, r.env, &e),
                 }
             }
-            answers.release_wakes();
             slot.rows.clear();
             slot.phase = Phase::Free;
             done += 1;

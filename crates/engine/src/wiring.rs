@@ -198,7 +198,10 @@ pub fn wire_in(ingresses: usize, engines: &[EngineSpec], memory: RequestMemory<'
                     rings: requests,
                     next: 0,
                 },
-                answers: AnswerRings::new(answers, wakes.clone()),
+                answers: AnswerRings {
+                    rings: answers,
+                    wakes: wakes.clone(),
+                },
                 bell,
                 health,
             });
@@ -651,50 +654,9 @@ impl RequestRings {
 pub struct AnswerRings {
     rings: Vec<Producer>,
     wakes: Vec<WakeCell>,
-    /// Per ingress, while wakes are held: answers written to it in this run.
-    in_run: Vec<u32>,
-    held: bool,
 }
 
-/// While wakes are held, an ingress is woken at the first answer written to it, once per
-/// this many after, and once when they are released (for answers after its last wake). A wake costs a full fence and a read of the line the
-/// ingress writes when it parks: measured on an H100 host, a third of the gpu-cohort control
-/// thread's time (and two fifths of gpu-persistent's egress thread) went to waking the
-/// ingress after every one of a cohort's answers.
-pub const WAKE_EVERY: u32 = 32;
-
 impl AnswerRings {
-    fn new(rings: Vec<Producer>, wakes: Vec<WakeCell>) -> AnswerRings {
-        let in_run = vec![0; rings.len()];
-        AnswerRings {
-            rings,
-            wakes,
-            in_run,
-            held: false,
-        }
-    }
-
-    /// Holds wakes for a run of answers (a cohort's, a drained TX run): until
-    /// [`release_wakes`](Self::release_wakes), an ingress is woken at its first answer and
-    /// then every [`WAKE_EVERY`] answers instead of after each. The caller releases before it goes idle or busy
-    /// elsewhere, or an ingress asleep may wait out its park timeout.
-    pub fn hold_wakes(&mut self) {
-        self.held = true;
-    }
-
-    /// Wakes every ingress an answer went to since [`hold_wakes`](Self::hold_wakes), and
-    /// wakes after each answer again.
-    pub fn release_wakes(&mut self) {
-        self.held = false;
-        for to in 0..self.in_run.len() {
-            let n = std::mem::take(&mut self.in_run[to]);
-            // Answers after its last wake (the first and every WAKE_EVERY-th woke it).
-            if n > 1 && !n.is_multiple_of(WAKE_EVERY) {
-                self.wake(to);
-            }
-        }
-    }
-
     /// Writes an answer for a request that came from ingress `to` (its envelope, with
     /// `status` 0 for a result or an error code) and wakes that ingress. Waits while the ring
     /// is full (the ingress drains it continuously); drops the answer if the ingress is gone
@@ -738,15 +700,6 @@ impl AnswerRings {
                 }
                 Err(SendError::Closed) => return,
                 Err(SendError::TooLarge) => unreachable!("answer rings spill"),
-            }
-        }
-        if self.held {
-            // The run's first answer wakes at once (an ingress asleep starts draining now),
-            // then every WAKE_EVERY-th, then the release wakes for what came after.
-            let n = self.in_run[to] + 1;
-            self.in_run[to] = n;
-            if n != 1 && !n.is_multiple_of(WAKE_EVERY) {
-                return;
             }
         }
         self.wake(to);
@@ -805,60 +758,6 @@ mod tests {
 
     /// A stride carries its payload in place (no spill: the persistent GPU reads the ring),
     /// is never below the default, and is a power of two.
-    /// Counts the wakes it gets.
-    #[derive(Default)]
-    struct Counted(std::sync::atomic::AtomicUsize);
-
-    impl Wake for Counted {
-        fn wake(&self) {
-            self.0.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        }
-    }
-
-    /// Held wakes come at a run's first answer, once per WAKE_EVERY and at the release when
-    /// answers came after the last; otherwise one per answer. Every answer is in the ring.
-    #[test]
-    fn held_wakes_come_per_run_and_at_the_release() {
-        let layout = Layout::with_stride(1024, DEFAULT_STRIDE);
-        let (p, mut c) = channel(layout, 1);
-        let cell: WakeCell = Arc::new(OnceLock::new());
-        let counted = Arc::new(Counted::default());
-        assert!(cell.set(counted.clone()).is_ok());
-        let mut a = AnswerRings::new(vec![p], vec![cell]);
-        let env = Envelope::default();
-        let wakes = || counted.0.load(std::sync::atomic::Ordering::Relaxed);
-        a.send(0, env, b"x");
-        assert_eq!(wakes(), 1);
-        a.hold_wakes();
-        let n = 2 * WAKE_EVERY as usize + 5;
-        for _ in 0..n {
-            a.send(0, env, b"y");
-        }
-        // The first answer, the 32nd and the 64th.
-        assert_eq!(wakes(), 4);
-        a.release_wakes();
-        assert_eq!(wakes(), 5, "the five after the 64th");
-        a.release_wakes();
-        assert_eq!(wakes(), 5, "nothing unwoken left");
-        a.hold_wakes();
-        for _ in 0..WAKE_EVERY {
-            a.send(0, env, b"w");
-        }
-        a.release_wakes();
-        assert_eq!(
-            wakes(),
-            7,
-            "a run ending on a wake needs none at its release"
-        );
-        a.send(0, env, b"z");
-        assert_eq!(wakes(), 8);
-        let mut got = 0;
-        while c.try_recv(|_| ()).is_some() {
-            got += 1;
-        }
-        assert_eq!(got, n + 2 + WAKE_EVERY as usize);
-    }
-
     #[test]
     fn the_stride_for_a_payload_carries_it_in_place() {
         assert_eq!(EngineSpec::stride_for(0), DEFAULT_STRIDE);

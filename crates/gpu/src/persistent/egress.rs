@@ -337,8 +337,6 @@ impl Egress {
     fn drain(&mut self, max: usize) -> usize {
         let mut n = 0;
         let ingresses = self.lane.answers.len();
-        // The ingresses are woken per run of answers, not per answer (`hold_wakes`).
-        self.lane.answers.hold_wakes();
         while n < max {
             let answers = &mut self.lane.answers;
             let hist = &mut self.ring_to_ring;
@@ -369,7 +367,6 @@ impl Egress {
             }
             n += 1;
         }
-        self.lane.answers.release_wakes();
         self.answered += n as u64;
         self.stats.answered.fetch_add(n as u64, Ordering::Relaxed);
         n
