@@ -11,3 +11,16 @@ knn_data() {
     [ -f $D/groundtruth.ivecs ] || $B data synth --n 1000000 --dim 128 --queries 1000 --out $D --log-level warn
     [ -f $IX ] || $B index build --base $D/base.fvecs --nlist $NL --out $IX --log-level warn
 }
+
+# Runs a command with its threads' CPU sampled each second until it exits
+# (scripts/thread-cpu.sh), appended to FILE: which host thread saturates, run by run.
+# Usage: sampled FILE command...
+sampled() {
+    local f=$1; shift
+    "$@" &
+    local p=$!
+    while kill -0 $p 2> /dev/null; do
+        { echo "-- $(date +%T)"; scripts/thread-cpu.sh $p 1 | head -n ${TOP:-30}; } >> "$f" 2> /dev/null
+    done
+    wait $p
+}
