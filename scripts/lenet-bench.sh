@@ -7,8 +7,9 @@
 # number of virtual GPUs (groups of 8 SMs, green contexts; Lynx Fig. 8b's shape); PART=math
 # the engines in process in each `lenet.math` (tensor cores in 3xTF32, CUDA cores in FP32);
 # PART=plans gpu-persistent in each `lenet.persistent` plan and math, with the engine's
-# profile of one request at a time beside it.
-# Usage: OUT=dir TAG=h200 PART=tests|engine|math|plans|served|vgpus scripts/lenet-bench.sh
+# profile of one request at a time beside it; PART=served-plans both plans served over UDP
+# on gpu-persistent (1 and 8 server cores), the echo anchor beside them.
+# Usage: OUT=dir TAG=h200 PART=tests|engine|math|plans|served|served-plans|vgpus scripts/lenet-bench.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib/gpu-env.sh
@@ -49,6 +50,16 @@ plans)
                 --engines gpu-persistent --window 1 --drivers 1 --duration 2 --out "$f" \
                 --log-level warn > /dev/null 2>&1 && python3 scripts/profile-summary.py "$f"
         done
+    done
+    ;;
+served-plans)
+    $B bench served --services echo --engines cpu --cores 1,8 --rates ${ECHO_RATES:-100k,300k,500k,700k} \
+        --duration 2 --warmup 1 --out "$OUT/lenet-served-plans-anchor-$TAG.json" --log-level warn 2>&1 | tail -n 8
+    for p in ${PLANS:-image team}; do
+        $B bench served --services lenet --engines gpu-persistent --cores 1,8 \
+            --rates ${RATES:-5k,20k,50k,100k,200k,400k,700k} --duration 2 --warmup 1 \
+            --serve-arg=--service-opt=lenet.persistent=$p \
+            --out "$OUT/lenet-served-$p-$TAG.json" --log-level warn 2>&1 | tail -n 20
     done
     ;;
 served)
