@@ -2,6 +2,7 @@
 //! the command, under bench/results/ by default. A service's own benchmarks live
 //! in its folder and join these through the catalog (`main.rs`).
 
+mod batcher;
 mod build;
 mod echo;
 mod engine;
@@ -33,6 +34,9 @@ pub enum BenchCmd {
     Served(served::ServedBench),
     /// Engines fed directly (no sockets): throughput and latency per outstanding window.
     Engine(engine::EngineBench),
+    /// gpu-cohort's batching loop alone on CPU twin slots (no GPU): what each request costs
+    /// the control thread and the drivers.
+    Batcher(batcher::BatcherBench),
     /// A CPU-hungry neighbour that measures its own rate (noisy-neighbour experiments).
     Hog(hog::HogBench),
     /// Index build (k-means + lists) on the CPU and the GPU: time, energy, recall.
@@ -54,6 +58,7 @@ pub fn run(cmd: BenchCmd) -> Result<()> {
         BenchCmd::GpuKernels(a) => gpu::run(&a),
         BenchCmd::Served(a) => served::run(&a),
         BenchCmd::Engine(a) => engine::run(&a),
+        BenchCmd::Batcher(a) => batcher::run(&a),
         BenchCmd::Hog(a) => hog::run(&a),
         BenchCmd::IndexBuild(a) => build::run(&a),
         BenchCmd::Streams(a) => streams::run(&a),
