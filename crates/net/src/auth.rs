@@ -279,15 +279,29 @@ mod tests {
         [("echo".to_string(), 1), ("knn".to_string(), 3)].into()
     }
 
-    fn auth(text: &str) -> Auth {
-        let dir = std::env::temp_dir().join(format!("cohort-auth-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
+    /// An `Auth` over a keys file of its own, removed when the test drops it.
+    struct Keys(Auth);
+
+    impl std::ops::Deref for Keys {
+        type Target = Auth;
+        fn deref(&self) -> &Auth {
+            &self.0
+        }
+    }
+
+    impl Drop for Keys {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_file(&self.0.path);
+        }
+    }
+
+    fn auth(text: &str) -> Keys {
         // A file of its own per call: tests run in parallel and one rewrites its file.
         static NEXT: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
         let n = NEXT.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
-        let p = dir.join(format!("keys-{n}.toml"));
+        let p = std::env::temp_dir().join(format!("cohort-auth-{}-{n}.toml", std::process::id()));
         std::fs::write(&p, text).unwrap();
-        Auth::load(&p, services()).unwrap()
+        Keys(Auth::load(&p, services()).unwrap())
     }
 
     const FILE: &str = "[[key]]\nid = \"alice\"\nsecret = \"alice-secret-0123\"\nservices = [\"echo\"]\n[[key]]\nid = \"bob\"\nsecret = \"bob-secret-456789\"\n";
