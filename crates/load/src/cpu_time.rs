@@ -22,6 +22,22 @@ pub fn of_process(pid: u32) -> Option<Duration> {
     parse_stat(&text, clock_ticks())
 }
 
+/// CPU time (user + system) the thread of this process named `name` has used so far, from
+/// `/proc/self/task/TID/stat` (the first such thread; None if none runs now).
+pub fn of_own_thread(name: &str) -> Option<Duration> {
+    for t in std::fs::read_dir("/proc/self/task").ok()?.flatten() {
+        // A thread that ended meanwhile has no files left: not the one asked for.
+        let Ok(comm) = std::fs::read_to_string(t.path().join("comm")) else {
+            continue;
+        };
+        if comm.trim_end() == name {
+            let text = std::fs::read_to_string(t.path().join("stat")).ok()?;
+            return parse_stat(&text, clock_ticks());
+        }
+    }
+    None
+}
+
 fn clock_ticks() -> u64 {
     // SAFETY: sysconf has no preconditions.
     let t = unsafe { libc::sysconf(libc::_SC_CLK_TCK) };
@@ -113,6 +129,15 @@ mod tests {
         assert!(own().unwrap() >= a);
         if cfg!(target_os = "linux") {
             assert!(of_process(std::process::id()).is_some());
+            let t = std::thread::Builder::new()
+                .name("cpu-time-probe".into())
+                .spawn(|| {
+                    // Named by the thread itself once it runs: ask from inside it.
+                    assert!(of_own_thread("cpu-time-probe").is_some());
+                })
+                .unwrap();
+            t.join().unwrap();
+            assert!(of_own_thread("no-such-thread").is_none());
         }
     }
 }

@@ -187,13 +187,13 @@ fn one_window(a: &BatcherBench, window: usize) -> Result<Run> {
             .spawn(move || batch::run(lane, &*p, devs, &cfg, &m, &st))?
     };
     // The thread names itself once it runs: wait for that, so its CPU time can be read.
-    let mut cpu_before = thread_cpu("batcher-control");
+    let mut cpu_before = thread_cpu();
     for _ in 0..100 {
         if cpu_before.is_some() {
             break;
         }
         std::thread::sleep(Duration::from_millis(1));
-        cpu_before = thread_cpu("batcher-control");
+        cpu_before = thread_cpu();
     }
     let until = Instant::now() + Duration::from_secs_f64(a.duration);
     let started = Instant::now();
@@ -213,7 +213,7 @@ fn one_window(a: &BatcherBench, window: usize) -> Result<Run> {
             .collect()
     });
     let secs = started.elapsed().as_secs_f64();
-    let control_cpu = match (cpu_before, thread_cpu("batcher-control")) {
+    let control_cpu = match (cpu_before, thread_cpu()) {
         (Some(b), Some(e)) => Some((e - b) / secs),
         _ => None,
     };
@@ -282,24 +282,7 @@ fn drive(
     (answered, wrong, hist)
 }
 
-/// CPU seconds the thread named `name` of this process has used (Linux; None elsewhere).
-fn thread_cpu(name: &str) -> Option<f64> {
-    let hz = 100.0; // USER_HZ, fixed by the kernel's ABI for /proc
-    for t in std::fs::read_dir("/proc/self/task").ok()?.flatten() {
-        let dir = t.path();
-        // A thread that ended meanwhile has no files left: not the one asked for.
-        let Ok(comm) = std::fs::read_to_string(dir.join("comm")) else {
-            continue;
-        };
-        if comm.trim() != name {
-            continue;
-        }
-        let stat = std::fs::read_to_string(dir.join("stat")).ok()?;
-        let rest = &stat[stat.rfind(')')? + 2..];
-        let f: Vec<&str> = rest.split_whitespace().collect();
-        // After the name: state is field 0, utime 11, stime 12.
-        let ticks: f64 = f.get(11)?.parse::<f64>().ok()? + f.get(12)?.parse::<f64>().ok()?;
-        return Some(ticks / hz);
-    }
-    None
+/// CPU seconds the control thread has used so far (Linux; None elsewhere).
+fn thread_cpu() -> Option<f64> {
+    cohort_load::cpu_time::of_own_thread("batcher-control").map(|d| d.as_secs_f64())
 }
