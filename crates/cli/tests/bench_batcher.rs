@@ -2,19 +2,13 @@
 //! real rings, answers every request it admits with the probe's answer, and writes its
 //! result; bad arguments are refused with a message.
 
-use std::process::Command;
-
-fn cohort(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_cohort"))
-        .args(args)
-        .output()
-        .unwrap()
-}
+mod common;
+use common::{cohort, Scratch};
 
 #[test]
 fn the_batcher_answers_every_request_and_records_the_run() {
-    let dir = std::env::temp_dir().join(format!("cohort-batcher-{}", std::process::id()));
-    let out = dir.join("batcher.json");
+    let dir = Scratch::new("batcher");
+    let out = dir.path("batcher.json");
     let o = cohort(&[
         "bench",
         "batcher",
@@ -27,7 +21,7 @@ fn the_batcher_answers_every_request_and_records_the_run() {
         "--duration",
         "0.3",
         "--out",
-        out.to_str().unwrap(),
+        &out,
         "--log-level",
         "warn",
     ]);
@@ -47,7 +41,6 @@ fn the_batcher_answers_every_request_and_records_the_run() {
         doc["machine"].is_object() && doc["command"].is_string(),
         "{doc}"
     );
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 #[test]

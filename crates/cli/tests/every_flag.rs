@@ -4,14 +4,7 @@
 //! here fails the test.
 
 mod common;
-use std::process::Command;
-
-fn cohort(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_cohort"))
-        .args(args)
-        .output()
-        .unwrap()
-}
+use common::cohort;
 
 fn index(dir: &std::path::Path) -> String {
     let d = dir.to_str().unwrap();

@@ -1,15 +1,9 @@
 //! Without a GPU the gpu engines refuse to start with a clear message and a non-zero exit,
 //! never a panic or a hang.
 
-use std::process::Command;
+mod common;
+use common::cohort;
 use std::time::{Duration, Instant};
-
-fn cohort(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_cohort"))
-        .args(args)
-        .output()
-        .unwrap()
-}
 
 #[test]
 fn gpu_engines_exit_cleanly_without_a_gpu() {

@@ -214,6 +214,14 @@ pub fn udp_answer(s: &std::net::UdpSocket) -> Answered {
     answered(&f.expect("a frame"))
 }
 
+/// `cohort ARGS...` run to its end: its status and output.
+pub fn cohort(args: &[&str]) -> std::process::Output {
+    Command::new(env!("CARGO_BIN_EXE_cohort"))
+        .args(args)
+        .output()
+        .unwrap()
+}
+
 /// A folder under the system's temp dir for one test's files, removed when dropped (tests
 /// leave nothing behind).
 pub struct Scratch(pub std::path::PathBuf);
