@@ -195,11 +195,8 @@ mod tests {
     fn every_selftest_variant_is_a_valid_setting() {
         for (e, case) in selftest_cases() {
             for variant in case.persistent_variants {
-                let mut s = Settings::new();
-                for (k, v) in *variant {
-                    s.insert(k.to_string(), crate::config::value_of(v));
-                }
-                (e.resolve)(&s).unwrap_or_else(|err| panic!("{}: {variant:?}: {err}", e.name));
+                (e.resolve)(&crate::config::settings(variant))
+                    .unwrap_or_else(|err| panic!("{}: {variant:?}: {err}", e.name));
             }
         }
     }

@@ -79,8 +79,7 @@ pub fn value_of(raw: &str) -> toml::Value {
 }
 
 /// Settings from `KEY=VALUE` pairs as text, read as the serve flags' values are (the tests'
-/// shorthand).
-#[cfg(test)]
+/// shorthand, and the selftest's persistent variants).
 pub(crate) fn settings(pairs: &[(&str, &str)]) -> Settings {
     pairs
         .iter()

@@ -380,7 +380,6 @@ pub fn run_cases(
 ) -> Result<Vec<String>, String> {
     let mut rng = SmallRng::seed_from_u64(seed);
     let mut lines = Vec::new();
-    let opts = Settings::new();
     for (e, case) in catalog::selftest_cases() {
         if only.is_some_and(|o| !e.name.contains(o)) {
             continue;
@@ -388,7 +387,7 @@ pub fn run_cases(
         // Its own settings where it needs them (facever: a memcached started and filled),
         // held while its engines run.
         let (opts, _held) = match case.setup {
-            None => (opts.clone(), None),
+            None => (Settings::new(), None),
             Some(setup) => match setup()? {
                 Some((s, held)) => (s, Some(held)),
                 None => {
@@ -416,9 +415,7 @@ pub fn run_cases(
         let Some(p) = persistent_of else { continue };
         for variant in case.persistent_variants {
             let mut o = opts.clone();
-            for (k, v) in *variant {
-                o.insert(k.to_string(), crate::config::value_of(v));
-            }
+            o.extend(crate::config::settings(variant));
             let what = variant.iter().map(|(k, v)| format!("{k}={v}"));
             lines.extend(check(
                 &format!("{} ({})", e.name, what.collect::<Vec<_>>().join(", ")),
