@@ -167,6 +167,21 @@ struct LenetTcSmem {
 
 // The block's warps (a multiple of 4) split the 4 row tiles x 7 channel tiles: warp w takes
 // row tile w % 4 and channel tiles w / 4, w / 4 + warps / 4, ... sharing each A fragment.
+// Where A's row m (output position y * 8 + x) starts in the pooled conv1 planes.
+__device__ __forceinline__ int lenet_moff(int m) {
+    return (m / LENET_C2_SIDE) * LENET_P1_SIDE + m % LENET_C2_SIDE;
+}
+
+// A lane's A fragment for one k step: rows at offsets off_a, off_b (g, g + 8) and columns at
+// oa, ob (t, t + 4), each element split into its TF32 parts.
+__device__ __forceinline__ void lenet_a_fragment(const float* p1, int off_a, int off_b, int oa,
+                                                 int ob, unsigned ab[4], unsigned as[4]) {
+    tf32_split(p1[off_a + oa], ab[0], as[0]);
+    tf32_split(p1[off_b + oa], ab[1], as[1]);
+    tf32_split(p1[off_a + ob], ab[2], as[2]);
+    tf32_split(p1[off_b + ob], ab[3], as[3]);
+}
+
 // koff[k]: where A's column k starts in the pooled conv1 planes (0 for the padding).
 __device__ void lenet_koff_table(int* koff) {
     for (int k = threadIdx.x; k < LENET_C2_KP; k += blockDim.x) {
@@ -184,8 +199,7 @@ __device__ void lenet_conv2_tc(const float* w2, const float* b2, LenetTcSmem& sm
     const int g = lane >> 2, t = lane & 3;
     const int mt = warp % 4, n_first = warp / 4, n_step = warps / 4;
     const int m_a = 16 * mt + g, m_b = m_a + 8;
-    const int off_a = (m_a / LENET_C2_SIDE) * LENET_P1_SIDE + m_a % LENET_C2_SIDE;
-    const int off_b = (m_b / LENET_C2_SIDE) * LENET_P1_SIDE + m_b % LENET_C2_SIDE;
+    const int off_a = lenet_moff(m_a), off_b = lenet_moff(m_b);
     const float* p1 = sm.conv.p1;
     float acc[LENET_C2_NT][4];
 #pragma unroll
@@ -196,10 +210,7 @@ __device__ void lenet_conv2_tc(const float* w2, const float* b2, LenetTcSmem& sm
         const int ka = k0 + t, kb = ka + 4;
         const int oa = sm.koff[ka], ob = sm.koff[kb];
         unsigned ab[4], as[4];
-        tf32_split(p1[off_a + oa], ab[0], as[0]);
-        tf32_split(p1[off_b + oa], ab[1], as[1]);
-        tf32_split(p1[off_a + ob], ab[2], as[2]);
-        tf32_split(p1[off_b + ob], ab[3], as[3]);
+        lenet_a_fragment(p1, off_a, off_b, oa, ob, ab, as);
 #pragma unroll
         for (int j = 0; j < LENET_C2_NT; ++j) {
             const int nt = n_first + j * n_step;
@@ -296,8 +307,7 @@ __device__ void lenet_conv2_tile_tc(const float* p1, const int* koff, const floa
     const int g = lane >> 2, t = lane & 3;
     const int mt = warp % 4, kq = warp / 4;
     const int m_a = 16 * mt + g, m_b = m_a + 8;
-    const int off_a = (m_a / LENET_C2_SIDE) * LENET_P1_SIDE + m_a % LENET_C2_SIDE;
-    const int off_b = (m_b / LENET_C2_SIDE) * LENET_P1_SIDE + m_b % LENET_C2_SIDE;
+    const int off_a = lenet_moff(m_a), off_b = lenet_moff(m_b);
     const int steps = LENET_C2_KP / 8, per = (steps + 3) / 4;
     const int s0 = kq * per, s1 = min(steps, s0 + per);
     const float* wrow = ws + g * LENET_W2_TILE_STRIDE;
@@ -307,10 +317,7 @@ __device__ void lenet_conv2_tile_tc(const float* p1, const int* koff, const floa
         const int ka = 8 * st + t, kb = ka + 4;
         const int oa = koff[ka], ob = koff[kb];
         unsigned ab[4], as[4], bb[2], bs[2];
-        tf32_split(p1[off_a + oa], ab[0], as[0]);
-        tf32_split(p1[off_b + oa], ab[1], as[1]);
-        tf32_split(p1[off_a + ob], ab[2], as[2]);
-        tf32_split(p1[off_b + ob], ab[3], as[3]);
+        lenet_a_fragment(p1, off_a, off_b, oa, ob, ab, as);
         tf32_split(wrow[ka], bb[0], bs[0]);
         tf32_split(wrow[kb], bb[1], bs[1]);
         mma_tf32x3(acc, ab, as, bb, bs);
