@@ -74,6 +74,11 @@ enum Cmd {
         /// again after a change, without the whole selftest.
         #[arg(long)]
         only: Option<String>,
+        /// The devices the service checks run on (ordinals, virtual GPUs too): the first for
+        /// checks of one device; checks over several devices (knn's sharded index) add a run
+        /// over all of them. Default: the first device.
+        #[arg(long, value_delimiter = ',')]
+        gpus: Vec<usize>,
     },
     /// Benchmarks; results go to bench/results/ with machine, commit and command.
     #[command(subcommand)]
@@ -249,7 +254,8 @@ fn main() {
             seed,
             no_persistent,
             only,
-        } => selftest(&what, seed, !no_persistent, only.as_deref()),
+            gpus,
+        } => selftest(&what, seed, !no_persistent, only.as_deref(), &gpus),
     };
     if let Err(e) = result {
         eprintln!("error: {e:#}");
@@ -304,6 +310,7 @@ fn selftest(
     seed: Option<u64>,
     persistent: bool,
     only: Option<&str>,
+    gpus: &[usize],
 ) -> anyhow::Result<()> {
     anyhow::ensure!(what == "gpu", "unknown selftest {what:?} (gpu)");
     let seed = seed.unwrap_or_else(|| {
@@ -323,7 +330,19 @@ fn selftest(
     }
     // Every service's own checks (its catalog entry's `gpu_checks`: kernels, sharded index,
     // parsers) on the first GPU; a mismatch panics inside the check, naming both answers.
-    let devs = cohort_gpu::probe()?;
+    let all = cohort_gpu::probe()?;
+    let devs = if gpus.is_empty() {
+        vec![all[0].clone()]
+    } else {
+        gpus.iter()
+            .map(|&g| {
+                all.iter()
+                    .find(|d| d.ordinal == g)
+                    .cloned()
+                    .ok_or_else(|| anyhow::anyhow!("--gpus: no GPU {g} ({} found)", all.len()))
+            })
+            .collect::<anyhow::Result<Vec<_>>>()?
+    };
     let mut ran = 0;
     for (service, check) in cohort_services::catalog::gpu_checks() {
         let name = format!("{service}: {}", check.name);
@@ -332,7 +351,7 @@ fn selftest(
         }
         ran += 1;
         println!("{name}");
-        let lines = (check.run)(&devs[0], seed)
+        let lines = (check.run)(&devs, seed)
             .map_err(|e| anyhow::anyhow!("{service}: {}: {e}", check.name))?;
         for line in lines {
             println!("{line}");

@@ -28,6 +28,8 @@ struct PPipe {
     unsigned long long seq;    // unsigned int[cap]: the ticket each element waits for
     unsigned long long items;  // uint4[cap]
     unsigned long long cap;    // power of two
+    unsigned long long sys;    // 1: producers or consumers on other physical GPUs (peer memory):
+                               // its atomics and orders at system scope, not GPU scope
 };
 
 struct PRt {
@@ -52,6 +54,8 @@ struct PRt {
     unsigned long long prof_log;   // device u64[prof_cap * P_PROF_REC]: answered requests' stamps
     unsigned long long prof_cap;   // 0: the profile is off (no clock reads on the hot path)
     unsigned long long bar;        // device u32[64 * P_BAR_GROUPS]: per group [0] arrivals, [32] generation
+    unsigned long long sys;        // 1: some stage runs on another physical GPU (counters, stop flag
+                                   // and its gpipes at system scope)
     PPipe free_slots;              // slot indices ready for a request
     PPipe pipes[P_PIPES];          // between stages; the service decides what flows where
 };
@@ -125,11 +129,15 @@ __device__ __forceinline__ bool p_host_stopping(const PRt& rt) {
     return ld_acquire_sys((const unsigned int*)rt.stop) != 0;
 }
 __device__ __forceinline__ bool p_stopping(const PRt& rt) {
-    return ld_acquire_gpu((const unsigned int*)rt.dev_stop) != 0;
+    const unsigned int* f = (const unsigned int*)rt.dev_stop;
+    return (rt.sys ? ld_acquire_sys(f) : ld_acquire_gpu(f)) != 0;
 }
 
+// Counters: blocks on another physical GPU add to them too (system-scope atomics there: a
+// GPU-scope atomic is atomic only among one GPU's threads).
 __device__ __forceinline__ void p_count(const PRt& rt, int which, unsigned long long n) {
-    atomicAdd((unsigned long long*)rt.stats + which, n);
+    unsigned long long* c = (unsigned long long*)rt.stats + which;
+    if (rt.sys) atomicAdd_system(c, n); else atomicAdd(c, n);
 }
 
 // First thing every persistent kernel does, once per block: the host counts started blocks
@@ -171,18 +179,36 @@ struct Backoff {
 // the tail and wait for each ticket. Capacity is sized by the host so a producer never waits
 // (see the file comment), which keeps stop-at-task-boundary deadlock free.
 
+// A gpipe whose ends are on two physical GPUs (p.sys) orders and reserves at system scope;
+// otherwise at GPU scope (virtual GPUs of one device share its L2: GPU scope covers them).
+__device__ __forceinline__ unsigned int pipe_ld_acquire(const PPipe& p, const unsigned int* a) {
+    return p.sys ? ld_acquire_sys(a) : ld_acquire_gpu(a);
+}
+__device__ __forceinline__ unsigned int pipe_ld_relaxed(const PPipe& p, const unsigned int* a) {
+    return p.sys ? ld_relaxed_sys(a) : ld_relaxed_gpu(a);
+}
+__device__ __forceinline__ void pipe_st_release(const PPipe& p, unsigned int* a, unsigned int v) {
+    if (p.sys) st_release_sys(a, v); else st_release_gpu(a, v);
+}
+__device__ __forceinline__ unsigned int pipe_add(const PPipe& p, unsigned int* a, unsigned int v) {
+    return p.sys ? atomicAdd_system(a, v) : atomicAdd(a, v);
+}
+__device__ __forceinline__ unsigned int pipe_cas(const PPipe& p, unsigned int* a, unsigned int cmp, unsigned int v) {
+    return p.sys ? atomicCAS_system(a, cmp, v) : atomicCAS(a, cmp, v);
+}
+
 __device__ __forceinline__ unsigned int* pipe_head(const PPipe& p) { return (unsigned int*)p.ctr; }
 __device__ __forceinline__ unsigned int* pipe_tail(const PPipe& p) { return (unsigned int*)p.ctr + 32; }
 
 // One thread pushes one task.
 __device__ void pipe_push(const PPipe& p, uint4 task) {
     unsigned int cap = (unsigned int)p.cap;
-    unsigned int t = atomicAdd(pipe_head(p), 1u);
+    unsigned int t = pipe_add(p, pipe_head(p), 1u);
     unsigned int* seq = (unsigned int*)p.seq + (t & (cap - 1));
     // Free when its ticket is t (consumers release it as t + cap after reading).
-    while (ld_acquire_gpu(seq) != t) __nanosleep(64);
+    while (pipe_ld_acquire(p, seq) != t) __nanosleep(64);
     ((uint4*)p.items)[t & (cap - 1)] = task;
-    st_release_gpu(seq, t + 1);
+    pipe_st_release(p, seq, t + 1);
 }
 
 // The whole block pushes slots[0..n) (n <= blockDim.x) as tasks {slot}: one head reservation
@@ -190,16 +216,16 @@ __device__ void pipe_push(const PPipe& p, uint4 task) {
 // contents) are fenced first.
 __device__ void pipe_push_run(const PPipe& p, const unsigned int* slots, unsigned int n) {
     __shared__ unsigned int s_t;
-    __threadfence();
+    if (p.sys) __threadfence_system(); else __threadfence();
     __syncthreads();
-    if (threadIdx.x == 0 && n > 0) s_t = atomicAdd(pipe_head(p), n);
+    if (threadIdx.x == 0 && n > 0) s_t = pipe_add(p, pipe_head(p), n);
     __syncthreads();
     if (threadIdx.x < n) {
         unsigned int cap = (unsigned int)p.cap, e = s_t + threadIdx.x;
         unsigned int* seq = (unsigned int*)p.seq + (e & (cap - 1));
-        while (ld_acquire_gpu(seq) != e) __nanosleep(64);
+        while (pipe_ld_acquire(p, seq) != e) __nanosleep(64);
         ((uint4*)p.items)[e & (cap - 1)] = make_uint4(slots[threadIdx.x], 0, 0, 0);
-        st_release_gpu(seq, e + 1);
+        pipe_st_release(p, seq, e + 1);
     }
     __syncthreads();
 }
@@ -212,20 +238,20 @@ __device__ unsigned int pipe_pop_warp(const PPipe& p, unsigned int* out, unsigne
     unsigned int t = 0, n = 0;
     if (lane == 0) {
         while (true) {
-            t = ld_relaxed_gpu(pipe_tail(p));
-            unsigned int h = ld_relaxed_gpu(pipe_head(p));
+            t = pipe_ld_relaxed(p, pipe_tail(p));
+            unsigned int h = pipe_ld_relaxed(p, pipe_head(p));
             if ((int)(h - t) <= 0) { n = 0; break; }
             n = min(h - t, max);
-            if (atomicCAS(pipe_tail(p), t, t + n) == t) break;
+            if (pipe_cas(p, pipe_tail(p), t, t + n) == t) break;
         }
     }
     t = __shfl_sync(0xffffffffu, t, 0);
     n = __shfl_sync(0xffffffffu, n, 0);
     if (lane < n) {
         unsigned int* seq = (unsigned int*)p.seq + ((t + lane) & (cap - 1));
-        while (ld_acquire_gpu(seq) != t + lane + 1) __nanosleep(32);
+        while (pipe_ld_acquire(p, seq) != t + lane + 1) __nanosleep(32);
         out[lane] = ((volatile uint4*)p.items + ((t + lane) & (cap - 1)))->x;
-        st_release_gpu(seq, t + lane + cap);
+        pipe_st_release(p, seq, t + lane + cap);
     }
     __syncwarp();
     return n;
@@ -236,18 +262,18 @@ __device__ unsigned int pipe_pop(const PPipe& p, uint4* out, unsigned int max) {
     unsigned int cap = (unsigned int)p.cap;
     unsigned int t, n;
     while (true) {
-        t = ld_relaxed_gpu(pipe_tail(p));
-        unsigned int h = ld_relaxed_gpu(pipe_head(p));
+        t = pipe_ld_relaxed(p, pipe_tail(p));
+        unsigned int h = pipe_ld_relaxed(p, pipe_head(p));
         n = min(h - t, max);
         if ((int)(h - t) <= 0) return 0;
-        if (atomicCAS(pipe_tail(p), t, t + n) == t) break;
+        if (pipe_cas(p, pipe_tail(p), t, t + n) == t) break;
     }
     for (unsigned int i = 0; i < n; ++i) {
         unsigned int* seq = (unsigned int*)p.seq + ((t + i) & (cap - 1));
-        while (ld_acquire_gpu(seq) != t + i + 1) __nanosleep(32);
+        while (pipe_ld_acquire(p, seq) != t + i + 1) __nanosleep(32);
         volatile uint4* it = (volatile uint4*)p.items + ((t + i) & (cap - 1));
         out[i] = make_uint4(it->x, it->y, it->z, it->w);
-        st_release_gpu(seq, t + i + cap);
+        pipe_st_release(p, seq, t + i + cap);
     }
     return n;
 }
@@ -261,11 +287,11 @@ __device__ unsigned int pipe_pop_block(const PPipe& p, unsigned int* out, unsign
     if (threadIdx.x == 0) {
         unsigned int t, n;
         while (true) {
-            t = ld_relaxed_gpu(pipe_tail(p));
-            unsigned int h = ld_relaxed_gpu(pipe_head(p));
+            t = pipe_ld_relaxed(p, pipe_tail(p));
+            unsigned int h = pipe_ld_relaxed(p, pipe_head(p));
             if ((int)(h - t) <= 0) { n = 0; break; }
             n = min(h - t, max);
-            if (atomicCAS(pipe_tail(p), t, t + n) == t) break;
+            if (pipe_cas(p, pipe_tail(p), t, t + n) == t) break;
         }
         s_t = t;
         s_n = n;
@@ -274,9 +300,9 @@ __device__ unsigned int pipe_pop_block(const PPipe& p, unsigned int* out, unsign
     const unsigned int t = s_t, n = s_n, cap = (unsigned int)p.cap;
     for (unsigned int i = threadIdx.x; i < n; i += blockDim.x) {
         unsigned int* seq = (unsigned int*)p.seq + ((t + i) & (cap - 1));
-        while (ld_acquire_gpu(seq) != t + i + 1) __nanosleep(32);
+        while (pipe_ld_acquire(p, seq) != t + i + 1) __nanosleep(32);
         out[i] = ((volatile uint4*)p.items + ((t + i) & (cap - 1)))->x;
-        st_release_gpu(seq, t + i + cap);
+        pipe_st_release(p, seq, t + i + cap);
     }
     __syncthreads();
     return n;
@@ -480,9 +506,8 @@ __device__ unsigned int worker_next(const PRt& rt, const PPipe& pipe, uint4* tas
 extern "C" __global__ void p_reset(PRt rt) {
     unsigned int i = blockIdx.x * blockDim.x + threadIdx.x;
     unsigned int stride = gridDim.x * blockDim.x;
-    const PPipe* pipes[P_PIPES + 1] = {&rt.free_slots, &rt.pipes[0], &rt.pipes[1], &rt.pipes[2]};
-    for (int q = 0; q < P_PIPES + 1; ++q) {
-        const PPipe& p = *pipes[q];
+    for (int q = -1; q < P_PIPES; ++q) {
+        const PPipe& p = q < 0 ? rt.free_slots : rt.pipes[q];
         if (p.cap == 0) continue;
         for (unsigned int e = i; e < p.cap; e += stride) ((unsigned int*)p.seq)[e] = e;
         if (i < 64) ((unsigned int*)p.ctr)[i] = 0;

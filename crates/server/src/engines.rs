@@ -403,7 +403,6 @@ fn start_persistent(
     devices: &[cohort_gpu::DeviceInfo],
 ) -> Result<Running> {
     let entry = catalog::entry(p.name).expect("plans hold catalog names");
-    let build = entry.persistent.expect("plans checked the backend");
     let cfg = PersistentConfig {
         slots: p.cfg.persistent.gpu_slots,
         blocks: p.cfg.persistent.stages.clone().map(|s| s.0),
@@ -412,18 +411,23 @@ fn start_persistent(
         profile: p.cfg.persistent.profile,
         ..PersistentConfig::default()
     };
-    // Every device's backend first (module loads, allocations), then every engine set up
-    // before any kernel runs: virtual GPUs share one device, and set-up there can wait on
-    // resident persistent kernels (`PersistentEngine::start_all`).
-    let mut items = Vec::new();
-    for (&g, lane) in p.cfg.gpu.gpus.iter().zip(lanes) {
+    // Every device's backend first (module loads, allocations; a sharded index's lanes all
+    // at once), then every engine set up before any kernel runs: virtual GPUs share one
+    // device, and set-up there can wait on resident persistent kernels
+    // (`PersistentEngine::start_all`).
+    let mut devs = Vec::new();
+    for &g in &p.cfg.gpu.gpus {
         let dev = devices
             .iter()
             .find(|d| d.ordinal == g)
             .with_context(|| format!("no GPU {g} ({} found)", devices.len()))?;
         tracing::info!(gpu = dev.ordinal, name = %dev.name, sms = dev.sms, service = p.name, "gpu-persistent");
-        items.push((build(&p.settings, dev).map_err(anyhow::Error::msg)?, lane));
+        devs.push(dev.clone());
     }
+    let backends = entry
+        .persistent_backends(&p.settings, &devs)
+        .map_err(anyhow::Error::msg)?;
+    let items = backends.into_iter().zip(lanes).collect();
     let started = PersistentEngine::start_all(items, &cfg)?;
     Ok(Running::Persistent(started))
 }

@@ -14,6 +14,8 @@ type CpuBuild = fn(&Settings, bool) -> Result<Arc<dyn Service>, String>;
 type GpuBuild = fn(&Settings, &DeviceInfo) -> Result<Arc<dyn GpuBackend>, String>;
 type GpuSetBuild = fn(&Settings, &[DeviceInfo]) -> Result<Vec<Arc<dyn GpuBackend>>, String>;
 type PersistentBuild = fn(&Settings, &DeviceInfo) -> Result<Arc<dyn PersistentBackend>, String>;
+type PersistentSetBuild =
+    fn(&Settings, &[DeviceInfo]) -> Result<Vec<Arc<dyn PersistentBackend>>, String>;
 
 /// All the server knows of a service.
 pub struct Entry {
@@ -35,6 +37,9 @@ pub struct Entry {
     pub gpu_set: Option<GpuSetBuild>,
     /// Its stages for the persistent GPU engine; None: not offered there.
     pub persistent: Option<PersistentBuild>,
+    /// Its persistent backends for every serving device at once, in serving order, where
+    /// their stages span devices (knn's sharded index); None: `persistent` builds each alone.
+    pub persistent_set: Option<PersistentSetBuild>,
     /// The largest request its persistent backend reads in place from the request rings,
     /// when the default slot is too small for it (0: the default is enough). The GPU cannot
     /// follow a spill to the heap: the server sizes that engine's slots to carry it.
@@ -76,6 +81,24 @@ impl Entry {
         };
         devs.iter().map(|d| one(s, d)).collect()
     }
+
+    /// Its persistent backend for each of `devs` (serving order), through `persistent_set`
+    /// where the service has one.
+    pub fn persistent_backends(
+        &self,
+        s: &Settings,
+        devs: &[DeviceInfo],
+    ) -> Result<Vec<Arc<dyn PersistentBackend>>, String> {
+        if let Some(set) = self.persistent_set {
+            let v = set(s, devs)?;
+            assert_eq!(v.len(), devs.len(), "{}: one backend per device", self.name);
+            return Ok(v);
+        }
+        let Some(one) = self.persistent else {
+            return Err(format!("{} has no persistent backend", self.name));
+        };
+        devs.iter().map(|d| one(s, d)).collect()
+    }
 }
 
 /// A service's requests for the engines' selftest: fresh ones from `seed` (bad ones
@@ -106,7 +129,9 @@ pub fn selftest_cases() -> impl Iterator<Item = (&'static Entry, &'static Selfte
 /// naming the input and both answers.
 pub struct GpuCheck {
     pub name: &'static str,
-    pub run: fn(&DeviceInfo, u64) -> Result<Vec<String>, String>,
+    /// On the serving devices given (`selftest gpu --gpus`; the first is where a check of one
+    /// device runs, a check over several devices adds a run over all of them).
+    pub run: fn(&[DeviceInfo], u64) -> Result<Vec<String>, String>,
 }
 
 /// Every service's GPU checks, with the service's name.

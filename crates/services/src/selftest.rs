@@ -64,8 +64,9 @@ type Answers = Vec<Result<Vec<u8>, cohort_proto::ErrorPayload>>;
 #[derive(Clone)]
 enum Engine {
     Batched(Arc<dyn GpuBackend>, Mode, bool),
-    /// The backend, the engine's settings and the request rings' slot stride.
-    Persistent(Arc<dyn PersistentBackend>, PersistentConfig, usize),
+    /// The backends (a lane each: several for a set whose stages span devices), the
+    /// engine's settings and the request rings' slot stride.
+    Persistent(Vec<Arc<dyn PersistentBackend>>, PersistentConfig, usize),
 }
 
 impl Engine {
@@ -117,9 +118,13 @@ fn serve_paced(
         engine: engine.name().into(),
     };
     let metrics = Arc::new(Metrics::new([(service.id(), label)].into()));
+    let lanes = match &engine {
+        Engine::Persistent(b, ..) => b.len(),
+        Engine::Batched(..) => 1,
+    };
     let spec = EngineSpec {
         name: engine.name().into(),
-        lanes: 1,
+        lanes,
         policy: DispatchPolicy::RoundRobin,
         services: vec![service.id()],
         slots: RING_SLOTS,
@@ -131,23 +136,31 @@ fn serve_paced(
             Engine::Batched(..) => DEFAULT_STRIDE,
         },
     };
-    // The persistent engine's request ring is mapped memory the GPU polls.
-    let mut mapped: Option<MappedMemory> = match &engine {
-        Engine::Persistent(b, _, stride) => Some(
-            MappedMemory::zeroed(
-                b.context(),
-                Layout::with_stride(RING_SLOTS, *stride).bytes(),
-            )
-            .map_err(|e| e.to_string())?,
-        ),
-        Engine::Batched(..) => None,
+    // The persistent engine's request rings are mapped memory its lanes' GPUs poll.
+    let mut mapped: Vec<Option<MappedMemory>> = match &engine {
+        Engine::Persistent(backends, _, stride) => backends
+            .iter()
+            .map(|b| {
+                MappedMemory::zeroed(
+                    b.context(),
+                    Layout::with_stride(RING_SLOTS, *stride).bytes(),
+                )
+                .map(Some)
+                .map_err(|e| e.to_string())
+            })
+            .collect::<Result<_, _>>()?,
+        Engine::Batched(..) => Vec::new(),
     };
-    let mut w = wire_in(1, &[spec], &mut |_, _, _, _| {
-        mapped.take().map(|m| Box::new(m) as Box<dyn RingMemory>)
+    let mut w = wire_in(1, &[spec], &mut |_, lane, _, _| {
+        mapped
+            .get_mut(lane)
+            .and_then(Option::take)
+            .map(|m| Box::new(m) as Box<dyn RingMemory>)
     });
-    let lane = w.engines[0].pop().expect("one lane");
+    let mut lane_ends = std::mem::take(&mut w.engines[0]);
     let stop: Box<dyn FnOnce() -> Result<u64, String>> = match engine {
         Engine::Batched(backend, mode, graphs) => {
+            let lane = lane_ends.pop().expect("one lane");
             let cfg = GpuEngineConfig {
                 mode,
                 max_cohort: 64,
@@ -164,16 +177,21 @@ fn serve_paced(
                 Ok(0)
             })
         }
-        Engine::Persistent(backend, cfg, _) => {
-            let eng = PersistentEngine::start(backend, lane, &cfg).map_err(|e| e.to_string())?;
+        Engine::Persistent(backends, cfg, _) => {
+            let engines =
+                PersistentEngine::start_all(backends.into_iter().zip(lane_ends).collect(), &cfg)
+                    .map_err(|e| e.to_string())?;
             let profiled = cfg.profile > 0;
             Box::new(move || {
-                let stats = eng.stats.clone();
-                eng.shutdown();
-                let r = stats.restarts.load(std::sync::atomic::Ordering::Relaxed);
-                if profiled {
-                    let p = stats.profile.lock().expect("profile lock").take();
-                    check_profile(p.as_ref())?;
+                let stats: Vec<_> = engines.iter().map(|e| e.stats.clone()).collect();
+                PersistentEngine::shutdown_all(engines);
+                let mut r = 0;
+                for st in stats {
+                    r += st.restarts.load(std::sync::atomic::Ordering::Relaxed);
+                    if profiled {
+                        let p = st.profile.lock().expect("profile lock").take();
+                        check_profile(p.as_ref())?;
+                    }
                 }
                 Ok(r)
             })
@@ -229,6 +247,29 @@ fn serve_paced(
         took,
         restarts,
     })
+}
+
+/// Serves `payloads` through gpu-persistent lanes, one per backend (a set whose stages span
+/// devices: knn's sharded index), requests spread over them round robin; one answer per
+/// request, in request order.
+pub(crate) fn serve_persistent_lanes(
+    backends: Vec<Arc<dyn PersistentBackend>>,
+    service: &Arc<dyn Service>,
+    payloads: &[Vec<u8>],
+) -> Result<Answers, String> {
+    let cfg = PersistentConfig {
+        slots: 64,
+        ..PersistentConfig::default()
+    };
+    let served = serve(
+        Engine::Persistent(backends, cfg, DEFAULT_STRIDE),
+        service,
+        payloads,
+    )?;
+    if served.restarts > 0 {
+        return Err(format!("{} restarts while serving", served.restarts));
+    }
+    Ok(served.answers)
 }
 
 /// Compares the answers of every engine `engines` makes with the CPU twin's, request by
@@ -299,7 +340,7 @@ fn persistent_engine_with(backend: Arc<dyn PersistentBackend>, stride: usize) ->
         profile: 256,
         ..PersistentConfig::default()
     };
-    Engine::Persistent(backend, cfg, stride)
+    Engine::Persistent(vec![backend], cfg, stride)
 }
 
 /// A profile of a run that answered good requests: some requests joined, the GPU's share of
@@ -583,7 +624,7 @@ fn unpackable_stage_ratio_serves_or_refuses(
     };
     let t = Instant::now();
     let served = serve(
-        Engine::Persistent(backend, cfg, DEFAULT_STRIDE),
+        Engine::Persistent(vec![backend], cfg, DEFAULT_STRIDE),
         service,
         payloads,
     );
@@ -628,7 +669,7 @@ fn watchdog_restarts_a_stalled_gpu(
     payloads.extend((0..40u8).map(|i| crate::spin::encode(5, &[i])));
     let pause = Some((44, Duration::from_millis(400)));
     let s = serve_paced(
-        Engine::Persistent(make()?, cfg, DEFAULT_STRIDE),
+        Engine::Persistent(vec![make()?], cfg, DEFAULT_STRIDE),
         service,
         &payloads,
         pause,

@@ -26,7 +26,8 @@ fn service_kernels_compile_for_sm90_through_nvrtc() {
 }
 
 /// Every service's own GPU checks (its catalog entry's `gpu_checks`, in its folder: kernels,
-/// parsers, backends) against their CPU twins on fresh random inputs, each on the first GPU.
+/// parsers, backends) against their CPU twins on fresh random inputs, each on the first GPU
+/// (and a check over several devices over every GPU found too).
 #[test]
 fn every_services_gpu_checks_match_their_cpu_twins() {
     let devs = match probe() {
@@ -44,7 +45,7 @@ fn every_services_gpu_checks_match_their_cpu_twins() {
         .as_nanos() as u64;
     for (service, check) in cohort_services::catalog::gpu_checks() {
         eprintln!("{service}: {} (seed {seed})", check.name);
-        match (check.run)(&devs[0], seed) {
+        match (check.run)(&devs, seed) {
             Ok(lines) => lines.iter().for_each(|l| eprintln!("{l}")),
             Err(e) => panic!("{service}: {}: {e}", check.name),
         }

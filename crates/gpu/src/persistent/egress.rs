@@ -106,12 +106,36 @@ impl Egress {
             blocks: n.min(super::MAX_INGRESS_WARPS),
             threads: 32,
             dyn_smem: 0,
+            elsewhere: None,
         };
+        if prepared.pipe_caps.len() > super::PIPES {
+            return Err(GpuError::Invalid(format!(
+                "a service uses at most {} gpipes; asked for {}",
+                super::PIPES,
+                prepared.pipe_caps.len()
+            )));
+        }
         let mut kernels = Vec::new();
         for st in std::iter::once(ingress).chain(prepared.stages.iter().cloned()) {
-            kernels.push((load_stage(&module, &st)?, st));
+            let m = st.elsewhere.as_ref().map_or(&module, |e| &e.module);
+            kernels.push((load_stage(m, &st)?, st));
         }
-        check_resident(&ctx, &kernels)?;
+        // Each device's share: a stage elsewhere is checked against its own device's room
+        // (beside what other lanes put there, which the launch's start count covers).
+        let here: Vec<_> = kernels
+            .iter()
+            .filter(|(_, st)| st.elsewhere.is_none())
+            .cloned()
+            .collect();
+        check_resident(&ctx, &here)?;
+        for (f, st) in kernels.iter().filter(|(_, st)| st.elsewhere.is_some()) {
+            let e = st.elsewhere.as_ref().expect("filtered");
+            check_resident(&e.ctx, &[(f.clone(), st.clone())])?;
+        }
+        let system_scope = prepared
+            .stages
+            .iter()
+            .any(|st| st.elsewhere.as_ref().is_some_and(|e| e.other_physical));
         let geometry = Geometry {
             rx,
             rx_layout,
@@ -120,12 +144,13 @@ impl Egress {
             tx_slots: cfg.tx_slots,
             batch: cfg.batch,
             profile: cfg.profile,
-            pipe_caps: prepared.pipe_caps,
+            pipe_caps: prepared.pipe_caps.clone(),
+            system_scope,
         };
         let (dev, tx) = DeviceState::new(&ctx, reset, &geometry)?;
         let streams = kernels
             .iter()
-            .map(|_| ctx.new_stream())
+            .map(|(_, st)| st.elsewhere.as_ref().map_or(&ctx, |e| &e.ctx).new_stream())
             .collect::<Result<Vec<_>, _>>()?;
         let rx_seen = (0..n)
             .map(|i| lane.requests.ring(i).published_tail())
@@ -187,7 +212,11 @@ impl Egress {
                 shared_mem_bytes: st.dyn_smem,
             };
             let mut b = s.launch_builder(f);
-            b.arg(&self.dev.args).arg(&self.prepared.args);
+            let args = st
+                .elsewhere
+                .as_ref()
+                .map_or(&self.prepared.args, |e| &e.args);
+            b.arg(&self.dev.args).arg(args);
             // SAFETY: every persistent kernel takes (PRt, SvcArgs) by value.
             unsafe { b.launch(cfg) }?;
         }

@@ -28,7 +28,7 @@ use crate::GpuError;
 use cohort_engine::LaneEnds;
 use cudarc::driver::{CudaContext, CudaModule};
 pub use mapped::MappedMemory;
-pub use rt::{SvcArgs, PIPES};
+pub use rt::{SvcArgs, DEVICE_PIPE0, MAX_STAGE_DEVICES, PIPES};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -46,14 +46,42 @@ pub struct Stage {
     pub blocks: usize,
     pub threads: u32,
     pub dyn_smem: u32,
+    /// None: on the lane's device, with the lane's argument block.
+    pub elsewhere: Option<Elsewhere>,
+}
+
+/// A stage that runs on another device than its lane's: a service whose data is split over
+/// devices (knn's sharded index) searches each device's part on that device's SMs. The stage
+/// belongs to the lane all the same: it polls the lane's gpipes (in the lane's memory), is
+/// launched, stopped and restarted with the lane's kernels, and counts in its start check.
+#[derive(Clone)]
+pub struct Elsewhere {
+    pub ctx: Arc<CudaContext>,
+    /// The service's module loaded on that device.
+    pub module: Arc<CudaModule>,
+    /// The stage's own argument block (that device's buffers).
+    pub args: SvcArgs,
+    /// On another physical GPU than the lane's (peer memory, system-scope orders), not a
+    /// virtual GPU of the same one.
+    pub other_physical: bool,
+}
+
+impl std::fmt::Debug for Elsewhere {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Elsewhere")
+            .field("gpu", &self.ctx.ordinal())
+            .field("other_physical", &self.other_physical)
+            .finish()
+    }
 }
 
 /// What a service's backend hands the engine at start.
 pub struct Prepared {
     pub args: SvcArgs,
     pub stages: Vec<Stage>,
-    /// Bound on the tasks each gpipe can hold at once, given the slot count.
-    pub pipe_caps: [usize; PIPES],
+    /// Bound on the tasks each gpipe the service uses can hold at once, given the slot
+    /// count, in order (at most `PIPES`).
+    pub pipe_caps: Vec<usize>,
     /// Bytes of an RX slot the ingress warp copies (header included, a multiple of 16).
     pub rx_copy: usize,
     /// Device buffers the argument block points to, kept alive with the engine.

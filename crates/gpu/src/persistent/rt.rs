@@ -20,6 +20,8 @@ crate::kernel_args! {
         seq: u64,
         items: u64,
         cap: u64,
+        /// 1: its ends are on two physical GPUs (system-scope atomics and orders).
+        sys: u64,
     }
 }
 
@@ -49,6 +51,8 @@ crate::kernel_args! {
         prof_cap: u64,
         /// Device u32[64 * BAR_GROUPS]: per barrier group, arrivals [0] and generation [32].
         bar: u64,
+        /// 1: a stage runs on another physical GPU than the lane's.
+        sys: u64,
         free_slots: PipeArgs,
         pipes: [PipeArgs; PIPES],
     }
@@ -65,7 +69,7 @@ pub fn layout_asserts() -> String {
 }
 
 /// 64-bit fields a service's argument block may have.
-pub const SVC_ARGS: usize = 32;
+pub const SVC_ARGS: usize = 40;
 
 /// A service's kernel argument block (its `SvcArgs`, at most `SVC_ARGS` 64-bit fields; a
 /// kernel whose struct is shorter reads only its first fields).
@@ -89,8 +93,15 @@ unsafe impl DeviceRepr for SvcArgs {}
 // The constants below are the runtime's single definition: the kernels receive them as
 // `#define`s (`cuda_defines`, prepended by `persistent_source`), never a copy of their own.
 
-/// Gpipes between stages (`P_PIPES`).
-pub const PIPES: usize = 3;
+/// Devices, besides its own, that one lane's stages may run on (`Stage::elsewhere`): a
+/// service whose data is split over devices (knn's sharded index) feeds each device's stage
+/// through a gpipe of its own.
+pub const MAX_STAGE_DEVICES: usize = 16;
+/// Gpipes between stages (`P_PIPES`): three a service uses as it likes, then one per device
+/// its stages may run on.
+pub const PIPES: usize = 3 + MAX_STAGE_DEVICES;
+/// The first gpipe of the per-device ones (`P_DEVICE_PIPE0`): device d's is this + d.
+pub const DEVICE_PIPE0: usize = 3;
 /// RX rings one runtime polls (`P_MAX_RX`: the ingress keeps a position per ring in shared
 /// memory).
 pub const MAX_RX: usize = 64;
@@ -154,8 +165,9 @@ const _: () = {
 
 /// The `#define`s of the constants above, for the kernels.
 pub fn prelude() -> Prelude {
-    let defs: [(&str, usize); 27] = [
+    let defs: [(&str, usize); 28] = [
         ("P_PIPES", PIPES),
+        ("P_DEVICE_PIPE0", DEVICE_PIPE0),
         ("P_MAX_RX", MAX_RX),
         ("P_MAX_BATCH", MAX_BATCH),
         ("P_BAR_GROUPS", BAR_GROUPS),
@@ -212,12 +224,13 @@ impl Pipe {
         })
     }
 
-    fn args(&self, s: &Arc<CudaStream>) -> PipeArgs {
+    fn args(&self, s: &Arc<CudaStream>, sys: bool) -> PipeArgs {
         PipeArgs {
             ctr: addr(&self.ctr, s),
             seq: addr(&self.seq, s),
             items: addr(&self.items, s),
             cap: self.cap as u64,
+            sys: sys as u64,
         }
     }
 }
@@ -241,8 +254,11 @@ pub struct Geometry {
     pub batch: usize,
     /// Requests whose stage stamps are logged (0: no profile).
     pub profile: usize,
-    /// Capacity of each gpipe (the service's bound on tasks in flight).
-    pub pipe_caps: [usize; PIPES],
+    /// Capacity of each gpipe the service uses, in order (its bound on tasks in flight); at
+    /// most `PIPES`, the rest get the smallest.
+    pub pipe_caps: Vec<usize>,
+    /// Some stage runs on another physical GPU: the runtime's shared state at system scope.
+    pub system_scope: bool,
 }
 
 pub struct DeviceState {
@@ -293,12 +309,12 @@ impl DeviceState {
         let prof_slots = if g.profile > 0 { g.nslots } else { 0 };
         let prof = s.alloc_zeros::<u64>((prof_slots * PROF_STAMPS).max(1))?;
         let prof_log = s.alloc_zeros::<u64>((g.profile * PROF_REC).max(1))?;
+        assert!(g.pipe_caps.len() <= PIPES, "at most {PIPES} gpipes");
         let free = Pipe::new(&s, g.nslots)?;
-        let pipes: Vec<Pipe> = g
-            .pipe_caps
-            .iter()
-            .map(|&c| Pipe::new(&s, c))
+        let pipes: Vec<Pipe> = (0..PIPES)
+            .map(|i| Pipe::new(&s, g.pipe_caps.get(i).copied().unwrap_or(0)))
             .collect::<Result<_, _>>()?;
+        let sys = g.system_scope;
         let args = RtArgs {
             stop: stop.device_ptr(),
             dev_stop: addr(&tx_head, &s) + 4,
@@ -321,8 +337,9 @@ impl DeviceState {
             prof_log: addr(&prof_log, &s),
             prof_cap: g.profile as u64,
             bar: addr(&bar, &s),
-            free_slots: free.args(&s),
-            pipes: [pipes[0].args(&s), pipes[1].args(&s), pipes[2].args(&s)],
+            sys: sys as u64,
+            free_slots: free.args(&s, sys),
+            pipes: std::array::from_fn(|i| pipes[i].args(&s, sys)),
         };
         let mut all = vec![free];
         all.extend(pipes);

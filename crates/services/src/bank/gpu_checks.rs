@@ -25,7 +25,8 @@ pub const CHECKS: &[GpuCheck] = &[
 /// The bank's GPU parser against its CPU twin on fresh random requests: the client's real
 /// requests of every type (with and without cookies), the same with bytes flipped, cut or
 /// inserted, and random bytes; both slot layouts. Every field of every request must match.
-fn parser_matches_its_cpu_twin(dev: &DeviceInfo, seed: u64) -> Result<Vec<String>, String> {
+fn parser_matches_its_cpu_twin(devs: &[DeviceInfo], seed: u64) -> Result<Vec<String>, String> {
+    let dev = &devs[0];
     use super::{client, gpu::GpuParser, kinds::Kind, parse};
     use rand::{Rng, SeedableRng};
     let mut log = Vec::new();
@@ -183,7 +184,8 @@ fn bank_session_rounds(
 
 /// The bank's kernels (parse, sessions, pages, padding) on the test harness's cohorts against
 /// the CPU twins: both layouts, every response byte compared.
-fn pages_match_the_cpu_twins(dev: &DeviceInfo, seed: u64) -> Result<Vec<String>, String> {
+fn pages_match_the_cpu_twins(devs: &[DeviceInfo], seed: u64) -> Result<Vec<String>, String> {
+    let dev = &devs[0];
     use super::{gpu::GpuParser, Bank, BankConfig};
     use rand::{Rng, SeedableRng};
     let mut log = Vec::new();
@@ -219,7 +221,11 @@ fn pages_match_the_cpu_twins(dev: &DeviceInfo, seed: u64) -> Result<Vec<String>,
 /// groupings, the three record placements (computed; the GPU's record table; a real
 /// memcached, with some users' records removed so both paths answer those with the 503
 /// page), every response byte compared.
-fn engine_backend_matches_the_cpu_twin(dev: &DeviceInfo, seed: u64) -> Result<Vec<String>, String> {
+fn engine_backend_matches_the_cpu_twin(
+    devs: &[DeviceInfo],
+    seed: u64,
+) -> Result<Vec<String>, String> {
+    let dev = &devs[0];
     use super::backend::{BankGpu, BankGpuConfig, Cohorts};
     use super::store::{self, Memcached, Placement};
     use super::{Backend, Bank, BankConfig};

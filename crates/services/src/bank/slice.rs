@@ -18,6 +18,7 @@ pub const ENTRY: Entry = Entry {
     build: service,
     gpu: Some(gpu),
     gpu_set: None,
+    persistent_set: None,
     // Not built for gpu-persistent yet (gpu-cohort first, as Rhythm).
     persistent: None,
     persistent_request_bytes: 0,

@@ -380,7 +380,8 @@ pub const DISTANCE_TOLERANCE: f32 = 1e-4;
 /// The kernels against the CPU twin: the built-in faces' histograms exactly, and the distance
 /// of every (held-out probe, person) pair of them plus fresh random images from `seed` within
 /// [`DISTANCE_TOLERANCE`]. No memcached: the references are computed here.
-pub fn check(dev: &DeviceInfo, seed: u64) -> Result<Vec<String>, String> {
+pub fn check(devs: &[DeviceInfo], seed: u64) -> Result<Vec<String>, String> {
+    let dev = &devs[0];
     use rand::{Rng, SeedableRng};
     let ctx = cohort_gpu::launch::context(dev).map_err(|e| e.to_string())?;
     let k = DeviceKernels::load(&ctx, dev).map_err(|e| e.to_string())?;

@@ -126,15 +126,17 @@ impl PersistentBackend for FaceverPersistent {
                     blocks: workers,
                     threads: THREADS as u32,
                     dyn_smem: 0,
+                    elsewhere: None,
                 },
                 Stage {
                     kernel: "facever_p_relay",
                     blocks: 1,
                     threads: 32,
                     dyn_smem: 0,
+                    elsewhere: None,
                 },
             ],
-            pipe_caps: [slots, 0, 0],
+            pipe_caps: vec![slots],
             rx_copy,
             keep: Box::new(Held {
                 _device: device,

@@ -18,6 +18,7 @@ pub const ENTRY: Entry = Entry {
     build: service,
     gpu: Some(gpu),
     gpu_set: None,
+    persistent_set: None,
     // The GPU-centric design only: the worker posts its fetches itself.
     persistent: Some(persistent),
     persistent_request_bytes: super::REQUEST_BYTES,

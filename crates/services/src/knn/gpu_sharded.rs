@@ -147,7 +147,7 @@ impl ShardSet {
 
 /// Lets kernels of `from` read and write memory of `to` (two physical devices); an error that
 /// says so when the hardware cannot.
-fn enable_peer_access(
+pub(super) fn enable_peer_access(
     from: &Arc<CudaContext>,
     to: &Arc<CudaContext>,
     fd: &DeviceInfo,
@@ -168,12 +168,47 @@ fn enable_peer_access(
     let r = unsafe { sys::cuCtxEnablePeerAccess(to.cu_ctx(), 0) };
     match r {
         sys::cudaError_enum::CUDA_SUCCESS
-        | sys::cudaError_enum::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED => Ok(()),
-        e => Err(GpuError::Invalid(format!(
-            "enabling peer access from GPU {} to GPU {}: {e:?}",
-            fd.physical, td.physical
-        ))),
+        | sys::cudaError_enum::CUDA_ERROR_PEER_ACCESS_ALREADY_ENABLED => {}
+        e => {
+            return Err(GpuError::Invalid(format!(
+                "enabling peer access from GPU {} to GPU {}: {e:?}",
+                fd.physical, td.physical
+            )))
+        }
     }
+    pool_access(fd, td)
+}
+
+/// Lets kernels of `fd` use `td`'s stream-ordered allocations (every buffer cudarc allocates
+/// where the driver has memory pools): peer access covers only ordinary allocations, a pool's
+/// memory needs its own grant. Without it, a scan on one H100 reading its home's buffers on
+/// the other faulted (measured: two H100s over NVLink, the peer route's run never ended).
+fn pool_access(fd: &DeviceInfo, td: &DeviceInfo) -> Result<(), GpuError> {
+    let mut pool: sys::CUmemoryPool = std::ptr::null_mut();
+    // SAFETY: out-parameter; an ordinal the driver listed.
+    let r = unsafe { sys::cuDeviceGetDefaultMemPool(&mut pool, td.physical as i32) };
+    if r != sys::cudaError_enum::CUDA_SUCCESS {
+        return Err(GpuError::Invalid(format!(
+            "GPU {}'s memory pool: {r:?}",
+            td.physical
+        )));
+    }
+    let desc = sys::CUmemAccessDesc {
+        location: sys::CUmemLocation {
+            type_: sys::CUmemLocationType::CU_MEM_LOCATION_TYPE_DEVICE,
+            id: fd.physical as i32,
+        },
+        flags: sys::CUmemAccess_flags::CU_MEM_ACCESS_FLAGS_PROT_READWRITE,
+    };
+    // SAFETY: a live pool and one access descriptor.
+    let r = unsafe { sys::cuMemPoolSetAccess(pool, &desc, 1) };
+    if r != sys::cudaError_enum::CUDA_SUCCESS {
+        return Err(GpuError::Invalid(format!(
+            "granting GPU {} access to GPU {}'s memory pool: {r:?}",
+            fd.physical, td.physical
+        )));
+    }
+    Ok(())
 }
 
 /// One device's engine's view of the sharded index: cohorts formed here run their filter

@@ -34,6 +34,7 @@ pub mod kernels;
 pub mod load;
 #[cfg(feature = "backends")]
 pub mod persistent;
+pub mod persistent_sharded;
 #[cfg(feature = "backends")]
 pub mod selftest;
 #[cfg(feature = "backends")]

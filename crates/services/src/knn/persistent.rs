@@ -24,6 +24,7 @@ cohort_gpu::svc_args! {
         centroids, vectors, ids, offsets, dim, nlist, n, metric, default_nprobe, queries,
         probes, part_ids, part_dist, scratch, max_probe, max_k, cmax, cand, cand_floats, poff,
         totals, counts, cursor, items, order, taken, ok, cq_slot, ctl, top_rows, groups,
+        owners, search_pipe, sys,
     }
 }
 
@@ -45,9 +46,9 @@ const COHORT_MAX: usize = 8192;
 const COHORT_SCRATCH_FLOATS: usize = 1 << 26;
 
 pub struct KnnPersistent {
-    ivf: Arc<GpuIvf>,
-    module: Arc<CudaModule>,
-    sms: usize,
+    pub(super) ivf: Arc<GpuIvf>,
+    pub(super) module: Arc<CudaModule>,
+    pub(super) sms: usize,
     plan: PersistentPlan,
     /// Cohort plan: block groups running cohorts side by side.
     groups: usize,
@@ -106,6 +107,7 @@ impl KnnPersistent {
             blocks: 1,
             threads: BLOCK as u32,
             dyn_smem: 0,
+            elsewhere: None,
         };
         let fit = stage_capacity(self, &probe)?;
         // An SM holding an ingress warp has room for one cohort block less: twice the warps
@@ -116,7 +118,7 @@ impl KnnPersistent {
             .max(1))
     }
 
-    fn rx_copy(&self, rx_stride: usize) -> Result<usize, GpuError> {
+    pub(super) fn rx_copy(&self, rx_stride: usize) -> Result<usize, GpuError> {
         let dim = self.ivf.dim;
         let head = cohort_knn::QUERY_HEAD;
         cohort_gpu::persistent::rx_copy_bytes("knn", head + 4 * dim, rx_stride).map_err(|_| {
@@ -160,8 +162,59 @@ impl KnnPersistent {
         }
     }
 
-    fn max_probe(&self) -> usize {
+    pub(super) fn max_probe(&self) -> usize {
         self.ivf.nlist.min(SEL_MAX)
+    }
+
+    /// The per-pair plan's stage blocks (filter, search, reduce): those asked for, or the
+    /// default.
+    pub(super) fn per_pair_blocks(&self, blocks: Option<&[usize]>) -> Result<[usize; 3], GpuError> {
+        match blocks {
+            None => Ok(self.default_blocks()),
+            Some(&[f, s, r]) if f > 0 && s > 0 && r > 0 => Ok([f, s, r]),
+            Some(other) => Err(GpuError::Invalid(format!(
+                "k-NN per-pair has three stages (filter:search:reduce), each with at least one block; got {other:?}"
+            ))),
+        }
+    }
+
+    /// The per-pair plan's buffers for `slots` requests and its argument block (pipes as
+    /// for a whole index: search tasks on pipes[1]).
+    pub(super) fn per_pair_state(
+        &self,
+        slots: usize,
+        filter_blocks: usize,
+    ) -> Result<(KnnArgs, PerPairBuffers), GpuError> {
+        let ivf = &self.ivf;
+        let s = ivf.ctx.new_stream()?;
+        let bufs = PerPairBuffers {
+            queries: s.alloc_zeros(slots * ivf.dim)?,
+            probes: s.alloc_zeros(slots * self.max_probe())?,
+            part_ids: s.alloc_zeros(slots * GPU_MAX_CANDIDATES)?,
+            part_dist: s.alloc_zeros(slots * GPU_MAX_CANDIDATES)?,
+            scratch: s.alloc_zeros(filter_blocks * ivf.nlist)?,
+        };
+        s.synchronize()?;
+        let args = KnnArgs {
+            search_pipe: 1,
+            ..self.base_args(
+                &s,
+                &bufs.queries,
+                &bufs.probes,
+                (&bufs.part_ids, &bufs.part_dist),
+                &bufs.scratch,
+            )
+        };
+        Ok((args, bufs))
+    }
+
+    /// The search stage's kernel for the index's precision.
+    pub(super) fn search_kernel(&self) -> &'static str {
+        match self.ivf.precision {
+            Precision::F32 => "knn_p_search",
+            Precision::F16 => "knn_p_search_f16",
+            Precision::U8 => "knn_p_search_u8",
+        }
     }
 
     fn prepare_per_pair(
@@ -170,54 +223,17 @@ impl KnnPersistent {
         rx_copy: usize,
         blocks: Option<&[usize]>,
     ) -> Result<Prepared, GpuError> {
-        let ivf = &self.ivf;
-        let b = match blocks {
-            None => self.default_blocks(),
-            Some(&[f, s, r]) if f > 0 && s > 0 && r > 0 => [f, s, r],
-            Some(other) => {
-                return Err(GpuError::Invalid(format!(
-                    "k-NN per-pair has three stages (filter:search:reduce), each with at least one block; got {other:?}"
-                )))
-            }
-        };
-        let max_probe = self.max_probe();
-        let s = ivf.ctx.new_stream()?;
-        let bufs = PerPairBuffers {
-            queries: s.alloc_zeros(slots * ivf.dim)?,
-            probes: s.alloc_zeros(slots * max_probe)?,
-            part_ids: s.alloc_zeros(slots * GPU_MAX_CANDIDATES)?,
-            part_dist: s.alloc_zeros(slots * GPU_MAX_CANDIDATES)?,
-            scratch: s.alloc_zeros(b[0] * ivf.nlist)?,
-        };
-        s.synchronize()?;
-        let args = self.base_args(
-            &s,
-            &bufs.queries,
-            &bufs.probes,
-            (&bufs.part_ids, &bufs.part_dist),
-            &bufs.scratch,
-        );
-        let search = match ivf.precision {
-            Precision::F32 => "knn_p_search",
-            Precision::F16 => "knn_p_search_f16",
-            Precision::U8 => "knn_p_search_u8",
-        };
-        let block = BLOCK as u32;
-        let stage = |kernel, blocks, dyn_smem| Stage {
-            kernel,
-            blocks,
-            threads: block,
-            dyn_smem,
-        };
+        let b = self.per_pair_blocks(blocks)?;
+        let (args, bufs) = self.per_pair_state(slots, b[0])?;
         Ok(Prepared {
             args: args.to_svc_args(),
             stages: vec![
-                stage("knn_p_filter", b[0], 0),
-                stage(search, b[1], 0),
-                stage("knn_p_reduce", b[2], (GPU_MAX_CANDIDATES * 8) as u32),
+                per_pair_stage("knn_p_filter", b[0]),
+                per_pair_stage(self.search_kernel(), b[1]),
+                per_pair_stage("knn_p_reduce", b[2]),
             ],
             // Filter and reduce tasks: one per request at most; search: nprobe per request.
-            pipe_caps: [slots, slots * max_probe, slots],
+            pipe_caps: vec![slots, slots * self.max_probe(), slots],
             rx_copy,
             keep: Box::new(bufs),
         })
@@ -312,19 +328,35 @@ impl KnnPersistent {
                 blocks: g,
                 threads: BLOCK as u32,
                 dyn_smem: 0,
+                elsewhere: None,
             }],
             // One gpipe: the ingress warp to the cohort's leader.
-            pipe_caps: [slots, 0, 0],
+            pipe_caps: vec![slots],
             rx_copy,
             keep: Box::new(bufs),
         })
     }
 }
 
+/// A per-pair stage on the lane's device (the reducer with its candidates' shared memory).
+pub(super) fn per_pair_stage(kernel: &'static str, blocks: usize) -> Stage {
+    Stage {
+        kernel,
+        blocks,
+        threads: BLOCK as u32,
+        dyn_smem: if kernel == "knn_p_reduce" {
+            (GPU_MAX_CANDIDATES * 8) as u32
+        } else {
+            0
+        },
+        elsewhere: None,
+    }
+}
+
 /// The buffers the per-pair argument block points to (held for their memory: the kernels
 /// use raw addresses).
 #[allow(dead_code)]
-struct PerPairBuffers {
+pub(super) struct PerPairBuffers {
     queries: CudaSlice<f32>,
     probes: CudaSlice<u32>,
     part_ids: CudaSlice<u32>,

@@ -3,6 +3,7 @@
 //! `cohort selftest gpu` (the GPU machine has no cargo: the binary carries the checks).
 
 use super::gpu_ivf::{round_f16, to_neighbors, GpuIvf, Plan, Precision};
+use super::{decode_response, encode_request, Elems};
 use cohort_gpu::{probe, GpuError};
 use cohort_knn::ivf::stages;
 use cohort_knn::kmeans::KMeansConfig;
@@ -356,25 +357,25 @@ pub fn check_kmeans(seed: u64) -> Result<Vec<String>, GpuError> {
     Ok(lines)
 }
 
-/// The sharded index (`gpu_sharded`) against the whole one: a fresh index split over 2 and 3
-/// devices (groups of 8 SMs of `dev` where green contexts are available, else `dev` itself
-/// several times, which runs the same routing and reducer), every home device serving a
-/// cohort through the engine's backend calls (stage, enqueue, answer). Answers must equal the
-/// whole index's on the GPU bit for bit (each distance is computed by the same kernel on the
-/// same rows; the reducer breaks ties as the select does) and the CPU's within tolerance.
-pub fn check_sharded(dev: &cohort_gpu::DeviceInfo, seed: u64) -> Result<Vec<String>, String> {
-    use super::config::Exchange;
-    use super::gpu_sharded::ShardSet;
-    use super::{decode_response, encode_request, Elems};
-    use cohort_gpu::engine::GpuBackend;
+/// The sharded index against the whole one: a fresh index split over 2 and 3 devices (groups
+/// of 8 SMs of the first device where green contexts are available, else that device several
+/// times, which runs the same routing and reducer) and over every device in `devs` where there
+/// are several. On gpu-cohort's backend (`gpu_sharded`), every home serves a cohort through
+/// the engine's backend calls (stage, enqueue, answer), both exchanges; on gpu-persistent
+/// (`persistent_sharded`), every home's lane runs, requests spread over them by the engine.
+/// Answers must equal the whole index's on the GPU bit for bit (each distance is computed by
+/// the same kernel on the same rows; the reducers break ties as the select does) and the
+/// CPU's within tolerance.
+pub fn check_sharded(devs: &[cohort_gpu::DeviceInfo], seed: u64) -> Result<Vec<String>, String> {
     use cohort_knn::ivf::shard::IvfShard;
+    let dev = &devs[0];
     let e = |e: GpuError| e.to_string();
     let (n, dim, nlist, nq) = (8000, 40, 96, 257);
     let model = Model::new(SynthConfig {
         clusters: 24,
         ..SynthConfig::sift_like(dim, seed ^ 0x5a4d)
     });
-    let ix = IvfIndex::build(
+    let ix = std::sync::Arc::new(IvfIndex::build(
         &model.sample(n, 1),
         nlist,
         Metric::L2,
@@ -382,10 +383,33 @@ pub fn check_sharded(dev: &cohort_gpu::DeviceInfo, seed: u64) -> Result<Vec<Stri
             iters: 6,
             ..KMeansConfig::new(nlist)
         },
-    );
+    ));
     let queries = model.sample(nq, 2);
     let whole = GpuIvf::upload(dev, &ix, Precision::F32).map_err(e)?;
     let s = whole.ctx.new_stream().map_err(|x| x.to_string())?;
+    // The device sets: virtual GPUs of the first device, then the devices given.
+    let mut sets = Vec::new();
+    for devices in [2, 3] {
+        let split = cohort_gpu::green::VirtualSplit {
+            device: dev.physical,
+            groups: devices,
+            sms: 8,
+        };
+        sets.push(
+            match cohort_gpu::probe_physical().and_then(|p| cohort_gpu::virtual_devices(&p, split))
+            {
+                Ok(v) => (v, format!("virtual GPUs {split}")),
+                Err(x) => (
+                    vec![dev.clone(); devices],
+                    format!("{devices} x the whole device (no green contexts: {x})"),
+                ),
+            },
+        );
+    }
+    if devs.len() > 1 {
+        let which: Vec<String> = devs.iter().map(|d| d.ordinal.to_string()).collect();
+        sets.push((devs.to_vec(), format!("GPUs {}", which.join(","))));
+    }
     let mut lines = Vec::new();
     for (k, nprobe) in [(10, 8), (1, 1), (37, 24)] {
         let want = whole.search(&s, &queries.data, k, nprobe).map_err(e)?;
@@ -393,24 +417,18 @@ pub fn check_sharded(dev: &cohort_gpu::DeviceInfo, seed: u64) -> Result<Vec<Stri
             let cpu = ix.query(queries.row(i), SearchParams { k, nprobe });
             same_neighbors(w, &cpu).map_err(|m| format!("whole index, query {i}: {m}"))?;
         }
-        for devices in [2, 3] {
-            let split = cohort_gpu::green::VirtualSplit {
-                device: dev.physical,
-                groups: devices,
-                sms: 8,
-            };
-            let (devs, how) = match cohort_gpu::probe_physical()
-                .and_then(|p| cohort_gpu::virtual_devices(&p, split))
-            {
-                Ok(v) => (v, format!("virtual GPUs {split}")),
-                Err(x) => (
-                    vec![dev.clone(); devices],
-                    format!("{devices} x the whole device (no green contexts: {x})"),
-                ),
-            };
-            for exchange in [Exchange::Auto, Exchange::Host] {
-                let placement = ix.placement_for(devices);
-                let shards = (0..devices)
+        let same = |got: &[Neighbor], want: &[Neighbor]| {
+            got.len() == want.len()
+                && got
+                    .iter()
+                    .zip(want)
+                    .all(|(g, w)| g.id == w.id && g.distance.to_bits() == w.distance.to_bits())
+        };
+        for (devs, how) in &sets {
+            let devices = devs.len();
+            let placement = ix.placement_for(devices);
+            let upload = || {
+                (0..devices)
                     .map(|d| {
                         GpuIvf::upload_shard(
                             &devs[d],
@@ -420,51 +438,126 @@ pub fn check_sharded(dev: &cohort_gpu::DeviceInfo, seed: u64) -> Result<Vec<Stri
                         )
                     })
                     .collect::<Result<Vec<_>, _>>()
-                    .map_err(e)?;
-                let set = std::sync::Arc::new(
-                    ShardSet::new(&devs, shards, placement, exchange).map_err(e)?,
-                );
-                let route = set.route;
-                for home in 0..devices {
-                    let b = set.backend(home);
-                    let hs = b.context().new_stream().map_err(|x| x.to_string())?;
-                    let mut bufs = b.stream_buffers(&hs, nq).map_err(e)?;
-                    let mut key = None;
-                    for i in 0..nq {
-                        let mut p = Vec::new();
-                        encode_request(k as u16, nprobe as u16, Elems::F32(queries.row(i)), &mut p);
-                        let kk = cohort_engine::BatchBackend::batch_key(&b, &p)
-                            .map_err(|x| x.message.clone())?;
-                        key = Some(kk);
-                        bufs.stage(kk, i, &p).map_err(|x| x.message.clone())?;
-                    }
-                    let key = key.expect("queries");
-                    bufs.enqueue(&hs, key, nq).map_err(e)?;
-                    hs.synchronize().map_err(|x| x.to_string())?;
-                    for (i, want) in want.iter().enumerate() {
-                        let mut out = Vec::new();
-                        bufs.answer(key, i, &mut out)
-                            .map_err(|x| x.message.clone())?;
-                        let got = decode_response(&out)?;
-                        let same = got.len() == want.len()
-                            && got.iter().zip(want).all(|(g, w)| {
-                                g.id == w.id && g.distance.to_bits() == w.distance.to_bits()
-                            });
-                        if !same {
-                            return Err(format!(
-                                "sharded over {devices} ({how}, {route:?} exchange), home {home}, \
-                             k {k}, nprobe {nprobe}, query {i}: {got:?} vs the whole index's \
-                             {want:?}"
-                            ));
-                        }
-                    }
+                    .map_err(e)
+            };
+            lines.extend(sharded_batch_backends(
+                devs, &upload, &placement, &queries, k, nprobe, &want, how, &same,
+            )?);
+            let set = super::persistent_sharded::shards(
+                devs,
+                upload()?,
+                placement.clone(),
+                super::persistent::PersistentPlan::PerPair,
+            );
+            let set = match set {
+                Ok(set) => set,
+                // Physical GPUs without native peer atomics: gpu-persistent refuses them.
+                Err(x) if devs.iter().any(|d| d.physical != devs[0].physical) => {
+                    lines.push(format!("SKIPPED gpu-persistent sharded over {how}: {x}"));
+                    continue;
                 }
-                lines.push(format!(
-                "knn sharded over {devices} devices ({how}, {route:?} exchange), every home, k \
-                 {k} nprobe {nprobe}: {nq} answers identical to the whole index"
+                Err(x) => return Err(x.to_string()),
+            };
+            let backends = (0..devices)
+                .map(|h| {
+                    std::sync::Arc::new(set.backend(h))
+                        as std::sync::Arc<dyn cohort_gpu::persistent::PersistentBackend>
+                })
+                .collect();
+            let mut payloads = Vec::with_capacity(nq);
+            for i in 0..nq {
+                let mut p = Vec::new();
+                encode_request(k as u16, nprobe as u16, Elems::F32(queries.row(i)), &mut p);
+                payloads.push(p);
+            }
+            let service: std::sync::Arc<dyn cohort_engine::Service> =
+                std::sync::Arc::new(super::Knn { index: ix.clone() });
+            let got = crate::selftest::serve_persistent_lanes(backends, &service, &payloads)?;
+            for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                let g = match g {
+                    Ok(p) => decode_response(p)?,
+                    Err(x) => {
+                        return Err(format!(
+                            "gpu-persistent sharded over {how}, query {i}: {x:?}"
+                        ))
+                    }
+                };
+                if !same(&g, w) {
+                    return Err(format!(
+                        "gpu-persistent sharded over {devices} ({how}), k {k}, nprobe {nprobe}, \
+                         query {i}: {g:?} vs the whole index's {w:?}"
+                    ));
+                }
+            }
+            lines.push(format!(
+                "knn sharded over {devices} devices ({how}) on gpu-persistent, lanes of every \
+                 home, k {k} nprobe {nprobe}: {nq} answers identical to the whole index"
             ));
+        }
+    }
+    Ok(lines)
+}
+
+/// gpu-cohort's sharded backend (`gpu_sharded`) over `devs`, both exchanges: every home
+/// serves the queries as one cohort; answers compared with `want` by `same`.
+#[allow(clippy::too_many_arguments)]
+fn sharded_batch_backends(
+    devs: &[cohort_gpu::DeviceInfo],
+    upload: &dyn Fn() -> Result<Vec<GpuIvf>, String>,
+    placement: &cohort_knn::ivf::placement::Placement,
+    queries: &Vectors,
+    k: usize,
+    nprobe: usize,
+    want: &[Vec<Neighbor>],
+    how: &str,
+    same: &dyn Fn(&[Neighbor], &[Neighbor]) -> bool,
+) -> Result<Vec<String>, String> {
+    use super::config::Exchange;
+    use super::gpu_sharded::ShardSet;
+    use cohort_gpu::engine::GpuBackend;
+    let e = |e: GpuError| e.to_string();
+    let devices = devs.len();
+    let nq = want.len();
+    let mut lines = Vec::new();
+    for exchange in [Exchange::Auto, Exchange::Host] {
+        let ivfs = upload()?;
+        let set =
+            std::sync::Arc::new(ShardSet::new(devs, ivfs, placement.clone(), exchange).map_err(e)?);
+        let route = set.route;
+        for home in 0..devices {
+            let b = set.backend(home);
+            let hs = b.context().new_stream().map_err(|x| x.to_string())?;
+            let mut bufs = b.stream_buffers(&hs, nq).map_err(e)?;
+            let mut key = None;
+            for i in 0..nq {
+                let mut p = Vec::new();
+                encode_request(k as u16, nprobe as u16, Elems::F32(queries.row(i)), &mut p);
+                let kk = cohort_engine::BatchBackend::batch_key(&b, &p)
+                    .map_err(|x| x.message.clone())?;
+                key = Some(kk);
+                bufs.stage(kk, i, &p).map_err(|x| x.message.clone())?;
+            }
+            let key = key.expect("queries");
+            bufs.enqueue(&hs, key, nq).map_err(e)?;
+            hs.synchronize().map_err(|x| x.to_string())?;
+            for (i, want) in want.iter().enumerate() {
+                let mut out = Vec::new();
+                bufs.answer(key, i, &mut out)
+                    .map_err(|x| x.message.clone())?;
+                let got = decode_response(&out)?;
+                if !same(&got, want) {
+                    return Err(format!(
+                        "sharded over {devices} ({how}, {route:?} exchange), home {home}, \
+                         k {k}, nprobe {nprobe}, query {i}: {got:?} vs the whole index's \
+                         {want:?}"
+                    ));
+                }
             }
         }
+        lines.push(format!(
+            "knn sharded over {devices} devices ({how}, {route:?} exchange), every home, k \
+             {k} nprobe {nprobe}: {nq} answers identical to the whole index"
+        ));
     }
     Ok(lines)
 }

@@ -18,6 +18,7 @@ pub const ENTRY: Entry = Entry {
     build: service,
     gpu: Some(gpu),
     gpu_set: Some(gpu_set),
+    persistent_set: Some(persistent_set),
     persistent: Some(persistent),
     persistent_request_bytes: 0,
     one_gpu: false,
@@ -84,12 +85,8 @@ fn gpu(s: &Settings, dev: &DeviceInfo) -> Result<Arc<dyn GpuBackend>, String> {
 fn persistent(s: &Settings, dev: &DeviceInfo) -> Result<Arc<dyn PersistentBackend>, String> {
     let c = config(s)?;
     if c.placement == Placement::Shard {
-        // Its stages would have to pass tasks between devices' gpipes: not built.
-        return Err(
-            "knn.placement=shard is served by gpu-direct and gpu-cohort; gpu-persistent keeps \
-             a whole copy of the index per device (knn.placement=replicate)"
-                .into(),
-        );
+        // One device alone cannot hold a shard: the set builds them (persistent_set).
+        return Err("knn.placement=shard builds every device's lane at once".into());
     }
     let index = load_index(&c, true)?;
     let ivf = GpuIvf::upload(dev, &index, c.precision).map_err(|e| e.to_string())?;
@@ -100,13 +97,31 @@ fn persistent(s: &Settings, dev: &DeviceInfo) -> Result<Arc<dyn PersistentBacken
     ))
 }
 
-/// Every serving device's backend: a copy of the index each, or one shard each.
-fn gpu_set(s: &Settings, devs: &[DeviceInfo]) -> Result<Vec<Arc<dyn GpuBackend>>, String> {
+/// Every serving device's persistent lane: a copy of the index each, or one shard each with
+/// its search stages on every device (`persistent_sharded`).
+fn persistent_set(
+    s: &Settings,
+    devs: &[DeviceInfo],
+) -> Result<Vec<Arc<dyn PersistentBackend>>, String> {
     let c = config(s)?;
     if c.placement == Placement::Replicate {
-        return devs.iter().map(|d| gpu(s, d)).collect();
+        return devs.iter().map(|d| persistent(s, d)).collect();
     }
-    let index = load_index(&c, true)?;
+    let (placement, shards) = upload_shards(&c, devs)?;
+    let set = super::persistent_sharded::shards(devs, shards, placement, c.persistent_plan)
+        .map_err(|e| e.to_string())?;
+    Ok((0..devs.len())
+        .map(|home| Arc::new(set.backend(home)) as Arc<dyn PersistentBackend>)
+        .collect())
+}
+
+/// The index's placement over `devs` (the one it records where it is for as many devices)
+/// and each device's shard, uploaded.
+fn upload_shards(
+    c: &KnnSettings,
+    devs: &[DeviceInfo],
+) -> Result<(cohort_knn::ivf::placement::Placement, Vec<GpuIvf>), String> {
+    let index = load_index(c, true)?;
     let placement = index.placement_for(devs.len());
     if index
         .placement
@@ -131,6 +146,16 @@ fn gpu_set(s: &Settings, devs: &[DeviceInfo]) -> Result<Vec<Arc<dyn GpuBackend>>
         shards
             .push(GpuIvf::upload_shard(dev, &index, &cut, c.precision).map_err(|e| e.to_string())?);
     }
+    Ok((placement, shards))
+}
+
+/// Every serving device's backend: a copy of the index each, or one shard each.
+fn gpu_set(s: &Settings, devs: &[DeviceInfo]) -> Result<Vec<Arc<dyn GpuBackend>>, String> {
+    let c = config(s)?;
+    if c.placement == Placement::Replicate {
+        return devs.iter().map(|d| gpu(s, d)).collect();
+    }
+    let (placement, shards) = upload_shards(&c, devs)?;
     let set = Arc::new(
         super::gpu_sharded::ShardSet::new(devs, shards, placement, c.shard_exchange)
             .map_err(|e| e.to_string())?,

@@ -367,7 +367,8 @@ pub const LOGIT_TOLERANCE: f32 = 1e-3;
 /// fresh random images from `seed`, in each `Math` the device has: every logit within
 /// [`LOGIT_TOLERANCE`] (relative to its size, plus that much absolute) and the digit
 /// identical on the MNIST digits.
-pub fn check(dev: &DeviceInfo, seed: u64) -> Result<Vec<String>, String> {
+pub fn check(devs: &[DeviceInfo], seed: u64) -> Result<Vec<String>, String> {
+    let dev = &devs[0];
     use rand::{Rng, SeedableRng};
     let w = Weights::load(None)?;
     let digits = super::mnist::embedded_test_subset();

@@ -96,6 +96,7 @@ impl PersistentBackend for LenetPersistent {
             blocks: 1,
             threads: P_THREADS as u32,
             dyn_smem: 0,
+            elsewhere: None,
         };
         let fit = stage_capacity(self, &stage)?
             .saturating_sub(2 * cohort_gpu::persistent::MAX_INGRESS_WARPS);
@@ -134,7 +135,7 @@ impl PersistentBackend for LenetPersistent {
         Ok(Prepared {
             args: args.to_svc_args(),
             stages: vec![stage],
-            pipe_caps: [slots, 0, 0],
+            pipe_caps: vec![slots],
             rx_copy,
             keep: Box::new((self.weights.clone(), team_mem)),
         })

@@ -18,6 +18,7 @@ pub const ENTRY: Entry = Entry {
     build: service,
     gpu: Some(gpu),
     gpu_set: None,
+    persistent_set: None,
     persistent: Some(persistent),
     persistent_request_bytes: 0,
     one_gpu: false,

@@ -79,8 +79,9 @@ impl PersistentBackend for MicroPersistent {
                 blocks: workers,
                 threads: 128,
                 dyn_smem: 0,
+                elsewhere: None,
             }],
-            pipe_caps: [slots, 0, 0],
+            pipe_caps: vec![slots],
             // Whole slots: payloads are any size up to the slot's capacity.
             rx_copy: rx_stride,
             keep: Box::new(()),

@@ -17,6 +17,7 @@ pub const ENTRY: Entry = Entry {
     },
     gpu: None,
     gpu_set: None,
+    persistent_set: None,
     persistent: None,
     persistent_request_bytes: 0,
     one_gpu: false,

@@ -7,6 +7,11 @@
 //   pipes[1] search tasks {slot, probe} -> search_one into the slot's reserved partial rows;
 //                                          the last probe of a request queues its reduce
 //   pipes[2] reduce tasks {slot}        -> reduce_one, answer written straight into TX
+// Sharded index (a.owners set): the lists are split over devices, and each device runs a
+// search stage of this lane on its own SMs over its own lists. The filter sends a probe to
+// the gpipe of the device owning its cell (pipes[P_DEVICE_PIPE0 + owner]); that device's
+// search writes its partial rows into this lane's slot rows and counts the request's pending
+// probes down, across devices (system scope where the devices are two physical GPUs, a.sys).
 
 struct SvcArgs {
     unsigned long long centroids;  // f32 [nlist * dim]
@@ -43,6 +48,10 @@ struct SvcArgs {
     unsigned long long ctl;          // u32 [64]: the cohort's shape (COH_*)
     unsigned long long top_rows;     // u64 [max_probe + 1]: rows in the p largest cells
     unsigned long long groups;       // block groups, each with its own share of the buffers above
+    // The per-pair plan over a sharded index (0 where the index is whole).
+    unsigned long long owners;       // u32 [nlist]: the device holding each cell's list
+    unsigned long long search_pipe;  // the gpipe this search stage pops (1; sharded: its device's)
+    unsigned long long sys;          // 1: stages on other physical GPUs (system-scope orders)
 };
 
 // The ingress warp only moves requests: k-NN's checks and widening run in the filter blocks
@@ -117,10 +126,14 @@ extern "C" __global__ void knn_p_filter(PRt rt, SvcArgs a) {
             filter_one((const float*)a.queries + (unsigned long long)s * a.dim, (const float*)a.centroids,
                        (int)a.nlist, (int)a.dim, (int)nprobe, (int)a.metric, scratch, probes);
             if (threadIdx.x == 0) sl->pending = nprobe;
-            __threadfence();
+            // The query, probes and count are read by search blocks, maybe on another GPU.
+            if (a.sys) __threadfence_system(); else __threadfence();
             __syncthreads();
-            for (unsigned int j = threadIdx.x; j < nprobe; j += blockDim.x)
-                pipe_push(rt.pipes[1], make_uint4(s, j, 0, 0));
+            const unsigned* owners = (const unsigned*)a.owners;
+            for (unsigned int j = threadIdx.x; j < nprobe; j += blockDim.x) {
+                const PPipe& to = owners ? rt.pipes[P_DEVICE_PIPE0 + owners[probes[j]]] : rt.pipes[1];
+                pipe_push(to, make_uint4(s, j, 0, 0));
+            }
             __syncthreads();
         }
     }
@@ -132,7 +145,8 @@ __device__ void search_worker(const PRt& rt, const SvcArgs& a) {
     __shared__ uint4 tasks[P_MAX_BATCH];
     Backoff b;
     unsigned int got;
-    while ((got = worker_next(rt, rt.pipes[1], tasks, b)) > 0) {
+    const PPipe& from = rt.pipes[a.search_pipe];
+    while ((got = worker_next(rt, from, tasks, b)) > 0) {
         for (unsigned int i = 0; i < got; ++i) {
             unsigned int s = tasks[i].x, j = tasks[i].y;
             PSlot* sl = p_slot(rt, s);
@@ -142,11 +156,14 @@ __device__ void search_worker(const PRt& rt, const SvcArgs& a) {
             search_one((const float*)a.queries + (unsigned long long)s * a.dim, (const T*)a.vectors,
                        (const unsigned*)a.ids, (const unsigned long long*)a.offsets, cell, (int)a.dim, (int)k,
                        (int)a.metric, (unsigned*)a.part_ids + part, (float*)a.part_dist + part);
-            __threadfence();
+            // The partial rows before the count: the reducer may be on another GPU.
+            if (a.sys) __threadfence_system(); else __threadfence();
             __syncthreads();
-            // The request's last probe hands it to a reducer.
-            if (threadIdx.x == 0 && atomicSub(&sl->pending, 1u) == 1u)
-                pipe_push(rt.pipes[2], make_uint4(s, 0, 0, 0));
+            // The request's last probe hands it to a reducer (on the lane's device).
+            if (threadIdx.x == 0) {
+                unsigned int left = a.sys ? atomicSub_system(&sl->pending, 1u) : atomicSub(&sl->pending, 1u);
+                if (left == 1u) pipe_push(rt.pipes[2], make_uint4(s, 0, 0, 0));
+            }
             __syncthreads();
         }
     }
