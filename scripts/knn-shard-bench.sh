@@ -8,6 +8,8 @@
 #   vgpus:  `bench engine` gpu-cohort (or ENGINE), GROUPS_LIST (1 2 4 8 15) x PLACEMENTS
 #           (replicate shard), each run's host threads' CPU sampled every second beside it
 #           (*-threads.txt: are 15 control threads and 8 drivers on 16 cores the limit?).
+#           OPTS: more options for every run (gpu-persistent: `--service-opt
+#           knn.persistent_plan=per-pair`, the plan its sharded index runs, for both placements).
 #   shard-kernels: the tiled plan's kernels on one group of 8 SMs, on the whole index and on
 #           one device's shard of it placed over 2, 4, 8 and 15 devices (`bench gpu-kernels
 #           --shards`): which stages do not shrink as 1/N.
@@ -30,7 +32,7 @@ vgpus)
         for n in ${GROUPS_LIST:-1 2 4 8 15}; do
             sampled "$OUT/$P-$pl-$n-$TAG-threads.txt" \
                 timeout ${BOUND:-120} $B --virtual-gpus "0:${n}x8" bench engine --data $D --nlist $NL --nprobe 16 --k 10 \
-                --engines $E --gpus "$(seq -s, 0 $((n - 1)))" --service-opt knn.placement=$pl \
+                --engines $E --gpus "$(seq -s, 0 $((n - 1)))" --service-opt knn.placement=$pl ${OPTS:-} \
                 --window ${WINDOWS:-8192} --max-cohort ${MAX_COHORT:-2048} --duration 2 --drivers 8 \
                 --out "$OUT/$P-$pl-$n-$TAG.json" --log-level warn 2>&1 | tail -n 3
             echo "rc $? ($E, $pl, $n groups)"

@@ -24,3 +24,47 @@ sampled() {
     done
     wait $p
 }
+
+# One line per point of a `bench engine` / `bench served` JSON: engine, devices, options,
+# window or rate, throughput, latency, errors.
+summary() {
+    python3 - "$@" <<'PY'
+import json, sys
+for f in sys.argv[1:]:
+    try:
+        d = json.load(open(f))
+    except Exception as e:
+        print(f"{f}: unreadable ({e})"); continue
+    res = d.get("results", d)
+    res = res if isinstance(res, list) else [res]
+    for r in res:
+        for pt in r.get("points", []) if isinstance(r, dict) else []:
+            runs = ", ".join(f"{x['offered'] / 1e3:.0f}K->{x['achieved'] / 1e3:.0f}K p99 {x['p99_us']:.0f}us e{x['errors']}" for x in pt.get("runs", []))
+            print(f"{f.rsplit('/', 1)[-1]}: {pt.get('engine')} best at p99 bound {pt.get('best_at_p99_bound', 0) / 1e3:.0f}K: {runs}")
+    for r in res:
+        if not isinstance(r, dict) or "latency_us" not in r:
+            continue
+        at = f"window {r['window']}" if "window" in r else f"rate {r.get('offered_per_s', r.get('rate', '?'))}"
+        rate = r.get("queries_per_s", r.get("answered_per_s", r.get("achieved_per_s", 0)))
+        l = r["latency_us"]
+        print(f"{f.rsplit('/', 1)[-1]}: {r.get('engine')} gpus {r.get('gpus')} {r.get('service_opt', '')} {at}: "
+              f"{rate / 1e6:.3f} M/s, p50 {l.get('p50', 0):.0f} us, p99 {l.get('p99', 0):.0f} us, errors {r.get('errors', 0)}")
+PY
+}
+
+# Runs a command for at most SECS; past that, prints its threads (name, kernel wait channel)
+# before killing it: where a run that never ends waits. Usage: bounded SECS command...
+bounded() {
+    local secs=$1; shift
+    "$@" &
+    local p=$! t=0
+    while kill -0 $p 2> /dev/null && [ $t -lt $((secs * 10)) ]; do sleep 0.1; t=$((t + 1)); done
+    if kill -0 $p 2> /dev/null; then
+        echo "TIMEOUT after ${secs}s: $*"
+        for d in /proc/$p/task/*; do echo "  $(cat $d/comm 2> /dev/null) $(cat $d/wchan 2> /dev/null)"; done | sort | uniq -c | head -n 40
+        kill -9 $p 2> /dev/null
+        wait $p 2> /dev/null
+        return 124
+    fi
+    wait $p
+}
