@@ -18,9 +18,11 @@ knn_data() {
 sampled() {
     local f=$1; shift
     "$@" &
-    local p=$!
+    local p=$! c
     while kill -0 $p 2> /dev/null; do
-        { echo "-- $(date +%T)"; scripts/thread-cpu.sh $p 1 | head -n ${TOP:-30}; } >> "$f" 2> /dev/null
+        # A wrapper (timeout, env) runs the command as its child: sample the child.
+        c=$(pgrep -P $p | head -n 1)
+        { echo "-- $(date +%T)"; scripts/thread-cpu.sh ${c:-$p} 1 | head -n ${TOP:-30}; } >> "$f" 2> /dev/null
     done
     wait $p
 }
