@@ -23,11 +23,13 @@ pub struct KnnSettings {
     /// GPU engines on several devices: a whole copy of the index on each (`replicate`), or
     /// the lists split over them by bytes (`shard`, Centaur: every device holds the
     /// centroids and 1/N of the lists; placed as the index file records, if it does).
+    /// gpu-persistent serves a sharded index on its per-pair plan (gpipes between devices;
+    /// `persistent_plan` is then not used), physical GPUs needing native peer atomics.
     #[serde(with = "text")]
     pub placement: Placement,
-    /// A sharded index's partial results between devices: `peer` (devices address each
-    /// other's memory), `host` (through mapped host memory: where peer access is absent), or
-    /// `auto` (peer where every pair of devices has it, else host).
+    /// A sharded index's partial results between devices on gpu-direct and gpu-cohort: `peer`
+    /// (devices address each other's memory), `host` (through mapped host memory: where peer
+    /// access is absent), or `auto` (peer where every pair of devices has it, else host).
     #[serde(with = "text")]
     pub shard_exchange: Exchange,
     /// gpu-persistent: cohorts of the tiled plan, or per-pair stages.

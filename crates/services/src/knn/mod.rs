@@ -34,6 +34,7 @@ pub mod kernels;
 pub mod load;
 #[cfg(feature = "backends")]
 pub mod persistent;
+#[cfg(feature = "backends")]
 pub mod persistent_sharded;
 #[cfg(feature = "backends")]
 pub mod selftest;
