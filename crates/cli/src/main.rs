@@ -334,14 +334,7 @@ fn selftest(
     let devs = if gpus.is_empty() {
         vec![all[0].clone()]
     } else {
-        gpus.iter()
-            .map(|&g| {
-                all.iter()
-                    .find(|d| d.ordinal == g)
-                    .cloned()
-                    .ok_or_else(|| anyhow::anyhow!("--gpus: no GPU {g} ({} found)", all.len()))
-            })
-            .collect::<anyhow::Result<Vec<_>>>()?
+        cohort_gpu::pick_devices(&all, gpus).map_err(|e| anyhow::anyhow!("--gpus: {e}"))?
     };
     let mut ran = 0;
     for (service, check) in cohort_services::catalog::gpu_checks() {

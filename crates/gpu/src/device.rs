@@ -65,6 +65,22 @@ pub fn probe() -> Result<Vec<DeviceInfo>, GpuError> {
     virtual_devices(&physical, split)
 }
 
+/// The device of `ordinal` among `devs` (as [`probe`] lists them); an error naming it and
+/// how many there are otherwise.
+pub fn find_device(devs: &[DeviceInfo], ordinal: usize) -> Result<&DeviceInfo, GpuError> {
+    devs.iter()
+        .find(|d| d.ordinal == ordinal)
+        .ok_or_else(|| GpuError::Invalid(format!("no GPU {ordinal} ({} found)", devs.len())))
+}
+
+/// The devices of `ordinals` among `devs`, in that order ([`find_device`] each).
+pub fn pick_devices(devs: &[DeviceInfo], ordinals: &[usize]) -> Result<Vec<DeviceInfo>, GpuError> {
+    ordinals
+        .iter()
+        .map(|&o| find_device(devs, o).cloned())
+        .collect()
+}
+
 /// The groups of SMs `split` names, as serving devices (ordinals 0..groups).
 pub fn virtual_devices(
     physical: &[DeviceInfo],
@@ -124,4 +140,37 @@ pub fn probe_physical() -> Result<Vec<DeviceInfo>, GpuError> {
             })
         })
         .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{find_device, pick_devices, DeviceInfo};
+
+    fn dev(ordinal: usize) -> DeviceInfo {
+        DeviceInfo {
+            ordinal,
+            physical: 0,
+            sm_group: None,
+            name: format!("gpu {ordinal}"),
+            compute_capability: (9, 0),
+            sms: 8,
+            total_mem: 1 << 30,
+            pci_bus_id: String::new(),
+            numa_node: None,
+        }
+    }
+
+    #[test]
+    fn devices_are_picked_by_ordinal_in_the_order_asked_and_a_missing_one_is_named() {
+        let devs = [dev(0), dev(1), dev(2)];
+        let got: Vec<usize> = pick_devices(&devs, &[2, 0])
+            .unwrap()
+            .iter()
+            .map(|d| d.ordinal)
+            .collect();
+        assert_eq!(got, [2, 0]);
+        assert_eq!(find_device(&devs, 1).unwrap().ordinal, 1);
+        let e = pick_devices(&devs, &[0, 7]).unwrap_err().to_string();
+        assert!(e.contains("no GPU 7") && e.contains("3 found"), "{e}");
+    }
 }

@@ -17,7 +17,7 @@ pub mod persistent;
 pub mod prelude;
 mod stage_timer;
 
-pub use device::{probe, probe_physical, virtual_devices, DeviceInfo};
+pub use device::{find_device, pick_devices, probe, probe_physical, virtual_devices, DeviceInfo};
 pub use error::GpuError;
 pub use nvrtc::{compile_cached, load_module, nvrtc_available};
 pub use prelude::{KernelSource, Prelude};

@@ -295,19 +295,7 @@ fn start_gpu(
     let entry = catalog::entry(p.name).expect("plans hold catalog names");
     // Every device's backend first: a service whose devices share state (knn's sharded
     // index) builds them together.
-    let serving = p
-        .cfg
-        .gpu
-        .gpus
-        .iter()
-        .map(|&g| {
-            devices
-                .iter()
-                .find(|d| d.ordinal == g)
-                .cloned()
-                .with_context(|| format!("no GPU {g} ({} found)", devices.len()))
-        })
-        .collect::<Result<Vec<_>>>()?;
+    let serving = cohort_gpu::pick_devices(devices, &p.cfg.gpu.gpus)?;
     let mut backends = entry
         .gpu_backends(&p.settings, &serving)
         .map_err(anyhow::Error::msg)?
@@ -352,10 +340,8 @@ fn per_gpu<E>(
 ) -> Result<Vec<E>> {
     let mut out = Vec::new();
     for (&g, lane) in p.cfg.gpu.gpus.iter().zip(lanes) {
-        let started = devices
-            .iter()
-            .find(|d| d.ordinal == g)
-            .with_context(|| format!("no GPU {g} ({} found)", devices.len()))
+        let started = cohort_gpu::find_device(devices, g)
+            .map_err(anyhow::Error::from)
             .and_then(|dev| start(dev, lane));
         match started {
             Ok(e) => out.push(e),
@@ -383,10 +369,7 @@ fn mapped_rings(
         }
         let bytes = Layout::with_stride(spec.slots, spec.stride).bytes();
         for (l, &g) in p.cfg.gpu.gpus.iter().enumerate() {
-            let dev = devices
-                .iter()
-                .find(|d| d.ordinal == g)
-                .with_context(|| format!("no GPU {g} ({} found)", devices.len()))?;
+            let dev = cohort_gpu::find_device(devices, g)?;
             for i in 0..ingresses {
                 let m = MappedMemory::on_device(dev, bytes)
                     .with_context(|| format!("{}: mapped request rings on GPU {g}", p.name))?;
@@ -415,14 +398,9 @@ fn start_persistent(
     // at once), then every engine set up before any kernel runs: virtual GPUs share one
     // device, and set-up there can wait on resident persistent kernels
     // (`PersistentEngine::start_all`).
-    let mut devs = Vec::new();
-    for &g in &p.cfg.gpu.gpus {
-        let dev = devices
-            .iter()
-            .find(|d| d.ordinal == g)
-            .with_context(|| format!("no GPU {g} ({} found)", devices.len()))?;
+    let devs = cohort_gpu::pick_devices(devices, &p.cfg.gpu.gpus)?;
+    for dev in &devs {
         tracing::info!(gpu = dev.ordinal, name = %dev.name, sms = dev.sms, service = p.name, "gpu-persistent");
-        devs.push(dev.clone());
     }
     let backends = entry
         .persistent_backends(&p.settings, &devs)

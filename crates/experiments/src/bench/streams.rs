@@ -7,7 +7,7 @@
 use crate::streams::{
     run as run_packets, Inputs, MemoryMode, RunConfig, StreamGpu, Version, CHECK_EVERY, OUT_FLOATS,
 };
-use anyhow::{Context, Result};
+use anyhow::Result;
 use clap::Args;
 use serde_json::{json, Value};
 use std::path::PathBuf;
@@ -81,10 +81,7 @@ pub fn run(a: &StreamsBench) -> Result<()> {
         .gpus
         .iter()
         .map(|&o| {
-            let d = devs
-                .iter()
-                .find(|d| d.ordinal == o)
-                .with_context(|| format!("no GPU {o}"))?;
+            let d = cohort_gpu::find_device(&devs, o)?;
             Ok(StreamGpu::open(d)?)
         })
         .collect::<Result<_>>()?;

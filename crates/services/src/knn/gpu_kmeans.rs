@@ -204,10 +204,7 @@ pub fn assigner_for(
 ) -> anyhow::Result<Box<dyn Assigner>> {
     let gpu = |ordinal: usize| -> anyhow::Result<Box<dyn Assigner>> {
         let devs = cohort_gpu::probe()?;
-        let dev = devs
-            .iter()
-            .find(|d| d.ordinal == ordinal)
-            .ok_or_else(|| anyhow::anyhow!("no GPU {ordinal} ({} found)", devs.len()))?;
+        let dev = cohort_gpu::find_device(&devs, ordinal)?;
         Ok(Box::new(GpuAssigner::new(dev, streams, chunk_rows)?))
     };
     match device {
