@@ -133,6 +133,16 @@ __device__ __forceinline__ bool p_stopping(const PRt& rt) {
     return (rt.sys ? ld_acquire_sys(f) : ld_acquire_gpu(f)) != 0;
 }
 
+// A stage's writes that the lane's other stages read, wherever they run: a system-scope
+// fence where some stage is on another physical GPU (rt.sys), else a GPU-scope one.
+__device__ __forceinline__ void p_fence(const PRt& rt) {
+    if (rt.sys) __threadfence_system(); else __threadfence();
+}
+// A count in the lane's memory that stages on several GPUs decrement.
+__device__ __forceinline__ unsigned int p_atomic_sub(const PRt& rt, unsigned int* c, unsigned int v) {
+    return rt.sys ? atomicSub_system(c, v) : atomicSub(c, v);
+}
+
 // Counters: blocks on another physical GPU add to them too (system-scope atomics there: a
 // GPU-scope atomic is atomic only among one GPU's threads).
 __device__ __forceinline__ void p_count(const PRt& rt, int which, unsigned long long n) {

@@ -160,6 +160,7 @@ impl Egress {
             stages = ?kernels.iter().map(|(_, s)| format!("{}x{}", s.kernel, s.blocks)).collect::<Vec<_>>(),
             slots = cfg.slots,
             rings = n,
+            system_scope = geometry.system_scope,
             "gpu-persistent kernels planned"
         );
         let e = Egress {

@@ -157,11 +157,9 @@ impl PersistentBackend for ShardedPersistent {
         let owners: Vec<u32> = set.placement.owner.iter().map(|&o| o as u32).collect();
         let owners = s.clone_htod(&owners)?;
         s.synchronize()?;
-        let sys = set.physical.iter().any(|&p| p != set.physical[self.home]);
         let home_args = KnnArgs {
             owners: addr(&owners, &s),
             search_pipe: (DEVICE_PIPE0 + self.home) as u64,
-            sys: sys as u64,
             ..base
         };
         let mut stages = vec![
@@ -202,7 +200,6 @@ impl PersistentBackend for ShardedPersistent {
         tracing::info!(
             home = self.home,
             devices = set.devices.len(),
-            system_scope = sys,
             stages = ?stages.iter().map(|s| format!("{}x{}", s.kernel, s.blocks)).collect::<Vec<_>>(),
             "k-NN gpu-persistent: sharded lane"
         );

@@ -11,7 +11,7 @@
 // search stage of this lane on its own SMs over its own lists. The filter sends a probe to
 // the gpipe of the device owning its cell (pipes[P_DEVICE_PIPE0 + owner]); that device's
 // search writes its partial rows into this lane's slot rows and counts the request's pending
-// probes down, across devices (system scope where the devices are two physical GPUs, a.sys).
+// probes down, across devices (system scope where the devices are two physical GPUs: rt.sys).
 
 struct SvcArgs {
     unsigned long long centroids;  // f32 [nlist * dim]
@@ -51,7 +51,6 @@ struct SvcArgs {
     // The per-pair plan over a sharded index (0 where the index is whole).
     unsigned long long owners;       // u32 [nlist]: the device holding each cell's list
     unsigned long long search_pipe;  // the gpipe this search stage pops (1; sharded: its device's)
-    unsigned long long sys;          // 1: stages on other physical GPUs (system-scope orders)
 };
 
 // The ingress warp only moves requests: k-NN's checks and widening run in the filter blocks
@@ -127,7 +126,7 @@ extern "C" __global__ void knn_p_filter(PRt rt, SvcArgs a) {
                        (int)a.nlist, (int)a.dim, (int)nprobe, (int)a.metric, scratch, probes);
             if (threadIdx.x == 0) sl->pending = nprobe;
             // The query, probes and count are read by search blocks, maybe on another GPU.
-            if (a.sys) __threadfence_system(); else __threadfence();
+            p_fence(rt);
             __syncthreads();
             const unsigned* owners = (const unsigned*)a.owners;
             for (unsigned int j = threadIdx.x; j < nprobe; j += blockDim.x) {
@@ -157,11 +156,11 @@ __device__ void search_worker(const PRt& rt, const SvcArgs& a) {
                        (const unsigned*)a.ids, (const unsigned long long*)a.offsets, cell, (int)a.dim, (int)k,
                        (int)a.metric, (unsigned*)a.part_ids + part, (float*)a.part_dist + part);
             // The partial rows before the count: the reducer may be on another GPU.
-            if (a.sys) __threadfence_system(); else __threadfence();
+            p_fence(rt);
             __syncthreads();
             // The request's last probe hands it to a reducer (on the lane's device).
             if (threadIdx.x == 0) {
-                unsigned int left = a.sys ? atomicSub_system(&sl->pending, 1u) : atomicSub(&sl->pending, 1u);
+                unsigned int left = p_atomic_sub(rt, &sl->pending, 1u);
                 if (left == 1u) pipe_push(rt.pipes[2], make_uint4(s, 0, 0, 0));
             }
             __syncthreads();
