@@ -230,7 +230,7 @@ impl KnnPersistent {
             stages: vec![
                 per_pair_stage("knn_p_filter", b[0]),
                 per_pair_stage(self.search_kernel(), b[1]),
-                per_pair_stage("knn_p_reduce", b[2]),
+                reduce_stage(b[2]),
             ],
             // Filter and reduce tasks: one per request at most; search: nprobe per request.
             pipe_caps: vec![slots, slots * self.max_probe(), slots],
@@ -338,18 +338,22 @@ impl KnnPersistent {
     }
 }
 
-/// A per-pair stage on the lane's device (the reducer with its candidates' shared memory).
+/// A per-pair filter or search stage on the lane's device.
 pub(super) fn per_pair_stage(kernel: &'static str, blocks: usize) -> Stage {
     Stage {
         kernel,
         blocks,
         threads: BLOCK as u32,
-        dyn_smem: if kernel == "knn_p_reduce" {
-            (GPU_MAX_CANDIDATES * 8) as u32
-        } else {
-            0
-        },
+        dyn_smem: 0,
         elsewhere: None,
+    }
+}
+
+/// The per-pair reducer stage: a request's candidates in dynamic shared memory.
+pub(super) fn reduce_stage(blocks: usize) -> Stage {
+    Stage {
+        dyn_smem: (GPU_MAX_CANDIDATES * 8) as u32,
+        ..per_pair_stage("knn_p_reduce", blocks)
     }
 }
 

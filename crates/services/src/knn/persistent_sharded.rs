@@ -16,7 +16,7 @@
 //! atomics (NVLink): the pending counts and the gpipes take atomics from both devices, at
 //! system scope there.
 
-use super::persistent::{per_pair_stage, KnnArgs, KnnPersistent, PersistentPlan};
+use super::persistent::{per_pair_stage, reduce_stage, KnnArgs, KnnPersistent, PersistentPlan};
 use cohort_gpu::persistent::rt::addr;
 use cohort_gpu::persistent::{
     Elsewhere, PersistentBackend, Prepared, Stage, DEVICE_PIPE0, MAX_STAGE_DEVICES,
@@ -162,10 +162,7 @@ impl PersistentBackend for ShardedPersistent {
             search_pipe: (DEVICE_PIPE0 + self.home) as u64,
             ..base
         };
-        let mut stages = vec![
-            per_pair_stage("knn_p_filter", b[0]),
-            per_pair_stage("knn_p_reduce", b[2]),
-        ];
+        let mut stages = vec![per_pair_stage("knn_p_filter", b[0]), reduce_stage(b[2])];
         // Tasks a device's gpipe can hold: nprobe per request at most, and no more than the
         // lists it owns.
         let mut pipe_caps = vec![slots, 1, slots];
