@@ -11,11 +11,13 @@ use cohort_gpu::{DeviceInfo, KernelSource};
 use std::sync::Arc;
 
 type CpuBuild = fn(&Settings, bool) -> Result<Arc<dyn Service>, String>;
-type GpuBuild = fn(&Settings, &DeviceInfo) -> Result<Arc<dyn GpuBackend>, String>;
-type GpuSetBuild = fn(&Settings, &[DeviceInfo]) -> Result<Vec<Arc<dyn GpuBackend>>, String>;
-type PersistentBuild = fn(&Settings, &DeviceInfo) -> Result<Arc<dyn PersistentBackend>, String>;
-type PersistentSetBuild =
-    fn(&Settings, &[DeviceInfo]) -> Result<Vec<Arc<dyn PersistentBackend>>, String>;
+/// A backend on one device, and backends for several devices at once (in serving order).
+type OneBuild<B> = fn(&Settings, &DeviceInfo) -> Result<B, String>;
+type SetBuild<B> = fn(&Settings, &[DeviceInfo]) -> Result<Vec<B>, String>;
+type GpuBuild = OneBuild<Arc<dyn GpuBackend>>;
+type GpuSetBuild = SetBuild<Arc<dyn GpuBackend>>;
+type PersistentBuild = OneBuild<Arc<dyn PersistentBackend>>;
+type PersistentSetBuild = SetBuild<Arc<dyn PersistentBackend>>;
 
 /// All the server knows of a service.
 pub struct Entry {
@@ -71,15 +73,7 @@ impl Entry {
         s: &Settings,
         devs: &[DeviceInfo],
     ) -> Result<Vec<Arc<dyn GpuBackend>>, String> {
-        if let Some(set) = self.gpu_set {
-            let v = set(s, devs)?;
-            assert_eq!(v.len(), devs.len(), "{}: one backend per device", self.name);
-            return Ok(v);
-        }
-        let Some(one) = self.gpu else {
-            return Err(format!("{} has no GPU backend", self.name));
-        };
-        devs.iter().map(|d| one(s, d)).collect()
+        self.per_device("GPU", self.gpu_set, self.gpu, s, devs)
     }
 
     /// Its persistent backend for each of `devs` (serving order), through `persistent_set`
@@ -89,13 +83,26 @@ impl Entry {
         s: &Settings,
         devs: &[DeviceInfo],
     ) -> Result<Vec<Arc<dyn PersistentBackend>>, String> {
-        if let Some(set) = self.persistent_set {
+        self.per_device("persistent", self.persistent_set, self.persistent, s, devs)
+    }
+
+    /// A backend per device: the set's builder where the service has one (its devices share
+    /// state), else its one-device builder on each; `what` names the kind in the error.
+    fn per_device<B>(
+        &self,
+        what: &str,
+        set: Option<SetBuild<B>>,
+        one: Option<OneBuild<B>>,
+        s: &Settings,
+        devs: &[DeviceInfo],
+    ) -> Result<Vec<B>, String> {
+        if let Some(set) = set {
             let v = set(s, devs)?;
             assert_eq!(v.len(), devs.len(), "{}: one backend per device", self.name);
             return Ok(v);
         }
-        let Some(one) = self.persistent else {
-            return Err(format!("{} has no persistent backend", self.name));
+        let Some(one) = one else {
+            return Err(format!("{} has no {what} backend", self.name));
         };
         devs.iter().map(|d| one(s, d)).collect()
     }
