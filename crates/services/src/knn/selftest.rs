@@ -385,6 +385,8 @@ pub fn check_sharded(devs: &[cohort_gpu::DeviceInfo], seed: u64) -> Result<Vec<S
         },
     ));
     let queries = model.sample(nq, 2);
+    let service: std::sync::Arc<dyn cohort_engine::Service> =
+        std::sync::Arc::new(super::Knn { index: ix.clone() });
     let whole = GpuIvf::upload(dev, &ix, Precision::F32).map_err(e)?;
     let s = whole.ctx.new_stream().map_err(|x| x.to_string())?;
     // The device sets: virtual GPUs of the first device, then the devices given.
@@ -417,6 +419,14 @@ pub fn check_sharded(devs: &[cohort_gpu::DeviceInfo], seed: u64) -> Result<Vec<S
             let cpu = ix.query(queries.row(i), SearchParams { k, nprobe });
             same_neighbors(w, &cpu).map_err(|m| format!("whole index, query {i}: {m}"))?;
         }
+        // The requests every home and engine serves.
+        let payloads: Vec<Vec<u8>> = (0..nq)
+            .map(|i| {
+                let mut p = Vec::new();
+                encode_request(k as u16, nprobe as u16, Elems::F32(queries.row(i)), &mut p);
+                p
+            })
+            .collect();
         let same = |got: &[Neighbor], want: &[Neighbor]| {
             got.len() == want.len()
                 && got
@@ -441,7 +451,7 @@ pub fn check_sharded(devs: &[cohort_gpu::DeviceInfo], seed: u64) -> Result<Vec<S
                     .map_err(e)
             };
             lines.extend(sharded_batch_backends(
-                devs, &upload, &placement, &queries, k, nprobe, &want, how, &same,
+                devs, &upload, &placement, &payloads, k, nprobe, &want, how, &same,
             )?);
             let set = super::persistent_sharded::shards(
                 devs,
@@ -464,14 +474,6 @@ pub fn check_sharded(devs: &[cohort_gpu::DeviceInfo], seed: u64) -> Result<Vec<S
                         as std::sync::Arc<dyn cohort_gpu::persistent::PersistentBackend>
                 })
                 .collect();
-            let mut payloads = Vec::with_capacity(nq);
-            for i in 0..nq {
-                let mut p = Vec::new();
-                encode_request(k as u16, nprobe as u16, Elems::F32(queries.row(i)), &mut p);
-                payloads.push(p);
-            }
-            let service: std::sync::Arc<dyn cohort_engine::Service> =
-                std::sync::Arc::new(super::Knn { index: ix.clone() });
             let got = crate::selftest::serve_persistent_lanes(backends, &service, &payloads)?;
             for (i, (g, w)) in got.iter().zip(&want).enumerate() {
                 let g = match g {
@@ -499,13 +501,14 @@ pub fn check_sharded(devs: &[cohort_gpu::DeviceInfo], seed: u64) -> Result<Vec<S
 }
 
 /// gpu-cohort's sharded backend (`gpu_sharded`) over `devs`, both exchanges: every home
-/// serves the queries as one cohort; answers compared with `want` by `same`.
+/// serves `payloads` (requests of k, nprobe) as one cohort; answers compared with `want` by
+/// `same`.
 #[allow(clippy::too_many_arguments)]
 fn sharded_batch_backends(
     devs: &[cohort_gpu::DeviceInfo],
     upload: &dyn Fn() -> Result<Vec<GpuIvf>, String>,
     placement: &cohort_knn::ivf::placement::Placement,
-    queries: &Vectors,
+    payloads: &[Vec<u8>],
     k: usize,
     nprobe: usize,
     want: &[Vec<Neighbor>],
@@ -529,13 +532,11 @@ fn sharded_batch_backends(
             let hs = b.context().new_stream().map_err(|x| x.to_string())?;
             let mut bufs = b.stream_buffers(&hs, nq).map_err(e)?;
             let mut key = None;
-            for i in 0..nq {
-                let mut p = Vec::new();
-                encode_request(k as u16, nprobe as u16, Elems::F32(queries.row(i)), &mut p);
-                let kk = cohort_engine::BatchBackend::batch_key(&b, &p)
-                    .map_err(|x| x.message.clone())?;
+            for (i, p) in payloads.iter().enumerate() {
+                let kk =
+                    cohort_engine::BatchBackend::batch_key(&b, p).map_err(|x| x.message.clone())?;
                 key = Some(kk);
-                bufs.stage(kk, i, &p).map_err(|x| x.message.clone())?;
+                bufs.stage(kk, i, p).map_err(|x| x.message.clone())?;
             }
             let key = key.expect("queries");
             bufs.enqueue(&hs, key, nq).map_err(e)?;
