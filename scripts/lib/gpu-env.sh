@@ -27,8 +27,8 @@ sampled() {
     wait $p
 }
 
-# One line per point of a `bench engine` / `bench served` JSON: engine, devices, options,
-# window or rate, throughput, latency, errors.
+# One line per point of a `bench engine` JSON (engine, devices, options, window, rate,
+# latency, errors) or per engine of a `bench served` JSON (its runs, offered -> achieved).
 summary() {
     python3 - "$@" <<'PY'
 import json, sys
@@ -44,13 +44,12 @@ for f in sys.argv[1:]:
             runs = ", ".join(f"{x['offered'] / 1e3:.0f}K->{x['achieved'] / 1e3:.0f}K p99 {x['p99_us']:.0f}us e{x['errors']}" for x in pt.get("runs", []))
             print(f"{f.rsplit('/', 1)[-1]}: {pt.get('engine')} best at p99 bound {pt.get('best_at_p99_bound', 0) / 1e3:.0f}K: {runs}")
     for r in res:
-        if not isinstance(r, dict) or "latency_us" not in r:
+        # `bench engine`: one point per window.
+        if not isinstance(r, dict) or "queries_per_s" not in r:
             continue
-        at = f"window {r['window']}" if "window" in r else f"rate {r.get('offered_per_s', r.get('rate', '?'))}"
-        rate = r.get("queries_per_s", r.get("answered_per_s", r.get("achieved_per_s", 0)))
         l = r["latency_us"]
-        print(f"{f.rsplit('/', 1)[-1]}: {r.get('engine')} gpus {r.get('gpus')} {r.get('service_opt', '')} {at}: "
-              f"{rate / 1e6:.3f} M/s, p50 {l.get('p50', 0):.0f} us, p99 {l.get('p99', 0):.0f} us, errors {r.get('errors', 0)}")
+        print(f"{f.rsplit('/', 1)[-1]}: {r['engine']} gpus {r['gpus']} {r.get('service_opt', '')} window {r['window']}: "
+              f"{r['queries_per_s'] / 1e6:.3f} M/s, p50 {l['p50']:.0f} us, p99 {l['p99']:.0f} us, errors {r['errors']}")
 PY
 }
 
