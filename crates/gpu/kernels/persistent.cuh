@@ -536,7 +536,7 @@ extern "C" __global__ void p_reset(PRt rt) {
     }
 }
 
-// The layout the host mirrors (RtArgs, SLOT_BYTES), read back by a GPU test.
+// The layout the host mirrors (RtArgs, SLOT_BYTES, PipeArgs), read back by a GPU test.
 extern "C" __global__ void p_layout(unsigned long long* out) {
     out[0] = sizeof(PRt);
     out[1] = sizeof(PSlot);
@@ -544,4 +544,5 @@ extern "C" __global__ void p_layout(unsigned long long* out) {
     out[2] = (unsigned long long)((char*)&r.free_slots - (char*)&r);
     out[3] = (unsigned long long)((char*)&r.pipes - (char*)&r);
     out[4] = sizeof(cohort_mq_slot_header);
+    out[5] = sizeof(PPipe);
 }
