@@ -338,3 +338,111 @@ fn ambiguous_or_unsupported_http_framing_is_refused_and_closed() {
         started.elapsed()
     );
 }
+
+/// Every head RFC 9112 says to refuse (issue 47's list) gets 400, 431 or 501 with the JSON
+/// error body and a close - not hyper's bodiless answer - and a pipelined good request ahead
+/// of a bad one is answered first, each exactly once.
+#[test]
+fn every_refused_http_head_gets_the_json_error_body_and_a_close() {
+    let s = Served::start(&["--service", "echo"]);
+    let addr = s.http.unwrap();
+    let post = |fields: &str| format!("POST /v1/echo HTTP/1.1\r\nHost: x\r\n{fields}\r\n");
+    let many: String = (0..10_000).map(|i| format!("x-{i}: y\r\n")).collect();
+    let cases: Vec<(&str, String, &str)> = vec![
+        (
+            "CL then TE",
+            post("Content-Length: 5\r\nTransfer-Encoding: chunked\r\n") + "0\r\n\r\n",
+            "400",
+        ),
+        (
+            "TE then CL",
+            post("Transfer-Encoding: chunked\r\nContent-Length: 5\r\n") + "0\r\n\r\n",
+            "400",
+        ),
+        (
+            "TE Chunked with CL",
+            post("Transfer-Encoding: Chunked\r\nContent-Length: 5\r\n") + "0\r\n\r\n",
+            "400",
+        ),
+        (
+            "TE identity with CL",
+            post("Transfer-Encoding: identity\r\nContent-Length: 2\r\n") + "{}",
+            "400",
+        ),
+        ("CL -1", post("Content-Length: -1\r\n"), "400"),
+        (
+            "CL 2^64+1",
+            post("Content-Length: 18446744073709551617\r\n"),
+            "400",
+        ),
+        (
+            "two CLs",
+            post("Content-Length: 2\r\nContent-Length: 3\r\n") + "{}",
+            "400",
+        ),
+        (
+            "HTTP/2.0",
+            "GET /healthz HTTP/2.0\r\nHost: x\r\n\r\n".into(),
+            "400",
+        ),
+        (
+            "NUL in method",
+            "G\0T /healthz HTTP/1.1\r\nHost: x\r\n\r\n".into(),
+            "400",
+        ),
+        ("garbage line", "this is not http\r\n\r\n".into(), "400"),
+        (
+            "gzip, chunked",
+            post("Transfer-Encoding: gzip, chunked\r\n") + "0\r\n\r\n",
+            "501",
+        ),
+        (
+            "10 000 fields",
+            format!("GET /healthz HTTP/1.1\r\n{many}\r\n"),
+            "431",
+        ),
+        (
+            "1 MB field",
+            format!(
+                "GET /healthz HTTP/1.1\r\nx: {}\r\n\r\n",
+                "a".repeat(1 << 20)
+            ),
+            "431",
+        ),
+        (
+            "1 MB URL",
+            format!("GET /{} HTTP/1.1\r\n\r\n", "a".repeat(1 << 20)),
+            "431",
+        ),
+    ];
+    for (what, req, status) in cases {
+        let r = http(addr, &req);
+        assert!(
+            r.starts_with(&format!("HTTP/1.1 {status}")),
+            "{what}: {r:.200}"
+        );
+        let lower = r.to_ascii_lowercase();
+        assert!(lower.contains("connection: close"), "{what}: {r:.300}");
+        assert!(
+            lower.contains("content-type: application/json"),
+            "{what}: {r:.300}"
+        );
+        let body = r.split("\r\n\r\n").nth(1).unwrap_or("");
+        let v: serde_json::Value = serde_json::from_str(body)
+            .unwrap_or_else(|e| panic!("{what}: body {body:?} is not JSON: {e}"));
+        assert!(
+            v["error"].is_string() && v["message"].is_string(),
+            "{what}: {v}"
+        );
+    }
+    // A good request pipelined ahead of a refused one: its 200 first, then the 400, then close.
+    let json = "{\"data\": \"hi\"}";
+    let good = post(&format!("Content-Length: {}\r\n", json.len())) + json;
+    let bad = post("Content-Length: 5\r\nTransfer-Encoding: chunked\r\n") + "0\r\n\r\n";
+    let r = http(addr, &format!("{good}{good}{bad}{good}"));
+    let statuses: Vec<&str> = r
+        .match_indices("HTTP/1.1 ")
+        .map(|(i, _)| &r[i + 9..i + 12])
+        .collect();
+    assert_eq!(statuses, ["200", "200", "400"], "{r}");
+}

@@ -368,3 +368,100 @@ fn sigterm_ends_within_the_drain_timeout_whatever_the_clients_do() {
         started.elapsed()
     );
 }
+
+/// HTTP clients that pipeline 60 KB echoes and never read their answers are closed once a write
+/// has waited the read timeout (`write_stalled`), as TCP clients are; meanwhile a normal HTTP
+/// client (one request at a time, reading its answers) is served at once, though the
+/// flooders hold the whole budget.
+#[test]
+fn http_clients_that_never_read_are_closed_and_do_not_starve_others() {
+    raise_own_fd_limit();
+    const CONNS: usize = 200;
+    let s = Served::start(&[
+        "--service",
+        "echo",
+        "--max-buffered-bytes",
+        "4M",
+        "--read-timeout-ms",
+        "1500",
+    ]);
+    let http = s.http.unwrap();
+    let body = format!("{{\"data\": \"{}\"}}", "x".repeat(60_000));
+    let req = format!(
+        "POST /v1/echo HTTP/1.1\r\nHost: x\r\nContent-Length: {}\r\n\r\n{body}",
+        body.len()
+    );
+    let mut conns = Vec::new();
+    for _ in 0..CONNS {
+        let sock =
+            socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+        sock.set_recv_buffer_size(4096).unwrap();
+        sock.connect(&http.into()).unwrap();
+        let c: TcpStream = sock.into();
+        c.set_nonblocking(true).unwrap();
+        conns.push(c);
+    }
+    let started = Instant::now();
+    let until = started + Duration::from_secs(2);
+    while Instant::now() < until {
+        for c in conns.iter_mut() {
+            let _ = c.write(req.as_bytes());
+        }
+    }
+    // A normal client, served while the flooders stall.
+    for i in 0..5 {
+        let t = Instant::now();
+        let r = http_post(http, "/v1/echo", "{\"data\": \"polite\"}");
+        assert!(
+            r.starts_with("HTTP/1.1 200") && r.contains("polite"),
+            "try {i}: {r}"
+        );
+        assert!(
+            t.elapsed() < Duration::from_secs(1),
+            "try {i}: {:?}",
+            t.elapsed()
+        );
+    }
+    // Every flooder is closed: those whose answers stalled (`write_stalled`), and those left
+    // waiting for the budget in the middle of a body (408 at the body deadline). Each wave
+    // takes one read timeout. (The metrics request itself is one open connection.)
+    let open = || metric(http, "cohort_connections_open ");
+    let until = Instant::now() + Duration::from_secs(30);
+    while open() > 1.0 && Instant::now() < until {
+        std::thread::sleep(Duration::from_millis(200));
+    }
+    assert_eq!(
+        open(),
+        1.0,
+        "every flooder closed after {:?}",
+        started.elapsed()
+    );
+    let stalled = metric(
+        http,
+        "cohort_connections_timed_out_total{reason=\"write_stalled\"}",
+    );
+    assert!(stalled > 0.0, "no stalled HTTP reader was closed");
+    for c in conns.iter_mut() {
+        c.set_nonblocking(false).unwrap();
+        assert!(closed_within(c, Duration::from_secs(2)));
+    }
+    assert_eq!(
+        metric(http, "cohort_buffered_bytes "),
+        0.0,
+        "the budget is given back"
+    );
+}
+
+fn http_post(addr: SocketAddr, path: &str, body: &str) -> String {
+    let mut c = TcpStream::connect(addr).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    write!(
+        c,
+        "POST {path} HTTP/1.1\r\nhost: x\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut out = String::new();
+    let _ = c.read_to_string(&mut out);
+    out
+}

@@ -8,7 +8,8 @@
 
 use crate::accept::accept_loop;
 use crate::context::Context;
-use crate::http_limits::{self, BodyError, Charged};
+use crate::http_io::{Flow, Guarded};
+use crate::http_limits::{self, BodyError};
 use crate::limits::{Budget, Connections, Limits, Slot};
 use crate::quota::Who;
 use crate::shard::Shard;
@@ -36,6 +37,14 @@ pub type MetricsRender = Arc<dyn Fn() -> String + Send + Sync>;
 /// Largest JSON body accepted.
 const MAX_BODY: usize = 4 << 20;
 
+/// Longest a refused connection reads and drops what its client still sends before closing.
+const LINGER: Duration = Duration::from_secs(2);
+
+/// hyper's read (and write queue) buffer per connection: room for a whole checked head
+/// (`http_frame::MAX_HEAD`, which hyper must hold at once) and 8 KiB behind it; what an idle
+/// connection may keep.
+const MAX_BUF: usize = crate::http_frame::MAX_HEAD + (8 << 10);
+
 /// What every HTTP connection of a shard shares.
 pub(crate) struct HttpEnv {
     pub ctx: Arc<Context>,
@@ -56,45 +65,6 @@ fn closing(mut r: HttpResponse) -> HttpResponse {
         hyper::header::HeaderValue::from_static("close"),
     );
     r
-}
-
-/// RFC 9112 section 6: a request with both Content-Length and Transfer-Encoding is refused (400)
-/// and its connection closed (a smuggling vector between proxies); a transfer coding other
-/// than a lone `chunked` (say `gzip, chunked`) is not implemented here (501).
-fn framing_error<B>(req: &Request<B>) -> Option<HttpResponse> {
-    let h = req.headers();
-    let codings: Vec<String> = h
-        .get_all(hyper::header::TRANSFER_ENCODING)
-        .iter()
-        .flat_map(|v| {
-            String::from_utf8_lossy(v.as_bytes())
-                .split(',')
-                .map(|c| c.trim().to_ascii_lowercase())
-                .collect::<Vec<_>>()
-        })
-        .filter(|c| !c.is_empty())
-        .collect();
-    if codings.is_empty() && !h.contains_key(hyper::header::TRANSFER_ENCODING) {
-        return None;
-    }
-    if h.contains_key(hyper::header::CONTENT_LENGTH) {
-        return Some(closing(http_error(
-            StatusCode::BAD_REQUEST,
-            "BAD_REQUEST",
-            "Content-Length together with Transfer-Encoding: the body's length is ambiguous".into(),
-        )));
-    }
-    if codings != ["chunked"] {
-        return Some(closing(http_error(
-            StatusCode::NOT_IMPLEMENTED,
-            "NOT_IMPLEMENTED",
-            format!(
-                "transfer coding {:?} is not supported (only a lone chunked)",
-                codings.join(", ")
-            ),
-        )));
-    }
-    None
 }
 
 pub(crate) async fn serve_http(
@@ -155,15 +125,23 @@ async fn serve_http1<I>(
     I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
     let _slot = slot;
-    let io = TokioIo::new(io);
     let read_timeout = env.limits.read_timeout;
     let metrics = env.ctx.metrics.clone();
+    let flow = Flow::new(env.budget.clone());
+    let io = TokioIo::new(Guarded::new(
+        io,
+        flow.clone(),
+        read_timeout,
+        metrics.clone(),
+    ));
     let svc = hyper::service::service_fn(move |req| {
-        let env = env.clone();
+        let (env, flow) = (env.clone(), flow.clone());
         let id = ids.fetch_add(1, Ordering::Relaxed);
         async move {
             let r = handle(req, &env, id, peer).await;
-            Ok::<_, Infallible>(r.map(|b| Charged::new(b, &env.budget)))
+            // The answer counts against the budget until its bytes reach the socket.
+            flow.hand(hyper::body::Body::size_hint(r.body()).exact().unwrap_or(0) as usize);
+            Ok::<_, Infallible>(r)
         }
     });
     // A connection opened while the server drains (a health check, say) is served one
@@ -179,6 +157,11 @@ async fn serve_http1<I>(
         // request, which stays in its read buffer, and closes the connection silently.)
         // Head and body leave in one writev: the body is not copied behind the head.
         .writev(true)
+        // The end of stream `Guarded` gives after a refused head must not cut the answers
+        // to the requests before it; hyper then also reads nothing while it answers.
+        .half_close(true)
+        // Heads arrive checked and whole (at most MAX_HEAD); bodies stream through.
+        .max_buf_size(MAX_BUF)
         .keep_alive(!opened_draining)
         .serve_connection(io, svc);
     let draining = async {
@@ -189,7 +172,7 @@ async fn serve_http1<I>(
     };
     // The connection is polled in place (not pinned away), so that after hyper gives up on a
     // request head - it closes such connections without a word - its socket (plain or TLS)
-    // can be taken back to say 408.
+    // can be taken back to say 408, or to write a refused head's answer.
     let ended = tokio::select! {
         r = &mut conn => r,
         _ = draining => {
@@ -197,22 +180,28 @@ async fn serve_http1<I>(
             tokio::time::timeout(read_timeout, &mut conn).await.unwrap_or(Ok(()))
         }
     };
-    if let Err(e) = ended {
-        if e.is_timeout() {
-            metrics.timed_out_connection("http_head");
-            let msg = format!(
-                "no complete request head within {} ms; closing connection",
-                read_timeout.as_millis()
-            );
-            let r = http_limits::canned("408 Request Timeout", "REQUEST_TIMEOUT", &msg, false);
-            let mut io = conn.into_parts().io.into_inner();
-            // Bounded: a client that does not take 200 bytes within 100 ms loses them.
-            let say = async {
-                tokio::io::AsyncWriteExt::write_all(&mut io, &r).await?;
-                tokio::io::AsyncWriteExt::shutdown(&mut io).await
-            };
-            let _ = tokio::time::timeout(Duration::from_millis(100), say).await;
+    let head_timed_out = matches!(&ended, Err(e) if e.is_timeout());
+    let mut io = conn.into_parts().io.into_inner();
+    if head_timed_out {
+        metrics.timed_out_connection("http_head");
+        let msg = format!(
+            "no complete request head within {} ms; closing connection",
+            read_timeout.as_millis()
+        );
+        let r = http_limits::canned("408 Request Timeout", "REQUEST_TIMEOUT", &msg, false);
+        let mut io = io.into_inner();
+        // Bounded: a client that does not take 200 bytes within 100 ms loses them.
+        let say = async {
+            tokio::io::AsyncWriteExt::write_all(&mut io, &r).await?;
+            tokio::io::AsyncWriteExt::shutdown(&mut io).await
+        };
+        let _ = tokio::time::timeout(Duration::from_millis(100), say).await;
+    } else if io.refused() {
+        if io.refusal_pending() {
+            // hyper ended without shutting the socket (an error): the refusal is still owed.
+            let _ = tokio::time::timeout(read_timeout, io.finish()).await;
         }
+        io.linger(read_timeout.min(LINGER)).await;
     }
 }
 
@@ -338,9 +327,6 @@ async fn handle(
 ) -> HttpResponse {
     let ctx = &env.ctx;
     ctx.metrics.http_requests.inc();
-    if let Some(r) = framing_error(&req) {
-        return r;
-    }
     let uri = req.uri().clone();
     let resp = match (req.method(), uri.path()) {
         (&Method::GET, "/healthz") if ctx.is_shutting_down() => {

@@ -1,55 +1,14 @@
-//! The HTTP side of the server's limits (`crate::limits`): request bodies read only while the
-//! byte budget allows, within the read timeout, and charged as they arrive (`read_body`);
-//! answers charged until hyper takes them (`Charged`); the fixed responses for clients refused
-//! or timed out before hyper could answer them. Request heads are not gated: hyper holds at
-//! most its read buffer of them per connection, and `/healthz` and `/metrics` (bodiless)
-//! keep answering while the budget is over.
+//! The HTTP side of the server's limits (`crate::limits`): request bodies read within the read
+//! timeout and charged as they arrive (`read_body`; the socket itself is read only as the
+//! byte budget allows, `crate::http_io`); the fixed responses for clients refused or timed
+//! out before hyper could answer them.
 
 use crate::limits::{Budget, Charge};
 use bytes::{Bytes, BytesMut};
-use http_body_util::{BodyExt, Full};
-use hyper::body::{Body, Frame, Incoming, SizeHint};
-use std::convert::Infallible;
-use std::pin::Pin;
+use http_body_util::BodyExt;
+use hyper::body::{Body, Incoming};
 use std::sync::Arc;
-use std::task::{Context, Poll};
 use std::time::Duration;
-
-/// A response body whose bytes count against the budget until hyper has taken them.
-pub(crate) struct Charged {
-    body: Full<Bytes>,
-    _charge: Charge,
-}
-
-impl Charged {
-    pub fn new(body: Full<Bytes>, budget: &Arc<Budget>) -> Charged {
-        let n = body.size_hint().exact().unwrap_or(0) as usize;
-        Charged {
-            body,
-            _charge: budget.hold(n),
-        }
-    }
-}
-
-impl Body for Charged {
-    type Data = Bytes;
-    type Error = Infallible;
-
-    fn poll_frame(
-        self: Pin<&mut Self>,
-        cx: &mut Context<'_>,
-    ) -> Poll<Option<Result<Frame<Bytes>, Infallible>>> {
-        Pin::new(&mut self.get_mut().body).poll_frame(cx)
-    }
-
-    fn is_end_stream(&self) -> bool {
-        self.body.is_end_stream()
-    }
-
-    fn size_hint(&self) -> SizeHint {
-        self.body.size_hint()
-    }
-}
 
 /// Why a request body was not read.
 pub(crate) enum BodyError {
@@ -73,7 +32,6 @@ pub(crate) async fn read_body(
     let read = async {
         let mut out = BytesMut::new();
         loop {
-            budget.under().await;
             let Some(frame) = body.frame().await else {
                 break;
             };

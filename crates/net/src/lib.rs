@@ -14,6 +14,8 @@ pub use auth::Auth;
 mod context;
 mod doorbell;
 mod http;
+pub mod http_frame;
+mod http_io;
 mod http_limits;
 mod http_pages;
 mod limits;
