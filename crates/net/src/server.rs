@@ -169,12 +169,26 @@ fn udp_socket(addr: SocketAddr) -> Result<std::net::UdpSocket> {
 
 /// `n` TCP listeners on one address (SO_REUSEPORT: the kernel spreads connections over them,
 /// one per shard). Port 0 binds the first and gives the others its port.
-fn tcp_listeners(addr: SocketAddr, n: usize, what: &str) -> Result<Vec<std::net::TcpListener>> {
+/// `sockbuf` (0: the kernel's autotuning) caps each accepted connection's kernel send and
+/// receive buffers (accepted sockets inherit the listener's): a client that neither reads nor
+/// stops sending then holds at most that much kernel memory until the stall timeout closes
+/// it, instead of the megabytes autotuning grows to (the host's TCP memory is shared by
+/// every process).
+fn tcp_listeners(
+    addr: SocketAddr,
+    n: usize,
+    what: &str,
+    sockbuf: usize,
+) -> Result<Vec<std::net::TcpListener>> {
     let one = |a: SocketAddr| -> Result<std::net::TcpListener> {
         let s = Socket::new(Domain::for_address(a), Type::STREAM, Some(Protocol::TCP))?;
         s.set_reuse_address(true)?;
         s.set_reuse_port(true)?;
         s.set_nodelay(true)?;
+        if sockbuf > 0 {
+            s.set_recv_buffer_size(sockbuf)?;
+            s.set_send_buffer_size(sockbuf)?;
+        }
         s.bind(&a.into())
             .with_context(|| format!("binding {what} {a}"))?;
         s.listen(4096)?;
@@ -294,9 +308,13 @@ impl Server {
             }
         }
         let n = shard_ends.len();
+        let sockbuf = cfg.limits.socket_buffer_bytes;
         let listeners = |addr: Option<SocketAddr>, what| -> Result<Vec<Option<_>>> {
             Ok(match addr {
-                Some(a) => tcp_listeners(a, n, what)?.into_iter().map(Some).collect(),
+                Some(a) => tcp_listeners(a, n, what, sockbuf)?
+                    .into_iter()
+                    .map(Some)
+                    .collect(),
                 None => (0..n).map(|_| None).collect(),
             })
         };
@@ -314,7 +332,7 @@ impl Server {
         let (halt_tx, halt_rx) = watch::channel(false);
         let (admin_addr, admin_thread) = match cfg.admin {
             Some(a) => {
-                let l = tcp_listeners(a, 1, "admin")?.remove(0);
+                let l = tcp_listeners(a, 1, "admin", sockbuf)?.remove(0);
                 let bound = l.local_addr()?;
                 let t =
                     crate::admin::spawn_admin(l, ctx.clone(), metrics.clone(), halt_rx.clone())?;

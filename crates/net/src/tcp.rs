@@ -26,13 +26,16 @@ use std::collections::HashMap;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
-use tokio::io::{AsyncWrite, AsyncWriteExt, BufWriter};
+use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch, Notify, Semaphore};
 
 /// What a settled connection (`Conn::settled`) may read while the byte budget is over: one
 /// request of ordinary size. The budget's overshoot is at most this per connection.
 const SETTLED_READ: usize = 16 << 10;
+
+/// What a connection reserves of its read buffer at a time.
+const READ_CHUNK: usize = 16 << 10;
 
 /// A connection's read side: a plain socket is read only once readable, so that the budget
 /// check and the read run with no yield between them; a TLS stream is read through rustls.
@@ -329,7 +332,8 @@ async fn serve_connection<W: AsyncWrite + Unpin + Send + 'static>(
         quotas: ctx.quotas.clone(),
         class: 0.into(),
     });
-    let mut buf = BytesMut::with_capacity(64 * 1024);
+    // Grown as frames need it (READ_CHUNK at a time), not held at 64 KB per idle connection.
+    let mut buf = BytesMut::new();
     let mut closing = false;
     // When the frame now partly in `buf` began, and when the client last sent anything.
     let mut frame_started: Option<Instant> = None;
@@ -370,6 +374,9 @@ async fn serve_connection<W: AsyncWrite + Unpin + Send + 'static>(
         if closing {
             break;
         }
+        if buf.is_empty() && buf.capacity() > READ_CHUNK {
+            buf = BytesMut::new(); // a large frame's room is not kept while the client idles
+        }
         if consumed || buf.is_empty() {
             frame_started = (!buf.is_empty()).then(Instant::now);
         }
@@ -385,7 +392,7 @@ async fn serve_connection<W: AsyncWrite + Unpin + Send + 'static>(
             timer.as_mut().reset(deadline);
         }
         if buf.capacity() - buf.len() < 4096 {
-            buf.reserve(64 * 1024);
+            buf.reserve(READ_CHUNK);
         }
         tokio::select! {
             got = async {
@@ -541,10 +548,15 @@ fn protocol_error(conn: &Conn, ctx: &Context, buf: &[u8], e: &FrameError) {
     conn.send_error(service, id, code, &format!("{e}; closing connection"));
 }
 
-/// Writes answers as they come, flushing each run. A client that does not take a write
-/// within `stall` is closed: its answers would otherwise hold the byte budget for ever.
+/// Most answer frames written in one vectored write.
+const WRITE_BATCH: usize = 64;
+
+/// Writes answers as they come, a run of queued frames in one vectored write (no copy into
+/// a buffer of the connection's own: an idle connection keeps no write buffer). A client that
+/// does not take a write within `stall` is closed: its answers would otherwise hold the byte
+/// budget for ever.
 async fn write_loop<W: AsyncWrite + Unpin>(
-    wr: W,
+    mut w: W,
     mut rx: mpsc::UnboundedReceiver<Vec<u8>>,
     queue: Arc<Queued>,
     permits: Arc<Semaphore>,
@@ -552,25 +564,22 @@ async fn write_loop<W: AsyncWrite + Unpin>(
     metrics: Arc<cohort_engine::Metrics>,
     stall: Duration,
 ) {
-    let mut w = BufWriter::with_capacity(64 * 1024, wr);
-    // Whether a write finished within the stall timeout (a stall is counted).
-    let done = |r: Result<std::io::Result<()>, tokio::time::error::Elapsed>| match r {
-        Ok(r) => r.is_ok(),
-        Err(_) => {
-            metrics.timed_out_connection("write_stalled");
-            false
-        }
-    };
+    let mut run: Vec<Vec<u8>> = Vec::with_capacity(WRITE_BATCH);
     while let Some(frame) = rx.recv().await {
-        let (mut n, mut bytes) = (1, frame.len());
-        let mut ok = done(tokio::time::timeout(stall, w.write_all(&frame)).await);
-        while ok {
+        run.push(frame);
+        while run.len() < WRITE_BATCH {
             let Ok(frame) = rx.try_recv() else { break };
-            n += 1;
-            bytes += frame.len();
-            ok = done(tokio::time::timeout(stall, w.write_all(&frame)).await);
+            run.push(frame);
         }
-        ok = ok && done(tokio::time::timeout(stall, w.flush()).await);
+        let (n, bytes) = (run.len(), run.iter().map(Vec::len).sum::<usize>());
+        let ok = match tokio::time::timeout(stall, write_run(&mut w, &run)).await {
+            Ok(r) => r.is_ok(),
+            Err(_) => {
+                metrics.timed_out_connection("write_stalled");
+                false
+            }
+        };
+        run.clear();
         budget.release(bytes);
         if queue.bytes.fetch_sub(bytes, Ordering::AcqRel) == bytes {
             queue.emptied.notify_one();
@@ -589,4 +598,19 @@ async fn write_loop<W: AsyncWrite + Unpin>(
         queue.bytes.fetch_sub(frame.len(), Ordering::AcqRel);
     }
     let _ = tokio::time::timeout(stall, w.shutdown()).await;
+}
+
+/// Writes every byte of `frames`, in order, in as few vectored writes as the socket takes.
+async fn write_run<W: AsyncWrite + Unpin>(w: &mut W, frames: &[Vec<u8>]) -> std::io::Result<()> {
+    let mut slices: Vec<std::io::IoSlice<'_>> =
+        frames.iter().map(|f| std::io::IoSlice::new(f)).collect();
+    let mut rest = &mut slices[..];
+    while !rest.is_empty() {
+        let n = w.write_vectored(rest).await?;
+        if n == 0 {
+            return Err(std::io::ErrorKind::WriteZero.into());
+        }
+        std::io::IoSlice::advance_slices(&mut rest, n);
+    }
+    w.flush().await
 }

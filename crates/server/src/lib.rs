@@ -12,7 +12,7 @@ mod resolved;
 mod slice;
 pub mod util;
 
-use crate::util::{parse_bytes, parse_cpu_list, CpuList};
+use crate::util::{parse_bytes, parse_bytes_or_zero, parse_cpu_list, CpuList};
 use anyhow::{Context as _, Result};
 use clap::Args;
 use cohort_net::{NetConfig, Server, Shared};
@@ -147,6 +147,12 @@ pub struct ServeArgs {
     /// client that takes no answer bytes for this long is closed.
     #[arg(long, default_value_t = 10_000)]
     pub read_timeout_ms: u64,
+    /// Each TCP/HTTP connection's kernel send and receive buffer (e.g. 64K, 1M; the kernel
+    /// doubles it): bounds the kernel memory a client that neither reads nor stops sending
+    /// holds until it is closed. 0 = the kernel's autotuning (up to its tcp_rmem/tcp_wmem
+    /// maximum, megabytes a connection; for high-latency clients).
+    #[arg(long, value_parser = parse_bytes_or_zero, default_value = "64K")]
+    pub socket_buffer_bytes: usize,
     /// How long an idle UDP io thread polls its socket and answer rings before sleeping, in
     /// microseconds (0: sleep at once). Default: 50 with one io thread, else 0 - measured on
     /// an H200 host: one io thread 2-3x the rate at p99 <= 1 ms; eight io threads beside eight
@@ -248,6 +254,7 @@ impl ServeArgs {
                 .unwrap_or_else(cohort_net::default_buffered_bytes),
             idle_timeout: Duration::from_millis(self.idle_timeout_ms),
             read_timeout: Duration::from_millis(self.read_timeout_ms),
+            socket_buffer_bytes: self.socket_buffer_bytes,
         };
         anyhow::ensure!(
             self.client_rate >= 0.0 && self.client_rate.is_finite(),

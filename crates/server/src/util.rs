@@ -93,6 +93,14 @@ pub fn parse_bytes(p: &str) -> Result<usize, String> {
     }
 }
 
+/// A byte count as `parse_bytes` reads it, or `0` (for settings where 0 means "off").
+pub fn parse_bytes_or_zero(p: &str) -> Result<usize, String> {
+    if p.trim() == "0" {
+        return Ok(0);
+    }
+    parse_bytes(p)
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
