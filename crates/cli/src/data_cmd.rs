@@ -63,6 +63,8 @@ pub fn synth(a: &SynthArgs) -> Result<()> {
 }
 
 pub fn run(cmd: DataCmd) -> Result<()> {
+    // Vector files stopped half-written by ^C or SIGTERM are removed.
+    cohort_knn::atomic_file::remove_temps_on_signals()?;
     match cmd {
         DataCmd::Synth(a) => synth(&a),
         DataCmd::Fetch(a) => crate::fetch::run(&a),

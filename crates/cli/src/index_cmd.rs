@@ -13,6 +13,12 @@ use std::time::Instant;
 #[derive(Subcommand, Debug)]
 pub enum IndexCmd {
     /// Train the coarse quantizer and write an IVF-Flat index.
+    ///
+    /// The index is written into OUT's folder as `STEM.tmp.PID` (STEM: OUT without its
+    /// extension, PID: this process's id) and renamed over OUT once whole and synced, so OUT
+    /// is never half-written. A build that fails or is stopped with ^C or SIGTERM removes that
+    /// temporary; one killed outright (SIGKILL, a crash) leaves it there until the next write
+    /// into that folder removes it.
     Build(BuildArgs),
     /// Print an index file's header and list statistics.
     Info { path: PathBuf },
@@ -330,6 +336,8 @@ pub fn eval(a: &EvalArgs) -> Result<()> {
 }
 
 pub fn run(cmd: IndexCmd) -> Result<()> {
+    // A build or placement stopped with ^C or SIGTERM removes the file it was writing.
+    cohort_knn::atomic_file::remove_temps_on_signals()?;
     match cmd {
         IndexCmd::Build(a) => build(&a).map(|_| ()),
         IndexCmd::Info { path } => info(&path),

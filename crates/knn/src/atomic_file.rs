@@ -1,9 +1,89 @@
 //! Files written whole or not at all: into `STEM.tmp.PID` beside the target, synced, then
-//! renamed over it. A writer killed half-way leaves its temporary behind (builds of large
-//! indexes left 33 MB and 132 MB ones); the next write into that folder removes every such
-//! temporary whose process is gone.
+//! renamed over it (`Temp`). A write that fails removes its temporary; a command that installs
+//! `remove_temps_on_signals` removes them on SIGINT and SIGTERM too. Only a writer killed
+//! outright (SIGKILL, a crash, power loss) leaves its temporary behind (builds of large indexes
+//! left 13-132 MB ones); the next write into that folder removes every such temporary whose
+//! process is gone.
 
 use std::path::{Path, PathBuf};
+use std::sync::{Mutex, OnceLock};
+
+/// Temporaries this process is writing now.
+static WRITING: Mutex<Vec<PathBuf>> = Mutex::new(Vec::new());
+
+/// A temporary being written for a target: removed when dropped unless renamed over it.
+pub struct Temp {
+    path: PathBuf,
+    renamed: bool,
+}
+
+impl Temp {
+    /// The temporary for `target` (stale ones of dead processes removed first).
+    pub fn new(target: &Path) -> Temp {
+        remove_stale_temps(target);
+        let path = temp_path(target);
+        WRITING.lock().expect("temporaries").push(path.clone());
+        Temp {
+            path,
+            renamed: false,
+        }
+    }
+
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// Renames the finished temporary over `target`.
+    pub fn commit(mut self, target: &Path) -> std::io::Result<()> {
+        std::fs::rename(&self.path, target)?;
+        self.renamed = true;
+        Ok(())
+    }
+}
+
+impl Drop for Temp {
+    fn drop(&mut self) {
+        WRITING
+            .lock()
+            .expect("temporaries")
+            .retain(|p| p != &self.path);
+        if !self.renamed {
+            let _ = std::fs::remove_file(&self.path);
+        }
+    }
+}
+
+/// From now on SIGINT and SIGTERM remove every temporary being written, then end the process
+/// as the signal would have (for commands that write files; a server has its own handling).
+pub fn remove_temps_on_signals() -> std::io::Result<()> {
+    static INSTALLED: OnceLock<()> = OnceLock::new();
+    if INSTALLED.get().is_some() {
+        return Ok(());
+    }
+    use signal_hook::consts::{SIGINT, SIGTERM};
+    let mut signals = signal_hook::iterator::Signals::new([SIGINT, SIGTERM])?;
+    std::thread::Builder::new()
+        .name("temp-cleanup".into())
+        .spawn(move || {
+            if let Some(sig) = signals.forever().next() {
+                // A writer may hold the list for a moment; never block the exit on it for ever.
+                let paths = match WRITING.try_lock() {
+                    Ok(v) => v.clone(),
+                    Err(_) => {
+                        std::thread::sleep(std::time::Duration::from_millis(50));
+                        WRITING.try_lock().map(|v| v.clone()).unwrap_or_default()
+                    }
+                };
+                for p in paths {
+                    let _ = std::fs::remove_file(&p);
+                }
+                let _ = signal_hook::low_level::emulate_default_handler(sig);
+                std::process::exit(128 + sig);
+            }
+        })?;
+    let _ = INSTALLED.set(());
+    Ok(())
+}
 
 /// This process's temporary for `path`.
 pub fn temp_path(path: &Path) -> PathBuf {
@@ -54,6 +134,24 @@ fn alive(pid: i32) -> bool {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn a_temporary_not_committed_is_removed_and_a_committed_one_becomes_the_target() {
+        let dir = std::env::temp_dir().join(format!("cohort-temp-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let target = dir.join("out.index");
+        let t = Temp::new(&target);
+        std::fs::write(t.path(), b"half").unwrap();
+        let p = t.path().to_path_buf();
+        assert!(WRITING.lock().unwrap().contains(&p));
+        drop(t); // a failed write
+        assert!(!p.exists() && !WRITING.lock().unwrap().contains(&p));
+        let t = Temp::new(&target);
+        std::fs::write(t.path(), b"whole").unwrap();
+        t.commit(&target).unwrap();
+        assert_eq!(std::fs::read(&target).unwrap(), b"whole");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 
     #[test]
     fn stale_temporaries_go_and_live_ones_stay() {

@@ -136,17 +136,17 @@ pub fn read_vectors(path: &Path) -> Result<Vectors> {
 }
 
 fn write_atomic(path: &Path, f: impl FnOnce(&mut dyn Write) -> std::io::Result<()>) -> Result<()> {
-    crate::atomic_file::remove_stale_temps(path);
-    let tmp = crate::atomic_file::temp_path(path);
+    let tmp = crate::atomic_file::Temp::new(path);
     {
-        let file =
-            std::fs::File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
+        let file = std::fs::File::create(tmp.path())
+            .with_context(|| format!("creating {}", tmp.path().display()))?;
         let mut w = std::io::BufWriter::with_capacity(1 << 20, file);
-        f(&mut w).with_context(|| format!("writing {}", tmp.display()))?;
+        f(&mut w).with_context(|| format!("writing {}", tmp.path().display()))?;
         w.flush()?;
         w.get_ref().sync_all()?;
     }
-    std::fs::rename(&tmp, path).with_context(|| format!("renaming to {}", path.display()))
+    tmp.commit(path)
+        .with_context(|| format!("renaming to {}", path.display()))
 }
 
 pub fn write_fvecs(path: &Path, v: &Vectors) -> Result<()> {

@@ -139,10 +139,9 @@ pub(super) fn save(ix: &IvfIndex, path: &Path) -> Result<()> {
             "a placement of another index"
         );
     }
-    crate::atomic_file::remove_stale_temps(path);
-    let tmp = crate::atomic_file::temp_path(path);
-    let file =
-        std::fs::File::create(&tmp).with_context(|| format!("creating {}", tmp.display()))?;
+    let tmp = crate::atomic_file::Temp::new(path);
+    let file = std::fs::File::create(tmp.path())
+        .with_context(|| format!("creating {}", tmp.path().display()))?;
     let mut s = Summing {
         w: std::io::BufWriter::with_capacity(1 << 20, file),
         crc: crc32fast::Hasher::new(),
@@ -204,7 +203,8 @@ pub(super) fn save(ix: &IvfIndex, path: &Path) -> Result<()> {
     file.write_all(&h)?;
     file.sync_all()?;
     drop(file);
-    std::fs::rename(&tmp, path).with_context(|| format!("renaming to {}", path.display()))
+    tmp.commit(path)
+        .with_context(|| format!("renaming to {}", path.display()))
 }
 
 pub(super) fn load(path: &Path) -> Result<IvfIndex> {
