@@ -139,6 +139,9 @@ pub struct GpuCheck {
     /// On the serving devices given (`selftest gpu --gpus`; the first is where a check of one
     /// device runs, a check over several devices adds a run over all of them).
     pub run: fn(&[DeviceInfo], u64) -> Result<Vec<String>, String>,
+    /// It runs gpu-persistent's kernels (left out by `selftest gpu --no-persistent`: under
+    /// compute-sanitizer they spin too slowly to finish).
+    pub persistent: bool,
 }
 
 /// Every service's GPU checks, with the service's name.

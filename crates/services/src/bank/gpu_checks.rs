@@ -11,14 +11,17 @@ pub const CHECKS: &[GpuCheck] = &[
     GpuCheck {
         name: "bank parser vs cpu twin",
         run: parser_matches_its_cpu_twin,
+        persistent: false,
     },
     GpuCheck {
         name: "bank pages vs cpu twins",
         run: pages_match_the_cpu_twins,
+        persistent: false,
     },
     GpuCheck {
         name: "bank engine backend vs cpu twin",
         run: engine_backend_matches_the_cpu_twin,
+        persistent: false,
     },
 ];
 

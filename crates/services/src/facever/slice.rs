@@ -36,6 +36,7 @@ pub const ENTRY: Entry = Entry {
     gpu_checks: &[GpuCheck {
         name: "facever kernels vs cpu twin",
         run: super::gpu::check,
+        persistent: false,
     }],
     workload: |o| Ok(Arc::new(super::load::FaceverWorkload::from_options(o)?)),
 };

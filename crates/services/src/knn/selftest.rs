@@ -357,7 +357,8 @@ pub fn check_kmeans(seed: u64) -> Result<Vec<String>, GpuError> {
     Ok(lines)
 }
 
-/// The sharded index against the whole one: a fresh index split over 2 and 3 devices (groups
+/// The sharded index against the whole one (on gpu-cohort's backend; on gpu-persistent,
+/// `check_sharded_persistent`): a fresh index split over 2 and 3 devices (groups
 /// of 8 SMs of the first device where green contexts are available, else that device several
 /// times, which runs the same routing and reducer) and over every device in `devs` where there
 /// are several. On gpu-cohort's backend (`gpu_sharded`), every home serves a cohort through
@@ -367,6 +368,23 @@ pub fn check_kmeans(seed: u64) -> Result<Vec<String>, GpuError> {
 /// the same kernel on the same rows; the reducers break ties as the select does) and the
 /// CPU's within tolerance.
 pub fn check_sharded(devs: &[cohort_gpu::DeviceInfo], seed: u64) -> Result<Vec<String>, String> {
+    sharded(devs, seed, false)
+}
+
+/// `check_sharded` on gpu-persistent's lanes (a check of its own: `selftest gpu
+/// --no-persistent`, the compute-sanitizer's run, leaves it out).
+pub fn check_sharded_persistent(
+    devs: &[cohort_gpu::DeviceInfo],
+    seed: u64,
+) -> Result<Vec<String>, String> {
+    sharded(devs, seed, true)
+}
+
+fn sharded(
+    devs: &[cohort_gpu::DeviceInfo],
+    seed: u64,
+    persistent: bool,
+) -> Result<Vec<String>, String> {
     use cohort_knn::ivf::shard::IvfShard;
     let dev = &devs[0];
     let e = |e: GpuError| e.to_string();
@@ -450,9 +468,12 @@ pub fn check_sharded(devs: &[cohort_gpu::DeviceInfo], seed: u64) -> Result<Vec<S
                     .collect::<Result<Vec<_>, _>>()
                     .map_err(e)
             };
-            lines.extend(sharded_batch_backends(
-                devs, &upload, &placement, &payloads, k, nprobe, &want, how, &same,
-            )?);
+            if !persistent {
+                lines.extend(sharded_batch_backends(
+                    devs, &upload, &placement, &payloads, k, nprobe, &want, how, &same,
+                )?);
+                continue;
+            }
             let set = super::persistent_sharded::shards(
                 devs,
                 upload()?,

@@ -33,10 +33,17 @@ pub const ENTRY: Entry = Entry {
         GpuCheck {
             name: "knn kernels vs cpu twins",
             run: |_, seed| super::selftest::run(seed).map_err(|e| e.to_string()),
+            persistent: false,
         },
         GpuCheck {
             name: "knn sharded index vs the whole index",
             run: super::selftest::check_sharded,
+            persistent: false,
+        },
+        GpuCheck {
+            name: "knn sharded index vs the whole index on gpu-persistent",
+            run: super::selftest::check_sharded_persistent,
+            persistent: true,
         },
     ],
     workload: |o| Ok(Arc::new(super::load::KnnWorkload::from_options(o)?)),

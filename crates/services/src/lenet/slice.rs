@@ -41,6 +41,7 @@ pub const ENTRY: Entry = Entry {
     gpu_checks: &[GpuCheck {
         name: "lenet kernels vs cpu twin",
         run: super::gpu::check,
+        persistent: false,
     }],
     workload: |o| Ok(Arc::new(super::load::LenetWorkload::from_options(o)?)),
 };
