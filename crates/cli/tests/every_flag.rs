@@ -86,6 +86,7 @@ fn sample(flag: &str, ix: &str) -> Option<Option<String>> {
         "sched-slice-us" => v("300"),
         "max-connections" => v("500"),
         "max-buffered-bytes" => v("256M"),
+        "socket-buffer-bytes" => v("128K"),
         "idle-timeout-ms" => v("30000"),
         "read-timeout-ms" => v("5000"),
         "client-max-inflight" => v("64"),
