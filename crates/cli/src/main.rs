@@ -8,12 +8,6 @@ mod load_cmd;
 mod sim;
 
 use cohort_experiments::bench;
-
-/// mimalloc rather than glibc's malloc: memory a burst of connections freed goes back to the
-/// system (glibc's per-thread arenas kept a hostile flood's peak, 2.7 GB, after every such
-/// connection had closed).
-#[global_allocator]
-static GLOBAL: mimalloc::MiMalloc = mimalloc::MiMalloc;
 use cohort_server::{self as serve, config_file as config};
 
 use clap::{Parser, Subcommand};

@@ -28,6 +28,7 @@ mod shard;
 mod tasks;
 mod tcp;
 mod tls;
+mod trim;
 pub use tls::check_tls;
 mod udp;
 

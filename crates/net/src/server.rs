@@ -99,6 +99,7 @@ pub struct Server {
     pub http_addr: Option<SocketAddr>,
     pub admin_addr: Option<SocketAddr>,
     admin_thread: Option<JoinHandle<()>>,
+    trim_thread: Option<JoinHandle<()>>,
     ctx: Arc<Context>,
     udp_stop: Arc<AtomicBool>,
     udp_threads: Vec<JoinHandle<()>>,
@@ -345,6 +346,7 @@ impl Server {
             None => None,
         };
         let tasks = Tracker::default();
+        let trim_thread = Some(crate::trim::spawn(ctx.metrics.clone(), halt_rx.clone())?);
         let budget = Budget::new(cfg.limits.max_buffered_bytes, &ctx.metrics);
         let conns = Connections::new(cfg.limits.max_connections, &ctx.metrics);
         let mut shards = Vec::new();
@@ -400,6 +402,7 @@ impl Server {
             http_addr,
             admin_addr,
             admin_thread,
+            trim_thread,
             ctx,
             udp_stop,
             udp_threads,
@@ -468,6 +471,9 @@ impl Server {
             let _ = t.join();
         }
         if let Some(t) = self.admin_thread.take() {
+            let _ = t.join();
+        }
+        if let Some(t) = self.trim_thread.take() {
             let _ = t.join();
         }
     }
