@@ -104,18 +104,20 @@ async fn serve_connection(
     sd: watch::Receiver<bool>,
 ) {
     let peer = stream.peer_addr().ok().map(|a| a.ip());
+    let fd = std::os::fd::AsRawFd::as_raw_fd(&stream);
     let Some(tls) = env.tls.clone() else {
-        return serve_http1(stream, peer, slot, env, ids, sd).await;
+        return serve_http1(stream, fd, peer, slot, env, ids, sd).await;
     };
     let timeout = env.limits.read_timeout;
     if let Some(s) = crate::tls::handshake(&tls, stream, timeout, &env.ctx.metrics).await {
-        serve_http1(s, peer, slot, env, ids, sd).await
+        serve_http1(s, fd, peer, slot, env, ids, sd).await
     }
 }
 
 /// Serves HTTP/1.1 on `io` until the client or the drain ends it.
 async fn serve_http1<I>(
     io: I,
+    fd: std::os::fd::RawFd,
     peer: Option<IpAddr>,
     slot: Slot,
     env: Arc<HttpEnv>,
@@ -182,7 +184,9 @@ async fn serve_http1<I>(
     };
     let head_timed_out = matches!(&ended, Err(e) if e.is_timeout());
     let mut io = conn.into_parts().io.into_inner();
-    if head_timed_out {
+    if io.write_stalled() {
+        crate::limits::reset_on_close(fd); // (as on TCP: its answers are dropped)
+    } else if head_timed_out {
         metrics.timed_out_connection("http_head");
         let msg = format!(
             "no complete request head within {} ms; closing connection",

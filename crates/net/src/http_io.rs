@@ -108,6 +108,8 @@ pub(crate) struct Guarded<I> {
     refusal: Option<BytesMut>,
     /// The stream stopped (refused head or broken body): hyper reads end of stream next.
     stopped: bool,
+    /// A write waited the whole stall limit (the connection is being closed for it).
+    write_stalled: bool,
     /// Since when a write has waited on the client (None: the last write went through).
     stall: Option<Pin<Box<Sleep>>>,
     stall_limit: Duration,
@@ -123,6 +125,7 @@ impl<I> Guarded<I> {
             pending: BytesMut::new(),
             refusal: None,
             stopped: false,
+            write_stalled: false,
             stall: None,
             stall_limit,
             metrics,
@@ -132,6 +135,11 @@ impl<I> Guarded<I> {
     /// The refusal still to be written, if a head was refused.
     pub fn refusal_pending(&self) -> bool {
         self.refusal.as_ref().is_some_and(|r| !r.is_empty())
+    }
+
+    /// Whether the connection ends because its client took no answer bytes.
+    pub fn write_stalled(&self) -> bool {
+        self.write_stalled
     }
 
     /// Whether a request head was refused (its answer written or owed).
@@ -181,7 +189,10 @@ impl<I> Guarded<I> {
             .stall
             .get_or_insert_with(|| Box::pin(tokio::time::sleep(limit)));
         ready!(t.as_mut().poll(cx));
-        self.metrics.timed_out_connection("write_stalled");
+        if !self.write_stalled {
+            self.metrics.timed_out_connection("write_stalled");
+        }
+        self.write_stalled = true;
         Poll::Ready(Err(io::Error::new(
             io::ErrorKind::TimedOut,
             format!(

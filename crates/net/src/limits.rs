@@ -92,6 +92,16 @@ pub fn raise_fd_limit() -> usize {
     usize::try_from(r.rlim_cur).unwrap_or(usize::MAX)
 }
 
+/// Makes closing connection `fd` reset it (SO_LINGER 0): for a client closed because it took
+/// no answer bytes. A plain close would queue the FIN behind answers its zero window never
+/// takes, and the kernel would keep the socket and those bytes while it probes that window;
+/// the answers are dropped anyway (the client was not reading them).
+pub(crate) fn reset_on_close(fd: std::os::fd::RawFd) {
+    // SAFETY: the caller holds the socket open; the fd is only borrowed for one setsockopt.
+    let sock = unsafe { std::os::fd::BorrowedFd::borrow_raw(fd) };
+    let _ = socket2::SockRef::from(&sock).set_linger(Some(Duration::ZERO));
+}
+
 /// The byte budget (module doc). `used` is the `cohort_buffered_bytes` gauge itself.
 pub(crate) struct Budget {
     used: Gauge,

@@ -285,16 +285,17 @@ async fn open_connection(
     shutdown: watch::Receiver<bool>,
 ) {
     let peer = stream.peer_addr().ok().map(|a| a.ip());
+    let fd = std::os::fd::AsRawFd::as_raw_fd(&stream);
     match &env.tls {
         None => {
             let (rd, wr) = stream.into_split();
-            serve_connection(Reader::Plain(rd), wr, peer, slot, env, shutdown).await
+            serve_connection(Reader::Plain(rd), wr, fd, peer, slot, env, shutdown).await
         }
         Some(tls) => {
             let timeout = env.limits.read_timeout;
             if let Some(s) = crate::tls::handshake(tls, stream, timeout, &env.ctx.metrics).await {
                 let (rd, wr) = tokio::io::split(s);
-                serve_connection(Reader::Tls(rd), wr, peer, slot, env, shutdown).await
+                serve_connection(Reader::Tls(rd), wr, fd, peer, slot, env, shutdown).await
             }
         }
     }
@@ -303,6 +304,7 @@ async fn open_connection(
 async fn serve_connection<W: AsyncWrite + Unpin + Send + 'static>(
     mut rd: Reader,
     wr: W,
+    fd: std::os::fd::RawFd,
     peer: Option<std::net::IpAddr>,
     slot: Slot,
     env: Arc<TcpEnv>,
@@ -317,6 +319,7 @@ async fn serve_connection<W: AsyncWrite + Unpin + Send + 'static>(
     let queue = Arc::new(Queued::default());
     let writer = tokio::spawn(write_loop(
         wr,
+        fd,
         rx,
         queue.clone(),
         permits.clone(),
@@ -557,6 +560,7 @@ const WRITE_BATCH: usize = 64;
 /// budget for ever.
 async fn write_loop<W: AsyncWrite + Unpin>(
     mut w: W,
+    fd: std::os::fd::RawFd,
     mut rx: mpsc::UnboundedReceiver<Vec<u8>>,
     queue: Arc<Queued>,
     permits: Arc<Semaphore>,
@@ -565,6 +569,7 @@ async fn write_loop<W: AsyncWrite + Unpin>(
     stall: Duration,
 ) {
     let mut run: Vec<Vec<u8>> = Vec::with_capacity(WRITE_BATCH);
+    let mut stalled = false;
     while let Some(frame) = rx.recv().await {
         run.push(frame);
         while run.len() < WRITE_BATCH {
@@ -576,6 +581,7 @@ async fn write_loop<W: AsyncWrite + Unpin>(
             Ok(r) => r.is_ok(),
             Err(_) => {
                 metrics.timed_out_connection("write_stalled");
+                stalled = true;
                 false
             }
         };
@@ -596,6 +602,12 @@ async fn write_loop<W: AsyncWrite + Unpin>(
     while let Ok(frame) = rx.try_recv() {
         budget.release(frame.len());
         queue.bytes.fetch_sub(frame.len(), Ordering::AcqRel);
+    }
+    if stalled {
+        // No orderly end for a client that takes nothing: waiting to flush would take
+        // another stall, and the FIN would queue behind bytes it never takes.
+        crate::limits::reset_on_close(fd);
+        return;
     }
     let _ = tokio::time::timeout(stall, w.shutdown()).await;
 }
