@@ -319,13 +319,15 @@ async fn serve_connection<W: AsyncWrite + Unpin + Send + 'static>(
     let queue = Arc::new(Queued::default());
     let writer = tokio::spawn(write_loop(
         wr,
-        fd,
         rx,
         queue.clone(),
         permits.clone(),
         budget.clone(),
-        ctx.metrics.clone(),
-        limits.read_timeout,
+        Stall {
+            limit: limits.read_timeout,
+            fd,
+            metrics: ctx.metrics.clone(),
+        },
     ));
     let conn = Arc::new(Conn {
         tx,
@@ -551,6 +553,14 @@ fn protocol_error(conn: &Conn, ctx: &Context, buf: &[u8], e: &FrameError) {
     conn.send_error(service, id, code, &format!("{e}; closing connection"));
 }
 
+/// How a connection's writer treats a client that takes no bytes: the limit, the socket to
+/// reset, where to count it.
+struct Stall {
+    limit: Duration,
+    fd: std::os::fd::RawFd,
+    metrics: Arc<cohort_engine::Metrics>,
+}
+
 /// Most answer frames written in one vectored write.
 const WRITE_BATCH: usize = 64;
 
@@ -560,14 +570,14 @@ const WRITE_BATCH: usize = 64;
 /// budget for ever.
 async fn write_loop<W: AsyncWrite + Unpin>(
     mut w: W,
-    fd: std::os::fd::RawFd,
     mut rx: mpsc::UnboundedReceiver<Vec<u8>>,
     queue: Arc<Queued>,
     permits: Arc<Semaphore>,
     budget: Arc<Budget>,
-    metrics: Arc<cohort_engine::Metrics>,
-    stall: Duration,
+    stall: Stall,
 ) {
+    let Stall { limit, fd, metrics } = stall;
+    let stall = limit;
     let mut run: Vec<Vec<u8>> = Vec::with_capacity(WRITE_BATCH);
     let mut stalled = false;
     while let Some(frame) = rx.recv().await {

@@ -35,7 +35,7 @@ pub(crate) fn spawn(
             while !*halt.borrow() && halt.has_changed().is_ok() {
                 std::thread::sleep(Duration::from_millis(250));
                 ticks += 1;
-                if ticks % 4 != 0 {
+                if !ticks.is_multiple_of(4) {
                     continue;
                 }
                 let now = read();
