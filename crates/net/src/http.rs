@@ -127,7 +127,9 @@ async fn serve_http1<I>(
     I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
     let _slot = slot;
-    let read_timeout = env.limits.read_timeout;
+    // This connection's own read and stall timeout (spread so that a crowd does not expire
+    // in one instant).
+    let read_timeout = crate::limits::spread(env.limits.read_timeout, fd as u64);
     let metrics = env.ctx.metrics.clone();
     let flow = Flow::new(env.budget.clone());
     let io = TokioIo::new(Guarded::new(
@@ -408,7 +410,7 @@ async fn call(
     let read = http_limits::read_body(
         req.into_body(),
         MAX_BODY,
-        env.limits.read_timeout,
+        crate::limits::spread(env.limits.read_timeout, id),
         &env.budget,
     );
     let (body, _held) = match read.await {

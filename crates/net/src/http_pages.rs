@@ -93,7 +93,12 @@ pub(crate) async fn page(
         Err(r) => return *r,
     };
     let (parts, body) = req.into_parts();
-    let read = read_body(body, MAX_PAGE_BODY, env.limits.read_timeout, &env.budget);
+    let read = read_body(
+        body,
+        MAX_PAGE_BODY,
+        crate::limits::spread(env.limits.read_timeout, id),
+        &env.budget,
+    );
     let (body, _held) = match read.await {
         Ok(b) => b,
         Err(BodyError::TooLarge(max)) => {

@@ -313,6 +313,8 @@ async fn serve_connection<W: AsyncWrite + Unpin + Send + 'static>(
     let _slot = slot;
     let ctx = &env.ctx;
     let limits = env.limits;
+    // This connection's own read timeout (spread so that a crowd does not expire at once).
+    let read_timeout = crate::limits::spread(limits.read_timeout, fd as u64);
     let budget = &env.budget;
     let (tx, rx) = mpsc::unbounded_channel();
     let permits = Arc::new(Semaphore::new(env.max_inflight));
@@ -324,7 +326,7 @@ async fn serve_connection<W: AsyncWrite + Unpin + Send + 'static>(
         permits.clone(),
         budget.clone(),
         Stall {
-            limit: limits.read_timeout,
+            limit: read_timeout,
             fd,
             metrics: ctx.metrics.clone(),
         },
@@ -389,7 +391,7 @@ async fn serve_connection<W: AsyncWrite + Unpin + Send + 'static>(
         // started and nothing in flight is closed after the idle timeout (one waiting for
         // answers looks again then).
         let (deadline, why) = match frame_started {
-            Some(t) => (t + limits.read_timeout, "partial_frame"),
+            Some(t) => (t + read_timeout, "partial_frame"),
             None => (last_read + limits.idle_timeout, "idle"),
         };
         let deadline = tokio::time::Instant::from_std(deadline);
@@ -452,7 +454,7 @@ async fn serve_connection<W: AsyncWrite + Unpin + Send + 'static>(
                     };
                     let msg = format!(
                         "frame incomplete after {} ms ({} of {} bytes); closing connection",
-                        limits.read_timeout.as_millis(),
+                        read_timeout.as_millis(),
                         buf.len(),
                         frame_len(&buf)
                     );
