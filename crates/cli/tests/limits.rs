@@ -451,17 +451,3 @@ fn http_clients_that_never_read_are_closed_and_do_not_starve_others() {
         "the budget is given back"
     );
 }
-
-fn http_post(addr: SocketAddr, path: &str, body: &str) -> String {
-    let mut c = TcpStream::connect(addr).unwrap();
-    c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    write!(
-        c,
-        "POST {path} HTTP/1.1\r\nhost: x\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-        body.len()
-    )
-    .unwrap();
-    let mut out = String::new();
-    let _ = c.read_to_string(&mut out);
-    out
-}

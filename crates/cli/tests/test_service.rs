@@ -5,7 +5,7 @@
 //! that way is served like any other.
 
 mod common;
-use common::{udp_answer, Served};
+use common::{http_post, udp_answer, Served};
 use std::net::UdpSocket;
 use std::process::Command;
 use std::time::Duration;
@@ -63,21 +63,6 @@ fn the_test_service_is_served_with_its_own_flag_and_errors() {
     let r = http_post(s.http.unwrap(), "/v1/reverse", r#"{"data":"hello"}"#);
     assert!(r.starts_with("HTTP/1.1 200"), "{r}");
     assert!(r.ends_with(r#"{"data":"olleh"}"#), "{r}");
-}
-
-fn http_post(addr: std::net::SocketAddr, path: &str, body: &str) -> String {
-    use std::io::{Read, Write};
-    let mut c = std::net::TcpStream::connect(addr).unwrap();
-    c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
-    write!(
-        c,
-        "POST {path} HTTP/1.1\r\nhost: x\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
-        body.len()
-    )
-    .unwrap();
-    let mut out = String::new();
-    c.read_to_string(&mut out).unwrap();
-    out
 }
 
 fn check_config(args: &[&str]) -> std::process::Output {

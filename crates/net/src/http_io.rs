@@ -202,9 +202,22 @@ impl<I> Guarded<I> {
         )))
     }
 
-    fn went_through(&mut self, n: usize) {
-        self.stall = None;
-        self.flow.written(n);
+    /// What a write to the socket did: bytes that went through leave the budget; a write
+    /// that waits runs the stall clock.
+    fn wrote(
+        &mut self,
+        cx: &mut Context<'_>,
+        r: Poll<io::Result<usize>>,
+    ) -> Poll<io::Result<usize>> {
+        match r {
+            Poll::Ready(Ok(n)) => {
+                self.stall = None;
+                self.flow.written(n);
+                Poll::Ready(Ok(n))
+            }
+            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
+            Poll::Pending => self.stalled(cx),
+        }
     }
 }
 
@@ -324,14 +337,8 @@ impl<I: AsyncRead + AsyncWrite + Unpin> AsyncWrite for Guarded<I> {
         data: &[u8],
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
-        match Pin::new(&mut this.io).poll_write(cx, data) {
-            Poll::Ready(Ok(n)) => {
-                this.went_through(n);
-                Poll::Ready(Ok(n))
-            }
-            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
-            Poll::Pending => this.stalled(cx),
-        }
+        let r = Pin::new(&mut this.io).poll_write(cx, data);
+        this.wrote(cx, r)
     }
 
     fn poll_write_vectored(
@@ -340,14 +347,8 @@ impl<I: AsyncRead + AsyncWrite + Unpin> AsyncWrite for Guarded<I> {
         bufs: &[IoSlice<'_>],
     ) -> Poll<io::Result<usize>> {
         let this = self.get_mut();
-        match Pin::new(&mut this.io).poll_write_vectored(cx, bufs) {
-            Poll::Ready(Ok(n)) => {
-                this.went_through(n);
-                Poll::Ready(Ok(n))
-            }
-            Poll::Ready(Err(e)) => Poll::Ready(Err(e)),
-            Poll::Pending => this.stalled(cx),
-        }
+        let r = Pin::new(&mut this.io).poll_write_vectored(cx, bufs);
+        this.wrote(cx, r)
     }
 
     fn is_write_vectored(&self) -> bool {

@@ -168,6 +168,24 @@ pub fn http_get(addr: SocketAddr, path: &str) -> String {
     out
 }
 
+/// A `POST` of `body` over a fresh connection (`connection: close`): the whole response as
+/// text (what arrived before a close or the 5 s read timeout).
+#[allow(dead_code)]
+pub fn http_post(addr: SocketAddr, path: &str, body: &str) -> String {
+    use std::io::{Read, Write};
+    let mut c = std::net::TcpStream::connect(addr).expect("connect");
+    c.set_read_timeout(Some(Duration::from_secs(5))).unwrap();
+    write!(
+        c,
+        "POST {path} HTTP/1.1\r\nhost: x\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut out = String::new();
+    let _ = c.read_to_string(&mut out);
+    out
+}
+
 /// An answer frame as the tests read it: (request id, kind, error code if an error).
 #[allow(dead_code)] // (each test binary compiles this module; not all read frames)
 pub type Answered = (u64, cohort_proto::Kind, Option<cohort_proto::ErrorCode>);
