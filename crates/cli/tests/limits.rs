@@ -172,6 +172,17 @@ fn idle_connections_and_requests_that_never_complete_are_closed_with_their_error
     }
 }
 
+/// A non-blocking connection for a client that will never read: a small receive buffer, so
+/// the server's answers stall at once instead of filling megabytes of kernel buffers first.
+fn non_reading_client(addr: SocketAddr) -> TcpStream {
+    let sock = socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
+    sock.set_recv_buffer_size(4096).unwrap();
+    sock.connect(&addr.into()).unwrap();
+    let c: TcpStream = sock.into();
+    c.set_nonblocking(true).unwrap();
+    c
+}
+
 fn vm_kb(pid: u32, field: &str) -> u64 {
     let status = std::fs::read_to_string(format!("/proc/{pid}/status")).unwrap();
     status
@@ -210,15 +221,7 @@ fn clients_that_pipeline_and_never_read_cannot_grow_the_server_past_its_budget()
     let frame = echo_frame(1, 60_000);
     let mut conns = Vec::new();
     for _ in 0..CONNS {
-        // A small receive buffer: the server's answers stall at once instead of filling
-        // megabytes of kernel buffers first.
-        let sock =
-            socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
-        sock.set_recv_buffer_size(4096).unwrap();
-        sock.connect(&tcp.into()).unwrap();
-        let c: TcpStream = sock.into();
-        c.set_nonblocking(true).unwrap();
-        conns.push(c);
+        conns.push(non_reading_client(tcp));
     }
     // Push until every connection's socket buffers are full (the server stopped reading).
     let until = Instant::now() + Duration::from_secs(4);
@@ -393,13 +396,7 @@ fn http_clients_that_never_read_are_closed_and_do_not_starve_others() {
     );
     let mut conns = Vec::new();
     for _ in 0..CONNS {
-        let sock =
-            socket2::Socket::new(socket2::Domain::IPV4, socket2::Type::STREAM, None).unwrap();
-        sock.set_recv_buffer_size(4096).unwrap();
-        sock.connect(&http.into()).unwrap();
-        let c: TcpStream = sock.into();
-        c.set_nonblocking(true).unwrap();
-        conns.push(c);
+        conns.push(non_reading_client(http));
     }
     let started = Instant::now();
     let until = started + Duration::from_secs(2);

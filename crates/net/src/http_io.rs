@@ -228,10 +228,7 @@ impl<I: AsyncRead + AsyncWrite + Unpin> Guarded<I> {
             let n = match Pin::new(&mut self.io).poll_write(cx, r) {
                 Poll::Ready(Ok(n)) => n,
                 Poll::Ready(Err(e)) => return Poll::Ready(Err(e)),
-                Poll::Pending => {
-                    ready!(self.stalled(cx))?;
-                    unreachable!("a stall ends in an error");
-                }
+                Poll::Pending => return self.stalled(cx).map_ok(|_| ()),
             };
             if n == 0 {
                 return Poll::Ready(Err(io::ErrorKind::WriteZero.into()));

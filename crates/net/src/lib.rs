@@ -21,7 +21,7 @@ mod http_pages;
 mod limits;
 mod quota;
 pub use http::MetricsRender;
-pub use limits::{default_buffered_bytes, raise_fd_limit, Limits};
+pub use limits::{default_buffered_bytes, raise_fd_limit, Limits, DEFAULT_SOCKET_BUFFER};
 pub use quota::ClientQuota;
 mod server;
 mod shard;

@@ -568,7 +568,7 @@ const WRITE_BATCH: usize = 64;
 
 /// Writes answers as they come, a run of queued frames in one vectored write (no copy into
 /// a buffer of the connection's own: an idle connection keeps no write buffer). A client that
-/// does not take a write within `stall` is closed: its answers would otherwise hold the byte
+/// does not take a write within the stall limit is closed: its answers would otherwise hold the byte
 /// budget for ever.
 async fn write_loop<W: AsyncWrite + Unpin>(
     mut w: W,
@@ -579,7 +579,6 @@ async fn write_loop<W: AsyncWrite + Unpin>(
     stall: Stall,
 ) {
     let Stall { limit, fd, metrics } = stall;
-    let stall = limit;
     let mut run: Vec<Vec<u8>> = Vec::with_capacity(WRITE_BATCH);
     let mut stalled = false;
     while let Some(frame) = rx.recv().await {
@@ -589,7 +588,7 @@ async fn write_loop<W: AsyncWrite + Unpin>(
             run.push(frame);
         }
         let (n, bytes) = (run.len(), run.iter().map(Vec::len).sum::<usize>());
-        let ok = match tokio::time::timeout(stall, write_run(&mut w, &run)).await {
+        let ok = match tokio::time::timeout(limit, write_run(&mut w, &run)).await {
             Ok(r) => r.is_ok(),
             Err(_) => {
                 metrics.timed_out_connection("write_stalled");
@@ -621,7 +620,7 @@ async fn write_loop<W: AsyncWrite + Unpin>(
         crate::limits::reset_on_close(fd);
         return;
     }
-    let _ = tokio::time::timeout(stall, w.shutdown()).await;
+    let _ = tokio::time::timeout(limit, w.shutdown()).await;
 }
 
 /// Writes every byte of `frames`, in order, in as few vectored writes as the socket takes.

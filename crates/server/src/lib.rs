@@ -151,7 +151,7 @@ pub struct ServeArgs {
     /// doubles it): bounds the kernel memory a client that neither reads nor stops sending
     /// holds until it is closed. 0 = the kernel's autotuning (up to its tcp_rmem/tcp_wmem
     /// maximum, megabytes a connection; for high-latency clients).
-    #[arg(long, value_parser = parse_bytes_or_zero, default_value = "64K")]
+    #[arg(long, value_parser = parse_bytes_or_zero, default_value_t = cohort_net::DEFAULT_SOCKET_BUFFER)]
     pub socket_buffer_bytes: usize,
     /// How long an idle UDP io thread polls its socket and answer rings before sleeping, in
     /// microseconds (0: sleep at once). Default: 50 with one io thread, else 0 - measured on
