@@ -132,10 +132,11 @@ async fn serve_http1<I>(
     let read_timeout = crate::limits::spread(env.limits.read_timeout, fd as u64);
     let metrics = env.ctx.metrics.clone();
     let flow = Flow::new(env.budget.clone());
+    let grace = crate::limits::goodbye_grace(env.limits.read_timeout);
     let io = TokioIo::new(Guarded::new(
         io,
         flow.clone(),
-        read_timeout,
+        (read_timeout, grace),
         metrics.clone(),
     ));
     let svc = hyper::service::service_fn(move |req| {
@@ -143,6 +144,9 @@ async fn serve_http1<I>(
         let id = ids.fetch_add(1, Ordering::Relaxed);
         async move {
             let r = handle(req, &env, id, peer).await;
+            if r.status() == StatusCode::REQUEST_TIMEOUT {
+                flow.say_goodbye(); // (a 408 closes the connection; its client stalled)
+            }
             // The answer counts against the budget until its bytes reach the socket.
             flow.hand(hyper::body::Body::size_hint(r.body()).exact().unwrap_or(0) as usize);
             Ok::<_, Infallible>(r)
@@ -196,18 +200,22 @@ async fn serve_http1<I>(
         );
         let r = http_limits::canned("408 Request Timeout", "REQUEST_TIMEOUT", &msg, false);
         let mut io = io.into_inner();
-        // Bounded: a client that does not take 200 bytes within 100 ms loses them.
+        // Bounded: a client that does not take 200 bytes within the goodbye grace loses them.
         let say = async {
             tokio::io::AsyncWriteExt::write_all(&mut io, &r).await?;
             tokio::io::AsyncWriteExt::shutdown(&mut io).await
         };
-        let _ = tokio::time::timeout(Duration::from_millis(100), say).await;
+        if tokio::time::timeout(grace, say).await.is_err() {
+            crate::limits::reset_on_close(fd);
+        }
     } else if io.refused() {
         if io.refusal_pending() {
             // hyper ended without shutting the socket (an error): the refusal is still owed.
             let _ = tokio::time::timeout(read_timeout, io.finish()).await;
         }
-        io.linger(read_timeout.min(LINGER)).await;
+        if !io.linger(read_timeout.min(LINGER), fd, grace).await {
+            crate::limits::reset_on_close(fd); // (it took none of its refusal)
+        }
     }
 }
 

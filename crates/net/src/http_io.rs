@@ -15,13 +15,26 @@ use bytes::{Buf, BytesMut};
 use cohort_engine::Metrics;
 use std::future::Future as _;
 use std::io::{self, IoSlice};
+use std::os::fd::RawFd;
 use std::pin::Pin;
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use std::task::{ready, Context, Poll, Waker};
 use std::time::Duration;
 use tokio::io::{AsyncRead, AsyncWrite, ReadBuf};
 use tokio::time::Sleep;
+
+/// Bytes written to socket `fd` that its peer has not acknowledged (SIOCOUTQ; 0 if unknown).
+fn unsent_bytes(fd: RawFd) -> usize {
+    let mut n: libc::c_int = 0;
+    // SAFETY: fd is a socket the caller holds open; TIOCOUTQ (= SIOCOUTQ) writes one int.
+    let r = unsafe { libc::ioctl(fd, libc::TIOCOUTQ, &mut n) };
+    if r == 0 {
+        n.max(0) as usize
+    } else {
+        0
+    }
+}
 
 /// What a connection that holds nothing may read of one request while the budget is over
 /// (the same as a TCP connection's settled read).
@@ -36,6 +49,9 @@ pub(crate) struct Flow {
     owed: AtomicUsize,
     /// The read side, parked until the connection holds nothing.
     reader: Mutex<Option<Waker>>,
+    /// An answer that closes the connection for a timeout (408) was handed: its write gets
+    /// the goodbye grace, not a stall limit of its own.
+    goodbye: AtomicBool,
 }
 
 impl Flow {
@@ -45,6 +61,7 @@ impl Flow {
             handed: AtomicU64::new(0),
             owed: AtomicUsize::new(0),
             reader: Mutex::new(None),
+            goodbye: AtomicBool::new(false),
         })
     }
 
@@ -54,6 +71,11 @@ impl Flow {
         self.owed.fetch_add(n, Ordering::AcqRel);
         self.handed.fetch_add(1, Ordering::AcqRel);
         self.wake_reader();
+    }
+
+    /// The answer handed last closes the connection for one of its timeouts.
+    pub fn say_goodbye(&self) {
+        self.goodbye.store(true, Ordering::Release);
     }
 
     /// `n` bytes reached the socket: that much of what is owed leaves the budget.
@@ -113,11 +135,22 @@ pub(crate) struct Guarded<I> {
     /// Since when a write has waited on the client (None: the last write went through).
     stall: Option<Pin<Box<Sleep>>>,
     stall_limit: Duration,
+    /// What a goodbye write may wait (`crate::limits::goodbye_grace`), and by when, once one
+    /// is under way.
+    grace: Duration,
+    goodbye_by: Option<tokio::time::Instant>,
     metrics: Arc<Metrics>,
 }
 
 impl<I> Guarded<I> {
-    pub fn new(io: I, flow: Arc<Flow>, stall_limit: Duration, metrics: Arc<Metrics>) -> Self {
+    /// `stall_limit`: how long a write may wait on the client; `grace`: how long the goodbye
+    /// of a connection closed for a timeout may.
+    pub fn new(
+        io: I,
+        flow: Arc<Flow>,
+        (stall_limit, grace): (Duration, Duration),
+        metrics: Arc<Metrics>,
+    ) -> Self {
         Guarded {
             io,
             flow,
@@ -128,6 +161,8 @@ impl<I> Guarded<I> {
             write_stalled: false,
             stall: None,
             stall_limit,
+            grace,
+            goodbye_by: None,
             metrics,
         }
     }
@@ -188,8 +223,18 @@ impl<I> Guarded<I> {
         let t = self
             .stall
             .get_or_insert_with(|| Box::pin(tokio::time::sleep(limit)));
+        let goodbye = self.flow.goodbye.load(Ordering::Acquire);
+        if goodbye {
+            let by = *self
+                .goodbye_by
+                .get_or_insert_with(|| tokio::time::Instant::now() + self.grace);
+            if t.deadline() > by {
+                t.as_mut().reset(by);
+            }
+        }
         ready!(t.as_mut().poll(cx));
-        if !self.write_stalled {
+        if !self.write_stalled && !goodbye {
+            // (A goodbye not taken was counted for the timeout that closed the connection.)
             self.metrics.timed_out_connection("write_stalled");
         }
         self.write_stalled = true;
@@ -248,18 +293,31 @@ impl<I: AsyncRead + AsyncWrite + Unpin> Guarded<I> {
     /// After a refusal: reads and drops what the client still sends, until it closes or for
     /// at most `max` (a lingering close). Closing a socket with unread bytes makes the kernel
     /// reset it, and a reset discards the refusal from the client's buffers before it has
-    /// read it (a 1 MB head refused at 16 KiB would otherwise never be answered).
-    pub async fn linger(&mut self, max: Duration) {
+    /// read it (a 1 MB head refused at 16 KiB would otherwise never be answered). A client
+    /// that takes no byte of what is still unsent on socket `fd` for `grace` is not waited
+    /// for: returns false (reset it), as the lingering is for clients that read.
+    pub async fn linger(&mut self, max: Duration, fd: RawFd, grace: Duration) -> bool {
         let mut sink = [0u8; 4096];
-        let drain = async {
-            loop {
-                match tokio::io::AsyncReadExt::read(&mut self.io, &mut sink).await {
-                    Ok(0) | Err(_) => return,
+        let end = tokio::time::Instant::now() + max;
+        let (mut unsent, mut since) = (unsent_bytes(fd), tokio::time::Instant::now());
+        let look = grace / 4;
+        loop {
+            tokio::select! {
+                r = tokio::io::AsyncReadExt::read(&mut self.io, &mut sink) => match r {
+                    Ok(0) | Err(_) => return true,
                     Ok(_) => {}
-                }
+                },
+                _ = tokio::time::sleep(look) => {}
+                _ = tokio::time::sleep_until(end) => return true,
             }
-        };
-        let _ = tokio::time::timeout(max, drain).await;
+            let now = tokio::time::Instant::now();
+            let left = unsent_bytes(fd);
+            if left == 0 || left < unsent {
+                (unsent, since) = (left, now);
+            } else if now - since >= grace {
+                return false;
+            }
+        }
     }
 
     pub fn into_inner(self) -> I {

@@ -92,13 +92,22 @@ pub fn raise_fd_limit() -> usize {
     usize::try_from(r.rlim_cur).unwrap_or(usize::MAX)
 }
 
-/// One connection's (or request's) own read and stall timeout: between 7/8 and all of
+/// One connection's (or request's) own read and stall timeout: between 3/4 and 15/16 of
 /// `limit`, spread by `key`, so that connections which started together do not all time out
 /// in the same instant. 1 000 flooders closed in one burst held a one-core server's other
-/// clients for tens of milliseconds (`scripts/hostile-clients.py`). Never above `limit`.
+/// clients for tens of milliseconds (`scripts/hostile-clients.py`). What is left of `limit`
+/// (at least `goodbye_grace`) is the connection's goodbye: the error it is closed with must
+/// be taken within it, so a client that stalled is gone within `limit` of its stall.
 pub(crate) fn spread(limit: Duration, key: u64) -> Duration {
     let h = (key.wrapping_mul(0x9E37_79B9_7F4A_7C15) >> 54) as u32; // 10 well-mixed bits
-    limit - limit / 8 * h / 1024
+    limit - goodbye_grace(limit) - limit / 16 * 3 * h / 1024
+}
+
+/// How long the error frame or answer a connection is closed with (after one of its
+/// timeouts fired) may wait for its client to take it; then the connection is reset. Were it
+/// given a whole stall limit, a client that takes nothing would be held for two timeouts.
+pub(crate) fn goodbye_grace(limit: Duration) -> Duration {
+    limit / 16
 }
 
 /// Makes closing connection `fd` reset it (SO_LINGER 0): for a client closed because it took
@@ -278,7 +287,9 @@ mod tests {
     fn spread_timeouts_stay_within_the_limit_and_differ() {
         let limit = Duration::from_secs(2);
         let all: Vec<Duration> = (0..1000).map(|k| spread(limit, k)).collect();
-        assert!(all.iter().all(|&t| t <= limit && t >= limit - limit / 8));
+        assert!(all
+            .iter()
+            .all(|&t| t + goodbye_grace(limit) <= limit && t >= limit - limit / 4));
         let distinct: std::collections::HashSet<_> = all.iter().collect();
         assert!(distinct.len() > 500, "{} distinct", distinct.len());
     }

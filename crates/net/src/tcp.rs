@@ -319,7 +319,8 @@ async fn serve_connection<W: AsyncWrite + Unpin + Send + 'static>(
     let (tx, rx) = mpsc::unbounded_channel();
     let permits = Arc::new(Semaphore::new(env.max_inflight));
     let queue = Arc::new(Queued::default());
-    let writer = tokio::spawn(write_loop(
+    let give_up = Arc::new(Notify::new());
+    let mut writer = tokio::spawn(write_loop(
         wr,
         rx,
         queue.clone(),
@@ -329,6 +330,7 @@ async fn serve_connection<W: AsyncWrite + Unpin + Send + 'static>(
             limit: read_timeout,
             fd,
             metrics: ctx.metrics.clone(),
+            give_up: give_up.clone(),
         },
     ));
     let conn = Arc::new(Conn {
@@ -342,6 +344,10 @@ async fn serve_connection<W: AsyncWrite + Unpin + Send + 'static>(
     // Grown as frames need it (READ_CHUNK at a time), not held at 64 KB per idle connection.
     let mut buf = BytesMut::new();
     let mut closing = false;
+    // The server closes the connection (one of its timeouts, or a protocol error): its last
+    // frame gets the goodbye grace, not a stall limit of its own.
+    let mut goodbye = false;
+    let mut writer_ended = false;
     // When the frame now partly in `buf` began, and when the client last sent anything.
     let mut frame_started: Option<Instant> = None;
     let mut last_read = Instant::now();
@@ -356,6 +362,7 @@ async fn serve_connection<W: AsyncWrite + Unpin + Send + 'static>(
                 Ok(None) => break,
                 Err(e) => {
                     protocol_error(&conn, ctx, &buf, &e);
+                    goodbye = true;
                     break 'read;
                 }
             };
@@ -425,6 +432,7 @@ async fn serve_connection<W: AsyncWrite + Unpin + Send + 'static>(
                         // The client closed in the middle of a frame: say so before closing.
                         let e = FrameError::Short { needed: frame_len(&buf), have: buf.len() };
                         protocol_error(&conn, ctx, &buf, &e);
+                        goodbye = true;
                         break;
                     }
                     Ok(0) => break,
@@ -446,6 +454,7 @@ async fn serve_connection<W: AsyncWrite + Unpin + Send + 'static>(
                     continue;
                 }
                 ctx.metrics.timed_out_connection(why);
+                goodbye = true;
                 if why == "partial_frame" {
                     let id = if buf.len() >= HEADER_LEN {
                         u64::from_le_bytes(buf[8..16].try_into().expect("len"))
@@ -464,6 +473,12 @@ async fn serve_connection<W: AsyncWrite + Unpin + Send + 'static>(
                 }
                 // Idle: GOAWAY with nothing pending, then close.
                 closing = true;
+            },
+            // The writer gave up on the client (it took no answer bytes): nothing more is
+            // read from it either.
+            _ = &mut writer, if !writer_ended => {
+                writer_ended = true;
+                break;
             },
             _ = shutdown.changed() => {
                 // Answer what is already buffered with UNAVAILABLE, then say GOAWAY.
@@ -487,6 +502,19 @@ async fn serve_connection<W: AsyncWrite + Unpin + Send + 'static>(
     }
     // The writer ends when every holder of `conn` (this reader and in-flight requests) is gone.
     drop(conn);
+    if writer_ended {
+        return;
+    }
+    if goodbye {
+        // The goodbye (TIMEOUT or protocol error, GOAWAY) is not given a stall limit of its
+        // own: the answers before it may have filled the socket's buffer without reaching
+        // the client, and a client that stalled is gone within the read timeout.
+        let grace = crate::limits::goodbye_grace(limits.read_timeout);
+        if tokio::time::timeout(grace, &mut writer).await.is_ok() {
+            return;
+        }
+        give_up.notify_one();
+    }
     let _ = writer.await;
 }
 
@@ -561,6 +589,9 @@ struct Stall {
     limit: Duration,
     fd: std::os::fd::RawFd,
     metrics: Arc<cohort_engine::Metrics>,
+    /// Told when the reader closed the connection for a timeout and its goodbye was not
+    /// taken within the grace: the writer stops and the connection is reset.
+    give_up: Arc<Notify>,
 }
 
 /// Most answer frames written in one vectored write.
@@ -578,21 +609,44 @@ async fn write_loop<W: AsyncWrite + Unpin>(
     budget: Arc<Budget>,
     stall: Stall,
 ) {
-    let Stall { limit, fd, metrics } = stall;
+    let Stall {
+        limit,
+        fd,
+        metrics,
+        give_up,
+    } = stall;
     let mut run: Vec<Vec<u8>> = Vec::with_capacity(WRITE_BATCH);
-    let mut stalled = false;
-    while let Some(frame) = rx.recv().await {
+    // Closed without an orderly end: the client took nothing for a stall limit, or did not
+    // take its goodbye within the grace (`limits::goodbye_grace`).
+    let mut cut = false;
+    loop {
+        let next = tokio::select! {
+            biased;
+            f = rx.recv() => f,
+            _ = give_up.notified() => {
+                cut = true;
+                None
+            }
+        };
+        let Some(frame) = next else { break };
         run.push(frame);
         while run.len() < WRITE_BATCH {
             let Ok(frame) = rx.try_recv() else { break };
             run.push(frame);
         }
         let (n, bytes) = (run.len(), run.iter().map(Vec::len).sum::<usize>());
-        let ok = match tokio::time::timeout(limit, write_run(&mut w, &run)).await {
-            Ok(r) => r.is_ok(),
-            Err(_) => {
-                metrics.timed_out_connection("write_stalled");
-                stalled = true;
+        let ok = tokio::select! {
+            biased;
+            r = tokio::time::timeout(limit, write_run(&mut w, &run)) => match r {
+                Ok(r) => r.is_ok(),
+                Err(_) => {
+                    metrics.timed_out_connection("write_stalled");
+                    cut = true;
+                    false
+                }
+            },
+            _ = give_up.notified() => {
+                cut = true;
                 false
             }
         };
@@ -614,7 +668,7 @@ async fn write_loop<W: AsyncWrite + Unpin>(
         budget.release(frame.len());
         queue.bytes.fetch_sub(frame.len(), Ordering::AcqRel);
     }
-    if stalled {
+    if cut {
         // No orderly end for a client that takes nothing: waiting to flush would take
         // another stall, and the FIN would queue behind bytes it never takes.
         crate::limits::reset_on_close(fd);
