@@ -22,6 +22,7 @@ mod inline;
 pub mod metrics;
 mod reply;
 mod service;
+pub mod sharded;
 pub mod wiring;
 
 pub use batch::{BatchBackend, BatchConfig, BatchSlot};

@@ -2,12 +2,13 @@
 //! by the listeners, the dispatcher and the engines; `/metrics` encodes it. Names and labels
 //! are documented in docs/metrics.md.
 
+use crate::sharded::{ShardedCounter, ShardedHistogram};
 use cohort_proto::ErrorCode;
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
 use prometheus_client::metrics::gauge::Gauge;
-use prometheus_client::metrics::histogram::{exponential_buckets, Histogram};
+use prometheus_client::metrics::histogram::exponential_buckets;
 use prometheus_client::registry::Registry;
 use std::collections::HashMap;
 use std::sync::atomic::AtomicU64;
@@ -63,9 +64,9 @@ pub struct GpuLabels {
     pub gpu: String,
 }
 
-fn seconds_histogram() -> Histogram {
+fn seconds_histogram() -> ShardedHistogram {
     // 1 us .. ~16 s.
-    Histogram::new(exponential_buckets(1e-6, 2.0, 25))
+    ShardedHistogram::new(exponential_buckets(1e-6, 2.0, 25))
 }
 
 /// Metric handles resolved once for the label sets every request touches, so answering a
@@ -73,14 +74,14 @@ fn seconds_histogram() -> Histogram {
 struct HotHandles {
     services: HashMap<u16, ServiceHandles>,
     /// Per (engine, stage name) the engines report: (queue wait, compute).
-    stages: Vec<(String, &'static str, Histogram, Histogram)>,
+    stages: Vec<(String, &'static str, ShardedHistogram, ShardedHistogram)>,
 }
 
 /// A known service's duration histogram and one request counter per outcome label.
-type ServiceHandles = (Histogram, Vec<(&'static str, Counter)>);
+type ServiceHandles = (ShardedHistogram, Vec<(&'static str, ShardedCounter)>);
 
 /// One (engine, stage)'s queue-wait and compute histograms (`Metrics::stage_hists`).
-pub struct StageHists(Histogram, Histogram);
+pub struct StageHists(ShardedHistogram, ShardedHistogram);
 
 impl StageHists {
     pub fn observe(&self, wait: Duration, compute: Duration) {
@@ -103,11 +104,12 @@ pub struct Metrics {
     registry: Mutex<Registry>,
     services: HashMap<u16, ServiceLabel>,
     hot: HotHandles,
-    pub requests: Family<OutcomeLabels, Counter>,
-    pub request_duration: Family<ServiceLabels, Histogram, fn() -> Histogram>,
-    pub queue_wait: Family<StageLabels, Histogram, fn() -> Histogram>,
-    pub compute: Family<StageLabels, Histogram, fn() -> Histogram>,
-    pub cohort_size: Family<EngineLabels, Histogram, fn() -> Histogram>,
+    // Touched by every request on every lane and ingress thread: per-thread shards.
+    pub requests: Family<OutcomeLabels, ShardedCounter>,
+    pub request_duration: Family<ServiceLabels, ShardedHistogram, fn() -> ShardedHistogram>,
+    pub queue_wait: Family<StageLabels, ShardedHistogram, fn() -> ShardedHistogram>,
+    pub compute: Family<StageLabels, ShardedHistogram, fn() -> ShardedHistogram>,
+    pub cohort_size: Family<EngineLabels, ShardedHistogram, fn() -> ShardedHistogram>,
     pub in_flight: Family<IngressLabels, Gauge>,
     pub datagrams: Family<DirectionLabels, Counter>,
     pub dropped_datagrams: Family<ReasonLabels, Counter>,
@@ -124,7 +126,7 @@ pub struct Metrics {
     /// Bytes of requests and answers held for TCP/HTTP connections now (the budget
     /// `--max-buffered-bytes` bounds: reading stops while it is over).
     pub buffered_bytes: Gauge,
-    pub http_requests: Counter,
+    pub http_requests: ShardedCounter,
     pub gpu_memory_used: Family<GpuLabels, Gauge>,
     /// Board power now (W) and energy since the server started (J), per GPU the driver sees;
     /// updated when `/metrics` is read (`record_gpu_power`).
@@ -155,7 +157,7 @@ impl Metrics {
             queue_wait: Family::new_with_constructor(seconds_histogram),
             compute: Family::new_with_constructor(seconds_histogram),
             cohort_size: Family::new_with_constructor(|| {
-                Histogram::new(exponential_buckets(1.0, 2.0, 14))
+                ShardedHistogram::new(exponential_buckets(1.0, 2.0, 14))
             }),
             in_flight: Family::default(),
             datagrams: Family::default(),
@@ -167,7 +169,7 @@ impl Metrics {
             connections_refused: Family::default(),
             connections_timed_out: Family::default(),
             buffered_bytes: Gauge::default(),
-            http_requests: Counter::default(),
+            http_requests: ShardedCounter::default(),
             gpu_memory_used: Family::default(),
             gpu_power: Family::default(),
             gpu_energy: Family::default(),
