@@ -58,9 +58,12 @@ impl EngineSpec {
     }
 }
 
-/// An engine's requests in flight across all its ingresses, against `--max-queue`. Each
-/// ingress adds what it sends and subtracts what it gets answered, so the count is exact
-/// whatever the number of rings.
+/// An engine's places for requests in flight across all its ingresses, against
+/// `--max-queue`: `count` is the places the ingresses hold. An ingress reserves places a
+/// run at a time (`EngineTx::credits`) and gives them back a run at a time, so the count's
+/// cache line is not written by every thread per request (two writes per request from every
+/// ingress capped the engines' host side, docs/gpu.md). Never more than `limit` requests are
+/// in flight; a place an idle ingress holds in reserve (at most 2 runs) is not lent to another.
 #[derive(Debug)]
 struct Queued {
     count: std::sync::atomic::AtomicUsize,
@@ -68,14 +71,24 @@ struct Queued {
 }
 
 impl Queued {
-    /// Takes a place, or None when `limit` are taken.
-    fn take(&self) -> Option<()> {
-        let before = self.count.fetch_add(1, Ordering::AcqRel);
-        if before >= self.limit {
-            self.count.fetch_sub(1, Ordering::AcqRel);
-            return None;
+    /// Reserves up to `want` places (fewer near the limit): how many, 0 when none is left.
+    fn reserve(&self, want: usize) -> usize {
+        let mut cur = self.count.load(Ordering::Acquire);
+        loop {
+            let got = want.min(self.limit.saturating_sub(cur));
+            if got == 0 {
+                return 0;
+            }
+            match self.count.compare_exchange_weak(
+                cur,
+                cur + got,
+                Ordering::AcqRel,
+                Ordering::Acquire,
+            ) {
+                Ok(_) => return got,
+                Err(now) => cur = now,
+            }
         }
-        Some(())
     }
 
     fn give_back(&self, n: usize) {
@@ -158,6 +171,11 @@ pub fn wire_in(ingresses: usize, engines: &[EngineSpec], memory: RequestMemory<'
                 limit,
             })
         });
+        // Places an ingress reserves at a time: what its reserve may keep from the others is
+        // at most 2 runs, all ingresses together at most an eighth of the bound (1: exact).
+        let run = spec
+            .max_queued
+            .map_or(1, |limit| (limit / (16 * ingresses.max(1))).clamp(1, 256));
         let layout = Layout::with_stride(spec.slots, spec.stride);
         let publish = (spec.slots / 8).clamp(1, 32);
         let mut txs: Vec<Vec<LaneTx>> = (0..ingresses).map(|_| Vec::new()).collect();
@@ -215,6 +233,8 @@ pub fn wire_in(ingresses: usize, engines: &[EngineSpec], memory: RequestMemory<'
                 next: i,
                 waits: Vec::new(),
                 queued: queued.clone(),
+                credits: 0,
+                run,
             });
         }
         lanes_out.push(lanes);
@@ -361,6 +381,35 @@ struct EngineTx {
     waits: Vec<Option<f64>>,
     /// The engine's bound on requests in flight, shared by every ingress.
     queued: Option<Arc<Queued>>,
+    /// Places of `queued` this ingress holds and has not used, and how many it reserves or
+    /// gives back at a time.
+    credits: usize,
+    run: usize,
+}
+
+impl EngineTx {
+    /// Takes one of the engine's places: false when none is left.
+    fn take_place(&mut self, q: &Queued) -> bool {
+        if self.credits == 0 {
+            self.credits = q.reserve(self.run);
+        }
+        if self.credits == 0 {
+            return false;
+        }
+        self.credits -= 1;
+        true
+    }
+
+    /// `n` places are free again (answers came): kept for the next requests up to two runs.
+    fn free_places(&mut self, n: usize) {
+        let Some(q) = &self.queued else { return };
+        self.credits += n;
+        if self.credits > 2 * self.run || self.run == 1 {
+            let keep = if self.run == 1 { 0 } else { self.run };
+            q.give_back(self.credits - keep);
+            self.credits = keep;
+        }
+    }
 }
 
 /// Why ingress could not hand a request to an engine.
@@ -443,15 +492,14 @@ impl IngressEnds {
         let Some(q) = eng.queued.take() else {
             return send_to_lane(eng, e, env, payload);
         };
-        let sent = match q.take() {
-            Some(()) => {
-                let sent = send_to_lane(eng, e, env, payload);
-                if sent.is_err() {
-                    q.give_back(1);
-                }
-                sent
+        let sent = if eng.take_place(&q) {
+            let sent = send_to_lane(eng, e, env, payload);
+            if sent.is_err() {
+                eng.credits += 1;
             }
-            None => Err(Refusal::Overloaded),
+            sent
+        } else {
+            Err(Refusal::Overloaded)
         };
         eng.queued = Some(q);
         sent
@@ -478,11 +526,7 @@ impl IngressEnds {
                 let tx = &mut eng.lanes[lane.lane as usize];
                 // An answer the lane owed (not a late one from before a restart, which was
                 // given back when the lane was reaped) frees its place in the engine.
-                if tx.outstanding > 0 {
-                    if let Some(q) = &eng.queued {
-                        q.give_back(1);
-                    }
-                }
+                let owed = tx.outstanding > 0;
                 tx.outstanding = tx.outstanding.saturating_sub(1);
                 tx.answered += 1;
                 if let Some(arrived) = arrived {
@@ -491,6 +535,9 @@ impl IngressEnds {
                         tx.rate
                             .on_answer(crate::clock::now_ns().saturating_sub(arrived));
                     }
+                }
+                if owed {
+                    eng.free_places(1);
                 }
                 got += 1;
                 empty_in_a_row = 0;
@@ -771,5 +818,71 @@ mod tests {
             );
         }
         assert_eq!(EngineSpec::stride_for(2580), 4096);
+    }
+
+    /// `--max-queue` over several ingresses that reserve places a run at a time: together
+    /// they never send more than the bound, and once answered the places come back to the
+    /// others but for what an ingress keeps in reserve (at most two runs each).
+    #[test]
+    fn the_queue_bound_holds_across_ingresses_and_answered_places_come_back() {
+        let (limit, ingresses) = (1000, 4);
+        let spec = EngineSpec {
+            name: "t".into(),
+            lanes: 1,
+            policy: DispatchPolicy::RoundRobin,
+            services: vec![1],
+            slots: 2048,
+            admit_by_deadline: false,
+            max_queued: Some(limit),
+            stride: DEFAULT_STRIDE,
+        };
+        let mut w = wire(ingresses, &[spec]);
+        let mut lane = w.engines.pop().unwrap().pop().unwrap();
+        let env = |id: u64| Envelope {
+            token: id as u32,
+            service: 1,
+            status: 0,
+            request_id: id,
+            deadline: 0,
+            arrived: 0,
+        };
+        let fill = |w: &mut Wiring, order: &[usize]| -> Vec<usize> {
+            let mut sent = vec![0; ingresses];
+            for &k in order {
+                while w.ingresses[k].send(env(k as u64), b"q").is_ok() {
+                    sent[k] += 1;
+                }
+                assert_eq!(
+                    w.ingresses[k].send(env(0), b"q").unwrap_err(),
+                    Refusal::Overloaded
+                );
+            }
+            sent
+        };
+        // Interleaved sends first: each ingress reserves runs as it goes.
+        for round in 0..10 {
+            for (k, ing) in w.ingresses.iter_mut().enumerate() {
+                ing.send(env((round * 10 + k) as u64), b"q").expect("room");
+            }
+        }
+        let sent = fill(&mut w, &[2, 0, 3, 1]);
+        assert_eq!(sent.iter().sum::<usize>() + 40, limit, "{sent:?}");
+        // The lane answers everything; every ingress takes its answers.
+        let (rq, an) = (&mut lane.requests, &mut lane.answers);
+        let mut answered = 0;
+        while rq.poll(|i, m| an.send(i, m.env, b"a")).is_some() {
+            answered += 1;
+        }
+        assert_eq!(answered, limit);
+        for ing in w.ingresses.iter_mut() {
+            ing.drain_answers(usize::MAX, |_| {});
+        }
+        // One ingress alone now gets all but the others' reserves.
+        let run = limit / (16 * ingresses);
+        let again = fill(&mut w, &[3])[3];
+        assert!(
+            again <= limit && again + 3 * 2 * run >= limit,
+            "{again} of {limit} (runs of {run})"
+        );
     }
 }
