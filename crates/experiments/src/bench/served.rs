@@ -80,6 +80,11 @@ pub struct ServedBench {
     /// UDP (HTTP for a page service) port of the server on 127.0.0.1.
     #[arg(long, default_value_t = 7300)]
     pub port: u16,
+    /// io threads of a server of N cores (default: N). A GPU engine's control threads share
+    /// the server's cores with its io threads: with 4 GPUs, 8 io threads and 4 control threads
+    /// on 8 cores contend for them.
+    #[arg(long)]
+    pub io_threads: Option<usize>,
     /// Seconds a server may take to listen (a GPU engine compiles its kernels first).
     #[arg(long, default_value_t = 300)]
     pub start_timeout_s: u64,
@@ -209,7 +214,7 @@ fn point(
         "--service".into(),
         format!("{service}:{engine}"),
         "--io-threads".into(),
-        n.to_string(),
+        a.io_threads.unwrap_or(n).to_string(),
         "--log-level".into(),
         "warn".into(),
     ];
