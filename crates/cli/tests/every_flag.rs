@@ -64,6 +64,7 @@ fn sample(flag: &str, ix: &str) -> Option<Option<String>> {
         "cohort-timeout-us" => v("100"),
         "cohort-keep-busy" => v("0"),
         "streams" => v("2"),
+        "control-threads" => v("2"),
         "gpu-slots" => v("128"),
         "stages" => v("4:8:1"),
         "gpu-batch" => v("4"),
@@ -232,7 +233,7 @@ fn every_serve_flag_and_config_key_is_accepted() {
     std::fs::write(
         &cfg,
         format!(
-            "service = \"knn:cpu,echo\"\nindex = \"{ix}\"\nudp = \"127.0.0.1:0\"\n[services.knn]\nengine = \"cpu\"\ngpus = [0]\nmax_cohort = 64\ncohort_timeout_us = 50\ncohort_keep_busy = 2\nstreams = 2\nprecision = \"f32\"\ncohort_graphs = true\nworkers = 2\nworker_cpus = \"0\"\nmax_queue = 512\ndispatch = \"round-robin\"\nlatency_budget_us = 800\nmax_deadline_ms = 5000\n"
+            "service = \"knn:cpu,echo\"\nindex = \"{ix}\"\nudp = \"127.0.0.1:0\"\n[services.knn]\nengine = \"cpu\"\ngpus = [0]\nmax_cohort = 64\ncohort_timeout_us = 50\ncohort_keep_busy = 2\nstreams = 2\ncontrol_threads = 2\nprecision = \"f32\"\ncohort_graphs = true\nworkers = 2\nworker_cpus = \"0\"\nmax_queue = 512\ndispatch = \"round-robin\"\nlatency_budget_us = 800\nmax_deadline_ms = 5000\n"
         ),
     )
     .unwrap();

@@ -96,7 +96,7 @@ pub struct EngineConfig {
 
 /// The keys of a `[services.NAME]` table that set the service's engine (`EngineConfig`'s
 /// fields; a test holds the two together); any other key is the service's own.
-pub const ENGINE_KEYS: [&str; 18] = [
+pub const ENGINE_KEYS: [&str; 19] = [
     "engine",
     "max_queue",
     "max_deadline_ms",
@@ -109,6 +109,7 @@ pub const ENGINE_KEYS: [&str; 18] = [
     "cohort_keep_busy",
     "streams",
     "cohort_graphs",
+    "control_threads",
     "gpu_slots",
     "stages",
     "gpu_batch",
@@ -275,6 +276,7 @@ mod tests {
                 cohort_keep_busy: 0,
                 streams: Some(3),
                 cohort_graphs: true,
+                control_threads: 2,
             },
             persistent: PersistentEngineArgs {
                 gpu_slots: 128,

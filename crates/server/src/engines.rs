@@ -116,8 +116,9 @@ pub fn start_engines(a: &ServeArgs, ingresses: usize) -> Result<EngineSide> {
         .iter()
         .map(|p| match p.cfg.engine {
             EngineKind::Cpu => cpu_workers(a, p, cpu_services),
-            EngineKind::Hybrid => p.cfg.gpu.gpus.len() + cpu_workers(a, p, cpu_services),
-            _ => p.cfg.gpu.gpus.len(),
+            EngineKind::Hybrid => p.cfg.gpu.gpu_lanes() + cpu_workers(a, p, cpu_services),
+            EngineKind::GpuPersistent => p.cfg.gpu.gpus.len(),
+            _ => p.cfg.gpu.gpu_lanes(),
         })
         .collect();
     let specs: Vec<EngineSpec> = plans
@@ -128,7 +129,7 @@ pub fn start_engines(a: &ServeArgs, ingresses: usize) -> Result<EngineSide> {
             lanes: n,
             policy: match p.cfg.engine {
                 EngineKind::Hybrid => DispatchPolicy::Hybrid {
-                    gpu_lanes: p.cfg.gpu.gpus.len() as u16,
+                    gpu_lanes: p.cfg.gpu.gpu_lanes() as u16,
                     budget_us: p.cfg.hybrid.latency_budget_us as u32,
                 },
                 _ => p.cfg.admission.dispatch,
@@ -271,11 +272,18 @@ fn start_hybrid(
     registry: &Registry,
     metrics: &Arc<Metrics>,
 ) -> Result<Running> {
-    let cpu_lanes = lanes.split_off(p.cfg.gpu.gpus.len());
+    let cpu_lanes = lanes.split_off(p.cfg.gpu.gpu_lanes());
     let Running::Gpu(gpus) = start_gpu(p, EngineKind::GpuCohort, lanes, devices, metrics)? else {
         unreachable!("start_gpu starts GPU engines")
     };
-    match start_cpu(a, p, cpu_lanes, n - p.cfg.gpu.gpus.len(), registry, metrics) {
+    match start_cpu(
+        a,
+        p,
+        cpu_lanes,
+        n - p.cfg.gpu.gpu_lanes(),
+        registry,
+        metrics,
+    ) {
         Ok(Running::Cpu(c)) => Ok(Running::Hybrid(gpus, c)),
         Ok(_) => unreachable!("start_cpu starts a cpu engine"),
         Err(e) => {
@@ -314,8 +322,14 @@ fn start_gpu(
         graphs: p.cfg.gpu.cohort_graphs,
         device: None,
     };
-    let started = per_gpu(p, lanes, devices, GpuEngine::shutdown, |dev, lane| {
+    // Each GPU's control threads take consecutive lanes and share its backend; if one fails
+    // to start, those already started are stopped before the error is returned.
+    let threads = usize::from(p.cfg.gpu.control_threads.max(1));
+    let mut lanes = lanes.into_iter();
+    let mut started: Vec<GpuEngine> = Vec::new();
+    let mut start = |g: usize, started: &mut Vec<GpuEngine>| -> Result<()> {
         let backend = backends.next().expect("one backend per serving device");
+        let dev = cohort_gpu::find_device(devices, g)?;
         let mut cfg = cfg.clone();
         cfg.device = Some(dev.ordinal);
         if p.cfg.gpu.streams.is_none() {
@@ -323,35 +337,25 @@ fn start_gpu(
         }
         tracing::info!(gpu = dev.ordinal, name = %dev.name, sms = dev.sms, mem = dev.total_mem,
             pci = %dev.pci_bus_id, numa = ?dev.numa_node, service = p.name,
-            streams = cfg.streams, "gpu");
-        Ok(GpuEngine::start(backend, lane, &cfg, metrics.clone())?)
-    })?;
-    Ok(Running::Gpu(started))
-}
-
-/// Starts one engine per GPU of the plan, each on its lane; if one fails, those already
-/// started are stopped before the error is returned.
-fn per_gpu<E>(
-    p: &ServicePlan,
-    lanes: Vec<LaneEnds>,
-    devices: &[cohort_gpu::DeviceInfo],
-    stop: fn(E),
-    mut start: impl FnMut(&cohort_gpu::DeviceInfo, LaneEnds) -> Result<E>,
-) -> Result<Vec<E>> {
-    let mut out = Vec::new();
-    for (&g, lane) in p.cfg.gpu.gpus.iter().zip(lanes) {
-        let started = cohort_gpu::find_device(devices, g)
-            .map_err(anyhow::Error::from)
-            .and_then(|dev| start(dev, lane));
-        match started {
-            Ok(e) => out.push(e),
-            Err(e) => {
-                out.into_iter().for_each(stop);
-                return Err(e);
-            }
+            streams = cfg.streams, control_threads = threads, "gpu");
+        for _ in 0..threads {
+            let lane = lanes.next().expect("control_threads lanes per GPU");
+            started.push(GpuEngine::start(
+                backend.clone(),
+                lane,
+                &cfg,
+                metrics.clone(),
+            )?);
+        }
+        Ok(())
+    };
+    for &g in &p.cfg.gpu.gpus {
+        if let Err(e) = start(g, &mut started) {
+            started.into_iter().for_each(GpuEngine::shutdown);
+            return Err(e);
         }
     }
-    Ok(out)
+    Ok(Running::Gpu(started))
 }
 
 /// The request rings of gpu-persistent engines, in memory mapped for their GPU (the GPU polls

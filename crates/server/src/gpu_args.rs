@@ -34,6 +34,19 @@ pub struct GpuEngineArgs {
     /// and kernel (measured within +-3% of launching on the H200: off by default).
     #[arg(long)]
     pub cohort_graphs: bool,
+    /// gpu-direct, gpu-cohort (and hybrid's GPU side): control threads per GPU, each with its
+    /// own slots and streams, sharing the GPU's backend (its index or weights): one GPU's host
+    /// work (staging, launching, answering) spread over this many cores. One control thread
+    /// stages and answers about 2 M requests/s (docs/gpu.md); LeNet's kernels do more.
+    #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
+    pub control_threads: u16,
+}
+
+impl GpuEngineArgs {
+    /// The control threads (engine lanes) of a GPU batching engine: one set per GPU.
+    pub fn gpu_lanes(&self) -> usize {
+        self.gpus.len() * usize::from(self.control_threads.max(1))
+    }
 }
 
 impl Default for GpuEngineArgs {
@@ -58,5 +71,6 @@ mod tests {
             (256, 200, 1)
         );
         assert_eq!((d.streams, d.cohort_graphs), (None, false));
+        assert_eq!(d.control_threads, 1);
     }
 }
