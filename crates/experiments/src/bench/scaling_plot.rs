@@ -84,7 +84,7 @@ pub fn run(a: &ScalingPlotArgs) -> Result<()> {
     cohort_load::plot_lines(
         &series,
         &a.title,
-        ("serving devices (virtual GPUs)", "K requests/s"),
+        ("serving devices (GPUs, or virtual GPUs of one)", "K requests/s"),
         false,
         &a.out,
     )?;
