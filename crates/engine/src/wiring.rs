@@ -404,8 +404,9 @@ impl EngineTx {
     fn free_places(&mut self, n: usize) {
         let Some(q) = &self.queued else { return };
         self.credits += n;
-        if self.credits > 2 * self.run || self.run == 1 {
-            let keep = if self.run == 1 { 0 } else { self.run };
+        // A run of one is the exact bound: nothing is kept back.
+        let keep = if self.run == 1 { 0 } else { self.run };
+        if self.credits > 2 * keep {
             q.give_back(self.credits - keep);
             self.credits = keep;
         }

@@ -589,8 +589,8 @@ struct Stall {
     limit: Duration,
     fd: std::os::fd::RawFd,
     metrics: Arc<cohort_engine::Metrics>,
-    /// Told when the reader closed the connection for a timeout and its goodbye was not
-    /// taken within the grace: the writer stops and the connection is reset.
+    /// Told when the reader closed the connection (a timeout or a protocol error) and its
+    /// goodbye was not taken within the grace: the writer stops and the connection is reset.
     give_up: Arc<Notify>,
 }
 

@@ -84,7 +84,10 @@ pub fn run(a: &ScalingPlotArgs) -> Result<()> {
     cohort_load::plot_lines(
         &series,
         &a.title,
-        ("serving devices (GPUs, or virtual GPUs of one)", "K requests/s"),
+        (
+            "serving devices (GPUs, or virtual GPUs of one)",
+            "K requests/s",
+        ),
         false,
         &a.out,
     )?;
