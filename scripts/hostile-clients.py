@@ -3,8 +3,9 @@
 
 Starts the server (echo on the cpu engine, pinned with taskset), then:
  1. flood: CONNS HTTP and CONNS TCP connections pipeline 60 KB echoes and never read. While
-    they do, a normal client on each transport (UDP, TCP, HTTP: one request at a time, every
-    answer checked) measures its latency. Recorded: when each flooder's last write went
+    they do, normal clients (UDP; TCP and HTTP with a connection per request; TCP and HTTP on
+    a connection kept open from before the flood; one request at a time, every answer
+    checked) measure their latency. Recorded: when each flooder's last write went
     through and when the server closed it (its TCP state, read with TCP_INFO: the flooder
     never reads), the host's TCP memory (/proc/net/sockstat) against tcp_mem, the server's
     RSS and counted bytes (cohort_buffered_bytes), and RSS 10 s after the last close.
@@ -121,15 +122,60 @@ def hostport(a):
 
 
 class Prober(threading.Thread):
-    """A normal client on one transport: one request at a time, every answer checked."""
+    """A normal client on one transport: one request at a time, every answer checked. `tcp`
+    and `http` open a connection per request; `tcp-kept` and `http-kept` keep one open
+    (connected before the flood starts), as a client of a long-lived connection does."""
 
     def __init__(self, kind, addr, stop, every=0.01):
         super().__init__(daemon=True)
         self.kind, self.addr, self.stop, self.every = kind, hostport(addr), stop, every
         self.lat_ms, self.failures = [], []
+        self.sock = None
+        if kind.endswith("-kept"):
+            self.connect()
+
+    def connect(self):
+        self.sock = socket.create_connection(self.addr, timeout=2, source_address=(NORMAL_HOST, 0))
+
+    def kept(self, i, data):
+        if self.sock is None:
+            self.connect()  # (the last one failed: a new one, counted in its latency)
+        s = self.sock
+        try:
+            if self.kind == "tcp-kept":
+                s.sendall(frame(i, data))
+                got = b""
+                while len(got) < 24 + len(data):
+                    chunk = s.recv(4096)
+                    if not chunk:
+                        raise ConnectionError("closed by the server")
+                    got += chunk
+                return got[24:] == data and struct.unpack_from("<Q", got, 8)[0] == i
+            body = json.dumps({"data": data.decode()}).encode()
+            s.sendall(http_request(body))
+            got = b""
+            while b"\r\n\r\n" not in got:
+                chunk = s.recv(4096)
+                if not chunk:
+                    raise ConnectionError("closed by the server")
+                got += chunk
+            head, _, rest = got.partition(b"\r\n\r\n")
+            n = int(re.search(rb"content-length: (\d+)", head, re.I).group(1))
+            while len(rest) < n:
+                chunk = s.recv(4096)
+                if not chunk:
+                    raise ConnectionError("closed by the server")
+                rest += chunk
+            return head.startswith(b"HTTP/1.1 200") and data in rest
+        except OSError:
+            s.close()
+            self.sock = None
+            raise
 
     def one(self, i):
         data = b"probe-%d" % i
+        if self.kind.endswith("-kept"):
+            return self.kept(i, data)
         if self.kind == "udp":
             s = socket.socket(socket.AF_INET, socket.SOCK_DGRAM)
             s.bind((NORMAL_HOST, 0))
@@ -187,11 +233,13 @@ class Prober(threading.Thread):
                 "p50_ms": q(0.5), "p99_ms": q(0.99), "max_ms": round(v[-1], 3) if v else None}
 
 
-def probe_process(addrs, stop, results):
+def probe_process(addrs, stop, ready, results):
     """The normal clients, in a process of their own: in the flooder's process they would
     wait for its interpreter lock (up to 5 ms a switch) and measure that, not the server."""
     inner = threading.Event()
-    probers = [Prober(k, addrs[k], inner) for k in ("udp", "tcp", "http")]
+    kinds = ("udp", "tcp", "http", "tcp-kept", "http-kept")
+    probers = [Prober(k, addrs[k.split("-")[0]], inner) for k in kinds]
+    ready.set()  # the kept connections are open
     for p in probers:
         p.start()
     stop.wait()
@@ -223,13 +271,14 @@ def flood(args, addrs, pid, out):
             s.setblocking(False)
             # kind, sock, last write ok, closed at, bytes sent, last answer byte in, queued
             conns.append([kind, s, None, None, 0, None, 0])
-    stop = multiprocessing.Event()
+    stop, ready = multiprocessing.Event(), multiprocessing.Event()
     results = multiprocessing.Queue()
-    probers = multiprocessing.Process(target=probe_process, args=(addrs, stop, results))
+    probers = multiprocessing.Process(target=probe_process, args=(addrs, stop, ready, results))
     rss0 = out["rss_start_kb"]
     peak = {"rss_kb": rss0, "tcp_mem_pages": tcp_mem_pages(), "buffered_bytes": 0.0}
-    t0 = time.time()
     probers.start()
+    ready.wait(10)
+    t0 = time.time()
     os.nice(5)  # the normal clients come first on the shared core
     deadline = t0 + args.flood_seconds
     last_sample = 0
