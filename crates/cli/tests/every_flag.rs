@@ -280,3 +280,27 @@ fn the_readme_example_serves() {
     common::assert_all_answered(&r);
     assert_eq!(r.ok, r.sent);
 }
+
+/// `--control-threads` (and its config key) takes 1..=64: 0, too many and garbage are refused
+/// with a message that names the flag, before anything starts.
+#[test]
+fn bad_control_threads_are_refused_with_a_clear_message() {
+    for bad in ["0", "65", "two", "-1"] {
+        let flag = format!("--control-threads={bad}");
+        let o = cohort(&["serve", "--service", "echo", &flag, "--check-config"]);
+        let err = String::from_utf8_lossy(&o.stderr);
+        assert!(!o.status.success(), "--control-threads {bad} accepted");
+        assert!(err.contains("control-threads"), "{bad}: {err}");
+    }
+    let dir = common::Scratch::new("bad-control-threads");
+    let cfg = dir.0.join("c.toml");
+    std::fs::write(
+        &cfg,
+        "service = \"echo\"\nudp = \"127.0.0.1:0\"\n[services.echo]\ncontrol_threads = \"many\"\n",
+    )
+    .unwrap();
+    let o = cohort(&["serve", "--check-config", "--config", cfg.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "control_threads = \"many\" accepted");
+    assert!(err.contains("control_threads"), "{err}");
+}

@@ -215,6 +215,11 @@ fn check(p: &ServicePlan) -> Result<()> {
         p.name
     );
     anyhow::ensure!(
+        (1..=64).contains(&g.control_threads),
+        "{}: control_threads must be in 1..=64",
+        p.name
+    );
+    anyhow::ensure!(
         (1..=1 << 20).contains(&q.gpu_slots),
         "{}: gpu_slots must be in 1..=1048576",
         p.name
@@ -349,6 +354,9 @@ mod tests {
         );
         assert!(e("echo", &["echo.max_queue=x"]).contains("non-negative integer"));
         assert!(e("echo", &["echo.streams=0"]).contains("streams must be at least 1"));
+        for bad in ["echo.control_threads=0", "echo.control_threads=65"] {
+            assert!(e("echo", &[bad]).contains("control_threads must be in 1..=64"));
+        }
         assert!(e("echo", &["echo"]).contains("NAME.KEY=VALUE"));
         assert!(e("knn", &["knn.stages=8:x:2"]).contains("stages is a list of block counts"));
         assert!(e("knn", &["knn.stages="]).contains("stages is a list of block counts"));
