@@ -47,8 +47,15 @@ pub(crate) fn plain_data_field(body: &[u8]) -> Option<&[u8]> {
     let n = plain_prefix(rest);
     let tail = &rest[n..];
     let tail = tail.strip_prefix(b"\"")?;
-    let mut tail = tail.iter().filter(|c| !c.is_ascii_whitespace());
+    let mut tail = tail.iter().filter(|&&c| !is_json_whitespace(c));
     (tail.next() == Some(&b'}') && tail.next().is_none()).then_some(&rest[..n])
+}
+
+/// JSON's whitespace (RFC 8259: space, tab, line feed, carriage return). Rust's
+/// `is_ascii_whitespace` also takes form feed, which a JSON parser refuses: the fast path
+/// accepted `{"data":"x"}` followed by a form feed (found by the gateway_json fuzz target).
+pub(crate) fn is_json_whitespace(c: u8) -> bool {
+    matches!(c, b' ' | b'\t' | b'\n' | b'\r')
 }
 
 /// Length of the longest prefix of `b` whose bytes need no escape in a JSON string and are
@@ -127,6 +134,17 @@ fn escape(c: u8) -> Option<&'static str> {
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn only_json_whitespace_may_follow_the_plain_body() {
+        assert_eq!(
+            plain_data_field(b"{\"data\":\"$d\"\r}\t\n\n \r"),
+            Some(&b"$d"[..])
+        );
+        // A form feed is ASCII whitespace to Rust, not to JSON (the fuzz target's crash).
+        assert_eq!(plain_data_field(b"{\"data\":\"$d\"\r}\t\n\n\x0c"), None);
+        assert_eq!(plain_data_field(b"{\"data\":\"$d\"\x0c}"), None);
+    }
 
     fn serde(s: &str) -> Vec<u8> {
         serde_json::to_vec(s).unwrap()
