@@ -89,16 +89,7 @@ pub fn build_registry(plans: &[ServicePlan]) -> Result<Registry> {
 /// 8 io threads and 4 control threads gave p99 4.4 ms at 300 K k-NN queries/s, 4 io threads
 /// 0.43 ms at 600 K.
 fn warn_if_cores_are_shared(a: &ServeArgs, plans: &[ServicePlan]) {
-    let gpu_threads: usize = plans
-        .iter()
-        .map(|p| match p.cfg.engine {
-            EngineKind::GpuDirect | EngineKind::GpuCohort | EngineKind::Hybrid => {
-                p.cfg.gpu.gpu_lanes()
-            }
-            EngineKind::GpuPersistent => p.cfg.gpu.gpus.len(),
-            _ => 0,
-        })
-        .sum();
+    let gpu_threads: usize = plans.iter().map(gpu_lanes).sum();
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     if gpu_threads > 0 && a.io_threads + gpu_threads > cores {
         tracing::warn!(
@@ -110,6 +101,16 @@ fn warn_if_cores_are_shared(a: &ServeArgs, plans: &[ServicePlan]) {
              their own (--io-threads {})",
             cores.saturating_sub(gpu_threads).max(1)
         );
+    }
+}
+
+/// A service's GPU lanes (host threads): `--control-threads` per GPU on the batching engines
+/// (hybrid's GPU side included), one per GPU on gpu-persistent, none on the CPU engines.
+fn gpu_lanes(p: &ServicePlan) -> usize {
+    match p.cfg.engine {
+        EngineKind::GpuDirect | EngineKind::GpuCohort | EngineKind::Hybrid => p.cfg.gpu.gpu_lanes(),
+        EngineKind::GpuPersistent => p.cfg.gpu.gpus.len(),
+        EngineKind::Cpu | EngineKind::Inline => 0,
     }
 }
 
@@ -146,9 +147,8 @@ pub fn start_engines(a: &ServeArgs, ingresses: usize) -> Result<EngineSide> {
         .iter()
         .map(|p| match p.cfg.engine {
             EngineKind::Cpu => cpu_workers(a, p, cpu_services),
-            EngineKind::Hybrid => p.cfg.gpu.gpu_lanes() + cpu_workers(a, p, cpu_services),
-            EngineKind::GpuPersistent => p.cfg.gpu.gpus.len(),
-            _ => p.cfg.gpu.gpu_lanes(),
+            EngineKind::Hybrid => gpu_lanes(p) + cpu_workers(a, p, cpu_services),
+            _ => gpu_lanes(p),
         })
         .collect();
     let specs: Vec<EngineSpec> = plans
