@@ -92,6 +92,15 @@ def metric(http, name):
     return 0.0
 
 
+def cpu_list(text):
+    """CPUs written as taskset -c takes them: "0", "0,2", "1-3"."""
+    out = set()
+    for part in text.split(","):
+        lo, _, hi = part.partition("-")
+        out.update(range(int(lo), int(hi or lo) + 1))
+    return out
+
+
 def start_server(args):
     cmd = ["taskset", "-c", args.server_cpus, args.bin, "serve", "--service", "echo",
            "--engine", "cpu", "--udp", "127.0.0.1:0", "--tcp", "127.0.0.1:0",
@@ -130,6 +139,7 @@ class Prober(threading.Thread):
         super().__init__(daemon=True)
         self.kind, self.addr, self.stop, self.every = kind, hostport(addr), stop, every
         self.lat_ms, self.failures = [], []
+        self.slow = []  # (wall-clock start, ms) of every answer over 5 ms: where the tail falls
         self.sock = None
         if kind.endswith("-kept"):
             self.connect()
@@ -222,6 +232,8 @@ class Prober(threading.Thread):
             dt = (time.perf_counter() - t) * 1000
             if ok:
                 self.lat_ms.append(dt)
+                if dt > 5:
+                    self.slow.append((time.time() - dt / 1000, dt))
             elif not self.failures or not self.failures[-1].startswith(("Timeout", "Connection")):
                 self.failures.append("wrong or missing answer")
             time.sleep(self.every)
@@ -230,7 +242,8 @@ class Prober(threading.Thread):
         v = sorted(self.lat_ms)
         q = lambda p: round(v[min(len(v) - 1, int(p * len(v)))], 3) if v else None
         return {"answered": len(v), "failures": len(self.failures), "first_failures": self.failures[:5],
-                "p50_ms": q(0.5), "p99_ms": q(0.99), "max_ms": round(v[-1], 3) if v else None}
+                "p50_ms": q(0.5), "p99_ms": q(0.99), "max_ms": round(v[-1], 3) if v else None,
+                "slow": self.slow}
 
 
 def probe_process(addrs, stop, ready, results):
@@ -316,6 +329,9 @@ def flood(args, addrs, pid, out):
             time.sleep(0.005)
     stop.set()
     normal = results.get(timeout=30)
+    closes = sorted(c[3] for c in conns if c[3] is not None)
+    for c in normal.values():  # slow answers: (seconds into the flood, ms)
+        c["slow"] = [(round(t - t0, 3), round(ms, 1)) for t, ms in c["slow"]]
     probers.join()
     last_close = max((c[3] for c in conns if c[3] is not None), default=time.time())
     open_left = sum(1 for c in conns if c[3] is None)
@@ -334,6 +350,10 @@ def flood(args, addrs, pid, out):
     out["flood"] = {
         "connections": {"http": args.conns, "tcp": args.conns},
         "seconds": round(time.time() - t0, 1),
+        "first_close_s": round(closes[0] - t0, 3) if closes else None,
+        # How many flooders the server closed in each 50 ms of the flood (from its start).
+        "closes_per_50ms": [sum(1 for c in closes if i <= (c - t0) / 0.05 < i + 1)
+                            for i in range(int((closes[-1] - t0) / 0.05) + 1)] if closes else [],
         "left_open_at_deadline": open_left,
         "close_after_last_write_s": {
             "p50": round(waits[len(waits) // 2], 2) if waits else None,
@@ -410,10 +430,19 @@ def main():
     ap.add_argument("--read-timeout-ms", type=int, default=2000)
     ap.add_argument("--flood-seconds", type=float, default=40)
     ap.add_argument("--server-cpus", default="0")
+    ap.add_argument("--client-cpus", default=None,
+                    help="where the flooders and normal clients run (default: every CPU but the server's)")
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
     args.conns = min(args.conns, 2000)
     p, cmd, addrs = start_server(args)
+    # The clients off the server's cores (the probers' process inherits this): left to the
+    # scheduler, the busy flooder lands on the server's core now and then, and the normal
+    # clients would measure that.
+    server = cpu_list(args.server_cpus)
+    clients = cpu_list(args.client_cpus) if args.client_cpus else (os.sched_getaffinity(0) - server)
+    if clients:
+        os.sched_setaffinity(0, clients)
     try:
         time.sleep(0.5)
         out = {
