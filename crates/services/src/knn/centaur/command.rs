@@ -4,7 +4,9 @@
 use super::inputs::{
     bytes_per_query, host_cost_us, probe_shares, read_runs, scan_share, shard_work, Run,
 };
-use super::{fig2, fit_cohort_time, imbalance, Inputs, Layout, Prediction, LAUNCHES_PER_COHORT};
+use super::{
+    fig2, fit_cohort_time, imbalance, scaling, Inputs, Layout, Prediction, LAUNCHES_PER_COHORT,
+};
 use crate::catalog::{Record, ServiceCommand};
 use clap::{value_parser, Arg, ArgAction, ArgMatches, Command};
 use cohort_gpu::overheads::Overheads;
@@ -58,9 +60,16 @@ fn centaur_command() -> Command {
             Arg::new("memories")
                 .long("memories")
                 .default_value("1")
-                .value_parser(value_parser!(f64))
-                .help("P of eq. 3: separate device memories the runs' devices had (virtual GPUs of one device share one)"),
+                .help("P of eq. 3: separate device memories the runs' devices had (virtual GPUs of one device share one), or `devices`: each device its own (physical GPUs)"),
         )
+        .arg(
+            Arg::new("served")
+                .long("served")
+                .num_args(1..)
+                .value_parser(value_parser!(PathBuf))
+                .help("`cohort bench served` results of the same engines on 1..N GPUs: Fig. 7's served curve, each point beside its prediction"),
+        )
+        .arg(path("anchor", "The cpu engine's echo served on the same cores (`bench served --services echo --engines cpu`): the network path's ceiling in the served prediction"))
         .arg(
             Arg::new("fig2-devices")
                 .long("fig2-devices")
@@ -90,16 +99,19 @@ fn run_centaur(m: &ArgMatches, record: Record) -> Result<(), String> {
             }
         }
     }
-    let calib: Vec<&Run> = runs.iter().filter(|r| r.devices == 1).collect();
-    let first = *calib
+    // The engines in the order they come; the first one's runs draw Fig. 6 and Fig. 2.
+    let mut engines: Vec<String> = Vec::new();
+    for r in &runs {
+        if !engines.contains(&r.engine) {
+            engines.push(r.engine.clone());
+        }
+    }
+    let first = *runs
+        .iter()
+        .filter(|r| r.devices == 1)
+        .collect::<Vec<_>>()
         .first()
         .ok_or("no one-device run among the runs: eq. 6 is fitted to one device's rates")?;
-    if let Some(r) = runs.iter().find(|r| r.drivers != first.drivers) {
-        return Err(format!(
-            "{} has {} driver threads, {} has {}: H of eq. 2 must be one",
-            r.file, r.drivers, first.file, first.drivers
-        ));
-    }
     let in_flight = *m.get_one::<f64>("in-flight").expect("default");
     let over = match path("overheads") {
         Some(p) => read_overheads(&p)?,
@@ -125,33 +137,34 @@ fn run_centaur(m: &ArgMatches, record: Record) -> Result<(), String> {
             queries.dim, ix.dim
         ));
     }
+    let (memories, memory_per_device) =
+        match m.get_one::<String>("memories").expect("default").as_str() {
+            "devices" => (1.0, true),
+            n => (
+                n.parse::<f64>()
+                    .ok()
+                    .filter(|p| *p >= 1.0)
+                    .ok_or_else(|| format!("--memories {n}: a count of 1 or more, or `devices`"))?,
+                false,
+            ),
+        };
     let probed = probe_shares(&ix, &queries.data, first.nprobe.max(1).min(ix.nlist));
-    let points: Vec<(f64, f64)> = calib
-        .iter()
-        .map(|r| {
-            let b = (r.window as f64 / in_flight)
-                .min(r.max_cohort as f64)
-                .max(1.0);
-            (b, b * 1e6 / r.rate)
-        })
-        .collect();
-    let (t0_us, tq_us) = fit_cohort_time(&points, LAUNCHES_PER_COHORT * over.device_gap_us);
-    let inputs = Inputs {
+    let base = Inputs {
         launch_us: over.launch_us,
         query_us: over.query_us,
         gap_us: over.device_gap_us,
         host_us: host_cost_us(ix.dim, ix.nlist, &queries.data, 10),
-        host_threads: first.drivers as f64,
+        host_threads: first.drivers as f64, // (each engine's own: `engine_inputs`)
         // The curves' window: the multi-device runs' (the largest measured).
         window: runs.iter().map(|r| r.window).max().unwrap_or(first.window) as f64,
         max_cohort: first.max_cohort as f64,
         in_flight,
-        t0_us,
-        tq_us,
+        t0_us: 0.0,
+        tq_us: 0.0,
         scan_share: scan_share(&ix, &probed),
         bytes_per_query: bytes_per_query(&ix, &probed),
         bandwidth_gbs: over.copy_gbs,
-        memories: *m.get_one::<f64>("memories").expect("default"),
+        memories,
         host_cores: match m.get_one::<f64>("host-cores") {
             Some(&c) => c,
             None => first
@@ -180,7 +193,15 @@ fn run_centaur(m: &ArgMatches, record: Record) -> Result<(), String> {
                 whole.rate
             }
         },
+        memory_per_device,
+        gpu_centric: false,
     };
+    let mut fitted = Vec::new();
+    for e in &engines {
+        let mine: Vec<&Run> = runs.iter().filter(|r| &r.engine == e).collect();
+        fitted.push(engine_inputs(e, &mine, &base, over.device_gap_us)?);
+    }
+    let (inputs, points) = fitted[0].clone();
     let sizes = ix.cell_sizes();
     // Eq. 8 for a sharded layout; a replicated index's devices each scan whole queries.
     let skew = |n: usize, layout: Layout| match layout {
@@ -191,7 +212,7 @@ fn run_centaur(m: &ArgMatches, record: Record) -> Result<(), String> {
         "inputs: O_k {:.2} us, O_q {:.3} us, g {:.2} us, c_r {:.2} us, H {}, C {}, W {}, B {}, m {}, t(b) = {:.0} + {:.3} b us, s {:.3}, {:.2} MB/query at {:.0} GB/s x {} memories, whole device {:.0} q/s: ceiling {:.0} q/s",
         inputs.launch_us, inputs.query_us, inputs.gap_us, inputs.host_us, inputs.host_threads, inputs.host_cores,
         inputs.window, inputs.max_cohort, inputs.in_flight, inputs.t0_us, inputs.tq_us, inputs.scan_share,
-        inputs.bytes_per_query / 1e6, inputs.bandwidth_gbs, inputs.memories, inputs.whole_rate, inputs.memory_rate()
+        inputs.bytes_per_query / 1e6, inputs.bandwidth_gbs, inputs.memories, inputs.whole_rate, inputs.memory_rate(1)
     );
     if !inputs.shard_work.is_empty() {
         println!(
@@ -205,7 +226,8 @@ fn run_centaur(m: &ArgMatches, record: Record) -> Result<(), String> {
         );
     }
     println!(
-        "{:<10} {:>7} {:>7} {:>11} {:>11} {:>7} {:>6} {:>9} {:>11} {:>11}",
+        "{:<15} {:<10} {:>7} {:>7} {:>11} {:>11} {:>7} {:>6} {:>9} {:>11} {:>11}",
+        "engine",
         "layout",
         "devices",
         "window",
@@ -218,44 +240,58 @@ fn run_centaur(m: &ArgMatches, record: Record) -> Result<(), String> {
         "p50 pred"
     );
     let mut rows = Vec::new();
+    let mut fig7 = Vec::new();
     let mut worst: f64 = 0.0;
-    for r in runs.iter().filter(|r| r.engine == first.engine) {
-        let at_window = Inputs {
-            window: r.window as f64,
-            ..inputs.clone()
-        };
-        let p = at_window.predict(r.devices, r.layout, skew(r.devices, r.layout));
-        let err = (p.rate - r.rate) / r.rate;
-        worst = worst.max(err.abs());
-        println!(
-            "{:<10} {:>7} {:>7} {:>11.0} {:>11.0} {:>+6.0}% {:>6} {:>9.4} {:>9.1}ms {:>9.1}ms{}",
-            format!("{:?}", r.layout).to_lowercase(),
-            r.devices,
-            r.window,
-            r.rate,
-            p.rate,
-            err * 100.0,
-            p.bound,
-            p.imbalance,
-            r.p50_us / 1e3,
-            p.latency_us / 1e3,
-            if err.abs() > GOAL_ERROR {
-                "  beyond 20%"
-            } else {
-                ""
-            }
-        );
-        rows.push(serde_json::json!({
-            "file": r.file, "devices": r.devices, "layout": r.layout, "window": r.window,
-            "measured": r.rate, "measured_p50_us": r.p50_us, "measured_p99_us": r.p99_us,
-            "predicted": p, "error": err,
-        }));
+    for (e, (engine_in, _)) in engines.iter().zip(&fitted) {
+        for r in runs.iter().filter(|r| &r.engine == e) {
+            let at_window = Inputs {
+                window: r.window as f64,
+                ..engine_in.clone()
+            };
+            let p = at_window.predict(r.devices, r.layout, skew(r.devices, r.layout));
+            let err = (p.rate - r.rate) / r.rate;
+            worst = worst.max(err.abs());
+            println!(
+                "{:<15} {:<10} {:>7} {:>7} {:>11.0} {:>11.0} {:>+6.0}% {:>6} {:>9.4} {:>9.1}ms {:>9.1}ms{}",
+                r.engine,
+                format!("{:?}", r.layout).to_lowercase(),
+                r.devices,
+                r.window,
+                r.rate,
+                p.rate,
+                err * 100.0,
+                p.bound,
+                p.imbalance,
+                r.p50_us / 1e3,
+                p.latency_us / 1e3,
+                if err.abs() > GOAL_ERROR {
+                    "  beyond 20%"
+                } else {
+                    ""
+                }
+            );
+            fig7.push(scaling::Point {
+                engine: r.engine.clone(),
+                layout: r.layout,
+                devices: r.devices,
+                measured: r.rate,
+                predicted: p.rate,
+                error: err,
+                file: r.file.clone(),
+            });
+            rows.push(serde_json::json!({
+                "file": r.file, "engine": r.engine, "devices": r.devices, "layout": r.layout,
+                "window": r.window, "measured": r.rate, "measured_p50_us": r.p50_us,
+                "measured_p99_us": r.p99_us, "predicted": p, "error": err,
+            }));
+        }
     }
     println!(
         "largest error {:.0}% (goal: within {:.0}%)",
         worst * 100.0,
         GOAL_ERROR * 100.0
     );
+    let served = served_points(m, &engines, &fitted, &skew)?;
     let out = path("out").expect("required");
     if let Some(dir) = out.parent().filter(|d| !d.as_os_str().is_empty()) {
         std::fs::create_dir_all(dir).map_err(|e| format!("{}: {e}", dir.display()))?;
@@ -272,7 +308,13 @@ fn run_centaur(m: &ArgMatches, record: Record) -> Result<(), String> {
         *m.get_one::<usize>("fig2-devices").expect("default"),
         &threads,
     );
-    plot_fig6(&runs, &rep, &shard, &out)?;
+    let first_runs: Vec<Run> = runs
+        .iter()
+        .filter(|r| r.engine == first.engine)
+        .cloned()
+        .collect();
+    plot_fig6(&first_runs, &rep, &shard, &out)?;
+    plot_fig7(&fig7, &served, &out)?;
     cohort_plot::plot_lines(
         &f2,
         &format!(
@@ -290,16 +332,164 @@ fn run_centaur(m: &ArgMatches, record: Record) -> Result<(), String> {
             "model": "centaur eqs. 1-9 (docs/centaur-model.md)",
             "overheads": over, "inputs": inputs, "calibration_points": points,
             "runs": rows, "largest_error": worst,
+            "engines": engines.iter().zip(&fitted).map(|(e, (i, pts))| serde_json::json!({
+                "engine": e, "inputs": i, "calibration_points": pts,
+            })).collect::<Vec<_>>(),
+            "fig7_in_process": scaling::best_points(fig7.clone()),
+            "fig7_served": served,
             "predicted_replicate": rep, "predicted_shard": shard,
             "fig2": f2.iter().map(|(n, p)| serde_json::json!({"design": n, "points": p})).collect::<Vec<_>>(),
         }),
     )?;
     println!(
-        "wrote {}, {}, {}",
+        "wrote {}, {}, {}, {}",
         suffixed(&out, ".json").display(),
         suffixed(&out, "-fig6.png").display(),
-        suffixed(&out, "-fig2.png").display()
+        suffixed(&out, "-fig2.png").display(),
+        suffixed(&out, "-fig7.png").display()
     );
+    Ok(())
+}
+
+/// One engine's inputs: the common ones with its own host threads (its runs' drivers), window
+/// and cohort limit, design, and cohort time fitted to its own one-device runs (eq. 6).
+fn engine_inputs(
+    engine: &str,
+    runs: &[&Run],
+    base: &Inputs,
+    gap_us: f64,
+) -> Result<(Inputs, Vec<(f64, f64)>), String> {
+    let calib: Vec<&&Run> = runs.iter().filter(|r| r.devices == 1).collect();
+    let first = calib.first().ok_or_else(|| {
+        format!("{engine}: no one-device run: eq. 6 is fitted to one device's rates")
+    })?;
+    if let Some(r) = runs.iter().find(|r| r.drivers != first.drivers) {
+        return Err(format!(
+            "{} has {} driver threads, {} has {}: H of eq. 2 must be one per engine",
+            r.file, r.drivers, first.file, first.drivers
+        ));
+    }
+    let points: Vec<(f64, f64)> = calib
+        .iter()
+        .map(|r| {
+            let b = (r.window as f64 / base.in_flight)
+                .min(r.max_cohort as f64)
+                .max(1.0);
+            (b, b * 1e6 / r.rate)
+        })
+        .collect();
+    let gpu_centric = engine == "gpu-persistent";
+    // The GPU-centric design has no launches: its floor is not theirs.
+    let floor = if gpu_centric {
+        0.0
+    } else {
+        LAUNCHES_PER_COHORT * gap_us
+    };
+    let (t0_us, tq_us) = fit_cohort_time(&points, floor);
+    Ok((
+        Inputs {
+            host_threads: first.drivers as f64,
+            window: runs.iter().map(|r| r.window).max().unwrap_or(first.window) as f64,
+            max_cohort: first.max_cohort as f64,
+            t0_us,
+            tq_us,
+            gpu_centric,
+            ..base.clone()
+        },
+        points,
+    ))
+}
+
+/// The served points (`--served`) beside their predictions (`scaling::predict_served`, the
+/// anchor from `--anchor`); engines with no in-process runs are left out, said so.
+fn served_points(
+    m: &ArgMatches,
+    engines: &[String],
+    fitted: &[(Inputs, Vec<(f64, f64)>)],
+    skew: &dyn Fn(usize, Layout) -> f64,
+) -> Result<Vec<scaling::Point>, String> {
+    let Some(files) = m.get_many::<PathBuf>("served") else {
+        return Ok(Vec::new());
+    };
+    let anchor = match m.get_one::<PathBuf>("anchor") {
+        Some(p) => scaling::read_served(p)?
+            .iter()
+            .map(|s| s.rate)
+            .fold(0.0, f64::max),
+        None => 0.0,
+    };
+    println!("served (anchor: the network path's {anchor:.0} q/s at the same p99 bound):");
+    let mut out = Vec::new();
+    for f in files {
+        for s in scaling::read_served(f)? {
+            let Some(i) = engines.iter().position(|e| *e == s.engine) else {
+                println!(
+                    "left out: {} serves {}, which has no in-process runs",
+                    s.file, s.engine
+                );
+                continue;
+            };
+            let p = scaling::predict_served(&fitted[i].0, &s, anchor, skew(s.devices, s.layout));
+            let err = if s.rate > 0.0 {
+                (p.rate - s.rate) / s.rate
+            } else {
+                f64::INFINITY
+            };
+            println!(
+                "{:<15} {:<10} {:>7} {:>11.0} {:>11.0} {:>+6.0}% {:>8} (p99 <= {:.0} us, {} cores)",
+                s.engine,
+                format!("{:?}", s.layout).to_lowercase(),
+                s.devices,
+                s.rate,
+                p.rate,
+                err * 100.0,
+                p.bound,
+                s.p99_bound_us,
+                s.server_cores
+            );
+            out.push(scaling::Point {
+                engine: s.engine.clone(),
+                layout: s.layout,
+                devices: s.devices,
+                measured: s.rate,
+                predicted: p.rate,
+                error: err,
+                file: s.file.clone(),
+            });
+        }
+    }
+    Ok(scaling::best_points(out))
+}
+
+/// Centaur's Fig. 7 shape: rate against devices, in process and (a second chart) served.
+fn plot_fig7(
+    in_process: &[scaling::Point],
+    served: &[scaling::Point],
+    out: &Path,
+) -> Result<(), String> {
+    let best = scaling::best_points(in_process.to_vec());
+    let mut charts = vec![(
+        scaling::series(&best, "measured"),
+        "Centaur Fig. 7 shape: k-NN rate against GPUs in process, measured and modelled",
+        "-fig7.png",
+    )];
+    if !served.is_empty() {
+        charts.push((
+            scaling::series(served, "served"),
+            "Centaur Fig. 7 shape: k-NN served at the p99 bound against GPUs, measured and modelled",
+            "-fig7-served.png",
+        ));
+    }
+    for (series, title, tail) in charts {
+        cohort_plot::plot_lines(
+            &series,
+            title,
+            ("GPUs", "queries/s"),
+            false,
+            &suffixed(out, tail),
+        )
+        .map_err(|e| e.to_string())?;
+    }
     Ok(())
 }
 

@@ -30,6 +30,7 @@
 
 pub mod command;
 pub mod inputs;
+pub mod scaling;
 
 use serde::{Deserialize, Serialize};
 
@@ -79,6 +80,15 @@ pub struct Inputs {
     /// r(N) of eq. 9 where measured, by device count (ascending); empty: 1 for every N.
     #[serde(default)]
     pub shard_work: Vec<(usize, f64)>,
+    /// P of eq. 3 is N: each device has a memory of its own (physical GPUs, not groups of
+    /// one GPU's SMs); `memories` is then not used.
+    #[serde(default)]
+    pub memory_per_device: bool,
+    /// The GPU-centric design (gpu-persistent): the GPU forms its cohorts and the host
+    /// launches nothing and queries no completion, so eq. 2 keeps only c_r, and a shard's
+    /// scan adds no launch gaps to eq. 9.
+    #[serde(default)]
+    pub gpu_centric: bool,
 }
 
 /// One predicted point.
@@ -144,19 +154,29 @@ impl Inputs {
         let t = match layout {
             Layout::Replicate => self.cohort_time_us(b),
             Layout::Shard => {
+                let gaps = if self.gpu_centric {
+                    0.0
+                } else {
+                    LAUNCHES_PER_SHARD_SCAN
+                };
                 self.shard_factor(devices) * self.cohort_time_us(b)
-                    + (n - 1.0) * LAUNCHES_PER_SHARD_SCAN * self.gap_us
+                    + (n - 1.0) * gaps * self.gap_us
                     + self.scan_share * self.tq_us * b * (imbalance - 1.0).max(0.0)
             }
         };
-        (n * b * 1e6 / t).min(self.memory_rate())
+        (n * b * 1e6 / t).min(self.memory_rate(devices))
     }
 
-    /// Eq. 3's second term.
-    pub fn memory_rate(&self) -> f64 {
-        let bw = self.memories * self.bandwidth_gbs * 1e9 / self.bytes_per_query;
+    /// Eq. 3's second term, on `devices` devices.
+    pub fn memory_rate(&self, devices: usize) -> f64 {
+        let p = if self.memory_per_device {
+            devices as f64
+        } else {
+            self.memories
+        };
+        let bw = p * self.bandwidth_gbs * 1e9 / self.bytes_per_query;
         if self.whole_rate > 0.0 {
-            bw.min(self.memories * self.whole_rate)
+            bw.min(p * self.whole_rate)
         } else {
             bw
         }
@@ -167,11 +187,16 @@ impl Inputs {
         assert!(devices > 0, "at least one device");
         let b = self.cohort(devices);
         let launches = match layout {
+            _ if self.gpu_centric => 0.0,
             Layout::Replicate => LAUNCHES_PER_COHORT,
             Layout::Shard => LAUNCHES_PER_COHORT + (devices as f64 - 1.0) * LAUNCHES_PER_SHARD_SCAN,
         };
         let share = self.core_share(devices);
-        let host_rate = share * self.host_rate(b, launches);
+        let host = Inputs {
+            query_us: if self.gpu_centric { 0.0 } else { self.query_us },
+            ..self.clone()
+        };
+        let host_rate = share * host.host_rate(b, launches);
         let gpu_rate = share * self.gpu_rate(devices, layout, imbalance);
         let rate = host_rate.min(gpu_rate);
         Prediction {
@@ -245,7 +270,7 @@ pub fn fig2(inp: &Inputs, devices: usize, threads: &[usize]) -> Vec<(String, Vec
     designs
         .iter()
         .map(|&(name, b, launches, per_device)| {
-            let gpu = (n * per_device).min(inp.memory_rate());
+            let gpu = (n * per_device).min(inp.memory_rate(devices));
             let pts = threads
                 .iter()
                 .map(|&h| {
@@ -285,6 +310,8 @@ mod tests {
             whole_rate: 0.0,
             host_cores: 64.0,
             shard_work: Vec::new(),
+            memory_per_device: false,
+            gpu_centric: false,
         }
     }
 
@@ -378,7 +405,7 @@ mod tests {
             bytes_per_query: 2e6,
             ..inputs()
         };
-        assert_eq!(i.memory_rate(), 500_000.0);
+        assert_eq!(i.memory_rate(1), 500_000.0);
         assert!(i.gpu_rate(1, Layout::Replicate, 1.0) < 500_000.0);
         assert_eq!(i.gpu_rate(15, Layout::Replicate, 1.0), 500_000.0);
         let two = Inputs {
@@ -391,6 +418,52 @@ mod tests {
             ..i
         };
         assert_eq!(whole.gpu_rate(15, Layout::Replicate, 1.0), 300_000.0);
+    }
+
+    #[test]
+    fn separate_memories_scale_the_memory_bound_with_the_devices() {
+        let i = Inputs {
+            bandwidth_gbs: 1000.0,
+            bytes_per_query: 2e6,
+            memory_per_device: true,
+            ..inputs()
+        };
+        assert_eq!(i.memory_rate(1), 500_000.0);
+        assert_eq!(i.memory_rate(4), 2_000_000.0);
+        // Compute-bound devices then scale linearly, replicated.
+        let one = i.gpu_rate(1, Layout::Replicate, 1.0);
+        let four = Inputs {
+            window: i.window * 4.0,
+            ..i.clone()
+        }
+        .gpu_rate(4, Layout::Replicate, 1.0);
+        assert!((four - 4.0 * one).abs() < 1e-6 * four, "{one} {four}");
+    }
+
+    #[test]
+    fn the_gpu_centric_host_pays_only_its_per_request_cost() {
+        let i = Inputs {
+            gpu_centric: true,
+            host_cores: 1e6,
+            ..inputs()
+        };
+        for layout in [Layout::Replicate, Layout::Shard] {
+            let p = i.predict(4, layout, 1.0);
+            assert!(
+                (p.host_rate - i.host_threads * 1e6 / i.host_us).abs() < 1e-6,
+                "{p:?}"
+            );
+        }
+        // A sharded cohort adds no launch gaps where nothing is launched.
+        let launched = Inputs {
+            gpu_centric: false,
+            ..i.clone()
+        };
+        assert!(i.gpu_rate(4, Layout::Shard, 1.0) > launched.gpu_rate(4, Layout::Shard, 1.0));
+        assert_eq!(
+            i.gpu_rate(4, Layout::Replicate, 1.0),
+            launched.gpu_rate(4, Layout::Replicate, 1.0)
+        );
     }
 
     #[test]
