@@ -18,7 +18,8 @@ pub enum IndexCmd {
     /// extension, PID: this process's id) and renamed over OUT once whole and synced, so OUT
     /// is never half-written. A build that fails or is stopped with ^C or SIGTERM removes that
     /// temporary; one killed outright (SIGKILL, a crash) leaves it there until the next write
-    /// into that folder removes it.
+    /// into that folder removes it. A streamed build (--stream) also keeps its rows' lists in
+    /// `STEM-assignments.tmp.PID` there while it runs, removed the same way.
     Build(BuildArgs),
     /// Print an index file's header and list statistics.
     Info { path: PathBuf },
@@ -75,6 +76,15 @@ pub struct BuildArgs {
     /// GPU builds: rows per streamed chunk.
     #[arg(long, default_value_t = cohort_services::knn::gpu_kmeans::DEFAULT_CHUNK_ROWS)]
     pub chunk_rows: usize,
+    /// Build from the base file a chunk of rows at a time (.fvecs or .bvecs), in host memory
+    /// bounded by the training sample and two chunks, not by the base: for a base larger than
+    /// memory. Chosen without the flag when the base file is over half of this machine's
+    /// memory. The assignments go to a temporary beside OUT (4 bytes a row) while it runs.
+    #[arg(long)]
+    pub stream: bool,
+    /// Streamed builds: rows read per chunk.
+    #[arg(long, default_value_t = 1 << 20)]
+    pub stream_rows: usize,
 }
 
 #[derive(Args, Debug)]
@@ -100,7 +110,88 @@ pub struct EvalArgs {
     pub mapped: bool,
 }
 
-pub fn build(a: &BuildArgs) -> Result<IvfIndex> {
+/// Whether the base is streamed: asked for, or its file over half of physical memory.
+fn streams(a: &BuildArgs) -> Result<bool> {
+    if a.stream {
+        return Ok(true);
+    }
+    let len = std::fs::metadata(&a.base)
+        .with_context(|| format!("reading {}", a.base.display()))?
+        .len();
+    // SAFETY: sysconf has no preconditions.
+    let mem = unsafe {
+        libc::sysconf(libc::_SC_PHYS_PAGES) as u64 * libc::sysconf(libc::_SC_PAGESIZE) as u64
+    };
+    Ok(mem > 0 && len > mem / 2)
+}
+
+fn km_config(a: &BuildArgs) -> KMeansConfig {
+    KMeansConfig {
+        iters: a.iters,
+        max_sample: a.sample.unwrap_or(256 * a.nlist),
+        init: a.init,
+        seed: a.seed,
+        progress: true,
+        ..KMeansConfig::new(a.nlist)
+    }
+}
+
+/// `index build --stream` (module `cohort_knn::ivf::streamed`).
+fn build_streamed(a: &BuildArgs) -> Result<()> {
+    let t = Instant::now();
+    let base = cohort_knn::rowfile::RowReader::open(&a.base)?;
+    eprintln!(
+        "streaming {} x {} from {} in chunks of {} rows; training {} centroids",
+        base.n,
+        base.dim,
+        a.base.display(),
+        a.stream_rows,
+        a.nlist
+    );
+    let mut assigner = assigner_for(a.device, a.build_streams, a.chunk_rows)?;
+    eprintln!("nearest-centroid steps on {}", assigner.describe());
+    let bar = indicatif::ProgressBar::new(base.n as u64 * 2);
+    bar.set_style(
+        indicatif::ProgressStyle::with_template("{msg} {bar:30} {pos}/{len} rows ({elapsed})")
+            .expect("static template"),
+    );
+    let plan = cohort_knn::ivf::streamed::StreamPlan {
+        nlist: a.nlist,
+        metric: a.metric,
+        km: km_config(a),
+        default_nprobe: a.default_nprobe,
+        chunk_rows: a.stream_rows,
+    };
+    let done = cohort_knn::ivf::streamed::build_streamed(
+        &base,
+        &plan,
+        assigner.as_mut(),
+        &a.out,
+        &|what, rows, n| {
+            bar.set_message(what.to_string());
+            bar.set_position((rows + if what == "written" { n } else { 0 }) as u64);
+        },
+    )?;
+    bar.finish_and_clear();
+    eprintln!(
+        "built and wrote {} ({:.1} GB) in {:.1?}: train {:.1} s, assign {:.1} s, write {:.1} s, checksum {:.1} s; rows held at most {:.0} MB",
+        a.out.display(),
+        done.file_bytes as f64 / 1e9,
+        t.elapsed(),
+        done.train_s,
+        done.assign_s,
+        done.write_s,
+        done.checksum_s,
+        done.peak_row_bytes as f64 / 1e6
+    );
+    Ok(())
+}
+
+pub fn build(a: &BuildArgs) -> Result<Option<IvfIndex>> {
+    if streams(a)? {
+        build_streamed(a)?;
+        return Ok(None);
+    }
     let t = Instant::now();
     let base = vecfile::read_vectors(&a.base)?;
     anyhow::ensure!(
@@ -115,14 +206,7 @@ pub fn build(a: &BuildArgs) -> Result<IvfIndex> {
         t.elapsed(),
         a.nlist
     );
-    let km = KMeansConfig {
-        iters: a.iters,
-        max_sample: a.sample.unwrap_or(256 * a.nlist),
-        init: a.init,
-        seed: a.seed,
-        progress: true,
-        ..KMeansConfig::new(a.nlist)
-    };
+    let km = km_config(a);
     let mut assigner = assigner_for(a.device, a.build_streams, a.chunk_rows)?;
     eprintln!("nearest-centroid steps on {}", assigner.describe());
     let mut ix = IvfIndex::build_with(&base, a.nlist, a.metric, &km, assigner.as_mut())?;
@@ -135,7 +219,7 @@ pub fn build(a: &BuildArgs) -> Result<IvfIndex> {
     }
     ix.save(&a.out)?;
     eprintln!("built and wrote {} in {:.1?}", a.out.display(), t.elapsed());
-    Ok(ix)
+    Ok(Some(ix))
 }
 
 pub fn info(path: &std::path::Path) -> Result<()> {

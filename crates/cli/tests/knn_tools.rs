@@ -282,3 +282,56 @@ fn the_scaling_figure_models_each_engine_in_process_and_served() {
         text(&o)
     );
 }
+
+#[test]
+fn a_streamed_build_writes_the_same_index_and_leaves_nothing_beside_it() {
+    let d = Scratch::new("knn-stream");
+    let data = d.path("data");
+    ok(&cohort(&[
+        "data",
+        "synth",
+        "--n",
+        "6000",
+        "--dim",
+        "16",
+        "--queries",
+        "20",
+        "--out",
+        &data,
+    ]));
+    let base = format!("{data}/base.fvecs");
+    let build = |out: &str, extra: &[&str]| {
+        let mut a = vec![
+            "index", "build", "--base", &base, "--nlist", "16", "--sample", "6000",
+        ];
+        a.extend(["--iters", "4", "--device", "cpu", "--out", out]);
+        a.extend(extra);
+        ok(&cohort(&a))
+    };
+    let whole = d.path("whole.index");
+    let streamed = d.path("streamed.index");
+    build(&whole, &[]);
+    let said = build(&streamed, &["--stream", "--stream-rows", "1000"]);
+    assert!(said.contains("streaming 6000 x 16"), "{said}");
+    assert!(
+        std::fs::read(&whole).unwrap() == std::fs::read(&streamed).unwrap(),
+        "the streamed index differs from the in-memory build's"
+    );
+    let left: Vec<String> = std::fs::read_dir(d.path(""))
+        .unwrap()
+        .map(|e| e.unwrap().file_name().to_string_lossy().into_owned())
+        .filter(|n| n.contains("tmp") || n.contains("assignments"))
+        .collect();
+    assert!(left.is_empty(), "{left:?}");
+    // A base of another kind than .fvecs/.bvecs: a clear error, not a crash.
+    let npy = d.path("base.npy");
+    std::fs::write(&npy, b"not numpy").unwrap();
+    let o = cohort(&[
+        "index", "build", "--base", &npy, "--nlist", "4", "--stream", "--out", &streamed,
+    ]);
+    assert!(
+        !o.status.success() && text(&o).contains(".fvecs or .bvecs"),
+        "{}",
+        text(&o)
+    );
+}

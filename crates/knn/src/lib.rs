@@ -9,6 +9,7 @@ pub mod hugebuf;
 pub mod ivf;
 pub mod kmeans;
 pub mod metric;
+pub mod rowfile;
 pub mod synth;
 pub mod topk;
 pub mod vecfile;

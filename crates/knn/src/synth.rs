@@ -103,12 +103,23 @@ impl Model {
 
     /// Draws `n` vectors; `stream` separates base from queries (same model, other samples).
     pub fn sample(&self, n: usize, stream: u64) -> Vectors {
+        self.sample_rows(0, n, stream)
+    }
+
+    /// Rows `start..start + n` of what `sample(N, stream)` draws for any N past them (each
+    /// block of `SAMPLE_BLOCK` rows has its own seed): a base drawn a part at a time is the
+    /// base drawn whole. `start` is a multiple of `SAMPLE_BLOCK`.
+    pub fn sample_rows(&self, start: usize, n: usize, stream: u64) -> Vectors {
+        assert!(
+            start.is_multiple_of(SAMPLE_BLOCK),
+            "parts start on a block boundary"
+        );
         let dim = self.cfg.dim;
         let mut data = vec![0f32; n * dim];
-        const CHUNK: usize = 4096;
-        data.par_chunks_mut(CHUNK * dim)
+        data.par_chunks_mut(SAMPLE_BLOCK * dim)
             .enumerate()
-            .for_each(|(ci, chunk)| {
+            .for_each(|(i, chunk)| {
+                let ci = start / SAMPLE_BLOCK + i;
                 let seed = self.cfg.seed
                     ^ stream.wrapping_mul(0x9E37_79B9_7F4A_7C15)
                     ^ (ci as u64).wrapping_mul(0xD6E8_FEB8_6659_FD93);
@@ -120,6 +131,12 @@ impl Model {
         Vectors::new(dim, data)
     }
 }
+
+/// Rows drawn from one seed (`Model::sample_rows`).
+pub const SAMPLE_BLOCK: usize = 4096;
+
+/// Base rows generated, searched and written at a time by `write_synth`.
+const WRITE_ROWS: usize = 256 * SAMPLE_BLOCK;
 
 /// Generates a SIFT-like set and writes base.fvecs, query.fvecs and groundtruth.ivecs (exact
 /// top-`gt_k`) under `out` (`cohort data synth`, the demo, the benchmarks).
@@ -142,20 +159,69 @@ pub fn write_synth(
         noise,
         ..SynthConfig::sift_like(dim, seed)
     });
-    let base = model.sample(n, 1);
+    // The base is generated, searched and written a part at a time (memory bounded by one
+    // part, not by n): the same file as one drawn whole, and the same exact neighbours (each
+    // query's top-k kept across parts, rows met in the same order).
     let queries = model.sample(nq, 2);
+    let mut tops: Vec<crate::topk::TopK> = (0..nq).map(|_| crate::topk::TopK::new(gt_k)).collect();
+    let base_path = out.join("base.fvecs");
+    let mut w = crate::rowfile::FvecsAppender::create(&base_path, dim)?;
+    for start in (0..n).step_by(WRITE_ROWS) {
+        let part = model.sample_rows(start, WRITE_ROWS.min(n - start), 1);
+        tops.par_iter_mut().enumerate().for_each(|(qi, t)| {
+            let q = queries.row(qi);
+            for (i, row) in part.data.chunks_exact(dim).enumerate() {
+                let d = crate::Metric::L2.distance(q, row);
+                if d < t.threshold() || t.len() < gt_k {
+                    t.push((start + i) as u32, d);
+                }
+            }
+        });
+        w.append(&part)?;
+    }
     eprintln!(
-        "generated {n} x {dim} base and {nq} queries in {:.1?}; computing exact top-{gt_k}",
+        "generated {n} x {dim} base and {nq} queries with their exact top-{gt_k} in {:.1?}",
         t.elapsed()
     );
-    let gt = crate::exact::search(&base, crate::Metric::L2, &queries, gt_k);
-    let ids: Vec<i32> = gt
-        .iter()
-        .flat_map(|r| r.iter().map(|x| x.id as i32))
+    w.finish(&base_path)?;
+    let ids: Vec<i32> = tops
+        .into_iter()
+        .flat_map(|t| t.into_sorted().into_iter().map(|x| x.id as i32))
         .collect();
-    crate::vecfile::write_fvecs(&out.join("base.fvecs"), &base)?;
     crate::vecfile::write_fvecs(&out.join("query.fvecs"), &queries)?;
     crate::vecfile::write_ivecs(&out.join("groundtruth.ivecs"), gt_k, &ids)?;
     eprintln!("wrote {} in {:.1?}", out.display(), t.elapsed());
     Ok(())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn a_base_drawn_in_parts_is_the_base_drawn_whole() {
+        let m = Model::new(SynthConfig::sift_like(8, 3));
+        let whole = m.sample(3 * SAMPLE_BLOCK + 100, 1);
+        let mut parts = m.sample_rows(0, 2 * SAMPLE_BLOCK, 1).data;
+        parts.extend(m.sample_rows(2 * SAMPLE_BLOCK, SAMPLE_BLOCK + 100, 1).data);
+        assert_eq!(parts, whole.data);
+    }
+
+    #[test]
+    fn the_written_set_reads_back_with_its_exact_neighbours() {
+        let d = std::env::temp_dir().join(format!("cohort-synth-{}", std::process::id()));
+        std::fs::create_dir_all(&d).unwrap();
+        write_synth(&d, 5000, 8, 20, 10, 9, 16, 4, 1.0).unwrap();
+        let base = crate::vecfile::read_vectors(&d.join("base.fvecs")).unwrap();
+        let q = crate::vecfile::read_vectors(&d.join("query.fvecs")).unwrap();
+        let (nq, k, gt) = crate::vecfile::read_ivecs(&d.join("groundtruth.ivecs")).unwrap();
+        assert_eq!((base.n, q.n, nq, k), (5000, 20, 20, 10));
+        let exact = crate::exact::search(&base, crate::Metric::L2, &q, 10);
+        let want: Vec<i32> = exact
+            .iter()
+            .flat_map(|r| r.iter().map(|x| x.id as i32))
+            .collect();
+        assert_eq!(gt, want);
+        std::fs::remove_dir_all(d).unwrap();
+    }
 }

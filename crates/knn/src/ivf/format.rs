@@ -97,6 +97,26 @@ impl Layout {
             )
         }
     }
+    /// The sections' byte ranges of an index of these sizes without a placement (a streamed
+    /// build writes each where it belongs).
+    pub(super) fn unplaced(dim: usize, nlist: usize, n: usize) -> Option<Layout> {
+        Layout::new(dim, nlist, n, false)
+    }
+    pub(super) fn total(&self) -> usize {
+        self.total
+    }
+    pub(super) fn centroids_at(&self) -> usize {
+        self.centroids.0
+    }
+    pub(super) fn offsets_at(&self) -> usize {
+        self.offsets.0
+    }
+    pub(super) fn ids_at(&self) -> usize {
+        self.ids.0
+    }
+    pub(super) fn vectors_at(&self) -> usize {
+        self.vectors.0
+    }
     pub(super) fn centroids<'a>(&self, m: &'a [u8]) -> &'a [f32] {
         Self::cast(m, self.centroids)
     }
@@ -129,6 +149,30 @@ impl<W: Write> Summing<W> {
         self.put(&vec![0u8; at - self.written])
     }
 }
+
+/// The header of a file of these sizes, its checksum field zero.
+pub(super) fn header(
+    metric: Metric,
+    dim: usize,
+    nlist: usize,
+    n: usize,
+    default_nprobe: usize,
+    placed_devices: u32,
+) -> [u8; HEADER] {
+    let mut h = [0u8; HEADER];
+    h[0..8].copy_from_slice(MAGIC);
+    h[8..12].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
+    h[12] = metric.code();
+    h[16..20].copy_from_slice(&(dim as u32).to_le_bytes());
+    h[20..24].copy_from_slice(&(nlist as u32).to_le_bytes());
+    h[24..32].copy_from_slice(&(n as u64).to_le_bytes());
+    h[32..36].copy_from_slice(&(default_nprobe as u32).to_le_bytes());
+    h[40..44].copy_from_slice(&placed_devices.to_le_bytes());
+    h
+}
+
+/// Where the checksum goes in the header (written last by a streamed build).
+pub(super) const CHECKSUM_AT: usize = CRC_AT.start;
 
 pub(super) fn save(ix: &IvfIndex, path: &Path) -> Result<()> {
     let layout =
@@ -180,16 +224,8 @@ pub(super) fn save(ix: &IvfIndex, path: &Path) -> Result<()> {
         )?;
     }
     assert_eq!(s.written, layout.total);
-    let mut h = [0u8; HEADER];
-    h[0..8].copy_from_slice(MAGIC);
-    h[8..12].copy_from_slice(&FORMAT_VERSION.to_le_bytes());
-    h[12] = ix.metric.code();
-    h[16..20].copy_from_slice(&(ix.dim as u32).to_le_bytes());
-    h[20..24].copy_from_slice(&(ix.nlist as u32).to_le_bytes());
-    h[24..32].copy_from_slice(&(ix.n as u64).to_le_bytes());
-    h[32..36].copy_from_slice(&(ix.default_nprobe as u32).to_le_bytes());
     let placed = ix.placement.as_ref().map_or(0, |p| p.devices as u32);
-    h[40..44].copy_from_slice(&placed.to_le_bytes());
+    let mut h = header(ix.metric, ix.dim, ix.nlist, ix.n, ix.default_nprobe, placed);
     // The header (its checksum field zero) comes first in the file: its CRC, extended by the
     // body's, is the CRC of the whole file.
     let mut whole = crc32fast::Hasher::new();

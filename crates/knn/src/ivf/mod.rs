@@ -7,6 +7,7 @@ mod format;
 pub mod placement;
 pub mod shard;
 pub mod stages;
+pub mod streamed;
 
 use crate::assign::{Assigner, CpuGemm};
 use crate::hugebuf::HugeF32;
