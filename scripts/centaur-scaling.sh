@@ -3,9 +3,10 @@
 # with dist/ carried: k-NN (1M x 128 SIFT-like, IVF nlist 4096, nprobe 16, k 10) on 1, 2 and 4
 # GPUs (those the machine has), gpu-cohort and gpu-persistent, replicated and sharded, in
 # process (`bench engine`; one GPU also at smaller windows: each engine's eq. 6 calibration)
-# and served on 8 server cores at p99 <= 1 ms (`bench served`, the cpu engine's echo beside as
-# the network path's anchor), then `cohort model centaur knn` over all of it: every measured
-# point beside the model's prediction, OUT/fig7.json, fig7-fig7.png, fig7-fig7-served.png.
+# and served on 8 server cores at p99 <= 1 ms (`bench served`, the inline engine's echo beside
+# as the network path's anchor: answered on the io threads, no engine hand-off), then
+# `cohort model centaur knn` over all of it: every measured point beside the model's
+# prediction, OUT/fig7.json, fig7-fig7.png, fig7-fig7-served.png.
 # Usage: OUT=dir [IO=io threads, default 4] [RATES=300k,...] scripts/centaur-scaling.sh
 set -uo pipefail
 cd "$(dirname "$0")/.."
@@ -46,7 +47,7 @@ $B bench gpu-kernels --data $D --nlist $NL --nprobe 16 --cohorts 2048 --precisio
     --log-level warn > /dev/null 2>&1 || echo "shard profile failed: r(N) = 1"
 S="--cores 8 --rates ${RATES:-300k,600k,900k,1200k} --duration 2 --connections 16 --index $IX"
 S="$S --queries $D/query.fvecs --gt $D/groundtruth.ivecs --io-threads ${IO:-4} --log-level warn"
-$B bench served --services echo --engines cpu $S --out "$OUT/served-echo-anchor.json" > /dev/null 2>&1 \
+$B bench served --services echo --engines inline $S --out "$OUT/served-echo-anchor.json" > /dev/null 2>&1 \
     || echo "FAILED: the echo anchor"
 summary "$OUT/served-echo-anchor.json"
 served() { # engine gpus placement

@@ -2,7 +2,8 @@
 //! the measured runs with their errors, Centaur's Fig. 6 and Fig. 2 shapes plotted.
 
 use super::inputs::{
-    bytes_per_query, host_cost_us, probe_shares, read_runs, scan_share, shard_work, Run,
+    bytes_per_query, cohort_bytes, host_cost_us, probe_shares, read_runs, scan_share, shard_work,
+    Run,
 };
 use super::{
     fig2, fit_cohort_time, imbalance, scaling, Inputs, Layout, Prediction, LAUNCHES_PER_COHORT,
@@ -69,7 +70,7 @@ fn centaur_command() -> Command {
                 .value_parser(value_parser!(PathBuf))
                 .help("`cohort bench served` results of the same engines on 1..N GPUs: Fig. 7's served curve, each point beside its prediction"),
         )
-        .arg(path("anchor", "The cpu engine's echo served on the same cores (`bench served --services echo --engines cpu`): the network path's ceiling in the served prediction"))
+        .arg(path("anchor", "An echo served on the same cores (`bench served --services echo --engines inline`: answered on the io threads, the network path alone): its ceiling in the served prediction"))
         .arg(
             Arg::new("fig2-devices")
                 .long("fig2-devices")
@@ -194,6 +195,13 @@ fn run_centaur(m: &ArgMatches, record: Record) -> Result<(), String> {
             }
         },
         memory_per_device,
+        cohort_bytes: cohort_bytes(
+            &ix,
+            &probed,
+            &[
+                1.0, 16.0, 128.0, 512.0, 1024.0, 2048.0, 4096.0, 8192.0, 16384.0, 65536.0,
+            ],
+        ),
         gpu_centric: false,
     };
     let mut fitted = Vec::new();
@@ -209,10 +217,10 @@ fn run_centaur(m: &ArgMatches, record: Record) -> Result<(), String> {
         Layout::Replicate => 1.0,
     };
     println!(
-        "inputs: O_k {:.2} us, O_q {:.3} us, g {:.2} us, c_r {:.2} us, H {}, C {}, W {}, B {}, m {}, t(b) = {:.0} + {:.3} b us, s {:.3}, {:.2} MB/query at {:.0} GB/s x {} memories, whole device {:.0} q/s: ceiling {:.0} q/s",
+        "inputs: O_k {:.2} us, O_q {:.3} us, g {:.2} us, c_r {:.2} us, H {}, C {}, W {}, B {}, m {}, t(b) = {:.0} + {:.3} b us, s {:.3}, {:.2} MB/query ({:.3} MB in a cohort of B) at {:.0} GB/s x {} memories, whole device {:.0} q/s: ceiling {:.0} q/s",
         inputs.launch_us, inputs.query_us, inputs.gap_us, inputs.host_us, inputs.host_threads, inputs.host_cores,
         inputs.window, inputs.max_cohort, inputs.in_flight, inputs.t0_us, inputs.tq_us, inputs.scan_share,
-        inputs.bytes_per_query / 1e6, inputs.bandwidth_gbs, inputs.memories, inputs.whole_rate, inputs.memory_rate(1)
+        inputs.bytes_per_query / 1e6, inputs.bytes_at(inputs.max_cohort) / 1e6, inputs.bandwidth_gbs, inputs.memories, inputs.whole_rate, inputs.memory_rate(1, inputs.max_cohort)
     );
     if !inputs.shard_work.is_empty() {
         println!(

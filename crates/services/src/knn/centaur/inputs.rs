@@ -156,6 +156,27 @@ pub fn bytes_per_query(ix: &IvfIndex, probed: &[f64]) -> f64 {
     rows_per_query(ix, probed) * ix.dim as f64 * 4.0
 }
 
+/// Eq. 3's bytes per query at each cohort size in `cohorts`: a cohort reads each list its
+/// queries probe once (the tiled plan scans a list for all of its cohort's queries at a time),
+/// so of list l, probed by a share f_l of queries, a cohort of b reads |l| rows with
+/// probability 1 - (1 - f_l)^b; per query that is the sum over lists divided by b (at b = 1,
+/// `bytes_per_query`).
+pub fn cohort_bytes(ix: &IvfIndex, probed: &[f64], cohorts: &[f64]) -> Vec<(f64, f64)> {
+    let sizes = ix.cell_sizes();
+    let row = ix.dim as f64 * 4.0;
+    cohorts
+        .iter()
+        .map(|&b| {
+            let read: f64 = sizes
+                .iter()
+                .zip(probed)
+                .map(|(&s, &f)| s as f64 * row * (1.0 - (1.0 - f).powf(b)))
+                .sum();
+            (b, read / b)
+        })
+        .collect()
+}
+
 /// c_r of eq. 2: a request's host work in microseconds, one thread: encoding it (the client's
 /// side in process), checking its head and staging its vector (the engine's), and encoding and
 /// decoding a k-neighbour answer.

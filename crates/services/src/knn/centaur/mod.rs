@@ -84,6 +84,10 @@ pub struct Inputs {
     /// one GPU's SMs); `memories` is then not used.
     #[serde(default)]
     pub memory_per_device: bool,
+    /// Eq. 3's bytes per query by cohort size (ascending; `inputs::cohort_bytes`): a cohort
+    /// reads a list once for all its queries. Empty: `bytes_per_query` at every size.
+    #[serde(default)]
+    pub cohort_bytes: Vec<(f64, f64)>,
     /// The GPU-centric design (gpu-persistent): the GPU forms its cohorts and the host
     /// launches nothing and queries no completion, so eq. 2 keeps only c_r, and a shard's
     /// scan adds no launch gaps to eq. 9.
@@ -164,17 +168,31 @@ impl Inputs {
                     + self.scan_share * self.tq_us * b * (imbalance - 1.0).max(0.0)
             }
         };
-        (n * b * 1e6 / t).min(self.memory_rate(devices))
+        (n * b * 1e6 / t).min(self.memory_rate(devices, b))
     }
 
-    /// Eq. 3's second term, on `devices` devices.
-    pub fn memory_rate(&self, devices: usize) -> f64 {
+    /// Bytes a query reads in a cohort of `b` (`cohort_bytes`, linear between the sizes
+    /// given, the nearest one outside them).
+    pub fn bytes_at(&self, b: f64) -> f64 {
+        let t = &self.cohort_bytes;
+        match t.iter().position(|&(size, _)| size >= b) {
+            None => t.last().map_or(self.bytes_per_query, |p| p.1),
+            Some(0) => t[0].1,
+            Some(i) => {
+                let ((b0, y0), (b1, y1)) = (t[i - 1], t[i]);
+                y0 + (y1 - y0) * (b - b0) / (b1 - b0)
+            }
+        }
+    }
+
+    /// Eq. 3's second term, on `devices` devices running cohorts of `b`.
+    pub fn memory_rate(&self, devices: usize, b: f64) -> f64 {
         let p = if self.memory_per_device {
             devices as f64
         } else {
             self.memories
         };
-        let bw = p * self.bandwidth_gbs * 1e9 / self.bytes_per_query;
+        let bw = p * self.bandwidth_gbs * 1e9 / self.bytes_at(b);
         if self.whole_rate > 0.0 {
             bw.min(p * self.whole_rate)
         } else {
@@ -270,7 +288,7 @@ pub fn fig2(inp: &Inputs, devices: usize, threads: &[usize]) -> Vec<(String, Vec
     designs
         .iter()
         .map(|&(name, b, launches, per_device)| {
-            let gpu = (n * per_device).min(inp.memory_rate(devices));
+            let gpu = (n * per_device).min(inp.memory_rate(devices, b));
             let pts = threads
                 .iter()
                 .map(|&h| {
@@ -311,6 +329,7 @@ mod tests {
             host_cores: 64.0,
             shard_work: Vec::new(),
             memory_per_device: false,
+            cohort_bytes: Vec::new(),
             gpu_centric: false,
         }
     }
@@ -405,7 +424,7 @@ mod tests {
             bytes_per_query: 2e6,
             ..inputs()
         };
-        assert_eq!(i.memory_rate(1), 500_000.0);
+        assert_eq!(i.memory_rate(1, 1.0), 500_000.0);
         assert!(i.gpu_rate(1, Layout::Replicate, 1.0) < 500_000.0);
         assert_eq!(i.gpu_rate(15, Layout::Replicate, 1.0), 500_000.0);
         let two = Inputs {
@@ -428,8 +447,8 @@ mod tests {
             memory_per_device: true,
             ..inputs()
         };
-        assert_eq!(i.memory_rate(1), 500_000.0);
-        assert_eq!(i.memory_rate(4), 2_000_000.0);
+        assert_eq!(i.memory_rate(1, 1.0), 500_000.0);
+        assert_eq!(i.memory_rate(4, 1.0), 2_000_000.0);
         // Compute-bound devices then scale linearly, replicated.
         let one = i.gpu_rate(1, Layout::Replicate, 1.0);
         let four = Inputs {
@@ -438,6 +457,21 @@ mod tests {
         }
         .gpu_rate(4, Layout::Replicate, 1.0);
         assert!((four - 4.0 * one).abs() < 1e-6 * four, "{one} {four}");
+    }
+
+    #[test]
+    fn a_cohort_that_shares_its_lists_reads_fewer_bytes_per_query() {
+        let i = Inputs {
+            bandwidth_gbs: 1000.0,
+            bytes_per_query: 2e6,
+            cohort_bytes: vec![(1.0, 2e6), (1024.0, 1e5), (4096.0, 5e4)],
+            ..inputs()
+        };
+        assert_eq!(i.bytes_at(1.0), 2e6);
+        assert_eq!(i.bytes_at(0.5), 2e6);
+        assert!((i.bytes_at(2560.0) - 7.5e4).abs() < 1e-6);
+        assert_eq!(i.bytes_at(1e6), 5e4);
+        assert_eq!(i.memory_rate(1, 4096.0), 20_000_000.0);
     }
 
     #[test]

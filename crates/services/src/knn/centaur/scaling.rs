@@ -3,8 +3,9 @@
 //!
 //! In process the prediction is eq. 1 with the engine's own inputs (`super::Inputs`, its
 //! cohort time fitted to its own one-GPU runs). Served, a request also crosses the network
-//! path (sockets, the io threads, the codec), whose ceiling on the server's cores the
-//! cpu engine's echo measures in the same run (the anchor): the served prediction is the
+//! path (sockets, the io threads, the codec), whose ceiling on the server's cores an echo
+//! served on them measures in the same run (the anchor: the inline engine's, answered on the
+//! io threads): the served prediction is the
 //! smaller of the two, eq. 1 on the server's cores (C of eq. 2) and that anchor.
 
 use super::{Inputs, Layout, Prediction};
