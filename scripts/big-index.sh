@@ -35,12 +35,12 @@ case $part in
 data)
     df -h "$BIG" | tee "$OUT/disk.txt"
     t0=$(date +%s)
-    peak_rss $B data synth --n $N --dim 128 --queries 200 --out "$BIG" --log-level warn 2>&1 | tee "$OUT/data.log"
+    peak_rss $B data synth --n $N --dim 128 --queries ${QUERIES:-200} --out "$BIG" --log-level warn 2>&1 | tee "$OUT/data.log"
     echo "data: $(( $(date +%s) - t0 )) s, $(du -sh "$BIG" | cut -f1)" | tee -a "$OUT/data.log"
     ;;
 build)
     t0=$(date +%s)
-    peak_rss $B index build --base "$BIG/base.fvecs" --nlist $NLIST --stream --device ${DEVICE:-gpu:0} \
+    peak_rss $B index build --base "$BIG/base.fvecs" --nlist $NLIST --stream --device ${DEVICE:-gpu:0} ${SAMPLE:+--sample $SAMPLE} \
         --out "$BIG/ivf.index" --log-level warn 2>&1 | tr '\r' '\n' | grep -v "^$" | tail -n 5 | tee "$OUT/build.log"
     echo "build: $(( $(date +%s) - t0 )) s; index $(du -h "$BIG/ivf.index" | cut -f1)" | tee -a "$OUT/build.log"
     $B index info "$BIG/ivf.index" | tee "$OUT/info.txt"
@@ -59,7 +59,9 @@ serve)
         --serve-arg=--service-opt=knn.placement=shard --out "$OUT/served.json" --log-level warn 2>&1 | tee "$OUT/served.log"
     kill $mon
     echo "serve (load included): $(( $(date +%s) - t0 )) s" | tee -a "$OUT/served.log"
-    sort -t, -k2 -n "$OUT/gpu-memory.log" | tail -n $G
+    # Each GPU's most memory used while serving.
+    awk -F', ' '{ v = $2 + 0; if (v > m[$1]) m[$1] = v } END { for (g in m) print "gpu " g ": " m[g] " MiB at most" }' \
+        "$OUT/gpu-memory.log" | sort | tee "$OUT/gpu-memory.txt"
     ;;
 *) echo "PART: data, build, serve or all"; exit 2 ;;
 esac

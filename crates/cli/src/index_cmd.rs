@@ -53,7 +53,8 @@ pub struct BuildArgs {
     pub out: PathBuf,
     #[arg(long, default_value = "l2")]
     pub metric: Metric,
-    #[arg(long, default_value_t = 20)]
+    /// k-means iterations (FAISS's default).
+    #[arg(long, default_value_t = cohort_knn::kmeans::DEFAULT_ITERS)]
     pub iters: usize,
     /// Training sample size (default 256 x nlist).
     #[arg(long)]

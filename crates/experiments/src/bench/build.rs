@@ -22,7 +22,7 @@ pub struct BuildBench {
     pub n: usize,
     #[arg(long, default_value_t = 4096)]
     pub nlist: usize,
-    #[arg(long, default_value_t = 20)]
+    #[arg(long, default_value_t = cohort_knn::kmeans::DEFAULT_ITERS)]
     pub iters: usize,
     /// Devices to build on, in turn: cpu, gpu, gpu:N.
     #[arg(long, value_delimiter = ',', default_value = "cpu,gpu")]
