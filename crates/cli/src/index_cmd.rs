@@ -322,6 +322,14 @@ struct EvalPoint {
     vectors_scanned_mean: f64,
 }
 
+/// The header of `index eval`'s table: one name over each of its six columns.
+fn eval_header() -> String {
+    format!(
+        "{:>7} {:>10} {:>12} {:>12} {:>10} {:>10}",
+        "nprobe", "recall@k", "qps(1 thr)", "lat_us(1)", "qps(all)", "scanned"
+    )
+}
+
 pub fn eval(a: &EvalArgs) -> Result<()> {
     let ix = if a.mapped {
         IvfIndex::load(&a.index)?
@@ -351,10 +359,7 @@ pub fn eval(a: &EvalArgs) -> Result<()> {
         .build()
         .context("thread pool")?;
     let mut points = Vec::new();
-    println!(
-        "{:>7} {:>10} {:>12} {:>12} {:>10}",
-        "nprobe", "recall@k", "qps(1 thr)", "lat_us(1)", "qps(all)"
-    );
+    println!("{}", eval_header());
     for &nprobe in &a.nprobe {
         anyhow::ensure!(
             nprobe >= 1 && nprobe <= ix.nlist,
@@ -434,6 +439,21 @@ pub fn run(cmd: IndexCmd) -> Result<()> {
 #[cfg(test)]
 mod tests {
     use super::BuildDevice;
+
+    #[test]
+    fn every_column_of_the_eval_table_has_a_header() {
+        let row = format!(
+            "{:>7} {:>10.4} {:>12.0} {:>12.1} {:>10.0} {:>10.0}",
+            16, 0.9, 1000.0, 90.0, 2000.0, 3900.0
+        );
+        let head = super::eval_header();
+        // Each name right-aligned in its column's width: the same length, the last over the last.
+        assert_eq!(head.len(), row.len(), "{head}\n{row}");
+        assert!(
+            head.ends_with("    scanned") && row.ends_with("       3900"),
+            "{head}\n{row}"
+        );
+    }
 
     #[test]
     fn build_devices_parse_and_garbage_is_named() {

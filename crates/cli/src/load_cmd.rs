@@ -42,6 +42,7 @@ pub struct LoadArgs {
     /// Sockets / connections to spread the load over.
     #[arg(long, default_value_t = 1)]
     pub connections: usize,
+    /// echo and spin: bytes of each request's payload (at most 60 000).
     #[arg(long, default_value_t = 64)]
     pub payload_bytes: usize,
     /// spin service: busy time per request.
@@ -53,6 +54,7 @@ pub struct LoadArgs {
     /// Deadline carried in each request (0 = the server's default).
     #[arg(long, default_value_t = 0)]
     pub timeout_us: u32,
+    /// Seed of the arrival times and of the requests drawn (the same seed, the same load).
     #[arg(long, default_value_t = 1)]
     pub seed: u64,
     /// The server's process id (same host): its CPU time over each measured window goes in

@@ -45,13 +45,16 @@ enum Cmd {
     /// IVF-Flat indexes: build, inspect, evaluate.
     #[command(subcommand)]
     Index(index_cmd::IndexCmd),
-    /// A service's model tools: `model train lenet --data MNIST_DIR --out lenet.safetensors`,
-    /// `model eval lenet --data MNIST_DIR [--model FILE]`.
+    /// A service's model tools, e.g. `model train lenet --data MNIST_DIR --out
+    /// lenet.safetensors` (the list below).
+    #[command(disable_help_flag = true)]
     Model {
-        /// The tool: train or eval.
-        tool: String,
-        /// The service whose model it is (lenet).
-        service: String,
+        /// The tool (the list below).
+        #[arg(allow_hyphen_values = true)]
+        tool: Option<String>,
+        /// The service whose tool it is.
+        #[arg(allow_hyphen_values = true)]
+        service: Option<String>,
         /// The tool's own flags (`cohort model TOOL SERVICE --help` lists them).
         #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
         args: Vec<String>,
@@ -93,7 +96,14 @@ enum Cmd {
 /// services' catalog lists.
 fn command() -> clap::Command {
     use clap::CommandFactory;
-    let cmd = Cli::command().mut_subcommand("bench", |mut c| {
+    let cmd = Cli::command().mut_subcommand("model", |c| {
+        // Help of its own: `--help` after TOOL SERVICE is the tool's.
+        c.after_help(format!(
+            "Tools (TOOL SERVICE): {}.\n`cohort model TOOL SERVICE --help` lists a tool's flags.",
+            cohort_services::catalog::model_tools().join(", ")
+        ))
+    });
+    let cmd = cmd.mut_subcommand("bench", |mut c| {
         for b in cohort_services::catalog::benches() {
             c = c.subcommand((b.command)());
         }
@@ -247,7 +257,7 @@ fn main() {
             tool,
             service,
             args,
-        } => model_tool(&tool, &service, args),
+        } => model(tool, service, args),
         Cmd::Gpus => gpus(),
         Cmd::Selftest {
             what,
@@ -263,17 +273,38 @@ fn main() {
     }
 }
 
+/// `cohort model [--help]` prints the tools; `cohort model TOOL SERVICE ARGS...` runs one.
+fn model(tool: Option<String>, service: Option<String>, args: Vec<String>) -> anyhow::Result<()> {
+    let help = |s: &Option<String>| s.as_deref().is_none_or(|a| a == "--help" || a == "-h");
+    if help(&tool) || help(&service) {
+        let mut c = command();
+        let m = c.find_subcommand_mut("model").expect("the model command");
+        println!("{}", m.render_help());
+        anyhow::ensure!(
+            tool.is_some(),
+            "name a tool and its service: cohort model TOOL SERVICE"
+        );
+        return Ok(());
+    }
+    model_tool(
+        tool.as_deref().expect("checked"),
+        service.as_deref().expect("checked"),
+        args,
+    )
+}
+
 /// `cohort model TOOL SERVICE ARGS...`: the service's own tool, its flags parsed by it.
 fn model_tool(tool: &str, service: &str, args: Vec<String>) -> anyhow::Result<()> {
     let Some(cmd) = cohort_services::catalog::model_tool(tool, service) else {
         let have = cohort_services::catalog::with_model_tool(tool);
         anyhow::bail!(
-            "no model tool {tool:?} for service {service:?} (services with one: {})",
+            "no model tool {tool:?} for service {service:?}; {} (the tools: {})",
             if have.is_empty() {
-                "none".to_string()
+                format!("no service has a tool {tool:?}")
             } else {
-                have.join(", ")
-            }
+                format!("services with {tool:?}: {}", have.join(", "))
+            },
+            cohort_services::catalog::model_tools().join(", ")
         );
     };
     let m = (cmd.command)()
@@ -288,7 +319,16 @@ fn model_tool(tool: &str, service: &str, args: Vec<String>) -> anyhow::Result<()
 }
 
 fn gpus() -> anyhow::Result<()> {
-    for d in cohort_gpu::probe()? {
+    // No device is an answer (zero GPUs, and why), not a failure of the command.
+    let devices = match cohort_gpu::probe() {
+        Ok(d) => d,
+        Err(cohort_gpu::GpuError::NoDevice(why)) => {
+            println!("0 GPUs: {why}");
+            return Ok(());
+        }
+        Err(e) => return Err(e.into()),
+    };
+    for d in devices {
         println!(
             "gpu {}: {} ({}), {} SMs, {:.1} GiB, pci {}, numa node {}",
             d.ordinal,

@@ -155,7 +155,13 @@ fn without_a_valid_key_nothing_is_served_and_a_key_reaches_only_its_services() {
     assert!(http(web, "/metrics", Some("bob-secret-456789")).starts_with("HTTP/1.1 404"));
     let m = http_get(admin, "/metrics");
     assert!(m.contains("outcome=\"unauthorized\""), "{m}");
-    assert!(http_get(admin, "/healthz").contains("200 OK"));
+    let on_admin = http_get(admin, "/healthz");
+    assert!(on_admin.contains("200 OK"), "{on_admin}");
+    // The same answer on the HTTP port and the admin listener.
+    let body = |r: &str| r.split("\r\n\r\n").nth(1).unwrap_or("").to_string();
+    let on_web = http_get(web, "/healthz");
+    assert_eq!(body(&on_web), body(&on_admin), "{on_web}");
+    assert_eq!(body(&on_admin), r#"{"status":"ok"}"#);
     // The load generator signs with --key: every answer OK over UDP and TCP.
     for target in [Target::Udp(udp), Target::Tcp(tcp)] {
         let cfg = LoadConfig {

@@ -86,6 +86,14 @@ fn gpu_engines_exit_cleanly_without_a_gpu() {
         err.contains("service knn runs on gpu-cohort, but there is no CUDA device"),
         "{err}"
     );
+    assert_eq!(err.matches("no CUDA device").count(), 1, "said once: {err}");
+    // Listing the GPUs of a machine with none is an answer, not a failure.
+    let out = cohort(&["gpus"]);
+    assert_eq!(out.status.code(), Some(0), "{out:?}");
+    assert!(
+        String::from_utf8_lossy(&out.stdout).starts_with("0 GPUs: "),
+        "{out:?}"
+    );
     let out = cohort(&["selftest", "gpu"]);
     assert_eq!(out.status.code(), Some(1));
     assert!(String::from_utf8_lossy(&out.stderr).contains("no CUDA device"));

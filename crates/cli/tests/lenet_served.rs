@@ -146,8 +146,34 @@ fn model_eval_reports_the_shipped_models_accuracy_and_bad_files_are_refused() {
         .unwrap();
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(
-        !o.status.success() && err.contains("services with one: lenet"),
+        !o.status.success() && err.contains(r#"services with "train": lenet"#),
         "{err}"
+    );
+    // An unknown tool names every tool there is.
+    let run = |args: &[&str]| {
+        Command::new(env!("CARGO_BIN_EXE_cohort"))
+            .args(args)
+            .output()
+            .unwrap()
+    };
+    let o = run(&["model", "frob", "lenet"]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success() && err.contains("train lenet") && err.contains("centaur knn"),
+        "{err}"
+    );
+    // `model --help` lists the tools; `--help` after TOOL SERVICE is the tool's own.
+    let o = run(&["model", "--help"]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success() && out.contains("load-db facever"),
+        "{out}"
+    );
+    let o = run(&["model", "train", "lenet", "--help"]);
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success() && out.contains("cohort model train lenet") && out.contains("--data"),
+        "{out}"
     );
     std::fs::remove_file(&bad).unwrap();
 }

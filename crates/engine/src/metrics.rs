@@ -90,8 +90,17 @@ impl StageHists {
     }
 }
 
-/// Stage names the engines report (others still work, through the family lookup).
-const HOT_STAGES: [&str; 2] = ["execute", "gpu"];
+/// The stage an engine reports, by its name: the GPU engines' "gpu", the others' "execute".
+/// Only that stage's series are made up front (a cpu engine exported an empty
+/// `stage="gpu"` series when every engine got both); another stage an engine reports still
+/// works, through the family lookup.
+fn hot_stage(engine: &str) -> &'static str {
+    if engine.starts_with("gpu") {
+        "gpu"
+    } else {
+        "execute"
+    }
+}
 
 /// A service as the metrics label it: its name and the engine that runs it.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -320,7 +329,7 @@ impl Metrics {
         engines.dedup();
         let stages = engines
             .into_iter()
-            .flat_map(|e| HOT_STAGES.iter().map(move |&st| (e, st)))
+            .map(|e| (e, hot_stage(e)))
             .map(|(e, st)| {
                 let l = StageLabels {
                     engine: e.clone(),
@@ -457,5 +466,41 @@ impl Metrics {
         let r = self.registry.lock().expect("registry lock");
         prometheus_client::encoding::text::encode(&mut out, &r).expect("writing to a String");
         out
+    }
+}
+
+#[cfg(test)]
+mod stage_tests {
+    use super::*;
+
+    #[test]
+    fn an_engine_exports_only_the_stage_it_reports() {
+        let mut services = HashMap::new();
+        services.insert(
+            1,
+            ServiceLabel {
+                name: "echo".into(),
+                engine: "cpu".into(),
+            },
+        );
+        services.insert(
+            2,
+            ServiceLabel {
+                name: "knn".into(),
+                engine: "gpu-cohort".into(),
+            },
+        );
+        let m = Metrics::new(services);
+        let text = m.encode();
+        assert!(text.contains(r#"engine="cpu",stage="execute""#), "{text}");
+        assert!(
+            text.contains(r#"engine="gpu-cohort",stage="gpu""#),
+            "{text}"
+        );
+        assert!(!text.contains(r#"engine="cpu",stage="gpu""#), "{text}");
+        assert!(
+            !text.contains(r#"engine="gpu-cohort",stage="execute""#),
+            "{text}"
+        );
     }
 }

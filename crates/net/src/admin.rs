@@ -30,12 +30,10 @@ fn handle<B>(
     let json = "application/json";
     match (req.method(), req.uri().path()) {
         (&Method::GET, "/metrics") => respond(StatusCode::OK, "text/plain; version=0.0.4", metrics()),
-        (&Method::GET, "/healthz") if ctx.is_shutting_down() => respond(
-            StatusCode::SERVICE_UNAVAILABLE,
-            json,
-            r#"{"status": "shutting down"}"#.into(),
-        ),
-        (&Method::GET, "/healthz") => respond(StatusCode::OK, json, r#"{"status": "ok"}"#.into()),
+        (&Method::GET, "/healthz") => {
+            let (status, body) = crate::http::health(ctx.is_shutting_down());
+            respond(status, json, body.to_string())
+        }
         (m, p) => respond(
             StatusCode::NOT_FOUND,
             json,

@@ -343,15 +343,14 @@ async fn handle(
     ctx.metrics.http_requests.inc();
     let uri = req.uri().clone();
     let resp = match (req.method(), uri.path()) {
-        (&Method::GET, "/healthz") if ctx.is_shutting_down() => {
-            let mut r = json(
-                StatusCode::SERVICE_UNAVAILABLE,
-                serde_json::json!({"status": "shutting down", "error": "UNAVAILABLE", "message": "server is draining"}),
-            );
-            retry_after(&mut r);
+        (&Method::GET, "/healthz") => {
+            let (status, body) = health(ctx.is_shutting_down());
+            let mut r = json(status, body);
+            if status != StatusCode::OK {
+                retry_after(&mut r);
+            }
             r
         }
-        (&Method::GET, "/healthz") => json(StatusCode::OK, serde_json::json!({"status": "ok"})),
         (&Method::GET, "/metrics") if env.admin_only_metrics => http_error(
             StatusCode::NOT_FOUND,
             "NOT_FOUND",
@@ -534,4 +533,17 @@ pub(crate) fn over_quota(ctx: &Context, sid: u16, over: &crate::quota::Over) -> 
         hyper::header::HeaderValue::from_static("1"),
     );
     r
+}
+
+/// `GET /healthz`'s answer, on the HTTP port and the admin listener alike: 200
+/// `{"status":"ok"}`, or 503 while the server drains.
+pub(crate) fn health(shutting_down: bool) -> (StatusCode, serde_json::Value) {
+    if shutting_down {
+        (
+            StatusCode::SERVICE_UNAVAILABLE,
+            serde_json::json!({"status": "shutting down", "error": "UNAVAILABLE", "message": "server is draining"}),
+        )
+    } else {
+        (StatusCode::OK, serde_json::json!({"status": "ok"}))
+    }
 }

@@ -80,6 +80,7 @@ pub fn plot_lines(
                     .configure_mesh()
                     .x_desc(x_desc)
                     .y_desc(y_desc)
+                    .y_label_formatter(&|y| tick(*y))
                     .draw()
                     .map_err(|e| anyhow!("{e}"))?;
             }
@@ -156,6 +157,7 @@ pub fn plot_bars(
             // labels at "nice" positions, not under the groups).
             .x_labels(0)
             .y_desc(y_desc)
+            .y_label_formatter(&|y| tick(*y))
             .draw()
             .map_err(|e| anyhow!("{e}"))?;
         let style = ("sans-serif", 13)
@@ -200,8 +202,47 @@ pub fn plot_bars(
     Ok(())
 }
 
+/// A tick label a reader takes in at a glance: 1.5M, 250K, 12, 0.25 (not `1000000.0`).
+pub fn tick(v: f64) -> String {
+    let a = v.abs();
+    let trim = |x: f64, places: usize, unit: &str| {
+        let t = format!("{x:.places$}");
+        let t = if t.contains('.') {
+            t.trim_end_matches('0').trim_end_matches('.')
+        } else {
+            &t
+        };
+        format!("{t}{unit}")
+    };
+    if a >= 1e9 {
+        trim(v / 1e9, 2, "G")
+    } else if a >= 1e6 {
+        trim(v / 1e6, 2, "M")
+    } else if a >= 1e4 {
+        trim(v / 1e3, 2, "K")
+    } else if a >= 1.0 || a == 0.0 {
+        trim(v, 2, "")
+    } else {
+        trim(v, 4, "")
+    }
+}
+
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn tick_labels_are_short() {
+        assert_eq!(super::tick(1_000_000.0), "1M");
+        assert_eq!(super::tick(2_500_000.0), "2.5M");
+        assert_eq!(super::tick(250_000.0), "250K");
+        assert_eq!(super::tick(8000.0), "8000");
+        assert_eq!(super::tick(0.25), "0.25");
+        assert_eq!(super::tick(0.0), "0");
+        assert_eq!(super::tick(3.0e9), "3G");
+        assert_eq!(super::tick(0.0005), "0.0005");
+        assert_eq!(super::tick(100.0), "100");
+    }
+
     use super::*;
 
     #[test]

@@ -441,8 +441,13 @@ fn check_gpus(plans: &[plan::ServicePlan]) -> Result<()> {
         return Ok(());
     };
     let devices = cohort_gpu::probe().map_err(|e| {
+        // (The error's own text begins "no CUDA device" too: say it once.)
+        let why = match e {
+            cohort_gpu::GpuError::NoDevice(why) => why,
+            other => other.to_string(),
+        };
         anyhow::anyhow!(
-            "service {} runs on {}, but there is no CUDA device: {e}",
+            "service {} runs on {}, but there is no CUDA device: {why}",
             p.name,
             p.cfg.engine.name()
         )

@@ -171,6 +171,17 @@ pub fn model_tool(name: &str, service: &str) -> Option<&'static ServiceCommand> 
     entry(service)?.models.iter().find(|c| c.name == name)
 }
 
+/// Every model tool as `TOOL SERVICE` (what `cohort model` takes), in catalog order.
+pub fn model_tools() -> Vec<String> {
+    all()
+        .flat_map(|e| {
+            e.models
+                .iter()
+                .map(move |c| format!("{} {}", c.name, e.name))
+        })
+        .collect()
+}
+
 /// The services that have a model tool `name`.
 pub fn with_model_tool(name: &str) -> Vec<&'static str> {
     all()

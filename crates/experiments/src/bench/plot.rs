@@ -8,6 +8,7 @@ use std::path::PathBuf;
 
 #[derive(Args, Debug)]
 pub struct PlotArgs {
+    /// The plot's title.
     #[arg(long)]
     pub title: String,
     /// The PNG to write.

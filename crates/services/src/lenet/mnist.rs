@@ -70,6 +70,12 @@ pub fn read_split(dir: &Path, split: Split) -> Result<Digits, String> {
 }
 
 fn find(dir: &Path, name: &str) -> Result<PathBuf, String> {
+    if !dir.is_dir() {
+        return Err(format!(
+            "{}: no such folder (an MNIST folder holds {name}[.gz])",
+            dir.display()
+        ));
+    }
     for candidate in [dir.join(name), dir.join(format!("{name}.gz"))] {
         if candidate.is_file() {
             return Ok(candidate);
@@ -148,6 +154,16 @@ fn parse_idx(bytes: &[u8], rank: usize) -> Result<Idx, String> {
 
 #[cfg(test)]
 mod tests {
+
+    #[test]
+    fn a_missing_folder_is_named_as_missing_not_as_empty() {
+        let e = find(Path::new("/nonexistent/mnist"), "t10k-images.idx3-ubyte").unwrap_err();
+        assert!(e.contains("no such folder"), "{e}");
+        let here = std::env::temp_dir();
+        let e = find(&here, "no-such-file.idx3-ubyte").unwrap_err();
+        assert!(e.contains("holds no no-such-file.idx3-ubyte"), "{e}");
+    }
+
     use super::*;
 
     #[test]
