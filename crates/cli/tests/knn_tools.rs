@@ -33,7 +33,8 @@ fn ok(o: &Output) -> String {
     t
 }
 
-fn small_index(d: &Scratch) -> (String, String) {
+/// A SIFT-like 6000 x 16 set with 50 queries under `d/data`; its folder.
+fn small_data(d: &Scratch) -> String {
     let data = d.path("data");
     ok(&cohort(&[
         "data",
@@ -47,6 +48,11 @@ fn small_index(d: &Scratch) -> (String, String) {
         "--out",
         &data,
     ]));
+    data
+}
+
+fn small_index(d: &Scratch) -> (String, String) {
+    let data = small_data(d);
     let ix = d.path("ix.index");
     ok(&cohort(&[
         "index",
@@ -286,19 +292,7 @@ fn the_scaling_figure_models_each_engine_in_process_and_served() {
 #[test]
 fn a_streamed_build_writes_the_same_index_and_leaves_nothing_beside_it() {
     let d = Scratch::new("knn-stream");
-    let data = d.path("data");
-    ok(&cohort(&[
-        "data",
-        "synth",
-        "--n",
-        "6000",
-        "--dim",
-        "16",
-        "--queries",
-        "20",
-        "--out",
-        &data,
-    ]));
+    let data = small_data(&d);
     let base = format!("{data}/base.fvecs");
     let build = |out: &str, extra: &[&str]| {
         let mut a = vec![
