@@ -40,7 +40,13 @@ if cargo tree -p cohort-gpu -e normal --prefix none | grep -E "^cohort-(services
 fi
 
 echo "== unit, property and integration tests (profile ci: release without LTO)"
-cargo test --workspace --profile ci
+tests_log=$(mktemp)
+cargo test --workspace --profile ci 2>&1 | tee "$tests_log"
+# A GPU check without a GPU says SKIPPED and passes; say here how many, so that a green run
+# is not read as a GPU run (on the GPU machine `scripts/gpu-check` fails on any skip).
+echo "== GPU checks skipped on this machine: $(grep -c '^SKIPPED ' "$tests_log" || true)"
+grep '^SKIPPED ' "$tests_log" | sort | uniq -c | sed 's/^/   /' || true
+rm -f "$tests_log"
 
 echo "== fuzz targets (bounded)"
 scripts/fuzz.sh "${FUZZ_SECONDS:-10}"
