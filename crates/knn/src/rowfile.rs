@@ -3,7 +3,7 @@
 //! process holds only the rows it asked for), and `FvecsAppender` writes one a chunk at a time
 //! into a temporary renamed over the target when finished (`atomic_file`).
 
-use crate::vecfile::Vectors;
+use crate::vecfile::{decode_records, texmex_dims, Elem, Vectors};
 use anyhow::{bail, ensure, Context, Result};
 use std::fs::File;
 use std::io::Write;
@@ -14,7 +14,7 @@ use std::path::Path;
 pub struct RowReader {
     file: File,
     what: String,
-    u8s: bool,
+    elem: Elem,
     pub n: usize,
     pub dim: usize,
 }
@@ -22,38 +22,23 @@ pub struct RowReader {
 impl RowReader {
     pub fn open(path: &Path) -> Result<RowReader> {
         let what = path.display().to_string();
-        let u8s = match path.extension().and_then(|e| e.to_str()) {
-            Some("fvecs") => false,
-            Some("bvecs") => true,
+        let elem = match path.extension().and_then(|e| e.to_str()) {
+            Some("fvecs") => Elem::F32,
+            Some("bvecs") => Elem::U8,
             _ => bail!("{what}: a streamed read takes .fvecs or .bvecs"),
         };
         let file = File::open(path).with_context(|| format!("opening {what}"))?;
         let len = file.metadata()?.len() as usize;
-        let mut d = [0u8; 4];
-        file.read_exact_at(&mut d, 0)
-            .with_context(|| format!("{what}: empty or truncated (no dimension field)"))?;
-        let dim = i32::from_le_bytes(d);
-        ensure!(
-            dim > 0 && dim <= 1 << 16,
-            "{what}: implausible dimension {dim}"
-        );
-        let dim = dim as usize;
-        let rec = 4 + dim * if u8s { 1 } else { 4 };
-        ensure!(
-            len.is_multiple_of(rec),
-            "{what}: size {len} is not a multiple of the record size {rec} (dim {dim}): truncated or not this format"
-        );
+        let mut first = [0u8; 4];
+        let got = file.read_at(&mut first, 0)?;
+        let (n, dim) = texmex_dims(&first[..got], len, elem, &what)?;
         Ok(RowReader {
             file,
             what,
-            u8s,
-            n: len / rec,
+            elem,
+            n,
             dim,
         })
-    }
-
-    fn record(&self) -> usize {
-        4 + self.dim * if self.u8s { 1 } else { 4 }
     }
 
     /// Rows `start..start + count`, every record's dimension field checked.
@@ -65,31 +50,13 @@ impl RowReader {
             start + count,
             self.n
         );
-        let rec = self.record();
+        let rec = 4 + self.dim * self.elem.size();
         let mut raw = vec![0u8; count * rec];
         self.file
             .read_exact_at(&mut raw, (start * rec) as u64)
             .with_context(|| format!("reading {}", self.what))?;
         let mut data = Vec::with_capacity(count * self.dim);
-        for (i, r) in raw.chunks_exact(rec).enumerate() {
-            let d = i32::from_le_bytes(r[..4].try_into().expect("4"));
-            ensure!(
-                d as usize == self.dim,
-                "{}: record {} has dimension {d}, the first has {}",
-                self.what,
-                start + i,
-                self.dim
-            );
-            if self.u8s {
-                data.extend(r[4..].iter().map(|&v| v as f32));
-            } else {
-                data.extend(
-                    r[4..]
-                        .chunks_exact(4)
-                        .map(|c| f32::from_le_bytes(c.try_into().expect("4"))),
-                );
-            }
-        }
+        decode_records(&raw, self.dim, self.elem, start, &self.what, &mut data)?;
         Ok(Vectors::new(self.dim, data))
     }
 

@@ -34,14 +34,14 @@ impl Vectors {
 
 /// Element type of a TEXMEX file.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-enum Elem {
+pub(crate) enum Elem {
     F32,
     U8,
     I32,
 }
 
 impl Elem {
-    fn size(self) -> usize {
+    pub(crate) fn size(self) -> usize {
         match self {
             Elem::U8 => 1,
             _ => 4,
@@ -55,13 +55,20 @@ fn map(path: &Path) -> Result<memmap2::Mmap> {
     unsafe { memmap2::Mmap::map(&f) }.with_context(|| format!("mapping {}", path.display()))
 }
 
-/// Parses a TEXMEX buffer: returns (n, dim) after checking every record.
-fn texmex_shape(b: &[u8], elem: Elem, what: &str) -> Result<(usize, usize)> {
+/// (n, dim) of a TEXMEX file of `len` bytes whose first bytes are `first`: its first
+/// dimension field, plausible, and a length that is a whole number of records. Each record's
+/// own field is checked where it is read (`texmex_shape`, `decode_records`).
+pub(crate) fn texmex_dims(
+    first: &[u8],
+    len: usize,
+    elem: Elem,
+    what: &str,
+) -> Result<(usize, usize)> {
     ensure!(
-        b.len() >= 4,
+        first.len() >= 4,
         "{what}: file is empty or truncated (no dimension field)"
     );
-    let dim = i32::from_le_bytes(b[0..4].try_into().expect("4 bytes"));
+    let dim = i32::from_le_bytes(first[0..4].try_into().expect("4 bytes"));
     ensure!(
         dim > 0 && dim <= 1 << 16,
         "{what}: implausible dimension {dim}"
@@ -69,38 +76,65 @@ fn texmex_shape(b: &[u8], elem: Elem, what: &str) -> Result<(usize, usize)> {
     let dim = dim as usize;
     let rec = 4 + dim * elem.size();
     ensure!(
-        b.len().is_multiple_of(rec),
-        "{what}: size {} is not a multiple of the record size {rec} (dim {dim}): truncated or not this format",
-        b.len()
+        len.is_multiple_of(rec),
+        "{what}: size {len} is not a multiple of the record size {rec} (dim {dim}): truncated or not this format"
     );
-    let n = b.len() / rec;
-    for i in 0..n {
-        let d = i32::from_le_bytes(b[i * rec..i * rec + 4].try_into().expect("4 bytes"));
-        ensure!(
-            d as usize == dim,
-            "{what}: record {i} has dimension {d}, the first has {dim}"
-        );
+    Ok((len / rec, dim))
+}
+
+/// A record's dimension field is `dim` (`row`: its number in the file, for the message).
+fn check_record(r: &[u8], dim: usize, row: usize, what: &str) -> Result<()> {
+    let d = i32::from_le_bytes(r[0..4].try_into().expect("4 bytes"));
+    ensure!(
+        d as usize == dim,
+        "{what}: record {row} has dimension {d}, the first has {dim}"
+    );
+    Ok(())
+}
+
+/// Parses a TEXMEX buffer: returns (n, dim) after checking every record.
+fn texmex_shape(b: &[u8], elem: Elem, what: &str) -> Result<(usize, usize)> {
+    let (n, dim) = texmex_dims(b, b.len(), elem, what)?;
+    let rec = 4 + dim * elem.size();
+    for (i, r) in b.chunks_exact(rec).enumerate() {
+        check_record(r, dim, i, what)?;
     }
     Ok((n, dim))
+}
+
+/// Appends whole f32 or u8 records `raw` (rows `first_row..` of the file) to `out`, widened
+/// to f32, each record's dimension field checked.
+pub(crate) fn decode_records(
+    raw: &[u8],
+    dim: usize,
+    elem: Elem,
+    first_row: usize,
+    what: &str,
+    out: &mut Vec<f32>,
+) -> Result<()> {
+    let rec = 4 + dim * elem.size();
+    debug_assert!(raw.len().is_multiple_of(rec), "whole records");
+    for (i, r) in raw.chunks_exact(rec).enumerate() {
+        check_record(r, dim, first_row + i, what)?;
+        match elem {
+            Elem::F32 => out.extend(
+                r[4..]
+                    .chunks_exact(4)
+                    .map(|c| f32::from_le_bytes(c.try_into().expect("4"))),
+            ),
+            Elem::U8 => out.extend(r[4..].iter().map(|&v| v as f32)),
+            Elem::I32 => unreachable!("ivecs are not vectors of floats"),
+        }
+    }
+    Ok(())
 }
 
 fn read_texmex_f32(path: &Path, elem: Elem) -> Result<Vectors> {
     let what = path.display().to_string();
     let m = map(path)?;
-    let (n, dim) = texmex_shape(&m, elem, &what)?;
-    let rec = 4 + dim * elem.size();
+    let (n, dim) = texmex_dims(&m, m.len(), elem, &what)?;
     let mut data = Vec::with_capacity(n * dim);
-    for i in 0..n {
-        let r = &m[i * rec + 4..(i + 1) * rec];
-        match elem {
-            Elem::F32 => data.extend(
-                r.chunks_exact(4)
-                    .map(|c| f32::from_le_bytes(c.try_into().expect("4"))),
-            ),
-            Elem::U8 => data.extend(r.iter().map(|&v| v as f32)),
-            Elem::I32 => unreachable!("ivecs are not vectors of floats"),
-        }
-    }
+    decode_records(&m, dim, elem, 0, &what, &mut data)?;
     Ok(Vectors { n, dim, data })
 }
 
