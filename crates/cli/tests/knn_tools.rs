@@ -67,6 +67,17 @@ fn small_index(d: &Scratch) -> (String, String) {
     (ix, format!("{data}/query.fvecs"))
 }
 
+/// O_k, O_q, g and the copy bandwidth as `--overheads` takes them (no GPU needed).
+fn overheads_file(d: &Scratch) -> String {
+    let over = d.path("overheads.json");
+    std::fs::write(
+        &over,
+        r#"{"overheads":{"launch_us":3.0,"device_gap_us":3.0,"query_us":1.0,"copy_gbs":3000.0}}"#,
+    )
+    .unwrap();
+    over
+}
+
 /// A `bench engine` result as the binary writes it (one engine's entry).
 fn engine_run(path: &Path, gpus: usize, placement: &str, window: usize, rate: f64) {
     engine_run_of(path, "gpu-cohort", gpus, placement, window, rate)
@@ -128,12 +139,7 @@ fn the_model_predicts_its_calibration_and_names_what_it_left_out() {
         r#"{"machine":{"cpus":16},"results":[{"engine":"gpu-cohort","skipped":"out of memory"}]}"#,
     )
     .unwrap();
-    let over = d.path("overheads.json");
-    std::fs::write(
-        &over,
-        r#"{"overheads":{"launch_us":3.0,"device_gap_us":3.0,"query_us":1.0,"copy_gbs":3000.0}}"#,
-    )
-    .unwrap();
+    let over = overheads_file(&d);
     let out = d.path("model/m");
     // `cohort model centaur knn RUNS... --index --queries [--overheads] --out`.
     let model = |runs: &[&str], overheads: Option<&str>| {
@@ -229,12 +235,7 @@ fn the_scaling_figure_models_each_engine_in_process_and_served() {
     }
     let anchor = d.path("anchor.json");
     served_run(Path::new(&anchor), "cpu", "echo", 1, 500_000.0);
-    let over = d.path("overheads.json");
-    std::fs::write(
-        &over,
-        r#"{"overheads":{"launch_us":3.0,"device_gap_us":3.0,"query_us":1.0,"copy_gbs":3000.0}}"#,
-    )
-    .unwrap();
+    let over = overheads_file(&d);
     let out = d.path("model/m");
     let mut args: Vec<&str> = vec!["model", "centaur", "knn"];
     args.extend(runs.iter().map(|s| s.as_str()));

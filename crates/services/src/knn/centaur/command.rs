@@ -107,12 +107,12 @@ fn run_centaur(m: &ArgMatches, record: Record) -> Result<(), String> {
             engines.push(r.engine.clone());
         }
     }
-    let first = *runs
-        .iter()
-        .filter(|r| r.devices == 1)
-        .collect::<Vec<_>>()
+    // The first engine's first one-device run: the settings every engine's runs share (nprobe,
+    // the machine's cores, the cohort limit of the shard profile).
+    let first = engines
         .first()
-        .ok_or("no one-device run among the runs: eq. 6 is fitted to one device's rates")?;
+        .and_then(|e| runs.iter().find(|r| &r.engine == e && r.devices == 1))
+        .ok_or("no one-device run of the first engine: eq. 6 is fitted to one device's rates")?;
     let in_flight = *m.get_one::<f64>("in-flight").expect("default");
     let over = match path("overheads") {
         Some(p) => read_overheads(&p)?,
@@ -299,6 +299,8 @@ fn run_centaur(m: &ArgMatches, record: Record) -> Result<(), String> {
         worst * 100.0,
         GOAL_ERROR * 100.0
     );
+    // Each configuration's best window, as Fig. 7 shows it.
+    let fig7 = scaling::best_points(fig7);
     let served = served_points(m, &engines, &fitted, &skew)?;
     let out = path("out").expect("required");
     if let Some(dir) = out.parent().filter(|d| !d.as_os_str().is_empty()) {
@@ -343,7 +345,7 @@ fn run_centaur(m: &ArgMatches, record: Record) -> Result<(), String> {
             "engines": engines.iter().zip(&fitted).map(|(e, (i, pts))| serde_json::json!({
                 "engine": e, "inputs": i, "calibration_points": pts,
             })).collect::<Vec<_>>(),
-            "fig7_in_process": scaling::best_points(fig7.clone()),
+            "fig7_in_process": fig7,
             "fig7_served": served,
             "predicted_replicate": rep, "predicted_shard": shard,
             "fig2": f2.iter().map(|(n, p)| serde_json::json!({"design": n, "points": p})).collect::<Vec<_>>(),
@@ -469,15 +471,15 @@ fn served_points(
     Ok(scaling::best_points(out))
 }
 
-/// Centaur's Fig. 7 shape: rate against devices, in process and (a second chart) served.
+/// Centaur's Fig. 7 shape: rate against devices, in process and (a second chart) served, each
+/// configuration's best point (`scaling::best_points`).
 fn plot_fig7(
     in_process: &[scaling::Point],
     served: &[scaling::Point],
     out: &Path,
 ) -> Result<(), String> {
-    let best = scaling::best_points(in_process.to_vec());
     let mut charts = vec![(
-        scaling::series(&best, "measured"),
+        scaling::series(in_process, "measured"),
         "Centaur Fig. 7 shape: k-NN rate against GPUs in process, measured and modelled",
         "-fig7.png",
     )];
