@@ -275,22 +275,20 @@ fn main() {
 
 /// `cohort model [--help]` prints the tools; `cohort model TOOL SERVICE ARGS...` runs one.
 fn model(tool: Option<String>, service: Option<String>, args: Vec<String>) -> anyhow::Result<()> {
-    let help = |s: &Option<String>| s.as_deref().is_none_or(|a| a == "--help" || a == "-h");
-    if help(&tool) || help(&service) {
-        let mut c = command();
-        let m = c.find_subcommand_mut("model").expect("the model command");
-        println!("{}", m.render_help());
-        anyhow::ensure!(
-            tool.is_some(),
-            "name a tool and its service: cohort model TOOL SERVICE"
-        );
-        return Ok(());
+    let asks_help = |a: &str| a == "--help" || a == "-h";
+    match (tool.as_deref(), service.as_deref()) {
+        (Some(t), Some(s)) if !asks_help(t) && !asks_help(s) => model_tool(t, s, args),
+        (t, s) => {
+            let mut c = command();
+            let m = c.find_subcommand_mut("model").expect("the model command");
+            println!("{}", m.render_help());
+            anyhow::ensure!(
+                t.is_some_and(asks_help) || s.is_some_and(asks_help),
+                "name a tool and its service: cohort model TOOL SERVICE"
+            );
+            Ok(())
+        }
     }
-    model_tool(
-        tool.as_deref().expect("checked"),
-        service.as_deref().expect("checked"),
-        args,
-    )
 }
 
 /// `cohort model TOOL SERVICE ARGS...`: the service's own tool, its flags parsed by it.

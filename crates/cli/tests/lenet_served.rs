@@ -163,6 +163,9 @@ fn model_eval_reports_the_shipped_models_accuracy_and_bad_files_are_refused() {
         "{err}"
     );
     // `model --help` lists the tools; `--help` after TOOL SERVICE is the tool's own.
+    // A tool without its service is an error (with the list), not a help request.
+    let o = run(&["model", "train"]);
+    assert!(!o.status.success(), "{o:?}");
     let o = run(&["model", "--help"]);
     let out = String::from_utf8_lossy(&o.stdout);
     assert!(

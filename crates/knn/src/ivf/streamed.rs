@@ -104,7 +104,7 @@ pub fn build_streamed(
         },
         assigner,
     )?;
-    let sample_bytes = sample.data.len() * 4;
+    let (sample_rows, sample_bytes) = (sample.n, sample.data.len() * 4);
     drop(sample);
     let train_s = t.elapsed().as_secs_f64();
 
@@ -194,7 +194,7 @@ pub fn build_streamed(
         n,
         dim,
         nlist,
-        sample_rows: km.max_sample.max(nlist).min(n),
+        sample_rows,
         chunk_rows,
         peak_row_bytes: sample_bytes.max(chunk_rows.min(n) * dim * 4 * 2),
         train_s,
