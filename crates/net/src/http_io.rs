@@ -5,8 +5,8 @@
 //!   (`write_stalled`), as on TCP: hyper would wait on its socket for ever;
 //! - answers count against the byte budget until written to the socket (`Flow::hand`);
 //! - while the budget is over, a connection reads only if it holds nothing (no request with
-//!   hyper unanswered, no answer unwritten), and then at most `SETTLED_READ` bytes of its
-//!   request: a connection over its share waits first, a client that waits for its answers
+//!   hyper unanswered, no answer unwritten), and then at most its settled share
+//!   (`Budget::settled_share`) of its request: a connection over its share waits first, a client that waits for its answers
 //!   is served.
 
 use crate::http_frame::{Scanner, Stop};
@@ -35,10 +35,6 @@ fn unsent_bytes(fd: RawFd) -> usize {
         0
     }
 }
-
-/// What a connection that holds nothing may read of one request while the budget is over
-/// (the same as a TCP connection's settled read).
-const SETTLED_READ: u64 = 16 << 10;
 
 /// What the connection's socket and its request handlers share.
 pub(crate) struct Flow {
@@ -190,8 +186,9 @@ impl<I> Guarded<I> {
                 return Poll::Ready(u64::MAX);
             }
             let used = self.scanner.request_bytes();
-            if used < SETTLED_READ && self.holds_nothing() {
-                return Poll::Ready(SETTLED_READ - used);
+            let share = self.flow.budget.settled_share() as u64;
+            if used < share && self.holds_nothing() {
+                return Poll::Ready(share - used);
             }
             ready!(self.flow.budget.poll_under(cx));
             return Poll::Ready(u64::MAX);
@@ -200,12 +197,12 @@ impl<I> Guarded<I> {
             return Poll::Ready(u64::MAX);
         }
         if self.holds_nothing() {
-            return Poll::Ready(SETTLED_READ);
+            return Poll::Ready(self.flow.budget.settled_share() as u64);
         }
         // Over the budget with answers owed: wait for the budget or for the answers to go.
         self.flow.park_reader(cx);
         if self.holds_nothing() {
-            return Poll::Ready(SETTLED_READ);
+            return Poll::Ready(self.flow.budget.settled_share() as u64);
         }
         ready!(self.flow.budget.poll_under(cx));
         Poll::Ready(u64::MAX)

@@ -120,10 +120,18 @@ pub(crate) fn reset_on_close(fd: std::os::fd::RawFd) {
     let _ = socket2::SockRef::from(&sock).set_linger(Some(Duration::ZERO));
 }
 
+/// The least a settled connection may hold of a request while the budget is over
+/// (`Budget::settled_share`): an ordinary request head, or a small request whole.
+pub(crate) const SETTLED_MIN: usize = 2 << 10;
+/// The most: a request of ordinary size whole.
+pub(crate) const SETTLED_MAX: usize = 16 << 10;
+
 /// The byte budget (module doc). `used` is the `cohort_buffered_bytes` gauge itself.
 pub(crate) struct Budget {
     used: Gauge,
     limit: i64,
+    /// Open TCP and HTTP connections (the `Connections` gauge): what the budget is shared by.
+    open: Gauge,
     waiters: Mutex<Vec<Waker>>,
     waiting: AtomicBool,
 }
@@ -134,6 +142,7 @@ impl Budget {
         Arc::new(Budget {
             used: metrics.buffered_bytes.clone(),
             limit: i64::try_from(limit).unwrap_or(i64::MAX),
+            open: metrics.connections_open.clone(),
             waiters: Mutex::new(Vec::new()),
             waiting: AtomicBool::new(false),
         })
@@ -165,6 +174,20 @@ impl Budget {
 
     pub fn over(&self) -> bool {
         self.used.get() >= self.limit
+    }
+
+    /// What a connection that holds nothing may hold of one request while the budget is
+    /// over: its fair share, the limit over the connections open, kept between
+    /// `SETTLED_MIN` and `SETTLED_MAX`. This is what lets a client that waits for its
+    /// answers be served while others fill the budget, and it bounds the overshoot to one
+    /// share per connection. A share, not a fixed 16 KB, because a crowd of connections that
+    /// become readable together each take it in the same turn of an io thread: 2 000 x 16 KB
+    /// made that turn 30-40 ms on one core, 2 000 x 2 KB under 10 ms
+    /// (bench/results/hostile-clients-share/).
+    pub fn settled_share(&self) -> usize {
+        let open = self.open.get().max(1) as u64;
+        let share = (self.limit.max(0) as u64 / open) as usize;
+        share.clamp(SETTLED_MIN, SETTLED_MAX)
     }
 
     /// Ready once the budget is under its limit; else the task is woken when it gets there.
@@ -316,5 +339,28 @@ mod tests {
             .expect("task");
         b.release(60);
         assert_eq!(m.buffered_bytes.get(), 0);
+    }
+
+    #[test]
+    fn the_settled_share_is_the_budget_over_the_connections_within_its_bounds() {
+        let m = metrics();
+        let b = Budget::new(4 << 20, &m);
+        assert_eq!(b.settled_share(), SETTLED_MAX, "no connection open yet");
+        m.connections_open.set(10);
+        assert_eq!(
+            b.settled_share(),
+            SETTLED_MAX,
+            "a few connections: the whole 16 KB"
+        );
+        m.connections_open.set(1000);
+        assert_eq!(b.settled_share(), (4 << 20) / 1000);
+        m.connections_open.set(2000);
+        assert_eq!(b.settled_share(), (4 << 20) / 2000);
+        m.connections_open.set(100_000);
+        assert_eq!(
+            b.settled_share(),
+            SETTLED_MIN,
+            "never below one request head"
+        );
     }
 }

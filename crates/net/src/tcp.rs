@@ -30,10 +30,6 @@ use tokio::io::{AsyncWrite, AsyncWriteExt};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{mpsc, watch, Notify, Semaphore};
 
-/// What a settled connection (`Conn::settled`) may read while the byte budget is over: one
-/// request of ordinary size. The budget's overshoot is at most this per connection.
-const SETTLED_READ: usize = 16 << 10;
-
 /// What a connection reserves of its read buffer at a time.
 const READ_CHUNK: usize = 16 << 10;
 
@@ -410,19 +406,23 @@ async fn serve_connection<W: AsyncWrite + Unpin + Send + 'static>(
         }
         tokio::select! {
             got = async {
-                // Read only while under the budget (or settled, see `Conn::settled`).
-                if !(conn.settled() && buf.is_empty()) {
+                // Read only while under the budget, or while settled (`Conn::settled`) and
+                // holding less than the settled share of one frame.
+                let settled_room = |buf: &BytesMut| {
+                    let share = budget.settled_share();
+                    (conn.settled() && buf.len() < share).then(|| share - buf.len())
+                };
+                if settled_room(&buf).is_none() {
                     tokio::select! {
                         _ = budget.under() => {}
                         _ = conn.queue.emptied.notified() => {}
                     }
                 }
                 rd.read(&mut buf, |buf| {
-                    let over = budget.over();
-                    match (over, conn.settled() && buf.is_empty()) {
-                        (false, _) => Some(usize::MAX),
-                        (true, true) => Some(SETTLED_READ),
-                        (true, false) => None,
+                    if budget.over() {
+                        settled_room(buf)
+                    } else {
+                        Some(usize::MAX)
                     }
                 })
                 .await
