@@ -426,7 +426,8 @@ def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--bin", default="target/release/cohort")
     ap.add_argument("--conns", type=int, default=1000, help="hostile connections of each kind (at most 2000)")
-    ap.add_argument("--budget", default="16M", help="--max-buffered-bytes")
+    ap.add_argument("--budget", default="4M",
+                    help="--max-buffered-bytes (4M: what docs/protocol.md advises per io thread where a normal client's tail under a flood matters)")
     ap.add_argument("--read-timeout-ms", type=int, default=2000)
     ap.add_argument("--flood-seconds", type=float, default=40)
     ap.add_argument("--server-cpus", default="0")
