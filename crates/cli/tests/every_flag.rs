@@ -304,3 +304,24 @@ fn bad_control_threads_are_refused_with_a_clear_message() {
     assert!(!o.status.success(), "control_threads = \"many\" accepted");
     assert!(err.contains("control_threads"), "{err}");
 }
+
+/// The example configuration the repository ships loads as it is, and says what it serves.
+#[test]
+fn the_shipped_serve_toml_loads() {
+    let file = std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../../configs/serve.toml");
+    let o = std::process::Command::new(env!("CARGO_BIN_EXE_cohort"))
+        .args(["serve", "--check-config", "--config"])
+        .arg(&file)
+        .output()
+        .unwrap();
+    let out = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    for line in [
+        "# configuration ok",
+        "# service echo: engine cpu",
+        "# service lenet: engine cpu",
+        "max_buffered_bytes = \"64M\"",
+    ] {
+        assert!(out.contains(line), "{line:?} not in\n{out}");
+    }
+}

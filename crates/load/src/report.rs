@@ -39,6 +39,9 @@ pub struct TypeLatency {
     pub latency_us: Latency,
 }
 
+/// The report field (in `extra`) with the workload's word on what a wrong answer may mean.
+pub const WRONG_ANSWER_HINT: &str = "wrong_answer_hint";
+
 #[derive(Debug, Clone, Serialize, Deserialize)]
 pub struct Report {
     pub target: String,
@@ -90,16 +93,17 @@ impl Report {
         self.errors.values().sum()
     }
 
-    /// The reports as a table on stdout, each with its errors, then the columns' legend.
+    /// The reports as a table on stdout, each with its errors and notes, then the columns'
+    /// legend.
     pub fn print_table(reports: &[Report]) {
         println!("{}", Report::table_header());
         for r in reports {
             println!("{}", r.table_row());
-            if !r.errors.is_empty() {
-                println!("{:>10} errors: {:?}", "", r.errors);
+            for note in r.table_notes() {
+                println!("{:>10} {note}", "");
             }
         }
-        println!("({})", Report::table_legend());
+        println!("{}", Report::table_legend());
     }
 
     pub fn table_header() -> String {
@@ -112,13 +116,40 @@ impl Report {
             "p99.9 us",
             "errors",
             "gen_sat",
-            "recall"
+            "quality"
         )
     }
 
     /// What the table's columns mean, printed under it.
     pub fn table_legend() -> &'static str {
-        "offered/s: requests sent per second (c=N: N in flight, closed loop); answered/s:          answers per second; p50/p99/p99.9: latency from send to answer, microseconds;          errors: error answers and requests never answered; gen_sat: true when the load          generator itself fell behind its schedule (the row understates the server);          recall: k-NN recall@k against the ground truth"
+        "(offered/s: requests sent per second (c=N: N in flight, closed loop); answered/s: correct
+ answers per second; p50/p99/p99.9: latency from send to answer, microseconds (- when
+ nothing was answered); errors: error answers and requests never answered; gen_sat: true
+ when the load generator itself fell behind its schedule (the row understates the server);
+ quality: k-NN recall@k against the ground truth, or LeNet accuracy against MNIST's labels)"
+    }
+
+    /// Lines printed under a row: its errors, why the generator fell behind, and what wrong
+    /// answers may mean for this service.
+    pub fn table_notes(&self) -> Vec<String> {
+        let mut notes = Vec::new();
+        if !self.errors.is_empty() {
+            notes.push(format!("errors: {:?}", self.errors));
+        }
+        if self.generator_saturated {
+            notes.push(format!(
+                "gen_sat: the generator sent up to {:.1} ms late (p99 {:.1} ms): it, not the \
+                 server, set this row's pace; give it more --connections or cores",
+                self.send_lag_us_max / 1000.0,
+                self.send_lag_us_p99 / 1000.0
+            ));
+        }
+        if self.errors.get("wrong_answer").copied().unwrap_or(0) > 0 {
+            if let Some(hint) = self.extra.get(WRONG_ANSWER_HINT).and_then(|h| h.as_str()) {
+                notes.push(format!("wrong_answer: {hint}"));
+            }
+        }
+        notes
     }
 
     pub fn table_row(&self) -> String {
@@ -127,20 +158,98 @@ impl Report {
             (None, Some(c)) => format!("c={c}"),
             _ => "-".into(),
         };
-        let recall = match self.extra.get("recall_at_k").and_then(|r| r.as_f64()) {
-            Some(r) => format!("{r:.4}"),
-            None => "-".into(),
+        let quality = ["recall_at_k", "accuracy"]
+            .iter()
+            .find_map(|k| self.extra.get(*k).and_then(|r| r.as_f64()))
+            .map_or_else(|| "-".into(), |q| format!("{q:.4}"));
+        // Latencies of no answer are no latencies, not zeros.
+        let us = |v: f64| {
+            if self.ok > 0 {
+                format!("{v:.1}")
+            } else {
+                "-".into()
+            }
         };
         format!(
-            "{:>10} {:>10.0} {:>9.1} {:>9.1} {:>9.1} {:>9} {:>8} {:>7}",
+            "{:>10} {:>10.0} {:>9} {:>9} {:>9} {:>9} {:>8} {:>7}",
             offered,
             self.achieved_rate,
-            self.latency_us.p50,
-            self.latency_us.p99,
-            self.latency_us.p999,
+            us(self.latency_us.p50),
+            us(self.latency_us.p99),
+            us(self.latency_us.p999),
             self.error_total(),
             self.generator_saturated,
-            recall
+            quality
         )
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn report() -> Report {
+        Report {
+            target: "udp://127.0.0.1:1".into(),
+            service: "lenet".into(),
+            mode: "open-poisson".into(),
+            offered_rate: Some(1000.0),
+            concurrency: None,
+            connections: 1,
+            duration_s: 1.0,
+            warmup_s: 0.0,
+            sent: 1000,
+            ok: 0,
+            errors: BTreeMap::from([("wrong_answer".to_string(), 1000)]),
+            achieved_rate: 0.0,
+            latency_us: Latency::default(),
+            latency_all_us: Latency::default(),
+            generator_saturated: true,
+            send_lag_us_p99: 1500.0,
+            send_lag_us_max: 4200.0,
+            unexpected_answers: 0,
+            goaway: false,
+            energy: None,
+            per_type: BTreeMap::new(),
+            extra: serde_json::Map::new(),
+        }
+    }
+
+    #[test]
+    fn a_row_with_nothing_answered_shows_no_latency() {
+        let row = report().table_row();
+        assert!(!row.contains("0.0"), "{row}");
+        assert_eq!(
+            row.matches(" -").count(),
+            4,
+            "three latencies and the quality: {row}"
+        );
+    }
+
+    #[test]
+    fn notes_say_why_the_generator_fell_behind_and_what_wrong_answers_may_mean() {
+        let mut r = report();
+        assert_eq!(
+            r.table_notes().len(),
+            2,
+            "errors and gen_sat, no hint given"
+        );
+        r.extra
+            .insert(WRONG_ANSWER_HINT.into(), "give it --model".into());
+        let notes = r.table_notes();
+        assert!(notes[1].contains("4.2 ms late"), "{notes:?}");
+        assert_eq!(notes[2], "wrong_answer: give it --model");
+        r.errors.clear();
+        r.generator_saturated = false;
+        assert!(r.table_notes().is_empty(), "a clean row has no notes");
+    }
+
+    #[test]
+    fn the_quality_column_shows_recall_or_accuracy() {
+        let mut r = report();
+        r.ok = 10;
+        r.extra.insert("accuracy".into(), 0.9912.into());
+        assert!(r.table_row().ends_with(" 0.9912"), "{}", r.table_row());
+        assert!(Report::table_legend().lines().all(|l| !l.contains("  ")));
     }
 }

@@ -522,7 +522,13 @@ fn report(cfg: &LoadConfig, sh: &Shared, rec: Recorder, w: &dyn Workload) -> Rep
                 )
             })
             .collect(),
-        extra: w.extra(),
+        extra: {
+            let mut extra = w.extra();
+            if let Some(hint) = w.wrong_answer_hint() {
+                extra.insert(crate::report::WRONG_ANSWER_HINT.into(), hint.into());
+            }
+            extra
+        },
     }
 }
 

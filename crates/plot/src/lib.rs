@@ -128,14 +128,23 @@ pub fn plot_bars(
     let labels = register_font();
     let groups = categories.len().max(1);
     let bars = series.len().max(1);
-    let max_y = series
+    let tallest = series
         .iter()
         .flat_map(|(_, v)| v.iter().copied())
         .filter(|v| v.is_finite())
-        .fold(reference.unwrap_or(1e-9), f64::max)
-        * 1.15;
+        .fold(reference.unwrap_or(1e-9), f64::max);
+    // Room above the tallest bar for the legend (a line per series), so that it covers no
+    // group: the bars take the plot's height less the legend's.
+    const HEIGHT: u32 = 700;
+    let plot_px = f64::from(HEIGHT) - if labels { 150.0 + 60.0 } else { 50.0 };
+    let legend_px = if labels {
+        12.0 * bars as f64 + 16.0
+    } else {
+        0.0
+    };
+    let max_y = tallest * 1.05 / (1.0 - (legend_px / plot_px).min(0.6));
     let width = (140 + groups * (bars * 14 + 16)).clamp(900, 2400) as u32;
-    let root = BitMapBackend::new(out, (width, 700)).into_drawing_area();
+    let root = BitMapBackend::new(out, (width, HEIGHT)).into_drawing_area();
     root.fill(&WHITE).map_err(|e| anyhow!("{e}"))?;
     let mut b = ChartBuilder::on(&root);
     b.margin(20)
@@ -197,7 +206,15 @@ pub fn plot_bars(
             ))
             .map_err(|e| anyhow!("{e}"))?;
     }
-    legend(&mut chart, labels)?;
+    if labels {
+        chart
+            .configure_series_labels()
+            .position(SeriesLabelPosition::UpperRight)
+            .border_style(BLACK)
+            .background_style(WHITE.mix(0.8))
+            .draw()
+            .map_err(|e| anyhow!("{e}"))?;
+    }
     root.present().map_err(|e| anyhow!("{e}"))?;
     Ok(())
 }

@@ -21,6 +21,11 @@ pub trait Workload: Send + Sync {
     }
     /// Forgets what `extra` measured (between the points of a sweep).
     fn reset(&self) {}
+    /// What a wrong answer may mean for this workload, shown under a load table that has
+    /// some (a generator that predicts answers from a model, for instance).
+    fn wrong_answer_hint(&self) -> Option<&'static str> {
+        None
+    }
     /// A service served as raw HTTP pages is loaded by sessions of browsers, over HTTP only
     /// (then `payload`, `json` and the checks above are never called).
     fn pages(&self) -> Option<&dyn PageSessions> {

@@ -218,8 +218,14 @@ pub fn variants(name: &str, base: &SimConfig) -> Option<(String, Vec<Variant>)> 
     })
 }
 
-/// Runs figure `name` on `base` over `workloads` (rayon: every run in parallel).
-pub fn run_figure(name: &str, base: &SimConfig, workloads: &[Workload]) -> Option<Figure> {
+/// Runs figure `name` on `base` over `workloads` (rayon: every run in parallel), calling
+/// `progress(done, total)` as each simulation ends (a figure takes minutes at full scale).
+pub fn run_figure(
+    name: &str,
+    base: &SimConfig,
+    workloads: &[Workload],
+    progress: &(dyn Fn(usize, usize) + Sync),
+) -> Option<Figure> {
     let (title, variants) = variants(name, base)?;
     let started = std::time::Instant::now();
     // Variants with the same machine (fig11's fraction of the ideal) are simulated once.
@@ -241,11 +247,14 @@ pub fn run_figure(name: &str, base: &SimConfig, workloads: &[Workload]) -> Optio
     let sims: Vec<(usize, usize)> = (0..workloads.len())
         .flat_map(|w| (0..machines.len()).map(move |m| (w, m)))
         .collect();
+    let finished = std::sync::atomic::AtomicUsize::new(0);
     let simulated: Vec<(Stats, f64)> = sims
         .par_iter()
         .map(|&(w, m)| {
             let t = std::time::Instant::now();
             let st = simulate(machines[m], &workloads[w]);
+            let done = finished.fetch_add(1, std::sync::atomic::Ordering::Relaxed) + 1;
+            progress(done, sims.len());
             (st, t.elapsed().as_secs_f64())
         })
         .collect();

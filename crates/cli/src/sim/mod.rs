@@ -87,7 +87,7 @@ pub fn run(cmd: SimCmd) -> Result<()> {
         vec![a.what.as_str()]
     };
     for f in figs {
-        let fig = run_figure(f, &base, &workloads).expect("a known figure");
+        let fig = run_figure(f, &base, &workloads, &progress(f)).expect("a known figure");
         print_figure(&fig);
         let stem = match &a.tag {
             Some(t) => format!("sim-numa-{f}-{t}"),
@@ -103,6 +103,39 @@ pub fn run(cmd: SimCmd) -> Result<()> {
         plot_figure(&fig, &a.out.join(format!("{stem}.png")))?;
     }
     Ok(())
+}
+
+/// What a figure's run shows while it runs: a bar on a terminal; else a line at every tenth
+/// of the simulations, so that a redirected run is not silent for minutes.
+fn progress(figure: &str) -> impl Fn(usize, usize) + Sync {
+    use std::io::IsTerminal;
+    let bar = std::io::stderr().is_terminal().then(|| {
+        let b = indicatif::ProgressBar::new(0);
+        b.set_style(
+            indicatif::ProgressStyle::with_template(
+                "{msg} [{bar:30}] {pos}/{len} simulations, {eta} left",
+            )
+            .expect("a valid template"),
+        );
+        b.set_message(figure.to_string());
+        b
+    });
+    let figure = figure.to_string();
+    move |done, total| match &bar {
+        Some(b) => {
+            b.set_length(total as u64);
+            b.set_position(done as u64);
+            if done == total {
+                b.finish_and_clear();
+            }
+        }
+        None => {
+            let tenth = |n: usize| n * 10 / total.max(1);
+            if done == total || tenth(done) != tenth(done - 1) {
+                eprintln!("{figure}: {done} of {total} simulations done");
+            }
+        }
+    }
 }
 
 fn workloads(a: &NumaArgs) -> Result<Vec<Workload>> {
@@ -154,9 +187,11 @@ fn print_figure(f: &Figure) {
     println!("\n{}: {}", f.name, f.title);
     let variants: Vec<&str> = f.variants.iter().map(|v| v.name.as_str()).collect();
     let energy = f.name == "energy";
+    // Columns as wide as their whole names (fig11's `2-sockets-of-ideal` was cut).
+    let width = |v: &str| v.len().max(if energy { 13 } else { 8 });
     print!("{:<22}", "workload");
     for v in &variants {
-        print!(" {:>13}", trim(v, 13));
+        print!(" {:>w$}", v, w = width(v));
     }
     println!();
     let mut seen = Vec::new();
@@ -172,11 +207,12 @@ fn print_figure(f: &Figure) {
                 .iter()
                 .find(|x| x.workload == r.workload && x.variant == *v)
                 .expect("every run");
-            if energy {
-                print!(" {:>7.3}x {:>3.0}mJ", x.speedup, x.link_joules * 1e3);
+            let cell = if energy {
+                format!("{:.3}x {:>3.0}mJ", x.speedup, x.link_joules * 1e3)
             } else {
-                print!(" {:>12.2}x", x.speedup);
-            }
+                format!("{:.2}x", x.speedup)
+            };
+            print!(" {:>w$}", cell, w = width(v));
         }
         println!();
     }
@@ -217,10 +253,6 @@ fn print_figure(f: &Figure) {
     );
 }
 
-fn trim(s: &str, n: usize) -> &str {
-    &s[..s.len().min(n)]
-}
-
 fn plot_figure(f: &Figure, out: &Path) -> Result<()> {
     let mut cats: Vec<String> = Vec::new();
     for r in &f.runs {
@@ -258,6 +290,12 @@ fn plot_figure(f: &Figure, out: &Path) -> Result<()> {
     cats.push("mean".into());
     let (y, reference) = if energy {
         ("link energy, mJ", None)
+    } else if f.name == "fig11" {
+        // Its `N-sockets-of-ideal` bars are fractions of an ideal GPU, not speedups.
+        (
+            "speedup over 1 socket; *-of-ideal: fraction of the ideal",
+            Some(1.0),
+        )
     } else {
         ("speedup", Some(1.0))
     };

@@ -105,4 +105,11 @@ impl Workload for LenetWorkload {
     fn reset(&self) {
         self.accuracy.reset()
     }
+    fn wrong_answer_hint(&self) -> Option<&'static str> {
+        Some(
+            "the generator predicts every answer with the model the service ships, or the \
+             one given to it by --model: a server on other weights answers otherwise; give \
+             `cohort load` the server's --model",
+        )
+    }
 }

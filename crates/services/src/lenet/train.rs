@@ -239,6 +239,16 @@ pub fn train_lenet(
             opt.backward_step(&loss)?;
             loss_sum += loss.to_scalar::<f32>()? as f64;
             bar.inc(1);
+            // Off a terminal the bar draws nothing: a line at every tenth of the epoch, so
+            // that a redirected run (minutes an epoch) is not silent.
+            let done = bar.position() as usize;
+            if bar.is_hidden() && (done * 10 / steps) != ((done - 1) * 10 / steps) {
+                eprintln!(
+                    "epoch {}/{epochs}: {done} of {steps} batches, mean loss so far {:.4}",
+                    epoch + 1,
+                    loss_sum / done as f64
+                );
+            }
         }
         bar.finish_and_clear();
         eprintln!(
