@@ -21,6 +21,10 @@ pub const NO_ID: u32 = u32::MAX;
 pub const QB: usize = 32;
 /// Tiled plan: rows per shared-memory tile.
 pub const RT: usize = 64;
+/// Tensor-core filter: queries and centroids per block tile.
+pub const TC_TILE: usize = 64;
+/// Tensor-core filter: threads per block (four warps, 16 queries of the tile each).
+pub const TC_THREADS: usize = 128;
 /// Tiled plan: the largest k or nprobe a radix select returns (so the largest nprobe).
 pub const SEL_MAX: usize = 256;
 /// k-means assignment: rows per block and centroids per shared-memory tile (a multiple of 16:
@@ -44,6 +48,8 @@ pub fn prelude() -> Prelude {
         .int("QB", QB)
         .int("RT", RT)
         .int("SEL_MAX", SEL_MAX)
+        .int("TC_TILE", TC_TILE)
+        .int("TC_THREADS", TC_THREADS)
         .int("GPU_MAX_CANDIDATES", GPU_MAX_CANDIDATES)
         .int("KNN_HEAD", KNN_HEAD);
     p.define("NO_ID", format!("{NO_ID:#x}u"));
@@ -55,8 +61,11 @@ pub fn prelude() -> Prelude {
 const COMMON: (&str, &str) = ("common.cuh", include_str!("kernels/common.cuh"));
 const PER_PAIR: (&str, &str) = ("knn.cu", include_str!("kernels/knn.cu"));
 const TILED: (&str, &str) = ("knn_tiled.cu", include_str!("kernels/knn_tiled.cu"));
+/// The tiled plan's filter on the tensor cores (compiled in `knn_tiled.cu`'s unit).
+const FILTER_TC: (&str, &str) = ("knn_filter_tc.cu", include_str!("kernels/knn_filter_tc.cu"));
 
-/// The slice's compilation units: `knn.cu` (per-pair plan), `knn_tiled.cu` (tiled plan),
+/// The slice's compilation units: `knn.cu` (per-pair plan), `knn_tiled.cu` (tiled plan, with
+/// its tensor-core filter `knn_filter_tc.cu`),
 /// `kmeans.cu` (index build), `knn_persistent.cu` (both persistent plans, with the runtime).
 pub fn sources() -> &'static [&'static KernelSource] {
     static SOURCES: std::sync::OnceLock<Vec<&'static KernelSource>> = std::sync::OnceLock::new();
@@ -64,7 +73,12 @@ pub fn sources() -> &'static [&'static KernelSource] {
         let p = prelude();
         vec![
             KernelSource::assemble_typed("knn.cu", &p, &[COMMON, PER_PAIR], per_pair::checked()),
-            KernelSource::assemble_typed("knn_tiled.cu", &p, &[COMMON, TILED], tiled::checked()),
+            KernelSource::assemble_typed(
+                "knn_tiled.cu",
+                &p,
+                &[COMMON, TILED, FILTER_TC],
+                tiled::checked(),
+            ),
             KernelSource::assemble_typed(
                 "kmeans.cu",
                 &p,

@@ -2,7 +2,7 @@
 //! fresh random inputs. Used by the test suite and by
 //! `cohort selftest gpu` (the GPU machine has no cargo: the binary carries the checks).
 
-use super::gpu_ivf::{round_f16, to_neighbors, GpuIvf, Plan, Precision};
+use super::gpu_ivf::{round_f16, to_neighbors, FilterKind, GpuIvf, Plan, Precision};
 use super::{decode_response, encode_request, Elems};
 use cohort_gpu::{probe, GpuError};
 use cohort_knn::ivf::stages;
@@ -94,26 +94,46 @@ pub fn check_case(c: &Case) -> Result<String, GpuError> {
         .map_err(at("filter launch"))?;
     let probes = s.clone_dtoh(&probes_d)?;
     s.synchronize().map_err(|e| at("filter run")(e.into()))?;
-    for i in 0..c.nq {
-        let cpu = stages::filter(ix.centroids(), ix.dim, ix.metric, queries.row(i), c.nprobe);
-        let gpu = &probes[i * c.nprobe..(i + 1) * c.nprobe];
-        if cpu != gpu {
-            // Allow only swaps among near-equal centroid distances.
-            let d = |cell: u32| {
-                ix.metric.distance(
-                    queries.row(i),
-                    &ix.centroids()[cell as usize * ix.dim..(cell as usize + 1) * ix.dim],
-                )
-            };
-            let ok = cpu.iter().zip(gpu).all(|(a, b)| close(d(*a), d(*b)));
-            if !ok {
-                return Err(fail(
-                    "filter",
-                    format!("query {i}: gpu probes {gpu:?} vs cpu {cpu:?}"),
-                ));
+    let same_probes = |what: &str, probes: &[u32]| {
+        for i in 0..c.nq {
+            let cpu = stages::filter(ix.centroids(), ix.dim, ix.metric, queries.row(i), c.nprobe);
+            let gpu = &probes[i * c.nprobe..(i + 1) * c.nprobe];
+            if cpu != gpu {
+                // Allow only swaps among near-equal centroid distances.
+                let d = |cell: u32| {
+                    ix.metric.distance(
+                        queries.row(i),
+                        &ix.centroids()[cell as usize * ix.dim..(cell as usize + 1) * ix.dim],
+                    )
+                };
+                let ok = cpu.iter().zip(gpu).all(|(a, b)| close(d(*a), d(*b)));
+                if !ok {
+                    return Err(fail(
+                        what,
+                        format!("query {i}: gpu probes {gpu:?} vs cpu {cpu:?}"),
+                    ));
+                }
             }
         }
+        Ok(())
+    };
+    same_probes("filter", &probes)?;
+    // The tiled plan's filter on the CUDA cores and on the tensor cores (3xTF32 scores, then
+    // the exact re-rank of each query's best few), against the same.
+    let mut g = g;
+    let device_filter = g.filter;
+    for kind in [FilterKind::Cores, FilterKind::TensorCores] {
+        g.filter = kind;
+        let mut b = g.buffers(&s, c.nq)?;
+        s.memcpy_htod(&queries.data, &mut b.q.slice_mut(..queries.data.len()))?;
+        g.filter_into(&s, &mut b, c.nq, c.nprobe)
+            .map_err(at("tiled filter launch"))?;
+        let tiled = s.clone_dtoh(&b.probes.slice(..c.nq * c.nprobe))?;
+        s.synchronize()
+            .map_err(|e| at("tiled filter run")(e.into()))?;
+        same_probes(&format!("tiled filter on the {kind:?}"), &tiled)?;
     }
+    g.filter = device_filter;
     // Stage 2 on the GPU's own probes, against search_cell.
     let (pi, pd) = g
         .launch_search(&s, &qd, &probes_d, c.nq, c.nprobe, c.k)

@@ -164,6 +164,8 @@ struct Kernels {
     search: [Kernel<pp::KnnSearchArgs>; 3], // by precision: f32, f16, u8
     reduce: Kernel<pp::KnnReduceArgs>,
     filter_tiled: Kernel<tk::KnnFilterTiledArgs>,
+    filter_tc: Kernel<tk::KnnFilterTcArgs>,
+    rerank_filter: Kernel<tk::KnnRerankFilterArgs>,
     select_filter: Kernel<tk::KnnSelectFilterArgs>,
     plan: Kernel<tk::KnnPlanArgs>,
     scan_items: Kernel<tk::KnnScanItemsArgs>,
@@ -182,6 +184,8 @@ impl Kernels {
             search: Kernel::load_each(&m, &pp::SEARCH)?,
             reduce: Kernel::load(&m, &pp::REDUCE)?,
             filter_tiled: Kernel::load(&t, &tk::FILTER)?,
+            filter_tc: Kernel::load(&t, &tk::FILTER_TC)?,
+            rerank_filter: Kernel::load(&t, &tk::RERANK_FILTER)?,
             select_filter: Kernel::load(&t, &tk::SELECT_FILTER)?,
             plan: Kernel::load(&t, &tk::PLAN)?,
             scan_items: Kernel::load(&t, &tk::SCAN_ITEMS)?,
@@ -203,6 +207,8 @@ pub struct GpuIvf {
     pub precision: Precision,
     /// Streaming multiprocessors: sizes the tiled plan's grids.
     sms: usize,
+    /// How the tiled plan's filter scores the centroids (`FilterKind::for_device`).
+    pub filter: FilterKind,
     centroids: CudaSlice<f32>,
     vectors: DeviceVectors,
     ids: CudaSlice<u32>,
@@ -212,6 +218,41 @@ pub struct GpuIvf {
     kernels: Kernels,
     /// Bytes held on the device.
     pub device_bytes: usize,
+}
+
+/// How the tiled plan scores query x centroid distances before it picks the probes. Both
+/// give the probes of the exact filter (the CPU twin's, up to swaps of equal distances).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum FilterKind {
+    /// f32 FMAs on the CUDA cores (`knn_filter_tiled`).
+    Cores,
+    /// A 3xTF32 matrix product on the tensor cores (`knn_filter_tc`), then the exact distances
+    /// of each query's best few cells (`knn_rerank_filter`).
+    TensorCores,
+}
+
+impl FilterKind {
+    /// The tensor cores where the device has TF32 ones (sm_80 on), unless
+    /// `COHORT_KNN_FILTER=cores` asks for the CUDA-core filter (to compare the two).
+    pub fn for_device(dev: &DeviceInfo) -> FilterKind {
+        let asked_cores = std::env::var("COHORT_KNN_FILTER").is_ok_and(|v| v == "cores");
+        if dev.compute_capability.0 >= 8 && !asked_cores {
+            FilterKind::TensorCores
+        } else {
+            FilterKind::Cores
+        }
+    }
+
+    /// Cells the tensor-core filter keeps per query for the exact re-rank: nprobe and a
+    /// margin for cells the rounding moved (3xTF32 is within a few f32 ulps; the margin is
+    /// many places), within the select's limit and the cell count. None: no room for a
+    /// margin, so the CUDA-core filter runs.
+    pub fn rerank_width(nprobe: usize, nlist: usize) -> Option<usize> {
+        let width = (nprobe + (nprobe / 2).max(8))
+            .min(nlist)
+            .min(kernels::SEL_MAX);
+        (width > nprobe || width == nlist).then_some(width)
+    }
 }
 
 /// Where an uploaded index lives on its device.
@@ -317,6 +358,7 @@ impl GpuIvf {
             },
             precision,
             sms: dev.sms.max(1) as usize,
+            filter: FilterKind::for_device(dev),
             centroids: s.clone_htod(ix.centroids)?,
             device_bytes: 4 * (ix.centroids.len() + ix.ids.len())
                 + ix.vectors.len() * vectors.bytes_per_elem()

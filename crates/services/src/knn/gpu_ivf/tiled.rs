@@ -1,14 +1,14 @@
 //! The tiled plan for cohorts (kernels/knn_tiled.cu): seven launches on one stream, no host
 //! round trip. A cohort whose candidate rows do not fit `Buffers::cand` runs in passes.
 
-use super::{Buffers, GpuIvf};
+use super::{Buffers, FilterKind, GpuIvf};
 use crate::knn::kernels::tiled::*;
 use cohort_gpu::launch::{Dev, Work};
 use cohort_gpu::GpuError;
 use cudarc::driver::CudaStream;
 use std::sync::Arc;
 
-use crate::knn::kernels::{QB, RT};
+use crate::knn::kernels::{QB, RT, TC_TILE};
 /// Resident blocks per SM the grid-stride search aims for (256 threads, ~13 KiB shared each).
 const BLOCKS_PER_SM: usize = 8;
 
@@ -184,6 +184,12 @@ impl GpuIvf {
         let blocks = self.sms * BLOCKS_PER_SM;
         let groups = m.div_ceil(QB);
         let kn = &self.kernels;
+        // The tensor-core filter keeps `width` cells per query in the candidate buffer, free
+        // until the scan (stream order).
+        let width = FilterKind::rerank_width(nprobe, nlist).filter(|w| m * w <= b.cand.len());
+        if let (FilterKind::TensorCores, Some(width)) = (self.filter, width) {
+            return self.filter_tc_step(s, b, q, q0, m, nprobe, width, after);
+        }
 
         // 1. Query x centroid distances.
         let fchunk = chunk_rows(nlist, groups, blocks) as i32;
@@ -212,6 +218,65 @@ impl GpuIvf {
         // SAFETY: probes rows q0..q0+m exist (asserted), nprobe <= SEL_MAX.
         unsafe { kn.select_filter.launch(s, Work::Items(m), 0, &args) }?;
         after("select_filter")
+    }
+
+    /// Stages 1-2 on the tensor cores (kernels/knn_filter_tc.cu): scores, each query's
+    /// `width` best, and their exact re-rank into the nprobe probes.
+    #[allow(clippy::too_many_arguments)]
+    fn filter_tc_step(
+        &self,
+        s: &Arc<CudaStream>,
+        b: &mut Buffers,
+        q: Dev<f32>,
+        q0: usize,
+        m: usize,
+        nprobe: usize,
+        width: usize,
+        after: &mut dyn FnMut(&'static str) -> Result<(), GpuError>,
+    ) -> Result<(), GpuError> {
+        let (dim, nlist) = (self.dim, self.nlist);
+        let kn = &self.kernels;
+        let args = KnnFilterTcArgs {
+            queries: q,
+            nq: m as i32,
+            centroids: Dev::of(&self.centroids, s),
+            nlist: nlist as i32,
+            dim: dim as i32,
+            metric: self.metric,
+            scratch: Dev::of_mut(&mut b.scratch, s),
+        };
+        let grid = Work::Grid(m.div_ceil(TC_TILE) as u32, nlist.div_ceil(TC_TILE) as u32);
+        // SAFETY: scratch holds m x nlist (the caller asserted).
+        unsafe { kn.filter_tc.launch(s, grid, 0, &args) }?;
+        after("filter")?;
+
+        // The `width` best scores per query, into the candidate buffer's first m x width words.
+        let approx: Dev<u32> = Dev::raw(Dev::of_mut(&mut b.cand, s).addr());
+        let args = KnnSelectFilterArgs {
+            scratch: Dev::of(&b.scratch, s),
+            nlist: nlist as i32,
+            nprobe: width as i32,
+            probes: approx,
+        };
+        // SAFETY: cand holds m x width 4-byte words (the caller checked); width <= SEL_MAX.
+        unsafe { kn.select_filter.launch(s, Work::Items(m), 0, &args) }?;
+        after("select_filter")?;
+
+        let args = KnnRerankFilterArgs {
+            queries: q,
+            nq: m as i32,
+            centroids: Dev::of(&self.centroids, s),
+            nlist: nlist as i32,
+            dim: dim as i32,
+            metric: self.metric,
+            approx,
+            width: width as i32,
+            nprobe: nprobe as i32,
+            probes: Dev::of_mut(&mut b.probes.slice_mut(q0 * nprobe..(q0 + m) * nprobe), s),
+        };
+        // SAFETY: probes rows q0..q0+m exist (the caller asserted); approx rows as above.
+        unsafe { kn.rerank_filter.launch(s, Work::Items(m), 0, &args) }?;
+        after("rerank_filter")
     }
 
     /// Stages 3-7 for the m queries of `io` (which starts at the pass's first query).

@@ -1,6 +1,6 @@
 //! The tiled plan's kernels (`knn_tiled.cu`), declared once: name, argument block, grid rule.
 
-use super::BLOCK;
+use super::{BLOCK, TC_THREADS};
 use cohort_gpu::kernel_args;
 use cohort_gpu::launch::{ArgsLayout, Dev, Grid, KernelDecl};
 
@@ -23,6 +23,36 @@ kernel_args! {
     pub struct KnnSelectFilterArgs {
         scratch: Dev<f32>,
         nlist: i32,
+        nprobe: i32,
+        probes: Dev<u32>,
+    }
+}
+
+kernel_args! {
+    /// Query x centroid scores on the tensor cores (3xTF32; the distance less a per-query
+    /// constant).
+    pub struct KnnFilterTcArgs {
+        queries: Dev<f32>,
+        nq: i32,
+        centroids: Dev<f32>,
+        nlist: i32,
+        dim: i32,
+        metric: i32,
+        scratch: Dev<f32>,
+    }
+}
+
+kernel_args! {
+    /// The exact nprobe nearest of each query's `width` best cells by score.
+    pub struct KnnRerankFilterArgs {
+        queries: Dev<f32>,
+        nq: i32,
+        centroids: Dev<f32>,
+        nlist: i32,
+        dim: i32,
+        metric: i32,
+        approx: Dev<u32>,
+        width: i32,
         nprobe: i32,
         probes: Dev<u32>,
     }
@@ -108,6 +138,11 @@ const B: u32 = BLOCK as u32;
 /// Grid (query groups of QB, centroid chunks).
 pub const FILTER: KernelDecl<KnnFilterTiledArgs> =
     KernelDecl::new("knn_filter_tiled", B, Grid::Sized);
+/// Grid (query tiles, centroid tiles) of TC_TILE each.
+pub const FILTER_TC: KernelDecl<KnnFilterTcArgs> =
+    KernelDecl::new("knn_filter_tc", TC_THREADS as u32, Grid::Sized);
+pub const RERANK_FILTER: KernelDecl<KnnRerankFilterArgs> =
+    KernelDecl::new("knn_rerank_filter", B, Grid::BlockPerItem);
 pub const SELECT_FILTER: KernelDecl<KnnSelectFilterArgs> =
     KernelDecl::new("knn_select_filter", B, Grid::BlockPerItem);
 pub const PLAN: KernelDecl<KnnPlanArgs> =
@@ -135,6 +170,8 @@ pub const SELECT_SEARCH_WIDE: KernelDecl<KnnSelectSearchArgs> =
 pub fn checked() -> Vec<(&'static str, ArgsLayout)> {
     let mut v = vec![
         FILTER.checked(),
+        FILTER_TC.checked(),
+        RERANK_FILTER.checked(),
         SELECT_FILTER.checked(),
         PLAN.checked(),
         SCAN_ITEMS.checked(),
