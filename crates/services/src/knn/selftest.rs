@@ -122,7 +122,10 @@ pub fn check_case(c: &Case) -> Result<String, GpuError> {
     // the exact re-rank of each query's best few), against the same.
     let mut g = g;
     let device_filter = g.filter;
-    for kind in [FilterKind::Cores, FilterKind::TensorCores] {
+    for kind in [
+        FilterKind::Cores,
+        FilterKind::TensorCores { min_queries: 0 },
+    ] {
         g.filter = kind;
         let mut b = g.buffers(&s, c.nq)?;
         s.memcpy_htod(&queries.data, &mut b.q.slice_mut(..queries.data.len()))?;

@@ -227,17 +227,26 @@ pub enum FilterKind {
     /// f32 FMAs on the CUDA cores (`knn_filter_tiled`).
     Cores,
     /// A 3xTF32 matrix product on the tensor cores (`knn_filter_tc`), then the exact distances
-    /// of each query's best few cells (`knn_rerank_filter`).
-    TensorCores,
+    /// of each query's best few cells (`knn_rerank_filter`), for passes of at least
+    /// `min_queries` queries (the CUDA cores below).
+    TensorCores { min_queries: usize },
 }
 
 impl FilterKind {
+    /// Passes from which the tensor cores filter by default. On the H100 (1M x 128, nlist
+    /// 4096, nprobe 16) they took a cohort of 8 192 from 0.70 to 0.46 ms of filter and
+    /// re-rank, and one of 1 024 from 0.10 to 0.09 ms, but a cohort of 64 from 0.17 to 0.20 ms
+    /// of chained time (the extra launch): bench/results/issue49-filter-tc-h100/.
+    pub const TC_MIN_QUERIES: usize = 1024;
+
     /// The tensor cores where the device has TF32 ones (sm_80 on), unless
     /// `COHORT_KNN_FILTER=cores` asks for the CUDA-core filter (to compare the two).
     pub fn for_device(dev: &DeviceInfo) -> FilterKind {
         let asked_cores = std::env::var("COHORT_KNN_FILTER").is_ok_and(|v| v == "cores");
         if dev.compute_capability.0 >= 8 && !asked_cores {
-            FilterKind::TensorCores
+            FilterKind::TensorCores {
+                min_queries: Self::TC_MIN_QUERIES,
+            }
         } else {
             FilterKind::Cores
         }

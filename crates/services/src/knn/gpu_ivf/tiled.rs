@@ -187,8 +187,10 @@ impl GpuIvf {
         // The tensor-core filter keeps `width` cells per query in the candidate buffer, free
         // until the scan (stream order).
         let width = FilterKind::rerank_width(nprobe, nlist).filter(|w| m * w <= b.cand.len());
-        if let (FilterKind::TensorCores, Some(width)) = (self.filter, width) {
-            return self.filter_tc_step(s, b, q, q0, m, nprobe, width, after);
+        if let (FilterKind::TensorCores { min_queries }, Some(width)) = (self.filter, width) {
+            if m >= min_queries {
+                return self.filter_tc_step(s, b, q, q0, m, nprobe, width, after);
+            }
         }
 
         // 1. Query x centroid distances.

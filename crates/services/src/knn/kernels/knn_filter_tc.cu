@@ -18,6 +18,7 @@
 #define TC_DK 32  // dimensions per shared-memory stage
 static_assert(TC_THREADS == 32 * (TC_TILE / 16), "a warp per 16 queries of the tile");
 static_assert(TC_TILE % 8 == 0, "whole 8-centroid mma tiles");
+#define RERANK_QUERIES (BLOCK / 32)  // queries per knn_rerank_filter block, a warp each
 
 // x rounded to TF32 (round to nearest, ties away), as the bits mma.sync takes.
 __device__ __forceinline__ unsigned to_tf32(float x) {
@@ -126,23 +127,25 @@ __device__ float exact_distance(const float* __restrict__ q, const float* __rest
     return finish<METRIC>(acc);
 }
 
-// Block per query (BLOCK threads): a thread per candidate cell computes its exact distance;
-// each cell's rank among them is where it goes.
+// A warp per query (RERANK_QUERIES of them per block): a lane per candidate cell computes its
+// exact distance; each cell's rank among the query's candidates is where it goes.
 extern "C" __global__ void knn_rerank_filter(const KnnRerankFilterArgs a) {
-    __shared__ float sd[SEL_MAX];
-    __shared__ unsigned si[SEL_MAX];
-    const size_t q = blockIdx.x;
+    __shared__ float sd[RERANK_QUERIES][SEL_MAX];
+    __shared__ unsigned si[RERANK_QUERIES][SEL_MAX];
+    const int w = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const size_t q = (size_t)blockIdx.x * RERANK_QUERIES + w;
+    if (q >= (size_t)a.nq) return;  // whole warps leave; no block-wide barrier follows
     const float* qv = a.queries + q * a.dim;
-    for (int j = threadIdx.x; j < a.width; j += BLOCK) {
+    for (int j = lane; j < a.width; j += 32) {
         const unsigned c = a.approx[q * a.width + j];
         const float* cv = a.centroids + (size_t)c * a.dim;
-        sd[j] = a.metric == 0 ? exact_distance<0>(qv, cv, a.dim) : exact_distance<1>(qv, cv, a.dim);
-        si[j] = c;
+        sd[w][j] = a.metric == 0 ? exact_distance<0>(qv, cv, a.dim) : exact_distance<1>(qv, cv, a.dim);
+        si[w][j] = c;
     }
-    __syncthreads();
-    for (int j = threadIdx.x; j < a.width; j += BLOCK) {
+    __syncwarp();
+    for (int j = lane; j < a.width; j += 32) {
         int rank = 0;
-        for (int i = 0; i < a.width; ++i) rank += before(sd[i], si[i], sd[j], si[j]);
-        if (rank < a.nprobe) a.probes[q * a.nprobe + rank] = si[j];
+        for (int i = 0; i < a.width; ++i) rank += before(sd[w][i], si[w][i], sd[w][j], si[w][j]);
+        if (rank < a.nprobe) a.probes[q * a.nprobe + rank] = si[w][j];
     }
 }

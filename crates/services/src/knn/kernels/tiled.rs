@@ -141,8 +141,9 @@ pub const FILTER: KernelDecl<KnnFilterTiledArgs> =
 /// Grid (query tiles, centroid tiles) of TC_TILE each.
 pub const FILTER_TC: KernelDecl<KnnFilterTcArgs> =
     KernelDecl::new("knn_filter_tc", TC_THREADS as u32, Grid::Sized);
+/// A warp per query.
 pub const RERANK_FILTER: KernelDecl<KnnRerankFilterArgs> =
-    KernelDecl::new("knn_rerank_filter", B, Grid::BlockPerItem);
+    KernelDecl::new("knn_rerank_filter", B, Grid::ItemsPerBlock(B / 32));
 pub const SELECT_FILTER: KernelDecl<KnnSelectFilterArgs> =
     KernelDecl::new("knn_select_filter", B, Grid::BlockPerItem);
 pub const PLAN: KernelDecl<KnnPlanArgs> =
