@@ -20,7 +20,7 @@ for engine in ${ENGINES:-inline cpu gpu-cohort}; do
         echo "== bank on $engine, 8 cores, $c connections"
         taskset -c 8-15 "$B" load --target http://127.0.0.1:18093 --duration 2 --warmup 1 \
             --answer-timeout-ms 2000 --server-pid "$srv" --log-level warn --service bank \
-            --bank-users 100000 --poisson --sweep "${RATES:-80k,160k,240k,320k}" \
+            --users 100000 --poisson --sweep "${RATES:-80k,160k,240k,320k}" \
             --connections "$c" --json "$out/bank-conns-${NAME:-$engine}-c$c-$tag.json" 2>&1 |
             grep -v "^$"
         curl -s http://127.0.0.1:18093/metrics >"$out/bank-conns-${NAME:-$engine}-c$c-$tag.metrics" ||

@@ -1,8 +1,8 @@
 #!/usr/bin/env bash
 # Session run v26 (issue 25): UDP GSO trains for answers (--udp-gso on|off), the same
 # `cohort bench served` points for both, one after the other in one device session.
-# PART=tests|echo|knn; VARIANTS="on off fifo before": on = this build's defaults (GSO, fair
-# queueing), off = --udp-gso off, fifo = --fair-queue off, before = dist/cohort-before (the
+# PART=tests|echo|knn; VARIANTS="on off fifo before": on = GSO and fair queueing (both given:
+# fair queueing is off by default since), off = --udp-gso off, fifo = --fair-queue off, before = dist/cohort-before (the
 # build without GSO, the exact --max-queue count and fair queueing); CONNS = generator sockets.
 set -uo pipefail
 OUT=${OUT:-/tmp/out}; TAG=${TAG:-h200-v26}; mkdir -p "$OUT"
@@ -10,7 +10,7 @@ OUT=${OUT:-/tmp/out}; TAG=${TAG:-h200-v26}; mkdir -p "$OUT"
 t0=$(date +%s)
 # variant -> the binary and the serve flag it runs with
 bin() { [ "$1" = before ] && echo dist/cohort-before || echo $B; }
-flag() { case $1 in off) echo "--serve-arg=--udp-gso=off" ;; fifo) echo "--serve-arg=--fair-queue=off" ;; *) echo "" ;; esac; }
+flag() { case $1 in on) echo "--serve-arg=--udp-gso=on --serve-arg=--fair-queue=on" ;; off) echo "--serve-arg=--udp-gso=off --serve-arg=--fair-queue=on" ;; fifo) echo "--serve-arg=--fair-queue=off" ;; *) echo "" ;; esac; }
 case ${PART:-echo} in
 tests)
     OUT="$OUT/tests" bash scripts/gpu-check run tests
