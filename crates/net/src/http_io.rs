@@ -6,8 +6,8 @@
 //! - answers count against the byte budget until written to the socket (`Flow::hand`);
 //! - while the budget is over, a connection reads only if it holds nothing (no request with
 //!   hyper unanswered, no answer unwritten), and then at most its settled share
-//!   (`Budget::settled_share`) of its request: a connection over its share waits first, a client that waits for its answers
-//!   is served.
+//!   (`Budget::settled_share`) of its request: a connection over its share waits first, a
+//!   client that waits for its answers is served.
 
 use crate::http_frame::{Scanner, Stop};
 use crate::limits::Budget;
