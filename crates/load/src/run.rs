@@ -487,6 +487,8 @@ fn report(cfg: &LoadConfig, sh: &Shared, rec: Recorder, w: &dyn Workload) -> Rep
         Some(r) => !goaway && (lag_p99 > 1000.0 || (rec.sent as f64) < 0.97 * r * secs),
         None => false,
     };
+    // The workload's word on wrong answers, only in a report that has some.
+    let wrong_answers = rec.errors.contains_key("wrong_answer");
     Report {
         target: cfg.target.to_string(),
         service: w.service_name().into(),
@@ -524,7 +526,7 @@ fn report(cfg: &LoadConfig, sh: &Shared, rec: Recorder, w: &dyn Workload) -> Rep
             .collect(),
         extra: {
             let mut extra = w.extra();
-            if let Some(hint) = w.wrong_answer_hint() {
+            if let Some(hint) = w.wrong_answer_hint().filter(|_| wrong_answers) {
                 extra.insert(crate::report::WRONG_ANSWER_HINT.into(), hint.into());
             }
             extra
