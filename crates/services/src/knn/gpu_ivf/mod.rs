@@ -240,15 +240,22 @@ impl FilterKind {
     pub const TC_MIN_QUERIES: usize = 1024;
 
     /// The tensor cores where the device has TF32 ones (sm_80 on), unless
-    /// `COHORT_KNN_FILTER=cores` asks for the CUDA-core filter (to compare the two).
-    pub fn for_device(dev: &DeviceInfo) -> FilterKind {
-        let asked_cores = std::env::var("COHORT_KNN_FILTER").is_ok_and(|v| v == "cores");
-        if dev.compute_capability.0 >= 8 && !asked_cores {
-            FilterKind::TensorCores {
+    /// `COHORT_KNN_FILTER=cores` asks for the CUDA-core filter (to compare the two);
+    /// `COHORT_KNN_FILTER=tensor` (or unset) is the default. Any other value is an error.
+    pub fn for_device(dev: &DeviceInfo) -> Result<FilterKind, GpuError> {
+        let asked = std::env::var("COHORT_KNN_FILTER").ok();
+        Self::choose(dev.compute_capability.0 >= 8, asked.as_deref())
+    }
+
+    fn choose(tf32: bool, asked: Option<&str>) -> Result<FilterKind, GpuError> {
+        match asked {
+            None | Some("tensor") if tf32 => Ok(FilterKind::TensorCores {
                 min_queries: Self::TC_MIN_QUERIES,
-            }
-        } else {
-            FilterKind::Cores
+            }),
+            None | Some("tensor") | Some("cores") => Ok(FilterKind::Cores),
+            Some(other) => Err(GpuError::Invalid(format!(
+                "COHORT_KNN_FILTER={other:?}: expected tensor (the default) or cores"
+            ))),
         }
     }
 
@@ -367,7 +374,7 @@ impl GpuIvf {
             },
             precision,
             sms: dev.sms.max(1) as usize,
-            filter: FilterKind::for_device(dev),
+            filter: FilterKind::for_device(dev)?,
             centroids: s.clone_htod(ix.centroids)?,
             device_bytes: 4 * (ix.centroids.len() + ix.ids.len())
                 + ix.vectors.len() * vectors.bytes_per_elem()
@@ -629,5 +636,26 @@ mod tests {
             .parse::<Precision>()
             .unwrap_err()
             .contains("f32, f16, u8"));
+    }
+
+    #[test]
+    fn the_filter_is_the_tensor_cores_where_they_exist_and_a_wrong_choice_is_refused() {
+        let tc = FilterKind::TensorCores {
+            min_queries: FilterKind::TC_MIN_QUERIES,
+        };
+        assert_eq!(FilterKind::choose(true, None).unwrap(), tc);
+        assert_eq!(FilterKind::choose(true, Some("tensor")).unwrap(), tc);
+        assert_eq!(
+            FilterKind::choose(true, Some("cores")).unwrap(),
+            FilterKind::Cores
+        );
+        assert_eq!(FilterKind::choose(false, None).unwrap(), FilterKind::Cores);
+        let e = FilterKind::choose(true, Some("tc"))
+            .unwrap_err()
+            .to_string();
+        assert!(
+            e.contains("COHORT_KNN_FILTER") && e.contains("cores"),
+            "{e}"
+        );
     }
 }
