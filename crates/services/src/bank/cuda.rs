@@ -20,8 +20,6 @@ pub fn prelude() -> Prelude {
         ("BANK_NAME", NAME),
         ("BANK_KINDS", KINDS.len()),
         ("BANK_PREFIX_LEN", PREFIX.len()),
-        ("BANK_PAGE_WARPS", super::kernels::PAGE_WARPS as usize),
-        ("BANK_SEGS", super::kernels::PAGE_SEGMENTS),
     ] {
         writeln!(s, "#define {name} {v}").unwrap();
     }
@@ -174,6 +172,5 @@ mod tests {
         assert!(p.contains("#define BANK_REFUSE_NotFound 2"));
         assert!(p.contains("BANK_KIND_NAME_OFF[15]"));
         assert!(p.contains("BANK_NUM_PARAM_OFF[43]"));
-        assert!(p.contains("#define BANK_SEGS 128"));
     }
 }

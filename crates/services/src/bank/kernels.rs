@@ -137,18 +137,8 @@ pub const FETCH: KernelDecl<BankFetchArgs> =
     KernelDecl::new("bank_fetch", PER_REQUEST, Grid::ThreadPerItem { cap: 0 });
 pub const SESSIONS: KernelDecl<BankSessionsArgs> =
     KernelDecl::new("bank_sessions", PER_REQUEST, Grid::ThreadPerItem { cap: 0 });
-/// A warp per page, PAGE_WARPS pages a block.
-pub const PAGES: KernelDecl<BankPagesArgs> = KernelDecl::new(
-    "bank_pages",
-    32 * PAGE_WARPS,
-    Grid::ItemsPerBlock(PAGE_WARPS),
-);
-/// Pages per block of `bank_pages` (`BANK_PAGE_WARPS`).
-pub const PAGE_WARPS: u32 = 4;
-/// Segments a page is cut into at most, a multiple of the warp (`BANK_SEGS`): the largest page
-/// (an account summary of 6 accounts of 8 transactions) takes 80; any more stay in the last.
-pub const PAGE_SEGMENTS: usize = 128;
-const _: () = assert!(PAGE_SEGMENTS.is_multiple_of(32));
+pub const PAGES: KernelDecl<BankPagesArgs> =
+    KernelDecl::new("bank_pages", PER_REQUEST, Grid::ThreadPerItem { cap: 0 });
 /// A thread per (response, lane): 32 lanes a response row-major, 8 transposed.
 pub const PAD: KernelDecl<BankPadArgs> =
     KernelDecl::new("bank_pad", 256, Grid::ThreadPerItem { cap: 0 });

@@ -1,5 +1,5 @@
-// The bank after parsing: sessions (a thread per request), then pages (a warp per request) -
-// Rhythm's process and response stages. CPU twins: `Sessions` (bank/session.rs), `Besim`
+// The bank after parsing: sessions, then pages - one thread per request of a cohort (Rhythm's
+// process and response stages). CPU twins: `Sessions` (bank/session.rs), `Besim`
 // (bank/besim.rs) and `page::render` / `page::refusal` (bank/page.rs): the same records, the
 // same fixed-width fields, the same bytes. Tables and sizes come from the generated prelude.
 
@@ -178,14 +178,6 @@ __device__ Payment payment(const Src& d, int i, int np) {
 }
 
 // ---- the response writer: byte i of response r, row-major or transposed by words ----
-//
-// A warp builds one page (one thread per page made a cohort's latency one thread's serial
-// page: 0.3-1.4 ms). The page is cut into segments at each `mark`: the status line and
-// headers, the pieces of the head, each table row, each block between. Segment s belongs to
-// lane s % 32. A first pass counts each segment's bytes (lanes skip the segments that are not
-// theirs), a scan turns the counts into starts, a second pass writes each segment at its
-// start. Segments past BANK_SEGS - 1 stay in the last one, so any record fits. The bytes are
-// the one-thread page's, in the same order.
 
 struct Out {
     unsigned char* base;
@@ -195,47 +187,15 @@ struct Out {
     // The word being written (bytes not yet put are spaces): stored whole when full, so a
     // warp's threads store whole words side by side instead of single bytes.
     unsigned int acc;
-    // The first byte this writer may store: a word that begins before it is shared with the
-    // segment before (another lane's), so only its own bytes are stored, one at a time.
-    int lo;
-    // The first pass: bytes are counted; whole words go to `sink` (a select in every put, not
-    // a branch).
-    bool count;
-    unsigned int* sink;
-    // The current segment is this lane's: the callers render only then (`if (mark(o))`).
-    bool mine;
-    int seg, lane;
-    // The warp's segment table in shared memory: lengths in the first pass, starts in the
-    // second (BANK_SEGS entries).
-    unsigned int* segs;
 };
 
 __device__ __forceinline__ size_t out_at(const Out& o, int i) {
     if (o.tr) return ((size_t)(i >> 2) * o.n + o.r) * 4 + (i & 3);
     return (size_t)o.r * BANK_RESP_SLOT + i;
 }
-// Bytes [from, end) of one word, from `acc`: the words a segment shares with its neighbours.
-// Not inlined: the one-byte path is rare.
-__device__ __noinline__ void store_bytes(unsigned char* base, bool tr, unsigned int r, unsigned int n,
-                                         int from, int end, unsigned int acc) {
-    for (int i = from; i < end; i++) {
-        size_t at = tr ? ((size_t)(i >> 2) * n + r) * 4 + (i & 3) : (size_t)r * BANK_RESP_SLOT + i;
-        base[at] = (unsigned char)(acc >> ((i & 3) * 8));
-    }
-}
-// Stores bytes [w, end) of the word at `w` from the accumulator: whole where the writer owns
-// the word, else the bytes from `lo` on.
-__device__ __forceinline__ void store_word(Out& o, int w, int end) {
-    if (w >= o.lo && end == w + 4) {
-        *(o.count ? o.sink : (unsigned int*)(o.base + out_at(o, w))) = o.acc;
-        return;
-    }
-    store_bytes(o.base, o.tr, o.r, o.n, w > o.lo ? w : o.lo, end, o.acc);
-}
-// The partial word at `pos` stored with spaces to its end (the page's own padding).
 __device__ __forceinline__ void flush(Out& o) {
     if (o.pos & 3) {
-        store_word(o, o.pos & ~3, (o.pos & ~3) + 4);
+        *(unsigned int*)(o.base + out_at(o, o.pos & ~3)) = o.acc;
         o.acc = 0x20202020u;
     }
 }
@@ -243,37 +203,10 @@ __device__ __forceinline__ void put(Out& o, unsigned char c) {
     int sh = (o.pos & 3) * 8;
     o.acc = (o.acc & ~(0xffu << sh)) | ((unsigned int)c << sh);
     if ((o.pos & 3) == 3) {
-        store_word(o, o.pos & ~3, o.pos + 1);
+        *(unsigned int*)(o.base + out_at(o, o.pos & ~3)) = o.acc;
         o.acc = 0x20202020u;
     }
     o.pos++;
-}
-// Closes segment `seg` where it is this lane's (`mine`): its length recorded (first pass) or
-// its last partial word stored up to `pos` only (the next segment's bytes are another lane's).
-// Returns where segment seg + 1 starts (second pass). Not inlined: one copy for a page's ~80
-// marks.
-__device__ __noinline__ int next_segment(Out o) {
-    if (o.mine && o.seg >= 0) {
-        if (o.count) {
-            o.segs[o.seg] = (unsigned int)o.pos;
-        } else if (o.pos & 3) {
-            store_word(o, o.pos & ~3, o.pos);
-        }
-    }
-    return !o.count && o.seg + 1 < BANK_SEGS ? (int)o.segs[o.seg + 1] : 0;
-}
-// Ends the page's last segment.
-__device__ __forceinline__ void end_segment(Out& o) { next_segment(o); }
-// Starts the next segment; true where it is this lane's (the caller renders it then).
-__device__ __forceinline__ bool mark(Out& o) {
-    if (o.seg >= BANK_SEGS - 1) return o.mine;
-    int start = next_segment(o);
-    o.seg++;
-    o.mine = (o.seg & 31) == o.lane;
-    o.pos = start;
-    o.lo = start;
-    o.acc = 0x20202020u;
-    return o.mine;
 }
 // Kept a loop over the literal's bytes: unrolled, every literal of every page type becomes
 // straight-line code (about 40% more PTX) and the sustained mix ran 13% slower on the H200
@@ -370,33 +303,27 @@ __device__ void name_of(Out& o, const unsigned char* bytes, const unsigned short
 }
 __device__ void td(Out& o) { lit(o, "</td><td>"); }
 
-// The status line and headers (three segments); returns where the body starts (written
-// whole by one lane: the refusal page). change: 0 none, 1 opened (cookie user-token), 2 closed.
+// The status line and headers; returns where the body starts. change: 0 none, 1 opened
+// (cookie user-token), 2 closed.
 __device__ int header(Out& o, int status, int reason, int change, unsigned int user,
                       unsigned long long token) {
-    if (mark(o)) {
-        lit(o, "HTTP/1.1 ");
-        num(o, status, 3);
-        put(o, ' ');
-        entry(o, BANK_REASON_BYTES, BANK_REASON_OFF, reason);
-        lit(o, "\r\nContent-Type: text/html; charset=utf-8\r\nCache-Control: no-store\r\n");
+    lit(o, "HTTP/1.1 ");
+    num(o, status, 3);
+    put(o, ' ');
+    entry(o, BANK_REASON_BYTES, BANK_REASON_OFF, reason);
+    lit(o, "\r\nContent-Type: text/html; charset=utf-8\r\nCache-Control: no-store\r\n");
+    if (change == 1) {
+        lit(o, "Set-Cookie: SID=");
+        num(o, user, 0);
+        put(o, '-');
+        for (int i = 15; i >= 0; i--) put(o, "0123456789abcdef"[(token >> (4 * i)) & 15]);
+        lit(o, "; Path=/bank/; HttpOnly\r\n");
+    } else if (change == 2) {
+        lit(o, "Set-Cookie: SID=; Path=/bank/; Max-Age=0\r\n");
     }
-    if (mark(o)) {
-        if (change == 1) {
-            lit(o, "Set-Cookie: SID=");
-            num(o, user, 0);
-            put(o, '-');
-            for (int i = 15; i >= 0; i--) put(o, "0123456789abcdef"[(token >> (4 * i)) & 15]);
-            lit(o, "; Path=/bank/; HttpOnly\r\n");
-        } else if (change == 2) {
-            lit(o, "Set-Cookie: SID=; Path=/bank/; Max-Age=0\r\n");
-        }
-    }
-    if (mark(o)) {
-        lit(o, "Content-Length: ");
-        spaces(o, BANK_LENGTH_FIELD);
-        lit(o, "\r\n\r\n");
-    }
+    lit(o, "Content-Length: ");
+    spaces(o, BANK_LENGTH_FIELD);
+    lit(o, "\r\n\r\n");
     return o.pos;
 }
 
@@ -417,27 +344,18 @@ __device__ int finish(Out& o, int body_at, int size, unsigned int* pad) {
     return o.pos;
 }
 
-// The page's head; the body starts at its first segment.
 __device__ void head(Out& o, int kind) {
-    if (mark(o)) {
-        lit(o, "<!DOCTYPE html>\n<html><head><title>Cohort Bank - ");
-        entry(o, BANK_KIND_NAME_BYTES, BANK_KIND_NAME_OFF, kind);
-        lit(o, "</title></head>\n<body><div class=\"nav\">");
-    }
-    if (mark(o)) lit(o, "<a href=\"/bank/account_summary\">Accounts</a> | <a href=\"/bank/bill_pay\">Bill Pay</a> | ");
-    if (mark(o)) lit(o, "<a href=\"/bank/transfer\">Transfer</a> | <a href=\"/bank/order_check\">Checks</a> | ");
-    if (mark(o)) {
-        lit(o, "<a href=\"/bank/profile\">Profile</a> | <a href=\"/bank/logout\">Log out</a></div>\n<h1>");
-        entry(o, BANK_KIND_NAME_BYTES, BANK_KIND_NAME_OFF, kind);
-        lit(o, "</h1>\n");
-    }
+    lit(o, "<!DOCTYPE html>\n<html><head><title>Cohort Bank - ");
+    entry(o, BANK_KIND_NAME_BYTES, BANK_KIND_NAME_OFF, kind);
+    lit(o, "</title></head>\n<body><div class=\"nav\"><a href=\"/bank/account_summary\">Accounts</a> | <a href=\"/bank/bill_pay\">Bill Pay</a> | <a href=\"/bank/transfer\">Transfer</a> | <a href=\"/bank/order_check\">Checks</a> | <a href=\"/bank/profile\">Profile</a> | <a href=\"/bank/logout\">Log out</a></div>\n<h1>");
+    entry(o, BANK_KIND_NAME_BYTES, BANK_KIND_NAME_OFF, kind);
+    lit(o, "</h1>\n");
 }
 
 __device__ void accounts_table(Out& o, const Src& d) {
     int n = n_accounts(d);
-    if (mark(o)) lit(o, "<table class=\"accounts\"><tr><th>Account</th><th>Type</th><th>Balance</th></tr>\n");
+    lit(o, "<table class=\"accounts\"><tr><th>Account</th><th>Type</th><th>Balance</th></tr>\n");
     for (int i = 0; i < n; i++) {
-        if (!mark(o)) continue;
         Account a = account(d, i);
         lit(o, "<tr><td>");
         num(o, a.number, 12);
@@ -447,32 +365,28 @@ __device__ void accounts_table(Out& o, const Src& d) {
         money(o, a.balance);
         lit(o, "</td></tr>\n");
     }
-    if (mark(o)) lit(o, "</table>\n");
+    lit(o, "</table>\n");
 }
 
 __device__ void account_select(Out& o, const Src& d, const char* field) {
     int n = n_accounts(d);
-    if (mark(o)) {
-        lit(o, "<select name=\"");
-        lit(o, field);
-        lit(o, "\">");
-    }
+    lit(o, "<select name=\"");
+    lit(o, field);
+    lit(o, "\">");
     for (int i = 0; i < n; i++) {
-        if (!mark(o)) continue;
         lit(o, "<option value=\"");
         num(o, i, 1);
         lit(o, "\">");
         num(o, account(d, i).number, 12);
         lit(o, "</option>");
     }
-    if (mark(o)) lit(o, "</select>\n");
+    lit(o, "</select>\n");
 }
 
 __device__ void payees_table(Out& o, const Src& d) {
     int n = n_payees(d);
-    if (mark(o)) lit(o, "<table class=\"payees\"><tr><th>Payee</th><th>Name</th><th>Account</th></tr>\n");
+    lit(o, "<table class=\"payees\"><tr><th>Payee</th><th>Name</th><th>Account</th></tr>\n");
     for (int i = 0; i < n; i++) {
-        if (!mark(o)) continue;
         Payee p = payee(d, i);
         lit(o, "<tr><td>");
         num(o, i + 1, 3);
@@ -482,7 +396,7 @@ __device__ void payees_table(Out& o, const Src& d) {
         num(o, p.account, 10);
         lit(o, "</td></tr>\n");
     }
-    if (mark(o)) lit(o, "</table>\n");
+    lit(o, "</table>\n");
 }
 
 // A text field of the profile (record offset `at`: the name - on the login page too -,
@@ -516,27 +430,17 @@ __device__ unsigned long long phone_of(const Src& d) {
 
 __device__ void profile_table(Out& o, const Src& d) {
     Name n;
-    if (mark(o)) {
-        lit(o, "<table class=\"profile\"><tr><td>Name</td><td>");
-        name(o, profile_field(n, d, BANK_REC_PROFILE_NAME));
-    }
-    if (mark(o)) {
-        lit(o, "</td></tr>\n<tr><td>Street</td><td>");
-        name(o, profile_field(n, d, BANK_REC_STREET));
-    }
-    if (mark(o)) {
-        lit(o, "</td></tr>\n<tr><td>City</td><td>");
-        name(o, profile_field(n, d, BANK_REC_CITY));
-    }
-    if (mark(o)) {
-        lit(o, "</td></tr>\n<tr><td>Phone</td><td>");
-        num(o, phone_of(d), 10);
-    }
-    if (mark(o)) {
-        lit(o, "</td></tr>\n<tr><td>Email</td><td>");
-        name(o, profile_field(n, d, BANK_REC_EMAIL));
-        lit(o, "</td></tr>\n</table>\n");
-    }
+    lit(o, "<table class=\"profile\"><tr><td>Name</td><td>");
+    name(o, profile_field(n, d, BANK_REC_PROFILE_NAME));
+    lit(o, "</td></tr>\n<tr><td>Street</td><td>");
+    name(o, profile_field(n, d, BANK_REC_STREET));
+    lit(o, "</td></tr>\n<tr><td>City</td><td>");
+    name(o, profile_field(n, d, BANK_REC_CITY));
+    lit(o, "</td></tr>\n<tr><td>Phone</td><td>");
+    num(o, phone_of(d), 10);
+    lit(o, "</td></tr>\n<tr><td>Email</td><td>");
+    name(o, profile_field(n, d, BANK_REC_EMAIL));
+    lit(o, "</td></tr>\n</table>\n");
 }
 
 __device__ void notice(Out& o, bool ok, const char* yes, const char* no) {
@@ -545,24 +449,19 @@ __device__ void notice(Out& o, bool ok, const char* yes, const char* no) {
     lit(o, "</p>\n");
 }
 
-// The 200 page's content (after head); nums/texts are request r's parameters. The writer
-// comes and goes by value, so that it stays in registers inside: by reference it lives in
-// local memory and every byte put reloads and stores its position and word (the page stores
-// through `o.base` may alias it) - measured as most of a page's time. Not inlined: inlined
-// into the two passes, the module took four minutes to compile (one copy: under one).
-// Every lane takes the same marks (the branches around them are the page's, never a lane's
-// own), and computes a row's data only where the row is its segment.
-__device__ __noinline__ Out content(Out o, int kind, const Src& d, const unsigned long long* nums,
-                                   const unsigned char* texts, unsigned int r, unsigned int n) {
+// The 200 page's content (after head); nums/texts are request r's parameters. Inlined into
+// bank_pages so that the writer `o` stays in registers: passed to a called function, `o`
+// lives in local memory and every byte put reloads and stores its position and word (the
+// page stores through `o.base` may alias it) - measured as most of bank_pages' time.
+__device__ __forceinline__ void content(Out& o, int kind, const Src& d, const unsigned long long* nums,
+                        const unsigned char* texts, unsigned int r, unsigned int n) {
     unsigned long long n0 = nums[r], n1 = nums[(size_t)n + r], n2 = nums[(size_t)2 * n + r];
     switch (kind) {
     case BANK_K_Login: {
-        if (mark(o)) {
-            Name nm;
-            lit(o, "<p>Welcome, ");
-            name(o, profile_field(nm, d, BANK_REC_PROFILE_NAME));
-            lit(o, "</p>\n");
-        }
+        Name nm;
+        lit(o, "<p>Welcome, ");
+        name(o, profile_field(nm, d, BANK_REC_PROFILE_NAME));
+        lit(o, "</p>\n");
         accounts_table(o, d);
         break;
     }
@@ -570,13 +469,10 @@ __device__ __noinline__ Out content(Out o, int kind, const Src& d, const unsigne
         int na = n_accounts(d);
         accounts_table(o, d);
         for (int i = 0; i < na; i++) {
-            if (mark(o)) {
-                lit(o, "<h2>");
-                num(o, account(d, i).number, 12);
-                lit(o, "</h2>\n<table class=\"txns\"><tr><th>Date</th><th>Description</th><th>Amount</th><th>Check</th></tr>\n");
-            }
+            lit(o, "<h2>");
+            num(o, account(d, i).number, 12);
+            lit(o, "</h2>\n<table class=\"txns\"><tr><th>Date</th><th>Description</th><th>Amount</th><th>Check</th></tr>\n");
             for (int j = 0; j < BANK_TXNS; j++) {
-                if (!mark(o)) continue;
                 Txn t = txn(d, i, j);
                 lit(o, "<tr><td>");
                 date(o, t.date);
@@ -588,32 +484,29 @@ __device__ __noinline__ Out content(Out o, int kind, const Src& d, const unsigne
                 num(o, t.check, 6);
                 lit(o, "</td></tr>\n");
             }
-            if (mark(o)) lit(o, "</table>\n");
+            lit(o, "</table>\n");
         }
         break;
     }
     case BANK_K_AddPayee:
-        if (mark(o)) lit(o, "<form method=\"post\" action=\"/bank/post_payee\"><label>Name <input name=\"name\" maxlength=\"24\"></label> <label>Account <input name=\"account\" maxlength=\"10\"></label> <button>Add payee</button></form>\n");
+        lit(o, "<form method=\"post\" action=\"/bank/post_payee\"><label>Name <input name=\"name\" maxlength=\"24\"></label> <label>Account <input name=\"account\" maxlength=\"10\"></label> <button>Add payee</button></form>\n");
         break;
     case BANK_K_BillPay:
         payees_table(o, d);
-        if (mark(o)) lit(o, "<form method=\"post\" action=\"/bank/post_transfer\">From ");
+        lit(o, "<form method=\"post\" action=\"/bank/post_transfer\">From ");
         account_select(o, d, "from");
-        if (mark(o)) lit(o, "<input name=\"amount\"> <button>Pay</button></form>\n");
+        lit(o, "<input name=\"amount\"> <button>Pay</button></form>\n");
         break;
     case BANK_K_BillPayStatus: {
-        if (mark(o)) {
-            lit(o, "<p>Payments from ");
-            date(o, (unsigned int)n0);
-            lit(o, " to ");
-            date(o, (unsigned int)n1);
-            lit(o, "</p>\n<table class=\"payments\"><tr><th>Date</th><th>Payee</th><th>Amount</th></tr>\n");
-        }
+        lit(o, "<p>Payments from ");
+        date(o, (unsigned int)n0);
+        lit(o, " to ");
+        date(o, (unsigned int)n1);
+        lit(o, "</p>\n<table class=\"payments\"><tr><th>Date</th><th>Payee</th><th>Amount</th></tr>\n");
         int np = n_payees(d);
         for (int i = 0; i < BANK_PAYMENTS; i++) {
             Payment p = payment(d, i, np);
             if (p.date < n0 || p.date > n1) continue;
-            if (!mark(o)) continue;
             lit(o, "<tr><td>");
             date(o, p.date);
             td(o);
@@ -626,28 +519,23 @@ __device__ __noinline__ Out content(Out o, int kind, const Src& d, const unsigne
             money(o, p.amount);
             lit(o, "</td></tr>\n");
         }
-        if (mark(o)) lit(o, "</table>\n");
+        lit(o, "</table>\n");
         break;
     }
     case BANK_K_ChangeProfile: {
-        if (mark(o)) {
-            notice(o, true, "Your profile is updated.", "");
-            lit(o, "<table class=\"profile\"><tr><td>Street</td><td>");
-            for (int j = 0; j < BANK_NAME; j++) put(o, texts[(size_t)j * n + r]);
-        }
-        if (mark(o)) {
-            lit(o, "</td></tr>\n<tr><td>City</td><td>");
-            for (int j = 0; j < BANK_NAME; j++) put(o, texts[(size_t)(BANK_NAME + j) * n + r]);
-            lit(o, "</td></tr>\n<tr><td>Phone</td><td>");
-            num(o, n0, 10);
-            lit(o, "</td></tr>\n</table>\n<h2>Before</h2>\n");
-        }
+        notice(o, true, "Your profile is updated.", "");
+        lit(o, "<table class=\"profile\"><tr><td>Street</td><td>");
+        for (int j = 0; j < BANK_NAME; j++) put(o, texts[(size_t)j * n + r]);
+        lit(o, "</td></tr>\n<tr><td>City</td><td>");
+        for (int j = 0; j < BANK_NAME; j++) put(o, texts[(size_t)(BANK_NAME + j) * n + r]);
+        lit(o, "</td></tr>\n<tr><td>Phone</td><td>");
+        num(o, n0, 10);
+        lit(o, "</td></tr>\n</table>\n<h2>Before</h2>\n");
         profile_table(o, d);
         break;
     }
     case BANK_K_CheckDetail: {
         unsigned long long c = n0 > 0xffffffffull ? 0xffffffffull : n0;
-        if (!mark(o)) break;
         bool found = false;
         if (c >= 1000) {
             unsigned long long k = c - 1000;
@@ -675,21 +563,19 @@ __device__ __noinline__ Out content(Out o, int kind, const Src& d, const unsigne
     }
     case BANK_K_OrderCheck:
         accounts_table(o, d);
-        if (mark(o)) lit(o, "<form method=\"post\" action=\"/bank/place_check_order\">Account ");
+        lit(o, "<form method=\"post\" action=\"/bank/place_check_order\">Account ");
         account_select(o, d, "account");
-        if (mark(o)) lit(o, "<select name=\"design\">");
+        lit(o, "<select name=\"design\">");
         for (int i = 0; i < 4; i++) {
-            if (!mark(o)) continue;
             lit(o, "<option value=\"");
             num(o, i, 1);
             lit(o, "\">");
             entry(o, BANK_DESIGNS_BYTES, BANK_DESIGNS_OFF, i);
             lit(o, "</option>");
         }
-        if (mark(o)) lit(o, "</select> <input name=\"boxes\"> <button>Order</button></form>\n");
+        lit(o, "</select> <input name=\"boxes\"> <button>Order</button></form>\n");
         break;
     case BANK_K_PlaceCheckOrder: {
-        if (!mark(o)) break;
         int na = n_accounts(d);
         bool ok = n0 < (unsigned long long)na && n1 < 4 && n2 >= 1 && n2 <= 10;
         notice(o, ok, "Your check order is placed.", "The order is not valid (account, design, 1 to 10 boxes).");
@@ -708,15 +594,13 @@ __device__ __noinline__ Out content(Out o, int kind, const Src& d, const unsigne
     }
     case BANK_K_PostPayee: {
         bool ok = n0 >= 1000000000ull && n0 < 10000000000ull;
-        if (mark(o)) {
-            notice(o, ok, "The payee is added.", "A payee account has 10 digits.");
-            if (ok) {
-                lit(o, "<p>");
-                for (int j = 0; j < BANK_NAME; j++) put(o, texts[(size_t)j * n + r]);
-                put(o, ' ');
-                num(o, n0, 10);
-                lit(o, "</p>\n");
-            }
+        notice(o, ok, "The payee is added.", "A payee account has 10 digits.");
+        if (ok) {
+            lit(o, "<p>");
+            for (int j = 0; j < BANK_NAME; j++) put(o, texts[(size_t)j * n + r]);
+            put(o, ' ');
+            num(o, n0, 10);
+            lit(o, "</p>\n");
         }
         payees_table(o, d);
         break;
@@ -725,13 +609,10 @@ __device__ __noinline__ Out content(Out o, int kind, const Src& d, const unsigne
         int na = n_accounts(d);
         bool ok = n0 < (unsigned long long)na && n1 < (unsigned long long)na && n0 != n1 && n2 >= 1 &&
                   (long long)n2 <= account(d, (int)(n0 < (unsigned long long)na ? n0 : 0)).balance;
-        if (mark(o)) {
-            notice(o, ok, "The transfer is done.", "The transfer is not possible (accounts, or funds).");
-            if (ok) lit(o, "<table class=\"accounts\"><tr><th>Account</th><th>Before</th><th>After</th></tr>\n");
-        }
+        notice(o, ok, "The transfer is done.", "The transfer is not possible (accounts, or funds).");
         if (ok) {
+            lit(o, "<table class=\"accounts\"><tr><th>Account</th><th>Before</th><th>After</th></tr>\n");
             for (int side = 0; side < 2; side++) {
-                if (!mark(o)) continue;
                 Account a = account(d, (int)(side == 0 ? n0 : n1));
                 long long d = side == 0 ? -(long long)n2 : (long long)n2;
                 lit(o, "<tr><td>");
@@ -742,27 +623,26 @@ __device__ __noinline__ Out content(Out o, int kind, const Src& d, const unsigne
                 money(o, a.balance + d);
                 lit(o, "</td></tr>\n");
             }
-            if (mark(o)) lit(o, "</table>\n");
+            lit(o, "</table>\n");
         }
         break;
     }
     case BANK_K_Profile:
         profile_table(o, d);
-        if (mark(o)) lit(o, "<form method=\"post\" action=\"/bank/change_profile\"><input name=\"street\"> <input name=\"city\"> <input name=\"phone\"> <button>Save</button></form>\n");
+        lit(o, "<form method=\"post\" action=\"/bank/change_profile\"><input name=\"street\"> <input name=\"city\"> <input name=\"phone\"> <button>Save</button></form>\n");
         break;
     case BANK_K_Transfer:
         accounts_table(o, d);
-        if (mark(o)) lit(o, "<form method=\"post\" action=\"/bank/post_transfer\">From ");
+        lit(o, "<form method=\"post\" action=\"/bank/post_transfer\">From ");
         account_select(o, d, "from");
-        if (mark(o)) lit(o, " To ");
+        lit(o, " To ");
         account_select(o, d, "to");
-        if (mark(o)) lit(o, "<input name=\"amount\"> <button>Transfer</button></form>\n");
+        lit(o, "<input name=\"amount\"> <button>Transfer</button></form>\n");
         break;
     case BANK_K_Logout:
-        if (mark(o)) lit(o, "<p>You are logged out. Thank you for banking with us.</p>\n<p><a href=\"/bank/login\">Log in again</a></p>\n");
+        lit(o, "<p>You are logged out. Thank you for banking with us.</p>\n<p><a href=\"/bank/login\">Log in again</a></p>\n");
         break;
     }
-    return o;
 }
 
 // ---- records: which user's records each request reads, and where they are ----
@@ -992,64 +872,33 @@ struct BankPagesArgs {
     unsigned int* pad;
 };
 
-// One pass over request r's 200 page (status line, headers, head, content) on this lane:
-// counting or writing (o.count). Returns the segment the body starts at.
-__device__ __forceinline__ int page_pass(Out& o, const BankPagesArgs& a, unsigned int r) {
-    int k = a.kind[r];
-    // Entry 7 of the reasons is "OK".
-    header(o, 200, BANK_REASON_OK, a.change[r], a.user[r], a.token[r]);
-    int body_seg = o.seg + 1;
-    head(o, k);
-    Src d;
-    d.user = a.user[r];
-    // A type that reads no records may have none (never read then).
-    d.rec = a.recs && a.rec_at[r] != BANK_REC_NONE ? a.recs + (size_t)a.rec_at[r] * BANK_REC_BYTES : 0;
-    o = content(o, k, d, a.nums, a.texts, r, a.n);
-    end_segment(o);
-    return body_seg;
-}
-
-// The segments' lengths into their starts (an exclusive scan over the warp, BANK_SEGS at a
-// time 32); returns where the last one ends.
-__device__ unsigned int segment_starts(unsigned int* segs, unsigned int lane) {
-    unsigned int base = 0;
-    for (int j = 0; j < BANK_SEGS; j += 32) {
-        unsigned int v = segs[j + lane], x = v;
-        for (int d = 1; d < 32; d <<= 1) {
-            unsigned int y = __shfl_up_sync(0xffffffffu, x, d);
-            if (lane >= (unsigned int)d) x += y;
-        }
-        segs[j + lane] = base + x - v;
-        base += __shfl_sync(0xffffffffu, x, 31);
-    }
-    return base;
-}
-
-// A warp per response (BANK_PAGE_WARPS per block): its page, or its refusal page (one lane).
 extern "C" __global__ void bank_pages(const BankPagesArgs a) {
-    __shared__ unsigned int warp_segs[BANK_PAGE_WARPS][BANK_SEGS];
-    __shared__ unsigned int sinks[BANK_PAGE_WARPS * 32];
-    const unsigned int lane = threadIdx.x & 31, w = threadIdx.x >> 5;
-    const unsigned int r = blockIdx.x * BANK_PAGE_WARPS + w;
-    if (r >= a.n) return;
+    const unsigned int n = a.n;
+    const unsigned char* status = a.status;
+    const unsigned char* kind = a.kind;
+    const unsigned int* user = a.user;
+    const unsigned char* change = a.change;
+    const unsigned long long* token = a.token;
+    const unsigned long long* nums = a.nums;
+    const unsigned char* texts = a.texts;
+    const unsigned char* recs = a.recs;
+    const unsigned int* rec_at = a.rec_at;
+    unsigned char* out = a.out;
+    unsigned int* lens = a.lens;
+    const int transposed = a.transposed;
+    unsigned int* pad = a.pad;
+
+    unsigned int r = blockIdx.x * blockDim.x + threadIdx.x;
+    if (r >= n) return;
     Out o;
-    o.base = a.out;
+    o.base = out;
     o.r = r;
-    o.n = a.n;
-    o.tr = a.transposed != 0;
+    o.n = n;
+    o.tr = transposed != 0;
     o.pos = 0;
     o.acc = 0x20202020u;
-    o.lo = 0;
-    o.lane = (int)lane;
-    o.segs = warp_segs[w];
-    o.sink = sinks + threadIdx.x;
-    int st = a.status[r];
+    int st = status[r];
     if (st) {
-        if (lane != 0) return;
-        // One lane writes it whole (a refusal page is small): no segments.
-        o.count = false;
-        o.mine = true;
-        o.seg = BANK_SEGS - 1;
         int ch = st == BANK_REFUSE_NoSession ? 2 : 0;
         int body = header(o, BANK_STATUS[st - 1], st - 1, ch, 0, 0);
         lit(o, "<!DOCTYPE html>\n<html><head><title>Cohort Bank - ");
@@ -1061,34 +910,19 @@ extern "C" __global__ void bank_pages(const BankPagesArgs a) {
         lit(o, "</h1>\n<p>");
         entry(o, BANK_MESSAGE_BYTES, BANK_MESSAGE_OFF, st - 1);
         lit(o, "</p>\n<p><a href=\"/bank/login\">Log in</a></p>\n");
-        a.lens[r] = finish(o, body, (int)BANK_REFUSAL_PAGE, a.pad);
+        lens[r] = finish(o, body, (int)BANK_REFUSAL_PAGE, pad);
         return;
     }
-    for (int i = lane; i < BANK_SEGS; i += 32) o.segs[i] = 0;
-    unsigned int end = 0;
-    int body_seg = 0;
-    // The passes share one copy of the page code (see `content`).
-#pragma unroll 1
-    for (int pass = 0; pass < 2; pass++) {
-        __syncwarp();
-        if (pass == 1) {
-            end = segment_starts(o.segs, lane);
-            __syncwarp();
-        }
-        o.count = pass == 0;
-        o.mine = false;
-        o.seg = -1;
-        body_seg = page_pass(o, a, r);
-    }
-    // The tail, the padding's bounds and Content-Length after every segment is stored (the
-    // length's digits overwrite the header's spaces).
-    __syncwarp();
-    if (lane != 0) return;
-    o.mine = true;
-    o.seg = BANK_SEGS - 1;
-    o.pos = o.lo = (int)end;
-    o.acc = 0x20202020u;
-    a.lens[r] = finish(o, (int)o.segs[body_seg], (int)BANK_KIND_PAGE[a.kind[r]], a.pad);
+    int k = kind[r];
+    // Entry 7 of the reasons is "OK".
+    int body = header(o, 200, BANK_REASON_OK, change[r], user[r], token[r]);
+    head(o, k);
+    Src d;
+    d.user = user[r];
+    // A type that reads no records may have none (never read then).
+    d.rec = recs && rec_at[r] != BANK_REC_NONE ? recs + (size_t)rec_at[r] * BANK_REC_BYTES : 0;
+    content(o, k, d, nums, texts, r, n);
+    lens[r] = finish(o, body, (int)BANK_KIND_PAGE[k], pad);
 }
 
 // Spaces in the words [from, to) of every response (pad[r]: from | to << 16), `lanes`
