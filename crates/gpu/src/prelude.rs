@@ -37,6 +37,37 @@ impl Prelude {
         writeln!(self.text, "#define {name} {value}").expect("writing to a String");
     }
 
+    /// `__constant__ TY NAME[len] = {v0,v1,...};`: a table a kernel indexes.
+    pub fn array<T: Display>(&mut self, ty: &str, name: &str, values: &[T]) {
+        let list: Vec<String> = values.iter().map(T::to_string).collect();
+        writeln!(
+            self.text,
+            "__constant__ {ty} {name}[{}] = {{{}}};",
+            values.len(),
+            list.join(",")
+        )
+        .expect("writing to a String");
+    }
+
+    /// Strings as one byte table and their offsets: `__constant__ unsigned char NAME_BYTES[]`
+    /// (every string's bytes, then a 0) and `__constant__ unsigned short NAME_OFF[]` (entry i
+    /// is bytes [off[i], off[i + 1])).
+    pub fn strings(&mut self, name: &str, items: &[&str]) {
+        let mut bytes: Vec<u8> = Vec::new();
+        let mut offs = vec![0usize];
+        for it in items {
+            bytes.extend_from_slice(it.as_bytes());
+            offs.push(bytes.len());
+        }
+        bytes.push(0);
+        let offs: Vec<u16> = offs
+            .iter()
+            .map(|&o| u16::try_from(o).expect("a string table under 64 KB"))
+            .collect();
+        self.array("unsigned char", &format!("{name}_BYTES"), &bytes);
+        self.array("unsigned short", &format!("{name}_OFF"), &offs);
+    }
+
     /// The wire's error codes as `P_ERR_*`, for answers a kernel writes itself.
     pub fn error_codes(mut self) -> Prelude {
         for c in cohort_proto::ErrorCode::ALL {
@@ -188,6 +219,26 @@ impl KernelSource {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn string_tables_hold_every_entry_between_its_offsets() {
+        let mut p = Prelude::new("here");
+        p.strings("T", &["ab", "", "c"]);
+        p.array("unsigned int", "SIZES", &[4, 5]);
+        let t = p.text();
+        assert!(
+            t.contains("__constant__ unsigned char T_BYTES[4] = {97,98,99,0};"),
+            "{t}"
+        );
+        assert!(
+            t.contains("__constant__ unsigned short T_OFF[4] = {0,2,2,3};"),
+            "{t}"
+        );
+        assert!(
+            t.contains("__constant__ unsigned int SIZES[2] = {4,5};"),
+            "{t}"
+        );
+    }
 
     #[test]
     fn a_restated_limit_is_found_and_entry_points_are_listed() {

@@ -7,7 +7,6 @@ use super::page;
 use super::parse::{params, Refusal, MAX_BODY, MAX_REQUEST, NUMS, TEXTS};
 use super::record;
 use cohort_gpu::Prelude;
-use std::fmt::Write;
 
 /// `#define`s and `__constant__` tables for the bank kernels.
 pub fn prelude() -> Prelude {
@@ -21,55 +20,19 @@ pub fn prelude() -> Prelude {
         ("BANK_KINDS", KINDS.len()),
         ("BANK_PREFIX_LEN", PREFIX.len()),
     ] {
-        writeln!(s, "#define {name} {v}").unwrap();
+        s.define(name, v);
     }
     for r in Refusal::ALL {
-        writeln!(s, "#define BANK_REFUSE_{:?} {}", r, r as u8).unwrap();
+        s.define(&format!("BANK_REFUSE_{r:?}"), r as u8);
     }
-    // Strings as one byte array with offsets: [start, end) of entry i at off[i], off[i + 1].
-    let table = |s: &mut Prelude, name: &str, items: &[&str]| {
-        let mut bytes = Vec::new();
-        let mut offs = vec![0usize];
-        for it in items {
-            bytes.extend_from_slice(it.as_bytes());
-            offs.push(bytes.len());
-        }
-        bytes.push(0);
-        let list = |v: &mut Prelude, xs: &mut dyn Iterator<Item = String>| {
-            v.write_str(&xs.collect::<Vec<_>>().join(","))
-                .expect("writing to a String");
-        };
-        write!(
-            s,
-            "__constant__ unsigned char {name}_BYTES[{}] = {{",
-            bytes.len()
-        )
-        .unwrap();
-        list(s, &mut bytes.iter().map(|b| b.to_string()));
-        writeln!(s, "}};").unwrap();
-        write!(
-            s,
-            "__constant__ unsigned short {name}_OFF[{}] = {{",
-            offs.len()
-        )
-        .unwrap();
-        list(s, &mut offs.iter().map(|b| b.to_string()));
-        writeln!(s, "}};").unwrap();
-    };
-    table(&mut s, "BANK_PREFIX", &[PREFIX]);
+    s.strings("BANK_PREFIX", &[PREFIX]);
     let names: Vec<&str> = KINDS.iter().map(|k| k.name).collect();
-    table(&mut s, "BANK_KIND_NAME", &names);
-    let methods: Vec<String> = KINDS
+    s.strings("BANK_KIND_NAME", &names);
+    let post: Vec<u8> = KINDS
         .iter()
-        .map(|k| ((k.method == Method::Post) as u8).to_string())
+        .map(|k| (k.method == Method::Post) as u8)
         .collect();
-    writeln!(
-        s,
-        "__constant__ unsigned char BANK_KIND_POST[{}] = {{{}}};",
-        KINDS.len(),
-        methods.join(",")
-    )
-    .unwrap();
+    s.array("unsigned char", "BANK_KIND_POST", &post);
     // Parameter names: kind k's numeric parameter i is entry k * NUMS + i ("" when absent);
     // its text parameter i is entry k * TEXTS + i of the second table.
     let (mut nums, mut texts) = (Vec::new(), Vec::new());
@@ -78,8 +41,8 @@ pub fn prelude() -> Prelude {
         nums.extend((0..NUMS).map(|i| n.get(i).copied().unwrap_or("")));
         texts.extend((0..TEXTS).map(|i| t.get(i).copied().unwrap_or("")));
     }
-    table(&mut s, "BANK_NUM_PARAM", &nums);
-    table(&mut s, "BANK_TEXT_PARAM", &texts);
+    s.strings("BANK_NUM_PARAM", &nums);
+    s.strings("BANK_TEXT_PARAM", &texts);
     // Pages: sizes, the backend's word lists, refusal statuses and texts.
     for (name, v) in [
         ("BANK_MAX_ACCOUNTS", besim::MAX_ACCOUNTS as u64),
@@ -91,65 +54,37 @@ pub fn prelude() -> Prelude {
         ("BANK_LENGTH_FIELD", page::LENGTH_FIELD as u64),
         ("BANK_RESP_SLOT", RESP_SLOT as u64),
     ] {
-        writeln!(s, "#define {name} {v}ull").unwrap();
+        s.define(name, format!("{v}ull"));
     }
     for k in Kind::all() {
-        writeln!(s, "#define BANK_K_{:?} {}", k, k as u8).unwrap();
+        s.define(&format!("BANK_K_{k:?}"), k as u8);
     }
     // The record layout (bank/record.rs) and which types read records.
     for (name, at) in record::FIELDS.iter().chain(&record::PAYMENT_FIELDS) {
-        writeln!(s, "#define BANK_REC_{name} {at}").unwrap();
+        s.define(&format!("BANK_REC_{name}"), at);
     }
-    writeln!(s, "#define BANK_REC_NONE 0xffffffffu").unwrap();
-    let reads: Vec<String> = KINDS
-        .iter()
-        .map(|k| ((k.backend_calls > 0) as u8).to_string())
-        .collect();
-    writeln!(
-        s,
-        "__constant__ unsigned char BANK_KIND_RECORDS[{}] = {{{}}};",
-        KINDS.len(),
-        reads.join(",")
-    )
-    .unwrap();
-    let sizes: Vec<String> = KINDS.iter().map(|k| k.page_bytes.to_string()).collect();
-    writeln!(
-        s,
-        "__constant__ unsigned int BANK_KIND_PAGE[{}] = {{{}}};",
-        KINDS.len(),
-        sizes.join(",")
-    )
-    .unwrap();
-    table(&mut s, "BANK_FIRST", &besim::FIRST);
-    table(&mut s, "BANK_LAST", &besim::LAST);
-    table(&mut s, "BANK_STREETS", &besim::STREETS);
-    table(&mut s, "BANK_CITIES", &besim::CITIES);
-    table(&mut s, "BANK_ACCOUNT_KINDS", &besim::ACCOUNT_KINDS);
-    table(&mut s, "BANK_MERCHANTS", &besim::MERCHANTS);
-    table(&mut s, "BANK_DESIGNS", &besim::CHECK_DESIGNS);
-    table(
-        &mut s,
-        "BANK_TAIL",
-        &[std::str::from_utf8(page::TAIL).unwrap()],
-    );
+    s.define("BANK_REC_NONE", "0xffffffffu");
+    let reads: Vec<u8> = KINDS.iter().map(|k| (k.backend_calls > 0) as u8).collect();
+    s.array("unsigned char", "BANK_KIND_RECORDS", &reads);
+    let sizes: Vec<usize> = KINDS.iter().map(|k| k.page_bytes).collect();
+    s.array("unsigned int", "BANK_KIND_PAGE", &sizes);
+    s.strings("BANK_FIRST", &besim::FIRST);
+    s.strings("BANK_LAST", &besim::LAST);
+    s.strings("BANK_STREETS", &besim::STREETS);
+    s.strings("BANK_CITIES", &besim::CITIES);
+    s.strings("BANK_ACCOUNT_KINDS", &besim::ACCOUNT_KINDS);
+    s.strings("BANK_MERCHANTS", &besim::MERCHANTS);
+    s.strings("BANK_DESIGNS", &besim::CHECK_DESIGNS);
+    s.strings("BANK_TAIL", &[std::str::from_utf8(page::TAIL).unwrap()]);
     // Refusal code c (1..) is entry c - 1; the entry after them is the 200 page's "OK".
     let mut reasons: Vec<&str> = Refusal::ALL.iter().map(|r| r.reason()).collect();
-    writeln!(s, "#define BANK_REASON_OK {}", reasons.len()).unwrap();
+    s.define("BANK_REASON_OK", reasons.len());
     reasons.push("OK");
-    table(&mut s, "BANK_REASON", &reasons);
+    s.strings("BANK_REASON", &reasons);
     let messages: Vec<&str> = Refusal::ALL.iter().map(|r| r.message()).collect();
-    table(&mut s, "BANK_MESSAGE", &messages);
-    let statuses: Vec<String> = Refusal::ALL
-        .iter()
-        .map(|r| r.status().to_string())
-        .collect();
-    writeln!(
-        s,
-        "__constant__ unsigned short BANK_STATUS[{}] = {{{}}};",
-        statuses.len(),
-        statuses.join(",")
-    )
-    .unwrap();
+    s.strings("BANK_MESSAGE", &messages);
+    let statuses: Vec<u16> = Refusal::ALL.iter().map(|r| r.status()).collect();
+    s.array("unsigned short", "BANK_STATUS", &statuses);
     s
 }
 
