@@ -177,7 +177,7 @@ fn keep_freed_memory() {
 fn service_bench(
     m: &clap::ArgMatches,
 ) -> Option<(
-    &'static cohort_services::catalog::ServiceCommand,
+    &'static cohort_services::entry::ServiceCommand,
     &clap::ArgMatches,
 )> {
     let (name, sub) = m.subcommand_matches("bench")?.subcommand()?;

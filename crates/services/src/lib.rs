@@ -8,6 +8,8 @@ pub mod bank;
 pub mod catalog;
 #[cfg(feature = "backends")]
 pub mod config;
+#[cfg(feature = "backends")]
+pub mod entry;
 pub mod facever;
 mod json_str;
 pub mod knn;

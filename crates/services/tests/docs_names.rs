@@ -11,7 +11,7 @@ fn every_type_the_guide_names_exists_where_it_says() {
         let Some((module, name)) = piece.split_once("::") else {
             continue;
         };
-        if !["catalog", "workload", "config"].contains(&module)
+        if !["catalog", "entry", "workload", "config"].contains(&module)
             || !name.chars().all(|c| c.is_ascii_alphanumeric())
         {
             continue;

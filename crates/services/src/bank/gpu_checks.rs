@@ -4,7 +4,7 @@
 //! gpu-cohort drives it, for every layout, grouping and record placement. A mismatch panics
 //! with the request and both answers.
 
-use crate::catalog::GpuCheck;
+use crate::entry::GpuCheck;
 use cohort_gpu::DeviceInfo;
 
 pub const CHECKS: &[GpuCheck] = &[

@@ -3,8 +3,8 @@
 use super::config::{BankSettings, Layout, FLAGS};
 use super::store::{Memcached, Placement};
 use super::{Backend, Bank};
-use crate::catalog::Entry;
 use crate::config::{resolved, typed, Settings};
+use crate::entry::Entry;
 use cohort_engine::Service;
 use cohort_gpu::engine::GpuBackend;
 use cohort_gpu::DeviceInfo;

@@ -2,8 +2,8 @@
 
 use super::config::FaceverSettings;
 use super::db::FaceDb;
-use crate::catalog::{Entry, GpuCheck, SelftestCase};
 use crate::config::{resolved, typed, Settings};
+use crate::entry::{Entry, GpuCheck, SelftestCase};
 use cohort_engine::Service;
 use cohort_gpu::engine::GpuBackend;
 use cohort_gpu::persistent::PersistentBackend;

@@ -5,7 +5,7 @@
 use super::db::FaceDb;
 use super::orl;
 use super::verify::{self, Accuracy};
-use crate::catalog::{Record, ServiceCommand};
+use crate::entry::{Record, ServiceCommand};
 use clap::{value_parser, Arg, ArgMatches, Command};
 use std::path::PathBuf;
 

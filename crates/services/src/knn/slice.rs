@@ -2,8 +2,8 @@
 
 use super::config::{KnnSettings, Placement, FLAGS};
 use super::gpu_ivf::GpuIvf;
-use crate::catalog::{Entry, GpuCheck};
 use crate::config::{resolved, typed, Settings};
+use crate::entry::{Entry, GpuCheck};
 use cohort_engine::Service;
 use cohort_gpu::engine::GpuBackend;
 use cohort_gpu::persistent::PersistentBackend;

@@ -5,7 +5,7 @@
 use super::config::Math;
 use super::gpu::{enqueue_network, Activations, DeviceWeights, Net};
 use super::model::{Weights, IMAGE_BYTES};
-use crate::catalog::{Record, ServiceCommand};
+use crate::entry::{Record, ServiceCommand};
 use clap::{Args, Command, FromArgMatches};
 use cohort_gpu::{load_module, GpuError};
 use serde_json::json;

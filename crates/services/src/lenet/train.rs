@@ -5,7 +5,7 @@
 
 use super::mnist::{read_split, Digits, Split};
 use super::model::{self, Weights, C1, C2, CLASSES, FLAT, HIDDEN, KERNEL};
-use crate::catalog::{Record, ServiceCommand};
+use crate::entry::{Record, ServiceCommand};
 use candle_core::{DType, Device, Module, Tensor};
 use candle_nn::{Optimizer, VarBuilder, VarMap};
 use clap::{value_parser, Arg, ArgMatches, Command};

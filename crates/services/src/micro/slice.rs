@@ -2,8 +2,8 @@
 
 use super::gpu::{Micro, MicroGpu};
 use super::persistent::MicroPersistent;
-use crate::catalog::Entry;
 use crate::config::{resolved, ServiceConfig};
+use crate::entry::Entry;
 use cohort_gpu::engine::GpuBackend;
 use cohort_gpu::persistent::PersistentBackend;
 use cohort_gpu::DeviceInfo;

@@ -2,8 +2,8 @@
 //! engine refuses it with a clear error.
 
 use super::config::{ReverseSettings, FLAGS};
-use crate::catalog::Entry;
 use crate::config::{resolved, typed};
+use crate::entry::Entry;
 use std::sync::Arc;
 
 pub const ENTRY: Entry = Entry {

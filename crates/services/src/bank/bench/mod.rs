@@ -7,7 +7,7 @@ mod cpu;
 mod gpu;
 mod plot;
 
-use crate::catalog::{Record, ServiceCommand};
+use crate::entry::{Record, ServiceCommand};
 use clap::{Args, Command, FromArgMatches};
 
 /// Its flags (clap) as the subcommand `name`, described by `about`.

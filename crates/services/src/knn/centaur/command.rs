@@ -8,7 +8,7 @@ use super::inputs::{
 use super::{
     fig2, fit_cohort_time, imbalance, scaling, Inputs, Layout, Prediction, LAUNCHES_PER_COHORT,
 };
-use crate::catalog::{Record, ServiceCommand};
+use crate::entry::{Record, ServiceCommand};
 use clap::{value_parser, Arg, ArgAction, ArgMatches, Command};
 use cohort_gpu::overheads::Overheads;
 use cohort_knn::IvfIndex;
