@@ -5,8 +5,10 @@
 //! number of requests outstanding). UDP, TCP and HTTP. Every answer is checked by the
 //! workload; requests that never get an answer are counted as `no_answer`.
 
+mod config;
 pub mod cpu_time;
 mod plot;
+mod recorder;
 mod report;
 mod run;
 mod schedule;
@@ -15,9 +17,10 @@ mod transport;
 mod workload;
 
 pub use cohort_plot::{plot_bars, plot_lines};
+pub use config::{tls_client, ClientKey, LoadConfig, Mode, Target};
 pub use plot::plot_sweep;
 pub use report::Report;
-pub use run::{run, run_sweep, tls_client, ClientKey, LoadConfig, Mode, Target};
+pub use run::{run, run_sweep};
 pub use workload::Workload;
 // The workloads of the services the tools drive most (each defined in its service's folder).
 pub use cohort_services::knn::load::KnnWorkload;

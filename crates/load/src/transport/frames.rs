@@ -2,7 +2,8 @@
 //! schedule) and a receiver thread; closed loop uses one thread that sends the next request
 //! as each answer arrives.
 
-use crate::run::{schedule_for, seq_of, Answer, LoadConfig, Mode, Recorder, Shared, Target};
+use crate::config::{LoadConfig, Mode, Target};
+use crate::recorder::{schedule_for, seq_of, Answer, Recorder, Shared};
 use anyhow::{Context, Result};
 use cohort_proto::{encode_frame, encode_signed, Frame, GoAway, Header, Kind, MAX_PAYLOAD};
 use std::collections::HashMap;

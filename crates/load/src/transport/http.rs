@@ -3,7 +3,8 @@
 //! freed idle connection, or queues it until one frees up, so latency includes waiting for a
 //! free connection, as a real client would see it.
 
-use crate::run::{schedule_for, seq_of, Answer, LoadConfig, Mode, Recorder, Shared};
+use crate::config::{LoadConfig, Mode};
+use crate::recorder::{schedule_for, seq_of, Answer, Recorder, Shared};
 use anyhow::Result;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};

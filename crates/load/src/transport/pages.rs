@@ -5,7 +5,8 @@
 //! every page.
 
 use super::http::{connect, Client, Conn};
-use crate::run::{Answer, LoadConfig, Recorder, Shared};
+use crate::config::LoadConfig;
+use crate::recorder::{Answer, Recorder, Shared};
 use anyhow::Result;
 use bytes::Bytes;
 use cohort_services::workload::{PageAnswer, PageBrowser, PageRequest, PageSessions};
