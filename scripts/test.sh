@@ -33,9 +33,12 @@ echo "== layering: the load generator builds without the services' backends (no 
 if cargo tree -p cohort-load -e normal --prefix none | grep -E "^(cudarc|memcache|cohort-gpu) "; then
     echo "cohort-load depends on a backend crate"; exit 1
 fi
-cargo clippy -p cohort-services --no-default-features --all-targets --release -- -D warnings
+# Every service crate's lean half (codec, CPU function, workload) alone, and the catalog's.
+service_crates=$(for d in crates/services/*/; do sed -n '0,/^name = /s/^name = "\(.*\)"/-p \1/p' "$d/Cargo.toml"; done)
+# shellcheck disable=SC2086
+cargo clippy $service_crates --no-default-features --all-targets --release -- -D warnings
 echo "== layering: the GPU runtime depends on no service (nor on the k-NN library)"
-if cargo tree -p cohort-gpu -e normal --prefix none | grep -E "^cohort-(services|knn|experiments) "; then
+if cargo tree -p cohort-gpu -e normal --prefix none | grep -E "^cohort-(services|service-[a-z]+|knn|experiments) "; then
     echo "cohort-gpu depends on a service"; exit 1
 fi
 

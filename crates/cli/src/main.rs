@@ -359,9 +359,7 @@ fn selftest(
     });
     println!("selftest gpu, seed {seed}");
     if only.is_none() {
-        for line in cohort_services::knn::selftest::run(seed)? {
-            println!("{line}");
-        }
+        // The experiments' own kernels (the services' run below, from their entries).
         for line in cohort_experiments::selftest::run(seed)? {
             println!("{line}");
         }

@@ -123,7 +123,7 @@ fn bad_requests_get_their_pages() {
 /// page without records still its 200), never a hang or a dropped answer.
 #[test]
 fn a_memcached_backend_serves_the_same_pages_and_503_without_it() {
-    let Some(mut mc) = cohort_services::bank::store::spawn_for_test(64) else {
+    let Some(mut mc) = cohort_services::memcached::spawn_for_test(64) else {
         return;
     };
     let backend = format!("memcached://{}", mc.addr);

@@ -6,8 +6,8 @@
 
 mod common;
 use cohort_proto::{ErrorCode, Kind};
-use cohort_services::bank::store::spawn_for_test;
 use cohort_services::facever::{self, lbp, orl, Verdict};
+use cohort_services::memcached::spawn_for_test;
 use common::{udp_answer, Served};
 use std::net::UdpSocket;
 use std::process::Command;

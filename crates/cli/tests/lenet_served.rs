@@ -11,7 +11,7 @@ use std::process::Command;
 use std::time::Duration;
 
 fn testdata() -> std::path::PathBuf {
-    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../services/src/lenet/testdata")
+    std::path::Path::new(env!("CARGO_MANIFEST_DIR")).join("../services/lenet/src/testdata")
 }
 
 fn send(s: &UdpSocket, id: u64, payload: &[u8]) {

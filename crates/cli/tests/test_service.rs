@@ -1,4 +1,4 @@
-//! The test service `reverse` (crates/services/src/reverse: its folder and one catalog line,
+//! The test service `reverse` (crates/services/reverse: its folder and one catalog line,
 //! served only by the tests' build) served by the real binary: its flag and its settings reach
 //! it, it answers over UDP and HTTP, bad input gets its errors, and the configuration check
 //! prints its resolved settings. What this proves is docs/adding-a-service.md: a service added

@@ -1,0 +1,32 @@
+//! What every Cohort service builds on, naming none of them: its catalog [`entry`] (what the
+//! server knows of it), its typed settings ([`config`]), what the load generator sends it
+//! ([`workload`]), the memcached client the services that keep data there share
+//! ([`memcached`]) and the engine harness its GPU checks run through ([`harness`]). A service
+//! is a crate beside this one (`crates/services/<name>`); the catalog crate lists them.
+
+#[cfg(feature = "backends")]
+pub mod config;
+#[cfg(feature = "backends")]
+pub mod entry;
+#[cfg(feature = "backends")]
+pub mod harness;
+pub mod json_str;
+#[cfg(feature = "backends")]
+pub mod memcached;
+pub mod workload;
+
+use cohort_proto::{ErrorCode, ErrorPayload};
+
+/// A BAD_REQUEST error with `msg`: what a service's decoder answers bad input with.
+pub fn bad_request(msg: impl Into<String>) -> ErrorPayload {
+    ErrorPayload::new(ErrorCode::BadRequest, msg)
+}
+
+/// JSON helper: a byte payload is carried as a string ("data") in HTTP bodies.
+pub fn json_bytes(body: &serde_json::Value, field: &str) -> Result<Vec<u8>, ErrorPayload> {
+    match body.get(field) {
+        None => Ok(Vec::new()),
+        Some(serde_json::Value::String(s)) => Ok(s.as_bytes().to_vec()),
+        Some(_) => Err(bad_request(format!("field {field:?} must be a string"))),
+    }
+}

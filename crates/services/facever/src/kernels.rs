@@ -1,0 +1,74 @@
+//! facever's kernel file and every size it shares with Rust (`lbp.rs`'s), handed to CUDA by
+//! one prelude.
+
+use super::lbp::{BINS, GRID_X, GRID_Y, HEIGHT, IMAGE_BYTES, LABELS, NEIGHBOURS, WIDTH};
+use cohort_gpu::persistent::persistent_source;
+use cohort_gpu::{KernelSource, Prelude};
+
+/// Threads of a block (one image's histogram, or one row's distance).
+pub const THREADS: usize = 256;
+
+fn prelude() -> Prelude {
+    let mut p = Prelude::new("crates/services/facever/src/kernels.rs")
+        .int("FACEVER_WIDTH", WIDTH)
+        .int("FACEVER_HEIGHT", HEIGHT)
+        .int("FACEVER_IMAGE_BYTES", IMAGE_BYTES)
+        .int("FACEVER_GRID_X", GRID_X)
+        .int("FACEVER_GRID_Y", GRID_Y)
+        .int("FACEVER_LABELS", LABELS)
+        .int("FACEVER_BINS", BINS)
+        .int("FACEVER_THREADS", THREADS)
+        .int("FACEVER_REQUEST_BYTES", super::REQUEST_BYTES)
+        .int("FACEVER_ANSWER_BYTES", super::ANSWER_BYTES);
+    // The persistent ingress's answer to a request of the wrong size (the CPU's words).
+    p.define(
+        "FACEVER_BAD_SIZE",
+        format!(
+            "\"facever takes a person id (u32) and one {WIDTH}x{HEIGHT} 8-bit face: {} bytes\"",
+            super::REQUEST_BYTES
+        ),
+    );
+    // The neighbours in bit order (bit 7 first), as (dx, dy) pairs.
+    let pairs: Vec<String> = NEIGHBOURS
+        .iter()
+        .map(|(dx, dy)| format!("{dx}, {dy}"))
+        .collect();
+    p.define("FACEVER_NEIGHBOURS", format!("{{{}}}", pairs.join(", ")));
+    p
+}
+
+const FACE: (&str, &str) = ("facever_face.cuh", include_str!("kernels/facever_face.cuh"));
+
+/// The batch kernels (`facever.cu`), held to their Rust declarations.
+pub fn source() -> &'static KernelSource {
+    static S: std::sync::OnceLock<&'static KernelSource> = std::sync::OnceLock::new();
+    S.get_or_init(|| {
+        KernelSource::assemble_typed(
+            "facever.cu",
+            &prelude(),
+            &[FACE, ("facever.cu", include_str!("kernels/facever.cu"))],
+            vec![super::gpu::LBP.checked(), super::gpu::CHI2.checked()],
+        )
+    })
+}
+
+/// The persistent module: the runtime around `facever_persistent.cu`.
+pub fn persistent() -> &'static KernelSource {
+    static S: std::sync::OnceLock<&'static KernelSource> = std::sync::OnceLock::new();
+    S.get_or_init(|| {
+        persistent_source(
+            "facever_persistent.cu",
+            &prelude(),
+            &[FACE],
+            &[(
+                "facever_persistent.cu",
+                include_str!("kernels/facever_persistent.cu"),
+            )],
+        )
+    })
+}
+
+/// Both units (CI compiles each through NVRTC).
+pub fn sources() -> Vec<&'static KernelSource> {
+    vec![source(), persistent()]
+}

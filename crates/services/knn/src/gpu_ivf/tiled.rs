@@ -1,0 +1,434 @@
+//! The tiled plan for cohorts (kernels/knn_tiled.cu): seven launches on one stream, no host
+//! round trip. A cohort whose candidate rows do not fit `Buffers::cand` runs in passes.
+
+use super::{Buffers, FilterKind, GpuIvf};
+use crate::kernels::tiled::*;
+use cohort_gpu::launch::{Dev, Work};
+use cohort_gpu::GpuError;
+use cudarc::driver::CudaStream;
+use std::sync::Arc;
+
+use crate::kernels::{QB, RT, TC_TILE};
+/// Resident blocks per SM the grid-stride search aims for (256 threads, ~13 KiB shared each).
+const BLOCKS_PER_SM: usize = 8;
+
+/// Rows per work item: big enough to amortise staging the queries, small enough that
+/// `blocks` work items exist (a multiple of the tile height, 64..=1024).
+fn chunk_rows(total_rows: usize, groups: usize, blocks: usize) -> usize {
+    let want = total_rows.saturating_mul(groups) / blocks.max(1);
+    (want / RT * RT).clamp(RT, 16 * RT)
+}
+
+impl GpuIvf {
+    /// The cohort in `b.q[..nq]` in passes of as many queries as the candidate buffer holds.
+    pub(super) fn tiled_into(
+        &self,
+        s: &Arc<CudaStream>,
+        b: &mut Buffers,
+        nq: usize,
+        k: usize,
+        nprobe: usize,
+    ) -> Result<(), GpuError> {
+        let stride = self.candidate_stride(nprobe);
+        let per_pass = (b.cand.len() / stride).max(1);
+        assert!(
+            b.cand.len() >= stride,
+            "candidate buffer below one query's row"
+        );
+        let mut q0 = 0;
+        while q0 < nq {
+            let m = per_pass.min(nq - q0);
+            self.tiled_pass(s, b, q0, m, k, nprobe, stride, &mut |_| Ok(()))?;
+            q0 += m;
+        }
+        Ok(())
+    }
+
+    /// Longest candidate row a query can have here: its probes are the nprobe largest cells.
+    fn candidate_stride(&self, nprobe: usize) -> usize {
+        self.top_rows[nprobe].max(1)
+    }
+
+    /// Filter only: the nprobe nearest cells of each query in `b.q[..nq]` into
+    /// `b.probes[..nq * nprobe]` (a sharded index's home device; the shards then scan).
+    pub fn filter_into(
+        &self,
+        s: &Arc<CudaStream>,
+        b: &mut Buffers,
+        nq: usize,
+        nprobe: usize,
+    ) -> Result<(), GpuError> {
+        if nq == 0 || nq > b.cap || nprobe == 0 || nprobe > self.nlist.min(super::TILED_MAX_PROBE) {
+            return Err(GpuError::Invalid(format!(
+                "filter of {nq} queries, nprobe {nprobe}, for buffers of {} and {} cells",
+                b.cap, self.nlist
+            )));
+        }
+        self.filter_step(s, b, 0, nq, nprobe, &mut |_| Ok(()))
+    }
+
+    /// Scan and select only: the k nearest of each of `nq` queries among this device's lists
+    /// of its probes (`io`: the queries, probes and result rows, possibly on another device
+    /// of the same memory or a peer), in passes of what `b.cand` holds. Asynchronous on `s`.
+    pub fn scan_into(
+        &self,
+        s: &Arc<CudaStream>,
+        b: &mut Buffers,
+        io: ScanIo,
+        nq: usize,
+        k: usize,
+        nprobe: usize,
+    ) -> Result<(), GpuError> {
+        self.check(k, nprobe).map_err(GpuError::Invalid)?;
+        if nq == 0 || nq > b.cap || nprobe > super::TILED_MAX_PROBE || io.out_stride < k {
+            return Err(GpuError::Invalid(format!(
+                "scan of {nq} queries (nprobe {nprobe}, k {k}, row {}) for buffers of {}",
+                io.out_stride, b.cap
+            )));
+        }
+        let stride = self.candidate_stride(nprobe);
+        let per_pass = (b.cand.len() / stride).max(1);
+        let mut q0 = 0;
+        while q0 < nq {
+            let m = per_pass.min(nq - q0);
+            self.scan_step(
+                s,
+                b,
+                io.at(q0, self.dim, nprobe),
+                m,
+                k,
+                nprobe,
+                stride,
+                &mut |_| Ok(()),
+            )?;
+            q0 += m;
+        }
+        Ok(())
+    }
+
+    /// One pass of the tiled plan (queries 0..nq, which must fit the candidate buffer) with
+    /// the GPU time of each of its kernels, in milliseconds: for profiling.
+    pub fn profile_tiled(
+        &self,
+        s: &Arc<CudaStream>,
+        b: &mut Buffers,
+        nq: usize,
+        k: usize,
+        nprobe: usize,
+    ) -> Result<Vec<(&'static str, f32)>, GpuError> {
+        self.check(k, nprobe).map_err(GpuError::Invalid)?;
+        let stride = self.top_rows[nprobe].max(1);
+        if nq == 0 || nq > b.cap || nq * stride > b.cand.len() || nprobe > super::TILED_MAX_PROBE {
+            return Err(GpuError::Invalid(
+                "profile: batch does not fit one pass".into(),
+            ));
+        }
+        let mut timer = cohort_gpu::StageTimer::start(s)?;
+        self.tiled_pass(s, b, 0, nq, k, nprobe, stride, &mut |stage| {
+            timer.mark(stage)
+        })?;
+        timer.finish()
+    }
+
+    /// Queries q0..q0+m. Scratch and the candidate rows are reused by every pass (stream
+    /// order keeps the passes apart); the probes of query q stay at row q.
+    #[allow(clippy::too_many_arguments)]
+    fn tiled_pass(
+        &self,
+        s: &Arc<CudaStream>,
+        b: &mut Buffers,
+        q0: usize,
+        m: usize,
+        k: usize,
+        nprobe: usize,
+        stride: usize,
+        after: &mut dyn FnMut(&'static str) -> Result<(), GpuError>,
+    ) -> Result<(), GpuError> {
+        assert!((q0 + m) * k <= b.out_ids.len(), "tiled buffers too small");
+        self.filter_step(s, b, q0, m, nprobe, after)?;
+        let io = ScanIo {
+            queries: Dev::of(&b.q, s),
+            probes: Dev::of(&b.probes, s),
+            out_ids: Dev::of_mut(&mut b.out_ids, s),
+            out_dist: Dev::of_mut(&mut b.out_dist, s),
+            out_stride: k,
+        };
+        self.scan_step(
+            s,
+            b,
+            io.at(q0, self.dim, nprobe),
+            m,
+            k,
+            nprobe,
+            stride,
+            after,
+        )
+    }
+
+    /// Stages 1-2 for queries q0..q0+m: their probes into `b.probes` from row q0.
+    fn filter_step(
+        &self,
+        s: &Arc<CudaStream>,
+        b: &mut Buffers,
+        q0: usize,
+        m: usize,
+        nprobe: usize,
+        after: &mut dyn FnMut(&'static str) -> Result<(), GpuError>,
+    ) -> Result<(), GpuError> {
+        let (dim, nlist) = (self.dim, self.nlist);
+        assert!(
+            m * nlist <= b.scratch.len() && (q0 + m) * nprobe <= b.probes.len(),
+            "filter buffers too small"
+        );
+        let q = Dev::of(&b.q.slice(q0 * dim..(q0 + m) * dim), s);
+        let blocks = self.sms * BLOCKS_PER_SM;
+        let groups = m.div_ceil(QB);
+        let kn = &self.kernels;
+        // The tensor-core filter keeps `width` cells per query in the candidate buffer, free
+        // until the scan (stream order).
+        let width = FilterKind::rerank_width(nprobe, nlist).filter(|w| m * w <= b.cand.len());
+        if let (FilterKind::TensorCores { min_queries }, Some(width)) = (self.filter, width) {
+            if m >= min_queries {
+                return self.filter_tc_step(s, b, q, q0, m, nprobe, width, after);
+            }
+        }
+
+        // 1. Query x centroid distances.
+        let fchunk = chunk_rows(nlist, groups, blocks) as i32;
+        let args = KnnFilterTiledArgs {
+            queries: q,
+            nq: m as i32,
+            centroids: Dev::of(&self.centroids, s),
+            nlist: nlist as i32,
+            dim: dim as i32,
+            metric: self.metric,
+            chunk: fchunk,
+            scratch: Dev::of_mut(&mut b.scratch, s),
+        };
+        let grid = Work::Grid(groups as u32, nlist.div_ceil(fchunk as usize) as u32);
+        // SAFETY: scratch holds m x nlist (asserted).
+        unsafe { kn.filter_tiled.launch(s, grid, 0, &args) }?;
+        after("filter")?;
+
+        // 2. The nprobe nearest cells per query.
+        let args = KnnSelectFilterArgs {
+            scratch: Dev::of(&b.scratch, s),
+            nlist: nlist as i32,
+            nprobe: nprobe as i32,
+            probes: Dev::of_mut(&mut b.probes.slice_mut(q0 * nprobe..(q0 + m) * nprobe), s),
+        };
+        // SAFETY: probes rows q0..q0+m exist (asserted), nprobe <= SEL_MAX.
+        unsafe { kn.select_filter.launch(s, Work::Items(m), 0, &args) }?;
+        after("select_filter")
+    }
+
+    /// Stages 1-2 on the tensor cores (kernels/knn_filter_tc.cu): scores, each query's
+    /// `width` best, and their exact re-rank into the nprobe probes.
+    #[allow(clippy::too_many_arguments)]
+    fn filter_tc_step(
+        &self,
+        s: &Arc<CudaStream>,
+        b: &mut Buffers,
+        q: Dev<f32>,
+        q0: usize,
+        m: usize,
+        nprobe: usize,
+        width: usize,
+        after: &mut dyn FnMut(&'static str) -> Result<(), GpuError>,
+    ) -> Result<(), GpuError> {
+        let (dim, nlist) = (self.dim, self.nlist);
+        let kn = &self.kernels;
+        let args = KnnFilterTcArgs {
+            queries: q,
+            nq: m as i32,
+            centroids: Dev::of(&self.centroids, s),
+            nlist: nlist as i32,
+            dim: dim as i32,
+            metric: self.metric,
+            scratch: Dev::of_mut(&mut b.scratch, s),
+        };
+        let grid = Work::Grid(m.div_ceil(TC_TILE) as u32, nlist.div_ceil(TC_TILE) as u32);
+        // SAFETY: scratch holds m x nlist (the caller asserted).
+        unsafe { kn.filter_tc.launch(s, grid, 0, &args) }?;
+        after("filter")?;
+
+        // The `width` best scores per query, into the candidate buffer's first m x width words.
+        let approx: Dev<u32> = Dev::raw(Dev::of_mut(&mut b.cand, s).addr());
+        let args = KnnSelectFilterArgs {
+            scratch: Dev::of(&b.scratch, s),
+            nlist: nlist as i32,
+            nprobe: width as i32,
+            probes: approx,
+        };
+        // SAFETY: cand holds m x width 4-byte words (the caller checked); width <= SEL_MAX.
+        unsafe { kn.select_filter.launch(s, Work::Items(m), 0, &args) }?;
+        after("select_filter")?;
+
+        let args = KnnRerankFilterArgs {
+            queries: q,
+            nq: m as i32,
+            centroids: Dev::of(&self.centroids, s),
+            nlist: nlist as i32,
+            dim: dim as i32,
+            metric: self.metric,
+            approx,
+            width: width as i32,
+            nprobe: nprobe as i32,
+            probes: Dev::of_mut(&mut b.probes.slice_mut(q0 * nprobe..(q0 + m) * nprobe), s),
+        };
+        // SAFETY: probes rows q0..q0+m exist (the caller asserted); approx rows as above.
+        unsafe { kn.rerank_filter.launch(s, Work::Items(m), 0, &args) }?;
+        after("rerank_filter")
+    }
+
+    /// Stages 3-7 for the m queries of `io` (which starts at the pass's first query).
+    #[allow(clippy::too_many_arguments)]
+    fn scan_step(
+        &self,
+        s: &Arc<CudaStream>,
+        b: &mut Buffers,
+        io: ScanIo,
+        m: usize,
+        k: usize,
+        nprobe: usize,
+        stride: usize,
+        after: &mut dyn FnMut(&'static str) -> Result<(), GpuError>,
+    ) -> Result<(), GpuError> {
+        let (dim, nlist) = (self.dim, self.nlist);
+        assert!(
+            m * stride <= b.cand.len()
+                && m * nprobe <= b.poff.len().min(b.order.len())
+                && m <= b.totals.len(),
+            "scan buffers too small"
+        );
+        let (q, probes) = (io.queries, io.probes);
+        let (offsets, metric) = (Dev::of(&self.offsets, s), self.metric);
+        let (mi, nlist_i, dim_i, np_i) = (m as i32, nlist as i32, dim as i32, nprobe as i32);
+        let blocks = self.sms * BLOCKS_PER_SM;
+        let kn = &self.kernels;
+
+        // 3. Candidate row layout per query; queries per cell.
+        s.memset_zeros(&mut b.counts)?;
+        let args = KnnPlanArgs {
+            probes,
+            nq: mi,
+            nprobe: np_i,
+            offsets,
+            poff: Dev::of_mut(&mut b.poff, s),
+            totals: Dev::of_mut(&mut b.totals, s),
+            counts: Dev::of_mut(&mut b.counts, s),
+        };
+        // SAFETY: poff m x nprobe, totals m, counts nlist.
+        unsafe { kn.plan.launch(s, Work::Items(m), 0, &args) }?;
+        after("plan")?;
+
+        // 4. Pair starts and work items per cell. Average cell rows x queries per cell sizes
+        //    the row chunk so the grid has work for every resident block.
+        let pairs = m * nprobe;
+        let avg_rows = self.n.div_ceil(nlist).max(1);
+        let cell_groups = (pairs / QB).max(pairs.min(nlist));
+        let schunk = chunk_rows(avg_rows, cell_groups, blocks) as i32;
+        let args = KnnScanItemsArgs {
+            counts: Dev::of(&b.counts, s),
+            nlist: nlist_i,
+            offsets,
+            chunk: schunk,
+            cursor: Dev::of_mut(&mut b.cursor, s),
+            items: Dev::of_mut(&mut b.items, s),
+        };
+        // SAFETY: one block; cursor holds nlist, items nlist + 1.
+        unsafe { kn.scan_items.launch(s, Work::Grid(1, 1), 0, &args) }?;
+        after("scan_items")?;
+
+        // 5. Pairs grouped by cell.
+        let args = KnnScatterArgs {
+            probes,
+            pairs: pairs as i32,
+            cursor: Dev::of_mut(&mut b.cursor, s),
+            order: Dev::of_mut(&mut b.order, s),
+        };
+        // SAFETY: order holds >= pairs entries (asserted).
+        unsafe { kn.scatter.launch(s, Work::Items(pairs), 0, &args) }?;
+        after("scatter")?;
+
+        // 6. Cell x query-group distances into the candidate rows.
+        let args = KnnSearchTiledArgs {
+            queries: q,
+            vectors: self.vectors.dev(s),
+            offsets,
+            nlist: nlist_i,
+            nprobe: np_i,
+            dim: dim_i,
+            chunk: schunk,
+            metric,
+            counts: Dev::of(&b.counts, s),
+            cursor: Dev::of(&b.cursor, s),
+            items: Dev::of(&b.items, s),
+            order: Dev::of(&b.order, s),
+            poff: Dev::of(&b.poff, s),
+            cand: Dev::of_mut(&mut b.cand, s),
+            stride: stride as u64,
+        };
+        // At most one work item per pair per row chunk of the largest cell.
+        let bound = pairs * self.top_rows[1].div_ceil(schunk as usize).max(1);
+        let grid = Work::Grid(blocks.min(bound).max(1) as u32, 1);
+        // SAFETY: candidate rows hold m x stride (asserted), and every query's row is at most
+        // `stride` long by construction of top_rows.
+        unsafe { kn.search_tiled[self.precision as usize].launch(s, grid, 0, &args) }?;
+        after("search")?;
+
+        // 7. k nearest per query, into the rows of `io`.
+        let args = KnnSelectSearchArgs {
+            cand: Dev::of(&b.cand, s),
+            stride: stride as u64,
+            totals: Dev::of(&b.totals, s),
+            poff: Dev::of(&b.poff, s),
+            probes,
+            nprobe: np_i,
+            offsets,
+            row_ids: Dev::of(&self.ids, s),
+            k: k as i32,
+            out_ids: io.out_ids,
+            out_dist: io.out_dist,
+            out_stride: io.out_stride as i32,
+        };
+        // Few queries: 1024 threads each, so the select still fills the SMs.
+        let select = if m < 2 * self.sms {
+            &kn.select_search_wide
+        } else {
+            &kn.select_search
+        };
+        // SAFETY: the caller's rows hold m x out_stride >= k (checked by the callers);
+        // k <= GPU_MAX_K <= SEL_MAX.
+        unsafe { select.launch(s, Work::Items(m), 0, &args) }?;
+        after("select_search")
+    }
+}
+
+/// Where a scan reads its queries and probes and writes each query's k nearest: device
+/// addresses, query 0 first (on the scanning device or one it may address).
+#[derive(Debug, Clone, Copy)]
+pub struct ScanIo {
+    /// nq x dim.
+    pub queries: Dev<f32>,
+    /// nq x nprobe.
+    pub probes: Dev<u32>,
+    /// nq rows of `out_stride` elements; the k nearest go to the first k of a row.
+    pub out_ids: Dev<u32>,
+    pub out_dist: Dev<f32>,
+    pub out_stride: usize,
+}
+
+impl ScanIo {
+    /// The same rows from query q0 on.
+    pub fn at(self, q0: usize, dim: usize, nprobe: usize) -> ScanIo {
+        let at = |d: u64, elems: usize| d + (q0 * elems * 4) as u64;
+        ScanIo {
+            queries: Dev::raw(at(self.queries.addr(), dim)),
+            probes: Dev::raw(at(self.probes.addr(), nprobe)),
+            out_ids: Dev::raw(at(self.out_ids.addr(), self.out_stride)),
+            out_dist: Dev::raw(at(self.out_dist.addr(), self.out_stride)),
+            out_stride: self.out_stride,
+        }
+    }
+}

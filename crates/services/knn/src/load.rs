@@ -1,0 +1,142 @@
+//! The load generator's k-NN workload.
+
+use cohort_service_api::workload::Workload;
+use serde_json::Value;
+
+/// k-NN queries from a vector file; answers are checked for shape and order, and scored
+/// against ground truth when given (`recall_at_k` in the report).
+pub struct KnnWorkload {
+    pub queries: cohort_knn::Vectors,
+    /// (ids per row, ids) of the exact neighbours, row i for query i.
+    pub gt: Option<(usize, Vec<i32>)>,
+    pub k: usize,
+    pub nprobe: u16,
+    hits: std::sync::atomic::AtomicU64,
+    scored: std::sync::atomic::AtomicU64,
+}
+
+impl KnnWorkload {
+    /// The workload `cohort load --service knn` drives: queries (and ground truth) from files.
+    pub fn from_options(
+        o: &cohort_service_api::workload::LoadOptions,
+    ) -> Result<KnnWorkload, String> {
+        let q = o.queries.as_ref().ok_or("knn load needs --queries FILE")?;
+        let queries = cohort_knn::vecfile::read_vectors(q).map_err(|e| format!("{e:#}"))?;
+        let gt = match &o.gt {
+            Some(p) => {
+                let (n, dim, ids) =
+                    cohort_knn::vecfile::read_ivecs(p).map_err(|e| format!("{e:#}"))?;
+                if n < queries.n {
+                    return Err(format!(
+                        "ground truth has {n} rows for {} queries",
+                        queries.n
+                    ));
+                }
+                if o.k > dim {
+                    return Err(format!("--k {} exceeds the ground-truth depth {dim}", o.k));
+                }
+                Some((dim, ids))
+            }
+            None => None,
+        };
+        if !(1..=super::MAX_K).contains(&o.k) {
+            return Err(format!("--k must be in 1..={}", super::MAX_K));
+        }
+        if queries.n == 0 {
+            return Err("the query file holds no vectors".into());
+        }
+        Ok(KnnWorkload::new(queries, gt, o.k, o.nprobe))
+    }
+
+    pub fn new(
+        queries: cohort_knn::Vectors,
+        gt: Option<(usize, Vec<i32>)>,
+        k: usize,
+        nprobe: u16,
+    ) -> KnnWorkload {
+        assert!(queries.n > 0, "no queries");
+        KnnWorkload {
+            queries,
+            gt,
+            k,
+            nprobe,
+            hits: Default::default(),
+            scored: Default::default(),
+        }
+    }
+
+    fn query(&self, seq: u64) -> usize {
+        (seq % self.queries.n as u64) as usize
+    }
+
+    fn score(&self, seq: u64, ids: &[u32]) -> bool {
+        if ids.len() != self.k {
+            return false;
+        }
+        // The same neighbour twice is a wrong answer, whatever the recall.
+        let mut sorted = ids.to_vec();
+        sorted.sort_unstable();
+        if sorted.windows(2).any(|w| w[0] == w[1]) {
+            return false;
+        }
+        if let Some((gt_dim, gt)) = &self.gt {
+            let q = self.query(seq);
+            let truth = &gt[q * gt_dim..q * gt_dim + self.k.min(*gt_dim)];
+            let hits = ids
+                .iter()
+                .filter(|id| truth.contains(&(**id as i32)))
+                .count();
+            self.hits
+                .fetch_add(hits as u64, std::sync::atomic::Ordering::Relaxed);
+            self.scored
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+        }
+        true
+    }
+}
+
+impl Workload for KnnWorkload {
+    fn service(&self) -> u16 {
+        crate::ID
+    }
+    fn service_name(&self) -> &'static str {
+        "knn"
+    }
+    fn payload(&self, seq: u64, out: &mut Vec<u8>) {
+        let q = self.queries.row(self.query(seq));
+        crate::encode_request(self.k as u16, self.nprobe, crate::Elems::F32(q), out);
+    }
+    fn json(&self, seq: u64) -> Value {
+        serde_json::json!({ "vector": self.queries.row(self.query(seq)), "k": self.k, "nprobe": self.nprobe })
+    }
+    fn check(&self, seq: u64, payload: &[u8]) -> bool {
+        match crate::decode_response(payload) {
+            Ok(r) if r.windows(2).all(|w| w[0].distance <= w[1].distance) => {
+                self.score(seq, &r.iter().map(|n| n.id).collect::<Vec<_>>())
+            }
+            _ => false,
+        }
+    }
+    fn check_json(&self, seq: u64, v: &Value) -> bool {
+        let ids: Option<Vec<u32>> = v
+            .get("ids")
+            .and_then(|a| a.as_array())
+            .and_then(|a| a.iter().map(|x| x.as_u64().map(|i| i as u32)).collect());
+        ids.is_some_and(|ids| self.score(seq, &ids))
+    }
+    fn extra(&self) -> serde_json::Map<String, Value> {
+        let mut m = serde_json::Map::new();
+        m.insert("k".into(), self.k.into());
+        let scored = self.scored.load(std::sync::atomic::Ordering::Relaxed);
+        if scored > 0 {
+            let r = self.hits.load(std::sync::atomic::Ordering::Relaxed) as f64
+                / (scored as f64 * self.k as f64);
+            m.insert("recall_at_k".into(), r.into());
+        }
+        m
+    }
+    fn reset(&self) {
+        self.hits.store(0, std::sync::atomic::Ordering::Relaxed);
+        self.scored.store(0, std::sync::atomic::Ordering::Relaxed);
+    }
+}

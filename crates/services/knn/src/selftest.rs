@@ -1,0 +1,609 @@
+//! The k-NN kernels (per-pair and tiled plans, k-means assignment) against their CPU twins on
+//! fresh random inputs. Used by the test suite and by
+//! `cohort selftest gpu` (the GPU machine has no cargo: the binary carries the checks).
+
+use super::gpu_ivf::{round_f16, to_neighbors, FilterKind, GpuIvf, Plan, Precision};
+use super::{decode_response, encode_request, Elems};
+use cohort_gpu::{probe, GpuError};
+use cohort_knn::ivf::stages;
+use cohort_knn::kmeans::KMeansConfig;
+use cohort_knn::synth::{Model, SynthConfig};
+use cohort_knn::{IvfIndex, Metric, Neighbor, SearchParams, Vectors};
+
+/// Relative tolerance between GPU and CPU distances (different summation order, FMA).
+const TOL: f32 = 1e-4;
+
+fn close(a: f32, b: f32) -> bool {
+    (a - b).abs() <= TOL * a.abs().max(b.abs()).max(1.0)
+}
+
+/// Same neighbours: distances agree within tolerance position by position, and ids agree
+/// wherever the distance is distinct from its neighbours' (near-ties may swap).
+pub fn same_neighbors(gpu: &[Neighbor], cpu: &[Neighbor]) -> Result<(), String> {
+    if gpu.len() != cpu.len() {
+        return Err(format!(
+            "gpu returned {} neighbours, cpu {}",
+            gpu.len(),
+            cpu.len()
+        ));
+    }
+    for (i, (g, c)) in gpu.iter().zip(cpu).enumerate() {
+        if !close(g.distance, c.distance) {
+            return Err(format!(
+                "position {i}: gpu distance {} vs cpu {}",
+                g.distance, c.distance
+            ));
+        }
+        let tied = |j: usize| j < cpu.len() && close(cpu[j].distance, c.distance);
+        let tied_before = i > 0 && tied(i - 1);
+        let distinct = !tied_before && !tied(i + 1);
+        if distinct && g.id != c.id {
+            return Err(format!(
+                "position {i}: gpu id {} vs cpu id {} at distance {}",
+                g.id, c.id, c.distance
+            ));
+        }
+    }
+    Ok(())
+}
+
+pub struct Case {
+    pub n: usize,
+    pub dim: usize,
+    pub nlist: usize,
+    pub nq: usize,
+    pub k: usize,
+    pub nprobe: usize,
+    pub metric: Metric,
+    pub seed: u64,
+    pub precision: Precision,
+}
+
+/// Runs one case: filter, search, reduce and the chained query, each against the CPU.
+pub fn check_case(c: &Case) -> Result<String, GpuError> {
+    let devs = probe()?;
+    let model = Model::new(SynthConfig {
+        clusters: 16,
+        ..SynthConfig::sift_like(c.dim, c.seed)
+    });
+    let base = model.sample(c.n, 1);
+    let queries = model.sample(c.nq, 2);
+    let ix = IvfIndex::build(
+        &base,
+        c.nlist,
+        c.metric,
+        &KMeansConfig {
+            iters: 5,
+            seed: c.seed,
+            ..KMeansConfig::new(c.nlist)
+        },
+    );
+    let g = GpuIvf::upload(&devs[0], &ix, c.precision)?;
+    // The CPU twin of f16 storage: the same index with every vector rounded through f16.
+    let ix = match c.precision {
+        Precision::F32 | Precision::U8 => ix, // u8 holds the integral data exactly
+        Precision::F16 => ix.with_vectors_mapped(round_f16),
+    };
+    let s = g.ctx.default_stream();
+    let fail = |what: &str, m: String| GpuError::Invalid(format!("{what} (seed {}): {m}", c.seed));
+    let at = |stage: &'static str| move |e: GpuError| GpuError::Invalid(format!("{stage}: {e}"));
+    let qd = s.clone_htod(&queries.data)?;
+    // Stage 1.
+    let probes_d = g
+        .launch_filter(&s, &qd, c.nq, c.nprobe)
+        .map_err(at("filter launch"))?;
+    let probes = s.clone_dtoh(&probes_d)?;
+    s.synchronize().map_err(|e| at("filter run")(e.into()))?;
+    let same_probes = |what: &str, probes: &[u32]| {
+        for i in 0..c.nq {
+            let cpu = stages::filter(ix.centroids(), ix.dim, ix.metric, queries.row(i), c.nprobe);
+            let gpu = &probes[i * c.nprobe..(i + 1) * c.nprobe];
+            if cpu != gpu {
+                // Allow only swaps among near-equal centroid distances.
+                let d = |cell: u32| {
+                    ix.metric.distance(
+                        queries.row(i),
+                        &ix.centroids()[cell as usize * ix.dim..(cell as usize + 1) * ix.dim],
+                    )
+                };
+                let ok = cpu.iter().zip(gpu).all(|(a, b)| close(d(*a), d(*b)));
+                if !ok {
+                    return Err(fail(
+                        what,
+                        format!("query {i}: gpu probes {gpu:?} vs cpu {cpu:?}"),
+                    ));
+                }
+            }
+        }
+        Ok(())
+    };
+    same_probes("filter", &probes)?;
+    // The tiled plan's filter on the CUDA cores and on the tensor cores (3xTF32 scores, then
+    // the exact re-rank of each query's best few), against the same.
+    let mut g = g;
+    let device_filter = g.filter;
+    for kind in [
+        FilterKind::Cores,
+        FilterKind::TensorCores { min_queries: 0 },
+    ] {
+        g.filter = kind;
+        let mut b = g.buffers(&s, c.nq)?;
+        s.memcpy_htod(&queries.data, &mut b.q.slice_mut(..queries.data.len()))?;
+        g.filter_into(&s, &mut b, c.nq, c.nprobe)
+            .map_err(at("tiled filter launch"))?;
+        let tiled = s.clone_dtoh(&b.probes.slice(..c.nq * c.nprobe))?;
+        s.synchronize()
+            .map_err(|e| at("tiled filter run")(e.into()))?;
+        same_probes(&format!("tiled filter on the {kind:?}"), &tiled)?;
+    }
+    g.filter = device_filter;
+    // Stage 2 on the GPU's own probes, against search_cell.
+    let (pi, pd) = g
+        .launch_search(&s, &qd, &probes_d, c.nq, c.nprobe, c.k)
+        .map_err(at("search launch"))?;
+    let (part_ids, part_dist) = (s.clone_dtoh(&pi)?, s.clone_dtoh(&pd)?);
+    s.synchronize().map_err(|e| at("search run")(e.into()))?;
+    let parts = to_neighbors(&part_ids, &part_dist, c.nq * c.nprobe, c.k);
+    for (b, gpu) in parts.iter().enumerate() {
+        let (qi, cell) = (b / c.nprobe, probes[b]);
+        let cpu = stages::search_cell(&ix, queries.row(qi), cell, c.k);
+        same_neighbors(gpu, &cpu)
+            .map_err(|m| fail("search", format!("query {qi} cell {cell}: {m}")))?;
+    }
+    // Stage 3 against reduce over the same partials.
+    let (ri, rd) = g
+        .launch_reduce(&s, &pi, &pd, c.nq, c.nprobe, c.k)
+        .map_err(at("reduce launch"))?;
+    let (ids, dist) = (s.clone_dtoh(&ri)?, s.clone_dtoh(&rd)?);
+    s.synchronize().map_err(|e| at("reduce run")(e.into()))?;
+    let reduced = to_neighbors(&ids, &dist, c.nq, c.k);
+    for (qi, gpu) in reduced.iter().enumerate() {
+        let cpu = stages::reduce(&parts[qi * c.nprobe..(qi + 1) * c.nprobe], c.k);
+        same_neighbors(gpu, &cpu).map_err(|m| fail("reduce", format!("query {qi}: {m}")))?;
+    }
+    // Whole queries by each plan against the CPU query (recall must match too). The tiled plan
+    // also runs with a candidate buffer for 3 queries, so the cohort takes several passes.
+    let mut hits_g = 0usize;
+    for (plan, cand) in [
+        (Plan::PerPair, None),
+        (Plan::Tiled, None),
+        (Plan::Tiled, Some(3 * g.max_candidate_row(c.nprobe))),
+    ] {
+        let mut b = match cand {
+            None => g.buffers(&s, c.nq)?,
+            Some(f) => g.buffers_with(&s, c.nq, f)?,
+        };
+        let what = format!(
+            "{plan:?} plan{}",
+            if cand.is_some() { ", in passes" } else { "" }
+        );
+        let full = g
+            .search_in(&s, &mut b, &queries.data, c.k, c.nprobe, Some(plan))
+            .map_err(|e| fail(&what, e.to_string()))?;
+        let (mut hg, mut hc) = (0usize, 0usize);
+        for (qi, gpu) in full.iter().enumerate() {
+            let cpu = ix.query(
+                queries.row(qi),
+                SearchParams {
+                    k: c.k,
+                    nprobe: c.nprobe,
+                },
+            );
+            same_neighbors(gpu, &cpu).map_err(|m| fail(&what, format!("query {qi}: {m}")))?;
+            let exact = cohort_knn::exact::search_one(&base, c.metric, queries.row(qi), c.k);
+            let hits = |r: &[Neighbor]| {
+                r.iter()
+                    .filter(|n| exact.iter().any(|e| e.id == n.id))
+                    .count()
+            };
+            hg += hits(gpu);
+            hc += hits(&cpu);
+        }
+        if hg != hc {
+            return Err(fail(&what, format!("recall: gpu hits {hg} vs cpu {hc}")));
+        }
+        hits_g = hg;
+    }
+    Ok(format!(
+        "ok: n={} dim={} nlist={} nq={} k={} nprobe={} metric={} {:?} seed={} recall@k={:.3}",
+        c.n,
+        c.dim,
+        c.nlist,
+        c.nq,
+        c.k,
+        c.nprobe,
+        c.metric.name(),
+        c.precision,
+        c.seed,
+        hits_g as f64 / (c.nq * c.k) as f64
+    ))
+}
+
+/// The standard set of cases on fresh seeds.
+pub fn cases(seed: u64) -> Vec<Case> {
+    vec![
+        Case {
+            n: 20_000,
+            dim: 128,
+            nlist: 64,
+            nq: 64,
+            k: 10,
+            nprobe: 8,
+            metric: Metric::L2,
+            seed,
+            precision: Precision::F32,
+        },
+        Case {
+            n: 20_000,
+            dim: 96,
+            nlist: 128,
+            nq: 33,
+            k: 100,
+            nprobe: 16,
+            metric: Metric::L2,
+            seed: seed + 1,
+            precision: Precision::F32,
+        },
+        Case {
+            n: 5_000,
+            dim: 17,
+            nlist: 16,
+            nq: 20,
+            k: 7,
+            nprobe: 16,
+            metric: Metric::InnerProduct,
+            seed: seed + 2,
+            precision: Precision::F32,
+        },
+        // Cells far larger than a shared-memory tile, and k above most cell sizes elsewhere.
+        Case {
+            n: 30_000,
+            dim: 64,
+            nlist: 4,
+            nq: 10,
+            k: 128,
+            nprobe: 2,
+            metric: Metric::L2,
+            seed: seed + 3,
+            precision: Precision::F32,
+        },
+        // Half-precision storage against the f16-rounded CPU twin.
+        Case {
+            n: 20_000,
+            dim: 128,
+            nlist: 64,
+            nq: 64,
+            k: 10,
+            nprobe: 8,
+            metric: Metric::L2,
+            seed: seed + 4,
+            precision: Precision::F16,
+        },
+        Case {
+            n: 5_000,
+            dim: 40,
+            nlist: 32,
+            nq: 20,
+            k: 20,
+            nprobe: 4,
+            metric: Metric::InnerProduct,
+            seed: seed + 5,
+            precision: Precision::F16,
+        },
+        // u8 storage (the synthetic data is integral in 0..=255, so exact).
+        Case {
+            n: 20_000,
+            dim: 128,
+            nlist: 64,
+            nq: 40,
+            k: 10,
+            nprobe: 8,
+            metric: Metric::L2,
+            seed: seed + 6,
+            precision: Precision::U8,
+        },
+        // A cohort large enough that cells hold several 32-query groups and rows several chunks.
+        Case {
+            n: 50_000,
+            dim: 128,
+            nlist: 32,
+            nq: 300,
+            k: 16,
+            nprobe: 12,
+            metric: Metric::L2,
+            seed: seed + 7,
+            precision: Precision::F32,
+        },
+        Case {
+            n: 20_000,
+            dim: 100,
+            nlist: 256,
+            nq: 200,
+            k: 50,
+            nprobe: 40,
+            metric: Metric::InnerProduct,
+            seed: seed + 8,
+            precision: Precision::F16,
+        },
+    ]
+}
+
+/// Runs every case; returns one line per case or the first failure.
+pub fn run(seed: u64) -> Result<Vec<String>, GpuError> {
+    let mut lines: Vec<String> = cases(seed)
+        .iter()
+        .map(check_case)
+        .collect::<Result<_, _>>()?;
+    lines.extend(check_kmeans(seed)?);
+    Ok(lines)
+}
+
+/// The streaming k-means assigner against the exact CPU scan on fresh random inputs: ragged
+/// sizes (rows not a multiple of the tile or the chunk, dimensions not of the staging step),
+/// both metrics, more chunks than streams.
+pub fn check_kmeans(seed: u64) -> Result<Vec<String>, GpuError> {
+    use cohort_knn::assign::{check, Assigner};
+    use rand::{Rng, SeedableRng};
+    let dev = cohort_gpu::probe()?
+        .into_iter()
+        .next()
+        .expect("probe returns a device");
+    let mut rng = rand::rngs::StdRng::seed_from_u64(seed ^ 0x6b6d);
+    let mut lines = Vec::new();
+    for (n, k, dim, metric) in [
+        (20_011, 300, 37, Metric::L2),
+        (9_000, 64, 128, Metric::InnerProduct),
+        (5, 1_000, 3, Metric::L2),
+        (50_000, 1_024, 96, Metric::L2),
+    ] {
+        let mut v = |m: usize| {
+            Vectors::new(
+                dim,
+                (0..m * dim).map(|_| rng.gen_range(-8.0..8.0f32)).collect(),
+            )
+        };
+        let (data, c) = (v(n), v(k));
+        let mut g = super::gpu_kmeans::GpuAssigner::new(&dev, 3, 4_096)?;
+        let got = g
+            .assign(&data, &c, metric)
+            .map_err(|e| GpuError::Invalid(format!("{e:#}")))?;
+        check(&data, &c, metric, &got).map_err(|e| {
+            GpuError::Invalid(format!(
+                "k-means assign n {n} k {k} dim {dim} {metric:?}: {e}"
+            ))
+        })?;
+        lines.push(format!(
+            "ok   k-means assign n {n} k {k} dim {dim} {metric:?} ({} chunks)",
+            g.chunks
+        ));
+    }
+    Ok(lines)
+}
+
+/// The sharded index against the whole one (on gpu-cohort's backend; on gpu-persistent,
+/// `check_sharded_persistent`): a fresh index split over 2 and 3 devices (groups
+/// of 8 SMs of the first device where green contexts are available, else that device several
+/// times, which runs the same routing and reducer) and over every device in `devs` where there
+/// are several. On gpu-cohort's backend (`gpu_sharded`), every home serves a cohort through
+/// the engine's backend calls (stage, enqueue, answer), both exchanges; on gpu-persistent
+/// (`persistent_sharded`), every home's lane runs, requests spread over them by the engine.
+/// Answers must equal the whole index's on the GPU bit for bit (each distance is computed by
+/// the same kernel on the same rows; the reducers break ties as the select does) and the
+/// CPU's within tolerance.
+pub fn check_sharded(devs: &[cohort_gpu::DeviceInfo], seed: u64) -> Result<Vec<String>, String> {
+    sharded(devs, seed, false)
+}
+
+/// `check_sharded` on gpu-persistent's lanes (a check of its own: `selftest gpu
+/// --no-persistent`, the compute-sanitizer's run, leaves it out).
+pub fn check_sharded_persistent(
+    devs: &[cohort_gpu::DeviceInfo],
+    seed: u64,
+) -> Result<Vec<String>, String> {
+    sharded(devs, seed, true)
+}
+
+fn sharded(
+    devs: &[cohort_gpu::DeviceInfo],
+    seed: u64,
+    persistent: bool,
+) -> Result<Vec<String>, String> {
+    use cohort_knn::ivf::shard::IvfShard;
+    let dev = &devs[0];
+    let e = |e: GpuError| e.to_string();
+    let (n, dim, nlist, nq) = (8000, 40, 96, 257);
+    let model = Model::new(SynthConfig {
+        clusters: 24,
+        ..SynthConfig::sift_like(dim, seed ^ 0x5a4d)
+    });
+    let ix = std::sync::Arc::new(IvfIndex::build(
+        &model.sample(n, 1),
+        nlist,
+        Metric::L2,
+        &KMeansConfig {
+            iters: 6,
+            ..KMeansConfig::new(nlist)
+        },
+    ));
+    let queries = model.sample(nq, 2);
+    let service: std::sync::Arc<dyn cohort_engine::Service> =
+        std::sync::Arc::new(super::Knn { index: ix.clone() });
+    let whole = GpuIvf::upload(dev, &ix, Precision::F32).map_err(e)?;
+    let s = whole.ctx.new_stream().map_err(|x| x.to_string())?;
+    // The device sets: virtual GPUs of the first device, then the devices given.
+    let mut sets = Vec::new();
+    for devices in [2, 3] {
+        let split = cohort_gpu::green::VirtualSplit {
+            device: dev.physical,
+            groups: devices,
+            sms: 8,
+        };
+        sets.push(
+            match cohort_gpu::probe_physical().and_then(|p| cohort_gpu::virtual_devices(&p, split))
+            {
+                Ok(v) => (v, format!("virtual GPUs {split}")),
+                Err(x) => (
+                    vec![dev.clone(); devices],
+                    format!("{devices} x the whole device (no green contexts: {x})"),
+                ),
+            },
+        );
+    }
+    if devs.len() > 1 {
+        let which: Vec<String> = devs.iter().map(|d| d.ordinal.to_string()).collect();
+        sets.push((devs.to_vec(), format!("GPUs {}", which.join(","))));
+    }
+    let mut lines = Vec::new();
+    for (k, nprobe) in [(10, 8), (1, 1), (37, 24)] {
+        let want = whole.search(&s, &queries.data, k, nprobe).map_err(e)?;
+        for (i, w) in want.iter().enumerate() {
+            let cpu = ix.query(queries.row(i), SearchParams { k, nprobe });
+            same_neighbors(w, &cpu).map_err(|m| format!("whole index, query {i}: {m}"))?;
+        }
+        // The requests every home and engine serves.
+        let payloads: Vec<Vec<u8>> = (0..nq)
+            .map(|i| {
+                let mut p = Vec::new();
+                encode_request(k as u16, nprobe as u16, Elems::F32(queries.row(i)), &mut p);
+                p
+            })
+            .collect();
+        let same = |got: &[Neighbor], want: &[Neighbor]| {
+            got.len() == want.len()
+                && got
+                    .iter()
+                    .zip(want)
+                    .all(|(g, w)| g.id == w.id && g.distance.to_bits() == w.distance.to_bits())
+        };
+        for (devs, how) in &sets {
+            let devices = devs.len();
+            let placement = ix.placement_for(devices);
+            let upload = || {
+                (0..devices)
+                    .map(|d| {
+                        GpuIvf::upload_shard(
+                            &devs[d],
+                            &ix,
+                            &IvfShard::cut(&ix, &placement, d),
+                            Precision::F32,
+                        )
+                    })
+                    .collect::<Result<Vec<_>, _>>()
+                    .map_err(e)
+            };
+            if !persistent {
+                lines.extend(sharded_batch_backends(
+                    devs, &upload, &placement, &payloads, k, nprobe, &want, how, &same,
+                )?);
+                continue;
+            }
+            let set = super::persistent_sharded::shards(
+                devs,
+                upload()?,
+                placement.clone(),
+                super::persistent::PersistentPlan::PerPair,
+            );
+            let set = match set {
+                Ok(set) => set,
+                // Physical GPUs without native peer atomics: gpu-persistent refuses them.
+                Err(x) if devs.iter().any(|d| d.physical != devs[0].physical) => {
+                    lines.push(format!("SKIPPED gpu-persistent sharded over {how}: {x}"));
+                    continue;
+                }
+                Err(x) => return Err(x.to_string()),
+            };
+            let backends = (0..devices)
+                .map(|h| {
+                    std::sync::Arc::new(set.backend(h))
+                        as std::sync::Arc<dyn cohort_gpu::persistent::PersistentBackend>
+                })
+                .collect();
+            let got =
+                cohort_service_api::harness::serve_persistent_lanes(backends, &service, &payloads)?;
+            for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+                let g = match g {
+                    Ok(p) => decode_response(p)?,
+                    Err(x) => {
+                        return Err(format!(
+                            "gpu-persistent sharded over {how}, query {i}: {x:?}"
+                        ))
+                    }
+                };
+                if !same(&g, w) {
+                    return Err(format!(
+                        "gpu-persistent sharded over {devices} ({how}), k {k}, nprobe {nprobe}, \
+                         query {i}: {g:?} vs the whole index's {w:?}"
+                    ));
+                }
+            }
+            lines.push(format!(
+                "knn sharded over {devices} devices ({how}) on gpu-persistent, lanes of every \
+                 home, k {k} nprobe {nprobe}: {nq} answers identical to the whole index"
+            ));
+        }
+    }
+    Ok(lines)
+}
+
+/// gpu-cohort's sharded backend (`gpu_sharded`) over `devs`, both exchanges: every home
+/// serves `payloads` (requests of k, nprobe) as one cohort; answers compared with `want` by
+/// `same`.
+#[allow(clippy::too_many_arguments)]
+fn sharded_batch_backends(
+    devs: &[cohort_gpu::DeviceInfo],
+    upload: &dyn Fn() -> Result<Vec<GpuIvf>, String>,
+    placement: &cohort_knn::ivf::placement::Placement,
+    payloads: &[Vec<u8>],
+    k: usize,
+    nprobe: usize,
+    want: &[Vec<Neighbor>],
+    how: &str,
+    same: &dyn Fn(&[Neighbor], &[Neighbor]) -> bool,
+) -> Result<Vec<String>, String> {
+    use super::config::Exchange;
+    use super::gpu_sharded::ShardSet;
+    use cohort_gpu::engine::GpuBackend;
+    let e = |e: GpuError| e.to_string();
+    let devices = devs.len();
+    let nq = want.len();
+    let mut lines = Vec::new();
+    for exchange in [Exchange::Auto, Exchange::Host] {
+        let ivfs = upload()?;
+        let set =
+            std::sync::Arc::new(ShardSet::new(devs, ivfs, placement.clone(), exchange).map_err(e)?);
+        let route = set.route;
+        for home in 0..devices {
+            let b = set.backend(home);
+            let hs = b.context().new_stream().map_err(|x| x.to_string())?;
+            let mut bufs = b.stream_buffers(&hs, nq).map_err(e)?;
+            let mut key = None;
+            for (i, p) in payloads.iter().enumerate() {
+                let kk =
+                    cohort_engine::BatchBackend::batch_key(&b, p).map_err(|x| x.message.clone())?;
+                key = Some(kk);
+                bufs.stage(kk, i, p).map_err(|x| x.message.clone())?;
+            }
+            let key = key.expect("queries");
+            bufs.enqueue(&hs, key, nq).map_err(e)?;
+            hs.synchronize().map_err(|x| x.to_string())?;
+            for (i, want) in want.iter().enumerate() {
+                let mut out = Vec::new();
+                bufs.answer(key, i, &mut out)
+                    .map_err(|x| x.message.clone())?;
+                let got = decode_response(&out)?;
+                if !same(&got, want) {
+                    return Err(format!(
+                        "sharded over {devices} ({how}, {route:?} exchange), home {home}, \
+                         k {k}, nprobe {nprobe}, query {i}: {got:?} vs the whole index's \
+                         {want:?}"
+                    ));
+                }
+            }
+        }
+        lines.push(format!(
+            "knn sharded over {devices} devices ({how}, {route:?} exchange), every home, k \
+             {k} nprobe {nprobe}: {nq} answers identical to the whole index"
+        ));
+    }
+    Ok(lines)
+}
