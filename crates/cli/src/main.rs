@@ -3,7 +3,6 @@
 mod data_cmd;
 mod demo;
 mod fetch;
-mod index_cmd;
 mod load_cmd;
 mod sim;
 
@@ -42,9 +41,6 @@ enum Cmd {
     /// Vector data sets: synthesize or fetch.
     #[command(subcommand)]
     Data(data_cmd::DataCmd),
-    /// IVF-Flat indexes: build, inspect, evaluate.
-    #[command(subcommand)]
-    Index(index_cmd::IndexCmd),
     /// A service's model tools, e.g. `model train lenet --data MNIST_DIR --out
     /// lenet.safetensors` (the list below).
     #[command(disable_help_flag = true)]
@@ -103,6 +99,11 @@ fn command() -> clap::Command {
             cohort_services::catalog::model_tools().join(", ")
         ))
     });
+    // The services' own commands beside the binary's (knn's `index`).
+    let mut cmd = cmd;
+    for c in cohort_services::catalog::commands() {
+        cmd = cmd.subcommand((c.command)());
+    }
     let cmd = cmd.mut_subcommand("bench", |mut c| {
         for b in cohort_services::catalog::benches() {
             c = c.subcommand((b.command)());
@@ -174,12 +175,18 @@ fn keep_freed_memory() {
 }
 
 /// `cohort bench NAME ...` where NAME is a service's own benchmark: it, and its flags.
-fn service_bench(
+/// The service command the command line names, with its flags: a benchmark (`bench NAME`)
+/// or a command of a service's own (`cohort NAME`, knn's `index`).
+fn service_command(
     m: &clap::ArgMatches,
 ) -> Option<(
     &'static cohort_services::entry::ServiceCommand,
     &clap::ArgMatches,
 )> {
+    let (name, sub) = m.subcommand()?;
+    if let Some(c) = cohort_services::catalog::commands().find(|c| c.name == name) {
+        return Some((c, sub));
+    }
     let (name, sub) = m.subcommand_matches("bench")?.subcommand()?;
     cohort_services::catalog::benches()
         .find(|b| b.name == name)
@@ -225,7 +232,7 @@ fn main() {
         }
         std::env::set_var(cohort_gpu::green::ENV, v);
     }
-    if let Some((bench, m)) = service_bench(&matches) {
+    if let Some((command, m)) = service_command(&matches) {
         let level = matches
             .get_one::<String>("log_level")
             .map_or("info", String::as_str);
@@ -233,7 +240,7 @@ fn main() {
         let record = |path: &std::path::Path, v: serde_json::Value| {
             bench::write_result(path, v).map_err(|e| format!("{e:#}"))
         };
-        if let Err(e) = (bench.run)(m, &record) {
+        if let Err(e) = (command.run)(m, &record) {
             eprintln!("error: {e}");
             std::process::exit(1);
         }
@@ -250,7 +257,6 @@ fn main() {
         Cmd::Load(a) => load_cmd::run(a),
         Cmd::Demo(a) => demo::run(a),
         Cmd::Data(c) => data_cmd::run(c),
-        Cmd::Index(c) => index_cmd::run(c),
         Cmd::Bench(c) => bench::run(c),
         Cmd::Sim(c) => sim::run(c),
         Cmd::Model {

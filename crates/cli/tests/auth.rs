@@ -4,11 +4,12 @@
 //! without a restart; `/metrics` moves to the admin listener.
 
 mod common;
-use cohort_load::{ClientKey, EchoWorkload, LoadConfig, Mode, Target};
+use cohort_load::{ClientKey, LoadConfig, Mode, Target};
 use cohort_proto::{
     encode_frame, encode_signed, key_id_bytes, ErrorCode, ErrorPayload, Frame, Header, Kind,
     MAX_PAYLOAD,
 };
+use cohort_services::micro::load::EchoWorkload;
 use common::*;
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream, UdpSocket};

@@ -282,7 +282,7 @@ fn a_second_server_on_a_taken_port_is_refused_with_a_clear_message() {
         cohort_load::Target::Udp(first.udp.unwrap()),
         cohort_load::Mode::Closed { concurrency: 1 },
         0.3,
-        std::sync::Arc::new(cohort_load::EchoWorkload { payload_bytes: 8 }),
+        std::sync::Arc::new(cohort_services::micro::load::EchoWorkload { payload_bytes: 8 }),
     );
     assert_all_answered(&r);
     assert!(r.ok > 0 && r.error_total() == 0, "{r:#?}");

@@ -267,7 +267,7 @@ fn the_readme_example_serves() {
         "--max-queue",
         "16384",
     ]);
-    let w = std::sync::Arc::new(cohort_load::EchoWorkload { payload_bytes: 64 });
+    let w = std::sync::Arc::new(cohort_services::micro::load::EchoWorkload { payload_bytes: 64 });
     let r = common::load(
         cohort_load::Target::Udp(s.udp.unwrap()),
         cohort_load::Mode::Open {

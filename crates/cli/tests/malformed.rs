@@ -1,10 +1,11 @@
 //! Garbage on every listener beside a valid load that must see no errors.
 
 mod common;
-use cohort_load::{EchoWorkload, Mode, Target};
+use cohort_load::{Mode, Target};
 use cohort_proto::{
     encode_frame, ErrorCode, ErrorPayload, Frame, Header, Kind, HEADER_LEN, MAX_PAYLOAD,
 };
+use cohort_services::micro::load::EchoWorkload;
 use common::*;
 use rand::{Rng, SeedableRng};
 use std::io::{Read, Write};

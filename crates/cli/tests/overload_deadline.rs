@@ -2,7 +2,8 @@
 //! server stays up, and the requests it admitted finish within their deadline.
 
 mod common;
-use cohort_load::{LoadConfig, Mode, SpinWorkload, Target};
+use cohort_load::{LoadConfig, Mode, Target};
+use cohort_services::micro::load::SpinWorkload;
 use common::*;
 use std::sync::Arc;
 use std::time::Duration;

@@ -1,7 +1,8 @@
 //! The real server driven by the real load generator over every transport.
 
 mod common;
-use cohort_load::{EchoWorkload, Mode, SpinWorkload, Target};
+use cohort_load::{Mode, Target};
+use cohort_services::micro::load::{EchoWorkload, SpinWorkload};
 use common::*;
 use std::sync::Arc;
 use std::sync::Mutex;

@@ -4,7 +4,8 @@
 //! only.)
 
 mod common;
-use cohort_load::{EchoWorkload, LoadConfig, Mode, Target};
+use cohort_load::{LoadConfig, Mode, Target};
+use cohort_services::micro::load::EchoWorkload;
 use common::*;
 use std::io::{Read, Write};
 use std::sync::Arc;

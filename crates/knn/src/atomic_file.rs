@@ -53,6 +53,16 @@ impl Drop for Temp {
     }
 }
 
+/// Writes `bytes` to `target` whole or not at all: into its temporary, synced, renamed over it.
+pub fn write_whole(target: &Path, bytes: &[u8]) -> std::io::Result<()> {
+    use std::io::Write;
+    let tmp = Temp::new(target);
+    let mut f = std::fs::File::create(tmp.path())?;
+    f.write_all(bytes)?;
+    f.sync_all()?;
+    tmp.commit(target)
+}
+
 /// From now on SIGINT and SIGTERM remove every temporary being written, then end the process
 /// as the signal would have (for commands that write files; a server has its own handling).
 pub fn remove_temps_on_signals() -> std::io::Result<()> {

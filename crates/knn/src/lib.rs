@@ -20,8 +20,8 @@ pub mod vecfile;
 pub const MAX_ABS_ELEMENT: f32 = 1e16;
 
 /// Bytes of a k-NN query message before its vector (k, nprobe, element type, reserved, dim:
-/// the layout in `cohort_services::knn`). The one definition: the service's codec and the
-/// persistent GPU kernels (`KNN_HEAD`) read it.
+/// the layout of the knn service's codec, crates/services/knn). The one definition: the
+/// service's codec and the persistent GPU kernels (`KNN_HEAD`) read it.
 pub const QUERY_HEAD: usize = 12;
 
 pub use ivf::{IvfIndex, SearchParams};

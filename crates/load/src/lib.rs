@@ -22,6 +22,3 @@ pub use plot::plot_sweep;
 pub use report::Report;
 pub use run::{run, run_sweep};
 pub use workload::Workload;
-// The workloads of the services the tools drive most (each defined in its service's folder).
-pub use cohort_services::knn::load::KnnWorkload;
-pub use cohort_services::micro::load::{EchoWorkload, SpinWorkload};

@@ -3,8 +3,9 @@
 
 use anyhow::Result;
 use clap::Args;
-use cohort_load::{EchoWorkload, LoadConfig, Mode, Report, Target};
+use cohort_load::{LoadConfig, Mode, Report, Target};
 use cohort_server::{self as serve, ServeArgs};
+use cohort_services::micro::load::EchoWorkload;
 use serde_json::json;
 use std::path::PathBuf;
 use std::sync::Arc;

@@ -7,7 +7,6 @@ use anyhow::{Context as _, Result};
 use clap::Args;
 use cohort_engine::{Bell, Ingress, IngressEnds};
 use cohort_server::{self as serve, ServeArgs};
-use cohort_services::knn::{encode_request, Elems};
 use serde_json::json;
 use std::path::PathBuf;
 use std::time::{Duration, Instant};
@@ -62,55 +61,47 @@ pub struct EngineBench {
     pub out: PathBuf,
 }
 
+/// Requests the drivers cycle through: enough that a query file of up to this many rows is
+/// sent whole.
+const PAYLOADS: u64 = 1 << 16;
+
+/// The requests the service's load workload makes (knn: the queries of --data's
+/// query.fvecs; echo: empty ones, the engine's round trip alone; spin: --spin-us of work;
+/// lenet: MNIST digits from --data, else the ones built in).
 fn payloads(a: &EngineBench) -> Result<Vec<Vec<u8>>> {
-    Ok(match a.service.as_str() {
-        "knn" => {
-            let data = a.data.as_ref().context("knn needs --data")?;
-            let q = cohort_knn::vecfile::read_vectors(&data.join("query.fvecs"))?;
-            (0..q.n)
-                .map(|i| {
-                    let mut p = Vec::new();
-                    encode_request(a.k, a.nprobe, Elems::F32(q.row(i)), &mut p);
-                    p
-                })
-                .collect()
-        }
-        "echo" => vec![Vec::new()],
-        "spin" => vec![cohort_services::spin::encode(a.spin_us, b"")],
-        // Any other service: the requests its load workload makes (lenet: MNIST digits from
-        // --data, else the ones built in).
-        other => {
-            let entry = cohort_services::catalog::entry(other).with_context(|| {
-                format!(
-                    "unknown service {other:?} (available: {})",
-                    cohort_services::catalog::names().join(", ")
-                )
-            })?;
-            let options = cohort_services::workload::LoadOptions {
-                payload_bytes: 64,
-                spin_us: a.spin_us,
-                queries: None,
-                gt: None,
-                k: a.k as usize,
-                nprobe: a.nprobe,
-                users: 1,
-                data: a.data.clone(),
-                model: None,
-            };
-            let w = (entry.workload)(&options).map_err(anyhow::Error::msg)?;
-            anyhow::ensure!(
-                w.pages().is_none(),
-                "{other} is served as HTTP pages: bench engine drives request services"
-            );
-            (0..4096u64)
-                .map(|seq| {
-                    let mut p = Vec::new();
-                    w.payload(seq, &mut p);
-                    p
-                })
-                .collect()
-        }
-    })
+    let entry = cohort_services::catalog::entry(&a.service).with_context(|| {
+        format!(
+            "unknown service {:?} (available: {})",
+            a.service,
+            cohort_services::catalog::names().join(", ")
+        )
+    })?;
+    let options = cohort_services::workload::LoadOptions {
+        payload_bytes: 0,
+        spin_us: a.spin_us,
+        queries: a.data.as_ref().map(|d| d.join("query.fvecs")),
+        gt: None,
+        k: a.k as usize,
+        nprobe: a.nprobe,
+        users: 1,
+        data: a.data.clone(),
+        model: None,
+    };
+    let w = (entry.workload)(&options)
+        .map_err(anyhow::Error::msg)
+        .with_context(|| format!("{}'s requests (--data)", a.service))?;
+    anyhow::ensure!(
+        w.pages().is_none(),
+        "{} is served as HTTP pages: bench engine drives request services",
+        a.service
+    );
+    Ok((0..PAYLOADS)
+        .map(|seq| {
+            let mut p = Vec::new();
+            w.payload(seq, &mut p);
+            p
+        })
+        .collect())
 }
 
 pub fn run(a: &EngineBench) -> Result<()> {

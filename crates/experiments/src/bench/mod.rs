@@ -3,10 +3,8 @@
 //! in its folder and join these through the catalog (`main.rs`).
 
 mod batcher;
-mod build;
 mod echo;
 mod engine;
-mod gpu;
 mod hog;
 mod http_plot;
 mod knn;
@@ -27,8 +25,6 @@ pub enum BenchCmd {
     Echo(echo::EchoBench),
     /// k-NN on the cpu engine: recall and latency per nprobe, then a served UDP sweep.
     KnnCpu(knn::KnnBench),
-    /// k-NN kernels on one GPU: queries/s per cohort size, search bandwidth vs D2D copy.
-    GpuKernels(gpu::GpuKernelBench),
     /// The served matrix: services x engines x server cores, server and generator pinned to
     /// disjoint cores, each point's limit named from measured counters.
     Served(served::ServedBench),
@@ -39,8 +35,6 @@ pub enum BenchCmd {
     Batcher(batcher::BatcherBench),
     /// A CPU-hungry neighbour that measures its own rate (noisy-neighbour experiments).
     Hog(hog::HogBench),
-    /// Index build (k-means + lists) on the CPU and the GPU: time, energy, recall.
-    IndexBuild(build::BuildBench),
     /// Czarnul's multi-stream CPU+GPU packet processing: streams, memory modes, CPU threads.
     Streams(streams::StreamsBench),
     /// Several sweeps on one throughput-latency plot.
@@ -55,12 +49,10 @@ pub fn run(cmd: BenchCmd) -> Result<()> {
     match cmd {
         BenchCmd::Echo(a) => echo::run(&a),
         BenchCmd::KnnCpu(a) => knn::run(&a),
-        BenchCmd::GpuKernels(a) => gpu::run(&a),
         BenchCmd::Served(a) => served::run(&a),
         BenchCmd::Engine(a) => engine::run(&a),
         BenchCmd::Batcher(a) => batcher::run(&a),
         BenchCmd::Hog(a) => hog::run(&a),
-        BenchCmd::IndexBuild(a) => build::run(&a),
         BenchCmd::Streams(a) => streams::run(&a),
         BenchCmd::Plot(a) => plot::run(&a),
         BenchCmd::HttpPlot(a) => http_plot::run(&a),

@@ -58,6 +58,9 @@ pub struct Entry {
     pub benches: &'static [ServiceCommand],
     /// Its model's tools, `cohort model COMMAND NAME ...` (lenet: `train`, `eval`).
     pub models: &'static [ServiceCommand],
+    /// Commands of its own, `cohort COMMAND ...` (knn: `index`); a name is unique in the
+    /// catalog and never one of the binary's own commands.
+    pub commands: &'static [ServiceCommand],
     /// Requests the selftest sends through every GPU engine it has a backend for, and how an
     /// answer is compared with the CPU function's (`selftest::run`).
     pub selftest: Option<SelftestCase>,
@@ -100,6 +103,7 @@ impl Entry {
             workload,
             benches: &[],
             models: &[],
+            commands: &[],
             selftest: None,
             gpu_checks: &[],
             engine_checks: None,
@@ -187,9 +191,25 @@ pub struct GpuCheck {
 pub type Record<'a> = &'a dyn Fn(&std::path::Path, serde_json::Value) -> Result<(), String>;
 
 /// A command a service brings (a benchmark, `cohort bench NAME`; a model tool, `cohort model
-/// NAME SERVICE`), with the flags `command` declares.
+/// NAME SERVICE`; a command of its own, `cohort NAME`), with the flags `command` declares.
 pub struct ServiceCommand {
     pub name: &'static str,
     pub command: fn() -> clap::Command,
     pub run: fn(&clap::ArgMatches, Record) -> Result<(), String>,
+}
+
+/// The flags of `A` (clap derive) as the command `name`, described by `about`: what a
+/// `ServiceCommand::command` returns.
+pub fn args_command<A: clap::Args>(name: &'static str, about: &'static str) -> clap::Command {
+    A::augment_args(clap::Command::new(name)).about(about)
+}
+
+/// The flags parsed into `A`, then `run` on them; any error as text, its causes included
+/// (`{:#}`): what a `ServiceCommand::run` does.
+pub fn parsed<A: clap::FromArgMatches, E: std::fmt::Display>(
+    m: &clap::ArgMatches,
+    run: impl FnOnce(&A) -> Result<(), E>,
+) -> Result<(), String> {
+    let a = A::from_arg_matches(m).map_err(|e| e.to_string())?;
+    run(&a).map_err(|e| format!("{e:#}"))
 }

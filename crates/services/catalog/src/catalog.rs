@@ -22,6 +22,11 @@ pub fn benches() -> impl Iterator<Item = &'static ServiceCommand> {
     all().flat_map(|e| e.benches.iter())
 }
 
+/// Every service's commands of its own (`cohort NAME ...`).
+pub fn commands() -> impl Iterator<Item = &'static ServiceCommand> {
+    all().flat_map(|e| e.commands.iter())
+}
+
 /// Service `service`'s model tool `name` (`cohort model NAME SERVICE`).
 pub fn model_tool(name: &str, service: &str) -> Option<&'static ServiceCommand> {
     entry(service)?.models.iter().find(|c| c.name == name)

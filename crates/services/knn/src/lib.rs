@@ -18,6 +18,8 @@
 //! the request message into pinned memory.
 
 #[cfg(feature = "backends")]
+pub mod bench;
+#[cfg(feature = "backends")]
 pub mod centaur;
 #[cfg(feature = "backends")]
 pub mod config;
@@ -31,6 +33,8 @@ pub mod gpu_ivf;
 pub mod gpu_kmeans;
 #[cfg(feature = "backends")]
 pub mod gpu_sharded;
+#[cfg(feature = "backends")]
+pub mod index_tool;
 #[cfg(feature = "backends")]
 pub mod kernels;
 pub mod load;

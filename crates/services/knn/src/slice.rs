@@ -17,7 +17,9 @@ pub const ENTRY: Entry = Entry {
     persistent_set: Some(persistent_set),
     persistent: Some(persistent),
     kernels: || super::kernels::sources().to_vec(),
+    benches: super::bench::BENCHES,
     models: super::centaur::command::COMMANDS,
+    commands: super::index_tool::COMMANDS,
     // The engines' selftest: no case of payloads (it needs an index), its own run on a
     // fresh random one.
     engine_checks: Some(super::engine_checks::run),

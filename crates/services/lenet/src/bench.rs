@@ -5,9 +5,9 @@
 use super::config::Math;
 use super::gpu::{enqueue_network, Activations, DeviceWeights, Net};
 use super::model::{Weights, IMAGE_BYTES};
-use clap::{Args, Command, FromArgMatches};
+use clap::Args;
 use cohort_gpu::{load_module, GpuError};
-use cohort_service_api::entry::{Record, ServiceCommand};
+use cohort_service_api::entry::{args_command, parsed, Record, ServiceCommand};
 use serde_json::json;
 use std::path::PathBuf;
 
@@ -29,14 +29,12 @@ pub struct LenetKernelBench {
 pub const BENCHES: &[ServiceCommand] = &[ServiceCommand {
     name: "lenet-kernels",
     command: || {
-        LenetKernelBench::augment_args(Command::new("lenet-kernels")).about(
+        args_command::<LenetKernelBench>(
+            "lenet-kernels",
             "LeNet's kernels alone on one GPU: per math and batch, each kernel's time and images/s",
         )
     },
-    run: |m, record| {
-        let a = LenetKernelBench::from_arg_matches(m).map_err(|e| e.to_string())?;
-        run(&a, record)
-    },
+    run: |m, record| parsed(m, |a: &LenetKernelBench| run(a, record)),
 }];
 
 fn run(a: &LenetKernelBench, record: Record) -> Result<(), String> {

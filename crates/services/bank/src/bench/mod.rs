@@ -7,22 +7,7 @@ mod cpu;
 mod gpu;
 mod plot;
 
-use clap::{Args, Command, FromArgMatches};
-use cohort_service_api::entry::{Record, ServiceCommand};
-
-/// Its flags (clap) as the subcommand `name`, described by `about`.
-fn command<A: Args>(name: &'static str, about: &'static str) -> Command {
-    A::augment_args(Command::new(name)).about(about)
-}
-
-/// The flags parsed into `A`, then `run` on them; errors as text (the catalog's seam).
-fn parsed<A: FromArgMatches>(
-    m: &clap::ArgMatches,
-    run: impl FnOnce(&A) -> anyhow::Result<()>,
-) -> Result<(), String> {
-    let a = A::from_arg_matches(m).map_err(|e| e.to_string())?;
-    run(&a).map_err(|e| format!("{e:#}"))
-}
+use cohort_service_api::entry::{args_command as command, parsed, Record, ServiceCommand};
 
 pub const BENCHES: &[ServiceCommand] = &[
     ServiceCommand {

@@ -1,11 +1,13 @@
-//! `cohort index build|info|eval`.
+//! `cohort index build|info|eval|place`: the k-NN index's own command, offered through its
+//! entry (`Entry::commands`).
 
+use crate::gpu_kmeans::{assigner_for, BuildDevice};
 use anyhow::{Context, Result};
-use clap::{Args, Subcommand};
+use clap::{Args, Command, FromArgMatches, Subcommand};
+use cohort_knn::atomic_file::write_whole;
 use cohort_knn::kmeans::{Init, KMeansConfig};
 use cohort_knn::{exact, vecfile, IvfIndex, Metric, SearchParams};
-use cohort_server::util::write_atomic;
-use cohort_services::knn::gpu_kmeans::{assigner_for, BuildDevice};
+use cohort_service_api::entry::ServiceCommand;
 use rayon::prelude::*;
 use std::path::PathBuf;
 use std::time::Instant;
@@ -72,10 +74,10 @@ pub struct BuildArgs {
     #[arg(long, default_value = "auto")]
     pub device: BuildDevice,
     /// GPU builds: CUDA streams the base is streamed over.
-    #[arg(long, default_value_t = cohort_services::knn::gpu_kmeans::DEFAULT_STREAMS)]
+    #[arg(long, default_value_t = crate::gpu_kmeans::DEFAULT_STREAMS)]
     pub build_streams: usize,
     /// GPU builds: rows per streamed chunk.
-    #[arg(long, default_value_t = cohort_services::knn::gpu_kmeans::DEFAULT_CHUNK_ROWS)]
+    #[arg(long, default_value_t = crate::gpu_kmeans::DEFAULT_CHUNK_ROWS)]
     pub chunk_rows: usize,
     /// Build from the base file a chunk of rows at a time (.fvecs or .bvecs), in host memory
     /// bounded by the training sample and two chunks, not by the base: for a base larger than
@@ -420,10 +422,28 @@ pub fn eval(a: &EvalArgs) -> Result<()> {
         } else {
             serde_json::json!({ "points": points })
         };
-        write_atomic(path, serde_json::to_string_pretty(&v)?.as_bytes())?;
+        write_whole(path, serde_json::to_string_pretty(&v)?.as_bytes())
+            .with_context(|| format!("writing {}", path.display()))?;
     }
     Ok(())
 }
+
+/// `cohort index ...`, the command k-NN brings.
+pub const COMMANDS: &[ServiceCommand] = &[ServiceCommand {
+    name: "index",
+    command: || {
+        IndexCmd::augment_subcommands(
+            Command::new("index")
+                .about("IVF-Flat indexes for the knn service: build, inspect, evaluate, place"),
+        )
+        .subcommand_required(true)
+        .arg_required_else_help(true)
+    },
+    run: |m, _record| {
+        let cmd = IndexCmd::from_arg_matches(m).map_err(|e| e.to_string())?;
+        run(cmd).map_err(|e| format!("{e:#}"))
+    },
+}];
 
 pub fn run(cmd: IndexCmd) -> Result<()> {
     // A build or placement stopped with ^C or SIGTERM removes the file it was writing.

@@ -2,11 +2,12 @@
 //! training + filling the lists), energy, and recall of each resulting index, so the GPU
 //! build is judged by the index it makes, not only by its speed.
 
+use crate::gpu_kmeans::{assigner_for, BuildDevice};
 use anyhow::Result;
 use clap::Args;
 use cohort_knn::kmeans::KMeansConfig;
 use cohort_knn::{exact, vecfile, IvfIndex, Metric, SearchParams};
-use cohort_services::knn::gpu_kmeans::{assigner_for, BuildDevice};
+use cohort_service_api::entry::Record;
 use rayon::prelude::*;
 use serde_json::json;
 use std::path::PathBuf;
@@ -30,7 +31,7 @@ pub struct BuildBench {
     /// GPU builds: CUDA streams (several values: one build each).
     #[arg(long, value_delimiter = ',', default_value = "4")]
     pub streams: Vec<usize>,
-    #[arg(long, default_value_t = cohort_services::knn::gpu_kmeans::DEFAULT_CHUNK_ROWS)]
+    #[arg(long, default_value_t = crate::gpu_kmeans::DEFAULT_CHUNK_ROWS)]
     pub chunk_rows: usize,
     #[arg(long, value_delimiter = ',', default_value = "16")]
     pub nprobe: Vec<usize>,
@@ -42,7 +43,7 @@ pub struct BuildBench {
     pub out: PathBuf,
 }
 
-pub fn run(a: &BuildBench) -> Result<()> {
+pub fn run(a: &BuildBench, record: Record) -> Result<()> {
     let gp = a.data.join("groundtruth.ivecs");
     if !gp.exists() {
         std::fs::create_dir_all(&a.data)?;
@@ -94,5 +95,5 @@ pub fn run(a: &BuildBench) -> Result<()> {
             runs.push(r);
         }
     }
-    super::write_result(&a.out, serde_json::Value::Array(runs))
+    record(&a.out, serde_json::Value::Array(runs)).map_err(anyhow::Error::msg)
 }

@@ -3,11 +3,12 @@
 //! device-to-device copy (the tiled plan reads a cell once for many queries, so its
 //! "effective" scan bandwidth, logical bytes over time, may exceed the copy's).
 
+use crate::gpu_ivf::{GpuIvf, Plan};
 use anyhow::{Context, Result};
 use clap::Args;
 use cohort_knn::kmeans::KMeansConfig;
 use cohort_knn::{vecfile, IvfIndex, Metric};
-use cohort_services::knn::gpu_ivf::{GpuIvf, Plan};
+use cohort_service_api::entry::Record;
 use serde_json::json;
 use std::path::PathBuf;
 use std::time::Instant;
@@ -29,7 +30,7 @@ pub struct GpuKernelBench {
     pub k: usize,
     /// Vector precisions on the GPU to measure (f32, f16, u8).
     #[arg(long, value_delimiter = ',', default_value = "f32,f16,u8")]
-    pub precision: Vec<cohort_services::knn::gpu_ivf::Precision>,
+    pub precision: Vec<crate::gpu_ivf::Precision>,
     /// Seconds to spend timing each point.
     #[arg(long, default_value_t = 0.5)]
     pub seconds: f64,
@@ -70,7 +71,7 @@ fn copy_bandwidth(g: &GpuIvf) -> Result<f64> {
     Ok(2.0 * (n * 4 * reps) as f64 / t.elapsed().as_secs_f64())
 }
 
-pub fn run(a: &GpuKernelBench) -> Result<()> {
+pub fn run(a: &GpuKernelBench, record: Record) -> Result<()> {
     let devs = cohort_gpu::probe()?;
     let dev = &devs[0];
     if !a.data.join("query.fvecs").exists() {
@@ -200,8 +201,9 @@ pub fn run(a: &GpuKernelBench) -> Result<()> {
             }
         }
     }
-    super::write_result(
+    record(
         &a.out,
         json!({ "device": dev.name, "copy_bandwidth_gb_s": copy_bw.map(|b| b / 1e9), "points": results }),
     )
+    .map_err(anyhow::Error::msg)
 }
