@@ -537,7 +537,11 @@ extern "C" __global__ void p_reset(PRt rt) {
 }
 
 // The layout the host mirrors (RtArgs, SLOT_BYTES, PipeArgs), read back by a GPU test.
-extern "C" __global__ void p_layout(unsigned long long* out) {
+struct PLayoutOut {
+    unsigned long long* out;
+};
+extern "C" __global__ void p_layout(PLayoutOut o) {
+    unsigned long long* out = o.out;
     out[0] = sizeof(PRt);
     out[1] = sizeof(PSlot);
     PRt r;

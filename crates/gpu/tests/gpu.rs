@@ -3,7 +3,7 @@
 //! error, not a panic. GPU checks print SKIPPED with the reason where no GPU exists.
 
 use cohort_gpu::launch::{Dev, Grid, KernelDecl};
-use cohort_gpu::persistent::persistent_source;
+use cohort_gpu::persistent::{persistent_source, StageKernel};
 use cohort_gpu::{compile_cached, probe, report_skip, KernelSource, Prelude};
 
 /// The runtime with the smallest service there is: an argument block and no stage.
@@ -16,6 +16,7 @@ fn runtime_alone() -> &'static KernelSource {
             "struct SvcArgs { unsigned long long f[16]; };\n",
             "__device__ bool service_accept(const PRt&, const SvcArgs&, unsigned int) { return false; }\n"
         ))],
+        Vec::new(),
     )
 }
 
@@ -54,6 +55,48 @@ fn an_argument_block_laid_out_otherwise_in_cuda_does_not_compile() {
     assert!(err.contains("ProbeArgs.n: size differs"), "{err}");
 }
 
+cohort_gpu::svc_args! {
+    struct ProbeSvcArgs { queries, k, out }
+}
+
+/// A persistent service's block is held to its Rust declaration the same way: a stage unit
+/// whose `SvcArgs` lists its fields in another order does not compile, naming the field.
+#[test]
+fn a_persistent_block_laid_out_otherwise_in_cuda_does_not_compile() {
+    if !cohort_gpu::nvrtc_available() {
+        assert!(std::env::var_os("COHORT_REQUIRE_NVRTC").is_none());
+        report_skip("persistent block layout check", "NVRTC is not installed");
+        return;
+    }
+    const STAGE: StageKernel<ProbeSvcArgs> = StageKernel::new("probe_stage");
+    let unit = |name: &'static str, fields: &str| {
+        let text = format!(
+            "struct SvcArgs {{ {fields} }};\n\
+             __device__ bool service_accept(const PRt&, const SvcArgs&, unsigned int) {{ return false; }}\n\
+             extern \"C\" __global__ void probe_stage(PRt rt, SvcArgs a) {{ if (a.k) ((unsigned long long*)a.out)[0] = a.queries; }}\n"
+        );
+        persistent_source(
+            name,
+            &Prelude::new("crates/gpu/tests/gpu.rs"),
+            &[],
+            &[("svc.cu", Box::leak(text.into_boxed_str()))],
+            vec![STAGE.checked()],
+        )
+    };
+    let same = unit(
+        "svc_same.cu",
+        "unsigned long long queries; unsigned long long k; unsigned long long out;",
+    );
+    compile_cached(same, "sm_90").expect("the layouts agree");
+    cohort_gpu::kernel_check::every_kernel_compiles("persistent probe", &[same], &[]);
+    let moved = unit(
+        "svc_moved.cu",
+        "unsigned long long queries; unsigned long long out; unsigned long long k;",
+    );
+    let err = compile_cached(moved, "sm_90").unwrap_err().to_string();
+    assert!(err.contains("SvcArgs.k: offset differs"), "{err}");
+}
+
 #[test]
 fn the_runtime_compiles_for_sm90_through_nvrtc() {
     // Its argument blocks' Rust layouts are asserted in the unit it compiles.
@@ -84,8 +127,11 @@ fn persistent_layout_matches_the_host_mirror() {
     let f = m.load_function("p_layout").unwrap();
     let s = ctx.default_stream();
     let mut out = s.alloc_zeros::<u64>(6).unwrap();
+    let block = cohort_gpu::persistent::rt::LayoutOut {
+        out: Dev::of_mut(&mut out, &s),
+    };
     let mut b = s.launch_builder(&f);
-    b.arg(&mut out);
+    b.arg(&block);
     unsafe { b.launch(LaunchConfig::for_num_elems(1)) }.unwrap();
     let got = s.clone_dtoh(&out).unwrap();
     let want = [

@@ -33,6 +33,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
+pub use svc_args::StageKernel;
 
 /// Ingress warps at most (one per RX ring up to this many; ring r belongs to warp r % warps).
 /// One warp copying k-NN requests over the bus topped out at ~480K requests/s on an H200.
@@ -282,12 +283,16 @@ pub fn stage_capacity(backend: &dyn PersistentBackend, stage: &Stage) -> Result<
 /// A service's persistent module: the runtime's constants and the service's `prelude`, the
 /// mqueue layout, the service's `library` (device functions its stages call), the runtime
 /// (`kernels/persistent.cuh`), the service's `stages` (which define its `SvcArgs` and stage
-/// kernels), the ingress warp. The runtime includes nothing of any service.
+/// kernels), the ingress warp. The runtime includes nothing of any service. `stage_kernels`
+/// declares every stage kernel the files export (`StageKernel::checked`): the unit ends with
+/// their block's layout as `static_assert`s, and the kernel check holds its exports to them
+/// and the runtime's own kernels.
 pub fn persistent_source(
     name: &'static str,
     prelude: &Prelude,
     library: &[(&'static str, &'static str)],
     stages: &[(&'static str, &'static str)],
+    stage_kernels: Vec<(&'static str, crate::launch::ArgsLayout)>,
 ) -> &'static KernelSource {
     static MQ: std::sync::OnceLock<&'static str> = std::sync::OnceLock::new();
     let mq = MQ.get_or_init(|| {
@@ -314,7 +319,9 @@ pub fn persistent_source(
         "rt layout (rt.rs)",
         LAYOUT.get_or_init(|| Box::leak(rt::layout_asserts().into_boxed_str())),
     ));
-    KernelSource::assemble(name, &rt::prelude().and(prelude), &files)
+    let mut typed = rt::runtime_kernels();
+    typed.extend(stage_kernels);
+    KernelSource::assemble_typed(name, &rt::prelude().and(prelude), &files, typed)
 }
 
 #[cfg(test)]

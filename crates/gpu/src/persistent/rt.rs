@@ -58,6 +58,26 @@ crate::kernel_args! {
     }
 }
 
+crate::kernel_args! {
+    /// `p_layout`'s block: where it writes the layout the device compiler gave the runtime's
+    /// structs (a GPU test reads it back).
+    pub struct LayoutOut as "PLayoutOut" {
+        out: crate::launch::Dev<u64>,
+    }
+}
+
+/// The runtime's own kernels, each with the first block it takes: what a persistent unit
+/// exports besides its service's stages (the kernel check holds the unit to the list).
+pub fn runtime_kernels() -> Vec<(&'static str, crate::launch::ArgsLayout)> {
+    use crate::launch::KernelArgs;
+    vec![
+        ("p_reset", RtArgs::LAYOUT),
+        ("p_layout", LayoutOut::LAYOUT),
+        // (PRt rt, SvcArgs svc): the service's block is asserted with its stages.
+        ("cohort_ingress", RtArgs::LAYOUT),
+    ]
+}
+
 /// `static_assert`s of the runtime's argument blocks as Rust lays them out (`PPipe`, `PRt`).
 pub fn layout_asserts() -> String {
     use crate::launch::KernelArgs;
@@ -449,6 +469,7 @@ mod tests {
             "struct SvcArgs { unsigned long long f[16]; };\n",
             "__device__ bool service_accept(const PRt&, const SvcArgs&, unsigned int) { return false; }\n"
         ))],
+            Vec::new(),
         );
         assert!(src.restated().is_empty(), "{:?}", src.restated());
     }

@@ -6,22 +6,11 @@ use cohort_gpu::{probe, report_skip};
 
 #[test]
 fn service_kernels_compile_for_sm90_through_nvrtc() {
+    // Every unit's kernels, batch and persistent, are held to their Rust declarations.
     cohort_gpu::kernel_check::every_kernel_compiles(
         "services",
         &cohort_services::catalog::kernel_sources(),
-        // Kernels the persistent k-NN file makes with macros, one per element type (the batch
-        // units' kernels, macro-made ones included, are held to their Rust declarations).
-        &[(
-            "knn_persistent.cu",
-            &[
-                "knn_p_search",
-                "knn_p_search_f16",
-                "knn_p_search_u8",
-                "knn_p_cohort",
-                "knn_p_cohort_f16",
-                "knn_p_cohort_u8",
-            ],
-        )],
+        &[],
     );
 }
 

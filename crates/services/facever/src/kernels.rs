@@ -2,7 +2,7 @@
 //! one prelude.
 
 use super::lbp::{BINS, GRID_X, GRID_Y, HEIGHT, IMAGE_BYTES, LABELS, NEIGHBOURS, WIDTH};
-use cohort_gpu::persistent::persistent_source;
+use cohort_gpu::persistent::{persistent_source, StageKernel};
 use cohort_gpu::{KernelSource, Prelude};
 
 /// Threads of a block (one image's histogram, or one row's distance).
@@ -52,6 +52,19 @@ pub fn source() -> &'static KernelSource {
     })
 }
 
+cohort_gpu::svc_args! {
+    /// The stages' argument block: `struct SvcArgs` of `kernels/facever_persistent.cu`.
+    pub struct FaceverArgs {
+        table, probes, fetches, ready, status, ask_person, ask_fetch, refs, replies,
+        replies_cap, relay_tail, relay_seen, threshold
+    }
+}
+
+/// The persistent stages: workers (a request each: post its fetch, then compare) and the
+/// relay warp (the host's replies into device memory).
+pub const WORKER: StageKernel<FaceverArgs> = StageKernel::new("facever_p_worker");
+pub const RELAY: StageKernel<FaceverArgs> = StageKernel::new("facever_p_relay");
+
 /// The persistent module: the runtime around `facever_persistent.cu`.
 pub fn persistent() -> &'static KernelSource {
     static S: std::sync::OnceLock<&'static KernelSource> = std::sync::OnceLock::new();
@@ -64,6 +77,7 @@ pub fn persistent() -> &'static KernelSource {
                 "facever_persistent.cu",
                 include_str!("kernels/facever_persistent.cu"),
             )],
+            vec![WORKER.checked(), RELAY.checked()],
         )
     })
 }

@@ -13,7 +13,8 @@
 //! host before it could start, which is the gpu engines' host design.
 
 use super::db::FaceDb;
-use super::kernels::THREADS;
+pub use super::kernels::FaceverArgs;
+use super::kernels::{RELAY, THREADS, WORKER};
 use super::lbp::{self, BINS};
 use cohort_gpu::persistent::rt::addr;
 use cohort_gpu::persistent::{
@@ -27,14 +28,6 @@ use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
-
-cohort_gpu::svc_args! {
-    /// The stages' argument block: `struct SvcArgs` of `kernels/facever_persistent.cu`.
-    pub struct FaceverArgs {
-        table, probes, fetches, ready, status, ask_person, ask_fetch, refs, replies,
-        replies_cap, relay_tail, relay_seen, threshold
-    }
-}
 
 pub struct FaceverPersistent {
     ctx: Arc<CudaContext>,
@@ -122,14 +115,14 @@ impl PersistentBackend for FaceverPersistent {
             args: args.to_svc_args(),
             stages: vec![
                 Stage {
-                    kernel: "facever_p_worker",
+                    kernel: WORKER.name,
                     blocks: workers,
                     threads: THREADS as u32,
                     dyn_smem: 0,
                     elsewhere: None,
                 },
                 Stage {
-                    kernel: "facever_p_relay",
+                    kernel: RELAY.name,
                     blocks: 1,
                     threads: 32,
                     dyn_smem: 0,
@@ -317,17 +310,5 @@ fn serve_fetches(m: &Mailboxes, db: &FaceDb, stop: &AtomicBool) {
             Mailboxes::word(&m.replies, e).store(head.wrapping_add(1), Ordering::Release);
             head = head.wrapping_add(1);
         }
-    }
-}
-
-#[cfg(test)]
-mod tests {
-    #[test]
-    fn the_argument_block_matches_the_cuda_struct() {
-        cohort_gpu::persistent::svc_args::check_against_cuda(
-            super::FaceverArgs::FIELDS,
-            include_str!("kernels/facever_persistent.cu"),
-        )
-        .unwrap();
     }
 }

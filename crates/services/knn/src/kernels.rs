@@ -4,6 +4,7 @@
 
 pub mod kmeans;
 pub mod per_pair;
+pub mod persistent;
 pub mod tiled;
 
 use cohort_gpu::persistent::persistent_source;
@@ -77,7 +78,7 @@ pub fn sources() -> &'static [&'static KernelSource] {
                 "knn_tiled.cu",
                 &p,
                 &[COMMON, TILED, FILTER_TC],
-                tiled::checked(),
+                [tiled::checked(), tiled::checked_filter_tc()].concat(),
             ),
             KernelSource::assemble_typed(
                 "kmeans.cu",
@@ -99,6 +100,8 @@ pub fn sources() -> &'static [&'static KernelSource] {
                         include_str!("kernels/knn_persistent_cohort.cu"),
                     ),
                 ],
+                // The batch kernels of its library come along (they are exported too).
+                [per_pair::checked(), tiled::checked(), persistent::checked()].concat(),
             ),
         ]
     })

@@ -8,6 +8,8 @@
 //!   blocks passing (request, probe) tasks through gpipes; a block per task.
 
 use super::gpu_ivf::{GpuIvf, Precision, DEFAULT_CANDIDATE_FLOATS};
+pub use super::kernels::persistent::KnnArgs;
+use super::kernels::persistent::{COHORT, FILTER, REDUCE, SEARCH};
 use super::kernels::{BLOCK, GPU_MAX_CANDIDATES, SEL_MAX};
 use cohort_gpu::persistent::rt::{addr, BAR_GROUPS};
 use cohort_gpu::persistent::{stage_capacity, PersistentBackend, Prepared, Stage};
@@ -15,18 +17,6 @@ use cohort_gpu::{load_module, DeviceInfo, GpuError};
 use cohort_service_api::config::named_enum;
 use cudarc::driver::{CudaContext, CudaModule, CudaSlice, CudaStream};
 use std::sync::Arc;
-
-cohort_gpu::svc_args! {
-    /// The stage kernels' argument block: `struct SvcArgs` of `kernels/knn_persistent.cu`,
-    /// field for field (checked by the test below). The cohort plan's fields (from `cmax`)
-    /// are zero for the per-pair stages.
-    pub struct KnnArgs {
-        centroids, vectors, ids, offsets, dim, nlist, n, metric, default_nprobe, queries,
-        probes, part_ids, part_dist, scratch, max_probe, max_k, cmax, cand, cand_floats, poff,
-        totals, counts, cursor, items, order, taken, ok, cq_slot, ctl, top_rows, groups,
-        owners, search_pipe,
-    }
-}
 
 named_enum! {
     /// How the persistent kernels compute k-NN (`knn.persistent_plan`).
@@ -92,11 +82,7 @@ impl KnnPersistent {
     }
 
     fn cohort_kernel(&self) -> &'static str {
-        match self.ivf.precision {
-            Precision::F32 => "knn_p_cohort",
-            Precision::F16 => "knn_p_cohort_f16",
-            Precision::U8 => "knn_p_cohort_u8",
-        }
+        COHORT[element_type(self.ivf.precision)].name
     }
 
     /// Cohort plan default: as many blocks as the GPU holds at once (at most four per SM: more
@@ -210,11 +196,7 @@ impl KnnPersistent {
 
     /// The search stage's kernel for the index's precision.
     pub(super) fn search_kernel(&self) -> &'static str {
-        match self.ivf.precision {
-            Precision::F32 => "knn_p_search",
-            Precision::F16 => "knn_p_search_f16",
-            Precision::U8 => "knn_p_search_u8",
-        }
+        SEARCH[element_type(self.ivf.precision)].name
     }
 
     fn prepare_per_pair(
@@ -228,7 +210,7 @@ impl KnnPersistent {
         Ok(Prepared {
             args: args.to_svc_args(),
             stages: vec![
-                per_pair_stage("knn_p_filter", b[0]),
+                per_pair_stage(FILTER.name, b[0]),
                 per_pair_stage(self.search_kernel(), b[1]),
                 reduce_stage(b[2]),
             ],
@@ -338,6 +320,15 @@ impl KnnPersistent {
     }
 }
 
+/// The kernel of a stage declared per element type (`kernels::persistent`: f32, f16, u8).
+fn element_type(p: Precision) -> usize {
+    match p {
+        Precision::F32 => 0,
+        Precision::F16 => 1,
+        Precision::U8 => 2,
+    }
+}
+
 /// A per-pair filter or search stage on the lane's device.
 pub(super) fn per_pair_stage(kernel: &'static str, blocks: usize) -> Stage {
     Stage {
@@ -353,7 +344,7 @@ pub(super) fn per_pair_stage(kernel: &'static str, blocks: usize) -> Stage {
 pub(super) fn reduce_stage(blocks: usize) -> Stage {
     Stage {
         dyn_smem: (GPU_MAX_CANDIDATES * 8) as u32,
-        ..per_pair_stage("knn_p_reduce", blocks)
+        ..per_pair_stage(REDUCE.name, blocks)
     }
 }
 
@@ -416,17 +407,7 @@ impl PersistentBackend for KnnPersistent {
 
 #[cfg(test)]
 mod tests {
-    use super::{KnnArgs, PersistentPlan};
-
-    /// The argument block is declared alike on both sides of the language boundary.
-    #[test]
-    fn the_argument_block_matches_the_cuda_struct() {
-        cohort_gpu::persistent::svc_args::check_against_cuda(
-            KnnArgs::FIELDS,
-            include_str!("kernels/knn_persistent.cu"),
-        )
-        .unwrap();
-    }
+    use super::PersistentPlan;
 
     #[test]
     fn plans_parse_by_name_and_unknown_ones_are_refused() {

@@ -16,6 +16,7 @@
 //! atomics (NVLink): the pending counts and the gpipes take atomics from both devices, at
 //! system scope there.
 
+use super::kernels::persistent::FILTER;
 use super::persistent::{per_pair_stage, reduce_stage, KnnArgs, KnnPersistent, PersistentPlan};
 use cohort_gpu::persistent::rt::addr;
 use cohort_gpu::persistent::{
@@ -162,7 +163,7 @@ impl PersistentBackend for ShardedPersistent {
             search_pipe: (DEVICE_PIPE0 + self.home) as u64,
             ..base
         };
-        let mut stages = vec![per_pair_stage("knn_p_filter", b[0]), reduce_stage(b[2])];
+        let mut stages = vec![per_pair_stage(FILTER.name, b[0]), reduce_stage(b[2])];
         // Tasks a device's gpipe can hold: nprobe per request at most, and no more than the
         // lists it owns.
         let mut pipe_caps = vec![slots, 1, slots];

@@ -2,7 +2,7 @@
 //! and the kernels' block shapes), handed to CUDA by one prelude.
 
 use super::model::{C1, C2, C2_SIDE, CLASSES, FLAT, HIDDEN, KERNEL, P1_SIDE, P2_SIDE, SIDE};
-use cohort_gpu::persistent::persistent_source;
+use cohort_gpu::persistent::{persistent_source, StageKernel};
 use cohort_gpu::{KernelSource, Prelude};
 
 /// Threads of a `lenet_conv` block (one image).
@@ -72,6 +72,19 @@ pub fn batch() -> &'static KernelSource {
     })
 }
 
+cohort_gpu::svc_args! {
+    /// The worker's argument block: `struct SvcArgs` of `kernels/lenet_persistent.cu` (the
+    /// weights' device addresses).
+    pub struct LenetArgs { w1, b1, w2, b2, f1w, f1b, f2w, f2b, team }
+}
+
+/// The persistent stages, one per `lenet.persistent` plan and `lenet.math`: a block per
+/// image, or a team of blocks per image; conv2 on the CUDA cores (fp32) or the tensor cores.
+pub const WORKER: StageKernel<LenetArgs> = StageKernel::new("lenet_p_worker");
+pub const WORKER_TC: StageKernel<LenetArgs> = StageKernel::new("lenet_p_worker_tc");
+pub const TEAM_WORKER: StageKernel<LenetArgs> = StageKernel::new("lenet_p_team");
+pub const TEAM_WORKER_TC: StageKernel<LenetArgs> = StageKernel::new("lenet_p_team_tc");
+
 /// The persistent module: the runtime around `lenet_persistent.cu`.
 pub fn persistent() -> &'static KernelSource {
     static S: std::sync::OnceLock<&'static KernelSource> = std::sync::OnceLock::new();
@@ -84,6 +97,10 @@ pub fn persistent() -> &'static KernelSource {
                 "lenet_persistent.cu",
                 include_str!("kernels/lenet_persistent.cu"),
             )],
+            [WORKER, WORKER_TC, TEAM_WORKER, TEAM_WORKER_TC]
+                .iter()
+                .map(|k| k.checked())
+                .collect(),
         )
     })
 }

@@ -6,7 +6,10 @@
 
 use super::config::{Math, Plan};
 use super::gpu::DeviceWeights;
-use super::kernels::{P_THREADS, TEAM, TEAM_STRIDE};
+pub use super::kernels::LenetArgs;
+use super::kernels::{
+    P_THREADS, TEAM, TEAM_STRIDE, TEAM_WORKER, TEAM_WORKER_TC, WORKER, WORKER_TC,
+};
 use super::model::Weights;
 use cohort_gpu::persistent::rt::{addr, BAR_GROUPS};
 use cohort_gpu::persistent::{
@@ -15,12 +18,6 @@ use cohort_gpu::persistent::{
 use cohort_gpu::{load_module, DeviceInfo, GpuError};
 use cudarc::driver::{CudaContext, CudaModule};
 use std::sync::Arc;
-
-cohort_gpu::svc_args! {
-    /// The worker's argument block: `struct SvcArgs` of `kernels/lenet_persistent.cu` (the
-    /// weights' device addresses).
-    pub struct LenetArgs { w1, b1, w2, b2, f1w, f1b, f2w, f2b, team }
-}
 
 pub struct LenetPersistent {
     ctx: Arc<CudaContext>,
@@ -88,10 +85,10 @@ impl PersistentBackend for LenetPersistent {
         // SMs hold fewer beside the ingress warps.
         let mut stage = Stage {
             kernel: match (self.plan, self.math) {
-                (Plan::Image, Math::Tf32x3) => "lenet_p_worker_tc",
-                (Plan::Image, Math::Fp32) => "lenet_p_worker",
-                (Plan::Team, Math::Tf32x3) => "lenet_p_team_tc",
-                (Plan::Team, Math::Fp32) => "lenet_p_team",
+                (Plan::Image, Math::Tf32x3) => WORKER_TC.name,
+                (Plan::Image, Math::Fp32) => WORKER.name,
+                (Plan::Team, Math::Tf32x3) => TEAM_WORKER_TC.name,
+                (Plan::Team, Math::Fp32) => TEAM_WORKER.name,
             },
             blocks: 1,
             threads: P_THREADS as u32,
@@ -160,14 +157,5 @@ mod tests {
             .unwrap_err()
             .to_string()
             .contains("needs 7"));
-    }
-
-    #[test]
-    fn the_argument_block_matches_the_cuda_struct() {
-        cohort_gpu::persistent::svc_args::check_against_cuda(
-            super::LenetArgs::FIELDS,
-            include_str!("kernels/lenet_persistent.cu"),
-        )
-        .unwrap();
     }
 }

@@ -167,12 +167,15 @@ pub const SELECT_SEARCH: KernelDecl<KnnSelectSearchArgs> =
 pub const SELECT_SEARCH_WIDE: KernelDecl<KnnSelectSearchArgs> =
     KernelDecl::new("knn_select_search_wide", 1024, Grid::BlockPerItem);
 
+/// The tensor-core filter's kernels (`knn_filter_tc.cu`), for the layout check.
+pub fn checked_filter_tc() -> Vec<(&'static str, ArgsLayout)> {
+    vec![FILTER_TC.checked(), RERANK_FILTER.checked()]
+}
+
 /// Every kernel of `knn_tiled.cu`, for the layout check.
 pub fn checked() -> Vec<(&'static str, ArgsLayout)> {
     let mut v = vec![
         FILTER.checked(),
-        FILTER_TC.checked(),
-        RERANK_FILTER.checked(),
         SELECT_FILTER.checked(),
         PLAN.checked(),
         SCAN_ITEMS.checked(),
