@@ -228,24 +228,39 @@ fn every_serve_flag_and_config_key_is_accepted() {
             String::from_utf8_lossy(&o.stderr)
         );
     }
-    // A [services.NAME] table with every per-service key.
+    // A [services.NAME] table with every key a cpu service's engine reads, and its own.
     let cfg = dir.join("s.toml");
-    std::fs::write(
-        &cfg,
-        format!(
-            "service = \"knn:cpu,echo\"\nindex = \"{ix}\"\nudp = \"127.0.0.1:0\"\n[services.knn]\nengine = \"cpu\"\ngpus = [0]\nmax_cohort = 64\ncohort_timeout_us = 50\ncohort_keep_busy = 2\nstreams = 2\ncontrol_threads = 2\nprecision = \"f32\"\ncohort_graphs = true\nworkers = 2\nworker_cpus = \"0\"\nmax_queue = 512\ndispatch = \"round-robin\"\nlatency_budget_us = 800\nmax_deadline_ms = 5000\n"
-        ),
-    )
-    .unwrap();
+    let table = format!(
+        "service = \"knn:cpu,echo\"\nindex = \"{ix}\"\nudp = \"127.0.0.1:0\"\n[services.knn]\nengine = \"cpu\"\nprecision = \"f32\"\nworkers = 2\nworker_cpus = \"0\"\nmax_queue = 512\ndispatch = \"round-robin\"\nmax_deadline_ms = 5000\n"
+    );
+    std::fs::write(&cfg, &table).unwrap();
     let o = cohort(&["serve", "--check-config", "--config", cfg.to_str().unwrap()]);
     let text = String::from_utf8_lossy(&o.stdout);
     assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
     assert!(
         text.contains("service knn: engine cpu")
             && text.contains("[services.knn]")
-            && text.contains("max_cohort = 64")
-            && text.contains("latency_budget_us = 800"),
+            && text.contains("workers = 2")
+            && text.contains("max_queue = 512")
+            // Its table holds the knobs its engine reads: no GPU batch knob.
+            && !text[text.find("[services.knn]").unwrap_or(0)..]
+                .split("\n[")
+                .nth(0)
+                .unwrap_or("")
+                .contains("max_cohort"),
         "{text}"
+    );
+    // A GPU engine's knob on a cpu service is refused, naming the engines that read it (the
+    // GPU engines' keys are checked on plans in the server's tests: this machine may have no
+    // GPU for --check-config to open).
+    std::fs::write(&cfg, table + "max_cohort = 64\n").unwrap();
+    let o = cohort(&["serve", "--check-config", "--config", cfg.to_str().unwrap()]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success()
+            && err.contains("knn: max_cohort is a knob of gpu-direct, gpu-cohort, hybrid only")
+            && err.contains("engine is cpu"),
+        "{err}"
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }

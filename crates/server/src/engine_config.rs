@@ -77,7 +77,7 @@ pub struct HybridEngineArgs {
 }
 
 /// One service's engine and all its knobs: the server-wide flags, then the service's own
-/// keys over them. The key names are the fields' (`ENGINE_KEYS`).
+/// keys over them. The key names are the fields' ([`engine_keys`]).
 #[derive(Serialize, Deserialize, Debug, Clone, PartialEq)]
 pub struct EngineConfig {
     #[serde(with = "as_text")]
@@ -94,29 +94,87 @@ pub struct EngineConfig {
     pub hybrid: HybridEngineArgs,
 }
 
+/// A group of engine knobs (one of the structs above) and the engines that read it.
+pub struct KnobGroup {
+    /// Its keys: the struct's flags, as clap declares them (the fields' names).
+    pub keys: Vec<&'static str>,
+    pub engines: &'static [EngineKind],
+}
+
+/// The keys of a group of knobs, from its flags (so no list of them is kept by hand).
+fn keys_of<A: Args>() -> Vec<&'static str> {
+    A::augment_args(clap::Command::new("keys"))
+        .get_arguments()
+        .map(|a| &*Box::leak(a.get_id().as_str().to_string().into_boxed_str()))
+        .collect()
+}
+
+/// Every group of engine knobs, with the engines that read it (`gpus` also names the devices
+/// of gpu-persistent; `engine` itself is every engine's).
+pub fn knob_groups() -> &'static [KnobGroup] {
+    use EngineKind::*;
+    static GROUPS: std::sync::OnceLock<Vec<KnobGroup>> = std::sync::OnceLock::new();
+    GROUPS.get_or_init(|| {
+        vec![
+            KnobGroup {
+                keys: vec!["engine"],
+                engines: &EngineKind::ALL,
+            },
+            KnobGroup {
+                keys: keys_of::<AdmissionArgs>(),
+                engines: &EngineKind::ALL,
+            },
+            KnobGroup {
+                keys: keys_of::<CpuEngineArgs>(),
+                engines: &[Cpu, Hybrid],
+            },
+            KnobGroup {
+                keys: vec!["gpus"],
+                engines: &[GpuDirect, GpuCohort, GpuPersistent, Hybrid],
+            },
+            KnobGroup {
+                keys: keys_of::<GpuEngineArgs>()
+                    .into_iter()
+                    .filter(|k| *k != "gpus")
+                    .collect(),
+                engines: &[GpuDirect, GpuCohort, Hybrid],
+            },
+            KnobGroup {
+                keys: keys_of::<PersistentEngineArgs>(),
+                engines: &[GpuPersistent],
+            },
+            KnobGroup {
+                keys: keys_of::<HybridEngineArgs>(),
+                engines: &[Hybrid],
+            },
+        ]
+    })
+}
+
 /// The keys of a `[services.NAME]` table that set the service's engine (`EngineConfig`'s
-/// fields; a test holds the two together); any other key is the service's own.
-pub const ENGINE_KEYS: [&str; 19] = [
-    "engine",
-    "max_queue",
-    "max_deadline_ms",
-    "dispatch",
-    "workers",
-    "worker_cpus",
-    "gpus",
-    "max_cohort",
-    "cohort_timeout_us",
-    "cohort_keep_busy",
-    "streams",
-    "cohort_graphs",
-    "control_threads",
-    "gpu_slots",
-    "stages",
-    "gpu_batch",
-    "watchdog_ms",
-    "profile",
-    "latency_budget_us",
-];
+/// fields); any other key is the service's own.
+pub fn engine_keys() -> impl Iterator<Item = &'static str> {
+    knob_groups().iter().flat_map(|g| g.keys.iter().copied())
+}
+
+pub fn is_engine_key(key: &str) -> bool {
+    engine_keys().any(|k| k == key)
+}
+
+/// Whether `engine` reads knob `key`; if not, the error names the engines that do.
+pub fn knob_of(engine: EngineKind, key: &str) -> Result<(), String> {
+    let Some(g) = knob_groups().iter().find(|g| g.keys.contains(&key)) else {
+        return Err(format!("{key} is not an engine key"));
+    };
+    if g.engines.contains(&engine) {
+        return Ok(());
+    }
+    let readers: Vec<&str> = g.engines.iter().map(|e| e.name()).collect();
+    Err(format!(
+        "{key} is a knob of {} only; this service's engine is {engine}",
+        readers.join(", ")
+    ))
+}
 
 impl EngineConfig {
     /// As TOML keys (what `--check-config` prints; read back, the same config).
@@ -124,9 +182,24 @@ impl EngineConfig {
         toml::Table::try_from(self).expect("an engine config is a TOML table")
     }
 
+    /// The config with every key of `keys` set, read at once; an error names the first key
+    /// whose value its knob does not take.
+    pub fn with_keys(&self, keys: &toml::Table) -> Result<EngineConfig, String> {
+        let mut t = self.to_table();
+        t.extend(keys.iter().map(|(k, v)| (k.clone(), v.clone())));
+        toml::Value::Table(t)
+            .try_into()
+            .map_err(|e: toml::de::Error| {
+                // Which key: the first that fails alone.
+                keys.iter()
+                    .find_map(|(k, v)| self.with(k, v.clone()).err())
+                    .unwrap_or_else(|| e.message().trim().to_string())
+            })
+    }
+
     /// The config with `key` set to `value`; an error names what the key takes.
     pub fn with(&self, key: &str, value: toml::Value) -> Result<EngineConfig, String> {
-        debug_assert!(ENGINE_KEYS.contains(&key));
+        debug_assert!(is_engine_key(key));
         let mut t = self.to_table();
         t.insert(key.to_string(), value);
         toml::Value::Table(t)
@@ -296,7 +369,7 @@ mod tests {
         let c = every_knob_set();
         let t = c.to_table();
         let mut keys: Vec<&str> = t.keys().map(String::as_str).collect();
-        let mut want = ENGINE_KEYS.to_vec();
+        let mut want: Vec<&str> = engine_keys().collect();
         keys.sort_unstable();
         want.sort_unstable();
         assert_eq!(keys, want);

@@ -124,7 +124,11 @@ fn cpu_workers(a: &ServeArgs, p: &ServicePlan, cpu_services: usize) -> usize {
 
 /// Starts one engine per service, wired to `ingresses` ingress ends.
 pub fn start_engines(a: &ServeArgs, ingresses: usize) -> Result<EngineSide> {
-    let all = plans(a)?;
+    start_planned(a, plans(a)?, ingresses)
+}
+
+/// As [`start_engines`], for the services' plans already made from `a`.
+pub fn start_planned(a: &ServeArgs, all: Vec<ServicePlan>, ingresses: usize) -> Result<EngineSide> {
     let registry = build_registry(&all)?;
     let id_of = |p: &ServicePlan| registry.by_name(p.name).expect("built above").id();
     // Inline services get no lanes: the ingresses run them (`Ingress::admit`).

@@ -343,7 +343,7 @@ pub fn start(a: &ServeArgs) -> Result<Stack> {
     let mut ncfg = a.net_config()?;
     cohort_net::check_ports(&ncfg)?;
     let plans = plan::plans(a)?;
-    let mut side = start_engines(a, Server::ingresses(&ncfg))?;
+    let mut side = engines::start_planned(a, plans.clone(), Server::ingresses(&ncfg))?;
     // Services that cut deadlines shorter (or longer) than the server's --max-deadline-ms.
     ncfg.service_max_timeout = plans
         .iter()

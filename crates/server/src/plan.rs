@@ -4,7 +4,7 @@
 //! as one TOML table: the engine keys below set the service's engine (over the server-wide
 //! flags as defaults), every other key is the service's own and its typed settings read it.
 
-use crate::engine_config::{EngineConfig, ENGINE_KEYS};
+use crate::engine_config::{engine_keys, is_engine_key, knob_of, EngineConfig};
 use crate::ServeArgs;
 use anyhow::{bail, Context as _, Result};
 use cohort_services::config::{value_of, Settings};
@@ -127,28 +127,52 @@ pub fn plans(a: &ServeArgs) -> Result<Vec<ServicePlan>> {
         });
     }
     anyhow::ensure!(!out.is_empty(), "--service names no service");
-    // Settings from the config file and the services' flags, then --service-opt.
+    // Settings from the config file and the services' flags, then --service-opt: the engine
+    // keys gathered per service (a later one wins), the rest the service's own.
+    let mut engine_keys: Vec<toml::Table> = vec![toml::Table::new(); out.len()];
     for (name, table) in &a.service_settings {
-        let Some(p) = out.iter_mut().find(|p| p.name == name.as_str()) else {
+        let Some(i) = out.iter().position(|p| p.name == name.as_str()) else {
             // A flag of a service not served (the demo's --index with --service echo): unused.
             continue;
         };
         for (key, value) in table {
-            set(p, key, value.clone()).with_context(|| format!("[services.{name}] {key}"))?;
+            set(&mut out[i], &mut engine_keys[i], key, value.clone());
         }
     }
     for opt in &a.service_opt {
         let (name, key, value) =
             split_opt(opt).with_context(|| format!("--service-opt {opt:?}"))?;
-        let Some(p) = out.iter_mut().find(|p| p.name == name) else {
+        let Some(i) = out.iter().position(|p| p.name == name) else {
             bail!("--service-opt {opt:?}: service {name:?} is not in --service");
         };
-        set(p, &key, value_of(value)).with_context(|| format!("--service-opt {opt:?}"))?;
+        set(&mut out[i], &mut engine_keys[i], &key, value_of(value));
+    }
+    // Each service's engine read once from all its keys, then each key held to that engine.
+    for (p, keys) in out.iter_mut().zip(&engine_keys) {
+        p.cfg = p
+            .cfg
+            .with_keys(keys)
+            .map_err(|e| anyhow::anyhow!("{}: {e}", p.name))?;
+        for key in keys.keys() {
+            knob_of(p.cfg.engine, key).map_err(|e| anyhow::anyhow!("{}: {e}", p.name))?;
+        }
     }
     for p in &out {
         check(p)?;
     }
     Ok(out)
+}
+
+/// `opts` (`NAME.KEY=VALUE`) less the engine knobs `engine` does not read: what a benchmark
+/// that runs the same settings on several engines in turn hands each.
+pub fn opts_for(engine: EngineKind, opts: &[String]) -> Vec<String> {
+    opts.iter()
+        .filter(|o| match split_opt(o) {
+            Ok((_, key, _)) => !is_engine_key(&key) || knob_of(engine, &key).is_ok(),
+            Err(_) => true,
+        })
+        .cloned()
+        .collect()
 }
 
 /// `NAME.KEY=VALUE` split; `-` in KEY read as `_`.
@@ -162,22 +186,23 @@ fn split_opt(opt: &str) -> Result<(&str, String, &str)> {
     Ok((name, key.replace('-', "_"), value))
 }
 
-/// One setting onto the plan: an engine key sets the engine's knob (read by its typed
-/// struct), any other key goes to the service's own settings (checked against its typed
-/// struct in [`check`]).
-fn set(p: &mut ServicePlan, key: &str, value: toml::Value) -> Result<()> {
-    if ENGINE_KEYS.contains(&key) {
-        p.cfg = p.cfg.with(key, value).map_err(anyhow::Error::msg)?;
+/// One setting of a service: an engine key goes to the keys its engine is read from (its
+/// typed struct, once all are in), any other key to the service's own settings (checked
+/// against its typed struct in [`check`]).
+fn set(p: &mut ServicePlan, engine_keys: &mut toml::Table, key: &str, value: toml::Value) {
+    if is_engine_key(key) {
+        engine_keys.insert(key.to_string(), value);
     } else {
         p.settings.insert(key.to_string(), value);
     }
-    Ok(())
 }
 
-/// The plan's engine knobs as the keys `set` reads (what `--check-config` prints; read back,
-/// they give the same plan).
+/// The knobs the plan's engine reads, as the keys a `[services.NAME]` table takes (what
+/// `--check-config` prints; read back, they give the same plan).
 pub fn engine_settings(p: &ServicePlan) -> Settings {
-    p.cfg.to_table()
+    let mut t = p.cfg.to_table();
+    t.retain(|k, _| knob_of(p.cfg.engine, k).is_ok());
+    t
 }
 
 /// The service's own settings, resolved by its typed struct (every default filled in); an
@@ -186,7 +211,8 @@ pub fn resolved_settings(p: &ServicePlan) -> Result<Settings> {
     let entry = cohort_services::catalog::entry(p.name).expect("plans hold catalog names");
     (entry.resolve)(&p.settings).map_err(|e| {
         if e.contains("unknown field") {
-            anyhow::anyhow!("{e}; engine keys: {}", ENGINE_KEYS.join(", "))
+            let keys: Vec<&str> = engine_keys().collect();
+            anyhow::anyhow!("{e}; engine keys: {}", keys.join(", "))
         } else {
             anyhow::anyhow!(e)
         }
@@ -353,20 +379,22 @@ mod tests {
             "{unknown}"
         );
         assert!(e("echo", &["echo.max_queue=x"]).contains("non-negative integer"));
-        assert!(e("echo", &["echo.streams=0"]).contains("streams must be at least 1"));
+        assert!(e("echo:gpu-cohort", &["echo.streams=0"]).contains("streams must be at least 1"));
         for bad in ["echo.control_threads=0", "echo.control_threads=65"] {
-            assert!(e("echo", &[bad]).contains("control_threads must be in 1..=64"));
+            assert!(e("echo:gpu-cohort", &[bad]).contains("control_threads must be in 1..=64"));
         }
         assert!(e("echo", &["echo"]).contains("NAME.KEY=VALUE"));
         assert!(e("knn", &["knn.stages=8:x:2"]).contains("stages is a list of block counts"));
         assert!(e("knn", &["knn.stages="]).contains("stages is a list of block counts"));
-        assert!(e("echo", &["echo.gpu_batch=0"]).contains("gpu_batch must be in 1..=32"));
-        assert!(e("echo", &["echo.gpu_batch=33"]).contains("gpu_batch must be in 1..=32"));
-        assert!(e("echo", &["echo.gpu_slots=0"]).contains("gpu_slots must be in"));
-        assert!(e("echo", &["echo.watchdog_ms=0"]).contains("watchdog_ms must be at least 1"));
-        assert!(e("echo", &["echo.profile=99999999"]).contains("profile must be at most"));
-        assert!(e("echo", &["echo.profile=x"]).contains("profile"));
-        assert!(e("echo", &["echo.latency_budget_us=0"]).contains("latency_budget_us must be"));
+        let p = "echo:gpu-persistent";
+        assert!(e(p, &["echo.gpu_batch=0"]).contains("gpu_batch must be in 1..=32"));
+        assert!(e(p, &["echo.gpu_batch=33"]).contains("gpu_batch must be in 1..=32"));
+        assert!(e(p, &["echo.gpu_slots=0"]).contains("gpu_slots must be in"));
+        assert!(e(p, &["echo.watchdog_ms=0"]).contains("watchdog_ms must be at least 1"));
+        assert!(e(p, &["echo.profile=99999999"]).contains("profile must be at most"));
+        assert!(e(p, &["echo.profile=x"]).contains("profile"));
+        let h = "echo:hybrid";
+        assert!(e(h, &["echo.latency_budget_us=0"]).contains("latency_budget_us must be"));
         assert!(e("knn", &["knn.persistent_plan=x"]).contains("cohort, per-pair"));
         assert!(e("echo", &["echo.persistent_plan=cohort"]).contains("unknown field"));
         assert!(
@@ -378,16 +406,49 @@ mod tests {
         assert!(e("knn", &["knn.persistent_groups=two"]).contains("persistent_groups"));
     }
 
+    /// A service's own engine keys are held to its engine: a knob another engine reads is
+    /// refused, naming both, whichever way it came (and set after the engine key or before).
+    #[test]
+    fn a_service_takes_only_the_knobs_its_engine_reads() {
+        let e = |s: &str, o: &[&str]| format!("{:#}", plans(&args(s, o)).unwrap_err());
+        let m = e("echo:cpu", &["echo.gpu_batch=4"]);
+        assert!(
+            m.contains("echo: gpu_batch is a knob of gpu-persistent only")
+                && m.contains("engine is cpu"),
+            "{m}"
+        );
+        let m = e("echo:gpu-persistent", &["echo.max_cohort=64"]);
+        assert!(
+            m.contains("max_cohort is a knob of gpu-direct, gpu-cohort, hybrid only"),
+            "{m}"
+        );
+        assert!(e("echo:inline", &["echo.workers=2"]).contains("engine is inline"));
+        // The engine key itself may come with the knobs, in any order.
+        let p = plans(&args(
+            "echo",
+            &["echo.gpu_batch=4", "echo.engine=gpu-persistent"],
+        ));
+        assert_eq!(p.unwrap()[0].cfg.persistent.gpu_batch, 4);
+        // Server-wide flags are every service's defaults: not held to any one engine.
+        let mut a = args("echo:cpu", &[]);
+        a.persistent.gpu_batch = 4;
+        assert!(plans(&a).is_ok());
+        // A benchmark running several engines in turn hands each only its knobs.
+        let opts = vec!["echo.gpu_batch=4".to_string(), "echo.max_queue=9".into()];
+        assert_eq!(opts_for(EngineKind::Cpu, &opts), vec!["echo.max_queue=9"]);
+        assert_eq!(opts_for(EngineKind::GpuPersistent, &opts), opts);
+    }
+
     #[test]
     fn service_settings_come_from_the_file_then_flags_then_service_opt() {
         let mut a = args("knn:gpu-persistent", &["knn.persistent_groups=3"]);
-        let file: toml::Table = "persistent_groups = 2\nmax_cohort = 64\nindex = \"/x.ivf\"\ngpus = [0, 1]\nstages = [4, 8, 1]\n"
+        let file: toml::Table = "persistent_groups = 2\ngpu_slots = 64\nindex = \"/x.ivf\"\ngpus = [0, 1]\nstages = [4, 8, 1]\n"
             .parse()
             .unwrap();
         a.service_settings.insert("knn".into(), file);
         let p = &plans(&a).unwrap()[0];
         assert_eq!(
-            (p.cfg.gpu.max_cohort, p.cfg.gpu.gpus.clone()),
+            (p.cfg.persistent.gpu_slots, p.cfg.gpu.gpus.clone()),
             (64, vec![0, 1])
         );
         assert_eq!(
@@ -401,33 +462,29 @@ mod tests {
         assert_eq!(s["persistent_plan"], toml::Value::String("cohort".into()));
     }
 
-    /// What `--check-config` prints for the engine is every engine key, and read back through
-    /// `set` it gives the same knobs.
+    /// What `--check-config` prints for a service is every knob its engine reads, and read
+    /// back as its settings it gives the same knobs.
     #[test]
-    fn engine_settings_cover_every_engine_key_and_read_back_alike() {
-        let a = args(
-            "knn:gpu-persistent",
-            &[
-                "knn.stages=4:8:1",
-                "knn.streams=3",
-                "knn.worker_cpus=0-1",
-                "knn.dispatch=key-hash",
-                "knn.max_cohort=77",
-            ],
-        );
-        let p = plans(&a).unwrap().remove(0);
-        let written = engine_settings(&p);
-        let mut keys: Vec<&str> = written.keys().map(String::as_str).collect();
-        let mut want = ENGINE_KEYS.to_vec();
-        keys.sort_unstable();
-        want.sort_unstable();
-        assert_eq!(keys, want);
-        let mut q = plans(&args("knn", &[])).unwrap().remove(0);
-        for (k, v) in &written {
-            set(&mut q, k, v.clone()).unwrap();
+    fn engine_settings_are_the_engines_knobs_and_read_back_alike() {
+        for kind in EngineKind::ALL {
+            let a = args(&format!("echo:{kind}"), &["echo.dispatch=key-hash"]);
+            let p = plans(&a).unwrap().remove(0);
+            let written = engine_settings(&p);
+            let mut keys: Vec<&str> = written.keys().map(String::as_str).collect();
+            let mut want: Vec<&str> = engine_keys()
+                .filter(|k| knob_of(kind, k).is_ok())
+                // Optional knobs left unset are not written.
+                .filter(|k| !["streams", "stages", "worker_cpus"].contains(k))
+                .collect();
+            keys.sort_unstable();
+            want.sort_unstable();
+            assert_eq!(keys, want, "{kind}");
+            let mut b = args("echo", &[]);
+            b.service_settings.insert("echo".into(), written.clone());
+            let q = plans(&b).unwrap().remove(0);
+            assert_eq!(engine_settings(&q), written, "{kind}");
+            assert!(q.settings.is_empty(), "an engine key went to the service");
         }
-        assert_eq!(engine_settings(&q), written);
-        assert!(q.settings.is_empty(), "an engine key went to the service");
     }
 
     #[test]

@@ -109,7 +109,9 @@ pub fn run(a: &EngineBench) -> Result<()> {
     let mut results = Vec::new();
     for engine in &a.engines {
         let mut sa = ServeArgs::loopback(&a.service);
-        sa.service_opt = a.service_opt.clone();
+        // Each engine in turn gets the knobs it reads (a persistent stage ratio is no cpu knob).
+        let kind: cohort_server::plan::EngineKind = engine.parse().map_err(anyhow::Error::msg)?;
+        sa.service_opt = cohort_server::plan::opts_for(kind, &a.service_opt);
         if let Some(data) = &a.data {
             let index = data.join(format!("ivf{}.index", a.nlist));
             sa.set_service("knn", "index", index.display().to_string());
