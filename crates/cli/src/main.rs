@@ -5,6 +5,7 @@ mod demo;
 mod fetch;
 mod load_cmd;
 mod sim;
+mod suite;
 
 use cohort_experiments::bench;
 use cohort_server::{self as serve, config_file as config};
@@ -105,6 +106,12 @@ fn command() -> clap::Command {
         cmd = cmd.subcommand((c.command)());
     }
     let cmd = cmd.mut_subcommand("bench", |mut c| {
+        use clap::Args as _;
+        c = c.subcommand(
+            suite::SuiteArgs::augment_args(clap::Command::new("suite")).about(
+                "A section of bench/README.md reproduced: the runs of a suite (bench/suites/NAME.toml) in order, results and a summary under --out",
+            ),
+        );
         for b in cohort_services::catalog::benches() {
             c = c.subcommand((b.command)());
         }
@@ -231,6 +238,23 @@ fn main() {
             std::process::exit(2);
         }
         std::env::set_var(cohort_gpu::green::ENV, v);
+    }
+    if let Some(m) = matches
+        .subcommand_matches("bench")
+        .and_then(|b| b.subcommand_matches("suite"))
+    {
+        let level = matches
+            .get_one::<String>("log_level")
+            .map_or("info", String::as_str);
+        init_tracing(level);
+        let run = suite::SuiteArgs::from_arg_matches(m)
+            .map_err(anyhow::Error::from)
+            .and_then(|a| suite::run(&a, &command(), &|path, v| bench::write_result(path, v)));
+        if let Err(e) = run {
+            eprintln!("error: {e:#}");
+            std::process::exit(1);
+        }
+        return;
     }
     if let Some((command, m)) = service_command(&matches) {
         let level = matches

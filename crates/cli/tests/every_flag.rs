@@ -245,7 +245,7 @@ fn every_serve_flag_and_config_key_is_accepted() {
             // Its table holds the knobs its engine reads: no GPU batch knob.
             && !text[text.find("[services.knn]").unwrap_or(0)..]
                 .split("\n[")
-                .nth(0)
+                .next()
                 .unwrap_or("")
                 .contains("max_cohort"),
         "{text}"
