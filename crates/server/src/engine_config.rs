@@ -10,7 +10,75 @@ use cohort_engine::DispatchPolicy;
 use serde::{Deserialize, Serialize};
 
 pub use crate::gpu_args::GpuEngineArgs;
-pub use crate::plan::EngineKind;
+
+/// An engine a service runs on: the kind `--engine` and `NAME:ENGINE` name.
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum EngineKind {
+    Cpu,
+    /// The io thread that read a request runs the CPU function itself (no worker hand-off):
+    /// for services whose requests take microseconds.
+    Inline,
+    GpuDirect,
+    GpuCohort,
+    GpuPersistent,
+    /// gpu-cohort on the GPUs plus cpu workers taking what the GPUs cannot answer within the
+    /// latency budget.
+    Hybrid,
+}
+
+impl EngineKind {
+    pub const ALL: [EngineKind; 6] = [
+        EngineKind::Cpu,
+        EngineKind::Inline,
+        EngineKind::GpuDirect,
+        EngineKind::GpuCohort,
+        EngineKind::GpuPersistent,
+        EngineKind::Hybrid,
+    ];
+
+    pub fn name(self) -> &'static str {
+        match self {
+            EngineKind::Cpu => "cpu",
+            EngineKind::Inline => cohort_engine::INLINE,
+            EngineKind::GpuDirect => "gpu-direct",
+            EngineKind::GpuCohort => "gpu-cohort",
+            EngineKind::GpuPersistent => "gpu-persistent",
+            EngineKind::Hybrid => "hybrid",
+        }
+    }
+
+    /// Whether the service's CPU function serves requests here (then it gets the resident
+    /// index copy rather than a mapped one).
+    pub fn runs_cpu_function(self) -> bool {
+        matches!(
+            self,
+            EngineKind::Cpu | EngineKind::Inline | EngineKind::Hybrid
+        )
+    }
+
+    pub fn is_gpu(self) -> bool {
+        !matches!(self, EngineKind::Cpu | EngineKind::Inline)
+    }
+}
+
+impl std::fmt::Display for EngineKind {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.name())
+    }
+}
+
+impl std::str::FromStr for EngineKind {
+    type Err = String;
+    fn from_str(s: &str) -> Result<EngineKind, String> {
+        EngineKind::ALL
+            .into_iter()
+            .find(|e| e.name() == s)
+            .ok_or_else(|| {
+                let names: Vec<_> = EngineKind::ALL.iter().map(|e| e.name()).collect();
+                format!("unknown engine {s:?} (available: {})", names.join(", "))
+            })
+    }
+}
 
 /// What every engine honours for its service: how much it admits, how long a request may
 /// wait, and how an ingress picks among its lanes.
