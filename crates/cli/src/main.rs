@@ -200,6 +200,27 @@ fn service_command(
         .map(|b| (b, sub))
 }
 
+/// Runs a command that records results (a service's command, a suite): logs at --log-level,
+/// each result written with the machine, commit and command beside it; exits, non-zero on
+/// an error.
+fn recording(
+    matches: &clap::ArgMatches,
+    run: impl FnOnce(cohort_services::entry::Record) -> Result<(), String>,
+) -> ! {
+    let level = matches
+        .get_one::<String>("log_level")
+        .map_or("info", String::as_str);
+    init_tracing(level);
+    let record = |path: &std::path::Path, v: serde_json::Value| {
+        bench::write_result(path, v).map_err(|e| format!("{e:#}"))
+    };
+    if let Err(e) = run(&record) {
+        eprintln!("error: {e}");
+        std::process::exit(1);
+    }
+    std::process::exit(0)
+}
+
 fn init_tracing(level: &str) {
     let mut filter = tracing_subscriber::EnvFilter::try_new(level)
         .unwrap_or_else(|_| tracing_subscriber::EnvFilter::new("info"));
@@ -243,32 +264,13 @@ fn main() {
         .subcommand_matches("bench")
         .and_then(|b| b.subcommand_matches("suite"))
     {
-        let level = matches
-            .get_one::<String>("log_level")
-            .map_or("info", String::as_str);
-        init_tracing(level);
-        let run = suite::SuiteArgs::from_arg_matches(m)
-            .map_err(anyhow::Error::from)
-            .and_then(|a| suite::run(&a, &command(), &|path, v| bench::write_result(path, v)));
-        if let Err(e) = run {
-            eprintln!("error: {e:#}");
-            std::process::exit(1);
-        }
-        return;
+        recording(&matches, |record| {
+            let a = suite::SuiteArgs::from_arg_matches(m).map_err(|e| e.to_string())?;
+            suite::run(&a, &command(), record).map_err(|e| format!("{e:#}"))
+        });
     }
     if let Some((command, m)) = service_command(&matches) {
-        let level = matches
-            .get_one::<String>("log_level")
-            .map_or("info", String::as_str);
-        init_tracing(level);
-        let record = |path: &std::path::Path, v: serde_json::Value| {
-            bench::write_result(path, v).map_err(|e| format!("{e:#}"))
-        };
-        if let Err(e) = (command.run)(m, &record) {
-            eprintln!("error: {e}");
-            std::process::exit(1);
-        }
-        return;
+        recording(&matches, |record| (command.run)(m, record));
     }
     let mut cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     if let (Cmd::Serve(a), Some(m)) = (&mut cli.cmd, matches.subcommand_matches("serve")) {

@@ -9,6 +9,7 @@
 //! shipped one the same way).
 
 use anyhow::{bail, Context as _, Result};
+use cohort_services::entry::Record;
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -258,11 +259,7 @@ struct Outcome {
     seconds: f64,
 }
 
-pub fn run(
-    a: &SuiteArgs,
-    cli: &clap::Command,
-    record: &dyn Fn(&Path, serde_json::Value) -> Result<()>,
-) -> Result<()> {
+pub fn run(a: &SuiteArgs, cli: &clap::Command, record: Record) -> Result<()> {
     if a.list || a.suite.is_none() {
         for (name, text) in SUITES {
             let m = Manifest::parse(text)?;
@@ -374,7 +371,8 @@ pub fn run(
             "steps": outcomes,
             "failed": failed,
         }),
-    )?;
+    )
+    .map_err(anyhow::Error::msg)?;
     anyhow::ensure!(failed == 0, "suite {name}: {failed} step(s) failed");
     Ok(())
 }

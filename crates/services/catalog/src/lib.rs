@@ -4,9 +4,9 @@
 //! them through: the [`catalog`] of entries and the [`selftest`] that runs each through every
 //! GPU engine; the re-exports below are the services themselves, under their names.
 
-pub use cohort_service_api::{bad_request, json_bytes, json_str, workload};
+pub use cohort_service_api::workload;
 #[cfg(feature = "backends")]
-pub use cohort_service_api::{config, entry, harness, memcached};
+pub use cohort_service_api::{config, entry, memcached};
 
 pub use cohort_service_bank as bank;
 pub use cohort_service_facever as facever;
