@@ -308,12 +308,9 @@ pub fn run(a: &SuiteArgs, cli: &clap::Command, record: Record) -> Result<()> {
         let skip = if s.gpus > gpus {
             Some(format!("needs {} GPUs, this machine has {gpus}", s.gpus))
         } else {
-            match &s.makes {
-                Some(f) if Path::new(&fill(f, &vars)?).exists() => {
-                    Some(format!("{} is already there", fill(f, &vars)?))
-                }
-                _ => None,
-            }
+            let made = s.makes.as_ref().map(|f| fill(f, &vars)).transpose()?;
+            made.filter(|f| Path::new(f).exists())
+                .map(|f| format!("{f} is already there"))
         };
         let (status, reason) = match skip {
             Some(why) => ("skipped", Some(why)),

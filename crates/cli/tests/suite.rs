@@ -67,6 +67,27 @@ fn a_step_needing_more_gpus_than_the_machine_has_is_skipped_with_the_reason() {
         err.contains("skipped") && err.contains("needs 64 GPUs, this machine has"),
         "{err}"
     );
+    // A step whose file is already made is skipped too, saying so.
+    std::fs::write(dir.join("made.txt"), "x").unwrap();
+    std::fs::write(
+        &manifest,
+        "about = \"a made file\"\nsection = \"none\"\n[[step]]\nname = \"make\"\nrun = \"cohort gpus\"\nmakes = \"{work}/made.txt\"\n",
+    )
+    .unwrap();
+    let o = cohort(&[
+        "bench",
+        "suite",
+        manifest.to_str().unwrap(),
+        "--out",
+        out.to_str().unwrap(),
+        "--work",
+        dir.to_str().unwrap(),
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        o.status.success() && err.contains("made.txt is already there"),
+        "{err}"
+    );
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
