@@ -43,51 +43,49 @@ fn the_smoke_suite_runs_and_records_every_step() {
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
-#[test]
-fn a_step_needing_more_gpus_than_the_machine_has_is_skipped_with_the_reason() {
-    let dir = std::env::temp_dir().join(format!("cohort-suite-gpu-{}", std::process::id()));
-    let manifest = dir.join("gpu.toml");
-    std::fs::create_dir_all(&dir).unwrap();
+/// Writes a manifest of `steps` (TOML `[[step]]` tables) into `dir` and runs it, results
+/// under `dir/out`, work files in `dir`.
+fn run_manifest(dir: &std::path::Path, steps: &str) -> (bool, String) {
+    std::fs::create_dir_all(dir).unwrap();
+    let manifest = dir.join("suite.toml");
     std::fs::write(
         &manifest,
-        "about = \"a GPU step\"\nsection = \"none\"\n[[step]]\nname = \"kernels\"\nrun = \"cohort bench lenet-kernels --out {out}/k.json\"\ngpus = 64\n",
+        format!("about = \"a test\"\nsection = \"none\"\n{steps}"),
     )
     .unwrap();
-    let out = dir.join("out");
     let o = cohort(&[
         "bench",
         "suite",
         manifest.to_str().unwrap(),
         "--out",
-        out.to_str().unwrap(),
+        dir.join("out").to_str().unwrap(),
+        "--work",
+        dir.to_str().unwrap(),
     ]);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let err = String::from_utf8_lossy(&o.stderr);
+    (
+        o.status.success(),
+        String::from_utf8_lossy(&o.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn a_step_needing_more_gpus_than_the_machine_has_is_skipped_with_the_reason() {
+    let dir = std::env::temp_dir().join(format!("cohort-suite-gpu-{}", std::process::id()));
+    let (ok, err) = run_manifest(
+        &dir,
+        "[[step]]\nname = \"kernels\"\nrun = \"cohort bench lenet-kernels --out {out}/k.json\"\ngpus = 64\n",
+    );
     assert!(
-        err.contains("skipped") && err.contains("needs 64 GPUs, this machine has"),
+        ok && err.contains("skipped") && err.contains("needs 64 GPUs, this machine has"),
         "{err}"
     );
     // A step whose file is already made is skipped too, saying so.
     std::fs::write(dir.join("made.txt"), "x").unwrap();
-    std::fs::write(
-        &manifest,
-        "about = \"a made file\"\nsection = \"none\"\n[[step]]\nname = \"make\"\nrun = \"cohort gpus\"\nmakes = \"{work}/made.txt\"\n",
-    )
-    .unwrap();
-    let o = cohort(&[
-        "bench",
-        "suite",
-        manifest.to_str().unwrap(),
-        "--out",
-        out.to_str().unwrap(),
-        "--work",
-        dir.to_str().unwrap(),
-    ]);
-    let err = String::from_utf8_lossy(&o.stderr);
-    assert!(
-        o.status.success() && err.contains("made.txt is already there"),
-        "{err}"
+    let (ok, err) = run_manifest(
+        &dir,
+        "[[step]]\nname = \"make\"\nrun = \"cohort gpus\"\nmakes = \"{work}/made.txt\"\n",
     );
+    assert!(ok && err.contains("made.txt is already there"), "{err}");
     std::fs::remove_dir_all(&dir).unwrap();
 }
 
@@ -100,25 +98,14 @@ fn a_bad_suite_is_refused_before_anything_runs() {
         "{err}"
     );
     let dir = std::env::temp_dir().join(format!("cohort-suite-bad-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let manifest = dir.join("bad.toml");
-    std::fs::write(
-        &manifest,
-        "about = \"a\"\nsection = \"s\"\n[[step]]\nname = \"x\"\nrun = \"cohort bench served --no-such-flag 1\"\n",
-    )
-    .unwrap();
-    let o = cohort(&[
-        "bench",
-        "suite",
-        manifest.to_str().unwrap(),
-        "--out",
-        dir.to_str().unwrap(),
-    ]);
-    let err = String::from_utf8_lossy(&o.stderr);
+    let (ok, err) = run_manifest(
+        &dir,
+        "[[step]]\nname = \"x\"\nrun = \"cohort bench served --no-such-flag 1\"\n",
+    );
     assert!(
-        !o.status.success() && err.contains("step x") && err.contains("--no-such-flag"),
+        !ok && err.contains("step x") && err.contains("--no-such-flag"),
         "{err}"
     );
-    assert!(!dir.join("logs").exists(), "nothing ran");
+    assert!(!dir.join("out/logs").exists(), "nothing ran");
     std::fs::remove_dir_all(&dir).unwrap();
 }
