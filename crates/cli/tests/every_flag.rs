@@ -65,6 +65,7 @@ fn sample(flag: &str, ix: &str) -> Option<Option<String>> {
         "cohort-keep-busy" => v("0"),
         "streams" => v("2"),
         "control-threads" => v("2"),
+        "gpus-per-control-thread" => v("4"),
         "gpu-slots" => v("128"),
         "stages" => v("4:8:1"),
         "gpu-batch" => v("4"),
@@ -318,6 +319,35 @@ fn bad_control_threads_are_refused_with_a_clear_message() {
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(!o.status.success(), "control_threads = \"many\" accepted");
     assert!(err.contains("control_threads"), "{err}");
+    // Threads per GPU and GPUs per thread at once mean nothing: refused, naming both.
+    let o = cohort(&[
+        "serve",
+        "--service",
+        "echo:gpu-cohort",
+        "--udp",
+        "127.0.0.1:0",
+        "--gpus",
+        "0,1",
+        "--control-threads",
+        "2",
+        "--gpus-per-control-thread",
+        "2",
+        "--check-config",
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success(), "both accepted");
+    assert!(
+        err.contains("control_threads (2)") && err.contains("gpus_per_control_thread (2)"),
+        "{err}"
+    );
+    let o = cohort(&[
+        "serve",
+        "--service",
+        "echo",
+        "--gpus-per-control-thread=0",
+        "--check-config",
+    ]);
+    assert!(!o.status.success(), "--gpus-per-control-thread 0 accepted");
 }
 
 /// The example configuration the repository ships loads as it is, and says what it serves.

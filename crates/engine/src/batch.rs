@@ -93,60 +93,79 @@ struct Slot {
     cap: usize,
 }
 
+/// One lane's share of a control thread: its rings, its service's batch rules and its
+/// device's slots.
+pub struct BatchLane<'a> {
+    pub lane: LaneEnds,
+    pub backend: &'a dyn BatchBackend,
+    pub slots: Vec<Box<dyn BatchSlot>>,
+}
+
 /// Runs the batching loop of one lane until `stop` is set and everything queued is answered.
 /// A panic in the backend ends the thread; the lane's health guard then makes every ingress
 /// answer what this lane held (INTERNAL).
 pub fn run(
-    mut lane: LaneEnds,
+    lane: LaneEnds,
     backend: &dyn BatchBackend,
-    devs: Vec<Box<dyn BatchSlot>>,
+    slots: Vec<Box<dyn BatchSlot>>,
     cfg: &BatchConfig,
     metrics: &Metrics,
     stop: &AtomicBool,
 ) {
-    let _health = lane.health_guard();
-    lane.bell.bind_current();
-    assert!(cfg.max_batch >= 1 && !devs.is_empty());
-    let mut b = Batcher {
-        slots: devs
-            .into_iter()
-            .map(|dev| {
-                let cap = dev.capacity().min(cfg.max_batch);
-                assert!(cap >= 1, "a slot must hold at least one request");
-                Slot {
-                    dev,
-                    phase: Phase::Free,
-                    rows: Vec::with_capacity(cap),
-                    cap,
-                }
-            })
-            .collect(),
+    run_lanes(
+        vec![BatchLane {
+            lane,
+            backend,
+            slots,
+        }],
         cfg,
         metrics,
-        scratch: Vec::with_capacity(crate::cpu::ANSWER_BUFFER),
-        blocked: false,
-        first_ring: 0,
-    };
+        stop,
+    )
+}
+
+/// Runs the batching loops of several lanes (several GPUs) on the calling thread, a pass over
+/// each in turn: Centaur's one host core driving many GPUs. Each lane keeps its own rings and
+/// slots, so nothing is shared per request between them; what is shared is the thread, whose
+/// polling (and its core) no longer multiplies with the GPUs. A panic ends every lane of the
+/// thread, each answered INTERNAL by its health guard.
+pub fn run_lanes(
+    lanes: Vec<BatchLane<'_>>,
+    cfg: &BatchConfig,
+    metrics: &Metrics,
+    stop: &AtomicBool,
+) {
+    let _health: Vec<_> = lanes.iter().map(|l| l.lane.health_guard()).collect();
+    assert!(cfg.max_batch >= 1 && !lanes.is_empty());
+    let mut ends = Vec::with_capacity(lanes.len());
+    let mut units = Vec::with_capacity(lanes.len());
+    for l in lanes {
+        assert!(!l.slots.is_empty(), "a lane needs at least one slot");
+        l.lane.bell.bind_current();
+        units.push(Unit {
+            backend: l.backend,
+            b: Batcher::new(l.slots, cfg, metrics),
+        });
+        ends.push(l.lane);
+    }
     let mut quiet = 0u32;
     loop {
         let stopping = stop.load(Ordering::Acquire);
-        let completed = b.complete(&lane.engine, &mut lane.answers);
-        let admitted = b.admit(&mut lane, backend);
-        // A request waiting for a slot of its key, with every slot taken: launch what is
-        // filling now instead of letting the waiting request sit out the timeout.
-        let hurry = stopping || b.blocked;
-        let launched = b.launch_due(&lane.engine, &mut lane.answers, hurry);
-        if completed + admitted + launched > 0 {
+        let mut work = 0;
+        for (u, lane) in units.iter_mut().zip(ends.iter_mut()) {
+            work += u.b.pass(lane, u.backend, stopping);
+        }
+        if work > 0 {
             quiet = 0;
             continue;
         }
         quiet = quiet.saturating_add(1);
-        let idle = b.slots.iter().all(|s| matches!(s.phase, Phase::Free));
-        if idle && stopping && !lane.requests.any_ready() {
+        let idle = units.iter().all(|u| u.b.idle());
+        if idle && stopping && !ends.iter().any(|l| l.requests.any_ready()) {
             return;
         }
         if idle {
-            lane.sleep(Duration::from_millis(20));
+            LaneEnds::sleep_all(&mut ends, Duration::from_millis(20));
         } else if quiet > 256 {
             // Waiting on the device with nothing else to do: let a thread that shares this
             // core (an io thread, another engine) run, instead of spinning it out.
@@ -155,6 +174,12 @@ pub fn run(
             std::hint::spin_loop();
         }
     }
+}
+
+/// A lane's batcher and the rules of its service.
+struct Unit<'a> {
+    backend: &'a dyn BatchBackend,
+    b: Batcher<'a>,
 }
 
 struct Batcher<'a> {
@@ -168,7 +193,47 @@ struct Batcher<'a> {
     first_ring: usize,
 }
 
-impl Batcher<'_> {
+impl<'a> Batcher<'a> {
+    fn new(devs: Vec<Box<dyn BatchSlot>>, cfg: &'a BatchConfig, metrics: &'a Metrics) -> Self {
+        Batcher {
+            slots: devs
+                .into_iter()
+                .map(|dev| {
+                    let cap = dev.capacity().min(cfg.max_batch);
+                    assert!(cap >= 1, "a slot must hold at least one request");
+                    Slot {
+                        dev,
+                        phase: Phase::Free,
+                        rows: Vec::with_capacity(cap),
+                        cap,
+                    }
+                })
+                .collect(),
+            cfg,
+            metrics,
+            scratch: Vec::with_capacity(crate::cpu::ANSWER_BUFFER),
+            blocked: false,
+            first_ring: 0,
+        }
+    }
+
+    /// One turn of the loop on `lane`: answers finished batches, admits requests, launches
+    /// what is due. Returns how much it did (0: nothing to do now).
+    fn pass(&mut self, lane: &mut LaneEnds, backend: &dyn BatchBackend, stopping: bool) -> usize {
+        let completed = self.complete(&lane.engine, &mut lane.answers);
+        let admitted = self.admit(lane, backend);
+        // A request waiting for a slot of its key, with every slot taken: launch what is
+        // filling now instead of letting the waiting request sit out the timeout.
+        let hurry = stopping || self.blocked;
+        let launched = self.launch_due(&lane.engine, &mut lane.answers, hurry);
+        completed + admitted + launched
+    }
+
+    /// No batch filling or in flight.
+    fn idle(&self) -> bool {
+        self.slots.iter().all(|s| matches!(s.phase, Phase::Free))
+    }
+
     /// Moves requests from the rings into slots. Returns how many were taken.
     fn admit(&mut self, lane: &mut LaneEnds, backend: &dyn BatchBackend) -> usize {
         let mut taken = 0;

@@ -37,14 +37,25 @@ impl Bell {
     /// Parks the calling (bound) thread for at most `timeout`, unless `work_waiting` says
     /// there is work after sleep was announced.
     pub fn sleep(&self, timeout: Duration, work_waiting: impl Fn() -> bool) {
-        self.sleeping.store(true, Ordering::SeqCst);
-        // Dekker's pattern: the store above must be visible before the rings are checked,
-        // as the producer's ring write must be before it checks `sleeping` (see `wake`).
-        std::sync::atomic::fence(Ordering::SeqCst);
-        if !work_waiting() {
-            std::thread::park_timeout(timeout);
-        }
-        self.sleeping.store(false, Ordering::SeqCst);
+        sleep_on(&[self], timeout, work_waiting)
+    }
+}
+
+/// Parks the calling thread, bound to every one of `bells` (one thread consuming several
+/// lanes), for at most `timeout`, unless `work_waiting` says there is work after sleep was
+/// announced on all of them: a ring of any bell wakes it.
+pub fn sleep_on(bells: &[&Bell], timeout: Duration, work_waiting: impl Fn() -> bool) {
+    for b in bells {
+        b.sleeping.store(true, Ordering::SeqCst);
+    }
+    // Dekker's pattern: the stores above must be visible before the rings are checked, as
+    // the producer's ring write must be before it checks `sleeping` (see `wake`).
+    std::sync::atomic::fence(Ordering::SeqCst);
+    if !work_waiting() {
+        std::thread::park_timeout(timeout);
+    }
+    for b in bells {
+        b.sleeping.store(false, Ordering::SeqCst);
     }
 }
 

@@ -25,7 +25,7 @@ mod service;
 pub mod sharded;
 pub mod wiring;
 
-pub use batch::{BatchBackend, BatchConfig, BatchSlot};
+pub use batch::{BatchBackend, BatchConfig, BatchLane, BatchSlot};
 pub use batch_cpu::CpuTwinSlot;
 pub use bell::{Bell, Wake};
 pub use cpu::{CpuEngine, CpuEngineConfig};

@@ -629,6 +629,18 @@ impl LaneEnds {
         let req = &self.requests;
         self.bell.sleep(timeout, || req.any_ready());
     }
+
+    /// Parks the calling thread, which consumes all of `lanes`, until a request may have
+    /// arrived on any of them, or `timeout`.
+    pub fn sleep_all(lanes: &mut [LaneEnds], timeout: std::time::Duration) {
+        for l in lanes.iter_mut() {
+            l.requests.publish();
+        }
+        let bells: Vec<&Bell> = lanes.iter().map(|l| &*l.bell).collect();
+        crate::bell::sleep_on(&bells, timeout, || {
+            lanes.iter().any(|l| l.requests.any_ready())
+        });
+    }
 }
 
 pub struct RequestRings {

@@ -365,6 +365,73 @@ fn least_loaded_spreads_work_over_batching_lanes() {
     threads.into_iter().for_each(|t| t.join().unwrap());
 }
 
+#[test]
+fn one_thread_serves_several_lanes_in_turn() {
+    let _one = common::serial();
+    // Centaur's one core for many GPUs: three lanes (three "GPUs", each with its own slot)
+    // on one control thread. Every request is answered by the lane it was sent to, each
+    // lane runs batches of its own, and an idle thread wakes for a request on any lane.
+    use cohort_engine::*;
+    use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
+    use std::sync::Arc;
+    let metrics = common::metrics("batch");
+    let mut w = wire(1, &[common::spec("batch", 3, 64)]);
+    let stop = Arc::new(AtomicBool::new(false));
+    let counts: Vec<Arc<AtomicUsize>> = (0..3).map(|_| Arc::new(AtomicUsize::new(0))).collect();
+    let lanes: Vec<(LaneEnds, Vec<Box<dyn BatchSlot>>)> = w
+        .engines
+        .pop()
+        .unwrap()
+        .into_iter()
+        .zip(&counts)
+        .map(|(lane, count)| {
+            let slot: Box<dyn BatchSlot> = Box::new(Counted {
+                slot: CpuTwinSlot::new(Arc::new(common::Rev), 8, Duration::from_millis(5)),
+                launches: count.clone(),
+            });
+            (lane, vec![slot])
+        })
+        .collect();
+    let (m, st) = (metrics.clone(), stop.clone());
+    let thread = std::thread::spawn(move || {
+        let cfg = BatchConfig {
+            max_batch: 8,
+            timeout: Duration::from_millis(2),
+            keep_busy: 1,
+            stage: "gpu",
+        };
+        let lanes = lanes
+            .into_iter()
+            .map(|(lane, slots)| batch::BatchLane {
+                lane,
+                backend: &common::FirstByte,
+                slots,
+            })
+            .collect();
+        batch::run_lanes(lanes, &cfg, &m, &st)
+    });
+    let mut c = common::Client::new(w.ingresses.pop().unwrap(), &metrics);
+    // First a pause long enough for the thread to park on its bells, then spaced sends.
+    std::thread::sleep(Duration::from_millis(60));
+    for i in 0..48u64 {
+        c.send(i, &[1, i as u8], LONG);
+        std::thread::sleep(Duration::from_micros(300));
+    }
+    c.collect(Duration::from_secs(3));
+    for i in 0..48u64 {
+        assert_eq!(c.code(i), None, "request {i}");
+        let got = c.answers[&i][0].as_ref().unwrap();
+        assert_eq!(got, &vec![i as u8, 1], "request {i}: another's answer");
+    }
+    let per_lane: Vec<usize> = counts.iter().map(|n| n.load(Ordering::Relaxed)).collect();
+    assert!(
+        per_lane.iter().all(|&n| n >= 1),
+        "batches per lane {per_lane:?}: a lane was never served"
+    );
+    stop.store(true, Ordering::Release);
+    thread.join().unwrap();
+}
+
 /// A slot that counts its launches (which lane ran what).
 struct Counted {
     slot: cohort_engine::CpuTwinSlot,

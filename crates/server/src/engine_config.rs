@@ -418,6 +418,7 @@ mod tests {
                 streams: Some(3),
                 cohort_graphs: true,
                 control_threads: 2,
+                gpus_per_control_thread: 1,
             },
             persistent: PersistentEngineArgs {
                 gpu_slots: 128,

@@ -10,7 +10,7 @@ use cohort_engine::{
     wire_in, CpuEngine, CpuEngineConfig, DispatchPolicy, EngineSpec, IngressEnds, InlineEngine,
     LaneEnds, Metrics, Registry, ServiceLabel,
 };
-use cohort_gpu::engine::{GpuEngine, GpuEngineConfig, Mode};
+use cohort_gpu::engine::{GpuEngine, GpuEngineConfig, GpuUnit, Mode};
 use cohort_gpu::persistent::profile::Profile;
 use cohort_gpu::persistent::{MappedMemory, PersistentConfig, PersistentEngine};
 use cohort_mq::{Layout, RingMemory};
@@ -89,7 +89,7 @@ pub fn build_registry(plans: &[ServicePlan]) -> Result<Registry> {
 /// 8 io threads and 4 control threads gave p99 4.4 ms at 300 K k-NN queries/s, 4 io threads
 /// 0.43 ms at 600 K.
 fn warn_if_cores_are_shared(a: &ServeArgs, plans: &[ServicePlan]) {
-    let gpu_threads: usize = plans.iter().map(gpu_lanes).sum();
+    let gpu_threads: usize = plans.iter().map(gpu_threads).sum();
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
     if gpu_threads > 0 && a.io_threads + gpu_threads > cores {
         tracing::warn!(
@@ -104,11 +104,23 @@ fn warn_if_cores_are_shared(a: &ServeArgs, plans: &[ServicePlan]) {
     }
 }
 
-/// A service's GPU lanes (host threads): `--control-threads` per GPU on the batching engines
-/// (hybrid's GPU side included), one per GPU on gpu-persistent, none on the CPU engines.
+/// A service's GPU host threads: `--control-threads` per GPU, or one per
+/// `--gpus-per-control-thread` GPUs, on the batching engines (hybrid's GPU side included), one
+/// per GPU on gpu-persistent, none on the CPU engines.
+/// A service's GPU lanes: one per GPU and control thread, one per GPU on gpu-persistent.
 fn gpu_lanes(p: &ServicePlan) -> usize {
     match p.cfg.engine {
         EngineKind::GpuDirect | EngineKind::GpuCohort | EngineKind::Hybrid => p.cfg.gpu.gpu_lanes(),
+        EngineKind::GpuPersistent => p.cfg.gpu.gpus.len(),
+        EngineKind::Cpu | EngineKind::Inline => 0,
+    }
+}
+
+fn gpu_threads(p: &ServicePlan) -> usize {
+    match p.cfg.engine {
+        EngineKind::GpuDirect | EngineKind::GpuCohort | EngineKind::Hybrid => {
+            p.cfg.gpu.gpu_threads()
+        }
         EngineKind::GpuPersistent => p.cfg.gpu.gpus.len(),
         EngineKind::Cpu | EngineKind::Inline => 0,
     }
@@ -357,35 +369,47 @@ fn start_gpu(
         graphs: p.cfg.gpu.cohort_graphs,
         device: None,
     };
-    // Each GPU's control threads take consecutive lanes and share its backend; if one fails
-    // to start, those already started are stopped before the error is returned.
+    // Each GPU's control threads take consecutive lanes and share its backend, or
+    // `gpus_per_control_thread` consecutive GPUs share one control thread; if one fails to
+    // start, those already started are stopped before the error is returned.
     let threads = usize::from(p.cfg.gpu.control_threads.max(1));
+    let per_thread = usize::from(p.cfg.gpu.gpus_per_control_thread.max(1));
     let mut lanes = lanes.into_iter();
     let mut started: Vec<GpuEngine> = Vec::new();
-    let mut start = |g: usize, started: &mut Vec<GpuEngine>| -> Result<()> {
-        let backend = backends.next().expect("one backend per serving device");
-        let dev = cohort_gpu::find_device(devices, g)?;
-        let mut cfg = cfg.clone();
-        cfg.device = Some(dev.ordinal);
-        if p.cfg.gpu.streams.is_none() {
-            cfg.streams = GpuEngineConfig::default_streams(mode, backend.batch_keys());
+    let mut start = |group: &[usize], started: &mut Vec<GpuEngine>| -> Result<()> {
+        let mut units = Vec::with_capacity(group.len());
+        for &g in group {
+            let backend = backends.next().expect("one backend per serving device");
+            let dev = cohort_gpu::find_device(devices, g)?;
+            let mut cfg = cfg.clone();
+            cfg.device = Some(dev.ordinal);
+            if p.cfg.gpu.streams.is_none() {
+                cfg.streams = GpuEngineConfig::default_streams(mode, backend.batch_keys());
+            }
+            tracing::info!(gpu = dev.ordinal, name = %dev.name, sms = dev.sms, mem = dev.total_mem,
+                pci = %dev.pci_bus_id, numa = ?dev.numa_node, service = p.name,
+                streams = cfg.streams, control_threads = threads,
+                gpus_per_control_thread = per_thread, "gpu");
+            for _ in 0..threads {
+                let lane = lanes.next().expect("control_threads lanes per GPU");
+                units.push(GpuUnit {
+                    backend: backend.clone(),
+                    lane,
+                    cfg: cfg.clone(),
+                });
+            }
         }
-        tracing::info!(gpu = dev.ordinal, name = %dev.name, sms = dev.sms, mem = dev.total_mem,
-            pci = %dev.pci_bus_id, numa = ?dev.numa_node, service = p.name,
-            streams = cfg.streams, control_threads = threads, "gpu");
-        for _ in 0..threads {
-            let lane = lanes.next().expect("control_threads lanes per GPU");
-            started.push(GpuEngine::start(
-                backend.clone(),
-                lane,
-                &cfg,
-                metrics.clone(),
-            )?);
+        if per_thread == 1 {
+            for u in units {
+                started.push(GpuEngine::start_shared(vec![u], metrics.clone())?);
+            }
+        } else {
+            started.push(GpuEngine::start_shared(units, metrics.clone())?);
         }
         Ok(())
     };
-    for &g in &p.cfg.gpu.gpus {
-        if let Err(e) = start(g, &mut started) {
+    for group in p.cfg.gpu.gpus.chunks(per_thread) {
+        if let Err(e) = start(group, &mut started) {
             started.into_iter().for_each(GpuEngine::shutdown);
             return Err(e);
         }

@@ -179,6 +179,19 @@ fn check(p: &ServicePlan) -> Result<()> {
         p.name
     );
     anyhow::ensure!(
+        (1..=64).contains(&g.gpus_per_control_thread),
+        "{}: gpus_per_control_thread must be in 1..=64",
+        p.name
+    );
+    anyhow::ensure!(
+        g.control_threads == 1 || g.gpus_per_control_thread == 1,
+        "{}: control_threads ({}) spreads one GPU over threads and gpus_per_control_thread ({}) \
+         puts GPUs on one thread: set one of them, not both",
+        p.name,
+        g.control_threads,
+        g.gpus_per_control_thread
+    );
+    anyhow::ensure!(
         (1..=1 << 20).contains(&q.gpu_slots),
         "{}: gpu_slots must be in 1..=1048576",
         p.name

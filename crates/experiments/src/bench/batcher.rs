@@ -43,7 +43,11 @@ pub struct BatcherBench {
     /// ...or at once while fewer than this many batches are in flight.
     #[arg(long, default_value_t = 1)]
     keep_busy: usize,
-    /// Slots (gpu-cohort's default for a service of one batch key: 4).
+    /// Lanes (GPUs) the one control thread serves in turn, each with its own slots
+    /// (`--gpus-per-control-thread`): whether one thread keeps its rate over several GPUs.
+    #[arg(long, default_value_t = 1)]
+    lanes: usize,
+    /// Slots per lane (gpu-cohort's default for a service of one batch key: 4).
     #[arg(long, default_value_t = 4)]
     slots: usize,
     /// A batch counts as finished this long after its launch at the earliest (a GPU's
@@ -118,12 +122,14 @@ pub fn run(a: &BatcherBench) -> Result<()> {
     let mut results = Vec::new();
     for &window in &a.window {
         ensure!(window >= 1, "a window of at least one request");
+        ensure!(a.lanes >= 1, "--lanes: at least one");
         let r = one_window(a, window)?;
         let qps = r.answered as f64 / r.secs;
         let us = |q: f64| r.hist.value_at_quantile(q) as f64 / 1e3;
         println!(
-            "batcher: {} drivers, window {window}: {:.0} requests/s, p50 {:.1} us, p99 {:.1} us, control thread {}",
+            "batcher: {} drivers, {} lanes, window {window}: {:.0} requests/s, p50 {:.1} us, p99 {:.1} us, control thread {}",
             a.drivers,
+            a.lanes,
             qps,
             us(0.5),
             us(0.99),
@@ -133,7 +139,7 @@ pub fn run(a: &BatcherBench) -> Result<()> {
         results.push(json!({
             "window": window, "drivers": a.drivers, "payload": a.payload, "answer": a.answer,
             "max_cohort": a.max_cohort, "cohort_timeout_us": a.cohort_timeout_us,
-            "keep_busy": a.keep_busy, "slots": a.slots, "batch_us": a.batch_us,
+            "keep_busy": a.keep_busy, "lanes": a.lanes, "slots": a.slots, "batch_us": a.batch_us,
             "requests_per_s": qps, "answered": r.answered,
             "latency_us": {"p50": us(0.5), "p99": us(0.99), "p999": us(0.999)},
             "control_thread_cpu": r.control_cpu,
@@ -150,7 +156,7 @@ fn one_window(a: &BatcherBench, window: usize) -> Result<Run> {
     let metrics = Arc::new(Metrics::new([(SERVICE, label)].into()));
     let spec = EngineSpec {
         name: "batcher".into(),
-        lanes: 1,
+        lanes: a.lanes,
         policy: DispatchPolicy::LeastLoaded,
         services: vec![SERVICE],
         slots: (2 * window).next_power_of_two().max(1024),
@@ -159,18 +165,23 @@ fn one_window(a: &BatcherBench, window: usize) -> Result<Run> {
         stride: cohort_engine::wiring::DEFAULT_STRIDE,
     };
     let mut w = wire(a.drivers, &[spec]);
-    let lane = w.engines[0].pop().expect("one lane");
     let probe = Arc::new(Probe {
         payload: a.payload,
         answer: a.answer,
     });
-    let devs: Vec<Box<dyn BatchSlot>> = (0..a.slots)
-        .map(|_| {
-            Box::new(CpuTwinSlot::new(
-                probe.clone(),
-                a.max_cohort,
-                Duration::from_micros(a.batch_us),
-            )) as Box<dyn BatchSlot>
+    let lanes: Vec<_> = w.engines[0]
+        .drain(..)
+        .map(|lane| {
+            let slots: Vec<Box<dyn BatchSlot>> = (0..a.slots)
+                .map(|_| {
+                    Box::new(CpuTwinSlot::new(
+                        probe.clone(),
+                        a.max_cohort,
+                        Duration::from_micros(a.batch_us),
+                    )) as Box<dyn BatchSlot>
+                })
+                .collect();
+            (lane, slots)
         })
         .collect();
     let cfg = BatchConfig {
@@ -184,7 +195,17 @@ fn one_window(a: &BatcherBench, window: usize) -> Result<Run> {
         let (m, st, p) = (metrics.clone(), stop.clone(), probe.clone());
         std::thread::Builder::new()
             .name("batcher-control".into())
-            .spawn(move || batch::run(lane, &*p, devs, &cfg, &m, &st))?
+            .spawn(move || {
+                let lanes = lanes
+                    .into_iter()
+                    .map(|(lane, slots)| batch::BatchLane {
+                        lane,
+                        backend: &*p as &dyn BatchBackend,
+                        slots,
+                    })
+                    .collect();
+                batch::run_lanes(lanes, &cfg, &m, &st)
+            })?
     };
     // The thread names itself once it runs: wait for that, so its CPU time can be read.
     let mut cpu_before = thread_cpu();

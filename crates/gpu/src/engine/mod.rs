@@ -1,7 +1,8 @@
 //! The host-driven GPU engines: the generic batching loop of `cohort_engine::batch` over GPU
-//! slots, one control thread per GPU. A service plugs in through [`GpuBackend`]: how its
+//! slots, one control thread per GPU by default. A service plugs in through [`GpuBackend`]: how its
 //! requests batch (the batch key), how a batch is staged, which kernels run on a stream, how
-//! results become answer payloads. Nothing here knows what a service computes.
+//! results become answer payloads. Nothing here knows what a service computes. One control
+//! thread may serve several GPUs in turn (`GpuEngine::start_shared`, Centaur's one core).
 //!
 //! - `gpu-direct` (Centaur's CPU-driven design): every request is launched on its own as soon
 //!   as a slot is free (batches of one), its copy-in, kernels and copy-out replayed as one CUDA
@@ -16,7 +17,7 @@ mod slot;
 
 use crate::GpuError;
 use bytes::Bytes;
-use cohort_engine::batch::{self, BatchBackend, BatchConfig, BatchSlot};
+use cohort_engine::batch::{self, BatchBackend, BatchConfig, BatchLane, BatchSlot};
 use cohort_engine::{LaneEnds, Metrics};
 use cohort_proto::ErrorPayload;
 use cudarc::driver::{CudaContext, CudaStream};
@@ -138,10 +139,27 @@ impl GpuEngineConfig {
     }
 }
 
-/// One GPU's control thread serving one lane.
+/// A GPU control thread serving one lane, or several GPUs' lanes in turn
+/// ([`GpuEngine::start_shared`]).
 pub struct GpuEngine {
     thread: Option<JoinHandle<()>>,
     stop: Arc<AtomicBool>,
+}
+
+/// One GPU's part of a control thread: its backend, the lane it serves and its settings.
+pub struct GpuUnit {
+    pub backend: Arc<dyn GpuBackend>,
+    pub lane: LaneEnds,
+    pub cfg: GpuEngineConfig,
+}
+
+/// A unit's slots, made on the starting thread (allocations fail at start, not later).
+struct Prepared {
+    backend: Arc<dyn GpuBackend>,
+    lane: LaneEnds,
+    slots: Vec<Box<dyn BatchSlot>>,
+    batch: BatchConfig,
+    gpu: usize,
 }
 
 impl GpuEngine {
@@ -151,6 +169,65 @@ impl GpuEngine {
         cfg: &GpuEngineConfig,
         metrics: Arc<Metrics>,
     ) -> Result<GpuEngine, GpuError> {
+        let cfg = cfg.clone();
+        Self::start_shared(vec![GpuUnit { backend, lane, cfg }], metrics)
+    }
+
+    /// One control thread for every unit (every GPU of the list): Centaur's design, one host
+    /// core feeding several GPUs. Each GPU keeps its own lane, slots and streams; the thread
+    /// takes a pass over each in turn, so the host CPU spent polling does not grow with the
+    /// GPUs. The units' batching settings (cohort size, timeout) must agree.
+    pub fn start_shared(units: Vec<GpuUnit>, metrics: Arc<Metrics>) -> Result<GpuEngine, GpuError> {
+        assert!(
+            !units.is_empty(),
+            "a control thread serves at least one GPU"
+        );
+        let mut prepared = Vec::with_capacity(units.len());
+        for u in units {
+            prepared.push(Self::prepare(u, &metrics)?);
+        }
+        let batch = prepared[0].batch.clone();
+        if let Some(p) = prepared.iter().find(|p| {
+            (p.batch.max_batch, p.batch.timeout, p.batch.keep_busy)
+                != (batch.max_batch, batch.timeout, batch.keep_busy)
+        }) {
+            return Err(GpuError::Invalid(format!(
+                "GPU {} batches otherwise than GPU {}: one control thread runs one batching setting",
+                p.gpu, prepared[0].gpu
+            )));
+        }
+        let name = match prepared.len() {
+            1 => format!("gpu-control-{}", prepared[0].gpu),
+            n => format!("gpu-control-{}+{}", prepared[0].gpu, n - 1),
+        };
+        let stop = Arc::new(AtomicBool::new(false));
+        let st = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name(name)
+            .spawn(move || {
+                // The backends live in this thread's frame; the lanes borrow them.
+                let backends: Vec<Arc<dyn GpuBackend>> =
+                    prepared.iter().map(|p| p.backend.clone()).collect();
+                let lanes = prepared
+                    .into_iter()
+                    .zip(&backends)
+                    .map(|(p, b)| BatchLane {
+                        lane: p.lane,
+                        backend: &**b as &dyn BatchBackend,
+                        slots: p.slots,
+                    })
+                    .collect();
+                batch::run_lanes(lanes, &batch, &metrics, &st);
+            })
+            .map_err(|e| GpuError::Invalid(format!("spawning the control thread: {e}")))?;
+        Ok(GpuEngine {
+            thread: Some(thread),
+            stop,
+        })
+    }
+
+    fn prepare(u: GpuUnit, metrics: &Metrics) -> Result<Prepared, GpuError> {
+        let GpuUnit { backend, lane, cfg } = u;
         let max_batch = match cfg.mode {
             Mode::Direct => 1,
             Mode::Cohort => cfg.max_cohort.max(1),
@@ -177,25 +254,19 @@ impl GpuEngine {
         // and would put foreign events into captured graphs. The batcher orders the work.
         // SAFETY: see above; nothing else uses this context's buffers concurrently.
         unsafe { ctx.disable_event_tracking() };
-        let bcfg = BatchConfig {
+        let batch = BatchConfig {
             max_batch,
             timeout: cfg.cohort_timeout,
             // gpu-direct launches every request alone at once anyway.
             keep_busy: cfg.keep_busy,
             stage: "gpu",
         };
-        let stop = Arc::new(AtomicBool::new(false));
-        let st = stop.clone();
-        let thread = std::thread::Builder::new()
-            .name(format!("gpu-control-{gpu}"))
-            .spawn(move || {
-                let backend: &dyn BatchBackend = &*backend;
-                batch::run(lane, backend, slots, &bcfg, &metrics, &st);
-            })
-            .map_err(|e| GpuError::Invalid(format!("spawning the control thread: {e}")))?;
-        Ok(GpuEngine {
-            thread: Some(thread),
-            stop,
+        Ok(Prepared {
+            backend,
+            lane,
+            slots,
+            batch,
+            gpu,
         })
     }
 

@@ -45,6 +45,15 @@ impl GpuSlot {
         }
     }
 
+    /// Makes the slot's context current on the calling thread (a no-op when it is: one
+    /// thread-local read).
+    fn bind(&self) -> Result<(), String> {
+        self.stream
+            .context()
+            .bind_to_thread()
+            .map_err(|e| e.to_string())
+    }
+
     /// Replays (capturing on first use) the graph of `rows` rows of `key`.
     fn launch_graph(&mut self, key: u64, rows: usize) -> Result<(), crate::GpuError> {
         let k = (key, rows);
@@ -76,6 +85,9 @@ impl BatchSlot for GpuSlot {
     }
 
     fn launch(&mut self, key: u64, rows: usize) -> Result<(), String> {
+        // A control thread serving several GPUs switches contexts between their slots; a
+        // backend's enqueue may use driver calls that act on the current one.
+        self.bind()?;
         let r = if self.use_graphs {
             self.launch_graph(key, bucket(rows, self.cap))
         } else {
@@ -90,6 +102,7 @@ impl BatchSlot for GpuSlot {
         if !self.done.as_ref().is_none_or(|e| e.is_complete()) {
             return Ok(false);
         }
+        self.bind()?;
         match self.bufs.resume(&self.stream).map_err(|e| e.to_string())? {
             Resume::Done => Ok(true),
             Resume::Waiting => Ok(false),
