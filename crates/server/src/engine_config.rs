@@ -179,6 +179,9 @@ fn keys_of<A: Args>() -> Vec<&'static str> {
 
 /// Every group of engine knobs, with the engines that read it (`gpus` also names the devices
 /// of gpu-persistent; `engine` itself is every engine's).
+/// The GPU knobs every GPU engine reads: which GPUs, and how many one host thread drives.
+const SHARED_GPU_KEYS: [&str; 2] = ["gpus", "gpus_per_control_thread"];
+
 pub fn knob_groups() -> &'static [KnobGroup] {
     use EngineKind::*;
     static GROUPS: std::sync::OnceLock<Vec<KnobGroup>> = std::sync::OnceLock::new();
@@ -197,13 +200,13 @@ pub fn knob_groups() -> &'static [KnobGroup] {
                 engines: &[Cpu, Hybrid],
             },
             KnobGroup {
-                keys: vec!["gpus"],
+                keys: SHARED_GPU_KEYS.to_vec(),
                 engines: &[GpuDirect, GpuCohort, GpuPersistent, Hybrid],
             },
             KnobGroup {
                 keys: keys_of::<GpuEngineArgs>()
                     .into_iter()
-                    .filter(|k| *k != "gpus")
+                    .filter(|k| !SHARED_GPU_KEYS.contains(k))
                     .collect(),
                 engines: &[GpuDirect, GpuCohort, Hybrid],
             },

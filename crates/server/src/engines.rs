@@ -46,7 +46,7 @@ impl EngineSide {
             .engines
             .iter()
             .filter_map(|e| match e {
-                Running::Persistent(v) => Some(v.iter().map(|p| p.stats.clone())),
+                Running::Persistent(v) => Some(v.iter().flat_map(|p| p.stats.iter().cloned())),
                 _ => None,
             })
             .flatten()
@@ -455,6 +455,7 @@ fn start_persistent(
         batch: p.cfg.persistent.gpu_batch,
         watchdog: Duration::from_millis(p.cfg.persistent.watchdog_ms),
         profile: p.cfg.persistent.profile,
+        lanes_per_thread: usize::from(p.cfg.gpu.gpus_per_control_thread.max(1)),
         ..PersistentConfig::default()
     };
     // Every device's backend first (module loads, allocations; a sharded index's lanes all

@@ -40,12 +40,12 @@ pub struct GpuEngineArgs {
     /// stages and answers about 2 M requests/s (docs/gpu.md); LeNet's kernels do more.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
     pub control_threads: u16,
-    /// gpu-direct, gpu-cohort (and hybrid's GPU side): GPUs one control thread drives in turn
-    /// (Centaur: one host core feeds many GPUs). Each GPU keeps its own lane and slots; the
-    /// host threads become ceil(GPUs / this), so the cores spent polling GPUs stop growing
-    /// with them. One thread still stages and answers about 2 M requests/s in all: for a
-    /// served rate under that, it frees cores for the io threads. Not with
-    /// --control-threads above 1.
+    /// Every GPU engine: GPUs one host thread drives in turn (Centaur: one core feeds many
+    /// GPUs): gpu-direct's and gpu-cohort's control thread, gpu-persistent's egress thread.
+    /// Each GPU keeps its own lane, slots and rings; the host threads become ceil(GPUs /
+    /// this), so the cores spent polling GPUs stop growing with them. One control thread
+    /// still stages and answers about 2 M requests/s in all: for a served rate under that it
+    /// frees cores for the io threads. Not with --control-threads above 1.
     #[arg(long, default_value_t = 1, value_parser = clap::value_parser!(u16).range(1..=64))]
     pub gpus_per_control_thread: u16,
 }

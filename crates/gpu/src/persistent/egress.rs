@@ -1,5 +1,6 @@
-//! The host thread of one GPU's persistent kernels: launches them, drains their TX ring into
-//! the lane's answer rings, and is their watchdog.
+//! The host side of one GPU's persistent kernels: launches them, drains their TX ring into
+//! the lane's answer rings, and is their watchdog. One thread serves one lane or several
+//! (`run_all`).
 //!
 //! Progress is judged from the rings alone: the RX tails the GPU publishes (requests taken)
 //! and the TX answers read. The GPU holds `taken - answered` requests; when it holds some, or
@@ -14,7 +15,8 @@ use super::rt::{DeviceState, Geometry};
 use super::rt::{STAT_ANSWERED, STAT_NO_SLOT, STAT_POPS, STAT_TAKEN, STAT_TASKS};
 use super::{LaneStats, PersistentBackend, PersistentConfig, Prepared, Stage};
 use crate::GpuError;
-use cohort_engine::LaneEnds;
+use cohort_engine::wiring::HealthGuard;
+use cohort_engine::{Bell, LaneEnds};
 use cohort_mq::Consumer;
 use cudarc::driver::sys::{self, CUfunction_attribute, CUresult};
 use cudarc::driver::{CudaFunction, CudaStream, LaunchConfig, PushKernelArg};
@@ -63,17 +65,6 @@ fn stream_state(s: &CudaStream) -> CUresult {
 }
 
 impl Egress {
-    /// Set up and launched: the engine's start.
-    pub(super) fn new(
-        backend: Arc<dyn PersistentBackend>,
-        lane: LaneEnds,
-        cfg: &PersistentConfig,
-        stop: Arc<AtomicBool>,
-        stats: Arc<LaneStats>,
-    ) -> Result<Egress, GpuError> {
-        Egress::set_up(backend, lane, cfg, stop, stats)?.launched()
-    }
-
     /// Everything but the launch: module functions, the backend's buffers, the device state.
     /// Set-up on a device can wait on persistent kernels already resident there, so engines
     /// sharing a device are all set up before any is launched (`PersistentEngine::start_all`).
@@ -269,75 +260,46 @@ impl Egress {
         }
     }
 
-    /// Serves the lane until told to stop; then stops the kernels and hands its GPU state
-    /// back unfreed (None where it had to be leaked): the caller frees it once every engine
-    /// of the device has stopped its kernels, since a free waits for every kernel of the
-    /// device and would block another engine's thread before it could stop its own.
-    pub(super) fn run(mut self) -> Option<Egress> {
-        let _guard = self.lane.health_guard();
-        self.lane.bell.bind_current();
-        if let Err(e) = self.backend.context().bind_to_thread() {
-            tracing::error!(error = %e, "gpu-persistent: binding the context failed");
-            return Some(self);
+    /// One look at the lane: drains answers, watches progress (the watchdog and the kernels'
+    /// health, once a millisecond), and says what it found. Never blocks.
+    fn step(&mut self, w: &mut Watch) -> Verdict {
+        if self.stop.load(Ordering::Acquire) {
+            return Verdict::Stop;
         }
-        let mut last_progress = Instant::now();
-        let mut last_check = Instant::now();
-        let mut idle_since: Option<Instant> = None;
-        let mut spins = 0u32;
-        loop {
-            if self.stop.load(Ordering::Acquire) {
-                return self.shutdown();
+        if self.drain(512) > 0 {
+            w.last_progress = Instant::now();
+            return Verdict::Worked;
+        }
+        if self.observe_rx() {
+            w.last_progress = Instant::now();
+        }
+        if !self.rx_waiting() && self.holding() == 0 {
+            return Verdict::Idle;
+        }
+        let now = Instant::now();
+        if now - w.last_check >= Duration::from_millis(1) {
+            w.last_check = now;
+            // A thread serving several GPUs leaves another's context current.
+            let checked = self
+                .backend
+                .context()
+                .bind_to_thread()
+                .map_err(GpuError::from)
+                .and_then(|()| self.kernels_running());
+            if let Err(e) = checked {
+                self.stats.faults.fetch_add(1, Ordering::Relaxed);
+                tracing::error!(error = %e, "gpu-persistent: a kernel failed; the lane stops and its requests are answered INTERNAL");
+                return Verdict::Failed;
             }
-            if self.drain(512) > 0 {
-                last_progress = Instant::now();
-                idle_since = None;
-                spins = 0;
-                continue;
-            }
-            if self.observe_rx() {
-                last_progress = Instant::now();
-            }
-            let waiting = self.rx_waiting();
-            if !waiting && self.holding() == 0 {
-                // Poll a little before parking: a thread wake-up costs more than the GPU's
-                // whole round trip.
-                let since = *idle_since.get_or_insert_with(Instant::now);
-                if since.elapsed() < IDLE_SPIN {
-                    std::hint::spin_loop();
-                    continue;
+            if now - w.last_progress > self.watchdog {
+                if let Err(e) = self.restart() {
+                    tracing::error!(error = %e, "gpu-persistent: restart failed; the lane stops");
+                    return Verdict::Failed;
                 }
-                let req = &self.lane.requests;
-                let rx_written = || (0..req.len()).any(|i| is_waiting(req.ring(i)));
-                self.lane.bell.sleep(Duration::from_millis(2), rx_written);
-                last_progress = Instant::now();
-                continue;
-            }
-            idle_since = None;
-            let now = Instant::now();
-            if now - last_check >= Duration::from_millis(1) {
-                last_check = now;
-                if let Err(e) = self.kernels_running() {
-                    self.stats.faults.fetch_add(1, Ordering::Relaxed);
-                    tracing::error!(error = %e, "gpu-persistent: a kernel failed; the lane stops and its requests are answered INTERNAL");
-                    self.leak();
-                    return None;
-                }
-                if now - last_progress > self.watchdog {
-                    if let Err(e) = self.restart() {
-                        tracing::error!(error = %e, "gpu-persistent: restart failed; the lane stops");
-                        self.leak();
-                        return None;
-                    }
-                    last_progress = Instant::now();
-                }
-            }
-            spins += 1;
-            if spins < 256 {
-                std::hint::spin_loop();
-            } else {
-                std::thread::yield_now();
+                w.last_progress = Instant::now();
             }
         }
+        Verdict::Holding
     }
 
     /// Requests the GPU has taken and not answered.
@@ -531,6 +493,123 @@ impl Egress {
 }
 
 /// Whether a request sits in `ring` that its device consumer has not taken.
+/// What one look at a lane found.
+enum Verdict {
+    /// Answers moved.
+    Worked,
+    /// The GPU holds requests, or some wait in the rings: look again soon.
+    Holding,
+    /// Nothing held, nothing waiting.
+    Idle,
+    /// Told to stop.
+    Stop,
+    /// A kernel failed, or a restart did: the lane is lost.
+    Failed,
+}
+
+/// A lane's progress clock.
+struct Watch {
+    last_progress: Instant,
+    last_check: Instant,
+}
+
+/// Serves `lanes` (one GPU each, or virtual GPUs) on the calling thread until told to stop,
+/// a look at each in turn: Centaur's one host core for many GPUs. Each lane then stops its
+/// kernels and hands its GPU state back unfreed, in order (None where it had to be leaked):
+/// the caller frees them once every engine of the device has stopped its kernels, since a free
+/// waits for every kernel of the device and would block another engine's thread before it
+/// could stop its own. A lane that fails ends alone: its ingresses learn it at once (its
+/// health guard drops) and the others go on.
+pub(super) fn run_all(lanes: Vec<Egress>) -> Vec<Option<Egress>> {
+    let n = lanes.len();
+    let mut guards: Vec<Option<HealthGuard>> =
+        lanes.iter().map(|e| Some(e.lane.health_guard())).collect();
+    let mut ended: Vec<Option<Option<Egress>>> = (0..n).map(|_| None).collect();
+    let mut live: Vec<Option<(Egress, Watch)>> = Vec::with_capacity(n);
+    for (i, e) in lanes.into_iter().enumerate() {
+        e.lane.bell.bind_current();
+        if let Err(err) = e.backend.context().bind_to_thread() {
+            tracing::error!(error = %err, "gpu-persistent: binding the context failed");
+            ended[i] = Some(Some(e));
+            guards[i] = None;
+            live.push(None);
+            continue;
+        }
+        let now = Instant::now();
+        let w = Watch {
+            last_progress: now,
+            last_check: now,
+        };
+        live.push(Some((e, w)));
+    }
+    let mut idle_since: Option<Instant> = None;
+    let mut spins = 0u32;
+    loop {
+        let (mut worked, mut idle) = (false, true);
+        for i in 0..n {
+            let Some((e, w)) = &mut live[i] else {
+                continue;
+            };
+            match e.step(w) {
+                Verdict::Worked => (worked, idle) = (true, false),
+                Verdict::Holding => idle = false,
+                Verdict::Idle => {}
+                Verdict::Stop => {
+                    let (e, _) = live[i].take().expect("live");
+                    if let Err(err) = e.backend.context().bind_to_thread() {
+                        tracing::error!(error = %err, "gpu-persistent: binding the context failed");
+                    }
+                    ended[i] = Some(e.shutdown());
+                    guards[i] = None;
+                }
+                Verdict::Failed => {
+                    let (e, _) = live[i].take().expect("live");
+                    e.leak();
+                    ended[i] = Some(None);
+                    guards[i] = None;
+                }
+            }
+        }
+        if live.iter().all(Option::is_none) {
+            return ended
+                .into_iter()
+                .map(|e| e.expect("every lane ended"))
+                .collect();
+        }
+        if worked {
+            idle_since = None;
+            spins = 0;
+            continue;
+        }
+        if idle {
+            // Poll a little before parking: a thread wake-up costs more than the GPU's whole
+            // round trip.
+            let since = *idle_since.get_or_insert_with(Instant::now);
+            if since.elapsed() < IDLE_SPIN {
+                std::hint::spin_loop();
+                continue;
+            }
+            let lanes: Vec<&Egress> = live.iter().flatten().map(|(e, _)| e).collect();
+            let bells: Vec<&Bell> = lanes.iter().map(|e| &*e.lane.bell).collect();
+            let rx_written = || lanes.iter().any(|e| e.rx_waiting());
+            cohort_engine::bell::sleep_on(&bells, Duration::from_millis(2), rx_written);
+            // Asleep is not stuck: the watchdogs count from the wake-up.
+            let now = Instant::now();
+            for (_, w) in live.iter_mut().flatten() {
+                w.last_progress = now;
+            }
+            continue;
+        }
+        idle_since = None;
+        spins += 1;
+        if spins < 256 {
+            std::hint::spin_loop();
+        } else {
+            std::thread::yield_now();
+        }
+    }
+}
+
 fn is_waiting(ring: &Consumer) -> bool {
     ring.is_written(ring.published_tail())
 }

@@ -8,7 +8,7 @@
 //!   ring, up to `MAX_INGRESS_WARPS`) poll the RX rings, reserves a slot per request, copies it in and hands it to the service's
 //!   first stage; worker blocks per stage pass tasks through gpipes; the last stage writes
 //!   the answer into a TX ring in mapped memory.
-//! - On the host ([`egress`]): one thread per GPU drains the TX ring into the ordinary answer
+//! - On the host ([`egress`]): one thread per GPU (or per `lanes_per_thread` GPUs) drains the TX ring into the ordinary answer
 //!   rings (waking the ingress), watches progress, and restarts the kernels when they stop
 //!   making progress (the requests they held are answered INTERNAL by the ingresses; none is
 //!   lost, late answers are dropped as stale). A fault (a kernel error) poisons the CUDA
@@ -115,6 +115,8 @@ pub struct PersistentConfig {
     /// is restarted.
     pub watchdog: Duration,
     pub tx_slots: usize,
+    /// Lanes (GPUs) one egress thread serves in turn (Centaur: one host core for many GPUs).
+    pub lanes_per_thread: usize,
     /// Answers whose steps are stamped on the GPU and reported at shutdown (0: off; stamping
     /// reads the GPU clock several times per request).
     pub profile: usize,
@@ -128,6 +130,7 @@ impl Default for PersistentConfig {
             batch: 1,
             watchdog: Duration::from_secs(1),
             tx_slots: 8192,
+            lanes_per_thread: 1,
             profile: 0,
         }
     }
@@ -143,12 +146,13 @@ pub struct LaneStats {
     pub profile: std::sync::Mutex<Option<profile::Profile>>,
 }
 
-/// One GPU's persistent kernels and their egress thread.
+/// The persistent kernels of one GPU, or of several, and the egress thread that serves them.
 pub struct PersistentEngine {
-    /// The egress thread; it returns the lane's GPU state, kernels stopped, not yet freed.
-    thread: Option<JoinHandle<Option<egress::Egress>>>,
+    /// The egress thread; it returns each lane's GPU state, kernels stopped, not yet freed.
+    thread: Option<JoinHandle<Vec<Option<egress::Egress>>>>,
     stop: Arc<AtomicBool>,
-    pub stats: Arc<LaneStats>,
+    /// One per lane the thread serves, in lane order.
+    pub stats: Vec<Arc<LaneStats>>,
 }
 
 impl PersistentEngine {
@@ -159,53 +163,78 @@ impl PersistentEngine {
         lane: LaneEnds,
         cfg: &PersistentConfig,
     ) -> Result<PersistentEngine, GpuError> {
-        let stop = Arc::new(AtomicBool::new(false));
-        let stats = Arc::new(LaneStats::default());
-        let e = egress::Egress::new(backend, lane, cfg, stop.clone(), stats.clone())?;
-        let thread = std::thread::Builder::new()
-            .name("gpu-persistent".into())
-            .spawn(move || e.run())
-            .map_err(|e| GpuError::Invalid(format!("spawning the egress thread: {e}")))?;
-        Ok(PersistentEngine {
-            thread: Some(thread),
-            stop,
-            stats,
-        })
+        let mut cfg = cfg.clone();
+        cfg.lanes_per_thread = 1;
+        let mut v = Self::start_all(vec![(backend, lane)], &cfg)?;
+        Ok(v.pop().expect("one lane, one engine"))
     }
 
     /// Engines for several lanes whose devices may be one (virtual GPUs: groups of SMs of one
     /// GPU): every one set up before any kernel is launched, since set-up on a device (module
     /// loads, allocations) can wait forever on persistent kernels resident there (measured on
-    /// the H200: a second group's set-up after the first group's launch never finished). If one
-    /// fails, those already started are stopped before the error is returned.
+    /// the H200: a second group's set-up after the first group's launch never finished).
+    /// Consecutive lanes share an egress thread, `cfg.lanes_per_thread` each. If one fails,
+    /// those already started are stopped before the error is returned.
     pub fn start_all(
         lanes: Vec<(Arc<dyn PersistentBackend>, LaneEnds)>,
         cfg: &PersistentConfig,
     ) -> Result<Vec<PersistentEngine>, GpuError> {
+        let per_thread = cfg.lanes_per_thread.max(1);
         let mut ready = Vec::with_capacity(lanes.len());
-        for (backend, lane) in lanes {
-            let stop = Arc::new(AtomicBool::new(false));
+        let mut stop = Arc::new(AtomicBool::new(false));
+        for (i, (backend, lane)) in lanes.into_iter().enumerate() {
+            if i % per_thread == 0 {
+                stop = Arc::new(AtomicBool::new(false));
+            }
             let stats = Arc::new(LaneStats::default());
             let e = egress::Egress::set_up(backend, lane, cfg, stop.clone(), stats.clone())?;
-            ready.push((e, stop, stats));
+            ready.push((e, stop.clone(), stats));
         }
         let mut started: Vec<PersistentEngine> = Vec::with_capacity(ready.len());
-        for (e, stop, stats) in ready {
-            let spawned = e.launched().and_then(|e| {
-                std::thread::Builder::new()
-                    .name("gpu-persistent".into())
-                    .spawn(move || e.run())
-                    .map_err(|e| GpuError::Invalid(format!("spawning the egress thread: {e}")))
-            });
-            match spawned {
-                Ok(thread) => started.push(PersistentEngine {
+        let mut ready = ready.into_iter().peekable();
+        while ready.peek().is_some() {
+            let group: Vec<_> = ready.by_ref().take(per_thread).collect();
+            let stop = group[0].1.clone();
+            let stats: Vec<_> = group.iter().map(|(_, _, st)| st.clone()).collect();
+            let mut launched = Vec::with_capacity(group.len());
+            let mut failed = None;
+            for (e, _, _) in group {
+                if failed.is_some() {
+                    // Not launched: dropped (freed) as set up.
+                    continue;
+                }
+                match e.launched() {
+                    Ok(e) => launched.push(e),
+                    Err(err) => failed = Some(err),
+                }
+            }
+            let name = match launched.len() {
+                0 | 1 => "gpu-persistent".to_string(),
+                n => format!("gpu-persist-x{n}"),
+            };
+            let thread = std::thread::Builder::new()
+                .name(name)
+                .spawn(move || egress::run_all(launched))
+                .map_err(|e| GpuError::Invalid(format!("spawning the egress thread: {e}")));
+            match (thread, failed) {
+                (Ok(thread), None) => started.push(PersistentEngine {
                     thread: Some(thread),
                     stop,
                     stats,
                 }),
-                Err(err) => {
+                (thread, failed) => {
+                    // Those of this group that launched stop with the others.
+                    if let Ok(thread) = thread {
+                        started.push(PersistentEngine {
+                            thread: Some(thread),
+                            stop,
+                            stats,
+                        });
+                    }
                     PersistentEngine::shutdown_all(started);
-                    return Err(err);
+                    return Err(failed.unwrap_or_else(|| {
+                        GpuError::Invalid("spawning the egress thread failed".into())
+                    }));
                 }
             }
         }
@@ -230,10 +259,14 @@ impl PersistentEngine {
         PersistentEngine::shutdown_all(vec![self]);
     }
 
-    /// Stops the egress thread and takes the lane's GPU state (kernels stopped) from it.
-    fn join(&mut self) -> Option<egress::Egress> {
+    /// Stops the egress thread and takes its lanes' GPU state (kernels stopped) from it.
+    fn join(&mut self) -> Vec<egress::Egress> {
         self.stop.store(true, Ordering::Release);
-        self.thread.take().and_then(|t| t.join().ok().flatten())
+        self.thread
+            .take()
+            .and_then(|t| t.join().ok())
+            .map(|v| v.into_iter().flatten().collect())
+            .unwrap_or_default()
     }
 }
 

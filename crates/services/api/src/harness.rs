@@ -8,7 +8,7 @@ use cohort_engine::wiring::DEFAULT_STRIDE;
 use cohort_engine::{
     wire_in, Bell, DispatchPolicy, EngineSpec, Ingress, Metrics, Service, ServiceLabel,
 };
-use cohort_gpu::engine::{GpuBackend, GpuEngine, GpuEngineConfig, Mode};
+use cohort_gpu::engine::{GpuBackend, GpuEngine, GpuEngineConfig, GpuUnit, Mode};
 use cohort_gpu::persistent::{MappedMemory, PersistentBackend, PersistentConfig, PersistentEngine};
 use cohort_mq::{Layout, RingMemory};
 use cohort_proto::ErrorCode;
@@ -45,6 +45,9 @@ pub type Answers = Vec<Result<Vec<u8>, cohort_proto::ErrorPayload>>;
 #[derive(Clone)]
 pub enum Engine {
     Batched(Arc<dyn GpuBackend>, Mode, bool),
+    /// Several lanes, one per backend (several GPUs, or one GPU's several backends), all on
+    /// one control thread (`--gpus-per-control-thread`).
+    Shared(Vec<Arc<dyn GpuBackend>>, Mode),
     /// The backends (a lane each: several for a set whose stages span devices), the
     /// engine's settings and the request rings' slot stride.
     Persistent(Vec<Arc<dyn PersistentBackend>>, PersistentConfig, usize),
@@ -53,8 +56,20 @@ pub enum Engine {
 impl Engine {
     pub fn name(&self) -> &'static str {
         match self {
-            Engine::Batched(_, m, _) => m.engine_name(),
+            Engine::Batched(_, m, _) | Engine::Shared(_, m) => m.engine_name(),
             Engine::Persistent(..) => "gpu-persistent",
+        }
+    }
+
+    /// The engine as a check's line names it.
+    pub fn label(&self) -> String {
+        match self {
+            Engine::Shared(b, m) => format!(
+                "{} ({} lanes, one control thread)",
+                m.engine_name(),
+                b.len()
+            ),
+            _ => self.name().to_string(),
         }
     }
 
@@ -62,7 +77,7 @@ impl Engine {
     /// engine's slot (its rings cannot spill).
     fn row_limit(&self, batched: usize) -> usize {
         match self {
-            Engine::Batched(..) => batched,
+            Engine::Batched(..) | Engine::Shared(..) => batched,
             Engine::Persistent(_, _, stride) => Layout::with_stride(2, *stride).payload_capacity,
         }
     }
@@ -102,6 +117,7 @@ pub fn serve_paced(
     let metrics = Arc::new(Metrics::new([(service.id(), label)].into()));
     let lanes = match &engine {
         Engine::Persistent(b, ..) => b.len(),
+        Engine::Shared(b, _) => b.len(),
         Engine::Batched(..) => 1,
     };
     let spec = EngineSpec {
@@ -115,7 +131,7 @@ pub fn serve_paced(
         max_queued: None,
         stride: match &engine {
             Engine::Persistent(_, _, stride) => *stride,
-            Engine::Batched(..) => DEFAULT_STRIDE,
+            Engine::Batched(..) | Engine::Shared(..) => DEFAULT_STRIDE,
         },
     };
     // The persistent engine's request rings are mapped memory its lanes' GPUs poll.
@@ -131,7 +147,7 @@ pub fn serve_paced(
                 .map_err(|e| e.to_string())
             })
             .collect::<Result<_, _>>()?,
-        Engine::Batched(..) => Vec::new(),
+        Engine::Batched(..) | Engine::Shared(..) => Vec::new(),
     };
     let mut w = wire_in(1, &[spec], &mut |_, lane, _, _| {
         mapped
@@ -140,20 +156,36 @@ pub fn serve_paced(
             .map(|m| Box::new(m) as Box<dyn RingMemory>)
     });
     let mut lane_ends = std::mem::take(&mut w.engines[0]);
+    let batched = |mode, graphs| GpuEngineConfig {
+        mode,
+        max_cohort: 64,
+        cohort_timeout: Duration::from_micros(300),
+        keep_busy: 1,
+        streams: 3,
+        graphs,
+        device: None,
+    };
     let stop: Box<dyn FnOnce() -> Result<u64, String>> = match engine {
         Engine::Batched(backend, mode, graphs) => {
             let lane = lane_ends.pop().expect("one lane");
-            let cfg = GpuEngineConfig {
-                mode,
-                max_cohort: 64,
-                cohort_timeout: Duration::from_micros(300),
-                keep_busy: 1,
-                streams: 3,
-                graphs,
-                device: None,
-            };
-            let eng = GpuEngine::start(backend, lane, &cfg, metrics.clone())
+            let eng = GpuEngine::start(backend, lane, &batched(mode, graphs), metrics.clone())
                 .map_err(|e| e.to_string())?;
+            Box::new(move || {
+                eng.shutdown();
+                Ok(0)
+            })
+        }
+        Engine::Shared(backends, mode) => {
+            let units = backends
+                .into_iter()
+                .zip(lane_ends)
+                .map(|(backend, lane)| GpuUnit {
+                    backend,
+                    lane,
+                    cfg: batched(mode, false),
+                })
+                .collect();
+            let eng = GpuEngine::start_shared(units, metrics.clone()).map_err(|e| e.to_string())?;
             Box::new(move || {
                 eng.shutdown();
                 Ok(0)
@@ -165,7 +197,10 @@ pub fn serve_paced(
                     .map_err(|e| e.to_string())?;
             let profiled = cfg.profile > 0;
             Box::new(move || {
-                let stats: Vec<_> = engines.iter().map(|e| e.stats.clone()).collect();
+                let stats: Vec<_> = engines
+                    .iter()
+                    .flat_map(|e| e.stats.iter().cloned())
+                    .collect();
                 PersistentEngine::shutdown_all(engines);
                 let mut r = 0;
                 for st in stats {
@@ -232,15 +267,17 @@ pub fn serve_paced(
 }
 
 /// Serves `payloads` through gpu-persistent lanes, one per backend (a set whose stages span
-/// devices: knn's sharded index), requests spread over them round robin; one answer per
-/// request, in request order.
+/// devices: knn's sharded index), requests spread over them round robin, `lanes_per_thread`
+/// lanes on each egress thread; one answer per request, in request order.
 pub fn serve_persistent_lanes(
     backends: Vec<Arc<dyn PersistentBackend>>,
+    lanes_per_thread: usize,
     service: &Arc<dyn Service>,
     payloads: &[Vec<u8>],
 ) -> Result<Answers, String> {
     let cfg = PersistentConfig {
         slots: 64,
+        lanes_per_thread,
         ..PersistentConfig::default()
     };
     let served = serve(
@@ -270,9 +307,9 @@ pub fn check(
         let graphs_used = match &engine {
             // gpu-direct always replays graphs where the backend allows them.
             Engine::Batched(b, mode, graphs) => (*graphs || *mode == Mode::Direct) && b.graphable(),
-            Engine::Persistent(..) => false,
+            Engine::Shared(..) | Engine::Persistent(..) => false,
         };
-        let (name, limit) = (engine.name(), engine.row_limit(gpu_payload_limit));
+        let (name, limit) = (engine.label(), engine.row_limit(gpu_payload_limit));
         let got = serve(engine, service, payloads)?.answers;
         let mut errors = 0;
         for (i, (p, g)) in payloads.iter().zip(&got).enumerate() {
@@ -305,6 +342,8 @@ pub fn all_engines(
     for (mode, graphs) in MODES {
         v.push(Engine::Batched(gpu()?, mode, graphs));
     }
+    // Two lanes (two backends of the device) taking turns on one control thread.
+    v.push(Engine::Shared(vec![gpu()?, gpu()?], Mode::Cohort));
     if let Some((persistent, stride)) = persistent {
         v.push(persistent_engine_with(persistent()?, stride));
     }

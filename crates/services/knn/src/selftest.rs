@@ -495,6 +495,18 @@ fn sharded(
                 lines.extend(sharded_batch_backends(
                     devs, &upload, &placement, &payloads, k, nprobe, &want, how, &same,
                 )?);
+                if k == 10 {
+                    lines.push(sharded_on_one_control_thread(
+                        devs,
+                        upload()?,
+                        &placement,
+                        &service,
+                        &payloads,
+                        &want,
+                        how,
+                        &same,
+                    )?);
+                }
                 continue;
             }
             let set = super::persistent_sharded::shards(
@@ -518,8 +530,12 @@ fn sharded(
                         as std::sync::Arc<dyn cohort_gpu::persistent::PersistentBackend>
                 })
                 .collect();
-            let got =
-                cohort_service_api::harness::serve_persistent_lanes(backends, &service, &payloads)?;
+            // The first shape on one egress thread for every home (Centaur's one core), the
+            // others on a thread per home.
+            let per_thread = if k == 10 { devices } else { 1 };
+            let got = cohort_service_api::harness::serve_persistent_lanes(
+                backends, per_thread, &service, &payloads,
+            )?;
             for (i, (g, w)) in got.iter().zip(&want).enumerate() {
                 let g = match g {
                     Ok(p) => decode_response(p)?,
@@ -538,11 +554,61 @@ fn sharded(
             }
             lines.push(format!(
                 "knn sharded over {devices} devices ({how}) on gpu-persistent, lanes of every \
-                 home, k {k} nprobe {nprobe}: {nq} answers identical to the whole index"
+                 home, {per_thread} per egress thread, k {k} nprobe {nprobe}: {nq} answers \
+                 identical to the whole index"
             ));
         }
     }
     Ok(lines)
+}
+
+/// gpu-cohort's sharded backend over `devs` through the engine, every home's lane on one
+/// control thread (`--gpus-per-control-thread`): the thread switches between the devices'
+/// contexts; requests spread over the homes; answers compared with `want` by `same`.
+#[allow(clippy::too_many_arguments)]
+fn sharded_on_one_control_thread(
+    devs: &[cohort_gpu::DeviceInfo],
+    ivfs: Vec<GpuIvf>,
+    placement: &cohort_knn::ivf::placement::Placement,
+    service: &std::sync::Arc<dyn cohort_engine::Service>,
+    payloads: &[Vec<u8>],
+    want: &[Vec<Neighbor>],
+    how: &str,
+    same: &dyn Fn(&[Neighbor], &[Neighbor]) -> bool,
+) -> Result<String, String> {
+    use super::config::Exchange;
+    use super::gpu_sharded::ShardSet;
+    use cohort_gpu::engine::{GpuBackend, Mode};
+    use cohort_service_api::harness::{serve, Engine};
+    let devices = devs.len();
+    let set = std::sync::Arc::new(
+        ShardSet::new(devs, ivfs, placement.clone(), Exchange::Auto).map_err(|e| e.to_string())?,
+    );
+    let backends: Vec<std::sync::Arc<dyn GpuBackend>> = (0..devices)
+        .map(|h| std::sync::Arc::new(set.backend(h)) as std::sync::Arc<dyn GpuBackend>)
+        .collect();
+    let got = serve(Engine::Shared(backends, Mode::Cohort), service, payloads)?.answers;
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        let g = match g {
+            Ok(p) => decode_response(p)?,
+            Err(x) => {
+                return Err(format!(
+                    "sharded over {how}, one control thread, query {i}: {x:?}"
+                ))
+            }
+        };
+        if !same(&g, w) {
+            return Err(format!(
+                "sharded over {devices} ({how}) on one control thread, query {i}: {g:?} vs \
+                 the whole index's {w:?}"
+            ));
+        }
+    }
+    Ok(format!(
+        "knn sharded over {devices} devices ({how}) on gpu-cohort, every home's lane on one \
+         control thread: {} answers identical to the whole index",
+        got.len()
+    ))
 }
 
 /// gpu-cohort's sharded backend (`gpu_sharded`) over `devs`, both exchanges: every home
