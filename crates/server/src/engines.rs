@@ -98,7 +98,8 @@ fn warn_if_cores_are_shared(a: &ServeArgs, plans: &[ServicePlan]) {
             cores,
             "the GPU engines' host threads and the io threads are more than the server's cores: \
              they will take turns and the tail latency grows; give the GPU threads cores of \
-             their own (--io-threads {})",
+             their own (--io-threads {}), or drive several GPUs from one thread \
+             (--gpus-per-control-thread; gpu-persistent served 3x one GPU so on 8 cores)",
             cores.saturating_sub(gpu_threads).max(1)
         );
     }
