@@ -27,10 +27,9 @@ pub mod config;
 pub mod engine_checks;
 #[cfg(feature = "backends")]
 pub mod gpu;
+/// The index on the GPU (`cohort_knn_gpu`), under the names the service's code uses.
 #[cfg(feature = "backends")]
-pub mod gpu_ivf;
-#[cfg(feature = "backends")]
-pub mod gpu_kmeans;
+pub use cohort_knn_gpu::{gpu_ivf, gpu_kmeans};
 #[cfg(feature = "backends")]
 pub mod gpu_sharded;
 #[cfg(feature = "backends")]

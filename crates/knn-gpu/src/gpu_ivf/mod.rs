@@ -23,7 +23,7 @@ use cohort_service_api::config::named_enum;
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream};
 use std::sync::Arc;
 
-/// Limits of the kernels (defined once in `super::kernels`, compiled into the kernels).
+/// Limits of the kernels (defined once in `crate::kernels`, compiled into the kernels).
 pub const GPU_MAX_K: usize = kernels::MAX_K;
 pub const GPU_MAX_DIM: usize = kernels::MAX_DIM;
 /// The per-pair reduce holds nprobe * k candidates (8 bytes each) in shared memory.
@@ -301,10 +301,10 @@ pub struct Buffers {
     /// cap x nlist query-centroid distances (both plans).
     scratch: CudaSlice<f32>,
     /// cap x nprobe probed cells (both plans); a sharded index's host exchange copies them.
-    pub(crate) probes: CudaSlice<u32>,
+    pub probes: CudaSlice<u32>,
     // Per-pair plan: per (query, probe) top-k; a sharded index's reducer rows.
-    pub(crate) part_ids: CudaSlice<u32>,
-    pub(crate) part_dist: CudaSlice<f32>,
+    pub part_ids: CudaSlice<u32>,
+    pub part_dist: CudaSlice<f32>,
     // Tiled plan: cells' pair counts and starts, work items, pairs by cell, candidate rows.
     counts: CudaSlice<u32>,
     cursor: CudaSlice<u32>,
