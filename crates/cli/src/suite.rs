@@ -4,7 +4,7 @@
 //! this binary) with what it needs (GPUs, a file it makes once) and how long it may take.
 //! The runner runs the steps in order, each with its output in `OUT/logs/STEP.log`, and writes
 //! `OUT/suite-NAME.json` (machine, commit, command, and each step's command, status and
-//! time). Every `cohort` step's flags are checked against this binary's command line before
+//! time; a part run with `--only X`, `OUT/suite-NAME-only-X.json`). Every `cohort` step's flags are checked against this binary's command line before
 //! anything runs, so a manifest cannot drift from the flags (the test suite checks every
 //! shipped one the same way).
 
@@ -52,7 +52,8 @@ pub struct SuiteArgs {
     /// Print the steps' command lines (variables filled in) and run nothing.
     #[arg(long)]
     pub dry_run: bool,
-    /// Run only the steps whose name contains this.
+    /// Run only the steps whose name contains this (their summary is `suite-NAME-only-THIS.json`,
+    /// so parts run one after another each keep theirs).
     #[arg(long)]
     pub only: Option<String>,
     /// List the shipped suites and what each reproduces.
@@ -359,9 +360,10 @@ pub fn run(a: &SuiteArgs, cli: &clap::Command, record: Record) -> Result<()> {
     }
     let failed = outcomes.iter().filter(|o| o.status == "failed").count();
     record(
-        &a.out.join(format!("suite-{name}.json")),
+        &a.out.join(summary_name(&name, a.only.as_deref())),
         serde_json::json!({
             "suite": name,
+            "only": a.only,
             "about": m.about,
             "section": m.section,
             "gpus": gpus,
@@ -406,6 +408,27 @@ fn finish(mut child: Child, limit: Duration) -> Result<()> {
             bail!("stopped after {} s", limit.as_secs());
         }
         std::thread::sleep(Duration::from_millis(50));
+    }
+}
+
+/// The summary's file name: the whole suite's, or a part's (`--only`), which must not
+/// overwrite the whole's or another part's.
+fn summary_name(suite: &str, only: Option<&str>) -> String {
+    match only {
+        None => format!("suite-{suite}.json"),
+        Some(o) => {
+            let part: String = o
+                .chars()
+                .map(|c| {
+                    if c.is_ascii_alphanumeric() || c == '-' {
+                        c
+                    } else {
+                        '_'
+                    }
+                })
+                .collect();
+            format!("suite-{suite}-only-{part}.json")
+        }
     }
 }
 
@@ -463,6 +486,20 @@ mod tests {
         );
         assert!(expand(vec![format!("{d}/none-*.json")]).is_err());
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// A part run (`--only`) writes a summary of its own, never over the whole suite's.
+    #[test]
+    fn a_part_keeps_its_own_summary() {
+        assert_eq!(summary_name("scaling", None), "suite-scaling.json");
+        assert_eq!(
+            summary_name("scaling", Some("served")),
+            "suite-scaling-only-served.json"
+        );
+        assert_eq!(
+            summary_name("scaling", Some("a/b c")),
+            "suite-scaling-only-a_b_c.json"
+        );
     }
 
     /// Every shipped suite parses, and every `cohort` step's flags are this binary's.
