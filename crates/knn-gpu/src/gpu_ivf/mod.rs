@@ -12,6 +12,7 @@ mod per_pair;
 mod tiled;
 pub use tiled::ScanIo;
 pub mod reducer;
+pub mod spread;
 
 use super::kernels;
 use super::kernels::{per_pair as pp, tiled as tk};
@@ -19,7 +20,6 @@ use cohort_gpu::launch::{Dev, Kernel};
 use cohort_gpu::{load_module, DeviceInfo, GpuError};
 use cohort_knn::ivf::shard::IvfShard;
 use cohort_knn::{IvfIndex, Metric, Neighbor};
-use cohort_service_api::config::named_enum;
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream};
 use std::sync::Arc;
 
@@ -39,15 +39,44 @@ pub const TILED_MIN_COHORT: usize = 1;
 pub const DEFAULT_CANDIDATE_FLOATS: usize = 1 << 28;
 pub use kernels::NO_ID;
 
-named_enum! {
-    /// Element type of the vectors on the device; distances are computed in f32 in every case.
-    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
-    pub enum Precision ("precision") {
-        F32 = "f32",
-        /// Half the bytes per scan; vectors rounded to f16.
-        F16 = "f16",
-        /// A quarter of the bytes, exact for integral data in 0..=255 (SIFT's descriptors).
-        U8 = "u8",
+/// Element type of the vectors on the device; distances are computed in f32 in every case.
+/// Named in configuration by its word (`f32`, `f16`, `u8`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Precision {
+    F32,
+    /// Half the bytes per scan; vectors rounded to f16.
+    F16,
+    /// A quarter of the bytes, exact for integral data in 0..=255 (SIFT's descriptors).
+    U8,
+}
+
+impl Precision {
+    pub const ALL: [Precision; 3] = [Precision::F32, Precision::F16, Precision::U8];
+
+    pub fn word(self) -> &'static str {
+        match self {
+            Precision::F32 => "f32",
+            Precision::F16 => "f16",
+            Precision::U8 => "u8",
+        }
+    }
+}
+
+// Written out rather than through the services' `named_enum!`: this library sits below the
+// services' API crate and takes nothing from it.
+impl std::str::FromStr for Precision {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        Precision::ALL
+            .into_iter()
+            .find(|p| p.word() == s)
+            .ok_or_else(|| format!("unknown precision {s:?} (f32, f16, u8)"))
+    }
+}
+
+impl std::fmt::Display for Precision {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.write_str(self.word())
     }
 }
 
@@ -102,6 +131,19 @@ impl DeviceVectors {
             DeviceVectors::U8(_) => 1,
         }
     }
+}
+
+/// top_rows[p] = rows in the p largest of the lists `offsets` delimits (p = 0..=nlist): the
+/// longest candidate row a query probing p lists can make.
+fn top_rows(offsets: &[u64]) -> Vec<usize> {
+    let mut sizes: Vec<usize> = offsets.windows(2).map(|w| (w[1] - w[0]) as usize).collect();
+    sizes.sort_unstable_by(|a, b| b.cmp(a));
+    std::iter::once(0)
+        .chain(sizes.iter().scan(0usize, |run, &x| {
+            *run += x;
+            Some(*run)
+        }))
+        .collect()
 }
 
 /// The vectors as u8, refused unless every value is integral in 0..=255 (u8 storage is exact
@@ -351,18 +393,7 @@ impl GpuIvf {
         let kernels = Kernels::load(&ctx, dev)?;
         let s = ctx.default_stream();
         let vectors = DeviceVectors::upload(&s, ix.vectors, precision)?;
-        let mut sizes: Vec<usize> = ix
-            .offsets
-            .windows(2)
-            .map(|w| (w[1] - w[0]) as usize)
-            .collect();
-        sizes.sort_unstable_by(|a, b| b.cmp(a));
-        let top_rows = std::iter::once(0)
-            .chain(sizes.iter().scan(0usize, |run, &x| {
-                *run += x;
-                Some(*run)
-            }))
-            .collect();
+        let top_rows = top_rows(&ix.offsets);
         let ivf = GpuIvf {
             dim: ix.dim,
             nlist: ix.nlist,
@@ -388,6 +419,19 @@ impl GpuIvf {
         };
         s.synchronize()?;
         Ok(ivf)
+    }
+
+    /// The device address of each list's first row (a list this device does not hold gives
+    /// where it would start): what a kernel on another device of a sharded set reads this
+    /// device's lists through ([`spread::SpreadLists`]).
+    pub fn list_rows(&self, s: &Arc<CudaStream>) -> Result<Vec<u64>, GpuError> {
+        let offsets = s.clone_dtoh(&self.offsets)?;
+        let base = self.vectors.dev(s).addr();
+        let row_bytes = (self.dim * self.vectors.bytes_per_elem()) as u64;
+        Ok(offsets[..self.nlist]
+            .iter()
+            .map(|&o| base + o * row_bytes)
+            .collect())
     }
 
     /// Raw device addresses of the index, for kernels that outlive any stream ordering (the
@@ -615,6 +659,25 @@ pub fn to_neighbors(ids: &[u32], dist: &[f32], nq: usize, k: usize) -> Vec<Vec<N
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    #[test]
+    fn precisions_read_and_print_their_words_and_refuse_others() {
+        for p in Precision::ALL {
+            assert_eq!(p.to_string().parse::<Precision>(), Ok(p));
+        }
+        assert_eq!("f16".parse::<Precision>(), Ok(Precision::F16));
+        let e = "bf16".parse::<Precision>().unwrap_err();
+        assert!(
+            e.contains("unknown precision \"bf16\" (f32, f16, u8)"),
+            "{e}"
+        );
+    }
+
+    #[test]
+    fn top_rows_sum_the_largest_lists_first() {
+        // Lists of 3, 0, 5 and 2 rows.
+        assert_eq!(top_rows(&[0, 3, 3, 8, 10]), vec![0, 5, 8, 10, 10]);
+    }
 
     #[test]
     fn u8_storage_takes_integral_bytes_and_refuses_the_rest() {

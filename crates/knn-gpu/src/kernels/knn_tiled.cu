@@ -422,10 +422,14 @@ extern "C" __global__ void knn_scatter(const KnnScatterArgs a) {
 // items vb0, vb0 + vstep, ... A pair b is probe b % pstride of query b / pstride (pstride:
 // the probes row length, nprobe or the persistent engine's max_probe); the query's vector is
 // row q of `queries`, or row qslot[q] when given. cand: query q's candidate row starts at
-// q * stride; probe p's rows at poff[q * pstride + p].
+// q * stride; probe p's rows at poff[q * pstride + p]. Cell c's rows are rows offsets[c].. of
+// `vectors`, or, where `list_rows` is given (an index sharded over devices, read in place), the
+// rows at address list_rows[c] (another device's memory, read over peer access); offsets then
+// give only the cells' lengths and the candidate layout.
 template <typename T, int METRIC>
 __device__ void search_tiled(const float* __restrict__ queries, const unsigned* __restrict__ qslot,
-                             const T* __restrict__ vectors, const unsigned long long* __restrict__ offsets, int nlist,
+                             const T* __restrict__ vectors, const unsigned long long* __restrict__ offsets,
+                             const unsigned long long* __restrict__ list_rows, int nlist,
                              int pstride, int dim, int chunk, const unsigned* __restrict__ counts,
                              const unsigned* __restrict__ cursor, const unsigned* __restrict__ items,
                              const unsigned* __restrict__ order, const unsigned* __restrict__ poff,
@@ -454,14 +458,15 @@ __device__ void search_tiled(const float* __restrict__ queries, const unsigned* 
         }
         __syncthreads();
         const int nr = (int)min((unsigned long long)chunk, len - (unsigned long long)h * chunk);
-        const size_t r0 = start + (size_t)h * chunk;
+        const T* rows = list_rows ? (const T*)list_rows[c] : vectors;
+        const size_t r0 = (list_rows ? 0 : start) + (size_t)h * chunk;
         // Few queries on this cell: a thread per row; else the 32-query tile.
         const bool rows_path = nqg <= ROW_PATH_MAX && dim <= ROW_PATH_DIM;
-        if (!rows_path) tile_distances<T, METRIC>(queries, qrow, nqg, vectors, r0, nr, dim, cand, obase, sm);
-        else if (nqg == 1) row_distances<T, METRIC, 1>(queries, qrow, nqg, vectors, r0, nr, dim, cand, obase, qsm);
-        else if (nqg == 2) row_distances<T, METRIC, 2>(queries, qrow, nqg, vectors, r0, nr, dim, cand, obase, qsm);
-        else if (nqg <= 4) row_distances<T, METRIC, 4>(queries, qrow, nqg, vectors, r0, nr, dim, cand, obase, qsm);
-        else row_distances<T, METRIC, ROW_PATH_MAX>(queries, qrow, nqg, vectors, r0, nr, dim, cand, obase, qsm);
+        if (!rows_path) tile_distances<T, METRIC>(queries, qrow, nqg, rows, r0, nr, dim, cand, obase, sm);
+        else if (nqg == 1) row_distances<T, METRIC, 1>(queries, qrow, nqg, rows, r0, nr, dim, cand, obase, qsm);
+        else if (nqg == 2) row_distances<T, METRIC, 2>(queries, qrow, nqg, rows, r0, nr, dim, cand, obase, qsm);
+        else if (nqg <= 4) row_distances<T, METRIC, 4>(queries, qrow, nqg, rows, r0, nr, dim, cand, obase, qsm);
+        else row_distances<T, METRIC, ROW_PATH_MAX>(queries, qrow, nqg, rows, r0, nr, dim, cand, obase, qsm);
         __syncthreads();
     }
 }
@@ -482,16 +487,18 @@ struct KnnSearchTiledArgs {
 
 // At most 128 registers, so two 256-thread blocks fit an SM (the grid-stride search depends on
 // that occupancy: at 132 registers one block fits and the scan runs ~1.5x slower on the H200).
-#define SEARCH_TILED(NAME, T)                                                                                      \
-    extern "C" __global__ void __launch_bounds__(BLOCK, 2) NAME(const KnnSearchTiledArgs a) {                      \
-        __shared__ DistSmem sm;                                                                                    \
-        const T* vectors = (const T*)a.vectors;                                                                    \
-        if (a.metric == 0)                                                                                         \
-            search_tiled<T, 0>(a.queries, nullptr, vectors, a.offsets, a.nlist, a.nprobe, a.dim, a.chunk, a.counts, \
-                               a.cursor, a.items, a.order, a.poff, a.cand, a.stride, blockIdx.x, gridDim.x, sm);   \
-        else                                                                                                       \
-            search_tiled<T, 1>(a.queries, nullptr, vectors, a.offsets, a.nlist, a.nprobe, a.dim, a.chunk, a.counts, \
-                               a.cursor, a.items, a.order, a.poff, a.cand, a.stride, blockIdx.x, gridDim.x, sm);   \
+#define SEARCH_TILED(NAME, T)                                                                                         \
+    extern "C" __global__ void __launch_bounds__(BLOCK, 2) NAME(const KnnSearchTiledArgs a) {                         \
+        __shared__ DistSmem sm;                                                                                       \
+        const T* vectors = (const T*)a.vectors;                                                                       \
+        if (a.metric == 0)                                                                                            \
+            search_tiled<T, 0>(a.queries, nullptr, vectors, a.offsets, nullptr, a.nlist, a.nprobe, a.dim, a.chunk,    \
+                               a.counts, a.cursor, a.items, a.order, a.poff, a.cand, a.stride, blockIdx.x, gridDim.x, \
+                               sm);                                                                                   \
+        else                                                                                                          \
+            search_tiled<T, 1>(a.queries, nullptr, vectors, a.offsets, nullptr, a.nlist, a.nprobe, a.dim, a.chunk,    \
+                               a.counts, a.cursor, a.items, a.order, a.poff, a.cand, a.stride, blockIdx.x, gridDim.x, \
+                               sm);                                                                                   \
     }
 SEARCH_TILED(knn_search_tiled, float)
 SEARCH_TILED(knn_search_tiled_f16, unsigned short)

@@ -23,8 +23,9 @@ pub struct KnnSettings {
     /// GPU engines on several devices: a whole copy of the index on each (`replicate`), or
     /// the lists split over them by bytes (`shard`, Centaur: every device holds the
     /// centroids and 1/N of the lists; placed as the index file records, if it does).
-    /// gpu-persistent serves a sharded index on its per-pair plan (gpipes between devices;
-    /// `persistent_plan` is then not used), physical GPUs needing native peer atomics.
+    /// gpu-persistent serves a sharded index on either plan: the cohort plan reads the other
+    /// devices' lists in place (physical GPUs need peer access), the per-pair plan routes
+    /// search tasks between devices through gpipes (physical GPUs need native peer atomics).
     #[serde(with = "text")]
     pub placement: Placement,
     /// A sharded index's partial results between devices on gpu-direct and gpu-cohort: `peer`

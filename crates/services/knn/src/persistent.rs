@@ -7,6 +7,7 @@
 //! - [`PersistentPlan::PerPair`] (kernels/knn_persistent.cu): filter, search and reduce
 //!   blocks passing (request, probe) tasks through gpipes; a block per task.
 
+use super::gpu_ivf::spread::SpreadLists;
 use super::gpu_ivf::{GpuIvf, Precision, DEFAULT_CANDIDATE_FLOATS};
 pub use super::kernels::persistent::KnnArgs;
 use super::kernels::persistent::{COHORT, FILTER, REDUCE, SEARCH};
@@ -221,13 +222,20 @@ impl KnnPersistent {
         })
     }
 
-    fn prepare_cohort(
+    /// The cohort plan over this device's index, or, given `spread`, over a sharded index
+    /// read in place (this device's shard and its peers', `persistent_sharded`).
+    pub(super) fn prepare_cohort(
         &self,
         slots: usize,
         rx_copy: usize,
         blocks: Option<&[usize]>,
+        spread: Option<&Arc<SpreadLists>>,
     ) -> Result<Prepared, GpuError> {
         let ivf = &self.ivf;
+        let max_row = |p: usize| match spread {
+            Some(v) => v.max_candidate_row(p),
+            None => ivf.max_candidate_row(p),
+        };
         let g = match blocks {
             None => self.default_cohort_blocks()?,
             Some(&[g]) if g >= self.groups => g,
@@ -244,11 +252,11 @@ impl KnnPersistent {
             .max(1);
         // Candidate rows: a whole cohort of default-nprobe queries in one pass, and always at
         // least the longest row one query can make (wider queries run in more passes).
-        let widest = ivf.max_candidate_row(mp).max(1);
-        let cand_floats = (cmax * ivf.max_candidate_row(ivf.default_nprobe).max(1))
+        let widest = max_row(mp).max(1);
+        let cand_floats = (cmax * max_row(ivf.default_nprobe).max(1))
             .min(DEFAULT_CANDIDATE_FLOATS)
             .max(widest);
-        let top_rows: Vec<u64> = (0..=mp).map(|p| ivf.max_candidate_row(p) as u64).collect();
+        let top_rows: Vec<u64> = (0..=mp).map(|p| max_row(p) as u64).collect();
         let s = ivf.ctx.new_stream()?;
         // Each group's share, back to back (coh_group_args in the kernel finds them).
         let n = self.groups;
@@ -272,6 +280,25 @@ impl KnnPersistent {
             top_rows: s.clone_htod(&top_rows)?,
         };
         s.synchronize()?;
+        let base = self.base_args(
+            &s,
+            &bufs.queries,
+            &bufs.probes,
+            (&bufs.part_ids, &bufs.part_dist),
+            &bufs.scratch,
+        );
+        let base = match spread {
+            Some(v) => {
+                let (offsets, ids, list_rows) = v.addrs(&s);
+                KnnArgs {
+                    offsets,
+                    ids,
+                    list_rows,
+                    ..base
+                }
+            }
+            None => base,
+        };
         let args = KnnArgs {
             cmax: cmax as u64,
             cand: addr(&bufs.cand, &s),
@@ -288,19 +315,14 @@ impl KnnPersistent {
             ctl: addr(&bufs.ctl, &s),
             top_rows: addr(&bufs.top_rows, &s),
             groups: n as u64,
-            ..self.base_args(
-                &s,
-                &bufs.queries,
-                &bufs.probes,
-                (&bufs.part_ids, &bufs.part_dist),
-                &bufs.scratch,
-            )
+            ..base
         };
         tracing::info!(
             blocks = g,
             groups = n,
             cohort_max = cmax,
             candidate_mib = (cand_floats * 4) >> 20,
+            sharded = spread.is_some(),
             "k-NN gpu-persistent: cohort plan"
         );
         Ok(Prepared {
@@ -315,7 +337,7 @@ impl KnnPersistent {
             // One gpipe: the ingress warp to the cohort's leader.
             pipe_caps: vec![slots],
             rx_copy,
-            keep: Box::new(bufs),
+            keep: Box::new((bufs, spread.cloned())),
         })
     }
 }
@@ -399,7 +421,7 @@ impl PersistentBackend for KnnPersistent {
     ) -> Result<Prepared, GpuError> {
         let rx_copy = self.rx_copy(rx_stride)?;
         match self.plan {
-            PersistentPlan::Cohort => self.prepare_cohort(slots, rx_copy, blocks),
+            PersistentPlan::Cohort => self.prepare_cohort(slots, rx_copy, blocks, None),
             PersistentPlan::PerPair => self.prepare_per_pair(slots, rx_copy, blocks),
         }
     }

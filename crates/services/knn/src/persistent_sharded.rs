@@ -1,21 +1,30 @@
-//! k-NN on gpu-persistent over an index sharded across the serving devices: Centaur's
-//! affinity routing, with gpipes that cross devices.
+//! k-NN on gpu-persistent over an index sharded across the serving devices. Every device's
+//! lane is a home: it takes its own requests and answers them whole. Two plans
+//! (`knn.persistent_plan`):
 //!
-//! Every device's lane is a home: its ingress, filter and reducer run on its own device, as for
-//! a whole index (the per-pair plan). Besides, the lane runs a search stage on every device
-//! of the set, each over that device's lists and fed by a gpipe of its own in the home's
-//! memory (`cohort_gpu::persistent::DEVICE_PIPE0 + device`). The filter sends each probe to
-//! the gpipe of the device owning its cell; that device's search writes the cell's k nearest
-//! into the request's partial rows (reserved in the home's slot before its filter ran) and
-//! counts the request's probes down; the last one queues the home's reducer, which merges as
-//! for a whole index. So answers are the whole index's.
+//! - **cohort** (default): each home runs the cohort plan (`knn_persistent_cohort.cu`) over
+//!   the whole index, reading the lists it holds from its own memory and the others in place
+//!   on their devices, over peer access ([`SpreadLists`]): the vectors are stored once across
+//!   the set, and every device computes at the cohort plan's rate. Needs peer access between
+//!   physical GPUs (reads only).
+//! - **per-pair**: Centaur's affinity routing, with gpipes that cross devices. The home's
+//!   ingress, filter and reducer run on its own device, as for a whole index; besides, the lane
+//!   runs a search stage on every device of the set, each over that device's lists and fed by
+//!   a gpipe of its own in the home's memory (`cohort_gpu::persistent::DEVICE_PIPE0 + device`).
+//!   The filter sends each probe to the gpipe of the device owning its cell; that device's
+//!   search writes the cell's k nearest into the request's partial rows (reserved in the
+//!   home's slot before its filter ran) and counts the request's probes down; the last one
+//!   queues the home's reducer, which merges as for a whole index. Physical GPUs need peer
+//!   access with native atomics (NVLink): the pending counts and the gpipes take atomics from
+//!   both devices, at system scope there.
 //!
-//! Everything a lane's stages touch lives in the lane's memory, so a lane restarts alone: its
-//! stages on other devices stop, restart and are counted with it (`Stage::elsewhere`).
-//! Virtual GPUs of one device share its memory; physical GPUs need peer access with native
-//! atomics (NVLink): the pending counts and the gpipes take atomics from both devices, at
-//! system scope there.
+//! Either way answers are the whole index's, and everything a lane's stages write lives in
+//! the lane's memory, so a lane restarts alone (per-pair: its stages on other devices stop,
+//! restart and are counted with it, `Stage::elsewhere`). Virtual GPUs of one device share its
+//! memory.
 
+use super::gpu_ivf::spread::SpreadLists;
+use super::gpu_ivf::GpuIvf;
 use super::kernels::persistent::FILTER;
 use super::persistent::{per_pair_stage, reduce_stage, KnnArgs, KnnPersistent, PersistentPlan};
 use cohort_gpu::persistent::rt::addr;
@@ -24,6 +33,7 @@ use cohort_gpu::persistent::{
 };
 use cohort_gpu::{DeviceInfo, GpuError};
 use cohort_knn::ivf::placement::Placement;
+use cohort_knn::IvfIndex;
 use cudarc::driver::{sys, CudaContext, CudaModule};
 use std::sync::Arc;
 
@@ -32,16 +42,20 @@ pub struct PersistentShards {
     devices: Vec<KnnPersistent>,
     physical: Vec<usize>,
     placement: Placement,
+    plan: PersistentPlan,
+    /// Cohort plan: the whole index's layout on each home (empty for the per-pair plan).
+    spread: Vec<Arc<SpreadLists>>,
 }
 
 impl PersistentShards {
-    /// `shards[i]`: device i's lists (placement's of i) with its module, per-pair plan.
-    /// Between physical GPUs, peer access with native atomics is enabled or its absence
-    /// refused.
-    pub fn new(
+    /// `shards[i]`: device i's lists (placement's of i) with its module. Between physical
+    /// GPUs, the peer access the plan needs is enabled, or its absence refused.
+    fn new(
         devs: &[DeviceInfo],
+        ix: &IvfIndex,
         shards: Vec<KnnPersistent>,
         placement: Placement,
+        plan: PersistentPlan,
     ) -> Result<PersistentShards, GpuError> {
         assert_eq!(devs.len(), shards.len(), "one shard per device");
         assert_eq!(
@@ -49,23 +63,40 @@ impl PersistentShards {
             devs.len(),
             "a placement for these devices"
         );
-        if devs.len() > MAX_STAGE_DEVICES {
+        if plan == PersistentPlan::PerPair && devs.len() > MAX_STAGE_DEVICES {
             return Err(GpuError::Invalid(format!(
-                "gpu-persistent shards an index over at most {MAX_STAGE_DEVICES} devices; got {}",
+                "gpu-persistent's per-pair plan shards an index over at most \
+                 {MAX_STAGE_DEVICES} devices; got {}",
                 devs.len()
             )));
         }
         for (a, da) in devs.iter().enumerate() {
             for (b, db) in devs.iter().enumerate() {
-                if da.physical != db.physical {
-                    peer_atomics(&shards[a].ivf.ctx, &shards[b].ivf.ctx, da, db)?;
+                if da.physical == db.physical {
+                    continue;
+                }
+                let (from, to) = (&shards[a].ivf.ctx, &shards[b].ivf.ctx);
+                match plan {
+                    PersistentPlan::PerPair => peer_atomics(from, to, da, db)?,
+                    PersistentPlan::Cohort => peer_reads(from, to, da, db)?,
                 }
             }
         }
+        let spread = match plan {
+            PersistentPlan::PerPair => Vec::new(),
+            PersistentPlan::Cohort => {
+                let ivfs: Vec<&GpuIvf> = shards.iter().map(|k| &*k.ivf).collect();
+                ivfs.iter()
+                    .map(|home| SpreadLists::new(home, ix, &ivfs, &placement).map(Arc::new))
+                    .collect::<Result<_, _>>()?
+            }
+        };
         Ok(PersistentShards {
             devices: shards,
             physical: devs.iter().map(|d| d.physical).collect(),
             placement,
+            plan,
+            spread,
         })
     }
 
@@ -83,6 +114,23 @@ impl PersistentShards {
     fn default_search_blocks(&self, d: usize) -> usize {
         (2 * self.devices[d].sms / self.devices.len()).max(1)
     }
+}
+
+/// Peer access from `from` to `to` (two physical GPUs) for kernels that read there (the
+/// cohort plan's scans of the peer's lists).
+fn peer_reads(
+    from: &Arc<CudaContext>,
+    to: &Arc<CudaContext>,
+    fd: &DeviceInfo,
+    td: &DeviceInfo,
+) -> Result<(), GpuError> {
+    super::gpu_sharded::enable_peer_access(from, to, fd, td).map_err(|e| {
+        GpuError::Invalid(format!(
+            "gpu-persistent's sharded index reads GPU {}'s lists from GPU {} in place: {e} \
+             (or serve knn.placement=shard with gpu-cohort, or replicate the index)",
+            td.physical, fd.physical
+        ))
+    })
 }
 
 /// Peer access from `from` to `to` (two physical GPUs) for kernels that take atomics there.
@@ -141,17 +189,35 @@ impl PersistentBackend for ShardedPersistent {
         &self.me().module
     }
 
-    /// The per-pair plan's stages with the search stage once per device (`blocks`: filter,
-    /// search per device, reduce).
     fn prepare(
         &self,
         slots: usize,
         rx_stride: usize,
         blocks: Option<&[usize]>,
     ) -> Result<Prepared, GpuError> {
+        let rx_copy = self.me().rx_copy(rx_stride)?;
+        match self.set.plan {
+            PersistentPlan::Cohort => {
+                let spread = &self.set.spread[self.home];
+                self.me()
+                    .prepare_cohort(slots, rx_copy, blocks, Some(spread))
+            }
+            PersistentPlan::PerPair => self.prepare_per_pair(slots, rx_copy, blocks),
+        }
+    }
+}
+
+impl ShardedPersistent {
+    /// The per-pair plan's stages with the search stage once per device (`blocks`: filter,
+    /// search per device, reduce).
+    fn prepare_per_pair(
+        &self,
+        slots: usize,
+        rx_copy: usize,
+        blocks: Option<&[usize]>,
+    ) -> Result<Prepared, GpuError> {
         let me = self.me();
         let set = &self.set;
-        let rx_copy = me.rx_copy(rx_stride)?;
         let b = me.per_pair_blocks(blocks)?;
         let (base, per_pair) = me.per_pair_state(slots, b[0])?;
         let s = me.ivf.ctx.new_stream()?;
@@ -211,21 +277,22 @@ impl PersistentBackend for ShardedPersistent {
     }
 }
 
-/// Builds the set from each device's shard, per-pair plan (the plan a sharded index runs on
-/// this engine: its search tasks are what is routed between devices).
+/// Builds the set from each device's shard (`ivfs[i]`: `placement`'s lists of device i, cut
+/// from `ix`), on `plan` with `groups` block groups (cohort plan).
 pub fn shards(
     devs: &[DeviceInfo],
-    ivfs: Vec<super::gpu_ivf::GpuIvf>,
+    ix: &IvfIndex,
+    ivfs: Vec<GpuIvf>,
     placement: Placement,
     plan: PersistentPlan,
+    groups: usize,
 ) -> Result<Arc<PersistentShards>, GpuError> {
-    if plan != PersistentPlan::PerPair {
-        tracing::info!("knn.placement=shard on gpu-persistent runs the per-pair plan");
-    }
     let shards = devs
         .iter()
         .zip(ivfs)
-        .map(|(d, ivf)| KnnPersistent::new(ivf, d, PersistentPlan::PerPair))
+        .map(|(d, ivf)| KnnPersistent::new(ivf, d, plan).and_then(|k| k.with_groups(groups)))
         .collect::<Result<Vec<_>, _>>()?;
-    Ok(Arc::new(PersistentShards::new(devs, shards, placement)?))
+    Ok(Arc::new(PersistentShards::new(
+        devs, ix, shards, placement, plan,
+    )?))
 }

@@ -509,57 +509,75 @@ fn sharded(
                 }
                 continue;
             }
-            let set = super::persistent_sharded::shards(
-                devs,
-                upload()?,
-                placement.clone(),
-                super::persistent::PersistentPlan::PerPair,
-            );
-            let set = match set {
-                Ok(set) => set,
-                // Physical GPUs without native peer atomics: gpu-persistent refuses them.
-                Err(x) if devs.iter().any(|d| d.physical != devs[0].physical) => {
-                    lines.push(format!("SKIPPED gpu-persistent sharded over {how}: {x}"));
-                    continue;
-                }
-                Err(x) => return Err(x.to_string()),
-            };
-            let backends = (0..devices)
-                .map(|h| {
-                    std::sync::Arc::new(set.backend(h))
-                        as std::sync::Arc<dyn cohort_gpu::persistent::PersistentBackend>
-                })
-                .collect();
-            // The first shape on one egress thread for every home (Centaur's one core), the
-            // others on a thread per home.
-            let per_thread = if k == 10 { devices } else { 1 };
-            let got = cohort_service_api::harness::serve_persistent_lanes(
-                backends, per_thread, &service, &payloads,
-            )?;
-            for (i, (g, w)) in got.iter().zip(&want).enumerate() {
-                let g = match g {
-                    Ok(p) => decode_response(p)?,
-                    Err(x) => {
-                        return Err(format!(
-                            "gpu-persistent sharded over {how}, query {i}: {x:?}"
-                        ))
+            use super::persistent::PersistentPlan;
+            for plan in [PersistentPlan::Cohort, PersistentPlan::PerPair] {
+                let set = super::persistent_sharded::shards(
+                    devs,
+                    &ix,
+                    upload()?,
+                    placement.clone(),
+                    plan,
+                    1,
+                );
+                let set = match set {
+                    Ok(set) => set,
+                    // Physical GPUs without the peer access the plan needs: gpu-persistent
+                    // refuses them.
+                    Err(x) if devs.iter().any(|d| d.physical != devs[0].physical) => {
+                        lines.push(format!(
+                            "SKIPPED gpu-persistent sharded over {how}, {plan} plan: {x}"
+                        ));
+                        continue;
                     }
+                    Err(x) => return Err(x.to_string()),
                 };
-                if !same(&g, w) {
-                    return Err(format!(
-                        "gpu-persistent sharded over {devices} ({how}), k {k}, nprobe {nprobe}, \
-                         query {i}: {g:?} vs the whole index's {w:?}"
-                    ));
-                }
+                let backends = (0..devices)
+                    .map(|h| {
+                        std::sync::Arc::new(set.backend(h))
+                            as std::sync::Arc<dyn cohort_gpu::persistent::PersistentBackend>
+                    })
+                    .collect();
+                // The first shape on one egress thread for every home (Centaur's one core),
+                // the others on a thread per home.
+                let per_thread = if k == 10 { devices } else { 1 };
+                let got = cohort_service_api::harness::serve_persistent_lanes(
+                    backends, per_thread, &service, &payloads,
+                )?;
+                let what = format!(
+                    "knn sharded over {devices} devices ({how}) on gpu-persistent, {plan} plan, \
+                     lanes of every home, {per_thread} per egress thread, k {k} nprobe {nprobe}"
+                );
+                lines.push(compare_answers(&what, &got, &want, &same)?);
             }
-            lines.push(format!(
-                "knn sharded over {devices} devices ({how}) on gpu-persistent, lanes of every \
-                 home, {per_thread} per egress thread, k {k} nprobe {nprobe}: {nq} answers \
-                 identical to the whole index"
-            ));
         }
     }
     Ok(lines)
+}
+
+/// Every answer of `got` decoded and equal (by `same`) to the whole index's in `want`: the
+/// line that says so, or an error naming `what` and the first query that differs.
+fn compare_answers(
+    what: &str,
+    got: &[Result<Vec<u8>, cohort_proto::ErrorPayload>],
+    want: &[Vec<Neighbor>],
+    same: &dyn Fn(&[Neighbor], &[Neighbor]) -> bool,
+) -> Result<String, String> {
+    assert_eq!(got.len(), want.len(), "an answer per query");
+    for (i, (g, w)) in got.iter().zip(want).enumerate() {
+        let g = match g {
+            Ok(p) => decode_response(p)?,
+            Err(x) => return Err(format!("{what}, query {i}: {x:?}")),
+        };
+        if !same(&g, w) {
+            return Err(format!(
+                "{what}, query {i}: {g:?} vs the whole index's {w:?}"
+            ));
+        }
+    }
+    Ok(format!(
+        "{what}: {} answers identical to the whole index",
+        got.len()
+    ))
 }
 
 /// gpu-cohort's sharded backend over `devs` through the engine, every home's lane on one
@@ -588,27 +606,11 @@ fn sharded_on_one_control_thread(
         .map(|h| std::sync::Arc::new(set.backend(h)) as std::sync::Arc<dyn GpuBackend>)
         .collect();
     let got = serve(Engine::Shared(backends, Mode::Cohort), service, payloads)?.answers;
-    for (i, (g, w)) in got.iter().zip(want).enumerate() {
-        let g = match g {
-            Ok(p) => decode_response(p)?,
-            Err(x) => {
-                return Err(format!(
-                    "sharded over {how}, one control thread, query {i}: {x:?}"
-                ))
-            }
-        };
-        if !same(&g, w) {
-            return Err(format!(
-                "sharded over {devices} ({how}) on one control thread, query {i}: {g:?} vs \
-                 the whole index's {w:?}"
-            ));
-        }
-    }
-    Ok(format!(
+    let what = format!(
         "knn sharded over {devices} devices ({how}) on gpu-cohort, every home's lane on one \
-         control thread: {} answers identical to the whole index",
-        got.len()
-    ))
+         control thread"
+    );
+    compare_answers(&what, &got, want, same)
 }
 
 /// gpu-cohort's sharded backend (`gpu_sharded`) over `devs`, both exchanges: every home

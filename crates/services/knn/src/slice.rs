@@ -116,20 +116,34 @@ fn persistent_set(
     if c.placement == Placement::Replicate {
         return devs.iter().map(|d| persistent(s, d)).collect();
     }
-    let (placement, shards) = upload_shards(&c, devs)?;
-    let set = super::persistent_sharded::shards(devs, shards, placement, c.persistent_plan)
-        .map_err(|e| e.to_string())?;
+    let (index, placement, shards) = upload_shards(&c, devs)?;
+    let set = super::persistent_sharded::shards(
+        devs,
+        &index,
+        shards,
+        placement,
+        c.persistent_plan,
+        c.persistent_groups,
+    )
+    .map_err(|e| e.to_string())?;
     Ok((0..devs.len())
         .map(|home| Arc::new(set.backend(home)) as Arc<dyn PersistentBackend>)
         .collect())
 }
 
-/// The index's placement over `devs` (the one it records where it is for as many devices)
-/// and each device's shard, uploaded.
+/// The index (mapped: its lists are read once, for the shards), its placement over `devs`
+/// (the one it records where it is for as many devices) and each device's shard, uploaded.
 fn upload_shards(
     c: &KnnSettings,
     devs: &[DeviceInfo],
-) -> Result<(cohort_knn::ivf::placement::Placement, Vec<GpuIvf>), String> {
+) -> Result<
+    (
+        cohort_knn::IvfIndex,
+        cohort_knn::ivf::placement::Placement,
+        Vec<GpuIvf>,
+    ),
+    String,
+> {
     let index = load_index(c, true)?;
     let placement = index.placement_for(devs.len());
     if index
@@ -155,7 +169,7 @@ fn upload_shards(
         shards
             .push(GpuIvf::upload_shard(dev, &index, &cut, c.precision).map_err(|e| e.to_string())?);
     }
-    Ok((placement, shards))
+    Ok((index, placement, shards))
 }
 
 /// Every serving device's backend: a copy of the index each, or one shard each.
@@ -164,7 +178,7 @@ fn gpu_set(s: &Settings, devs: &[DeviceInfo]) -> Result<Vec<Arc<dyn GpuBackend>>
     if c.placement == Placement::Replicate {
         return devs.iter().map(|d| gpu(s, d)).collect();
     }
-    let (placement, shards) = upload_shards(&c, devs)?;
+    let (_, placement, shards) = upload_shards(&c, devs)?;
     let set = Arc::new(
         super::gpu_sharded::ShardSet::new(devs, shards, placement, c.shard_exchange)
             .map_err(|e| e.to_string())?,

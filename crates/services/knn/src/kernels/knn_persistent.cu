@@ -51,6 +51,10 @@ struct SvcArgs {
     // The per-pair plan over a sharded index (0 where the index is whole).
     unsigned long long owners;       // u32 [nlist]: the device holding each cell's list
     unsigned long long search_pipe;  // the gpipe this search stage pops (1; sharded: its device's)
+    // The cohort plan over a sharded index (0 where the index is whole): u64 [nlist], the
+    // device address of each list's first row, on whichever device holds it (read over peer
+    // access); offsets and ids are then the whole index's, held on this lane's device.
+    unsigned long long list_rows;
 };
 
 // The ingress warp only moves requests: k-NN's checks and widening run in the filter blocks

@@ -197,7 +197,8 @@ __device__ bool cohort_pass(const PRt& rt, const Grp& gr, const SvcArgs& a, cons
 
     // Cell x query-group distances into the candidate rows.
     const int schunk = (int)((const volatile unsigned*)a.ctl)[COH_SCHUNK];
-    search_tiled<T, METRIC>(queries, qs, (const T*)a.vectors, offsets, (int)nlist, (int)mp, (int)dim, schunk, counts,
+    search_tiled<T, METRIC>(queries, qs, (const T*)a.vectors, offsets, (const unsigned long long*)a.list_rows,
+                            (int)nlist, (int)mp, (int)dim, schunk, counts,
                             cursor, (const unsigned*)a.items, (const unsigned*)a.order, poff, (float*)a.cand, stride,
                             gr.rank, G, sm);
     if (!coh_barrier(rt, gr)) return false;

@@ -13,7 +13,7 @@ cohort_gpu::svc_args! {
         centroids, vectors, ids, offsets, dim, nlist, n, metric, default_nprobe, queries,
         probes, part_ids, part_dist, scratch, max_probe, max_k, cmax, cand, cand_floats, poff,
         totals, counts, cursor, items, order, taken, ok, cq_slot, ctl, top_rows, groups,
-        owners, search_pipe,
+        owners, search_pipe, list_rows,
     }
 }
 
