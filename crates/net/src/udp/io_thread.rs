@@ -1,21 +1,19 @@
 //! One UDP io thread: read a batch, admit each frame into the engines' request rings, write
 //! back the answers the engines put on this thread's answer rings, sleep on the socket and
 //! the doorbell when there is nothing to do. The socket is driven one of two ways
-//! (`--udp-io`): recvmmsg/sendmmsg with poll() to sleep, or io_uring (`uring.rs`).
+//! (`--udp-io`): recvmmsg/sendmmsg with poll() to sleep, or io_uring (`cohort_udp::UringIo`).
 //!
 //! Hot path without heap allocation: a datagram is decoded in place in its receive buffer,
 //! its payload copied once into a ring slot; an answer is encoded from its ring slot straight
 //! into the send batch. (Error answers allocate their message.) The in-flight table is this
 //! thread's own: no lock.
 
-use super::batch::MsgBatch;
-use super::gso::{self, Coalescer};
-use super::uring::{BufPool, Received, UringIo};
 use crate::context::Context;
 use crate::doorbell::Doorbell;
 use crate::quota::{Key, Who};
 use cohort_engine::{Answer, Ingress, IngressEnds, Meta, Metrics};
 use cohort_proto::{ErrorCode, ErrorPayload, Frame, Header, Kind, HEADER_LEN};
+use cohort_udp::{BufPool, Coalescer, MsgBatch, Received, UringIo};
 use std::net::IpAddr;
 use std::os::fd::{AsRawFd, RawFd};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -86,7 +84,7 @@ pub(crate) struct UdpThreadConfig {
     pub spin: Duration,
     /// Drive the socket through io_uring (the server checked that the kernel gives it).
     pub uring: bool,
-    /// Coalesce answers to one address into UDP GSO trains (recvmmsg path; `gso.rs`).
+    /// Coalesce answers to one address into UDP GSO trains (recvmmsg path; `cohort_udp::Coalescer`).
     pub gso: bool,
 }
 
@@ -110,7 +108,7 @@ pub(crate) fn spawn_udp(
             let fd = socket.as_raw_fd();
             let datagram = HEADER_LEN + ctx.max_payload;
             let batched = || {
-                let gso = cfg.gso && gso::supported(fd);
+                let gso = cfg.gso && cohort_udp::gso_supported(fd);
                 if cfg.gso && !gso {
                     tracing::warn!(thread = index, "the kernel has no UDP GSO: answers are sent one datagram each");
                 }

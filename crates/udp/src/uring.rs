@@ -13,7 +13,7 @@
 //! Where the kernel or its sandbox refuses io_uring, `probe` says why and the server keeps the
 //! recvmmsg path (one log line).
 
-use super::batch::MsgBatch;
+use crate::batch::MsgBatch;
 use io_uring::types::{BufRingEntry, CancelBuilder, Fd, RecvMsgOut, SubmitArgs, Timespec};
 use io_uring::{cqueue, opcode, IoUring, Probe};
 use std::os::fd::RawFd;
@@ -40,7 +40,7 @@ const SEND_WAIT: Duration = Duration::from_secs(1);
 
 /// Whether this kernel and sandbox give io_uring with everything the io thread uses:
 /// Ok, or the reason it is refused (the caller logs it once and takes the recvmmsg path).
-pub(crate) fn probe() -> Result<(), String> {
+pub fn probe() -> Result<(), String> {
     let ring = new_ring().map_err(|e| format!("io_uring_setup: {e}"))?;
     let mut p = Probe::new();
     ring.submitter()
@@ -81,7 +81,7 @@ fn recv_template() -> libc::msghdr {
 
 /// Buffers the kernel picks for received datagrams, and the ring through which they are
 /// handed to it (and back once read).
-pub(crate) struct BufPool {
+pub struct BufPool {
     ring: *mut BufRingEntry,
     ring_bytes: usize,
     bufs: Vec<u8>,
@@ -200,13 +200,13 @@ impl Drop for BufPool {
 
 /// One datagram the kernel received: its buffer and the bytes it wrote there.
 #[derive(Debug, Clone, Copy)]
-pub(crate) struct Received {
+pub struct Received {
     pub bid: u16,
     pub len: usize,
 }
 
 /// The ring of one io thread (its socket and its doorbell).
-pub(crate) struct UringIo {
+pub struct UringIo {
     ring: IoUring,
     fd: RawFd,
     bell_fd: RawFd,

@@ -10,7 +10,7 @@
 //! smaller than the segment: EINVAL), its datagrams are sent one by one instead, and after an
 //! EIO the thread stops coalescing (said once in the log).
 
-use super::batch::MsgBatch;
+use crate::batch::MsgBatch;
 use std::os::fd::RawFd;
 
 /// The kernel's UDP_MAX_SEGMENTS on every kernel that has UDP GSO (later kernels allow 128).
@@ -240,7 +240,7 @@ impl Coalescer {
                         break;
                     }
                     stalls += 1;
-                    super::batch::wait_writable(fd, 10);
+                    crate::batch::wait_writable(fd, 10);
                     continue;
                 }
                 _ if r == 0 => break,
@@ -281,7 +281,7 @@ fn send_one(fd: RawFd, hdr: *const libc::msghdr) -> bool {
         }
         match std::io::Error::last_os_error().kind() {
             std::io::ErrorKind::Interrupted => {}
-            std::io::ErrorKind::WouldBlock => super::batch::wait_writable(fd, 10),
+            std::io::ErrorKind::WouldBlock => crate::batch::wait_writable(fd, 10),
             _ => return false,
         }
     }

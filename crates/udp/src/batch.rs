@@ -181,7 +181,7 @@ impl MsgBatch {
     }
 }
 
-pub(super) fn wait_writable(fd: RawFd, timeout_ms: i32) {
+pub fn wait_writable(fd: RawFd, timeout_ms: i32) {
     let mut p = libc::pollfd {
         fd,
         events: libc::POLLOUT,
