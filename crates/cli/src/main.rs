@@ -151,23 +151,6 @@ fn service_flags(a: &mut serve::ServeArgs, m: &clap::ArgMatches) {
     }
 }
 
-/// The serve command's long flag names: the keys a config file may use.
-fn serve_flags() -> Vec<config::Flag> {
-    command()
-        .find_subcommand("serve")
-        .map(|c| {
-            c.get_arguments()
-                .filter_map(|a| {
-                    Some(config::Flag {
-                        name: a.get_long()?.to_string(),
-                        switch: matches!(a.get_action(), clap::ArgAction::SetTrue),
-                    })
-                })
-                .collect()
-        })
-        .unwrap_or_default()
-}
-
 /// glibc hands freed memory back to the kernel as soon as an arena's top passes 128 KiB, and
 /// an io thread that frees a few 16 KiB bodies then faults fresh zeroed pages in for the next
 /// ones: 11% of a core in page faults when echoing 16 KiB over HTTP on one core (perf, 2-core
@@ -243,16 +226,8 @@ fn main() {
     // cuInit, so they are set before anything else runs.
     cohort_gpu::set_driver_defaults();
     keep_freed_memory();
-    let (args, file_services) = match config::expand(std::env::args_os().collect(), &serve_flags())
-    {
-        Ok(a) => a,
-        Err(e) => {
-            eprintln!("error: {e:#}");
-            std::process::exit(2);
-        }
-    };
     use clap::FromArgMatches;
-    let matches = command().get_matches_from(args);
+    let matches = command().get_matches();
     if let Some(v) = matches.get_one::<String>("virtual_gpus") {
         if let Err(e) = v.parse::<cohort_gpu::green::VirtualSplit>() {
             eprintln!("error: --virtual-gpus {e}");
@@ -274,7 +249,11 @@ fn main() {
     }
     let mut cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
     if let (Cmd::Serve(a), Some(m)) = (&mut cli.cmd, matches.subcommand_matches("serve")) {
-        a.service_settings = file_services;
+        // The config file under the command line: its settings typed into the same struct.
+        if let Err(e) = config::apply(a, m) {
+            eprintln!("error: {e:#}");
+            std::process::exit(2);
+        }
         service_flags(a, m);
     }
     init_tracing(&cli.log_level);

@@ -1,9 +1,12 @@
-//! `cohort serve --config FILE`: a TOML file whose keys are the serve flags (without `--`,
-//! `-` or `_` alike), plus one `[services.NAME]` table per service. The file's flags become
-//! flags placed before the command line's, so a flag the command line also gives is taken from
-//! the command line, and the file accepts exactly what the flags do. The `[services.NAME]`
-//! tables are handed on as tables (their values keep their TOML types), below the services'
-//! flags and `--service-opt` in precedence.
+//! `cohort serve --config FILE`: a TOML file of serve settings, read into the same typed
+//! [`ServeArgs`] the flags fill. Its keys:
+//!
+//! - the serve settings, named as their fields (the flags without `--`, `_` or `-` alike):
+//!   each one the command line leaves unset is deserialised into its field with the field's
+//!   own type and parser (serde), so a flag given on the command line wins;
+//! - the services' own flags (`index = ...`), over the services' tables;
+//! - one `[services.NAME]` table per service (engine knobs and the service's own keys, read
+//!   by `plan.rs`), below the services' flags and `--service-opt` in precedence.
 //!
 //! ```toml
 //! service = "knn:gpu-cohort,echo:cpu"
@@ -18,217 +21,222 @@
 //! cohort_timeout_us = 100
 //! ```
 
+use crate::ServeArgs;
 use anyhow::{bail, Context, Result};
-use std::ffi::OsString;
-
-/// A serve flag as the loader needs it: its long name (without `--`) and whether it is a bare
-/// switch (TOML true = given, false = not given) rather than a flag that takes a value (a TOML
-/// boolean then becomes its value: `udp_gso = false` is `--udp-gso false`).
-pub struct Flag {
-    pub name: String,
-    pub switch: bool,
-}
+use clap::parser::ValueSource;
+use clap::ArgMatches;
+use std::collections::BTreeSet;
 
 /// The `[services.NAME]` tables of a config file, by service name.
 pub type ServiceTables = std::collections::BTreeMap<String, toml::Table>;
 
-/// Expands `serve --config FILE` into the flags the file sets and its services' tables; other
-/// argument lists are returned unchanged. `known` lists the serve command's long flags.
-pub fn expand(args: Vec<OsString>, known: &[Flag]) -> Result<(Vec<OsString>, ServiceTables)> {
-    let Some(serve_at) = args.iter().position(|a| a == "serve") else {
-        return Ok((args, ServiceTables::new()));
-    };
-    let mut path = None;
-    for (i, a) in args.iter().enumerate().skip(serve_at + 1) {
-        let s = a.to_string_lossy();
-        if s == "--config" {
-            path = args.get(i + 1).cloned();
-        } else if let Some(p) = s.strip_prefix("--config=") {
-            path = Some(p.into());
-        }
-    }
-    let Some(path) = path else {
-        return Ok((args, ServiceTables::new()));
+/// The settings of [`ServeArgs`] a config file may set: every field the flags fill, but the
+/// file's own name and the repeatable `--service-opt` (written as `[services.NAME]` tables).
+pub fn setting_keys() -> BTreeSet<String> {
+    use clap::Args as _;
+    ServeArgs::augment_args(clap::Command::new("serve"))
+        .get_arguments()
+        .map(|a| a.get_id().as_str().to_string())
+        .filter(|id| id != "config" && id != "service_opt")
+        .collect()
+}
+
+/// Reads `a.config` (if given) into `a`: the settings `m` (the serve command's matches) did
+/// not take from the command line, the services' flags and tables. Errors name the file and
+/// the key.
+pub fn apply(a: &mut ServeArgs, m: &ArgMatches) -> Result<()> {
+    let Some(path) = a.config.clone() else {
+        return Ok(());
     };
     let text = std::fs::read_to_string(&path)
-        .with_context(|| format!("reading config {}", path.to_string_lossy()))?;
-    let (flags, services) = flags_from_toml(&text, known)
-        .with_context(|| format!("in config {}", path.to_string_lossy()))?;
-    // Flags given on the command line win: drop the file's setting of the same flag (a
-    // repeatable --service-opt from the file is kept: the command line's come after it).
-    let given: std::collections::HashSet<String> = args[serve_at + 1..]
-        .iter()
-        .filter_map(|a| a.to_str())
-        .filter(|a| a.starts_with("--"))
-        .map(|a| a.split('=').next().unwrap_or(a).to_string())
-        .collect();
-    let mut out: Vec<OsString> = args[..=serve_at].to_vec();
-    let mut i = 0;
-    while i < flags.len() {
-        // A flag and, unless it is a bare switch, its value.
-        let n = if flags.get(i + 1).is_some_and(|v| !v.starts_with("--")) {
-            2
-        } else {
-            1
-        };
-        if !given.contains(&flags[i]) {
-            out.extend(flags[i..i + n].iter().map(OsString::from));
-        }
-        i += n;
-    }
-    out.extend(args[serve_at + 1..].iter().cloned());
-    Ok((out, services))
-}
-
-fn scalar(key: &str, v: &toml::Value) -> Result<String> {
-    Ok(match v {
-        toml::Value::String(s) => s.clone(),
-        toml::Value::Integer(i) => i.to_string(),
-        toml::Value::Float(f) => f.to_string(),
-        toml::Value::Boolean(b) => b.to_string(),
-        toml::Value::Array(items) => items
-            .iter()
-            .map(|x| scalar(key, x))
-            .collect::<Result<Vec<_>>>()?
-            .join(","),
-        other => bail!("key {key:?}: unsupported value {other}"),
+        .with_context(|| format!("reading config {}", path.display()))?;
+    apply_text(a, &text, &|id| {
+        m.value_source(id) == Some(ValueSource::CommandLine)
     })
+    .with_context(|| format!("in config {}", path.display()))
 }
 
-/// TOML table -> `--flag value` list and the services' tables; a key that is no serve flag is
-/// an error naming the file's key (not a flag).
-pub fn flags_from_toml(text: &str, known: &[Flag]) -> Result<(Vec<String>, ServiceTables)> {
+/// `apply` on the file's text; `on_command_line(id)`: whether the flag of setting `id` was
+/// given there.
+pub fn apply_text(
+    a: &mut ServeArgs,
+    text: &str,
+    on_command_line: &dyn Fn(&str) -> bool,
+) -> Result<()> {
     let table: toml::Table = text.parse().context("invalid TOML")?;
-    let mut out = Vec::new();
-    let mut tables = ServiceTables::new();
+    let keys = setting_keys();
+    let mut settings = toml::Table::try_from(&*a).context("the flags' settings as TOML")?;
+    let mut taken = Vec::new();
     for (key, value) in table {
-        if key == "config" {
-            bail!("a config file cannot name another config file");
-        }
-        if key == "services" {
-            let toml::Value::Table(services) = value else {
-                bail!("\"services\" must be a table of [services.NAME] tables");
-            };
-            for (name, t) in services {
-                let toml::Value::Table(t) = t else {
-                    bail!("[services.{name}] must be a table");
+        let id = key.replace('-', "_");
+        match id.as_str() {
+            "config" => bail!("a config file cannot name another config file"),
+            "service_opt" => {
+                bail!("key {key:?}: a config file sets services' keys in [services.NAME] tables")
+            }
+            "services" => {
+                let toml::Value::Table(services) = value else {
+                    bail!("\"services\" must be a table of [services.NAME] tables");
                 };
-                tables.insert(name, t);
+                for (name, t) in services {
+                    let toml::Value::Table(t) = t else {
+                        bail!("[services.{name}] must be a table");
+                    };
+                    a.service_settings.entry(name).or_default().extend(t);
+                }
             }
-            continue;
-        }
-        let name = key.replace('_', "-");
-        let Some(known) = known
-            .iter()
-            .find(|f| f.name == name && name != "service-opt")
-        else {
-            bail!(
-                "unknown key {key:?} (keys are the serve flags without \"--\", e.g. io_threads, and [services.NAME] tables)"
-            );
-        };
-        let flag = format!("--{name}");
-        match &value {
-            toml::Value::Boolean(true) if known.switch => out.push(flag),
-            toml::Value::Boolean(false) if known.switch => {}
-            v => {
-                out.push(flag);
-                out.push(scalar(&key, v)?);
+            _ if keys.contains(&id) => {
+                if !on_command_line(&id) {
+                    settings.insert(id.clone(), value);
+                    taken.push((key, id));
+                }
             }
+            _ => match cohort_services::catalog::flag_owner(&key.replace('_', "-")) {
+                // A service's own flag: the service's setting, as the flag would set it.
+                Some((service, flag)) => {
+                    if !on_command_line(flag.long) {
+                        a.set_service(service.name, flag.key, value);
+                    }
+                }
+                None => bail!(
+                    "unknown key {key:?} (keys are the serve flags without \"--\", e.g. \
+                     io_threads, and [services.NAME] tables)"
+                ),
+            },
         }
     }
-    Ok((out, tables))
+    let read = |t: toml::Table| -> Result<ServeArgs, toml::de::Error> { t.try_into() };
+    let typed = match read(settings) {
+        Ok(typed) => typed,
+        // Name the key whose value its field's type refused.
+        Err(e) => {
+            for (key, id) in &taken {
+                let mut one = toml::Table::try_from(&*a)?;
+                one.insert(id.clone(), table_value(text, key));
+                if let Err(e) = read(one) {
+                    bail!("key {key:?}: {}", e.message());
+                }
+            }
+            bail!("{}", e.message());
+        }
+    };
+    anyhow::ensure!(
+        typed.tls_cert.is_some() == typed.tls_key.is_some(),
+        "tls_cert and tls_key go together: give both or neither"
+    );
+    let ServeArgs {
+        service_settings,
+        from_file,
+        config,
+        ..
+    } = std::mem::replace(a, typed);
+    a.service_settings = service_settings;
+    a.config = config;
+    a.from_file = from_file;
+    a.from_file.extend(taken.into_iter().map(|(_, id)| id));
+    Ok(())
+}
+
+/// The file's value of `key` (parsed again: the table was consumed).
+fn table_value(text: &str, key: &str) -> toml::Value {
+    let t: toml::Table = text.parse().expect("parsed once already");
+    t[key].clone()
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
-    fn known() -> Vec<Flag> {
-        [
-            "service",
-            "io-threads",
-            "cpus",
-            "verbose",
-            "service-opt",
-            "udp-gso",
-        ]
-        .iter()
-        .map(|s| Flag {
-            name: s.to_string(),
-            switch: *s == "verbose",
-        })
-        .collect()
+    fn args() -> ServeArgs {
+        ServeArgs::loopback("echo")
+    }
+
+    fn apply_cli(text: &str, cli: &[&str]) -> Result<ServeArgs> {
+        let mut a = args();
+        apply_text(&mut a, text, &|id| cli.contains(&id))?;
+        Ok(a)
     }
 
     #[test]
-    fn toml_becomes_flags() {
-        let (f, tables) = flags_from_toml(
-            "service = \"echo\"\nio_threads = 2\ncpus = [0, 1]\nverbose = false\nudp_gso = false\n[services.knn]\nmax_cohort = 512\ngpus = [0, 1]\n",
-            &known(),
+    fn the_file_fills_typed_settings_and_service_tables() {
+        let a = apply_cli(
+            "service = \"echo\"\nio_threads = 2\ncpus = [0, 1]\nudp_gso = false\n\
+             max_buffered_bytes = \"64M\"\nfair-queue = \"on\"\nmax_cohort = 300\n\
+             gpus = \"0-2\"\n[services.knn]\nmax_cohort = 512\ngpus = [0, 1]\n",
+            &[],
         )
         .unwrap();
-        let knn = &tables["knn"];
+        assert_eq!(a.service, "echo");
+        assert_eq!(a.io_threads, 2);
+        assert_eq!(a.cpus.as_ref().unwrap().0, vec![0, 1]);
+        assert!(!a.udp_gso && a.fair_queue);
+        assert_eq!(a.max_buffered_bytes, Some(64 << 20));
+        assert_eq!(a.gpu.max_cohort, 300);
+        assert_eq!(a.gpu.gpus, vec![0, 1, 2]);
+        let knn = &a.service_settings["knn"];
         assert_eq!(knn["max_cohort"], toml::Value::Integer(512));
+        // Untouched settings keep the flags' values (defaults here).
+        assert_eq!(a.udp.as_deref(), Some("127.0.0.1:0"));
+        assert_eq!(a.default_timeout_us, 1_000_000);
+        assert!(a.from_file.contains("io_threads") && !a.from_file.contains("udp"));
+    }
+
+    #[test]
+    fn a_services_flag_in_the_file_sets_that_services_setting() {
+        let (service, flag) = cohort_services::catalog::flags()
+            .next()
+            .expect("a service with a flag");
+        let key = flag.long.replace('-', "_");
+        let a = apply_cli(&format!("{key} = \"x\"\n"), &[]).unwrap();
         assert_eq!(
-            knn["gpus"],
-            toml::Value::Array(vec![toml::Value::Integer(0), toml::Value::Integer(1)])
+            a.service_settings[service.name][flag.key],
+            toml::Value::String("x".into())
         );
-        assert_eq!(
-            f,
-            vec![
-                "--cpus",
-                "0,1",
-                "--io-threads",
-                "2",
-                "--service",
-                "echo",
-                "--udp-gso",
-                "false"
-            ]
-        );
-        assert!(flags_from_toml("x = {a = 1}", &known()).is_err());
-        assert!(flags_from_toml("not toml at all =", &known()).is_err());
-        assert!(flags_from_toml("config = \"other.toml\"", &known()).is_err());
-        let e = flags_from_toml("io_thread = 2", &known())
-            .unwrap_err()
-            .to_string();
-        assert!(
-            e.contains("unknown key \"io_thread\"") && !e.contains("--io-thread "),
-            "{e}"
-        );
-        assert!(flags_from_toml("services = 3", &known()).is_err());
+        let a = apply_cli(&format!("{key} = \"x\"\n"), &[flag.long]).unwrap();
+        assert!(!a.service_settings.contains_key(service.name));
     }
 
     #[test]
     fn command_line_flags_win() {
-        let dir = tempdir();
-        let p = dir.join("c.toml");
-        std::fs::write(&p, "io_threads = 3\n").unwrap();
-        let args: Vec<OsString> = [
-            "cohort",
-            "serve",
-            "--config",
-            p.to_str().unwrap(),
-            "--io-threads",
-            "5",
-        ]
-        .iter()
-        .map(OsString::from)
-        .collect();
-        let out: Vec<String> = expand(args, &known())
-            .unwrap()
-            .0
-            .into_iter()
-            .map(|s| s.into_string().unwrap())
-            .collect();
-        assert!(!out.contains(&"3".to_string()), "{out:?}");
-        assert!(out.contains(&"5".to_string()), "{out:?}");
-        std::fs::remove_dir_all(&dir).unwrap();
+        let mut cli = args();
+        cli.io_threads = 5;
+        apply_text(&mut cli, "io_threads = 3\nworkers = 7\n", &|id| {
+            id == "io_threads"
+        })
+        .unwrap();
+        assert_eq!(cli.io_threads, 5);
+        assert_eq!(cli.cpu.workers, 7);
     }
 
-    fn tempdir() -> std::path::PathBuf {
-        let dir = std::env::temp_dir().join(format!("cohort-cfg-{}", std::process::id()));
-        std::fs::create_dir_all(&dir).unwrap();
-        dir
+    #[test]
+    fn bad_files_are_refused_naming_the_key() {
+        let e = |text: &str| format!("{:#}", apply_cli(text, &[]).unwrap_err());
+        assert!(e("x = {a = 1}").contains("unknown key \"x\""));
+        assert!(e("not toml at all =").contains("invalid TOML"));
+        assert!(e("config = \"other.toml\"").contains("cannot name another config file"));
+        let unknown = e("io_thread = 2");
+        assert!(unknown.contains("unknown key \"io_thread\""), "{unknown}");
+        assert!(e("services = 3").contains("[services.NAME]"));
+        assert!(e("service_opt = \"echo.x=1\"").contains("[services.NAME] tables"));
+        let typed = e("io_threads = \"two\"");
+        assert!(typed.contains("key \"io_threads\""), "{typed}");
+        let flat = e("control_threads = \"many\"");
+        assert!(flat.contains("key \"control_threads\""), "{flat}");
+        assert!(e("fair_queue = \"maybe\"").contains("expected on or off"));
+        assert!(e("tls_cert = \"c.pem\"").contains("tls_cert and tls_key go together"));
+    }
+
+    #[test]
+    fn what_check_config_writes_reads_back_the_same() {
+        let a = apply_cli(
+            "io_threads = 3\nmax_buffered_bytes = \"1G\"\nsocket_buffer_bytes = 0\n\
+             udp_io = \"uring\"\nstages = \"4:8:1\"\ndispatch = \"key-hash\"\n",
+            &[],
+        )
+        .unwrap();
+        let written = toml::to_string(&a).unwrap();
+        let mut b = apply_cli(&written, &[]).unwrap();
+        b.from_file = a.from_file.clone();
+        assert_eq!(format!("{a:?}"), format!("{b:?}"), "{written}");
     }
 }

@@ -9,6 +9,7 @@ mod engines;
 pub mod gpu_args;
 pub mod plan;
 mod resolved;
+mod serve_serde;
 mod slice;
 pub mod util;
 
@@ -23,12 +24,17 @@ pub use engine_config::{AdmissionArgs, CpuEngineArgs, HybridEngineArgs, Persiste
 pub use engines::{start_engines, EngineSide};
 pub use gpu_args::GpuEngineArgs;
 
-#[derive(Args, Debug, Clone)]
+/// Every serve setting, typed: filled by clap from the flags and by serde from a config file
+/// (`config_file::apply`: each key the command line leaves unset, read with its field's own
+/// type), and written back by `--check-config`. Field names are the config keys; the flags
+/// are the same names with `-`.
+#[derive(Args, Debug, Clone, serde::Serialize, serde::Deserialize)]
 pub struct ServeArgs {
     /// TOML file of serve settings, keys named as these flags (io_threads = 2, ...), plus a
     /// `[services.NAME]` table per service (engine, gpus, max_cohort, ...); flags given on the
     /// command line override it.
     #[arg(long)]
+    #[serde(skip)]
     pub config: Option<std::path::PathBuf>,
     /// Check the configuration (flags, config file, index file) and exit without serving.
     #[arg(long)]
@@ -44,12 +50,19 @@ pub struct ServeArgs {
     /// gpu_slots, latency_budget_us, ...), over those flags for this service. A config file's
     /// [services.NAME] tables take the same keys (below these in precedence).
     #[arg(long)]
+    #[serde(default, skip_serializing_if = "Vec::is_empty")]
     pub service_opt: Vec<String>,
     /// The services' settings given by their `[services.NAME]` tables and by the serve flags
     /// each service declares (service name -> key -> value): filled by `main` from the config
     /// file and those flags, read by `plan`.
     #[arg(skip)]
+    #[serde(skip)]
     pub service_settings: std::collections::BTreeMap<String, cohort_services::config::Settings>,
+    /// The settings a config file gave (their keys), for `--check-config` to tell them from
+    /// defaults.
+    #[arg(skip)]
+    #[serde(skip)]
+    pub from_file: std::collections::BTreeSet<String>,
     /// Engine of the services that name none: cpu, inline (the io thread runs the CPU
     /// function: no worker hand-off; for microsecond services), gpu-direct, gpu-cohort,
     /// gpu-persistent or hybrid.
@@ -57,54 +70,68 @@ pub struct ServeArgs {
     pub engine: String,
     /// What every engine honours per service: admission, deadlines, lane choice.
     #[command(flatten)]
+    #[serde(flatten)]
     pub admission: AdmissionArgs,
     /// The cpu engine's workers.
     #[command(flatten)]
+    #[serde(flatten)]
     pub cpu: CpuEngineArgs,
     /// The GPU batching engines' settings.
     #[command(flatten)]
+    #[serde(flatten)]
     pub gpu: GpuEngineArgs,
     /// gpu-persistent's settings.
     #[command(flatten)]
+    #[serde(flatten)]
     pub persistent: PersistentEngineArgs,
     /// hybrid's settings.
     #[command(flatten)]
+    #[serde(flatten)]
     pub hybrid: HybridEngineArgs,
     /// UDP listen address (HOST:PORT; host names are resolved).
     #[arg(long)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub udp: Option<String>,
     /// TCP listen address (HOST:PORT; host names are resolved).
     #[arg(long)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tcp: Option<String>,
     /// HTTP listen address (HOST:PORT; host names are resolved).
     #[arg(long)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub http: Option<String>,
     /// Admin listen address (HOST:PORT, or a PORT alone for loopback): `GET /metrics` and
     /// `GET /healthz` there, and `/metrics` no longer on the HTTP port.
     #[arg(long)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub admin: Option<String>,
     /// API keys file (TOML, `[[key]]` tables of id, secret, services): every request must
     /// then carry a key that allows its service - HTTP `Authorization: Bearer SECRET`, UDP/TCP
     /// frames signed with it (docs/protocol.md, Authentication). SIGHUP reloads the file.
     #[arg(long)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub auth_keys: Option<std::path::PathBuf>,
     /// TLS certificate chain (PEM): the TCP and HTTP listeners then speak TLS only (rustls;
     /// give --tls-key with it).
     #[arg(long, requires = "tls_key")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls_cert: Option<std::path::PathBuf>,
     /// TLS private key (PEM) of --tls-cert.
     #[arg(long, requires = "tls_cert")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls_key: Option<std::path::PathBuf>,
     /// io threads: each owns one UDP socket and one TCP/HTTP shard (listeners, ingress).
     #[arg(long, default_value_t = 1)]
     pub io_threads: usize,
     /// Pin network threads to these cores, e.g. 0-1,4.
     #[arg(long, value_parser = parse_cpu_list)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub cpus: Option<CpuList>,
     /// How long an idle cpu worker polls before parking, in microseconds (default: 50 when
     /// the workers and io threads have a core each, else 0: spinning on a shared core only
     /// steals it from the thread that would produce the work).
     #[arg(long)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub worker_spin_us: Option<u64>,
     /// Fair queueing between clients on the cpu engine: each worker runs next the request of
     /// the client (API key, else source address) that has had the least service time, among
@@ -112,6 +139,7 @@ pub struct ServeArgs {
     /// on|off. Off by default (arrival order): on the H200 it cost cpu-engine HTTP echo 20% of
     /// its rate on 8 cores (bench/README.md), not yet explained.
     #[arg(long, value_parser = parse_on_off, default_value = "off", action = clap::ArgAction::Set)]
+    #[serde(with = "serve_serde::on_off")]
     pub fair_queue: bool,
     /// Deadline for requests that carry none (their header says 0).
     #[arg(long, default_value_t = 1_000_000)]
@@ -124,11 +152,17 @@ pub struct ServeArgs {
     /// 503 (HTTP) and is closed. Default: the process's file-descriptor limit (raised to its
     /// hard limit at start) less 256 for the server's own files.
     #[arg(long)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub max_connections: Option<usize>,
     /// Bytes of requests and answers all TCP/HTTP connections may hold together (e.g. 512M,
     /// 2G); while over it no connection is read. Default: an eighth of the machine's memory,
     /// between 64M and 4G.
     #[arg(long, value_parser = parse_bytes)]
+    #[serde(
+        default,
+        skip_serializing_if = "Option::is_none",
+        with = "serve_serde::bytes::option"
+    )]
     pub max_buffered_bytes: Option<usize>,
     /// Requests one client (source address, over UDP, TCP and HTTP together) may have in
     /// flight; past it OVERLOADED (HTTP 429). 0 = no cap. Clients behind one address (a
@@ -152,12 +186,14 @@ pub struct ServeArgs {
     /// holds until it is closed. 0 = the kernel's autotuning (up to its tcp_rmem/tcp_wmem
     /// maximum, megabytes a connection; for high-latency clients).
     #[arg(long, value_parser = parse_bytes_or_zero, default_value_t = cohort_net::DEFAULT_SOCKET_BUFFER)]
+    #[serde(with = "serve_serde::bytes")]
     pub socket_buffer_bytes: usize,
     /// How long an idle UDP io thread polls its socket and answer rings before sleeping, in
     /// microseconds (0: sleep at once). Default: 50 with one io thread, else 0 - measured on
     /// an H200 host: one io thread 2-3x the rate at p99 <= 1 ms; eight io threads beside eight
     /// workers on eight cores lost more than half (bench/README.md, "The host's UDP path").
     #[arg(long)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub io_spin_us: Option<u64>,
     /// How UDP io threads drive their sockets: recvmmsg (recvmmsg/sendmmsg batches, poll()
     /// to sleep) or uring (io_uring: one multishot receive into kernel-picked buffers,
@@ -170,16 +206,21 @@ pub struct ServeArgs {
     /// send path, cut into datagrams at the end). on|off. Where the kernel lacks it, the
     /// server says so once and sends datagram by datagram.
     #[arg(long, value_parser = parse_on_off, default_value = "on", action = clap::ArgAction::Set)]
+    #[serde(with = "serve_serde::on_off")]
     pub udp_gso: bool,
     /// Ask the kernel's fair scheduler for this time slice (microseconds, 100 to 100000) for
     /// every server thread: a shorter slice lets a waking io thread preempt a CPU-bound
     /// neighbour on its core sooner (Linux 6.12+, no privilege needed; older kernels ignore
     /// it). Default: the kernel's.
     #[arg(long)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
     pub sched_slice_us: Option<u64>,
 }
 
-#[derive(Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum)]
+#[derive(
+    Debug, Clone, Copy, PartialEq, Eq, clap::ValueEnum, serde::Serialize, serde::Deserialize,
+)]
+#[serde(rename_all = "lowercase")]
 pub enum UdpIoArg {
     Recvmmsg,
     Uring,
@@ -466,7 +507,8 @@ fn check_gpus(plans: &[plan::ServicePlan]) -> Result<()> {
     Ok(())
 }
 
-/// `matches`: the serve command's parsed arguments (for `--check-config` to print them).
+/// `matches`: the serve command's parsed arguments (`--check-config` marks the settings they
+/// did not give, nor the config file, as defaults).
 pub fn run(a: ServeArgs, matches: Option<&clap::ArgMatches>) -> Result<()> {
     use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
     if a.check_config {
@@ -475,9 +517,7 @@ pub fn run(a: ServeArgs, matches: Option<&clap::ArgMatches>) -> Result<()> {
         for p in &plans {
             println!("# service {}: engine {}", p.name, p.cfg.engine.name());
         }
-        if let Some(m) = matches {
-            print!("{}", resolved::as_toml(m, &plans)?);
-        }
+        print!("{}", resolved::as_toml(&a, matches, &plans)?);
         return Ok(());
     }
     tracing::debug!(config = ?a, "starting");

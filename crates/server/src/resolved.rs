@@ -1,50 +1,36 @@
 //! `cohort serve --check-config` prints the configuration it resolved (flags, config file and
-//! defaults together) as a config file: keys named as the flags, each default marked, then a
-//! `[services.NAME]` table per service served: its engine's knobs and its own settings as its
-//! typed settings resolved them (every default filled in). Fed back through `--config`, it
-//! gives the same server.
+//! defaults together, as the typed `ServeArgs` holds it) as a config file: keys named as the
+//! flags, each default marked, then a `[services.NAME]` table per service served: its engine's
+//! knobs and its own settings as its typed settings resolved them (every default filled in).
+//! Fed back through `--config`, it gives the same server.
 
 use crate::plan::{engine_settings, resolved_settings, ServicePlan};
+use crate::ServeArgs;
 use clap::parser::ValueSource;
 use clap::ArgMatches;
 
-/// Flags that are not settings of the server.
-const NOT_SETTINGS: [&str; 3] = ["config", "check_config", "log_level"];
-
-fn value(raw: &str) -> toml::Value {
-    match raw.parse::<i64>() {
-        Ok(i) => toml::Value::Integer(i),
-        Err(_) => toml::Value::String(raw.to_string()),
-    }
-}
-
-/// The serve command's settings and the services' `plans` as TOML.
-pub fn as_toml(m: &ArgMatches, plans: &[ServicePlan]) -> anyhow::Result<String> {
+/// The serve settings `a` holds (typed, as the flags and the config file filled them) and the
+/// services' `plans` as TOML; `m`, the command line's matches, tells a setting given there or
+/// in the file from a default.
+pub fn as_toml(
+    a: &ServeArgs,
+    m: Option<&ArgMatches>,
+    plans: &[ServicePlan],
+) -> anyhow::Result<String> {
+    let values = toml::Table::try_from(a)?;
     let mut lines = Vec::new();
-    for id in m.ids() {
-        let id = id.as_str();
-        // Argument ids are the fields' snake_case names; the derived group of the whole
-        // struct (`ServeArgs`) is not a setting; the services' own flags and --service-opt
-        // are printed in the services' tables.
-        if NOT_SETTINGS.contains(&id)
-            || id == "service_opt"
-            || id.chars().any(|c| c.is_ascii_uppercase())
-            || cohort_services::catalog::flag_owner(id).is_some()
-        {
+    for id in crate::config_file::setting_keys() {
+        // Not a setting of the server: the switch that asked for this printout.
+        if id == "check_config" {
             continue;
         }
-        let Some(raw) = m.get_raw(id) else {
+        let Some(v) = values.get(&id) else {
             lines.push(format!("# {id}: not set"));
             continue;
         };
-        let raw: Vec<String> = raw.map(|v| v.to_string_lossy().into_owned()).collect();
-        let v = match raw.as_slice() {
-            [one] if one == "true" || one == "false" => toml::Value::Boolean(one == "true"),
-            [one] => value(one),
-            many => toml::Value::String(many.join(",")),
-        };
-        let default = matches!(m.value_source(id), Some(ValueSource::DefaultValue));
-        let note = if default { "  # default" } else { "" };
+        let given = a.from_file.contains(&id)
+            || m.is_some_and(|m| m.value_source(&id) == Some(ValueSource::CommandLine));
+        let note = if given { "" } else { "  # default" };
         lines.push(format!("{id} = {v}{note}"));
     }
     lines.sort();
