@@ -77,6 +77,9 @@ pub(crate) struct Recorder {
     pub ok_ns: Histogram<u64>,
     pub all_ns: Histogram<u64>,
     pub lag_ns: Histogram<u64>,
+    /// How long each answer waited in the socket after the kernel received it, before a
+    /// generator thread read it (UDP, where the kernel stamps datagrams).
+    pub read_ns: Histogram<u64>,
     pub sent: u64,
     pub ok: u64,
     pub errors: BTreeMap<String, u64>,
@@ -105,6 +108,7 @@ impl Recorder {
             ok_ns: hist(),
             all_ns: hist(),
             lag_ns: hist(),
+            read_ns: hist(),
             sent: 0,
             ok: 0,
             errors: BTreeMap::new(),
@@ -115,6 +119,14 @@ impl Recorder {
 
     fn error(&mut self, name: &str) {
         *self.errors.entry(name.to_string()).or_insert(0) += 1;
+    }
+
+    /// An answer was read `waited_ns` after the kernel received it (counted for reads in
+    /// the measured window, as the send lag is for sends).
+    pub fn on_read(&mut self, sh: &Shared, waited_ns: u64) {
+        if sh.measured(sh.now_ns()) {
+            self.read_ns.saturating_record(waited_ns.max(1));
+        }
     }
 
     /// Registers a request about to be sent at `intended_ns` (now = `now_ns`).
@@ -198,6 +210,7 @@ impl Recorder {
         self.ok_ns.add(&o.ok_ns).expect("same bounds");
         self.all_ns.add(&o.all_ns).expect("same bounds");
         self.lag_ns.add(&o.lag_ns).expect("same bounds");
+        self.read_ns.add(&o.read_ns).expect("same bounds");
         self.sent += o.sent;
         self.ok += o.ok;
         self.unexpected += o.unexpected;

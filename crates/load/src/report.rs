@@ -71,6 +71,13 @@ pub struct Report {
     /// How late the generator sent, p99 and max, in microseconds.
     pub send_lag_us_p99: f64,
     pub send_lag_us_max: f64,
+    /// How long answers waited in the generator's sockets before it read them (the kernel's
+    /// receive stamp to the read), p99 and max, in microseconds: the generator's own share
+    /// of the latencies. UDP only (absent where the kernel stamps nothing).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub read_lag_us_p99: Option<f64>,
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub read_lag_us_max: Option<f64>,
     /// Answers that matched no outstanding request (duplicates or after their request was
     /// given up).
     pub unexpected_answers: u64,
@@ -87,6 +94,11 @@ pub struct Report {
     #[serde(flatten)]
     pub extra: serde_json::Map<String, serde_json::Value>,
 }
+
+/// Lateness, in microseconds at p99, past which the generator rather than the server set a
+/// run's figures: sending past its schedule, or reading answers after they arrived.
+pub const SEND_LAG_BOUND_US: f64 = 1000.0;
+pub const READ_LAG_BOUND_US: f64 = 1000.0;
 
 impl Report {
     pub fn error_total(&self) -> u64 {
@@ -138,10 +150,18 @@ impl Report {
         }
         if self.generator_saturated {
             notes.push(format!(
-                "gen_sat: the generator sent up to {:.1} ms late (p99 {:.1} ms): it, not the \
+                "gen_sat: the generator sent up to {:.1} ms late (p99 {:.1} ms){}: it, not the \
                  server, set this row's pace; give it more --connections or cores",
                 self.send_lag_us_max / 1000.0,
-                self.send_lag_us_p99 / 1000.0
+                self.send_lag_us_p99 / 1000.0,
+                match (self.read_lag_us_p99, self.read_lag_us_max) {
+                    (Some(p99), Some(max)) if p99 > READ_LAG_BOUND_US => format!(
+                        " and read answers up to {:.1} ms after they arrived (p99 {:.1} ms)",
+                        max / 1000.0,
+                        p99 / 1000.0
+                    ),
+                    _ => String::new(),
+                }
             ));
         }
         if self.errors.get("wrong_answer").copied().unwrap_or(0) > 0 {
@@ -207,6 +227,8 @@ mod tests {
             generator_saturated: true,
             send_lag_us_p99: 1500.0,
             send_lag_us_max: 4200.0,
+            read_lag_us_p99: None,
+            read_lag_us_max: None,
             unexpected_answers: 0,
             goaway: false,
             energy: None,

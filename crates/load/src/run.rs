@@ -123,11 +123,25 @@ fn report(cfg: &LoadConfig, sh: &Shared, rec: Recorder, w: &dyn Workload) -> Rep
         Mode::Closed { concurrency } => ("closed", None, Some(concurrency)),
     };
     let lag_p99 = rec.lag_ns.value_at_quantile(0.99) as f64 / 1000.0;
+    let read = (!rec.read_ns.is_empty()).then(|| {
+        (
+            rec.read_ns.value_at_quantile(0.99) as f64 / 1000.0,
+            rec.read_ns.max() as f64 / 1000.0,
+        )
+    });
     let goaway = sh.goaway_seen.load(Ordering::Acquire);
-    // Open loop: the generator is saturated when it sent late (p99 lag over 1 ms) or sent
-    // visibly fewer requests than the schedule asked for.
+    // Open loop: the generator is saturated when it sent late (p99 lag over 1 ms), read its
+    // answers late (p99 over 1 ms after the kernel had them: its threads were held off their
+    // cores, and the latencies are partly its own), or sent visibly fewer requests than the
+    // schedule asked for.
+    let read_late = read.is_some_and(|(p99, _)| p99 > crate::report::READ_LAG_BOUND_US);
     let generator_saturated = match offered {
-        Some(r) => !goaway && (lag_p99 > 1000.0 || (rec.sent as f64) < 0.97 * r * secs),
+        Some(r) => {
+            !goaway
+                && (lag_p99 > crate::report::SEND_LAG_BOUND_US
+                    || read_late
+                    || (rec.sent as f64) < 0.97 * r * secs)
+        }
         None => false,
     };
     // The workload's word on wrong answers, only in a report that has some.
@@ -149,6 +163,8 @@ fn report(cfg: &LoadConfig, sh: &Shared, rec: Recorder, w: &dyn Workload) -> Rep
         generator_saturated,
         send_lag_us_p99: lag_p99,
         send_lag_us_max: rec.lag_ns.max() as f64 / 1000.0,
+        read_lag_us_p99: read.map(|r| r.0),
+        read_lag_us_max: read.map(|r| r.1),
         unexpected_answers: rec.unexpected,
         goaway,
         errors: rec.errors,

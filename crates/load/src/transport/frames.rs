@@ -47,7 +47,8 @@ impl Write for SharedTls {
 
 /// What the receive side got.
 enum Got {
-    Frame(Header, Vec<u8>),
+    /// A frame, and how long it waited in the socket when the kernel stamped it.
+    Frame(Header, Vec<u8>, Option<u64>),
     /// Nothing within one tick.
     Idle,
     /// The connection is closed.
@@ -75,6 +76,9 @@ fn connect(target: Target, tls: Option<&Arc<rustls::ClientConfig>>) -> Result<(T
             s.connect(addr)
                 .with_context(|| format!("udp connect {addr}"))?;
             s.set_read_timeout(Some(TICK))?;
+            // Answers carry the kernel's receive time: the report's read lag (a kernel that
+            // refuses leaves it out).
+            super::rx_stamp::enable(&s);
             Ok((Tx::Udp(s.try_clone()?), Rx::Udp(s, vec![0u8; 65_536])))
         }
         Target::Tcp(addr) => {
@@ -134,9 +138,13 @@ impl Tx {
 impl Rx {
     fn recv(&mut self) -> Got {
         match self {
-            Rx::Udp(s, buf) => match s.recv(buf) {
-                Ok(n) => match Frame::decode_datagram(&buf[..n], MAX_PAYLOAD) {
-                    Ok(f) => Got::Frame(f.header, f.payload.to_vec()),
+            Rx::Udp(s, buf) => match super::rx_stamp::recv(s, buf) {
+                Ok((n, stamp)) => match Frame::decode_datagram(&buf[..n], MAX_PAYLOAD) {
+                    Ok(f) => Got::Frame(
+                        f.header,
+                        f.payload.to_vec(),
+                        stamp.map(super::rx_stamp::waited_ns),
+                    ),
                     Err(_) => Got::Idle, // not ours; ignore
                 },
                 Err(e) if matches!(e.kind(), ErrorKind::WouldBlock | ErrorKind::TimedOut) => {
@@ -148,7 +156,7 @@ impl Rx {
             Rx::Tcp(s, buf, filled) => loop {
                 match Frame::decode_stream(&buf[..*filled], MAX_PAYLOAD) {
                     Ok(Some((f, used))) => {
-                        let out = Got::Frame(f.header, f.payload.to_vec());
+                        let out = Got::Frame(f.header, f.payload.to_vec(), None);
                         buf.copy_within(used..*filled, 0);
                         *filled -= used;
                         return out;
@@ -320,9 +328,13 @@ fn open_udp(
     while !sh.stop.load(Ordering::Acquire) {
         // Everything that has arrived.
         loop {
-            match sock.recv(&mut buf) {
-                Ok(n) => {
+            match super::rx_stamp::recv(&sock, &mut buf) {
+                Ok((n, stamp)) => {
                     if let Ok(f) = Frame::decode_datagram(&buf[..n], MAX_PAYLOAD) {
+                        if let Some(stamp) = stamp {
+                            let waited = super::rx_stamp::waited_ns(stamp);
+                            rec.on_read(sh, waited);
+                        }
                         if !on_frame(sh, &mut rec, c, f.header, f.payload) {
                             sending = false;
                         }
@@ -388,7 +400,10 @@ fn receiver(sh: &Shared, c: usize, mut rx: Rx) -> Recorder {
     let mut rec = Recorder::new();
     while !sh.stop.load(Ordering::Acquire) {
         match rx.recv() {
-            Got::Frame(h, p) => {
+            Got::Frame(h, p, waited) => {
+                if let Some(w) = waited {
+                    rec.on_read(sh, w);
+                }
                 on_frame(sh, &mut rec, c, h, &p);
             }
             Got::Idle => {}
@@ -448,7 +463,10 @@ fn closed_loop(sh: &Shared, c: usize, tx: Tx, mut rx: Rx, depth: usize) -> Recor
     let drain_end = sh.end_ns + sh.answer_timeout.as_nanos() as u64;
     while (!conn.outstanding.is_empty() || sending) && sh.now_ns() < drain_end {
         match rx.recv() {
-            Got::Frame(h, p) => {
+            Got::Frame(h, p, waited) => {
+                if let Some(w) = waited {
+                    rec.on_read(sh, w);
+                }
                 conn.outstanding.remove(&h.request_id);
                 if !on_frame(sh, &mut rec, c, h, &p) {
                     sending = false;

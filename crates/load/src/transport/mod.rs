@@ -3,3 +3,4 @@
 pub(crate) mod frames;
 pub(crate) mod http;
 pub(crate) mod pages;
+pub(crate) mod rx_stamp;
