@@ -63,7 +63,20 @@ pub fn apply_text(
     text: &str,
     on_command_line: &dyn Fn(&str) -> bool,
 ) -> Result<()> {
-    let table: toml::Table = text.parse().context("invalid TOML")?;
+    let mut table: toml::Table = text.parse().context("invalid TOML")?;
+    // The services' tables first: a service's flag given at the top of the file is set over
+    // its table's key, whatever their order in the file.
+    if let Some(services) = table.remove("services") {
+        let toml::Value::Table(services) = services else {
+            bail!("\"services\" must be a table of [services.NAME] tables");
+        };
+        for (name, t) in services {
+            let toml::Value::Table(t) = t else {
+                bail!("[services.{name}] must be a table");
+            };
+            a.service_settings.entry(name).or_default().extend(t);
+        }
+    }
     let keys = setting_keys();
     let mut settings = toml::Table::try_from(&*a).context("the flags' settings as TOML")?;
     let mut taken = Vec::new();
@@ -73,17 +86,6 @@ pub fn apply_text(
             "config" => bail!("a config file cannot name another config file"),
             "service_opt" => {
                 bail!("key {key:?}: a config file sets services' keys in [services.NAME] tables")
-            }
-            "services" => {
-                let toml::Value::Table(services) = value else {
-                    bail!("\"services\" must be a table of [services.NAME] tables");
-                };
-                for (name, t) in services {
-                    let toml::Value::Table(t) = t else {
-                        bail!("[services.{name}] must be a table");
-                    };
-                    a.service_settings.entry(name).or_default().extend(t);
-                }
             }
             _ if keys.contains(&id) => {
                 if !on_command_line(&id) {
@@ -194,6 +196,18 @@ mod tests {
         );
         let a = apply_cli(&format!("{key} = \"x\"\n"), &[flag.long]).unwrap();
         assert!(!a.service_settings.contains_key(service.name));
+        // Over the service's table, wherever the table stands in the file.
+        let name = service.name;
+        let inner = flag.key;
+        let a = apply_cli(
+            &format!("{key} = \"flag\"\n[services.{name}]\n{inner} = \"table\"\n"),
+            &[],
+        )
+        .unwrap();
+        assert_eq!(
+            a.service_settings[name][inner],
+            toml::Value::String("flag".into())
+        );
     }
 
     #[test]
