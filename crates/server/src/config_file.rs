@@ -78,7 +78,9 @@ pub fn apply_text(
         }
     }
     let keys = setting_keys();
-    let mut settings = toml::Table::try_from(&*a).context("the flags' settings as TOML")?;
+    let flags = toml::Table::try_from(&*a).context("the flags' settings as TOML")?;
+    let mut settings = flags.clone();
+    // The settings the file gave: (its key, the field, the value).
     let mut taken = Vec::new();
     for (key, value) in table {
         let id = key.replace('-', "_");
@@ -89,8 +91,8 @@ pub fn apply_text(
             }
             _ if keys.contains(&id) => {
                 if !on_command_line(&id) {
-                    settings.insert(id.clone(), value);
-                    taken.push((key, id));
+                    settings.insert(id.clone(), value.clone());
+                    taken.push((key, id, value));
                 }
             }
             _ => match cohort_services::catalog::flag_owner(&key.replace('_', "-")) {
@@ -112,9 +114,9 @@ pub fn apply_text(
         Ok(typed) => typed,
         // Name the key whose value its field's type refused.
         Err(e) => {
-            for (key, id) in &taken {
-                let mut one = toml::Table::try_from(&*a)?;
-                one.insert(id.clone(), table_value(text, key));
+            for (key, id, value) in &taken {
+                let mut one = flags.clone();
+                one.insert(id.clone(), value.clone());
                 if let Err(e) = read(one) {
                     bail!("key {key:?}: {}", e.message());
                 }
@@ -135,14 +137,8 @@ pub fn apply_text(
     a.service_settings = service_settings;
     a.config = config;
     a.from_file = from_file;
-    a.from_file.extend(taken.into_iter().map(|(_, id)| id));
+    a.from_file.extend(taken.into_iter().map(|(_, id, _)| id));
     Ok(())
-}
-
-/// The file's value of `key` (parsed again: the table was consumed).
-fn table_value(text: &str, key: &str) -> toml::Value {
-    let t: toml::Table = text.parse().expect("parsed once already");
-    t[key].clone()
 }
 
 #[cfg(test)]
