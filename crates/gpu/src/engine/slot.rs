@@ -45,8 +45,9 @@ impl GpuSlot {
         }
     }
 
-    /// Makes the slot's context current on the calling thread (a no-op when it is: one
-    /// thread-local read).
+    /// Makes the slot's context current on the calling thread. When it already is, that
+    /// costs one `cuCtxGetCurrent` (the driver's thread-local read, no lock), which is why
+    /// every launch and poll may call it rather than tracking which context is current.
     fn bind(&self) -> Result<(), String> {
         self.stream
             .context()

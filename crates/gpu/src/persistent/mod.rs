@@ -180,25 +180,26 @@ impl PersistentEngine {
         cfg: &PersistentConfig,
     ) -> Result<Vec<PersistentEngine>, GpuError> {
         let per_thread = cfg.lanes_per_thread.max(1);
-        let mut ready = Vec::with_capacity(lanes.len());
-        let mut stop = Arc::new(AtomicBool::new(false));
-        for (i, (backend, lane)) in lanes.into_iter().enumerate() {
-            if i % per_thread == 0 {
-                stop = Arc::new(AtomicBool::new(false));
+        // Every lane set up before any launch, in groups of `per_thread` that share an egress
+        // thread and its stop flag.
+        let mut groups = Vec::with_capacity(lanes.len().div_ceil(per_thread));
+        let mut lanes = lanes.into_iter().peekable();
+        while lanes.peek().is_some() {
+            let stop = Arc::new(AtomicBool::new(false));
+            let mut group = Vec::with_capacity(per_thread);
+            for (backend, lane) in lanes.by_ref().take(per_thread) {
+                let stats = Arc::new(LaneStats::default());
+                let e = egress::Egress::set_up(backend, lane, cfg, stop.clone(), stats.clone())?;
+                group.push((e, stats));
             }
-            let stats = Arc::new(LaneStats::default());
-            let e = egress::Egress::set_up(backend, lane, cfg, stop.clone(), stats.clone())?;
-            ready.push((e, stop.clone(), stats));
+            groups.push((stop, group));
         }
-        let mut started: Vec<PersistentEngine> = Vec::with_capacity(ready.len());
-        let mut ready = ready.into_iter().peekable();
-        while ready.peek().is_some() {
-            let group: Vec<_> = ready.by_ref().take(per_thread).collect();
-            let stop = group[0].1.clone();
-            let stats: Vec<_> = group.iter().map(|(_, _, st)| st.clone()).collect();
+        let mut started: Vec<PersistentEngine> = Vec::with_capacity(groups.len());
+        for (stop, group) in groups {
+            let stats: Vec<_> = group.iter().map(|(_, st)| st.clone()).collect();
             let mut launched = Vec::with_capacity(group.len());
             let mut failed = None;
-            for (e, _, _) in group {
+            for (e, _) in group {
                 if failed.is_some() {
                     // Not launched: dropped (freed) as set up.
                     continue;

@@ -24,57 +24,32 @@ pub struct SpreadLists {
 }
 
 impl SpreadLists {
-    /// The layout of `ix` on `home`'s device, where `shards[d]` holds `placement`'s lists of
-    /// device d (`GpuIvf::upload_shard` of `IvfShard::cut`). The caller gives `home` peer
-    /// access to every other physical device of the set.
-    pub fn new(
-        home: &GpuIvf,
+    /// The layout of `ix` on every device of a sharded set, `result[d]` on shard d's device,
+    /// where `shards[d]` holds `placement`'s lists of device d (`GpuIvf::upload_shard` of
+    /// `IvfShard::cut`). Each shard's list addresses are read back once, and every home gets
+    /// the same table. The caller gives each device peer access to every other physical
+    /// device of the set.
+    pub fn for_set(
         ix: &IvfIndex,
         shards: &[&GpuIvf],
         placement: &Placement,
-    ) -> Result<SpreadLists, GpuError> {
-        let owner: Vec<usize> = placement.owner.iter().map(|&d| d as usize).collect();
-        assert_eq!(owner.len(), ix.nlist, "an owner per list");
-        assert_eq!(placement.devices, shards.len(), "a shard per device");
-        assert!(owner.iter().all(|&d| d < shards.len()), "owners are shards");
-        let whole = ix.offsets();
-        let mut rows = Vec::with_capacity(shards.len());
-        for shard in shards {
-            assert_eq!(shard.nlist, ix.nlist, "shards of this index");
-            assert_eq!(shard.dim, ix.dim, "shards of this index");
-            assert_eq!(
-                shard.precision, home.precision,
-                "one precision over the set"
-            );
-            rows.push(shard.list_rows(&shard.ctx.new_stream()?)?);
-        }
-        let list_rows: Vec<u64> = owner.iter().enumerate().map(|(c, &d)| rows[d][c]).collect();
-        // A shard holds its own lists whole, in the index's order, and the others empty (the
-        // layout `IvfShard::cut` makes): list c's rows end where list c + 1's start.
-        for (d, (r, shard)) in rows.iter().zip(shards).enumerate() {
-            let row_bytes = (ix.dim * shard.vectors.bytes_per_elem()) as u64;
-            for c in 0..ix.nlist - 1 {
-                let held = if owner[c] == d {
-                    whole[c + 1] - whole[c]
-                } else {
-                    0
+    ) -> Result<Vec<SpreadLists>, GpuError> {
+        let list_rows = whole_list_rows(ix, shards, placement)?;
+        let (whole, top) = (ix.offsets(), top_rows(ix.offsets()));
+        shards
+            .iter()
+            .map(|home| {
+                let s = home.ctx.new_stream()?;
+                let spread = SpreadLists {
+                    offsets: s.clone_htod(whole)?,
+                    ids: s.clone_htod(ix.ids())?,
+                    list_rows: s.clone_htod(&list_rows)?,
+                    top_rows: top.clone(),
                 };
-                assert_eq!(
-                    r[c + 1] - r[c],
-                    held * row_bytes,
-                    "shard {d}'s list {c}: the rows of the placement given"
-                );
-            }
-        }
-        let s = home.ctx.new_stream()?;
-        let spread = SpreadLists {
-            offsets: s.clone_htod(whole)?,
-            ids: s.clone_htod(ix.ids())?,
-            list_rows: s.clone_htod(&list_rows)?,
-            top_rows: top_rows(whole),
-        };
-        s.synchronize()?;
-        Ok(spread)
+                s.synchronize()?;
+                Ok(spread)
+            })
+            .collect()
     }
 
     /// The longest candidate row a query probing `nprobe` lists makes (the whole index's).
@@ -96,4 +71,45 @@ impl SpreadLists {
             addr(&self.list_rows, s),
         )
     }
+}
+
+/// The device address of every list's first row, on the device that holds it.
+fn whole_list_rows(
+    ix: &IvfIndex,
+    shards: &[&GpuIvf],
+    placement: &Placement,
+) -> Result<Vec<u64>, GpuError> {
+    let owner: Vec<usize> = placement.owner.iter().map(|&d| d as usize).collect();
+    assert_eq!(owner.len(), ix.nlist, "an owner per list");
+    assert_eq!(placement.devices, shards.len(), "a shard per device");
+    assert!(owner.iter().all(|&d| d < shards.len()), "owners are shards");
+    let whole = ix.offsets();
+    let mut rows = Vec::with_capacity(shards.len());
+    for shard in shards {
+        assert_eq!(shard.nlist, ix.nlist, "shards of this index");
+        assert_eq!(shard.dim, ix.dim, "shards of this index");
+        assert_eq!(
+            shard.precision, shards[0].precision,
+            "one precision over the set"
+        );
+        rows.push(shard.list_rows(&shard.ctx.new_stream()?)?);
+    }
+    // A shard holds its own lists whole, in the index's order, and the others empty (the
+    // layout `IvfShard::cut` makes): list c's rows end where list c + 1's start.
+    for (d, (r, shard)) in rows.iter().zip(shards).enumerate() {
+        let row_bytes = (ix.dim * shard.vectors.bytes_per_elem()) as u64;
+        for c in 0..ix.nlist - 1 {
+            let held = if owner[c] == d {
+                whole[c + 1] - whole[c]
+            } else {
+                0
+            };
+            assert_eq!(
+                r[c + 1] - r[c],
+                held * row_bytes,
+                "shard {d}'s list {c}: the rows of the placement given"
+            );
+        }
+    }
+    Ok(owner.iter().enumerate().map(|(c, &d)| rows[d][c]).collect())
 }

@@ -39,6 +39,20 @@ struct DistSmem {
     float qsm[ROW_PATH_MAX * ROW_PATH_DIM];
 };
 
+// The row elements thread threadIdx.x stages for one tile chunk: rows [t0, t0 + RT) and
+// dimensions [d0, d0 + DC) of `rows` (from r0), zero past `nr` rows and `dim` dimensions.
+#define TILE_PER_THREAD (RT * DC / BLOCK)
+static_assert(RT * DC % BLOCK == 0, "a tile chunk divides evenly among the block's threads");
+template <typename T>
+__device__ __forceinline__ void fetch_chunk(const T* __restrict__ rows, size_t r0, int t0, int nr, int dim, int d0,
+                                            float v[TILE_PER_THREAD]) {
+#pragma unroll
+    for (int i = 0; i < TILE_PER_THREAD; ++i) {
+        const int e = threadIdx.x + i * BLOCK, r = e / DC, d = e % DC;
+        v[i] = (t0 + r < nr && d0 + d < dim) ? load_elem(rows + (r0 + t0 + r) * (size_t)dim + d0 + d) : 0.f;
+    }
+}
+
 template <typename T, int METRIC>
 __device__ void tile_distances(const float* __restrict__ queries, const size_t* qrow, int nqg,
                                const T* __restrict__ rows, size_t r0, int nr, int dim,
@@ -46,6 +60,11 @@ __device__ void tile_distances(const float* __restrict__ queries, const size_t* 
     float (*qs)[DC + 1] = sm.qs;
     float (*xs)[DC + 1] = sm.xs;
     const int tx = threadIdx.x % 16, ty = threadIdx.x / 16;
+    // The next chunk's rows are loaded into registers while the products of this one run, so
+    // the load latency hides behind the arithmetic. It matters most for a sharded index,
+    // whose rows on another GPU come over the link at several times local memory's latency.
+    float next[TILE_PER_THREAD];
+    fetch_chunk(rows, r0, 0, nr, dim, 0, next);
     for (int t0 = 0; t0 < nr; t0 += RT) {
         const int nt = min(RT, nr - t0);
         float acc[2][4];
@@ -58,13 +77,14 @@ __device__ void tile_distances(const float* __restrict__ queries, const size_t* 
                 int j = e / DC, d = e % DC;
                 qs[j][d] = (j < nqg && d0 + d < dim) ? queries[qrow[j] + d0 + d] : 0.f;
             }
-            for (int e = threadIdx.x; e < RT * DC; e += BLOCK) {
-                int r = e / DC, d = e % DC;
-                xs[r][d] = (r < nt && d0 + d < dim)
-                               ? load_elem(rows + (r0 + t0 + r) * (size_t)dim + d0 + d)
-                               : 0.f;
+#pragma unroll
+            for (int i = 0; i < TILE_PER_THREAD; ++i) {
+                const int e = threadIdx.x + i * BLOCK;
+                xs[e / DC][e % DC] = next[i];
             }
             __syncthreads();
+            if (d0 + DC < dim) fetch_chunk(rows, r0, t0, nr, dim, d0 + DC, next);
+            else if (t0 + RT < nr) fetch_chunk(rows, r0, t0 + RT, nr, dim, 0, next);
 #pragma unroll 8
             for (int d = 0; d < DC; ++d) {
                 const float a0 = qs[ty][d], a1 = qs[ty + 16][d];
@@ -125,6 +145,9 @@ __device__ void row_distances(const float* __restrict__ queries, const size_t* q
         for (int j = 0; j < NQ; ++j) acc[j] = 0.f;
         int d = 0;
         if (dim % 4 == 0) {
+            // Unrolled so several rows' loads are in flight at once (latency, not bandwidth,
+            // bounds a thread per row; more so for rows read from another GPU).
+#pragma unroll 4
             for (; d < dim; d += 4) {
                 float v[4];
                 load4(x + d, v);

@@ -86,9 +86,10 @@ impl PersistentShards {
             PersistentPlan::PerPair => Vec::new(),
             PersistentPlan::Cohort => {
                 let ivfs: Vec<&GpuIvf> = shards.iter().map(|k| &*k.ivf).collect();
-                ivfs.iter()
-                    .map(|home| SpreadLists::new(home, ix, &ivfs, &placement).map(Arc::new))
-                    .collect::<Result<_, _>>()?
+                SpreadLists::for_set(ix, &ivfs, &placement)?
+                    .into_iter()
+                    .map(Arc::new)
+                    .collect()
             }
         };
         Ok(PersistentShards {
