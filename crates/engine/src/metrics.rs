@@ -141,6 +141,20 @@ pub struct Metrics {
     /// updated when `/metrics` is read (`record_gpu_power`).
     pub gpu_power: Family<BoardLabels, Gauge<f64, AtomicU64>>,
     pub gpu_energy: Family<BoardLabels, Counter<f64, AtomicU64>>,
+    /// Fraction of the driver's last sample period with a kernel running, per board.
+    pub gpu_utilization: Family<BoardLabels, Gauge<f64, AtomicU64>>,
+}
+
+/// One board's reading when `/metrics` is read.
+#[derive(Clone, Debug)]
+pub struct GpuBoardReading {
+    /// NVML's index (PCI order, not necessarily the CUDA ordinal).
+    pub gpu: u32,
+    pub uuid: String,
+    pub watts: f64,
+    /// 0 to 1, where the board reports it.
+    pub utilization: Option<f64>,
+    pub joules_since_last: f64,
 }
 
 /// A GPU board as NVML names it (its index is PCI order, not necessarily the CUDA ordinal).
@@ -182,6 +196,7 @@ impl Metrics {
             gpu_memory_used: Family::default(),
             gpu_power: Family::default(),
             gpu_energy: Family::default(),
+            gpu_utilization: Family::default(),
         };
         r.register(
             "cohort_requests",
@@ -279,21 +294,32 @@ impl Metrics {
             "GPU board energy in joules since the server started (NVML)",
             m.gpu_energy.clone(),
         );
+        r.register(
+            "nv_gpu_utilization",
+            "GPU utilization rate, 0 to 1 (NVML: the fraction of its last sample period with a kernel running)",
+            m.gpu_utilization.clone(),
+        );
         *m.registry.lock().expect("registry lock") = r;
         let mut m = m;
         m.hot = m.resolve_hot();
         m
     }
 
-    /// Sets a board's power now and adds the energy it drew since the last reading.
-    pub fn record_gpu_power(&self, gpu: u32, uuid: &str, watts: f64, joules_since_last: f64) {
+    /// Sets a board's power (and utilization, where it reports one) now and adds the energy
+    /// it drew since the last reading.
+    pub fn record_gpu_board(&self, board: &GpuBoardReading) {
         let l = BoardLabels {
-            gpu: gpu.to_string(),
-            gpu_uuid: uuid.to_string(),
+            gpu: board.gpu.to_string(),
+            gpu_uuid: board.uuid.clone(),
         };
-        self.gpu_power.get_or_create(&l).set(watts);
-        if joules_since_last > 0.0 {
-            self.gpu_energy.get_or_create(&l).inc_by(joules_since_last);
+        self.gpu_power.get_or_create(&l).set(board.watts);
+        if let Some(u) = board.utilization {
+            self.gpu_utilization.get_or_create(&l).set(u);
+        }
+        if board.joules_since_last > 0.0 {
+            self.gpu_energy
+                .get_or_create(&l)
+                .inc_by(board.joules_since_last);
         }
     }
 

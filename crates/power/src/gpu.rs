@@ -35,6 +35,9 @@ pub struct GpuNow {
     pub power_w: f64,
     /// The board's energy counter since the driver loaded, where it has one.
     pub energy_j: Option<f64>,
+    /// The fraction of the driver's last sample period in which a kernel ran (0 to 1),
+    /// where the board reports it (always 1 while persistent kernels are resident).
+    pub utilization: Option<f64>,
 }
 
 impl GpuPower {
@@ -99,6 +102,7 @@ impl GpuPower {
                     uuid: b.uuid.clone(),
                     power_w: d.power_usage().ok()? as f64 / 1e3,
                     energy_j: d.total_energy_consumption().ok().map(|mj| mj as f64 / 1e3),
+                    utilization: d.utilization_rates().ok().map(|u| f64::from(u.gpu) / 100.0),
                 })
             })
             .collect()

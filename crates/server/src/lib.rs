@@ -409,7 +409,8 @@ pub fn start(a: &ServeArgs) -> Result<Stack> {
         auth: auth.clone(),
     };
     let metrics = side.metrics.clone();
-    // GPU board power and energy are read when /metrics is, not on a timer of their own.
+    // GPU board power, utilization and energy are read when /metrics is, not on a timer of
+    // their own.
     let power = cohort_power::GpuPower::open()
         .map(|p| std::sync::Mutex::new(cohort_power::EnergySince::new(p)));
     if let Err(why) = &power {
@@ -419,7 +420,13 @@ pub fn start(a: &ServeArgs) -> Result<Stack> {
     let render = std::sync::Arc::new(move || {
         if let Ok(p) = &power {
             for (board, joules) in p.lock().expect("power lock").read() {
-                metrics.record_gpu_power(board.index, &board.uuid, board.power_w, joules);
+                metrics.record_gpu_board(&cohort_engine::metrics::GpuBoardReading {
+                    gpu: board.index,
+                    uuid: board.uuid,
+                    watts: board.power_w,
+                    utilization: board.utilization,
+                    joules_since_last: joules,
+                });
             }
         }
         metrics.encode()
