@@ -35,5 +35,5 @@ pub use ingress::{Answer, Ingress, Requester, INLINE_LANE};
 pub use inline::{InlineEngine, INLINE};
 pub use metrics::{Metrics, ServiceLabel};
 pub use reply::{ReplyPort, Response, ResponseBody};
-pub use service::{json_request_by_value, JsonRequest, Registry, Service};
+pub use service::{json_request_by_value, HttpDoc, JsonRequest, Registry, Service};
 pub use wiring::{wire, wire_in, EngineSpec, IngressEnds, LaneEnds, Refusal, Wiring};

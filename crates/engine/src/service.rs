@@ -44,6 +44,26 @@ pub trait Service: Send + Sync {
     fn serves_http_pages(&self) -> bool {
         false
     }
+    /// The gateway call as the OpenAPI document shows it (`GET /openapi.json`): the JSON
+    /// Schemas of the body and of a result, and a body that succeeds. None for a service
+    /// that serves pages (documented as pages) or has none written yet.
+    fn http_doc(&self) -> Option<HttpDoc> {
+        None
+    }
+}
+
+/// A service's `POST /v1/{name}` call for the OpenAPI document. The schemas use only the
+/// keywords `type`, `properties`, `required`, `items`, `minItems`, `maxItems`, `minimum`,
+/// `maximum` and `description` (the document's test validates answers with exactly those).
+#[derive(Debug, Clone)]
+pub struct HttpDoc {
+    pub summary: &'static str,
+    /// JSON Schema of the request body (`timeout_us` is added for every service).
+    pub request: serde_json::Value,
+    /// JSON Schema of a 200 answer.
+    pub response: serde_json::Value,
+    /// A request body this server answers with 200.
+    pub example: serde_json::Value,
 }
 
 /// The gateway's JSON mapping through a `serde_json::Value`: [`Service::json_request`]'s

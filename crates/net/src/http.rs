@@ -56,6 +56,8 @@ pub(crate) struct HttpEnv {
     /// `/metrics` lives on the admin listener instead (`--admin`).
     pub admin_only_metrics: bool,
     pub tls: Option<tokio_rustls::TlsAcceptor>,
+    /// `GET /openapi.json`'s body, built once at start (`crate::openapi`).
+    pub openapi: Bytes,
 }
 
 /// A response after which the connection is closed (its framing can no longer be trusted).
@@ -363,12 +365,18 @@ async fn handle(
                 .body(Full::new(Bytes::from((env.metrics)())))
                 .expect("static response parts"),
         },
+        (&Method::GET, "/openapi.json") => json_body(StatusCode::OK, env.openapi.clone()),
         (&Method::POST, p) if p.starts_with("/v1/") => call(req, &p[4..], env, id, peer).await,
         (_, p) if crate::http_pages::page_service(ctx, p).is_some() => {
             let sid = crate::http_pages::page_service(ctx, p).expect("checked");
             crate::http_pages::page(req, sid, env, id, peer).await
         }
-        (m, p) if p.starts_with("/v1/") || p == "/healthz" || p == "/metrics" => {
+        (m, p)
+            if p.starts_with("/v1/")
+                || p == "/healthz"
+                || p == "/metrics"
+                || p == "/openapi.json" =>
+        {
             let allow = if p.starts_with("/v1/") { "POST" } else { "GET" };
             let mut r = http_error(
                 StatusCode::METHOD_NOT_ALLOWED,
@@ -384,7 +392,10 @@ async fn handle(
         (m, p) => http_error(
             StatusCode::NOT_FOUND,
             "NOT_FOUND",
-            format!("no route for {m} {p} (POST /v1/SERVICE, GET /healthz, GET /metrics)"),
+            format!(
+                "no route for {m} {p} (POST /v1/SERVICE, GET /healthz, GET /metrics, \
+                 GET /openapi.json)"
+            ),
         ),
     };
     resp

@@ -19,6 +19,7 @@ mod http_io;
 mod http_limits;
 mod http_pages;
 mod limits;
+mod openapi;
 mod quota;
 pub use http::MetricsRender;
 pub use limits::{default_buffered_bytes, raise_fd_limit, Limits, DEFAULT_SOCKET_BUFFER};

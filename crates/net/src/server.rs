@@ -541,7 +541,10 @@ fn run_shard(job: ShardJob, env: ShardEnv, ready: std::sync::mpsc::Sender<Result
         }
         if let Some(l) = job.http {
             let l = tokio::net::TcpListener::from_std(l)?;
+            let openapi =
+                crate::openapi::document(&ctx.registry, ctx.auth.is_some(), !admin_only_metrics);
             let env = Arc::new(HttpEnv {
+                openapi: bytes::Bytes::from(openapi.to_string()),
                 ctx: ctx.clone(),
                 shard: shard.clone(),
                 metrics,

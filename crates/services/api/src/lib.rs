@@ -22,8 +22,13 @@ pub fn bad_request(msg: impl Into<String>) -> ErrorPayload {
     ErrorPayload::new(ErrorCode::BadRequest, msg)
 }
 
-/// JSON helper: a byte payload is carried as a string ("data") in HTTP bodies.
+/// JSON helper: a byte payload is carried as a string ("data") in HTTP bodies; a missing
+/// field is empty, a body that is not an object is BAD_REQUEST.
 pub fn json_bytes(body: &serde_json::Value, field: &str) -> Result<Vec<u8>, ErrorPayload> {
+    // `get` on an array or a number finds nothing, which would read as an empty field.
+    if !body.is_object() {
+        return Err(bad_request("the body must be a JSON object"));
+    }
     match body.get(field) {
         None => Ok(Vec::new()),
         Some(serde_json::Value::String(s)) => Ok(s.as_bytes().to_vec()),

@@ -32,6 +32,33 @@ impl Service for Facever {
     fn name(&self) -> &'static str {
         "facever"
     }
+    fn http_doc(&self) -> Option<cohort_engine::HttpDoc> {
+        use super::lbp::{HEIGHT, IMAGE_BYTES, WIDTH};
+        let pixels = serde_json::json!({
+            "type": "array", "minItems": IMAGE_BYTES, "maxItems": IMAGE_BYTES,
+            "items": { "type": "integer", "minimum": 0, "maximum": 255 },
+            "description": format!("a {WIDTH}x{HEIGHT} face, row-major, 8-bit grey levels")
+        });
+        Some(cohort_engine::HttpDoc {
+            summary:
+                "Whether a face is the enrolled person's (LBP histograms, the gallery in memcached)",
+            request: serde_json::json!({
+                "type": "object",
+                "properties": { "person": { "type": "integer", "minimum": 1 }, "image": pixels },
+                "required": ["person", "image"]
+            }),
+            response: serde_json::json!({
+                "type": "object",
+                "properties": {
+                    "match": { "type": "boolean" },
+                    "distance": { "type": "number" },
+                    "threshold": { "type": "number" }
+                },
+                "required": ["match", "distance", "threshold"]
+            }),
+            example: serde_json::json!({ "person": 1, "image": vec![0u8; IMAGE_BYTES] }),
+        })
+    }
 
     fn execute_cpu(&self, payload: &[u8], out: &mut Vec<u8>) -> Result<(), ErrorPayload> {
         let (person, image) = decode(payload)?;

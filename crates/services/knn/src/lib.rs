@@ -248,6 +248,31 @@ impl Service for Knn {
     fn name(&self) -> &'static str {
         "knn"
     }
+    fn http_doc(&self) -> Option<cohort_engine::HttpDoc> {
+        let dim = self.index.dim;
+        Some(cohort_engine::HttpDoc {
+            summary: "The k nearest vectors of the index to a query vector (IVF-Flat)",
+            request: serde_json::json!({
+                "type": "object",
+                "properties": {
+                    "vector": { "type": "array", "items": { "type": "number" }, "minItems": dim, "maxItems": dim,
+                                "description": format!("the query, {dim} numbers") },
+                    "k": { "type": "integer", "minimum": 1, "description": "neighbours to return (default 10)" },
+                    "nprobe": { "type": "integer", "minimum": 0, "description": "lists to scan (0: the server's setting)" }
+                },
+                "required": ["vector"]
+            }),
+            response: serde_json::json!({
+                "type": "object",
+                "properties": {
+                    "ids": { "type": "array", "items": { "type": "integer", "minimum": 0 }, "description": "row ids, nearest first" },
+                    "distances": { "type": "array", "items": { "type": "number" }, "description": "their distances, in the index's metric" }
+                },
+                "required": ["ids", "distances"]
+            }),
+            example: serde_json::json!({ "vector": vec![0.0f32; dim], "k": 3 }),
+        })
+    }
     fn execute_cpu(&self, payload: &[u8], out: &mut Vec<u8>) -> Result<(), ErrorPayload> {
         let r = self.decode(payload)?;
         let found = self.index.query(

@@ -88,6 +88,26 @@ impl Service for Lenet {
     fn name(&self) -> &'static str {
         "lenet"
     }
+    fn http_doc(&self) -> Option<cohort_engine::HttpDoc> {
+        let pixels = serde_json::json!({
+            "type": "array", "minItems": IMAGE_BYTES, "maxItems": IMAGE_BYTES,
+            "items": { "type": "integer", "minimum": 0, "maximum": 255 },
+            "description": "a 28x28 image, row-major, 8-bit grey levels"
+        });
+        Some(cohort_engine::HttpDoc {
+            summary: "The digit LeNet-5 reads in a 28x28 image",
+            request: serde_json::json!({ "type": "object", "properties": { "image": pixels }, "required": ["image"] }),
+            response: serde_json::json!({
+                "type": "object",
+                "properties": {
+                    "digit": { "type": "integer", "minimum": 0, "maximum": 9 },
+                    "scores": { "type": "array", "minItems": CLASSES, "maxItems": CLASSES, "items": { "type": "number" }, "description": "the logits, one per digit" }
+                },
+                "required": ["digit", "scores"]
+            }),
+            example: serde_json::json!({ "image": vec![0u8; IMAGE_BYTES] }),
+        })
+    }
 
     fn execute_cpu(&self, payload: &[u8], out: &mut Vec<u8>) -> Result<(), ErrorPayload> {
         let image = decode(payload)?;

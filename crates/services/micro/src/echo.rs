@@ -25,6 +25,15 @@ impl Service for Echo {
     fn name(&self) -> &'static str {
         "echo"
     }
+    fn http_doc(&self) -> Option<cohort_engine::HttpDoc> {
+        let data = serde_json::json!({ "type": "string", "description": "the bytes (UTF-8; default empty)" });
+        Some(cohort_engine::HttpDoc {
+            summary: "Answers the request's bytes unchanged",
+            request: serde_json::json!({ "type": "object", "properties": { "data": data } }),
+            response: serde_json::json!({ "type": "object", "properties": { "data": data }, "required": ["data"] }),
+            example: serde_json::json!({ "data": "hello" }),
+        })
+    }
     fn execute_cpu(&self, payload: &[u8], out: &mut Vec<u8>) -> Result<(), ErrorPayload> {
         out.extend_from_slice(payload);
         Ok(())

@@ -45,6 +45,22 @@ impl Service for Spin {
     fn name(&self) -> &'static str {
         "spin"
     }
+    fn http_doc(&self) -> Option<cohort_engine::HttpDoc> {
+        let body = serde_json::json!({
+            "type": "object",
+            "properties": {
+                "spin_us": { "type": "integer", "minimum": 0, "maximum": MAX_SPIN_US, "description": "microseconds to busy-wait" },
+                "data": { "type": "string", "description": "bytes echoed after the wait" }
+            },
+            "required": ["spin_us"]
+        });
+        Some(cohort_engine::HttpDoc {
+            summary: "Busy-waits spin_us microseconds, then echoes data",
+            request: body.clone(),
+            response: body,
+            example: serde_json::json!({ "spin_us": 10, "data": "x" }),
+        })
+    }
     fn execute_cpu(&self, payload: &[u8], out: &mut Vec<u8>) -> Result<(), ErrorPayload> {
         let us = decode(payload)?;
         let until = Instant::now() + Duration::from_micros(us as u64);

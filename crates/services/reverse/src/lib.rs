@@ -47,6 +47,16 @@ impl Service for Reverse {
     fn name(&self) -> &'static str {
         "reverse"
     }
+    fn http_doc(&self) -> Option<cohort_engine::HttpDoc> {
+        let data = serde_json::json!({ "type": "string", "description": format!("1 to {} bytes", self.max_len) });
+        let body = serde_json::json!({ "type": "object", "properties": { "data": data }, "required": ["data"] });
+        Some(cohort_engine::HttpDoc {
+            summary: "Answers the request's bytes in reverse order",
+            request: body.clone(),
+            response: body,
+            example: serde_json::json!({ "data": "stressed" }),
+        })
+    }
 
     fn execute_cpu(&self, payload: &[u8], out: &mut Vec<u8>) -> Result<(), ErrorPayload> {
         out.extend(decode(payload, self.max_len)?.iter().rev());

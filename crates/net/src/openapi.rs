@@ -1,0 +1,165 @@
+//! `GET /openapi.json`: the OpenAPI 3.1 document of this server's HTTP surface, built once at
+//! start from what it serves - the fixed routes (`/healthz`, `/metrics`, this document), each
+//! JSON service's `POST /v1/{name}` from the service's own [`cohort_engine::HttpDoc`], and each
+//! page service's `/{name}/...`. A service added to the catalog documents itself; the
+//! end-to-end test sends every documented example and checks the answers against the
+//! documented schemas.
+
+use cohort_engine::Registry;
+use cohort_proto::ErrorCode;
+use serde_json::{json, Map, Value};
+
+/// The error body of every error answer, the gateway's own included.
+fn error_schema() -> Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "error": { "type": "string", "description": "the code: BAD_REQUEST, OVERLOADED, ..." },
+            "message": { "type": "string" }
+        },
+        "required": ["error", "message"]
+    })
+}
+
+fn error_response(what: &str) -> Value {
+    json!({
+        "description": what,
+        "content": { "application/json": { "schema": { "$ref": "#/components/schemas/Error" } } }
+    })
+}
+
+/// The error answers a gateway call may get, by status.
+fn call_errors(auth: bool) -> Map<String, Value> {
+    let mut m = Map::new();
+    for (code, what) in [
+        (ErrorCode::BadRequest, "the body is not this service's request (the message says why), or its framing is refused"),
+        (ErrorCode::TooLarge, "the body is over the server's limit"),
+        (ErrorCode::Overloaded, "the queue is full, or the server is draining (Retry-After: 1)"),
+        (ErrorCode::Timeout, "the request's deadline (timeout_us, or the server's) passed before it ran"),
+        (ErrorCode::Internal, "the engine failed the request"),
+    ] {
+        m.insert(code.http_status().to_string(), error_response(what));
+    }
+    if auth {
+        m.insert(
+            ErrorCode::Unauthorized.http_status().to_string(),
+            error_response("no valid bearer key"),
+        );
+        m.insert(
+            ErrorCode::Forbidden.http_status().to_string(),
+            error_response("the key may not call this service"),
+        );
+    }
+    m
+}
+
+/// The request schema of a service with the deadline every gateway body may carry.
+fn with_deadline(mut request: Value) -> Value {
+    if let Some(p) = request.get_mut("properties").and_then(Value::as_object_mut) {
+        p.insert(
+            "timeout_us".into(),
+            json!({ "type": "integer", "minimum": 0, "description": "this request's deadline in microseconds (default: the server's)" }),
+        );
+    }
+    request
+}
+
+/// The document for `registry` as served; `auth` when the server asks for keys, `metrics_here`
+/// when `/metrics` is on this listener (not only on `--admin`).
+pub(crate) fn document(registry: &Registry, auth: bool, metrics_here: bool) -> Value {
+    let mut paths = Map::new();
+    paths.insert(
+        "/healthz".into(),
+        json!({ "get": {
+            "summary": "Liveness and readiness: 200 while serving, 503 while draining",
+            "responses": {
+                "200": { "description": "serving", "content": { "application/json": {
+                    "schema": { "type": "object", "properties": { "status": { "type": "string" } }, "required": ["status"] },
+                    "example": { "status": "ok" } } } },
+                "503": error_response("draining after SIGTERM (Retry-After: 1)")
+            }
+        }}),
+    );
+    if metrics_here {
+        paths.insert(
+            "/metrics".into(),
+            json!({ "get": {
+                "summary": "Prometheus metrics (docs/metrics.md)",
+                "responses": { "200": { "description": "the text exposition format",
+                    "content": { "text/plain": { "schema": { "type": "string" } } } } }
+            }}),
+        );
+    }
+    paths.insert(
+        "/openapi.json".into(),
+        json!({ "get": {
+            "summary": "This document",
+            "responses": { "200": { "description": "OpenAPI 3.1", "content": { "application/json": { "schema": { "type": "object" } } } } }
+        }}),
+    );
+    for name in registry.names() {
+        let s = registry.by_name(name).expect("a listed name");
+        if s.serves_http_pages() {
+            let html = |what: &str| json!({ "description": what, "content": { "text/html": { "schema": { "type": "string" } } } });
+            let responses = json!({
+                "200": html("the page"),
+                "400": html("a required form field is missing or malformed"),
+                "401": html("no session: the log-in page (sessions are cookies set by the login page)"),
+                "404": html("no such page")
+            });
+            paths.insert(
+                format!("/{name}/{{page}}"),
+                json!({ "parameters": [{ "name": "page", "in": "path", "required": true, "schema": { "type": "string" } }],
+                    "get": { "summary": format!("A page of {name} (HTML; the page's fields in the query string)"),
+                        "responses": responses },
+                    "post": { "summary": format!("A form posted to {name} (HTML)"),
+                        "requestBody": { "content": { "application/x-www-form-urlencoded": { "schema": { "type": "string" } } } },
+                        "responses": responses } }),
+            );
+            continue;
+        }
+        let mut op = Map::new();
+        let mut responses = call_errors(auth);
+        match s.http_doc() {
+            Some(d) => {
+                op.insert("summary".into(), json!(d.summary));
+                op.insert(
+                    "requestBody".into(),
+                    json!({ "required": true, "content": { "application/json": {
+                        "schema": with_deadline(d.request), "example": d.example } } }),
+                );
+                responses.insert(
+                    "200".into(),
+                    json!({ "description": "the result", "content": { "application/json": { "schema": d.response } } }),
+                );
+            }
+            None => {
+                op.insert(
+                    "summary".into(),
+                    json!(format!("{name} (its body and answer are not described)")),
+                );
+                responses.insert("200".into(), json!({ "description": "the result", "content": { "application/json": { "schema": { "type": "object" } } } }));
+            }
+        }
+        op.insert("responses".into(), Value::Object(responses));
+        if auth {
+            op.insert("security".into(), json!([{ "bearer": [] }]));
+        }
+        paths.insert(format!("/v1/{name}"), json!({ "post": op }));
+    }
+    let mut components = json!({ "schemas": { "Error": error_schema() } });
+    if auth {
+        components["securitySchemes"] = json!({ "bearer": { "type": "http", "scheme": "bearer",
+            "description": "an API key's secret (--auth-keys); send it over TLS" } });
+    }
+    json!({
+        "openapi": "3.1.0",
+        "info": {
+            "title": "Cohort",
+            "version": env!("CARGO_PKG_VERSION"),
+            "description": "The HTTP side of a Cohort server: a JSON gateway to each service (the same requests as the UDP and TCP frames, docs/protocol.md), page services, health and metrics. Every error answer has the Error body."
+        },
+        "paths": paths,
+        "components": components
+    })
+}
