@@ -1,0 +1,61 @@
+"""The services' payloads (docs/protocol.md, docs/lenet.md): numpy in, numpy out."""
+
+from __future__ import annotations
+
+import struct
+from typing import Tuple
+
+import numpy as np
+
+ECHO, SPIN, KNN, BANK, LENET, FACEVER = 1, 2, 3, 4, 5, 6
+IDS = {"echo": ECHO, "spin": SPIN, "knn": KNN, "bank": BANK, "lenet": LENET, "facever": FACEVER}
+
+LENET_PIXELS = 28 * 28
+_NEIGHBOUR = np.dtype([("id", "<u4"), ("distance", "<f4")])
+
+
+def spin_request(spin_us: int, data: bytes = b"") -> bytes:
+    return struct.pack("<I", spin_us) + data
+
+
+def knn_request(vector: np.ndarray, k: int = 10, nprobe: int = 0) -> bytes:
+    """One query: f32 (any float array is converted) or u8 elements."""
+    v = np.asarray(vector)
+    if v.ndim != 1:
+        raise ValueError(f"a query is one vector, got shape {v.shape}")
+    if v.dtype == np.uint8:
+        elem, body = 1, v.tobytes()
+    else:
+        elem, body = 0, v.astype("<f4", copy=False).tobytes()
+    return struct.pack("<HHB3xI", k, nprobe, elem, v.shape[0]) + body
+
+
+def knn_answer(payload: bytes) -> Tuple[np.ndarray, np.ndarray]:
+    """(ids u32, distances f32), nearest first."""
+    (count,) = struct.unpack_from("<I", payload)
+    if len(payload) != 4 + 8 * count:
+        raise ValueError("a knn answer whose length does not match its count")
+    n = np.frombuffer(payload, dtype=_NEIGHBOUR, count=count, offset=4)
+    return n["id"].copy(), n["distance"].copy()
+
+
+def lenet_images(images: np.ndarray) -> np.ndarray:
+    """[N, 28, 28], [N, 1, 28, 28] or [N, 784] (or one image) as N rows of 784 u8 pixels;
+    float images must already be in 0..=255."""
+    a = np.asarray(images)
+    if (a.ndim <= 2 and a.shape[-1:] == (LENET_PIXELS,)) or a.shape[-2:] == (28, 28):
+        a = a.reshape(-1, LENET_PIXELS)
+    else:
+        raise ValueError(f"a LeNet image is 28x28 (or 784 pixels), got shape {a.shape}")
+    if a.dtype != np.uint8:
+        if a.size and (a.min() < 0 or a.max() > 255):
+            raise ValueError("pixels must be in 0..=255")
+        a = a.astype(np.uint8)
+    return a
+
+
+def lenet_answer(payload: bytes) -> Tuple[int, np.ndarray]:
+    """(digit, the ten scores)."""
+    if len(payload) != 41:
+        raise ValueError(f"a lenet answer is 41 bytes, got {len(payload)}")
+    return payload[0], np.frombuffer(payload, dtype="<f4", count=10, offset=1).copy()

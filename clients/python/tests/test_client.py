@@ -1,0 +1,196 @@
+"""The Python client against a real `cohort serve` on loopback (COHORT_BIN names the binary;
+scripts/test.sh passes the one it built): every transport gives the same answers, k-NN
+answers equal an exact numpy search when every list is probed, bad input gets its error,
+signed frames and TLS work and unsigned ones are refused, and a server stopped mid-load
+answers every request exactly once or says it never read it."""
+
+import asyncio
+import os
+import signal
+import subprocess
+import tempfile
+import threading
+import unittest
+from pathlib import Path
+
+import numpy as np
+
+from cohort_client import (AsyncTcpClient, AsyncUdpClient, CohortError, HttpClient, Key, NotSent,
+                           TcpClient, UdpClient, services)
+
+ROOT = Path(__file__).resolve().parents[3]
+BIN = os.environ.get("COHORT_BIN", str(ROOT / "target" / "release" / "cohort"))
+TLS = ROOT / "crates" / "cli" / "tests" / "data" / "tls"
+SECRET = b"a secret of the python tests"
+
+
+def cohort(*args: str) -> None:
+    subprocess.run([BIN, *args, "--log-level", "warn"], check=True, stdout=subprocess.DEVNULL)
+
+
+def read_fvecs(path: Path) -> np.ndarray:
+    raw = np.fromfile(path, dtype="<i4")
+    dim = raw[0]
+    return raw.reshape(-1, dim + 1)[:, 1:].view("<f4")
+
+
+class Server:
+    """`cohort serve` on loopback ports; its addresses from its first line."""
+
+    def __init__(self, *args: str):
+        self.p = subprocess.Popen(
+            [BIN, "serve", "--udp", "127.0.0.1:0", "--tcp", "127.0.0.1:0", "--http", "127.0.0.1:0",
+             "--log-level", "warn", *args],
+            stdout=subprocess.PIPE, text=True)
+        line = self.p.stdout.readline()
+        assert line.startswith("listening "), line
+        self.addr = {k: int(v.rsplit(":", 1)[1]) for k, v in (p.split("=") for p in line.split()[1:])}
+
+    def stop(self) -> int:
+        if self.p.poll() is None:
+            self.p.send_signal(signal.SIGTERM)
+        code = self.p.wait(timeout=30)
+        self.p.stdout.close()
+        return code
+
+
+class ClientTest(unittest.TestCase):
+    @classmethod
+    def setUpClass(cls) -> None:
+        cls.tmp = tempfile.TemporaryDirectory()
+        d = Path(cls.tmp.name)
+        cohort("data", "synth", "--n", "3000", "--dim", "16", "--queries", "25", "--gt-k", "10",
+               "--out", str(d / "data"))
+        cohort("index", "build", "--base", str(d / "data" / "base.fvecs"), "--nlist", "16",
+               "--out", str(d / "ix.index"))
+        cls.base = read_fvecs(d / "data" / "base.fvecs")
+        cls.queries = read_fvecs(d / "data" / "query.fvecs")
+        cls.server = Server("--service", "echo,spin,knn:cpu,lenet", "--index", str(d / "ix.index"),
+                            "--workers", "2")
+        a = cls.server.addr
+        cls.udp = UdpClient("127.0.0.1", a["udp"])
+        cls.tcp = TcpClient("127.0.0.1", a["tcp"])
+        cls.http = HttpClient(f"http://127.0.0.1:{a['http']}")
+
+    @classmethod
+    def tearDownClass(cls) -> None:
+        cls.udp.close()
+        cls.tcp.close()
+        assert cls.server.stop() == 0
+        cls.tmp.cleanup()
+
+    def test_echo_and_spin_on_every_transport(self) -> None:
+        for c in (self.udp, self.tcp, self.http):
+            self.assertEqual(c.echo(b"hello"), b"hello")
+            self.assertEqual(c.spin(5, b"after"), b"after")
+
+    def test_knn_equals_exact_search_when_every_list_is_probed(self) -> None:
+        q = self.queries[:20]
+        ids, dist = self.udp.knn(q, k=5, nprobe=16)
+        d2 = ((q[:, None, :] - self.base[None, :, :]) ** 2).sum(-1)
+        exact = np.argsort(d2, axis=1, kind="stable")[:, :5]
+        np.testing.assert_array_equal(ids, exact)
+        np.testing.assert_allclose(dist, np.take_along_axis(d2, exact, 1), rtol=1e-4)
+        for c in (self.tcp, self.http):
+            other_ids, other_dist = c.knn(q, k=5, nprobe=16)
+            np.testing.assert_array_equal(other_ids, ids)
+            np.testing.assert_allclose(other_dist, dist, rtol=1e-6)
+        u8_ids, _ = self.tcp.knn(np.clip(q, 0, 255).astype(np.uint8), k=3)
+        self.assertEqual(u8_ids.shape, (20, 3))
+
+    def test_lenet_takes_every_image_shape_and_transports_agree(self) -> None:
+        rng = np.random.default_rng(7)
+        images = rng.integers(0, 256, size=(6, 28, 28), dtype=np.uint8)
+        digits, scores = self.udp.lenet(images)
+        self.assertEqual(scores.shape, (6, 10))
+        np.testing.assert_array_equal(digits, scores.argmax(1))
+        for shaped in (images.reshape(6, 1, 28, 28), images.reshape(6, 784)):
+            np.testing.assert_array_equal(self.tcp.lenet(shaped)[0], digits)
+        np.testing.assert_array_equal(self.http.lenet(images)[0], digits)
+        with self.assertRaises(ValueError):
+            self.udp.lenet(np.zeros((2, 27, 28), dtype=np.uint8))
+
+    def test_bad_input_gets_bad_request(self) -> None:
+        wrong_dim = np.zeros((1, 15), dtype=np.float32)
+        for c in (self.udp, self.tcp):
+            with self.assertRaises(CohortError) as e:
+                c.knn(wrong_dim)
+            self.assertEqual((e.exception.code, e.exception.name), (1, "BAD_REQUEST"))
+        with self.assertRaises(CohortError) as e:
+            self.http.knn(wrong_dim)
+        self.assertEqual(e.exception.name, "BAD_REQUEST")
+        with self.assertRaises(CohortError) as e:
+            self.tcp.call(services.SPIN, b"\x01")  # shorter than spin's 4-byte count
+        self.assertEqual(e.exception.name, "BAD_REQUEST")
+
+    def test_pipelined_answers_are_matched_to_their_requests(self) -> None:
+        payloads = [f"request {i}".encode() for i in range(3000)]
+        self.assertEqual(self.tcp.call_many(services.ECHO, payloads), payloads)
+        self.assertEqual(self.udp.call_many(services.ECHO, payloads[:500]), payloads[:500])
+
+    def test_asyncio_clients(self) -> None:
+        a = self.server.addr
+
+        async def run() -> None:
+            t = await AsyncTcpClient.connect("127.0.0.1", a["tcp"])
+            u = await AsyncUdpClient.connect("127.0.0.1", a["udp"])
+            payloads = [bytes([i % 256]) * (i % 50 + 1) for i in range(1000)]
+            self.assertEqual(await t.call_many(services.ECHO, payloads), payloads)
+            self.assertEqual(await u.echo(b"x"), b"x")
+            ids, _ = await t.knn(self.queries[:4], k=4, nprobe=16)
+            np.testing.assert_array_equal(ids, self.udp.knn(self.queries[:4], k=4, nprobe=16)[0])
+            await t.close()
+            await u.close()
+
+        asyncio.run(run())
+
+
+class SecuredTest(unittest.TestCase):
+    def test_signed_frames_and_tls(self) -> None:
+        with tempfile.TemporaryDirectory() as d:
+            keys = Path(d) / "keys.toml"
+            keys.write_text(f'[[key]]\nid = "py"\nsecret = "{SECRET.decode()}"\n')
+            s = Server("--service", "echo", "--auth-keys", str(keys), "--tls-cert",
+                       str(TLS / "cert.pem"), "--tls-key", str(TLS / "key.pem"))
+            try:
+                key = Key("py", SECRET)
+                ca = str(TLS / "ca.pem")
+                with TcpClient("127.0.0.1", s.addr["tcp"], key=key, tls_ca=ca) as c:
+                    self.assertEqual(c.echo(b"signed"), b"signed")
+                with UdpClient("127.0.0.1", s.addr["udp"], key=key) as c:
+                    self.assertEqual(c.call_many(services.ECHO, [b"a", b"b"]), [b"a", b"b"])
+                with UdpClient("127.0.0.1", s.addr["udp"]) as c, self.assertRaises(CohortError) as e:
+                    c.echo(b"unsigned")
+                self.assertEqual(e.exception.name, "UNAUTHORIZED")
+                with UdpClient("127.0.0.1", s.addr["udp"], key=Key("py", b"not the secret....")) as c:
+                    with self.assertRaises(CohortError) as e:
+                        c.echo(b"forged")
+                self.assertEqual(e.exception.name, "UNAUTHORIZED")
+                https = HttpClient(f"https://localhost:{s.addr['http']}", key=key, tls_ca=ca)
+                self.assertEqual(https.echo(b"over https"), b"over https")
+            finally:
+                self.assertEqual(s.stop(), 0)
+
+
+class ShutdownTest(unittest.TestCase):
+    def test_every_request_is_answered_once_or_marked_not_sent(self) -> None:
+        s = Server("--service", "spin", "--workers", "2")
+        try:
+            c = TcpClient("127.0.0.1", s.addr["tcp"], window=400)
+            threading.Timer(0.2, lambda: s.p.send_signal(signal.SIGTERM)).start()
+            answers = c.call_many(services.SPIN, [services.spin_request(1000)] * 4000)
+            self.assertNotIn(None, answers)
+            done = sum(isinstance(a, bytes) for a in answers)
+            unavailable = sum(isinstance(a, CohortError) and a.name == "UNAVAILABLE" for a in answers)
+            not_sent = sum(isinstance(a, NotSent) for a in answers)
+            self.assertEqual(done + unavailable + not_sent, 4000, answers[:3])
+            self.assertGreater(done, 0)
+            self.assertGreater(not_sent, 0, "the stop came after every request was read")
+            self.assertIsNotNone(c.goaway, "no GOAWAY before the close")
+            c.close()
+        finally:
+            self.assertEqual(s.stop(), 0)
+
+
+if __name__ == "__main__":
+    unittest.main()
