@@ -51,8 +51,8 @@ echo "== GPU checks skipped on this machine: $(grep -c '^SKIPPED ' "$tests_log" 
 grep '^SKIPPED ' "$tests_log" | sort | uniq -c | sed 's/^/   /' || true
 rm -f "$tests_log"
 
-echo "== the Python client (clients/python) against real servers"
-python3 -m pip install --quiet --disable-pip-version-check ./clients/python
+echo "== the Python client (clients/python) and tritonclient (the Open Inference Protocol) against real servers"
+python3 -m pip install --quiet --disable-pip-version-check ./clients/python "tritonclient[http]==2.73.0"
 COHORT_BIN=target/ci/cohort python3 -m unittest discover -s clients/python/tests
 
 echo "== fuzz targets (bounded)"

@@ -187,6 +187,12 @@ fn every_route_is_documented_and_answers_as_documented() {
             format!("/v1/{name}")
         });
     }
+    served.extend(["/v2", "/v2/health/live", "/v2/health/ready"].map(String::from));
+    for model in ["echo", "lenet", "knn"] {
+        for tail in ["", "/ready", "/config", "/infer"] {
+            served.insert(format!("/v2/models/{model}{tail}"));
+        }
+    }
     let documented: BTreeSet<String> = paths.keys().cloned().collect();
     assert_eq!(documented, served);
 

@@ -23,6 +23,7 @@ pub mod metrics;
 mod reply;
 mod service;
 pub mod sharded;
+pub mod tensor;
 pub mod wiring;
 
 pub use batch::{BatchBackend, BatchConfig, BatchLane, BatchSlot};

@@ -50,6 +50,11 @@ pub trait Service: Send + Sync {
     fn http_doc(&self) -> Option<HttpDoc> {
         None
     }
+    /// The service's tensors for the Open Inference Protocol (`/v2/models/{name}/...`);
+    /// None for a service whose requests are not tensors.
+    fn tensor_model(&self) -> Option<&dyn crate::tensor::TensorModel> {
+        None
+    }
 }
 
 /// A service's `POST /v1/{name}` call for the OpenAPI document. The schemas use only the

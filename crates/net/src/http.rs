@@ -29,13 +29,13 @@ use std::time::Duration;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::{oneshot, watch};
 
-type HttpResponse = hyper::Response<Full<Bytes>>;
+pub(crate) type HttpResponse = hyper::Response<Full<Bytes>>;
 
 /// Renders `/metrics` (the server assembles it from every layer's counters).
 pub type MetricsRender = Arc<dyn Fn() -> String + Send + Sync>;
 
 /// Largest JSON body accepted.
-const MAX_BODY: usize = 4 << 20;
+pub(crate) const MAX_BODY: usize = 4 << 20;
 
 /// Longest a refused connection reads and drops what its client still sends before closing.
 const LINGER: Duration = Duration::from_secs(2);
@@ -366,6 +366,7 @@ async fn handle(
                 .expect("static response parts"),
         },
         (&Method::GET, "/openapi.json") => json_body(StatusCode::OK, env.openapi.clone()),
+        (_, p) if crate::v2::is_v2(p) => crate::v2::handle(req, env, id, peer).await,
         (&Method::POST, p) if p.starts_with("/v1/") => call(req, &p[4..], env, id, peer).await,
         (_, p) if crate::http_pages::page_service(ctx, p).is_some() => {
             let sid = crate::http_pages::page_service(ctx, p).expect("checked");

@@ -32,6 +32,8 @@ mod tls;
 mod trim;
 pub use tls::check_tls;
 mod udp;
+mod v2;
+pub use v2::parse_infer;
 
 pub use context::Context;
 pub use server::{check_ports, NetConfig, Server, Shared, UdpIo};

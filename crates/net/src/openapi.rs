@@ -147,7 +147,9 @@ pub(crate) fn document(registry: &Registry, auth: bool, metrics_here: bool) -> V
         }
         paths.insert(format!("/v1/{name}"), json!({ "post": op }));
     }
-    let mut components = json!({ "schemas": { "Error": error_schema() } });
+    v2_paths(registry, auth, &mut paths);
+    let mut components =
+        json!({ "schemas": { "Error": error_schema(), "V2Error": v2_error_schema() } });
     if auth {
         components["securitySchemes"] = json!({ "bearer": { "type": "http", "scheme": "bearer",
             "description": "an API key's secret (--auth-keys); send it over TLS" } });
@@ -162,4 +164,140 @@ pub(crate) fn document(registry: &Registry, auth: bool, metrics_here: bool) -> V
         "paths": paths,
         "components": components
     })
+}
+
+/// The Open Inference Protocol's error body (`crate::v2`).
+fn v2_error_schema() -> Value {
+    json!({
+        "type": "object",
+        "properties": {
+            "error": { "type": "string", "description": "the message" },
+            "code": { "type": "string", "description": "Cohort's code: BAD_REQUEST, ..." }
+        },
+        "required": ["error"]
+    })
+}
+
+fn v2_error_response(what: &str) -> Value {
+    json!({ "description": what,
+            "content": { "application/json": { "schema": { "$ref": "#/components/schemas/V2Error" } } } })
+}
+
+fn json_ok(what: &str, schema: Value) -> Value {
+    json!({ "200": { "description": what, "content": { "application/json": { "schema": schema } } } })
+}
+
+/// A request body a tensor model answers: every input one row of zeros (BYTES: "x").
+fn v2_example(m: &dyn cohort_engine::tensor::TensorModel) -> Value {
+    use cohort_engine::tensor::DataType;
+    let inputs: Vec<Value> = m
+        .inputs()
+        .iter()
+        .map(|s| {
+            let shape: Vec<usize> = s.shape.iter().map(|&d| if d < 0 { 1 } else { d as usize }).collect();
+            let n: usize = shape.iter().product();
+            let data = match s.datatypes[0] {
+                DataType::Bytes => json!(vec!["x"; n]),
+                _ => json!(vec![0; n]),
+            };
+            json!({ "name": s.name, "datatype": s.datatypes[0].name(), "shape": shape, "data": data })
+        })
+        .collect();
+    json!({ "inputs": inputs })
+}
+
+/// `/v2/...`: health, server metadata, and per tensor model its metadata, readiness, config
+/// and `infer`.
+fn v2_paths(registry: &Registry, auth: bool, paths: &mut Map<String, Value>) {
+    let object = json!({ "type": "object" });
+    paths.insert(
+        "/v2".into(),
+        json!({ "get": { "summary": "Open Inference Protocol: server metadata",
+        "responses": json_ok("name, version, extensions", json!({ "type": "object",
+            "properties": { "name": { "type": "string" }, "version": { "type": "string" },
+                            "extensions": { "type": "array", "items": { "type": "string" } } },
+            "required": ["name", "version", "extensions"] })) } }),
+    );
+    paths.insert(
+        "/v2/health/live".into(),
+        json!({ "get": { "summary": "Open Inference Protocol: live",
+        "responses": json_ok("live", object.clone()) } }),
+    );
+    let mut ready = json_ok("ready", object.clone());
+    ready["503"] = v2_error_response("draining after SIGTERM");
+    paths.insert(
+        "/v2/health/ready".into(),
+        json!({ "get": { "summary": "Open Inference Protocol: ready (503 while draining)",
+        "responses": ready } }),
+    );
+    let tensor = json!({ "type": "object", "properties": {
+        "name": { "type": "string" }, "datatype": { "type": "string" },
+        "shape": { "type": "array", "items": { "type": "integer" } } }, "required": ["name", "datatype", "shape"] });
+    for name in registry.names() {
+        let s = registry.by_name(name).expect("a listed name");
+        let Some(m) = s.tensor_model() else { continue };
+        let base = format!("/v2/models/{name}");
+        paths.insert(base.clone(), json!({ "get": { "summary": format!("{name}: model metadata (its tensors)"),
+            "responses": json_ok("metadata", json!({ "type": "object", "properties": {
+                "name": { "type": "string" }, "versions": { "type": "array", "items": { "type": "string" } },
+                "platform": { "type": "string" },
+                "inputs": { "type": "array", "items": tensor }, "outputs": { "type": "array", "items": tensor } },
+                "required": ["name", "versions", "platform", "inputs", "outputs"] })) } }));
+        let mut ready = json_ok("ready", object.clone());
+        ready["503"] = v2_error_response("draining after SIGTERM");
+        paths.insert(
+            format!("{base}/ready"),
+            json!({ "get": { "summary": format!("{name}: ready"), "responses": ready } }),
+        );
+        paths.insert(
+            format!("{base}/config"),
+            json!({ "get": { "summary": format!("{name}: a model config for Triton's tools"),
+            "responses": json_ok("config", json!({ "type": "object", "properties": {
+                "name": { "type": "string" }, "max_batch_size": { "type": "integer" },
+                "input": { "type": "array" }, "output": { "type": "array" } },
+                "required": ["name", "max_batch_size", "input", "output"] })) } }),
+        );
+        let mut responses = json_ok(
+            "the outputs (with `Inference-Header-Content-Length` and binary data when asked for)",
+            json!({ "type": "object", "properties": {
+                "model_name": { "type": "string" }, "model_version": { "type": "string" }, "id": { "type": "string" },
+                "outputs": { "type": "array", "items": tensor } },
+                "required": ["model_name", "outputs"] }),
+        );
+        for (code, what) in [
+            (
+                ErrorCode::BadRequest,
+                "not an inference request of this model (the message says why)",
+            ),
+            (ErrorCode::TooLarge, "a row over the server's limit"),
+            (
+                ErrorCode::Overloaded,
+                "the queue is full, or the server is draining",
+            ),
+            (
+                ErrorCode::Timeout,
+                "a row's deadline (parameters.timeout_us, or the server's) passed",
+            ),
+            (ErrorCode::Internal, "the engine failed a row"),
+        ] {
+            responses[code.http_status().to_string()] = v2_error_response(what);
+        }
+        let mut op = json!({
+            "summary": format!("{name}: inference; each row of the inputs' first dimension is one request to the engine"),
+            "description": "JSON tensors, or the binary tensor extension: the JSON part's length in Inference-Header-Content-Length, each binary input's bytes after it in input order (parameters.binary_data_size).",
+            "requestBody": { "required": true, "content": { "application/json": {
+                "schema": { "type": "object", "properties": {
+                    "id": { "type": "string" },
+                    "parameters": { "type": "object" },
+                    "inputs": { "type": "array", "items": tensor },
+                    "outputs": { "type": "array", "items": { "type": "object" } } },
+                    "required": ["inputs"] },
+                "example": v2_example(m) } } },
+            "responses": responses
+        });
+        if auth {
+            op["security"] = json!([{ "bearer": [] }]);
+        }
+        paths.insert(format!("{base}/infer"), json!({ "post": op }));
+    }
 }

@@ -45,6 +45,7 @@ pub mod persistent_sharded;
 pub mod selftest;
 #[cfg(feature = "backends")]
 pub mod slice;
+pub mod tensors;
 
 use cohort_engine::Service;
 use cohort_knn::{IvfIndex, Neighbor, SearchParams};
@@ -247,6 +248,9 @@ impl Service for Knn {
     }
     fn name(&self) -> &'static str {
         "knn"
+    }
+    fn tensor_model(&self) -> Option<&dyn cohort_engine::tensor::TensorModel> {
+        Some(self)
     }
     fn http_doc(&self) -> Option<cohort_engine::HttpDoc> {
         let dim = self.index.dim;

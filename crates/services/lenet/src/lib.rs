@@ -23,6 +23,7 @@ pub mod model;
 pub mod persistent;
 #[cfg(feature = "backends")]
 pub mod slice;
+pub mod tensors;
 #[cfg(feature = "train")]
 pub mod train;
 
@@ -87,6 +88,9 @@ impl Service for Lenet {
 
     fn name(&self) -> &'static str {
         "lenet"
+    }
+    fn tensor_model(&self) -> Option<&dyn cohort_engine::tensor::TensorModel> {
+        Some(self)
     }
     fn http_doc(&self) -> Option<cohort_engine::HttpDoc> {
         let pixels = serde_json::json!({

@@ -25,6 +25,9 @@ impl Service for Echo {
     fn name(&self) -> &'static str {
         "echo"
     }
+    fn tensor_model(&self) -> Option<&dyn cohort_engine::tensor::TensorModel> {
+        Some(self)
+    }
     fn http_doc(&self) -> Option<cohort_engine::HttpDoc> {
         let data = serde_json::json!({ "type": "string", "description": "the bytes (UTF-8; default empty)" });
         Some(cohort_engine::HttpDoc {
@@ -83,6 +86,47 @@ impl Service for Echo {
         out.extend_from_slice(br#"{"data":"#);
         cohort_service_api::json_str::write_lossy(payload, out);
         out.push(b'}');
+    }
+}
+
+/// Echo over the Open Inference Protocol: input `data` (BYTES [N]), output `data` (BYTES
+/// [N]), each element one request to the engine.
+impl cohort_engine::tensor::TensorModel for Echo {
+    fn inputs(&self) -> Vec<cohort_engine::tensor::TensorSpec> {
+        use cohort_engine::tensor::{DataType, TensorSpec};
+        vec![TensorSpec {
+            name: "data",
+            datatypes: &[DataType::Bytes],
+            shape: vec![-1],
+        }]
+    }
+    fn outputs(&self) -> Vec<cohort_engine::tensor::TensorSpec> {
+        self.inputs()
+    }
+    fn rows(
+        &self,
+        inputs: &[cohort_engine::tensor::Tensor],
+        _: &cohort_engine::tensor::Parameters,
+    ) -> Result<Vec<Vec<u8>>, ErrorPayload> {
+        use cohort_engine::tensor::{byte_elements, input, DataType};
+        let t = input(inputs, "data")?;
+        if t.datatype != DataType::Bytes || t.shape.len() != 1 {
+            return Err(cohort_service_api::bad_request("data is BYTES [N]"));
+        }
+        Ok(byte_elements(t)?.into_iter().map(<[u8]>::to_vec).collect())
+    }
+    fn join(
+        &self,
+        answers: &[Vec<u8>],
+        _: &cohort_engine::tensor::Parameters,
+    ) -> Result<Vec<cohort_engine::tensor::Tensor>, ErrorPayload> {
+        use cohort_engine::tensor::{bytes_data, DataType, Tensor};
+        Ok(vec![Tensor {
+            name: "data".into(),
+            datatype: DataType::Bytes,
+            shape: vec![answers.len()],
+            data: bytes_data(answers.iter().map(Vec::as_slice)),
+        }])
     }
 }
 

@@ -1,0 +1,489 @@
+//! The Open Inference Protocol (KServe v2) over HTTP, for every service whose requests are
+//! tensors (`Service::tensor_model`): health, server and model metadata, a model config for
+//! tools that read one, and `infer` with JSON tensors or the binary tensor extension
+//! (`Inference-Header-Content-Length`). A request's N rows go to the engine as N requests,
+//! so they batch with everything else, and come back as one answer. Errors are the
+//! protocol's `{"error": message}`, with Cohort's code name beside it as `code`.
+
+use crate::http::{authorized, body_refused, over_quota, HttpEnv, HttpResponse, OneShot};
+use crate::http_limits;
+use crate::quota::Who;
+use bytes::Bytes;
+use cohort_engine::tensor::{DataType, Parameters, Tensor, TensorModel};
+use cohort_engine::Service;
+use cohort_proto::{ErrorCode, ErrorPayload, Header};
+use http_body_util::Full;
+use hyper::body::Incoming;
+use hyper::{Method, Request, StatusCode};
+use serde::Deserialize;
+use serde_json::{json, Value};
+use std::net::IpAddr;
+use std::sync::Arc;
+
+/// The header of the binary tensor extension: the JSON part's length in bytes.
+const JSON_LENGTH: &str = "inference-header-content-length";
+
+fn respond(status: StatusCode, v: &Value) -> HttpResponse {
+    hyper::Response::builder()
+        .status(status)
+        .header("content-type", "application/json")
+        .body(Full::new(Bytes::from(v.to_string())))
+        .expect("static response parts")
+}
+
+fn v2_error(code: ErrorCode, message: impl Into<String>) -> HttpResponse {
+    let status = StatusCode::from_u16(code.http_status()).expect("valid status");
+    respond(
+        status,
+        &json!({ "error": message.into(), "code": code.name() }),
+    )
+}
+
+/// The model a `/v2/models/{name}[/versions/1]/...` path names, and what follows it.
+fn model_path(p: &str) -> Option<(&str, &str)> {
+    let rest = p.strip_prefix("/v2/models/")?;
+    let (name, tail) = rest.split_once('/').unwrap_or((rest, ""));
+    let tail = match tail.strip_prefix("versions/") {
+        Some(v) => v.split_once('/').map_or("", |(_, t)| t),
+        None => tail,
+    };
+    Some((name, tail))
+}
+
+/// Whether this module answers `path` (any method: a wrong one gets 405 here).
+pub(crate) fn is_v2(path: &str) -> bool {
+    path == "/v2" || path.starts_with("/v2/")
+}
+
+pub(crate) async fn handle(
+    req: Request<Incoming>,
+    env: &HttpEnv,
+    id: u64,
+    peer: Option<IpAddr>,
+) -> HttpResponse {
+    let ctx = &env.ctx;
+    let path = req.uri().path().to_string();
+    let get = req.method() == Method::GET;
+    let ready = !ctx.is_shutting_down();
+    match path.as_str() {
+        "/v2" if get => {
+            return respond(
+                StatusCode::OK,
+                &json!({ "name": "cohort", "version": env!("CARGO_PKG_VERSION"),
+                         "extensions": ["binary_tensor_data"] }),
+            )
+        }
+        "/v2/health/live" if get => return respond(StatusCode::OK, &json!({})),
+        "/v2/health/ready" if get => {
+            return match ready {
+                true => respond(StatusCode::OK, &json!({})),
+                false => v2_error(ErrorCode::Unavailable, "the server is draining"),
+            }
+        }
+        _ => {}
+    }
+    let Some((name, tail)) = model_path(&path) else {
+        return v2_error(ErrorCode::NotFound, format!("no route for {path}"));
+    };
+    let Some(service) = ctx
+        .registry
+        .by_name(name)
+        .filter(|s| s.tensor_model().is_some())
+        .cloned()
+    else {
+        return v2_error(
+            ErrorCode::NotFound,
+            format!(
+                "no model {name:?} (tensor models served: {})",
+                tensor_names(env)
+            ),
+        );
+    };
+    let model = service.tensor_model().expect("filtered");
+    match (req.method(), tail) {
+        (&Method::GET, "") => respond(StatusCode::OK, &metadata(name, model)),
+        (&Method::GET, "ready") => match ready {
+            true => respond(StatusCode::OK, &json!({})),
+            false => v2_error(ErrorCode::Unavailable, "the server is draining"),
+        },
+        (&Method::GET, "config") => respond(StatusCode::OK, &config(name, model)),
+        (&Method::POST, "infer") => infer(req, service.clone(), env, id, peer).await,
+        (m, t) => v2_error(
+            ErrorCode::NotFound,
+            format!("no route for {m} /v2/models/{name}/{t}"),
+        ),
+    }
+}
+
+fn tensor_names(env: &HttpEnv) -> String {
+    let r = &env.ctx.registry;
+    let names: Vec<_> = r
+        .names()
+        .into_iter()
+        .filter(|n| r.by_name(n).is_some_and(|s| s.tensor_model().is_some()))
+        .collect();
+    names.join(", ")
+}
+
+fn specs(v: Vec<cohort_engine::tensor::TensorSpec>) -> Value {
+    v.iter()
+        .map(|s| json!({ "name": s.name, "datatype": s.datatypes[0].name(), "shape": s.shape }))
+        .collect()
+}
+
+/// `GET /v2/models/{name}`: the protocol's model metadata.
+pub(crate) fn metadata(name: &str, m: &dyn TensorModel) -> Value {
+    json!({ "name": name, "versions": ["1"], "platform": "cohort",
+            "inputs": specs(m.inputs()), "outputs": specs(m.outputs()) })
+}
+
+/// `GET /v2/models/{name}/config`: what Triton's tools read (no batching dimension of the
+/// model's own: every shape is whole, its first dimension the rows).
+pub(crate) fn config(name: &str, m: &dyn TensorModel) -> Value {
+    let io = |v: Vec<cohort_engine::tensor::TensorSpec>| -> Value {
+        v.iter()
+            .map(|s| json!({ "name": s.name, "data_type": format!("TYPE_{}", s.datatypes[0].name()), "dims": s.shape }))
+            .collect()
+    };
+    json!({ "name": name, "platform": "cohort", "max_batch_size": 0,
+            "input": io(m.inputs()), "output": io(m.outputs()) })
+}
+
+#[derive(Deserialize)]
+struct InferRequest {
+    id: Option<String>,
+    #[serde(default)]
+    parameters: Parameters,
+    inputs: Vec<InputTensor>,
+    outputs: Option<Vec<RequestedOutput>>,
+}
+
+#[derive(Deserialize)]
+struct InputTensor {
+    name: String,
+    shape: Vec<usize>,
+    datatype: String,
+    #[serde(default)]
+    parameters: Parameters,
+    data: Option<Value>,
+}
+
+#[derive(Deserialize)]
+struct RequestedOutput {
+    name: String,
+    #[serde(default)]
+    parameters: Parameters,
+}
+
+fn bad(msg: impl Into<String>) -> ErrorPayload {
+    ErrorPayload::new(ErrorCode::BadRequest, msg)
+}
+
+/// JSON `data` (nested or flat) as the tensor's bytes.
+fn from_json(d: DataType, data: &Value, out: &mut Vec<u8>) -> Result<usize, ErrorPayload> {
+    match data {
+        Value::Array(a) => a.iter().try_fold(0, |n, x| Ok(n + from_json(d, x, out)?)),
+        x => {
+            let int = |lo: i64, hi: i64| {
+                x.as_i64()
+                    .filter(|v| (lo..=hi).contains(v))
+                    .ok_or_else(|| bad(format!("{x} is not a {} element", d.name())))
+            };
+            match d {
+                DataType::Uint8 => out.push(int(0, 255)? as u8),
+                DataType::Int32 => out.extend_from_slice(
+                    &(int(i32::MIN.into(), i32::MAX.into())? as i32).to_le_bytes(),
+                ),
+                DataType::Int64 => out.extend_from_slice(&int(i64::MIN, i64::MAX)?.to_le_bytes()),
+                DataType::Fp32 => {
+                    let v = x
+                        .as_f64()
+                        .ok_or_else(|| bad(format!("{x} is not a number")))?;
+                    out.extend_from_slice(&(v as f32).to_le_bytes());
+                }
+                DataType::Bytes => {
+                    let s = x
+                        .as_str()
+                        .ok_or_else(|| bad(format!("{x} is not a string")))?;
+                    out.extend_from_slice(&(s.len() as u32).to_le_bytes());
+                    out.extend_from_slice(s.as_bytes());
+                }
+            }
+            Ok(1)
+        }
+    }
+}
+
+/// A tensor's bytes as JSON `data` (flat, row-major). Non-finite FP32 values are null.
+fn to_json(t: &Tensor) -> Value {
+    match t.datatype {
+        DataType::Uint8 => t.data.iter().map(|&b| json!(b)).collect(),
+        DataType::Int32 => t
+            .data
+            .chunks_exact(4)
+            .map(|b| json!(i32::from_le_bytes(b.try_into().unwrap())))
+            .collect(),
+        DataType::Int64 => t
+            .data
+            .chunks_exact(8)
+            .map(|b| json!(i64::from_le_bytes(b.try_into().unwrap())))
+            .collect(),
+        DataType::Fp32 => t
+            .data
+            .chunks_exact(4)
+            .map(|b| json!(f32::from_le_bytes(b.try_into().unwrap())))
+            .collect(),
+        DataType::Bytes => cohort_engine::tensor::byte_elements(t)
+            .unwrap_or_default()
+            .into_iter()
+            .map(|e| json!(String::from_utf8_lossy(e)))
+            .collect(),
+    }
+}
+
+/// The request's tensors from its JSON part and binary part.
+fn tensors(r: &InferRequest, mut binary: &[u8]) -> Result<Vec<Tensor>, ErrorPayload> {
+    let mut out = Vec::with_capacity(r.inputs.len());
+    for i in &r.inputs {
+        let d = DataType::parse(&i.datatype).ok_or_else(|| {
+            bad(format!(
+                "input {}: datatype {} is not served",
+                i.name, i.datatype
+            ))
+        })?;
+        let elements: usize = i.shape.iter().product();
+        let data = match (i.parameters.get("binary_data_size"), &i.data) {
+            (Some(n), _) => {
+                let n = n
+                    .as_u64()
+                    .ok_or_else(|| bad("binary_data_size is a byte count"))?
+                    as usize;
+                if n > binary.len() {
+                    return Err(bad(format!(
+                        "input {}: {n} binary bytes, {} left",
+                        i.name,
+                        binary.len()
+                    )));
+                }
+                let (mine, rest) = binary.split_at(n);
+                binary = rest;
+                mine.to_vec()
+            }
+            (None, Some(v)) => {
+                let mut b = Vec::new();
+                let n = from_json(d, v, &mut b)?;
+                if n != elements {
+                    return Err(bad(format!(
+                        "input {}: {n} elements for shape {:?}",
+                        i.name, i.shape
+                    )));
+                }
+                b
+            }
+            (None, None) => return Err(bad(format!("input {} has no data", i.name))),
+        };
+        let t = Tensor {
+            name: i.name.clone(),
+            datatype: d,
+            shape: i.shape.clone(),
+            data,
+        };
+        match d.size() {
+            Some(s) if t.data.len() != s * elements => {
+                return Err(bad(format!(
+                    "input {}: {} bytes for shape {:?}",
+                    i.name,
+                    t.data.len(),
+                    i.shape
+                )))
+            }
+            None => {
+                cohort_engine::tensor::byte_elements(&t)?;
+            }
+            _ => {}
+        }
+        out.push(t);
+    }
+    if !binary.is_empty() {
+        return Err(bad(format!(
+            "{} binary bytes that no input claims",
+            binary.len()
+        )));
+    }
+    Ok(out)
+}
+
+/// An inference request's tensors and parameters from its JSON part and the binary part
+/// after it (empty without the binary extension): what `infer` reads before the model does.
+pub fn parse_infer(json: &[u8], binary: &[u8]) -> Result<(Vec<Tensor>, Parameters), ErrorPayload> {
+    let r: InferRequest =
+        serde_json::from_slice(json).map_err(|e| bad(format!("not an inference request: {e}")))?;
+    Ok((tensors(&r, binary)?, r.parameters))
+}
+
+fn flag(p: &Parameters, key: &str) -> bool {
+    p.get(key).and_then(Value::as_bool).unwrap_or(false)
+}
+
+async fn infer(
+    req: Request<Incoming>,
+    service: Arc<dyn Service>,
+    env: &HttpEnv,
+    id: u64,
+    peer: Option<IpAddr>,
+) -> HttpResponse {
+    let ctx = &env.ctx;
+    let sid = service.id();
+    let key = match authorized(ctx, &req, Some(sid)) {
+        Ok(key) => key,
+        Err(r) => return *r,
+    };
+    let json_len = req
+        .headers()
+        .get(JSON_LENGTH)
+        .map(|v| v.to_str().ok().and_then(|s| s.parse::<usize>().ok()));
+    let read = http_limits::read_body(
+        req.into_body(),
+        crate::http::MAX_BODY,
+        crate::limits::spread(env.limits.read_timeout, id),
+        &env.budget,
+    );
+    let (body, _held) = match read.await {
+        Ok(b) => b,
+        Err(e) => return body_refused(ctx, sid, e),
+    };
+    let split = match json_len {
+        None => body.len(),
+        Some(Some(n)) if n <= body.len() => n,
+        Some(_) => {
+            return v2_error(
+                ErrorCode::BadRequest,
+                format!("{JSON_LENGTH} is not a length within the body"),
+            )
+        }
+    };
+    let (head, binary) = body.split_at(split);
+    let r: InferRequest = match serde_json::from_slice(head) {
+        Ok(r) => r,
+        Err(e) => {
+            return v2_error(
+                ErrorCode::BadRequest,
+                format!("not an inference request: {e}"),
+            )
+        }
+    };
+    let model = service.tensor_model().expect("a tensor model");
+    let rows = match tensors(&r, binary).and_then(|t| model.rows(&t, &r.parameters)) {
+        Ok(rows) => rows,
+        Err(e) => {
+            ctx.metrics
+                .answered(sid, e.code.label(), std::time::Duration::ZERO);
+            return v2_error(e.code, e.message);
+        }
+    };
+    if let Some(big) = rows.iter().find(|p| p.len() > ctx.max_payload) {
+        return v2_error(
+            ErrorCode::TooLarge,
+            format!(
+                "a row of {} bytes over the limit of {}",
+                big.len(),
+                ctx.max_payload
+            ),
+        );
+    }
+    let _ticket = match ctx.quotas.ticket(Who::of(key, peer)) {
+        Ok(t) => t,
+        Err(over) => return over_quota(ctx, sid, &over),
+    };
+    let timeout = r.parameters.get("timeout_us").and_then(Value::as_u64);
+    let mut waiting = Vec::with_capacity(rows.len());
+    for payload in &rows {
+        let mut header = Header::request(sid, id, payload.len());
+        if let Some(t) = timeout {
+            header.timeout_us = t.min(u32::MAX as u64) as u32;
+        }
+        let (port, rx) = OneShot::new(None, ctx.quotas.class_of(Who::of(key, peer)));
+        ctx.submit(&env.shard, &header, payload, port);
+        waiting.push(rx);
+    }
+    drop(rows);
+    let mut answers = Vec::with_capacity(waiting.len());
+    let mut failed = None;
+    for rx in waiting {
+        match rx.await {
+            Ok(Ok(b)) => answers.push(b.to_vec()),
+            Ok(Err(e)) => failed = failed.or(Some(e)),
+            Err(_) => {
+                failed = failed.or(Some(ErrorPayload::new(ErrorCode::Internal, "request lost")))
+            }
+        }
+    }
+    if let Some(e) = failed {
+        return v2_error(e.code, e.message);
+    }
+    let outputs = match model.join(&answers, &r.parameters) {
+        Ok(o) => o,
+        Err(e) => return v2_error(e.code, e.message),
+    };
+    respond_outputs(&r, service.name(), outputs)
+}
+
+/// The answer: the requested outputs (all when none are named), each as JSON data or binary.
+fn respond_outputs(r: &InferRequest, model: &str, outputs: Vec<Tensor>) -> HttpResponse {
+    let all_binary = flag(&r.parameters, "binary_data_output");
+    let chosen: Vec<(Tensor, bool)> = match &r.outputs {
+        None => outputs.into_iter().map(|t| (t, all_binary)).collect(),
+        Some(wanted) => {
+            let mut v = Vec::with_capacity(wanted.len());
+            for w in wanted {
+                let Some(t) = outputs.iter().find(|t| t.name == w.name) else {
+                    let names: Vec<_> = outputs.iter().map(|t| t.name.as_str()).collect();
+                    return v2_error(
+                        ErrorCode::BadRequest,
+                        format!("no output {:?} (outputs: {})", w.name, names.join(", ")),
+                    );
+                };
+                let binary = w
+                    .parameters
+                    .get("binary_data")
+                    .and_then(Value::as_bool)
+                    .unwrap_or(all_binary);
+                v.push((t.clone(), binary));
+            }
+            v
+        }
+    };
+    let mut blobs = Vec::new();
+    let listed: Vec<Value> = chosen
+        .iter()
+        .map(|(t, binary)| {
+            let mut o = json!({ "name": t.name, "datatype": t.datatype.name(), "shape": t.shape });
+            if *binary {
+                o["parameters"] = json!({ "binary_data_size": t.data.len() });
+                blobs.extend_from_slice(&t.data);
+            } else {
+                o["data"] = to_json(t);
+            }
+            o
+        })
+        .collect();
+    let mut head = json!({ "model_name": model, "model_version": "1", "outputs": listed });
+    if let Some(id) = &r.id {
+        head["id"] = json!(id);
+    }
+    let head = head.to_string();
+    if blobs.is_empty() {
+        return hyper::Response::builder()
+            .header("content-type", "application/json")
+            .body(Full::new(Bytes::from(head)))
+            .expect("static response parts");
+    }
+    let json_len = head.len();
+    let mut body = head.into_bytes();
+    body.extend_from_slice(&blobs);
+    hyper::Response::builder()
+        .header("content-type", "application/octet-stream")
+        .header(JSON_LENGTH, json_len)
+        .body(Full::new(Bytes::from(body)))
+        .expect("static response parts")
+}
