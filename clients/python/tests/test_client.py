@@ -28,6 +28,14 @@ def cohort(*args: str) -> None:
     subprocess.run([BIN, *args, "--log-level", "warn"], check=True, stdout=subprocess.DEVNULL)
 
 
+def build_index(d: Path, n: int, dim: int, queries: int, nlist: int) -> None:
+    """Synthetic data under d/data and its IVF index at d/ix.index."""
+    cohort("data", "synth", "--n", str(n), "--dim", str(dim), "--queries", str(queries),
+           "--gt-k", "5", "--out", str(d / "data"))
+    cohort("index", "build", "--base", str(d / "data" / "base.fvecs"), "--nlist", str(nlist),
+           "--out", str(d / "ix.index"))
+
+
 def read_fvecs(path: Path) -> np.ndarray:
     raw = np.fromfile(path, dtype="<i4")
     dim = raw[0]
@@ -59,10 +67,7 @@ class ClientTest(unittest.TestCase):
     def setUpClass(cls) -> None:
         cls.tmp = tempfile.TemporaryDirectory()
         d = Path(cls.tmp.name)
-        cohort("data", "synth", "--n", "3000", "--dim", "16", "--queries", "25", "--gt-k", "10",
-               "--out", str(d / "data"))
-        cohort("index", "build", "--base", str(d / "data" / "base.fvecs"), "--nlist", "16",
-               "--out", str(d / "ix.index"))
+        build_index(d, n=3000, dim=16, queries=25, nlist=16)
         cls.base = read_fvecs(d / "data" / "base.fvecs")
         cls.queries = read_fvecs(d / "data" / "query.fvecs")
         cls.server = Server("--service", "echo,spin,knn:cpu,lenet", "--index", str(d / "ix.index"),

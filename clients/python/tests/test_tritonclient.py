@@ -13,7 +13,7 @@ import tritonclient.http as triton
 from tritonclient.utils import InferenceServerException
 
 from cohort_client import UdpClient
-from test_client import Server, cohort, read_fvecs
+from test_client import Server, build_index, read_fvecs
 
 
 class TritonClientTest(unittest.TestCase):
@@ -21,10 +21,7 @@ class TritonClientTest(unittest.TestCase):
     def setUpClass(cls) -> None:
         cls.tmp = tempfile.TemporaryDirectory()
         d = Path(cls.tmp.name)
-        cohort("data", "synth", "--n", "2000", "--dim", "12", "--queries", "16", "--gt-k", "5",
-               "--out", str(d / "data"))
-        cohort("index", "build", "--base", str(d / "data" / "base.fvecs"), "--nlist", "8",
-               "--out", str(d / "ix.index"))
+        build_index(d, n=2000, dim=12, queries=16, nlist=8)
         cls.base = read_fvecs(d / "data" / "base.fvecs")
         cls.queries = read_fvecs(d / "data" / "query.fvecs")
         cls.server = Server("--service", "echo,knn:cpu,lenet:cpu", "--index", str(d / "ix.index"),

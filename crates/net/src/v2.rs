@@ -313,11 +313,15 @@ fn tensors(r: &InferRequest, mut binary: &[u8]) -> Result<Vec<Tensor>, ErrorPayl
     Ok(out)
 }
 
+/// An inference request's JSON part.
+fn parse_request(json: &[u8]) -> Result<InferRequest, ErrorPayload> {
+    serde_json::from_slice(json).map_err(|e| bad(format!("not an inference request: {e}")))
+}
+
 /// An inference request's tensors and parameters from its JSON part and the binary part
 /// after it (empty without the binary extension): what `infer` reads before the model does.
 pub fn parse_infer(json: &[u8], binary: &[u8]) -> Result<(Vec<Tensor>, Parameters), ErrorPayload> {
-    let r: InferRequest =
-        serde_json::from_slice(json).map_err(|e| bad(format!("not an inference request: {e}")))?;
+    let r = parse_request(json)?;
     Ok((tensors(&r, binary)?, r.parameters))
 }
 
@@ -352,44 +356,35 @@ async fn infer(
         Ok(b) => b,
         Err(e) => return body_refused(ctx, sid, e),
     };
+    // A refused request is counted like any other answer (`cohort_requests_total`).
+    let refuse = |e: ErrorPayload| {
+        ctx.metrics
+            .answered(sid, e.code.label(), std::time::Duration::ZERO);
+        v2_error(e.code, e.message)
+    };
     let split = match json_len {
         None => body.len(),
         Some(Some(n)) if n <= body.len() => n,
         Some(_) => {
-            return v2_error(
-                ErrorCode::BadRequest,
-                format!("{JSON_LENGTH} is not a length within the body"),
-            )
+            return refuse(bad(format!(
+                "{JSON_LENGTH} is not a length within the body"
+            )))
         }
     };
     let (head, binary) = body.split_at(split);
-    let r: InferRequest = match serde_json::from_slice(head) {
+    let r = match parse_request(head) {
         Ok(r) => r,
-        Err(e) => {
-            return v2_error(
-                ErrorCode::BadRequest,
-                format!("not an inference request: {e}"),
-            )
-        }
+        Err(e) => return refuse(e),
     };
     let model = service.tensor_model().expect("a tensor model");
     let rows = match tensors(&r, binary).and_then(|t| model.rows(&t, &r.parameters)) {
         Ok(rows) => rows,
-        Err(e) => {
-            ctx.metrics
-                .answered(sid, e.code.label(), std::time::Duration::ZERO);
-            return v2_error(e.code, e.message);
-        }
+        Err(e) => return refuse(e),
     };
     if let Some(big) = rows.iter().find(|p| p.len() > ctx.max_payload) {
-        return v2_error(
-            ErrorCode::TooLarge,
-            format!(
-                "a row of {} bytes over the limit of {}",
-                big.len(),
-                ctx.max_payload
-            ),
-        );
+        let limit = ctx.max_payload;
+        let msg = format!("a row of {} bytes over the limit of {limit}", big.len());
+        return refuse(ErrorPayload::new(ErrorCode::TooLarge, msg));
     }
     let _ticket = match ctx.quotas.ticket(Who::of(key, peer)) {
         Ok(t) => t,

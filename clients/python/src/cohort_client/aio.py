@@ -31,26 +31,11 @@ class _AsyncServices:
     async def knn(self, queries: np.ndarray, k: int = 10, nprobe: int = 0) -> Tuple[np.ndarray, np.ndarray]:
         q = np.asarray(queries)
         q = q[None] if q.ndim == 1 else q
-        answers = await self.call_many(sv.KNN, [sv.knn_request(r, k, nprobe) for r in q])
-        ids = np.full((len(q), k), -1, dtype=np.int64)
-        dist = np.full((len(q), k), np.inf, dtype=np.float32)
-        for i, a in enumerate(answers):
-            if isinstance(a, CohortError):
-                raise a
-            got_ids, got_d = sv.knn_answer(a)
-            ids[i, : len(got_ids)], dist[i, : len(got_d)] = got_ids, got_d
-        return ids, dist
+        return sv.knn_join(await self.call_many(sv.KNN, [sv.knn_request(r, k, nprobe) for r in q]), k)
 
     async def lenet(self, images: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
         rows = sv.lenet_images(images)
-        answers = await self.call_many(sv.LENET, [r.tobytes() for r in rows])
-        digits = np.empty(len(rows), dtype=np.int64)
-        scores = np.empty((len(rows), 10), dtype=np.float32)
-        for i, a in enumerate(answers):
-            if isinstance(a, CohortError):
-                raise a
-            digits[i], scores[i] = sv.lenet_answer(a)
-        return digits, scores
+        return sv.lenet_join(await self.call_many(sv.LENET, [r.tobytes() for r in rows]))
 
 
 class _AsyncFrames(_AsyncServices):

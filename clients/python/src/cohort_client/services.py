@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import struct
-from typing import Tuple
+from typing import Sequence, Tuple, Union
 
 import numpy as np
 
@@ -59,3 +59,28 @@ def lenet_answer(payload: bytes) -> Tuple[int, np.ndarray]:
     if len(payload) != 41:
         raise ValueError(f"a lenet answer is 41 bytes, got {len(payload)}")
     return payload[0], np.frombuffer(payload, dtype="<f4", count=10, offset=1).copy()
+
+
+def knn_join(answers: Sequence[Union[bytes, Exception]], k: int) -> Tuple[np.ndarray, np.ndarray]:
+    """The rows' answers as ids int64 [N, k] (-1 where the probed lists held fewer than k)
+    and distances float32 [N, k] (inf there); the first error answer is raised."""
+    ids = np.full((len(answers), k), -1, dtype=np.int64)
+    dist = np.full((len(answers), k), np.inf, dtype=np.float32)
+    for i, a in enumerate(answers):
+        if isinstance(a, Exception):
+            raise a
+        got_ids, got_d = knn_answer(a)
+        ids[i, : len(got_ids)], dist[i, : len(got_d)] = got_ids, got_d
+    return ids, dist
+
+
+def lenet_join(answers: Sequence[Union[bytes, Exception]]) -> Tuple[np.ndarray, np.ndarray]:
+    """The rows' answers as digits int64 [N] and scores float32 [N, 10]; the first error
+    answer is raised."""
+    digits = np.empty(len(answers), dtype=np.int64)
+    scores = np.empty((len(answers), 10), dtype=np.float32)
+    for i, a in enumerate(answers):
+        if isinstance(a, Exception):
+            raise a
+        digits[i], scores[i] = lenet_answer(a)
+    return digits, scores

@@ -58,28 +58,12 @@ class _Services:
         are pipelined; the first error answer is raised."""
         q = np.asarray(queries)
         q = q[None] if q.ndim == 1 else q
-        answers = self.call_many(sv.KNN, [sv.knn_request(row, k, nprobe) for row in q])
-        ids = np.full((len(q), k), -1, dtype=np.int64)
-        dist = np.full((len(q), k), np.inf, dtype=np.float32)
-        for i, a in enumerate(answers):
-            if isinstance(a, CohortError):
-                raise a
-            got_ids, got_d = sv.knn_answer(a)
-            ids[i, : len(got_ids)] = got_ids
-            dist[i, : len(got_d)] = got_d
-        return ids, dist
+        return sv.knn_join(self.call_many(sv.KNN, [sv.knn_request(row, k, nprobe) for row in q]), k)
 
     def lenet(self, images: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
         """The digit of each image: digits int64 [N] and scores (the logits) float32 [N, 10]."""
         rows = sv.lenet_images(images)
-        answers = self.call_many(sv.LENET, [r.tobytes() for r in rows])
-        digits = np.empty(len(rows), dtype=np.int64)
-        scores = np.empty((len(rows), 10), dtype=np.float32)
-        for i, a in enumerate(answers):
-            if isinstance(a, CohortError):
-                raise a
-            digits[i], scores[i] = sv.lenet_answer(a)
-        return digits, scores
+        return sv.lenet_join(self.call_many(sv.LENET, [r.tobytes() for r in rows]))
 
 
 class _Frames(_Services):
