@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # NVIDIA's perf_analyzer (unchanged) against Cohort's Open Inference Protocol, beside Cohort's
 # own load generator on the native TCP frames, same service, engine and cores, closed loop
-# at concurrency 1, 2, 4 and 8.
+# at concurrency 1, 3, 5 and 7 (perf_analyzer steps linearly).
 #   scripts/perf-analyzer.sh OUT_DIR [ENGINE] [SERVER_CPUS] [CLIENT_CPUS]
 # PERF_ANALYZER names the binary (tritonclient 2.35.0's manylinux wheel ships one in
 # tritonclient-2.35.0.data/data/bin/; it needs libb64-0d from Debian and libcudart.so.12,
@@ -20,12 +20,12 @@ sleep 2
 taskset -c "$ccpu" "$pa" -m lenet -u 127.0.0.1:7552 -i http --shape image:1,28,28 \
     --concurrency-range 1:8:2 --measurement-interval 3000 -f "$out/perf_analyzer.csv" \
     > "$out/perf_analyzer.txt" 2>&1
-for c in 1 2 4 8; do
+for c in 1 3 5 7; do
     taskset -c "$ccpu" "$bin" load --target tcp://127.0.0.1:7551 --service lenet --concurrency "$c" \
         --duration 3 --server-pid "$server" --json "$out/cohort-load-tcp-c$c.json" \
         > "$out/cohort-load-tcp-c$c.txt" 2>&1
 done
 grep -E "^Concurrency" "$out/perf_analyzer.txt"
-for c in 1 2 4 8; do
+for c in 1 3 5 7; do
     python3 -c "import json,sys; r=json.load(open(sys.argv[1])); print('cohort load tcp concurrency $c:', round(r['achieved_rate']), 'answers/s, p50', r['latency_us']['p50'], 'us, p99', r['latency_us']['p99'], 'us')" "$out/cohort-load-tcp-c$c.json"
 done
