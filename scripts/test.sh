@@ -53,7 +53,7 @@ rm -f "$tests_log"
 
 echo "== the Python client (clients/python) and tritonclient (the Open Inference Protocol) against real servers"
 python3 -m pip install --quiet --disable-pip-version-check ./clients/python "tritonclient[http]==2.73.0"
-COHORT_BIN=target/ci/cohort python3 -m unittest discover -s clients/python/tests
+COHORT_BIN=target/ci/cohort python3 -m unittest discover -v -s clients/python/tests
 
 echo "== fuzz targets (bounded)"
 scripts/fuzz.sh "${FUZZ_SECONDS:-10}"

@@ -4,7 +4,12 @@ tensors - LeNet's answers equal the native UDP path's on the same server (its cp
 the service's CPU function), k-NN's equal an exact numpy search when every list is probed,
 and a malformed request is refused with the server's message."""
 
+import getpass
+import shutil
+import socket
+import subprocess
 import tempfile
+import time
 import unittest
 from pathlib import Path
 
@@ -12,8 +17,8 @@ import numpy as np
 import tritonclient.http as triton
 from tritonclient.utils import InferenceServerException
 
-from cohort_client import UdpClient
-from test_client import Server, build_index, read_fvecs
+from cohort_client import FACEVER, UdpClient
+from test_client import BIN, Server, build_index, read_fvecs
 
 
 class TritonClientTest(unittest.TestCase):
@@ -83,6 +88,54 @@ class TritonClientTest(unittest.TestCase):
         with self.assertRaises(InferenceServerException) as e:
             self.client.infer("knn", [x])
         self.assertIn("vector is [N, 12]", str(e.exception))
+
+
+class FaceverTest(unittest.TestCase):
+    """facever's tensors: the v2 verdicts equal the native UDP path's for the same
+    (person, face) pairs, against a real memcached holding the gallery."""
+
+    def test_verdicts_equal_the_native_path(self) -> None:
+        if shutil.which("memcached") is None:
+            raise unittest.SkipTest("SKIPPED: no memcached (scripts/test.sh installs it)")
+        with socket.socket() as s:
+            s.bind(("127.0.0.1", 0))
+            port = s.getsockname()[1]
+        mc = subprocess.Popen(["memcached", "-l", "127.0.0.1", "-U", "0", "-p", str(port), "-m", "64",
+                               "-u", getpass.getuser()])
+        try:
+            addr = f"127.0.0.1:{port}"
+            for _ in range(50):
+                try:
+                    socket.create_connection(("127.0.0.1", port), timeout=0.2).close()
+                    break
+                except OSError:
+                    time.sleep(0.05)
+            subprocess.run([BIN, "model", "load-db", "facever", "--memcached", addr],
+                           check=True, stdout=subprocess.DEVNULL)
+            server = Server("--service", "facever:cpu", "--facever-memcached", addr)
+            try:
+                rng = np.random.default_rng(5)
+                faces = rng.integers(0, 256, size=(4, 56, 46), dtype=np.uint8)
+                persons = np.array([1, 2, 3, 4], dtype=np.int64)
+                with UdpClient("127.0.0.1", server.addr["udp"]) as u:
+                    native = [u.call(FACEVER, int(p).to_bytes(4, "little") + f.tobytes())
+                              for p, f in zip(persons, faces)]
+                want_match = np.array([a[0] == 1 for a in native])
+                want_dist = np.array([np.frombuffer(a, "<f4", 1, 1)[0] for a in native])
+                client = triton.InferenceServerClient(f"127.0.0.1:{server.addr['http']}")
+                p = triton.InferInput("person", [4], "INT64")
+                p.set_data_from_numpy(persons)
+                x = triton.InferInput("image", [4, 56, 46], "UINT8")
+                x.set_data_from_numpy(faces)
+                r = client.infer("facever", [p, x])
+                np.testing.assert_array_equal(r.as_numpy("match"), want_match)
+                np.testing.assert_array_equal(r.as_numpy("distance"), want_dist)
+                client.close()
+            finally:
+                self.assertEqual(server.stop(), 0)
+        finally:
+            mc.terminate()
+            mc.wait()
 
 
 if __name__ == "__main__":

@@ -9,6 +9,8 @@ use cohort_proto::ErrorPayload;
 /// The element types the services use, with the protocol's names.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum DataType {
+    /// One byte each, 0 or 1.
+    Bool,
     Uint8,
     Int32,
     Int64,
@@ -20,6 +22,7 @@ pub enum DataType {
 impl DataType {
     pub fn name(self) -> &'static str {
         match self {
+            DataType::Bool => "BOOL",
             DataType::Uint8 => "UINT8",
             DataType::Int32 => "INT32",
             DataType::Int64 => "INT64",
@@ -30,6 +33,7 @@ impl DataType {
 
     pub fn parse(s: &str) -> Option<DataType> {
         [
+            DataType::Bool,
             DataType::Uint8,
             DataType::Int32,
             DataType::Int64,
@@ -43,7 +47,7 @@ impl DataType {
     /// Bytes per element (None for BYTES: each its own length).
     pub fn size(self) -> Option<usize> {
         match self {
-            DataType::Uint8 => Some(1),
+            DataType::Bool | DataType::Uint8 => Some(1),
             DataType::Int32 | DataType::Fp32 => Some(4),
             DataType::Int64 => Some(8),
             DataType::Bytes => None,

@@ -187,7 +187,7 @@ fn json_ok(what: &str, schema: Value) -> Value {
     json!({ "200": { "description": what, "content": { "application/json": { "schema": schema } } } })
 }
 
-/// A request body a tensor model answers: every input one row of zeros (BYTES: "x").
+/// A request body a tensor model answers: every input one row (see below for the values).
 fn v2_example(m: &dyn cohort_engine::tensor::TensorModel) -> Value {
     use cohort_engine::tensor::DataType;
     let inputs: Vec<Value> = m
@@ -196,8 +196,11 @@ fn v2_example(m: &dyn cohort_engine::tensor::TensorModel) -> Value {
         .map(|s| {
             let shape: Vec<usize> = s.shape.iter().map(|&d| if d < 0 { 1 } else { d as usize }).collect();
             let n: usize = shape.iter().product();
+            // Ids (facever's person) start at 1; pixels and vectors may be 0.
             let data = match s.datatypes[0] {
                 DataType::Bytes => json!(vec!["x"; n]),
+                DataType::Bool => json!(vec![false; n]),
+                DataType::Int32 | DataType::Int64 => json!(vec![1; n]),
                 _ => json!(vec![0; n]),
             };
             json!({ "name": s.name, "datatype": s.datatypes[0].name(), "shape": shape, "data": data })

@@ -190,6 +190,12 @@ fn from_json(d: DataType, data: &Value, out: &mut Vec<u8>) -> Result<usize, Erro
                     .ok_or_else(|| bad(format!("{x} is not a {} element", d.name())))
             };
             match d {
+                DataType::Bool => {
+                    let b = x
+                        .as_bool()
+                        .ok_or_else(|| bad(format!("{x} is not a BOOL element")))?;
+                    out.push(b as u8);
+                }
                 DataType::Uint8 => out.push(int(0, 255)? as u8),
                 DataType::Int32 => out.extend_from_slice(
                     &(int(i32::MIN.into(), i32::MAX.into())? as i32).to_le_bytes(),
@@ -217,6 +223,7 @@ fn from_json(d: DataType, data: &Value, out: &mut Vec<u8>) -> Result<usize, Erro
 /// A tensor's bytes as JSON `data` (flat, row-major). Non-finite FP32 values are null.
 fn to_json(t: &Tensor) -> Value {
     match t.datatype {
+        DataType::Bool => t.data.iter().map(|&b| json!(b != 0)).collect(),
         DataType::Uint8 => t.data.iter().map(|&b| json!(b)).collect(),
         DataType::Int32 => t
             .data

@@ -32,6 +32,8 @@ pub mod service;
 #[cfg(feature = "backends")]
 pub mod slice;
 #[cfg(feature = "backends")]
+pub mod tensors;
+#[cfg(feature = "backends")]
 pub mod tools;
 pub mod verify;
 

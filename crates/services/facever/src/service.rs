@@ -32,6 +32,9 @@ impl Service for Facever {
     fn name(&self) -> &'static str {
         "facever"
     }
+    fn tensor_model(&self) -> Option<&dyn cohort_engine::tensor::TensorModel> {
+        Some(self)
+    }
     fn http_doc(&self) -> Option<cohort_engine::HttpDoc> {
         use super::lbp::{HEIGHT, IMAGE_BYTES, WIDTH};
         let pixels = serde_json::json!({
