@@ -292,7 +292,7 @@ impl OneShot {
 }
 
 /// A JSON body already encoded.
-fn json_body(status: StatusCode, body: Bytes) -> HttpResponse {
+pub(crate) fn json_body(status: StatusCode, body: Bytes) -> HttpResponse {
     hyper::Response::builder()
         .status(status)
         .header("content-type", "application/json")
@@ -300,7 +300,7 @@ fn json_body(status: StatusCode, body: Bytes) -> HttpResponse {
         .expect("static response parts")
 }
 
-fn json(status: StatusCode, v: serde_json::Value) -> HttpResponse {
+pub(crate) fn json(status: StatusCode, v: serde_json::Value) -> HttpResponse {
     json_body(status, Bytes::from(v.to_string()))
 }
 

@@ -21,11 +21,14 @@ fn error_schema() -> Value {
     })
 }
 
+/// An error answer whose body is the component schema `body` (`Error` or `V2Error`).
+fn error_body(body: &str, what: &str) -> Value {
+    let schema = format!("#/components/schemas/{body}");
+    json!({ "description": what, "content": { "application/json": { "schema": { "$ref": schema } } } })
+}
+
 fn error_response(what: &str) -> Value {
-    json!({
-        "description": what,
-        "content": { "application/json": { "schema": { "$ref": "#/components/schemas/Error" } } }
-    })
+    error_body("Error", what)
 }
 
 /// The error answers a gateway call may get, by status.
@@ -179,8 +182,7 @@ fn v2_error_schema() -> Value {
 }
 
 fn v2_error_response(what: &str) -> Value {
-    json!({ "description": what,
-            "content": { "application/json": { "schema": { "$ref": "#/components/schemas/V2Error" } } } })
+    error_body("V2Error", what)
 }
 
 fn json_ok(what: &str, schema: Value) -> Value {

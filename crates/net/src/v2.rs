@@ -5,7 +5,10 @@
 //! so they batch with everything else, and come back as one answer. Errors are the
 //! protocol's `{"error": message}`, with Cohort's code name beside it as `code`.
 
-use crate::http::{authorized, body_refused, over_quota, HttpEnv, HttpResponse, OneShot};
+use crate::http::{
+    authorized, body_refused, json as respond, json_body, over_quota, HttpEnv, HttpResponse,
+    OneShot,
+};
 use crate::http_limits;
 use crate::quota::Who;
 use bytes::Bytes;
@@ -23,20 +26,20 @@ use std::sync::Arc;
 /// The header of the binary tensor extension: the JSON part's length in bytes.
 const JSON_LENGTH: &str = "inference-header-content-length";
 
-fn respond(status: StatusCode, v: &Value) -> HttpResponse {
-    hyper::Response::builder()
-        .status(status)
-        .header("content-type", "application/json")
-        .body(Full::new(Bytes::from(v.to_string())))
-        .expect("static response parts")
-}
-
 fn v2_error(code: ErrorCode, message: impl Into<String>) -> HttpResponse {
     let status = StatusCode::from_u16(code.http_status()).expect("valid status");
     respond(
         status,
-        &json!({ "error": message.into(), "code": code.name() }),
+        json!({ "error": message.into(), "code": code.name() }),
     )
+}
+
+/// A readiness answer: 200 while serving, 503 while draining.
+fn readiness(ready: bool) -> HttpResponse {
+    match ready {
+        true => respond(StatusCode::OK, json!({})),
+        false => v2_error(ErrorCode::Unavailable, "the server is draining"),
+    }
 }
 
 /// The model a `/v2/models/{name}[/versions/1]/...` path names, and what follows it.
@@ -69,17 +72,12 @@ pub(crate) async fn handle(
         "/v2" if get => {
             return respond(
                 StatusCode::OK,
-                &json!({ "name": "cohort", "version": env!("CARGO_PKG_VERSION"),
+                json!({ "name": "cohort", "version": env!("CARGO_PKG_VERSION"),
                          "extensions": ["binary_tensor_data"] }),
             )
         }
-        "/v2/health/live" if get => return respond(StatusCode::OK, &json!({})),
-        "/v2/health/ready" if get => {
-            return match ready {
-                true => respond(StatusCode::OK, &json!({})),
-                false => v2_error(ErrorCode::Unavailable, "the server is draining"),
-            }
-        }
+        "/v2/health/live" if get => return respond(StatusCode::OK, json!({})),
+        "/v2/health/ready" if get => return readiness(ready),
         _ => {}
     }
     let Some((name, tail)) = model_path(&path) else {
@@ -101,12 +99,9 @@ pub(crate) async fn handle(
     };
     let model = service.tensor_model().expect("filtered");
     match (req.method(), tail) {
-        (&Method::GET, "") => respond(StatusCode::OK, &metadata(name, model)),
-        (&Method::GET, "ready") => match ready {
-            true => respond(StatusCode::OK, &json!({})),
-            false => v2_error(ErrorCode::Unavailable, "the server is draining"),
-        },
-        (&Method::GET, "config") => respond(StatusCode::OK, &config(name, model)),
+        (&Method::GET, "") => respond(StatusCode::OK, metadata(name, model)),
+        (&Method::GET, "ready") => readiness(ready),
+        (&Method::GET, "config") => respond(StatusCode::OK, config(name, model)),
         (&Method::POST, "infer") => infer(req, service.clone(), env, id, peer).await,
         (m, t) => v2_error(
             ErrorCode::NotFound,
@@ -398,13 +393,14 @@ async fn infer(
         Err(over) => return over_quota(ctx, sid, &over),
     };
     let timeout = r.parameters.get("timeout_us").and_then(Value::as_u64);
+    let class = ctx.quotas.class_of(Who::of(key, peer));
     let mut waiting = Vec::with_capacity(rows.len());
     for payload in &rows {
         let mut header = Header::request(sid, id, payload.len());
         if let Some(t) = timeout {
             header.timeout_us = t.min(u32::MAX as u64) as u32;
         }
-        let (port, rx) = OneShot::new(None, ctx.quotas.class_of(Who::of(key, peer)));
+        let (port, rx) = OneShot::new(None, class);
         ctx.submit(&env.shard, &header, payload, port);
         waiting.push(rx);
     }
@@ -433,8 +429,8 @@ async fn infer(
 /// The answer: the requested outputs (all when none are named), each as JSON data or binary.
 fn respond_outputs(r: &InferRequest, model: &str, outputs: Vec<Tensor>) -> HttpResponse {
     let all_binary = flag(&r.parameters, "binary_data_output");
-    let chosen: Vec<(Tensor, bool)> = match &r.outputs {
-        None => outputs.into_iter().map(|t| (t, all_binary)).collect(),
+    let chosen: Vec<(&Tensor, bool)> = match &r.outputs {
+        None => outputs.iter().map(|t| (t, all_binary)).collect(),
         Some(wanted) => {
             let mut v = Vec::with_capacity(wanted.len());
             for w in wanted {
@@ -450,7 +446,7 @@ fn respond_outputs(r: &InferRequest, model: &str, outputs: Vec<Tensor>) -> HttpR
                     .get("binary_data")
                     .and_then(Value::as_bool)
                     .unwrap_or(all_binary);
-                v.push((t.clone(), binary));
+                v.push((t, binary));
             }
             v
         }
@@ -475,10 +471,7 @@ fn respond_outputs(r: &InferRequest, model: &str, outputs: Vec<Tensor>) -> HttpR
     }
     let head = head.to_string();
     if blobs.is_empty() {
-        return hyper::Response::builder()
-            .header("content-type", "application/json")
-            .body(Full::new(Bytes::from(head)))
-            .expect("static response parts");
+        return json_body(StatusCode::OK, Bytes::from(head));
     }
     let json_len = head.len();
     let mut body = head.into_bytes();

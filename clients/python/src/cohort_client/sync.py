@@ -10,7 +10,7 @@ import ssl
 import time
 import urllib.error
 import urllib.request
-from typing import Dict, List, Optional, Sequence, Tuple, Union
+from typing import Dict, List, Optional, Sequence, Tuple, TypeVar, Union
 
 import numpy as np
 
@@ -31,6 +31,7 @@ from .protocol import (
 )
 
 Answer = Union[bytes, CohortError]
+_F = TypeVar("_F", bound="_Frames")
 
 
 class _Services:
@@ -67,7 +68,8 @@ class _Services:
 
 
 class _Frames(_Services):
-    """Request ids, nonces and signing shared by the frame transports."""
+    """Request ids, nonces, signing and the socket's lifetime, shared by the frame
+    transports."""
 
     def __init__(self, key: Optional[Key], window: int):
         if window < 1:
@@ -75,6 +77,17 @@ class _Frames(_Services):
         self.key, self.window = key, window
         self._next_id = int(time.time_ns()) & 0xFFFF_FFFF_0000_0000
         self._nonces = Nonces()
+
+    sock: socket.socket
+
+    def close(self) -> None:
+        self.sock.close()
+
+    def __enter__(self: _F) -> _F:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
 
     def _frame(self, service: int, payload: bytes, timeout_us: int) -> Tuple[int, bytes]:
         self._next_id = (self._next_id + 1) % (1 << 64)
@@ -98,15 +111,6 @@ class UdpClient(_Frames):
         # As large as the system allows (net.core.rmem_max), for wider windows.
         self.sock.setsockopt(socket.SOL_SOCKET, socket.SO_RCVBUF, 4 << 20)
         self.sock.connect((host, port))
-
-    def close(self) -> None:
-        self.sock.close()
-
-    def __enter__(self) -> "UdpClient":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def call_many(self, service: int, payloads: Sequence[bytes], timeout_us: int = 0) -> List[Answer]:
         out: List[Optional[Answer]] = [None] * len(payloads)
@@ -154,15 +158,6 @@ class TcpClient(_Frames):
         self.sock = s
         self._buf = bytearray()
         self.goaway: Optional[List[int]] = None
-
-    def close(self) -> None:
-        self.sock.close()
-
-    def __enter__(self) -> "TcpClient":
-        return self
-
-    def __exit__(self, *exc: object) -> None:
-        self.close()
 
     def _read_frame(self) -> Optional[Tuple[Header, bytes]]:
         """The next frame, or None when the server closed."""

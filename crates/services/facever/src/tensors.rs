@@ -7,10 +7,7 @@ use super::service::Facever;
 use super::Verdict;
 use cohort_engine::tensor::{input, DataType, Parameters, Tensor, TensorModel, TensorSpec};
 use cohort_proto::ErrorPayload;
-
-fn bad(msg: String) -> ErrorPayload {
-    cohort_service_api::bad_request(msg)
-}
+use cohort_service_api::bad_request;
 
 impl TensorModel for Facever {
     fn inputs(&self) -> Vec<TensorSpec> {
@@ -46,14 +43,14 @@ impl TensorModel for Facever {
         let n = image.shape.first().copied().unwrap_or(0);
         let per: usize = image.shape.iter().skip(1).product();
         if image.datatype != DataType::Uint8 || image.shape.len() < 2 || per != IMAGE_BYTES {
-            return Err(bad(format!(
+            return Err(bad_request(format!(
                 "image is UINT8 [N, {HEIGHT}, {WIDTH}] or [N, {IMAGE_BYTES}]; got {} {:?}",
                 image.datatype.name(),
                 image.shape
             )));
         }
         if person.shape != [n] {
-            return Err(bad(format!(
+            return Err(bad_request(format!(
                 "person is [{n}] (one per image); got {:?}",
                 person.shape
             )));
@@ -69,7 +66,12 @@ impl TensorModel for Facever {
                 .chunks_exact(4)
                 .map(|b| i64::from(i32::from_le_bytes(b.try_into().unwrap())))
                 .collect(),
-            d => return Err(bad(format!("person is INT64 or INT32, not {}", d.name()))),
+            d => {
+                return Err(bad_request(format!(
+                    "person is INT64 or INT32, not {}",
+                    d.name()
+                )))
+            }
         };
         ids.iter()
             .zip(image.data.chunks(IMAGE_BYTES))
@@ -77,7 +79,7 @@ impl TensorModel for Facever {
                 let id = u32::try_from(id)
                     .ok()
                     .filter(|&p| p >= 1)
-                    .ok_or_else(|| bad(format!("person {id} is not an id from 1")))?;
+                    .ok_or_else(|| bad_request(format!("person {id} is not an id from 1")))?;
                 let mut row = Vec::with_capacity(4 + IMAGE_BYTES);
                 row.extend_from_slice(&id.to_le_bytes());
                 row.extend_from_slice(face);

@@ -6,10 +6,7 @@
 use super::{decode_response, encode_request, Elems, Knn};
 use cohort_engine::tensor::{input, DataType, Parameters, Tensor, TensorModel, TensorSpec};
 use cohort_proto::ErrorPayload;
-
-fn bad(msg: String) -> ErrorPayload {
-    cohort_service_api::bad_request(msg)
-}
+use cohort_service_api::bad_request;
 
 /// A small non-negative integer parameter, or its default.
 fn param(p: &Parameters, key: &str, default: u16) -> Result<u16, ErrorPayload> {
@@ -19,7 +16,7 @@ fn param(p: &Parameters, key: &str, default: u16) -> Result<u16, ErrorPayload> {
             .as_u64()
             .and_then(|n| u16::try_from(n).ok())
             .ok_or_else(|| {
-                bad(format!(
+                bad_request(format!(
                     "parameter {key:?} must be a small non-negative integer"
                 ))
             }),
@@ -54,7 +51,10 @@ impl TensorModel for Knn {
         let t = input(inputs, "vector")?;
         let dim = self.index.dim;
         if t.shape.len() != 2 || t.shape[1] != dim {
-            return Err(bad(format!("vector is [N, {dim}]; got {:?}", t.shape)));
+            return Err(bad_request(format!(
+                "vector is [N, {dim}]; got {:?}",
+                t.shape
+            )));
         }
         let (k, nprobe) = (param(p, "k", 10)?, param(p, "nprobe", 0)?);
         let mut rows = Vec::with_capacity(t.shape[0]);
@@ -78,7 +78,12 @@ impl TensorModel for Knn {
                     rows.push(out);
                 }
             }
-            d => return Err(bad(format!("vector is FP32 or UINT8, not {}", d.name()))),
+            d => {
+                return Err(bad_request(format!(
+                    "vector is FP32 or UINT8, not {}",
+                    d.name()
+                )))
+            }
         }
         Ok(rows)
     }

@@ -5,10 +5,7 @@
 use super::{decode_answer, Lenet, CLASSES, IMAGE_BYTES};
 use cohort_engine::tensor::{input, DataType, Parameters, Tensor, TensorModel, TensorSpec};
 use cohort_proto::ErrorPayload;
-
-fn bad(msg: String) -> ErrorPayload {
-    cohort_service_api::bad_request(msg)
-}
+use cohort_service_api::bad_request;
 
 impl TensorModel for Lenet {
     fn inputs(&self) -> Vec<TensorSpec> {
@@ -40,7 +37,7 @@ impl TensorModel for Lenet {
         let per_image: usize = s.iter().skip(1).product();
         let shaped = matches!(s.as_slice(), [_, 28, 28] | [_, 1, 28, 28] | [_, 784]);
         if !shaped || per_image != IMAGE_BYTES {
-            return Err(bad(format!(
+            return Err(bad_request(format!(
                 "image is [N, 28, 28], [N, 1, 28, 28] or [N, 784]; got {s:?}"
             )));
         }
@@ -54,11 +51,16 @@ impl TensorModel for Lenet {
                     if (0.0..=255.0).contains(&v) {
                         Ok(v.round() as u8)
                     } else {
-                        Err(bad(format!("pixel {v} is not in 0..=255")))
+                        Err(bad_request(format!("pixel {v} is not in 0..=255")))
                     }
                 })
                 .collect::<Result<_, _>>()?,
-            d => return Err(bad(format!("image is UINT8 or FP32, not {}", d.name()))),
+            d => {
+                return Err(bad_request(format!(
+                    "image is UINT8 or FP32, not {}",
+                    d.name()
+                )))
+            }
         };
         Ok(pixels.chunks(IMAGE_BYTES).map(<[u8]>::to_vec).collect())
     }
