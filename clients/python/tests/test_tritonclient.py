@@ -1,6 +1,6 @@
-"""NVIDIA's `tritonclient` (HTTP, unchanged) against a real `cohort serve`: the Open
+"""NVIDIA's `tritonclient` (HTTP and gRPC, unchanged) against a real `cohort serve`: the Open
 Inference Protocol's health, metadata and config, and inference with binary and JSON
-tensors - LeNet's answers equal the native UDP path's on the same server (its cpu engine is
+tensors (HTTP) and raw tensors, unary and streamed (gRPC) - LeNet's answers equal the native UDP path's on the same server (its cpu engine is
 the service's CPU function), k-NN's equal an exact numpy search when every list is probed,
 and a malformed request is refused with the server's message."""
 
@@ -9,19 +9,27 @@ import shutil
 import socket
 import subprocess
 import tempfile
+import threading
 import time
 import unittest
 from pathlib import Path
 
 import numpy as np
-import tritonclient.http as triton
+import tritonclient.grpc as triton_grpc
+import tritonclient.http as triton_http
 from tritonclient.utils import InferenceServerException
 
 from cohort_client import FACEVER, UdpClient
-from test_client import BIN, Server, build_index, read_fvecs
+from test_client import BIN, TLS, Server, build_index, read_fvecs
 
 
-class TritonClientTest(unittest.TestCase):
+class TritonClientTest:
+    """The tests both front doors pass; a subclass names the client module and port."""
+
+    triton = triton_http
+    port = "http"
+    binary_modes = (True, False)  # the HTTP client sends binary or JSON tensors
+
     @classmethod
     def setUpClass(cls) -> None:
         cls.tmp = tempfile.TemporaryDirectory()
@@ -30,8 +38,8 @@ class TritonClientTest(unittest.TestCase):
         cls.base = read_fvecs(d / "data" / "base.fvecs")
         cls.queries = read_fvecs(d / "data" / "query.fvecs")
         cls.server = Server("--service", "echo,knn:cpu,lenet:cpu", "--index", str(d / "ix.index"),
-                            "--workers", "2")
-        cls.client = triton.InferenceServerClient(f"127.0.0.1:{cls.server.addr['http']}")
+                            "--workers", "2", "--grpc", "127.0.0.1:0")
+        cls.client = cls.triton.InferenceServerClient(f"127.0.0.1:{cls.server.addr[cls.port]}")
 
     @classmethod
     def tearDownClass(cls) -> None:
@@ -39,37 +47,59 @@ class TritonClientTest(unittest.TestCase):
         assert cls.server.stop() == 0
         cls.tmp.cleanup()
 
+    def input(self, name: str, array: np.ndarray, kind: str, binary: bool = True):
+        x = self.triton.InferInput(name, list(array.shape), kind)
+        if self.triton is triton_http:
+            x.set_data_from_numpy(array, binary_data=binary)
+        else:
+            x.set_data_from_numpy(array)
+        return x
+
+    def output(self, name: str, binary: bool = True):
+        if self.triton is triton_http:
+            return self.triton.InferRequestedOutput(name, binary_data=binary)
+        return self.triton.InferRequestedOutput(name)
+
+    def metadata(self, model: str) -> dict:
+        if self.triton is triton_http:
+            return self.client.get_model_metadata(model)
+        return self.client.get_model_metadata(model, as_json=True)
+
+    def config(self, model: str) -> dict:
+        if self.triton is triton_http:
+            return self.client.get_model_config(model)
+        return self.client.get_model_config(model, as_json=True)["config"]
+
     def test_health_metadata_and_config(self) -> None:
         c = self.client
         self.assertTrue(c.is_server_live())
         self.assertTrue(c.is_server_ready())
         self.assertTrue(c.is_model_ready("lenet"))
         self.assertFalse(c.is_model_ready("no-such-model"))
-        meta = c.get_model_metadata("knn")
+        meta = self.metadata("knn")
         self.assertEqual([i["name"] for i in meta["inputs"]], ["vector"])
-        self.assertEqual(meta["inputs"][0]["shape"], [-1, 12])
-        self.assertEqual(c.get_model_config("lenet")["input"][0]["name"], "image")
-        self.assertIn("binary_tensor_data", c.get_server_metadata()["extensions"])
+        self.assertEqual([int(d) for d in meta["inputs"][0]["shape"]], [-1, 12])
+        config = self.config("lenet")
+        self.assertEqual(config["input"][0]["name"], "image")
+        self.assertEqual(config["output"][1]["data_type"], "TYPE_FP32")
 
-    def test_lenet_binary_and_json_tensors_equal_the_native_path(self) -> None:
+    def test_lenet_tensors_equal_the_native_path(self) -> None:
         rng = np.random.default_rng(3)
         images = rng.integers(0, 256, size=(9, 28, 28), dtype=np.uint8)
         with UdpClient("127.0.0.1", self.server.addr["udp"]) as u:
             want_digits, want_scores = u.lenet(images)
-        for binary in (True, False):
+        for binary in self.binary_modes:
             for dtype, kind in ((np.uint8, "UINT8"), (np.float32, "FP32")):
-                x = triton.InferInput("image", list(images.shape), kind)
-                x.set_data_from_numpy(images.astype(dtype), binary_data=binary)
-                outs = [triton.InferRequestedOutput(n, binary_data=binary) for n in ("class", "logits")]
+                x = self.input("image", images.astype(dtype), kind, binary)
+                outs = [self.output(n, binary) for n in ("class", "logits")]
                 r = self.client.infer("lenet", [x], outputs=outs)
                 np.testing.assert_array_equal(r.as_numpy("class"), want_digits)
                 np.testing.assert_array_equal(r.as_numpy("logits"), want_scores)
 
     def test_knn_equals_exact_search(self) -> None:
         q = self.queries
-        x = triton.InferInput("vector", list(q.shape), "FP32")
-        x.set_data_from_numpy(q)
-        r = self.client.infer("knn", [x], parameters={"k": 5, "nprobe": 8})
+        r = self.client.infer("knn", [self.input("vector", q, "FP32")],
+                              parameters={"k": 5, "nprobe": 8})
         d2 = ((q[:, None, :] - self.base[None, :, :]) ** 2).sum(-1)
         exact = np.argsort(d2, axis=1, kind="stable")[:, :5]
         np.testing.assert_array_equal(r.as_numpy("ids"), exact)
@@ -77,17 +107,94 @@ class TritonClientTest(unittest.TestCase):
 
     def test_echo_bytes(self) -> None:
         data = np.array([b"first", b"", b"third"], dtype=np.object_)
-        x = triton.InferInput("data", [3], "BYTES")
-        x.set_data_from_numpy(data)
-        r = self.client.infer("echo", [x])
+        r = self.client.infer("echo", [self.input("data", data, "BYTES")])
         self.assertEqual(list(r.as_numpy("data")), list(data))
 
     def test_a_malformed_request_is_refused_with_the_reason(self) -> None:
-        x = triton.InferInput("vector", [2, 11], "FP32")
-        x.set_data_from_numpy(np.zeros((2, 11), dtype=np.float32))
+        x = self.input("vector", np.zeros((2, 11), dtype=np.float32), "FP32")
         with self.assertRaises(InferenceServerException) as e:
             self.client.infer("knn", [x])
         self.assertIn("vector is [N, 12]", str(e.exception))
+
+
+class TritonHttpTest(TritonClientTest, unittest.TestCase):
+    pass
+
+
+class TritonGrpcTest(TritonClientTest, unittest.TestCase):
+    triton = triton_grpc
+    port = "grpc"
+    binary_modes = (True,)  # gRPC tensors travel as raw bytes
+
+    def test_stream_answers_every_request_with_its_id(self) -> None:
+        """The streaming RPC: every request answered once, errors included, matched by id."""
+        answers: dict = {}
+        done = threading.Event()
+
+        def on_answer(result, error) -> None:
+            if error is not None:
+                answers[str(error)] = error
+            else:
+                answers[result.get_response().id] = result
+            if len(answers) == 9:
+                done.set()
+
+        rng = np.random.default_rng(8)
+        images = rng.integers(0, 256, size=(8, 28, 28), dtype=np.uint8)
+        with UdpClient("127.0.0.1", self.server.addr["udp"]) as u:
+            want, _ = u.lenet(images)
+        self.client.start_stream(callback=on_answer)
+        try:
+            for i, img in enumerate(images):
+                self.client.async_stream_infer("lenet", [self.input("image", img[None], "UINT8")],
+                                               request_id=str(i))
+            bad = self.input("image", np.zeros((1, 27, 28), np.uint8), "UINT8")
+            self.client.async_stream_infer("lenet", [bad], request_id="bad")
+            self.assertTrue(done.wait(10), f"{len(answers)} of 9 answers")
+        finally:
+            self.client.stop_stream()
+        for i in range(8):
+            self.assertEqual(answers[str(i)].as_numpy("class")[0], want[i])
+        self.assertTrue(any("BAD_REQUEST" in k for k in answers), list(answers))
+
+    def test_keys_are_checked_on_grpc_too(self) -> None:
+        """With API keys on, a request without a key is UNAUTHENTICATED, one with a key
+        that does not allow the model PERMISSION_DENIED, one with a good key answered."""
+        keys = Path(self.tmp.name) / "keys.toml"
+        keys.write_text('[[key]]\nid = "alice"\nsecret = "alice-secret-0123"\nservices = ["echo"]\n'
+                        '[[key]]\nid = "bob"\nsecret = "bob-secret-0123456"\nservices = ["lenet"]\n')
+        server = Server("--service", "echo,lenet:cpu", "--auth-keys", str(keys), "--grpc", "127.0.0.1:0")
+        try:
+            c = self.triton.InferenceServerClient(f"127.0.0.1:{server.addr['grpc']}")
+            x = self.input("data", np.array([b"hi"], dtype=np.object_), "BYTES")
+            with self.assertRaises(InferenceServerException) as e:
+                c.infer("echo", [x])
+            self.assertEqual(e.exception.status(), "StatusCode.UNAUTHENTICATED")
+            with self.assertRaises(InferenceServerException) as e:
+                c.infer("echo", [x], headers={"authorization": "Bearer bob-secret-0123456"})
+            self.assertEqual(e.exception.status(), "StatusCode.PERMISSION_DENIED")
+            r = c.infer("echo", [x], headers={"authorization": "Bearer alice-secret-0123"})
+            self.assertEqual(list(r.as_numpy("data")), [b"hi"])
+            c.close()
+        finally:
+            self.assertEqual(server.stop(), 0)
+
+    def test_tls(self) -> None:
+        """With TLS on, gRPC speaks it too (ALPN h2), and a plain-text client is refused."""
+        server = Server("--service", "echo", "--grpc", "127.0.0.1:0",
+                        "--tls-cert", str(TLS / "cert.pem"), "--tls-key", str(TLS / "key.pem"))
+        try:
+            x = self.input("data", np.array([b"over tls"], dtype=np.object_), "BYTES")
+            c = self.triton.InferenceServerClient(f"localhost:{server.addr['grpc']}", ssl=True,
+                                                  root_certificates=str(TLS / "ca.pem"))
+            self.assertEqual(list(c.infer("echo", [x]).as_numpy("data")), [b"over tls"])
+            c.close()
+            plain = self.triton.InferenceServerClient(f"localhost:{server.addr['grpc']}")
+            with self.assertRaises(InferenceServerException):
+                plain.infer("echo", [x], client_timeout=5)
+            plain.close()
+        finally:
+            self.assertEqual(server.stop(), 0)
 
 
 class FaceverTest(unittest.TestCase):
@@ -122,10 +229,10 @@ class FaceverTest(unittest.TestCase):
                               for p, f in zip(persons, faces)]
                 want_match = np.array([a[0] == 1 for a in native])
                 want_dist = np.array([np.frombuffer(a, "<f4", 1, 1)[0] for a in native])
-                client = triton.InferenceServerClient(f"127.0.0.1:{server.addr['http']}")
-                p = triton.InferInput("person", [4], "INT64")
+                client = triton_http.InferenceServerClient(f"127.0.0.1:{server.addr['http']}")
+                p = triton_http.InferInput("person", [4], "INT64")
                 p.set_data_from_numpy(persons)
-                x = triton.InferInput("image", [4, 56, 46], "UINT8")
+                x = triton_http.InferInput("image", [4, 56, 46], "UINT8")
                 x.set_data_from_numpy(faces)
                 r = client.infer("facever", [p, x])
                 np.testing.assert_array_equal(r.as_numpy("match"), want_match)

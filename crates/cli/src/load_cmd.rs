@@ -10,7 +10,8 @@ use std::time::Duration;
 
 #[derive(Args, Debug, Clone)]
 pub struct LoadArgs {
-    /// udp://HOST:PORT, tcp://HOST:PORT or http://HOST:PORT.
+    /// udp://HOST:PORT, tcp://HOST:PORT, http://HOST:PORT or grpc://HOST:PORT (the Open
+    /// Inference Protocol over gRPC: lenet and echo).
     #[arg(long)]
     pub target: Target,
     /// The service to load (one the server offers; a service served as web pages is loaded by

@@ -11,6 +11,46 @@ use std::time::Duration;
 /// The machine has 2 cores: run the servers one at a time so they do not starve each other.
 static SERIAL: Mutex<()> = Mutex::new(());
 
+/// The Open Inference Protocol over gRPC, driven by the load generator's gRPC target: every
+/// answer's tensors checked (echo's bytes, lenet's class and logits against the CPU
+/// function), open and closed loop; a service with no tensor form is refused up front.
+#[test]
+fn grpc_answers_are_checked_open_and_closed_loop() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let mut s = Served::start(&["--service", "echo,lenet:cpu", "--grpc", "127.0.0.1:0"]);
+    let grpc = Target::Grpc(s.grpc.expect("grpc listener"));
+    let echo = Arc::new(EchoWorkload { payload_bytes: 100 });
+    let open = Mode::Open {
+        rate: 2000.0,
+        poisson: true,
+    };
+    let r = load(grpc, open, 1.0, echo);
+    assert_all_answered(&r);
+    assert_eq!(r.error_total(), 0, "{r:#?}");
+    assert!(r.ok >= 1800, "{r:#?}");
+    use cohort_services::lenet::{load::LenetWorkload, mnist, model::Weights};
+    let weights = Weights::load(None).expect("the shipped model");
+    let lenet = LenetWorkload::new(mnist::embedded_test_subset(), &weights);
+    let r = load(grpc, Mode::Closed { concurrency: 2 }, 1.0, Arc::new(lenet));
+    assert_all_answered(&r);
+    assert_eq!(r.error_total(), 0, "{r:#?}");
+    assert!(r.ok > 50, "{r:#?}");
+    let spin = Arc::new(SpinWorkload {
+        spin_us: 1,
+        payload_bytes: 8,
+    });
+    let cfg = cohort_load::LoadConfig::new(
+        grpc,
+        Mode::Closed { concurrency: 1 },
+        Duration::from_millis(100),
+        1,
+    );
+    let e = cohort_load::run(&cfg, spin).expect_err("spin has no tensor form");
+    assert!(e.to_string().contains("no tensor form"), "{e}");
+    s.sigterm();
+    assert_eq!(s.wait_exit(Duration::from_secs(15)), 0);
+}
+
 #[test]
 fn echo_over_udp_tcp_http_is_correct_and_sigterm_exits_zero() {
     let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());

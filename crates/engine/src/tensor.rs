@@ -65,8 +65,30 @@ pub struct Tensor {
 }
 
 impl Tensor {
+    /// Elements its shape holds (usize::MAX when the product overflows: no data fits it).
     pub fn elements(&self) -> usize {
-        self.shape.iter().product()
+        self.shape
+            .iter()
+            .try_fold(1usize, |n, &d| n.checked_mul(d))
+            .unwrap_or(usize::MAX)
+    }
+
+    /// An FP32 tensor's elements (None for another type).
+    pub fn f32s(&self) -> Option<Vec<f32>> {
+        (self.datatype == DataType::Fp32).then(|| {
+            let b = self.data.chunks_exact(4);
+            b.map(|b| f32::from_le_bytes(b.try_into().expect("4 bytes")))
+                .collect()
+        })
+    }
+
+    /// An INT64 tensor's elements (None for another type).
+    pub fn i64s(&self) -> Option<Vec<i64>> {
+        (self.datatype == DataType::Int64).then(|| {
+            let b = self.data.chunks_exact(8);
+            b.map(|b| i64::from_le_bytes(b.try_into().expect("8 bytes")))
+                .collect()
+        })
     }
 }
 

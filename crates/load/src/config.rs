@@ -11,6 +11,8 @@ pub enum Target {
     Udp(SocketAddr),
     Tcp(SocketAddr),
     Http(SocketAddr),
+    /// The Open Inference Protocol over gRPC.
+    Grpc(SocketAddr),
 }
 
 impl std::str::FromStr for Target {
@@ -29,7 +31,8 @@ impl std::str::FromStr for Target {
             "udp" => Ok(Target::Udp(addr)),
             "tcp" => Ok(Target::Tcp(addr)),
             "http" => Ok(Target::Http(addr)),
-            _ => bail!("unknown scheme {scheme:?} (udp, tcp, http)"),
+            "grpc" => Ok(Target::Grpc(addr)),
+            _ => bail!("unknown scheme {scheme:?} (udp, tcp, http, grpc)"),
         }
     }
 }
@@ -40,6 +43,7 @@ impl std::fmt::Display for Target {
             Target::Udp(a) => write!(f, "udp://{a}"),
             Target::Tcp(a) => write!(f, "tcp://{a}"),
             Target::Http(a) => write!(f, "http://{a}"),
+            Target::Grpc(a) => write!(f, "grpc://{a}"),
         }
     }
 }

@@ -96,6 +96,8 @@ pub(crate) enum Answer<'a> {
     Failed(&'static str),
     /// A page service: the request's type and its checked outcome (an error's name).
     Page(&'static str, Result<(), String>),
+    /// gRPC: the output tensors, or the error's name.
+    Tensors(Result<Vec<cohort_engine::tensor::Tensor>, String>),
 }
 
 fn hist() -> Histogram<u64> {
@@ -186,6 +188,9 @@ impl Recorder {
                 .map(str::to_string)
                 .unwrap_or_else(|| format!("http_{status}"))),
             Answer::Failed(why) => Err(why.into()),
+            Answer::Tensors(Ok(t)) if w.check_tensors(seq, &t) => Ok(()),
+            Answer::Tensors(Ok(_)) => Err("wrong_answer".into()),
+            Answer::Tensors(Err(name)) => Err(name),
         };
         if !sh.measured(intended) {
             return;

@@ -77,6 +77,7 @@ pub fn run(cfg: &LoadConfig, workload: Arc<dyn Workload>) -> Result<Report> {
                 Some(p) => crate::transport::pages::run(cfg, &sh, a, p),
                 None => crate::transport::http::run(cfg, &sh, a),
             },
+            Target::Grpc(a) => crate::transport::grpc::run(cfg, &sh, a),
         };
         (rec, meter.join().expect("energy meter thread"))
     });

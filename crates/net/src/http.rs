@@ -537,7 +537,11 @@ pub(crate) fn authorized<B>(
 
 /// A client over its quota: 429 (RFC 6585) with the OVERLOADED body, and when to come back.
 pub(crate) fn over_quota(ctx: &Context, sid: u16, over: &crate::quota::Over) -> HttpResponse {
-    let e = ctx.over_quota(sid, over);
+    too_many(ctx.over_quota(sid, over))
+}
+
+/// 429 with `e` (an over-quota refusal already counted) and when to come back.
+pub(crate) fn too_many(e: ErrorPayload) -> HttpResponse {
     let mut r = error(e.code, e.message);
     *r.status_mut() = StatusCode::TOO_MANY_REQUESTS;
     r.headers_mut().insert(

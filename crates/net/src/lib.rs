@@ -13,6 +13,7 @@ mod auth;
 pub use auth::Auth;
 mod context;
 mod doorbell;
+mod grpc;
 mod http;
 pub mod http_frame;
 mod http_io;
@@ -33,7 +34,9 @@ mod trim;
 pub use tls::check_tls;
 mod udp;
 mod v2;
+mod v2_grpc;
 pub use v2::parse_infer;
+pub use v2_grpc::parse_grpc_infer;
 
 pub use context::Context;
 pub use server::{check_ports, NetConfig, Server, Shared, UdpIo};

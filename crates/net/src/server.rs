@@ -1,6 +1,7 @@
 //! Starting and stopping the listeners.
 
 use crate::context::Context;
+use crate::grpc::{serve_grpc, GrpcEnv};
 use crate::http::{serve_http, HttpEnv, MetricsRender};
 use crate::limits::{Budget, Connections, Limits};
 use crate::quota::{ClientQuota, Quotas};
@@ -22,6 +23,8 @@ pub struct NetConfig {
     pub udp: Option<SocketAddr>,
     pub tcp: Option<SocketAddr>,
     pub http: Option<SocketAddr>,
+    /// The Open Inference Protocol over gRPC (HTTP/2).
+    pub grpc: Option<SocketAddr>,
     /// `/metrics` and `/healthz` on their own listener (then `/metrics` leaves the HTTP port).
     pub admin: Option<SocketAddr>,
     /// io threads: each owns one UDP socket and one TCP/HTTP shard (listeners + ingress).
@@ -74,6 +77,7 @@ impl Default for NetConfig {
             udp: None,
             tcp: None,
             http: None,
+            grpc: None,
             admin: None,
             io_threads: 1,
             cpus: vec![],
@@ -97,6 +101,7 @@ pub struct Server {
     pub udp_addr: Option<SocketAddr>,
     pub tcp_addr: Option<SocketAddr>,
     pub http_addr: Option<SocketAddr>,
+    pub grpc_addr: Option<SocketAddr>,
     pub admin_addr: Option<SocketAddr>,
     admin_thread: Option<JoinHandle<()>>,
     trim_thread: Option<JoinHandle<()>>,
@@ -150,6 +155,9 @@ pub fn check_ports(cfg: &NetConfig) -> Result<()> {
     }
     if let Some(a) = cfg.http {
         check_port_free(a, Type::STREAM, "http")?;
+    }
+    if let Some(a) = cfg.grpc {
+        check_port_free(a, Type::STREAM, "grpc")?;
     }
     if let Some(a) = cfg.admin {
         check_port_free(a, Type::STREAM, "admin")?;
@@ -223,11 +231,12 @@ struct ShardJob {
     core: Option<usize>,
     tcp: Option<std::net::TcpListener>,
     http: Option<std::net::TcpListener>,
+    grpc: Option<std::net::TcpListener>,
 }
 
 impl Server {
     /// Ingresses a server with this configuration needs (`cohort_engine::wire`): one per UDP
-    /// io thread, then one per TCP/HTTP shard (one per io thread when TCP or HTTP is on).
+    /// io thread, then one per TCP/HTTP shard (one per io thread when TCP, HTTP or gRPC is on).
     pub fn ingresses(cfg: &NetConfig) -> usize {
         Server::udp_ingresses(cfg) + Server::shard_count(cfg)
     }
@@ -237,7 +246,8 @@ impl Server {
     }
 
     fn shard_count(cfg: &NetConfig) -> usize {
-        usize::from(cfg.tcp.is_some() || cfg.http.is_some()) * cfg.io_threads
+        let streams = cfg.tcp.is_some() || cfg.http.is_some() || cfg.grpc.is_some();
+        usize::from(streams) * cfg.io_threads
     }
 
     /// Starts the listeners over `ingresses` (as many as [`Server::ingresses`] says).
@@ -249,8 +259,8 @@ impl Server {
     ) -> Result<Server> {
         anyhow::ensure!(cfg.io_threads >= 1, "--io-threads must be at least 1");
         anyhow::ensure!(
-            cfg.udp.is_some() || cfg.tcp.is_some() || cfg.http.is_some(),
-            "no listener enabled (give --udp, --tcp or --http)"
+            cfg.udp.is_some() || Server::shard_count(cfg) > 0,
+            "no listener enabled (give --udp, --tcp, --http or --grpc)"
         );
         anyhow::ensure!(
             ingresses.len() == Server::ingresses(cfg),
@@ -321,13 +331,14 @@ impl Server {
         };
         let mut tcp = listeners(cfg.tcp, "tcp")?;
         let mut http = listeners(cfg.http, "http")?;
+        let mut grpc = listeners(cfg.grpc, "grpc")?;
         let bound = |l: &[Option<std::net::TcpListener>]| -> Result<Option<SocketAddr>> {
             Ok(match l.first() {
                 Some(Some(l)) => Some(l.local_addr()?),
                 _ => None,
             })
         };
-        let (tcp_addr, http_addr) = (bound(&tcp)?, bound(&http)?);
+        let (tcp_addr, http_addr, grpc_addr) = (bound(&tcp)?, bound(&http)?, bound(&grpc)?);
         let (shutdown_tx, shutdown_rx) = watch::channel(false);
         let (closed_tx, closed_rx) = watch::channel(false);
         let (halt_tx, halt_rx) = watch::channel(false);
@@ -370,6 +381,7 @@ impl Server {
                 core: core_of(i),
                 tcp: tcp[i].take(),
                 http: http[i].take(),
+                grpc: grpc[i].take(),
             };
             let env = ShardEnv {
                 ctx: ctx.clone(),
@@ -400,6 +412,7 @@ impl Server {
             udp_addr,
             tcp_addr,
             http_addr,
+            grpc_addr,
             admin_addr,
             admin_thread,
             trim_thread,
@@ -423,6 +436,7 @@ impl Server {
             ("udp", self.udp_addr),
             ("tcp", self.tcp_addr),
             ("http", self.http_addr),
+            ("grpc", self.grpc_addr),
             ("admin", self.admin_addr),
         ] {
             if let Some(a) = a {
@@ -538,6 +552,24 @@ fn run_shard(job: ShardJob, env: ShardEnv, ready: std::sync::mpsc::Sender<Result
                 tls: tls.as_ref().map(|t| t.tcp.clone()),
             });
             tokio::spawn(serve_tcp(l, env, shutdown.clone(), tasks.clone()));
+        }
+        if let Some(l) = job.grpc {
+            let l = tokio::net::TcpListener::from_std(l)?;
+            let env = Arc::new(GrpcEnv::new(
+                ctx.clone(),
+                shard.clone(),
+                limits,
+                conns.clone(),
+                tls.as_ref().map(|t| t.grpc.clone()),
+                tcp_max_inflight,
+            ));
+            tokio::spawn(serve_grpc(
+                l,
+                env,
+                shutdown.clone(),
+                closed.clone(),
+                tasks.clone(),
+            ));
         }
         if let Some(l) = job.http {
             let l = tokio::net::TcpListener::from_std(l)?;

@@ -1,5 +1,5 @@
-//! TLS on the TCP and HTTP listeners (`cohort serve --tls-cert FILE --tls-key FILE`, PEM),
-//! through rustls with the `ring` provider. HTTP offers ALPN `http/1.1`. A handshake must
+//! TLS on the TCP, HTTP and gRPC listeners (`cohort serve --tls-cert FILE --tls-key FILE`,
+//! PEM), through rustls with the `ring` provider. HTTP offers ALPN `http/1.1`, gRPC `h2`. A handshake must
 //! finish within the read timeout.
 
 use anyhow::{Context as _, Result};
@@ -7,11 +7,12 @@ use std::path::Path;
 use std::sync::Arc;
 use tokio_rustls::TlsAcceptor;
 
-/// Both listeners' acceptors: (TCP frames, HTTP).
+/// The listeners' acceptors.
 #[derive(Clone)]
 pub struct Acceptors {
     pub tcp: TlsAcceptor,
     pub http: TlsAcceptor,
+    pub grpc: TlsAcceptor,
 }
 
 pub fn acceptors(cert: &Path, key: &Path) -> Result<Acceptors> {
@@ -40,6 +41,7 @@ pub fn acceptors(cert: &Path, key: &Path) -> Result<Acceptors> {
     Ok(Acceptors {
         tcp: TlsAcceptor::from(config(&[])?),
         http: TlsAcceptor::from(config(&[b"http/1.1"])?),
+        grpc: TlsAcceptor::from(config(&[b"h2"])?),
     })
 }
 

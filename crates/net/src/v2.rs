@@ -5,12 +5,13 @@
 //! so they batch with everything else, and come back as one answer. Errors are the
 //! protocol's `{"error": message}`, with Cohort's code name beside it as `code`.
 
+use crate::context::Context;
 use crate::http::{
-    authorized, body_refused, json as respond, json_body, over_quota, HttpEnv, HttpResponse,
-    OneShot,
+    authorized, body_refused, json as respond, json_body, too_many, HttpEnv, HttpResponse, OneShot,
 };
 use crate::http_limits;
 use crate::quota::Who;
+use crate::shard::Shard;
 use bytes::Bytes;
 use cohort_engine::tensor::{DataType, Parameters, Tensor, TensorModel};
 use cohort_engine::Service;
@@ -170,7 +171,7 @@ struct RequestedOutput {
     parameters: Parameters,
 }
 
-fn bad(msg: impl Into<String>) -> ErrorPayload {
+pub(crate) fn bad(msg: impl Into<String>) -> ErrorPayload {
     ErrorPayload::new(ErrorCode::BadRequest, msg)
 }
 
@@ -243,6 +244,24 @@ fn to_json(t: &Tensor) -> Value {
     }
 }
 
+/// `t` when its bytes fit its shape and type (BYTES: well-formed, one element per cell).
+pub(crate) fn checked(t: Tensor) -> Result<Tensor, ErrorPayload> {
+    let fits = match t.datatype.size() {
+        Some(s) => t.elements().checked_mul(s) == Some(t.data.len()),
+        None => cohort_engine::tensor::byte_elements(&t).is_ok(),
+    };
+    match fits {
+        true => Ok(t),
+        false => Err(bad(format!(
+            "input {}: {} bytes do not make a {} tensor of shape {:?}",
+            t.name,
+            t.data.len(),
+            t.datatype.name(),
+            t.shape
+        ))),
+    }
+}
+
 /// The request's tensors from its JSON part and binary part.
 fn tensors(r: &InferRequest, mut binary: &[u8]) -> Result<Vec<Tensor>, ErrorPayload> {
     let mut out = Vec::with_capacity(r.inputs.len());
@@ -253,7 +272,14 @@ fn tensors(r: &InferRequest, mut binary: &[u8]) -> Result<Vec<Tensor>, ErrorPayl
                 i.name, i.datatype
             ))
         })?;
-        let elements: usize = i.shape.iter().product();
+        let elements = (i.shape.iter())
+            .try_fold(1usize, |n, &d| n.checked_mul(d))
+            .ok_or_else(|| {
+                bad(format!(
+                    "input {}: shape {:?} is too large",
+                    i.name, i.shape
+                ))
+            })?;
         let data = match (i.parameters.get("binary_data_size"), &i.data) {
             (Some(n), _) => {
                 let n = n
@@ -284,27 +310,12 @@ fn tensors(r: &InferRequest, mut binary: &[u8]) -> Result<Vec<Tensor>, ErrorPayl
             }
             (None, None) => return Err(bad(format!("input {} has no data", i.name))),
         };
-        let t = Tensor {
+        out.push(checked(Tensor {
             name: i.name.clone(),
             datatype: d,
             shape: i.shape.clone(),
             data,
-        };
-        match d.size() {
-            Some(s) if t.data.len() != s * elements => {
-                return Err(bad(format!(
-                    "input {}: {} bytes for shape {:?}",
-                    i.name,
-                    t.data.len(),
-                    i.shape
-                )))
-            }
-            None => {
-                cohort_engine::tensor::byte_elements(&t)?;
-            }
-            _ => {}
-        }
-        out.push(t);
+        })?);
     }
     if !binary.is_empty() {
         return Err(bad(format!(
@@ -358,12 +369,7 @@ async fn infer(
         Ok(b) => b,
         Err(e) => return body_refused(ctx, sid, e),
     };
-    // A refused request is counted like any other answer (`cohort_requests_total`).
-    let refuse = |e: ErrorPayload| {
-        ctx.metrics
-            .answered(sid, e.code.label(), std::time::Duration::ZERO);
-        v2_error(e.code, e.message)
-    };
+    let refuse = |e: ErrorPayload| v2_error(e.code, refused(ctx, sid, e).message);
     let split = match json_len {
         None => body.len(),
         Some(Some(n)) if n <= body.len() => n,
@@ -378,30 +384,82 @@ async fn infer(
         Ok(r) => r,
         Err(e) => return refuse(e),
     };
-    let model = service.tensor_model().expect("a tensor model");
-    let rows = match tensors(&r, binary).and_then(|t| model.rows(&t, &r.parameters)) {
-        Ok(rows) => rows,
+    let inputs = match tensors(&r, binary) {
+        Ok(t) => t,
         Err(e) => return refuse(e),
     };
+    let timeout = r.parameters.get("timeout_us").and_then(Value::as_u64);
+    let who = Who::of(key, peer);
+    let ask = Ask {
+        who,
+        id,
+        timeout_us: timeout,
+    };
+    match run(ctx, &env.shard, &*service, &inputs, &r.parameters, ask).await {
+        Ok(outputs) => respond_outputs(&r, service.name(), outputs),
+        Err(Failed::OverQuota(e)) => too_many(e),
+        Err(Failed::Error(e)) => v2_error(e.code, e.message),
+    }
+}
+
+/// A refusal before the engine saw the request, counted as an answer with its code
+/// (`cohort_requests_total`), as every front door counts its own.
+pub(crate) fn refused(ctx: &Context, sid: u16, e: ErrorPayload) -> ErrorPayload {
+    ctx.metrics
+        .answered(sid, e.code.label(), std::time::Duration::ZERO);
+    e
+}
+
+/// Who asks, under which id, with which deadline (microseconds; None: the server's default).
+pub(crate) struct Ask {
+    pub who: Option<Who>,
+    pub id: u64,
+    pub timeout_us: Option<u64>,
+}
+
+/// Why a tensor request has no outputs; already counted in the metrics either way.
+pub(crate) enum Failed {
+    /// The client is over its quota (HTTP answers 429 with Retry-After).
+    OverQuota(ErrorPayload),
+    /// Refused (a bad shape, a row too large) or answered with an error by the engine.
+    Error(ErrorPayload),
+}
+
+/// Runs a tensor request, whichever front door read it (HTTP or gRPC): its N rows go to the
+/// engine as N requests, so they batch with everything else; the first error among their
+/// answers is the request's, else the rows' answers join into the output tensors.
+pub(crate) async fn run(
+    ctx: &Context,
+    shard: &Shard,
+    service: &dyn Service,
+    inputs: &[Tensor],
+    params: &Parameters,
+    ask: Ask,
+) -> Result<Vec<Tensor>, Failed> {
+    let sid = service.id();
+    let model = service
+        .tensor_model()
+        .ok_or_else(|| Failed::Error(bad("not a tensor model")))?;
+    let refuse = |e| Failed::Error(refused(ctx, sid, e));
+    let rows = model.rows(inputs, params).map_err(refuse)?;
     if let Some(big) = rows.iter().find(|p| p.len() > ctx.max_payload) {
         let limit = ctx.max_payload;
         let msg = format!("a row of {} bytes over the limit of {limit}", big.len());
-        return refuse(ErrorPayload::new(ErrorCode::TooLarge, msg));
+        return Err(refuse(ErrorPayload::new(ErrorCode::TooLarge, msg)));
     }
-    let _ticket = match ctx.quotas.ticket(Who::of(key, peer)) {
-        Ok(t) => t,
-        Err(over) => return over_quota(ctx, sid, &over),
-    };
-    let timeout = r.parameters.get("timeout_us").and_then(Value::as_u64);
-    let class = ctx.quotas.class_of(Who::of(key, peer));
+    let _ticket = ctx
+        .quotas
+        .ticket(ask.who)
+        .map_err(|over| Failed::OverQuota(ctx.over_quota(sid, &over)))?;
+    let class = ctx.quotas.class_of(ask.who);
     let mut waiting = Vec::with_capacity(rows.len());
     for payload in &rows {
-        let mut header = Header::request(sid, id, payload.len());
-        if let Some(t) = timeout {
+        let mut header = Header::request(sid, ask.id, payload.len());
+        if let Some(t) = ask.timeout_us {
             header.timeout_us = t.min(u32::MAX as u64) as u32;
         }
         let (port, rx) = OneShot::new(None, class);
-        ctx.submit(&env.shard, &header, payload, port);
+        ctx.submit(shard, &header, payload, port);
         waiting.push(rx);
     }
     drop(rows);
@@ -417,13 +475,9 @@ async fn infer(
         }
     }
     if let Some(e) = failed {
-        return v2_error(e.code, e.message);
+        return Err(Failed::Error(e));
     }
-    let outputs = match model.join(&answers, &r.parameters) {
-        Ok(o) => o,
-        Err(e) => return v2_error(e.code, e.message),
-    };
-    respond_outputs(&r, service.name(), outputs)
+    model.join(&answers, params).map_err(Failed::Error)
 }
 
 /// The answer: the requested outputs (all when none are named), each as JSON data or binary.

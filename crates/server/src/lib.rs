@@ -100,6 +100,11 @@ pub struct ServeArgs {
     #[arg(long)]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub http: Option<String>,
+    /// gRPC listen address (HOST:PORT): the Open Inference Protocol's
+    /// `inference.GRPCInferenceService`, as Triton's clients and perf_analyzer speak it.
+    #[arg(long)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub grpc: Option<String>,
     /// Admin listen address (HOST:PORT, or a PORT alone for loopback): `GET /metrics` and
     /// `GET /healthz` there, and `/metrics` no longer on the HTTP port.
     #[arg(long)]
@@ -111,7 +116,7 @@ pub struct ServeArgs {
     #[arg(long)]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub auth_keys: Option<std::path::PathBuf>,
-    /// TLS certificate chain (PEM): the TCP and HTTP listeners then speak TLS only (rustls;
+    /// TLS certificate chain (PEM): the TCP, HTTP and gRPC listeners then speak TLS only (rustls;
     /// give --tls-key with it).
     #[arg(long, requires = "tls_key")]
     #[serde(default, skip_serializing_if = "Option::is_none")]
@@ -264,8 +269,8 @@ impl ServeArgs {
             );
         }
         anyhow::ensure!(
-            self.udp.is_some() || self.tcp.is_some() || self.http.is_some(),
-            "no listener (give --udp, --tcp or --http)"
+            self.udp.is_some() || self.tcp.is_some() || self.http.is_some() || self.grpc.is_some(),
+            "no listener (give --udp, --tcp, --http or --grpc)"
         );
         anyhow::ensure!(
             self.idle_timeout_ms > 0 && self.read_timeout_ms > 0,
@@ -316,6 +321,7 @@ impl ServeArgs {
             udp: resolve("udp", &self.udp)?,
             tcp: resolve("tcp", &self.tcp)?,
             http: resolve("http", &self.http)?,
+            grpc: resolve("grpc", &self.grpc)?,
             admin: match &self.admin {
                 Some(p) if p.parse::<u16>().is_ok() => Some(SocketAddr::from((
                     [127, 0, 0, 1],

@@ -14,6 +14,8 @@ pub struct Served {
     pub udp: Option<SocketAddr>,
     pub tcp: Option<SocketAddr>,
     pub http: Option<SocketAddr>,
+    /// Only when the extra flags ask for it (`--grpc 127.0.0.1:0`).
+    pub grpc: Option<SocketAddr>,
 }
 
 impl Served {
@@ -57,6 +59,7 @@ impl Served {
             udp: get("udp"),
             tcp: get("tcp"),
             http: get("http"),
+            grpc: get("grpc"),
             child,
         }
     }

@@ -107,7 +107,9 @@ fn connect(target: Target, tls: Option<&Arc<rustls::ClientConfig>>) -> Result<(T
             let w = std::io::BufWriter::with_capacity(64 * 1024, w);
             Ok((Tx::Tcp(w), Rx::Tcp(r, vec![0u8; 256 * 1024], 0)))
         }
-        Target::Http(_) => unreachable!("http has its own transport"),
+        Target::Http(_) | Target::Grpc(_) => {
+            unreachable!("http and grpc have their own transports")
+        }
     }
 }
 

@@ -22,7 +22,7 @@ use tokio::sync::{mpsc, Notify};
 pub(crate) type Conn = SendRequest<Full<Bytes>>;
 
 /// Cores this process may run on: the generator's threads (it is pinned with `taskset`).
-fn available_cores() -> usize {
+pub(crate) fn available_cores() -> usize {
     std::thread::available_parallelism().map_or(1, |n| n.get())
 }
 
@@ -281,7 +281,7 @@ async fn one_thread<C: Client>(
 /// Waits until `t_ns` on the generator's clock without blocking the thread's connections:
 /// the runtime's timer (1 ms grain) for long waits, then yielding to the connections' tasks
 /// until the time comes (the thread polls rather than sleeps while requests are due soon).
-async fn wait_until(sh: &Shared, t_ns: u64) {
+pub(crate) async fn wait_until(sh: &Shared, t_ns: u64) {
     loop {
         let now = sh.now_ns();
         if now >= t_ns {

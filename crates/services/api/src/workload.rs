@@ -3,6 +3,7 @@
 //! any of them. A service served as raw HTTP pages is loaded by browser sessions instead
 //! ([`PageSessions`]).
 
+use cohort_engine::tensor::{Parameters, Tensor};
 use serde_json::Value;
 
 pub trait Workload: Send + Sync {
@@ -15,6 +16,15 @@ pub trait Workload: Send + Sync {
     /// Whether `payload` is the right answer to request `seq`.
     fn check(&self, seq: u64, payload: &[u8]) -> bool;
     fn check_json(&self, seq: u64, v: &Value) -> bool;
+    /// Request `seq` as the Open Inference Protocol's tensors and parameters, one row (the
+    /// gRPC target); None: the workload has no tensor form.
+    fn tensors(&self, _seq: u64) -> Option<(Vec<Tensor>, Parameters)> {
+        None
+    }
+    /// Whether `outputs` are the right answer to request `seq` in tensor form.
+    fn check_tensors(&self, _seq: u64, _outputs: &[Tensor]) -> bool {
+        false
+    }
     /// Extra report fields measured over the checked answers (e.g. recall_at_k).
     fn extra(&self) -> serde_json::Map<String, Value> {
         serde_json::Map::new()

@@ -5,6 +5,7 @@
 
 use super::mnist::{self, Digits, Split};
 use super::model::{self, Weights, CLASSES};
+use cohort_engine::tensor::{DataType, Parameters, Tensor};
 use cohort_service_api::workload::{AccuracyCount, LoadOptions, Workload};
 use rayon::prelude::*;
 use serde_json::Value;
@@ -94,6 +95,28 @@ impl Workload for LenetWorkload {
                 let mut arr = [0f32; CLASSES];
                 arr.copy_from_slice(&s);
                 self.matches(seq, d as u8, &arr)
+            }
+            _ => false,
+        }
+    }
+    fn tensors(&self, seq: u64) -> Option<(Vec<Tensor>, Parameters)> {
+        let image = Tensor {
+            name: "image".into(),
+            datatype: DataType::Uint8,
+            shape: vec![1, 28, 28],
+            data: self.digits.image(self.index(seq)).to_vec(),
+        };
+        Some((vec![image], Parameters::new()))
+    }
+    fn check_tensors(&self, seq: u64, outputs: &[Tensor]) -> bool {
+        let find = |n: &str| outputs.iter().find(|t| t.name == n);
+        let class = find("class").and_then(Tensor::i64s);
+        let logits = find("logits").and_then(Tensor::f32s);
+        match (class.as_deref(), logits) {
+            (Some(&[d]), Some(l)) if (0..=9).contains(&d) && l.len() == CLASSES => {
+                let mut scores = [0f32; CLASSES];
+                scores.copy_from_slice(&l);
+                self.matches(seq, d as u8, &scores)
             }
             _ => false,
         }

@@ -1,6 +1,7 @@
 //! The load generator's workloads of echo and spin: payloads derived from the sequence
 //! number, so every answer is checked byte for byte.
 
+use cohort_engine::tensor::{byte_elements, bytes_data, DataType, Parameters, Tensor};
 use cohort_service_api::workload::{pattern, text_pattern, Workload};
 use serde_json::Value;
 
@@ -28,6 +29,22 @@ impl Workload for EchoWorkload {
     }
     fn check_json(&self, seq: u64, v: &Value) -> bool {
         v.get("data").and_then(|d| d.as_str()) == Some(&text_pattern(seq, self.payload_bytes))
+    }
+    fn tensors(&self, seq: u64) -> Option<(Vec<Tensor>, Parameters)> {
+        let mut p = Vec::with_capacity(self.payload_bytes);
+        pattern(seq, self.payload_bytes, &mut p);
+        let data = Tensor {
+            name: "data".into(),
+            datatype: DataType::Bytes,
+            shape: vec![1],
+            data: bytes_data([&p[..]]),
+        };
+        Some((vec![data], Parameters::new()))
+    }
+    fn check_tensors(&self, seq: u64, outputs: &[Tensor]) -> bool {
+        let [t] = outputs else { return false };
+        let elements = byte_elements(t).unwrap_or_default();
+        t.name == "data" && matches!(elements.as_slice(), [e] if self.check(seq, e))
     }
 }
 

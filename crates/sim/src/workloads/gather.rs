@@ -45,7 +45,7 @@ impl Kernel for Relax {
             }
             let e0 = v * DEGREE;
             // The vertex's 8 columns (32 bytes) share a line with its neighbours' in the list.
-            if e0 * 4 % LINE == 0 || v == v0 {
+            if (e0 * 4).is_multiple_of(LINE) || v == v0 {
                 out.push(Access::read(self.cols + e0 * 4 / LINE * LINE));
                 if let Some(w) = self.weights {
                     out.push(Access::read(w + e0 * 4 / LINE * LINE));

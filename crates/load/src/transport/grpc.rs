@@ -1,0 +1,261 @@
+//! The Open Inference Protocol over gRPC (`grpc://HOST:PORT`): each request one
+//! `ModelInfer` call of one row (the workload's tensor form, raw contents), every answer's
+//! output tensors checked. HTTP/2 multiplexes, so requests do not wait for a free
+//! connection: a due request is sent at once on its thread's next connection (round robin).
+//! One thread per core the generator may use (at most one per connection), each with its own
+//! single-threaded runtime, its connections and its share of the schedule, as on HTTP.
+
+use crate::config::{LoadConfig, Mode};
+use crate::recorder::{schedule_for, seq_of, Answer, Recorder, Shared};
+use crate::transport::http::{available_cores, wait_until};
+use anyhow::{Context as _, Result};
+use cohort_engine::tensor::{DataType, Parameters, Tensor};
+use cohort_oip as pb;
+use pb::grpc_inference_service_client::GrpcInferenceServiceClient;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicUsize, Ordering};
+use std::sync::{Arc, Mutex};
+use tonic::transport::Channel;
+
+type Client = GrpcInferenceServiceClient<Channel>;
+
+fn parameter(v: &serde_json::Value) -> Option<pb::InferParameter> {
+    use pb::infer_parameter::ParameterChoice as C;
+    let choice = match v {
+        serde_json::Value::Bool(b) => C::BoolParam(*b),
+        serde_json::Value::String(s) => C::StringParam(s.clone()),
+        serde_json::Value::Number(n) => match (n.as_i64(), n.as_u64(), n.as_f64()) {
+            (Some(i), _, _) => C::Int64Param(i),
+            (_, Some(u), _) => C::Uint64Param(u),
+            (_, _, Some(f)) => C::DoubleParam(f),
+            _ => return None,
+        },
+        _ => return None,
+    };
+    Some(pb::InferParameter {
+        parameter_choice: Some(choice),
+    })
+}
+
+/// Request `seq` as a `ModelInferRequest` (raw input contents).
+fn request(model: &str, inputs: Vec<Tensor>, params: &Parameters) -> pb::ModelInferRequest {
+    let (listed, raw) = inputs
+        .into_iter()
+        .map(|t| {
+            let i = pb::model_infer_request::InferInputTensor {
+                name: t.name,
+                datatype: t.datatype.name().into(),
+                shape: t.shape.iter().map(|&d| d as i64).collect(),
+                ..Default::default()
+            };
+            (i, t.data)
+        })
+        .unzip();
+    pb::ModelInferRequest {
+        model_name: model.into(),
+        parameters: params
+            .iter()
+            .filter_map(|(k, v)| Some((k.clone(), parameter(v)?)))
+            .collect(),
+        inputs: listed,
+        raw_input_contents: raw,
+        ..Default::default()
+    }
+}
+
+/// The answer's output tensors (raw contents, as the server sends them).
+fn outputs(r: pb::ModelInferResponse) -> Option<Vec<Tensor>> {
+    if r.outputs.len() != r.raw_output_contents.len() {
+        return None;
+    }
+    r.outputs
+        .into_iter()
+        .zip(r.raw_output_contents)
+        .map(|(o, data)| {
+            Some(Tensor {
+                name: o.name,
+                datatype: DataType::parse(&o.datatype)?,
+                shape: o
+                    .shape
+                    .iter()
+                    .map(|&d| usize::try_from(d).ok())
+                    .collect::<Option<_>>()?,
+                data,
+            })
+        })
+        .collect()
+}
+
+/// A status's error name: Cohort's code, which starts the message, or the gRPC code.
+fn error_name(s: &tonic::Status) -> String {
+    let head = s.message().split(':').next().unwrap_or("");
+    let cohort = !head.is_empty() && head.bytes().all(|b| b.is_ascii_uppercase() || b == b'_');
+    match cohort {
+        true => head.to_string(),
+        false => format!("grpc_{:?}", s.code()),
+    }
+}
+
+/// One call; None when no answer came within the answer timeout.
+async fn call(sh: &Shared, mut client: Client, seq: u64) -> Option<Answer<'static>> {
+    let Some((inputs, params)) = sh.workload.tensors(seq) else {
+        return Some(Answer::Failed("no_tensor_form"));
+    };
+    let mut req = tonic::Request::new(request(sh.workload.service_name(), inputs, &params));
+    if sh.request_timeout_us > 0 {
+        req.set_timeout(std::time::Duration::from_micros(
+            sh.request_timeout_us.into(),
+        ));
+    }
+    if let Some(k) = &sh.key {
+        let bearer = format!("Bearer {}", k.secret).parse().ok()?;
+        req.metadata_mut().insert("authorization", bearer);
+    }
+    let answer = match tokio::time::timeout(sh.answer_timeout, client.model_infer(req)).await {
+        Err(_) => return None,
+        Ok(Ok(r)) => outputs(r.into_inner()).ok_or_else(|| "malformed_answer".to_string()),
+        Ok(Err(s)) => Err(error_name(&s)),
+    };
+    Some(Answer::Tensors(answer))
+}
+
+/// Records request `seq`'s answer, or that none came.
+/// (The thread's recorder behind a lock its tasks take in turn: they share one thread.)
+fn settle(sh: &Shared, rec: &Mutex<Recorder>, seq: u64, a: Option<Answer<'static>>) {
+    let mut rec = rec.lock().expect("recorder lock");
+    match a {
+        Some(a) => rec.on_answer(sh, seq, a),
+        None => rec.give_up(sh, seq),
+    }
+}
+
+pub(crate) fn run(cfg: &LoadConfig, sh: &Arc<Shared>, addr: SocketAddr) -> Result<Recorder> {
+    anyhow::ensure!(
+        cfg.tls.is_none(),
+        "the load generator's gRPC target speaks plain HTTP/2 only (no --tls-ca)"
+    );
+    anyhow::ensure!(
+        sh.workload.tensors(0).is_some(),
+        "{} has no tensor form: the gRPC target drives lenet and echo",
+        sh.workload.service_name()
+    );
+    let conns = match cfg.mode {
+        Mode::Open { .. } => cfg.connections,
+        Mode::Closed { concurrency } => concurrency,
+    }
+    .max(1);
+    let threads = conns.min(available_cores());
+    let per_thread: Vec<Result<Recorder>> = std::thread::scope(|s| {
+        let handles: Vec<_> = (0..threads)
+            .map(|t| {
+                std::thread::Builder::new()
+                    .name(format!("load-grpc-{t}"))
+                    .spawn_scoped(s, move || -> Result<Recorder> {
+                        let rt = tokio::runtime::Builder::new_current_thread()
+                            .event_interval(4)
+                            .enable_all()
+                            .build()?;
+                        let rec = rt.block_on(one_thread(cfg, sh, addr, t, threads, conns));
+                        rt.shutdown_timeout(std::time::Duration::from_secs(1));
+                        rec
+                    })
+            })
+            .collect::<std::io::Result<_>>()?;
+        Ok::<_, anyhow::Error>(
+            handles
+                .into_iter()
+                .map(|h| h.join().expect("generator thread"))
+                .collect(),
+        )
+    })?;
+    let mut total = Recorder::new();
+    for r in per_thread {
+        total.merge(r?);
+    }
+    sh.stop.store(true, std::sync::atomic::Ordering::Release);
+    Ok(total)
+}
+
+/// Thread `t` of `threads`: connections t, t + threads, ... of `conns` (closed loop: one
+/// request in flight on each; open loop: the thread's share of the schedule spread over
+/// them).
+async fn one_thread(
+    cfg: &LoadConfig,
+    sh: &Arc<Shared>,
+    addr: SocketAddr,
+    t: usize,
+    threads: usize,
+    conns: usize,
+) -> Result<Recorder> {
+    let mine: Vec<usize> = (t..conns).step_by(threads).collect();
+    let mut clients = Vec::with_capacity(mine.len());
+    for _ in &mine {
+        let channel = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))?
+            .tcp_nodelay(true)
+            .connect()
+            .await
+            .with_context(|| format!("connecting to grpc://{addr}"))?;
+        clients.push(Client::new(channel).max_decoding_message_size(64 << 20));
+    }
+    let rec = Arc::new(Mutex::new(Recorder::new()));
+    match cfg.mode {
+        Mode::Open { .. } => {
+            let share = LoadConfig {
+                connections: threads,
+                ..cfg.clone()
+            };
+            let mut sched = schedule_for(&share, t).expect("open");
+            let in_flight = Arc::new(AtomicUsize::new(0));
+            for k in 0u64.. {
+                let intended = sched.next();
+                if intended >= sh.end_ns {
+                    break;
+                }
+                wait_until(sh, intended).await;
+                let seq = seq_of(t, k, threads);
+                let now = sh.now_ns();
+                rec.lock()
+                    .expect("recorder lock")
+                    .on_send(sh, seq, intended, now);
+                let client = clients[k as usize % clients.len()].clone();
+                let (sh, rec, in_flight) = (sh.clone(), rec.clone(), in_flight.clone());
+                in_flight.fetch_add(1, Ordering::Relaxed);
+                tokio::spawn(async move {
+                    let a = call(&sh, client, seq).await;
+                    settle(&sh, &rec, seq, a);
+                    in_flight.fetch_sub(1, Ordering::Relaxed);
+                });
+            }
+            // The calls still out end within the answer timeout, answered or given up.
+            while in_flight.load(Ordering::Relaxed) > 0 {
+                tokio::time::sleep(std::time::Duration::from_millis(1)).await;
+            }
+        }
+        Mode::Closed { .. } => {
+            let mut tasks = Vec::new();
+            for (&c, client) in mine.iter().zip(&clients) {
+                let (sh, rec, client) = (sh.clone(), rec.clone(), client.clone());
+                tasks.push(tokio::spawn(async move {
+                    wait_until(&sh, 0).await;
+                    for k in 0u64.. {
+                        let now = sh.now_ns();
+                        if now >= sh.end_ns {
+                            break;
+                        }
+                        let seq = seq_of(c, k, conns);
+                        rec.lock()
+                            .expect("recorder lock")
+                            .on_send(&sh, seq, now, now);
+                        let a = call(&sh, client.clone(), seq).await;
+                        settle(&sh, &rec, seq, a);
+                    }
+                }));
+            }
+            for task in tasks {
+                task.await?;
+            }
+        }
+    }
+    let rec = Arc::try_unwrap(rec).map_err(|_| anyhow::anyhow!("a call outlived its thread"))?;
+    Ok(rec.into_inner().expect("recorder lock"))
+}
