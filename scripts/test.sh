@@ -52,7 +52,7 @@ grep '^SKIPPED ' "$tests_log" | sort | uniq -c | sed 's/^/   /' || true
 rm -f "$tests_log"
 
 echo "== the Python client (clients/python) and tritonclient (the Open Inference Protocol) against real servers"
-python3 -m pip install --quiet --disable-pip-version-check ./clients/python "tritonclient[http]==2.73.0"
+python3 -m pip install --quiet --disable-pip-version-check ./clients/python "tritonclient[http,grpc]==2.73.0"
 COHORT_BIN=target/ci/cohort python3 -m unittest discover -v -s clients/python/tests
 
 echo "== fuzz targets (bounded)"

@@ -179,6 +179,50 @@ class TritonGrpcTest(TritonClientTest, unittest.TestCase):
         finally:
             self.assertEqual(server.stop(), 0)
 
+    def test_an_idle_connection_is_closed_but_an_open_stream_is_not(self) -> None:
+        """A connection with no call in progress for the idle timeout gets GOAWAY and is
+        closed; a stream left open past it, quiet between requests, keeps its connection."""
+        server = Server("--service", "echo", "--grpc", "127.0.0.1:0", "--idle-timeout-ms", "300",
+                        "--read-timeout-ms", "10000")
+        try:
+            port = server.addr["grpc"]
+            with socket.create_connection(("127.0.0.1", port)) as raw:
+                # A quiet HTTP/2 client: the preface and SETTINGS, then only acknowledgements
+                # (of the server's SETTINGS and keep-alive PINGs), never a call.
+                raw.sendall(b"PRI * HTTP/2.0\r\n\r\nSM\r\n\r\n" + bytes([0, 0, 0, 4, 0, 0, 0, 0, 0]))
+                raw.settimeout(5)
+                t0, buf, types = time.monotonic(), b"", []
+                while chunk := raw.recv(4096):
+                    buf += chunk
+                    while len(buf) >= 9 and len(buf) >= 9 + int.from_bytes(buf[:3], "big"):
+                        n, kind, flags = int.from_bytes(buf[:3], "big"), buf[3], buf[4]
+                        payload, buf = buf[9:9 + n], buf[9 + n:]
+                        types.append(kind)
+                        if kind == 4 and not flags & 1:  # SETTINGS: ack it
+                            raw.sendall(bytes([0, 0, 0, 4, 1, 0, 0, 0, 0]))
+                        if kind == 6 and not flags & 1:  # PING: ack it
+                            raw.sendall(bytes([0, 0, 8, 6, 1, 0, 0, 0, 0]) + payload)
+                self.assertLess(time.monotonic() - t0, 3, "closed at the idle timeout")
+                self.assertIn(7, types, f"a GOAWAY before the close (frames {types})")
+            answers: list = []
+            c = self.triton.InferenceServerClient(f"127.0.0.1:{port}")
+            c.start_stream(callback=lambda result, error: answers.append(error or result))
+            try:
+                x = self.input("data", np.array([b"one"], dtype=np.object_), "BYTES")
+                c.async_stream_infer("echo", [x], request_id="1")
+                time.sleep(1.0)  # more than three idle timeouts with the stream open
+                c.async_stream_infer("echo", [x], request_id="2")
+                for _ in range(100):
+                    if len(answers) == 2:
+                        break
+                    time.sleep(0.05)
+            finally:
+                c.stop_stream()
+                c.close()
+            self.assertEqual([a.get_response().id for a in answers], ["1", "2"], answers)
+        finally:
+            self.assertEqual(server.stop(), 0)
+
     def test_tls(self) -> None:
         """With TLS on, gRPC speaks it too (ALPN h2), and a plain-text client is refused."""
         server = Server("--service", "echo", "--grpc", "127.0.0.1:0",

@@ -3,8 +3,10 @@
 //! server with the Open Inference Protocol service (`crate::v2_grpc`). Bounded per
 //! connection: concurrent streams, HTTP/2 flow-control windows (what a client may have sent
 //! that the server has not read), and the decoded message size; a peer that stops answering
-//! keep-alive pings within the read timeout is closed. On drain each connection gets GOAWAY,
-//! its streams in progress finish, and it closes.
+//! keep-alive pings within the read timeout is closed, and a connection with no call in
+//! progress for the idle timeout gets GOAWAY and is closed (as an idle HTTP/1.1 or TCP
+//! connection is: an idle client must not hold a connection slot for ever). On drain each
+//! connection gets GOAWAY, its calls in progress finish, and it closes.
 
 use crate::accept::accept_loop;
 use crate::context::Context;
@@ -14,9 +16,9 @@ use crate::tasks::Tracker;
 use crate::v2_grpc::{GrpcShared, Inference};
 use cohort_oip::grpc_inference_service_server::GrpcInferenceServiceServer;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use hyper_util::service::TowerToHyperService;
-use std::sync::atomic::AtomicU64;
+use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
+use std::time::{Duration, Instant};
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
@@ -107,6 +109,87 @@ async fn serve_connection(
     }
 }
 
+/// One connection's calls in progress and when the last one ended (for the idle timeout).
+struct Activity {
+    active: AtomicUsize,
+    start: Instant,
+    last_end_ms: AtomicU64,
+}
+
+impl Activity {
+    fn new() -> Arc<Activity> {
+        Arc::new(Activity {
+            active: AtomicUsize::new(0),
+            start: Instant::now(),
+            last_end_ms: AtomicU64::new(0),
+        })
+    }
+    fn end(&self) {
+        let now = self.start.elapsed().as_millis() as u64;
+        self.last_end_ms.store(now, Ordering::Relaxed);
+        self.active.fetch_sub(1, Ordering::Relaxed);
+    }
+    /// How long the connection has had no call in progress (zero while one is).
+    fn idle_for(&self) -> Duration {
+        if self.active.load(Ordering::Relaxed) > 0 {
+            return Duration::ZERO;
+        }
+        let last = Duration::from_millis(self.last_end_ms.load(Ordering::Relaxed));
+        self.start.elapsed().saturating_sub(last)
+    }
+}
+
+/// A call in progress: from its request's head until its answer's body is sent or dropped
+/// (a stream's answers flow long after its handler returned).
+struct InProgress(Arc<Activity>);
+
+impl InProgress {
+    fn start(activity: &Arc<Activity>) -> InProgress {
+        activity.active.fetch_add(1, Ordering::Relaxed);
+        InProgress(activity.clone())
+    }
+}
+
+impl Drop for InProgress {
+    fn drop(&mut self) {
+        self.0.end();
+    }
+}
+
+/// An answer body that holds its call in progress until hyper is done with it.
+struct Tracked<B> {
+    inner: B,
+    _call: InProgress,
+}
+
+impl<B: hyper::body::Body + Unpin> hyper::body::Body for Tracked<B> {
+    type Data = B::Data;
+    type Error = B::Error;
+    fn poll_frame(
+        mut self: std::pin::Pin<&mut Self>,
+        cx: &mut std::task::Context<'_>,
+    ) -> std::task::Poll<Option<Result<hyper::body::Frame<B::Data>, B::Error>>> {
+        std::pin::Pin::new(&mut self.inner).poll_frame(cx)
+    }
+    fn is_end_stream(&self) -> bool {
+        self.inner.is_end_stream()
+    }
+    fn size_hint(&self) -> hyper::body::SizeHint {
+        self.inner.size_hint()
+    }
+}
+
+/// Resolves once the connection has been idle for `idle`.
+async fn idle_for(activity: &Activity, idle: Duration) {
+    loop {
+        let quiet = activity.idle_for();
+        if quiet >= idle {
+            return;
+        }
+        tokio::time::sleep((idle - quiet).max(Duration::from_millis(10))).await;
+    }
+}
+
 async fn serve_h2<I>(
     io: I,
     peer: Option<std::net::IpAddr>,
@@ -121,6 +204,21 @@ async fn serve_h2<I>(
     };
     let svc =
         GrpcInferenceServiceServer::new(inference).max_decoding_message_size(crate::http::MAX_BODY);
+    let activity = Activity::new();
+    let counted = {
+        let activity = activity.clone();
+        hyper::service::service_fn(move |req| {
+            let (mut svc, call) = (svc.clone(), InProgress::start(&activity));
+            async move {
+                // (The generated service is always ready: no back-pressure to wait out.)
+                use tonic::codegen::Service as _;
+                let answer = svc.call(req).await?;
+                Ok::<_, std::convert::Infallible>(
+                    answer.map(|inner| Tracked { inner, _call: call }),
+                )
+            }
+        })
+    };
     let read_timeout = env.limits.read_timeout;
     let mut conn = hyper::server::conn::http2::Builder::new(TokioExecutor::new())
         .timer(TokioTimer::new())
@@ -129,18 +227,19 @@ async fn serve_h2<I>(
         .initial_connection_window_size(CONNECTION_WINDOW)
         .keep_alive_interval(Some(env.limits.idle_timeout))
         .keep_alive_timeout(read_timeout)
-        .serve_connection(TokioIo::new(io), TowerToHyperService::new(svc));
+        .serve_connection(TokioIo::new(io), counted);
     let draining = async {
         if *sd.borrow() {
             return; // opened while draining: GOAWAY at once
         }
         let _ = sd.wait_for(|d| *d).await;
     };
+    let idle = idle_for(&activity, env.limits.idle_timeout);
     tokio::select! {
-        _ = &mut conn => {}
-        _ = draining => {
-            std::pin::Pin::new(&mut conn).graceful_shutdown();
-            let _ = tokio::time::timeout(read_timeout, &mut conn).await;
-        }
+        _ = &mut conn => return,
+        _ = draining => {}
+        _ = idle => env.shared.ctx.metrics.timed_out_connection("grpc_idle"),
     }
+    std::pin::Pin::new(&mut conn).graceful_shutdown();
+    let _ = tokio::time::timeout(read_timeout, &mut conn).await;
 }
