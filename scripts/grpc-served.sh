@@ -36,7 +36,23 @@ anchor() {
             --connections 8 --json "$OUT/anchor-echo-udp-$1.json" --label "taskset -c $SCPU dist/cohort serve --service echo:cpu --workers 4 --io-threads $IO"
         stop; }
 }
-anchor before
+# A fresh lease's first minutes are noisy (the anchor's p99 past 1 ms at 300 K, the generator
+# late): repeat the anchor, up to ANCHOR_TRIES times, until it holds 300 K and 600 K at p99
+# <= 1 ms with the generator on schedule; the tries that did not are kept, renamed.
+quiet() {
+    python3 -c '
+import json, sys
+runs = json.load(open(sys.argv[1]))["runs"]
+ok = [r for r in runs if r["offered_rate"] <= 600e3]
+sys.exit(0 if ok and all(r["latency_us"]["p99"] <= 1000 and not r.get("generator_saturated") for r in ok) else 1)
+' "$1"
+}
+for try in $(seq 1 ${ANCHOR_TRIES:-1}); do
+    anchor before
+    quiet "$OUT/anchor-echo-udp-before.json" && break
+    echo "host not quiet yet (anchor try $try)"
+    mv "$OUT/anchor-echo-udp-before.json" "$OUT/anchor-echo-udp-noisy-$try.json"
+done
 # (2) LeNet served, native UDP then gRPC, open loop.
 # Each front door on a server of its own (the same cores, engine and io threads).
 label="taskset -c $SCPU dist/cohort serve --service lenet:$ENGINE --io-threads $IO"
