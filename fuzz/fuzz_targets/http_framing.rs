@@ -1,5 +1,5 @@
 #![no_main]
-use cohort_net::http_frame::{Scanner, Stop};
+use cohort_http_frame::{Scanner, Stop};
 use libfuzzer_sys::fuzz_target;
 
 // The HTTP gateway's framing check (it runs before hyper parses a byte), fed any bytes cut at

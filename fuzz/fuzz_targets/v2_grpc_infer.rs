@@ -6,7 +6,7 @@ use libfuzzer_sys::fuzz_target;
 // typed contents), then the echo mapping over what it accepts: never a panic; accepted
 // tensors hold exactly their shapes' bytes; every refusal is BAD_REQUEST.
 fuzz_target!(|data: &[u8]| {
-    match cohort_net::parse_grpc_infer(data) {
+    match cohort_oip::tensors::parse_infer(data) {
         Ok((tensors, params)) => {
             for t in &tensors {
                 if let Some(size) = t.datatype.size() {

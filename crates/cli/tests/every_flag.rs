@@ -72,7 +72,7 @@ fn sample(flag: &str, ix: &str) -> Option<Option<String>> {
         "watchdog-ms" => v("500"),
         "profile" => v("100"),
         "latency-budget-us" => v("2000"),
-        "udp" | "tcp" | "http" => v("localhost:0"),
+        "udp" | "tcp" | "http" | "grpc" => v("localhost:0"),
         "io-threads" => v("2"),
         "cpus" => v("0-1"),
         "workers" => v("4"),

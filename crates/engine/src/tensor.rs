@@ -73,6 +73,28 @@ impl Tensor {
             .unwrap_or(usize::MAX)
     }
 
+    /// The tensor when its bytes fit its shape and type (BYTES: well-formed, one element per
+    /// cell), else BAD_REQUEST naming it.
+    pub fn checked(self) -> Result<Tensor, ErrorPayload> {
+        let fits = match self.datatype.size() {
+            Some(s) => self.elements().checked_mul(s) == Some(self.data.len()),
+            None => byte_elements(&self).is_ok(),
+        };
+        if fits {
+            return Ok(self);
+        }
+        Err(ErrorPayload::new(
+            cohort_proto::ErrorCode::BadRequest,
+            format!(
+                "input {}: {} bytes do not make a {} tensor of shape {:?}",
+                self.name,
+                self.data.len(),
+                self.datatype.name(),
+                self.shape
+            ),
+        ))
+    }
+
     /// An FP32 tensor's elements (None for another type).
     pub fn f32s(&self) -> Option<Vec<f32>> {
         (self.datatype == DataType::Fp32).then(|| {

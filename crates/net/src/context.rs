@@ -1,9 +1,9 @@
 //! What every listener shares: the services (for the HTTP JSON mapping), the limits, the
 //! metrics and the shutdown flag. (Each TCP/HTTP io thread has its own ingress: `shard`.)
 
-use crate::auth::Auth;
 use crate::quota::{Over, Quotas};
 use crate::shard::Shard;
+use cohort_auth::Auth;
 use cohort_engine::{Metrics, Registry, ReplyPort, Response, ResponseBody};
 use cohort_proto::{ErrorCode, ErrorPayload, Header, Kind};
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -23,7 +23,7 @@ pub struct Context {
 }
 
 impl Context {
-    /// A frame's service payload once its key checks out (`crate::auth`), with the key's id;
+    /// A frame's service payload once its key checks out (`cohort_auth`), with the key's id;
     /// without keys, a signed frame's trailer is dropped and any frame passes.
     pub(crate) fn unsigned<'a>(
         &self,

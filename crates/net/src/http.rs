@@ -41,9 +41,9 @@ pub(crate) const MAX_BODY: usize = 4 << 20;
 const LINGER: Duration = Duration::from_secs(2);
 
 /// hyper's read (and write queue) buffer per connection: room for a whole checked head
-/// (`http_frame::MAX_HEAD`, which hyper must hold at once) and 8 KiB behind it; what an idle
+/// (`cohort_http_frame::MAX_HEAD`, which hyper must hold at once) and 8 KiB behind it; what an idle
 /// connection may keep.
-const MAX_BUF: usize = crate::http_frame::MAX_HEAD + (8 << 10);
+const MAX_BUF: usize = cohort_http_frame::MAX_HEAD + (8 << 10);
 
 /// What every HTTP connection of a shard shares.
 pub(crate) struct HttpEnv {
@@ -518,7 +518,12 @@ pub(crate) fn authorized<B>(
     let Some(auth) = ctx.auth.as_ref() else {
         return Ok(None);
     };
-    let e = match auth.bearer(req.headers().get(hyper::header::AUTHORIZATION), service) {
+    let e = match auth.bearer(
+        req.headers()
+            .get(hyper::header::AUTHORIZATION)
+            .map(|v| v.as_bytes()),
+        service,
+    ) {
         Ok(key) => return Ok(Some(key)),
         Err(e) => e,
     };

@@ -1,5 +1,5 @@
 //! The socket an HTTP connection's hyper reads and writes, with the limits hyper lacks:
-//! - request framing checked before hyper parses it (`crate::http_frame`); a refused head is
+//! - request framing checked before hyper parses it (`cohort_http_frame`); a refused head is
 //!   answered here with the JSON error body, after hyper has answered the requests before it;
 //! - a client that takes no bytes of its answers for the read timeout is closed
 //!   (`write_stalled`), as on TCP: hyper would wait on its socket for ever;
@@ -9,10 +9,10 @@
 //!   (`Budget::settled_share`) of its request: a connection over its share waits first, a
 //!   client that waits for its answers is served.
 
-use crate::http_frame::{Scanner, Stop};
 use crate::limits::Budget;
 use bytes::{Buf, BytesMut};
 use cohort_engine::Metrics;
+use cohort_http_frame::{Scanner, Stop};
 use std::future::Future as _;
 use std::io::{self, IoSlice};
 use std::os::fd::RawFd;

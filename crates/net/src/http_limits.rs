@@ -53,18 +53,7 @@ pub(crate) async fn read_body(
     }
 }
 
-/// A complete HTTP/1.1 response with a JSON error body that closes the connection, for
-/// clients hyper is not answering (refused at accept, timed out reading a request head).
-pub(crate) fn canned(status: &str, code: &str, message: &str, retry: bool) -> Vec<u8> {
-    let body = serde_json::json!({ "error": code, "message": message }).to_string();
-    let retry = if retry { "retry-after: 1\r\n" } else { "" };
-    format!(
-        "HTTP/1.1 {status}\r\ncontent-type: application/json\r\n{retry}connection: close\r\n\
-         content-length: {}\r\n\r\n{body}",
-        body.len()
-    )
-    .into_bytes()
-}
+pub(crate) use cohort_http_frame::canned;
 
 /// The 503 a client refused at accept gets.
 pub(crate) fn refusal() -> &'static [u8] {

@@ -9,13 +9,11 @@
 
 mod accept;
 mod admin;
-mod auth;
-pub use auth::Auth;
+pub use cohort_auth::Auth;
 mod context;
 mod doorbell;
 mod grpc;
 mod http;
-pub mod http_frame;
 mod http_io;
 mod http_limits;
 mod http_pages;
@@ -36,7 +34,6 @@ mod udp;
 mod v2;
 mod v2_grpc;
 pub use v2::parse_infer;
-pub use v2_grpc::parse_grpc_infer;
 
 pub use context::Context;
 pub use server::{check_ports, NetConfig, Server, Shared, UdpIo};

@@ -171,7 +171,7 @@ struct RequestedOutput {
     parameters: Parameters,
 }
 
-pub(crate) fn bad(msg: impl Into<String>) -> ErrorPayload {
+fn bad(msg: impl Into<String>) -> ErrorPayload {
     ErrorPayload::new(ErrorCode::BadRequest, msg)
 }
 
@@ -244,24 +244,6 @@ fn to_json(t: &Tensor) -> Value {
     }
 }
 
-/// `t` when its bytes fit its shape and type (BYTES: well-formed, one element per cell).
-pub(crate) fn checked(t: Tensor) -> Result<Tensor, ErrorPayload> {
-    let fits = match t.datatype.size() {
-        Some(s) => t.elements().checked_mul(s) == Some(t.data.len()),
-        None => cohort_engine::tensor::byte_elements(&t).is_ok(),
-    };
-    match fits {
-        true => Ok(t),
-        false => Err(bad(format!(
-            "input {}: {} bytes do not make a {} tensor of shape {:?}",
-            t.name,
-            t.data.len(),
-            t.datatype.name(),
-            t.shape
-        ))),
-    }
-}
-
 /// The request's tensors from its JSON part and binary part.
 fn tensors(r: &InferRequest, mut binary: &[u8]) -> Result<Vec<Tensor>, ErrorPayload> {
     let mut out = Vec::with_capacity(r.inputs.len());
@@ -310,12 +292,13 @@ fn tensors(r: &InferRequest, mut binary: &[u8]) -> Result<Vec<Tensor>, ErrorPayl
             }
             (None, None) => return Err(bad(format!("input {} has no data", i.name))),
         };
-        out.push(checked(Tensor {
+        let t = Tensor {
             name: i.name.clone(),
             datatype: d,
             shape: i.shape.clone(),
             data,
-        })?);
+        };
+        out.push(t.checked()?);
     }
     if !binary.is_empty() {
         return Err(bad(format!(

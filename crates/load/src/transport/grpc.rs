@@ -2,99 +2,22 @@
 //! `ModelInfer` call of one row (the workload's tensor form, raw contents), every answer's
 //! output tensors checked. HTTP/2 multiplexes, so requests do not wait for a free
 //! connection: a due request is sent at once on its thread's next connection (round robin).
-//! One thread per core the generator may use (at most one per connection), each with its own
-//! single-threaded runtime, its connections and its share of the schedule, as on HTTP.
+//! One thread per core the generator may use (`transport::on_threads`), each with its own
+//! connections and its share of the schedule, as on HTTP.
 
 use crate::config::{LoadConfig, Mode};
 use crate::recorder::{schedule_for, seq_of, Answer, Recorder, Shared};
-use crate::transport::http::{available_cores, wait_until};
+use crate::transport::http::wait_until;
+use crate::transport::{connections_and_threads, on_threads};
 use anyhow::{Context as _, Result};
-use cohort_engine::tensor::{DataType, Parameters, Tensor};
-use cohort_oip as pb;
-use pb::grpc_inference_service_client::GrpcInferenceServiceClient;
+use cohort_oip::grpc_inference_service_client::GrpcInferenceServiceClient;
+use cohort_oip::tensors::{error_name, outputs, request};
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex};
 use tonic::transport::Channel;
 
 type Client = GrpcInferenceServiceClient<Channel>;
-
-fn parameter(v: &serde_json::Value) -> Option<pb::InferParameter> {
-    use pb::infer_parameter::ParameterChoice as C;
-    let choice = match v {
-        serde_json::Value::Bool(b) => C::BoolParam(*b),
-        serde_json::Value::String(s) => C::StringParam(s.clone()),
-        serde_json::Value::Number(n) => match (n.as_i64(), n.as_u64(), n.as_f64()) {
-            (Some(i), _, _) => C::Int64Param(i),
-            (_, Some(u), _) => C::Uint64Param(u),
-            (_, _, Some(f)) => C::DoubleParam(f),
-            _ => return None,
-        },
-        _ => return None,
-    };
-    Some(pb::InferParameter {
-        parameter_choice: Some(choice),
-    })
-}
-
-/// Request `seq` as a `ModelInferRequest` (raw input contents).
-fn request(model: &str, inputs: Vec<Tensor>, params: &Parameters) -> pb::ModelInferRequest {
-    let (listed, raw) = inputs
-        .into_iter()
-        .map(|t| {
-            let i = pb::model_infer_request::InferInputTensor {
-                name: t.name,
-                datatype: t.datatype.name().into(),
-                shape: t.shape.iter().map(|&d| d as i64).collect(),
-                ..Default::default()
-            };
-            (i, t.data)
-        })
-        .unzip();
-    pb::ModelInferRequest {
-        model_name: model.into(),
-        parameters: params
-            .iter()
-            .filter_map(|(k, v)| Some((k.clone(), parameter(v)?)))
-            .collect(),
-        inputs: listed,
-        raw_input_contents: raw,
-        ..Default::default()
-    }
-}
-
-/// The answer's output tensors (raw contents, as the server sends them).
-fn outputs(r: pb::ModelInferResponse) -> Option<Vec<Tensor>> {
-    if r.outputs.len() != r.raw_output_contents.len() {
-        return None;
-    }
-    r.outputs
-        .into_iter()
-        .zip(r.raw_output_contents)
-        .map(|(o, data)| {
-            Some(Tensor {
-                name: o.name,
-                datatype: DataType::parse(&o.datatype)?,
-                shape: o
-                    .shape
-                    .iter()
-                    .map(|&d| usize::try_from(d).ok())
-                    .collect::<Option<_>>()?,
-                data,
-            })
-        })
-        .collect()
-}
-
-/// A status's error name: Cohort's code, which starts the message, or the gRPC code.
-fn error_name(s: &tonic::Status) -> String {
-    let head = s.message().split(':').next().unwrap_or("");
-    let cohort = !head.is_empty() && head.bytes().all(|b| b.is_ascii_uppercase() || b == b'_');
-    match cohort {
-        true => head.to_string(),
-        false => format!("grpc_{:?}", s.code()),
-    }
-}
 
 /// One call; None when no answer came within the answer timeout.
 async fn call(sh: &Shared, mut client: Client, seq: u64) -> Option<Answer<'static>> {
@@ -139,41 +62,10 @@ pub(crate) fn run(cfg: &LoadConfig, sh: &Arc<Shared>, addr: SocketAddr) -> Resul
         "{} has no tensor form: the gRPC target drives lenet and echo",
         sh.workload.service_name()
     );
-    let conns = match cfg.mode {
-        Mode::Open { .. } => cfg.connections,
-        Mode::Closed { concurrency } => concurrency,
-    }
-    .max(1);
-    let threads = conns.min(available_cores());
-    let per_thread: Vec<Result<Recorder>> = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..threads)
-            .map(|t| {
-                std::thread::Builder::new()
-                    .name(format!("load-grpc-{t}"))
-                    .spawn_scoped(s, move || -> Result<Recorder> {
-                        let rt = tokio::runtime::Builder::new_current_thread()
-                            .event_interval(4)
-                            .enable_all()
-                            .build()?;
-                        let rec = rt.block_on(one_thread(cfg, sh, addr, t, threads, conns));
-                        rt.shutdown_timeout(std::time::Duration::from_secs(1));
-                        rec
-                    })
-            })
-            .collect::<std::io::Result<_>>()?;
-        Ok::<_, anyhow::Error>(
-            handles
-                .into_iter()
-                .map(|h| h.join().expect("generator thread"))
-                .collect(),
-        )
-    })?;
-    let mut total = Recorder::new();
-    for r in per_thread {
-        total.merge(r?);
-    }
-    sh.stop.store(true, std::sync::atomic::Ordering::Release);
-    Ok(total)
+    let (conns, threads) = connections_and_threads(cfg);
+    on_threads(sh, "load-grpc", threads, |t| {
+        one_thread(cfg, sh, addr, t, threads, conns)
+    })
 }
 
 /// Thread `t` of `threads`: connections t, t + threads, ... of `conns` (closed loop: one

@@ -5,6 +5,7 @@
 
 use crate::config::{LoadConfig, Mode};
 use crate::recorder::{schedule_for, seq_of, Answer, Recorder, Shared};
+use crate::transport::{connections_and_threads, on_threads};
 use anyhow::Result;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
@@ -14,17 +15,11 @@ use std::collections::VecDeque;
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::atomic::Ordering;
 use std::sync::Arc;
 use std::sync::Mutex;
 use tokio::sync::{mpsc, Notify};
 
 pub(crate) type Conn = SendRequest<Full<Bytes>>;
-
-/// Cores this process may run on: the generator's threads (it is pinned with `taskset`).
-pub(crate) fn available_cores() -> usize {
-    std::thread::available_parallelism().map_or(1, |n| n.get())
-}
 
 /// A connection to `addr`, over TLS when the run has a TLS client.
 pub(crate) async fn connect(sh: &Shared, addr: SocketAddr) -> Option<Conn> {
@@ -128,11 +123,8 @@ pub(crate) fn run(cfg: &LoadConfig, sh: &Arc<Shared>, addr: SocketAddr) -> Resul
 /// Runs one load point over HTTP/1.1 connections, each with the client `client(c, n)` makes
 /// for connection c of n.
 ///
-/// One thread per core the generator may use (at most one per connection), each with its own
-/// single-threaded runtime and its share of the connections: a request, its connection's
-/// hyper task and its answer's check never leave their thread, so no request costs a
-/// cross-thread wake-up (a shared runtime with one pacing thread spent about a quarter of
-/// the generator's time in futex wake-ups and task switches, measured with perf). Open loop:
+/// One thread per core the generator may use (`on_threads`), each with its share of the
+/// connections. Open loop:
 /// each thread paces its own Poisson (or constant) schedule of rate / threads; independent
 /// Poisson streams add up to one Poisson stream of the whole rate.
 pub(crate) fn drive<C: Client>(
@@ -141,48 +133,10 @@ pub(crate) fn drive<C: Client>(
     addr: SocketAddr,
     client: impl Fn(usize, usize) -> C + Sync,
 ) -> Result<Recorder> {
-    let conns = match cfg.mode {
-        Mode::Open { .. } => cfg.connections,
-        Mode::Closed { concurrency } => concurrency,
-    }
-    .max(1);
-    let threads = conns.min(available_cores());
-    let mut total = Recorder::new();
-    let per_thread: Vec<Result<Recorder>> = std::thread::scope(|s| {
-        let handles: Vec<_> = (0..threads)
-            .map(|t| {
-                let client = &client;
-                std::thread::Builder::new()
-                    .name(format!("load-http-{t}"))
-                    .spawn_scoped(s, move || -> Result<Recorder> {
-                        // The pacer is the runtime's main future, polled between
-                        // batches of ready tasks: by default 61 of them (tokio's
-                        // event_interval), which with a few hundred connections whose
-                        // answers each take microseconds to check put the send lag's p99
-                        // at 1.9 ms at 1024 connections (H200). Every 4 keeps it short.
-                        let rt = tokio::runtime::Builder::new_current_thread()
-                            .event_interval(4)
-                            .enable_all()
-                            .build()?;
-                        let run = one_thread(cfg, sh, addr, t, threads, conns, client);
-                        let rec = rt.block_on(run);
-                        rt.shutdown_timeout(std::time::Duration::from_secs(1));
-                        rec
-                    })
-            })
-            .collect::<std::io::Result<_>>()?;
-        Ok::<_, anyhow::Error>(
-            handles
-                .into_iter()
-                .map(|h| h.join().expect("generator thread"))
-                .collect(),
-        )
-    })?;
-    for r in per_thread {
-        total.merge(r?);
-    }
-    sh.stop.store(true, Ordering::Release);
-    Ok(total)
+    let (conns, threads) = connections_and_threads(cfg);
+    on_threads(sh, "load-http", threads, |t| {
+        one_thread(cfg, sh, addr, t, threads, conns, &client)
+    })
 }
 
 /// Thread `t` of `threads`: connections t, t + threads, ... of `conns`.

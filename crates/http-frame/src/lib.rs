@@ -45,8 +45,21 @@ impl Refusal {
 
     /// The whole HTTP/1.1 response: JSON body, `connection: close`.
     pub fn response(&self) -> Vec<u8> {
-        crate::http_limits::canned(self.status, self.code, &self.message, false)
+        canned(self.status, self.code, &self.message, false)
     }
+}
+
+/// A complete HTTP/1.1 response with a JSON error body that closes the connection, for
+/// clients hyper is not answering (refused at accept, timed out reading a request head).
+pub fn canned(status: &str, code: &str, message: &str, retry: bool) -> Vec<u8> {
+    let body = serde_json::json!({ "error": code, "message": message }).to_string();
+    let retry = if retry { "retry-after: 1\r\n" } else { "" };
+    format!(
+        "HTTP/1.1 {status}\r\ncontent-type: application/json\r\n{retry}connection: close\r\n\
+         content-length: {}\r\n\r\n{body}",
+        body.len()
+    )
+    .into_bytes()
 }
 
 /// How the stream stopped being a valid request sequence.
@@ -352,7 +365,7 @@ fn parse_refusal(e: httparse::Error) -> Refusal {
 /// The checks hyper makes of a head, and the framing rules of RFC 9112 section 6.
 fn check_head(req: &httparse::Request<'_, '_>) -> Result<Framing, Refusal> {
     let path = req.path.unwrap_or("");
-    if hyper::Uri::try_from(path).is_err() {
+    if http::Uri::try_from(path).is_err() {
         return Err(Refusal::bad(format!(
             "invalid request target {:?}",
             truncated(path)
