@@ -1,6 +1,7 @@
 #!/usr/bin/env python3
-"""Host CPU per answer of the Open Inference Protocol's HTTP path against the JSON gateway
-for the same request (issue goal, for LeNet: v2 <= 1.25x the gateway). `--service lenet`
+"""Host CPU per answer of the Open Inference Protocol's HTTP path, and of the same over gRPC
+(`--grpc`: the stubs tritonclient ships, one channel), against the JSON gateway for the same
+request (issue goal, for LeNet: v2 HTTP <= 1.25x the gateway). `--service lenet`
 (whose CPU forward pass is most of it) or `echo` (the HTTP paths alone). The server
 (`cohort serve --service NAME:cpu`, one io thread, one worker) is pinned to one core, this
 client to another; each path is driven closed loop over one keep-alive connection with the same
@@ -35,15 +36,18 @@ def main() -> None:
     ap.add_argument("--service", choices=["lenet", "echo"], default="lenet")
     ap.add_argument("--server-cpu", type=int, default=0)
     ap.add_argument("--client-cpu", type=int, default=1)
+    ap.add_argument("--grpc", action="store_true", help="also the gRPC path (needs tritonclient[grpc])")
     ap.add_argument("--out", required=True)
     a = ap.parse_args()
     os.sched_setaffinity(0, {a.client_cpu})
+    grpc_listen = ["--grpc", "127.0.0.1:0"] if a.grpc else []
     server = subprocess.Popen(
-        ["taskset", "-c", str(a.server_cpu), a.bin, "serve", "--http", "127.0.0.1:0",
+        ["taskset", "-c", str(a.server_cpu), a.bin, "serve", "--http", "127.0.0.1:0", *grpc_listen,
          "--service", f"{a.service}:cpu", "--workers", "1", "--io-threads", "1", "--log-level", "warn"],
         stdout=subprocess.PIPE, text=True)
     line = server.stdout.readline()
     port = int(line.split("http=")[1].split()[0].rsplit(":", 1)[1])
+    grpc_port = int(line.split("grpc=")[1].split()[0].rsplit(":", 1)[1]) if a.grpc else None
     images = np.random.default_rng(1).integers(0, 256, size=(64, 784), dtype=np.uint8)
 
     def gateway(c: http.client.HTTPConnection, img: np.ndarray) -> int:
@@ -86,12 +90,40 @@ def main() -> None:
         n = int(r.getheader("Inference-Header-Content-Length"))
         return r.read()[n + 4:].decode()
 
-    paths = {"lenet": (("gateway_json", gateway), ("v2_json", v2_json), ("v2_binary", v2_binary)),
-             "echo": (("gateway_json", echo_gateway), ("v2_json", echo_v2_json), ("v2_binary", echo_v2_binary))}
+    def grpc_infer(stub, model: str, name: str, datatype: str, shape: list, raw: bytes):
+        from tritonclient.grpc import service_pb2 as pb
+        r = pb.ModelInferRequest(model_name=model, raw_input_contents=[raw])
+        r.inputs.add(name=name, datatype=datatype, shape=shape)
+        return stub.ModelInfer(r)
+
+    def v2_grpc(stub, img: np.ndarray) -> int:
+        r = grpc_infer(stub, "lenet", "image", "UINT8", [1, 784], img.tobytes())
+        return int(np.frombuffer(r.raw_output_contents[0], dtype="<i8")[0])
+
+    def echo_v2_grpc(stub, img: np.ndarray) -> bytes:
+        data = img[:64].tobytes().hex().encode()
+        r = grpc_infer(stub, "echo", "data", "BYTES", [1], len(data).to_bytes(4, "little") + data)
+        return r.raw_output_contents[0][4:].decode()
+
+    paths = {"lenet": [("gateway_json", gateway), ("v2_json", v2_json), ("v2_binary", v2_binary)],
+             "echo": [("gateway_json", echo_gateway), ("v2_json", echo_v2_json), ("v2_binary", echo_v2_binary)]}
+    if a.grpc:
+        paths["lenet"].append(("v2_grpc", v2_grpc))
+        paths["echo"].append(("v2_grpc", echo_v2_grpc))
+
+    def connect(name: str):
+        if name != "v2_grpc":
+            return http.client.HTTPConnection("127.0.0.1", port)
+        import grpc
+        from tritonclient.grpc import service_pb2_grpc
+        channel = grpc.insecure_channel(f"127.0.0.1:{grpc_port}")
+        stub = service_pb2_grpc.GRPCInferenceServiceStub(channel)
+        stub.close = channel.close
+        return stub
     results = {}
     want = None
     for name, call in paths[a.service]:
-        c = http.client.HTTPConnection("127.0.0.1", port)
+        c = connect(name)
         for img in images[:50]:  # warm-up
             call(c, img)
         got = [call(c, img) for img in images]
