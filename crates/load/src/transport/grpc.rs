@@ -6,8 +6,8 @@
 //! connections and its share of the schedule, as on HTTP.
 
 use crate::config::{LoadConfig, Mode};
-use crate::recorder::{schedule_for, seq_of, Answer, Recorder, Shared};
-use crate::transport::http::wait_until;
+use crate::recorder::{seq_of, Answer, Recorder, Shared};
+use crate::transport::http::{pace, wait_until};
 use crate::transport::{connections_and_threads, on_threads};
 use anyhow::{Context as _, Result};
 use cohort_oip::grpc_inference_service_client::GrpcInferenceServiceClient;
@@ -92,24 +92,15 @@ async fn one_thread(
     let rec = Arc::new(Mutex::new(Recorder::new()));
     match cfg.mode {
         Mode::Open { .. } => {
-            let share = LoadConfig {
-                connections: threads,
-                ..cfg.clone()
-            };
-            let mut sched = schedule_for(&share, t).expect("open");
             let in_flight = Arc::new(AtomicUsize::new(0));
-            for k in 0u64.. {
-                let intended = sched.next();
-                if intended >= sh.end_ns {
-                    break;
-                }
-                wait_until(sh, intended).await;
-                let seq = seq_of(t, k, threads);
+            let mut k = 0usize;
+            pace(cfg, sh, t, threads, |seq, intended| {
                 let now = sh.now_ns();
                 rec.lock()
                     .expect("recorder lock")
                     .on_send(sh, seq, intended, now);
-                let client = clients[k as usize % clients.len()].clone();
+                let client = clients[k % clients.len()].clone();
+                k += 1;
                 let (sh, rec, in_flight) = (sh.clone(), rec.clone(), in_flight.clone());
                 in_flight.fetch_add(1, Ordering::Relaxed);
                 tokio::spawn(async move {
@@ -117,7 +108,9 @@ async fn one_thread(
                     settle(&sh, &rec, seq, a);
                     in_flight.fetch_sub(1, Ordering::Relaxed);
                 });
-            }
+                true
+            })
+            .await;
             // The calls still out end within the answer timeout, answered or given up.
             while in_flight.load(Ordering::Relaxed) > 0 {
                 tokio::time::sleep(std::time::Duration::from_millis(1)).await;

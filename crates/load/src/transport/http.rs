@@ -179,31 +179,20 @@ async fn one_thread<C: Client>(
                 }));
             }
             // This thread's share of the schedule, paced here between the connections' work.
-            let share = LoadConfig {
-                connections: threads,
-                ..cfg.clone()
-            };
-            let mut sched = schedule_for(&share, t).expect("open");
-            let mut pace = Recorder::new();
-            for k in 0u64.. {
-                let intended = sched.next();
-                if intended >= sh.end_ns {
-                    break;
+            let mut sent = Recorder::new();
+            pace(cfg, sh, t, threads, |seq, intended| {
+                sent.on_send(sh, seq, intended, sh.now_ns());
+                match pool.take(seq) {
+                    Some(slot) => lines[slot].send(seq).is_ok(),
+                    None => true,
                 }
-                wait_until(sh, intended).await;
-                let seq = seq_of(t, k, threads);
-                pace.on_send(sh, seq, intended, sh.now_ns());
-                if let Some(slot) = pool.take(seq) {
-                    if lines[slot].send(seq).is_err() {
-                        break;
-                    }
-                }
-            }
+            })
+            .await;
             // Requests still waiting are taken by connections as they free up; then every
             // connection's line closes and its task ends.
             pool.wait_drained().await;
             drop(lines);
-            total.merge(pace);
+            total.merge(sent);
         }
         Mode::Closed { .. } => {
             for &c in &mine {
@@ -230,6 +219,33 @@ async fn one_thread<C: Client>(
         total.merge(task.await?);
     }
     Ok(total)
+}
+
+/// Open loop: thread `t` of `threads` paces its share of the schedule (rate / threads;
+/// independent Poisson streams add up to one of the whole rate), handing each request to
+/// `due(seq, intended)` when its time comes, until the run's end or until `due` says stop.
+pub(crate) async fn pace(
+    cfg: &LoadConfig,
+    sh: &Shared,
+    t: usize,
+    threads: usize,
+    mut due: impl FnMut(u64, u64) -> bool,
+) {
+    let share = LoadConfig {
+        connections: threads,
+        ..cfg.clone()
+    };
+    let mut sched = schedule_for(&share, t).expect("an open-loop run");
+    for k in 0u64.. {
+        let intended = sched.next();
+        if intended >= sh.end_ns {
+            return;
+        }
+        wait_until(sh, intended).await;
+        if !due(seq_of(t, k, threads), intended) {
+            return;
+        }
+    }
 }
 
 /// Waits until `t_ns` on the generator's clock without blocking the thread's connections:
