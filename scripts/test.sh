@@ -14,16 +14,25 @@ nvrtc_lib=$(python3 -c "import nvidia, os; print(os.path.join(nvidia.__path__[0]
 export LD_LIBRARY_PATH="${nvrtc_lib}:${LD_LIBRARY_PATH:-}"
 export COHORT_REQUIRE_NVRTC=1
 
-echo "== memcached for the bank's backend tests (Debian)"
-if ! command -v memcached >/dev/null; then
-    sudo_=""
+debian() { # PROGRAM PACKAGE: installs PACKAGE from Debian unless PROGRAM is on PATH
+    command -v "$1" >/dev/null && return
+    local sudo_=""
     [ "$(id -u)" = 0 ] || sudo_="sudo"
     export DEBIAN_FRONTEND=noninteractive
-    $sudo_ apt-get install -y -qq memcached >/dev/null 2>&1 ||
-        { $sudo_ apt-get update -qq && $sudo_ apt-get install -y -qq memcached >/dev/null; }
-fi
+    $sudo_ apt-get install -y -qq "$2" >/dev/null 2>&1 ||
+        { $sudo_ apt-get update -qq && $sudo_ apt-get install -y -qq "$2" >/dev/null; }
+}
+
+echo "== memcached for the bank's backend tests (Debian)"
+debian memcached memcached
 memcached -V
 export COHORT_REQUIRE_MEMCACHED=1
+
+echo "== etcd (Debian) and UCX (PyPI) for the cluster tests"
+debian etcd etcd-server
+etcd --version | head -1
+python3 -m pip install --quiet --disable-pip-version-check "libucx-cu13==1.22.0"
+export COHORT_REQUIRE_UCX=1 COHORT_REQUIRE_CLUSTER=1
 
 echo "== format and lints"
 cargo fmt --all -- --check

@@ -33,8 +33,12 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
-    /// Run a server until SIGINT/SIGTERM.
+    /// Run a server until SIGINT/SIGTERM (given a cluster, a front end forwarding to nodes).
     Serve(Box<serve::ServeArgs>),
+    /// Run a cluster node until SIGINT/SIGTERM: the engines of `serve`, taking requests from
+    /// front ends over UCX at --node-listen, registered in etcd at --cluster (docs/cluster.md).
+    /// Client listeners (--udp, ...) are optional.
+    Node(Box<serve::ServeArgs>),
     /// Drive load at a server and report throughput, latency and errors.
     Load(load_cmd::LoadArgs),
     /// Start a server on loopback, sweep load at it, print a table.
@@ -117,7 +121,7 @@ fn command() -> clap::Command {
         }
         c
     });
-    cmd.mut_subcommand("serve", |mut c| {
+    let with_service_flags = |mut c: clap::Command| {
         for (_, f) in cohort_services::catalog::flags() {
             let arg = clap::Arg::new(f.long).long(f.long);
             c = c.arg(if f.switch {
@@ -129,7 +133,9 @@ fn command() -> clap::Command {
             });
         }
         c
-    })
+    };
+    cmd.mut_subcommand("serve", with_service_flags)
+        .mut_subcommand("node", with_service_flags)
 }
 
 /// The services' flags the serve command line gave, onto their settings (over the config
@@ -248,7 +254,7 @@ fn main() {
         recording(&matches, |record| (command.run)(m, record));
     }
     let mut cli = Cli::from_arg_matches(&matches).unwrap_or_else(|e| e.exit());
-    if let (Cmd::Serve(a), Some(m)) = (&mut cli.cmd, matches.subcommand_matches("serve")) {
+    if let (Cmd::Serve(a) | Cmd::Node(a), Some((_, m))) = (&mut cli.cmd, matches.subcommand()) {
         // The config file under the command line: its settings typed into the same struct.
         if let Err(e) = config::apply(a, m) {
             eprintln!("error: {e:#}");
@@ -259,6 +265,13 @@ fn main() {
     init_tracing(&cli.log_level);
     let result = match cli.cmd {
         Cmd::Serve(a) => serve::run(*a, matches.subcommand_matches("serve")),
+        Cmd::Node(a) => {
+            if a.node_listen.is_none() || a.cluster.is_none() {
+                eprintln!("error: cohort node needs --node-listen HOST:PORT and --cluster etcd://HOST:PORT");
+                std::process::exit(2);
+            }
+            serve::run(*a, matches.subcommand_matches("node"))
+        }
         Cmd::Load(a) => load_cmd::run(a),
         Cmd::Demo(a) => demo::run(a),
         Cmd::Data(c) => data_cmd::run(c),

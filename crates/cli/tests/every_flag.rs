@@ -95,6 +95,12 @@ fn sample(flag: &str, ix: &str) -> Option<Option<String>> {
         "client-rate" => v("10000"),
         "max-deadline-ms" => v("5000"),
         "admin" => v("127.0.0.1:0"),
+        "cluster" => v("etcd://127.0.0.1:2379"),
+        "node-listen" => v("127.0.0.1:0"),
+        "node-id" => v("n1"),
+        "lease-secs" => v("3"),
+        "node-window" => v("1024"),
+        "cluster-busy-poll" => Some(None),
         "tls-cert" | "tls-key" => Some(None), // given together, checked by the tls test
         "auth-keys" => Some(Some(format!("{ix}.keys"))),
         "log-level" => v("warn"),

@@ -8,6 +8,7 @@ mod auth;
 mod error;
 mod frame;
 mod goaway;
+pub mod node_wire;
 
 pub use auth::{
     encode_signed, key_id_bytes, split_signed, verify_signed, AuthTrailer, AUTH_TRAILER_LEN,

@@ -24,6 +24,7 @@ enum Running {
     Gpu(Vec<GpuEngine>),
     Persistent(Vec<PersistentEngine>),
     Hybrid(Vec<GpuEngine>, CpuEngine),
+    Remote(cohort_cluster::front::RemoteEngine),
 }
 
 /// The engine side of a server: what the listeners (or the engine benchmark's drivers) need.
@@ -62,6 +63,7 @@ impl EngineSide {
                     g.into_iter().for_each(GpuEngine::shutdown);
                     c.shutdown();
                 }
+                Running::Remote(r) => r.shutdown(),
             }
         }
         lanes
@@ -142,6 +144,9 @@ pub fn start_engines(a: &ServeArgs, ingresses: usize) -> Result<EngineSide> {
 
 /// As [`start_engines`], for the services' plans already made from `a`.
 pub fn start_planned(a: &ServeArgs, all: Vec<ServicePlan>, ingresses: usize) -> Result<EngineSide> {
+    if a.cluster.is_some() && a.node_listen.is_none() {
+        return start_front_end(a, all, ingresses);
+    }
     let registry = build_registry(&all)?;
     let id_of = |p: &ServicePlan| registry.by_name(p.name).expect("built above").id();
     // Inline services get no lanes: the ingresses run them (`Ingress::admit`).
@@ -473,4 +478,79 @@ fn start_persistent(
     let items = backends.into_iter().zip(lanes).collect();
     let started = PersistentEngine::start_all(items, &cfg)?;
     Ok(Running::Persistent(started))
+}
+
+/// A cluster front end's engine side: one remote engine for every service, forwarding what
+/// the ingresses admit to the nodes registered in etcd (`cohort_cluster::front`). The
+/// services are built as for a GPU engine (no resident CPU state): the front end maps and
+/// checks requests, the nodes run them.
+fn start_front_end(a: &ServeArgs, all: Vec<ServicePlan>, ingresses: usize) -> Result<EngineSide> {
+    let url = a.cluster.as_deref().expect("a front end has --cluster");
+    let etcd = cohort_cluster::membership::endpoints(url)?;
+    let mut registry = Registry::new();
+    for p in &all {
+        let entry = catalog::entry(p.name).expect("plans hold catalog names");
+        registry
+            .add((entry.build)(&p.settings, true).map_err(anyhow::Error::msg)?)
+            .map_err(anyhow::Error::msg)?;
+    }
+    let ids: Vec<u16> = all
+        .iter()
+        .map(|p| registry.by_name(p.name).expect("built above").id())
+        .collect();
+    let lanes = 1;
+    let max_queue = all
+        .iter()
+        .map(|p| p.cfg.admission.max_queue)
+        .max()
+        .unwrap_or(1);
+    let spec = EngineSpec {
+        name: "remote".into(),
+        lanes,
+        policy: DispatchPolicy::RoundRobin,
+        services: ids.clone(),
+        slots: slots_for(max_queue, lanes, ingresses),
+        admit_by_deadline: false,
+        max_queued: Some(max_queue),
+        stride: DEFAULT_STRIDE,
+    };
+    let labels: HashMap<u16, ServiceLabel> = all
+        .iter()
+        .zip(&ids)
+        .map(|(p, &id)| {
+            let l = ServiceLabel {
+                name: p.name.into(),
+                engine: "remote".into(),
+            };
+            (id, l)
+        })
+        .collect();
+    let metrics = Arc::new(Metrics::new(labels));
+    let wiring = wire_in(ingresses, &[spec], &mut |_, _, _, _| None);
+    let cfg = cohort_cluster::front::RemoteConfig {
+        etcd,
+        window: a.node_window,
+        idempotent: all
+            .iter()
+            .zip(&ids)
+            .filter(|(p, _)| catalog::entry(p.name).is_some_and(|e| e.idempotent))
+            .map(|(_, &id)| id)
+            .collect(),
+        grace: Duration::from_millis(5),
+        busy_poll: a.cluster_busy_poll,
+    };
+    let lanes = wiring.engines.into_iter().flatten().collect();
+    let remote = cohort_cluster::front::RemoteEngine::start(&cfg, lanes)?;
+    tracing::info!(
+        cluster = url,
+        services = all.len(),
+        "front end: every service forwarded to the cluster's nodes"
+    );
+    Ok(EngineSide {
+        registry,
+        metrics,
+        ingresses: wiring.ingresses,
+        inline: None,
+        engines: vec![Running::Remote(remote)],
+    })
 }

@@ -105,6 +105,35 @@ pub struct ServeArgs {
     #[arg(long)]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub grpc: Option<String>,
+    /// etcd's client endpoints, `etcd://HOST:PORT[,HOST:PORT...]`. `cohort serve` with this is
+    /// a front end: every service is forwarded to the nodes registered there (docs/cluster.md);
+    /// `cohort node` registers there.
+    #[arg(long)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub cluster: Option<String>,
+    /// `cohort node` only: where front ends reach this node (HOST:PORT, a specific address:
+    /// it is registered as given; port 0 takes a free one).
+    #[arg(long)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_listen: Option<String>,
+    /// `cohort node` only: the node's name in etcd (default: its listen address).
+    #[arg(long)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub node_id: Option<String>,
+    /// `cohort node` only: the lease its registration is under, renewed every third of it;
+    /// a node that stops renewing leaves the front ends' routing within this.
+    #[arg(long, default_value_t = 3)]
+    pub lease_secs: u64,
+    /// Requests a front end has in flight to one node at most (a node registers this as its
+    /// capacity; a front end takes the smaller of the node's and its own). With every node's
+    /// window full a request is answered OVERLOADED.
+    #[arg(long, default_value_t = 4096)]
+    pub node_window: u32,
+    /// Cluster roles: poll UCX without ever blocking (lowest latency, a core per thread, and
+    /// UCX may use shared memory between processes of one machine); off: block on UCX's events
+    /// when idle (TCP and other transports that raise events).
+    #[arg(long)]
+    pub cluster_busy_poll: bool,
     /// Admin listen address (HOST:PORT, or a PORT alone for loopback): `GET /metrics` and
     /// `GET /healthz` there, and `/metrics` no longer on the HTTP port.
     #[arg(long)]
@@ -269,9 +298,14 @@ impl ServeArgs {
             );
         }
         anyhow::ensure!(
-            self.udp.is_some() || self.tcp.is_some() || self.http.is_some() || self.grpc.is_some(),
+            self.udp.is_some()
+                || self.tcp.is_some()
+                || self.http.is_some()
+                || self.grpc.is_some()
+                || self.node_listen.is_some(),
             "no listener (give --udp, --tcp, --http or --grpc)"
         );
+        anyhow::ensure!(self.node_window > 0, "--node-window must be above 0");
         anyhow::ensure!(
             self.idle_timeout_ms > 0 && self.read_timeout_ms > 0,
             "--idle-timeout-ms and --read-timeout-ms must be above 0"
@@ -375,12 +409,28 @@ fn resolve(what: &str, a: &Option<String>) -> Result<Option<SocketAddr>> {
 pub struct Stack {
     pub server: Server,
     engines: EngineSide,
+    /// A cluster node's registration and UCX ingress (`cohort node`).
+    pub node: Option<ClusterNode>,
     /// The API keys in force (reloaded on SIGHUP).
     pub auth: Option<std::sync::Arc<cohort_net::Auth>>,
 }
 
+/// A node's side of the cluster: leaves etcd first (front ends stop routing to it), then
+/// answers what front ends sent it, then the engines stop with the rest of the stack.
+pub struct ClusterNode {
+    pub registration: cohort_cluster::membership::Registration,
+    pub ingress: cohort_cluster::node::NodeIngress,
+}
+
 impl Stack {
     pub fn shutdown(self) {
+        if let Some(n) = self.node {
+            drop(n.registration);
+            // Front ends learn of the revoked lease through their watch (milliseconds):
+            // requests they sent meanwhile are still served before the ingress stops.
+            std::thread::sleep(Duration::from_millis(300));
+            n.ingress.stop();
+        }
         self.server.shutdown();
         self.engines.shutdown();
     }
@@ -390,7 +440,10 @@ pub fn start(a: &ServeArgs) -> Result<Stack> {
     let mut ncfg = a.net_config()?;
     cohort_net::check_ports(&ncfg)?;
     let plans = plan::plans(a)?;
-    let mut side = engines::start_planned(a, plans.clone(), Server::ingresses(&ncfg))?;
+    // A node takes one ingress more than its listeners: the front ends' (UCX).
+    let node_ingresses = usize::from(a.node_listen.is_some());
+    let mut side =
+        engines::start_planned(a, plans.clone(), Server::ingresses(&ncfg) + node_ingresses)?;
     // Services that cut deadlines shorter (or longer) than the server's --max-deadline-ms.
     ncfg.service_max_timeout = plans
         .iter()
@@ -437,10 +490,22 @@ pub fn start(a: &ServeArgs) -> Result<Stack> {
         }
         metrics.encode()
     });
-    let ingresses = std::mem::take(&mut side.ingresses);
+    let mut ingresses = std::mem::take(&mut side.ingresses);
+    let node_ends = (node_ingresses > 0).then(|| ingresses.pop().expect("the node's ingress"));
     let server = match Server::start(&ncfg, shared, ingresses, render) {
         Ok(s) => s,
         Err(e) => {
+            side.shutdown();
+            return Err(e);
+        }
+    };
+    let node = match node_ends
+        .map(|ends| start_node(a, &plans, &side, ends))
+        .transpose()
+    {
+        Ok(n) => n,
+        Err(e) => {
+            server.shutdown();
             side.shutdown();
             return Err(e);
         }
@@ -453,7 +518,65 @@ pub fn start(a: &ServeArgs) -> Result<Stack> {
     Ok(Stack {
         server,
         engines: side,
+        node,
         auth,
+    })
+}
+
+/// `cohort node`: the UCX listener over the node's ingress, then the registration in etcd
+/// (what it serves, where, with what window).
+fn start_node(
+    a: &ServeArgs,
+    plans: &[plan::ServicePlan],
+    side: &engines::EngineSide,
+    ends: cohort_engine::IngressEnds,
+) -> Result<ClusterNode> {
+    use cohort_cluster::membership::{endpoints, NodeInfo, Registration, ServiceAt};
+    let listen = resolve("node-listen", &a.node_listen)?.expect("a node has --node-listen");
+    anyhow::ensure!(
+        !listen.ip().is_unspecified(),
+        "--node-listen {listen}: give the address front ends reach this node at (it is registered as given)"
+    );
+    let url = a
+        .cluster
+        .as_deref()
+        .context("--node-listen needs --cluster (the etcd the node registers in)")?;
+    let etcd = endpoints(url)?;
+    let ingress = cohort_cluster::node::NodeIngress::start(
+        listen,
+        ends,
+        side.metrics.clone(),
+        a.cluster_busy_poll,
+    )
+    .context("the node's UCX listener")?;
+    let info = NodeInfo {
+        id: a
+            .node_id
+            .clone()
+            .unwrap_or_else(|| ingress.bound.to_string()),
+        address: ingress.bound,
+        services: plans
+            .iter()
+            .filter_map(|p| {
+                Some(ServiceAt {
+                    name: p.name.to_string(),
+                    id: side.registry.by_name(p.name)?.id(),
+                    engine: p.cfg.engine.name().to_string(),
+                })
+            })
+            .collect(),
+        devices: plans
+            .iter()
+            .filter(|p| p.cfg.engine.is_gpu())
+            .flat_map(|p| p.cfg.gpu.gpus.iter().map(|g| format!("gpu {g}")))
+            .collect(),
+        capacity: a.node_window,
+    };
+    tracing::info!(id = %info.id, address = %info.address, "node: taking front ends' requests over UCX");
+    let registration = Registration::start(etcd, info, Duration::from_secs(a.lease_secs));
+    Ok(ClusterNode {
+        registration,
+        ingress,
     })
 }
 
@@ -547,7 +670,10 @@ pub fn run(a: ServeArgs, matches: Option<&clap::ArgMatches>) -> Result<()> {
             ),
         }
     }
-    println!("{}", stack.server.listening_line());
+    match &stack.node {
+        Some(n) => println!("{} node={}", stack.server.listening_line(), n.ingress.bound),
+        None => println!("{}", stack.server.listening_line()),
+    }
     use std::io::Write;
     std::io::stdout().flush()?;
     for sig in signals.forever() {

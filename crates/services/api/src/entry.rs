@@ -71,6 +71,10 @@ pub struct Entry {
     /// a case of payloads cannot say (knn: a fresh random index through every engine and
     /// plan; spin: its timing, and the watchdog provoked). Run by the selftest.
     pub engine_checks: Option<EngineChecks>,
+    /// Whether a request may run twice with the same effect (a read): a cluster front end
+    /// retries such a request once on another node when its node fails. True unless the
+    /// service changes state per request (the bank).
+    pub idempotent: bool,
 }
 
 /// A service's own run through the engines (`harness`) on one device, from a seed;
@@ -107,6 +111,7 @@ impl Entry {
             selftest: None,
             gpu_checks: &[],
             engine_checks: None,
+            idempotent: true,
         }
     }
 

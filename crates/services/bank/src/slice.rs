@@ -17,6 +17,8 @@ pub const ENTRY: Entry = Entry {
     gpu: Some(gpu),
     // Sessions live in one device's memory.
     one_gpu: true,
+    // Transfers and payees change the bank's state: never sent twice.
+    idempotent: false,
     kernels: || vec![super::kernels::source()],
     gpu_checks: super::gpu_checks::CHECKS,
     benches: super::bench::BENCHES,

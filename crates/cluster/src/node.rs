@@ -1,0 +1,271 @@
+//! A node's ingress: a UCX listener that front ends connect to. Each message is a batch of
+//! requests; each request goes into the node's engines through an ordinary [`IngressEnds`]
+//! (so the engines, admission and deadlines are the ones `cohort serve` runs), and the
+//! engines' answers go back, batched per front end, on the connection the request came by.
+
+use crate::wait::EventWait;
+use crate::wire::{self, Answer, Batch};
+use cohort_engine::clock::now_ns;
+use cohort_engine::{IngressEnds, Metrics};
+use cohort_mq::Envelope;
+use cohort_proto::{ErrorCode, ErrorPayload};
+use cohort_ucx::{EpId, Event, Worker};
+use std::collections::HashMap;
+use std::net::SocketAddr;
+use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::Arc;
+use std::time::{Duration, Instant};
+
+/// Requests a node holds at once, from every front end together: a token names one.
+pub const MAX_HELD: usize = 1 << 20;
+
+/// Who asked for a request the node holds: the connection and the front end's id.
+#[derive(Clone, Copy)]
+struct Asker {
+    ep: EpId,
+    id: u64,
+    service: u16,
+    arrived: Instant,
+}
+
+/// Tokens for requests in the node's engines (a slab with a free list: no allocation per
+/// request once warm).
+struct Held {
+    slots: Vec<Option<Asker>>,
+    free: Vec<u32>,
+}
+
+impl Held {
+    fn insert(&mut self, a: Asker) -> Option<u32> {
+        if let Some(t) = self.free.pop() {
+            self.slots[t as usize] = Some(a);
+            return Some(t);
+        }
+        if self.slots.len() >= MAX_HELD {
+            return None;
+        }
+        self.slots.push(Some(a));
+        Some(self.slots.len() as u32 - 1)
+    }
+
+    fn take(&mut self, t: u32) -> Option<Asker> {
+        let a = self.slots.get_mut(t as usize)?.take()?;
+        self.free.push(t);
+        Some(a)
+    }
+
+    fn held(&self) -> usize {
+        self.slots.len() - self.free.len()
+    }
+}
+
+pub struct NodeIngress {
+    pub bound: SocketAddr,
+    stop: Arc<AtomicBool>,
+    thread: Option<std::thread::JoinHandle<()>>,
+}
+
+impl NodeIngress {
+    /// Listens on `listen` (port 0: any) and serves front ends through `ends`. `busy_poll`:
+    /// poll UCX without ever blocking (a core spent; shared-memory transports allowed), else
+    /// block on UCX's events and the engines' doorbell when idle.
+    pub fn start(
+        listen: SocketAddr,
+        ends: IngressEnds,
+        metrics: Arc<Metrics>,
+        busy_poll: bool,
+    ) -> anyhow::Result<NodeIngress> {
+        let stop = Arc::new(AtomicBool::new(false));
+        let (tx, rx) = std::sync::mpsc::channel();
+        let s = stop.clone();
+        let thread = std::thread::Builder::new()
+            .name("node-ingress".into())
+            .spawn(move || {
+                let started = Worker::new(!busy_poll)
+                    .map_err(anyhow::Error::from)
+                    .and_then(|mut w| {
+                        let b = w.listen(listen)?;
+                        let wait = (!busy_poll).then(|| EventWait::new(&w)).transpose()?;
+                        Ok((w, b, wait))
+                    });
+                let (mut w, wait) = match started {
+                    Ok((w, b, wait)) => {
+                        tx.send(Ok(b)).ok();
+                        (w, wait)
+                    }
+                    Err(e) => {
+                        tx.send(Err(e)).ok();
+                        return;
+                    }
+                };
+                if let Some(wait) = &wait {
+                    ends.set_wake(wait.doorbell());
+                }
+                serve(&mut w, ends, &metrics, &s, wait.as_ref());
+            })?;
+        let bound = rx
+            .recv()
+            .map_err(|_| anyhow::anyhow!("the node's ingress thread ended"))??;
+        Ok(NodeIngress {
+            bound,
+            stop,
+            thread: Some(thread),
+        })
+    }
+
+    /// Stops taking requests, answers what the engines still return for a moment, closes.
+    pub fn stop(mut self) {
+        self.stop.store(true, Ordering::Release);
+        if let Some(t) = self.thread.take() {
+            t.join().ok();
+        }
+    }
+}
+
+impl Drop for NodeIngress {
+    fn drop(&mut self) {
+        self.stop.store(true, Ordering::Release);
+    }
+}
+
+/// Every answer the node gives is counted as `serve`'s ingresses count theirs.
+fn error_answer(out: &mut HashMap<EpId, Batch>, metrics: &Metrics, a: Asker, e: &ErrorPayload) {
+    metrics.answered(a.service, e.code.label(), a.arrived.elapsed());
+    out.entry(a.ep)
+        .or_insert_with(|| Batch::new(wire::ANSWERS))
+        .push_answer(&Answer {
+            id: a.id,
+            status: e.code as u16,
+            payload: e.message.as_bytes(),
+        });
+}
+
+fn serve(
+    w: &mut Worker,
+    mut ends: IngressEnds,
+    metrics: &Metrics,
+    stop: &AtomicBool,
+    wait: Option<&EventWait>,
+) {
+    let mut held = Held {
+        slots: Vec::new(),
+        free: Vec::new(),
+    };
+    let mut out: HashMap<EpId, Batch> = HashMap::new();
+    let mut idle_since: Option<Instant> = None;
+    let mut stopping_at: Option<Instant> = None;
+    loop {
+        if stopping_at.is_none() && stop.load(Ordering::Acquire) {
+            stopping_at = Some(Instant::now());
+        }
+        if let Some(t) = stopping_at {
+            // Answers for what the engines hold, a short while; then the front ends time out
+            // or fail the rest when the connection closes.
+            if held.held() == 0 || t.elapsed() > Duration::from_secs(2) {
+                break;
+            }
+        }
+        let mut busy = w.progress();
+        for ev in w.take_events() {
+            busy = true;
+            match ev {
+                Event::Message {
+                    from: Some(ep),
+                    data,
+                } => {
+                    let now = now_ns();
+                    let arrived = Instant::now();
+                    let got = wire::requests(&data, |r| {
+                        let asker = Asker {
+                            ep,
+                            id: r.id,
+                            service: r.service,
+                            arrived,
+                        };
+                        if stopping_at.is_some() {
+                            let e =
+                                ErrorPayload::new(ErrorCode::Unavailable, "the node is stopping");
+                            return error_answer(&mut out, metrics, asker, &e);
+                        }
+                        let Some(token) = held.insert(asker) else {
+                            let e = ErrorPayload::new(
+                                ErrorCode::Overloaded,
+                                "the node holds as many requests as it can",
+                            );
+                            return error_answer(&mut out, metrics, asker, &e);
+                        };
+                        let env = Envelope {
+                            token,
+                            service: r.service,
+                            status: r.class,
+                            request_id: r.request_id,
+                            deadline: match r.deadline_left_us {
+                                0 => 0,
+                                us => now + u64::from(us) * 1000,
+                            },
+                            arrived: now,
+                        };
+                        if let Err(refusal) = ends.send(env, r.payload) {
+                            held.take(token);
+                            error_answer(&mut out, metrics, asker, &refusal.error(r.service));
+                        }
+                    });
+                    if let Err(e) = got {
+                        tracing::warn!(%e, "node: a malformed request batch; its requests from there on are not answered");
+                    }
+                }
+                Event::Message { from: None, .. } => {
+                    tracing::warn!("node: a message with no reply endpoint; dropped");
+                }
+                Event::Failed { ep, why } => {
+                    // Answers still owed there are dropped when they come (the front end
+                    // answered those requests itself when the connection failed).
+                    out.remove(&ep);
+                    tracing::info!(%why, "node: a front end's connection ended");
+                }
+                Event::Accepted(_) => tracing::info!("node: a front end connected"),
+            }
+        }
+        let answered = ends.drain_answers(4096, |m| {
+            if let Some(a) = held.take(m.env.token) {
+                let outcome = match ErrorCode::from_u16(m.env.status) {
+                    _ if m.env.status == 0 => "ok",
+                    Some(code) => code.label(),
+                    None => ErrorCode::Internal.label(),
+                };
+                metrics.answered(a.service, outcome, a.arrived.elapsed());
+                out.entry(a.ep)
+                    .or_insert_with(|| Batch::new(wire::ANSWERS))
+                    .push_answer(&Answer {
+                        id: a.id,
+                        status: m.env.status,
+                        payload: m.payload,
+                    });
+            }
+        });
+        busy |= answered > 0;
+        for (ep, batch) in out.iter_mut() {
+            if batch.records() > 0 {
+                if let Err(e) = w.send(*ep, batch.take(), false) {
+                    tracing::warn!(%e, "node: answers not sent (the front end's connection failed)");
+                }
+            }
+        }
+        if busy {
+            idle_since = None;
+            continue;
+        }
+        // Idle: spin a moment (the next request often follows), then block on UCX's events
+        // and the engines' doorbell.
+        let since = *idle_since.get_or_insert_with(Instant::now);
+        match wait {
+            Some(wait) if since.elapsed() > SPIN => {
+                wait.wait(w, Duration::from_millis(20), || ends.answers_waiting())
+            }
+            _ => std::hint::spin_loop(),
+        }
+    }
+}
+
+/// How long an idle thread polls before it blocks.
+pub(crate) const SPIN: Duration = Duration::from_micros(50);
