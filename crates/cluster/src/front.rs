@@ -14,7 +14,7 @@ use cohort_engine::wiring::AnswerRings;
 use cohort_engine::LaneEnds;
 use cohort_mq::Envelope;
 use cohort_proto::{ErrorCode, ErrorPayload};
-use cohort_ucx::{EpId, Event, Worker};
+use cohort_ucx::{EpId, Event, Mode, Worker};
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -89,13 +89,19 @@ impl RemoteEngine {
             threads.push(
                 std::thread::Builder::new()
                     .name("remote-lane".into())
-                    .spawn(move || match Worker::new(!cfg.busy_poll) {
-                        Ok(w) => {
-                            ready_tx.send(Ok(())).ok();
-                            run(cfg, w, lane, rx, &stop)
-                        }
-                        Err(e) => {
-                            ready_tx.send(Err(e)).ok();
+                    .spawn(move || {
+                        match Worker::new(if cfg.busy_poll {
+                            Mode::Polled
+                        } else {
+                            Mode::Events
+                        }) {
+                            Ok(w) => {
+                                ready_tx.send(Ok(())).ok();
+                                run(cfg, w, lane, rx, &stop)
+                            }
+                            Err(e) => {
+                                ready_tx.send(Err(e)).ok();
+                            }
                         }
                     })?,
             );
@@ -111,6 +117,15 @@ impl RemoteEngine {
         for t in self.threads {
             t.join().ok();
         }
+    }
+}
+
+/// The UCX worker mode a role's `--cluster-busy-poll` asks for.
+pub(crate) fn mode(busy_poll: bool) -> Mode {
+    if busy_poll {
+        Mode::Polled
+    } else {
+        Mode::Events
     }
 }
 

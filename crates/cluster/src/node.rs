@@ -81,7 +81,7 @@ impl NodeIngress {
         let thread = std::thread::Builder::new()
             .name("node-ingress".into())
             .spawn(move || {
-                let started = Worker::new(!busy_poll)
+                let started = Worker::new(crate::front::mode(busy_poll))
                     .map_err(anyhow::Error::from)
                     .and_then(|mut w| {
                         let b = w.listen(listen)?;

@@ -498,7 +498,7 @@ fn start_front_end(a: &ServeArgs, all: Vec<ServicePlan>, ingresses: usize) -> Re
         .iter()
         .map(|p| registry.by_name(p.name).expect("built above").id())
         .collect();
-    let lanes = 1;
+    let lanes = a.cluster_lanes;
     let max_queue = all
         .iter()
         .map(|p| p.cfg.admission.max_queue)

@@ -134,6 +134,11 @@ pub struct ServeArgs {
     /// when idle (TCP and other transports that raise events).
     #[arg(long)]
     pub cluster_busy_poll: bool,
+    /// A front end's forwarding threads (the remote engine's lanes): each takes requests from
+    /// every io thread, has its own UCX connections to every node, and forwards about a
+    /// million requests a second.
+    #[arg(long, default_value_t = 1)]
+    pub cluster_lanes: usize,
     /// Admin listen address (HOST:PORT, or a PORT alone for loopback): `GET /metrics` and
     /// `GET /healthz` there, and `/metrics` no longer on the HTTP port.
     #[arg(long)]
@@ -306,6 +311,10 @@ impl ServeArgs {
             "no listener (give --udp, --tcp, --http or --grpc)"
         );
         anyhow::ensure!(self.node_window > 0, "--node-window must be above 0");
+        anyhow::ensure!(
+            (1..=64).contains(&self.cluster_lanes),
+            "--cluster-lanes takes 1 to 64"
+        );
         anyhow::ensure!(
             self.idle_timeout_ms > 0 && self.read_timeout_ms > 0,
             "--idle-timeout-ms and --read-timeout-ms must be above 0"

@@ -2,7 +2,7 @@
 //! UCX's event fd (`wake`) or polling: `cargo run --release -p cohort-ucx --example pingpong
 //! [wake|poll] [ROUNDS]`; prints p50/p99 in microseconds. UCX_TLS picks the transports.
 
-use cohort_ucx::{Event, Worker};
+use cohort_ucx::{Event, Mode, Worker};
 use std::time::{Duration, Instant};
 
 fn block(w: &mut Worker, wake: bool) {
@@ -23,7 +23,7 @@ fn main() {
     let rounds: usize = args.get(2).and_then(|r| r.parse().ok()).unwrap_or(2000);
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
-        let mut w = Worker::new(wake).unwrap();
+        let mut w = Worker::new(if wake { Mode::Events } else { Mode::Polled }).unwrap();
         tx.send(w.listen("127.0.0.1:0".parse().unwrap()).unwrap())
             .unwrap();
         loop {
@@ -44,7 +44,7 @@ fn main() {
         }
     });
     let addr = rx.recv().unwrap();
-    let mut w = Worker::new(wake).unwrap();
+    let mut w = Worker::new(if wake { Mode::Events } else { Mode::Polled }).unwrap();
     let ep = w.connect(addr).unwrap();
     let mut lat = Vec::with_capacity(rounds);
     for i in 0..rounds + 100 {

@@ -48,11 +48,20 @@ pub enum Event {
     Failed { ep: EpId, why: String },
 }
 
+/// How a worker waits and learns of failed peers ([`Worker::new`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Mode {
+    Events,
+    Polled,
+}
+
 /// The one active-message id Cohort uses; its payload says what it is.
 const AM_ID: u32 = 17;
 
 struct Shared {
     events: RefCell<Vec<Event>>,
+    /// UCP's error-handling mode for this worker's endpoints.
+    err_mode: std::ffi::c_int,
     worker: sys::Worker,
     api: *const sys::Api,
     /// Endpoints made by the listener's callback: ours to close.
@@ -149,12 +158,12 @@ unsafe extern "C" fn on_connect(req: sys::ConnRequest, arg: *mut c_void) {
         field_mask: sys::UCP_EP_PARAM_FIELD_CONN_REQUEST
             | sys::UCP_EP_PARAM_FIELD_ERR_HANDLER
             | sys::UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE,
-        err_mode: sys::UCP_ERR_HANDLING_MODE_PEER,
         err_handler: sys::Handler {
             cb: Some(on_error),
             arg,
         },
         conn_request: req,
+        err_mode: shared.err_mode,
         ..zeroed_ep_params()
     };
     let mut ep: sys::Ep = std::ptr::null_mut();
@@ -177,10 +186,15 @@ fn zeroed_ep_params() -> sys::EpParams {
 }
 
 impl Worker {
-    /// A context with active messages and one single-thread worker. `wakeup`: the worker can
-    /// block on an event fd ([`Worker::event_fd`]) instead of being polled; UCX then picks
-    /// only transports that raise events (TCP; not shared memory).
-    pub fn new(wakeup: bool) -> Result<Worker, Error> {
+    /// A context with active messages and one single-thread worker, in one of two modes:
+    /// - `Mode::Events`: the worker can block on an event fd ([`Worker::event_fd`]), and a
+    ///   peer that fails (killed, connection reset) is reported at once ([`Event::Failed`]);
+    ///   UCX then uses only transports that raise events and detect peer failure (TCP, RDMA).
+    /// - `Mode::Polled`: the owner polls; UCX may also use shared memory between processes of
+    ///   one machine, whose transports do not report a failed peer (the owner learns of it
+    ///   otherwise: the cluster's lease).
+    pub fn new(mode: Mode) -> Result<Worker, Error> {
+        let wakeup = mode == Mode::Events;
         let ucx = load()?;
         let api = &ucx.api;
         let mut config: sys::Config = std::ptr::null_mut();
@@ -221,6 +235,11 @@ impl Worker {
         }
         let shared = Box::new(Shared {
             events: RefCell::new(Vec::new()),
+            err_mode: if wakeup {
+                sys::UCP_ERR_HANDLING_MODE_PEER
+            } else {
+                sys::UCP_ERR_HANDLING_MODE_NONE
+            },
             worker,
             api: &ucx.api,
             accepted: RefCell::new(HashSet::new()),
@@ -314,7 +333,7 @@ impl Worker {
                 addr: &storage as *const _ as *const libc::sockaddr,
                 addrlen: len,
             },
-            err_mode: sys::UCP_ERR_HANDLING_MODE_PEER,
+            err_mode: self.shared.err_mode,
             err_handler: sys::Handler {
                 cb: Some(on_error),
                 arg: self.shared_arg(),

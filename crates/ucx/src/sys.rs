@@ -36,6 +36,7 @@ pub const UCP_EP_PARAM_FIELD_SOCK_ADDR: u64 = 1 << 4;
 pub const UCP_EP_PARAM_FIELD_FLAGS: u64 = 1 << 5;
 pub const UCP_EP_PARAM_FIELD_CONN_REQUEST: u64 = 1 << 6;
 pub const UCP_EP_PARAMS_FLAGS_CLIENT_SERVER: c_uint = 1 << 0;
+pub const UCP_ERR_HANDLING_MODE_NONE: c_int = 0;
 pub const UCP_ERR_HANDLING_MODE_PEER: c_int = 1;
 pub const UCP_EP_CLOSE_FLAG_FORCE: u32 = 1 << 0;
 pub const UCP_AM_HANDLER_PARAM_FIELD_ID: u64 = 1 << 0;

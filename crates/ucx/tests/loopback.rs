@@ -2,7 +2,7 @@
 //! mode asks: messages of 1 byte to 1 MiB both ways, replies on the endpoint the message
 //! names. Skips (and says so) where UCX is not installed.
 
-use cohort_ucx::{Event, Worker};
+use cohort_ucx::{Event, Mode, Worker};
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -38,7 +38,7 @@ fn messages_go_both_ways_with_replies_on_the_named_endpoint() {
     let (addr_tx, addr_rx) = mpsc::channel();
     let (stop_tx, stop_rx) = mpsc::channel::<()>();
     let server = std::thread::spawn(move || {
-        let mut w = Worker::new(false).expect("worker");
+        let mut w = Worker::new(Mode::Polled).expect("worker");
         let bound = w.listen("127.0.0.1:0".parse().unwrap()).expect("listen");
         addr_tx.send(bound).unwrap();
         // Echo every message back reversed, with sizes from one byte to past the eager
@@ -61,7 +61,7 @@ fn messages_go_both_ways_with_replies_on_the_named_endpoint() {
         }
     });
     let addr = addr_rx.recv().unwrap();
-    let mut w = Worker::new(false).expect("worker");
+    let mut w = Worker::new(Mode::Polled).expect("worker");
     let ep = w.connect(addr).expect("connect");
     for len in [1usize, 8 << 10, 1 << 20] {
         let data: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();

@@ -1,0 +1,138 @@
+#!/usr/bin/env bash
+# Issue 51's measurements on one GPU machine (no cargo there): a real etcd, `cohort node`
+# processes and a `cohort serve --cluster` front end, each pinned to its own cores, the load
+# generator on others, open loop (Poisson), every answer checked.
+#   hop: echo (cpu engine) through a front end and one node against the same echo served
+#        directly, at low load, over UCX's transports (blocking on events: TCP; busy polling:
+#        shared memory between the processes, or TCP alone with UCX_TLS=tcp).
+#   knn: k-NN 1M (nlist 4096, nprobe 16) on gpu-cohort, one node per GPU behind a front end on
+#        8 cores, 1 / 2 / 4 nodes, against one `cohort serve` on the same 4 GPUs and 8 cores.
+# Usage: OUT=DIR scripts/cluster-served.sh [hop|knn|all]
+# Needs: dist/cohort, dist/etcd (Debian's etcd-server), dist/ucx (libucp and its libraries).
+set -uo pipefail
+cd "$(dirname "$0")/.."
+OUT=${OUT:-bench/results/cluster}
+mkdir -p "$OUT"
+B=${B:-dist/cohort}
+ETCD=${ETCD:-dist/etcd}
+export COHORT_UCX_LIB=${COHORT_UCX_LIB:-$PWD/dist/ucx}
+part=${1:-all}
+cores=$(nproc)
+# A core range, or every core where the machine has fewer (a small machine tries the script;
+# its figures mean nothing).
+pin() { # LO-HI
+    local lo=${1%-*} hi=${1#*-}
+    if [ "$lo" -ge 0 ] && [ "$hi" -lt "$cores" ]; then echo "$1"; else echo "0-$((cores - 1))"; fi
+}
+gen=$(pin "$((cores > 8 ? cores - 8 : 0))-$((cores - 1))") # the load generator's cores
+WORK=${WORK:-/tmp/cohort-cluster}
+mkdir -p "$WORK"
+pids=()
+cleanup() { for p in "${pids[@]}"; do kill -9 "$p" 2>/dev/null; done; pids=(); sleep 0.5; }
+trap cleanup EXIT
+
+start() { # NAME CORES ARGS...: a cohort process pinned to CORES; waits for its listening line
+    local name=$1 cpus=$2; shift 2
+    taskset -c "$(pin "$cpus")" "$B" "$@" --log-level warn > "$WORK/$name.out" 2> "$OUT/$name.log" &
+    pids+=($!)
+    eval "pid_$name=$!"
+    for _ in $(seq 1 600); do
+        grep -q '^listening' "$WORK/$name.out" 2>/dev/null && return 0
+        sleep 0.1
+    done
+    echo "$name did not start"; cat "$OUT/$name.log"; return 1
+}
+
+etcd_up() {
+    local c=$((cores > 9 ? cores - 9 : 0))
+    taskset -c "$(pin "$c-$c")" "$ETCD" --data-dir "$WORK/etcd" --log-level error \
+        --listen-client-urls http://127.0.0.1:23790 --advertise-client-urls http://127.0.0.1:23790 \
+        --listen-peer-urls http://127.0.0.1:23800 > "$OUT/etcd.log" 2>&1 &
+    pids+=($!)
+    sleep 2
+}
+
+routed() { # PORT SERVICE ARGS...: short loads until the front end answers without error
+    local port=$1 svc=$2; shift 2
+    for _ in $(seq 1 50); do
+        if taskset -c "$gen" "$B" load --target "udp://127.0.0.1:$port" --service "$svc" "$@" \
+            --rate 200 --duration 0.3 --json "$WORK/probe.json" --log-level error >/dev/null 2>&1 &&
+            python3 -c "import json,sys; d=json.load(open('$WORK/probe.json')); d=d[0] if isinstance(d,list) else d; sys.exit(0 if d['sent']>0 and d['ok']==d['sent'] else 1)"; then
+            return 0
+        fi
+        sleep 0.2
+    done
+    echo "the front end on $port never answered $svc without error"; return 1
+}
+
+CL=etcd://127.0.0.1:23790
+
+hop() {
+    local load=(--service echo --payload-bytes 64 --rate 2000 --poisson --duration 5 --warmup 1)
+    start direct 0-1 serve --service echo --udp 127.0.0.1:7100 --io-threads 1 --workers 1
+    taskset -c "$gen" "$B" load --target udp://127.0.0.1:7100 "${load[@]}" --server-pid "$pid_direct" \
+        --json "$OUT/hop-direct.json" --label direct --log-level warn | head -2
+    cleanup
+    etcd_up
+    for v in wake wake_tcp poll poll_tcp; do
+        unset UCX_TLS
+        local flags=()
+        case $v in
+            wake_tcp) export UCX_TLS=tcp ;;
+            poll) flags=(--cluster-busy-poll) ;;
+            poll_tcp) export UCX_TLS=tcp; flags=(--cluster-busy-poll) ;;
+        esac
+        # UCX says which protocols it chose (the node's log).
+        UCX_PROTO_INFO=y start "node_$v" 2-3 node --cluster $CL --node-listen 127.0.0.1:0 \
+            --node-id "hop-$v" --service echo --workers 1 "${flags[@]}" || return 1
+        start "fe_$v" 0-1 serve --cluster $CL --service echo --udp 127.0.0.1:7101 --io-threads 1 \
+            "${flags[@]}" || return 1
+        routed 7101 echo --payload-bytes 64 || return 1
+        local fe_pid
+        eval "fe_pid=\$pid_fe_$v"
+        taskset -c "$gen" "$B" load --target udp://127.0.0.1:7101 "${load[@]}" --server-pid "$fe_pid" \
+            --json "$OUT/hop-$v.json" --label "cluster $v" --log-level warn | head -2
+        kill "${pids[@]:1}" 2>/dev/null; pids=("${pids[0]}"); sleep 1
+    done
+    unset UCX_TLS
+    cleanup
+}
+
+knn() {
+    local d=$WORK/sift-like-1m ix=$WORK/sift-like-1m/ivf4096.index
+    [ -f "$d/groundtruth.ivecs" ] || "$B" data synth --n 1000000 --dim 128 --queries 1000 --out "$d" --log-level warn
+    [ -f "$ix" ] || "$B" index build --base "$d/base.fvecs" --nlist 4096 --out "$ix" --log-level warn
+    local q=(--service knn --queries "$d/query.fvecs" --gt "$d/groundtruth.ivecs" --k 10 --nprobe 16)
+    local sweep=(--sweep "${RATES:-200k,400k,600k,900k,1200k}" --poisson --duration 2 --connections 16)
+    local gpus=${GPUS:-$(nvidia-smi -L | wc -l)}
+    start single 0-7 serve --service knn:gpu-cohort --index "$ix" --gpus "$(seq -s, 0 $((gpus - 1)))" \
+        --udp 127.0.0.1:7200 --io-threads 4 --max-cohort 2048
+    routed 7200 "${q[@]}" || return 1
+    taskset -c "$gen" "$B" load --target udp://127.0.0.1:7200 "${q[@]}" "${sweep[@]}" --server-pid "$pid_single" \
+        --json "$OUT/knn-single-g$gpus.json" --label "one serve, $gpus GPUs" --log-level warn | head -8
+    cleanup
+    etcd_up
+    for n in 1 2 4; do
+        [ "$n" -le "$gpus" ] || continue
+        for g in $(seq 0 $((n - 1))); do
+            start "node$g" "$((8 + 8 * g))-$((15 + 8 * g))" node --cluster $CL --node-listen 127.0.0.1:0 \
+                --node-id "gpu$g" --service knn:gpu-cohort --index "$ix" --gpus "$g" --max-cohort 2048
+        done
+        start fe 0-7 serve --cluster $CL --service knn --index "$ix" --udp 127.0.0.1:7201 --io-threads 4 --cluster-lanes 2
+        routed 7201 "${q[@]}" || return 1
+        taskset -c "$gen" "$B" load --target udp://127.0.0.1:7201 "${q[@]}" "${sweep[@]}" --server-pid "$pid_fe" \
+            --json "$OUT/knn-cluster-n$n.json" --label "front end + $n nodes" --log-level warn | head -8
+        kill "${pids[@]:1}" 2>/dev/null; pids=("${pids[0]}"); sleep 1
+    done
+    cleanup
+}
+
+case $part in
+    hop) hop ;;
+    knn) knn ;;
+    all) hop; knn ;;
+esac
+"$B" --version > "$OUT/version.txt" 2>&1 || true
+cat dist/COMMIT > "$OUT/COMMIT" 2>/dev/null || true
+nvidia-smi -L > "$OUT/gpus.txt" 2>/dev/null || true
+lscpu > "$OUT/lscpu.txt" 2>/dev/null || true
