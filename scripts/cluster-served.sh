@@ -98,30 +98,32 @@ hop() {
     cleanup
 }
 
-knn() {
-    local d=$WORK/sift-like-1m ix=$WORK/sift-like-1m/ivf4096.index
-    [ -f "$d/groundtruth.ivecs" ] || "$B" data synth --n 1000000 --dim 128 --queries 1000 --out "$d" --log-level warn
-    [ -f "$ix" ] || "$B" index build --base "$d/base.fvecs" --nlist 4096 --out "$ix" --log-level warn
-    local q=(--service knn --queries "$d/query.fvecs" --gt "$d/groundtruth.ivecs" --k 10 --nprobe 16)
+knn() { # N=1000000 NLIST=4096 NPROBE=16 by default; N=10000000 NLIST=16384 NPROBE=32: the 10M index
+    local n=${N:-1000000} nlist=${NLIST:-4096} nprobe=${NPROBE:-16}
+    local d=$WORK/sift-like-$n ix=$WORK/sift-like-$n/ivf$nlist.index tag=${TAG:-1m}
+    [ -f "$d/groundtruth.ivecs" ] || "$B" data synth --n "$n" --dim 128 --queries 1000 --out "$d" --log-level warn
+    [ -f "$ix" ] || "$B" index build --base "$d/base.fvecs" --nlist "$nlist" --out "$ix" --log-level warn
+    local q=(--queries "$d/query.fvecs" --gt "$d/groundtruth.ivecs" --k 10 --nprobe "$nprobe")
     local sweep=(--sweep "${RATES:-200k,400k,600k,900k,1200k}" --poisson --duration 2 --connections 16)
     local gpus=${GPUS:-$(nvidia-smi -L | wc -l)}
-    start single 0-7 serve --service knn:gpu-cohort --index "$ix" --gpus "$(seq -s, 0 $((gpus - 1)))" \
+    local single=${SINGLE_GPUS:-$gpus} # the GPUs of the one `serve` compared with
+    start single 0-7 serve --service knn:gpu-cohort --index "$ix" --gpus "$(seq -s, 0 $((single - 1)))" \
         --udp 127.0.0.1:7200 --io-threads 4 --max-cohort 2048
-    routed 7200 "${q[@]}" || return 1
-    taskset -c "$gen" "$B" load --target udp://127.0.0.1:7200 "${q[@]}" "${sweep[@]}" --server-pid "$pid_single" \
-        --json "$OUT/knn-single-g$gpus.json" --label "one serve, $gpus GPUs" --log-level warn | head -8
+    routed 7200 knn "${q[@]}" || return 1
+    taskset -c "$gen" "$B" load --target udp://127.0.0.1:7200 --service knn "${q[@]}" "${sweep[@]}" --server-pid "$pid_single" \
+        --json "$OUT/knn-$tag-single-g$single.json" --label "one serve, $single GPUs" --log-level warn | head -8
     cleanup
     etcd_up
-    for n in 1 2 4; do
-        [ "$n" -le "$gpus" ] || continue
-        for g in $(seq 0 $((n - 1))); do
+    for nodes in ${NODES:-1 2 4}; do
+        [ "$nodes" -le "$gpus" ] || continue
+        for g in $(seq 0 $((nodes - 1))); do
             start "node$g" "$((8 + 8 * g))-$((15 + 8 * g))" node --cluster $CL --node-listen 127.0.0.1:0 \
                 --node-id "gpu$g" --service knn:gpu-cohort --index "$ix" --gpus "$g" --max-cohort 2048
         done
         start fe 0-7 serve --cluster $CL --service knn --index "$ix" --udp 127.0.0.1:7201 --io-threads 4 --cluster-lanes 2
-        routed 7201 "${q[@]}" || return 1
-        taskset -c "$gen" "$B" load --target udp://127.0.0.1:7201 "${q[@]}" "${sweep[@]}" --server-pid "$pid_fe" \
-            --json "$OUT/knn-cluster-n$n.json" --label "front end + $n nodes" --log-level warn | head -8
+        routed 7201 knn "${q[@]}" || return 1
+        taskset -c "$gen" "$B" load --target udp://127.0.0.1:7201 --service knn "${q[@]}" "${sweep[@]}" --server-pid "$pid_fe" \
+            --json "$OUT/knn-$tag-cluster-n$nodes.json" --label "front end + $nodes nodes" --log-level warn | head -8
         kill "${pids[@]:1}" 2>/dev/null; pids=("${pids[0]}"); sleep 1
     done
     cleanup
@@ -132,7 +134,7 @@ case $part in
     knn) knn ;;
     all) hop; knn ;;
 esac
-"$B" --version > "$OUT/version.txt" 2>&1 || true
+cp "$WORK"/*.out "$OUT"/ 2>/dev/null || true # each role's stdout (UCX_PROTO_INFO's tables)
 cat dist/COMMIT > "$OUT/COMMIT" 2>/dev/null || true
 nvidia-smi -L > "$OUT/gpus.txt" 2>/dev/null || true
 lscpu > "$OUT/lscpu.txt" 2>/dev/null || true
