@@ -124,8 +124,13 @@ struct Node {
 
 impl Node {
     fn start(etcd: &Etcd, id: &str) -> Node {
+        Node::start_with(etcd, id, &[])
+    }
+
+    fn start_with(etcd: &Etcd, id: &str, extra: &[&str]) -> Node {
         let mut child = Command::new(env!("CARGO_BIN_EXE_cohort"))
             .args(["node", "--cluster", &etcd.url(), "--node-id", id])
+            .args(extra)
             .args(["--node-listen", "127.0.0.1:0", "--admin", "127.0.0.1:0"])
             .args([
                 "--service",
@@ -175,7 +180,14 @@ impl Drop for Node {
 }
 
 fn front(etcd: &Etcd) -> Served {
-    Served::start(&["--cluster", &etcd.url(), "--service", "echo"])
+    front_with(etcd, &[])
+}
+
+fn front_with(etcd: &Etcd, extra: &[&str]) -> Served {
+    let url = etcd.url();
+    let mut args = vec!["--cluster", &url, "--service", "echo"];
+    args.extend_from_slice(extra);
+    Served::start(&args)
 }
 
 fn echo() -> std::sync::Arc<dyn cohort_load::Workload> {
@@ -344,4 +356,44 @@ fn etcd_restarted_under_load_loses_nothing() {
     assert!(r.errors.is_empty(), "{:?}", r.errors);
     // Both nodes registered again and still serve.
     wait_routed(&fe);
+}
+
+#[test]
+fn a_drained_node_loses_nothing() {
+    let Some(etcd) = Etcd::start() else { return };
+    let (a, mut b) = (Node::start(&etcd, "a"), Node::start(&etcd, "b"));
+    let fe = front(&etcd);
+    wait_routed(&fe);
+    let r = load_while(&fe, 3.0, 3000.0, || {
+        std::thread::sleep(Duration::from_millis(1000));
+        b.signal(libc::SIGTERM);
+    });
+    // b left etcd first, answered what it held, then stopped: nothing failed.
+    assert_all_answered(&r);
+    assert!(r.errors.is_empty(), "{:?}", r.errors);
+    let st = b.child.wait().unwrap();
+    assert!(st.success(), "the drained node exits cleanly: {st:?}");
+    assert!(a.answered() > r.sent / 2);
+}
+
+/// Nodes and front end polling: the front end connects by each node's UCX worker address
+/// (shared memory where both share a machine) and serves as through the listener.
+#[test]
+fn polling_roles_connect_by_worker_address_and_serve() {
+    let Some(etcd) = Etcd::start() else { return };
+    let _a = Node::start_with(&etcd, "a", &["--cluster-busy-poll"]);
+    let fe = front_with(&etcd, &["--cluster-busy-poll"]);
+    wait_routed(&fe);
+    let r = load_over(
+        Target::Udp(fe.udp.unwrap()),
+        Mode::Open {
+            rate: 2000.0,
+            poisson: true,
+        },
+        1.0,
+        echo(),
+        1,
+    );
+    assert_all_answered(&r);
+    assert!(r.errors.is_empty(), "{:?}", r.errors);
 }

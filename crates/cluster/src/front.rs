@@ -425,7 +425,18 @@ impl Lane {
 
     fn connect(&mut self, i: usize) {
         let n = &mut self.nodes[i];
-        match self.w.connect(n.info.address) {
+        // Polling, by the node's worker address where it gave one (shared memory possible);
+        // else, and always when blocking on events, through its listener.
+        let by_address = self
+            .cfg
+            .busy_poll
+            .then(|| n.info.ucx_address.as_deref().and_then(membership::from_hex))
+            .flatten();
+        let connected = match &by_address {
+            Some(a) => self.w.connect_address(a),
+            None => self.w.connect(n.info.address),
+        };
+        match connected {
             Ok(ep) => {
                 if n.failures == 0 {
                     tracing::info!(node = %n.info.id, address = %n.info.address, "remote: connected to a node");

@@ -28,6 +28,50 @@ pub struct NodeInfo {
     pub devices: Vec<String>,
     /// Requests a front end may have in flight to it at once.
     pub capacity: u32,
+    /// Its UCX worker address (hex): a front end that polls connects by it, so that UCX may
+    /// use shared memory between processes of one machine (through the listener it does not).
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub ucx_address: Option<String>,
+}
+
+/// Bytes as lowercase hex (a UCX address in JSON).
+pub fn to_hex(b: &[u8]) -> String {
+    b.iter().map(|x| format!("{x:02x}")).collect()
+}
+
+/// Hex back to bytes; None if it is not hex.
+pub fn from_hex(s: &str) -> Option<Vec<u8>> {
+    if !s.len().is_multiple_of(2) {
+        return None;
+    }
+    (0..s.len())
+        .step_by(2)
+        .map(|i| u8::from_str_radix(s.get(i..i + 2)?, 16).ok())
+        .collect()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn hex_round_trips_and_refuses_what_is_not_hex() {
+        let b: Vec<u8> = (0..=255).collect();
+        assert_eq!(from_hex(&to_hex(&b)).unwrap(), b);
+        assert_eq!(from_hex("0"), None);
+        assert_eq!(from_hex("zz"), None);
+        assert_eq!(from_hex("é1"), None);
+    }
+
+    #[test]
+    fn cluster_urls_name_etcd_endpoints() {
+        assert_eq!(
+            endpoints("etcd://a:1,b:2").unwrap(),
+            ["http://a:1", "http://b:2"]
+        );
+        assert!(endpoints("http://a:1").is_err());
+        assert!(endpoints("etcd://").is_err());
+    }
 }
 
 #[derive(Debug, Clone, PartialEq, Eq, Serialize, Deserialize)]

@@ -61,6 +61,8 @@ impl Held {
 
 pub struct NodeIngress {
     pub bound: SocketAddr,
+    /// The worker's UCX address (for front ends that connect by it).
+    pub address: Vec<u8>,
     stop: Arc<AtomicBool>,
     thread: Option<std::thread::JoinHandle<()>>,
 }
@@ -84,7 +86,7 @@ impl NodeIngress {
                 let started = Worker::new(crate::front::mode(busy_poll))
                     .map_err(anyhow::Error::from)
                     .and_then(|mut w| {
-                        let b = w.listen(listen)?;
+                        let b = (w.listen(listen)?, w.address()?);
                         let wait = (!busy_poll).then(|| EventWait::new(&w)).transpose()?;
                         Ok((w, b, wait))
                     });
@@ -103,11 +105,12 @@ impl NodeIngress {
                 }
                 serve(&mut w, ends, &metrics, &s, wait.as_ref());
             })?;
-        let bound = rx
+        let (bound, address) = rx
             .recv()
             .map_err(|_| anyhow::anyhow!("the node's ingress thread ended"))??;
         Ok(NodeIngress {
             bound,
+            address,
             stop,
             thread: Some(thread),
         })

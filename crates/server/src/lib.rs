@@ -580,6 +580,7 @@ fn start_node(
             .flat_map(|p| p.cfg.gpu.gpus.iter().map(|g| format!("gpu {g}")))
             .collect(),
         capacity: a.node_window,
+        ucx_address: Some(cohort_cluster::membership::to_hex(&ingress.address)),
     };
     tracing::info!(id = %info.id, address = %info.address, "node: taking front ends' requests over UCX");
     let registration = Registration::start(etcd, info, Duration::from_secs(a.lease_secs));

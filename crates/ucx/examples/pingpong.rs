@@ -1,6 +1,8 @@
 //! Round trips of small messages between two workers on loopback, each thread blocking on
-//! UCX's event fd (`wake`) or polling: `cargo run --release -p cohort-ucx --example pingpong
-//! [wake|poll] [ROUNDS]`; prints p50/p99 in microseconds. UCX_TLS picks the transports.
+//! UCX's event fd (`wake`) or polling (`poll`, or `poll-addr`: connected by worker address
+//! instead of through the listener): `cargo run --release -p cohort-ucx --example pingpong
+//! [wake|poll|poll-addr] [ROUNDS]`; prints p50/p99 in microseconds. UCX_TLS picks the
+//! transports, UCX_PROTO_INFO=y prints the ones chosen.
 
 use cohort_ucx::{Event, Mode, Worker};
 use std::time::{Duration, Instant};
@@ -20,12 +22,13 @@ fn block(w: &mut Worker, wake: bool) {
 fn main() {
     let args: Vec<String> = std::env::args().collect();
     let wake = args.get(1).is_none_or(|a| a == "wake");
+    let by_address = args.get(1).is_some_and(|a| a == "poll-addr");
     let rounds: usize = args.get(2).and_then(|r| r.parse().ok()).unwrap_or(2000);
     let (tx, rx) = std::sync::mpsc::channel();
     std::thread::spawn(move || {
         let mut w = Worker::new(if wake { Mode::Events } else { Mode::Polled }).unwrap();
-        tx.send(w.listen("127.0.0.1:0".parse().unwrap()).unwrap())
-            .unwrap();
+        let bound = w.listen("127.0.0.1:0".parse().unwrap()).unwrap();
+        tx.send((bound, w.address().unwrap())).unwrap();
         loop {
             w.progress();
             let evs = w.take_events();
@@ -43,9 +46,13 @@ fn main() {
             }
         }
     });
-    let addr = rx.recv().unwrap();
+    let (addr, worker_address) = rx.recv().unwrap();
     let mut w = Worker::new(if wake { Mode::Events } else { Mode::Polled }).unwrap();
-    let ep = w.connect(addr).unwrap();
+    let ep = if by_address {
+        w.connect_address(&worker_address).unwrap()
+    } else {
+        w.connect(addr).unwrap()
+    };
     let mut lat = Vec::with_capacity(rounds);
     for i in 0..rounds + 100 {
         let t = Instant::now();
@@ -69,7 +76,7 @@ fn main() {
     println!(
         "{} rounds, {}: p50 {:.1} us, p99 {:.1} us",
         rounds,
-        if wake { "wake" } else { "poll" },
+        args.get(1).map_or("wake", String::as_str),
         p(0.5),
         p(0.99)
     );

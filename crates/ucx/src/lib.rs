@@ -350,6 +350,47 @@ impl Worker {
         Ok(id)
     }
 
+    /// This worker's address: every transport it can be reached by (shared memory among
+    /// them), for a peer to connect with [`Worker::connect_address`].
+    pub fn address(&self) -> Result<Vec<u8>, Error> {
+        let mut addr: *mut c_void = std::ptr::null_mut();
+        let mut len = 0usize;
+        // SAFETY: our worker; UCX allocates the address, released below after the copy.
+        check(self.ucx, "worker_get_address", unsafe {
+            (self.ucx.api.worker_get_address)(self.worker, &mut addr, &mut len)
+        })?;
+        // SAFETY: UCX wrote `len` bytes at `addr`.
+        let out = unsafe { std::slice::from_raw_parts(addr as *const u8, len) }.to_vec();
+        // SAFETY: the address UCX gave above, released once.
+        unsafe { (self.ucx.api.worker_release_address)(self.worker, addr) };
+        Ok(out)
+    }
+
+    /// Connects to a peer by its worker address ([`Worker::address`]) rather than through its
+    /// listener: UCX may then choose shared memory between processes of one machine.
+    pub fn connect_address(&mut self, address: &[u8]) -> Result<EpId, Error> {
+        let params = sys::EpParams {
+            field_mask: sys::UCP_EP_PARAM_FIELD_REMOTE_ADDRESS
+                | sys::UCP_EP_PARAM_FIELD_ERR_HANDLER
+                | sys::UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE,
+            address: address.as_ptr() as *const c_void,
+            err_mode: self.shared.err_mode,
+            err_handler: sys::Handler {
+                cb: Some(on_error),
+                arg: self.shared_arg(),
+            },
+            ..zeroed_ep_params()
+        };
+        let mut ep: sys::Ep = std::ptr::null_mut();
+        // SAFETY: valid params; UCX copies what it needs of the address during the call.
+        check(self.ucx, "ep_create", unsafe {
+            (self.ucx.api.ep_create)(self.worker, &params, &mut ep)
+        })?;
+        let id = EpId(ep as usize);
+        self.eps.insert(id);
+        Ok(id)
+    }
+
     /// Sends `data` as one message; `reply` gives the receiver this endpoint to answer on.
     /// The bytes are kept until UCX is done with them.
     pub fn send(&mut self, ep: EpId, data: Vec<u8>, reply: bool) -> Result<(), Error> {

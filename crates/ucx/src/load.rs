@@ -90,6 +90,8 @@ fn open() -> Result<Ucx, String> {
         worker_progress: sym!(ucp, "ucp_worker_progress"),
         worker_get_efd: sym!(ucp, "ucp_worker_get_efd"),
         worker_arm: sym!(ucp, "ucp_worker_arm"),
+        worker_get_address: sym!(ucp, "ucp_worker_get_address"),
+        worker_release_address: sym!(ucp, "ucp_worker_release_address"),
         listener_create: sym!(ucp, "ucp_listener_create"),
         listener_destroy: sym!(ucp, "ucp_listener_destroy"),
         listener_query: sym!(ucp, "ucp_listener_query"),

@@ -30,6 +30,7 @@ pub const UCS_THREAD_MODE_SINGLE: c_int = 0;
 pub const UCP_LISTENER_PARAM_FIELD_SOCK_ADDR: u64 = 1 << 0;
 pub const UCP_LISTENER_PARAM_FIELD_CONN_HANDLER: u64 = 1 << 2;
 pub const UCP_LISTENER_ATTR_FIELD_SOCKADDR: u64 = 1 << 0;
+pub const UCP_EP_PARAM_FIELD_REMOTE_ADDRESS: u64 = 1 << 0;
 pub const UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE: u64 = 1 << 1;
 pub const UCP_EP_PARAM_FIELD_ERR_HANDLER: u64 = 1 << 2;
 pub const UCP_EP_PARAM_FIELD_SOCK_ADDR: u64 = 1 << 4;
@@ -178,6 +179,8 @@ pub struct Api {
     pub worker_progress: unsafe extern "C" fn(Worker) -> c_uint,
     pub worker_get_efd: unsafe extern "C" fn(Worker, *mut c_int) -> Status,
     pub worker_arm: unsafe extern "C" fn(Worker) -> Status,
+    pub worker_get_address: unsafe extern "C" fn(Worker, *mut *mut c_void, *mut usize) -> Status,
+    pub worker_release_address: unsafe extern "C" fn(Worker, *mut c_void),
     pub listener_create:
         unsafe extern "C" fn(Worker, *const ListenerParams, *mut Listener) -> Status,
     pub listener_destroy: unsafe extern "C" fn(Listener),

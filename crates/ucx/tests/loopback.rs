@@ -32,6 +32,16 @@ fn wait_for(w: &mut Worker, mut want: impl FnMut(&Event) -> bool) -> Event {
 
 #[test]
 fn messages_go_both_ways_with_replies_on_the_named_endpoint() {
+    round_trips(false);
+}
+
+/// The same with the client connecting by the server's worker address (no listener used).
+#[test]
+fn a_peer_reached_by_its_worker_address_replies_the_same() {
+    round_trips(true);
+}
+
+fn round_trips(by_address: bool) {
     if !ucx_or_skip() {
         return;
     }
@@ -40,7 +50,9 @@ fn messages_go_both_ways_with_replies_on_the_named_endpoint() {
     let server = std::thread::spawn(move || {
         let mut w = Worker::new(Mode::Polled).expect("worker");
         let bound = w.listen("127.0.0.1:0".parse().unwrap()).expect("listen");
-        addr_tx.send(bound).unwrap();
+        addr_tx
+            .send((bound, w.address().expect("worker address")))
+            .unwrap();
         // Echo every message back reversed, with sizes from one byte to past the eager
         // threshold of shared memory and TCP.
         let mut answered = 0;
@@ -60,9 +72,14 @@ fn messages_go_both_ways_with_replies_on_the_named_endpoint() {
             w.progress();
         }
     });
-    let addr = addr_rx.recv().unwrap();
+    let (addr, worker_address) = addr_rx.recv().unwrap();
     let mut w = Worker::new(Mode::Polled).expect("worker");
-    let ep = w.connect(addr).expect("connect");
+    let ep = if by_address {
+        w.connect_address(&worker_address)
+            .expect("connect by address")
+    } else {
+        w.connect(addr).expect("connect")
+    };
     for len in [1usize, 8 << 10, 1 << 20] {
         let data: Vec<u8> = (0..len).map(|i| (i % 251) as u8).collect();
         w.send(ep, data.clone(), true).unwrap();
