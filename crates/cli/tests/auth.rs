@@ -69,14 +69,6 @@ fn http(addr: SocketAddr, path: &str, bearer: Option<&str>) -> String {
     out
 }
 
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
-
 #[test]
 fn without_a_valid_key_nothing_is_served_and_a_key_reaches_only_its_services() {
     let dir = std::env::temp_dir().join(format!("cohort-auth-it-{}", std::process::id()));

@@ -10,19 +10,11 @@
 mod common;
 
 use cohort_load::{Mode, Target};
-use common::{assert_all_answered, http_get, load_over, Served};
+use common::{assert_all_answered, free_port, http_get, load_over, Served};
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
 use std::time::{Duration, Instant};
-
-fn free_port() -> u16 {
-    std::net::TcpListener::bind("127.0.0.1:0")
-        .unwrap()
-        .local_addr()
-        .unwrap()
-        .port()
-}
 
 struct Etcd {
     child: Option<Child>,
@@ -194,20 +186,24 @@ fn echo() -> std::sync::Arc<dyn cohort_load::Workload> {
     std::sync::Arc::new(cohort_services::micro::load::EchoWorkload { payload_bytes: 100 })
 }
 
+/// Open-loop (Poisson) load at `target`, checked.
+fn poisson(target: Target, rate: f64, secs: f64) -> cohort_load::Report {
+    let mode = Mode::Open {
+        rate,
+        poisson: true,
+    };
+    load_over(target, mode, secs, echo(), 2)
+}
+
+fn udp_load(fe: &Served, rate: f64, secs: f64) -> cohort_load::Report {
+    poisson(Target::Udp(fe.udp.unwrap()), rate, secs)
+}
+
 /// Load until the front end answers without error (its nodes known and connected).
 fn wait_routed(fe: &Served) {
     let until = Instant::now() + Duration::from_secs(20);
     loop {
-        let r = load_over(
-            Target::Udp(fe.udp.unwrap()),
-            Mode::Open {
-                rate: 500.0,
-                poisson: false,
-            },
-            0.3,
-            echo(),
-            1,
-        );
+        let r = udp_load(fe, 500.0, 0.3);
         if r.sent > 0 && r.ok == r.sent {
             return;
         }
@@ -219,18 +215,7 @@ fn wait_routed(fe: &Served) {
 /// Open-loop load in the background while `during` runs, then the report.
 fn load_while(fe: &Served, secs: f64, rate: f64, during: impl FnOnce()) -> cohort_load::Report {
     let target = Target::Tcp(fe.tcp.unwrap());
-    let run = std::thread::spawn(move || {
-        load_over(
-            target,
-            Mode::Open {
-                rate,
-                poisson: true,
-            },
-            secs,
-            echo(),
-            4,
-        )
-    });
+    let run = std::thread::spawn(move || poisson(target, rate, secs));
     during();
     run.join().unwrap()
 }
@@ -242,16 +227,7 @@ fn a_front_end_serves_from_two_nodes_and_both_take_traffic() {
     let fe = front(&etcd);
     wait_routed(&fe);
     for target in [Target::Udp(fe.udp.unwrap()), Target::Tcp(fe.tcp.unwrap())] {
-        let r = load_over(
-            target,
-            Mode::Open {
-                rate: 3000.0,
-                poisson: true,
-            },
-            1.5,
-            echo(),
-            2,
-        );
+        let r = poisson(target, 3000.0, 1.5);
         assert_all_answered(&r);
         assert!(r.errors.is_empty(), "{:?}", r.errors);
         assert!(r.ok > 3000, "{r:#?}");
@@ -306,16 +282,7 @@ fn a_frozen_node_leaves_routing_within_its_lease_and_its_requests_are_answered()
     );
     assert!(a.answered() - before > r.sent / 2);
     // The last seconds (past the 2 s lease) went to a alone: a second run has no error.
-    let r2 = load_over(
-        Target::Udp(fe.udp.unwrap()),
-        Mode::Open {
-            rate: 2000.0,
-            poisson: true,
-        },
-        1.0,
-        echo(),
-        2,
-    );
+    let r2 = udp_load(&fe, 2000.0, 1.0);
     assert_all_answered(&r2);
     assert!(r2.errors.is_empty(), "after the lease: {:?}", r2.errors);
 }
@@ -384,16 +351,7 @@ fn polling_roles_connect_by_worker_address_and_serve() {
     let _a = Node::start_with(&etcd, "a", &["--cluster-busy-poll"]);
     let fe = front_with(&etcd, &["--cluster-busy-poll"]);
     wait_routed(&fe);
-    let r = load_over(
-        Target::Udp(fe.udp.unwrap()),
-        Mode::Open {
-            rate: 2000.0,
-            poisson: true,
-        },
-        1.0,
-        echo(),
-        1,
-    );
+    let r = udp_load(&fe, 2000.0, 1.0);
     assert_all_answered(&r);
     assert!(r.errors.is_empty(), "{:?}", r.errors);
 }

@@ -340,14 +340,8 @@ impl Worker {
             },
             ..zeroed_ep_params()
         };
-        let mut ep: sys::Ep = std::ptr::null_mut();
-        // SAFETY: valid params; the address storage outlives the call.
-        check(self.ucx, "ep_create", unsafe {
-            (self.ucx.api.ep_create)(self.worker, &params, &mut ep)
-        })?;
-        let id = EpId(ep as usize);
-        self.eps.insert(id);
-        Ok(id)
+        // SAFETY: the address storage outlives the call.
+        unsafe { self.create_ep(&params) }
     }
 
     /// This worker's address: every transport it can be reached by (shared memory among
@@ -381,10 +375,19 @@ impl Worker {
             },
             ..zeroed_ep_params()
         };
+        // SAFETY: UCX copies what it needs of the address during the call.
+        unsafe { self.create_ep(&params) }
+    }
+
+    /// An endpoint of ours from `params` (failures reported to this worker's events).
+    ///
+    /// # Safety
+    /// Every pointer in `params` must be valid for the call.
+    unsafe fn create_ep(&mut self, params: &sys::EpParams) -> Result<EpId, Error> {
         let mut ep: sys::Ep = std::ptr::null_mut();
-        // SAFETY: valid params; UCX copies what it needs of the address during the call.
+        // SAFETY: our worker; the caller vouches for the params' pointers.
         check(self.ucx, "ep_create", unsafe {
-            (self.ucx.api.ep_create)(self.worker, &params, &mut ep)
+            (self.ucx.api.ep_create)(self.worker, params, &mut ep)
         })?;
         let id = EpId(ep as usize);
         self.eps.insert(id);

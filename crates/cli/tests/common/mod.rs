@@ -92,6 +92,15 @@ impl Drop for Served {
     }
 }
 
+/// A loopback TCP port free a moment ago.
+pub fn free_port() -> u16 {
+    std::net::TcpListener::bind("127.0.0.1:0")
+        .unwrap()
+        .local_addr()
+        .unwrap()
+        .port()
+}
+
 pub fn load(target: Target, mode: Mode, secs: f64, w: Arc<dyn Workload>) -> Report {
     load_over(target, mode, secs, w, 2)
 }
