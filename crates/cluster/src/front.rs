@@ -40,6 +40,7 @@ struct Pending {
     ingress: usize,
     env: Envelope,
     node: usize,
+    /// The payload, kept for a retry (idempotent services only; else empty).
     payload: Vec<u8>,
     retried: bool,
 }
@@ -177,10 +178,13 @@ fn run(
         // Take what the ingresses admitted, a bounded run at a time.
         for _ in 0..4096 {
             let answers = &mut lane.answers;
-            let Some(()) = lane
-                .requests
-                .poll(|ingress, m| s.route(answers, ingress, m.env, m.payload.to_vec(), false))
-            else {
+            let Some(()) = lane.requests.poll(|ingress, m| {
+                // The payload is kept only where a failed node's request may be sent
+                // again (idempotent services): no copy per request otherwise.
+                let keep = s.cfg.idempotent.contains(&m.env.service);
+                let payload = if keep { m.payload.to_vec() } else { Vec::new() };
+                s.route(answers, ingress, m.env, m.payload, payload, false)
+            }) else {
                 break;
             };
             busy = true;
@@ -235,12 +239,15 @@ impl Lane {
     }
 
     /// Sends a request to the least-loaded node serving its service, or answers it.
+    /// `bytes` is the request's payload; `kept`, the copy held for a retry (empty for a
+    /// service that is never sent twice).
     fn route(
         &mut self,
         lane: &mut AnswerRings,
         ingress: usize,
         env: Envelope,
-        payload: Vec<u8>,
+        bytes: &[u8],
+        kept: Vec<u8>,
         retried: bool,
     ) {
         let now = now_ns();
@@ -287,7 +294,7 @@ impl Lane {
                 0 => 0,
                 d => ((d - now) / 1000).clamp(1, u64::from(u32::MAX)) as u32,
             },
-            payload: &payload,
+            payload: bytes,
         });
         if env.deadline != 0 {
             self.deadlines.insert((env.deadline, id));
@@ -298,7 +305,7 @@ impl Lane {
                 ingress,
                 env,
                 node: i,
-                payload,
+                payload: kept,
                 retried,
             },
         );
@@ -387,7 +394,8 @@ impl Lane {
             }
             let time_left = p.env.deadline == 0 || p.env.deadline > now;
             if !p.retried && time_left && self.cfg.idempotent.contains(&p.env.service) {
-                self.route(lane, p.ingress, p.env, p.payload, true);
+                let bytes = p.payload.clone();
+                self.route(lane, p.ingress, p.env, &bytes, p.payload, true);
             } else {
                 Self::answer_error(lane, p.ingress, p.env, ErrorCode::Unavailable, why);
             }

@@ -26,6 +26,8 @@ struct Asker {
     id: u64,
     service: u16,
     arrived: Instant,
+    /// Its connection failed: the answer has nowhere to go (the front end answered it).
+    orphan: bool,
 }
 
 /// Tokens for requests in the node's engines (a slab with a free list: no allocation per
@@ -56,6 +58,16 @@ impl Held {
 
     fn held(&self) -> usize {
         self.slots.len() - self.free.len()
+    }
+
+    /// Marks what `ep` asked for as having no one to answer (its connection failed): a new
+    /// connection may get the same handle, so answers are dropped by request, not by handle.
+    fn orphan(&mut self, ep: EpId) {
+        for a in self.slots.iter_mut().flatten() {
+            if a.ep == ep {
+                a.orphan = true;
+            }
+        }
     }
 }
 
@@ -184,6 +196,7 @@ fn serve(
                             id: r.id,
                             service: r.service,
                             arrived,
+                            orphan: false,
                         };
                         if stopping_at.is_some() {
                             let e =
@@ -224,6 +237,7 @@ fn serve(
                     // Answers still owed there are dropped when they come (the front end
                     // answered those requests itself when the connection failed).
                     out.remove(&ep);
+                    held.orphan(ep);
                     tracing::info!(%why, "node: a front end's connection ended");
                 }
                 Event::Accepted(_) => tracing::info!("node: a front end connected"),
@@ -237,6 +251,9 @@ fn serve(
                     None => ErrorCode::Internal.label(),
                 };
                 metrics.answered(a.service, outcome, a.arrived.elapsed());
+                if a.orphan {
+                    return;
+                }
                 out.entry(a.ep)
                     .or_insert_with(|| Batch::new(wire::ANSWERS))
                     .push_answer(&Answer {
