@@ -10,7 +10,10 @@
 mod common;
 
 use cohort_load::{Mode, Target};
-use common::{assert_all_answered, free_port, http_get, load_over, Served};
+use common::{
+    assert_all_answered, cohort, cohort_load_report, free_port, http_get, http_post, load_over,
+    Scratch, Served,
+};
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
@@ -124,14 +127,12 @@ impl Node {
             .args(["node", "--cluster", &etcd.url(), "--node-id", id])
             .args(extra)
             .args(["--node-listen", "127.0.0.1:0", "--admin", "127.0.0.1:0"])
-            .args([
-                "--service",
-                "echo",
-                "--lease-secs",
-                "2",
-                "--log-level",
-                "warn",
-            ])
+            .args(if extra.contains(&"--service") {
+                &[][..]
+            } else {
+                &["--service", "echo"][..]
+            })
+            .args(["--lease-secs", "2", "--log-level", "warn"])
             .stdout(Stdio::piped())
             .spawn()
             .expect("start cohort node");
@@ -354,4 +355,174 @@ fn polling_roles_connect_by_worker_address_and_serve() {
     let r = udp_load(&fe, 2000.0, 1.0);
     assert_all_answered(&r);
     assert!(r.errors.is_empty(), "{:?}", r.errors);
+}
+
+/// A small k-NN index and its queries (cpu build, synthetic data), in `d`.
+struct KnnFiles {
+    index: String,
+    queries: String,
+    gt: String,
+}
+
+fn knn_files(d: &Scratch) -> KnnFiles {
+    let data = d.path("data");
+    let run = |args: &[&str]| {
+        let o = cohort(args);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    };
+    run(&[
+        "data",
+        "synth",
+        "--n",
+        "20000",
+        "--dim",
+        "32",
+        "--queries",
+        "200",
+        "--gt-k",
+        "10",
+        "--out",
+        &data,
+    ]);
+    let index = d.path("ivf64.index");
+    let base = format!("{data}/base.fvecs");
+    run(&[
+        "index", "build", "--base", &base, "--nlist", "64", "--out", &index,
+    ]);
+    KnnFiles {
+        index,
+        queries: format!("{data}/query.fvecs"),
+        gt: format!("{data}/groundtruth.ivecs"),
+    }
+}
+
+/// The body of an HTTP answer (status line checked: 200).
+fn http_body(answer: &str) -> &str {
+    assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
+    answer.split_once("\r\n\r\n").expect("a body").1
+}
+
+/// The index split over two nodes (`--index-shard 0/2`, `1/2`; cpu engines) behind a front
+/// end gives every query the whole index's answer, byte for byte beside a plain `serve` of
+/// the whole index, and its recall under load; with a second node of shard 0, the first
+/// killed under load loses nothing (its part is retried on the other).
+#[test]
+fn a_knn_index_sharded_over_two_nodes_answers_as_the_whole_index() {
+    let d = Scratch::new("cluster-knn");
+    let f = knn_files(&d);
+    // Only a node serves a shard: `serve` (a front end, or alone) answers from the whole.
+    let o = cohort(&[
+        "serve",
+        "--udp",
+        "127.0.0.1:0",
+        "--service",
+        "knn",
+        "--index",
+        &f.index,
+        "--index-shard",
+        "0/2",
+        "--check-config",
+    ]);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(!o.status.success() && err.contains("cohort node"), "{err}");
+    let Some(etcd) = Etcd::start() else { return };
+    let shard = |id: &str, which: &str| {
+        Node::start_with(
+            &etcd,
+            id,
+            &[
+                "--service",
+                "knn",
+                "--index",
+                &f.index,
+                "--index-shard",
+                which,
+            ],
+        )
+    };
+    let (mut s0, s1) = (shard("s0", "0/2"), shard("s1", "1/2"));
+    let url = etcd.url();
+    let fe = Served::start(&["--cluster", &url, "--service", "knn", "--index", &f.index]);
+    let whole = Served::start(&["--service", "knn:cpu", "--index", &f.index]);
+    let queries = cohort_knn::vecfile::read_vectors(std::path::Path::new(&f.queries)).unwrap();
+    let ask = |at: &Served, i: usize| {
+        let body = serde_json::json!({ "vector": queries.row(i), "k": 10, "nprobe": 4 });
+        http_post(at.http.unwrap(), "/v1/knn", &body.to_string())
+    };
+    // Until the front end knows both shards' nodes.
+    let until = Instant::now() + Duration::from_secs(20);
+    while !ask(&fe, 0).starts_with("HTTP/1.1 200") {
+        assert!(
+            Instant::now() < until,
+            "the front end never routed: {}",
+            ask(&fe, 0)
+        );
+        std::thread::sleep(Duration::from_millis(100));
+    }
+    for i in 0..60 {
+        let (split, one) = (ask(&fe, i), ask(&whole, i));
+        assert_eq!(http_body(&split), http_body(&one), "query {i}");
+    }
+    assert!(
+        s0.answered() >= 60 && s1.answered() >= 60,
+        "both shards answer every query"
+    );
+    // Under load, checked, the recall of the whole index.
+    let recall = |at: &Served| {
+        let target = format!("udp://{}", at.udp.unwrap());
+        let r = cohort_load_report(
+            &target,
+            "knn",
+            &[
+                "--queries",
+                &f.queries,
+                "--gt",
+                &f.gt,
+                "--k",
+                "10",
+                "--nprobe",
+                "4",
+                "--rate",
+                "2000",
+                "--duration",
+                "1",
+                "--warmup",
+                "0.2",
+            ],
+        );
+        assert_eq!(r["ok"].as_u64(), r["sent"].as_u64(), "{r}");
+        r["recall_at_k"].as_f64().unwrap()
+    };
+    let (split, one) = (recall(&fe), recall(&whole));
+    assert!((split - one).abs() < 0.01, "split {split}, whole {one}");
+    // A second node of shard 0; the first killed mid-load.
+    let s0b = shard("s0b", "0/2");
+    let until = Instant::now() + Duration::from_secs(20);
+    while s0b.answered() == 0 {
+        assert!(
+            Instant::now() < until,
+            "the second node of shard 0 never took traffic"
+        );
+        ask(&fe, 1);
+    }
+    let gt = cohort_knn::vecfile::read_ivecs(std::path::Path::new(&f.gt)).unwrap();
+    let w = std::sync::Arc::new(cohort_services::knn::load::KnnWorkload::new(
+        queries,
+        Some((gt.1, gt.2)),
+        10,
+        4,
+    ));
+    let target = Target::Tcp(fe.tcp.unwrap());
+    let mode = Mode::Open {
+        rate: 2000.0,
+        poisson: true,
+    };
+    let run = std::thread::spawn(move || load_over(target, mode, 3.0, w, 2));
+    std::thread::sleep(Duration::from_millis(1200));
+    s0.child.kill().unwrap();
+    let r = run.join().unwrap();
+    assert_all_answered(&r);
+    assert!(r.errors.is_empty(), "{:?}", r.errors);
+    assert!(r.ok > 3000, "{r:#?}");
+    s0.child.wait().ok();
 }

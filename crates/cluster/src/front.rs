@@ -5,11 +5,18 @@
 //! the node's, or TIMEOUT at its deadline, or (the node gone) a retry on another node for a
 //! service that is safe to run twice, else UNAVAILABLE. A node's window bounds what is in
 //! flight to it; with every window full a request is answered OVERLOADED at once.
+//!
+//! A service whose nodes each hold one shard of it (knn: `--index-shard I/N`) is scattered:
+//! the request goes to one node of every shard, and the service's merge (`RemoteConfig::
+//! merges`) makes the shards' answers into one. The first error of a shard answers the
+//! whole request; a failed shard is retried on another node of that shard when it may run
+//! twice. Nodes serving a service whole are preferred over its shards.
 
 use crate::membership::{self, Change, NodeInfo};
 use crate::node::SPIN;
 use crate::wire::{self, Batch, Request};
 use cohort_engine::clock::now_ns;
+use cohort_engine::split::{MergeFn, ShardOf};
 use cohort_engine::wiring::AnswerRings;
 use cohort_engine::LaneEnds;
 use cohort_mq::Envelope;
@@ -34,6 +41,8 @@ pub struct RemoteConfig {
     pub grace: Duration,
     /// Poll UCX without blocking (shared-memory transports allowed; a core per lane).
     pub busy_poll: bool,
+    /// Services that may be served from shards, and how their answers merge.
+    pub merges: HashMap<u16, MergeFn>,
 }
 
 struct Pending {
@@ -43,6 +52,27 @@ struct Pending {
     /// The payload, kept for a retry (idempotent services only; else empty).
     payload: Vec<u8>,
     retried: bool,
+    /// A shard's part of a scattered request: (its gather, the shard).
+    gather: Option<(u64, u16)>,
+}
+
+/// A request scattered to every shard of its service, until each has answered.
+struct Gather {
+    ingress: usize,
+    env: Envelope,
+    /// The request, for the merge and for a shard's retry.
+    request: Vec<u8>,
+    layout: u64,
+    answers: Vec<Option<Vec<u8>>>,
+    left: u16,
+}
+
+/// How a service is served now: whole by any of its nodes, or split over shards of one
+/// layout.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+struct Split {
+    layout: u64,
+    shards: u16,
 }
 
 struct Node {
@@ -64,8 +94,13 @@ struct Lane {
     nodes: Vec<Node>,
     by_ep: HashMap<EpId, usize>,
     pending: HashMap<u64, Pending>,
+    gathers: HashMap<u64, Gather>,
+    /// Services served from shards (none serving them whole), each with its layout.
+    splits: HashMap<u16, Split>,
     deadlines: BTreeSet<(u64, u64)>,
     next_id: u64,
+    /// Turns of `pick`, which break its ties.
+    turn: usize,
     /// Late answers for requests already answered (timed out, failed over): dropped.
     stale: u64,
     /// UCX's event fd (-1 when busy polling).
@@ -152,8 +187,11 @@ fn run(
         nodes: Vec::new(),
         by_ep: HashMap::new(),
         pending: HashMap::new(),
+        gathers: HashMap::new(),
+        splits: HashMap::new(),
         deadlines: BTreeSet::new(),
         next_id: 1,
+        turn: 0,
         stale: 0,
     };
     let mut idle_since = None;
@@ -227,6 +265,16 @@ fn run(
     }
 }
 
+impl Split {
+    fn shard(self, shard: u16) -> ShardOf {
+        ShardOf {
+            shard,
+            shards: self.shards,
+            layout: self.layout,
+        }
+    }
+}
+
 impl Lane {
     fn answer_error(
         lane: &mut AnswerRings,
@@ -238,9 +286,9 @@ impl Lane {
         lane.send_error(ingress, env, &ErrorPayload::new(code, why));
     }
 
-    /// Sends a request to the least-loaded node serving its service, or answers it.
-    /// `bytes` is the request's payload; `kept`, the copy held for a retry (empty for a
-    /// service that is never sent twice).
+    /// Sends a request to the least-loaded node serving its service (to one of every shard
+    /// where it is split), or answers it. `bytes` is the request's payload; `kept`, the copy
+    /// held for a retry (empty for a service that is never sent twice).
     fn route(
         &mut self,
         lane: &mut AnswerRings,
@@ -250,8 +298,7 @@ impl Lane {
         kept: Vec<u8>,
         retried: bool,
     ) {
-        let now = now_ns();
-        if env.deadline != 0 && now >= env.deadline {
+        if env.deadline != 0 && now_ns() >= env.deadline {
             return Self::answer_error(
                 lane,
                 ingress,
@@ -260,55 +307,252 @@ impl Lane {
                 "deadline passed before a node took it",
             );
         }
+        if let Some(&split) = self.splits.get(&env.service) {
+            return self.scatter(lane, ingress, env, bytes, split);
+        }
+        match self.pick(env.service, None) {
+            Ok(i) => {
+                let p = Pending {
+                    ingress,
+                    env,
+                    node: i,
+                    payload: kept,
+                    retried,
+                    gather: None,
+                };
+                self.send_to(i, bytes, p);
+            }
+            Err(serving) => {
+                let (code, why) = if serving {
+                    (
+                        ErrorCode::Overloaded,
+                        "every node serving this service is at its window (or reconnecting)",
+                    )
+                } else {
+                    (ErrorCode::Unavailable, "no node serves this service now")
+                };
+                Self::answer_error(lane, ingress, env, code, why)
+            }
+        }
+    }
+
+    /// The connected node with room and the fewest requests outstanding among those serving
+    /// `service` (its `shard`, or whole), ties taken in turn (at low load every node gets
+    /// its share, not the first listed); else whether any serves it at all.
+    fn pick(&mut self, service: u16, shard: Option<ShardOf>) -> Result<usize, bool> {
         let mut serving = false;
-        let best = self
-            .nodes
+        self.turn = self.turn.wrapping_add(1);
+        let (turn, count) = (self.turn, self.nodes.len());
+        self.nodes
             .iter()
             .enumerate()
-            .filter(|(_, n)| !n.gone && n.info.services.iter().any(|s| s.id == env.service))
+            .filter(|(_, n)| {
+                !n.gone
+                    && n.info
+                        .services
+                        .iter()
+                        .any(|s| s.id == service && s.shard == shard)
+            })
             .inspect(|_| serving = true)
             .filter(|(_, n)| n.ep.is_some() && n.outstanding < n.window)
-            .min_by_key(|(_, n)| n.outstanding)
-            .map(|(i, _)| i);
-        let Some(i) = best else {
-            let (code, why) = if serving {
-                (
-                    ErrorCode::Overloaded,
-                    "every node serving this service is at its window (or reconnecting)",
-                )
-            } else {
-                (ErrorCode::Unavailable, "no node serves this service now")
-            };
-            return Self::answer_error(lane, ingress, env, code, why);
-        };
+            .min_by_key(|&(i, n)| (n.outstanding, (i + count - turn % count) % count))
+            .map(|(i, _)| i)
+            .ok_or(serving)
+    }
+
+    /// Batches a request (or a shard's part of one) to node `i`.
+    fn send_to(&mut self, i: usize, bytes: &[u8], p: Pending) {
         let id = self.next_id;
         self.next_id += 1;
+        let now = now_ns();
         let node = &mut self.nodes[i];
         node.outstanding += 1;
         node.batch.push_request(&Request {
             id,
-            service: env.service,
-            class: env.status,
-            request_id: env.request_id,
-            deadline_left_us: match env.deadline {
+            service: p.env.service,
+            class: p.env.status,
+            request_id: p.env.request_id,
+            deadline_left_us: match p.env.deadline {
                 0 => 0,
-                d => ((d - now) / 1000).clamp(1, u64::from(u32::MAX)) as u32,
+                d => (d.saturating_sub(now) / 1000).clamp(1, u64::from(u32::MAX)) as u32,
             },
             payload: bytes,
         });
-        if env.deadline != 0 {
-            self.deadlines.insert((env.deadline, id));
+        if p.env.deadline != 0 {
+            self.deadlines.insert((p.env.deadline, id));
         }
-        self.pending.insert(
-            id,
-            Pending {
+        self.pending.insert(id, p);
+    }
+
+    /// Sends a request to one node of every shard of `split`, or answers it: OVERLOADED when
+    /// a shard's nodes are all at their windows, UNAVAILABLE when a shard has none.
+    fn scatter(
+        &mut self,
+        lane: &mut AnswerRings,
+        ingress: usize,
+        env: Envelope,
+        bytes: &[u8],
+        split: Split,
+    ) {
+        let mut picks = Vec::with_capacity(split.shards as usize);
+        for shard in 0..split.shards {
+            match self.pick(env.service, Some(split.shard(shard))) {
+                Ok(i) => picks.push(i),
+                Err(true) => return Self::answer_error(
+                    lane,
+                    ingress,
+                    env,
+                    ErrorCode::Overloaded,
+                    "every node of one of this service's shards is at its window (or reconnecting)",
+                ),
+                Err(false) => {
+                    return Self::answer_error(
+                        lane,
+                        ingress,
+                        env,
+                        ErrorCode::Unavailable,
+                        &format!(
+                            "no node serves shard {shard} of this service's {} now",
+                            split.shards
+                        ),
+                    )
+                }
+            }
+        }
+        let gid = self.next_id;
+        self.next_id += 1;
+        self.gathers.insert(
+            gid,
+            Gather {
+                ingress,
+                env,
+                request: bytes.to_vec(),
+                layout: split.layout,
+                answers: vec![None; split.shards as usize],
+                left: split.shards,
+            },
+        );
+        for (shard, i) in picks.into_iter().enumerate() {
+            let p = Pending {
                 ingress,
                 env,
                 node: i,
-                payload: kept,
-                retried,
-            },
-        );
+                payload: Vec::new(),
+                retried: false,
+                gather: Some((gid, shard as u16)),
+            };
+            self.send_to(i, bytes, p);
+        }
+    }
+
+    /// Shard `shard`'s answer to gather `gid`: kept until every shard has answered, then
+    /// merged; an error answers the request at once (the other shards' answers, when they
+    /// come, find it gone and are dropped).
+    fn gathered(
+        &mut self,
+        lane: &mut AnswerRings,
+        gid: u64,
+        shard: u16,
+        status: u16,
+        payload: &[u8],
+    ) {
+        let Some(g) = self.gathers.get_mut(&gid) else {
+            self.stale += 1;
+            return;
+        };
+        if status == 0 {
+            let slot = &mut g.answers[shard as usize];
+            if slot.is_none() {
+                *slot = Some(payload.to_vec());
+                g.left -= 1;
+            }
+            if g.left > 0 {
+                return;
+            }
+        }
+        let g = self.gathers.remove(&gid).expect("looked up above");
+        if status != 0 {
+            return lane.send(g.ingress, Envelope { status, ..g.env }, payload);
+        }
+        let merge = self.cfg.merges[&g.env.service];
+        let parts: Vec<&[u8]> = g
+            .answers
+            .iter()
+            .map(|a| a.as_deref().expect("every shard answered"))
+            .collect();
+        let mut out = Vec::new();
+        match merge(&g.request, &parts, &mut out) {
+            Ok(()) => lane.send(g.ingress, Envelope { status: 0, ..g.env }, &out),
+            Err(e) => lane.send_error(g.ingress, g.env, &e),
+        }
+    }
+
+    /// Answers gather `gid` with an error, if it is still waiting.
+    fn fail_gather(&mut self, lane: &mut AnswerRings, gid: u64, code: ErrorCode, why: &str) {
+        if let Some(g) = self.gathers.remove(&gid) {
+            Self::answer_error(lane, g.ingress, g.env, code, why);
+        }
+    }
+
+    /// Which services are served from shards, from the membership: a service with a merge
+    /// that no node serves whole, from the layout most of its shard nodes hold.
+    fn relayout(&mut self) {
+        let mut whole = HashSet::new();
+        let mut layouts: HashMap<u16, HashMap<Split, usize>> = HashMap::new();
+        for n in self.nodes.iter().filter(|n| !n.gone) {
+            for s in &n.info.services {
+                match s.shard {
+                    None => {
+                        whole.insert(s.id);
+                    }
+                    Some(t) => {
+                        let split = Split {
+                            layout: t.layout,
+                            shards: t.shards,
+                        };
+                        *layouts.entry(s.id).or_default().entry(split).or_default() += 1;
+                    }
+                }
+            }
+        }
+        let mut splits = HashMap::new();
+        for (service, seen) in layouts {
+            if whole.contains(&service) || !self.cfg.merges.contains_key(&service) {
+                continue;
+            }
+            let (&split, _) = seen
+                .iter()
+                .max_by_key(|(sp, &nodes)| (nodes, std::cmp::Reverse((sp.layout, sp.shards))))
+                .expect("a service listed has a layout");
+            if seen.len() > 1 {
+                tracing::warn!(service, layouts = seen.len(), ?split,
+                    "remote: nodes hold shards of different layouts of one service (another index or placement); serving the one most nodes hold");
+            }
+            let missing: Vec<u16> = (0..split.shards)
+                .filter(|&i| {
+                    !self.nodes.iter().any(|n| {
+                        !n.gone
+                            && n.info
+                                .services
+                                .iter()
+                                .any(|s| s.id == service && s.shard == Some(split.shard(i)))
+                    })
+                })
+                .collect();
+            if !missing.is_empty() {
+                tracing::warn!(
+                    service,
+                    ?missing,
+                    shards = split.shards,
+                    "remote: shards with no node: this service's requests are answered UNAVAILABLE"
+                );
+            }
+            splits.insert(service, split);
+        }
+        if splits != self.splits {
+            tracing::info!(?splits, "remote: services served from shards");
+        }
+        self.splits = splits;
     }
 
     fn flush(&mut self, lane: &mut AnswerRings) {
@@ -339,11 +583,18 @@ impl Lane {
                         let n = &mut self.nodes[p.node];
                         n.outstanding -= 1;
                         n.failures = 0;
-                        let env = Envelope {
-                            status: a.status,
-                            ..p.env
-                        };
-                        lane.send(p.ingress, env, a.payload);
+                        match p.gather {
+                            Some((gid, shard)) => {
+                                self.gathered(lane, gid, shard, a.status, a.payload)
+                            }
+                            None => {
+                                let env = Envelope {
+                                    status: a.status,
+                                    ..p.env
+                                };
+                                lane.send(p.ingress, env, a.payload);
+                            }
+                        }
                     }
                     None => self.stale += 1,
                 });
@@ -393,7 +644,12 @@ impl Lane {
                 self.deadlines.remove(&(p.env.deadline, id));
             }
             let time_left = p.env.deadline == 0 || p.env.deadline > now;
-            if !p.retried && time_left && self.cfg.idempotent.contains(&p.env.service) {
+            let again = !p.retried && time_left && self.cfg.idempotent.contains(&p.env.service);
+            if let Some((gid, shard)) = p.gather {
+                self.shard_failed(lane, p, gid, shard, again, why);
+                continue;
+            }
+            if again {
                 let bytes = p.payload.clone();
                 self.route(lane, p.ingress, p.env, &bytes, p.payload, true);
             } else {
@@ -402,9 +658,49 @@ impl Lane {
         }
     }
 
+    /// A scattered request's shard whose node failed: sent to another node of that shard
+    /// when `again` allows, else the whole request answered UNAVAILABLE.
+    fn shard_failed(
+        &mut self,
+        lane: &mut AnswerRings,
+        p: Pending,
+        gid: u64,
+        shard: u16,
+        again: bool,
+        why: &str,
+    ) {
+        let Some(g) = self.gathers.get(&gid) else {
+            return; // answered already
+        };
+        let split = Split {
+            layout: g.layout,
+            shards: g.answers.len() as u16,
+        };
+        let bytes = g.request.clone();
+        let other = again
+            .then(|| self.pick(p.env.service, Some(split.shard(shard))).ok())
+            .flatten();
+        match other {
+            Some(i) => {
+                let retry = Pending {
+                    node: i,
+                    retried: true,
+                    ..p
+                };
+                self.send_to(i, &bytes, retry);
+            }
+            None => self.fail_gather(lane, gid, ErrorCode::Unavailable, why),
+        }
+    }
+
     fn fail_all(&mut self, lane: &mut AnswerRings, why: &str) {
         for (_, p) in self.pending.drain() {
-            Self::answer_error(lane, p.ingress, p.env, ErrorCode::Unavailable, why);
+            if p.gather.is_none() {
+                Self::answer_error(lane, p.ingress, p.env, ErrorCode::Unavailable, why);
+            }
+        }
+        for (_, g) in self.gathers.drain() {
+            Self::answer_error(lane, g.ingress, g.env, ErrorCode::Unavailable, why);
         }
         self.deadlines.clear();
     }
@@ -420,6 +716,15 @@ impl Lane {
             self.deadlines.pop_first();
             if let Some(p) = self.pending.remove(&id) {
                 self.nodes[p.node].outstanding -= 1;
+                if let Some((gid, _)) = p.gather {
+                    self.fail_gather(
+                        lane,
+                        gid,
+                        ErrorCode::Timeout,
+                        "a shard's node did not answer by the request's deadline",
+                    );
+                    continue;
+                }
                 Self::answer_error(
                     lane,
                     p.ingress,
@@ -540,5 +845,6 @@ impl Lane {
             Change::Joined(n) => self.join(n, lane),
             Change::Left(id) => self.leave(&id, lane),
         }
+        self.relayout();
     }
 }

@@ -79,6 +79,10 @@ pub struct ServiceAt {
     pub name: String,
     pub id: u16,
     pub engine: String,
+    /// The shard of the service this node holds (knn: a part of the index's lists); absent:
+    /// the whole service.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub shard: Option<cohort_engine::split::ShardOf>,
 }
 
 /// A change a front end learns.

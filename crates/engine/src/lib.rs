@@ -23,6 +23,7 @@ pub mod metrics;
 mod reply;
 mod service;
 pub mod sharded;
+pub mod split;
 pub mod tensor;
 pub mod wiring;
 

@@ -538,6 +538,11 @@ fn start_front_end(a: &ServeArgs, all: Vec<ServicePlan>, ingresses: usize) -> Re
             .collect(),
         grace: Duration::from_millis(5),
         busy_poll: a.cluster_busy_poll,
+        merges: all
+            .iter()
+            .zip(&ids)
+            .filter_map(|(p, &id)| Some((id, catalog::entry(p.name)?.split?.merge)))
+            .collect(),
     };
     let lanes = wiring.engines.into_iter().flatten().collect();
     let remote = cohort_cluster::front::RemoteEngine::start(&cfg, lanes)?;

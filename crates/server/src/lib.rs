@@ -566,14 +566,22 @@ fn start_node(
         address: ingress.bound,
         services: plans
             .iter()
-            .filter_map(|p| {
-                Some(ServiceAt {
+            .filter_map(|p| Some((p, side.registry.by_name(p.name)?.id())))
+            .map(|(p, id)| {
+                let split = cohort_services::catalog::entry(p.name).and_then(|e| e.split);
+                let shard = match split {
+                    Some(s) => (s.shard_of)(&p.settings)
+                        .map_err(|e| anyhow::anyhow!("service {}: {e}", p.name))?,
+                    None => None,
+                };
+                Ok(ServiceAt {
                     name: p.name.to_string(),
-                    id: side.registry.by_name(p.name)?.id(),
+                    id,
                     engine: p.cfg.engine.name().to_string(),
+                    shard,
                 })
             })
-            .collect(),
+            .collect::<Result<_>>()?,
         devices: plans
             .iter()
             .filter(|p| p.cfg.engine.is_gpu())
@@ -595,6 +603,9 @@ fn start_node(
 pub fn check(a: &ServeArgs) -> Result<Vec<plan::ServicePlan>> {
     a.net_config()?;
     let plans = plan::plans(a)?;
+    if a.node_listen.is_none() {
+        refuse_shards(&plans)?;
+    }
     check_gpus(&plans)?;
     let registry = engines::build_registry(&plans)?;
     load_keys(a, &registry)?;
@@ -602,6 +613,26 @@ pub fn check(a: &ServeArgs) -> Result<Vec<plan::ServicePlan>> {
         cohort_net::check_tls(cert, key)?;
     }
     Ok(plans)
+}
+
+/// A shard of a service answers only from its part (knn: its lists): only a cluster node
+/// serves one, for a front end that merges every shard's answer.
+fn refuse_shards(plans: &[plan::ServicePlan]) -> Result<()> {
+    for p in plans {
+        let Some(split) = cohort_services::catalog::entry(p.name).and_then(|e| e.split) else {
+            continue;
+        };
+        if let Some(s) = (split.shard_of)(&p.settings).map_err(anyhow::Error::msg)? {
+            anyhow::bail!(
+                "{}: shard {} of {} is served by `cohort node` (a front end merges the shards); \
+                 `serve` answers from the whole service",
+                p.name,
+                s.shard,
+                s.shards
+            );
+        }
+    }
+    Ok(())
 }
 
 /// The API keys file, its service names checked against what is served.

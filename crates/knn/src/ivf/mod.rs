@@ -214,6 +214,71 @@ impl IvfIndex {
         }
     }
 
+    /// Part `part` of the index under `p` (a node's shard): every centroid, only the lists
+    /// `p` gives that part (the others empty), ids as in the whole index. A query finds
+    /// exactly the whole index's neighbours among those lists, so the parts' answers reduced
+    /// together are the whole index's answer. `n` stays the whole index's: requests are
+    /// checked against the index they were written for, not against one part's rows.
+    pub fn part(&self, p: &placement::Placement, part: usize) -> IvfIndex {
+        assert_eq!(p.owner.len(), self.nlist, "a placement of another index");
+        assert!(part < p.devices, "part {part} of {}", p.devices);
+        let lists = p.lists_of(part);
+        let rows: usize = lists
+            .iter()
+            .map(|&l| {
+                let (s, e) = self.cell_range(l as usize);
+                e - s
+            })
+            .sum();
+        let (mut ids, mut vectors) = (Vec::with_capacity(rows), HugeF32::zeroed(rows * self.dim));
+        let mut offsets = Vec::with_capacity(self.nlist + 1);
+        let mut mine = lists.iter().peekable();
+        for l in 0..self.nlist {
+            offsets.push(ids.len() as u64);
+            if mine.next_if(|&&m| m as usize == l).is_some() {
+                let (s, e) = self.cell_range(l);
+                let at = ids.len();
+                ids.extend_from_slice(&self.ids()[s..e]);
+                vectors[at * self.dim..(at + e - s) * self.dim]
+                    .copy_from_slice(&self.vectors()[s * self.dim..e * self.dim]);
+            }
+        }
+        offsets.push(ids.len() as u64);
+        IvfIndex {
+            dim: self.dim,
+            nlist: self.nlist,
+            n: self.n,
+            metric: self.metric,
+            default_nprobe: self.default_nprobe,
+            placement: None,
+            store: Store::Owned {
+                centroids: self.centroids().to_vec(),
+                offsets,
+                ids,
+                vectors,
+            },
+        }
+    }
+
+    /// A fingerprint of the index's lists and quantizer under placement `p`: parts cut from
+    /// the same index the same way agree on it, so a front end never merges parts of two
+    /// different indexes (or two placements of one).
+    pub fn layout_fingerprint(&self, p: &placement::Placement) -> u64 {
+        let mut lists = crc32fast::Hasher::new();
+        for o in self.offsets() {
+            lists.update(&o.to_le_bytes());
+        }
+        for d in &p.owner {
+            lists.update(&d.to_le_bytes());
+        }
+        lists.update(&(p.devices as u64).to_le_bytes());
+        let mut quantizer = crc32fast::Hasher::new();
+        for c in self.centroids() {
+            quantizer.update(&c.to_le_bytes());
+        }
+        (u64::from(lists.finalize()) << 32) | u64::from(quantizer.finalize())
+    }
+
     pub fn save(&self, path: &Path) -> Result<()> {
         format::save(self, path)
     }

@@ -172,4 +172,48 @@ mod tests {
             }
         }
     }
+
+    /// A node's part of the index (every centroid, its lists only, the whole index's n): each
+    /// part queried whole (filter, search, reduce) and the parts' answers reduced give the
+    /// whole index's answer; another placement of the same index has another fingerprint.
+    #[test]
+    fn parts_queried_alone_reduce_to_the_whole_index() {
+        let (dim, nlist) = (16, 32);
+        let model = Model::new(SynthConfig {
+            clusters: 8,
+            ..SynthConfig::sift_like(dim, 11)
+        });
+        let ix = IvfIndex::build(
+            &model.sample(3000, 1),
+            nlist,
+            Metric::L2,
+            &KMeansConfig {
+                iters: 5,
+                ..KMeansConfig::new(nlist)
+            },
+        );
+        let queries = model.sample(40, 3);
+        for parts in [1, 2, 3] {
+            let p = ix.placement_for(parts);
+            let cut: Vec<IvfIndex> = (0..parts).map(|d| ix.part(&p, d)).collect();
+            assert_eq!(cut.iter().map(|c| c.ids().len()).sum::<usize>(), ix.n);
+            for c in &cut {
+                assert_eq!((c.n, c.nlist, c.centroids()), (ix.n, nlist, ix.centroids()));
+            }
+            let print = ix.layout_fingerprint(&p);
+            if parts > 1 {
+                assert_ne!(print, ix.layout_fingerprint(&ix.placement_for(parts - 1)));
+            }
+            for i in 0..queries.n {
+                let sp = SearchParams { k: 10, nprobe: 6 };
+                let partials: Vec<Vec<Neighbor>> =
+                    cut.iter().map(|c| c.query(queries.row(i), sp)).collect();
+                assert_eq!(
+                    stages::reduce(&partials, 10),
+                    ix.query(queries.row(i), sp),
+                    "query {i} over {parts} parts"
+                );
+            }
+        }
+    }
 }

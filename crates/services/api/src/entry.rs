@@ -5,6 +5,7 @@
 
 use crate::config::{ServiceFlag, Settings};
 use crate::workload::{LoadOptions, Workload};
+use cohort_engine::split::{MergeFn, ShardOf};
 use cohort_engine::Service;
 use cohort_gpu::engine::GpuBackend;
 use cohort_gpu::persistent::PersistentBackend;
@@ -75,6 +76,19 @@ pub struct Entry {
     /// retries such a request once on another node when its node fails. True unless the
     /// service changes state per request (the bank).
     pub idempotent: bool,
+    /// How it splits over cluster nodes that each hold one shard of its state (knn: a part
+    /// of the index's lists): the shard a node's settings give it, and the merge of the
+    /// shards' answers at the front end. None: every node serves it whole.
+    pub split: Option<Split>,
+}
+
+/// A service's shards across cluster nodes (`Entry::split`).
+#[derive(Clone, Copy)]
+pub struct Split {
+    /// The shard a node with these settings serves; None: the whole service.
+    pub shard_of: fn(&Settings) -> Result<Option<ShardOf>, String>,
+    /// The client's answer from one answer per shard.
+    pub merge: MergeFn,
 }
 
 /// A service's own run through the engines (`harness`) on one device, from a seed;
@@ -112,6 +126,7 @@ impl Entry {
             gpu_checks: &[],
             engine_checks: None,
             idempotent: true,
+            split: None,
         }
     }
 

@@ -38,6 +38,52 @@ pub struct KnnSettings {
     pub persistent_plan: PersistentPlan,
     /// gpu-persistent, cohort plan: block groups running cohorts side by side.
     pub persistent_groups: usize,
+    /// A cluster node's shard of the index, `I/N`: the node holds every centroid and the
+    /// lists the index's placement over N gives part I (`cohort index place --devices N`
+    /// records one), and a front end merges the N shards' answers. None: the whole index.
+    #[serde(skip_serializing_if = "Option::is_none")]
+    pub shard: Option<NodeShard>,
+}
+
+/// Part `shard` of `shards` of the index (`I/N`).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub struct NodeShard {
+    pub shard: u16,
+    pub shards: u16,
+}
+
+impl std::str::FromStr for NodeShard {
+    type Err = String;
+    fn from_str(t: &str) -> Result<NodeShard, String> {
+        let bad = || format!("shard {t:?}: want I/N with 0 <= I < N (\"0/2\": the first of two)");
+        let (i, n) = t.split_once('/').ok_or_else(bad)?;
+        let (shard, shards) = (
+            i.trim().parse::<u16>().map_err(|_| bad())?,
+            n.trim().parse::<u16>().map_err(|_| bad())?,
+        );
+        if shard >= shards {
+            return Err(bad());
+        }
+        Ok(NodeShard { shard, shards })
+    }
+}
+
+impl std::fmt::Display for NodeShard {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        write!(f, "{}/{}", self.shard, self.shards)
+    }
+}
+
+impl Serialize for NodeShard {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        s.collect_str(self)
+    }
+}
+
+impl<'de> Deserialize<'de> for NodeShard {
+    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<NodeShard, D::Error> {
+        text::deserialize(d)
+    }
 }
 
 impl Default for KnnSettings {
@@ -50,6 +96,7 @@ impl Default for KnnSettings {
             shard_exchange: Exchange::Auto,
             persistent_plan: PersistentPlan::default(),
             persistent_groups: DEFAULT_COHORT_GROUPS,
+            shard: None,
         }
     }
 }
@@ -106,5 +153,13 @@ pub const FLAGS: &[ServiceFlag] = &[
                integral data in 0..=255 such as SIFT) [default: f32]",
         switch: false,
         example: "u8",
+    },
+    ServiceFlag {
+        long: "index-shard",
+        key: "shard",
+        help: "knn on a cluster node: serve shard I of N of the index (I/N; the lists its \
+               placement over N gives part I) for a front end that merges the N shards",
+        switch: false,
+        example: "0/2",
     },
 ];

@@ -45,6 +45,8 @@ pub mod persistent_sharded;
 pub mod selftest;
 #[cfg(feature = "backends")]
 pub mod slice;
+#[cfg(feature = "backends")]
+pub mod split;
 pub mod tensors;
 
 use cohort_engine::Service;

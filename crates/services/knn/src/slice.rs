@@ -42,6 +42,10 @@ pub const ENTRY: Entry = Entry {
             persistent: true,
         },
     ],
+    split: Some(cohort_service_api::entry::Split {
+        shard_of: super::split::shard_of,
+        merge: super::split::merge,
+    }),
     ..Entry::cpu(
         "knn",
         super::ID,
@@ -59,6 +63,10 @@ fn load_index(c: &KnnSettings, mapped: bool) -> Result<cohort_knn::IvfIndex, Str
     let Some(path) = &c.index else {
         return Err("the knn service needs an index (--index PATH)".into());
     };
+    if let Some(shard) = c.shard {
+        // A node's part: read from the mapped file, only its own lists copied.
+        return super::split::load_part(path, shard);
+    }
     let ix = if mapped {
         cohort_knn::IvfIndex::load(path)
     } else {
