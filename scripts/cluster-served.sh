@@ -6,7 +6,8 @@
 #        directly, at low load, over UCX's transports (blocking on events: TCP; busy polling:
 #        shared memory between the processes, or TCP alone with UCX_TLS=tcp).
 #   knn: k-NN 1M (nlist 4096, nprobe 16) on gpu-cohort, one node per GPU behind a front end on
-#        8 cores, 1 / 2 / 4 nodes, against one `cohort serve` on the same 4 GPUs and 8 cores.
+#        8 cores, 1 / 2 / 4 nodes, against one `cohort serve` on the same 4 GPUs and 8 cores;
+#        NODES="1 2s 4s" splits the index over the 2 and 4 nodes instead of copying it.
 # Usage: OUT=DIR scripts/cluster-served.sh [hop|knn|all]
 # Needs: dist/cohort, dist/etcd (Debian's etcd-server), dist/ucx (libucp and its libraries).
 set -uo pipefail
@@ -106,24 +107,30 @@ knn() { # N=1000000 NLIST=4096 NPROBE=16 by default; N=10000000 NLIST=16384 NPRO
     local q=(--queries "$d/query.fvecs" --gt "$d/groundtruth.ivecs" --k 10 --nprobe "$nprobe")
     local sweep=(--sweep "${RATES:-200k,400k,600k,900k,1200k}" --poisson --duration 2 --connections 16)
     local gpus=${GPUS:-$(nvidia-smi -L | wc -l)}
-    local single=${SINGLE_GPUS:-$gpus} # the GPUs of the one `serve` compared with
+    local single=${SINGLE_GPUS:-$gpus} # the GPUs of the one `serve` compared with (0: none)
+    [ "$single" -gt 0 ] && {
     start single 0-7 serve --service knn:gpu-cohort --index "$ix" --gpus "$(seq -s, 0 $((single - 1)))" \
         --udp 127.0.0.1:7200 --io-threads 4 --max-cohort 2048
     routed 7200 knn "${q[@]}" || return 1
     taskset -c "$gen" "$B" load --target udp://127.0.0.1:7200 --service knn "${q[@]}" "${sweep[@]}" --server-pid "$pid_single" \
         --json "$OUT/knn-$tag-single-g$single.json" --label "one serve, $single GPUs" --log-level warn | head -8
     cleanup
+    }
     etcd_up
-    for nodes in ${NODES:-1 2 4}; do
+    # NODES: node counts; a count ending in s splits the index over its nodes (shard g of N
+    # on node g, `--index-shard`), else every node holds the whole index.
+    for each in ${NODES:-1 2 4}; do
+        local nodes=${each%s} split=() name=n$each what="whole index each"
         [ "$nodes" -le "$gpus" ] || continue
         for g in $(seq 0 $((nodes - 1))); do
+            [ "$each" = "$nodes" ] || { split=(--index-shard "$g/$nodes"); what="index split over them"; }
             start "node$g" "$((8 + 8 * g))-$((15 + 8 * g))" node --cluster $CL --node-listen 127.0.0.1:0 \
-                --node-id "gpu$g" --service knn:gpu-cohort --index "$ix" --gpus "$g" --max-cohort 2048
+                --node-id "gpu$g" --service knn:gpu-cohort --index "$ix" "${split[@]}" --gpus "$g" --max-cohort 2048
         done
         start fe 0-7 serve --cluster $CL --service knn --index "$ix" --udp 127.0.0.1:7201 --io-threads 4 --cluster-lanes 2
         routed 7201 knn "${q[@]}" || return 1
         taskset -c "$gen" "$B" load --target udp://127.0.0.1:7201 --service knn "${q[@]}" "${sweep[@]}" --server-pid "$pid_fe" \
-            --json "$OUT/knn-$tag-cluster-n$nodes.json" --label "front end + $nodes nodes" --log-level warn | head -8
+            --json "$OUT/knn-$tag-cluster-$name.json" --label "front end + $nodes nodes, $what" --log-level warn | head -8
         kill "${pids[@]:1}" 2>/dev/null; pids=("${pids[0]}"); sleep 1
     done
     cleanup
