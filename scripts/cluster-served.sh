@@ -7,7 +7,9 @@
 #        shared memory between the processes, or TCP alone with UCX_TLS=tcp).
 #   knn: k-NN 1M (nlist 4096, nprobe 16) on gpu-cohort, one node per GPU behind a front end on
 #        8 cores, 1 / 2 / 4 nodes, against one `cohort serve` on the same 4 GPUs and 8 cores;
-#        NODES="1 2s 4s" splits the index over the 2 and 4 nodes instead of copying it.
+#        NODES="1 2s 4s" splits the index over the 2 and 4 nodes instead of copying it;
+#        FE_IO / FE_LANES set the front end's io threads and lanes (4, 2); PROFILE_RATE=R
+#        keeps every thread's CPU (top -H) during a run at R after each sweep.
 # Usage: OUT=DIR scripts/cluster-served.sh [hop|knn|all]
 # Needs: dist/cohort, dist/etcd (Debian's etcd-server), dist/ucx (libucp and its libraries).
 set -uo pipefail
@@ -72,7 +74,7 @@ hop() {
     local load=(--service echo --payload-bytes 64 --rate 2000 --poisson --duration 5 --warmup 1)
     start direct 0-1 serve --service echo --udp 127.0.0.1:7100 --io-threads 1 --workers 1
     taskset -c "$gen" "$B" load --target udp://127.0.0.1:7100 "${load[@]}" --server-pid "$pid_direct" \
-        --json "$OUT/hop-direct.json" --label direct --log-level warn | head -2
+        --json "$OUT/hop-direct.json" --label direct --log-level warn | sed -n 1,2p # (sed reads to the end: no broken pipe)
     cleanup
     etcd_up
     for v in wake wake_tcp poll poll_tcp; do
@@ -92,7 +94,7 @@ hop() {
         local fe_pid
         eval "fe_pid=\$pid_fe_$v"
         taskset -c "$gen" "$B" load --target udp://127.0.0.1:7101 "${load[@]}" --server-pid "$fe_pid" \
-            --json "$OUT/hop-$v.json" --label "cluster $v" --log-level warn | head -2
+            --json "$OUT/hop-$v.json" --label "cluster $v" --log-level warn | sed -n 1,2p # (sed reads to the end: no broken pipe)
         kill "${pids[@]:1}" 2>/dev/null; pids=("${pids[0]}"); sleep 1
     done
     unset UCX_TLS
@@ -113,7 +115,7 @@ knn() { # N=1000000 NLIST=4096 NPROBE=16 by default; N=10000000 NLIST=16384 NPRO
         --udp 127.0.0.1:7200 --io-threads 4 --max-cohort 2048
     routed 7200 knn "${q[@]}" || return 1
     taskset -c "$gen" "$B" load --target udp://127.0.0.1:7200 --service knn "${q[@]}" "${sweep[@]}" --server-pid "$pid_single" \
-        --json "$OUT/knn-$tag-single-g$single.json" --label "one serve, $single GPUs" --log-level warn | head -8
+        --json "$OUT/knn-$tag-single-g$single.json" --label "one serve, $single GPUs" --log-level warn | sed -n 1,8p # (sed reads to the end: no broken pipe)
     cleanup
     }
     etcd_up
@@ -127,10 +129,18 @@ knn() { # N=1000000 NLIST=4096 NPROBE=16 by default; N=10000000 NLIST=16384 NPRO
             start "node$g" "$((8 + 8 * g))-$((15 + 8 * g))" node --cluster $CL --node-listen 127.0.0.1:0 \
                 --node-id "gpu$g" --service knn:gpu-cohort --index "$ix" "${split[@]}" --gpus "$g" --max-cohort 2048
         done
-        start fe 0-7 serve --cluster $CL --service knn --index "$ix" --udp 127.0.0.1:7201 --io-threads 4 --cluster-lanes 2
+        start fe 0-7 serve --cluster $CL --service knn --index "$ix" --udp 127.0.0.1:7201 \
+            --io-threads "${FE_IO:-4}" --cluster-lanes "${FE_LANES:-2}"
         routed 7201 knn "${q[@]}" || return 1
         taskset -c "$gen" "$B" load --target udp://127.0.0.1:7201 --service knn "${q[@]}" "${sweep[@]}" --server-pid "$pid_fe" \
-            --json "$OUT/knn-$tag-cluster-$name.json" --label "front end + $nodes nodes, $what" --log-level warn | head -8
+            --json "$OUT/knn-$tag-cluster-$name.json" --label "front end + $nodes nodes, $what" --log-level warn | sed -n 1,8p # (sed reads to the end: no broken pipe)
+        if [ -n "${PROFILE_RATE:-}" ]; then # every thread's CPU, 2 s into a run at this rate
+            taskset -c "$gen" "$B" load --target udp://127.0.0.1:7201 --service knn "${q[@]}" --rate "$PROFILE_RATE" \
+                --poisson --duration 4 --connections 16 --log-level error > /dev/null &
+            sleep 3
+            top -H -b -n 1 -d 1 -p "$pid_fe,$(pgrep -d, -f 'cohort node')" | head -45 > "$OUT/threads-$tag-$name.txt"
+            wait $!
+        fi
         kill "${pids[@]:1}" 2>/dev/null; pids=("${pids[0]}"); sleep 1
     done
     cleanup
