@@ -1,10 +1,11 @@
 #![no_main]
 //! The cluster's request and answer batches: any bytes decode to records or an error, never a
-//! panic, and what decodes re-encodes to the same bytes.
+//! panic, and what decodes re-encodes to the same bytes; any bytes opened as a sealed message
+//! are refused or open to a message that decodes the same way.
 use cohort_proto::node_wire::{self, Batch};
 use libfuzzer_sys::fuzz_target;
 
-fuzz_target!(|data: &[u8]| {
+fn round_trip(data: &[u8]) {
     let mut b = Batch::new(node_wire::REQUESTS);
     if node_wire::requests(data, |r| b.push_request(&r)).is_ok() {
         assert_eq!(b.take(), data);
@@ -12,5 +13,12 @@ fuzz_target!(|data: &[u8]| {
     let mut b = Batch::new(node_wire::ANSWERS);
     if node_wire::answers(data, |a| b.push_answer(&a)).is_ok() {
         assert_eq!(b.take(), data);
+    }
+}
+
+fuzz_target!(|data: &[u8]| {
+    round_trip(data);
+    if let Ok((_, inner)) = node_wire::open(data, b"a cluster key for the fuzzer") {
+        round_trip(inner);
     }
 });

@@ -526,3 +526,52 @@ fn a_knn_index_sharded_over_two_nodes_answers_as_the_whole_index() {
     assert!(r.ok > 3000, "{r:#?}");
     s0.child.wait().ok();
 }
+
+/// With a cluster key, front end and node seal every message and serve as without; a node
+/// holding another key, or none, runs nothing a front end sends it, and the front end
+/// answers every request itself. The key's misuses are refused at the command line.
+#[test]
+fn a_cluster_key_seals_the_link_and_a_node_without_it_runs_nothing() {
+    let d = Scratch::new("cluster-key");
+    let (good, other, short) = (d.path("good.key"), d.path("other.key"), d.path("short.key"));
+    std::fs::write(&good, "11".repeat(32)).unwrap();
+    std::fs::write(&other, "22".repeat(32)).unwrap();
+    std::fs::write(&short, "tiny").unwrap();
+    let check = |extra: &[&str]| {
+        let mut args = vec!["serve", "--udp", "127.0.0.1:0", "--service", "echo"];
+        args.extend_from_slice(extra);
+        args.push("--check-config");
+        let o = cohort(&args);
+        assert!(!o.status.success(), "{extra:?} accepted");
+        String::from_utf8_lossy(&o.stderr).into_owned()
+    };
+    assert!(check(&["--cluster-key", &good]).contains("needs --cluster"));
+    let cluster = ["--cluster", "etcd://127.0.0.1:2379"];
+    assert!(check(&[&cluster[..], &["--cluster-key", &short]].concat()).contains("at least 16"));
+    let Some(etcd) = Etcd::start() else { return };
+    let mut a = Node::start_with(&etcd, "a", &["--cluster-key", &good]);
+    let fe = front_with(&etcd, &["--cluster-key", &good]);
+    wait_routed(&fe);
+    let r = udp_load(&fe, 2000.0, 1.0);
+    assert_all_answered(&r);
+    assert!(r.errors.is_empty() && r.ok > 1000, "{r:#?}");
+    // Only nodes without the key are left.
+    let (b, c) = (
+        Node::start_with(&etcd, "b", &["--cluster-key", &other]),
+        Node::start(&etcd, "c"),
+    );
+    a.signal(libc::SIGTERM);
+    a.child.wait().unwrap();
+    std::thread::sleep(Duration::from_millis(500));
+    let r = udp_load(&fe, 1000.0, 1.5);
+    assert_all_answered(&r);
+    assert_eq!(r.ok, 0, "{r:#?}");
+    assert!(
+        r.errors
+            .keys()
+            .all(|k| k == "UNAVAILABLE" || k == "TIMEOUT"),
+        "{:?}",
+        r.errors
+    );
+    assert_eq!((b.answered(), c.answered()), (0, 0), "a node ran a request");
+}

@@ -47,7 +47,18 @@ fn index(dir: &std::path::Path) -> String {
         "[[key]]\nid = \"ci\"\nsecret = \"0123456789abcdef\"\n",
     )
     .unwrap();
+    std::fs::write(format!("{ix}.clusterkey"), "ab".repeat(32)).unwrap();
     ix
+}
+
+/// Settings a flag needs beside it: a cluster key seals a cluster's messages (--cluster); only
+/// a node serves a shard of the index (--node-listen).
+fn companions(flag: &str) -> &'static [(&'static str, &'static str)] {
+    match flag {
+        "cluster-key" => &[("cluster", "etcd://127.0.0.1:2379")],
+        "index-shard" => &[("node-listen", "127.0.0.1:0")],
+        _ => &[],
+    }
 }
 
 /// A valid value for each serve flag (None: a switch).
@@ -104,6 +115,7 @@ fn sample(flag: &str, ix: &str) -> Option<Option<String>> {
         "cluster-lanes" => v("2"),
         "tls-cert" | "tls-key" => Some(None), // given together, checked by the tls test
         "auth-keys" => Some(Some(format!("{ix}.keys"))),
+        "cluster-key" => Some(Some(format!("{ix}.clusterkey"))),
         "log-level" => v("warn"),
         "virtual-gpus" => v("0:2x8"),
         // Not settings: what the test itself uses or cannot pass alone.
@@ -199,6 +211,9 @@ fn every_serve_flag_and_config_key_is_accepted() {
         if let Some(v) = &value {
             args.push(v.clone());
         }
+        for (f, v) in companions(flag) {
+            args.extend([format!("--{f}"), v.to_string()]);
+        }
         let refs: Vec<&str> = args.iter().map(String::as_str).collect();
         let o = cohort(&refs);
         assert!(
@@ -227,6 +242,9 @@ fn every_serve_flag_and_config_key_is_accepted() {
             if k != key {
                 text.push_str(&format!("{k} = \"{v}\"\n"));
             }
+        }
+        for (f, v) in companions(flag) {
+            text.push_str(&format!("{} = \"{v}\"\n", f.replace('-', "_")));
         }
         std::fs::write(&cfg, text + &line).unwrap();
         let o = cohort(&["serve", "--check-config", "--config", cfg.to_str().unwrap()]);

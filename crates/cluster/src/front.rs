@@ -12,6 +12,7 @@
 //! whole request; a failed shard is retried on another node of that shard when it may run
 //! twice. Nodes serving a service whole are preferred over its shards.
 
+use crate::link::{ClusterKey, Link};
 use crate::membership::{self, Change, NodeInfo};
 use crate::node::SPIN;
 use crate::wire::{self, Batch, Request};
@@ -43,6 +44,8 @@ pub struct RemoteConfig {
     pub busy_poll: bool,
     /// Services that may be served from shards, and how their answers merge.
     pub merges: HashMap<u16, MergeFn>,
+    /// The cluster's key: messages sealed both ways (`link`); None: plain.
+    pub key: Option<ClusterKey>,
 }
 
 struct Pending {
@@ -105,6 +108,7 @@ struct Lane {
     stale: u64,
     /// UCX's event fd (-1 when busy polling).
     efd: std::os::fd::RawFd,
+    link: Link,
 }
 
 pub struct RemoteEngine {
@@ -182,6 +186,7 @@ fn run(
     };
     let mut s = Lane {
         efd,
+        link: Link::new(cfg.key.clone()),
         cfg,
         w,
         nodes: Vec::new(),
@@ -265,6 +270,17 @@ fn run(
     }
 }
 
+/// Why no node can take a request now.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+enum NoNode {
+    /// None serves its service (or shard).
+    Serving,
+    /// Those that do are not connected (connecting again after a failure).
+    Unconnected,
+    /// Those connected are at their windows.
+    Full,
+}
+
 impl Split {
     fn shard(self, shard: u16) -> ShardOf {
         ShardOf {
@@ -322,14 +338,17 @@ impl Lane {
                 };
                 self.send_to(i, bytes, p);
             }
-            Err(serving) => {
-                let (code, why) = if serving {
-                    (
+            Err(none) => {
+                let (code, why) = match none {
+                    NoNode::Full => (
                         ErrorCode::Overloaded,
-                        "every node serving this service is at its window (or reconnecting)",
-                    )
-                } else {
-                    (ErrorCode::Unavailable, "no node serves this service now")
+                        "every node serving this service is at its window",
+                    ),
+                    NoNode::Unconnected => (
+                        ErrorCode::Unavailable,
+                        "no node serving this service is connected now (connecting again)",
+                    ),
+                    NoNode::Serving => (ErrorCode::Unavailable, "no node serves this service now"),
                 };
                 Self::answer_error(lane, ingress, env, code, why)
             }
@@ -338,9 +357,9 @@ impl Lane {
 
     /// The connected node with room and the fewest requests outstanding among those serving
     /// `service` (its `shard`, or whole), ties taken in turn (at low load every node gets
-    /// its share, not the first listed); else whether any serves it at all.
-    fn pick(&mut self, service: u16, shard: Option<ShardOf>) -> Result<usize, bool> {
-        let mut serving = false;
+    /// its share, not the first listed); else why none can take it.
+    fn pick(&mut self, service: u16, shard: Option<ShardOf>) -> Result<usize, NoNode> {
+        let (mut serving, mut connected) = (false, false);
         self.turn = self.turn.wrapping_add(1);
         let (turn, count) = (self.turn, self.nodes.len());
         self.nodes
@@ -353,11 +372,18 @@ impl Lane {
                         .iter()
                         .any(|s| s.id == service && s.shard == shard)
             })
-            .inspect(|_| serving = true)
+            .inspect(|(_, n)| {
+                serving = true;
+                connected |= n.ep.is_some();
+            })
             .filter(|(_, n)| n.ep.is_some() && n.outstanding < n.window)
             .min_by_key(|&(i, n)| (n.outstanding, (i + count - turn % count) % count))
             .map(|(i, _)| i)
-            .ok_or(serving)
+            .ok_or(match (serving, connected) {
+                (false, _) => NoNode::Serving,
+                (true, false) => NoNode::Unconnected,
+                (true, true) => NoNode::Full,
+            })
     }
 
     /// Batches a request (or a shard's part of one) to node `i`.
@@ -398,24 +424,31 @@ impl Lane {
         for shard in 0..split.shards {
             match self.pick(env.service, Some(split.shard(shard))) {
                 Ok(i) => picks.push(i),
-                Err(true) => return Self::answer_error(
-                    lane,
-                    ingress,
-                    env,
-                    ErrorCode::Overloaded,
-                    "every node of one of this service's shards is at its window (or reconnecting)",
-                ),
-                Err(false) => {
+                Err(NoNode::Full) => {
+                    return Self::answer_error(
+                        lane,
+                        ingress,
+                        env,
+                        ErrorCode::Overloaded,
+                        "every node of one of this service's shards is at its window",
+                    )
+                }
+                Err(none) => {
+                    let why = if none == NoNode::Unconnected {
+                        "is connected now (connecting again)"
+                    } else {
+                        "serves it now"
+                    };
                     return Self::answer_error(
                         lane,
                         ingress,
                         env,
                         ErrorCode::Unavailable,
                         &format!(
-                            "no node serves shard {shard} of this service's {} now",
+                            "no node of shard {shard} of this service's {} {why}",
                             split.shards
                         ),
-                    )
+                    );
                 }
             }
         }
@@ -562,7 +595,7 @@ impl Lane {
                 continue;
             }
             let ep = n.ep.expect("batches go to connected nodes");
-            if let Err(e) = self.w.send(ep, n.batch.take(), true) {
+            if let Err(e) = self.w.send(ep, self.link.take(&mut n.batch), true) {
                 tracing::warn!(node = %n.info.id, %e, "remote: send failed");
                 failed.push(i);
             }
@@ -575,7 +608,11 @@ impl Lane {
     fn on_event(&mut self, ev: Event, lane: &mut AnswerRings) {
         match ev {
             Event::Message { data, .. } => {
-                let got = wire::answers(&data, |a| match self.pending.remove(&a.id) {
+                let data = match self.link.open(&data) {
+                    Ok(inner) => inner,
+                    Err(why) => return self.refused(&data, &why, lane),
+                };
+                let got = wire::answers(data, |a| match self.pending.remove(&a.id) {
                     Some(p) => {
                         if p.env.deadline != 0 {
                             self.deadlines.remove(&(p.env.deadline, a.id));
@@ -619,6 +656,30 @@ impl Lane {
                 }
             }
             Event::Accepted(_) => {}
+        }
+    }
+
+    /// A message that failed the cluster key's check (altered on the way, or not from a
+    /// node of this cluster: a node with another key closes the connection before it
+    /// answers). Nothing in it is taken as an answer; the nodes holding the requests it names
+    /// are failed (their requests retried or answered), so none waits for an answer that was
+    /// lost. A forged message can at most make a connection be made again.
+    fn refused(&mut self, msg: &[u8], why: &str, lane: &mut AnswerRings) {
+        let inner = if wire::is_sealed(msg) {
+            msg.get(wire::SEAL_HEAD..).unwrap_or(&[])
+        } else {
+            msg
+        };
+        let mut named = BTreeSet::new();
+        let _ = wire::answers(inner, |a| {
+            if let Some(p) = self.pending.get(&a.id) {
+                named.insert(p.node);
+            }
+        });
+        tracing::warn!(%why, nodes = ?named.iter().map(|&i| &self.nodes[i].info.id).collect::<Vec<_>>(),
+            "remote: refused a message from a node; failing the connections it names");
+        for i in named {
+            self.node_failed(i, lane, "a node's answers failed the cluster key's check");
         }
     }
 
@@ -800,7 +861,7 @@ impl Lane {
             failures: 0,
             outstanding: 0,
             window,
-            batch: Batch::new(wire::REQUESTS),
+            batch: self.link.batch(wire::REQUESTS),
             gone: false,
         };
         let i = match self.nodes.iter().position(|n| n.gone) {

@@ -4,6 +4,7 @@
 //! the node's answer back, membership in etcd ([`membership`]), the messages in `cohort_proto::node_wire`.
 
 pub mod front;
+pub mod link;
 pub mod membership;
 pub mod node;
 pub mod wait;

@@ -3,6 +3,7 @@
 //! (so the engines, admission and deadlines are the ones `cohort serve` runs), and the
 //! engines' answers go back, batched per front end, on the connection the request came by.
 
+use crate::link::{ClusterKey, Link};
 use crate::wait::EventWait;
 use crate::wire::{self, Answer, Batch};
 use cohort_engine::clock::now_ns;
@@ -88,6 +89,7 @@ impl NodeIngress {
         ends: IngressEnds,
         metrics: Arc<Metrics>,
         busy_poll: bool,
+        key: Option<ClusterKey>,
     ) -> anyhow::Result<NodeIngress> {
         let stop = Arc::new(AtomicBool::new(false));
         let (tx, rx) = std::sync::mpsc::channel();
@@ -115,7 +117,7 @@ impl NodeIngress {
                 if let Some(wait) = &wait {
                     ends.set_wake(wait.doorbell());
                 }
-                serve(&mut w, ends, &metrics, &s, wait.as_ref());
+                serve(&mut w, ends, &metrics, &s, wait.as_ref(), Link::new(key));
             })?;
         let (bound, address) = rx
             .recv()
@@ -144,10 +146,16 @@ impl Drop for NodeIngress {
 }
 
 /// Every answer the node gives is counted as `serve`'s ingresses count theirs.
-fn error_answer(out: &mut HashMap<EpId, Batch>, metrics: &Metrics, a: Asker, e: &ErrorPayload) {
+fn error_answer(
+    out: &mut HashMap<EpId, Batch>,
+    link: &Link,
+    metrics: &Metrics,
+    a: Asker,
+    e: &ErrorPayload,
+) {
     metrics.answered(a.service, e.code.label(), a.arrived.elapsed());
     out.entry(a.ep)
-        .or_insert_with(|| Batch::new(wire::ANSWERS))
+        .or_insert_with(|| link.batch(wire::ANSWERS))
         .push_answer(&Answer {
             id: a.id,
             status: e.code as u16,
@@ -161,6 +169,7 @@ fn serve(
     metrics: &Metrics,
     stop: &AtomicBool,
     wait: Option<&EventWait>,
+    mut link: Link,
 ) {
     let mut held = Held {
         slots: Vec::new(),
@@ -188,9 +197,22 @@ fn serve(
                     from: Some(ep),
                     data,
                 } => {
+                    let data = match link.open(&data) {
+                        Ok(inner) => inner,
+                        Err(why) => {
+                            // Not from a front end holding this cluster's key: nothing of it
+                            // runs, and the connection is closed (the front end, if honest
+                            // but misconfigured, answers what it sent and says so).
+                            tracing::warn!(%why, "node: refused a message; closing that connection");
+                            out.remove(&ep);
+                            held.orphan(ep);
+                            w.close(ep);
+                            continue;
+                        }
+                    };
                     let now = now_ns();
                     let arrived = Instant::now();
-                    let got = wire::requests(&data, |r| {
+                    let got = wire::requests(data, |r| {
                         let asker = Asker {
                             ep,
                             id: r.id,
@@ -201,14 +223,14 @@ fn serve(
                         if stopping_at.is_some() {
                             let e =
                                 ErrorPayload::new(ErrorCode::Unavailable, "the node is stopping");
-                            return error_answer(&mut out, metrics, asker, &e);
+                            return error_answer(&mut out, &link, metrics, asker, &e);
                         }
                         let Some(token) = held.insert(asker) else {
                             let e = ErrorPayload::new(
                                 ErrorCode::Overloaded,
                                 "the node holds as many requests as it can",
                             );
-                            return error_answer(&mut out, metrics, asker, &e);
+                            return error_answer(&mut out, &link, metrics, asker, &e);
                         };
                         let env = Envelope {
                             token,
@@ -223,7 +245,13 @@ fn serve(
                         };
                         if let Err(refusal) = ends.send(env, r.payload) {
                             held.take(token);
-                            error_answer(&mut out, metrics, asker, &refusal.error(r.service));
+                            error_answer(
+                                &mut out,
+                                &link,
+                                metrics,
+                                asker,
+                                &refusal.error(r.service),
+                            );
                         }
                     });
                     if let Err(e) = got {
@@ -255,7 +283,7 @@ fn serve(
                     return;
                 }
                 out.entry(a.ep)
-                    .or_insert_with(|| Batch::new(wire::ANSWERS))
+                    .or_insert_with(|| link.batch(wire::ANSWERS))
                     .push_answer(&Answer {
                         id: a.id,
                         status: m.env.status,
@@ -266,7 +294,8 @@ fn serve(
         busy |= answered > 0;
         for (ep, batch) in out.iter_mut() {
             if batch.records() > 0 {
-                if let Err(e) = w.send(*ep, batch.take(), false) {
+                // (As a reply: the front end learns which connection it came on.)
+                if let Err(e) = w.send(*ep, link.take(batch), false) {
                     tracing::warn!(%e, "node: answers not sent (the front end's connection failed)");
                 }
             }

@@ -139,6 +139,12 @@ pub struct ServeArgs {
     /// million requests a second.
     #[arg(long, default_value_t = 1)]
     pub cluster_lanes: usize,
+    /// The cluster's shared secret (the same file on every node and front end: hex, as
+    /// `openssl rand -hex 32` writes, or 16+ bytes): every message between front end and node
+    /// sealed (HMAC-SHA256, numbered, timed) and the receiver refuses any other. Without it
+    /// a node runs what any peer reaching --node-listen sends.
+    #[arg(long, value_name = "FILE")]
+    pub cluster_key: Option<std::path::PathBuf>,
     /// Admin listen address (HOST:PORT, or a PORT alone for loopback): `GET /metrics` and
     /// `GET /healthz` there, and `/metrics` no longer on the HTTP port.
     #[arg(long)]
@@ -556,6 +562,7 @@ fn start_node(
         ends,
         side.metrics.clone(),
         a.cluster_busy_poll,
+        cluster_key(a)?,
     )
     .context("the node's UCX listener")?;
     let info = NodeInfo {
@@ -598,10 +605,30 @@ fn start_node(
     })
 }
 
+/// The cluster key a node or front end was given; a node without one says what that means.
+pub(crate) fn cluster_key(a: &ServeArgs) -> Result<Option<cohort_cluster::link::ClusterKey>> {
+    match &a.cluster_key {
+        Some(path) => Ok(Some(cohort_cluster::link::ClusterKey::load(path)?)),
+        None => {
+            if a.node_listen.is_some() {
+                tracing::warn!("node: no --cluster-key: any peer that reaches --node-listen can run requests here");
+            }
+            Ok(None)
+        }
+    }
+}
+
 /// Everything `serve` checks before it binds sockets or starts threads: the flags, the plans,
 /// the files the services read, and the GPUs the GPU engines would open.
 pub fn check(a: &ServeArgs) -> Result<Vec<plan::ServicePlan>> {
     a.net_config()?;
+    if let Some(path) = &a.cluster_key {
+        anyhow::ensure!(
+            a.cluster.is_some(),
+            "--cluster-key seals the messages between front ends and nodes: it needs --cluster"
+        );
+        cohort_cluster::link::ClusterKey::load(path)?;
+    }
     let plans = plan::plans(a)?;
     if a.node_listen.is_none() {
         refuse_shards(&plans)?;
