@@ -14,7 +14,7 @@ fuzz_target!(|data: &[u8]| {
     };
     let at = (cut as usize * rest.len()) / 255;
     let (json, binary) = rest.split_at(at.min(rest.len()));
-    match cohort_net::parse_infer(json, binary) {
+    match cohort_engine::tensor_json::parse_infer(json, binary) {
         Ok((tensors, params)) => {
             for t in &tensors {
                 if let Some(size) = t.datatype.size() {

@@ -25,6 +25,7 @@ mod service;
 pub mod sharded;
 pub mod split;
 pub mod tensor;
+pub mod tensor_json;
 pub mod wiring;
 
 pub use batch::{BatchBackend, BatchConfig, BatchLane, BatchSlot};

@@ -33,7 +33,7 @@ pub use tls::check_tls;
 mod udp;
 mod v2;
 mod v2_grpc;
-pub use v2::parse_infer;
+pub use cohort_engine::tensor_json::parse_infer;
 
 pub use context::Context;
 pub use server::{check_ports, NetConfig, Server, Shared, UdpIo};

@@ -13,13 +13,13 @@ use crate::http_limits;
 use crate::quota::Who;
 use crate::shard::Shard;
 use bytes::Bytes;
-use cohort_engine::tensor::{DataType, Parameters, Tensor, TensorModel};
+use cohort_engine::tensor::{Parameters, Tensor, TensorModel};
+use cohort_engine::tensor_json::{parse_request, tensors, to_json, InferRequest};
 use cohort_engine::Service;
 use cohort_proto::{ErrorCode, ErrorPayload, Header};
 use http_body_util::Full;
 use hyper::body::Incoming;
 use hyper::{Method, Request, StatusCode};
-use serde::Deserialize;
 use serde_json::{json, Value};
 use std::net::IpAddr;
 use std::sync::Arc;
@@ -145,180 +145,8 @@ pub(crate) fn config(name: &str, m: &dyn TensorModel) -> Value {
             "input": io(m.inputs()), "output": io(m.outputs()) })
 }
 
-#[derive(Deserialize)]
-struct InferRequest {
-    id: Option<String>,
-    #[serde(default)]
-    parameters: Parameters,
-    inputs: Vec<InputTensor>,
-    outputs: Option<Vec<RequestedOutput>>,
-}
-
-#[derive(Deserialize)]
-struct InputTensor {
-    name: String,
-    shape: Vec<usize>,
-    datatype: String,
-    #[serde(default)]
-    parameters: Parameters,
-    data: Option<Value>,
-}
-
-#[derive(Deserialize)]
-struct RequestedOutput {
-    name: String,
-    #[serde(default)]
-    parameters: Parameters,
-}
-
 fn bad(msg: impl Into<String>) -> ErrorPayload {
     ErrorPayload::new(ErrorCode::BadRequest, msg)
-}
-
-/// JSON `data` (nested or flat) as the tensor's bytes.
-fn from_json(d: DataType, data: &Value, out: &mut Vec<u8>) -> Result<usize, ErrorPayload> {
-    match data {
-        Value::Array(a) => a.iter().try_fold(0, |n, x| Ok(n + from_json(d, x, out)?)),
-        x => {
-            let int = |lo: i64, hi: i64| {
-                x.as_i64()
-                    .filter(|v| (lo..=hi).contains(v))
-                    .ok_or_else(|| bad(format!("{x} is not a {} element", d.name())))
-            };
-            match d {
-                DataType::Bool => {
-                    let b = x
-                        .as_bool()
-                        .ok_or_else(|| bad(format!("{x} is not a BOOL element")))?;
-                    out.push(b as u8);
-                }
-                DataType::Uint8 => out.push(int(0, 255)? as u8),
-                DataType::Int32 => out.extend_from_slice(
-                    &(int(i32::MIN.into(), i32::MAX.into())? as i32).to_le_bytes(),
-                ),
-                DataType::Int64 => out.extend_from_slice(&int(i64::MIN, i64::MAX)?.to_le_bytes()),
-                DataType::Fp32 => {
-                    let v = x
-                        .as_f64()
-                        .ok_or_else(|| bad(format!("{x} is not a number")))?;
-                    out.extend_from_slice(&(v as f32).to_le_bytes());
-                }
-                DataType::Bytes => {
-                    let s = x
-                        .as_str()
-                        .ok_or_else(|| bad(format!("{x} is not a string")))?;
-                    out.extend_from_slice(&(s.len() as u32).to_le_bytes());
-                    out.extend_from_slice(s.as_bytes());
-                }
-            }
-            Ok(1)
-        }
-    }
-}
-
-/// A tensor's bytes as JSON `data` (flat, row-major). Non-finite FP32 values are null.
-fn to_json(t: &Tensor) -> Value {
-    match t.datatype {
-        DataType::Bool => t.data.iter().map(|&b| json!(b != 0)).collect(),
-        DataType::Uint8 => t.data.iter().map(|&b| json!(b)).collect(),
-        DataType::Int32 => t
-            .data
-            .chunks_exact(4)
-            .map(|b| json!(i32::from_le_bytes(b.try_into().unwrap())))
-            .collect(),
-        DataType::Int64 => t
-            .data
-            .chunks_exact(8)
-            .map(|b| json!(i64::from_le_bytes(b.try_into().unwrap())))
-            .collect(),
-        DataType::Fp32 => t
-            .data
-            .chunks_exact(4)
-            .map(|b| json!(f32::from_le_bytes(b.try_into().unwrap())))
-            .collect(),
-        DataType::Bytes => cohort_engine::tensor::byte_elements(t)
-            .unwrap_or_default()
-            .into_iter()
-            .map(|e| json!(String::from_utf8_lossy(e)))
-            .collect(),
-    }
-}
-
-/// The request's tensors from its JSON part and binary part.
-fn tensors(r: &InferRequest, mut binary: &[u8]) -> Result<Vec<Tensor>, ErrorPayload> {
-    let mut out = Vec::with_capacity(r.inputs.len());
-    for i in &r.inputs {
-        let d = DataType::parse(&i.datatype).ok_or_else(|| {
-            bad(format!(
-                "input {}: datatype {} is not served",
-                i.name, i.datatype
-            ))
-        })?;
-        let elements = (i.shape.iter())
-            .try_fold(1usize, |n, &d| n.checked_mul(d))
-            .ok_or_else(|| {
-                bad(format!(
-                    "input {}: shape {:?} is too large",
-                    i.name, i.shape
-                ))
-            })?;
-        let data = match (i.parameters.get("binary_data_size"), &i.data) {
-            (Some(n), _) => {
-                let n = n
-                    .as_u64()
-                    .ok_or_else(|| bad("binary_data_size is a byte count"))?
-                    as usize;
-                if n > binary.len() {
-                    return Err(bad(format!(
-                        "input {}: {n} binary bytes, {} left",
-                        i.name,
-                        binary.len()
-                    )));
-                }
-                let (mine, rest) = binary.split_at(n);
-                binary = rest;
-                mine.to_vec()
-            }
-            (None, Some(v)) => {
-                let mut b = Vec::new();
-                let n = from_json(d, v, &mut b)?;
-                if n != elements {
-                    return Err(bad(format!(
-                        "input {}: {n} elements for shape {:?}",
-                        i.name, i.shape
-                    )));
-                }
-                b
-            }
-            (None, None) => return Err(bad(format!("input {} has no data", i.name))),
-        };
-        let t = Tensor {
-            name: i.name.clone(),
-            datatype: d,
-            shape: i.shape.clone(),
-            data,
-        };
-        out.push(t.checked()?);
-    }
-    if !binary.is_empty() {
-        return Err(bad(format!(
-            "{} binary bytes that no input claims",
-            binary.len()
-        )));
-    }
-    Ok(out)
-}
-
-/// An inference request's JSON part.
-fn parse_request(json: &[u8]) -> Result<InferRequest, ErrorPayload> {
-    serde_json::from_slice(json).map_err(|e| bad(format!("not an inference request: {e}")))
-}
-
-/// An inference request's tensors and parameters from its JSON part and the binary part
-/// after it (empty without the binary extension): what `infer` reads before the model does.
-pub fn parse_infer(json: &[u8], binary: &[u8]) -> Result<(Vec<Tensor>, Parameters), ErrorPayload> {
-    let r = parse_request(json)?;
-    Ok((tensors(&r, binary)?, r.parameters))
 }
 
 fn flag(p: &Parameters, key: &str) -> bool {
