@@ -11,8 +11,8 @@ mod common;
 
 use cohort_load::{Mode, Target};
 use common::{
-    assert_all_answered, cohort, cohort_load_report, free_port, http_get, http_post, load_over,
-    Scratch, Served,
+    assert_all_answered, cohort, cohort_load_report, free_port, http_get, http_post, knn_files,
+    load_over, Scratch, Served,
 };
 use std::io::{BufRead, BufReader};
 use std::net::SocketAddr;
@@ -357,45 +357,6 @@ fn polling_roles_connect_by_worker_address_and_serve() {
     assert!(r.errors.is_empty(), "{:?}", r.errors);
 }
 
-/// A small k-NN index and its queries (cpu build, synthetic data), in `d`.
-struct KnnFiles {
-    index: String,
-    queries: String,
-    gt: String,
-}
-
-fn knn_files(d: &Scratch) -> KnnFiles {
-    let data = d.path("data");
-    let run = |args: &[&str]| {
-        let o = cohort(args);
-        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    };
-    run(&[
-        "data",
-        "synth",
-        "--n",
-        "20000",
-        "--dim",
-        "32",
-        "--queries",
-        "200",
-        "--gt-k",
-        "10",
-        "--out",
-        &data,
-    ]);
-    let index = d.path("ivf64.index");
-    let base = format!("{data}/base.fvecs");
-    run(&[
-        "index", "build", "--base", &base, "--nlist", "64", "--out", &index,
-    ]);
-    KnnFiles {
-        index,
-        queries: format!("{data}/query.fvecs"),
-        gt: format!("{data}/groundtruth.ivecs"),
-    }
-}
-
 /// The body of an HTTP answer (status line checked: 200).
 fn http_body(answer: &str) -> &str {
     assert!(answer.starts_with("HTTP/1.1 200"), "{answer}");
@@ -514,7 +475,7 @@ fn a_knn_index_sharded_over_two_nodes_answers_as_the_whole_index() {
     ));
     let target = Target::Tcp(fe.tcp.unwrap());
     let mode = Mode::Open {
-        rate: 2000.0,
+        rate: 1000.0,
         poisson: true,
     };
     let run = std::thread::spawn(move || load_over(target, mode, 3.0, w, 2));
@@ -523,7 +484,7 @@ fn a_knn_index_sharded_over_two_nodes_answers_as_the_whole_index() {
     let r = run.join().unwrap();
     assert_all_answered(&r);
     assert!(r.errors.is_empty(), "{:?}", r.errors);
-    assert!(r.ok > 3000, "{r:#?}");
+    assert!(r.ok > 1500, "{r:#?}");
     s0.child.wait().ok();
 }
 

@@ -31,30 +31,8 @@ fn json(path: &std::path::Path) -> serde_json::Value {
 #[test]
 fn served_knn_recall_equals_the_index_recall_against_exact_search() {
     let d = Scratch::new("knn-served");
-    let data = d.path("data");
-    ok(&cohort(&[
-        "data",
-        "synth",
-        "--n",
-        "20000",
-        "--dim",
-        "32",
-        "--queries",
-        "200",
-        "--gt-k",
-        "10",
-        "--out",
-        &data,
-    ]));
-    let (base, query, gt, ix) = (
-        format!("{data}/base.fvecs"),
-        format!("{data}/query.fvecs"),
-        format!("{data}/groundtruth.ivecs"),
-        d.path("ivf64.index"),
-    );
-    ok(&cohort(&[
-        "index", "build", "--base", &base, "--nlist", "64", "--out", &ix,
-    ]));
+    let f = knn_files(&d);
+    let (query, gt, ix) = (f.queries, f.gt, f.index);
     let eval = d.path("eval.json");
     ok(&cohort(&[
         "index",

@@ -273,3 +273,43 @@ impl Drop for Scratch {
         let _ = std::fs::remove_dir_all(&self.0);
     }
 }
+
+/// A small k-NN index (20 000 x 32, nlist 64, cpu build), its 200 queries and their exact
+/// top-10, synthetic, in `d`.
+pub struct KnnFiles {
+    pub index: String,
+    pub queries: String,
+    pub gt: String,
+}
+
+pub fn knn_files(d: &Scratch) -> KnnFiles {
+    let data = d.path("data");
+    let run = |args: &[&str]| {
+        let o = cohort(args);
+        assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    };
+    run(&[
+        "data",
+        "synth",
+        "--n",
+        "20000",
+        "--dim",
+        "32",
+        "--queries",
+        "200",
+        "--gt-k",
+        "10",
+        "--out",
+        &data,
+    ]);
+    let index = d.path("ivf64.index");
+    let base = format!("{data}/base.fvecs");
+    run(&[
+        "index", "build", "--base", &base, "--nlist", "64", "--out", &index,
+    ]);
+    KnnFiles {
+        index,
+        queries: format!("{data}/query.fvecs"),
+        gt: format!("{data}/groundtruth.ivecs"),
+    }
+}

@@ -173,20 +173,27 @@ impl IvfIndex {
         v.iter_mut()
             .zip(self.vectors())
             .for_each(|(o, x)| *o = f(*x));
-        let store = Store::Owned {
-            centroids: self.centroids().to_vec(),
-            offsets: self.offsets().to_vec(),
-            ids: self.ids().to_vec(),
-            vectors: v,
-        };
+        IvfIndex {
+            placement: self.placement.clone(),
+            ..self.owning(self.offsets().to_vec(), self.ids().to_vec(), v)
+        }
+    }
+
+    /// An index of this one's shape and quantizer holding `offsets`, `ids` and `vectors`.
+    fn owning(&self, offsets: Vec<u64>, ids: Vec<u32>, vectors: HugeF32) -> IvfIndex {
         IvfIndex {
             dim: self.dim,
             nlist: self.nlist,
             n: self.n,
             metric: self.metric,
             default_nprobe: self.default_nprobe,
-            placement: self.placement.clone(),
-            store,
+            placement: None,
+            store: Store::Owned {
+                centroids: self.centroids().to_vec(),
+                offsets,
+                ids,
+                vectors,
+            },
         }
     }
 
@@ -244,20 +251,7 @@ impl IvfIndex {
             }
         }
         offsets.push(ids.len() as u64);
-        IvfIndex {
-            dim: self.dim,
-            nlist: self.nlist,
-            n: self.n,
-            metric: self.metric,
-            default_nprobe: self.default_nprobe,
-            placement: None,
-            store: Store::Owned {
-                centroids: self.centroids().to_vec(),
-                offsets,
-                ids,
-                vectors,
-            },
-        }
+        self.owning(offsets, ids, vectors)
     }
 
     /// A fingerprint of the index's lists and quantizer under placement `p`: parts cut from

@@ -3,6 +3,7 @@
 
 use super::gpu_ivf::Precision;
 use super::persistent::{PersistentPlan, DEFAULT_COHORT_GROUPS};
+use cohort_engine::split::ShardSpec;
 use cohort_gpu::persistent::rt::BAR_GROUPS;
 use cohort_service_api::config::named_enum;
 use cohort_service_api::config::{text, ServiceConfig, ServiceFlag};
@@ -42,48 +43,7 @@ pub struct KnnSettings {
     /// lists the index's placement over N gives part I (`cohort index place --devices N`
     /// records one), and a front end merges the N shards' answers. None: the whole index.
     #[serde(skip_serializing_if = "Option::is_none")]
-    pub shard: Option<NodeShard>,
-}
-
-/// Part `shard` of `shards` of the index (`I/N`).
-#[derive(Debug, Clone, Copy, PartialEq, Eq)]
-pub struct NodeShard {
-    pub shard: u16,
-    pub shards: u16,
-}
-
-impl std::str::FromStr for NodeShard {
-    type Err = String;
-    fn from_str(t: &str) -> Result<NodeShard, String> {
-        let bad = || format!("shard {t:?}: want I/N with 0 <= I < N (\"0/2\": the first of two)");
-        let (i, n) = t.split_once('/').ok_or_else(bad)?;
-        let (shard, shards) = (
-            i.trim().parse::<u16>().map_err(|_| bad())?,
-            n.trim().parse::<u16>().map_err(|_| bad())?,
-        );
-        if shard >= shards {
-            return Err(bad());
-        }
-        Ok(NodeShard { shard, shards })
-    }
-}
-
-impl std::fmt::Display for NodeShard {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        write!(f, "{}/{}", self.shard, self.shards)
-    }
-}
-
-impl Serialize for NodeShard {
-    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
-        s.collect_str(self)
-    }
-}
-
-impl<'de> Deserialize<'de> for NodeShard {
-    fn deserialize<D: serde::Deserializer<'de>>(d: D) -> Result<NodeShard, D::Error> {
-        text::deserialize(d)
-    }
+    pub shard: Option<ShardSpec>,
 }
 
 impl Default for KnnSettings {
