@@ -8,8 +8,6 @@
 pub mod backend;
 #[cfg(feature = "backends")]
 pub mod bench;
-pub mod besim;
-pub mod client;
 #[cfg(feature = "backends")]
 pub mod config;
 #[cfg(feature = "backends")]
@@ -22,18 +20,16 @@ pub mod gpu_checks;
 pub mod gpu_records;
 #[cfg(feature = "backends")]
 pub mod kernels;
-pub mod kinds;
 pub mod load;
-pub mod page;
-pub mod parse;
-pub mod record;
-pub mod session;
 #[cfg(feature = "backends")]
 pub mod slice;
 #[cfg(feature = "backends")]
 pub mod store;
 #[cfg(test)]
 mod tests;
+
+/// The banking library's parts, under the service's name (its backends and kernels' twins).
+pub use cohort_bank::{besim, client, kinds, page, parse, record, session};
 
 use besim::Besim;
 use cohort_engine::Service;

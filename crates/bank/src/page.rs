@@ -13,8 +13,8 @@ use super::record::Records;
 /// Body bytes of every refusal page.
 pub const REFUSAL_PAGE_BYTES: usize = 1024;
 /// Digits of the Content-Length field (space padded on the left: optional whitespace).
-pub(crate) const LENGTH_FIELD: usize = 6;
-pub(crate) const TAIL: &[u8] = b"</body></html>\n";
+pub const LENGTH_FIELD: usize = 6;
+pub const TAIL: &[u8] = b"</body></html>\n";
 
 /// What the page shows besides the request: the session change it made.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]

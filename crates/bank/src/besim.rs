@@ -31,15 +31,15 @@ fn word(user: u32, salt: u64, i: u64) -> u64 {
     mix(mix((user as u64) << 16 ^ salt) ^ i)
 }
 
-pub(crate) const FIRST: [&str; 16] = [
+pub const FIRST: [&str; 16] = [
     "Ada", "Alan", "Barbara", "Claude", "Donald", "Edsger", "Frances", "Grace", "John", "Ken",
     "Leslie", "Margaret", "Niklaus", "Radia", "Shafi", "Tony",
 ];
-pub(crate) const LAST: [&str; 16] = [
+pub const LAST: [&str; 16] = [
     "Allen", "Backus", "Codd", "Dijkstra", "Floyd", "Hamming", "Hoare", "Hopper", "Kahan", "Knuth",
     "Lamport", "Liskov", "Perlman", "Ritchie", "Turing", "Wirth",
 ];
-pub(crate) const STREETS: [&str; 8] = [
+pub const STREETS: [&str; 8] = [
     "Oak St",
     "Maple Ave",
     "Pine Rd",
@@ -49,7 +49,7 @@ pub(crate) const STREETS: [&str; 8] = [
     "Spruce Ct",
     "Ash Blvd",
 ];
-pub(crate) const CITIES: [&str; 8] = [
+pub const CITIES: [&str; 8] = [
     "Springfield",
     "Riverton",
     "Fairview",
@@ -59,8 +59,8 @@ pub(crate) const CITIES: [&str; 8] = [
     "Salem",
     "Franklin",
 ];
-pub(crate) const ACCOUNT_KINDS: [&str; 4] = ["Checking", "Savings", "Money Market", "Credit Card"];
-pub(crate) const MERCHANTS: [&str; 16] = [
+pub const ACCOUNT_KINDS: [&str; 4] = ["Checking", "Savings", "Money Market", "Credit Card"];
+pub const MERCHANTS: [&str; 16] = [
     "Grocery Mart",
     "Fuel Stop",
     "City Power",
