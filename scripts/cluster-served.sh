@@ -127,13 +127,20 @@ knn() { # N=1000000 NLIST=4096 NPROBE=16 by default; N=10000000 NLIST=16384 NPRO
         for g in $(seq 0 $((nodes - 1))); do
             [ "$each" = "$nodes" ] || { split=(--index-shard "$g/$nodes"); what="index split over them"; }
             start "node$g" "$((8 + 8 * g))-$((15 + 8 * g))" node --cluster $CL --node-listen 127.0.0.1:0 \
-                --node-id "gpu$g" --service knn:gpu-cohort --index "$ix" "${split[@]}" --gpus "$g" --max-cohort 2048
+                --node-id "gpu$g" --service knn:gpu-cohort --index "$ix" "${split[@]}" --gpus "$g" --max-cohort 2048 \
+                --admin "127.0.0.1:$((7300 + g))"
         done
         start fe 0-7 serve --cluster $CL --service knn --index "$ix" --udp 127.0.0.1:7201 \
-            --io-threads "${FE_IO:-4}" --cluster-lanes "${FE_LANES:-2}"
+            --io-threads "${FE_IO:-4}" --cluster-lanes "${FE_LANES:-2}" --admin 127.0.0.1:7299
         routed 7201 knn "${q[@]}" || return 1
         taskset -c "$gen" "$B" load --target udp://127.0.0.1:7201 --service knn "${q[@]}" "${sweep[@]}" --server-pid "$pid_fe" \
             --json "$OUT/knn-$tag-cluster-$name.json" --label "front end + $nodes nodes, $what" --log-level warn | sed -n 1,8p # (sed reads to the end: no broken pipe)
+        # Who answered what (outcomes per role: an OVERLOADED at a node or at the front end),
+        # and each node's queue waits, after the sweep.
+        for port in 7299 $(seq 7300 $((7300 + nodes - 1))); do
+            python3 -c "import urllib.request,sys; sys.stdout.write(urllib.request.urlopen('http://127.0.0.1:$port/metrics').read().decode())" \
+                > "$OUT/metrics-$tag-$name-$port.txt" 2>&1
+        done
         if [ -n "${PROFILE_RATE:-}" ]; then # every thread's CPU, 2 s into a run at this rate
             taskset -c "$gen" "$B" load --target udp://127.0.0.1:7201 --service knn "${q[@]}" --rate "$PROFILE_RATE" \
                 --poisson --duration 4 --connections 16 --log-level error > /dev/null &

@@ -114,16 +114,18 @@ struct Lane {
 pub struct RemoteEngine {
     stop: Arc<AtomicBool>,
     threads: Vec<std::thread::JoinHandle<()>>,
+    /// Each lane's membership watch (it sees the stop within a second).
+    watches: Vec<std::thread::JoinHandle<()>>,
 }
 
 impl RemoteEngine {
     /// One thread per lane, each with its own UCX worker and its own view of the membership.
     pub fn start(cfg: &RemoteConfig, lanes: Vec<LaneEnds>) -> anyhow::Result<RemoteEngine> {
         let stop = Arc::new(AtomicBool::new(false));
-        let mut threads = Vec::new();
+        let (mut threads, mut watches) = (Vec::new(), Vec::new());
         for lane in lanes {
             let (tx, rx) = crossbeam_channel::unbounded();
-            membership::watch(cfg.etcd.clone(), tx);
+            watches.push(membership::watch(cfg.etcd.clone(), tx, stop.clone()));
             let (cfg, stop) = (cfg.clone(), stop.clone());
             let (ready_tx, ready_rx) = std::sync::mpsc::channel();
             threads.push(
@@ -149,13 +151,30 @@ impl RemoteEngine {
                 .recv()
                 .map_err(|_| anyhow::anyhow!("a remote lane ended at start"))??;
         }
-        Ok(RemoteEngine { stop, threads })
+        Ok(RemoteEngine {
+            stop,
+            threads,
+            watches,
+        })
     }
 
+    /// Stops the lanes (each answers what it holds first, a while) and the watches. A watch
+    /// stuck connecting to an etcd that is gone is left to end with the process.
     pub fn shutdown(self) {
         self.stop.store(true, Ordering::Release);
         for t in self.threads {
             t.join().ok();
+        }
+        let until = Instant::now() + Duration::from_secs(3);
+        for w in self.watches {
+            while !w.is_finished() && Instant::now() < until {
+                std::thread::sleep(Duration::from_millis(20));
+            }
+            if w.is_finished() {
+                w.join().ok();
+            } else {
+                tracing::warn!("remote: a membership watch did not stop in time (etcd unreachable?); left to the process's end");
+            }
         }
     }
 }

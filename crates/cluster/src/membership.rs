@@ -222,12 +222,13 @@ async fn hold_lease(
 pub fn watch(
     eps: Vec<String>,
     tx: crossbeam_channel::Sender<Change>,
+    stop: Arc<AtomicBool>,
 ) -> std::thread::JoinHandle<()> {
     spawn("etcd-watch", async move {
         let mut was_down = false;
-        loop {
-            match follow(&eps, &tx, &mut was_down).await {
-                Ok(()) => return, // the remote engine is gone
+        while !stop.load(Ordering::Acquire) {
+            match follow(&eps, &tx, &mut was_down, &stop).await {
+                Ok(()) => return, // the remote engine is gone or stopping
                 Err(e) => {
                     if !was_down {
                         tracing::warn!(error = %format!("{e:#}"),
@@ -255,6 +256,7 @@ async fn follow(
     eps: &[String],
     tx: &crossbeam_channel::Sender<Change>,
     was_down: &mut bool,
+    stop: &AtomicBool,
 ) -> Result<()> {
     let mut c = connect(eps).await?;
     let listed = c.get(PREFIX, Some(GetOptions::new().with_prefix())).await?;
@@ -285,6 +287,9 @@ async fn follow(
         let msg = match tokio::time::timeout(Duration::from_secs(1), stream.message()).await {
             Ok(m) => m?,
             Err(_) => {
+                if stop.load(Ordering::Acquire) {
+                    return Ok(());
+                }
                 c.status().await?;
                 continue;
             }

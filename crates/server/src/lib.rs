@@ -135,8 +135,9 @@ pub struct ServeArgs {
     #[arg(long)]
     pub cluster_busy_poll: bool,
     /// A front end's forwarding threads (the remote engine's lanes): each takes requests from
-    /// every io thread, has its own UCX connections to every node, and forwards about a
-    /// million requests a second.
+    /// every io thread and has its own UCX connections (and window) to every node. Measured
+    /// on a 4x H100 host: a lane forwards ~300 K requests a second, a query to a service
+    /// split over N shards counting N.
     #[arg(long, default_value_t = 1)]
     pub cluster_lanes: usize,
     /// The cluster's shared secret (the same file on every node and front end: hex, as
