@@ -9,7 +9,8 @@
 #        8 cores, 1 / 2 / 4 nodes, against one `cohort serve` on the same 4 GPUs and 8 cores;
 #        NODES="1 2s 4s" splits the index over the 2 and 4 nodes instead of copying it;
 #        FE_IO / FE_LANES set the front end's io threads and lanes (4, 2); PROFILE_RATE=R
-#        keeps every thread's CPU (top -H) during a run at R after each sweep.
+#        keeps every thread's CPU (top -H) during a run at R after each sweep; ANCHOR=0 skips
+#        the echo anchor run first, SETTLE_S waits that long before measuring.
 # Usage: OUT=DIR scripts/cluster-served.sh [hop|knn|all]
 # Needs: dist/cohort, dist/etcd (Debian's etcd-server), dist/ucx (libucp and its libraries).
 set -uo pipefail
@@ -109,6 +110,18 @@ knn() { # N=1000000 NLIST=4096 NPROBE=16 by default; N=10000000 NLIST=16384 NPRO
     local q=(--queries "$d/query.fvecs" --gt "$d/groundtruth.ivecs" --k 10 --nprobe "$nprobe")
     local sweep=(--sweep "${RATES:-200k,400k,600k,900k,1200k}" --poisson --duration 2 --connections 16)
     local gpus=${GPUS:-$(nvidia-smi -L | wc -l)}
+    # A lease's first minutes have shown tails of ms on the anchor itself (docs/gpu.md):
+    # SETTLE_S waits before measuring.
+    sleep "${SETTLE_S:-0}"
+    # The physical anchor beside the figures: echo on the cpu engine, the same cores, rates
+    # and generator.
+    if [ "${ANCHOR:-1}" = 1 ]; then
+        start anchor 0-7 serve --service echo:cpu --udp 127.0.0.1:7202 --io-threads 4 --workers 4
+        taskset -c "$gen" "$B" load --target udp://127.0.0.1:7202 --service echo --payload-bytes 64 \
+            "${sweep[@]}" --server-pid "$pid_anchor" --json "$OUT/knn-$tag-anchor-echo.json" \
+            --label "anchor: echo on the cpu engine, same cores" --log-level warn | sed -n 1,8p
+        cleanup
+    fi
     local single=${SINGLE_GPUS:-$gpus} # the GPUs of the one `serve` compared with (0: none)
     [ "$single" -gt 0 ] && {
     start single 0-7 serve --service knn:gpu-cohort --index "$ix" --gpus "$(seq -s, 0 $((single - 1)))" \
