@@ -235,6 +235,35 @@ fn a_front_end_serves_from_two_nodes_and_both_take_traffic() {
     }
     let (na, nb) = (a.answered(), b.answered());
     assert!(na > 500 && nb > 500, "both nodes serve: a {na}, b {nb}");
+    // The front end's per-node counters: every request sent, batched into messages.
+    let m = http_get(fe.http.unwrap(), "/metrics");
+    for node in ["a", "b"] {
+        let (parts, messages) = (
+            metric(
+                &m,
+                &format!("cohort_cluster_parts_sent_total{{node=\"{node}\"}}"),
+            ),
+            metric(
+                &m,
+                &format!("cohort_cluster_messages_sent_total{{node=\"{node}\"}}"),
+            ),
+        );
+        assert!(
+            parts >= 500.0 && messages >= 1.0 && messages <= parts,
+            "{node}: {parts} parts in {messages} messages"
+        );
+    }
+    assert!(
+        m.contains("cohort_cluster_outstanding{node=\"a\",lane=\"0\"}"),
+        "{m}"
+    );
+}
+
+/// A sample's value in a Prometheus text exposition (0 when absent).
+fn metric(text: &str, sample: &str) -> f64 {
+    text.lines()
+        .find_map(|l| l.strip_prefix(sample)?.trim().parse().ok())
+        .unwrap_or(0.0)
 }
 
 #[test]
@@ -429,6 +458,14 @@ fn a_knn_index_sharded_over_two_nodes_answers_as_the_whole_index() {
         s0.answered() >= 60 && s1.answered() >= 60,
         "both shards answer every query"
     );
+    let m = http_get(fe.http.unwrap(), "/metrics");
+    for node in ["s0", "s1"] {
+        let parts = metric(
+            &m,
+            &format!("cohort_cluster_parts_sent_total{{node=\"{node}\"}}"),
+        );
+        assert!(parts >= 60.0, "{node}: {parts} parts sent");
+    }
     // Under load, checked, the recall of the whole index.
     let recall = |at: &Served| {
         let target = format!("udp://{}", at.udp.unwrap());

@@ -23,6 +23,10 @@ use cohort_engine::LaneEnds;
 use cohort_mq::Envelope;
 use cohort_proto::{ErrorCode, ErrorPayload};
 use cohort_ucx::{EpId, Event, Mode, Worker};
+use prometheus_client::encoding::EncodeLabelSet;
+use prometheus_client::metrics::counter::Counter;
+use prometheus_client::metrics::family::Family;
+use prometheus_client::metrics::gauge::Gauge;
 use std::collections::{BTreeSet, HashMap, HashSet};
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
@@ -89,6 +93,7 @@ struct Node {
     window: u32,
     batch: Batch,
     gone: bool,
+    counters: NodeCounters,
 }
 
 struct Lane {
@@ -109,6 +114,60 @@ struct Lane {
     /// UCX's event fd (-1 when busy polling).
     efd: std::os::fd::RawFd,
     link: Link,
+    metrics: RemoteMetrics,
+    /// This lane's number (its `lane` label).
+    index: usize,
+}
+
+/// What a front end's lanes export per node (`/metrics`): the requests (parts, for a split
+/// service) and messages sent to it, so parts per message says how well a lane batches; and
+/// what each lane has outstanding there, sampled at each send.
+#[derive(Clone, Default)]
+pub struct RemoteMetrics {
+    parts: Family<NodeLabels, Counter>,
+    messages: Family<NodeLabels, Counter>,
+    outstanding: Family<LaneLabels, Gauge>,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct NodeLabels {
+    node: String,
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+struct LaneLabels {
+    node: String,
+    lane: String,
+}
+
+impl RemoteMetrics {
+    /// Registers them with the server's metrics.
+    pub fn registered(m: &cohort_engine::Metrics) -> RemoteMetrics {
+        let r = RemoteMetrics::default();
+        m.register(
+            "cohort_cluster_parts_sent",
+            "Requests sent to a node (a split service's query counts once per shard)",
+            r.parts.clone(),
+        );
+        m.register(
+            "cohort_cluster_messages_sent",
+            "Batched messages sent to a node",
+            r.messages.clone(),
+        );
+        m.register(
+            "cohort_cluster_outstanding",
+            "Requests a lane has in flight at a node, as of its last send there",
+            r.outstanding.clone(),
+        );
+        r
+    }
+}
+
+/// One node's handles, resolved once (no label lookup per message).
+struct NodeCounters {
+    parts: Counter,
+    messages: Counter,
+    outstanding: Gauge,
 }
 
 pub struct RemoteEngine {
@@ -120,10 +179,15 @@ pub struct RemoteEngine {
 
 impl RemoteEngine {
     /// One thread per lane, each with its own UCX worker and its own view of the membership.
-    pub fn start(cfg: &RemoteConfig, lanes: Vec<LaneEnds>) -> anyhow::Result<RemoteEngine> {
+    pub fn start(
+        cfg: &RemoteConfig,
+        lanes: Vec<LaneEnds>,
+        metrics: RemoteMetrics,
+    ) -> anyhow::Result<RemoteEngine> {
         let stop = Arc::new(AtomicBool::new(false));
         let (mut threads, mut watches) = (Vec::new(), Vec::new());
-        for lane in lanes {
+        for (index, lane) in lanes.into_iter().enumerate() {
+            let metrics = metrics.clone();
             let (tx, rx) = crossbeam_channel::unbounded();
             watches.push(membership::watch(cfg.etcd.clone(), tx, stop.clone()));
             let (cfg, stop) = (cfg.clone(), stop.clone());
@@ -139,7 +203,7 @@ impl RemoteEngine {
                         }) {
                             Ok(w) => {
                                 ready_tx.send(Ok(())).ok();
-                                run(cfg, w, lane, rx, &stop)
+                                run(cfg, w, lane, rx, &stop, (metrics, index))
                             }
                             Err(e) => {
                                 ready_tx.send(Err(e)).ok();
@@ -194,6 +258,7 @@ fn run(
     mut lane: LaneEnds,
     changes: crossbeam_channel::Receiver<Change>,
     stop: &AtomicBool,
+    (metrics, index): (RemoteMetrics, usize),
 ) {
     let _health = lane.health_guard();
     // The ingresses unpark this thread when they write it a request.
@@ -206,6 +271,8 @@ fn run(
     let mut s = Lane {
         efd,
         link: Link::new(cfg.key.clone()),
+        metrics,
+        index,
         cfg,
         w,
         nodes: Vec::new(),
@@ -614,6 +681,9 @@ impl Lane {
                 continue;
             }
             let ep = n.ep.expect("batches go to connected nodes");
+            n.counters.parts.inc_by(n.batch.records() as u64);
+            n.counters.messages.inc();
+            n.counters.outstanding.set(i64::from(n.outstanding));
             if let Err(e) = self.w.send(ep, self.link.take(&mut n.batch), true) {
                 tracing::warn!(node = %n.info.id, %e, "remote: send failed");
                 failed.push(i);
@@ -873,7 +943,23 @@ impl Lane {
             services = ?info.services.iter().map(|s| s.name.as_str()).collect::<Vec<_>>(), "remote: a node joined");
         // A slot of a node that left is reused: indexes held by pending requests are only
         // of live nodes (a leaving node's requests are answered when it leaves).
+        let node_label = NodeLabels {
+            node: info.id.clone(),
+        };
+        let counters = NodeCounters {
+            parts: self.metrics.parts.get_or_create(&node_label).clone(),
+            messages: self.metrics.messages.get_or_create(&node_label).clone(),
+            outstanding: self
+                .metrics
+                .outstanding
+                .get_or_create(&LaneLabels {
+                    node: info.id.clone(),
+                    lane: self.index.to_string(),
+                })
+                .clone(),
+        };
         let node = Node {
+            counters,
             info,
             ep: None,
             retry_at: None,

@@ -486,6 +486,20 @@ impl Metrics {
             .set(n as i64);
     }
 
+    /// Exports a metric of a layer above the engines (a cluster front end's per-node
+    /// counters) with these.
+    pub fn register(
+        &self,
+        name: &str,
+        help: &str,
+        metric: impl prometheus_client::registry::Metric,
+    ) {
+        self.registry
+            .lock()
+            .expect("registry lock")
+            .register(name, help, metric);
+    }
+
     /// The Prometheus text exposition.
     pub fn encode(&self) -> String {
         let mut out = String::new();

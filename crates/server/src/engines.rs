@@ -546,7 +546,8 @@ fn start_front_end(a: &ServeArgs, all: Vec<ServicePlan>, ingresses: usize) -> Re
             .collect(),
     };
     let lanes = wiring.engines.into_iter().flatten().collect();
-    let remote = cohort_cluster::front::RemoteEngine::start(&cfg, lanes)?;
+    let remote_metrics = cohort_cluster::front::RemoteMetrics::registered(&metrics);
+    let remote = cohort_cluster::front::RemoteEngine::start(&cfg, lanes, remote_metrics)?;
     tracing::info!(
         cluster = url,
         services = all.len(),
