@@ -136,12 +136,7 @@ impl Batch {
     pub fn take_sealed(&mut self, key: &[u8], seal: Seal) -> Vec<u8> {
         assert_eq!(self.start, SEAL_HEAD, "a batch made with_seal_room");
         let kind = self.buf[SEAL_HEAD];
-        let mut out = std::mem::replace(&mut self.buf, {
-            let mut b = vec![0u8; SEAL_HEAD];
-            b.push(kind);
-            b
-        });
-        self.records = 0;
+        let mut out = std::mem::replace(self, Batch::with_seal_room(kind)).buf;
         out[0] = kind | SEALED;
         out[1..9].copy_from_slice(&seal.session.to_le_bytes());
         out[9..17].copy_from_slice(&seal.seq.to_le_bytes());

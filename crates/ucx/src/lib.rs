@@ -154,17 +154,11 @@ unsafe extern "C" fn on_connect(req: sys::ConnRequest, arg: *mut c_void) {
     // SAFETY: arg is the worker's Shared; req is UCX's pending connection.
     let shared = &*(arg as *const Shared);
     let api = &*shared.api;
+    let base = ep_params(shared.err_mode, arg);
     let params = sys::EpParams {
-        field_mask: sys::UCP_EP_PARAM_FIELD_CONN_REQUEST
-            | sys::UCP_EP_PARAM_FIELD_ERR_HANDLER
-            | sys::UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE,
-        err_handler: sys::Handler {
-            cb: Some(on_error),
-            arg,
-        },
+        field_mask: base.field_mask | sys::UCP_EP_PARAM_FIELD_CONN_REQUEST,
         conn_request: req,
-        err_mode: shared.err_mode,
-        ..zeroed_ep_params()
+        ..base
     };
     let mut ep: sys::Ep = std::ptr::null_mut();
     let s = (api.ep_create)(shared.worker, &params, &mut ep);
@@ -183,6 +177,21 @@ unsafe extern "C" fn on_connect(req: sys::ConnRequest, arg: *mut c_void) {
 fn zeroed_ep_params() -> sys::EpParams {
     // SAFETY: all-zero is a valid EpParams (null pointers, no fields selected).
     unsafe { std::mem::zeroed() }
+}
+
+/// What every endpoint of a worker shares, whichever way it reaches its peer: the worker's
+/// error-handling mode, and `on_error` reporting a failure into the worker's events (`arg`:
+/// its `Shared`). The caller adds the peer's address, connection request or socket.
+fn ep_params(err_mode: std::ffi::c_int, arg: *mut c_void) -> sys::EpParams {
+    sys::EpParams {
+        field_mask: sys::UCP_EP_PARAM_FIELD_ERR_HANDLER | sys::UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE,
+        err_mode,
+        err_handler: sys::Handler {
+            cb: Some(on_error),
+            arg,
+        },
+        ..zeroed_ep_params()
+    }
 }
 
 impl Worker {
@@ -323,22 +332,17 @@ impl Worker {
     /// before then are queued by UCX.
     pub fn connect(&mut self, addr: SocketAddr) -> Result<EpId, Error> {
         let (storage, len) = sockaddr(addr);
+        let base = ep_params(self.shared.err_mode, self.shared_arg());
         let params = sys::EpParams {
-            field_mask: sys::UCP_EP_PARAM_FIELD_FLAGS
-                | sys::UCP_EP_PARAM_FIELD_SOCK_ADDR
-                | sys::UCP_EP_PARAM_FIELD_ERR_HANDLER
-                | sys::UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE,
+            field_mask: base.field_mask
+                | sys::UCP_EP_PARAM_FIELD_FLAGS
+                | sys::UCP_EP_PARAM_FIELD_SOCK_ADDR,
             flags: sys::UCP_EP_PARAMS_FLAGS_CLIENT_SERVER,
             sockaddr: sys::SockAddr {
                 addr: &storage as *const _ as *const libc::sockaddr,
                 addrlen: len,
             },
-            err_mode: self.shared.err_mode,
-            err_handler: sys::Handler {
-                cb: Some(on_error),
-                arg: self.shared_arg(),
-            },
-            ..zeroed_ep_params()
+            ..base
         };
         // SAFETY: the address storage outlives the call.
         unsafe { self.create_ep(&params) }
@@ -363,17 +367,11 @@ impl Worker {
     /// Connects to a peer by its worker address ([`Worker::address`]) rather than through its
     /// listener: UCX may then choose shared memory between processes of one machine.
     pub fn connect_address(&mut self, address: &[u8]) -> Result<EpId, Error> {
+        let base = ep_params(self.shared.err_mode, self.shared_arg());
         let params = sys::EpParams {
-            field_mask: sys::UCP_EP_PARAM_FIELD_REMOTE_ADDRESS
-                | sys::UCP_EP_PARAM_FIELD_ERR_HANDLER
-                | sys::UCP_EP_PARAM_FIELD_ERR_HANDLING_MODE,
+            field_mask: base.field_mask | sys::UCP_EP_PARAM_FIELD_REMOTE_ADDRESS,
             address: address.as_ptr() as *const c_void,
-            err_mode: self.shared.err_mode,
-            err_handler: sys::Handler {
-                cb: Some(on_error),
-                arg: self.shared_arg(),
-            },
-            ..zeroed_ep_params()
+            ..base
         };
         // SAFETY: UCX copies what it needs of the address during the call.
         unsafe { self.create_ep(&params) }
