@@ -1,5 +1,6 @@
 #!/usr/bin/env bash
-# Runs every cargo-fuzz target for a bounded time where a nightly toolchain is present.
+# Runs every cargo-fuzz target for a bounded time where a nightly toolchain is present, as many
+# side by side as there are cores (each target still gets its full time on a core of its own).
 # (The proptest garbage/round-trip tests cover the same decoders on stable, always.)
 set -euo pipefail
 cd "$(dirname "$0")/.."
@@ -12,7 +13,17 @@ if ! cargo +nightly fuzz --version >/dev/null 2>&1; then
     echo "fuzz: installing cargo-fuzz"
     cargo install cargo-fuzz --locked --quiet
 fi
-for t in $(cargo +nightly fuzz list); do
-    echo "fuzz: $t for ${secs}s"
-    cargo +nightly fuzz run "$t" -- -max_total_time="$secs" -rss_limit_mb=2048 2>&1 | tail -n 3
-done
+# One sanitizer build of every target first, so the runs below only start binaries.
+cargo +nightly fuzz build
+logs=$(mktemp -d)
+trap 'rm -rf "$logs"' EXIT
+fuzz_one() { # TARGET SECONDS LOGDIR: one bounded run; its log's tail, all of it on failure
+    local log="$3/$1.log"
+    if cargo +nightly fuzz run "$1" -- -max_total_time="$2" -rss_limit_mb=2048 >"$log" 2>&1; then
+        echo "fuzz: $1 for $2s: $(tail -n 1 "$log")"
+    else
+        echo "fuzz: $1 FAILED"; tail -n 40 "$log"; return 1
+    fi
+}
+export -f fuzz_one
+cargo +nightly fuzz list | xargs -P "$(nproc)" -I{} bash -c 'fuzz_one "$@"' _ {} "$secs" "$logs"

@@ -6,6 +6,7 @@
 //! installs NVRTC and sets `COHORT_REQUIRE_NVRTC=1`, so a kernel that does not compile fails CI.
 
 use crate::{compile_cached, nvrtc_available, report_skip, KernelSource};
+use rayon::prelude::*;
 
 /// Compiles and checks `sources`; panics (this is a test helper) on the first failure. `also`
 /// names kernels a source's macros make (which its text does not spell out), for units
@@ -36,9 +37,14 @@ pub fn every_kernel_compiles(what: &str, sources: &[&KernelSource], also: &[(&st
     }
     let _cleanup = Cleanup(dir.clone());
     std::env::set_var("COHORT_KERNEL_CACHE", &dir);
-    for src in sources {
-        let ptx = compile_cached(src, "sm_90").unwrap_or_else(|e| panic!("{}: {e}", src.name));
-        let text = ptx.to_src();
+    // NVRTC compiles one program per call on one thread; the units are independent, so they
+    // compile side by side (the whole check takes minutes serially on a 2-core CI machine).
+    let compiled: Vec<_> = sources
+        .par_iter()
+        .map(|src| compile_cached(src, "sm_90").map(|ptx| ptx.to_src()))
+        .collect();
+    for (src, text) in sources.iter().zip(compiled) {
+        let text = text.unwrap_or_else(|e| panic!("{}: {e}", src.name));
         assert!(
             text.contains(".target sm_90"),
             "{}: not sm_90 PTX",

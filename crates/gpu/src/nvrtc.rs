@@ -83,7 +83,12 @@ pub fn compile_cached(src: &KernelSource, arch: &'static str) -> Result<Ptx, Gpu
         })?;
     // Cache write is best effort and atomic (temporary file, then rename).
     if std::fs::create_dir_all(cache_dir()).is_ok() {
-        let tmp = path.with_extension(format!("tmp.{}", std::process::id()));
+        // Unique per process and thread: two threads may compile the same unit at once.
+        let tmp = path.with_extension(format!(
+            "tmp.{}.{:?}",
+            std::process::id(),
+            std::thread::current().id()
+        ));
         if std::fs::write(&tmp, ptx.to_src()).is_ok() {
             let _ = std::fs::rename(&tmp, &path);
         }
