@@ -13,6 +13,7 @@
 //!   its own stream and pinned staging, so copy-in, kernels and copy-out of consecutive
 //!   cohorts overlap.
 
+mod packed;
 mod slot;
 
 use crate::GpuError;
@@ -26,6 +27,7 @@ use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::Duration;
 
+pub use packed::PackedRows;
 pub use slot::bucket;
 
 /// A service's GPU side on one device.

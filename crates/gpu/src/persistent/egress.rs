@@ -75,7 +75,7 @@ impl Egress {
         stop: Arc<AtomicBool>,
         stats: Arc<LaneStats>,
     ) -> Result<Egress, GpuError> {
-        let ctx = backend.context().clone();
+        let ctx = backend.loaded().ctx.clone();
         ctx.bind_to_thread()?;
         let n = lane.requests.len();
         let mut rx = Vec::with_capacity(n);
@@ -88,9 +88,12 @@ impl Egress {
             rx.push(addr);
         }
         let rx_layout = lane.requests.ring(0).layout();
-        let prepared =
-            backend.prepare(cfg.slots, rx_layout.slot_stride(), cfg.blocks.as_deref())?;
-        let module = backend.module().clone();
+        let prepared = backend.prepare(super::Ask {
+            slots: cfg.slots,
+            rx_stride: rx_layout.slot_stride(),
+            blocks: cfg.blocks.as_deref(),
+        })?;
+        let module = backend.loaded().module.clone();
         let reset = module.load_function("p_reset")?;
         let ingress = Stage {
             kernel: "cohort_ingress",
@@ -282,7 +285,8 @@ impl Egress {
             // A thread serving several GPUs leaves another's context current.
             let checked = self
                 .backend
-                .context()
+                .loaded()
+                .ctx
                 .bind_to_thread()
                 .map_err(GpuError::from)
                 .and_then(|()| self.kernels_running());
@@ -528,7 +532,7 @@ pub(super) fn run_all(lanes: Vec<Egress>) -> Vec<Option<Egress>> {
     let mut live: Vec<Option<(Egress, Watch)>> = Vec::with_capacity(n);
     for (i, e) in lanes.into_iter().enumerate() {
         e.lane.bell.bind_current();
-        if let Err(err) = e.backend.context().bind_to_thread() {
+        if let Err(err) = e.backend.loaded().ctx.bind_to_thread() {
             tracing::error!(error = %err, "gpu-persistent: binding the context failed");
             ended[i] = Some(Some(e));
             guards[i] = None;
@@ -556,7 +560,7 @@ pub(super) fn run_all(lanes: Vec<Egress>) -> Vec<Option<Egress>> {
                 Verdict::Idle => {}
                 Verdict::Stop => {
                     let (e, _) = live[i].take().expect("live");
-                    if let Err(err) = e.backend.context().bind_to_thread() {
+                    if let Err(err) = e.backend.loaded().ctx.bind_to_thread() {
                         tracing::error!(error = %err, "gpu-persistent: binding the context failed");
                     }
                     ended[i] = Some(e.shutdown());

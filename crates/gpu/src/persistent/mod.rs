@@ -89,18 +89,47 @@ pub struct Prepared {
     pub keep: Box<dyn std::any::Any + Send>,
 }
 
+/// A persistent backend's device and code: the context, and the module (compiled by
+/// [`persistent_source`]) holding `cohort_ingress`, `p_reset` and the service's stages.
+#[derive(Clone)]
+pub struct Loaded {
+    pub ctx: Arc<CudaContext>,
+    pub module: Arc<CudaModule>,
+}
+
+impl Loaded {
+    /// `source` on `dev`, in a context of its own (a backend per lane).
+    pub fn open(dev: &crate::DeviceInfo, source: &KernelSource) -> Result<Loaded, GpuError> {
+        let ctx = crate::launch::open(dev)?;
+        Self::on(ctx, dev, source)
+    }
+
+    /// `source` on `dev` in `ctx` (where the backend's data already lives).
+    pub fn on(
+        ctx: Arc<CudaContext>,
+        dev: &crate::DeviceInfo,
+        source: &KernelSource,
+    ) -> Result<Loaded, GpuError> {
+        let module = crate::load_module(&ctx, dev, source)?;
+        Ok(Loaded { ctx, module })
+    }
+}
+
+/// What the engine asks a backend to prepare for.
+#[derive(Debug, Clone, Copy)]
+pub struct Ask<'a> {
+    /// Requests in flight on the GPU at once.
+    pub slots: usize,
+    /// Bytes of an RX ring slot (the largest request the engine carries, with its header).
+    pub rx_stride: usize,
+    /// The stage block counts asked for; None for the backend's default.
+    pub blocks: Option<&'a [usize]>,
+}
+
 pub trait PersistentBackend: Send + Sync {
-    fn context(&self) -> &Arc<CudaContext>;
-    /// The module holding `cohort_ingress`, `p_reset` and the stage kernels.
-    fn module(&self) -> &Arc<CudaModule>;
-    /// Allocates per-slot buffers for `slots` requests in flight and plans the stages
-    /// (`blocks`: the stage block counts asked for, None for the backend's default).
-    fn prepare(
-        &self,
-        slots: usize,
-        rx_stride: usize,
-        blocks: Option<&[usize]>,
-    ) -> Result<Prepared, GpuError>;
+    fn loaded(&self) -> &Loaded;
+    /// Allocates per-slot buffers for the slots asked for and plans the stages.
+    fn prepare(&self, ask: Ask) -> Result<Prepared, GpuError>;
 }
 
 #[derive(Debug, Clone)]
@@ -310,8 +339,9 @@ pub fn rx_copy_bytes(service: &str, payload: usize, rx_stride: usize) -> Result<
 /// How many blocks of `stage` the backend's GPU holds at once (nothing else running): the
 /// unit of `PersistentConfig::blocks` sizing.
 pub fn stage_capacity(backend: &dyn PersistentBackend, stage: &Stage) -> Result<usize, GpuError> {
-    let f = egress::load_stage(backend.module(), stage)?;
-    egress::capacity(backend.context(), &f, stage)
+    let loaded = backend.loaded();
+    let f = egress::load_stage(&loaded.module, stage)?;
+    egress::capacity(&loaded.ctx, &f, stage)
 }
 
 /// A service's persistent module: the runtime's constants and the service's `prelude`, the

@@ -140,7 +140,7 @@ pub fn serve_paced(
             .iter()
             .map(|b| {
                 MappedMemory::zeroed(
-                    b.context(),
+                    &b.loaded().ctx,
                     Layout::with_stride(RING_SLOTS, *stride).bytes(),
                 )
                 .map(Some)

@@ -24,7 +24,7 @@ use super::parse::MAX_REQUEST;
 use super::store::Placement;
 use bytes::Bytes;
 use cohort_engine::BatchBackend;
-use cohort_gpu::engine::{GpuBackend, Pinned, Resume, StreamBuffers};
+use cohort_gpu::engine::{GpuBackend, PackedRows, Pinned, Resume, StreamBuffers};
 use cohort_gpu::{DeviceInfo, GpuError};
 use cohort_proto::{ErrorCode, ErrorPayload};
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream};
@@ -152,11 +152,7 @@ impl GpuBackend for BankGpu {
             table: self.table.clone(),
             records: self.records.for_stream(&self.ctx, stream, cap)?,
             transposed: self.cfg.transposed,
-            host_in: Pinned::for_uploads(&self.ctx, cap * MAX_REQUEST)?,
-            host_offs: Pinned::for_uploads(&self.ctx, cap)?,
-            host_lens: Pinned::for_uploads(&self.ctx, cap)?,
-            dev_in: stream.alloc_zeros(cap * MAX_REQUEST)?,
-            dev_offs: stream.alloc_zeros(cap)?,
+            requests: PackedRows::new(&self.ctx, stream, cap, MAX_REQUEST)?,
             bufs: CohortBuffers::new(stream, cap)?,
             dev_rows: stream.alloc_zeros(cap * RESP_SLOT)?,
             rows: (0..ROW_BUFFERS)
@@ -169,7 +165,6 @@ impl GpuBackend for BankGpu {
                 .collect::<Result<_, GpuError>>()?,
             current: 0,
             host_out_lens: Pinned::for_reads(&self.ctx, cap)?,
-            cursor: 0,
             row_bytes: 0,
             half: Half::Idle,
         }))
@@ -225,11 +220,7 @@ struct BankSlot {
     table: Arc<SessionTable>,
     records: RecordSource,
     transposed: bool,
-    host_in: Pinned<u8>,
-    host_offs: Pinned<u32>,
-    host_lens: Pinned<u32>,
-    dev_in: CudaSlice<u8>,
-    dev_offs: CudaSlice<u32>,
+    requests: PackedRows,
     bufs: CohortBuffers,
     dev_rows: CudaSlice<u8>,
     /// Pinned buffers the responses are copied out into, `current` the one of the cohort in
@@ -238,8 +229,6 @@ struct BankSlot {
     rows: Vec<Arc<SharedRows>>,
     current: usize,
     host_out_lens: Pinned<u32>,
-    /// Request bytes staged so far in this cohort.
-    cursor: usize,
     /// The largest response bound among the staged requests: a row's bytes.
     row_bytes: usize,
     /// Where a cohort whose records come through the host stands.
@@ -260,37 +249,22 @@ enum Half {
 impl StreamBuffers for BankSlot {
     fn stage(&mut self, _key: u64, row: usize, payload: &[u8]) -> Result<(), ErrorPayload> {
         if row == 0 {
-            self.cursor = 0;
             self.row_bytes = 0;
         }
-        // At most a slot's bytes per request, so a full cohort fits cap x MAX_REQUEST.
+        // At most a slot's bytes per request, so a full cohort fits cap x MAX_REQUEST; the
+        // length recorded is the whole request's, which the parser refuses as too long.
         let take = payload.len().min(MAX_REQUEST);
-        let at = self.cursor;
-        self.host_in.as_mut_slice()[at..at + take].copy_from_slice(&payload[..take]);
-        self.host_offs.as_mut_slice()[row] = at as u32;
-        self.host_lens.as_mut_slice()[row] = payload.len().min(u32::MAX as usize) as u32;
-        self.cursor += take;
+        let len = payload.len().min(u32::MAX as usize) as u32;
+        self.requests.stage(row, &payload[..take], len);
         self.row_bytes = self.row_bytes.max(response_bound(route(payload)));
         Ok(())
     }
 
     fn enqueue(&mut self, s: &Arc<CudaStream>, _key: u64, rows: usize) -> Result<(), GpuError> {
-        let bytes = self.cursor.max(1);
-        s.memcpy_htod(
-            &self.host_in.as_slice()[..bytes],
-            &mut self.dev_in.slice_mut(0..bytes),
-        )?;
-        s.memcpy_htod(
-            &self.host_offs.as_slice()[..rows],
-            &mut self.dev_offs.slice_mut(0..rows),
-        )?;
-        s.memcpy_htod(
-            &self.host_lens.as_slice()[..rows],
-            &mut self.bufs.lens_mut().slice_mut(0..rows),
-        )?;
+        self.requests.upload(s, rows, self.bufs.lens_mut())?;
         let (k, tr) = (&self.kernels, self.transposed);
-        self.bufs
-            .unpack(k, s, rows, &self.dev_in, &self.dev_offs, tr)?;
+        let (bytes, offs) = (self.requests.dev_bytes(), self.requests.dev_offs());
+        self.bufs.unpack(k, s, rows, bytes, offs, tr)?;
         self.bufs.parse(k, s, rows, tr)?;
         let users = self.table.users();
         self.half = Half::Idle;

@@ -18,20 +18,19 @@ use super::kernels::{RELAY, THREADS, WORKER};
 use super::lbp::{self, BINS};
 use cohort_gpu::persistent::rt::addr;
 use cohort_gpu::persistent::{
-    one_stage_blocks, rx_copy_bytes, MappedMemory, PersistentBackend, Prepared, Stage,
+    one_stage_blocks, rx_copy_bytes, Ask, Loaded, MappedMemory, PersistentBackend, Prepared, Stage,
 };
-use cohort_gpu::{load_module, DeviceInfo, GpuError};
+use cohort_gpu::{DeviceInfo, GpuError};
 use cohort_mq::RingMemory;
 use cohort_proto::ErrorCode;
-use cudarc::driver::{CudaContext, CudaModule, CudaSlice};
+use cudarc::driver::{CudaContext, CudaSlice};
 use std::sync::atomic::{AtomicBool, AtomicU32, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
 pub struct FaceverPersistent {
-    ctx: Arc<CudaContext>,
-    module: Arc<CudaModule>,
+    loaded: Loaded,
     db: Arc<FaceDb>,
     threshold: f32,
     sms: usize,
@@ -43,11 +42,8 @@ impl FaceverPersistent {
         db: Arc<FaceDb>,
         threshold: f32,
     ) -> Result<FaceverPersistent, GpuError> {
-        let ctx = cohort_gpu::launch::open(dev)?;
-        let module = load_module(&ctx, dev, super::kernels::persistent())?;
         Ok(FaceverPersistent {
-            ctx,
-            module,
+            loaded: Loaded::open(dev, super::kernels::persistent())?,
             db,
             threshold,
             sms: dev.sms.max(1) as usize,
@@ -65,36 +61,27 @@ struct Held {
 }
 
 impl PersistentBackend for FaceverPersistent {
-    fn context(&self) -> &Arc<CudaContext> {
-        &self.ctx
+    fn loaded(&self) -> &Loaded {
+        &self.loaded
     }
 
-    fn module(&self) -> &Arc<CudaModule> {
-        &self.module
-    }
-
-    fn prepare(
-        &self,
-        slots: usize,
-        rx_stride: usize,
-        blocks: Option<&[usize]>,
-    ) -> Result<Prepared, GpuError> {
+    fn prepare(&self, ask: Ask) -> Result<Prepared, GpuError> {
         // Four workers per SM by default: each waits a memcached round trip per batch, so
         // the requests in flight, not the SMs' arithmetic, bound the rate.
-        let workers = one_stage_blocks(blocks, 4 * self.sms, "facever")?;
-        let rx_copy = rx_copy_bytes("facever", super::REQUEST_BYTES, rx_stride)?;
-        let s = self.ctx.default_stream();
+        let workers = one_stage_blocks(ask.blocks, 4 * self.sms, "facever")?;
+        let rx_copy = rx_copy_bytes("facever", super::REQUEST_BYTES, ask.rx_stride)?;
+        let s = self.loaded.ctx.default_stream();
         let table = s.clone_htod(&lbp::uniform_table())?;
-        let probes = s.alloc_zeros::<f32>(slots * BINS)?;
+        let probes = s.alloc_zeros::<f32>(ask.slots * BINS)?;
         // fetches, ready, status (per slot), the relay's tail.
         let device: Vec<CudaSlice<u32>> = vec![
-            s.alloc_zeros::<u32>(slots)?,
-            s.alloc_zeros::<u32>(slots)?,
-            s.alloc_zeros::<u32>(slots)?,
+            s.alloc_zeros::<u32>(ask.slots)?,
+            s.alloc_zeros::<u32>(ask.slots)?,
+            s.alloc_zeros::<u32>(ask.slots)?,
             s.alloc_zeros::<u32>(1)?,
         ];
         s.synchronize()?;
-        let mailboxes = Mailboxes::new(&self.ctx, slots)?;
+        let mailboxes = Mailboxes::new(&self.loaded.ctx, ask.slots)?;
         let args = FaceverArgs {
             table: addr(&table, &s),
             probes: addr(&probes, &s),
@@ -129,7 +116,7 @@ impl PersistentBackend for FaceverPersistent {
                     elsewhere: None,
                 },
             ],
-            pipe_caps: vec![slots],
+            pipe_caps: vec![ask.slots],
             rx_copy,
             keep: Box::new(Held {
                 _device: device,

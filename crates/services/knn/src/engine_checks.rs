@@ -11,7 +11,7 @@ use super::{decode_response, encode_request, Elems, Knn};
 use cohort_engine::wiring::DEFAULT_STRIDE;
 use cohort_engine::Service;
 use cohort_gpu::engine::GpuBackend;
-use cohort_gpu::persistent::{stage_capacity, PersistentBackend, PersistentConfig};
+use cohort_gpu::persistent::{stage_capacity, Ask, PersistentBackend, PersistentConfig};
 use cohort_gpu::DeviceInfo;
 use cohort_knn::kmeans::KMeansConfig;
 use cohort_knn::synth::{Model, SynthConfig};
@@ -137,7 +137,11 @@ fn unpackable_stage_ratio_serves_or_refuses(
 ) -> Result<String, String> {
     let backend = make()?;
     let stages = backend
-        .prepare(64, DEFAULT_STRIDE, None)
+        .prepare(Ask {
+            slots: 64,
+            rx_stride: DEFAULT_STRIDE,
+            blocks: None,
+        })
         .map_err(|e| e.to_string())?
         .stages;
     let room = stages

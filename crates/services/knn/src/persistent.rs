@@ -13,10 +13,10 @@ pub use super::kernels::persistent::KnnArgs;
 use super::kernels::persistent::{COHORT, FILTER, REDUCE, SEARCH};
 use super::kernels::{BLOCK, GPU_MAX_CANDIDATES, SEL_MAX};
 use cohort_gpu::persistent::rt::{addr, BAR_GROUPS};
-use cohort_gpu::persistent::{stage_capacity, PersistentBackend, Prepared, Stage};
-use cohort_gpu::{load_module, DeviceInfo, GpuError};
+use cohort_gpu::persistent::{stage_capacity, Ask, Loaded, PersistentBackend, Prepared, Stage};
+use cohort_gpu::{DeviceInfo, GpuError};
 use cohort_service_api::config::named_enum;
-use cudarc::driver::{CudaContext, CudaModule, CudaSlice, CudaStream};
+use cudarc::driver::{CudaSlice, CudaStream};
 use std::sync::Arc;
 
 named_enum! {
@@ -38,7 +38,8 @@ const COHORT_SCRATCH_FLOATS: usize = 1 << 26;
 
 pub struct KnnPersistent {
     pub(super) ivf: Arc<GpuIvf>,
-    pub(super) module: Arc<CudaModule>,
+    /// The module, in the index's context.
+    pub(super) loaded: Loaded,
     pub(super) sms: usize,
     plan: PersistentPlan,
     /// Cohort plan: block groups running cohorts side by side.
@@ -54,10 +55,11 @@ impl KnnPersistent {
         dev: &DeviceInfo,
         plan: PersistentPlan,
     ) -> Result<KnnPersistent, GpuError> {
-        let module = load_module(&ivf.ctx, dev, super::kernels::source("knn_persistent.cu"))?;
+        let source = super::kernels::source("knn_persistent.cu");
+        let loaded = Loaded::on(ivf.ctx.clone(), dev, source)?;
         Ok(KnnPersistent {
             ivf: Arc::new(ivf),
-            module,
+            loaded,
             sms: dev.sms.max(1) as usize,
             plan,
             groups: DEFAULT_COHORT_GROUPS,
@@ -405,24 +407,15 @@ struct CohortBuffers {
 }
 
 impl PersistentBackend for KnnPersistent {
-    fn context(&self) -> &Arc<CudaContext> {
-        &self.ivf.ctx
+    fn loaded(&self) -> &Loaded {
+        &self.loaded
     }
 
-    fn module(&self) -> &Arc<CudaModule> {
-        &self.module
-    }
-
-    fn prepare(
-        &self,
-        slots: usize,
-        rx_stride: usize,
-        blocks: Option<&[usize]>,
-    ) -> Result<Prepared, GpuError> {
-        let rx_copy = self.rx_copy(rx_stride)?;
+    fn prepare(&self, ask: Ask) -> Result<Prepared, GpuError> {
+        let rx_copy = self.rx_copy(ask.rx_stride)?;
         match self.plan {
-            PersistentPlan::Cohort => self.prepare_cohort(slots, rx_copy, blocks, None),
-            PersistentPlan::PerPair => self.prepare_per_pair(slots, rx_copy, blocks),
+            PersistentPlan::Cohort => self.prepare_cohort(ask.slots, rx_copy, ask.blocks, None),
+            PersistentPlan::PerPair => self.prepare_per_pair(ask.slots, rx_copy, ask.blocks),
         }
     }
 }

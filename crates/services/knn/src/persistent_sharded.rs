@@ -29,12 +29,12 @@ use super::kernels::persistent::FILTER;
 use super::persistent::{per_pair_stage, reduce_stage, KnnArgs, KnnPersistent, PersistentPlan};
 use cohort_gpu::persistent::rt::addr;
 use cohort_gpu::persistent::{
-    Elsewhere, PersistentBackend, Prepared, Stage, DEVICE_PIPE0, MAX_STAGE_DEVICES,
+    Ask, Elsewhere, Loaded, PersistentBackend, Prepared, Stage, DEVICE_PIPE0, MAX_STAGE_DEVICES,
 };
 use cohort_gpu::{DeviceInfo, GpuError};
 use cohort_knn::ivf::placement::Placement;
 use cohort_knn::IvfIndex;
-use cudarc::driver::{sys, CudaContext, CudaModule};
+use cudarc::driver::{sys, CudaContext};
 use std::sync::Arc;
 
 /// The devices of one sharded index on gpu-persistent, in serving order.
@@ -182,28 +182,19 @@ struct ShardedKeep {
 }
 
 impl PersistentBackend for ShardedPersistent {
-    fn context(&self) -> &Arc<CudaContext> {
-        &self.me().ivf.ctx
+    fn loaded(&self) -> &Loaded {
+        &self.me().loaded
     }
 
-    fn module(&self) -> &Arc<CudaModule> {
-        &self.me().module
-    }
-
-    fn prepare(
-        &self,
-        slots: usize,
-        rx_stride: usize,
-        blocks: Option<&[usize]>,
-    ) -> Result<Prepared, GpuError> {
-        let rx_copy = self.me().rx_copy(rx_stride)?;
+    fn prepare(&self, ask: Ask) -> Result<Prepared, GpuError> {
+        let rx_copy = self.me().rx_copy(ask.rx_stride)?;
         match self.set.plan {
             PersistentPlan::Cohort => {
                 let spread = &self.set.spread[self.home];
                 self.me()
-                    .prepare_cohort(slots, rx_copy, blocks, Some(spread))
+                    .prepare_cohort(ask.slots, rx_copy, ask.blocks, Some(spread))
             }
-            PersistentPlan::PerPair => self.prepare_per_pair(slots, rx_copy, blocks),
+            PersistentPlan::PerPair => self.prepare_per_pair(ask.slots, rx_copy, ask.blocks),
         }
     }
 }
@@ -254,8 +245,8 @@ impl ShardedPersistent {
                     ..home_args
                 };
                 stage.elsewhere = Some(Elsewhere {
-                    ctx: dev.ivf.ctx.clone(),
-                    module: dev.module.clone(),
+                    ctx: dev.loaded.ctx.clone(),
+                    module: dev.loaded.module.clone(),
                     args: args.to_svc_args(),
                     other_physical: set.physical[d] != set.physical[self.home],
                 });

@@ -13,15 +13,14 @@ use super::kernels::{
 use super::model::Weights;
 use cohort_gpu::persistent::rt::{addr, BAR_GROUPS};
 use cohort_gpu::persistent::{
-    one_stage_blocks, rx_copy_bytes, stage_capacity, PersistentBackend, Prepared, Stage,
+    one_stage_blocks, rx_copy_bytes, stage_capacity, Ask, Loaded, PersistentBackend, Prepared,
+    Stage,
 };
-use cohort_gpu::{load_module, DeviceInfo, GpuError};
-use cudarc::driver::{CudaContext, CudaModule};
+use cohort_gpu::{DeviceInfo, GpuError};
 use std::sync::Arc;
 
 pub struct LenetPersistent {
-    ctx: Arc<CudaContext>,
-    module: Arc<CudaModule>,
+    loaded: Loaded,
     weights: Arc<DeviceWeights>,
     sms: usize,
     math: Math,
@@ -36,12 +35,10 @@ impl LenetPersistent {
         plan: Plan,
     ) -> Result<LenetPersistent, GpuError> {
         math.check_device(dev).map_err(GpuError::Invalid)?;
-        let ctx = cohort_gpu::launch::open(dev)?;
-        let module = load_module(&ctx, dev, super::kernels::persistent())?;
-        let weights = Arc::new(DeviceWeights::upload(&ctx, w)?);
+        let loaded = Loaded::open(dev, super::kernels::persistent())?;
+        let weights = Arc::new(DeviceWeights::upload(&loaded.ctx, w)?);
         Ok(LenetPersistent {
-            ctx,
-            module,
+            loaded,
             weights,
             sms: dev.sms.max(1) as usize,
             math,
@@ -67,20 +64,11 @@ fn team_blocks(asked: Option<usize>, fit: usize) -> Result<usize, GpuError> {
 }
 
 impl PersistentBackend for LenetPersistent {
-    fn context(&self) -> &Arc<CudaContext> {
-        &self.ctx
+    fn loaded(&self) -> &Loaded {
+        &self.loaded
     }
 
-    fn module(&self) -> &Arc<CudaModule> {
-        &self.module
-    }
-
-    fn prepare(
-        &self,
-        slots: usize,
-        rx_stride: usize,
-        blocks: Option<&[usize]>,
-    ) -> Result<Prepared, GpuError> {
+    fn prepare(&self, ask: Ask) -> Result<Prepared, GpuError> {
         // Two blocks per SM by default (the SM's cores shared between them), fewer where the
         // SMs hold fewer beside the ingress warps.
         let mut stage = Stage {
@@ -97,12 +85,12 @@ impl PersistentBackend for LenetPersistent {
         };
         let fit = stage_capacity(self, &stage)?
             .saturating_sub(2 * cohort_gpu::persistent::MAX_INGRESS_WARPS);
-        let s = self.ctx.default_stream();
+        let s = self.loaded.ctx.default_stream();
         let mut team_mem = None;
         stage.blocks = match self.plan {
-            Plan::Image => one_stage_blocks(blocks, (2 * self.sms).min(fit.max(1)), "lenet")?,
+            Plan::Image => one_stage_blocks(ask.blocks, (2 * self.sms).min(fit.max(1)), "lenet")?,
             Plan::Team => {
-                let asked = match blocks {
+                let asked = match ask.blocks {
                     None => None,
                     Some(&[b]) => Some(b),
                     Some(other) => {
@@ -116,7 +104,7 @@ impl PersistentBackend for LenetPersistent {
                 n
             }
         };
-        let rx_copy = rx_copy_bytes("lenet", super::model::IMAGE_BYTES, rx_stride)?;
+        let rx_copy = rx_copy_bytes("lenet", super::model::IMAGE_BYTES, ask.rx_stride)?;
         let w = &self.weights;
         let args = LenetArgs {
             w1: addr(&w.w1, &s),
@@ -132,7 +120,7 @@ impl PersistentBackend for LenetPersistent {
         Ok(Prepared {
             args: args.to_svc_args(),
             stages: vec![stage],
-            pipe_caps: vec![slots],
+            pipe_caps: vec![ask.slots],
             rx_copy,
             keep: Box::new((self.weights.clone(), team_mem)),
         })

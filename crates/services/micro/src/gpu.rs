@@ -4,7 +4,7 @@
 
 use super::spin;
 use cohort_engine::BatchBackend;
-use cohort_gpu::engine::{GpuBackend, Pinned, StreamBuffers};
+use cohort_gpu::engine::{GpuBackend, PackedRows, Pinned, StreamBuffers};
 use cohort_gpu::kernel_args;
 use cohort_gpu::launch::{Dev, Grid, Kernel, KernelDecl, Work};
 use cohort_gpu::{load_module, DeviceInfo, GpuError, KernelSource, Prelude};
@@ -100,16 +100,10 @@ impl GpuBackend for MicroGpu {
         let bytes = cap * MAX_ROW_BYTES;
         Ok(Box::new(MicroBuffers {
             kernel: self.kernel.clone(),
-            host_in: Pinned::for_uploads(&self.ctx, bytes)?,
-            // Read back by `answer`: cached, not write-combined.
-            host_offs: Pinned::for_reads(&self.ctx, cap)?,
-            host_lens: Pinned::for_reads(&self.ctx, cap)?,
+            rows: PackedRows::new(&self.ctx, stream, cap, MAX_ROW_BYTES)?,
             host_out: Pinned::for_reads(&self.ctx, bytes)?,
-            dev_in: stream.alloc_zeros(bytes)?,
-            dev_offs: stream.alloc_zeros(cap)?,
             dev_lens: stream.alloc_zeros(cap)?,
             dev_out: stream.alloc_zeros(bytes)?,
-            cursor: 0,
         }))
     }
 
@@ -121,49 +115,25 @@ impl GpuBackend for MicroGpu {
 
 struct MicroBuffers {
     kernel: Kernel<MicroRowsArgs>,
-    host_in: Pinned<u8>,
-    host_offs: Pinned<u32>,
-    host_lens: Pinned<u32>,
+    rows: PackedRows,
     host_out: Pinned<u8>,
-    dev_in: CudaSlice<u8>,
-    dev_offs: CudaSlice<u32>,
     dev_lens: CudaSlice<u32>,
     dev_out: CudaSlice<u8>,
-    /// Bytes staged so far in this batch.
-    cursor: usize,
 }
 
 impl StreamBuffers for MicroBuffers {
     fn stage(&mut self, _key: u64, row: usize, payload: &[u8]) -> Result<(), ErrorPayload> {
-        if row == 0 {
-            self.cursor = 0;
-        }
-        let off = self.cursor;
         // batch_key capped the length, so a full batch fits its arena of cap x MAX_ROW_BYTES.
-        self.host_in.as_mut_slice()[off..off + payload.len()].copy_from_slice(payload);
-        self.host_offs.as_mut_slice()[row] = off as u32;
-        self.host_lens.as_mut_slice()[row] = payload.len() as u32;
-        self.cursor += payload.len();
+        self.rows.stage(row, payload, payload.len() as u32);
         Ok(())
     }
 
     fn enqueue(&mut self, s: &Arc<CudaStream>, _key: u64, rows: usize) -> Result<(), GpuError> {
-        let bytes = self.cursor.max(1);
-        s.memcpy_htod(
-            &self.host_in.as_slice()[..bytes],
-            &mut self.dev_in.slice_mut(0..bytes),
-        )?;
-        s.memcpy_htod(
-            &self.host_offs.as_slice()[..rows],
-            &mut self.dev_offs.slice_mut(0..rows),
-        )?;
-        s.memcpy_htod(
-            &self.host_lens.as_slice()[..rows],
-            &mut self.dev_lens.slice_mut(0..rows),
-        )?;
+        let bytes = self.rows.bytes();
+        self.rows.upload(s, rows, &mut self.dev_lens)?;
         let args = MicroRowsArgs {
-            input: Dev::of(&self.dev_in, s),
-            offs: Dev::of(&self.dev_offs, s),
+            input: Dev::of(self.rows.dev_bytes(), s),
+            offs: Dev::of(self.rows.dev_offs(), s),
             lens: Dev::of(&self.dev_lens, s),
             out: Dev::of_mut(&mut self.dev_out, s),
             rows: rows as u32,
@@ -178,8 +148,7 @@ impl StreamBuffers for MicroBuffers {
     }
 
     fn answer(&mut self, _key: u64, row: usize, out: &mut Vec<u8>) -> Result<(), ErrorPayload> {
-        let off = self.host_offs.as_slice()[row] as usize;
-        let len = self.host_lens.as_slice()[row] as usize;
+        let (off, len) = self.rows.row(row);
         out.extend_from_slice(&self.host_out.as_slice()[off..off + len]);
         Ok(())
     }

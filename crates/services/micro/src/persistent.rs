@@ -4,11 +4,10 @@
 use super::gpu::Micro;
 use super::spin::MAX_SPIN_US;
 use cohort_gpu::persistent::{
-    one_stage_blocks, persistent_source, PersistentBackend, Prepared, Stage, StageKernel,
+    one_stage_blocks, persistent_source, Ask, Loaded, PersistentBackend, Prepared, Stage,
+    StageKernel,
 };
-use cohort_gpu::{load_module, DeviceInfo, GpuError, KernelSource, Prelude};
-use cudarc::driver::{CudaContext, CudaModule};
-use std::sync::Arc;
+use cohort_gpu::{DeviceInfo, GpuError, KernelSource, Prelude};
 
 /// The module's source: the persistent runtime around `micro_persistent.cu`.
 pub fn source() -> &'static KernelSource {
@@ -37,41 +36,28 @@ const WORKER: StageKernel<MicroArgs> = StageKernel::new("micro_p_worker");
 
 pub struct MicroPersistent {
     kind: Micro,
-    ctx: Arc<CudaContext>,
-    module: Arc<CudaModule>,
+    loaded: Loaded,
     sms: usize,
 }
 
 impl MicroPersistent {
     pub fn new(kind: Micro, dev: &DeviceInfo) -> Result<MicroPersistent, GpuError> {
-        let ctx = cohort_gpu::launch::open(dev)?;
-        let module = load_module(&ctx, dev, source())?;
         Ok(MicroPersistent {
             kind,
-            ctx,
-            module,
+            loaded: Loaded::open(dev, source())?,
             sms: dev.sms.max(1) as usize,
         })
     }
 }
 
 impl PersistentBackend for MicroPersistent {
-    fn context(&self) -> &Arc<CudaContext> {
-        &self.ctx
+    fn loaded(&self) -> &Loaded {
+        &self.loaded
     }
 
-    fn module(&self) -> &Arc<CudaModule> {
-        &self.module
-    }
-
-    fn prepare(
-        &self,
-        slots: usize,
-        rx_stride: usize,
-        blocks: Option<&[usize]>,
-    ) -> Result<Prepared, GpuError> {
+    fn prepare(&self, ask: Ask) -> Result<Prepared, GpuError> {
         // One worker block per SM by default: Lynx's one queue per SM.
-        let workers = one_stage_blocks(blocks, self.sms, "echo or spin")?;
+        let workers = one_stage_blocks(ask.blocks, self.sms, "echo or spin")?;
         Ok(Prepared {
             args: MicroArgs {
                 spin: (self.kind == Micro::Spin) as u64,
@@ -85,9 +71,9 @@ impl PersistentBackend for MicroPersistent {
                 dyn_smem: 0,
                 elsewhere: None,
             }],
-            pipe_caps: vec![slots],
+            pipe_caps: vec![ask.slots],
             // Whole slots: payloads are any size up to the slot's capacity.
-            rx_copy: rx_stride,
+            rx_copy: ask.rx_stride,
             keep: Box::new(()),
         })
     }
