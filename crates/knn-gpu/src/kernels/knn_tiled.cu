@@ -36,7 +36,8 @@ struct DistSmem {
     size_t qrow[QB], obase[QB];
     float qs[QB][DC + 1];
     float xs[RT][DC + 1];
-    float qsm[ROW_PATH_MAX * ROW_PATH_DIM];
+    // The row path's queries; also the integer tensor-core path's byte queries and norms.
+    alignas(16) float qsm[ROW_PATH_MAX * ROW_PATH_DIM];
 };
 
 // The row elements thread threadIdx.x stages for one tile chunk: rows [t0, t0 + RT) and
@@ -167,6 +168,125 @@ __device__ void row_distances(const float* __restrict__ queries, const size_t* q
             if (j < nqg) out[obase[j] + r] = finish<METRIC>(acc[j]);
     }
     __syncthreads();
+}
+
+// u8 rows and queries that are integers in 0..=255 (SIFT-like data) on the integer tensor
+// cores: mma m16n8k32 u8 x u8 -> s32 gives each query x row dot product exactly, and
+// ||q - x||^2 = ||q||^2 + ||x||^2 - 2 q.x stays an exact integer below 2^24 for dim <= TC_MAX_DIM,
+// so the f32 it becomes is bit for bit the sum the f32 paths (and the CPU twin) compute: no
+// re-rank is needed. Items whose queries are not all such integers take the f32 paths.
+#define TC_MAX_DIM 256         // 256 x 255^2 < 2^24: every integer distance is exact in f32
+#define TC_MAX_PAD 96          // most bytes past a staged query row (tc_stride)
+
+static_assert(QB * (TC_MAX_DIM + TC_MAX_PAD) + QB * sizeof(int) <= sizeof(DistSmem::qsm),
+              "the tensor-core path's staged queries fit the row path's buffer");
+
+template <typename T> struct IsU8 { static constexpr bool value = false; };
+template <> struct IsU8<unsigned char> { static constexpr bool value = true; };
+
+// c += a . b for a 16 x 32 (row-major) by 32 x 8 (column-major) tile of u8, s32 accumulators.
+// Fragments (lane = 4 g + t): a0 row g, a1 row g + 8, k 4t..4t+3 (a2, a3: k + 16); b0 column g,
+// k 4t..4t+3 (b1: k + 16); c0, c1 row g, columns 2t, 2t+1 (c2, c3: row g + 8). A dot product
+// does not care which k is which dimension, so the callers give lane t dimensions 8t..8t+7 of
+// each 32 in both operands (one 8-byte load each): a warp's row loads are 8 whole sectors.
+__device__ __forceinline__ void mma_u8(int c[4], unsigned a0, unsigned a1, unsigned a2, unsigned a3, unsigned b0,
+                                       unsigned b1) {
+#if __CUDA_ARCH__ >= 800
+    asm volatile("mma.sync.aligned.m16n8k32.row.col.s32.u8.u8.s32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
+                 "{%0,%1,%2,%3};"
+                 : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
+                 : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+#endif
+}
+
+// Bytes per staged query row: dim (a multiple of 32) padded to 8 words (mod 32), so that the
+// 8-byte fragment loads of each half-warp (4 rows x 4 lanes) fall in 32 different banks.
+__device__ __forceinline__ int tc_stride(int dim) { return dim + 4 * ((8 - dim / 4) & 31); }
+
+// Stages the group's queries as bytes (QB rows of tc_stride(dim), zero past nqg) and their squared
+// norms. False, agreed by the whole block, when any element is not an integer in 0..=255.
+__device__ bool stage_u8_queries(const float* __restrict__ queries, const size_t* qrow, int nqg, int dim,
+                                 unsigned char* qs8, int* q2) {
+    const int stride = tc_stride(dim);
+    int bad = 0;
+    for (int e = threadIdx.x; e < QB * dim; e += BLOCK) {
+        const int j = e / dim, d = e % dim;
+        const float v = j < nqg ? queries[qrow[j] + d] : 0.f;
+        const bool ok = v >= 0.f && v <= 255.f && v == rintf(v);  // NaN is not
+        bad |= !ok;
+        qs8[j * stride + d] = ok ? (unsigned char)v : 0;
+    }
+    if (__syncthreads_or(bad)) return false;
+    if (threadIdx.x < QB) {
+        unsigned n = 0;
+        for (int d = 0; d < dim; d += 4) {
+            const unsigned w = *reinterpret_cast<const unsigned*>(qs8 + threadIdx.x * stride + d);
+            n = __dp4a(w, w, n);
+        }
+        q2[threadIdx.x] = (int)n;
+    }
+    __syncthreads();
+    return true;
+}
+
+// The distances of the staged queries to rows [r0, r0 + nr) of u8 `rows` (dim a multiple of 32):
+// each warp takes 16 rows at a time (two n-tiles) against the group's 16 or 32 queries (one or
+// two m-tiles), reading each row's bytes straight from global memory into its B fragments.
+template <int METRIC>
+__device__ void tc_distances_u8(const unsigned char* __restrict__ rows, size_t r0, int nr, int dim, int nqg,
+                                const unsigned char* qs8, const int* q2, float* __restrict__ out,
+                                const size_t* obase) {
+    const int lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
+    const int stride = tc_stride(dim), mtiles = nqg > 16 ? 2 : 1;
+    for (int base = (threadIdx.x / 32) * 16; base < nr; base += WARPS * 16) {
+        int acc[2][2][4] = {};
+        unsigned x2[2] = {0u, 0u};  // partial ||x||^2 of row base + 8n + g
+        for (int d0 = 0; d0 < dim; d0 += 32) {
+            unsigned b[2][2];
+#pragma unroll
+            for (int n = 0; n < 2; ++n) {
+                const int r = base + 8 * n + g;
+                b[n][0] = b[n][1] = 0u;
+                if (r < nr) {
+                    const uint2 w = *reinterpret_cast<const uint2*>(rows + (r0 + r) * (size_t)dim + d0 + 8 * t);
+                    b[n][0] = w.x;
+                    b[n][1] = w.y;
+                }
+                if (METRIC == 0) x2[n] = __dp4a(b[n][1], b[n][1], __dp4a(b[n][0], b[n][0], x2[n]));
+            }
+#pragma unroll
+            for (int m = 0; m < 2; ++m) {
+                if (m >= mtiles) break;
+                const unsigned char* qa = qs8 + (16 * m + g) * stride + d0 + 8 * t;
+                const uint2 lo = *reinterpret_cast<const uint2*>(qa);               // query g
+                const uint2 hi = *reinterpret_cast<const uint2*>(qa + 8 * stride);  // query g + 8
+#pragma unroll
+                for (int n = 0; n < 2; ++n) mma_u8(acc[m][n], lo.x, hi.x, lo.y, hi.y, b[n][0], b[n][1]);
+            }
+        }
+#pragma unroll
+        for (int n = 0; n < 2; ++n) {
+            x2[n] += __shfl_xor_sync(FULL, x2[n], 1);
+            x2[n] += __shfl_xor_sync(FULL, x2[n], 2);
+            // This lane's accumulators are rows 2t and 2t + 1 of the n-tile, whose norms lanes
+            // 8t and 8t + 4 hold.
+            const int xn[2] = {(int)__shfl_sync(FULL, x2[n], 8 * t), (int)__shfl_sync(FULL, x2[n], 8 * t + 4)};
+#pragma unroll
+            for (int m = 0; m < 2; ++m) {
+                if (m >= mtiles) break;
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    const int j = 16 * m + g + 8 * h;
+#pragma unroll
+                    for (int e = 0; e < 2; ++e) {
+                        const int r = base + 8 * n + 2 * t + e, dot = acc[m][n][2 * h + e];
+                        if (j < nqg && r < nr)
+                            out[obase[j] + r] = METRIC == 0 ? (float)(q2[j] + xn[e] - 2 * dot) : -(float)dot;
+                    }
+                }
+            }
+        }
+    }
 }
 
 // Stage 1 for query group gx (QB queries) x centroid chunk gy. scratch: nq x nlist. Query j
@@ -483,6 +603,20 @@ __device__ void search_tiled(const float* __restrict__ queries, const unsigned* 
         const int nr = (int)min((unsigned long long)chunk, len - (unsigned long long)h * chunk);
         const T* rows = list_rows ? (const T*)list_rows[c] : vectors;
         const size_t r0 = (list_rows ? 0 : start) + (size_t)h * chunk;
+#if __CUDA_ARCH__ >= 800
+        if constexpr (IsU8<T>::value) {
+            // Integral queries on u8 rows: the exact integer tensor-core product, whatever the
+            // group's size (the staging buffer is the row path's, unused on this item).
+            unsigned char* qs8 = reinterpret_cast<unsigned char*>(qsm);
+            int* q2 = reinterpret_cast<int*>(qs8 + QB * (TC_MAX_DIM + TC_MAX_PAD));
+            if (dim % 32 == 0 && dim <= TC_MAX_DIM && stage_u8_queries(queries, qrow, nqg, dim, qs8, q2)) {
+                tc_distances_u8<METRIC>(reinterpret_cast<const unsigned char*>(rows), r0, nr, dim, nqg, qs8, q2,
+                                        cand, obase);
+                __syncthreads();
+                continue;
+            }
+        }
+#endif
         // Few queries on this cell: a thread per row; else the 32-query tile.
         const bool rows_path = nqg <= ROW_PATH_MAX && dim <= ROW_PATH_DIM;
         if (!rows_path) tile_distances<T, METRIC>(queries, qrow, nqg, rows, r0, nr, dim, cand, obase, sm);

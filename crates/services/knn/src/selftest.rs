@@ -162,19 +162,29 @@ pub fn check_case(c: &Case) -> Result<String, GpuError> {
         same_neighbors(gpu, &cpu).map_err(|m| fail("reduce", format!("query {qi}: {m}")))?;
     }
     // Whole queries by each plan against the CPU query (recall must match too). The tiled plan
-    // also runs with a candidate buffer for 3 queries, so the cohort takes several passes.
+    // also runs with a candidate buffer for 3 queries, so the cohort takes several passes. On
+    // u8 storage the integral queries take the integer tensor-core scan (dims a multiple of 32)
+    // and the same queries moved off the integers take the f32 scan: both are checked.
+    let mut query_sets = vec![("", queries.clone())];
+    if c.precision == Precision::U8 {
+        let off = queries.data.iter().map(|v| v + 0.375).collect();
+        query_sets.push((" (queries off the integers)", Vectors::new(c.dim, off)));
+    }
     let mut hits_g = 0usize;
-    for (plan, cand) in [
+    for ((plan, cand), (set, queries)) in [
         (Plan::PerPair, None),
         (Plan::Tiled, None),
         (Plan::Tiled, Some(3 * g.max_candidate_row(c.nprobe))),
-    ] {
+    ]
+    .into_iter()
+    .flat_map(|p| query_sets.iter().map(move |q| (p, q)))
+    {
         let mut b = match cand {
             None => g.buffers(&s, c.nq)?,
             Some(f) => g.buffers_with(&s, c.nq, f)?,
         };
         let what = format!(
-            "{plan:?} plan{}",
+            "{plan:?} plan{}{set}",
             if cand.is_some() { ", in passes" } else { "" }
         );
         let full = g
@@ -300,6 +310,30 @@ pub fn cases(seed: u64) -> Vec<Case> {
             nprobe: 8,
             metric: Metric::L2,
             seed: seed + 6,
+            precision: Precision::U8,
+        },
+        // u8 with the inner product, a cohort of several 32-query groups per cell (both of the
+        // tensor-core scan's query tiles), and a dimension off the multiples of 32 (f32 scan).
+        Case {
+            n: 40_000,
+            dim: 96,
+            nlist: 32,
+            nq: 300,
+            k: 20,
+            nprobe: 6,
+            metric: Metric::InnerProduct,
+            seed: seed + 9,
+            precision: Precision::U8,
+        },
+        Case {
+            n: 10_000,
+            dim: 100,
+            nlist: 32,
+            nq: 50,
+            k: 10,
+            nprobe: 4,
+            metric: Metric::L2,
+            seed: seed + 10,
             precision: Precision::U8,
         },
         // A cohort large enough that cells hold several 32-query groups and rows several chunks.
