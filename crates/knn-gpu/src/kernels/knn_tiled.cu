@@ -3,7 +3,7 @@
 //
 // 1. knn_filter_tiled: query x centroid distances as a tiled product (a block takes QB
 //    queries x a chunk of centroids, both staged through shared memory), into `scratch`.
-// 2. knn_select_filter: per query, the nprobe nearest cells (radix select, sorted).
+// 2. knn_select_filter: per query, the nprobe nearest cells (threshold or radix select, sorted).
 // 3. knn_plan: per query, where each probed cell's candidates start in its candidate row,
 //    and how many queries probe each cell.
 // 4. knn_scan_items: per cell, where its pairs start and how many work items it makes.
@@ -12,7 +12,7 @@
 //    rows): the cell is read once per QB queries instead of once per query, and the
 //    distances are a tiled product again (or, for groups of a few queries, a thread per row
 //    with the queries in shared memory). Every distance goes to the query's candidate row.
-// 7. knn_select_search: per query, the k nearest of its candidates (radix select, sorted).
+// 7. knn_select_search: per query, the k nearest of its candidates (threshold or radix select, sorted).
 //
 // Selecting over all candidates at the end, instead of keeping a top-k per block, keeps the
 // distance loops free of data-dependent work; the candidate rows cost a write and a read of
@@ -378,6 +378,58 @@ struct RowIds {  // search: position -> (probe, row) through the probe offsets -
     }
 };
 
+// The k smallest (distance, id) of src (n > k), sorted, into out_i / out_d, in two reads of the
+// row instead of the radix select's passes: tau is the k-th smallest of the threads' own
+// minima, so at least k keys are <= tau and every one of the k smallest is; those few are
+// gathered (with their ids) and ranked exactly, ties to the smaller id. False, having written
+// nothing, when they are more than SEL_MAX (many ties at tau) or fewer than k (NaNs): the
+// radix select then answers.
+template <int NT, typename Src>
+__device__ bool threshold_select(const Src& src, int k, float* sel_d, unsigned* sel_i, unsigned* __restrict__ out_i,
+                                 float* __restrict__ out_d) {
+    __shared__ float lmin[NT];
+    __shared__ float s_tau;
+    __shared__ unsigned s_taken;
+    const int n = src.n;
+    float m = INF;
+    for (int i = threadIdx.x; i < n; i += NT) {
+        const float v = src.d[i];
+        m = v < m ? v : m;
+    }
+    lmin[threadIdx.x] = m;
+    if (threadIdx.x == 0) s_taken = 0;
+    __syncthreads();
+    int rank = 0;  // among the minima, ties to the lower thread: a permutation of 0..NT-1
+    for (int j = 0; j < NT; j += 4) {
+        const float4 o = *reinterpret_cast<const float4*>(lmin + j);
+        rank += (o.x < m || (o.x == m && j < (int)threadIdx.x)) + (o.y < m || (o.y == m && j + 1 < (int)threadIdx.x)) +
+                (o.z < m || (o.z == m && j + 2 < (int)threadIdx.x)) + (o.w < m || (o.w == m && j + 3 < (int)threadIdx.x));
+    }
+    if (rank == k - 1) s_tau = m;
+    __syncthreads();
+    const float tau = s_tau;
+    for (int i = threadIdx.x; i < n; i += NT) {
+        const float v = src.d[i];
+        if (v <= tau) {
+            const unsigned slot = atomicAdd(&s_taken, 1u);
+            if (slot < SEL_MAX) { sel_d[slot] = v; sel_i[slot] = src.id(i); }
+        }
+    }
+    __syncthreads();
+    const int taken = (int)s_taken;
+    if (taken < k || taken > SEL_MAX) return false;
+    for (int t = threadIdx.x; t < taken; t += NT) {
+        int r = 0;
+        for (int j = 0; j < taken && r < k; ++j) r += before(sel_d[j], sel_i[j], sel_d[t], sel_i[t]);
+        if (r < k) {
+            out_i[r] = sel_i[t];
+            if (out_d) out_d[r] = sel_d[t];
+        }
+    }
+    __syncthreads();
+    return true;
+}
+
 // The k smallest (distance, id) of src, sorted, into out_i / out_d (out_d may be null);
 // padded with (NO_ID, +inf) when there are fewer than k. Exact, ties to the smaller id, as
 // the CPU: an MSD radix select on the 64-bit key (order_key(distance), id), 8 bits per pass,
@@ -396,6 +448,7 @@ __device__ void block_select(const Src& src, int k, unsigned* __restrict__ out_i
     unsigned long long prefix = 0, mask = 0;
     unsigned rem = k;
     const bool take_all = n <= k;
+    if (!take_all && threshold_select<NT>(src, k, sel_d, sel_i, out_i, out_d)) return;
     for (int pass = 0; pass < 8 && !take_all; ++pass) {
         const int shift = 56 - 8 * pass;
         for (int b = threadIdx.x; b < 256; b += NT) hist[b] = 0;
