@@ -379,15 +379,15 @@ struct RowIds {  // search: position -> (probe, row) through the probe offsets -
 };
 
 // The k smallest (distance, id) of src (n > k), sorted, into out_i / out_d, in two reads of the
-// row instead of the radix select's passes: tau is the k-th smallest of the threads' own
-// minima, so at least k keys are <= tau and every one of the k smallest is; those few are
+// row instead of the radix select's passes: tau is the k-th smallest of the minima of groups of
+// threads, so at least k keys are <= tau and every one of the k smallest is; those few are
 // gathered (with their ids) and ranked exactly, ties to the smaller id. False, having written
 // nothing, when they are more than SEL_MAX (many ties at tau) or fewer than k (NaNs): the
 // radix select then answers.
 template <int NT, typename Src>
 __device__ bool threshold_select(const Src& src, int k, float* sel_d, unsigned* sel_i, unsigned* __restrict__ out_i,
                                  float* __restrict__ out_d) {
-    __shared__ float lmin[NT];
+    __shared__ __align__(16) float lmin[NT];  // read as float4
     __shared__ float s_tau;
     __shared__ unsigned s_taken;
     const int n = src.n;
@@ -396,16 +396,27 @@ __device__ bool threshold_select(const Src& src, int k, float* sel_d, unsigned* 
         const float v = src.d[i];
         m = v < m ? v : m;
     }
-    lmin[threadIdx.x] = m;
+    // The minima of groups of gs threads, as few groups as still number at least k (gs a power
+    // of two up to a warp): ranking them costs their count per thread, not the block's size.
+    int gs = 1;
+    while (gs < 32 && NT / (2 * gs) >= k) gs *= 2;
+    for (int off = 1; off < gs; off <<= 1) {
+        const float o = __shfl_xor_sync(FULL, m, off);
+        m = o < m ? o : m;
+    }
+    const int groups = NT / gs, g = threadIdx.x / gs;
+    if (threadIdx.x % gs == 0) lmin[g] = m;
     if (threadIdx.x == 0) s_taken = 0;
     __syncthreads();
-    int rank = 0;  // among the minima, ties to the lower thread: a permutation of 0..NT-1
-    for (int j = 0; j < NT; j += 4) {
-        const float4 o = *reinterpret_cast<const float4*>(lmin + j);
-        rank += (o.x < m || (o.x == m && j < (int)threadIdx.x)) + (o.y < m || (o.y == m && j + 1 < (int)threadIdx.x)) +
-                (o.z < m || (o.z == m && j + 2 < (int)threadIdx.x)) + (o.w < m || (o.w == m && j + 3 < (int)threadIdx.x));
+    if (threadIdx.x % gs == 0) {
+        int rank = 0;  // among the minima, ties to the lower group: a permutation of 0..groups-1
+        for (int j = 0; j < groups; j += 4) {
+            const float4 o = *reinterpret_cast<const float4*>(lmin + j);
+            rank += (o.x < m || (o.x == m && j < g)) + (o.y < m || (o.y == m && j + 1 < g)) +
+                    (o.z < m || (o.z == m && j + 2 < g)) + (o.w < m || (o.w == m && j + 3 < g));
+        }
+        if (rank == k - 1) s_tau = m;
     }
-    if (rank == k - 1) s_tau = m;
     __syncthreads();
     const float tau = s_tau;
     for (int i = threadIdx.x; i < n; i += NT) {
