@@ -55,12 +55,9 @@ struct KnnFilterTcArgs {
 // Grid (ceil(nq / TC_TILE), ceil(nlist / TC_TILE)). Rows and dimensions past the ends are
 // staged as zeros (they add nothing and are not written).
 extern "C" __global__ void __launch_bounds__(TC_THREADS) knn_filter_tc(const KnnFilterTcArgs a) {
-    // The operands split into TF32 heads and tails once, as they are staged (every warp reads
-    // every centroid of the tile: splitting at each fragment load split each value 4 times).
     // +4: a warp's fragment loads (8 rows x 4 columns) fall in 32 distinct banks.
-    __shared__ unsigned qhi[TC_TILE][TC_DK + 4], qlo[TC_TILE][TC_DK + 4];
-    __shared__ unsigned chi[TC_TILE][TC_DK + 4], clo[TC_TILE][TC_DK + 4];
-    __shared__ float cs[TC_TILE][TC_DK + 4];  // the centroids as they are, for their norms
+    __shared__ float qs[TC_TILE][TC_DK + 4];
+    __shared__ float cs[TC_TILE][TC_DK + 4];
     __shared__ float cnorm[TC_TILE];
     const int q0 = blockIdx.x * TC_TILE, c0 = blockIdx.y * TC_TILE;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
@@ -75,25 +72,24 @@ extern "C" __global__ void __launch_bounds__(TC_THREADS) knn_filter_tc(const Knn
         for (int e = threadIdx.x; e < TC_TILE * TC_DK; e += TC_THREADS) {
             const int r = e / TC_DK, d = e % TC_DK;
             const bool in_d = d0 + d < a.dim;
-            const float qv = (q0 + r < a.nq && in_d) ? a.queries[(size_t)(q0 + r) * a.dim + d0 + d] : 0.f;
-            const float cv = (c0 + r < a.nlist && in_d) ? a.centroids[(size_t)(c0 + r) * a.dim + d0 + d] : 0.f;
-            split_tf32(qv, qhi[r][d], qlo[r][d]);
-            split_tf32(cv, chi[r][d], clo[r][d]);
-            cs[r][d] = cv;
+            qs[r][d] = (q0 + r < a.nq && in_d) ? a.queries[(size_t)(q0 + r) * a.dim + d0 + d] : 0.f;
+            cs[r][d] = (c0 + r < a.nlist && in_d) ? a.centroids[(size_t)(c0 + r) * a.dim + d0 + d] : 0.f;
         }
         __syncthreads();
         if (threadIdx.x < TC_TILE)
             for (int d = 0; d < TC_DK; ++d) norm = fmaf(cs[threadIdx.x][d], cs[threadIdx.x][d], norm);
 #pragma unroll
         for (int k = 0; k < TC_DK; k += 8) {
-            const unsigned ahi[4] = {qhi[r0 + g][k + t], qhi[r0 + g + 8][k + t], qhi[r0 + g][k + t + 4],
-                                     qhi[r0 + g + 8][k + t + 4]};
-            const unsigned alo[4] = {qlo[r0 + g][k + t], qlo[r0 + g + 8][k + t], qlo[r0 + g][k + t + 4],
-                                     qlo[r0 + g + 8][k + t + 4]};
+            unsigned ahi[4], alo[4];
+            split_tf32(qs[r0 + g][k + t], ahi[0], alo[0]);
+            split_tf32(qs[r0 + g + 8][k + t], ahi[1], alo[1]);
+            split_tf32(qs[r0 + g][k + t + 4], ahi[2], alo[2]);
+            split_tf32(qs[r0 + g + 8][k + t + 4], ahi[3], alo[3]);
 #pragma unroll
             for (int n = 0; n < TC_TILE / 8; ++n) {
-                const unsigned bhi[2] = {chi[n * 8 + g][k + t], chi[n * 8 + g][k + t + 4]};
-                const unsigned blo[2] = {clo[n * 8 + g][k + t], clo[n * 8 + g][k + t + 4]};
+                unsigned bhi[2], blo[2];
+                split_tf32(cs[n * 8 + g][k + t], bhi[0], blo[0]);
+                split_tf32(cs[n * 8 + g][k + t + 4], bhi[1], blo[1]);
                 // The small terms first, so they are not lost under the large one.
                 mma_tf32(acc[n], alo, bhi);
                 mma_tf32(acc[n], ahi, blo);
