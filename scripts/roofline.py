@@ -1,12 +1,13 @@
 #!/usr/bin/env python3
 """A roofline of the k-NN tiled plan from a `cohort bench gpu-kernels` JSON (1M x 128, nlist 4096,
 as bench/results/issue49-filter-tc-h100/ ran it): per precision, cohort and stage, the time,
-its share, FLOP/s against the FP32 CUDA-core or TF32 tensor-core peak (H100 SXM data sheet:
-67 and 495 TFLOP/s dense; not measured here) and the least bytes/s the stage must move
+its share, FLOP/s against the FP32 CUDA-core, TF32 or INT8 tensor-core peak (H100 SXM data
+sheet: 67, 495 and 1979 T(FL)OP/s dense; not measured here) and the least bytes/s the stage must move
 against the copy rate the same run measured. Markdown on stdout.
 
 FLOPs: 3 per element (subtract, multiply, add; L2); the tensor-core filter issues 3 products
-(3xTF32) of 2 FLOPs. Bytes, the least a stage moves: the filter writes the scores and reads
+(3xTF32) of 2 FLOPs; the u8 search (integer tensor cores at 28d9a4c on) 2 ops per element
+(the multiply-add of q.x; its norms are a small extra). Bytes, the least a stage moves: the filter writes the scores and reads
 queries and centroids; a select reads its rows once; the search reads every list that some
 query of the cohort probes once, and writes the candidates; the re-rank reads its candidate
 centroids.
@@ -19,7 +20,7 @@ if len(sys.argv) < 3:
 d = json.load(open(sys.argv[1])); label = sys.argv[2]
 r=d['results']; bw=r['copy_bandwidth_gb_s']
 N, DIM, NLIST = (int(x) for x in (sys.argv[3:6] if len(sys.argv) >= 6 else (1_000_000, 128, 4096)))
-FP32_PEAK=67e12; TF32_PEAK=495e12
+FP32_PEAK=67e12; TF32_PEAK=495e12; INT8_PEAK=1979e12
 elem={'F32':4,'F16':2,'U8':1}
 print(f"### {label}: {r['device']}, commit {d['commit'][:7]}, copy {bw:.0f} GB/s")
 print("| precision | cohort | stage | ms | share | GFLOP/s (of peak) | GB/s min (of copy) |")
@@ -37,9 +38,12 @@ for p in r['points']:
             else: fl=3*nq*NLIST*DIM
             by=4*(nq*NLIST+NLIST*DIM+nq*DIM)
         elif k=='select_filter': by=4*nq*NLIST
-        elif k=='search': fl=3*nq*rows*DIM; by=N*DIM*e*probed+4*nq*rows
+        elif k=='search':
+            by=N*DIM*e*probed+4*nq*rows
+            if p['precision']=='U8': fl=2*nq*rows*DIM; peak=INT8_PEAK
+            else: fl=3*nq*rows*DIM
         elif k=='select_search': by=4*nq*rows
         elif k=='rerank_filter': fl=3*nq*(p['nprobe']+8)*DIM; by=4*nq*(p['nprobe']+8)*DIM
-        f = '-' if fl is None else f"{fl/s/1e9:,.0f} ({100*fl/s/peak:.0f}%{' TF32' if peak==TF32_PEAK else ''})"
+        f = '-' if fl is None else f"{fl/s/1e9:,.0f} ({100*fl/s/peak:.0f}%{' TF32' if peak==TF32_PEAK else (' INT8' if peak==INT8_PEAK else '')})"
         b = '-' if by is None else f"{by/s/1e9:,.0f} ({100*by/s/1e9/bw:.0f}%)"
         print(f"| {p['precision']} | {nq} | {k} | {ms:.3f} | {100*ms/tot:.0f}% | {f} | {b} |")
