@@ -36,9 +36,9 @@ impl PackedRows {
         })
     }
 
-    /// Stages row `row` (rows come in order from 0, which starts a new batch): its first
-    /// `take` bytes are packed, its length is recorded as `len` (a service may note a longer
-    /// request than it copies, for its kernels to refuse).
+    /// Stages row `row` (rows come in order from 0, which starts a new batch): `payload` is
+    /// packed and its length recorded as `len` (a service may pack only a request's first
+    /// bytes and record its whole length, for its kernels to refuse).
     pub fn stage(&mut self, row: usize, payload: &[u8], len: u32) {
         if row == 0 {
             self.cursor = 0;
