@@ -41,7 +41,17 @@ pub fn every_kernel_compiles(what: &str, sources: &[&KernelSource], also: &[(&st
     // compile side by side (the whole check takes minutes serially on a 2-core CI machine).
     let compiled: Vec<_> = sources
         .par_iter()
-        .map(|src| compile_cached(src, "sm_90").map(|ptx| ptx.to_src()))
+        .map(|src| {
+            let t = std::time::Instant::now();
+            let ptx = compile_cached(src, "sm_90").map(|ptx| ptx.to_src());
+            // The slowest unit bounds the check (and a service's first start).
+            eprintln!(
+                "{what}: {} compiled in {:.1} s",
+                src.name,
+                t.elapsed().as_secs_f64()
+            );
+            ptx
+        })
         .collect();
     for (src, text) in sources.iter().zip(compiled) {
         let text = text.unwrap_or_else(|e| panic!("{}: {e}", src.name));

@@ -196,6 +196,9 @@ __device__ __forceinline__ void mma_u8(int c[4], unsigned a0, unsigned a1, unsig
                  "{%0,%1,%2,%3};"
                  : "+r"(c[0]), "+r"(c[1]), "+r"(c[2]), "+r"(c[3])
                  : "r"(a0), "r"(a1), "r"(a2), "r"(a3), "r"(b0), "r"(b1));
+#else
+    // Integer mma needs sm_80; a caller outside an sm_80 guard fails loudly, not silently.
+    __trap();
 #endif
 }
 

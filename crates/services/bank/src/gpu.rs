@@ -1,4 +1,5 @@
-//! The bank on the GPU, one thread per request of a cohort: parse (`kernels/bank_parse.cu`),
+//! The bank on the GPU, one thread per request of a cohort (a group of up to 32 per page, by
+//! the cohort's size: [`super::kernels::page_lanes`]): parse (`kernels/bank_parse.cu`),
 //! sessions and pages (`kernels/bank_serve.cu`), with requests and responses in row-major or
 //! transposed slots. CPU twins: [`super::parse`], [`super::session`], [`super::page`]
 //! (together: [`super::Bank::serve`]). The parts - [`Kernels`], the device's [`SessionTable`],
@@ -146,6 +147,8 @@ pub struct CohortBuffers {
     /// Per request: the user whose records it reads (0: none), and where they are.
     want: CudaSlice<u32>,
     rec_at: CudaSlice<u32>,
+    /// Threads per page; None: by the cohort's size ([`super::kernels::page_lanes`]).
+    page_lanes: Option<u32>,
 }
 
 /// Where a cohort's records are on the device.
@@ -193,7 +196,21 @@ impl CohortBuffers {
             pad: s.alloc_zeros(cap)?,
             want: s.alloc_zeros(cap)?,
             rec_at: s.alloc_zeros(cap)?,
+            page_lanes: None,
         })
+    }
+
+    /// Fixes the threads per page (a power of two up to 32; None: by the cohort's size).
+    pub fn set_page_lanes(&mut self, lanes: Option<u32>) -> Result<(), GpuError> {
+        if let Some(l) = lanes {
+            if !l.is_power_of_two() || l > 32 {
+                return Err(GpuError::Invalid(format!(
+                    "threads per page must be a power of two up to 32, not {l}"
+                )));
+            }
+        }
+        self.page_lanes = lanes;
+        Ok(())
     }
 
     pub fn capacity(&self) -> usize {
@@ -354,6 +371,9 @@ impl CohortBuffers {
             return Ok(());
         }
         let (n32, tr, recs) = (n as u32, transposed as i32, recs.dev(s));
+        let page_lanes = self
+            .page_lanes
+            .unwrap_or_else(|| super::kernels::page_lanes(n));
         // The table is written through shared references: it is shared by every stream of
         // the device (see SessionTable), and event tracking is off where streams share it.
         let args = BankSessionsArgs {
@@ -397,9 +417,14 @@ impl CohortBuffers {
             lens: Dev::of_mut(&mut self.out_lens, s),
             transposed: tr,
             pad: Dev::of_mut(&mut self.pad, s),
+            lanes: page_lanes,
         };
-        // SAFETY: the response slots hold cap x RESP_SLOT, the rest cap >= n entries.
-        unsafe { k.pages.launch(s, Work::Items(n), 0, &args) }?;
+        // SAFETY: the response slots hold cap x RESP_SLOT, the rest cap >= n entries; a
+        // group of `page_lanes` threads per response.
+        unsafe {
+            k.pages
+                .launch(s, Work::Items(n * page_lanes as usize), 0, &args)
+        }?;
         // The padding: a few threads per response (a warp per response row-major).
         let lanes: u32 = if transposed { 8 } else { 32 };
         let args = BankPadArgs {
@@ -506,6 +531,11 @@ impl GpuParser {
         let cap = self.bufs.capacity();
         self.records = records.for_stream(self.stream.context(), &self.stream, cap)?;
         Ok(self)
+    }
+
+    /// Fixes the threads per page (None: by the cohort's size).
+    pub fn set_page_lanes(&mut self, lanes: Option<u32>) -> Result<(), GpuError> {
+        self.bufs.set_page_lanes(lanes)
     }
 
     /// Records, sessions then pages for the parsed cohort (after [`GpuParser::launch`]),

@@ -186,15 +186,24 @@ fn bank_session_rounds(
 }
 
 /// The bank's kernels (parse, sessions, pages, padding) on the test harness's cohorts against
-/// the CPU twins: both layouts, every response byte compared.
+/// the CPU twins: both layouts, the pages written by groups of threads as the cohort's size
+/// picks (32 a page here) and by fixed groups of 1, 4 and 8, every response byte compared.
 fn pages_match_the_cpu_twins(devs: &[DeviceInfo], seed: u64) -> Result<Vec<String>, String> {
     let dev = &devs[0];
     use super::{gpu::GpuParser, Bank, BankConfig};
     use rand::{Rng, SeedableRng};
     let mut log = Vec::new();
     let users = 20_000u32;
-    for transposed in [false, true] {
-        let mut rng = rand::rngs::SmallRng::seed_from_u64(seed ^ transposed as u64);
+    let runs = [
+        (false, None),
+        (true, None),
+        (false, Some(1)),
+        (true, Some(1)),
+        (false, Some(4)),
+        (true, Some(8)),
+    ];
+    for (i, (transposed, lanes)) in runs.into_iter().enumerate() {
+        let mut rng = rand::rngs::SmallRng::seed_from_u64(seed ^ i as u64);
         let cfg = BankConfig {
             users,
             max_sessions: users as usize,
@@ -204,7 +213,9 @@ fn pages_match_the_cpu_twins(devs: &[DeviceInfo], seed: u64) -> Result<Vec<Strin
         let mut gpu = GpuParser::new(dev, 4096)
             .and_then(|p| p.with_sessions(users, users, cfg.secret))
             .map_err(|e| e.to_string())?;
-        let label = format!("harness, transposed {transposed}");
+        gpu.set_page_lanes(lanes).map_err(|e| e.to_string())?;
+        let threads = lanes.map_or("by cohort".to_string(), |l| l.to_string());
+        let label = format!("harness, transposed {transposed}, threads per page {threads}");
         let compared = bank_session_rounds(&mut rng, &cpu, users, &label, &mut |reqs| {
             gpu.upload(reqs, transposed).unwrap();
             gpu.launch().unwrap();

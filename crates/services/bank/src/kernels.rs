@@ -111,6 +111,8 @@ kernel_args! {
         lens: Dev<u32>,
         transposed: i32,
         pad: Dev<u32>,
+        /// Threads per page: a power of two up to 32 (see [`page_lanes`]).
+        lanes: u32,
     }
 }
 
@@ -137,8 +139,21 @@ pub const FETCH: KernelDecl<BankFetchArgs> =
     KernelDecl::new("bank_fetch", PER_REQUEST, Grid::ThreadPerItem { cap: 0 });
 pub const SESSIONS: KernelDecl<BankSessionsArgs> =
     KernelDecl::new("bank_sessions", PER_REQUEST, Grid::ThreadPerItem { cap: 0 });
+/// A group of `lanes` threads per page (launched as `n x lanes` items).
 pub const PAGES: KernelDecl<BankPagesArgs> =
     KernelDecl::new("bank_pages", PER_REQUEST, Grid::ThreadPerItem { cap: 0 });
+
+/// Threads that write one page of a cohort of `n`: 32 for cohorts up to 2 048 (a page takes
+/// its longest thread's time, and a small cohort leaves the GPU idle), then halving as the
+/// cohort grows so that a launch stays near 64 K threads; one thread a page from 65 536 on
+/// (the measuring pass a group needs doubles the work, which only large cohorts notice).
+pub fn page_lanes(n: usize) -> u32 {
+    const THREADS: usize = 64 * 1024;
+    1 << (THREADS / n.max(1)).clamp(1, 32).ilog2()
+}
+
+// A page's group must not straddle a warp (its threads exchange through warp shuffles).
+const _: () = assert!(PAGES.block.is_multiple_of(32));
 /// A thread per (response, lane): 32 lanes a response row-major, 8 transposed.
 pub const PAD: KernelDecl<BankPadArgs> =
     KernelDecl::new("bank_pad", 256, Grid::ThreadPerItem { cap: 0 });
@@ -171,4 +186,22 @@ pub fn source() -> &'static KernelSource {
             checked(),
         )
     })
+}
+
+#[cfg(test)]
+mod tests {
+    #[test]
+    fn page_lanes_are_powers_of_two_that_shrink_with_the_cohort() {
+        use super::page_lanes;
+        assert_eq!(page_lanes(1), 32);
+        assert_eq!(page_lanes(2048), 32);
+        assert_eq!(page_lanes(3000), 16);
+        assert_eq!(page_lanes(8192), 8);
+        assert_eq!(page_lanes(65_536), 1);
+        assert_eq!(page_lanes(1 << 20), 1);
+        for n in 1..5000 {
+            let l = page_lanes(n);
+            assert!(l.is_power_of_two() && l <= 32 && l >= page_lanes(n + 1));
+        }
+    }
 }

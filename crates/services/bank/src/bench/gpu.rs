@@ -116,6 +116,10 @@ pub struct BankGpuBench {
     /// Titan B) or memcached://HOST:PORT (one multiget per cohort through the host, Titan A).
     #[arg(long, default_value = "computed")]
     pub backend: crate::store::Placement,
+    /// Threads that write one page (a power of two up to 32); by default chosen from the
+    /// cohort's size, as the engines do.
+    #[arg(long)]
+    pub page_lanes: Option<u32>,
     #[arg(long, default_value = "bench/results/bank-gpu.json")]
     pub out: PathBuf,
 }
@@ -169,7 +173,13 @@ pub fn run_all(a: &BankGpuBench, record: Record) -> Result<()> {
     let records = SharedRecords::new(&a.backend, &ctx.default_stream(), a.users)
         .map_err(anyhow::Error::msg)?;
     let mut g = g.with_records(&records)?;
-    println!("bank records: {}", a.backend);
+    g.set_page_lanes(a.page_lanes)?;
+    println!(
+        "bank records: {}; threads per page: {}",
+        a.backend,
+        a.page_lanes
+            .map_or("by cohort size".to_string(), |l| l.to_string())
+    );
     let mut rng = rand::rngs::SmallRng::seed_from_u64(2);
     // A pool of logged-in users (1..=max) for every type but login/logout.
     let pool: Vec<u32> = (1..=max as u32).collect();
@@ -328,7 +338,9 @@ pub fn run_all(a: &BankGpuBench, record: Record) -> Result<()> {
                 mix_d2h
             );
             points.push(json!({
-                "cohort": c, "transposed": transposed, "mix_requests_per_s_in_gpu": rate_gpu,
+                "cohort": c, "transposed": transposed,
+                "page_lanes": a.page_lanes.unwrap_or_else(|| crate::kernels::page_lanes(c)),
+                "mix_requests_per_s_in_gpu": rate_gpu,
                 "mix_requests_per_s_to_host": rate_host, "pcie_bound_requests_per_s": bound,
                 "fraction_of_pcie_bound": rate_host / bound, "h2d_bytes_per_request": mix_h2d,
                 "d2h_bytes_per_request": mix_d2h, "per_type": per_type,
@@ -339,6 +351,7 @@ pub fn run_all(a: &BankGpuBench, record: Record) -> Result<()> {
         &a.out,
         json!({ "gpu": devs[0].name, "users": a.users, "iters": a.iters,
                 "backend": a.backend.to_string(),
+                "page_lanes": a.page_lanes.map_or(serde_json::Value::from("by cohort size"), |l| l.into()),
                 "pinned_h2d_bytes_per_s": h2d, "pinned_d2h_bytes_per_s": d2h, "points": points,
                 "sustained": sustained_sweep(a, &g, &records, &pool, &cookies)? }),
     )
@@ -434,7 +447,8 @@ fn sustained(
     let mut lanes = Vec::new();
     for _ in 0..streams {
         let s = ctx.new_stream()?;
-        let bufs = CohortBuffers::new(&s, c)?;
+        let mut bufs = CohortBuffers::new(&s, c)?;
+        bufs.set_page_lanes(a.page_lanes)?;
         let host =
             cohort_gpu::engine::Pinned::<u8>::for_reads(ctx, if copy { c * slot } else { 1 })?;
         let recs = records.for_stream(ctx, &s, c)?;

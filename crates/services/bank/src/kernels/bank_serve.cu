@@ -1,5 +1,5 @@
-// The bank after parsing: sessions, then pages - one thread per request of a cohort (Rhythm's
-// process and response stages). CPU twins: `Sessions` (bank/session.rs), `Besim`
+// The bank after parsing: sessions (one thread per request of a cohort), then pages (a group
+// of threads per page: see bank_pages) - Rhythm's process and response stages. CPU twins: `Sessions` (bank/session.rs), `Besim`
 // (bank/besim.rs) and `page::render` / `page::refusal` (bank/page.rs): the same records, the
 // same fixed-width fields, the same bytes. Tables and sizes come from the generated prelude.
 
@@ -179,23 +179,60 @@ __device__ Payment payment(const Src& d, int i, int np) {
 
 // ---- the response writer: byte i of response r, row-major or transposed by words ----
 
+// A page is written in parts (the header, the head, a table row, ...), each by one thread of
+// the page's group; a part starts where the parts before it end, so the word holding its
+// first byte may be shared with the part before (another thread's). Whole words are stored
+// whole; a shared word's bytes one by one, only those the part owns (byte stores to distinct
+// bytes of a word do not clobber each other).
 struct Out {
+    // Null while measuring a part: positions advance, nothing is stored.
     unsigned char* base;
     unsigned int r, n;
     bool tr;
     int pos;
+    // The first byte this writer owns.
+    int lo;
     // The word being written (bytes not yet put are spaces): stored whole when full, so a
     // warp's threads store whole words side by side instead of single bytes.
     unsigned int acc;
 };
 
+__device__ __forceinline__ Out writer(unsigned char* base, unsigned int r, unsigned int n, bool tr, int at) {
+    Out o;
+    o.base = base;
+    o.r = r;
+    o.n = n;
+    o.tr = tr;
+    o.pos = at;
+    o.lo = at;
+    o.acc = 0x20202020u;
+    return o;
+}
+
 __device__ __forceinline__ size_t out_at(const Out& o, int i) {
     if (o.tr) return ((size_t)(i >> 2) * o.n + o.r) * 4 + (i & 3);
     return (size_t)o.r * BANK_RESP_SLOT + i;
 }
+// Bytes [from, to) of a word (a word's bytes are contiguous in both layouts).
+__device__ __forceinline__ void store_bytes(unsigned char* word, unsigned int acc, int from, int to) {
+    for (int i = from; i < to; i++) word[i] = (unsigned char)(acc >> (i * 8));
+}
+// Stores the word in progress up to byte `end` (exclusive; at most its word's end): whole
+// when the writer owns all four bytes, else the owned bytes one by one.
+__device__ __forceinline__ void store_word(Out& o, int end) {
+    if (!o.base) return;
+    int w = (end - 1) & ~3;
+    unsigned char* at = o.base + out_at(o, w);
+    if (w >= o.lo && end == w + 4) {
+        *(unsigned int*)at = o.acc;
+    } else {
+        store_bytes(at, o.acc, (w < o.lo ? o.lo : w) - w, end - w);
+    }
+}
+// The end of a part: its last, partial word's bytes (the next part owns the rest).
 __device__ __forceinline__ void flush(Out& o) {
     if (o.pos & 3) {
-        *(unsigned int*)(o.base + out_at(o, o.pos & ~3)) = o.acc;
+        store_word(o, o.pos);
         o.acc = 0x20202020u;
     }
 }
@@ -203,7 +240,7 @@ __device__ __forceinline__ void put(Out& o, unsigned char c) {
     int sh = (o.pos & 3) * 8;
     o.acc = (o.acc & ~(0xffu << sh)) | ((unsigned int)c << sh);
     if ((o.pos & 3) == 3) {
-        *(unsigned int*)(o.base + out_at(o, o.pos & ~3)) = o.acc;
+        store_word(o, o.pos + 1);
         o.acc = 0x20202020u;
     }
     o.pos++;
@@ -231,8 +268,10 @@ __device__ void skip_to(Out& o, int to, unsigned int* pad) {
         pad[o.r] = 0;
         return;
     }
-    int from_word = (o.pos + 3) >> 2;
-    flush(o);
+    // The word in progress ends in spaces (stored as it fills).
+    while (o.pos & 3) put(o, ' ');
+    int from_word = o.pos >> 2;
+    // The word holding `to` is stored whole when it fills: its bytes before `to` stay spaces.
     o.pos = to;
     int to_word = to >> 2;
     pad[o.r] = (unsigned int)from_word | ((unsigned int)(to_word > from_word ? to_word : from_word) << 16);
@@ -333,7 +372,8 @@ __device__ int finish(Out& o, int body_at, int size, unsigned int* pad) {
     int tail = BANK_TAIL_OFF[1];
     skip_to(o, body_at + size - tail, pad);
     entry(o, BANK_TAIL_BYTES, BANK_TAIL_OFF, 0);
-    flush(o);
+    // The last word whole: spaces after the page, as before the pages were split in parts.
+    if (o.pos & 3) store_word(o, (o.pos + 3) & ~3);
     int field = body_at - 4 - BANK_LENGTH_FIELD;
     int v = size;
     for (int i = BANK_LENGTH_FIELD - 1; i >= 0; i--) {
@@ -352,11 +392,40 @@ __device__ void head(Out& o, int kind) {
     lit(o, "</h1>\n");
 }
 
-__device__ void accounts_table(Out& o, const Src& d) {
-    int n = n_accounts(d);
-    lit(o, "<table class=\"accounts\"><tr><th>Account</th><th>Type</th><th>Balance</th></tr>\n");
-    for (int i = 0; i < n; i++) {
-        Account a = account(d, i);
+// ---- a page in parts: each part is written by itself from the page's inputs, so the parts
+// of one page can be written by different threads (see bank_pages) ----
+
+// What a page is written from: the request's parse and session outputs, its records.
+struct Page {
+    // 0 for a 200 page, else the refusal code.
+    int status;
+    int kind;
+    int change;
+    unsigned int user;
+    unsigned long long token;
+    Src d;
+    unsigned long long n0, n1, n2;
+    // The request's texts (transposed: byte j of text t at (t * BANK_NAME + j) * n + r).
+    const unsigned char* texts;
+    unsigned int r, n;
+    // The user's accounts and payees (the kinds that list them read these often).
+    int na, np;
+};
+
+// Part p of a sequence falls in the next segment of `count` parts when p < count (p is then
+// its index in the segment); else p moves on past the segment.
+__device__ __forceinline__ bool in_segment(int& p, int count) {
+    if (p < count) return true;
+    p -= count;
+    return false;
+}
+
+// The accounts table: na + 2 parts (head, a row per account, end).
+__device__ void accounts_part(Out& o, const Page& g, int i) {
+    if (i == 0) {
+        lit(o, "<table class=\"accounts\"><tr><th>Account</th><th>Type</th><th>Balance</th></tr>\n");
+    } else if (i <= g.na) {
+        Account a = account(g.d, i - 1);
         lit(o, "<tr><td>");
         num(o, a.number, 12);
         td(o);
@@ -364,39 +433,44 @@ __device__ void accounts_table(Out& o, const Src& d) {
         td(o);
         money(o, a.balance);
         lit(o, "</td></tr>\n");
+    } else {
+        lit(o, "</table>\n");
     }
-    lit(o, "</table>\n");
 }
 
-__device__ void account_select(Out& o, const Src& d, const char* field) {
-    int n = n_accounts(d);
-    lit(o, "<select name=\"");
-    lit(o, field);
-    lit(o, "\">");
-    for (int i = 0; i < n; i++) {
-        lit(o, "<option value=\"");
-        num(o, i, 1);
+// A select of the user's accounts: na + 2 parts.
+__device__ void account_select_part(Out& o, const Page& g, const char* field, int i) {
+    if (i == 0) {
+        lit(o, "<select name=\"");
+        lit(o, field);
         lit(o, "\">");
-        num(o, account(d, i).number, 12);
+    } else if (i <= g.na) {
+        lit(o, "<option value=\"");
+        num(o, i - 1, 1);
+        lit(o, "\">");
+        num(o, account(g.d, i - 1).number, 12);
         lit(o, "</option>");
+    } else {
+        lit(o, "</select>\n");
     }
-    lit(o, "</select>\n");
 }
 
-__device__ void payees_table(Out& o, const Src& d) {
-    int n = n_payees(d);
-    lit(o, "<table class=\"payees\"><tr><th>Payee</th><th>Name</th><th>Account</th></tr>\n");
-    for (int i = 0; i < n; i++) {
-        Payee p = payee(d, i);
+// The payees table: np + 2 parts.
+__device__ void payees_part(Out& o, const Page& g, int i) {
+    if (i == 0) {
+        lit(o, "<table class=\"payees\"><tr><th>Payee</th><th>Name</th><th>Account</th></tr>\n");
+    } else if (i <= g.np) {
+        Payee p = payee(g.d, i - 1);
         lit(o, "<tr><td>");
-        num(o, i + 1, 3);
+        num(o, i, 3);
         td(o);
         name_of(o, BANK_MERCHANTS_BYTES, BANK_MERCHANTS_OFF, p.merchant);
         td(o);
         num(o, p.account, 10);
         lit(o, "</td></tr>\n");
+    } else {
+        lit(o, "</table>\n");
     }
-    lit(o, "</table>\n");
 }
 
 // A text field of the profile (record offset `at`: the name - on the login page too -,
@@ -428,19 +502,31 @@ __device__ unsigned long long phone_of(const Src& d) {
     return 2000000000ull + word(d.user, 2, 5) % 8000000000ull;
 }
 
-__device__ void profile_table(Out& o, const Src& d) {
+// The profile table: 5 parts, a row each.
+__device__ void profile_part(Out& o, const Page& g, int i) {
     Name n;
-    lit(o, "<table class=\"profile\"><tr><td>Name</td><td>");
-    name(o, profile_field(n, d, BANK_REC_PROFILE_NAME));
-    lit(o, "</td></tr>\n<tr><td>Street</td><td>");
-    name(o, profile_field(n, d, BANK_REC_STREET));
-    lit(o, "</td></tr>\n<tr><td>City</td><td>");
-    name(o, profile_field(n, d, BANK_REC_CITY));
-    lit(o, "</td></tr>\n<tr><td>Phone</td><td>");
-    num(o, phone_of(d), 10);
-    lit(o, "</td></tr>\n<tr><td>Email</td><td>");
-    name(o, profile_field(n, d, BANK_REC_EMAIL));
-    lit(o, "</td></tr>\n</table>\n");
+    switch (i) {
+    case 0:
+        lit(o, "<table class=\"profile\"><tr><td>Name</td><td>");
+        name(o, profile_field(n, g.d, BANK_REC_PROFILE_NAME));
+        break;
+    case 1:
+        lit(o, "</td></tr>\n<tr><td>Street</td><td>");
+        name(o, profile_field(n, g.d, BANK_REC_STREET));
+        break;
+    case 2:
+        lit(o, "</td></tr>\n<tr><td>City</td><td>");
+        name(o, profile_field(n, g.d, BANK_REC_CITY));
+        break;
+    case 3:
+        lit(o, "</td></tr>\n<tr><td>Phone</td><td>");
+        num(o, phone_of(g.d), 10);
+        break;
+    default:
+        lit(o, "</td></tr>\n<tr><td>Email</td><td>");
+        name(o, profile_field(n, g.d, BANK_REC_EMAIL));
+        lit(o, "</td></tr>\n</table>\n");
+    }
 }
 
 __device__ void notice(Out& o, bool ok, const char* yes, const char* no) {
@@ -449,41 +535,70 @@ __device__ void notice(Out& o, bool ok, const char* yes, const char* no) {
     lit(o, "</p>\n");
 }
 
-// The 200 page's content (after head); nums/texts are request r's parameters. Inlined into
-// bank_pages so that the writer `o` stays in registers: passed to a called function, `o`
-// lives in local memory and every byte put reloads and stores its position and word (the
-// page stores through `o.base` may alias it) - measured as most of bank_pages' time.
-__device__ __forceinline__ void content(Out& o, int kind, const Src& d, const unsigned long long* nums,
-                        const unsigned char* texts, unsigned int r, unsigned int n) {
-    unsigned long long n0 = nums[r], n1 = nums[(size_t)n + r], n2 = nums[(size_t)2 * n + r];
-    switch (kind) {
-    case BANK_K_Login: {
-        Name nm;
-        lit(o, "<p>Welcome, ");
-        name(o, profile_field(nm, d, BANK_REC_PROFILE_NAME));
-        lit(o, "</p>\n");
-        accounts_table(o, d);
-        break;
+// One of the request's texts, BANK_NAME bytes.
+__device__ void text(Out& o, const Page& g, int t) {
+    for (int j = 0; j < BANK_NAME; j++) put(o, g.texts[(size_t)(t * BANK_NAME + j) * g.n + g.r]);
+}
+
+// The number of parts of a 200 page's content (after head); content_part writes each.
+__device__ int content_parts(const Page& g) {
+    int accounts = g.na + 2, payees = g.np + 2;
+    switch (g.kind) {
+    case BANK_K_Login: return 1 + accounts;
+    case BANK_K_AccountSummary: return accounts + g.na * (BANK_TXNS + 2);
+    case BANK_K_BillPay: return payees + 1 + accounts + 1;
+    case BANK_K_BillPayStatus: return 1 + BANK_PAYMENTS + 1;
+    case BANK_K_ChangeProfile: return 1 + 5;
+    case BANK_K_OrderCheck: return accounts + 1 + accounts + 1;
+    case BANK_K_PostPayee: return 1 + payees;
+    case BANK_K_Profile: return 5 + 1;
+    case BANK_K_Transfer: return accounts + 1 + accounts + 1 + accounts + 1;
+    default: return 1;
     }
+}
+
+// Part p of a 200 page's content (after head): the page's content in the order the CPU twin
+// writes it (page::content). Inlined into page_part, which holds the writer `o` as a value:
+// passed by reference to a function not inlined, `o` lives in local memory and every byte
+// put reloads and stores its position and word (the page stores through `o.base` may alias
+// it) - measured as most of the page kernel's time when it was one thread a page.
+__device__ __forceinline__ void content_part(Out& o, const Page& g, int p) {
+    const Src& d = g.d;
+    const unsigned long long n0 = g.n0, n1 = g.n1, n2 = g.n2;
+    switch (g.kind) {
+    case BANK_K_Login:
+        if (in_segment(p, 1)) {
+            Name nm;
+            lit(o, "<p>Welcome, ");
+            name(o, profile_field(nm, d, BANK_REC_PROFILE_NAME));
+            lit(o, "</p>\n");
+        } else {
+            accounts_part(o, g, p);
+        }
+        break;
     case BANK_K_AccountSummary: {
-        int na = n_accounts(d);
-        accounts_table(o, d);
-        for (int i = 0; i < na; i++) {
+        if (in_segment(p, g.na + 2)) {
+            accounts_part(o, g, p);
+            break;
+        }
+        // Account i's transactions: a heading, BANK_TXNS rows, the end.
+        int i = p / (BANK_TXNS + 2), j = p % (BANK_TXNS + 2);
+        if (j == 0) {
             lit(o, "<h2>");
             num(o, account(d, i).number, 12);
             lit(o, "</h2>\n<table class=\"txns\"><tr><th>Date</th><th>Description</th><th>Amount</th><th>Check</th></tr>\n");
-            for (int j = 0; j < BANK_TXNS; j++) {
-                Txn t = txn(d, i, j);
-                lit(o, "<tr><td>");
-                date(o, t.date);
-                td(o);
-                name_of(o, BANK_MERCHANTS_BYTES, BANK_MERCHANTS_OFF, t.merchant);
-                td(o);
-                money(o, t.amount);
-                td(o);
-                num(o, t.check, 6);
-                lit(o, "</td></tr>\n");
-            }
+        } else if (j <= BANK_TXNS) {
+            Txn t = txn(d, i, j - 1);
+            lit(o, "<tr><td>");
+            date(o, t.date);
+            td(o);
+            name_of(o, BANK_MERCHANTS_BYTES, BANK_MERCHANTS_OFF, t.merchant);
+            td(o);
+            money(o, t.amount);
+            td(o);
+            num(o, t.check, 6);
+            lit(o, "</td></tr>\n");
+        } else {
             lit(o, "</table>\n");
         }
         break;
@@ -492,55 +607,63 @@ __device__ __forceinline__ void content(Out& o, int kind, const Src& d, const un
         lit(o, "<form method=\"post\" action=\"/bank/post_payee\"><label>Name <input name=\"name\" maxlength=\"24\"></label> <label>Account <input name=\"account\" maxlength=\"10\"></label> <button>Add payee</button></form>\n");
         break;
     case BANK_K_BillPay:
-        payees_table(o, d);
-        lit(o, "<form method=\"post\" action=\"/bank/post_transfer\">From ");
-        account_select(o, d, "from");
-        lit(o, "<input name=\"amount\"> <button>Pay</button></form>\n");
+        if (in_segment(p, g.np + 2)) {
+            payees_part(o, g, p);
+        } else if (in_segment(p, 1)) {
+            lit(o, "<form method=\"post\" action=\"/bank/post_transfer\">From ");
+        } else if (in_segment(p, g.na + 2)) {
+            account_select_part(o, g, "from", p);
+        } else {
+            lit(o, "<input name=\"amount\"> <button>Pay</button></form>\n");
+        }
         break;
-    case BANK_K_BillPayStatus: {
-        lit(o, "<p>Payments from ");
-        date(o, (unsigned int)n0);
-        lit(o, " to ");
-        date(o, (unsigned int)n1);
-        lit(o, "</p>\n<table class=\"payments\"><tr><th>Date</th><th>Payee</th><th>Amount</th></tr>\n");
-        int np = n_payees(d);
-        for (int i = 0; i < BANK_PAYMENTS; i++) {
-            Payment p = payment(d, i, np);
-            if (p.date < n0 || p.date > n1) continue;
+    case BANK_K_BillPayStatus:
+        if (in_segment(p, 1)) {
+            lit(o, "<p>Payments from ");
+            date(o, (unsigned int)n0);
+            lit(o, " to ");
+            date(o, (unsigned int)n1);
+            lit(o, "</p>\n<table class=\"payments\"><tr><th>Date</th><th>Payee</th><th>Amount</th></tr>\n");
+        } else if (in_segment(p, BANK_PAYMENTS)) {
+            // Payment p, if it falls in the dates asked (else an empty part).
+            Payment pm = payment(d, p, g.np);
+            if (pm.date < n0 || pm.date > n1) break;
             lit(o, "<tr><td>");
-            date(o, p.date);
+            date(o, pm.date);
             td(o);
-            if (p.payee - 1 < np) {
-                name_of(o, BANK_MERCHANTS_BYTES, BANK_MERCHANTS_OFF, payee(d, p.payee - 1).merchant);
+            if (pm.payee - 1 < g.np) {
+                name_of(o, BANK_MERCHANTS_BYTES, BANK_MERCHANTS_OFF, payee(d, pm.payee - 1).merchant);
             } else {
                 spaces(o, BANK_NAME);
             }
             td(o);
-            money(o, p.amount);
+            money(o, pm.amount);
             lit(o, "</td></tr>\n");
+        } else {
+            lit(o, "</table>\n");
         }
-        lit(o, "</table>\n");
         break;
-    }
-    case BANK_K_ChangeProfile: {
-        notice(o, true, "Your profile is updated.", "");
-        lit(o, "<table class=\"profile\"><tr><td>Street</td><td>");
-        for (int j = 0; j < BANK_NAME; j++) put(o, texts[(size_t)j * n + r]);
-        lit(o, "</td></tr>\n<tr><td>City</td><td>");
-        for (int j = 0; j < BANK_NAME; j++) put(o, texts[(size_t)(BANK_NAME + j) * n + r]);
-        lit(o, "</td></tr>\n<tr><td>Phone</td><td>");
-        num(o, n0, 10);
-        lit(o, "</td></tr>\n</table>\n<h2>Before</h2>\n");
-        profile_table(o, d);
+    case BANK_K_ChangeProfile:
+        if (in_segment(p, 1)) {
+            notice(o, true, "Your profile is updated.", "");
+            lit(o, "<table class=\"profile\"><tr><td>Street</td><td>");
+            text(o, g, 0);
+            lit(o, "</td></tr>\n<tr><td>City</td><td>");
+            text(o, g, 1);
+            lit(o, "</td></tr>\n<tr><td>Phone</td><td>");
+            num(o, n0, 10);
+            lit(o, "</td></tr>\n</table>\n<h2>Before</h2>\n");
+        } else {
+            profile_part(o, g, p);
+        }
         break;
-    }
     case BANK_K_CheckDetail: {
         unsigned long long c = n0 > 0xffffffffull ? 0xffffffffull : n0;
         bool found = false;
         if (c >= 1000) {
             unsigned long long k = c - 1000;
             int acc = (int)(k / BANK_TXNS), j = (int)(k % BANK_TXNS);
-            if (k / BANK_TXNS < (unsigned long long)n_accounts(d)) {
+            if (k / BANK_TXNS < (unsigned long long)g.na) {
                 Txn t = txn(d, acc, j);
                 if (t.check == (unsigned int)c) {
                     found = true;
@@ -562,22 +685,26 @@ __device__ __forceinline__ void content(Out& o, int kind, const Src& d, const un
         break;
     }
     case BANK_K_OrderCheck:
-        accounts_table(o, d);
-        lit(o, "<form method=\"post\" action=\"/bank/place_check_order\">Account ");
-        account_select(o, d, "account");
-        lit(o, "<select name=\"design\">");
-        for (int i = 0; i < 4; i++) {
-            lit(o, "<option value=\"");
-            num(o, i, 1);
-            lit(o, "\">");
-            entry(o, BANK_DESIGNS_BYTES, BANK_DESIGNS_OFF, i);
-            lit(o, "</option>");
+        if (in_segment(p, g.na + 2)) {
+            accounts_part(o, g, p);
+        } else if (in_segment(p, 1)) {
+            lit(o, "<form method=\"post\" action=\"/bank/place_check_order\">Account ");
+        } else if (in_segment(p, g.na + 2)) {
+            account_select_part(o, g, "account", p);
+        } else {
+            lit(o, "<select name=\"design\">");
+            for (int i = 0; i < 4; i++) {
+                lit(o, "<option value=\"");
+                num(o, i, 1);
+                lit(o, "\">");
+                entry(o, BANK_DESIGNS_BYTES, BANK_DESIGNS_OFF, i);
+                lit(o, "</option>");
+            }
+            lit(o, "</select> <input name=\"boxes\"> <button>Order</button></form>\n");
         }
-        lit(o, "</select> <input name=\"boxes\"> <button>Order</button></form>\n");
         break;
     case BANK_K_PlaceCheckOrder: {
-        int na = n_accounts(d);
-        bool ok = n0 < (unsigned long long)na && n1 < 4 && n2 >= 1 && n2 <= 10;
+        bool ok = n0 < (unsigned long long)g.na && n1 < 4 && n2 >= 1 && n2 <= 10;
         notice(o, ok, "Your check order is placed.", "The order is not valid (account, design, 1 to 10 boxes).");
         if (ok) {
             lit(o, "<p>Account ");
@@ -592,21 +719,23 @@ __device__ __forceinline__ void content(Out& o, int kind, const Src& d, const un
         }
         break;
     }
-    case BANK_K_PostPayee: {
-        bool ok = n0 >= 1000000000ull && n0 < 10000000000ull;
-        notice(o, ok, "The payee is added.", "A payee account has 10 digits.");
-        if (ok) {
-            lit(o, "<p>");
-            for (int j = 0; j < BANK_NAME; j++) put(o, texts[(size_t)j * n + r]);
-            put(o, ' ');
-            num(o, n0, 10);
-            lit(o, "</p>\n");
+    case BANK_K_PostPayee:
+        if (in_segment(p, 1)) {
+            bool ok = n0 >= 1000000000ull && n0 < 10000000000ull;
+            notice(o, ok, "The payee is added.", "A payee account has 10 digits.");
+            if (ok) {
+                lit(o, "<p>");
+                text(o, g, 0);
+                put(o, ' ');
+                num(o, n0, 10);
+                lit(o, "</p>\n");
+            }
+        } else {
+            payees_part(o, g, p);
         }
-        payees_table(o, d);
         break;
-    }
     case BANK_K_PostTransfer: {
-        int na = n_accounts(d);
+        int na = g.na;
         bool ok = n0 < (unsigned long long)na && n1 < (unsigned long long)na && n0 != n1 && n2 >= 1 &&
                   (long long)n2 <= account(d, (int)(n0 < (unsigned long long)na ? n0 : 0)).balance;
         notice(o, ok, "The transfer is done.", "The transfer is not possible (accounts, or funds).");
@@ -614,13 +743,13 @@ __device__ __forceinline__ void content(Out& o, int kind, const Src& d, const un
             lit(o, "<table class=\"accounts\"><tr><th>Account</th><th>Before</th><th>After</th></tr>\n");
             for (int side = 0; side < 2; side++) {
                 Account a = account(d, (int)(side == 0 ? n0 : n1));
-                long long d = side == 0 ? -(long long)n2 : (long long)n2;
+                long long delta = side == 0 ? -(long long)n2 : (long long)n2;
                 lit(o, "<tr><td>");
                 num(o, a.number, 12);
                 td(o);
                 money(o, a.balance);
                 td(o);
-                money(o, a.balance + d);
+                money(o, a.balance + delta);
                 lit(o, "</td></tr>\n");
             }
             lit(o, "</table>\n");
@@ -628,21 +757,65 @@ __device__ __forceinline__ void content(Out& o, int kind, const Src& d, const un
         break;
     }
     case BANK_K_Profile:
-        profile_table(o, d);
-        lit(o, "<form method=\"post\" action=\"/bank/change_profile\"><input name=\"street\"> <input name=\"city\"> <input name=\"phone\"> <button>Save</button></form>\n");
+        if (in_segment(p, 5)) {
+            profile_part(o, g, p);
+        } else {
+            lit(o, "<form method=\"post\" action=\"/bank/change_profile\"><input name=\"street\"> <input name=\"city\"> <input name=\"phone\"> <button>Save</button></form>\n");
+        }
         break;
     case BANK_K_Transfer:
-        accounts_table(o, d);
-        lit(o, "<form method=\"post\" action=\"/bank/post_transfer\">From ");
-        account_select(o, d, "from");
-        lit(o, " To ");
-        account_select(o, d, "to");
-        lit(o, "<input name=\"amount\"> <button>Transfer</button></form>\n");
+        if (in_segment(p, g.na + 2)) {
+            accounts_part(o, g, p);
+        } else if (in_segment(p, 1)) {
+            lit(o, "<form method=\"post\" action=\"/bank/post_transfer\">From ");
+        } else if (in_segment(p, g.na + 2)) {
+            account_select_part(o, g, "from", p);
+        } else if (in_segment(p, 1)) {
+            lit(o, " To ");
+        } else if (in_segment(p, g.na + 2)) {
+            account_select_part(o, g, "to", p);
+        } else {
+            lit(o, "<input name=\"amount\"> <button>Transfer</button></form>\n");
+        }
         break;
     case BANK_K_Logout:
         lit(o, "<p>You are logged out. Thank you for banking with us.</p>\n<p><a href=\"/bank/login\">Log in again</a></p>\n");
         break;
     }
+}
+
+// Part p of a page: 0 the status line and headers, 1 the refusal page's body or the 200
+// page's head, then the 200 page's content parts. The tail (padding, the end, the length)
+// is written after every part (finish). Out of line, with the writer passed and returned by
+// value (so it stays in registers): one copy of the page code. Inlined into bank_pages'
+// loop, NVRTC took 3-6x as long over the unit (2-5 minutes on two cores).
+__device__ __noinline__ Out page_part(Out o, const Page g, int p) {
+    if (p == 0) {
+        if (g.status) {
+            int ch = g.status == BANK_REFUSE_NoSession ? 2 : 0;
+            header(o, BANK_STATUS[g.status - 1], g.status - 1, ch, 0, 0);
+        } else {
+            header(o, 200, BANK_REASON_OK, g.change, g.user, g.token);
+        }
+    } else if (p == 1) {
+        if (g.status) {
+            int st = g.status;
+            lit(o, "<!DOCTYPE html>\n<html><head><title>Cohort Bank - ");
+            entry(o, BANK_REASON_BYTES, BANK_REASON_OFF, st - 1);
+            lit(o, "</title></head>\n<body><h1>");
+            num(o, BANK_STATUS[st - 1], 3);
+            put(o, ' ');
+            entry(o, BANK_REASON_BYTES, BANK_REASON_OFF, st - 1);
+            lit(o, "</h1>\n<p>");
+            entry(o, BANK_MESSAGE_BYTES, BANK_MESSAGE_OFF, st - 1);
+            lit(o, "</p>\n<p><a href=\"/bank/login\">Log in</a></p>\n");
+        } else {
+            head(o, g.kind);
+        }
+    } else {
+        content_part(o, g, p - 2);
+    }
+    return o;
 }
 
 // ---- records: which user's records each request reads, and where they are ----
@@ -855,6 +1028,15 @@ extern "C" __global__ void bank_sessions(const BankSessionsArgs a) {
 }
 
 // Writes each request's response: its page, or its refusal page. lens[r] = its bytes.
+// `lanes` threads (a power of two up to 32) write one page. The first writes the status line,
+// the headers and the head, then - for a page with tables - the group writes the content a
+// round of `lanes` parts at a time, part i by thread i % lanes: each thread measures its part
+// (the same writer, storing nothing), a scan over the group places the parts end to end, and
+// each writes its part at its place. Table rows take the same code path, so the threads run
+// them side by side; parts that differ run one after another (a warp runs divergent paths in
+// turn), which is why the header and the pages without tables stay with one thread. Small
+// cohorts take 32 threads a page (a page's latency is its longest thread's), large ones fewer,
+// one from 65 536 on (the measuring doubles the table work, which only large cohorts notice).
 struct BankPagesArgs {
     unsigned int n;
     const unsigned char* status;
@@ -870,59 +1052,88 @@ struct BankPagesArgs {
     unsigned int* lens;
     int transposed;
     unsigned int* pad;
+    unsigned int lanes;
 };
 
-extern "C" __global__ void bank_pages(const BankPagesArgs a) {
-    const unsigned int n = a.n;
-    const unsigned char* status = a.status;
-    const unsigned char* kind = a.kind;
-    const unsigned int* user = a.user;
-    const unsigned char* change = a.change;
-    const unsigned long long* token = a.token;
-    const unsigned long long* nums = a.nums;
-    const unsigned char* texts = a.texts;
-    const unsigned char* recs = a.recs;
-    const unsigned int* rec_at = a.rec_at;
-    unsigned char* out = a.out;
-    unsigned int* lens = a.lens;
-    const int transposed = a.transposed;
-    unsigned int* pad = a.pad;
-
-    unsigned int r = blockIdx.x * blockDim.x + threadIdx.x;
-    if (r >= n) return;
-    Out o;
-    o.base = out;
-    o.r = r;
-    o.n = n;
-    o.tr = transposed != 0;
-    o.pos = 0;
-    o.acc = 0x20202020u;
-    int st = status[r];
-    if (st) {
-        int ch = st == BANK_REFUSE_NoSession ? 2 : 0;
-        int body = header(o, BANK_STATUS[st - 1], st - 1, ch, 0, 0);
-        lit(o, "<!DOCTYPE html>\n<html><head><title>Cohort Bank - ");
-        entry(o, BANK_REASON_BYTES, BANK_REASON_OFF, st - 1);
-        lit(o, "</title></head>\n<body><h1>");
-        num(o, BANK_STATUS[st - 1], 3);
-        put(o, ' ');
-        entry(o, BANK_REASON_BYTES, BANK_REASON_OFF, st - 1);
-        lit(o, "</h1>\n<p>");
-        entry(o, BANK_MESSAGE_BYTES, BANK_MESSAGE_OFF, st - 1);
-        lit(o, "</p>\n<p><a href=\"/bank/login\">Log in</a></p>\n");
-        lens[r] = finish(o, body, (int)BANK_REFUSAL_PAGE, pad);
-        return;
+// An inclusive sum over the group's threads (lane: the thread's index in its group).
+__device__ __forceinline__ int group_scan(int v, unsigned int lane, unsigned int lanes, unsigned int mask) {
+    for (unsigned int d = 1; d < lanes; d <<= 1) {
+        int u = __shfl_up_sync(mask, v, d, lanes);
+        if (lane >= d) v += u;
     }
-    int k = kind[r];
-    // Entry 7 of the reasons is "OK".
-    int body = header(o, 200, BANK_REASON_OK, change[r], user[r], token[r]);
-    head(o, k);
-    Src d;
-    d.user = user[r];
+    return v;
+}
+
+// The kinds whose content is mostly table rows (their parts written side by side).
+__device__ __forceinline__ bool content_in_parallel(int kind) {
+    return kind == BANK_K_Login || kind == BANK_K_AccountSummary || kind == BANK_K_BillPay ||
+           kind == BANK_K_BillPayStatus || kind == BANK_K_OrderCheck || kind == BANK_K_PostPayee ||
+           kind == BANK_K_Transfer;
+}
+
+extern "C" __global__ void bank_pages(const BankPagesArgs a) {
+    const unsigned int n = a.n, lanes = a.lanes;
+    const bool tr = a.transposed != 0;
+    unsigned long long t = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
+    // A group never straddles a warp: lanes divides 32, and blocks are whole warps.
+    unsigned int r = (unsigned int)(t / lanes), lane = (unsigned int)(t % lanes);
+    if (r >= n) return;
+    unsigned int warp_lane = threadIdx.x & 31;
+    unsigned int mask = lanes == 32 ? 0xffffffffu : ((1u << lanes) - 1) << (warp_lane & ~(lanes - 1));
+
+    Page g;
+    g.status = a.status[r];
+    g.kind = a.kind[r];
+    g.change = a.change[r];
+    g.user = a.user[r];
+    g.token = a.token[r];
+    g.d.user = g.user;
     // A type that reads no records may have none (never read then).
-    d.rec = recs && rec_at[r] != BANK_REC_NONE ? recs + (size_t)rec_at[r] * BANK_REC_BYTES : 0;
-    content(o, k, d, nums, texts, r, n);
-    lens[r] = finish(o, body, (int)BANK_KIND_PAGE[k], pad);
+    g.d.rec = a.recs && a.rec_at[r] != BANK_REC_NONE ? a.recs + (size_t)a.rec_at[r] * BANK_REC_BYTES : 0;
+    g.n0 = a.nums[r];
+    g.n1 = a.nums[(size_t)n + r];
+    g.n2 = a.nums[(size_t)2 * n + r];
+    g.texts = a.texts;
+    g.r = r;
+    g.n = n;
+    // Counted for every 200 page, as the CPU twin does (computed where there is no record).
+    g.na = g.status ? 0 : n_accounts(g.d);
+    g.np = g.status ? 0 : n_payees(g.d);
+    const int parts = g.status ? 2 : 2 + content_parts(g);
+    // Parts [0, serial) by the first thread, one after another; the rest by the group.
+    const bool group = lanes > 1 && !g.status && content_in_parallel(g.kind);
+    const int serial = group ? 2 : parts;
+
+    int at = 0, body_at = 0;
+    if (lane == 0) {
+        Out o = writer(a.out, r, n, tr, 0);
+        o = page_part(o, g, 0);
+        body_at = o.pos;
+#pragma unroll 1
+        for (int p = 1; p < serial; p++) o = page_part(o, g, p);
+        flush(o);
+        at = o.pos;
+    }
+    if (group) {
+        at = __shfl_sync(mask, at, 0, lanes);
+#pragma unroll 1
+        for (int first = serial; first < parts; first += (int)lanes) {
+            const int p = first + (int)lane;
+            Out m = writer(0, r, n, tr, 0);
+            if (p < parts) m = page_part(m, g, p);
+            const int len = m.pos, incl = group_scan(len, lane, lanes, mask);
+            Out o = writer(a.out, r, n, tr, at + incl - len);
+            if (p < parts) o = page_part(o, g, p);
+            flush(o);
+            at += __shfl_sync(mask, incl, lanes - 1, lanes);
+        }
+        // Every part is stored before the tail's first word (shared with the last part).
+        __syncwarp(mask);
+    }
+    if (lane == 0) {
+        Out o = writer(a.out, r, n, tr, at);
+        a.lens[r] = finish(o, body_at, (int)(g.status ? BANK_REFUSAL_PAGE : BANK_KIND_PAGE[g.kind]), a.pad);
+    }
 }
 
 // Spaces in the words [from, to) of every response (pad[r]: from | to << 16), `lanes`
@@ -960,3 +1171,4 @@ extern "C" __global__ void bank_pad(const BankPadArgs a) {
         *(unsigned int*)(out + at) = 0x20202020u;
     }
 }
+
