@@ -558,7 +558,7 @@ __device__ int content_parts(const Page& g) {
 }
 
 // Part p of a 200 page's content (after head): the page's content in the order the CPU twin
-// writes it (page::content). Inlined into page_part, which holds the writer `o` as a value:
+// writes it (page::content). Inlined into write_parts, which holds the writer `o` as a value:
 // passed by reference to a function not inlined, `o` lives in local memory and every byte
 // put reloads and stores its position and word (the page stores through `o.base` may alias
 // it) - measured as most of the page kernel's time when it was one thread a page.
@@ -786,10 +786,8 @@ __device__ __forceinline__ void content_part(Out& o, const Page& g, int p) {
 
 // Part p of a page: 0 the status line and headers, 1 the refusal page's body or the 200
 // page's head, then the 200 page's content parts. The tail (padding, the end, the length)
-// is written after every part (finish). Out of line, with the writer passed and returned by
-// value (so it stays in registers): one copy of the page code. Inlined into bank_pages'
-// loop, NVRTC took 3-6x as long over the unit (2-5 minutes on two cores).
-__device__ __noinline__ Out page_part(Out o, const Page g, int p) {
+// is written after every part (finish).
+__device__ __forceinline__ void page_part(Out& o, const Page& g, int p) {
     if (p == 0) {
         if (g.status) {
             int ch = g.status == BANK_REFUSE_NoSession ? 2 : 0;
@@ -815,6 +813,15 @@ __device__ __noinline__ Out page_part(Out o, const Page g, int p) {
     } else {
         content_part(o, g, p - 2);
     }
+}
+
+// Parts [from, to) of a page, one after another. Out of line, with the writer passed and
+// returned by value (so it stays in registers): one copy of the page code for every caller.
+// Inlined into bank_pages' three call sites, NVRTC took 3-6x as long over the unit (2-5
+// minutes on two cores); called once per part, the calls cost a third of one-thread pages.
+__device__ __noinline__ Out write_parts(Out o, const Page g, int from, int to) {
+#pragma unroll 1
+    for (int p = from; p < to; p++) page_part(o, g, p);
     return o;
 }
 
@@ -1106,11 +1113,9 @@ extern "C" __global__ void bank_pages(const BankPagesArgs a) {
 
     int at = 0, body_at = 0;
     if (lane == 0) {
-        Out o = writer(a.out, r, n, tr, 0);
-        o = page_part(o, g, 0);
+        Out o = write_parts(writer(a.out, r, n, tr, 0), g, 0, 1);
         body_at = o.pos;
-#pragma unroll 1
-        for (int p = 1; p < serial; p++) o = page_part(o, g, p);
+        o = write_parts(o, g, 1, serial);
         flush(o);
         at = o.pos;
     }
@@ -1119,11 +1124,10 @@ extern "C" __global__ void bank_pages(const BankPagesArgs a) {
 #pragma unroll 1
         for (int first = serial; first < parts; first += (int)lanes) {
             const int p = first + (int)lane;
-            Out m = writer(0, r, n, tr, 0);
-            if (p < parts) m = page_part(m, g, p);
-            const int len = m.pos, incl = group_scan(len, lane, lanes, mask);
-            Out o = writer(a.out, r, n, tr, at + incl - len);
-            if (p < parts) o = page_part(o, g, p);
+            const int to = p < parts ? p + 1 : p;
+            const int len = write_parts(writer(0, r, n, tr, 0), g, p, to).pos;
+            const int incl = group_scan(len, lane, lanes, mask);
+            Out o = write_parts(writer(a.out, r, n, tr, at + incl - len), g, p, to);
             flush(o);
             at += __shfl_sync(mask, incl, lanes - 1, lanes);
         }
