@@ -143,13 +143,17 @@ pub const SESSIONS: KernelDecl<BankSessionsArgs> =
 pub const PAGES: KernelDecl<BankPagesArgs> =
     KernelDecl::new("bank_pages", PER_REQUEST, Grid::ThreadPerItem { cap: 0 });
 
-/// Threads that write one page of a cohort of `n`: 32 for cohorts up to 2 048 (a page takes
-/// its longest thread's time, and a small cohort leaves the GPU idle), then halving as the
-/// cohort grows so that a launch stays near 64 K threads; one thread a page from 65 536 on
-/// (the measuring pass a group needs doubles the work, which only large cohorts notice).
+/// Threads that write one page of a cohort of `n`. Measured on an H100 (the Table 2 mix,
+/// bench/results/bank-pages-groups-h100): 32 a page is fastest up to cohorts of 1 024 (a page
+/// takes its longest thread's time, and a small cohort leaves the GPU idle), 8 at 4 096, one
+/// from 8 192 on, where a thread a page already fills the GPU and a group's measuring pass
+/// only adds work.
 pub fn page_lanes(n: usize) -> u32 {
-    const THREADS: usize = 64 * 1024;
-    1 << (THREADS / n.max(1)).clamp(1, 32).ilog2()
+    match n {
+        0..=1024 => 32,
+        1025..=4096 => 8,
+        _ => 1,
+    }
 }
 
 // A page's group must not straddle a warp (its threads exchange through warp shuffles).
@@ -194,12 +198,10 @@ mod tests {
     fn page_lanes_are_powers_of_two_that_shrink_with_the_cohort() {
         use super::page_lanes;
         assert_eq!(page_lanes(1), 32);
-        assert_eq!(page_lanes(2048), 32);
-        assert_eq!(page_lanes(3000), 16);
-        assert_eq!(page_lanes(8192), 8);
-        assert_eq!(page_lanes(65_536), 1);
-        assert_eq!(page_lanes(1 << 20), 1);
-        for n in 1..5000 {
+        assert_eq!(page_lanes(1024), 32);
+        assert_eq!(page_lanes(4096), 8);
+        assert_eq!(page_lanes(8192), 1);
+        for n in 1..20_000 {
             let l = page_lanes(n);
             assert!(l.is_power_of_two() && l <= 32 && l >= page_lanes(n + 1));
         }

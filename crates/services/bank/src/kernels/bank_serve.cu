@@ -204,7 +204,8 @@ __device__ __forceinline__ Out writer(unsigned char* base, unsigned int r, unsig
     o.n = n;
     o.tr = tr;
     o.pos = at;
-    o.lo = at;
+    // A measuring writer owns no byte.
+    o.lo = base ? at : 0x7fffffff;
     o.acc = 0x20202020u;
     return o;
 }
@@ -213,26 +214,28 @@ __device__ __forceinline__ size_t out_at(const Out& o, int i) {
     if (o.tr) return ((size_t)(i >> 2) * o.n + o.r) * 4 + (i & 3);
     return (size_t)o.r * BANK_RESP_SLOT + i;
 }
-// Bytes [from, to) of a word (a word's bytes are contiguous in both layouts).
+// Bytes [from, to) of a word (a word's bytes are contiguous in both layouts): a word the
+// writer shares with the part before or after it (twice a part at most).
 __device__ __forceinline__ void store_bytes(unsigned char* word, unsigned int acc, int from, int to) {
     for (int i = from; i < to; i++) word[i] = (unsigned char)(acc >> (i * 8));
 }
-// Stores the word in progress up to byte `end` (exclusive; at most its word's end): whole
-// when the writer owns all four bytes, else the owned bytes one by one.
-__device__ __forceinline__ void store_word(Out& o, int end) {
-    if (!o.base) return;
-    int w = (end - 1) & ~3;
-    unsigned char* at = o.base + out_at(o, w);
+// Stores the word at byte w up to byte `end` (exclusive, at most w + 4): whole when the writer
+// owns all four bytes, else the bytes it owns. A measuring writer owns nothing (lo past every
+// position) and has no base: it stores nothing. The whole-word test comes first and alone, so
+// a put costs what it did when a page was one thread's (one compare more): with the base
+// tested first, every put paid for the measuring writers and one-thread pages ran a third
+// slower.
+__device__ __forceinline__ void store_word(Out& o, int w, int end) {
     if (w >= o.lo && end == w + 4) {
-        *(unsigned int*)at = o.acc;
-    } else {
-        store_bytes(at, o.acc, (w < o.lo ? o.lo : w) - w, end - w);
+        *(unsigned int*)(o.base + out_at(o, w)) = o.acc;
+    } else if (o.base) {
+        store_bytes(o.base + out_at(o, w), o.acc, (w < o.lo ? o.lo : w) - w, end - w);
     }
 }
 // The end of a part: its last, partial word's bytes (the next part owns the rest).
 __device__ __forceinline__ void flush(Out& o) {
     if (o.pos & 3) {
-        store_word(o, o.pos);
+        store_word(o, o.pos & ~3, o.pos);
         o.acc = 0x20202020u;
     }
 }
@@ -240,7 +243,7 @@ __device__ __forceinline__ void put(Out& o, unsigned char c) {
     int sh = (o.pos & 3) * 8;
     o.acc = (o.acc & ~(0xffu << sh)) | ((unsigned int)c << sh);
     if ((o.pos & 3) == 3) {
-        store_word(o, o.pos + 1);
+        store_word(o, o.pos - 3, o.pos + 1);
         o.acc = 0x20202020u;
     }
     o.pos++;
@@ -373,7 +376,7 @@ __device__ int finish(Out& o, int body_at, int size, unsigned int* pad) {
     skip_to(o, body_at + size - tail, pad);
     entry(o, BANK_TAIL_BYTES, BANK_TAIL_OFF, 0);
     // The last word whole: spaces after the page, as before the pages were split in parts.
-    if (o.pos & 3) store_word(o, (o.pos + 3) & ~3);
+    if (o.pos & 3) store_word(o, o.pos & ~3, (o.pos & ~3) + 4);
     int field = body_at - 4 - BANK_LENGTH_FIELD;
     int v = size;
     for (int i = BANK_LENGTH_FIELD - 1; i >= 0; i--) {
@@ -1042,8 +1045,8 @@ extern "C" __global__ void bank_sessions(const BankSessionsArgs a) {
 // each writes its part at its place. Table rows take the same code path, so the threads run
 // them side by side; parts that differ run one after another (a warp runs divergent paths in
 // turn), which is why the header and the pages without tables stay with one thread. Small
-// cohorts take 32 threads a page (a page's latency is its longest thread's), large ones fewer,
-// one from 65 536 on (the measuring doubles the table work, which only large cohorts notice).
+// cohorts take 32 threads a page (a page's latency is its longest thread's), large ones fewer
+// or one (the measuring doubles the table work, which only large cohorts notice): page_lanes.
 struct BankPagesArgs {
     unsigned int n;
     const unsigned char* status;
