@@ -423,11 +423,19 @@ __device__ __forceinline__ bool in_segment(int& p, int count) {
     return false;
 }
 
-// The accounts table: na + 2 parts (head, a row per account, end).
+// A list's parts are numbered by the most it can hold, rows past the user's count left empty,
+// so that part p is the same code for every page of a type: the pages of a warp (one thread
+// a page) run their parts in step. Numbered by each user's count, the parts of users with
+// fewer accounts ran one row kind behind and a warp ran them one after another.
+#define ACCOUNT_PARTS (BANK_MAX_ACCOUNTS + 2)
+#define PAYEE_PARTS (BANK_MAX_PAYEES + 2)
+
+// The accounts table: head, a row per account, end.
 __device__ void accounts_part(Out& o, const Page& g, int i) {
     if (i == 0) {
         lit(o, "<table class=\"accounts\"><tr><th>Account</th><th>Type</th><th>Balance</th></tr>\n");
-    } else if (i <= g.na) {
+    } else if (i <= BANK_MAX_ACCOUNTS) {
+        if (i > g.na) return;
         Account a = account(g.d, i - 1);
         lit(o, "<tr><td>");
         num(o, a.number, 12);
@@ -441,13 +449,14 @@ __device__ void accounts_part(Out& o, const Page& g, int i) {
     }
 }
 
-// A select of the user's accounts: na + 2 parts.
+// A select of the user's accounts: head, an option per account, end.
 __device__ void account_select_part(Out& o, const Page& g, const char* field, int i) {
     if (i == 0) {
         lit(o, "<select name=\"");
         lit(o, field);
         lit(o, "\">");
-    } else if (i <= g.na) {
+    } else if (i <= BANK_MAX_ACCOUNTS) {
+        if (i > g.na) return;
         lit(o, "<option value=\"");
         num(o, i - 1, 1);
         lit(o, "\">");
@@ -458,11 +467,12 @@ __device__ void account_select_part(Out& o, const Page& g, const char* field, in
     }
 }
 
-// The payees table: np + 2 parts.
+// The payees table: head, a row per payee, end.
 __device__ void payees_part(Out& o, const Page& g, int i) {
     if (i == 0) {
         lit(o, "<table class=\"payees\"><tr><th>Payee</th><th>Name</th><th>Account</th></tr>\n");
-    } else if (i <= g.np) {
+    } else if (i <= BANK_MAX_PAYEES) {
+        if (i > g.np) return;
         Payee p = payee(g.d, i - 1);
         lit(o, "<tr><td>");
         num(o, i, 3);
@@ -545,10 +555,10 @@ __device__ void text(Out& o, const Page& g, int t) {
 
 // The number of parts of a 200 page's content (after head); content_part writes each.
 __device__ int content_parts(const Page& g) {
-    int accounts = g.na + 2, payees = g.np + 2;
+    const int accounts = ACCOUNT_PARTS, payees = PAYEE_PARTS;
     switch (g.kind) {
     case BANK_K_Login: return 1 + accounts;
-    case BANK_K_AccountSummary: return accounts + g.na * (BANK_TXNS + 2);
+    case BANK_K_AccountSummary: return accounts + BANK_MAX_ACCOUNTS * (BANK_TXNS + 2);
     case BANK_K_BillPay: return payees + 1 + accounts + 1;
     case BANK_K_BillPayStatus: return 1 + BANK_PAYMENTS + 1;
     case BANK_K_ChangeProfile: return 1 + 5;
@@ -580,12 +590,13 @@ __device__ __forceinline__ void content_part(Out& o, const Page& g, int p) {
         }
         break;
     case BANK_K_AccountSummary: {
-        if (in_segment(p, g.na + 2)) {
+        if (in_segment(p, ACCOUNT_PARTS)) {
             accounts_part(o, g, p);
             break;
         }
         // Account i's transactions: a heading, BANK_TXNS rows, the end.
         int i = p / (BANK_TXNS + 2), j = p % (BANK_TXNS + 2);
+        if (i >= g.na) break;
         if (j == 0) {
             lit(o, "<h2>");
             num(o, account(d, i).number, 12);
@@ -610,11 +621,11 @@ __device__ __forceinline__ void content_part(Out& o, const Page& g, int p) {
         lit(o, "<form method=\"post\" action=\"/bank/post_payee\"><label>Name <input name=\"name\" maxlength=\"24\"></label> <label>Account <input name=\"account\" maxlength=\"10\"></label> <button>Add payee</button></form>\n");
         break;
     case BANK_K_BillPay:
-        if (in_segment(p, g.np + 2)) {
+        if (in_segment(p, PAYEE_PARTS)) {
             payees_part(o, g, p);
         } else if (in_segment(p, 1)) {
             lit(o, "<form method=\"post\" action=\"/bank/post_transfer\">From ");
-        } else if (in_segment(p, g.na + 2)) {
+        } else if (in_segment(p, ACCOUNT_PARTS)) {
             account_select_part(o, g, "from", p);
         } else {
             lit(o, "<input name=\"amount\"> <button>Pay</button></form>\n");
@@ -688,11 +699,11 @@ __device__ __forceinline__ void content_part(Out& o, const Page& g, int p) {
         break;
     }
     case BANK_K_OrderCheck:
-        if (in_segment(p, g.na + 2)) {
+        if (in_segment(p, ACCOUNT_PARTS)) {
             accounts_part(o, g, p);
         } else if (in_segment(p, 1)) {
             lit(o, "<form method=\"post\" action=\"/bank/place_check_order\">Account ");
-        } else if (in_segment(p, g.na + 2)) {
+        } else if (in_segment(p, ACCOUNT_PARTS)) {
             account_select_part(o, g, "account", p);
         } else {
             lit(o, "<select name=\"design\">");
@@ -767,15 +778,15 @@ __device__ __forceinline__ void content_part(Out& o, const Page& g, int p) {
         }
         break;
     case BANK_K_Transfer:
-        if (in_segment(p, g.na + 2)) {
+        if (in_segment(p, ACCOUNT_PARTS)) {
             accounts_part(o, g, p);
         } else if (in_segment(p, 1)) {
             lit(o, "<form method=\"post\" action=\"/bank/post_transfer\">From ");
-        } else if (in_segment(p, g.na + 2)) {
+        } else if (in_segment(p, ACCOUNT_PARTS)) {
             account_select_part(o, g, "from", p);
         } else if (in_segment(p, 1)) {
             lit(o, " To ");
-        } else if (in_segment(p, g.na + 2)) {
+        } else if (in_segment(p, ACCOUNT_PARTS)) {
             account_select_part(o, g, "to", p);
         } else {
             lit(o, "<input name=\"amount\"> <button>Transfer</button></form>\n");
