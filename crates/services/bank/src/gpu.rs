@@ -203,11 +203,7 @@ impl CohortBuffers {
     /// Fixes the threads per page (a power of two up to 32; None: by the cohort's size).
     pub fn set_page_lanes(&mut self, lanes: Option<u32>) -> Result<(), GpuError> {
         if let Some(l) = lanes {
-            if !l.is_power_of_two() || l > 32 {
-                return Err(GpuError::Invalid(format!(
-                    "threads per page must be a power of two up to 32, not {l}"
-                )));
-            }
+            super::kernels::check_page_lanes(l).map_err(GpuError::Invalid)?;
         }
         self.page_lanes = lanes;
         Ok(())

@@ -156,6 +156,19 @@ pub fn page_lanes(n: usize) -> u32 {
     }
 }
 
+/// A fixed threads-per-page value checked: a power of two up to 32, so a page's group never
+/// straddles a warp (its threads exchange through warp shuffles). `--page-lanes` parses with
+/// it, so a bad value is refused before any GPU is touched.
+pub fn check_page_lanes(lanes: u32) -> Result<u32, String> {
+    if lanes.is_power_of_two() && lanes <= 32 {
+        Ok(lanes)
+    } else {
+        Err(format!(
+            "threads per page must be a power of two up to 32 (1, 2, 4, 8, 16 or 32), not {lanes}"
+        ))
+    }
+}
+
 // A page's group must not straddle a warp (its threads exchange through warp shuffles).
 const _: () = assert!(PAGES.block.is_multiple_of(32));
 /// A thread per (response, lane): 32 lanes a response row-major, 8 transposed.
@@ -194,6 +207,18 @@ pub fn source() -> &'static KernelSource {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn fixed_page_lanes_are_powers_of_two_up_to_a_warp() {
+        use super::check_page_lanes;
+        for ok in [1, 2, 4, 8, 16, 32] {
+            assert_eq!(check_page_lanes(ok), Ok(ok));
+        }
+        for bad in [0, 3, 6, 12, 33, 64, u32::MAX] {
+            let e = check_page_lanes(bad).unwrap_err();
+            assert!(e.contains(&bad.to_string()), "{e}");
+        }
+    }
+
     #[test]
     fn page_lanes_are_powers_of_two_that_shrink_with_the_cohort() {
         use super::page_lanes;

@@ -118,10 +118,18 @@ pub struct BankGpuBench {
     pub backend: crate::store::Placement,
     /// Threads that write one page (a power of two up to 32); by default chosen from the
     /// cohort's size, as the engines do.
-    #[arg(long)]
+    #[arg(long, value_parser = parse_page_lanes)]
     pub page_lanes: Option<u32>,
     #[arg(long, default_value = "bench/results/bank-gpu.json")]
     pub out: PathBuf,
+}
+
+/// `--page-lanes`: a number, then [`crate::kernels::check_page_lanes`].
+fn parse_page_lanes(s: &str) -> Result<u32, String> {
+    let lanes = s
+        .parse::<u32>()
+        .map_err(|e| format!("threads per page: {e}"))?;
+    crate::kernels::check_page_lanes(lanes)
 }
 
 use crate::gpu::{pack, upload_bytes};
@@ -505,4 +513,32 @@ fn sustained(
                "requests_per_joule_gpu_and_core": per_joule,
                "meter": report.to_json(served as f64) }),
     )
+}
+
+#[cfg(test)]
+mod tests {
+    use super::BankGpuBench;
+    use clap::Parser;
+
+    #[derive(Parser)]
+    struct Cli {
+        #[command(flatten)]
+        bench: BankGpuBench,
+    }
+
+    #[test]
+    fn page_lanes_are_refused_unless_a_power_of_two_up_to_32() {
+        let parse =
+            |v: &str| Cli::try_parse_from(["bank-gpu".to_string(), format!("--page-lanes={v}")]);
+        assert_eq!(parse("8").unwrap().bench.page_lanes, Some(8));
+        assert_eq!(
+            Cli::try_parse_from(["bank-gpu"]).unwrap().bench.page_lanes,
+            None
+        );
+        for bad in ["0", "3", "48", "-1", "eight", ""] {
+            let e = parse(bad).err().expect(bad).to_string();
+            assert!(e.contains("--page-lanes"), "{bad}: {e}");
+            assert!(e.contains("threads per page"), "{bad}: {e}");
+        }
+    }
 }

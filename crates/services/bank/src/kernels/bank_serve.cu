@@ -1,7 +1,8 @@
 // The bank after parsing: sessions (one thread per request of a cohort), then pages (a group
-// of threads per page: see bank_pages) - Rhythm's process and response stages. CPU twins: `Sessions` (bank/session.rs), `Besim`
-// (bank/besim.rs) and `page::render` / `page::refusal` (bank/page.rs): the same records, the
-// same fixed-width fields, the same bytes. Tables and sizes come from the generated prelude.
+// of threads per page: see bank_pages) - Rhythm's process and response stages. CPU twins:
+// `Sessions` (bank/session.rs), `Besim` (bank/besim.rs) and `page::render` / `page::refusal`
+// (bank/page.rs): the same records, the same fixed-width fields, the same bytes. Tables and
+// sizes come from the generated prelude.
 
 // ---- backend records (Besim) ----
 
@@ -221,10 +222,8 @@ __device__ __forceinline__ void store_bytes(unsigned char* word, unsigned int ac
 }
 // Stores the word at byte w up to byte `end` (exclusive, at most w + 4): whole when the writer
 // owns all four bytes, else the bytes it owns. A measuring writer owns nothing (lo past every
-// position) and has no base: it stores nothing. The whole-word test comes first and alone, so
-// a put costs what it did when a page was one thread's (one compare more): with the base
-// tested first, every put paid for the measuring writers and one-thread pages ran a third
-// slower.
+// position) and has no base: it stores nothing. The whole-word test comes first and alone:
+// a put costs one compare more than when a page was always one thread's.
 __device__ __forceinline__ void store_word(Out& o, int w, int end) {
     if (w >= o.lo && end == w + 4) {
         *(unsigned int*)(o.base + out_at(o, w)) = o.acc;
@@ -345,10 +344,9 @@ __device__ void name_of(Out& o, const unsigned char* bytes, const unsigned short
 }
 __device__ void td(Out& o) { lit(o, "</td><td>"); }
 
-// The status line and headers; returns where the body starts. change: 0 none, 1 opened
-// (cookie user-token), 2 closed.
-__device__ int header(Out& o, int status, int reason, int change, unsigned int user,
-                      unsigned long long token) {
+// The status line and headers. change: 0 none, 1 opened (cookie user-token), 2 closed.
+__device__ void header(Out& o, int status, int reason, int change, unsigned int user,
+                       unsigned long long token) {
     lit(o, "HTTP/1.1 ");
     num(o, status, 3);
     put(o, ' ');
@@ -366,7 +364,6 @@ __device__ int header(Out& o, int status, int reason, int change, unsigned int u
     lit(o, "Content-Length: ");
     spaces(o, BANK_LENGTH_FIELD);
     lit(o, "\r\n\r\n");
-    return o.pos;
 }
 
 // Pads the body to `size` (through `bank_pad`), closes it, fills Content-Length; returns
@@ -832,7 +829,7 @@ __device__ __forceinline__ void page_part(Out& o, const Page& g, int p) {
 // Parts [from, to) of a page, one after another. Out of line, with the writer passed and
 // returned by value (so it stays in registers): one copy of the page code for every caller.
 // Inlined into bank_pages' three call sites, NVRTC took 3-6x as long over the unit (2-5
-// minutes on two cores); called once per part, the calls cost a third of one-thread pages.
+// minutes on two cores). A range, not one part, so one-thread pages make one call each.
 __device__ __noinline__ Out write_parts(Out o, const Page g, int from, int to) {
 #pragma unroll 1
     for (int p = from; p < to; p++) page_part(o, g, p);
