@@ -11,6 +11,7 @@
 #        FE_IO / FE_LANES set the front end's io threads and lanes (4, 2); PROFILE_RATE=R
 #        keeps every thread's CPU (top -H) during a run at R after each sweep; ANCHOR=0 skips
 #        the echo anchor run first, SETTLE_S waits that long before measuring.
+#        SINGLE_ARGS adds flags to the one `serve` (e.g. --gpu-precision u8).
 # Usage: OUT=DIR scripts/cluster-served.sh [hop|knn|all]
 # Needs: dist/cohort, dist/etcd (Debian's etcd-server), dist/ucx (libucp and its libraries).
 set -uo pipefail
@@ -125,7 +126,7 @@ knn() { # N=1000000 NLIST=4096 NPROBE=16 by default; N=10000000 NLIST=16384 NPRO
     local single=${SINGLE_GPUS:-$gpus} # the GPUs of the one `serve` compared with (0: none)
     [ "$single" -gt 0 ] && {
     start single 0-7 serve --service knn:gpu-cohort --index "$ix" --gpus "$(seq -s, 0 $((single - 1)))" \
-        --udp 127.0.0.1:7200 --io-threads 4 --max-cohort 2048
+        --udp 127.0.0.1:7200 --io-threads 4 --max-cohort 2048 ${SINGLE_ARGS:-}
     routed 7200 knn "${q[@]}" || return 1
     taskset -c "$gen" "$B" load --target udp://127.0.0.1:7200 --service knn "${q[@]}" "${sweep[@]}" --server-pid "$pid_single" \
         --json "$OUT/knn-$tag-single-g$single.json" --label "one serve, $single GPUs" --log-level warn | sed -n 1,8p # (sed reads to the end: no broken pipe)
