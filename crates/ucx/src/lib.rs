@@ -3,6 +3,10 @@
 //! end, messages sent eagerly (the receiver gets each whole in its callback, no rendezvous
 //! round trip) and their buffers kept until UCX has sent them.
 //!
+//! A worker made with [`Worker::with_rma`] also does one-sided writes (Lynx's design): it
+//! registers memory of its own ([`Worker::register`]) whose key a peer unpacks
+//! ([`Worker::remote_key`]) to write into it with [`Worker::put`], the owner never called.
+//!
 //! The binding is this crate's own over UCP's C API (`sys`), loaded at run time (`load`).
 //! Callbacks never call back into the owner: they queue [`Event`]s that the owner takes after
 //! [`Worker::progress`].
@@ -12,8 +16,9 @@ pub mod sys;
 
 pub use load::{load, Ucx};
 
+use std::alloc::Layout;
 use std::cell::RefCell;
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::ffi::{c_void, CStr};
 use std::net::SocketAddr;
 use sys::{ptr_status, PtrStatus};
@@ -55,6 +60,86 @@ pub enum Mode {
     Polled,
 }
 
+/// A region of this worker's memory that peers may write ([`Worker::register`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct RegionId(u32);
+
+/// A peer's region as this worker writes it: its key unpacked on one endpoint.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
+pub struct RemoteKey {
+    ep: EpId,
+    id: u64,
+}
+
+/// Largest region [`Worker::register`] makes (a ring of batches is a few MiB).
+pub const MAX_REGION_BYTES: usize = 1 << 30;
+/// Largest packed key [`Worker::remote_key`] accepts (UCX's are tens to hundreds of bytes).
+pub const MAX_KEY_BYTES: usize = 4096;
+
+struct Region {
+    ptr: *mut u8,
+    layout: Layout,
+    memh: sys::MemH,
+    key: Vec<u8>,
+}
+
+/// A registered region's memory, read and written by its owner while peers write it too:
+/// every access goes through atomics or raw copies, never a Rust reference to the bytes.
+pub struct RegionMemory<'a> {
+    ptr: *mut u8,
+    len: usize,
+    _worker: std::marker::PhantomData<&'a Worker>,
+}
+
+impl RegionMemory<'_> {
+    pub fn len(&self) -> usize {
+        self.len
+    }
+
+    pub fn is_empty(&self) -> bool {
+        self.len == 0
+    }
+
+    /// Where a peer writes it (the address its puts name, with the key).
+    pub fn address(&self) -> u64 {
+        self.ptr as u64
+    }
+
+    fn word(&self, off: usize) -> &std::sync::atomic::AtomicU64 {
+        assert!(
+            off.is_multiple_of(8) && off + 8 <= self.len,
+            "word at {off} of a region of {}",
+            self.len
+        );
+        // SAFETY: in bounds and aligned (the region is page-aligned), and the memory lives
+        // while the worker that owns it is borrowed.
+        unsafe { &*(self.ptr.add(off) as *const std::sync::atomic::AtomicU64) }
+    }
+
+    /// The 8-byte word at `off` (a multiple of 8), with acquire ordering: what a peer wrote
+    /// before it (and fenced) is visible after.
+    pub fn load_u64(&self, off: usize) -> u64 {
+        self.word(off).load(std::sync::atomic::Ordering::Acquire)
+    }
+
+    pub fn store_u64(&self, off: usize, v: u64) {
+        self.word(off)
+            .store(v, std::sync::atomic::Ordering::Release)
+    }
+
+    /// Copies `out.len()` bytes from `off`.
+    pub fn read(&self, off: usize, out: &mut [u8]) {
+        assert!(
+            off <= self.len && out.len() <= self.len - off,
+            "{} bytes at {off} of a region of {}",
+            out.len(),
+            self.len
+        );
+        // SAFETY: in bounds (checked above); the source is raw memory, not a reference.
+        unsafe { std::ptr::copy_nonoverlapping(self.ptr.add(off), out.as_mut_ptr(), out.len()) }
+    }
+}
+
 /// The one active-message id Cohort uses; its payload says what it is.
 const AM_ID: u32 = 17;
 
@@ -66,6 +151,8 @@ struct Shared {
     api: *const sys::Api,
     /// Endpoints made by the listener's callback: ours to close.
     accepted: RefCell<HashSet<EpId>>,
+    /// Endpoints a message has come on: connected, so a peer's key may be unpacked there.
+    heard: RefCell<HashSet<EpId>>,
 }
 
 /// A UCP context and worker used by one thread.
@@ -79,6 +166,12 @@ pub struct Worker {
     /// Sends UCX has not finished: the request and the bytes it reads.
     pending: Vec<(*mut c_void, Vec<u8>)>,
     closing: Vec<*mut c_void>,
+    /// Whether the context has RMA ([`Worker::with_rma`]).
+    rma: bool,
+    regions: Vec<Option<Region>>,
+    /// Peers' keys unpacked here, by id: destroyed before their endpoint closes.
+    rkeys: HashMap<u64, (EpId, sys::RKey)>,
+    next_rkey: u64,
 }
 
 fn check(ucx: &Ucx, what: &'static str, s: sys::Status) -> Result<(), Error> {
@@ -129,6 +222,9 @@ unsafe extern "C" fn on_message(
     }
     let from = (param.recv_attr & sys::UCP_AM_RECV_ATTR_FIELD_REPLY_EP != 0)
         .then_some(EpId(param.reply_ep as usize));
+    if let Some(ep) = from {
+        shared.heard.borrow_mut().insert(ep);
+    }
     let data = std::slice::from_raw_parts(data as *const u8, len).to_vec();
     shared
         .events
@@ -203,6 +299,16 @@ impl Worker {
     ///   one machine, whose transports do not report a failed peer (the owner learns of it
     ///   otherwise: the cluster's lease).
     pub fn new(mode: Mode) -> Result<Worker, Error> {
+        Worker::create(mode, false)
+    }
+
+    /// [`Worker::new`] with one-sided writes as well ([`Worker::register`], [`Worker::put`]).
+    /// Over transports without RMA in hardware (TCP) UCX carries the writes as messages.
+    pub fn with_rma(mode: Mode) -> Result<Worker, Error> {
+        Worker::create(mode, true)
+    }
+
+    fn create(mode: Mode, rma: bool) -> Result<Worker, Error> {
         let wakeup = mode == Mode::Events;
         let ucx = load()?;
         let api = &ucx.api;
@@ -214,7 +320,9 @@ impl Worker {
         // SAFETY: a zeroed Params selects no field; we then select features only.
         let mut params: sys::Params = unsafe { std::mem::zeroed() };
         params.field_mask = sys::UCP_PARAM_FIELD_FEATURES;
-        params.features = sys::UCP_FEATURE_AM | if wakeup { sys::UCP_FEATURE_WAKEUP } else { 0 };
+        params.features = sys::UCP_FEATURE_AM
+            | if wakeup { sys::UCP_FEATURE_WAKEUP } else { 0 }
+            | if rma { sys::UCP_FEATURE_RMA } else { 0 };
         let mut context: sys::Context = std::ptr::null_mut();
         // SAFETY: valid params and config; the context is ours to clean up.
         let s = unsafe {
@@ -252,6 +360,7 @@ impl Worker {
             worker,
             api: &ucx.api,
             accepted: RefCell::new(HashSet::new()),
+            heard: RefCell::new(HashSet::new()),
         });
         let w = Worker {
             ucx,
@@ -262,6 +371,10 @@ impl Worker {
             eps: HashSet::new(),
             pending: Vec::new(),
             closing: Vec::new(),
+            rma,
+            regions: Vec::new(),
+            rkeys: HashMap::new(),
+            next_rkey: 0,
         };
         let hp = sys::AmHandlerParam {
             field_mask: sys::UCP_AM_HANDLER_PARAM_FIELD_ID
@@ -497,6 +610,204 @@ impl Worker {
         s == sys::UCS_OK
     }
 
+    fn need_rma(&self, what: &'static str) -> Result<(), Error> {
+        if self.rma {
+            Ok(())
+        } else {
+            Err(Error::Call {
+                what,
+                why: "this worker was made without RMA (Worker::with_rma)".into(),
+            })
+        }
+    }
+
+    /// Registers `len` bytes of zeroed, page-aligned memory that peers may write (and read)
+    /// with the key [`Worker::region_key`] gives. The memory lives until
+    /// [`Worker::unregister`] or the worker's end.
+    pub fn register(&mut self, len: usize) -> Result<RegionId, Error> {
+        self.need_rma("mem_map")?;
+        if len == 0 || len > MAX_REGION_BYTES {
+            return Err(Error::Call {
+                what: "mem_map",
+                why: format!("a region of {len} bytes (1 to {MAX_REGION_BYTES})"),
+            });
+        }
+        let layout = Layout::from_size_align(len, 4096).map_err(|e| Error::Call {
+            what: "mem_map",
+            why: e.to_string(),
+        })?;
+        // SAFETY: a non-zero size (checked above).
+        let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
+        if ptr.is_null() {
+            std::alloc::handle_alloc_error(layout);
+        }
+        let params = sys::MemMapParams {
+            field_mask: sys::UCP_MEM_MAP_PARAM_FIELD_ADDRESS
+                | sys::UCP_MEM_MAP_PARAM_FIELD_LENGTH
+                | sys::UCP_MEM_MAP_PARAM_FIELD_PROT,
+            address: ptr as *mut c_void,
+            length: len,
+            flags: 0,
+            prot: sys::UCP_MEM_MAP_PROT_LOCAL_READ
+                | sys::UCP_MEM_MAP_PROT_LOCAL_WRITE
+                | sys::UCP_MEM_MAP_PROT_REMOTE_READ
+                | sys::UCP_MEM_MAP_PROT_REMOTE_WRITE,
+            memory_type: 0,
+            exported_memh_buffer: std::ptr::null(),
+        };
+        let api = &self.ucx.api;
+        let mut memh: sys::MemH = std::ptr::null_mut();
+        // SAFETY: our context; `len` bytes at `ptr` are ours until unmapped.
+        let mapped = check(self.ucx, "mem_map", unsafe {
+            (api.mem_map)(self.context, &params, &mut memh)
+        });
+        let packed = mapped.and_then(|()| {
+            let (mut buf, mut size) = (std::ptr::null_mut(), 0usize);
+            // SAFETY: a handle mapped above; UCX allocates the packed key, released below.
+            check(self.ucx, "rkey_pack", unsafe {
+                (api.rkey_pack)(self.context, memh, &mut buf, &mut size)
+            })?;
+            // SAFETY: UCX wrote `size` bytes at `buf`.
+            let key = unsafe { std::slice::from_raw_parts(buf as *const u8, size) }.to_vec();
+            // SAFETY: the buffer rkey_pack gave, released once.
+            unsafe { (api.rkey_buffer_release)(buf) };
+            Ok(key)
+        });
+        let key = match packed {
+            Ok(k) => k,
+            Err(e) => {
+                // SAFETY: undo what succeeded above, once each.
+                unsafe {
+                    if !memh.is_null() {
+                        (api.mem_unmap)(self.context, memh);
+                    }
+                    std::alloc::dealloc(ptr, layout);
+                }
+                return Err(e);
+            }
+        };
+        self.regions.push(Some(Region {
+            ptr,
+            layout,
+            memh,
+            key,
+        }));
+        Ok(RegionId(self.regions.len() as u32 - 1))
+    }
+
+    fn region_entry(&self, id: RegionId) -> Option<&Region> {
+        self.regions.get(id.0 as usize)?.as_ref()
+    }
+
+    /// The packed key a peer unpacks ([`Worker::remote_key`]) to write region `id`.
+    pub fn region_key(&self, id: RegionId) -> Option<&[u8]> {
+        self.region_entry(id).map(|r| r.key.as_slice())
+    }
+
+    /// Region `id`'s memory.
+    pub fn region(&self, id: RegionId) -> Option<RegionMemory<'_>> {
+        self.region_entry(id).map(|r| RegionMemory {
+            ptr: r.ptr,
+            len: r.layout.size(),
+            _worker: std::marker::PhantomData,
+        })
+    }
+
+    /// Unregisters and frees region `id`. Peers holding its key must not write it after
+    /// (a write then is undefined in UCX): the caller's protocol makes sure of that.
+    pub fn unregister(&mut self, id: RegionId) {
+        let Some(r) = self.regions.get_mut(id.0 as usize).and_then(Option::take) else {
+            return;
+        };
+        // SAFETY: mapped by this worker's context, unmapped and freed once (taken above).
+        unsafe {
+            (self.ucx.api.mem_unmap)(self.context, r.memh);
+            std::alloc::dealloc(r.ptr, r.layout);
+        }
+    }
+
+    /// Unpacks a peer's region key (what its [`Worker::region_key`] gave) for writes on `ep`,
+    /// an endpoint a message has come on (so connected: the key is usually in that message).
+    /// The key lives until `ep` closes.
+    pub fn remote_key(&mut self, ep: EpId, key: &[u8]) -> Result<RemoteKey, Error> {
+        self.need_rma("rkey_unpack")?;
+        if key.is_empty() || key.len() > MAX_KEY_BYTES {
+            return Err(Error::Call {
+                what: "rkey_unpack",
+                why: format!("a key of {} bytes (1 to {MAX_KEY_BYTES})", key.len()),
+            });
+        }
+        if !self.eps.contains(&ep) && !self.shared.accepted.borrow().contains(&ep) {
+            return Err(Error::Call {
+                what: "rkey_unpack",
+                why: "not an endpoint of this worker".into(),
+            });
+        }
+        // UCX reads the endpoint's transports to unpack a key: on an endpoint still
+        // connecting (a client's, before the server's first message) it crashed.
+        if !self.shared.heard.borrow().contains(&ep) {
+            return Err(Error::Call {
+                what: "rkey_unpack",
+                why: "no message has come on this endpoint yet (it may still be connecting)".into(),
+            });
+        }
+        let mut rkey: sys::RKey = std::ptr::null_mut();
+        // SAFETY: a live endpoint of ours; UCX reads `key.len()` bytes of the key.
+        check(self.ucx, "rkey_unpack", unsafe {
+            (self.ucx.api.ep_rkey_unpack)(ep.raw(), key.as_ptr() as *const c_void, &mut rkey)
+        })?;
+        let id = self.next_rkey;
+        self.next_rkey += 1;
+        self.rkeys.insert(id, (ep, rkey));
+        Ok(RemoteKey { ep, id })
+    }
+
+    /// Writes `data` at `address` of a peer's region (one-sided: the peer is not called).
+    /// Writes on one endpoint may land in any order unless [`Worker::fence`] is between them.
+    /// The bytes are kept until UCX is done with them.
+    pub fn put(&mut self, key: RemoteKey, address: u64, data: Vec<u8>) -> Result<(), Error> {
+        let Some(&(ep, rkey)) = self.rkeys.get(&key.id) else {
+            return Err(Error::Call {
+                what: "put",
+                why: "a key whose endpoint closed".into(),
+            });
+        };
+        debug_assert_eq!(ep, key.ep);
+        // SAFETY: all-zero selects nothing (no callback: completion is polled).
+        let param: sys::RequestParam = unsafe { std::mem::zeroed() };
+        // SAFETY: a live endpoint and its key; `data` stays alive until complete.
+        let r = unsafe {
+            (self.ucx.api.put_nbx)(
+                ep.raw(),
+                data.as_ptr() as *const c_void,
+                data.len(),
+                address,
+                rkey,
+                &param,
+            )
+        };
+        match ptr_status(r) {
+            PtrStatus::Done => Ok(()),
+            PtrStatus::Pending(req) => {
+                self.pending.push((req, data));
+                Ok(())
+            }
+            PtrStatus::Failed(s) => Err(Error::Call {
+                what: "put",
+                why: status_string(self.ucx, s),
+            }),
+        }
+    }
+
+    /// Orders this worker's operations: those issued on an endpoint before land before those
+    /// issued on it after (a ring's data before the word that publishes it).
+    pub fn fence(&mut self) -> Result<(), Error> {
+        // SAFETY: our worker, on its own thread.
+        check(self.ucx, "fence", unsafe {
+            (self.ucx.api.worker_fence)(self.worker)
+        })
+    }
+
     /// Sends not yet finished (each holds its bytes).
     pub fn sends_in_flight(&self) -> usize {
         self.pending.len()
@@ -508,6 +819,17 @@ impl Worker {
         if !ours {
             return;
         }
+        self.shared.heard.borrow_mut().remove(&ep);
+        // A key must go before the endpoint it was unpacked on (UCX's rule).
+        let api = &self.ucx.api;
+        self.rkeys.retain(|_, (on, rkey)| {
+            if *on != ep {
+                return true;
+            }
+            // SAFETY: a key unpacked on this endpoint, destroyed once.
+            unsafe { (api.rkey_destroy)(*rkey) };
+            false
+        });
         let param = sys::RequestParam {
             op_attr_mask: sys::UCP_OP_ATTR_FIELD_FLAGS,
             flags: sys::UCP_EP_CLOSE_FLAG_FORCE,
@@ -547,6 +869,10 @@ impl Drop for Worker {
             }
             for (req, _) in self.pending.drain(..) {
                 (api.request_free)(req);
+            }
+            for r in self.regions.drain(..).flatten() {
+                (api.mem_unmap)(self.context, r.memh);
+                std::alloc::dealloc(r.ptr, r.layout);
             }
             (api.worker_destroy)(self.worker);
             (api.cleanup)(self.context);

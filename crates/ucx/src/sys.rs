@@ -12,6 +12,8 @@ pub type Worker = *mut c_void; // ucp_worker_h
 pub type Listener = *mut c_void; // ucp_listener_h
 pub type Ep = *mut c_void; // ucp_ep_h
 pub type ConnRequest = *mut c_void; // ucp_conn_request_h
+pub type MemH = *mut c_void; // ucp_mem_h
+pub type RKey = *mut c_void; // ucp_rkey_h
 
 pub const UCS_OK: Status = 0;
 pub const UCS_INPROGRESS: Status = 1;
@@ -23,6 +25,14 @@ pub const UCP_API_MINOR: c_uint = 22;
 
 pub const UCP_PARAM_FIELD_FEATURES: u64 = 1 << 0;
 pub const UCP_FEATURE_AM: u64 = 1 << 6;
+pub const UCP_FEATURE_RMA: u64 = 1 << 1;
+pub const UCP_MEM_MAP_PARAM_FIELD_ADDRESS: u64 = 1 << 0;
+pub const UCP_MEM_MAP_PARAM_FIELD_LENGTH: u64 = 1 << 1;
+pub const UCP_MEM_MAP_PARAM_FIELD_PROT: u64 = 1 << 3;
+pub const UCP_MEM_MAP_PROT_LOCAL_READ: c_uint = 1 << 0;
+pub const UCP_MEM_MAP_PROT_LOCAL_WRITE: c_uint = 1 << 1;
+pub const UCP_MEM_MAP_PROT_REMOTE_READ: c_uint = 1 << 8;
+pub const UCP_MEM_MAP_PROT_REMOTE_WRITE: c_uint = 1 << 9;
 pub const UCP_FEATURE_WAKEUP: u64 = 1 << 4;
 pub const UCS_ERR_BUSY: Status = -15;
 pub const UCP_WORKER_PARAM_FIELD_THREAD_MODE: u64 = 1 << 0;
@@ -152,6 +162,18 @@ pub struct RequestParam {
     pub remote_count: usize,
 }
 
+/// `ucp_mem_map_params_t`.
+#[repr(C)]
+pub struct MemMapParams {
+    pub field_mask: u64,
+    pub address: *mut c_void,
+    pub length: usize,
+    pub flags: c_uint,
+    pub prot: c_uint,
+    pub memory_type: c_int,
+    pub exported_memh_buffer: *const c_void,
+}
+
 #[repr(C)]
 pub struct AmHandlerParam {
     pub field_mask: u64,
@@ -197,6 +219,16 @@ pub struct Api {
         usize,
         *const RequestParam,
     ) -> StatusPtr,
+    pub mem_map: unsafe extern "C" fn(Context, *const MemMapParams, *mut MemH) -> Status,
+    pub mem_unmap: unsafe extern "C" fn(Context, MemH) -> Status,
+    /// `ucp_rkey_pack` (ucp_compat.h in 1.22): the remote key of a mapped region.
+    pub rkey_pack: unsafe extern "C" fn(Context, MemH, *mut *mut c_void, *mut usize) -> Status,
+    pub rkey_buffer_release: unsafe extern "C" fn(*mut c_void),
+    pub ep_rkey_unpack: unsafe extern "C" fn(Ep, *const c_void, *mut RKey) -> Status,
+    pub rkey_destroy: unsafe extern "C" fn(RKey),
+    pub put_nbx:
+        unsafe extern "C" fn(Ep, *const c_void, usize, u64, RKey, *const RequestParam) -> StatusPtr,
+    pub worker_fence: unsafe extern "C" fn(Worker) -> Status,
     pub request_check_status: unsafe extern "C" fn(*mut c_void) -> Status,
     pub request_free: unsafe extern "C" fn(*mut c_void),
     pub status_string: unsafe extern "C" fn(Status) -> *const c_char,

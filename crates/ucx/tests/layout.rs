@@ -117,6 +117,19 @@ fn declarations_match_the_headers() {
         [field_mask, id, flags, cb, arg]
     ));
     want.extend(fields!(
+        sys::MemMapParams,
+        "ucp_mem_map_params_t",
+        [
+            field_mask,
+            address,
+            length,
+            flags,
+            prot,
+            memory_type,
+            exported_memh_buffer
+        ]
+    ));
+    want.extend(fields!(
         sys::AmRecvParam,
         "ucp_am_recv_param_t",
         [recv_attr, reply_ep]
@@ -130,6 +143,35 @@ fn declarations_match_the_headers() {
             sys::UCP_PARAM_FIELD_FEATURES as i64,
         ),
         ("UCP_FEATURE_AM", sys::UCP_FEATURE_AM as i64),
+        ("UCP_FEATURE_RMA", sys::UCP_FEATURE_RMA as i64),
+        (
+            "UCP_MEM_MAP_PARAM_FIELD_ADDRESS",
+            sys::UCP_MEM_MAP_PARAM_FIELD_ADDRESS as i64,
+        ),
+        (
+            "UCP_MEM_MAP_PARAM_FIELD_LENGTH",
+            sys::UCP_MEM_MAP_PARAM_FIELD_LENGTH as i64,
+        ),
+        (
+            "UCP_MEM_MAP_PARAM_FIELD_PROT",
+            sys::UCP_MEM_MAP_PARAM_FIELD_PROT as i64,
+        ),
+        (
+            "UCP_MEM_MAP_PROT_LOCAL_READ",
+            sys::UCP_MEM_MAP_PROT_LOCAL_READ as i64,
+        ),
+        (
+            "UCP_MEM_MAP_PROT_LOCAL_WRITE",
+            sys::UCP_MEM_MAP_PROT_LOCAL_WRITE as i64,
+        ),
+        (
+            "UCP_MEM_MAP_PROT_REMOTE_READ",
+            sys::UCP_MEM_MAP_PROT_REMOTE_READ as i64,
+        ),
+        (
+            "UCP_MEM_MAP_PROT_REMOTE_WRITE",
+            sys::UCP_MEM_MAP_PROT_REMOTE_WRITE as i64,
+        ),
         ("UCP_FEATURE_WAKEUP", sys::UCP_FEATURE_WAKEUP as i64),
         ("UCS_ERR_BUSY", sys::UCS_ERR_BUSY as i64),
         (
