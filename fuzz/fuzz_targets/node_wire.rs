@@ -1,5 +1,5 @@
 #![no_main]
-//! The cluster's request and answer batches: any bytes decode to records or an error, never a
+//! The cluster's request and answer batches and ring messages: any bytes decode to records or an error, never a
 //! panic, and what decodes re-encodes to the same bytes; any bytes opened as a sealed message
 //! are refused or open to a message that decodes the same way.
 use cohort_proto::node_wire::{self, Batch};
@@ -12,6 +12,16 @@ fn round_trip(data: &[u8]) {
     }
     let mut b = Batch::new(node_wire::ANSWERS);
     if node_wire::answers(data, |a| b.push_answer(&a)).is_ok() {
+        assert_eq!(b.take(), data);
+    }
+    if let Ok(o) = node_wire::ring_offer(data) {
+        let mut b = Batch::new(node_wire::RING_OFFER);
+        b.push_ring_offer(&o);
+        assert_eq!(b.take(), data);
+    }
+    if let Ok(c) = node_wire::ring_credit(data) {
+        let mut b = Batch::new(node_wire::RING_CREDIT);
+        b.push_ring_credit(c);
         assert_eq!(b.take(), data);
     }
 }

@@ -375,16 +375,82 @@ fn a_drained_node_loses_nothing() {
 }
 
 /// Nodes and front end polling: the front end connects by each node's UCX worker address
-/// (shared memory where both share a machine) and serves as through the listener.
+/// (shared memory where both share a machine), asks the node for a ring and writes its
+/// request batches there one-sided (Lynx's design), and serves as through the listener.
+/// With a cluster key the ring's batches are sealed as messages are; a second front end
+/// given `--cluster-no-rings` sends every batch as a message, beside it on the same node.
 #[test]
-fn polling_roles_connect_by_worker_address_and_serve() {
+fn polling_roles_write_batches_into_the_nodes_rings_and_serve() {
+    let d = Scratch::new("cluster-rings");
+    let key = d.path("cluster.key");
+    std::fs::write(&key, "33".repeat(32)).unwrap();
     let Some(etcd) = Etcd::start() else { return };
-    let _a = Node::start_with(&etcd, "a", &["--cluster-busy-poll"]);
-    let fe = front_with(&etcd, &["--cluster-busy-poll"]);
+    let _a = Node::start_with(&etcd, "a", &["--cluster-busy-poll", "--cluster-key", &key]);
+    let rings = front_with(&etcd, &["--cluster-busy-poll", "--cluster-key", &key]);
+    let plain = front_with(
+        &etcd,
+        &[
+            "--cluster-busy-poll",
+            "--cluster-key",
+            &key,
+            "--cluster-no-rings",
+        ],
+    );
+    for (fe, with_rings) in [(&rings, true), (&plain, false)] {
+        wait_routed(fe);
+        let r = udp_load(fe, 2000.0, 1.0);
+        assert_all_answered(&r);
+        assert!(r.errors.is_empty() && r.ok > 1000, "{r:#?}");
+        let m = http_get(fe.http.unwrap(), "/metrics");
+        let written = metric(&m, "cohort_cluster_ring_writes_total{node=\"a\"}");
+        let messages = metric(&m, "cohort_cluster_messages_sent_total{node=\"a\"}");
+        if with_rings {
+            // The first batches may go as messages, before the node's offer comes.
+            assert!(
+                written > 0.9 * messages,
+                "{written} of {messages} batches through the ring"
+            );
+        } else {
+            assert_eq!(written, 0.0, "no ring asked for");
+        }
+    }
+}
+
+/// A polling node killed (SIGKILL) while the front end writes into its ring: polled
+/// connections report no failure, so the node leaves routing by its lease; every request
+/// is answered (by the other node, retried, or an error), none twice, and the front end's
+/// writes into a dead node's ring do not take it down.
+#[test]
+fn a_killed_node_with_a_ring_loses_nothing() {
+    let Some(etcd) = Etcd::start() else { return };
+    let poll = ["--cluster-busy-poll"];
+    let (a, mut b) = (
+        Node::start_with(&etcd, "a", &poll),
+        Node::start_with(&etcd, "b", &poll),
+    );
+    let fe = front_with(&etcd, &poll);
     wait_routed(&fe);
-    let r = udp_load(&fe, 2000.0, 1.0);
+    let before = a.answered();
+    let r = load_while(&fe, 6.0, 2000.0, || {
+        std::thread::sleep(Duration::from_millis(1000));
+        b.child.kill().unwrap();
+    });
     assert_all_answered(&r);
-    assert!(r.errors.is_empty(), "{:?}", r.errors);
+    let errors: u64 = r.errors.values().sum();
+    assert!(
+        errors < r.sent / 3,
+        "most requests still served: {:?} of {}",
+        r.errors,
+        r.sent
+    );
+    assert!(a.answered() - before > r.sent / 2);
+    let m = http_get(fe.http.unwrap(), "/metrics");
+    assert!(metric(&m, "cohort_cluster_ring_writes_total{node=\"a\"}") > 0.0);
+    // Past the lease the front end routes to a alone, without error.
+    let r2 = udp_load(&fe, 2000.0, 1.0);
+    assert_all_answered(&r2);
+    assert!(r2.errors.is_empty(), "after the lease: {:?}", r2.errors);
+    b.child.wait().ok();
 }
 
 /// The body of an HTTP answer (status line checked: 200).

@@ -112,6 +112,7 @@ fn sample(flag: &str, ix: &str) -> Option<Option<String>> {
         "lease-secs" => v("3"),
         "node-window" => v("1024"),
         "cluster-busy-poll" => Some(None),
+        "cluster-no-rings" => Some(None),
         "cluster-lanes" => v("2"),
         "tls-cert" | "tls-key" => Some(None), // given together, checked by the tls test
         "auth-keys" => Some(Some(format!("{ix}.keys"))),

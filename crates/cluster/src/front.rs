@@ -22,7 +22,7 @@ use cohort_engine::wiring::AnswerRings;
 use cohort_engine::LaneEnds;
 use cohort_mq::Envelope;
 use cohort_proto::{ErrorCode, ErrorPayload};
-use cohort_ucx::{EpId, Event, Mode, Worker};
+use cohort_ucx::{EpId, Event, Mode, RemoteKey, Worker};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -46,6 +46,9 @@ pub struct RemoteConfig {
     pub grace: Duration,
     /// Poll UCX without blocking (shared-memory transports allowed; a core per lane).
     pub busy_poll: bool,
+    /// With `busy_poll`: ask each node for a ring and write request batches into it
+    /// one-sided (Lynx's design), messages where a node offers none.
+    pub rings: bool,
     /// Services that may be served from shards, and how their answers merge.
     pub merges: HashMap<u16, MergeFn>,
     /// The cluster's key: messages sealed both ways (`link`); None: plain.
@@ -82,9 +85,29 @@ struct Split {
     shards: u16,
 }
 
+/// A node's ring, as this lane writes it (`cohort_proto::node_wire`, "Rings").
+struct NodeRing {
+    key: RemoteKey,
+    address: u64,
+    slots: u64,
+    slot_bytes: usize,
+    /// Batches written (the last one's sequence number) and those the node has read.
+    written: u64,
+    read: u64,
+}
+
+impl NodeRing {
+    /// Whether a message of `bytes` goes into the ring now: it fits a slot and a slot is free.
+    fn takes(&self, bytes: usize) -> bool {
+        self.written - self.read < self.slots && bytes <= self.slot_bytes - wire::RING_DATA_AT
+    }
+}
+
 struct Node {
     info: NodeInfo,
     ep: Option<EpId>,
+    /// The node's ring on this connection, once offered.
+    ring: Option<NodeRing>,
     /// When to connect again after a failed connection.
     retry_at: Option<Instant>,
     /// Failures since the last connection that carried an answer (the first is logged).
@@ -114,6 +137,10 @@ struct Lane {
     /// UCX's event fd (-1 when busy polling).
     efd: std::os::fd::RawFd,
     link: Link,
+    /// The seal of ring batches: a session of their own, as a ring and the messages are two
+    /// channels whose order to each other is not kept (a receiver refuses a session's
+    /// numbers out of order).
+    ring_link: Link,
     metrics: RemoteMetrics,
     /// This lane's number (its `lane` label).
     index: usize,
@@ -126,6 +153,7 @@ struct Lane {
 pub struct RemoteMetrics {
     parts: Family<NodeLabels, Counter>,
     messages: Family<NodeLabels, Counter>,
+    ring_writes: Family<NodeLabels, Counter>,
     outstanding: Family<LaneLabels, Gauge>,
 }
 
@@ -155,6 +183,11 @@ impl RemoteMetrics {
             r.messages.clone(),
         );
         m.register(
+            "cohort_cluster_ring_writes",
+            "Batches written one-sided into a node's ring (the rest of the messages sent went as messages)",
+            r.ring_writes.clone(),
+        );
+        m.register(
             "cohort_cluster_outstanding",
             "Requests a lane has in flight at a node, as of its last send there",
             r.outstanding.clone(),
@@ -167,6 +200,7 @@ impl RemoteMetrics {
 struct NodeCounters {
     parts: Counter,
     messages: Counter,
+    ring_writes: Counter,
     outstanding: Gauge,
 }
 
@@ -196,11 +230,12 @@ impl RemoteEngine {
                 std::thread::Builder::new()
                     .name("remote-lane".into())
                     .spawn(move || {
-                        match Worker::new(if cfg.busy_poll {
-                            Mode::Polled
+                        let made = if cfg.busy_poll && cfg.rings {
+                            Worker::with_rma(Mode::Polled)
                         } else {
-                            Mode::Events
-                        }) {
+                            Worker::new(mode(cfg.busy_poll))
+                        };
+                        match made {
                             Ok(w) => {
                                 ready_tx.send(Ok(())).ok();
                                 run(cfg, w, lane, rx, &stop, (metrics, index))
@@ -271,6 +306,7 @@ fn run(
     let mut s = Lane {
         efd,
         link: Link::new(cfg.key.clone()),
+        ring_link: Link::new(cfg.key.clone()),
         metrics,
         index,
         cfg,
@@ -684,7 +720,15 @@ impl Lane {
             n.counters.parts.inc_by(n.batch.records() as u64);
             n.counters.messages.inc();
             n.counters.outstanding.set(i64::from(n.outstanding));
-            if let Err(e) = self.w.send(ep, self.link.take(&mut n.batch), true) {
+            let sent = match &mut n.ring {
+                Some(ring) if ring.takes(n.batch.bytes()) => {
+                    n.counters.ring_writes.inc();
+                    let msg = self.ring_link.take(&mut n.batch);
+                    write_ring(&mut self.w, ring, &msg)
+                }
+                _ => self.w.send(ep, self.link.take(&mut n.batch), true),
+            };
+            if let Err(e) = sent {
                 tracing::warn!(node = %n.info.id, %e, "remote: send failed");
                 failed.push(i);
             }
@@ -696,11 +740,16 @@ impl Lane {
 
     fn on_event(&mut self, ev: Event, lane: &mut AnswerRings) {
         match ev {
-            Event::Message { data, .. } => {
+            Event::Message { data, from } => {
                 let data = match self.link.open(&data) {
                     Ok(inner) => inner,
                     Err(why) => return self.refused(&data, &why, lane),
                 };
+                match wire::kind(data) {
+                    Ok(wire::RING_OFFER) => return self.ring_offered(from, data),
+                    Ok(wire::RING_CREDIT) => return self.ring_read(from, data),
+                    _ => {}
+                }
                 let got = wire::answers(data, |a| match self.pending.remove(&a.id) {
                     Some(p) => {
                         if p.env.deadline != 0 {
@@ -736,6 +785,7 @@ impl Lane {
                     }
                     n.failures += 1;
                     self.nodes[i].ep = None;
+                    self.nodes[i].ring = None;
                     self.nodes[i].retry_at = Some(Instant::now() + Duration::from_millis(200));
                     self.node_failed(
                         i,
@@ -774,6 +824,7 @@ impl Lane {
 
     /// Answers (or retries elsewhere) every request node `i` holds.
     fn node_failed(&mut self, i: usize, lane: &mut AnswerRings, why: &str) {
+        self.nodes[i].ring = None;
         if let Some(ep) = self.nodes[i].ep.take() {
             self.by_ep.remove(&ep);
             self.w.close(ep);
@@ -886,6 +937,50 @@ impl Lane {
         }
     }
 
+    /// A node offered its ring on the connection `from`: batches to it go there from now.
+    /// An offer that cannot be used leaves the node on messages.
+    fn ring_offered(&mut self, from: Option<EpId>, data: &[u8]) {
+        let Some(&i) = from.and_then(|ep| self.by_ep.get(&ep)) else {
+            return tracing::warn!("remote: a ring offered on no connection of a node; ignored");
+        };
+        let offer = match wire::ring_offer(data) {
+            Ok(o) => o,
+            Err(e) => {
+                return tracing::warn!(%e, "remote: a node's ring offer is malformed; messages it is")
+            }
+        };
+        let ep = self.nodes[i].ep.expect("by_ep names connected nodes");
+        match self.w.remote_key(ep, offer.key) {
+            Ok(key) => {
+                tracing::info!(node = %self.nodes[i].info.id, slots = offer.slots, "remote: writing batches into the node's ring");
+                self.nodes[i].ring = Some(NodeRing {
+                    key,
+                    address: offer.address,
+                    slots: u64::from(offer.slots),
+                    slot_bytes: offer.slot_bytes as usize,
+                    written: 0,
+                    read: 0,
+                });
+            }
+            Err(e) => {
+                tracing::warn!(node = %self.nodes[i].info.id, %e, "remote: a node's ring key unusable; messages it is")
+            }
+        }
+    }
+
+    /// A node has read its ring up to a slot: those slots are free again.
+    fn ring_read(&mut self, from: Option<EpId>, data: &[u8]) {
+        let Some(&i) = from.and_then(|ep| self.by_ep.get(&ep)) else {
+            return;
+        };
+        match (wire::ring_credit(data), &mut self.nodes[i].ring) {
+            (Ok(read), Some(ring)) if read <= ring.written => ring.read = ring.read.max(read),
+            (got, _) => {
+                tracing::warn!(node = %self.nodes[i].info.id, ?got, "remote: a ring credit that does not fit the ring; ignored")
+            }
+        }
+    }
+
     fn connect(&mut self, i: usize) {
         let n = &mut self.nodes[i];
         // Polling, by the node's worker address where it gave one (shared memory possible);
@@ -905,8 +1000,16 @@ impl Lane {
                     tracing::info!(node = %n.info.id, address = %n.info.address, "remote: connected to a node");
                 }
                 n.ep = Some(ep);
+                n.ring = None;
                 n.retry_at = None;
                 self.by_ep.insert(ep, i);
+                if self.cfg.busy_poll && self.cfg.rings {
+                    let mut b = self.link.batch(wire::RING_ASK);
+                    let ask = self.link.take(&mut b);
+                    if let Err(e) = self.w.send(ep, ask, true) {
+                        tracing::warn!(%e, "remote: asking a node for a ring failed (messages it is)");
+                    }
+                }
             }
             Err(e) => {
                 tracing::warn!(node = %n.info.id, %e, "remote: cannot connect to a node");
@@ -949,6 +1052,7 @@ impl Lane {
         let counters = NodeCounters {
             parts: self.metrics.parts.get_or_create(&node_label).clone(),
             messages: self.metrics.messages.get_or_create(&node_label).clone(),
+            ring_writes: self.metrics.ring_writes.get_or_create(&node_label).clone(),
             outstanding: self
                 .metrics
                 .outstanding
@@ -962,6 +1066,7 @@ impl Lane {
             counters,
             info,
             ep: None,
+            ring: None,
             retry_at: None,
             failures: 0,
             outstanding: 0,
@@ -1013,4 +1118,19 @@ impl Lane {
         }
         self.relayout();
     }
+}
+
+/// Writes one batch into a node's ring: its length and bytes into the next slot, a fence,
+/// then the slot's sequence number, which the node polls (the data lands before it).
+fn write_ring(w: &mut Worker, ring: &mut NodeRing, msg: &[u8]) -> Result<(), cohort_ucx::Error> {
+    debug_assert!(ring.takes(msg.len()));
+    ring.written += 1;
+    let slot = ring.address + ((ring.written - 1) % ring.slots) * ring.slot_bytes as u64;
+    let mut body = Vec::with_capacity(wire::RING_DATA_AT - 8 + msg.len());
+    body.extend_from_slice(&(msg.len() as u64).to_le_bytes());
+    body.resize(wire::RING_DATA_AT - 8, 0);
+    body.extend_from_slice(msg);
+    w.put(ring.key, slot + 8, body)?;
+    w.fence()?;
+    w.put(ring.key, slot, ring.written.to_le_bytes().to_vec())
 }

@@ -2,6 +2,10 @@
 //! requests; each request goes into the node's engines through an ordinary [`IngressEnds`]
 //! (so the engines, admission and deadlines are the ones `cohort serve` runs), and the
 //! engines' answers go back, batched per front end, on the connection the request came by.
+//!
+//! A busy-polling node also takes batches by one-sided writes (Lynx's design): a front end
+//! that asks gets a ring of [`RING_SLOTS`] slots in the node's registered memory, writes its
+//! batches there, and the node polls the slots (`cohort_proto::node_wire`, "Rings").
 
 use crate::link::{ClusterKey, Link};
 use crate::wait::EventWait;
@@ -10,7 +14,7 @@ use cohort_engine::clock::now_ns;
 use cohort_engine::{IngressEnds, Metrics};
 use cohort_mq::Envelope;
 use cohort_proto::{ErrorCode, ErrorPayload};
-use cohort_ucx::{EpId, Event, Worker};
+use cohort_ucx::{EpId, Event, RegionId, Worker};
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -19,6 +23,48 @@ use std::time::{Duration, Instant};
 
 /// Requests a node holds at once, from every front end together: a token names one.
 pub const MAX_HELD: usize = 1 << 20;
+
+/// A ring's slots, and each slot's bytes (a batch that does not fit goes as a message).
+pub const RING_SLOTS: u32 = 64;
+pub const RING_SLOT_BYTES: u32 = 64 * 1024;
+/// Rings a node makes in its life (a ring outlives its connection until the node stops:
+/// [`Rings`]): past this, a front end's ask is declined and it sends messages. 64 rings of
+/// 4 MiB: 256 MiB at most.
+pub const MAX_RINGS: usize = 64;
+/// Slots a node reads from one ring per turn of its loop (the others, and the answers, wait
+/// no longer than that).
+const RING_READS_PER_TURN: u64 = 16;
+
+/// The front ends' rings: live ones by connection, and retired ones, whose connection ended.
+/// A retired ring's memory stays registered until the node stops: a front end that has not
+/// yet seen its connection end may still be writing into it, and over shared memory a write
+/// into freed memory would corrupt the node.
+#[derive(Default)]
+struct Rings {
+    live: HashMap<EpId, Ring>,
+    retired: usize,
+}
+
+impl Rings {
+    fn retire(&mut self, ep: EpId) {
+        if self.live.remove(&ep).is_some() {
+            self.retired += 1;
+        }
+    }
+
+    fn count(&self) -> usize {
+        self.live.len() + self.retired
+    }
+}
+
+/// A front end's ring in this node's memory.
+struct Ring {
+    region: RegionId,
+    /// The sequence number of the next slot to read (from 1).
+    next: u64,
+    /// Slots read that the front end has been told of.
+    reported: u64,
+}
 
 /// Who asked for a request the node holds: the connection and the front end's id.
 #[derive(Clone, Copy)]
@@ -97,13 +143,17 @@ impl NodeIngress {
         let thread = std::thread::Builder::new()
             .name("node-ingress".into())
             .spawn(move || {
-                let started = Worker::new(crate::front::mode(busy_poll))
-                    .map_err(anyhow::Error::from)
-                    .and_then(|mut w| {
-                        let b = (w.listen(listen)?, w.address()?);
-                        let wait = (!busy_poll).then(|| EventWait::new(&w)).transpose()?;
-                        Ok((w, b, wait))
-                    });
+                let started = if busy_poll {
+                    Worker::with_rma(crate::front::mode(busy_poll))
+                } else {
+                    Worker::new(crate::front::mode(busy_poll))
+                }
+                .map_err(anyhow::Error::from)
+                .and_then(|mut w| {
+                    let b = (w.listen(listen)?, w.address()?);
+                    let wait = (!busy_poll).then(|| EventWait::new(&w)).transpose()?;
+                    Ok((w, b, wait))
+                });
                 let (mut w, wait) = match started {
                     Ok((w, b, wait)) => {
                         tx.send(Ok(b)).ok();
@@ -176,6 +226,8 @@ fn serve(
         free: Vec::new(),
     };
     let mut out: HashMap<EpId, Batch> = HashMap::new();
+    let mut rings = Rings::default();
+    let mut slot = vec![0u8; RING_SLOT_BYTES as usize];
     let mut idle_since: Option<Instant> = None;
     let mut stopping_at: Option<Instant> = None;
     loop {
@@ -204,59 +256,23 @@ fn serve(
                             // runs, and the connection is closed (the front end, if honest
                             // but misconfigured, answers what it sent and says so).
                             tracing::warn!(%why, "node: refused a message; closing that connection");
-                            out.remove(&ep);
-                            held.orphan(ep);
-                            w.close(ep);
+                            drop_connection(w, &mut out, &mut held, &mut rings, ep);
                             continue;
                         }
                     };
-                    let now = now_ns();
-                    let arrived = Instant::now();
-                    let got = wire::requests(data, |r| {
-                        let asker = Asker {
-                            ep,
-                            id: r.id,
-                            service: r.service,
-                            arrived,
-                            orphan: false,
-                        };
-                        if stopping_at.is_some() {
-                            let e =
-                                ErrorPayload::new(ErrorCode::Unavailable, "the node is stopping");
-                            return error_answer(&mut out, &link, metrics, asker, &e);
-                        }
-                        let Some(token) = held.insert(asker) else {
-                            let e = ErrorPayload::new(
-                                ErrorCode::Overloaded,
-                                "the node holds as many requests as it can",
-                            );
-                            return error_answer(&mut out, &link, metrics, asker, &e);
-                        };
-                        let env = Envelope {
-                            token,
-                            service: r.service,
-                            status: r.class,
-                            request_id: r.request_id,
-                            deadline: match r.deadline_left_us {
-                                0 => 0,
-                                us => now + u64::from(us) * 1000,
-                            },
-                            arrived: now,
-                        };
-                        if let Err(refusal) = ends.send(env, r.payload) {
-                            held.take(token);
-                            error_answer(
-                                &mut out,
-                                &link,
-                                metrics,
-                                asker,
-                                &refusal.error(r.service),
-                            );
-                        }
-                    });
-                    if let Err(e) = got {
-                        tracing::warn!(%e, "node: a malformed request batch; its requests from there on are not answered");
+                    if wire::kind(data) == Ok(wire::RING_ASK) {
+                        offer_ring(w, &mut rings, &mut link, ep, wait.is_none());
+                        continue;
                     }
+                    let mut t = Taking {
+                        held: &mut held,
+                        out: &mut out,
+                        link: &link,
+                        metrics,
+                        ends: &mut ends,
+                        stopping: stopping_at.is_some(),
+                    };
+                    t.requests(ep, data);
                 }
                 Event::Message { from: None, .. } => {
                     tracing::warn!("node: a message with no reply endpoint; dropped");
@@ -266,9 +282,29 @@ fn serve(
                     // answered those requests itself when the connection failed).
                     out.remove(&ep);
                     held.orphan(ep);
+                    rings.retire(ep);
                     tracing::info!(%why, "node: a front end's connection ended");
                 }
                 Event::Accepted(_) => tracing::info!("node: a front end connected"),
+            }
+        }
+        let written = read_rings(w, &mut rings, &mut slot, &mut link);
+        busy |= !written.is_empty();
+        for (ep, batch) in written {
+            match batch {
+                Ok(data) => Taking {
+                    held: &mut held,
+                    out: &mut out,
+                    link: &link,
+                    metrics,
+                    ends: &mut ends,
+                    stopping: stopping_at.is_some(),
+                }
+                .requests(ep, &data),
+                Err(why) => {
+                    tracing::warn!(%why, "node: refused a ring's batch; closing that connection");
+                    drop_connection(w, &mut out, &mut held, &mut rings, ep);
+                }
             }
         }
         let answered = ends.drain_answers(4096, |m| {
@@ -314,6 +350,182 @@ fn serve(
             _ => std::hint::spin_loop(),
         }
     }
+}
+
+/// Where a batch's requests go: into the engines, or answered at once (stopping, full).
+struct Taking<'a> {
+    held: &'a mut Held,
+    out: &'a mut HashMap<EpId, Batch>,
+    link: &'a Link,
+    metrics: &'a Metrics,
+    ends: &'a mut IngressEnds,
+    stopping: bool,
+}
+
+impl Taking<'_> {
+    /// Every request of a batch that came on `ep` (by message or through its ring).
+    fn requests(&mut self, ep: EpId, data: &[u8]) {
+        let now = now_ns();
+        let arrived = Instant::now();
+        let got = wire::requests(data, |r| {
+            let asker = Asker {
+                ep,
+                id: r.id,
+                service: r.service,
+                arrived,
+                orphan: false,
+            };
+            if self.stopping {
+                let e = ErrorPayload::new(ErrorCode::Unavailable, "the node is stopping");
+                return error_answer(self.out, self.link, self.metrics, asker, &e);
+            }
+            let Some(token) = self.held.insert(asker) else {
+                let e = ErrorPayload::new(
+                    ErrorCode::Overloaded,
+                    "the node holds as many requests as it can",
+                );
+                return error_answer(self.out, self.link, self.metrics, asker, &e);
+            };
+            let env = Envelope {
+                token,
+                service: r.service,
+                status: r.class,
+                request_id: r.request_id,
+                deadline: match r.deadline_left_us {
+                    0 => 0,
+                    us => now + u64::from(us) * 1000,
+                },
+                arrived: now,
+            };
+            if let Err(refusal) = self.ends.send(env, r.payload) {
+                self.held.take(token);
+                error_answer(
+                    self.out,
+                    self.link,
+                    self.metrics,
+                    asker,
+                    &refusal.error(r.service),
+                );
+            }
+        });
+        if let Err(e) = got {
+            tracing::warn!(%e, "node: a malformed request batch; its requests from there on are not answered");
+        }
+    }
+}
+
+/// Closes a front end's connection: what it asked for is not answered there (it answers
+/// those itself when the connection fails), and its ring is freed.
+fn drop_connection(
+    w: &mut Worker,
+    out: &mut HashMap<EpId, Batch>,
+    held: &mut Held,
+    rings: &mut Rings,
+    ep: EpId,
+) {
+    out.remove(&ep);
+    held.orphan(ep);
+    rings.retire(ep);
+    w.close(ep);
+}
+
+/// A front end asked for a ring: registers one and offers it, or declines by silence (a
+/// node that blocks when idle would not see writes; too many rings): the front end then
+/// keeps sending messages.
+fn offer_ring(w: &mut Worker, rings: &mut Rings, link: &mut Link, ep: EpId, polling: bool) {
+    if !polling || rings.live.contains_key(&ep) {
+        return;
+    }
+    if rings.count() >= MAX_RINGS {
+        tracing::warn!(
+            rings = rings.count(),
+            "node: a front end asked for a ring and the node has as many as it keeps; it sends messages"
+        );
+        return;
+    }
+    let region = match w.register((RING_SLOTS * RING_SLOT_BYTES) as usize) {
+        Ok(r) => r,
+        Err(e) => {
+            tracing::warn!(%e, "node: no ring for a front end (it sends messages)");
+            return;
+        }
+    };
+    let (Some(key), Some(mem)) = (w.region_key(region), w.region(region)) else {
+        unreachable!("a region just registered");
+    };
+    let mut b = link.batch(wire::RING_OFFER);
+    b.push_ring_offer(&wire::RingOffer {
+        address: mem.address(),
+        slots: RING_SLOTS,
+        slot_bytes: RING_SLOT_BYTES,
+        key,
+    });
+    let offer = link.take(&mut b);
+    // As a reply: the front end learns which connection it came on.
+    if let Err(e) = w.send(ep, offer, true) {
+        tracing::warn!(%e, "node: a ring's offer not sent");
+        w.unregister(region);
+        return;
+    }
+    rings.live.insert(
+        ep,
+        Ring {
+            region,
+            next: 1,
+            reported: 0,
+        },
+    );
+}
+
+/// Reads what the front ends wrote into their rings (a few slots each per turn), opened
+/// under the cluster key, and tells each front end how far its ring is read. A slot that
+/// claims more bytes than it holds, or fails the key's check, ends that connection.
+fn read_rings(
+    w: &mut Worker,
+    rings: &mut Rings,
+    slot: &mut [u8],
+    link: &mut Link,
+) -> Vec<(EpId, Result<Vec<u8>, String>)> {
+    let mut got = Vec::new();
+    let mut credits = Vec::new();
+    for (&ep, ring) in rings.live.iter_mut() {
+        let Some(mem) = w.region(ring.region) else {
+            continue;
+        };
+        let mut read = 0;
+        while read < RING_READS_PER_TURN {
+            let at = ((ring.next - 1) % u64::from(RING_SLOTS)) as usize * RING_SLOT_BYTES as usize;
+            if mem.load_u64(at) != ring.next {
+                break;
+            }
+            let len = mem.load_u64(at + 8) as usize;
+            if len > RING_SLOT_BYTES as usize - wire::RING_DATA_AT {
+                got.push((ep, Err(format!("a ring slot claiming {len} bytes"))));
+                break;
+            }
+            mem.read(at + wire::RING_DATA_AT, &mut slot[..len]);
+            ring.next += 1;
+            read += 1;
+            got.push((ep, link.open(&slot[..len]).map(<[u8]>::to_vec)));
+        }
+        // Told a quarter of the ring at a time while busy, and all of it once drained (so
+        // a front end waiting for room is never left waiting).
+        let unreported = ring.next - 1 - ring.reported;
+        if unreported > 0 && (read < RING_READS_PER_TURN || unreported >= u64::from(RING_SLOTS / 4))
+        {
+            ring.reported = ring.next - 1;
+            credits.push((ep, ring.reported));
+        }
+    }
+    for (ep, consumed) in credits {
+        let mut b = link.batch(wire::RING_CREDIT);
+        b.push_ring_credit(consumed);
+        let msg = link.take(&mut b);
+        if let Err(e) = w.send(ep, msg, true) {
+            tracing::warn!(%e, "node: a ring's credit not sent");
+        }
+    }
+    got
 }
 
 /// How long an idle thread polls before it blocks.

@@ -16,12 +16,29 @@
 //! A sender numbers its messages within its session (a random id per sender); the receiver
 //! refuses an altered message, an old one and one seen before (`cohort-cluster`'s guard).
 //! An unsealed parser refuses a sealed message by its kind byte.
+//!
+//! **Rings** (one-sided writes, Lynx's design; both roles busy polling): a front end asks a
+//! node for a ring ([`RING_ASK`], no records); the node registers memory of `slots` slots of
+//! `slot_bytes` each and offers it ([`RING_OFFER`]: address u64, slots u32, slot_bytes u32,
+//! then the packed UCX key to the end). The front end then writes a request batch (the same
+//! bytes, sealed or not, as a message would carry) into slot `(n - 1) % slots` for its n-th
+//! ring batch: the length at byte 8 and the batch from [`RING_DATA_AT`], then, after a fence,
+//! `n` into the slot's first word, which the node polls. The node reports how many slots it
+//! has read ([`RING_CREDIT`]: consumed u64); a front end never has more than `slots` batches
+//! unread, and sends a batch as a message when the ring is full or the batch does not fit.
 
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
 
 pub const REQUESTS: u8 = 1;
 pub const ANSWERS: u8 = 2;
+pub const RING_ASK: u8 = 3;
+pub const RING_OFFER: u8 = 4;
+pub const RING_CREDIT: u8 = 5;
+/// Where a ring slot's batch starts (its sequence word at 0, its length at 8).
+pub const RING_DATA_AT: usize = 64;
+/// Largest packed key an offer may carry.
+pub const RING_MAX_KEY: usize = 4096;
 /// Set in the first byte of a sealed message.
 pub const SEALED: u8 = 0x80;
 /// Bytes before a sealed message's inner message: kind, session, seq, time, tag.
@@ -47,6 +64,15 @@ pub struct Answer<'a> {
     pub payload: &'a [u8],
 }
 
+/// A node's ring, as it offers it.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct RingOffer<'a> {
+    pub address: u64,
+    pub slots: u32,
+    pub slot_bytes: u32,
+    pub key: &'a [u8],
+}
+
 #[derive(Debug, Clone, PartialEq, Eq, thiserror::Error)]
 pub enum WireError {
     #[error("empty message")]
@@ -59,6 +85,8 @@ pub enum WireError {
     SealShort(usize),
     #[error("the seal does not match (altered, or sealed under another cluster key)")]
     BadSeal,
+    #[error("a ring message of {0} bytes is malformed")]
+    Ring(usize),
 }
 
 /// A sealed message's sender, numbering and time.
@@ -181,6 +209,24 @@ impl Batch {
         self.records += 1;
     }
 
+    /// A ring offer's record (the batch holds one).
+    pub fn push_ring_offer(&mut self, o: &RingOffer<'_>) {
+        debug_assert_eq!(self.buf[self.start], RING_OFFER);
+        let b = &mut self.buf;
+        b.extend_from_slice(&o.address.to_le_bytes());
+        b.extend_from_slice(&o.slots.to_le_bytes());
+        b.extend_from_slice(&o.slot_bytes.to_le_bytes());
+        b.extend_from_slice(o.key);
+        self.records += 1;
+    }
+
+    /// A ring credit's record: the slots read so far.
+    pub fn push_ring_credit(&mut self, consumed: u64) {
+        debug_assert_eq!(self.buf[self.start], RING_CREDIT);
+        self.buf.extend_from_slice(&consumed.to_le_bytes());
+        self.records += 1;
+    }
+
     /// The message, and a fresh batch of the same kind in its place (a batch with room for
     /// a seal hands over its message alone: one copy).
     pub fn take(&mut self) -> Vec<u8> {
@@ -273,10 +319,73 @@ pub fn answers(msg: &[u8], mut f: impl FnMut(Answer<'_>)) -> Result<usize, WireE
     Ok(n)
 }
 
+/// A ring offer: a slot must hold more than its head, the key be 1 to [`RING_MAX_KEY`] bytes.
+pub fn ring_offer(msg: &[u8]) -> Result<RingOffer<'_>, WireError> {
+    kind_of(msg, RING_OFFER)?;
+    const HEAD: usize = 1 + 8 + 4 + 4;
+    if msg.len() <= HEAD || msg.len() - HEAD > RING_MAX_KEY {
+        return Err(WireError::Ring(msg.len()));
+    }
+    let o = RingOffer {
+        address: u64_at(msg, 1),
+        slots: u32_at(msg, 9),
+        slot_bytes: u32_at(msg, 13),
+        key: &msg[HEAD..],
+    };
+    if o.slots == 0 || (o.slot_bytes as usize) <= RING_DATA_AT || !o.slot_bytes.is_multiple_of(8) {
+        return Err(WireError::Ring(msg.len()));
+    }
+    Ok(o)
+}
+
+/// A ring credit: the slots the node has read.
+pub fn ring_credit(msg: &[u8]) -> Result<u64, WireError> {
+    kind_of(msg, RING_CREDIT)?;
+    if msg.len() != 9 {
+        return Err(WireError::Ring(msg.len()));
+    }
+    Ok(u64_at(msg, 1))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use proptest::prelude::*;
+
+    #[test]
+    fn ring_messages_round_trip_and_refuse_what_is_malformed() {
+        let o = RingOffer {
+            address: 0x7f00_1234_5000,
+            slots: 64,
+            slot_bytes: 65536,
+            key: &[9; 150],
+        };
+        let mut b = Batch::new(RING_OFFER);
+        b.push_ring_offer(&o);
+        let msg = b.take();
+        assert_eq!(ring_offer(&msg).unwrap(), o);
+        let mut b = Batch::new(RING_CREDIT);
+        b.push_ring_credit(77);
+        assert_eq!(ring_credit(&b.take()).unwrap(), 77);
+        // No key, a key too long, no slots, slots no bigger than their head, a cut credit.
+        for (slots, slot_bytes, key) in [
+            (64, 65536, 0),
+            (64, 65536, RING_MAX_KEY + 1),
+            (0, 65536, 8),
+            (64, RING_DATA_AT as u32, 8),
+            (64, 65537, 8),
+        ] {
+            let mut m = vec![RING_OFFER];
+            m.extend_from_slice(&1u64.to_le_bytes());
+            m.extend_from_slice(&(slots as u32).to_le_bytes());
+            m.extend_from_slice(&slot_bytes.to_le_bytes());
+            m.extend(std::iter::repeat_n(1u8, key));
+            assert!(ring_offer(&m).is_err(), "{slots} {slot_bytes} {key}");
+        }
+        assert!(ring_credit(&[RING_CREDIT, 1, 2]).is_err());
+        assert!(ring_credit(&msg).is_err(), "an offer is not a credit");
+        assert!(ring_offer(&[]).is_err());
+    }
 
     proptest! {
         #[test]

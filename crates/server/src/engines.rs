@@ -538,6 +538,7 @@ fn start_front_end(a: &ServeArgs, all: Vec<ServicePlan>, ingresses: usize) -> Re
             .collect(),
         grace: Duration::from_millis(5),
         busy_poll: a.cluster_busy_poll,
+        rings: !a.cluster_no_rings,
         key: crate::cluster_key(a)?,
         merges: all
             .iter()

@@ -134,6 +134,10 @@ pub struct ServeArgs {
     /// when idle (TCP and other transports that raise events).
     #[arg(long)]
     pub cluster_busy_poll: bool,
+    /// A polling front end writes request batches one-sided into each polling node's ring
+    /// (UCX RMA, Lynx's design) unless this is given: then every batch goes as a message.
+    #[arg(long)]
+    pub cluster_no_rings: bool,
     /// A front end's forwarding threads (the remote engine's lanes): each takes requests from
     /// every io thread and has its own UCX connections (and window) to every node. Measured
     /// on a 4x H100 host: a lane forwards ~300 K requests a second, a query to a service
