@@ -228,6 +228,7 @@ fn serve(
     let mut out: HashMap<EpId, Batch> = HashMap::new();
     let mut rings = Rings::default();
     let mut slot = vec![0u8; RING_SLOT_BYTES as usize];
+    let mut batches: Vec<(EpId, Vec<u8>, usize)> = Vec::new();
     let mut idle_since: Option<Instant> = None;
     let mut stopping_at: Option<Instant> = None;
     loop {
@@ -247,9 +248,9 @@ fn serve(
             match ev {
                 Event::Message {
                     from: Some(ep),
-                    data,
+                    data: message,
                 } => {
-                    let data = match link.open(&data) {
+                    let data = match link.open(&message) {
                         Ok(inner) => inner,
                         Err(why) => {
                             // Not from a front end holding this cluster's key: nothing of it
@@ -264,15 +265,9 @@ fn serve(
                         offer_ring(w, &mut rings, &mut link, ep, wait.is_none());
                         continue;
                     }
-                    let mut t = Taking {
-                        held: &mut held,
-                        out: &mut out,
-                        link: &link,
-                        metrics,
-                        ends: &mut ends,
-                        stopping: stopping_at.is_some(),
-                    };
-                    t.requests(ep, data);
+                    // (The batch stays in the message's buffer: where its plain bytes start.)
+                    let at = data.as_ptr() as usize - message.as_ptr() as usize;
+                    batches.push((ep, message, at));
                 }
                 Event::Message { from: None, .. } => {
                     tracing::warn!("node: a message with no reply endpoint; dropped");
@@ -288,24 +283,27 @@ fn serve(
                 Event::Accepted(_) => tracing::info!("node: a front end connected"),
             }
         }
-        let written = read_rings(w, &mut rings, &mut slot, &mut link);
-        busy |= !written.is_empty();
-        for (ep, batch) in written {
+        for (ep, batch) in read_rings(w, &mut rings, &mut slot, &mut link) {
+            busy = true;
             match batch {
-                Ok(data) => Taking {
-                    held: &mut held,
-                    out: &mut out,
-                    link: &link,
-                    metrics,
-                    ends: &mut ends,
-                    stopping: stopping_at.is_some(),
-                }
-                .requests(ep, &data),
+                Ok(data) => batches.push((ep, data, 0)),
                 Err(why) => {
                     tracing::warn!(%why, "node: refused a ring's batch; closing that connection");
                     drop_connection(w, &mut out, &mut held, &mut rings, ep);
                 }
             }
+        }
+        // Every batch of this turn, by message or through a ring, into the engines.
+        for (ep, buf, at) in batches.drain(..) {
+            Taking {
+                held: &mut held,
+                out: &mut out,
+                link: &link,
+                metrics,
+                ends: &mut ends,
+                stopping: stopping_at.is_some(),
+            }
+            .requests(ep, &buf[at..]);
         }
         let answered = ends.drain_answers(4096, |m| {
             if let Some(a) = held.take(m.env.token) {

@@ -531,6 +531,17 @@ impl Worker {
                 &param,
             )
         };
+        self.hold_until_sent("am_send", r, data)
+    }
+
+    /// What a send or put returned: done, or pending with `data` kept until it completes
+    /// (freed in [`Worker::progress`]), or failed.
+    fn hold_until_sent(
+        &mut self,
+        what: &'static str,
+        r: sys::StatusPtr,
+        data: Vec<u8>,
+    ) -> Result<(), Error> {
         match ptr_status(r) {
             PtrStatus::Done => Ok(()),
             PtrStatus::Pending(req) => {
@@ -538,7 +549,7 @@ impl Worker {
                 Ok(())
             }
             PtrStatus::Failed(s) => Err(Error::Call {
-                what: "am_send",
+                what,
                 why: status_string(self.ucx, s),
             }),
         }
@@ -786,17 +797,7 @@ impl Worker {
                 &param,
             )
         };
-        match ptr_status(r) {
-            PtrStatus::Done => Ok(()),
-            PtrStatus::Pending(req) => {
-                self.pending.push((req, data));
-                Ok(())
-            }
-            PtrStatus::Failed(s) => Err(Error::Call {
-                what: "put",
-                why: status_string(self.ucx, s),
-            }),
-        }
+        self.hold_until_sent("put", r, data)
     }
 
     /// Orders this worker's operations: those issued on an endpoint before land before those

@@ -2,22 +2,12 @@
 //! mode asks: messages of 1 byte to 1 MiB both ways, replies on the endpoint the message
 //! names. Skips (and says so) where UCX is not installed.
 
+mod common;
+
 use cohort_ucx::{Event, Mode, Worker};
+use common::ucx_or_skip;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
-
-fn ucx_or_skip() -> bool {
-    match cohort_ucx::load() {
-        Ok(_) => true,
-        Err(e) => {
-            if std::env::var_os("COHORT_REQUIRE_UCX").is_some() {
-                panic!("COHORT_REQUIRE_UCX is set and {e}");
-            }
-            eprintln!("SKIPPED: {e}");
-            false
-        }
-    }
-}
 
 fn wait_for(w: &mut Worker, mut want: impl FnMut(&Event) -> bool) -> Event {
     let until = Instant::now() + Duration::from_secs(20);

@@ -3,7 +3,10 @@
 //! ring and acknowledges each slot by message, and the writer reuses a slot only once it is
 //! acknowledged. Every byte is checked. Skips (and says so) where UCX is not installed.
 
+mod common;
+
 use cohort_ucx::{Event, Mode, Worker};
+use common::ucx_or_skip;
 use std::sync::mpsc;
 use std::time::{Duration, Instant};
 
@@ -12,19 +15,6 @@ const SLOT_BYTES: usize = 64 * 1024;
 /// A slot: its sequence number (the publishing word), the length, then the data.
 const DATA_AT: usize = 64;
 const MESSAGES: u64 = 200;
-
-fn ucx_or_skip() -> bool {
-    match cohort_ucx::load() {
-        Ok(_) => true,
-        Err(e) => {
-            if std::env::var_os("COHORT_REQUIRE_UCX").is_some() {
-                panic!("COHORT_REQUIRE_UCX is set and {e}");
-            }
-            eprintln!("SKIPPED: {e}");
-            false
-        }
-    }
-}
 
 /// Message `i`'s bytes: a length from 1 byte to the slot's room, a pattern of `i`.
 fn message(i: u64) -> Vec<u8> {
