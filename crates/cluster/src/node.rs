@@ -229,6 +229,7 @@ fn serve(
     let mut rings = Rings::default();
     let mut slot = vec![0u8; RING_SLOT_BYTES as usize];
     let mut batches: Vec<(EpId, Vec<u8>, usize)> = Vec::new();
+    let mut dropped: Vec<EpId> = Vec::new();
     let mut idle_since: Option<Instant> = None;
     let mut stopping_at: Option<Instant> = None;
     loop {
@@ -242,6 +243,7 @@ fn serve(
                 break;
             }
         }
+        dropped.clear();
         let mut busy = w.progress();
         for ev in w.take_events() {
             busy = true;
@@ -258,6 +260,7 @@ fn serve(
                             // but misconfigured, answers what it sent and says so).
                             tracing::warn!(%why, "node: refused a message; closing that connection");
                             drop_connection(w, &mut out, &mut held, &mut rings, ep);
+                            dropped.push(ep);
                             continue;
                         }
                     };
@@ -290,11 +293,16 @@ fn serve(
                 Err(why) => {
                     tracing::warn!(%why, "node: refused a ring's batch; closing that connection");
                     drop_connection(w, &mut out, &mut held, &mut rings, ep);
+                    dropped.push(ep);
                 }
             }
         }
-        // Every batch of this turn, by message or through a ring, into the engines.
+        // Every batch of this turn, by message or through a ring, into the engines (but
+        // those of a connection closed this turn: no one would take their answers).
         for (ep, buf, at) in batches.drain(..) {
+            if dropped.contains(&ep) {
+                continue;
+            }
             Taking {
                 held: &mut held,
                 out: &mut out,
