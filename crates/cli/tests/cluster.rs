@@ -386,9 +386,11 @@ fn a_drained_node_loses_nothing() {
 
 /// Nodes and front end polling: the front end connects by each node's UCX worker address
 /// (shared memory where both share a machine), asks the node for a ring and writes its
-/// request batches there one-sided (Lynx's design), and serves as through the listener.
-/// With a cluster key the ring's batches are sealed as messages are; a second front end
-/// given `--cluster-no-rings` sends every batch as a message, beside it on the same node.
+/// request batches there one-sided (Lynx's design), offers the node a ring of its own that
+/// the node writes its answers into, and serves as through the listener. With a cluster key
+/// the rings' batches are sealed as messages are; a second front end given
+/// `--cluster-no-rings` sends every batch as a message and gets its answers so, beside it on
+/// the same node.
 #[test]
 fn polling_roles_write_batches_into_the_nodes_rings_and_serve() {
     let d = Scratch::new("cluster-rings");
@@ -414,14 +416,20 @@ fn polling_roles_write_batches_into_the_nodes_rings_and_serve() {
         let m = http_get(fe.http.unwrap(), "/metrics");
         let written = metric(&m, "cohort_cluster_ring_writes_total{node=\"a\"}");
         let messages = metric(&m, "cohort_cluster_messages_sent_total{node=\"a\"}");
+        let answered = metric(&m, "cohort_cluster_ring_answers_total{node=\"a\"}");
         if with_rings {
-            // The first batches may go as messages, before the node's offer comes.
+            // The first batches may go as messages, before the offers come. At this rate
+            // a batch holds a request or two, and so does its answers' batch.
             assert!(
                 written > 0.9 * messages,
                 "{written} of {messages} batches through the ring"
             );
+            assert!(
+                answered > 0.8 * written,
+                "{answered} answer batches through the ring, for {written} request batches"
+            );
         } else {
-            assert_eq!(written, 0.0, "no ring asked for");
+            assert_eq!(written + answered, 0.0, "no ring asked for nor offered");
         }
     }
 }
@@ -449,6 +457,38 @@ fn a_killed_node_with_a_ring_loses_nothing() {
     let m = http_get(fe.http.unwrap(), "/metrics");
     assert!(metric(&m, "cohort_cluster_ring_writes_total{node=\"a\"}") > 0.0);
     b.child.wait().ok();
+}
+
+/// A polling front end killed (SIGKILL) while a node writes answers into its ring: the
+/// node's writes into a dead process fail without taking the node down, and a second front
+/// end on the same node is served throughout, every request answered once.
+#[test]
+fn a_killed_front_end_with_an_answer_ring_leaves_the_node_serving() {
+    let Some(etcd) = Etcd::start() else { return };
+    let poll = ["--cluster-busy-poll"];
+    let mut a = Node::start_with(&etcd, "a", &poll);
+    let mut doomed = front_with(&etcd, &poll);
+    let kept = front_with(&etcd, &poll);
+    wait_routed(&doomed);
+    wait_routed(&kept);
+    let target = Target::Tcp(doomed.tcp.unwrap());
+    let doomed_load = std::thread::spawn(move || poisson(target, 4000.0, 3.0));
+    let r = load_while(&kept, 4.0, 2000.0, || {
+        std::thread::sleep(Duration::from_millis(1000));
+        doomed.child.kill().unwrap();
+    });
+    assert_all_answered(&r);
+    assert!(r.errors.is_empty() && r.ok > 4000, "{r:#?}");
+    let m = http_get(kept.http.unwrap(), "/metrics");
+    assert!(metric(&m, "cohort_cluster_ring_answers_total{node=\"a\"}") > 0.0);
+    // The killed one's load lost its server: no claim on its answers.
+    doomed_load.join().unwrap();
+    doomed.child.wait().ok();
+    assert!(a.child.try_wait().unwrap().is_none(), "the node still runs");
+    assert!(
+        http_ok(a.admin, "/metrics"),
+        "the node still serves its admin port"
+    );
 }
 
 /// The body of an HTTP answer (status line checked: 200).

@@ -15,6 +15,7 @@
 use crate::link::{ClusterKey, Link};
 use crate::membership::{self, Change, NodeInfo};
 use crate::node::SPIN;
+use crate::ring::{InRings, OutRing};
 use crate::wire::{self, Batch, Request};
 use cohort_engine::clock::now_ns;
 use cohort_engine::split::{MergeFn, ShardOf};
@@ -22,7 +23,7 @@ use cohort_engine::wiring::AnswerRings;
 use cohort_engine::LaneEnds;
 use cohort_mq::Envelope;
 use cohort_proto::{ErrorCode, ErrorPayload};
-use cohort_ucx::{EpId, Event, Mode, RemoteKey, Worker};
+use cohort_ucx::{EpId, Event, Mode, Worker};
 use prometheus_client::encoding::EncodeLabelSet;
 use prometheus_client::metrics::counter::Counter;
 use prometheus_client::metrics::family::Family;
@@ -85,29 +86,11 @@ struct Split {
     shards: u16,
 }
 
-/// A node's ring, as this lane writes it (`cohort_proto::node_wire`, "Rings").
-struct NodeRing {
-    key: RemoteKey,
-    address: u64,
-    slots: u64,
-    slot_bytes: usize,
-    /// Batches written (the last one's sequence number) and those the node has read.
-    written: u64,
-    read: u64,
-}
-
-impl NodeRing {
-    /// Whether a message of `bytes` goes into the ring now: it fits a slot and a slot is free.
-    fn takes(&self, bytes: usize) -> bool {
-        self.written - self.read < self.slots && bytes <= self.slot_bytes - wire::RING_DATA_AT
-    }
-}
-
 struct Node {
     info: NodeInfo,
     ep: Option<EpId>,
     /// The node's ring on this connection, once offered.
-    ring: Option<NodeRing>,
+    ring: Option<OutRing>,
     /// When to connect again after a failed connection.
     retry_at: Option<Instant>,
     /// Failures since the last connection that carried an answer (the first is logged).
@@ -141,6 +124,12 @@ struct Lane {
     /// channels whose order to each other is not kept (a receiver refuses a session's
     /// numbers out of order).
     ring_link: Link,
+    /// Rings offered to the nodes for their answers, by connection (offered once a node's
+    /// own ring is taken: the node polls, so it writes one-sided too).
+    answer_rings: InRings<EpId>,
+    /// Where an answer ring's batch is copied to be opened, and what this turn read.
+    ring_slot: Vec<u8>,
+    ring_reads: Vec<(EpId, Result<Vec<u8>, String>)>,
     metrics: RemoteMetrics,
     /// This lane's number (its `lane` label).
     index: usize,
@@ -154,6 +143,7 @@ pub struct RemoteMetrics {
     parts: Family<NodeLabels, Counter>,
     messages: Family<NodeLabels, Counter>,
     ring_writes: Family<NodeLabels, Counter>,
+    ring_answers: Family<NodeLabels, Counter>,
     outstanding: Family<LaneLabels, Gauge>,
 }
 
@@ -188,6 +178,11 @@ impl RemoteMetrics {
             r.ring_writes.clone(),
         );
         m.register(
+            "cohort_cluster_ring_answers",
+            "Answer batches a node wrote one-sided into this front end's ring (the rest came as messages)",
+            r.ring_answers.clone(),
+        );
+        m.register(
             "cohort_cluster_outstanding",
             "Requests a lane has in flight at a node, as of its last send there",
             r.outstanding.clone(),
@@ -201,6 +196,7 @@ struct NodeCounters {
     parts: Counter,
     messages: Counter,
     ring_writes: Counter,
+    ring_answers: Counter,
     outstanding: Gauge,
 }
 
@@ -307,6 +303,9 @@ fn run(
         efd,
         link: Link::new(cfg.key.clone()),
         ring_link: Link::new(cfg.key.clone()),
+        answer_rings: InRings::default(),
+        ring_slot: Vec::new(),
+        ring_reads: Vec::new(),
         metrics,
         index,
         cfg,
@@ -360,6 +359,7 @@ fn run(
             busy = true;
             s.on_event(ev, &mut lane.answers);
         }
+        busy |= s.read_answer_rings(&mut lane.answers);
         s.expire(&mut lane.answers);
         if busy {
             idle_since = None;
@@ -724,7 +724,7 @@ impl Lane {
                 Some(ring) if ring.takes(n.batch.bytes()) => {
                     n.counters.ring_writes.inc();
                     let msg = self.ring_link.take(&mut n.batch);
-                    write_ring(&mut self.w, ring, &msg)
+                    ring.write(&mut self.w, &msg)
                 }
                 _ => self.w.send(ep, self.link.take(&mut n.batch), true),
             };
@@ -750,34 +750,10 @@ impl Lane {
                     Ok(wire::RING_CREDIT) => return self.ring_read(from, data),
                     _ => {}
                 }
-                let got = wire::answers(data, |a| match self.pending.remove(&a.id) {
-                    Some(p) => {
-                        if p.env.deadline != 0 {
-                            self.deadlines.remove(&(p.env.deadline, a.id));
-                        }
-                        let n = &mut self.nodes[p.node];
-                        n.outstanding -= 1;
-                        n.failures = 0;
-                        match p.gather {
-                            Some((gid, shard)) => {
-                                self.gathered(lane, gid, shard, a.status, a.payload)
-                            }
-                            None => {
-                                let env = Envelope {
-                                    status: a.status,
-                                    ..p.env
-                                };
-                                lane.send(p.ingress, env, a.payload);
-                            }
-                        }
-                    }
-                    None => self.stale += 1,
-                });
-                if let Err(e) = got {
-                    tracing::warn!(%e, "remote: a malformed answer batch from a node");
-                }
+                self.answers(data, lane);
             }
             Event::Failed { ep, why } => {
+                self.answer_rings.retire(ep);
                 if let Some(i) = self.by_ep.remove(&ep) {
                     let n = &mut self.nodes[i];
                     if n.failures == 0 {
@@ -796,6 +772,69 @@ impl Lane {
             }
             Event::Accepted(_) => {}
         }
+    }
+
+    /// A batch of a node's answers (by message or through an answer ring): each to its
+    /// ingress, or into its gather.
+    fn answers(&mut self, data: &[u8], lane: &mut AnswerRings) {
+        let got = wire::answers(data, |a| match self.pending.remove(&a.id) {
+            Some(p) => {
+                if p.env.deadline != 0 {
+                    self.deadlines.remove(&(p.env.deadline, a.id));
+                }
+                let n = &mut self.nodes[p.node];
+                n.outstanding -= 1;
+                n.failures = 0;
+                match p.gather {
+                    Some((gid, shard)) => self.gathered(lane, gid, shard, a.status, a.payload),
+                    None => {
+                        let env = Envelope {
+                            status: a.status,
+                            ..p.env
+                        };
+                        lane.send(p.ingress, env, a.payload);
+                    }
+                }
+            }
+            None => self.stale += 1,
+        });
+        if let Err(e) = got {
+            tracing::warn!(%e, "remote: a malformed answer batch from a node");
+        }
+    }
+
+    /// What the nodes wrote into this lane's answer rings; each ring's credit back to its
+    /// node. A batch that fails its checks fails its node's connection.
+    fn read_answer_rings(&mut self, lane: &mut AnswerRings) -> bool {
+        let credits = self.answer_rings.read(
+            &self.w,
+            &mut self.ring_slot,
+            &mut self.link,
+            &mut self.ring_reads,
+        );
+        for (ep, credit) in credits {
+            if let Err(e) = self.w.send(ep, credit, true) {
+                tracing::warn!(%e, "remote: an answer ring's credit not sent");
+            }
+        }
+        let reads = std::mem::take(&mut self.ring_reads);
+        let busy = !reads.is_empty();
+        for (ep, batch) in reads {
+            let Some(&i) = self.by_ep.get(&ep) else {
+                continue; // its connection failed this turn: its requests are answered
+            };
+            match batch {
+                Ok(data) => {
+                    self.nodes[i].counters.ring_answers.inc();
+                    self.answers(&data, lane);
+                }
+                Err(why) => {
+                    tracing::warn!(node = %self.nodes[i].info.id, %why, "remote: refused a batch in a node's answer ring");
+                    self.node_failed(i, lane, "a node's answers failed the cluster key's check");
+                }
+            }
+        }
+        busy
     }
 
     /// A message that failed the cluster key's check (altered on the way, or not from a
@@ -827,6 +866,7 @@ impl Lane {
         self.nodes[i].ring = None;
         if let Some(ep) = self.nodes[i].ep.take() {
             self.by_ep.remove(&ep);
+            self.answer_rings.retire(ep);
             self.w.close(ep);
             self.nodes[i].retry_at = Some(Instant::now() + Duration::from_millis(200));
         }
@@ -943,28 +983,29 @@ impl Lane {
         let Some(&i) = from.and_then(|ep| self.by_ep.get(&ep)) else {
             return tracing::warn!("remote: a ring offered on no connection of a node; ignored");
         };
-        let offer = match wire::ring_offer(data) {
-            Ok(o) => o,
-            Err(e) => {
-                return tracing::warn!(%e, "remote: a node's ring offer is malformed; messages it is")
-            }
-        };
         let ep = self.nodes[i].ep.expect("by_ep names connected nodes");
-        match self.w.remote_key(ep, offer.key) {
-            Ok(key) => {
-                tracing::info!(node = %self.nodes[i].info.id, slots = offer.slots, "remote: writing batches into the node's ring");
-                self.nodes[i].ring = Some(NodeRing {
-                    key,
-                    address: offer.address,
-                    slots: u64::from(offer.slots),
-                    slot_bytes: offer.slot_bytes as usize,
-                    written: 0,
-                    read: 0,
-                });
+        match OutRing::accept(&mut self.w, ep, data) {
+            Ok(ring) => {
+                tracing::info!(node = %self.nodes[i].info.id, "remote: writing batches into the node's ring");
+                self.nodes[i].ring = Some(ring);
             }
             Err(e) => {
-                tracing::warn!(node = %self.nodes[i].info.id, %e, "remote: a node's ring key unusable; messages it is")
+                return tracing::warn!(node = %self.nodes[i].info.id, %e, "remote: a node's ring offer unusable; messages it is")
             }
+        }
+        // The node polls (it offered a ring): its answers can come the same way.
+        if self.answer_rings.has(ep) {
+            return;
+        }
+        let Some(offer) = self
+            .answer_rings
+            .make(&mut self.w, &mut self.link, ep, "remote")
+        else {
+            return;
+        };
+        if let Err(e) = self.w.send(ep, offer, true) {
+            tracing::warn!(%e, "remote: offering a node an answer ring failed (messages it is)");
+            self.answer_rings.retire(ep);
         }
     }
 
@@ -973,11 +1014,12 @@ impl Lane {
         let Some(&i) = from.and_then(|ep| self.by_ep.get(&ep)) else {
             return;
         };
-        match (wire::ring_credit(data), &mut self.nodes[i].ring) {
-            (Ok(read), Some(ring)) if read <= ring.written => ring.read = ring.read.max(read),
-            (got, _) => {
-                tracing::warn!(node = %self.nodes[i].info.id, ?got, "remote: a ring credit that does not fit the ring; ignored")
-            }
+        let got = match &mut self.nodes[i].ring {
+            Some(ring) => ring.credited(data),
+            None => Err("no ring on that connection".into()),
+        };
+        if let Err(e) = got {
+            tracing::warn!(node = %self.nodes[i].info.id, %e, "remote: a ring credit that does not fit; ignored")
         }
     }
 
@@ -1053,6 +1095,7 @@ impl Lane {
             parts: self.metrics.parts.get_or_create(&node_label).clone(),
             messages: self.metrics.messages.get_or_create(&node_label).clone(),
             ring_writes: self.metrics.ring_writes.get_or_create(&node_label).clone(),
+            ring_answers: self.metrics.ring_answers.get_or_create(&node_label).clone(),
             outstanding: self
                 .metrics
                 .outstanding
@@ -1118,19 +1161,4 @@ impl Lane {
         }
         self.relayout();
     }
-}
-
-/// Writes one batch into a node's ring: its length and bytes into the next slot, a fence,
-/// then the slot's sequence number, which the node polls (the data lands before it).
-fn write_ring(w: &mut Worker, ring: &mut NodeRing, msg: &[u8]) -> Result<(), cohort_ucx::Error> {
-    debug_assert!(ring.takes(msg.len()));
-    ring.written += 1;
-    let slot = ring.address + ((ring.written - 1) % ring.slots) * ring.slot_bytes as u64;
-    let mut body = Vec::with_capacity(wire::RING_DATA_AT - 8 + msg.len());
-    body.extend_from_slice(&(msg.len() as u64).to_le_bytes());
-    body.resize(wire::RING_DATA_AT - 8, 0);
-    body.extend_from_slice(msg);
-    w.put(ring.key, slot + 8, body)?;
-    w.fence()?;
-    w.put(ring.key, slot, ring.written.to_le_bytes().to_vec())
 }

@@ -7,6 +7,7 @@ pub mod front;
 pub mod link;
 pub mod membership;
 pub mod node;
+pub mod ring;
 pub mod wait;
 
 pub use cohort_proto::node_wire as wire;

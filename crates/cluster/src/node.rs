@@ -4,17 +4,19 @@
 //! engines' answers go back, batched per front end, on the connection the request came by.
 //!
 //! A busy-polling node also takes batches by one-sided writes (Lynx's design): a front end
-//! that asks gets a ring of [`RING_SLOTS`] slots in the node's registered memory, writes its
-//! batches there, and the node polls the slots (`cohort_proto::node_wire`, "Rings").
+//! that asks gets a ring in the node's registered memory, writes its batches there, and the
+//! node polls the slots; a front end that offers a ring of its own gets its answers written
+//! there the same way ([`crate::ring`]).
 
 use crate::link::{ClusterKey, Link};
+use crate::ring::{InRings, OutRing};
 use crate::wait::EventWait;
 use crate::wire::{self, Answer, Batch};
 use cohort_engine::clock::now_ns;
 use cohort_engine::{IngressEnds, Metrics};
 use cohort_mq::Envelope;
 use cohort_proto::{ErrorCode, ErrorPayload};
-use cohort_ucx::{EpId, Event, RegionId, Worker};
+use cohort_ucx::{EpId, Event, Worker};
 use std::collections::HashMap;
 use std::net::SocketAddr;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -23,48 +25,6 @@ use std::time::{Duration, Instant};
 
 /// Requests a node holds at once, from every front end together: a token names one.
 pub const MAX_HELD: usize = 1 << 20;
-
-/// A ring's slots, and each slot's bytes (a batch that does not fit goes as a message).
-pub const RING_SLOTS: u32 = 64;
-pub const RING_SLOT_BYTES: u32 = 64 * 1024;
-/// Rings a node makes in its life (a ring outlives its connection until the node stops:
-/// [`Rings`]): past this, a front end's ask is declined and it sends messages. 64 rings of
-/// 4 MiB: 256 MiB at most.
-pub const MAX_RINGS: usize = 64;
-/// Slots a node reads from one ring per turn of its loop (the others, and the answers, wait
-/// no longer than that).
-const RING_READS_PER_TURN: u64 = 16;
-
-/// The front ends' rings: live ones by connection, and retired ones, whose connection ended.
-/// A retired ring's memory stays registered until the node stops: a front end that has not
-/// yet seen its connection end may still be writing into it, and over shared memory a write
-/// into freed memory would corrupt the node.
-#[derive(Default)]
-struct Rings {
-    live: HashMap<EpId, Ring>,
-    retired: usize,
-}
-
-impl Rings {
-    fn retire(&mut self, ep: EpId) {
-        if self.live.remove(&ep).is_some() {
-            self.retired += 1;
-        }
-    }
-
-    fn count(&self) -> usize {
-        self.live.len() + self.retired
-    }
-}
-
-/// A front end's ring in this node's memory.
-struct Ring {
-    region: RegionId,
-    /// The sequence number of the next slot to read (from 1).
-    next: u64,
-    /// Slots read that the front end has been told of.
-    reported: u64,
-}
 
 /// Who asked for a request the node holds: the connection and the front end's id.
 #[derive(Clone, Copy)]
@@ -167,7 +127,7 @@ impl NodeIngress {
                 if let Some(wait) = &wait {
                     ends.set_wake(wait.doorbell());
                 }
-                serve(&mut w, ends, &metrics, &s, wait.as_ref(), Link::new(key));
+                serve(&mut w, ends, &metrics, &s, wait.as_ref(), key);
             })?;
         let (bound, address) = rx
             .recv()
@@ -219,15 +179,21 @@ fn serve(
     metrics: &Metrics,
     stop: &AtomicBool,
     wait: Option<&EventWait>,
-    mut link: Link,
+    key: Option<ClusterKey>,
 ) {
+    let mut link = Link::new(key.clone());
     let mut held = Held {
         slots: Vec::new(),
         free: Vec::new(),
     };
     let mut out: HashMap<EpId, Batch> = HashMap::new();
-    let mut rings = Rings::default();
-    let mut slot = vec![0u8; RING_SLOT_BYTES as usize];
+    let mut rings = Rings {
+        requests: InRings::default(),
+        answers: HashMap::new(),
+        slot: Vec::new(),
+        link: Link::new(key),
+    };
+    let mut from_rings = Vec::new();
     let mut batches: Vec<(EpId, Vec<u8>, usize)> = Vec::new();
     let mut dropped: Vec<EpId> = Vec::new();
     let mut idle_since: Option<Instant> = None;
@@ -264,9 +230,20 @@ fn serve(
                             continue;
                         }
                     };
-                    if wire::kind(data) == Ok(wire::RING_ASK) {
-                        offer_ring(w, &mut rings, &mut link, ep, wait.is_none());
-                        continue;
+                    match wire::kind(data) {
+                        Ok(wire::RING_ASK) => {
+                            rings.offer(w, &mut link, ep, wait.is_none());
+                            continue;
+                        }
+                        Ok(wire::RING_OFFER) => {
+                            rings.accept(w, ep, data);
+                            continue;
+                        }
+                        Ok(wire::RING_CREDIT) => {
+                            rings.credited(ep, data);
+                            continue;
+                        }
+                        _ => {}
                     }
                     // (The batch stays in the message's buffer: where its plain bytes start.)
                     let at = data.as_ptr() as usize - message.as_ptr() as usize;
@@ -280,13 +257,21 @@ fn serve(
                     // answered those requests itself when the connection failed).
                     out.remove(&ep);
                     held.orphan(ep);
-                    rings.retire(ep);
+                    rings.forget(ep);
                     tracing::info!(%why, "node: a front end's connection ended");
                 }
                 Event::Accepted(_) => tracing::info!("node: a front end connected"),
             }
         }
-        for (ep, batch) in read_rings(w, &mut rings, &mut slot, &mut link) {
+        let credits = rings
+            .requests
+            .read(w, &mut rings.slot, &mut link, &mut from_rings);
+        for (ep, credit) in credits {
+            if let Err(e) = w.send(ep, credit, true) {
+                tracing::warn!(%e, "node: a ring's credit not sent");
+            }
+        }
+        for (ep, batch) in from_rings.drain(..) {
             busy = true;
             match batch {
                 Ok(data) => batches.push((ep, data, 0)),
@@ -334,12 +319,19 @@ fn serve(
             }
         });
         busy |= answered > 0;
-        for (ep, batch) in out.iter_mut() {
+        for (&ep, batch) in out.iter_mut() {
             if batch.records() > 0 {
-                // (As a reply: the front end learns which connection it came on.)
-                if let Err(e) = w.send(*ep, link.take(batch), false) {
+                if let Err(e) = rings.send(w, &mut link, ep, batch) {
                     tracing::warn!(%e, "node: answers not sent (the front end's connection failed)");
+                    dropped.push(ep);
                 }
+            }
+        }
+        // A front end that cannot be written to is gone: what it asked for has no one to
+        // take it (it answers those itself).
+        for ep in dropped.drain(..) {
+            if out.contains_key(&ep) {
+                drop_connection(w, &mut out, &mut held, &mut rings, ep);
             }
         }
         if busy {
@@ -421,7 +413,7 @@ impl Taking<'_> {
 }
 
 /// Closes a front end's connection: what it asked for is not answered there (it answers
-/// those itself when the connection fails), and its ring is freed.
+/// those itself when the connection fails), and its rings are given up.
 fn drop_connection(
     w: &mut Worker,
     out: &mut HashMap<EpId, Batch>,
@@ -431,107 +423,80 @@ fn drop_connection(
 ) {
     out.remove(&ep);
     held.orphan(ep);
-    rings.retire(ep);
+    rings.forget(ep);
     w.close(ep);
 }
 
-/// A front end asked for a ring: registers one and offers it, or declines by silence (a
-/// node that blocks when idle would not see writes; too many rings): the front end then
-/// keeps sending messages.
-fn offer_ring(w: &mut Worker, rings: &mut Rings, link: &mut Link, ep: EpId, polling: bool) {
-    if !polling || rings.live.contains_key(&ep) {
-        return;
-    }
-    if rings.count() >= MAX_RINGS {
-        tracing::warn!(
-            rings = rings.count(),
-            "node: a front end asked for a ring and the node has as many as it keeps; it sends messages"
-        );
-        return;
-    }
-    let region = match w.register((RING_SLOTS * RING_SLOT_BYTES) as usize) {
-        Ok(r) => r,
-        Err(e) => {
-            tracing::warn!(%e, "node: no ring for a front end (it sends messages)");
-            return;
-        }
-    };
-    let (Some(key), Some(mem)) = (w.region_key(region), w.region(region)) else {
-        unreachable!("a region just registered");
-    };
-    let mut b = link.batch(wire::RING_OFFER);
-    b.push_ring_offer(&wire::RingOffer {
-        address: mem.address(),
-        slots: RING_SLOTS,
-        slot_bytes: RING_SLOT_BYTES,
-        key,
-    });
-    let offer = link.take(&mut b);
-    // As a reply: the front end learns which connection it came on.
-    if let Err(e) = w.send(ep, offer, true) {
-        tracing::warn!(%e, "node: a ring's offer not sent");
-        w.unregister(region);
-        return;
-    }
-    rings.live.insert(
-        ep,
-        Ring {
-            region,
-            next: 1,
-            reported: 0,
-        },
-    );
+/// The rings of the node's front ends: those they write their requests into (in the node's
+/// memory), and those they offered for their answers (in theirs).
+struct Rings {
+    requests: InRings<EpId>,
+    answers: HashMap<EpId, OutRing>,
+    /// Where a ring's batch is copied to be opened.
+    slot: Vec<u8>,
+    /// The seal of answers written into rings: a session of its own (`front::Lane::ring_link`).
+    link: Link,
 }
 
-/// Reads what the front ends wrote into their rings (a few slots each per turn), opened
-/// under the cluster key, and tells each front end how far its ring is read. A slot that
-/// claims more bytes than it holds, or fails the key's check, ends that connection.
-fn read_rings(
-    w: &mut Worker,
-    rings: &mut Rings,
-    slot: &mut [u8],
-    link: &mut Link,
-) -> Vec<(EpId, Result<Vec<u8>, String>)> {
-    let mut got = Vec::new();
-    let mut credits = Vec::new();
-    for (&ep, ring) in rings.live.iter_mut() {
-        let Some(mem) = w.region(ring.region) else {
-            continue;
+impl Rings {
+    fn forget(&mut self, ep: EpId) {
+        self.requests.retire(ep);
+        self.answers.remove(&ep);
+    }
+
+    /// A front end asked for a ring: registers one and offers it, or declines by silence (a
+    /// node that blocks when idle would not see writes; too many rings): the front end then
+    /// keeps sending messages.
+    fn offer(&mut self, w: &mut Worker, link: &mut Link, ep: EpId, polling: bool) {
+        if !polling || self.requests.has(ep) {
+            return;
+        }
+        let Some(offer) = self.requests.make(w, link, ep, "node") else {
+            return;
         };
-        let mut read = 0;
-        while read < RING_READS_PER_TURN {
-            let at = ((ring.next - 1) % u64::from(RING_SLOTS)) as usize * RING_SLOT_BYTES as usize;
-            if mem.load_u64(at) != ring.next {
-                break;
-            }
-            let len = mem.load_u64(at + 8) as usize;
-            if len > RING_SLOT_BYTES as usize - wire::RING_DATA_AT {
-                got.push((ep, Err(format!("a ring slot claiming {len} bytes"))));
-                break;
-            }
-            mem.read(at + wire::RING_DATA_AT, &mut slot[..len]);
-            ring.next += 1;
-            read += 1;
-            got.push((ep, link.open(&slot[..len]).map(<[u8]>::to_vec)));
-        }
-        // Told a quarter of the ring at a time while busy, and all of it once drained (so
-        // a front end waiting for room is never left waiting).
-        let unreported = ring.next - 1 - ring.reported;
-        if unreported > 0 && (read < RING_READS_PER_TURN || unreported >= u64::from(RING_SLOTS / 4))
-        {
-            ring.reported = ring.next - 1;
-            credits.push((ep, ring.reported));
+        // As a reply: the front end learns which connection it came on.
+        if let Err(e) = w.send(ep, offer, true) {
+            tracing::warn!(%e, "node: a ring's offer not sent");
+            self.requests.retire(ep);
         }
     }
-    for (ep, consumed) in credits {
-        let mut b = link.batch(wire::RING_CREDIT);
-        b.push_ring_credit(consumed);
-        let msg = link.take(&mut b);
-        if let Err(e) = w.send(ep, msg, true) {
-            tracing::warn!(%e, "node: a ring's credit not sent");
+
+    /// A front end offered a ring for its answers: they are written there from now.
+    fn accept(&mut self, w: &mut Worker, ep: EpId, offer: &[u8]) {
+        match OutRing::accept(w, ep, offer) {
+            Ok(r) => {
+                self.answers.insert(ep, r);
+            }
+            Err(e) => {
+                tracing::warn!(%e, "node: a front end's answer ring is unusable; messages it is")
+            }
         }
     }
-    got
+
+    fn credited(&mut self, ep: EpId, credit: &[u8]) {
+        let got = match self.answers.get_mut(&ep) {
+            Some(r) => r.credited(credit),
+            None => Err("no answer ring on that connection".into()),
+        };
+        if let Err(e) = got {
+            tracing::warn!(%e, "node: a ring credit that does not fit; ignored");
+        }
+    }
+
+    /// Sends `ep`'s answers: into its ring where it offered one with room, else as a message.
+    fn send(
+        &mut self,
+        w: &mut Worker,
+        link: &mut Link,
+        ep: EpId,
+        batch: &mut Batch,
+    ) -> Result<(), cohort_ucx::Error> {
+        match self.answers.get_mut(&ep) {
+            Some(ring) if ring.takes(batch.bytes()) => ring.write(w, &self.link.take(batch)),
+            // (As a reply: the front end learns which connection it came on.)
+            _ => w.send(ep, link.take(batch), false),
+        }
+    }
 }
 
 /// How long an idle thread polls before it blocks.

@@ -738,8 +738,10 @@ impl Worker {
     }
 
     /// Unpacks a peer's region key (what its [`Worker::region_key`] gave) for writes on `ep`,
-    /// an endpoint a message has come on (so connected: the key is usually in that message).
-    /// The key lives until `ep` closes.
+    /// an endpoint a message has come on (so connected: the key is usually in that message):
+    /// one this worker made or accepted, or the reply endpoint UCX made for a peer that
+    /// connected by this worker's address. The key lives until `ep` closes
+    /// ([`Worker::close`], also for a reply endpoint, which stays UCX's).
     pub fn remote_key(&mut self, ep: EpId, key: &[u8]) -> Result<RemoteKey, Error> {
         self.need_rma("rkey_unpack")?;
         if key.is_empty() || key.len() > MAX_KEY_BYTES {
@@ -748,18 +750,12 @@ impl Worker {
                 why: format!("a key of {} bytes (1 to {MAX_KEY_BYTES})", key.len()),
             });
         }
-        if !self.eps.contains(&ep) && !self.shared.accepted.borrow().contains(&ep) {
-            return Err(Error::Call {
-                what: "rkey_unpack",
-                why: "not an endpoint of this worker".into(),
-            });
-        }
         // UCX reads the endpoint's transports to unpack a key: on an endpoint still
         // connecting (a client's, before the server's first message) it crashed.
         if !self.shared.heard.borrow().contains(&ep) {
             return Err(Error::Call {
                 what: "rkey_unpack",
-                why: "no message has come on this endpoint yet (it may still be connecting)".into(),
+                why: "no message has come on this endpoint (it may still be connecting, or be none of this worker's)".into(),
             });
         }
         let mut rkey: sys::RKey = std::ptr::null_mut();
@@ -814,12 +810,9 @@ impl Worker {
         self.pending.len()
     }
 
-    /// Closes an endpoint at once (what was queued on it is dropped).
+    /// Closes an endpoint at once (what was queued on it is dropped). A reply endpoint (UCX's,
+    /// not this worker's to close) loses the keys unpacked on it and is not heard from again.
     pub fn close(&mut self, ep: EpId) {
-        let ours = self.eps.remove(&ep) || self.shared.accepted.borrow_mut().remove(&ep);
-        if !ours {
-            return;
-        }
         self.shared.heard.borrow_mut().remove(&ep);
         // A key must go before the endpoint it was unpacked on (UCX's rule).
         let api = &self.ucx.api;
@@ -831,6 +824,10 @@ impl Worker {
             unsafe { (api.rkey_destroy)(*rkey) };
             false
         });
+        let ours = self.eps.remove(&ep) || self.shared.accepted.borrow_mut().remove(&ep);
+        if !ours {
+            return;
+        }
         let param = sys::RequestParam {
             op_attr_mask: sys::UCP_OP_ATTR_FIELD_FLAGS,
             flags: sys::UCP_EP_CLOSE_FLAG_FORCE,

@@ -169,7 +169,7 @@ fn rma_refuses_what_it_cannot_do_with_errors_not_crashes() {
     let ep = other.connect_address(&w.address().unwrap()).unwrap();
     let key = w.region_key(region).unwrap().to_vec();
     let e = w.remote_key(ep, &key).unwrap_err().to_string();
-    assert!(e.contains("not an endpoint of this worker"), "{e}");
+    assert!(e.contains("none of this worker's"), "{e}");
     for bad in [vec![], vec![0u8; cohort_ucx::MAX_KEY_BYTES + 1]] {
         let e = other.remote_key(ep, &bad).unwrap_err().to_string();
         assert!(e.contains("a key of"), "{e}");
@@ -207,4 +207,54 @@ fn rma_refuses_what_it_cannot_do_with_errors_not_crashes() {
     w.unregister(region);
     assert!(w.region(region).is_none());
     w.unregister(region); // twice: nothing
+}
+
+/// The other way: a peer that connected by worker address offers its region in its first
+/// message, and the worker it reached writes there on the reply endpoint UCX made (what a
+/// node does with a front end's answer ring). Then the reply endpoint is closed: its key goes
+/// with it.
+#[test]
+fn the_reached_worker_writes_into_the_connecting_peers_region_on_the_reply_endpoint() {
+    if !ucx_or_skip() {
+        return;
+    }
+    let mut reached = Worker::with_rma(Mode::Polled).expect("worker");
+    let mut peer = Worker::with_rma(Mode::Polled).expect("worker");
+    let region = peer.register(4096).expect("register");
+    let address = peer.region(region).unwrap().address();
+    let mut offer = address.to_le_bytes().to_vec();
+    offer.extend_from_slice(peer.region_key(region).unwrap());
+    let ep = peer.connect_address(&reached.address().unwrap()).unwrap();
+    peer.send(ep, offer, true).unwrap();
+    let until = Instant::now() + Duration::from_secs(20);
+    let mut back = None;
+    while peer.region(region).unwrap().load_u64(0) != 7 {
+        assert!(Instant::now() < until, "nothing written in 20 s");
+        reached.progress();
+        peer.progress();
+        for e in reached.take_events() {
+            if let Event::Message {
+                from: Some(ep),
+                data,
+            } = e
+            {
+                let at = u64::from_le_bytes(data[..8].try_into().unwrap());
+                let rkey = reached.remote_key(ep, &data[8..]).expect("unpack");
+                reached.put(rkey, at + 8, vec![42; 8]).expect("data");
+                reached.fence().expect("fence");
+                reached
+                    .put(rkey, at, 7u64.to_le_bytes().to_vec())
+                    .expect("word");
+                back = Some((ep, rkey));
+            }
+        }
+    }
+    assert_eq!(
+        peer.region(region).unwrap().load_u64(8),
+        u64::from_le_bytes([42; 8])
+    );
+    let (ep, rkey) = back.expect("a reply endpoint");
+    reached.close(ep);
+    let e = reached.put(rkey, address, vec![1]).unwrap_err().to_string();
+    assert!(e.contains("endpoint closed"), "{e}");
 }
