@@ -6,7 +6,8 @@
 #        directly, at low load, over UCX's transports (blocking on events: TCP; busy polling:
 #        shared memory between the processes, or TCP alone with UCX_TLS=tcp; polling, the
 #        batches written into the node's ring, and as messages: poll_messages).
-#        HOP_VARIANTS picks among wake wake_tcp poll poll_messages poll_tcp.
+#        HOP_VARIANTS picks among wake wake_tcp poll poll_messages poll_tcp; HOP_RATES the
+#        offered rates (2000 by default: the hop alone; a higher one shows batching's part).
 #   knn: k-NN 1M (nlist 4096, nprobe 16) on gpu-cohort, one node per GPU behind a front end on
 #        8 cores, 1 / 2 / 4 nodes, against one `cohort serve` on the same 4 GPUs and 8 cores;
 #        NODES="1 2s 4s" splits the index over the 2 and 4 nodes instead of copying it;
@@ -75,10 +76,17 @@ routed() { # PORT SERVICE ARGS...: short loads until the front end answers witho
 CL=etcd://127.0.0.1:23790
 
 hop() {
-    local load=(--service echo --payload-bytes 64 --rate 2000 --poisson --duration 5 --warmup 1)
+    local rates=(${HOP_RATES:-2000})
+    load_at() { # RATE: the hop's load at that rate
+        echo --service echo --payload-bytes 64 --rate "$1" --poisson --duration 5 --warmup 1
+    }
+    # The rate in a file's name, but for the default (the names earlier runs used).
+    at() { [ "$1" = 2000 ] || echo "-r$1"; }
     start direct 0-1 serve --service echo --udp 127.0.0.1:7100 --io-threads 1 --workers 1
-    taskset -c "$gen" "$B" load --target udp://127.0.0.1:7100 "${load[@]}" --server-pid "$pid_direct" \
-        --json "$OUT/hop-direct.json" --label direct --log-level warn | sed -n 1,2p # (sed reads to the end: no broken pipe)
+    for r in "${rates[@]}"; do
+        taskset -c "$gen" "$B" load --target udp://127.0.0.1:7100 $(load_at "$r") --server-pid "$pid_direct" \
+            --json "$OUT/hop-direct$(at "$r").json" --label "direct, $r/s" --log-level warn | sed -n 1,2p # (sed reads to the end: no broken pipe)
+    done
     cleanup
     etcd_up
     for v in ${HOP_VARIANTS:-wake wake_tcp poll poll_messages poll_tcp}; do
@@ -94,12 +102,17 @@ hop() {
         UCX_PROTO_INFO=y start "node_$v" 2-3 node --cluster $CL --node-listen 127.0.0.1:0 \
             --node-id "hop-$v" --service echo --workers 1 "${flags[@]}" || return 1
         start "fe_$v" 0-1 serve --cluster $CL --service echo --udp 127.0.0.1:7101 --io-threads 1 \
-            "${flags[@]}" "${fe_flags[@]}" || return 1
+            --admin 127.0.0.1:7109 "${flags[@]}" "${fe_flags[@]}" || return 1
         routed 7101 echo --payload-bytes 64 || return 1
         local fe_pid
         eval "fe_pid=\$pid_fe_$v"
-        taskset -c "$gen" "$B" load --target udp://127.0.0.1:7101 "${load[@]}" --server-pid "$fe_pid" \
-            --json "$OUT/hop-$v.json" --label "cluster $v" --log-level warn | sed -n 1,2p # (sed reads to the end: no broken pipe)
+        for r in "${rates[@]}"; do
+            taskset -c "$gen" "$B" load --target udp://127.0.0.1:7101 $(load_at "$r") --server-pid "$fe_pid" \
+                --json "$OUT/hop-$v$(at "$r").json" --label "cluster $v, $r/s" --log-level warn | sed -n 1,2p # (sed reads to the end: no broken pipe)
+        done
+        # What went through the rings, and what as messages.
+        python3 -c "import urllib.request as u; print(u.urlopen('http://127.0.0.1:7109/metrics').read().decode())" |
+            grep '^cohort_cluster_' > "$OUT/hop-$v-metrics.txt" || true
         kill "${pids[@]:1}" 2>/dev/null; pids=("${pids[0]}"); sleep 1
     done
     unset UCX_TLS

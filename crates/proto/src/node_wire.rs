@@ -26,6 +26,10 @@
 //! `n` into the slot's first word, which the node polls. The node reports how many slots it
 //! has read ([`RING_CREDIT`]: consumed u64); a front end never has more than `slots` batches
 //! unread, and sends a batch as a message when the ring is full or the batch does not fit.
+//! Once the node's offer is taken, the front end offers a ring of its own the same way
+//! ([`RING_OFFER`] from the front end), and the node writes its answer batches there by the
+//! same rules, the front end sending the credits. Each end has at most one ring of each
+//! direction per connection, so an offer or a credit names its ring by who sends it.
 
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
