@@ -232,9 +232,15 @@ __device__ bool stage_u8_queries(const float* __restrict__ queries, const size_t
     return true;
 }
 
+// k-steps of 32 dimensions whose row fragments a warp loads before it multiplies any: the
+// loads of a step do not wait on the step before, so 2 x TC_KSTEPS loads are in flight per lane
+// instead of 2 (the scan waited on each load's latency; dim 128 is one batch).
+#define TC_KSTEPS 4
+
 // The distances of the staged queries to rows [r0, r0 + nr) of u8 `rows` (dim a multiple of 32):
 // each warp takes 16 rows at a time (two n-tiles) against the group's 16 or 32 queries (one or
-// two m-tiles), reading each row's bytes straight from global memory into its B fragments.
+// two m-tiles), reading each row's bytes straight from global memory into its B fragments,
+// TC_KSTEPS steps of 32 dimensions at a time.
 template <int METRIC>
 __device__ void tc_distances_u8(const unsigned char* __restrict__ rows, size_t r0, int nr, int dim, int nqg,
                                 const unsigned char* qs8, const int* q2, float* __restrict__ out,
@@ -244,27 +250,37 @@ __device__ void tc_distances_u8(const unsigned char* __restrict__ rows, size_t r
     for (int base = (threadIdx.x / 32) * 16; base < nr; base += WARPS * 16) {
         int acc[2][2][4] = {};
         unsigned x2[2] = {0u, 0u};  // partial ||x||^2 of row base + 8n + g
-        for (int d0 = 0; d0 < dim; d0 += 32) {
-            unsigned b[2][2];
+        for (int d0 = 0; d0 < dim; d0 += 32 * TC_KSTEPS) {
+            unsigned b[TC_KSTEPS][2][2];
 #pragma unroll
-            for (int n = 0; n < 2; ++n) {
-                const int r = base + 8 * n + g;
-                b[n][0] = b[n][1] = 0u;
-                if (r < nr) {
-                    const uint2 w = *reinterpret_cast<const uint2*>(rows + (r0 + r) * (size_t)dim + d0 + 8 * t);
-                    b[n][0] = w.x;
-                    b[n][1] = w.y;
+            for (int k = 0; k < TC_KSTEPS; ++k) {
+#pragma unroll
+                for (int n = 0; n < 2; ++n) {
+                    const int r = base + 8 * n + g, d = d0 + 32 * k;
+                    b[k][n][0] = b[k][n][1] = 0u;
+                    if (r < nr && d < dim) {
+                        const uint2 w = *reinterpret_cast<const uint2*>(rows + (r0 + r) * (size_t)dim + d + 8 * t);
+                        b[k][n][0] = w.x;
+                        b[k][n][1] = w.y;
+                    }
                 }
-                if (METRIC == 0) x2[n] = __dp4a(b[n][1], b[n][1], __dp4a(b[n][0], b[n][0], x2[n]));
             }
 #pragma unroll
-            for (int m = 0; m < 2; ++m) {
-                if (m >= mtiles) break;
-                const unsigned char* qa = qs8 + (16 * m + g) * stride + d0 + 8 * t;
-                const uint2 lo = *reinterpret_cast<const uint2*>(qa);               // query g
-                const uint2 hi = *reinterpret_cast<const uint2*>(qa + 8 * stride);  // query g + 8
+            for (int k = 0; k < TC_KSTEPS; ++k) {
+                const int d = d0 + 32 * k;
+                if (d >= dim) break;
 #pragma unroll
-                for (int n = 0; n < 2; ++n) mma_u8(acc[m][n], lo.x, hi.x, lo.y, hi.y, b[n][0], b[n][1]);
+                for (int n = 0; n < 2; ++n)
+                    if (METRIC == 0) x2[n] = __dp4a(b[k][n][1], b[k][n][1], __dp4a(b[k][n][0], b[k][n][0], x2[n]));
+#pragma unroll
+                for (int m = 0; m < 2; ++m) {
+                    if (m >= mtiles) break;
+                    const unsigned char* qa = qs8 + (16 * m + g) * stride + d + 8 * t;
+                    const uint2 lo = *reinterpret_cast<const uint2*>(qa);               // query g
+                    const uint2 hi = *reinterpret_cast<const uint2*>(qa + 8 * stride);  // query g + 8
+#pragma unroll
+                    for (int n = 0; n < 2; ++n) mma_u8(acc[m][n], lo.x, hi.x, lo.y, hi.y, b[k][n][0], b[k][n][1]);
+                }
             }
         }
 #pragma unroll

@@ -336,6 +336,19 @@ pub fn cases(seed: u64) -> Vec<Case> {
             seed: seed + 10,
             precision: Precision::U8,
         },
+        // u8 over more than one batch of the integer scan's k-steps (TC_KSTEPS 4: 128
+        // dimensions), the second batch a partial one (192 = 128 + 64).
+        Case {
+            n: 8_000,
+            dim: 192,
+            nlist: 16,
+            nq: 70,
+            k: 10,
+            nprobe: 4,
+            metric: Metric::L2,
+            seed: seed + 11,
+            precision: Precision::U8,
+        },
         // A cohort large enough that cells hold several 32-query groups and rows several chunks.
         Case {
             n: 50_000,
