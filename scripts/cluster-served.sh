@@ -6,7 +6,8 @@
 #        directly, at low load, over UCX's transports (blocking on events: TCP; busy polling:
 #        shared memory between the processes, or TCP alone with UCX_TLS=tcp; polling, the
 #        batches written into the node's ring, and as messages: poll_messages).
-#        HOP_VARIANTS picks among wake wake_tcp poll poll_messages poll_tcp; HOP_RATES the
+#        HOP_VARIANTS picks among wake wake_tcp poll poll_messages poll_tcp (a suffix such as
+#        poll.2 runs one again under its own file names); HOP_RATES the
 #        offered rates (2000 by default: the hop alone; a higher one shows batching's part).
 #   knn: k-NN 1M (nlist 4096, nprobe 16) on gpu-cohort, one node per GPU behind a front end on
 #        8 cores, 1 / 2 / 4 nodes, against one `cohort serve` on the same 4 GPUs and 8 cores;
@@ -92,20 +93,20 @@ hop() {
     for v in ${HOP_VARIANTS:-wake wake_tcp poll poll_messages poll_tcp}; do
         unset UCX_TLS
         local flags=() fe_flags=()
-        case $v in
+        case ${v%.*} in
             wake_tcp) export UCX_TLS=tcp ;;
             poll) flags=(--cluster-busy-poll) ;;
             poll_messages) flags=(--cluster-busy-poll); fe_flags=(--cluster-no-rings) ;;
             poll_tcp) export UCX_TLS=tcp; flags=(--cluster-busy-poll) ;;
         esac
         # UCX says which protocols it chose (the node's log).
-        UCX_PROTO_INFO=y start "node_$v" 2-3 node --cluster $CL --node-listen 127.0.0.1:0 \
+        UCX_PROTO_INFO=y start "node_${v/./_}" 2-3 node --cluster $CL --node-listen 127.0.0.1:0 \
             --node-id "hop-$v" --service echo --workers 1 "${flags[@]}" || return 1
-        start "fe_$v" 0-1 serve --cluster $CL --service echo --udp 127.0.0.1:7101 --io-threads 1 \
+        start "fe_${v/./_}" 0-1 serve --cluster $CL --service echo --udp 127.0.0.1:7101 --io-threads 1 \
             --admin 127.0.0.1:7109 "${flags[@]}" "${fe_flags[@]}" || return 1
         routed 7101 echo --payload-bytes 64 || return 1
         local fe_pid
-        eval "fe_pid=\$pid_fe_$v"
+        eval "fe_pid=\$pid_fe_${v/./_}"
         for r in "${rates[@]}"; do
             taskset -c "$gen" "$B" load --target udp://127.0.0.1:7101 $(load_at "$r") --server-pid "$fe_pid" \
                 --json "$OUT/hop-$v$(at "$r").json" --label "cluster $v, $r/s" --log-level warn | sed -n 1,2p # (sed reads to the end: no broken pipe)

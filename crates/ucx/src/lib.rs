@@ -16,7 +16,6 @@ pub mod sys;
 
 pub use load::{load, Ucx};
 
-use std::alloc::Layout;
 use std::cell::RefCell;
 use std::collections::{HashMap, HashSet};
 use std::ffi::{c_void, CStr};
@@ -78,7 +77,7 @@ pub const MAX_KEY_BYTES: usize = 4096;
 
 struct Region {
     ptr: *mut u8,
-    layout: Layout,
+    len: usize,
     memh: sys::MemH,
     key: Vec<u8>,
 }
@@ -111,7 +110,7 @@ impl RegionMemory<'_> {
             "word at {off} of a region of {}",
             self.len
         );
-        // SAFETY: in bounds and aligned (the region is page-aligned), and the memory lives
+        // SAFETY: in bounds and aligned (the region starts 8-aligned: `mapped`), and the memory lives
         // while the worker that owns it is borrowed.
         unsafe { &*(self.ptr.add(off) as *const std::sync::atomic::AtomicU64) }
     }
@@ -632,9 +631,17 @@ impl Worker {
         }
     }
 
-    /// Registers `len` bytes of zeroed, page-aligned memory that peers may write (and read)
-    /// with the key [`Worker::region_key`] gives. The memory lives until
-    /// [`Worker::unregister`] or the worker's end.
+    /// Registers `len` bytes of zeroed memory that peers may write (and read) with the key
+    /// [`Worker::region_key`] gives. The memory lives until [`Worker::unregister`] or the
+    /// worker's end.
+    ///
+    /// UCX allocates it (`UCP_MEM_MAP_ALLOCATE`), in a shared-memory segment where its
+    /// configuration allows (`UCX_MEM_ALLOC_METHOD`, System V first by default): a peer on the
+    /// same machine then maps the segment and writes with a store, where memory this process
+    /// allocated would be written through cross-memory attach, two system calls a ring batch
+    /// (measured: rings then answered slower than messages over shared memory). A segment a
+    /// peer has mapped also outlives this worker's unmapping, so a late write lands in the
+    /// segment, not in whatever this process reuses the pages for.
     pub fn register(&mut self, len: usize) -> Result<RegionId, Error> {
         self.need_rma("mem_map")?;
         if len == 0 || len > MAX_REGION_BYTES {
@@ -643,22 +650,14 @@ impl Worker {
                 why: format!("a region of {len} bytes (1 to {MAX_REGION_BYTES})"),
             });
         }
-        let layout = Layout::from_size_align(len, 4096).map_err(|e| Error::Call {
-            what: "mem_map",
-            why: e.to_string(),
-        })?;
-        // SAFETY: a non-zero size (checked above).
-        let ptr = unsafe { std::alloc::alloc_zeroed(layout) };
-        if ptr.is_null() {
-            std::alloc::handle_alloc_error(layout);
-        }
         let params = sys::MemMapParams {
             field_mask: sys::UCP_MEM_MAP_PARAM_FIELD_ADDRESS
                 | sys::UCP_MEM_MAP_PARAM_FIELD_LENGTH
+                | sys::UCP_MEM_MAP_PARAM_FIELD_FLAGS
                 | sys::UCP_MEM_MAP_PARAM_FIELD_PROT,
-            address: ptr as *mut c_void,
+            address: std::ptr::null_mut(),
             length: len,
-            flags: 0,
+            flags: sys::UCP_MEM_MAP_ALLOCATE,
             prot: sys::UCP_MEM_MAP_PROT_LOCAL_READ
                 | sys::UCP_MEM_MAP_PROT_LOCAL_WRITE
                 | sys::UCP_MEM_MAP_PROT_REMOTE_READ
@@ -668,42 +667,65 @@ impl Worker {
         };
         let api = &self.ucx.api;
         let mut memh: sys::MemH = std::ptr::null_mut();
-        // SAFETY: our context; `len` bytes at `ptr` are ours until unmapped.
-        let mapped = check(self.ucx, "mem_map", unsafe {
+        // SAFETY: our context; UCX allocates `len` bytes and owns them until unmapped.
+        check(self.ucx, "mem_map", unsafe {
             (api.mem_map)(self.context, &params, &mut memh)
-        });
-        let packed = mapped.and_then(|()| {
-            let (mut buf, mut size) = (std::ptr::null_mut(), 0usize);
-            // SAFETY: a handle mapped above; UCX allocates the packed key, released below.
-            check(self.ucx, "rkey_pack", unsafe {
-                (api.rkey_pack)(self.context, memh, &mut buf, &mut size)
-            })?;
-            // SAFETY: UCX wrote `size` bytes at `buf`.
-            let key = unsafe { std::slice::from_raw_parts(buf as *const u8, size) }.to_vec();
-            // SAFETY: the buffer rkey_pack gave, released once.
-            unsafe { (api.rkey_buffer_release)(buf) };
-            Ok(key)
-        });
-        let key = match packed {
-            Ok(k) => k,
-            Err(e) => {
-                // SAFETY: undo what succeeded above, once each.
-                unsafe {
-                    if !memh.is_null() {
-                        (api.mem_unmap)(self.context, memh);
-                    }
-                    std::alloc::dealloc(ptr, layout);
-                }
-                return Err(e);
+        })?;
+        let made = self.mapped(memh, len);
+        match made {
+            Ok((ptr, key)) => {
+                self.regions.push(Some(Region {
+                    ptr,
+                    len,
+                    memh,
+                    key,
+                }));
+                Ok(RegionId(self.regions.len() as u32 - 1))
             }
+            Err(e) => {
+                // SAFETY: the handle mapped above, unmapped once.
+                unsafe { (api.mem_unmap)(self.context, memh) };
+                Err(e)
+            }
+        }
+    }
+
+    /// The address of memory UCX allocated for `memh` (at least `len` bytes, zeroed here:
+    /// not every allocation method zeroes), and its packed key.
+    fn mapped(&self, memh: sys::MemH, len: usize) -> Result<(*mut u8, Vec<u8>), Error> {
+        let api = &self.ucx.api;
+        let mut attr = sys::MemAttr {
+            field_mask: sys::UCP_MEM_ATTR_FIELD_ADDRESS | sys::UCP_MEM_ATTR_FIELD_LENGTH,
+            address: std::ptr::null_mut(),
+            length: 0,
+            mem_type: 0,
         };
-        self.regions.push(Some(Region {
-            ptr,
-            layout,
-            memh,
-            key,
-        }));
-        Ok(RegionId(self.regions.len() as u32 - 1))
+        // SAFETY: a handle just mapped; UCX fills the fields the mask names.
+        check(self.ucx, "mem_query", unsafe {
+            (api.mem_query)(memh, &mut attr)
+        })?;
+        let ptr = attr.address as *mut u8;
+        if ptr.is_null() || attr.length < len || !(ptr as usize).is_multiple_of(8) {
+            return Err(Error::Call {
+                what: "mem_query",
+                why: format!(
+                    "UCX allocated {} bytes at {ptr:p} for a region of {len}",
+                    attr.length
+                ),
+            });
+        }
+        // SAFETY: `len` bytes at `ptr` are this mapping's (checked above), not yet shared.
+        unsafe { std::ptr::write_bytes(ptr, 0, len) };
+        let (mut buf, mut size) = (std::ptr::null_mut(), 0usize);
+        // SAFETY: a mapped handle; UCX allocates the packed key, released below.
+        check(self.ucx, "rkey_pack", unsafe {
+            (api.rkey_pack)(self.context, memh, &mut buf, &mut size)
+        })?;
+        // SAFETY: UCX wrote `size` bytes at `buf`.
+        let key = unsafe { std::slice::from_raw_parts(buf as *const u8, size) }.to_vec();
+        // SAFETY: the buffer rkey_pack gave, released once.
+        unsafe { (api.rkey_buffer_release)(buf) };
+        Ok((ptr, key))
     }
 
     fn region_entry(&self, id: RegionId) -> Option<&Region> {
@@ -719,7 +741,7 @@ impl Worker {
     pub fn region(&self, id: RegionId) -> Option<RegionMemory<'_>> {
         self.region_entry(id).map(|r| RegionMemory {
             ptr: r.ptr,
-            len: r.layout.size(),
+            len: r.len,
             _worker: std::marker::PhantomData,
         })
     }
@@ -730,11 +752,9 @@ impl Worker {
         let Some(r) = self.regions.get_mut(id.0 as usize).and_then(Option::take) else {
             return;
         };
-        // SAFETY: mapped by this worker's context, unmapped and freed once (taken above).
-        unsafe {
-            (self.ucx.api.mem_unmap)(self.context, r.memh);
-            std::alloc::dealloc(r.ptr, r.layout);
-        }
+        // SAFETY: mapped (and allocated) by this worker's context, unmapped once (taken
+        // above): UCX frees what it allocated.
+        unsafe { (self.ucx.api.mem_unmap)(self.context, r.memh) };
     }
 
     /// Unpacks a peer's region key (what its [`Worker::region_key`] gave) for writes on `ep`,
@@ -870,7 +890,6 @@ impl Drop for Worker {
             }
             for r in self.regions.drain(..).flatten() {
                 (api.mem_unmap)(self.context, r.memh);
-                std::alloc::dealloc(r.ptr, r.layout);
             }
             (api.worker_destroy)(self.worker);
             (api.cleanup)(self.context);

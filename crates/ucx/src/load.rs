@@ -100,6 +100,7 @@ fn open() -> Result<Ucx, String> {
         set_am_recv_handler: sym!(ucp, "ucp_worker_set_am_recv_handler"),
         am_send_nbx: sym!(ucp, "ucp_am_send_nbx"),
         mem_map: sym!(ucp, "ucp_mem_map"),
+        mem_query: sym!(ucp, "ucp_mem_query"),
         mem_unmap: sym!(ucp, "ucp_mem_unmap"),
         rkey_pack: sym!(ucp, "ucp_rkey_pack"),
         rkey_buffer_release: sym!(ucp, "ucp_rkey_buffer_release"),

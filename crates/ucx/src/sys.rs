@@ -28,7 +28,11 @@ pub const UCP_FEATURE_AM: u64 = 1 << 6;
 pub const UCP_FEATURE_RMA: u64 = 1 << 1;
 pub const UCP_MEM_MAP_PARAM_FIELD_ADDRESS: u64 = 1 << 0;
 pub const UCP_MEM_MAP_PARAM_FIELD_LENGTH: u64 = 1 << 1;
+pub const UCP_MEM_MAP_PARAM_FIELD_FLAGS: u64 = 1 << 2;
 pub const UCP_MEM_MAP_PARAM_FIELD_PROT: u64 = 1 << 3;
+pub const UCP_MEM_MAP_ALLOCATE: c_uint = 1 << 1;
+pub const UCP_MEM_ATTR_FIELD_ADDRESS: u64 = 1 << 0;
+pub const UCP_MEM_ATTR_FIELD_LENGTH: u64 = 1 << 1;
 pub const UCP_MEM_MAP_PROT_LOCAL_READ: c_uint = 1 << 0;
 pub const UCP_MEM_MAP_PROT_LOCAL_WRITE: c_uint = 1 << 1;
 pub const UCP_MEM_MAP_PROT_REMOTE_READ: c_uint = 1 << 8;
@@ -174,6 +178,15 @@ pub struct MemMapParams {
     pub exported_memh_buffer: *const c_void,
 }
 
+/// `ucp_mem_attr_t`.
+#[repr(C)]
+pub struct MemAttr {
+    pub field_mask: u64,
+    pub address: *mut c_void,
+    pub length: usize,
+    pub mem_type: c_int,
+}
+
 #[repr(C)]
 pub struct AmHandlerParam {
     pub field_mask: u64,
@@ -221,6 +234,7 @@ pub struct Api {
     ) -> StatusPtr,
     pub mem_map: unsafe extern "C" fn(Context, *const MemMapParams, *mut MemH) -> Status,
     pub mem_unmap: unsafe extern "C" fn(Context, MemH) -> Status,
+    pub mem_query: unsafe extern "C" fn(MemH, *mut MemAttr) -> Status,
     /// `ucp_rkey_pack` (ucp_compat.h in 1.22): the remote key of a mapped region.
     pub rkey_pack: unsafe extern "C" fn(Context, MemH, *mut *mut c_void, *mut usize) -> Status,
     pub rkey_buffer_release: unsafe extern "C" fn(*mut c_void),

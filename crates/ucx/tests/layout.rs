@@ -130,6 +130,11 @@ fn declarations_match_the_headers() {
         ]
     ));
     want.extend(fields!(
+        sys::MemAttr,
+        "ucp_mem_attr_t",
+        [field_mask, address, length, mem_type]
+    ));
+    want.extend(fields!(
         sys::AmRecvParam,
         "ucp_am_recv_param_t",
         [recv_attr, reply_ep]
@@ -155,6 +160,19 @@ fn declarations_match_the_headers() {
         (
             "UCP_MEM_MAP_PARAM_FIELD_PROT",
             sys::UCP_MEM_MAP_PARAM_FIELD_PROT as i64,
+        ),
+        (
+            "UCP_MEM_MAP_PARAM_FIELD_FLAGS",
+            sys::UCP_MEM_MAP_PARAM_FIELD_FLAGS as i64,
+        ),
+        ("UCP_MEM_MAP_ALLOCATE", sys::UCP_MEM_MAP_ALLOCATE as i64),
+        (
+            "UCP_MEM_ATTR_FIELD_ADDRESS",
+            sys::UCP_MEM_ATTR_FIELD_ADDRESS as i64,
+        ),
+        (
+            "UCP_MEM_ATTR_FIELD_LENGTH",
+            sys::UCP_MEM_ATTR_FIELD_LENGTH as i64,
         ),
         (
             "UCP_MEM_MAP_PROT_LOCAL_READ",
