@@ -812,11 +812,6 @@ impl Lane {
             &mut self.link,
             &mut self.ring_reads,
         );
-        for (ep, credit) in credits {
-            if let Err(e) = self.w.send(ep, credit, true) {
-                tracing::warn!(%e, "remote: an answer ring's credit not sent");
-            }
-        }
         let reads = std::mem::take(&mut self.ring_reads);
         let busy = !reads.is_empty();
         for (ep, batch) in reads {
@@ -832,6 +827,15 @@ impl Lane {
                     tracing::warn!(node = %self.nodes[i].info.id, %why, "remote: refused a batch in a node's answer ring");
                     self.node_failed(i, lane, "a node's answers failed the cluster key's check");
                 }
+            }
+        }
+        // The credits after the answers are on their way to their clients.
+        for (ep, credit) in credits {
+            if !self.by_ep.contains_key(&ep) {
+                continue; // failed above
+            }
+            if let Err(e) = self.w.send(ep, credit, true) {
+                tracing::warn!(%e, "remote: an answer ring's credit not sent");
             }
         }
         busy

@@ -266,11 +266,6 @@ fn serve(
         let credits = rings
             .requests
             .read(w, &mut rings.slot, &mut link, &mut from_rings);
-        for (ep, credit) in credits {
-            if let Err(e) = w.send(ep, credit, true) {
-                tracing::warn!(%e, "node: a ring's credit not sent");
-            }
-        }
         for (ep, batch) in from_rings.drain(..) {
             busy = true;
             match batch {
@@ -297,6 +292,15 @@ fn serve(
                 stopping: stopping_at.is_some(),
             }
             .requests(ep, &buf[at..]);
+        }
+        // The credits after the requests are on their way (a credit waits; a request should not).
+        for (ep, credit) in credits {
+            if dropped.contains(&ep) {
+                continue;
+            }
+            if let Err(e) = w.send(ep, credit, true) {
+                tracing::warn!(%e, "node: a ring's credit not sent");
+            }
         }
         let answered = ends.drain_answers(4096, |m| {
             if let Some(a) = held.take(m.env.token) {

@@ -10,6 +10,7 @@ use crate::wire;
 use cohort_ucx::{EpId, RegionId, RemoteKey, Worker};
 use std::collections::HashMap;
 use std::hash::Hash;
+use std::time::Instant;
 
 /// A ring's slots, and each slot's bytes.
 pub const RING_SLOTS: u32 = 64;
@@ -21,14 +22,21 @@ pub const MAX_RINGS: usize = 64;
 /// Slots read from one ring per turn of a loop (the other rings, and the rest of the
 /// loop's work, wait no longer than that).
 pub const RING_READS_PER_TURN: u64 = 16;
+/// How long a ring's reader may hold back a credit of fewer than a quarter of its slots. A
+/// credit is a message: one per batch read (what an idle ring drained each turn would send)
+/// doubled the messages and made the hop slower through rings than by messages (measured);
+/// one a quarter ring, or at most this late, leaves the writer 48 slots of room and costs
+/// no message per batch.
+pub const CREDIT_DELAY: std::time::Duration = std::time::Duration::from_micros(200);
 
 /// A ring in this worker's memory that a peer writes and this end polls.
 pub struct InRing {
     region: RegionId,
     /// The sequence number of the next slot to read (from 1).
     next: u64,
-    /// Slots read that the writer has been told of.
+    /// Slots read that the writer has been told of, and when it was last told.
     reported: u64,
+    reported_at: Instant,
 }
 
 /// The rings a worker owns, live ones by key (a connection), and how many it retired. A
@@ -97,6 +105,7 @@ impl<K: Eq + Hash + Copy> InRings<K> {
                 region,
                 next: 1,
                 reported: 0,
+                reported_at: Instant::now(),
             },
         );
         Some(link.take(&mut b))
@@ -137,13 +146,15 @@ impl<K: Eq + Hash + Copy> InRings<K> {
                 read += 1;
                 got.push((k, link.open(&slot[..len]).map(<[u8]>::to_vec)));
             }
-            // Told a quarter of the ring at a time while busy, and all of it once drained
-            // (so a writer waiting for room is never left waiting).
+            // Told a quarter of the ring at a time, or what is read within CREDIT_DELAY (so a
+            // writer that filled the ring and went to messages gets its room back soon).
             let unreported = ring.next - 1 - ring.reported;
             if unreported > 0
-                && (read < RING_READS_PER_TURN || unreported >= u64::from(RING_SLOTS / 4))
+                && (unreported >= u64::from(RING_SLOTS / 4)
+                    || ring.reported_at.elapsed() >= CREDIT_DELAY)
             {
                 ring.reported = ring.next - 1;
+                ring.reported_at = Instant::now();
                 let mut b = link.batch(wire::RING_CREDIT);
                 b.push_ring_credit(ring.reported);
                 credits.push((k, link.take(&mut b)));
