@@ -236,6 +236,13 @@ __device__ bool stage_u8_queries(const float* __restrict__ queries, const size_t
 // loads of a step do not wait on the step before, so 2 x TC_KSTEPS loads are in flight per lane
 // instead of 2 (the scan waited on each load's latency; dim 128 is one batch).
 #define TC_KSTEPS 4
+// Blocks of the u8 search resident per SM. At 2 (the other storages' bound) its 128 registers
+// left 16 warps an SM, and Nsight Compute found them stalled on their loads 73% of the cycles
+// with no other warp to issue (82337b0, cohort 8 192). More blocks hide the latency; the f32
+// path the u8 kernel keeps for queries off the integers spills under the tighter bound.
+#define U8_MIN_BLOCKS 3
+
+
 
 // The distances of the staged queries to rows [r0, r0 + nr) of u8 `rows` (dim a multiple of 32):
 // each warp takes 16 rows at a time (two n-tiles) against the group's 16 or 32 queries (one or
@@ -727,8 +734,8 @@ struct KnnSearchTiledArgs {
 
 // At most 128 registers, so two 256-thread blocks fit an SM (the grid-stride search depends on
 // that occupancy: at 132 registers one block fits and the scan runs ~1.5x slower on the H200).
-#define SEARCH_TILED(NAME, T)                                                                                         \
-    extern "C" __global__ void __launch_bounds__(BLOCK, 2) NAME(const KnnSearchTiledArgs a) {                         \
+#define SEARCH_TILED(NAME, T, MIN_BLOCKS)                                                                             \
+    extern "C" __global__ void __launch_bounds__(BLOCK, MIN_BLOCKS) NAME(const KnnSearchTiledArgs a) {                \
         __shared__ DistSmem sm;                                                                                       \
         const T* vectors = (const T*)a.vectors;                                                                       \
         if (a.metric == 0)                                                                                            \
@@ -740,9 +747,9 @@ struct KnnSearchTiledArgs {
                                a.counts, a.cursor, a.items, a.order, a.poff, a.cand, a.stride, blockIdx.x, gridDim.x, \
                                sm);                                                                                   \
     }
-SEARCH_TILED(knn_search_tiled, float)
-SEARCH_TILED(knn_search_tiled_f16, unsigned short)
-SEARCH_TILED(knn_search_tiled_u8, unsigned char)
+SEARCH_TILED(knn_search_tiled, float, 2)
+SEARCH_TILED(knn_search_tiled_f16, unsigned short, 2)
+SEARCH_TILED(knn_search_tiled_u8, unsigned char, U8_MIN_BLOCKS)
 
 // Stage 7 for one query (the whole block): the k nearest of its candidate row `cand`
 // (`total` long; probe p's rows start at poff[p], of cell probes[p]), sorted.
