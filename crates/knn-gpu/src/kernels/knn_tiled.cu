@@ -233,21 +233,20 @@ __device__ bool stage_u8_queries(const float* __restrict__ queries, const size_t
 }
 
 // k-steps of 32 dimensions whose row fragments a warp loads before it multiplies any: the
-// loads of a step do not wait on the step before, so 2 x TC_KSTEPS loads are in flight per lane
-// instead of 2 (the scan waited on each load's latency; dim 128 is one batch).
-#define TC_KSTEPS 4
+// loads of a step do not wait on the step before (4 loads in flight a lane, not 2).
+#define TC_KSTEPS 2
 // Blocks of the u8 search resident per SM. At 2 (the other storages' bound) its 128 registers
-// left 16 warps an SM, and Nsight Compute found them stalled on their loads 73% of the cycles
-// with no other warp to issue (82337b0, cohort 8 192). More blocks hide the latency; the f32
-// path the u8 kernel keeps for queries off the integers spills under the tighter bound.
-#define U8_MIN_BLOCKS 3
-
-
+// left 16 warps an SM, and Nsight Compute found them stalled on their loads, 73% of cycles
+// with no warp eligible (82337b0, cohort 8 192). Measured on one H100 (bench/results/
+// knn-u8-occupancy-a5caf72-h100): 4 blocks with 2 k-steps a batch beat 2 with 4, 3 with 4
+// and 4 with 4 at cohorts 64 and 1 024 (search 0.178 -> 0.141 ms at 1 024) and equal them
+// at 8 192. The f32 path the u8 kernel keeps for queries off the integers spills under it.
+#define U8_MIN_BLOCKS 4
 
 // The distances of the staged queries to rows [r0, r0 + nr) of u8 `rows` (dim a multiple of 32):
 // each warp takes 16 rows at a time (two n-tiles) against the group's 16 or 32 queries (one or
 // two m-tiles), reading each row's bytes straight from global memory into its B fragments,
-// TC_KSTEPS steps of 32 dimensions at a time.
+// TC_KSTEPS steps of 32 dimensions a batch.
 template <int METRIC>
 __device__ void tc_distances_u8(const unsigned char* __restrict__ rows, size_t r0, int nr, int dim, int nqg,
                                 const unsigned char* qs8, const int* q2, float* __restrict__ out,

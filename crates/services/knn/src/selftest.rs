@@ -336,8 +336,8 @@ pub fn cases(seed: u64) -> Vec<Case> {
             seed: seed + 10,
             precision: Precision::U8,
         },
-        // u8 over more than one batch of the integer scan's k-steps (TC_KSTEPS 4: 128
-        // dimensions), the second batch a partial one (192 = 128 + 64).
+        // u8 over several batches of the integer scan's k-steps (TC_KSTEPS 2: 64 dimensions a
+        // batch; 192 = three), and an odd count of k-steps (dim 96, above) ends in a partial one.
         Case {
             n: 8_000,
             dim: 192,
