@@ -1,0 +1,75 @@
+#!/bin/bash
+# One H100 lease, three steps (one device call each, on the warm machine):
+#   tests:   every GPU check of the carried build (scripts/gpu-check run tests), then the 1M
+#            SIFT-like data and index for the kernel runs (kept in /tmp/k for the next call).
+#   kernels: the k-NN kernels alone (bench gpu-kernels, cohorts 64 / 1 024 / 8 192, f32 and u8),
+#            the new build beside 90dd8c2's (the last checked one), alternating, two rounds.
+#   ncu:     Nsight Compute's sections for the u8 scan, the filter and the search select at
+#            cohort 8 192 (bench gpu-kernels under ncu).
+#   served:  k-NN 1M served on 8 cores, one GPU, u8: the new build beside 90dd8c2's.
+#   hop:     the cluster hop (echo) polling with rings both ways and with messages, beside the
+#            direct echo, at 2 000/s and 100 000/s (scripts/cluster-served.sh hop).
+# Needs dist-base/b (scripts/gpu-check build, xz'd) for tests (dist-base/c3, a later cohort
+# alone, is taken first where carried); dist-base/bx (the old cohort)
+# and dist-base/cl2/cl.tar.xz (etcd + UCX libraries) for the rest.
+set -u
+export CUDA_MODULE_LOADING=EAGER NCCL_NVLS_ENABLE=0
+mkdir -p dist
+for f in dist-base/c3/*.xz dist-base/b/*.xz dist-base/bx/*.xz; do
+    [ -f "$f" ] || continue
+    n=$(basename "$f" .xz)
+    [ -x "dist/$n" ] || { xz -dc "$f" > "dist/$n"; chmod +x "dist/$n"; }
+done
+# Kernel variants (cohort-NAME), one xz'd tar: near-identical binaries compress to one.
+[ -f dist-base/kv.tar.xz ] && tar xJf dist-base/kv.tar.xz -C dist
+[ -d dist-base/debs ] && mkdir -p dist/debs && cp dist-base/debs/*.deb dist/debs/
+nvidia-smi -L > "$OUT/gpus.txt"
+D=/tmp/k/sift-like-1m
+B=dist/cohort
+case "$1" in
+tests)
+    OUT=$OUT/tests scripts/gpu-check run tests > "$OUT/tests.log" 2>&1
+    rc=$?
+    tail -30 "$OUT/tests.log"
+    tar czf "$OUT/tests.tgz" -C "$OUT" tests tests.log 2>/dev/null && rm -rf "$OUT/tests"
+    [ -f $D/groundtruth.ivecs ] || timeout 150 $B data synth --n 1000000 --dim 128 --queries 1000 --out $D --log-level warn
+    [ -f $D/ivf4096.index ] || timeout 150 $B index build --base $D/base.fvecs --nlist 4096 --out $D/ivf4096.index --log-level warn
+    exit $rc
+    ;;
+kernels)
+    for round in 1 2; do
+        for b in cohort $(cd dist && ls cohort-* 2>/dev/null); do
+            timeout 120 dist/$b bench gpu-kernels --data $D --nlist 4096 --nprobe 16 --cohorts 64,1024,8192 \
+                --precision f32,u8 --out "$OUT/gpu-kernels-$b-r$round.json" --log-level warn 2>&1 | tail -14
+        done
+    done
+    ;;
+ncu)
+    # Where the u8 scan and the filter spend their time (hardware counters; clocks left alone).
+    [ -f $D/groundtruth.ivecs ] || timeout 150 $B data synth --n 1000000 --dim 128 --queries 1000 --out $D --log-level warn
+    [ -f $D/ivf4096.index ] || timeout 150 $B index build --base $D/base.fvecs --nlist 4096 --out $D/ivf4096.index --log-level warn
+    timeout 240 ncu --clock-control none --kernel-name regex:'knn_search_tiled_u8|knn_filter_tc|knn_select_search$' \
+        --launch-skip 3 --launch-count 3 --section SpeedOfLight --section Occupancy --section LaunchStats \
+        --section WarpStateStats --section MemoryWorkloadAnalysis --section SchedulerStats --section ComputeWorkloadAnalysis \
+        $B bench gpu-kernels --data $D --nlist 4096 --nprobe 16 --cohorts 8192 --precision u8 \
+        --out /tmp/ncu-bench.json --log-level warn > "$OUT/ncu-8192-u8.txt" 2>&1
+    tail -5 "$OUT/ncu-8192-u8.txt"
+    ;;
+served)
+    # k-NN 1M served on 8 cores, one GPU, u8 storage: the new build and 90dd8c2's, alternating,
+    # the echo anchor first (scripts/cluster-served.sh knn, the one `serve` alone: NODES=9).
+    R=$OUT/r; mkdir -p $R
+    export WORK=/tmp/cw NODES=9 SINGLE_GPUS=1 SINGLE_ARGS="--gpu-precision u8" RATES=${RATES:-200k,400k,600k,800k,1000k}
+    for b in cohort-90dd8c2 cohort cohort-90dd8c2.2 cohort.2; do
+        B=dist/${b%.2} OUT=$R TAG=1m-u8-$b ANCHOR=$([ $b = cohort-90dd8c2 ] && echo 1 || echo 0) \
+            timeout 150 scripts/cluster-served.sh knn 2>&1 | grep -v Killed | tail -9
+    done
+    tar czf "$OUT/served.tgz" -C "$R" . && rm -rf "$R"
+    ;;
+hop)
+    mkdir -p dist && tar xJf dist-base/cl2/cl.tar.xz -C dist
+    OUT=$OUT/r WORK=/tmp/cw HOP_RATES="2000 100000" HOP_VARIANTS="poll poll_messages poll.2 poll_messages.2" \
+        timeout 300 scripts/cluster-served.sh hop
+    tar czf "$OUT/hop.tgz" -C "$OUT/r" . 2>/dev/null && rm -rf "$OUT/r"
+    ;;
+esac
