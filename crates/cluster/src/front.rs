@@ -812,9 +812,10 @@ impl Lane {
             &mut self.link,
             &mut self.ring_reads,
         );
-        let reads = std::mem::take(&mut self.ring_reads);
+        // Taken out to be drained while `self` answers, then put back: its room is kept.
+        let mut reads = std::mem::take(&mut self.ring_reads);
         let busy = !reads.is_empty();
-        for (ep, batch) in reads {
+        for (ep, batch) in reads.drain(..) {
             let Some(&i) = self.by_ep.get(&ep) else {
                 continue; // its connection failed this turn: its requests are answered
             };
@@ -829,6 +830,7 @@ impl Lane {
                 }
             }
         }
+        self.ring_reads = reads;
         // The credits after the answers are on their way to their clients.
         for (ep, credit) in credits {
             if !self.by_ep.contains_key(&ep) {
