@@ -22,10 +22,12 @@ pub const NO_ID: u32 = u32::MAX;
 pub const QB: usize = 32;
 /// Tiled plan: rows per shared-memory tile.
 pub const RT: usize = 64;
-/// Tensor-core filter: queries and centroids per block tile.
-pub const TC_TILE: usize = 64;
-/// Tensor-core filter: threads per block (four warps, 16 queries of the tile each).
-pub const TC_THREADS: usize = 128;
+/// Tensor-core filter: queries per block tile.
+pub const TC_QTILE: usize = 128;
+/// Tensor-core filter: centroids per block tile.
+pub const TC_CTILE: usize = 64;
+/// Tensor-core filter: threads per block (eight warps, each 32 queries x 32 centroids).
+pub const TC_THREADS: usize = 256;
 /// Tiled plan: the largest k or nprobe a radix select returns (so the largest nprobe).
 pub const SEL_MAX: usize = 256;
 /// k-means assignment: rows per block and centroids per shared-memory tile (a multiple of 16:
@@ -49,7 +51,8 @@ pub fn prelude() -> Prelude {
         .int("QB", QB)
         .int("RT", RT)
         .int("SEL_MAX", SEL_MAX)
-        .int("TC_TILE", TC_TILE)
+        .int("TC_QTILE", TC_QTILE)
+        .int("TC_CTILE", TC_CTILE)
         .int("TC_THREADS", TC_THREADS)
         .int("GPU_MAX_CANDIDATES", GPU_MAX_CANDIDATES)
         .int("KNN_HEAD", KNN_HEAD);

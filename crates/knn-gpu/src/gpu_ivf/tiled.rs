@@ -8,7 +8,7 @@ use cohort_gpu::GpuError;
 use cudarc::driver::CudaStream;
 use std::sync::Arc;
 
-use crate::kernels::{QB, RT, TC_TILE};
+use crate::kernels::{QB, RT, TC_CTILE, TC_QTILE};
 /// Resident blocks per SM the grid-stride search aims for (256 threads, ~13 KiB shared each).
 const BLOCKS_PER_SM: usize = 8;
 
@@ -247,7 +247,7 @@ impl GpuIvf {
             metric: self.metric,
             scratch: Dev::of_mut(&mut b.scratch, s),
         };
-        let grid = Work::Grid(m.div_ceil(TC_TILE) as u32, nlist.div_ceil(TC_TILE) as u32);
+        let grid = Work::Grid(m.div_ceil(TC_QTILE) as u32, nlist.div_ceil(TC_CTILE) as u32);
         // SAFETY: scratch holds m x nlist (the caller asserted).
         unsafe { kn.filter_tc.launch(s, grid, 0, &args) }?;
         after("filter")?;

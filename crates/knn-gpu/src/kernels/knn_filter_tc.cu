@@ -13,11 +13,19 @@
 //    knn_filter_tiled sums them (the same bits), and the nprobe nearest, sorted, ties to the
 //    smaller id - the probes of the exact filter.
 
-// TC_TILE (queries and centroids per block tile) and TC_THREADS (four warps, each 16 queries
-// x the tile's TC_TILE centroids) come from the host's kernels.rs.
+// TC_QTILE x TC_CTILE (queries x centroids per block tile) and TC_THREADS come from the
+// host's kernels.rs. Each warp takes TC_WQ queries x TC_WC centroids of the tile: 2 x 4 mma
+// tiles, so a query fragment split into head and tail serves 4 products and a centroid
+// fragment 2 (a warp of 16 x 64, the first version, split every centroid fragment for one
+// product and issued more conversions than products).
 #define TC_DK 32  // dimensions per shared-memory stage
-static_assert(TC_THREADS == 32 * (TC_TILE / 16), "a warp per 16 queries of the tile");
-static_assert(TC_TILE % 8 == 0, "whole 8-centroid mma tiles");
+#define TC_WQ 32  // queries per warp
+#define TC_WC 32  // centroids per warp
+#define TC_MT (TC_WQ / 16)  // 16-row mma tiles per warp
+#define TC_NT (TC_WC / 8)   // 8-column mma tiles per warp
+static_assert(TC_THREADS == 32 * (TC_QTILE / TC_WQ) * (TC_CTILE / TC_WC), "warps tile the block");
+static_assert((TC_QTILE + TC_CTILE) * (TC_DK / 4) % TC_THREADS == 0, "whole float4s a thread");
+static_assert(TC_THREADS % (TC_DK / 4) == 0, "a thread's centroid slots keep their rows");
 #define RERANK_QUERIES (BLOCK / 32)  // queries per knn_rerank_filter block, a warp each
 
 // x rounded to TF32 (round to nearest, ties away), as the bits mma.sync takes.
@@ -44,6 +52,21 @@ __device__ __forceinline__ void split_tf32(float x, unsigned& hi, unsigned& lo) 
     lo = to_tf32(x - __uint_as_float(hi));
 }
 
+// Dimensions d..d+3 of row r (rows x dim, row-major), zeros past either end: one 16-byte load
+// where the rows allow it (`vec4`: dim a multiple of 4 and the base 16-byte aligned).
+__device__ __forceinline__ float4 stage_load(const float* __restrict__ base, int rows, int dim,
+                                             int r, int d, bool vec4) {
+    float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
+    if (r >= rows || d >= dim) return v;
+    const float* p = base + (size_t)r * dim + d;
+    if (vec4) return *reinterpret_cast<const float4*>(p);
+    v.x = p[0];
+    if (d + 1 < dim) v.y = p[1];
+    if (d + 2 < dim) v.z = p[2];
+    if (d + 3 < dim) v.w = p[3];
+    return v;
+}
+
 struct KnnFilterTcArgs {
     const float* queries;    // nq x dim
     int nq;
@@ -52,62 +75,110 @@ struct KnnFilterTcArgs {
     float* scratch;          // nq x nlist scores (step 1)
 };
 
-// Grid (ceil(nq / TC_TILE), ceil(nlist / TC_TILE)). Rows and dimensions past the ends are
+// Grid (ceil(nq / TC_QTILE), ceil(nlist / TC_CTILE)). Rows and dimensions past the ends are
 // staged as zeros (they add nothing and are not written).
 extern "C" __global__ void __launch_bounds__(TC_THREADS) knn_filter_tc(const KnnFilterTcArgs a) {
-    // +4: a warp's fragment loads (8 rows x 4 columns) fall in 32 distinct banks.
-    __shared__ float qs[TC_TILE][TC_DK + 4];
-    __shared__ float cs[TC_TILE][TC_DK + 4];
-    __shared__ float cnorm[TC_TILE];
-    const int q0 = blockIdx.x * TC_TILE, c0 = blockIdx.y * TC_TILE;
+    // +4: a warp's fragment loads (8 rows x 4 columns) fall in 32 distinct banks, and a row
+    // stays 16-byte aligned for the float4 stores.
+    __shared__ __align__(16) float qs[TC_QTILE][TC_DK + 4];
+    __shared__ __align__(16) float cs[TC_CTILE][TC_DK + 4];
+    __shared__ float cnorm[TC_CTILE];
+    const int q0 = blockIdx.x * TC_QTILE, c0 = blockIdx.y * TC_CTILE;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
-    const int r0 = warp * 16;  // the warp's first query row in the tile
-    float acc[TC_TILE / 8][4];
+    const int wq = (warp % (TC_QTILE / TC_WQ)) * TC_WQ;  // the warp's first query row
+    const int wc = (warp / (TC_QTILE / TC_WQ)) * TC_WC;  // and first centroid column
+    const bool vec4 = a.dim % 4 == 0 &&
+                      ((reinterpret_cast<size_t>(a.queries) | reinterpret_cast<size_t>(a.centroids)) & 15) == 0;
+    float acc[TC_MT][TC_NT][4];
 #pragma unroll
-    for (int n = 0; n < TC_TILE / 8; ++n)
+    for (int m = 0; m < TC_MT; ++m)
 #pragma unroll
-        for (int i = 0; i < 4; ++i) acc[n][i] = 0.f;
-    float norm = 0.f;  // threads < TC_TILE: |centroid c0 + thread|^2, in f32
+        for (int n = 0; n < TC_NT; ++n)
+#pragma unroll
+            for (int i = 0; i < 4; ++i) acc[m][n][i] = 0.f;
+    // |c|^2 in parts: this thread's four columns of each centroid row it stages (the rows stay
+    // the thread's at every stage); summed across the row's threads at the end. Its order is
+    // not the exact filter's, which does not matter: the re-rank recomputes the kept cells.
+    constexpr int CSLOTS = TC_CTILE * (TC_DK / 4) / TC_THREADS;
+    float norm[CSLOTS];
+#pragma unroll
+    for (int j = 0; j < CSLOTS; ++j) norm[j] = 0.f;
     for (int d0 = 0; d0 < a.dim; d0 += TC_DK) {
-        for (int e = threadIdx.x; e < TC_TILE * TC_DK; e += TC_THREADS) {
-            const int r = e / TC_DK, d = e % TC_DK;
-            const bool in_d = d0 + d < a.dim;
-            qs[r][d] = (q0 + r < a.nq && in_d) ? a.queries[(size_t)(q0 + r) * a.dim + d0 + d] : 0.f;
-            cs[r][d] = (c0 + r < a.nlist && in_d) ? a.centroids[(size_t)(c0 + r) * a.dim + d0 + d] : 0.f;
+#pragma unroll
+        for (int j = 0; j < TC_QTILE * (TC_DK / 4) / TC_THREADS; ++j) {
+            const int e = threadIdx.x + j * TC_THREADS, r = e / (TC_DK / 4), d = 4 * (e % (TC_DK / 4));
+            *reinterpret_cast<float4*>(&qs[r][d]) = stage_load(a.queries, a.nq, a.dim, q0 + r, d0 + d, vec4);
+        }
+#pragma unroll
+        for (int j = 0; j < CSLOTS; ++j) {
+            const int e = threadIdx.x + j * TC_THREADS, r = e / (TC_DK / 4), d = 4 * (e % (TC_DK / 4));
+            const float4 v = stage_load(a.centroids, a.nlist, a.dim, c0 + r, d0 + d, vec4);
+            norm[j] = fmaf(v.x, v.x, fmaf(v.y, v.y, fmaf(v.z, v.z, fmaf(v.w, v.w, norm[j]))));
+            *reinterpret_cast<float4*>(&cs[r][d]) = v;
         }
         __syncthreads();
-        if (threadIdx.x < TC_TILE)
-            for (int d = 0; d < TC_DK; ++d) norm = fmaf(cs[threadIdx.x][d], cs[threadIdx.x][d], norm);
 #pragma unroll
         for (int k = 0; k < TC_DK; k += 8) {
-            unsigned ahi[4], alo[4];
-            split_tf32(qs[r0 + g][k + t], ahi[0], alo[0]);
-            split_tf32(qs[r0 + g + 8][k + t], ahi[1], alo[1]);
-            split_tf32(qs[r0 + g][k + t + 4], ahi[2], alo[2]);
-            split_tf32(qs[r0 + g + 8][k + t + 4], ahi[3], alo[3]);
+            unsigned ahi[TC_MT][4], alo[TC_MT][4];
+            unsigned any_lo = 0;
 #pragma unroll
-            for (int n = 0; n < TC_TILE / 8; ++n) {
+            for (int m = 0; m < TC_MT; ++m) {
+                const int r = wq + 16 * m + g;
+                split_tf32(qs[r][k + t], ahi[m][0], alo[m][0]);
+                split_tf32(qs[r + 8][k + t], ahi[m][1], alo[m][1]);
+                split_tf32(qs[r][k + t + 4], ahi[m][2], alo[m][2]);
+                split_tf32(qs[r + 8][k + t + 4], ahi[m][3], alo[m][3]);
+                any_lo |= alo[m][0] | alo[m][1] | alo[m][2] | alo[m][3];
+            }
+            // Queries TF32 holds exactly (integers below 2^11: SIFT's, u8 data) have no tail:
+            // their tail product adds zeros, so the warp skips it.
+            const bool tails = __any_sync(0xffffffffu, any_lo != 0);
+#pragma unroll
+            for (int n = 0; n < TC_NT; ++n) {
                 unsigned bhi[2], blo[2];
-                split_tf32(cs[n * 8 + g][k + t], bhi[0], blo[0]);
-                split_tf32(cs[n * 8 + g][k + t + 4], bhi[1], blo[1]);
-                // The small terms first, so they are not lost under the large one.
-                mma_tf32(acc[n], alo, bhi);
-                mma_tf32(acc[n], ahi, blo);
-                mma_tf32(acc[n], ahi, bhi);
+                split_tf32(cs[wc + 8 * n + g][k + t], bhi[0], blo[0]);
+                split_tf32(cs[wc + 8 * n + g][k + t + 4], bhi[1], blo[1]);
+#pragma unroll
+                for (int m = 0; m < TC_MT; ++m) {
+                    // The small terms first, so they are not lost under the large one.
+                    if (tails) mma_tf32(acc[m][n], alo[m], bhi);
+                    mma_tf32(acc[m][n], ahi[m], blo);
+                    mma_tf32(acc[m][n], ahi[m], bhi);
+                }
             }
         }
         __syncthreads();
     }
-    if (threadIdx.x < TC_TILE) cnorm[threadIdx.x] = norm;
+#pragma unroll
+    for (int j = 0; j < CSLOTS; ++j) {
+        // The TC_DK / 4 threads of a row are adjacent lanes.
+#pragma unroll
+        for (int o = 1; o < TC_DK / 4; o *= 2) norm[j] += __shfl_xor_sync(0xffffffffu, norm[j], o);
+        const int e = threadIdx.x + j * TC_THREADS;
+        if (e % (TC_DK / 4) == 0) cnorm[e / (TC_DK / 4)] = norm[j];
+    }
     __syncthreads();
+    // A lane's two adjacent columns go out as one 8-byte store where the row allows it.
+    const bool pairs = a.nlist % 2 == 0 && (reinterpret_cast<size_t>(a.scratch) & 7) == 0;
 #pragma unroll
-    for (int n = 0; n < TC_TILE / 8; ++n)
+    for (int m = 0; m < TC_MT; ++m)
 #pragma unroll
-        for (int i = 0; i < 4; ++i) {
-            const int q = q0 + r0 + g + 8 * (i / 2), cl = n * 8 + 2 * t + i % 2, c = c0 + cl;
-            if (q < a.nq && c < a.nlist)
-                a.scratch[(size_t)q * a.nlist + c] = a.metric == 0 ? cnorm[cl] - 2.f * acc[n][i] : -acc[n][i];
-        }
+        for (int n = 0; n < TC_NT; ++n)
+#pragma unroll
+            for (int h = 0; h < 2; ++h) {
+                const int q = q0 + wq + 16 * m + g + 8 * h, cl = wc + 8 * n + 2 * t, c = c0 + cl;
+                if (q >= a.nq || c >= a.nlist) continue;
+                const float x = acc[m][n][2 * h], y = acc[m][n][2 * h + 1];
+                const float sx = a.metric == 0 ? cnorm[cl] - 2.f * x : -x;
+                const float sy = a.metric == 0 ? cnorm[cl + 1] - 2.f * y : -y;
+                float* out = a.scratch + (size_t)q * a.nlist + c;
+                if (pairs && c + 1 < a.nlist) {
+                    *reinterpret_cast<float2*>(out) = make_float2(sx, sy);
+                } else {
+                    out[0] = sx;
+                    if (c + 1 < a.nlist) out[1] = sy;
+                }
+            }
 }
 
 struct KnnRerankFilterArgs {

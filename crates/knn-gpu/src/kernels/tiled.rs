@@ -138,7 +138,7 @@ const B: u32 = BLOCK as u32;
 /// Grid (query groups of QB, centroid chunks).
 pub const FILTER: KernelDecl<KnnFilterTiledArgs> =
     KernelDecl::new("knn_filter_tiled", B, Grid::Sized);
-/// Grid (query tiles, centroid tiles) of TC_TILE each.
+/// Grid (query tiles of TC_QTILE, centroid tiles of TC_CTILE).
 pub const FILTER_TC: KernelDecl<KnnFilterTcArgs> =
     KernelDecl::new("knn_filter_tc", TC_THREADS as u32, Grid::Sized);
 /// A warp per query.

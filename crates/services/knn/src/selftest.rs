@@ -372,6 +372,20 @@ pub fn cases(seed: u64) -> Vec<Case> {
             seed: seed + 8,
             precision: Precision::F16,
         },
+        // The tensor-core filter's edges: an odd cell count (its paired stores fall back to
+        // single ones at each row's end), a cell tile cut short, query tiles of 128 with a
+        // partial last one, and a dimension that is neither a multiple of 4 nor of the stage.
+        Case {
+            n: 6_000,
+            dim: 37,
+            nlist: 75,
+            nq: 150,
+            k: 10,
+            nprobe: 10,
+            metric: Metric::L2,
+            seed: seed + 12,
+            precision: Precision::F32,
+        },
     ]
 }
 
