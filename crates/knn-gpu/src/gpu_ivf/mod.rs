@@ -13,7 +13,6 @@ mod tiled;
 pub use tiled::ScanIo;
 pub mod reducer;
 pub mod spread;
-pub mod tf32;
 
 use super::kernels;
 use super::kernels::{per_pair as pp, tiled as tk};
@@ -253,8 +252,6 @@ pub struct GpuIvf {
     /// How the tiled plan's filter scores the centroids (`FilterKind::for_device`).
     pub filter: FilterKind,
     centroids: CudaSlice<f32>,
-    /// The tensor-core filter's centroids: TF32 heads, tails and |c|^2 (`tf32::split_centroids`).
-    centroids_tc: CudaSlice<f32>,
     vectors: DeviceVectors,
     ids: CudaSlice<u32>,
     offsets: CudaSlice<u64>,
@@ -410,8 +407,7 @@ impl GpuIvf {
             sms: dev.sms.max(1) as usize,
             filter: FilterKind::for_device(dev)?,
             centroids: s.clone_htod(ix.centroids)?,
-            centroids_tc: s.clone_htod(&tf32::split_centroids(ix.centroids, ix.dim))?,
-            device_bytes: 4 * (3 * ix.centroids.len() + ix.nlist + ix.ids.len())
+            device_bytes: 4 * (ix.centroids.len() + ix.ids.len())
                 + ix.vectors.len() * vectors.bytes_per_elem()
                 + 8 * ix.offsets.len(),
             vectors,

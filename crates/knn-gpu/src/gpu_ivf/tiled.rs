@@ -238,13 +238,10 @@ impl GpuIvf {
     ) -> Result<(), GpuError> {
         let (dim, nlist) = (self.dim, self.nlist);
         let kn = &self.kernels;
-        let split = nlist * dim;
         let args = KnnFilterTcArgs {
             queries: q,
             nq: m as i32,
-            centroids_hi: Dev::of(&self.centroids_tc.slice(..split), s),
-            centroids_lo: Dev::of(&self.centroids_tc.slice(split..2 * split), s),
-            norms: Dev::of(&self.centroids_tc.slice(2 * split..), s),
+            centroids: Dev::of(&self.centroids, s),
             nlist: nlist as i32,
             dim: dim as i32,
             metric: self.metric,

@@ -15,27 +15,24 @@
 
 // TC_QTILE x TC_CTILE (queries x centroids per block tile) and TC_THREADS come from the
 // host's kernels.rs. Each warp takes TC_WQ queries x TC_WC centroids of the tile: 2 x 4 mma
-// tiles, so a query fragment serves 4 products and a centroid fragment 2.
-//
-// No operand is split where it is multiplied. The centroids come split from the host
-// (GpuIvf::centroids_tc: every head, every tail, every |c|^2, made once at upload), and the
-// queries are split once as they are staged, not by each warp that reads them: the split's
-// conversions on the ALU pipe were what bounded the first version (Nsight Compute, cohort
-// 8 192: ALU 50% busy, the busiest pipe).
-#define TC_DK 16  // dimensions per shared-memory stage (four arrays of them)
+// tiles, so a query fragment split into head and tail serves 4 products and a centroid
+// fragment 2 (a warp of 16 x 64, the first version, split every centroid fragment for one
+// product and issued more conversions than products). Splitting ahead instead - centroids
+// at upload, queries as they are staged, 16-dimension stages in four shared arrays, 3 blocks
+// an SM - was measured slower on an H100 (filter 0.25-0.27 ms at cohort 8 192 against
+// 0.22-0.25 for this; bench/results/knn-filter-tc-h100/): twice the fragment loads and
+// stages cost more than the conversions they saved.
+#define TC_DK 32  // dimensions per shared-memory stage
 #define TC_WQ 32  // queries per warp
 #define TC_WC 32  // centroids per warp
 #define TC_MT (TC_WQ / 16)  // 16-row mma tiles per warp
 #define TC_NT (TC_WC / 8)   // 8-column mma tiles per warp
-#define TC_ROW (TC_DK + 4)  // +4: a warp's fragment loads (8 rows x 4 columns) fall in 32 banks
 static_assert(TC_THREADS == 32 * (TC_QTILE / TC_WQ) * (TC_CTILE / TC_WC), "warps tile the block");
-static_assert(TC_QTILE * (TC_DK / 4) % TC_THREADS == 0, "whole query float4s a thread");
-static_assert(TC_CTILE * (TC_DK / 4) % TC_THREADS == 0, "whole centroid float4s a thread");
-static_assert(TC_DK % 8 == 0, "whole k-steps a stage");
+static_assert((TC_QTILE + TC_CTILE) * (TC_DK / 4) % TC_THREADS == 0, "whole float4s a thread");
+static_assert(TC_THREADS % (TC_DK / 4) == 0, "a thread's centroid slots keep their rows");
 #define RERANK_QUERIES (BLOCK / 32)  // queries per knn_rerank_filter block, a warp each
 
-// x rounded to TF32 (round to nearest, ties away), as the bits mma.sync takes; the host's
-// twin is gpu_ivf::tf32::round.
+// x rounded to TF32 (round to nearest, ties away), as the bits mma.sync takes.
 __device__ __forceinline__ unsigned to_tf32(float x) {
     unsigned r;
     asm("cvt.rna.tf32.f32 %0, %1;" : "=r"(r) : "f"(x));
@@ -53,14 +50,14 @@ __device__ __forceinline__ void mma_tf32(float c[4], const unsigned a[4], const 
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b[0]), "r"(b[1]));
 }
 
-// Head and tail of x, both TF32 (as floats whose low 13 bits are zero).
-__device__ __forceinline__ void split_tf32(float x, float& hi, float& lo) {
-    hi = __uint_as_float(to_tf32(x));
-    lo = __uint_as_float(to_tf32(x - hi));
+// Head and tail of x, both TF32.
+__device__ __forceinline__ void split_tf32(float x, unsigned& hi, unsigned& lo) {
+    hi = to_tf32(x);
+    lo = to_tf32(x - __uint_as_float(hi));
 }
 
 // Dimensions d..d+3 of row r (rows x dim, row-major), zeros past either end: one 16-byte load
-// where the rows allow it (`vec4`: dim a multiple of 4 and every base 16-byte aligned).
+// where the rows allow it (`vec4`: dim a multiple of 4 and the base 16-byte aligned).
 __device__ __forceinline__ float4 stage_load(const float* __restrict__ base, int rows, int dim,
                                              int r, int d, bool vec4) {
     float4 v = make_float4(0.f, 0.f, 0.f, 0.f);
@@ -74,32 +71,28 @@ __device__ __forceinline__ float4 stage_load(const float* __restrict__ base, int
     return v;
 }
 
-__device__ __forceinline__ void store4(float* p, float4 v) { *reinterpret_cast<float4*>(p) = v; }
-
 struct KnnFilterTcArgs {
-    const float* queries;       // nq x dim
+    const float* queries;    // nq x dim
     int nq;
-    const float* centroids_hi;  // nlist x dim: each centroid's TF32 head
-    const float* centroids_lo;  // nlist x dim: and tail (x - head, rounded to TF32)
-    const float* norms;         // nlist: |c|^2
+    const float* centroids;  // nlist x dim
     int nlist, dim, metric;
-    float* scratch;             // nq x nlist scores (step 1)
+    float* scratch;          // nq x nlist scores (step 1)
 };
 
 // Grid (ceil(nq / TC_QTILE), ceil(nlist / TC_CTILE)). Rows and dimensions past the ends are
 // staged as zeros (they add nothing and are not written).
-extern "C" __global__ void __launch_bounds__(TC_THREADS, 3) knn_filter_tc(const KnnFilterTcArgs a) {
-    __shared__ __align__(16) float qhi[TC_QTILE][TC_ROW];
-    __shared__ __align__(16) float qlo[TC_QTILE][TC_ROW];
-    __shared__ __align__(16) float chi[TC_CTILE][TC_ROW];
-    __shared__ __align__(16) float clo[TC_CTILE][TC_ROW];
+extern "C" __global__ void __launch_bounds__(TC_THREADS) knn_filter_tc(const KnnFilterTcArgs a) {
+    // +4: a warp's fragment loads (8 rows x 4 columns) fall in 32 distinct banks, and a row
+    // stays 16-byte aligned for the float4 stores.
+    __shared__ __align__(16) float qs[TC_QTILE][TC_DK + 4];
+    __shared__ __align__(16) float cs[TC_CTILE][TC_DK + 4];
+    __shared__ float cnorm[TC_CTILE];
     const int q0 = blockIdx.x * TC_QTILE, c0 = blockIdx.y * TC_CTILE;
     const int warp = threadIdx.x / 32, lane = threadIdx.x % 32, g = lane / 4, t = lane % 4;
     const int wq = (warp % (TC_QTILE / TC_WQ)) * TC_WQ;  // the warp's first query row
     const int wc = (warp / (TC_QTILE / TC_WQ)) * TC_WC;  // and first centroid column
     const bool vec4 = a.dim % 4 == 0 &&
-                      ((reinterpret_cast<size_t>(a.queries) | reinterpret_cast<size_t>(a.centroids_hi) |
-                        reinterpret_cast<size_t>(a.centroids_lo)) & 15) == 0;
+                      ((reinterpret_cast<size_t>(a.queries) | reinterpret_cast<size_t>(a.centroids)) & 15) == 0;
     float acc[TC_MT][TC_NT][4];
 #pragma unroll
     for (int m = 0; m < TC_MT; ++m)
@@ -107,52 +100,48 @@ extern "C" __global__ void __launch_bounds__(TC_THREADS, 3) knn_filter_tc(const 
         for (int n = 0; n < TC_NT; ++n)
 #pragma unroll
             for (int i = 0; i < 4; ++i) acc[m][n][i] = 0.f;
+    // |c|^2 in parts: this thread's four columns of each centroid row it stages (the rows stay
+    // the thread's at every stage); summed across the row's threads at the end. Its order is
+    // not the exact filter's, which does not matter: the re-rank recomputes the kept cells.
+    constexpr int CSLOTS = TC_CTILE * (TC_DK / 4) / TC_THREADS;
+    float norm[CSLOTS];
+#pragma unroll
+    for (int j = 0; j < CSLOTS; ++j) norm[j] = 0.f;
     for (int d0 = 0; d0 < a.dim; d0 += TC_DK) {
-        unsigned any_lo = 0;
 #pragma unroll
         for (int j = 0; j < TC_QTILE * (TC_DK / 4) / TC_THREADS; ++j) {
             const int e = threadIdx.x + j * TC_THREADS, r = e / (TC_DK / 4), d = 4 * (e % (TC_DK / 4));
-            const float4 v = stage_load(a.queries, a.nq, a.dim, q0 + r, d0 + d, vec4);
-            float4 h, l;
-            split_tf32(v.x, h.x, l.x);
-            split_tf32(v.y, h.y, l.y);
-            split_tf32(v.z, h.z, l.z);
-            split_tf32(v.w, h.w, l.w);
-            any_lo |= __float_as_uint(l.x) | __float_as_uint(l.y) | __float_as_uint(l.z) | __float_as_uint(l.w);
-            store4(&qhi[r][d], h);
-            store4(&qlo[r][d], l);
+            *reinterpret_cast<float4*>(&qs[r][d]) = stage_load(a.queries, a.nq, a.dim, q0 + r, d0 + d, vec4);
         }
 #pragma unroll
-        for (int j = 0; j < TC_CTILE * (TC_DK / 4) / TC_THREADS; ++j) {
+        for (int j = 0; j < CSLOTS; ++j) {
             const int e = threadIdx.x + j * TC_THREADS, r = e / (TC_DK / 4), d = 4 * (e % (TC_DK / 4));
-            store4(&chi[r][d], stage_load(a.centroids_hi, a.nlist, a.dim, c0 + r, d0 + d, vec4));
-            store4(&clo[r][d], stage_load(a.centroids_lo, a.nlist, a.dim, c0 + r, d0 + d, vec4));
+            const float4 v = stage_load(a.centroids, a.nlist, a.dim, c0 + r, d0 + d, vec4);
+            norm[j] = fmaf(v.x, v.x, fmaf(v.y, v.y, fmaf(v.z, v.z, fmaf(v.w, v.w, norm[j]))));
+            *reinterpret_cast<float4*>(&cs[r][d]) = v;
         }
-        // Queries TF32 holds exactly (integers below 2^11: SIFT's, u8 data) have no tail: if
-        // none of the stage's has one, the tail product would add zeros, and is skipped.
-        const bool tails = __syncthreads_or(any_lo != 0);
+        __syncthreads();
 #pragma unroll
         for (int k = 0; k < TC_DK; k += 8) {
             unsigned ahi[TC_MT][4], alo[TC_MT][4];
+            unsigned any_lo = 0;
 #pragma unroll
             for (int m = 0; m < TC_MT; ++m) {
                 const int r = wq + 16 * m + g;
-                ahi[m][0] = __float_as_uint(qhi[r][k + t]);
-                ahi[m][1] = __float_as_uint(qhi[r + 8][k + t]);
-                ahi[m][2] = __float_as_uint(qhi[r][k + t + 4]);
-                ahi[m][3] = __float_as_uint(qhi[r + 8][k + t + 4]);
-                if (tails) {
-                    alo[m][0] = __float_as_uint(qlo[r][k + t]);
-                    alo[m][1] = __float_as_uint(qlo[r + 8][k + t]);
-                    alo[m][2] = __float_as_uint(qlo[r][k + t + 4]);
-                    alo[m][3] = __float_as_uint(qlo[r + 8][k + t + 4]);
-                }
+                split_tf32(qs[r][k + t], ahi[m][0], alo[m][0]);
+                split_tf32(qs[r + 8][k + t], ahi[m][1], alo[m][1]);
+                split_tf32(qs[r][k + t + 4], ahi[m][2], alo[m][2]);
+                split_tf32(qs[r + 8][k + t + 4], ahi[m][3], alo[m][3]);
+                any_lo |= alo[m][0] | alo[m][1] | alo[m][2] | alo[m][3];
             }
+            // Queries TF32 holds exactly (integers below 2^11: SIFT's, u8 data) have no tail:
+            // their tail product adds zeros, so the warp skips it.
+            const bool tails = __any_sync(0xffffffffu, any_lo != 0);
 #pragma unroll
             for (int n = 0; n < TC_NT; ++n) {
-                const int c = wc + 8 * n + g;
-                const unsigned bhi[2] = {__float_as_uint(chi[c][k + t]), __float_as_uint(chi[c][k + t + 4])};
-                const unsigned blo[2] = {__float_as_uint(clo[c][k + t]), __float_as_uint(clo[c][k + t + 4])};
+                unsigned bhi[2], blo[2];
+                split_tf32(cs[wc + 8 * n + g][k + t], bhi[0], blo[0]);
+                split_tf32(cs[wc + 8 * n + g][k + t + 4], bhi[1], blo[1]);
 #pragma unroll
                 for (int m = 0; m < TC_MT; ++m) {
                     // The small terms first, so they are not lost under the large one.
@@ -164,21 +153,28 @@ extern "C" __global__ void __launch_bounds__(TC_THREADS, 3) knn_filter_tc(const 
         }
         __syncthreads();
     }
+#pragma unroll
+    for (int j = 0; j < CSLOTS; ++j) {
+        // The TC_DK / 4 threads of a row are adjacent lanes.
+#pragma unroll
+        for (int o = 1; o < TC_DK / 4; o *= 2) norm[j] += __shfl_xor_sync(0xffffffffu, norm[j], o);
+        const int e = threadIdx.x + j * TC_THREADS;
+        if (e % (TC_DK / 4) == 0) cnorm[e / (TC_DK / 4)] = norm[j];
+    }
+    __syncthreads();
     // A lane's two adjacent columns go out as one 8-byte store where the row allows it.
     const bool pairs = a.nlist % 2 == 0 && (reinterpret_cast<size_t>(a.scratch) & 7) == 0;
 #pragma unroll
-    for (int n = 0; n < TC_NT; ++n) {
-        const int c = c0 + wc + 8 * n + 2 * t;
-        const float nx = c < a.nlist ? a.norms[c] : 0.f, ny = c + 1 < a.nlist ? a.norms[c + 1] : 0.f;
+    for (int m = 0; m < TC_MT; ++m)
 #pragma unroll
-        for (int m = 0; m < TC_MT; ++m)
+        for (int n = 0; n < TC_NT; ++n)
 #pragma unroll
             for (int h = 0; h < 2; ++h) {
-                const int q = q0 + wq + 16 * m + g + 8 * h;
+                const int q = q0 + wq + 16 * m + g + 8 * h, cl = wc + 8 * n + 2 * t, c = c0 + cl;
                 if (q >= a.nq || c >= a.nlist) continue;
                 const float x = acc[m][n][2 * h], y = acc[m][n][2 * h + 1];
-                const float sx = a.metric == 0 ? nx - 2.f * x : -x;
-                const float sy = a.metric == 0 ? ny - 2.f * y : -y;
+                const float sx = a.metric == 0 ? cnorm[cl] - 2.f * x : -x;
+                const float sy = a.metric == 0 ? cnorm[cl + 1] - 2.f * y : -y;
                 float* out = a.scratch + (size_t)q * a.nlist + c;
                 if (pairs && c + 1 < a.nlist) {
                     *reinterpret_cast<float2*>(out) = make_float2(sx, sy);
@@ -187,7 +183,6 @@ extern "C" __global__ void __launch_bounds__(TC_THREADS, 3) knn_filter_tc(const 
                     if (c + 1 < a.nlist) out[1] = sy;
                 }
             }
-    }
 }
 
 struct KnnRerankFilterArgs {

@@ -34,9 +34,7 @@ kernel_args! {
     pub struct KnnFilterTcArgs {
         queries: Dev<f32>,
         nq: i32,
-        centroids_hi: Dev<f32>,
-        centroids_lo: Dev<f32>,
-        norms: Dev<f32>,
+        centroids: Dev<f32>,
         nlist: i32,
         dim: i32,
         metric: i32,
