@@ -81,7 +81,7 @@ struct KnnFilterTcArgs {
 
 // Grid (ceil(nq / TC_QTILE), ceil(nlist / TC_CTILE)). Rows and dimensions past the ends are
 // staged as zeros (they add nothing and are not written).
-extern "C" __global__ void __launch_bounds__(TC_THREADS) knn_filter_tc(const KnnFilterTcArgs a) {
+extern "C" __global__ void __launch_bounds__(TC_THREADS, 3) knn_filter_tc(const KnnFilterTcArgs a) {
     // +4: a warp's fragment loads (8 rows x 4 columns) fall in 32 distinct banks, and a row
     // stays 16-byte aligned for the float4 stores.
     __shared__ __align__(16) float qs[TC_QTILE][TC_DK + 4];
