@@ -1,0 +1,73 @@
+#!/bin/bash
+# The tensor-core filter's warp tiles (issue 49), one H100 lease, one device call a step:
+#   kernels: the 1M SIFT-like data and index (kept in /tmp/k for later calls), the k-NN
+#            self-test of the new build (its kernels against the CPU twins), then the k-NN
+#            kernels alone (bench gpu-kernels, cohorts 64 / 1 024 / 8 192, f32 and u8), the new
+#            build beside each cohort-NAME carried, alternating, two rounds.
+#   ncu:     Nsight Compute's sections for the filter at cohort 8 192 (u8 data).
+#   tests:   every GPU check of the carried build (scripts/gpu-check run tests), with the data
+#            for a later `kernels` call made on the CPU meanwhile (SELFTEST=0 kernels then
+#            leaves out the self-test the tests ran, and runs one round).
+# Carried: dist-base/kv.tar.xz (cohort and cohort-NAME builds, one xz'd tar) and dist-base/b
+# (the test executables of `scripts/gpu-check build`, each xz'd).
+set -u
+export CUDA_MODULE_LOADING=EAGER NCCL_NVLS_ENABLE=0
+mkdir -p dist
+for f in dist-base/b/*.xz; do
+    n=$(basename "$f" .xz)
+    [ -x "dist/$n" ] || { xz -dc "$f" > "dist/$n"; chmod +x "dist/$n"; }
+done
+[ -f dist-base/kv.tar.xz ] && tar xJf dist-base/kv.tar.xz -C dist
+[ -d dist-base/debs ] && mkdir -p dist/debs && cp dist-base/debs/*.deb dist/debs/
+nvidia-smi -L > "$OUT/gpus.txt"
+D=/tmp/k/sift-like-1m
+B=dist/cohort
+data() {
+    [ -f $D/groundtruth.ivecs ] || timeout 150 $B data synth --n 1000000 --dim 128 --queries 1000 --out $D --log-level warn
+    [ -f $D/ivf4096.index ] || timeout 150 $B index build --base $D/base.fvecs --nlist 4096 --out $D/ivf4096.index --log-level warn
+}
+data_cpu() {
+    mkdir -p /tmp/k
+    [ -f $D/groundtruth.ivecs ] || $B data synth --n 1000000 --dim 128 --queries 1000 --out $D --log-level warn
+    [ -f $D/ivf4096.index ] || $B index build --device cpu --base $D/base.fvecs --nlist 4096 --out $D/ivf4096.index --log-level warn
+}
+case "$1" in
+kernels)
+    while pgrep -f "index build --device cpu" > /dev/null; do sleep 2; done
+    data
+    rounds=2
+    if [ "${SELFTEST:-1}" = 1 ]; then
+        nv=$(python3 -c "import nvidia, os; print(os.path.join(nvidia.__path__[0], 'cu13', 'lib'))" 2>/dev/null)
+        LD_LIBRARY_PATH="$nv:${LD_LIBRARY_PATH:-}" timeout 200 $B selftest gpu --only knn --log-level warn > "$OUT/selftest-knn.log" 2>&1
+        rc=$?
+        echo "selftest knn: exit $rc"; tail -5 "$OUT/selftest-knn.log"
+        [ $rc = 0 ] || exit $rc
+    else
+        rounds=1; echo "self-test left to the tests step; one round"
+    fi
+    for round in $(seq 1 $rounds); do
+        for b in cohort $(cd dist && ls cohort-* 2>/dev/null); do
+            timeout 120 dist/$b bench gpu-kernels --data $D --nlist 4096 --nprobe 16 --cohorts 64,1024,8192 \
+                --precision f32,u8 --out "$OUT/gpu-kernels-$b-r$round.json" --log-level warn 2>&1 | tail -14
+        done
+    done
+    ;;
+ncu)
+    data
+    timeout 240 ncu --clock-control none --kernel-name regex:'knn_filter_tc' \
+        --launch-skip 3 --launch-count 2 --section SpeedOfLight --section Occupancy --section LaunchStats \
+        --section WarpStateStats --section MemoryWorkloadAnalysis --section SchedulerStats --section ComputeWorkloadAnalysis \
+        $B bench gpu-kernels --data $D --nlist 4096 --nprobe 16 --cohorts 8192 --precision u8 \
+        --out /tmp/ncu-bench.json --log-level warn > "$OUT/ncu-8192-filter.txt" 2>&1
+    tail -5 "$OUT/ncu-8192-filter.txt"
+    ;;
+tests)
+    # The data for a `kernels` call after this one, made on the CPU meanwhile.
+    (data_cpu > /tmp/data.log 2>&1 &)
+    OUT=$OUT/tests scripts/gpu-check run tests > "$OUT/tests.log" 2>&1
+    rc=$?
+    tail -30 "$OUT/tests.log"
+    tar czf "$OUT/tests.tgz" -C "$OUT" tests tests.log 2>/dev/null && rm -rf "$OUT/tests"
+    exit $rc
+    ;;
+esac
