@@ -5,6 +5,9 @@
 #            kernels alone (bench gpu-kernels, cohorts 64 / 1 024 / 8 192, f32 and u8), the new
 #            build beside each cohort-NAME carried, alternating, two rounds.
 #   ncu:     Nsight Compute's sections for the filter at cohort 8 192 (u8 data).
+#   tenm:    the 10M index (nlist 16384, nprobe 32, u8 storage) in process, kernels alone and
+#            the gpu-cohort engine, the new build beside e2c6bad.
+#   tenm-wide: tenm's engine step with --max-cohort 8192.
 #   tests:   every GPU check of the carried build (scripts/gpu-check run tests), with the data
 #            for a later `kernels` call made on the CPU meanwhile (SELFTEST=0 kernels then
 #            leaves out the self-test the tests ran, and runs one round).
@@ -60,6 +63,33 @@ ncu)
         $B bench gpu-kernels --data $D --nlist 4096 --nprobe 16 --cohorts 8192 --precision u8 \
         --out /tmp/ncu-bench.json --log-level warn > "$OUT/ncu-8192-filter.txt" 2>&1
     tail -5 "$OUT/ncu-8192-filter.txt"
+    ;;
+tenm)
+    # The 10M index (nlist 16384, nprobe 32), u8 storage, in process: the kernels alone and
+    # the gpu-cohort engine (8 drivers), the new build beside e2c6bad, alternating.
+    T=/tmp/cw/sift-like-10000000
+    [ -f $T/groundtruth.ivecs ] || timeout 200 $B data synth --n 10000000 --dim 128 --queries 1000 --out $T --log-level warn
+    [ -f $T/ivf16384.index ] || timeout 150 $B index build --base $T/base.fvecs --nlist 16384 --out $T/ivf16384.index --log-level warn
+    for b in cohort cohort-e2c6bad; do
+        timeout 90 dist/$b bench gpu-kernels --data $T --nlist 16384 --nprobe 32 --cohorts 1024,8192 --precision u8 \
+            --out "$OUT/gpu-kernels-10m-$b.json" --log-level warn > /dev/null 2>&1 || echo "kernels $b failed"
+    done
+    for b in cohort cohort-e2c6bad; do
+        timeout 90 dist/$b bench engine --data $T --nlist 16384 --nprobe 32 --k 10 --engines gpu-cohort \
+            --drivers 8 --max-cohort 2048 --window 2048,8192,16384 --duration 2 --gpu-precision u8 --log-level warn \
+            --out "$OUT/engine-10m-u8-$b.json" > /dev/null 2>&1 || echo "engine $b failed"
+    done
+    ;;
+tenm-wide)
+    # As tenm's engine step with cohorts up to 8 192 (the kernels' best), the new build first.
+    T=/tmp/cw/sift-like-10000000
+    [ -f $T/groundtruth.ivecs ] || timeout 200 $B data synth --n 10000000 --dim 128 --queries 1000 --out $T --log-level warn
+    [ -f $T/ivf16384.index ] || timeout 150 $B index build --base $T/base.fvecs --nlist 16384 --out $T/ivf16384.index --log-level warn
+    for b in cohort cohort-e2c6bad; do
+        timeout 60 dist/$b bench engine --data $T --nlist 16384 --nprobe 32 --k 10 --engines gpu-cohort \
+            --drivers 8 --max-cohort 8192 --window 16384,32768 --duration 2 --gpu-precision u8 --log-level warn \
+            --out "$OUT/engine-10m-u8-wide-$b.json" > /dev/null 2>&1 || echo "engine $b failed"
+    done
     ;;
 tests)
     # The data for a `kernels` call after this one, made on the CPU meanwhile.
