@@ -5,8 +5,10 @@ its share, FLOP/s against the FP32 CUDA-core, TF32 or INT8 tensor-core peak (H10
 sheet: 67, 495 and 1979 T(FL)OP/s dense; not measured here) and the least bytes/s the stage must move
 against the copy rate the same run measured. Markdown on stdout.
 
-FLOPs: 3 per element (subtract, multiply, add; L2); the tensor-core filter issues 3 products
-(3xTF32) of 2 FLOPs; the u8 search (integer tensor cores at 28d9a4c on) 2 ops per element
+FLOPs: 3 per element (subtract, multiply, add; L2); the tensor-core filter issues TC_PRODUCTS
+products of 2 FLOPs (environment, default 2: head x head and head x tail, as it issues them from
+41954f4 on for integral queries - `data synth`'s, in every precision - whose TF32 tail is zero;
+3 for commits before, which always took the tail product too); the u8 search (integer tensor cores at 28d9a4c on) 2 ops per element
 (the multiply-add of q.x; its norms are a small extra). Bytes, the least a stage moves: the filter writes the scores and reads
 queries and centroids; a select reads its rows once; the search reads every list that some
 query of the cohort probes once, and writes the candidates; the re-rank reads its candidate
@@ -21,6 +23,8 @@ d = json.load(open(sys.argv[1])); label = sys.argv[2]
 r=d['results']; bw=r['copy_bandwidth_gb_s']
 N, DIM, NLIST = (int(x) for x in (sys.argv[3:6] if len(sys.argv) >= 6 else (1_000_000, 128, 4096)))
 FP32_PEAK=67e12; TF32_PEAK=495e12; INT8_PEAK=1979e12
+import os
+TC_PRODUCTS=int(os.environ.get('TC_PRODUCTS', '2'))
 elem={'F32':4,'F16':2,'U8':1}
 print(f"### {label}: {r['device']}, commit {d['commit'][:7]}, copy {bw:.0f} GB/s")
 print("| precision | cohort | stage | ms | share | GFLOP/s (of peak) | GB/s min (of copy) |")
@@ -34,7 +38,7 @@ for p in r['points']:
         s=ms/1e3
         fl=None; by=None; peak=FP32_PEAK
         if k=='filter':
-            if tc: fl=6*nq*NLIST*DIM; peak=TF32_PEAK
+            if tc: fl=2*TC_PRODUCTS*nq*NLIST*DIM; peak=TF32_PEAK
             else: fl=3*nq*NLIST*DIM
             by=4*(nq*NLIST+NLIST*DIM+nq*DIM)
         elif k=='select_filter': by=4*nq*NLIST
