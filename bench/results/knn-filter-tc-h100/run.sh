@@ -8,6 +8,8 @@
 #   tenm:    the 10M index (nlist 16384, nprobe 32, u8 storage) in process, kernels alone and
 #            the gpu-cohort engine, the new build beside e2c6bad.
 #   tenm-wide: tenm's engine step with --max-cohort 8192.
+#   tenm-ctl: the 10M index's engine over 1 and 2 control threads.
+#   small:   cohorts of 64 and 256 through the engine, launched and as CUDA graphs.
 #   tests:   every GPU check of the carried build (scripts/gpu-check run tests), with the data
 #            for a later `kernels` call made on the CPU meanwhile (SELFTEST=0 kernels then
 #            leaves out the self-test the tests ran, and runs one round).
@@ -89,6 +91,29 @@ tenm-wide)
         timeout 60 dist/$b bench engine --data $T --nlist 16384 --nprobe 32 --k 10 --engines gpu-cohort \
             --drivers 8 --max-cohort 8192 --window 16384,32768 --duration 2 --gpu-precision u8 --log-level warn \
             --out "$OUT/engine-10m-u8-wide-$b.json" > /dev/null 2>&1 || echo "engine $b failed"
+    done
+    ;;
+tenm-ctl)
+    # The 10M index's engine with its host work over 1 and 2 control threads (one control
+    # thread stages and answers ~2 M requests/s: is that where the engine loses to its kernels?).
+    T=/tmp/cw/sift-like-10000000
+    [ -f $T/groundtruth.ivecs ] || timeout 200 $B data synth --n 10000000 --dim 128 --queries 1000 --out $T --log-level warn
+    [ -f $T/ivf16384.index ] || timeout 150 $B index build --base $T/base.fvecs --nlist 16384 --out $T/ivf16384.index --log-level warn
+    for ct in 1 2; do
+        timeout 60 $B bench engine --data $T --nlist 16384 --nprobe 32 --k 10 --engines gpu-cohort --control-threads $ct \
+            --drivers 8 --max-cohort 2048 --window 8192,16384 --duration 2 --gpu-precision u8 --log-level warn \
+            --out "$OUT/engine-10m-u8-ctl$ct.json" > /dev/null 2>&1 || echo "engine ctl $ct failed"
+    done
+    ;;
+small)
+    # Small cohorts through the engine (1M, u8): launched kernels against replayed CUDA graphs.
+    data
+    for mc in 64 256; do
+        for gr in "" --cohort-graphs; do
+            timeout 60 $B bench engine --data $D --nlist 4096 --nprobe 16 --k 10 --engines gpu-cohort $gr \
+                --drivers 8 --max-cohort $mc --window $mc,$((4 * mc)) --duration 2 --gpu-precision u8 --log-level warn \
+                --out "$OUT/engine-1m-u8-c$mc${gr:+-graphs}.json" > /dev/null 2>&1 || echo "engine $mc $gr failed"
+        done
     done
     ;;
 tests)
