@@ -572,9 +572,12 @@ fn a_knn_index_sharded_over_two_nodes_answers_as_the_whole_index() {
         );
         assert!(parts >= 60.0, "{node}: {parts} parts sent");
     }
-    // Under load, checked, the recall of the whole index.
+    // Under load, checked, the recall of the whole index. Over TCP: over UDP this step failed
+    // now and then on a loaded 2-core machine (ok < sent), and a datagram the kernel drops is
+    // a request no server saw; over TCP every request reaches the server, whose answers are
+    // what this checks.
     let recall = |at: &Served| {
-        let target = format!("udp://{}", at.udp.unwrap());
+        let target = format!("tcp://{}", at.tcp.unwrap());
         let r = cohort_load_report(
             &target,
             "knn",
