@@ -30,7 +30,9 @@ export COHORT_REQUIRE_MEMCACHED=1
 
 echo "== etcd (Debian) and UCX (PyPI) for the cluster tests"
 debian etcd etcd-server
-etcd --version | head -1
+# sed reads all of it: head would stop reading after one line, and under pipefail the
+# SIGPIPE etcd may then get (exit 141) fails the run (seen once).
+etcd --version | sed -n 1p
 python3 -m pip install --quiet --disable-pip-version-check "libucx-cu13==1.22.0"
 export COHORT_REQUIRE_UCX=1 COHORT_REQUIRE_CLUSTER=1
 
