@@ -17,24 +17,19 @@
 # (the test executables of `scripts/gpu-check build`, each xz'd).
 set -u
 export CUDA_MODULE_LOADING=EAGER NCCL_NVLS_ENABLE=0
-mkdir -p dist
-for f in dist-base/b/*.xz; do
-    n=$(basename "$f" .xz)
-    [ -x "dist/$n" ] || { xz -dc "$f" > "dist/$n"; chmod +x "dist/$n"; }
-done
-[ -f dist-base/kv.tar.xz ] && tar xJf dist-base/kv.tar.xz -C dist
-[ -d dist-base/debs ] && mkdir -p dist/debs && cp dist-base/debs/*.deb dist/debs/
-nvidia-smi -L > "$OUT/gpus.txt"
+source scripts/lib/carried.sh
+unpack_carried dist-base/b/*.xz
 D=/tmp/k/sift-like-1m
 B=dist/cohort
-data() {
+data() { # the 1M SIFT-like data and its nlist 4096 index; DEVICE (default auto) builds it
     [ -f $D/groundtruth.ivecs ] || timeout 150 $B data synth --n 1000000 --dim 128 --queries 1000 --out $D --log-level warn
-    [ -f $D/ivf4096.index ] || timeout 150 $B index build --base $D/base.fvecs --nlist 4096 --out $D/ivf4096.index --log-level warn
+    [ -f $D/ivf4096.index ] || timeout 150 $B index build --device "${1:-auto}" --base $D/base.fvecs --nlist 4096 \
+        --out $D/ivf4096.index --log-level warn
 }
-data_cpu() {
-    mkdir -p /tmp/k
-    [ -f $D/groundtruth.ivecs ] || $B data synth --n 1000000 --dim 128 --queries 1000 --out $D --log-level warn
-    [ -f $D/ivf4096.index ] || $B index build --device cpu --base $D/base.fvecs --nlist 4096 --out $D/ivf4096.index --log-level warn
+T=/tmp/cw/sift-like-10000000
+tenm_data() { # the 10M SIFT-like data and its nlist 16384 index, made on the GPU
+    [ -f $T/groundtruth.ivecs ] || timeout 200 $B data synth --n 10000000 --dim 128 --queries 1000 --out $T --log-level warn
+    [ -f $T/ivf16384.index ] || timeout 150 $B index build --base $T/base.fvecs --nlist 16384 --out $T/ivf16384.index --log-level warn
 }
 case "$1" in
 kernels)
@@ -69,9 +64,7 @@ ncu)
 tenm)
     # The 10M index (nlist 16384, nprobe 32), u8 storage, in process: the kernels alone and
     # the gpu-cohort engine (8 drivers), the new build beside e2c6bad, alternating.
-    T=/tmp/cw/sift-like-10000000
-    [ -f $T/groundtruth.ivecs ] || timeout 200 $B data synth --n 10000000 --dim 128 --queries 1000 --out $T --log-level warn
-    [ -f $T/ivf16384.index ] || timeout 150 $B index build --base $T/base.fvecs --nlist 16384 --out $T/ivf16384.index --log-level warn
+    tenm_data
     for b in cohort cohort-e2c6bad; do
         timeout 90 dist/$b bench gpu-kernels --data $T --nlist 16384 --nprobe 32 --cohorts 1024,8192 --precision u8 \
             --out "$OUT/gpu-kernels-10m-$b.json" --log-level warn > /dev/null 2>&1 || echo "kernels $b failed"
@@ -84,9 +77,7 @@ tenm)
     ;;
 tenm-wide)
     # As tenm's engine step with cohorts up to 8 192 (the kernels' best), the new build first.
-    T=/tmp/cw/sift-like-10000000
-    [ -f $T/groundtruth.ivecs ] || timeout 200 $B data synth --n 10000000 --dim 128 --queries 1000 --out $T --log-level warn
-    [ -f $T/ivf16384.index ] || timeout 150 $B index build --base $T/base.fvecs --nlist 16384 --out $T/ivf16384.index --log-level warn
+    tenm_data
     for b in cohort cohort-e2c6bad; do
         timeout 60 dist/$b bench engine --data $T --nlist 16384 --nprobe 32 --k 10 --engines gpu-cohort \
             --drivers 8 --max-cohort 8192 --window 16384,32768 --duration 2 --gpu-precision u8 --log-level warn \
@@ -96,9 +87,7 @@ tenm-wide)
 tenm-ctl)
     # The 10M index's engine with its host work over 1 and 2 control threads (one control
     # thread stages and answers ~2 M requests/s: is that where the engine loses to its kernels?).
-    T=/tmp/cw/sift-like-10000000
-    [ -f $T/groundtruth.ivecs ] || timeout 200 $B data synth --n 10000000 --dim 128 --queries 1000 --out $T --log-level warn
-    [ -f $T/ivf16384.index ] || timeout 150 $B index build --base $T/base.fvecs --nlist 16384 --out $T/ivf16384.index --log-level warn
+    tenm_data
     for ct in 1 2; do
         timeout 60 $B bench engine --data $T --nlist 16384 --nprobe 32 --k 10 --engines gpu-cohort --control-threads $ct \
             --drivers 8 --max-cohort 2048 --window 8192,16384 --duration 2 --gpu-precision u8 --log-level warn \
@@ -118,7 +107,7 @@ small)
     ;;
 tests)
     # The data for a `kernels` call after this one, made on the CPU meanwhile.
-    (data_cpu > /tmp/data.log 2>&1 &)
+    (data cpu > /tmp/data.log 2>&1 &)
     OUT=$OUT/tests scripts/gpu-check run tests > "$OUT/tests.log" 2>&1
     rc=$?
     tail -30 "$OUT/tests.log"

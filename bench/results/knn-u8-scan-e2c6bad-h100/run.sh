@@ -14,16 +14,8 @@
 # and dist-base/cl2/cl.tar.xz (etcd + UCX libraries) for the rest.
 set -u
 export CUDA_MODULE_LOADING=EAGER NCCL_NVLS_ENABLE=0
-mkdir -p dist
-for f in dist-base/c3/*.xz dist-base/b/*.xz dist-base/bx/*.xz; do
-    [ -f "$f" ] || continue
-    n=$(basename "$f" .xz)
-    [ -x "dist/$n" ] || { xz -dc "$f" > "dist/$n"; chmod +x "dist/$n"; }
-done
-# Kernel variants (cohort-NAME), one xz'd tar: near-identical binaries compress to one.
-[ -f dist-base/kv.tar.xz ] && tar xJf dist-base/kv.tar.xz -C dist
-[ -d dist-base/debs ] && mkdir -p dist/debs && cp dist-base/debs/*.deb dist/debs/
-nvidia-smi -L > "$OUT/gpus.txt"
+source scripts/lib/carried.sh
+unpack_carried dist-base/c3/*.xz dist-base/b/*.xz dist-base/bx/*.xz
 D=/tmp/k/sift-like-1m
 B=dist/cohort
 case "$1" in
