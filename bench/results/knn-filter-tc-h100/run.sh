@@ -17,7 +17,7 @@
 # (the test executables of `scripts/gpu-check build`, each xz'd).
 set -u
 export CUDA_MODULE_LOADING=EAGER NCCL_NVLS_ENABLE=0
-source scripts/lib/carried.sh
+source scripts/lib/device-run.sh
 unpack_carried dist-base/b/*.xz
 D=/tmp/k/sift-like-1m
 B=dist/cohort
@@ -54,12 +54,7 @@ kernels)
     ;;
 ncu)
     data
-    timeout 240 ncu --clock-control none --kernel-name regex:'knn_filter_tc' \
-        --launch-skip 3 --launch-count 2 --section SpeedOfLight --section Occupancy --section LaunchStats \
-        --section WarpStateStats --section MemoryWorkloadAnalysis --section SchedulerStats --section ComputeWorkloadAnalysis \
-        $B bench gpu-kernels --data $D --nlist 4096 --nprobe 16 --cohorts 8192 --precision u8 \
-        --out /tmp/ncu-bench.json --log-level warn > "$OUT/ncu-8192-filter.txt" 2>&1
-    tail -5 "$OUT/ncu-8192-filter.txt"
+    ncu_kernels_8192 'knn_filter_tc' 2 ncu-8192-filter.txt
     ;;
 tenm)
     # The 10M index (nlist 16384, nprobe 32), u8 storage, in process: the kernels alone and
@@ -108,10 +103,6 @@ small)
 tests)
     # The data for a `kernels` call after this one, made on the CPU meanwhile.
     (data cpu > /tmp/data.log 2>&1 &)
-    OUT=$OUT/tests scripts/gpu-check run tests > "$OUT/tests.log" 2>&1
-    rc=$?
-    tail -30 "$OUT/tests.log"
-    tar czf "$OUT/tests.tgz" -C "$OUT" tests tests.log 2>/dev/null && rm -rf "$OUT/tests"
-    exit $rc
+    gpu_checks
     ;;
 esac

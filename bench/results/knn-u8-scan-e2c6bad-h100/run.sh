@@ -14,16 +14,14 @@
 # and dist-base/cl2/cl.tar.xz (etcd + UCX libraries) for the rest.
 set -u
 export CUDA_MODULE_LOADING=EAGER NCCL_NVLS_ENABLE=0
-source scripts/lib/carried.sh
+source scripts/lib/device-run.sh
 unpack_carried dist-base/c3/*.xz dist-base/b/*.xz dist-base/bx/*.xz
 D=/tmp/k/sift-like-1m
 B=dist/cohort
 case "$1" in
 tests)
-    OUT=$OUT/tests scripts/gpu-check run tests > "$OUT/tests.log" 2>&1
+    gpu_checks
     rc=$?
-    tail -30 "$OUT/tests.log"
-    tar czf "$OUT/tests.tgz" -C "$OUT" tests tests.log 2>/dev/null && rm -rf "$OUT/tests"
     [ -f $D/groundtruth.ivecs ] || timeout 150 $B data synth --n 1000000 --dim 128 --queries 1000 --out $D --log-level warn
     [ -f $D/ivf4096.index ] || timeout 150 $B index build --base $D/base.fvecs --nlist 4096 --out $D/ivf4096.index --log-level warn
     exit $rc
@@ -40,12 +38,7 @@ ncu)
     # Where the u8 scan and the filter spend their time (hardware counters; clocks left alone).
     [ -f $D/groundtruth.ivecs ] || timeout 150 $B data synth --n 1000000 --dim 128 --queries 1000 --out $D --log-level warn
     [ -f $D/ivf4096.index ] || timeout 150 $B index build --base $D/base.fvecs --nlist 4096 --out $D/ivf4096.index --log-level warn
-    timeout 240 ncu --clock-control none --kernel-name regex:'knn_search_tiled_u8|knn_filter_tc|knn_select_search$' \
-        --launch-skip 3 --launch-count 3 --section SpeedOfLight --section Occupancy --section LaunchStats \
-        --section WarpStateStats --section MemoryWorkloadAnalysis --section SchedulerStats --section ComputeWorkloadAnalysis \
-        $B bench gpu-kernels --data $D --nlist 4096 --nprobe 16 --cohorts 8192 --precision u8 \
-        --out /tmp/ncu-bench.json --log-level warn > "$OUT/ncu-8192-u8.txt" 2>&1
-    tail -5 "$OUT/ncu-8192-u8.txt"
+    ncu_kernels_8192 'knn_search_tiled_u8|knn_filter_tc|knn_select_search$' 3 ncu-8192-u8.txt
     ;;
 served)
     # k-NN 1M served on 8 cores, one GPU, u8 storage: the new build and 90dd8c2's, alternating,
