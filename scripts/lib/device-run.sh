@@ -39,3 +39,17 @@ ncu_kernels_8192() {
         --out /tmp/ncu-bench.json --log-level warn > "$OUT/$3" 2>&1
     tail -5 "$OUT/$3"
 }
+
+# The k-NN kernels alone (`bench gpu-kernels`, 1M data $D, nlist 4096, nprobe 16, cohorts
+# 64 / 1 024 / 8 192, f32 and u8) for dist/cohort and each carried dist/cohort-NAME in turn,
+# ROUNDS rounds (alternating, so a lease's drift falls on every build alike); JSON per build
+# and round in $OUT. Usage: kernels_beside ROUNDS
+kernels_beside() {
+    local round b
+    for round in $(seq 1 "$1"); do
+        for b in cohort $(cd dist && ls cohort-* 2>/dev/null); do
+            timeout 120 dist/$b bench gpu-kernels --data $D --nlist 4096 --nprobe 16 --cohorts 64,1024,8192 \
+                --precision f32,u8 --out "$OUT/gpu-kernels-$b-r$round.json" --log-level warn 2>&1 | tail -14
+        done
+    done
+}

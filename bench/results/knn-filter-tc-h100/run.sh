@@ -45,12 +45,7 @@ kernels)
     else
         rounds=1; echo "self-test left to the tests step; one round"
     fi
-    for round in $(seq 1 $rounds); do
-        for b in cohort $(cd dist && ls cohort-* 2>/dev/null); do
-            timeout 120 dist/$b bench gpu-kernels --data $D --nlist 4096 --nprobe 16 --cohorts 64,1024,8192 \
-                --precision f32,u8 --out "$OUT/gpu-kernels-$b-r$round.json" --log-level warn 2>&1 | tail -14
-        done
-    done
+    kernels_beside $rounds
     ;;
 ncu)
     data

@@ -27,12 +27,7 @@ tests)
     exit $rc
     ;;
 kernels)
-    for round in 1 2; do
-        for b in cohort $(cd dist && ls cohort-* 2>/dev/null); do
-            timeout 120 dist/$b bench gpu-kernels --data $D --nlist 4096 --nprobe 16 --cohorts 64,1024,8192 \
-                --precision f32,u8 --out "$OUT/gpu-kernels-$b-r$round.json" --log-level warn 2>&1 | tail -14
-        done
-    done
+    kernels_beside 2
     ;;
 ncu)
     # Where the u8 scan and the filter spend their time (hardware counters; clocks left alone).
