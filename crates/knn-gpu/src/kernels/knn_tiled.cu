@@ -206,21 +206,32 @@ __device__ __forceinline__ void mma_u8(int c[4], unsigned a0, unsigned a1, unsig
 // 8-byte fragment loads of each half-warp (4 rows x 4 lanes) fall in 32 different banks.
 __device__ __forceinline__ int tc_stride(int dim) { return dim + 4 * ((8 - dim / 4) & 31); }
 
-// Stages the group's queries as bytes (QB rows of tc_stride(dim), zero past nqg) and their squared
-// norms. False, agreed by the whole block, when any element is not an integer in 0..=255.
+// Stages the group's queries as bytes and their squared norms: the rows tc_distances_u8 reads
+// (16, or QB past 16 queries; zero past nqg) of tc_stride(dim) bytes. False, agreed by the whole
+// block, when any element is not an integer in 0..=255. Four dimensions a thread a turn (one
+// 16-byte load, one 4-byte store): at cohorts of ~1 000 most cells hold a few queries, and
+// staging QB rows an element at a time (a division each) cost as much as their product.
 __device__ bool stage_u8_queries(const float* __restrict__ queries, const size_t* qrow, int nqg, int dim,
                                  unsigned char* qs8, int* q2) {
-    const int stride = tc_stride(dim);
+    const int stride = tc_stride(dim), rows = nqg > 16 ? QB : 16, d4 = dim / 4;
     int bad = 0;
-    for (int e = threadIdx.x; e < QB * dim; e += BLOCK) {
-        const int j = e / dim, d = e % dim;
-        const float v = j < nqg ? queries[qrow[j] + d] : 0.f;
-        const bool ok = v >= 0.f && v <= 255.f && v == rintf(v);  // NaN is not
-        bad |= !ok;
-        qs8[j * stride + d] = ok ? (unsigned char)v : 0;
+    for (int e = threadIdx.x; e < rows * d4; e += BLOCK) {
+        const int j = e / d4, d = 4 * (e % d4);
+        // dim is a multiple of 32 here, so each query row is 16-byte aligned where its base is.
+        const float4 v = j < nqg ? *reinterpret_cast<const float4*>(queries + qrow[j] + d)
+                                 : make_float4(0.f, 0.f, 0.f, 0.f);
+        const float x[4] = {v.x, v.y, v.z, v.w};
+        unsigned w = 0;
+#pragma unroll
+        for (int i = 0; i < 4; ++i) {
+            const bool ok = x[i] >= 0.f && x[i] <= 255.f && x[i] == rintf(x[i]);  // NaN is not
+            bad |= !ok;
+            w |= (ok ? (unsigned)x[i] : 0u) << (8 * i);
+        }
+        *reinterpret_cast<unsigned*>(qs8 + j * stride + d) = w;
     }
     if (__syncthreads_or(bad)) return false;
-    if (threadIdx.x < QB) {
+    if ((int)threadIdx.x < rows) {
         unsigned n = 0;
         for (int d = 0; d < dim; d += 4) {
             const unsigned w = *reinterpret_cast<const unsigned*>(qs8 + threadIdx.x * stride + d);
@@ -698,7 +709,8 @@ __device__ void search_tiled(const float* __restrict__ queries, const unsigned* 
             // group's size (the staging buffer is the row path's, unused on this item).
             unsigned char* qs8 = reinterpret_cast<unsigned char*>(qsm);
             int* q2 = reinterpret_cast<int*>(qs8 + QB * (TC_MAX_DIM + TC_MAX_PAD));
-            if (dim % 32 == 0 && dim <= TC_MAX_DIM && stage_u8_queries(queries, qrow, nqg, dim, qs8, q2)) {
+            if (dim % 32 == 0 && dim <= TC_MAX_DIM && (reinterpret_cast<size_t>(queries) & 15) == 0 &&
+                stage_u8_queries(queries, qrow, nqg, dim, qs8, q2)) {
                 tc_distances_u8<METRIC>(reinterpret_cast<const unsigned char*>(rows), r0, nr, dim, nqg, qs8, q2,
                                         cand, obase);
                 __syncthreads();
