@@ -3,7 +3,7 @@
 //! device-to-device copy (the tiled plan reads a cell once for many queries, so its
 //! "effective" scan bandwidth, logical bytes over time, may exceed the copy's).
 
-use crate::gpu_ivf::{GpuIvf, Plan};
+use crate::gpu_ivf::{GpuIvf, Plan, NO_ID};
 use anyhow::{Context, Result};
 use clap::Args;
 use cohort_knn::kmeans::KMeansConfig;
@@ -79,6 +79,11 @@ pub fn run(a: &GpuKernelBench, record: Record) -> Result<()> {
         cohort_knn::synth::write_synth(&a.data, a.n, 128, 1000, 100, 42, 64, 16, 1.0)?;
     }
     let queries = vecfile::read_vectors(&a.data.join("query.fvecs"))?;
+    // Each plan's recall@k on the cohort's first queries, where the folder has their truth.
+    let nqueries = queries.n;
+    let truth = vecfile::read_ivecs(&a.data.join("groundtruth.ivecs"))
+        .ok()
+        .filter(|&(n, gdim, _)| n >= nqueries && gdim >= a.k);
     let mut results = Vec::new();
     let mut copy_bw = None;
     for &nlist in &a.nlist {
@@ -175,6 +180,20 @@ pub fn run(a: &GpuKernelBench, record: Record) -> Result<()> {
                         // bandwidth means cells were read once for several queries.
                         point[format!("{name}_effective_scan_gb_s")] =
                             json!(bytes as f64 / secs / 1e9);
+                        // The last timed call's answers: query i of the cohort is query
+                        // i % nqueries of the file.
+                        if let Some((_, gdim, gt)) = &truth {
+                            let checked = c.min(nqueries);
+                            let ids = s.clone_dtoh(&bufs.out_ids.slice(..checked * a.k))?;
+                            s.synchronize()?;
+                            let found: Vec<Vec<u32>> = ids
+                                .chunks_exact(a.k)
+                                .map(|row| row.iter().copied().filter(|&id| id != NO_ID).collect())
+                                .collect();
+                            let r = cohort_knn::exact::recall_at_k(&found, gt, *gdim, a.k);
+                            point[format!("{name}_recall_at_k")] = json!(r);
+                            point[format!("{name}_recall_queries")] = json!(checked);
+                        }
                     }
                     // Where the tiled plan's time goes, kernel by kernel (one pass if it fits).
                     if let Ok(stages) = g.profile_tiled(&s, &mut bufs, c, a.k, nprobe) {
