@@ -283,22 +283,34 @@ impl FilterKind {
 
     /// The tensor cores where the device has TF32 ones (sm_80 on), unless
     /// `COHORT_KNN_FILTER=cores` asks for the CUDA-core filter (to compare the two);
-    /// `COHORT_KNN_FILTER=tensor` (or unset) is the default. Any other value is an error.
+    /// `COHORT_KNN_FILTER=tensor` (or unset) is the default, and `tensor:N` moves where the
+    /// tensor cores start to passes of N queries (to measure [`Self::TC_MIN_QUERIES`]). Any
+    /// other value is an error.
     pub fn for_device(dev: &DeviceInfo) -> Result<FilterKind, GpuError> {
         let asked = std::env::var("COHORT_KNN_FILTER").ok();
         Self::choose(dev.compute_capability.0 >= 8, asked.as_deref())
     }
 
     fn choose(tf32: bool, asked: Option<&str>) -> Result<FilterKind, GpuError> {
-        match asked {
-            None | Some("tensor") if tf32 => Ok(FilterKind::TensorCores {
-                min_queries: Self::TC_MIN_QUERIES,
-            }),
-            None | Some("tensor") | Some("cores") => Ok(FilterKind::Cores),
-            Some(other) => Err(GpuError::Invalid(format!(
-                "COHORT_KNN_FILTER={other:?}: expected tensor (the default) or cores"
-            ))),
-        }
+        let refused = |other: &str| {
+            GpuError::Invalid(format!(
+                "COHORT_KNN_FILTER={other:?}: expected tensor (the default), tensor:N (the \
+                 tensor cores from N queries) or cores"
+            ))
+        };
+        let min_queries = match asked {
+            None | Some("tensor") => Self::TC_MIN_QUERIES,
+            Some("cores") => return Ok(FilterKind::Cores),
+            Some(other) => match other.strip_prefix("tensor:").map(str::parse::<usize>) {
+                Some(Ok(n)) => n,
+                _ => return Err(refused(other)),
+            },
+        };
+        Ok(if tf32 {
+            FilterKind::TensorCores { min_queries }
+        } else {
+            FilterKind::Cores
+        })
     }
 
     /// Cells the tensor-core filter keeps per query for the exact re-rank: nprobe and a
@@ -713,12 +725,22 @@ mod tests {
             FilterKind::Cores
         );
         assert_eq!(FilterKind::choose(false, None).unwrap(), FilterKind::Cores);
-        let e = FilterKind::choose(true, Some("tc"))
-            .unwrap_err()
-            .to_string();
-        assert!(
-            e.contains("COHORT_KNN_FILTER") && e.contains("cores"),
-            "{e}"
+        assert_eq!(
+            FilterKind::choose(true, Some("tensor:64")).unwrap(),
+            FilterKind::TensorCores { min_queries: 64 }
         );
+        assert_eq!(
+            FilterKind::choose(false, Some("tensor:64")).unwrap(),
+            FilterKind::Cores
+        );
+        for wrong in ["tc", "tensor:", "tensor:-1", "tensor:x", "tensor: 8"] {
+            let e = FilterKind::choose(true, Some(wrong))
+                .unwrap_err()
+                .to_string();
+            assert!(
+                e.contains("COHORT_KNN_FILTER") && e.contains("cores"),
+                "{wrong}: {e}"
+            );
+        }
     }
 }

@@ -146,8 +146,9 @@ pub const RERANK_FILTER: KernelDecl<KnnRerankFilterArgs> =
     KernelDecl::new("knn_rerank_filter", B, Grid::ItemsPerBlock(B / 32));
 pub const SELECT_FILTER: KernelDecl<KnnSelectFilterArgs> =
     KernelDecl::new("knn_select_filter", B, Grid::BlockPerItem);
+/// A warp per query.
 pub const PLAN: KernelDecl<KnnPlanArgs> =
-    KernelDecl::new("knn_plan", B, Grid::ThreadPerItem { cap: 0 });
+    KernelDecl::new("knn_plan", B, Grid::ItemsPerBlock(B / 32));
 /// One block over every cell.
 pub const SCAN_ITEMS: KernelDecl<KnnScanItemsArgs> =
     KernelDecl::new("knn_scan_items", B, Grid::Sized);
