@@ -275,11 +275,12 @@ pub enum FilterKind {
 }
 
 impl FilterKind {
-    /// Passes from which the tensor cores filter by default. On the H100 (1M x 128, nlist
-    /// 4096, nprobe 16) they took a cohort of 8 192 from 0.70 to 0.46 ms of filter and
-    /// re-rank, and one of 1 024 from 0.10 to 0.09 ms, but a cohort of 64 from 0.17 to 0.20 ms
-    /// of chained time (the extra launch): bench/results/issue49-filter-tc-h100/.
-    pub const TC_MIN_QUERIES: usize = 1024;
+    /// Passes from which the tensor cores filter by default. With the filter of 8554967 on
+    /// the H100 (1M x 128, nlist 4096, nprobe 16, u8, the whole tiled plan): a cohort of 256
+    /// 1.59 M q/s against 1.51 M on the CUDA cores, 512 2.68 M against 2.29 M, but 64
+    /// 0.53 M against 0.61 M (the re-rank's extra launch outweighs a small product):
+    /// bench/results/knn-small-cohort-h100/.
+    pub const TC_MIN_QUERIES: usize = 256;
 
     /// The tensor cores where the device has TF32 ones (sm_80 on), unless
     /// `COHORT_KNN_FILTER=cores` asks for the CUDA-core filter (to compare the two);
