@@ -1,0 +1,98 @@
+#!/bin/bash
+# Issue 49's small and mid cohorts (the u8 search's query staging, the plan a warp per query,
+# scan_items unrolled) and the 10M index served, one H100 lease, one device call a step:
+#   kernels: the 1M SIFT-like data and index (kept in /tmp/k), the k-NN self-test of the new
+#            build, then `bench gpu-kernels` (cohorts 64 / 1 024 / 8 192, f32 and u8) for the
+#            new build beside each cohort-NAME carried, alternating, two rounds; then the new
+#            build at cohorts 64..1 024 (u8) with the tensor-core filter from 64 queries
+#            (COHORT_KNN_FILTER=tensor:64) and from its default (1 024).
+#   tests:   every GPU check of the carried build (scripts/gpu-check run tests), the 10M data
+#            made on the CPU meanwhile; with TENM=1 then the 10M index's kernels alone (every
+#            build) and the engine over 2 control threads (the new build).
+#   ROUNDS=N kernels: N rounds (2); MID=0 leaves out cohorts 256 and 512; SELFTEST_S the
+#            self-test's limit (200 s; it takes about 100).
+#   FILTER_FROM=1 kernels: the new build's cohorts 64..1 024 with the tensor-core filter
+#            from 64 queries and from its default (else: cohorts 256 and 512, every build).
+#   tenm:    the 10M index (nlist 16384, nprobe 32, u8 storage): the kernels alone (both
+#            builds), the gpu-cohort engine over 1 and 2 control threads, then served on cores
+#            0-7 against the load generator on 8-15, open loop, echo anchor first.
+# Carried: dist-base/kv.tar.xz (cohort and cohort-NAME builds, one xz'd tar) and dist-base/b
+# (the test executables of `scripts/gpu-check build`, each xz'd).
+set -u
+export CUDA_MODULE_LOADING=EAGER NCCL_NVLS_ENABLE=0
+source scripts/lib/device-run.sh
+unpack_carried dist-base/b/*.xz
+D=/tmp/k/sift-like-1m
+B=dist/cohort
+T=/tmp/cw/sift-like-10000000
+data() { # the 1M SIFT-like data and its nlist 4096 index
+    [ -f $D/groundtruth.ivecs ] || timeout 150 $B data synth --n 1000000 --dim 128 --queries 1000 --out $D --log-level warn
+    [ -f $D/ivf4096.index ] || timeout 150 $B index build --base $D/base.fvecs --nlist 4096 --out $D/ivf4096.index --log-level warn
+}
+tenm_synth() {
+    [ -f $T/groundtruth.ivecs ] || timeout 200 $B data synth --n 10000000 --dim 128 --queries 1000 --out $T --log-level warn
+}
+case "$1" in
+kernels)
+    data
+    nv=$(python3 -c "import nvidia, os; print(os.path.join(nvidia.__path__[0], 'cu13', 'lib'))" 2>/dev/null)
+    LD_LIBRARY_PATH="$nv:${LD_LIBRARY_PATH:-}" timeout "${SELFTEST_S:-200}" $B selftest gpu --only knn --log-level warn > "$OUT/selftest-knn.log" 2>&1
+    rc=$?
+    echo "selftest knn: exit $rc"; tail -5 "$OUT/selftest-knn.log"
+    [ $rc = 0 ] || exit $rc
+    kernels_beside "${ROUNDS:-2}"
+    if [ "${FILTER_FROM:-0}" = 1 ]; then # where the tensor-core filter should start (lease 1)
+        for f in tensor:64 tensor; do
+            COHORT_KNN_FILTER=$f timeout 120 $B bench gpu-kernels --data $D --nlist 4096 --nprobe 16 --cohorts 64,256,512,1024 \
+                --precision u8 --out "$OUT/gpu-kernels-filter-${f/:/}.json" --log-level warn 2>&1 | tail -4
+        done
+    elif [ "${MID:-1}" = 1 ]; then # the cohorts between, each build once
+        for b in cohort $(cd dist && ls cohort-* 2>/dev/null); do
+            timeout 120 dist/$b bench gpu-kernels --data $D --nlist 4096 --nprobe 16 --cohorts 256,512 \
+                --precision u8 --out "$OUT/gpu-kernels-mid-$b.json" --log-level warn 2>&1 | tail -2
+        done
+    fi
+    tar czf "$OUT/kernels.tgz" -C "$OUT" $(cd "$OUT" && ls *.json *.log) && (cd "$OUT" && rm -f *.json selftest-knn.log)
+    ;;
+tests)
+    # The GPU checks, then (TENM=1) the 10M index's kernels alone for every build and the
+    # engine over 2 control threads for the new one, its data made on the CPU meanwhile.
+    (tenm_synth > /tmp/synth.log 2>&1 &)
+    gpu_checks
+    rc=$?
+    if [ "${TENM:-0}" = 1 ]; then
+        while pgrep -f "data synth" > /dev/null; do sleep 2; done
+        tenm_synth
+        [ -f $T/ivf16384.index ] || timeout 150 $B index build --base $T/base.fvecs --nlist 16384 --out $T/ivf16384.index --log-level warn
+        for b in cohort $(cd dist && ls cohort-* 2>/dev/null); do
+            timeout 90 dist/$b bench gpu-kernels --data $T --nlist 16384 --nprobe 32 --cohorts 1024,8192 --precision u8 \
+                --out "$OUT/gpu-kernels-10m-$b.json" --log-level warn > /dev/null 2>&1 || echo "kernels $b failed"
+        done
+        timeout 60 $B bench engine --data $T --nlist 16384 --nprobe 32 --k 10 --engines gpu-cohort --control-threads 2 \
+            --drivers 8 --max-cohort 2048 --window 8192,16384 --duration 2 --gpu-precision u8 --log-level warn \
+            --out "$OUT/engine-10m-u8-ctl2.json" > /dev/null 2>&1 || echo "engine failed"
+        tar czf "$OUT/tenm.tgz" -C "$OUT" $(cd "$OUT" && ls *.json) && (cd "$OUT" && rm -f *.json)
+    fi
+    exit $rc
+    ;;
+tenm)
+    while pgrep -f "data synth" > /dev/null; do sleep 2; done
+    tenm_synth
+    [ -f $T/ivf16384.index ] || timeout 150 $B index build --base $T/base.fvecs --nlist 16384 --out $T/ivf16384.index --log-level warn
+    R=$OUT/r; mkdir -p $R
+    for b in cohort $(cd dist && ls cohort-* 2>/dev/null); do
+        timeout 90 dist/$b bench gpu-kernels --data $T --nlist 16384 --nprobe 32 --cohorts 1024,8192 --precision u8 \
+            --out "$R/gpu-kernels-10m-$b.json" --log-level warn > /dev/null 2>&1 || echo "kernels $b failed"
+    done
+    for ct in 1 2; do
+        timeout 60 $B bench engine --data $T --nlist 16384 --nprobe 32 --k 10 --engines gpu-cohort --control-threads $ct \
+            --drivers 8 --max-cohort 2048 --window 8192,16384 --duration 2 --gpu-precision u8 --log-level warn \
+            --out "$R/engine-10m-u8-ctl$ct.json" > /dev/null 2>&1 || echo "engine ctl $ct failed"
+    done
+    # Served: one `serve` on one GPU (cores 0-7), the echo anchor first, on the same data.
+    OUT=$R WORK=/tmp/cw N=10000000 NLIST=16384 NPROBE=32 NODES=9 SINGLE_GPUS=1 TAG=10m-u8 \
+        SINGLE_ARGS="--gpu-precision u8" RATES=${RATES:-100k,200k,300k,400k} \
+        timeout 300 scripts/cluster-served.sh knn 2>&1 | grep -v Killed | tail -20
+    tar czf "$OUT/tenm.tgz" -C "$R" . && rm -rf "$R"
+    ;;
+esac
