@@ -9,6 +9,8 @@
 #   tests:   every GPU check of the carried build (scripts/gpu-check run tests), the 10M data
 #            made on the CPU meanwhile; with TENM=1 then the 10M index's kernels alone (every
 #            build) and the engine over 2 control threads (the new build).
+#   tenm-tail: the served 10M index at RATE (100k) with --max-cohort 2048 and 256, the engine's
+#            histograms (cohort size, queue wait, compute) read from its admin endpoint after.
 #   ROUNDS=N kernels: N rounds (2); MID=0 leaves out cohorts 256 and 512; SELFTEST_S the
 #            self-test's limit (200 s; it takes about 100).
 #   FILTER_FROM=1 kernels: the new build's cohorts 64..1 024 with the tensor-core filter
@@ -94,5 +96,29 @@ tenm)
         SINGLE_ARGS="--gpu-precision u8" RATES=${RATES:-100k,200k,300k,400k} \
         timeout 300 scripts/cluster-served.sh knn 2>&1 | grep -v Killed | tail -20
     tar czf "$OUT/tenm.tgz" -C "$R" . && rm -rf "$R"
+    ;;
+tenm-tail)
+    # Where the served 10M index's tail comes from (lease 1: p99 4.6 ms at 100 K, p50 0.43):
+    # one `serve` as in tenm, the load at RATE (100k) for 5 s, then the engine's histograms
+    # (cohort sizes, queue waits, compute) from its admin endpoint, once with --max-cohort 2048
+    # and once with 256 (the default).
+    while pgrep -f "data synth" > /dev/null; do sleep 2; done
+    tenm_synth
+    [ -f $T/ivf16384.index ] || timeout 150 $B index build --base $T/base.fvecs --nlist 16384 --out $T/ivf16384.index --log-level warn
+    R=$OUT/r; mkdir -p $R
+    for mc in 2048 256; do
+        taskset -c 0-7 $B serve --service knn:gpu-cohort --index $T/ivf16384.index --gpus 0 --udp 127.0.0.1:7210 \
+            --io-threads 4 --max-cohort $mc --gpu-precision u8 --admin 127.0.0.1:7219 --log-level warn > /tmp/tail.out 2> $R/serve-c$mc.log &
+        pid=$!
+        for _ in $(seq 1 600); do grep -q '^listening' /tmp/tail.out 2>/dev/null && break; sleep 0.1; done
+        taskset -c 8-15 $B load --target udp://127.0.0.1:7210 --service knn --queries $T/query.fvecs --gt $T/groundtruth.ivecs \
+            --k 10 --nprobe 32 --rate "${RATE:-100k}" --poisson --duration 5 --warmup 1 --connections 16 --server-pid $pid \
+            --json $R/tail-c$mc.json --log-level warn | sed -n 1,4p
+        python3 -c "import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:7219/metrics').read().decode())" \
+            > $R/metrics-c$mc.txt 2>&1
+        grep -E '^cohort_cohort_size|^cohort_.*(queue_wait|compute).*(_sum|_count)' $R/metrics-c$mc.txt | head -20
+        kill $pid; wait $pid 2>/dev/null
+    done
+    tar czf "$OUT/tail.tgz" -C "$R" . && rm -rf "$R"
     ;;
 esac
