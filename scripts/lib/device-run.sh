@@ -53,3 +53,24 @@ kernels_beside() {
         done
     done
 }
+
+# The k-NN data sets the device scripts measure on (SIFT-like, made by the build $B): the 1M set
+# in $D, the 10M set in $T, each made once a lease (/tmp is lost when the machine goes back).
+D=${D:-/tmp/k/sift-like-1m}
+T=${T:-/tmp/cw/sift-like-10000000}
+# The 1M set and its nlist 4096 index, built on DEVICE (default auto). Usage: knn_1m_data [DEVICE]
+knn_1m_data() {
+    [ -f $D/groundtruth.ivecs ] || timeout 150 $B data synth --n 1000000 --dim 128 --queries 1000 --out $D --log-level warn
+    [ -f $D/ivf4096.index ] || timeout 150 $B index build --device "${1:-auto}" --base $D/base.fvecs --nlist 4096 \
+        --out $D/ivf4096.index --log-level warn
+}
+# The 10M set (48 s of CPU), waiting for one already being made in the background.
+knn_10m_synth() {
+    while pgrep -f "data synth --n 10000000" > /dev/null; do sleep 2; done
+    [ -f $T/groundtruth.ivecs ] || timeout 200 $B data synth --n 10000000 --dim 128 --queries 1000 --out $T --log-level warn
+}
+# The 10M set and its nlist 16384 index (about 30 s on the GPU).
+knn_10m_data() {
+    knn_10m_synth
+    [ -f $T/ivf16384.index ] || timeout 150 $B index build --base $T/base.fvecs --nlist 16384 --out $T/ivf16384.index --log-level warn
+}

@@ -19,22 +19,11 @@ set -u
 export CUDA_MODULE_LOADING=EAGER NCCL_NVLS_ENABLE=0
 source scripts/lib/device-run.sh
 unpack_carried dist-base/b/*.xz
-D=/tmp/k/sift-like-1m
 B=dist/cohort
-data() { # the 1M SIFT-like data and its nlist 4096 index; DEVICE (default auto) builds it
-    [ -f $D/groundtruth.ivecs ] || timeout 150 $B data synth --n 1000000 --dim 128 --queries 1000 --out $D --log-level warn
-    [ -f $D/ivf4096.index ] || timeout 150 $B index build --device "${1:-auto}" --base $D/base.fvecs --nlist 4096 \
-        --out $D/ivf4096.index --log-level warn
-}
-T=/tmp/cw/sift-like-10000000
-tenm_data() { # the 10M SIFT-like data and its nlist 16384 index, made on the GPU
-    [ -f $T/groundtruth.ivecs ] || timeout 200 $B data synth --n 10000000 --dim 128 --queries 1000 --out $T --log-level warn
-    [ -f $T/ivf16384.index ] || timeout 150 $B index build --base $T/base.fvecs --nlist 16384 --out $T/ivf16384.index --log-level warn
-}
 case "$1" in
 kernels)
     while pgrep -f "index build --device cpu" > /dev/null; do sleep 2; done
-    data
+    knn_1m_data
     rounds=2
     if [ "${SELFTEST:-1}" = 1 ]; then
         nv=$(python3 -c "import nvidia, os; print(os.path.join(nvidia.__path__[0], 'cu13', 'lib'))" 2>/dev/null)
@@ -48,13 +37,13 @@ kernels)
     kernels_beside $rounds
     ;;
 ncu)
-    data
+    knn_1m_data
     ncu_kernels_8192 'knn_filter_tc' 2 ncu-8192-filter.txt
     ;;
 tenm)
     # The 10M index (nlist 16384, nprobe 32), u8 storage, in process: the kernels alone and
     # the gpu-cohort engine (8 drivers), the new build beside e2c6bad, alternating.
-    tenm_data
+    knn_10m_data
     for b in cohort cohort-e2c6bad; do
         timeout 90 dist/$b bench gpu-kernels --data $T --nlist 16384 --nprobe 32 --cohorts 1024,8192 --precision u8 \
             --out "$OUT/gpu-kernels-10m-$b.json" --log-level warn > /dev/null 2>&1 || echo "kernels $b failed"
@@ -67,7 +56,7 @@ tenm)
     ;;
 tenm-wide)
     # As tenm's engine step with cohorts up to 8 192 (the kernels' best), the new build first.
-    tenm_data
+    knn_10m_data
     for b in cohort cohort-e2c6bad; do
         timeout 60 dist/$b bench engine --data $T --nlist 16384 --nprobe 32 --k 10 --engines gpu-cohort \
             --drivers 8 --max-cohort 8192 --window 16384,32768 --duration 2 --gpu-precision u8 --log-level warn \
@@ -77,7 +66,7 @@ tenm-wide)
 tenm-ctl)
     # The 10M index's engine with its host work over 1 and 2 control threads (one control
     # thread stages and answers ~2 M requests/s: is that where the engine loses to its kernels?).
-    tenm_data
+    knn_10m_data
     for ct in 1 2; do
         timeout 60 $B bench engine --data $T --nlist 16384 --nprobe 32 --k 10 --engines gpu-cohort --control-threads $ct \
             --drivers 8 --max-cohort 2048 --window 8192,16384 --duration 2 --gpu-precision u8 --log-level warn \
@@ -86,7 +75,7 @@ tenm-ctl)
     ;;
 small)
     # Small cohorts through the engine (1M, u8): launched kernels against replayed CUDA graphs.
-    data
+    knn_1m_data
     for mc in 64 256; do
         for gr in "" --cohort-graphs; do
             timeout 60 $B bench engine --data $D --nlist 4096 --nprobe 16 --k 10 --engines gpu-cohort $gr \
@@ -97,7 +86,7 @@ small)
     ;;
 tests)
     # The data for a `kernels` call after this one, made on the CPU meanwhile.
-    (data cpu > /tmp/data.log 2>&1 &)
+    (knn_1m_data cpu > /tmp/data.log 2>&1 &)
     gpu_checks
     ;;
 esac

@@ -24,19 +24,10 @@ set -u
 export CUDA_MODULE_LOADING=EAGER NCCL_NVLS_ENABLE=0
 source scripts/lib/device-run.sh
 unpack_carried dist-base/b/*.xz
-D=/tmp/k/sift-like-1m
 B=dist/cohort
-T=/tmp/cw/sift-like-10000000
-data() { # the 1M SIFT-like data and its nlist 4096 index
-    [ -f $D/groundtruth.ivecs ] || timeout 150 $B data synth --n 1000000 --dim 128 --queries 1000 --out $D --log-level warn
-    [ -f $D/ivf4096.index ] || timeout 150 $B index build --base $D/base.fvecs --nlist 4096 --out $D/ivf4096.index --log-level warn
-}
-tenm_synth() {
-    [ -f $T/groundtruth.ivecs ] || timeout 200 $B data synth --n 10000000 --dim 128 --queries 1000 --out $T --log-level warn
-}
 case "$1" in
 kernels)
-    data
+    knn_1m_data
     nv=$(python3 -c "import nvidia, os; print(os.path.join(nvidia.__path__[0], 'cu13', 'lib'))" 2>/dev/null)
     LD_LIBRARY_PATH="$nv:${LD_LIBRARY_PATH:-}" timeout "${SELFTEST_S:-200}" $B selftest gpu --only knn --log-level warn > "$OUT/selftest-knn.log" 2>&1
     rc=$?
@@ -59,13 +50,11 @@ kernels)
 tests)
     # The GPU checks, then (TENM=1) the 10M index's kernels alone for every build and the
     # engine over 2 control threads for the new one, its data made on the CPU meanwhile.
-    (tenm_synth > /tmp/synth.log 2>&1 &)
+    (knn_10m_synth > /tmp/synth.log 2>&1 &)
     gpu_checks
     rc=$?
     if [ "${TENM:-0}" = 1 ]; then
-        while pgrep -f "data synth" > /dev/null; do sleep 2; done
-        tenm_synth
-        [ -f $T/ivf16384.index ] || timeout 150 $B index build --base $T/base.fvecs --nlist 16384 --out $T/ivf16384.index --log-level warn
+        knn_10m_data
         for b in cohort $(cd dist && ls cohort-* 2>/dev/null); do
             timeout 90 dist/$b bench gpu-kernels --data $T --nlist 16384 --nprobe 32 --cohorts 1024,8192 --precision u8 \
                 --out "$OUT/gpu-kernels-10m-$b.json" --log-level warn > /dev/null 2>&1 || echo "kernels $b failed"
@@ -78,9 +67,7 @@ tests)
     exit $rc
     ;;
 tenm)
-    while pgrep -f "data synth" > /dev/null; do sleep 2; done
-    tenm_synth
-    [ -f $T/ivf16384.index ] || timeout 150 $B index build --base $T/base.fvecs --nlist 16384 --out $T/ivf16384.index --log-level warn
+    knn_10m_data
     R=$OUT/r; mkdir -p $R
     for b in cohort $(cd dist && ls cohort-* 2>/dev/null); do
         timeout 90 dist/$b bench gpu-kernels --data $T --nlist 16384 --nprobe 32 --cohorts 1024,8192 --precision u8 \
@@ -102,9 +89,7 @@ tenm-tail)
     # one `serve` as in tenm, the load at RATE (100k) for 5 s, then the engine's histograms
     # (cohort sizes, queue waits, compute) from its admin endpoint, once with --max-cohort 2048
     # and once with 256 (the default).
-    while pgrep -f "data synth" > /dev/null; do sleep 2; done
-    tenm_synth
-    [ -f $T/ivf16384.index ] || timeout 150 $B index build --base $T/base.fvecs --nlist 16384 --out $T/ivf16384.index --log-level warn
+    knn_10m_data
     R=$OUT/r; mkdir -p $R
     for mc in 2048 256; do
         taskset -c 0-7 $B serve --service knn:gpu-cohort --index $T/ivf16384.index --gpus 0 --udp 127.0.0.1:7210 \
