@@ -1,6 +1,11 @@
 # Sourced by the device scripts under bench/results/ (run on the GPU machine, from the
 # repository root, $OUT the folder that comes back): the steps every such script takes.
 
+# Persistent kernels need their modules loaded up front; NVLink multicast stays off. $B: the
+# build a script runs unless it names a cohort-NAME variant.
+export CUDA_MODULE_LOADING=EAGER NCCL_NVLS_ENABLE=0
+B=${B:-dist/cohort}
+
 # Puts what the call carried from dist-base/ into dist/ and names the GPUs in $OUT/gpus.txt.
 # Usage: unpack_carried XZ_FILE... - each an xz'd binary (dist/NAME from NAME.xz, kept if
 # there already); then the cohort-NAME variants' one xz'd tar (near-identical binaries
@@ -73,4 +78,16 @@ knn_10m_synth() {
 knn_10m_data() {
     knn_10m_synth
     [ -f $T/ivf16384.index ] || timeout 150 $B index build --base $T/base.fvecs --nlist 16384 --out $T/ivf16384.index --log-level warn
+}
+
+# The k-NN self-test of the build $B (its kernels against the CPU twins), its log in
+# $OUT/selftest-knn.log, within LIMIT seconds (it takes about 100); returns its status.
+# Usage: knn_selftest LIMIT
+knn_selftest() {
+    local nv rc
+    nv=$(python3 -c "import nvidia, os; print(os.path.join(nvidia.__path__[0], 'cu13', 'lib'))" 2>/dev/null)
+    LD_LIBRARY_PATH="$nv:${LD_LIBRARY_PATH:-}" timeout "$1" $B selftest gpu --only knn --log-level warn > "$OUT/selftest-knn.log" 2>&1
+    rc=$?
+    echo "selftest knn: exit $rc"; tail -5 "$OUT/selftest-knn.log"
+    return $rc
 }

@@ -21,18 +21,12 @@
 # Carried: dist-base/kv.tar.xz (cohort and cohort-NAME builds, one xz'd tar) and dist-base/b
 # (the test executables of `scripts/gpu-check build`, each xz'd).
 set -u
-export CUDA_MODULE_LOADING=EAGER NCCL_NVLS_ENABLE=0
 source scripts/lib/device-run.sh
 unpack_carried dist-base/b/*.xz
-B=dist/cohort
 case "$1" in
 kernels)
     knn_1m_data
-    nv=$(python3 -c "import nvidia, os; print(os.path.join(nvidia.__path__[0], 'cu13', 'lib'))" 2>/dev/null)
-    LD_LIBRARY_PATH="$nv:${LD_LIBRARY_PATH:-}" timeout "${SELFTEST_S:-200}" $B selftest gpu --only knn --log-level warn > "$OUT/selftest-knn.log" 2>&1
-    rc=$?
-    echo "selftest knn: exit $rc"; tail -5 "$OUT/selftest-knn.log"
-    [ $rc = 0 ] || exit $rc
+    knn_selftest "${SELFTEST_S:-200}" || exit $?
     kernels_beside "${ROUNDS:-2}"
     if [ "${FILTER_FROM:-0}" = 1 ]; then # where the tensor-core filter should start (lease 1)
         for f in tensor:64 tensor; do
