@@ -91,3 +91,25 @@ knn_selftest() {
     echo "selftest knn: exit $rc"; tail -5 "$OUT/selftest-knn.log"
     return $rc
 }
+
+# The 10M set (nlist 16384, nprobe 32, u8 storage) in process, JSON per run into DIR:
+# knn_10m_kernels DIR - the kernels alone (`bench gpu-kernels`, cohorts 1 024 and 8 192) for
+# dist/cohort and each carried dist/cohort-NAME; knn_10m_engine DIR CTL... - the gpu-cohort
+# engine of $B (8 drivers, --max-cohort 2048, windows 8 192 and 16 384) over each count of
+# control threads.
+knn_10m_kernels() {
+    local b
+    for b in cohort $(cd dist && ls cohort-* 2>/dev/null); do
+        timeout 90 dist/$b bench gpu-kernels --data $T --nlist 16384 --nprobe 32 --cohorts 1024,8192 --precision u8 \
+            --out "$1/gpu-kernels-10m-$b.json" --log-level warn > /dev/null 2>&1 || echo "kernels $b failed"
+    done
+}
+knn_10m_engine() {
+    local dir=$1 ct
+    shift
+    for ct in "$@"; do
+        timeout 60 $B bench engine --data $T --nlist 16384 --nprobe 32 --k 10 --engines gpu-cohort --control-threads $ct \
+            --drivers 8 --max-cohort 2048 --window 8192,16384 --duration 2 --gpu-precision u8 --log-level warn \
+            --out "$dir/engine-10m-u8-ctl$ct.json" > /dev/null 2>&1 || echo "engine ctl $ct failed"
+    done
+}

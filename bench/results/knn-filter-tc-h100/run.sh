@@ -61,11 +61,7 @@ tenm-ctl)
     # The 10M index's engine with its host work over 1 and 2 control threads (one control
     # thread stages and answers ~2 M requests/s: is that where the engine loses to its kernels?).
     knn_10m_data
-    for ct in 1 2; do
-        timeout 60 $B bench engine --data $T --nlist 16384 --nprobe 32 --k 10 --engines gpu-cohort --control-threads $ct \
-            --drivers 8 --max-cohort 2048 --window 8192,16384 --duration 2 --gpu-precision u8 --log-level warn \
-            --out "$OUT/engine-10m-u8-ctl$ct.json" > /dev/null 2>&1 || echo "engine ctl $ct failed"
-    done
+    knn_10m_engine "$OUT" 1 2
     ;;
 small)
     # Small cohorts through the engine (1M, u8): launched kernels against replayed CUDA graphs.

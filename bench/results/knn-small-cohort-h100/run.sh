@@ -49,13 +49,8 @@ tests)
     rc=$?
     if [ "${TENM:-0}" = 1 ]; then
         knn_10m_data
-        for b in cohort $(cd dist && ls cohort-* 2>/dev/null); do
-            timeout 90 dist/$b bench gpu-kernels --data $T --nlist 16384 --nprobe 32 --cohorts 1024,8192 --precision u8 \
-                --out "$OUT/gpu-kernels-10m-$b.json" --log-level warn > /dev/null 2>&1 || echo "kernels $b failed"
-        done
-        timeout 60 $B bench engine --data $T --nlist 16384 --nprobe 32 --k 10 --engines gpu-cohort --control-threads 2 \
-            --drivers 8 --max-cohort 2048 --window 8192,16384 --duration 2 --gpu-precision u8 --log-level warn \
-            --out "$OUT/engine-10m-u8-ctl2.json" > /dev/null 2>&1 || echo "engine failed"
+        knn_10m_kernels "$OUT"
+        knn_10m_engine "$OUT" 2
         tar czf "$OUT/tenm.tgz" -C "$OUT" $(cd "$OUT" && ls *.json) && (cd "$OUT" && rm -f *.json)
     fi
     exit $rc
@@ -63,15 +58,8 @@ tests)
 tenm)
     knn_10m_data
     R=$OUT/r; mkdir -p $R
-    for b in cohort $(cd dist && ls cohort-* 2>/dev/null); do
-        timeout 90 dist/$b bench gpu-kernels --data $T --nlist 16384 --nprobe 32 --cohorts 1024,8192 --precision u8 \
-            --out "$R/gpu-kernels-10m-$b.json" --log-level warn > /dev/null 2>&1 || echo "kernels $b failed"
-    done
-    for ct in 1 2; do
-        timeout 60 $B bench engine --data $T --nlist 16384 --nprobe 32 --k 10 --engines gpu-cohort --control-threads $ct \
-            --drivers 8 --max-cohort 2048 --window 8192,16384 --duration 2 --gpu-precision u8 --log-level warn \
-            --out "$R/engine-10m-u8-ctl$ct.json" > /dev/null 2>&1 || echo "engine ctl $ct failed"
-    done
+    knn_10m_kernels "$R"
+    knn_10m_engine "$R" 1 2
     # Served: one `serve` on one GPU (cores 0-7), the echo anchor first, on the same data.
     OUT=$R WORK=/tmp/cw N=10000000 NLIST=16384 NPROBE=32 NODES=9 SINGLE_GPUS=1 TAG=10m-u8 \
         SINGLE_ARGS="--gpu-precision u8" RATES=${RATES:-100k,200k,300k,400k} \
