@@ -33,6 +33,12 @@ gpu_checks() {
     return $rc
 }
 
+# The builds a call carried: cohort, then each cohort-NAME variant in dist/.
+carried_builds() {
+    echo cohort
+    (cd dist && ls cohort-* 2>/dev/null)
+}
+
 # Nsight Compute's sections (clocks left alone) for the kernels named by REGEX, COUNT launches
 # after the first 3, in `bench gpu-kernels` on the 1M data $D at cohort 8 192 with u8 storage,
 # the binary $B; the report to $OUT/FILE. Usage: ncu_kernels_8192 REGEX COUNT FILE
@@ -52,7 +58,7 @@ ncu_kernels_8192() {
 kernels_beside() {
     local round b
     for round in $(seq 1 "$1"); do
-        for b in cohort $(cd dist && ls cohort-* 2>/dev/null); do
+        for b in $(carried_builds); do
             timeout 120 dist/$b bench gpu-kernels --data $D --nlist 4096 --nprobe 16 --cohorts 64,1024,8192 \
                 --precision f32,u8 --out "$OUT/gpu-kernels-$b-r$round.json" --log-level warn 2>&1 | tail -14
         done
@@ -99,7 +105,7 @@ knn_selftest() {
 # control threads.
 knn_10m_kernels() {
     local b
-    for b in cohort $(cd dist && ls cohort-* 2>/dev/null); do
+    for b in $(carried_builds); do
         timeout 90 dist/$b bench gpu-kernels --data $T --nlist 16384 --nprobe 32 --cohorts 1024,8192 --precision u8 \
             --out "$1/gpu-kernels-10m-$b.json" --log-level warn > /dev/null 2>&1 || echo "kernels $b failed"
     done

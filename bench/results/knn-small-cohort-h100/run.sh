@@ -34,7 +34,7 @@ kernels)
                 --precision u8 --out "$OUT/gpu-kernels-filter-${f/:/}.json" --log-level warn 2>&1 | tail -4
         done
     elif [ "${MID:-1}" = 1 ]; then # the cohorts between, each build once
-        for b in cohort $(cd dist && ls cohort-* 2>/dev/null); do
+        for b in $(carried_builds); do
             timeout 120 dist/$b bench gpu-kernels --data $D --nlist 4096 --nprobe 16 --cohorts 256,512 \
                 --precision u8 --out "$OUT/gpu-kernels-mid-$b.json" --log-level warn 2>&1 | tail -2
         done
