@@ -374,14 +374,28 @@ __device__ __forceinline__ unsigned order_key(float x) {
     return (u & 0x80000000u) ? ~u : (u | 0x80000000u);
 }
 
+// Sum over the warp's lanes, on every lane.
+__device__ __forceinline__ unsigned warp_sum(unsigned v) {
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(FULL, v, off);
+    return v;
+}
+
+// Inclusive prefix sum over the warp's lanes.
+__device__ __forceinline__ unsigned warp_inclusive_scan(unsigned v) {
+    const int lane = threadIdx.x % 32;
+#pragma unroll
+    for (int off = 1; off < 32; off <<= 1) {
+        const unsigned o = __shfl_up_sync(FULL, v, off);
+        if (lane >= off) v += o;
+    }
+    return v;
+}
+
 // Inclusive prefix sum over the block's threads (warp_tot: one entry per warp).
 __device__ unsigned block_inclusive_scan(unsigned v, unsigned* warp_tot) {
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-#pragma unroll
-    for (int off = 1; off < 32; off <<= 1) {
-        unsigned o = __shfl_up_sync(FULL, v, off);
-        if (lane >= off) v += o;
-    }
+    v = warp_inclusive_scan(v);
     if (lane == 31) warp_tot[warp] = v;
     __syncthreads();
     unsigned add = 0;
@@ -609,12 +623,7 @@ __device__ unsigned plan_query_warp(const unsigned* __restrict__ probes, int npr
             len = (unsigned)(offsets[c + 1] - offsets[c]);
             atomicAdd(&counts[c], 1u);
         }
-        unsigned incl = len;
-#pragma unroll
-        for (int off = 1; off < 32; off <<= 1) {
-            const unsigned o = __shfl_up_sync(FULL, incl, off);
-            if (lane >= off) incl += o;
-        }
+        const unsigned incl = warp_inclusive_scan(len);
         if (p < nprobe) poff[p] = run + incl - len;
         run += __shfl_sync(FULL, incl, 31);
     }
@@ -639,24 +648,6 @@ __device__ __forceinline__ unsigned cell_chunks(unsigned long long len, int chun
 }
 __device__ __forceinline__ unsigned cell_items(unsigned pairs, unsigned long long len, int chunk) {
     return ((pairs + QB - 1) / QB) * cell_chunks(len, chunk);
-}
-
-// Sum over the warp's lanes, on every lane.
-__device__ __forceinline__ unsigned warp_sum(unsigned v) {
-#pragma unroll
-    for (int off = 16; off > 0; off >>= 1) v += __shfl_xor_sync(FULL, v, off);
-    return v;
-}
-
-// Inclusive prefix sum over the warp's lanes.
-__device__ __forceinline__ unsigned warp_inclusive_scan(unsigned v) {
-    const int lane = threadIdx.x % 32;
-#pragma unroll
-    for (int off = 1; off < 32; off <<= 1) {
-        const unsigned o = __shfl_up_sync(FULL, v, off);
-        if (lane >= off) v += o;
-    }
-    return v;
 }
 
 // Stage 4 (the whole block): cursor = exclusive prefix of counts (where each cell's pairs
