@@ -364,6 +364,8 @@ pub struct Buffers {
     counts: CudaSlice<u32>,
     cursor: CudaSlice<u32>,
     items: CudaSlice<u32>,
+    /// The search's work counter (one; knn_scan_items zeroes it).
+    next_item: CudaSlice<u32>,
     order: CudaSlice<u32>,
     poff: CudaSlice<u32>,
     totals: CudaSlice<u32>,
@@ -524,6 +526,7 @@ impl GpuIvf {
             counts: s.alloc_zeros(self.nlist)?,
             cursor: s.alloc_zeros(self.nlist)?,
             items: s.alloc_zeros(self.nlist + 1)?,
+            next_item: s.alloc_zeros(1)?,
             order: s.alloc_zeros(cap * tiled_probe)?,
             poff: s.alloc_zeros(cap * tiled_probe)?,
             totals: s.alloc_zeros(cap)?,

@@ -335,8 +335,9 @@ impl GpuIvf {
             chunk: schunk,
             cursor: Dev::of_mut(&mut b.cursor, s),
             items: Dev::of_mut(&mut b.items, s),
+            next_item: Dev::of_mut(&mut b.next_item, s),
         };
-        // SAFETY: one block; cursor holds nlist, items nlist + 1.
+        // SAFETY: one block; cursor holds nlist, items nlist + 1, next_item 1.
         unsafe { kn.scan_items.launch(s, Work::Grid(1, 1), 0, &args) }?;
         after("scan_items")?;
 
@@ -368,6 +369,7 @@ impl GpuIvf {
             poff: Dev::of(&b.poff, s),
             cand: Dev::of_mut(&mut b.cand, s),
             stride: stride as u64,
+            next_item: Dev::of_mut(&mut b.next_item, s),
         };
         // At most one work item per pair per row chunk of the largest cell.
         let bound = pairs * self.top_rows[1].div_ceil(schunk as usize).max(1);

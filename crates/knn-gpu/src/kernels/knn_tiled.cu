@@ -38,6 +38,7 @@ struct DistSmem {
     float xs[RT][DC + 1];
     // The row path's queries; also the integer tensor-core path's byte queries and norms.
     alignas(16) float qsm[ROW_PATH_MAX * ROW_PATH_DIM];
+    unsigned next_item;  // the block's next work item, taken from the search's work counter
 };
 
 // The row elements thread threadIdx.x stages for one tile chunk: rows [t0, t0 + RT) and
@@ -704,10 +705,12 @@ struct KnnScanItemsArgs {
     int chunk;
     unsigned* cursor;                   // nlist
     unsigned* items;                    // nlist + 1
+    unsigned* next_item;                // 1: knn_search_tiled's work counter, zeroed here
 };
 
 // One block.
 extern "C" __global__ void knn_scan_items(const KnnScanItemsArgs a) {
+    if (threadIdx.x == 0) *a.next_item = 0;
     scan_items(a.counts, a.nlist, a.offsets, a.chunk, a.cursor, a.items);
 }
 
@@ -727,8 +730,30 @@ extern "C" __global__ void knn_scatter(const KnnScatterArgs a) {
     }
 }
 
-// Stage 6. Blocks stride over the work items (their number is only known on the device):
-// items vb0, vb0 + vstep, ... A pair b is probe b % pstride of query b / pstride (pstride:
+// The cell of work item `it`: the last c with items[c] <= it (a cell with no items has
+// items[c] == items[c + 1] and is skipped). Each warp finds it alone, 32 probes a round, so
+// 3 dependent loads find it among up to 32 768 cells where a binary search made 12 to 15 (at
+// cohorts of ~1 000 a work item is a few microseconds of rows, and the lookup was a chain of
+// cached loads in front of each). Ends for any `items`, sorted or not.
+__device__ __forceinline__ int item_cell(const unsigned* __restrict__ items, int nlist, unsigned it) {
+    const unsigned lane = threadIdx.x % 32;
+    int lo = 0, hi = nlist - 1;  // items[lo] <= it (items[0] is 0)
+    while (lo < hi) {
+        const unsigned span = (unsigned)(hi - lo + 1);
+        const int p = lo + (int)(lane * span / 32);  // lane 0 probes lo itself
+        const unsigned le = __ballot_sync(FULL, lane == 0 || items[p] <= it);
+        const int last = 31 - __clz(le);  // the last lane whose probe is <= it
+        const int from = __shfl_sync(FULL, p, last), next = __shfl_sync(FULL, p, min(last + 1, 31));
+        hi = last == 31 ? hi : next - 1;
+        lo = from;
+    }
+    return lo;
+}
+
+// Stage 6. Work items come from a counter in `next_item` (the batch kernels: a block takes the
+// next item when it finishes one, so cells of unequal length even out across the blocks), or,
+// where it is null, blocks stride over them: items vb0, vb0 + vstep, ... (the persistent
+// kernel's groups). A pair b is probe b % pstride of query b / pstride (pstride:
 // the probes row length, nprobe or the persistent engine's max_probe); the query's vector is
 // row q of `queries`, or row qslot[q] when given. cand: query q's candidate row starts at
 // q * stride; probe p's rows at poff[q * pstride + p]. Cell c's rows are rows offsets[c].. of
@@ -742,18 +767,18 @@ __device__ void search_tiled(const float* __restrict__ queries, const unsigned* 
                              int pstride, int dim, int chunk, const unsigned* __restrict__ counts,
                              const unsigned* __restrict__ cursor, const unsigned* __restrict__ items,
                              const unsigned* __restrict__ order, const unsigned* __restrict__ poff,
-                             float* __restrict__ cand, size_t stride, unsigned vb0, unsigned vstep, DistSmem& sm) {
+                             float* __restrict__ cand, size_t stride, unsigned vb0, unsigned vstep,
+                             unsigned* next_item, DistSmem& sm) {
     size_t* qrow = sm.qrow;
     size_t* obase = sm.obase;
     float* qsm = sm.qsm;
     const unsigned total = items[nlist];
-    for (unsigned it = vb0; it < total; it += vstep) {
-        int lo = 0, hi = nlist - 1;  // the cell: last c with items[c] <= it (skips cells with none)
-        while (lo < hi) {
-            int mid = (lo + hi + 1) / 2;
-            if (items[mid] <= it) lo = mid; else hi = mid - 1;
-        }
-        const int c = lo;
+    if (next_item) {
+        if (threadIdx.x == 0) sm.next_item = atomicAdd(next_item, 1u);
+        __syncthreads();
+    }
+    for (unsigned it = next_item ? sm.next_item : vb0; it < total; it = next_item ? sm.next_item : it + vstep) {
+        const int c = item_cell(items, nlist, it);
         const unsigned long long start = offsets[c], len = offsets[c + 1] - start;
         const unsigned chunks = cell_chunks(len, chunk);
         const unsigned local = it - items[c], g = local / chunks, h = local % chunks;
@@ -766,9 +791,13 @@ __device__ void search_tiled(const float* __restrict__ queries, const unsigned* 
             obase[threadIdx.x] = q * stride + poff[b] + (size_t)h * chunk;
         }
         __syncthreads();
+        // Every thread has read this item from sm.next_item: the next one is taken now, its
+        // atomic's latency behind this item's rows, and stored before the item's last barrier.
+        const unsigned next = next_item && threadIdx.x == 0 ? atomicAdd(next_item, 1u) : 0u;
         const int nr = (int)min((unsigned long long)chunk, len - (unsigned long long)h * chunk);
         const T* rows = list_rows ? (const T*)list_rows[c] : vectors;
         const size_t r0 = (list_rows ? 0 : start) + (size_t)h * chunk;
+        bool done = false;
 #if __CUDA_ARCH__ >= 800
         if constexpr (IsU8<T>::value) {
             // Integral queries on u8 rows: the exact integer tensor-core product, whatever the
@@ -779,18 +808,25 @@ __device__ void search_tiled(const float* __restrict__ queries, const unsigned* 
                 stage_u8_queries(queries, qrow, nqg, dim, qs8, q2)) {
                 tc_distances_u8<METRIC>(reinterpret_cast<const unsigned char*>(rows), r0, nr, dim, nqg, qs8, q2,
                                         cand, obase);
-                __syncthreads();
-                continue;
+                done = true;
             }
         }
 #endif
         // Few queries on this cell: a thread per row; else the 32-query tile.
         const bool rows_path = nqg <= ROW_PATH_MAX && dim <= ROW_PATH_DIM;
-        if (!rows_path) tile_distances<T, METRIC>(queries, qrow, nqg, rows, r0, nr, dim, cand, obase, sm);
-        else if (nqg == 1) row_distances<T, METRIC, 1>(queries, qrow, nqg, rows, r0, nr, dim, cand, obase, qsm);
-        else if (nqg == 2) row_distances<T, METRIC, 2>(queries, qrow, nqg, rows, r0, nr, dim, cand, obase, qsm);
-        else if (nqg <= 4) row_distances<T, METRIC, 4>(queries, qrow, nqg, rows, r0, nr, dim, cand, obase, qsm);
-        else row_distances<T, METRIC, ROW_PATH_MAX>(queries, qrow, nqg, rows, r0, nr, dim, cand, obase, qsm);
+        if (done) {
+        } else if (!rows_path) {
+            tile_distances<T, METRIC>(queries, qrow, nqg, rows, r0, nr, dim, cand, obase, sm);
+        } else if (nqg == 1) {
+            row_distances<T, METRIC, 1>(queries, qrow, nqg, rows, r0, nr, dim, cand, obase, qsm);
+        } else if (nqg == 2) {
+            row_distances<T, METRIC, 2>(queries, qrow, nqg, rows, r0, nr, dim, cand, obase, qsm);
+        } else if (nqg <= 4) {
+            row_distances<T, METRIC, 4>(queries, qrow, nqg, rows, r0, nr, dim, cand, obase, qsm);
+        } else {
+            row_distances<T, METRIC, ROW_PATH_MAX>(queries, qrow, nqg, rows, r0, nr, dim, cand, obase, qsm);
+        }
+        if (next_item && threadIdx.x == 0) sm.next_item = next;
         __syncthreads();
     }
 }
@@ -807,6 +843,7 @@ struct KnnSearchTiledArgs {
     const unsigned* poff;
     float* cand;                        // nq x stride
     unsigned long long stride;
+    unsigned* next_item;                // the work counter knn_scan_items zeroed
 };
 
 // At most 128 registers, so two 256-thread blocks fit an SM (the grid-stride search depends on
@@ -818,11 +855,11 @@ struct KnnSearchTiledArgs {
         if (a.metric == 0)                                                                                            \
             search_tiled<T, 0>(a.queries, nullptr, vectors, a.offsets, nullptr, a.nlist, a.nprobe, a.dim, a.chunk,    \
                                a.counts, a.cursor, a.items, a.order, a.poff, a.cand, a.stride, blockIdx.x, gridDim.x, \
-                               sm);                                                                                   \
+                               a.next_item, sm);                                                              \
         else                                                                                                          \
             search_tiled<T, 1>(a.queries, nullptr, vectors, a.offsets, nullptr, a.nlist, a.nprobe, a.dim, a.chunk,    \
                                a.counts, a.cursor, a.items, a.order, a.poff, a.cand, a.stride, blockIdx.x, gridDim.x, \
-                               sm);                                                                                   \
+                               a.next_item, sm);                                                              \
     }
 SEARCH_TILED(knn_search_tiled, float, 2)
 SEARCH_TILED(knn_search_tiled_f16, unsigned short, 2)

@@ -80,6 +80,8 @@ kernel_args! {
         chunk: i32,
         cursor: Dev<u32>,
         items: Dev<u32>,
+        /// One counter: the search's next work item, zeroed here.
+        next_item: Dev<u32>,
     }
 }
 
@@ -112,6 +114,8 @@ kernel_args! {
         poff: Dev<u32>,
         cand: Dev<f32>,
         stride: u64,
+        /// The work counter `knn_scan_items` zeroed: blocks take items from it in turn.
+        next_item: Dev<u32>,
     }
 }
 
@@ -155,8 +159,8 @@ pub const SCAN_ITEMS: KernelDecl<KnnScanItemsArgs> =
 /// Grid-stride over the pairs.
 pub const SCATTER: KernelDecl<KnnScatterArgs> =
     KernelDecl::new("knn_scatter", B, Grid::ThreadPerItem { cap: 1024 });
-/// By precision (f32, f16, u8); blocks stride over work items only the device counts, so the
-/// caller sizes the grid from the resident blocks.
+/// By precision (f32, f16, u8); blocks take work items (only the device counts them) from a
+/// counter `knn_scan_items` zeroes, so the caller sizes the grid from the resident blocks.
 pub const SEARCH: [KernelDecl<KnnSearchTiledArgs>; 3] = [
     KernelDecl::new("knn_search_tiled", B, Grid::Sized),
     KernelDecl::new("knn_search_tiled_f16", B, Grid::Sized),

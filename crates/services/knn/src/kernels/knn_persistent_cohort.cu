@@ -200,7 +200,7 @@ __device__ bool cohort_pass(const PRt& rt, const Grp& gr, const SvcArgs& a, cons
     search_tiled<T, METRIC>(queries, qs, (const T*)a.vectors, offsets, (const unsigned long long*)a.list_rows,
                             (int)nlist, (int)mp, (int)dim, schunk, counts,
                             cursor, (const unsigned*)a.items, (const unsigned*)a.order, poff, (float*)a.cand, stride,
-                            gr.rank, G, sm);
+                            gr.rank, G, nullptr, sm);
     if (!coh_barrier(rt, gr)) return false;
 
     // The k nearest of each row, answered.
