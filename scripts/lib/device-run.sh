@@ -40,15 +40,15 @@ carried_builds() {
 }
 
 # Nsight Compute's sections (clocks left alone) for the kernels named by REGEX, COUNT launches
-# after the first 3, in `bench gpu-kernels` on the 1M data $D at cohort 8 192 with u8 storage,
-# the binary $B; the report to $OUT/FILE. Usage: ncu_kernels_8192 REGEX COUNT FILE
-ncu_kernels_8192() {
-    timeout 240 ncu --clock-control none --kernel-name regex:"$1" \
-        --launch-skip 3 --launch-count "$2" --section SpeedOfLight --section Occupancy --section LaunchStats \
+# after the first 3, in `bench gpu-kernels` on the 1M data $D at cohort COHORT with u8 storage,
+# the binary $B; the report to $OUT/FILE. Usage: ncu_kernels COHORT REGEX COUNT FILE
+ncu_kernels() {
+    timeout 240 ncu --clock-control none --kernel-name regex:"$2" \
+        --launch-skip 3 --launch-count "$3" --section SpeedOfLight --section Occupancy --section LaunchStats \
         --section WarpStateStats --section MemoryWorkloadAnalysis --section SchedulerStats --section ComputeWorkloadAnalysis \
-        $B bench gpu-kernels --data $D --nlist 4096 --nprobe 16 --cohorts 8192 --precision u8 \
-        --out /tmp/ncu-bench.json --log-level warn > "$OUT/$3" 2>&1
-    tail -5 "$OUT/$3"
+        $B bench gpu-kernels --data $D --nlist 4096 --nprobe 16 --cohorts "$1" --precision u8 \
+        --out /tmp/ncu-bench.json --log-level warn > "$OUT/$4" 2>&1
+    tail -5 "$OUT/$4"
 }
 
 # The k-NN kernels alone (`bench gpu-kernels`, 1M data $D, nlist 4096, nprobe 16, cohorts

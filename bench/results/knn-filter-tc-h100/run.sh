@@ -32,7 +32,7 @@ kernels)
     ;;
 ncu)
     knn_1m_data
-    ncu_kernels_8192 'knn_filter_tc' 2 ncu-8192-filter.txt
+    ncu_kernels 8192 'knn_filter_tc' 2 ncu-8192-filter.txt
     ;;
 tenm)
     # The 10M index (nlist 16384, nprobe 32), u8 storage, in process: the kernels alone and

@@ -33,7 +33,7 @@ ncu)
     # Where the u8 scan and the filter spend their time (hardware counters; clocks left alone).
     [ -f $D/groundtruth.ivecs ] || timeout 150 $B data synth --n 1000000 --dim 128 --queries 1000 --out $D --log-level warn
     [ -f $D/ivf4096.index ] || timeout 150 $B index build --base $D/base.fvecs --nlist 4096 --out $D/ivf4096.index --log-level warn
-    ncu_kernels_8192 'knn_search_tiled_u8|knn_filter_tc|knn_select_search$' 3 ncu-8192-u8.txt
+    ncu_kernels 8192 'knn_search_tiled_u8|knn_filter_tc|knn_select_search$' 3 ncu-8192-u8.txt
     ;;
 served)
     # k-NN 1M served on 8 cores, one GPU, u8 storage: the new build and 90dd8c2's, alternating,
