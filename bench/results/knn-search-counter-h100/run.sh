@@ -9,6 +9,8 @@
 #   tests:   every GPU check of the new build (scripts/gpu-check run tests), the 10M data made
 #            on the CPU meanwhile; then the 10M index's kernels alone for every build and the
 #            gpu-cohort engine over 1 and 2 control threads (the new build).
+#   tail:    the served 10M index at 100 K with and without the load's NVML sampling, then at
+#            RATES (200k 300k) without (see the mode).
 # Carried: dist-base/kv.tar.xz (cohort and cohort-NAME builds, one xz'd tar) and dist-base/b
 # (the test executables of `scripts/gpu-check build`, each xz'd).
 set -u
@@ -41,8 +43,36 @@ tests)
     tar czf "$OUT/tenm.tgz" -C "$OUT" $(cd "$OUT" && ls *.json) && (cd "$OUT" && rm -f *.json)
     exit $rc
     ;;
+tail)
+    # The served 10M index's tail (p99 2.6 ms at 100 K, p50 0.31, engine p99 under 1.3 ms;
+    # lease2-tenm-tail/, `knn-small-cohort-h100/run.sh tenm-tail`): one `serve` (cores 0-7, --max-cohort 256), the load on
+    # 8-15 at 100 K with and without its NVML board-power sampling (--no-gpu-energy), then
+    # without it at RATES; the server's histograms read after each run.
+    knn_10m_data
+    R=$OUT/r; mkdir -p $R
+    taskset -c 0-7 $B serve --service knn:gpu-cohort --index $T/ivf16384.index --gpus 0 --udp 127.0.0.1:7210 \
+        --io-threads 4 --gpu-precision u8 --admin 127.0.0.1:7219 --log-level warn > /tmp/tail.out 2> $R/serve.log &
+    pid=$!
+    for _ in $(seq 1 600); do grep -q '^listening' /tmp/tail.out 2>/dev/null && break; sleep 0.1; done
+    run_load() { # NAME RATE [LOAD FLAGS...]
+        local name=$1 rate=$2
+        shift 2
+        taskset -c 8-15 $B load --target udp://127.0.0.1:7210 --service knn --queries $T/query.fvecs --gt $T/groundtruth.ivecs \
+            --k 10 --nprobe 32 --rate "$rate" --poisson --duration 5 --warmup 1 --connections 16 --server-pid $pid \
+            --json $R/load-$name.json --log-level warn "$@" | sed -n 2p
+        python3 -c "import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:7219/metrics').read().decode())" \
+            > $R/metrics-$name.txt 2>&1
+    }
+    for round in 1 2; do
+        run_load "100k-nvml-r$round" 100k
+        run_load "100k-quiet-r$round" 100k --no-gpu-energy
+    done
+    for rate in ${RATES:-200k 300k}; do run_load "$rate-quiet" $rate --no-gpu-energy; done
+    kill $pid; wait $pid 2>/dev/null
+    tar czf "$OUT/tail.tgz" -C "$R" . && rm -rf "$R"
+    ;;
 *)
-    echo "usage: $0 kernels | tests" >&2
+    echo "usage: $0 kernels | tests | tail" >&2
     exit 2
     ;;
 esac

@@ -62,6 +62,11 @@ pub struct LoadArgs {
     /// the JSON (`cpu.server`, seconds and microseconds per answer) beside the generator's.
     #[arg(long)]
     pub server_pid: Option<u32>,
+    /// Leave GPU board power unsampled (no NVML reads from the generator during the run; the
+    /// JSON's energy then says so). For checking whether the sampling moves a GPU server's
+    /// latency on the same host.
+    #[arg(long)]
+    pub no_gpu_energy: bool,
     /// API key ID:SECRET (a server run with --auth-keys): UDP/TCP frames are signed with it,
     /// HTTP sends SECRET as the bearer token.
     #[arg(long)]
@@ -162,6 +167,7 @@ pub fn config(a: &LoadArgs) -> Result<LoadConfig> {
         request_timeout_us: a.timeout_us,
         seed: a.seed,
         server_pid: a.server_pid,
+        gpu_energy: !a.no_gpu_energy,
         key: a.key.clone(),
         tls: a
             .tls_ca

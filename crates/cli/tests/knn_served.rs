@@ -82,11 +82,15 @@ fn served_knn_recall_equals_the_index_recall_against_exact_search() {
         &out,
         "--min-recall",
         "0.5",
+        "--no-gpu-energy",
     ]);
     ok(&load);
     let r = json(std::path::Path::new(&out));
     let got = r["recall_at_k"].as_f64().unwrap();
     assert_eq!(r["ok"].as_u64(), r["sent"].as_u64(), "{r}");
+    // Board power left unsampled on request, and the report says so (not "no GPU").
+    let absent = r["energy"]["gpu_absent"].as_str().unwrap_or_default();
+    assert!(absent.contains("--no-gpu-energy"), "{}", r["energy"]);
     // Every query is asked about equally often, so the served recall is the index's.
     assert!(
         (got - expected).abs() < 0.01,

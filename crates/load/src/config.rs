@@ -69,6 +69,10 @@ pub struct LoadConfig {
     pub seed: u64,
     /// The server's process id, for its CPU time over the measured window (same host).
     pub server_pid: Option<u32>,
+    /// Sample GPU board power through NVML over the measured window (100 reads a second from
+    /// a thread of the generator). Off, the report says energy was not sampled: a run can
+    /// then show whether those reads move the latency of a GPU server on the same host.
+    pub gpu_energy: bool,
     /// An API key to sign frames with (UDP/TCP) and send as the bearer token (HTTP).
     pub key: Option<ClientKey>,
     /// TLS to the TCP and HTTP targets (`tls_client`).
@@ -136,6 +140,7 @@ impl LoadConfig {
             request_timeout_us: 0,
             seed: 1,
             server_pid: None,
+            gpu_energy: true,
             key: None,
             tls: None,
         }

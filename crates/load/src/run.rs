@@ -58,7 +58,11 @@ pub fn run(cfg: &LoadConfig, workload: Arc<dyn Workload>) -> Result<Report> {
     });
     // Energy over exactly the measured window, on a thread of its own (GPU board power
     // through NVML where there is a driver, RAPL where readable; the report says what's absent).
-    let gpu_power = cohort_power::GpuPower::shared();
+    let gpu_power = if cfg.gpu_energy {
+        cohort_power::GpuPower::shared()
+    } else {
+        Err("not sampled (the load ran with --no-gpu-energy)".to_string())
+    };
     let (rec, energy) = std::thread::scope(|sc| {
         let meter = sc.spawn(|| {
             sh.wait_until(sh.measure_from_ns);
