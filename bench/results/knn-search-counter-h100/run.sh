@@ -11,6 +11,7 @@
 #            gpu-cohort engine over 1 and 2 control threads (the new build).
 #   tail:    the served 10M index at 100 K with and without the load's NVML sampling, then at
 #            RATES (200k 300k) without (see the mode).
+#   served:  the served 1M index (u8, gpu-cohort, 8 cores) for every build, echo anchor first.
 # Carried: dist-base/kv.tar.xz (cohort and cohort-NAME builds, one xz'd tar) and dist-base/b
 # (the test executables of `scripts/gpu-check build`, each xz'd).
 set -u
@@ -71,8 +72,23 @@ tail)
     kill $pid; wait $pid 2>/dev/null
     tar czf "$OUT/tail.tgz" -C "$R" . && rm -rf "$R"
     ;;
+served)
+    # The served 1M index (u8, gpu-cohort, 8 server cores, the load on 8-15), each build in
+    # turn, the echo anchor (inline engine) first; `bench served` as bank-pages-groups-h100.
+    knn_1m_data
+    R=$OUT/s; mkdir -p $R
+    $B bench served --services echo --engines inline --cores 8 --rates 300k,600k,900k,1200k --duration 2 \
+        --connections 16 --io-threads 4 --out $R/served-echo-anchor.json --log-level warn 2>&1 | tail -6
+    for b in $(carried_builds); do
+        dist/$b bench served --services knn --engines gpu-cohort --cores 8 --rates 300k,600k,900k,1200k \
+            --duration 2 --connections 16 --io-threads 4 --index $D/ivf4096.index --queries $D/query.fvecs \
+            --gt $D/groundtruth.ivecs --serve-arg=--gpus=0 --serve-arg=--gpu-precision=u8 \
+            --out $R/served-knn-u8-$b.json --log-level warn 2>&1 | tail -7
+    done
+    tar czf "$OUT/served.tgz" -C "$R" . && rm -rf "$R"
+    ;;
 *)
-    echo "usage: $0 kernels | tests | tail" >&2
+    echo "usage: $0 kernels | tests | tail | served" >&2
     exit 2
     ;;
 esac
