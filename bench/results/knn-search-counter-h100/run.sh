@@ -11,6 +11,8 @@
 #            gpu-cohort engine over 1 and 2 control threads (the new build).
 #   tail:    the served 10M index at 100 K with and without the load's NVML sampling, then at
 #            RATES (200k 300k) without (see the mode).
+#   tenm-served: the served 10M index (u8, gpu-cohort, 8 cores) for every build at 100 K,
+#            300 K and 400 K, echo anchor first.
 #   served:  the served 1M index (u8, gpu-cohort, 8 cores) for every build, echo anchor first.
 # Carried: dist-base/kv.tar.xz (cohort and cohort-NAME builds, one xz'd tar) and dist-base/b
 # (the test executables of `scripts/gpu-check build`, each xz'd).
@@ -72,6 +74,32 @@ tail)
     kill $pid; wait $pid 2>/dev/null
     tar czf "$OUT/tail.tgz" -C "$R" . && rm -rf "$R"
     ;;
+tenm-served)
+    # The served 10M index (u8, gpu-cohort, cores 0-7, the load on 8-15, NVML sampled as in
+    # every served run) for each build in turn at RATES (100k 300k 400k), the echo anchor
+    # (inline engine) at 300k first; the server's histograms after each run.
+    knn_10m_data
+    R=$OUT/t; mkdir -p $R
+    $B bench served --services echo --engines inline --cores 8 --rates 100k,300k --duration 5 \
+        --connections 16 --io-threads 4 --out $R/served-echo-anchor.json --log-level warn 2>&1 | tail -3
+    for b in $(carried_builds); do
+        B=dist/$b
+        taskset -c 0-7 $B serve --service knn:gpu-cohort --index $T/ivf16384.index --gpus 0 --udp 127.0.0.1:7210 \
+            --io-threads 4 --gpu-precision u8 --admin 127.0.0.1:7219 --log-level warn > /tmp/tail.out 2> $R/serve-$b.log &
+        pid=$!
+        for _ in $(seq 1 600); do grep -q '^listening' /tmp/tail.out 2>/dev/null && break; sleep 0.1; done
+        for rate in ${RATES:-100k 300k 400k}; do
+            echo "$b $rate: $(taskset -c 8-15 $B load --target udp://127.0.0.1:7210 --service knn --queries $T/query.fvecs \
+                --gt $T/groundtruth.ivecs --k 10 --nprobe 32 --rate $rate --poisson --duration 5 --warmup 1 \
+                --connections 16 --server-pid $pid --json $R/load-$b-$rate.json --log-level warn | sed -n 2p)"
+            python3 -c "import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:7219/metrics').read().decode())" \
+                > $R/metrics-$b-$rate.txt 2>&1
+        done
+        kill $pid; wait $pid 2>/dev/null
+        rm -f /tmp/tail.out
+    done
+    tar czf "$OUT/tenm-served.tgz" -C "$R" . && rm -rf "$R"
+    ;;
 served)
     # The served 1M index (u8, gpu-cohort, 8 server cores, the load on 8-15), each build in
     # turn, the echo anchor (inline engine) first; `bench served` as bank-pages-groups-h100.
@@ -88,7 +116,7 @@ served)
     tar czf "$OUT/served.tgz" -C "$R" . && rm -rf "$R"
     ;;
 *)
-    echo "usage: $0 kernels | tests | tail | served" >&2
+    echo "usage: $0 kernels | tests | tail | tenm-served | served" >&2
     exit 2
     ;;
 esac
