@@ -13,6 +13,7 @@
 #            RATES (200k 300k) without (see the mode).
 #   tenm-served: the served 10M index (u8, gpu-cohort, 8 cores) for every build at 100 K,
 #            300 K and 400 K, echo anchor first.
+#   warp:    branch next/search-warp's kernels beside main's, then its k-NN self-test.
 #   served:  the served 1M index (u8, gpu-cohort, 8 cores) for every build, echo anchor first.
 # Carried: dist-base/kv.tar.xz (cohort and cohort-NAME builds, one xz'd tar) and dist-base/b
 # (the test executables of `scripts/gpu-check build`, each xz'd).
@@ -74,6 +75,19 @@ tail)
     kill $pid; wait $pid 2>/dev/null
     tar czf "$OUT/tail.tgz" -C "$R" . && rm -rf "$R"
     ;;
+warp)
+    # Branch next/search-warp (the u8 search a warp per work item; untested there): the
+    # kernels alone (u8, cohorts 64 / 1 024 / 8 192) of main's build (cohort, its block search)
+    # and of the branch's (cohort-warp) with COHORT_KNN_SEARCH=warp, warp32 and block, then
+    # the branch's k-NN self-test (the new kernel against the CPU twins).
+    knn_1m_data
+    for v in "cohort block" "cohort-warp warp" "cohort-warp warp32" "cohort-warp block"; do
+        set -- $v
+        COHORT_KNN_SEARCH=$2 timeout 60 dist/$1 bench gpu-kernels --data $D --nlist 4096 --nprobe 16 \
+            --cohorts 64,1024,8192 --precision u8 --out "$OUT/gpu-kernels-$1-$2.json" --log-level warn 2>&1 | tail -1 | cut -c1-300
+    done
+    B=dist/cohort-warp knn_selftest "${SELFTEST_S:-120}"
+    ;;
 tenm-served)
     # The served 10M index (u8, gpu-cohort, cores 0-7, the load on 8-15, NVML sampled as in
     # every served run) for each build in turn at RATES (100k 300k 400k), the echo anchor
@@ -116,7 +130,7 @@ served)
     tar czf "$OUT/served.tgz" -C "$R" . && rm -rf "$R"
     ;;
 *)
-    echo "usage: $0 kernels | tests | tail | tenm-served | served" >&2
+    echo "usage: $0 kernels | tests | tail | tenm-served | served | warp" >&2
     exit 2
     ;;
 esac
