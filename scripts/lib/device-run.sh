@@ -119,3 +119,42 @@ knn_10m_engine() {
             --out "$dir/engine-10m-u8-ctl$ct.json" > /dev/null 2>&1 || echo "engine ctl $ct failed"
     done
 }
+
+# The cohorts between (256 and 512, u8, the 1M data $D) for dist/cohort and each carried
+# dist/cohort-NAME, a JSON per build in $OUT. Usage: kernels_mid
+kernels_mid() {
+    local b
+    for b in $(carried_builds); do
+        timeout 120 dist/$b bench gpu-kernels --data $D --nlist 4096 --nprobe 16 --cohorts 256,512 \
+            --precision u8 --out "$OUT/gpu-kernels-mid-$b.json" --log-level warn 2>&1 | tail -2
+    done
+}
+
+# The 10M index ($T, u8 storage) served by the build $B on one GPU: gpu-cohort on cores 0-7,
+# UDP 127.0.0.1:7210, admin (metrics) on 7219; returns once it listens, its pid in SERVED_PID.
+# Usage: serve_10m LOG [SERVE FLAGS...]; load_10m NAME RATE DIR [LOAD FLAGS...] drives it from
+# cores 8-15 (Poisson, 16 sockets, 5 s after 1 s of warm-up, every answer checked), prints the
+# result row and keeps DIR/load-NAME.json and the server's metrics after it in
+# DIR/metrics-NAME.txt; stop_served ends it.
+serve_10m() {
+    local log=$1
+    shift
+    rm -f /tmp/serve-10m.out
+    taskset -c 0-7 $B serve --service knn:gpu-cohort --index $T/ivf16384.index --gpus 0 --udp 127.0.0.1:7210 \
+        --io-threads 4 --gpu-precision u8 --admin 127.0.0.1:7219 --log-level warn "$@" > /tmp/serve-10m.out 2> "$log" &
+    SERVED_PID=$!
+    for _ in $(seq 1 600); do grep -q '^listening' /tmp/serve-10m.out 2>/dev/null && break; sleep 0.1; done
+}
+load_10m() {
+    local name=$1 rate=$2 dir=$3
+    shift 3
+    taskset -c 8-15 $B load --target udp://127.0.0.1:7210 --service knn --queries $T/query.fvecs --gt $T/groundtruth.ivecs \
+        --k 10 --nprobe 32 --rate "$rate" --poisson --duration 5 --warmup 1 --connections 16 --server-pid $SERVED_PID \
+        --json "$dir/load-$name.json" --log-level warn "$@" | sed -n 2p
+    python3 -c "import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:7219/metrics').read().decode())" \
+        > "$dir/metrics-$name.txt" 2>&1
+}
+stop_served() {
+    kill $SERVED_PID
+    wait $SERVED_PID 2>/dev/null
+}

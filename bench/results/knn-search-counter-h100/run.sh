@@ -25,10 +25,7 @@ kernels)
     knn_1m_data
     knn_selftest "${SELFTEST_S:-200}" || exit $?
     kernels_beside "${ROUNDS:-2}"
-    for b in $(carried_builds); do
-        timeout 120 dist/$b bench gpu-kernels --data $D --nlist 4096 --nprobe 16 --cohorts 256,512 \
-            --precision u8 --out "$OUT/gpu-kernels-mid-$b.json" --log-level warn 2>&1 | tail -2
-    done
+    kernels_mid
     if [ "${NCU:-0}" = 1 ]; then
         for b in $(carried_builds); do
             B=dist/$b ncu_kernels 1024 'knn_search_tiled_u8' 2 "ncu-search-1024-$b.txt"
@@ -54,25 +51,13 @@ tail)
     # without it at RATES; the server's histograms read after each run.
     knn_10m_data
     R=$OUT/r; mkdir -p $R
-    taskset -c 0-7 $B serve --service knn:gpu-cohort --index $T/ivf16384.index --gpus 0 --udp 127.0.0.1:7210 \
-        --io-threads 4 --gpu-precision u8 --admin 127.0.0.1:7219 --log-level warn > /tmp/tail.out 2> $R/serve.log &
-    pid=$!
-    for _ in $(seq 1 600); do grep -q '^listening' /tmp/tail.out 2>/dev/null && break; sleep 0.1; done
-    run_load() { # NAME RATE [LOAD FLAGS...]
-        local name=$1 rate=$2
-        shift 2
-        taskset -c 8-15 $B load --target udp://127.0.0.1:7210 --service knn --queries $T/query.fvecs --gt $T/groundtruth.ivecs \
-            --k 10 --nprobe 32 --rate "$rate" --poisson --duration 5 --warmup 1 --connections 16 --server-pid $pid \
-            --json $R/load-$name.json --log-level warn "$@" | sed -n 2p
-        python3 -c "import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:7219/metrics').read().decode())" \
-            > $R/metrics-$name.txt 2>&1
-    }
+    serve_10m $R/serve.log
     for round in 1 2; do
-        run_load "100k-nvml-r$round" 100k
-        run_load "100k-quiet-r$round" 100k --no-gpu-energy
+        load_10m "100k-nvml-r$round" 100k $R
+        load_10m "100k-quiet-r$round" 100k $R --no-gpu-energy
     done
-    for rate in ${RATES:-200k 300k}; do run_load "$rate-quiet" $rate --no-gpu-energy; done
-    kill $pid; wait $pid 2>/dev/null
+    for rate in ${RATES:-200k 300k}; do load_10m "$rate-quiet" $rate $R --no-gpu-energy; done
+    stop_served
     tar czf "$OUT/tail.tgz" -C "$R" . && rm -rf "$R"
     ;;
 warp)
@@ -98,19 +83,9 @@ tenm-served)
         --connections 16 --io-threads 4 --out $R/served-echo-anchor.json --log-level warn 2>&1 | tail -3
     for b in $(carried_builds); do
         B=dist/$b
-        taskset -c 0-7 $B serve --service knn:gpu-cohort --index $T/ivf16384.index --gpus 0 --udp 127.0.0.1:7210 \
-            --io-threads 4 --gpu-precision u8 --admin 127.0.0.1:7219 --log-level warn > /tmp/tail.out 2> $R/serve-$b.log &
-        pid=$!
-        for _ in $(seq 1 600); do grep -q '^listening' /tmp/tail.out 2>/dev/null && break; sleep 0.1; done
-        for rate in ${RATES:-100k 300k 400k}; do
-            echo "$b $rate: $(taskset -c 8-15 $B load --target udp://127.0.0.1:7210 --service knn --queries $T/query.fvecs \
-                --gt $T/groundtruth.ivecs --k 10 --nprobe 32 --rate $rate --poisson --duration 5 --warmup 1 \
-                --connections 16 --server-pid $pid --json $R/load-$b-$rate.json --log-level warn | sed -n 2p)"
-            python3 -c "import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:7219/metrics').read().decode())" \
-                > $R/metrics-$b-$rate.txt 2>&1
-        done
-        kill $pid; wait $pid 2>/dev/null
-        rm -f /tmp/tail.out
+        serve_10m $R/serve-$b.log
+        for rate in ${RATES:-100k 300k 400k}; do echo "$b $rate: $(load_10m $b-$rate $rate $R)"; done
+        stop_served
     done
     tar czf "$OUT/tenm-served.tgz" -C "$R" . && rm -rf "$R"
     ;;

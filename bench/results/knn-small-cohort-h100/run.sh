@@ -34,10 +34,7 @@ kernels)
                 --precision u8 --out "$OUT/gpu-kernels-filter-${f/:/}.json" --log-level warn 2>&1 | tail -4
         done
     elif [ "${MID:-1}" = 1 ]; then # the cohorts between, each build once
-        for b in $(carried_builds); do
-            timeout 120 dist/$b bench gpu-kernels --data $D --nlist 4096 --nprobe 16 --cohorts 256,512 \
-                --precision u8 --out "$OUT/gpu-kernels-mid-$b.json" --log-level warn 2>&1 | tail -2
-        done
+        kernels_mid
     fi
     tar czf "$OUT/kernels.tgz" -C "$OUT" $(cd "$OUT" && ls *.json *.log) && (cd "$OUT" && rm -f *.json selftest-knn.log)
     ;;
@@ -74,17 +71,10 @@ tenm-tail)
     knn_10m_data
     R=$OUT/r; mkdir -p $R
     for mc in 2048 256; do
-        taskset -c 0-7 $B serve --service knn:gpu-cohort --index $T/ivf16384.index --gpus 0 --udp 127.0.0.1:7210 \
-            --io-threads 4 --max-cohort $mc --gpu-precision u8 --admin 127.0.0.1:7219 --log-level warn > /tmp/tail.out 2> $R/serve-c$mc.log &
-        pid=$!
-        for _ in $(seq 1 600); do grep -q '^listening' /tmp/tail.out 2>/dev/null && break; sleep 0.1; done
-        taskset -c 8-15 $B load --target udp://127.0.0.1:7210 --service knn --queries $T/query.fvecs --gt $T/groundtruth.ivecs \
-            --k 10 --nprobe 32 --rate "${RATE:-100k}" --poisson --duration 5 --warmup 1 --connections 16 --server-pid $pid \
-            --json $R/tail-c$mc.json --log-level warn | sed -n 1,4p
-        python3 -c "import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:7219/metrics').read().decode())" \
-            > $R/metrics-c$mc.txt 2>&1
+        serve_10m $R/serve-c$mc.log --max-cohort $mc
+        load_10m c$mc "${RATE:-100k}" $R | sed -n 1p
         grep -E '^cohort_cohort_size|^cohort_.*(queue_wait|compute).*(_sum|_count)' $R/metrics-c$mc.txt | head -20
-        kill $pid; wait $pid 2>/dev/null
+        stop_served
     done
     tar czf "$OUT/tail.tgz" -C "$R" . && rm -rf "$R"
     ;;
