@@ -135,7 +135,7 @@ kernels_mid() {
 # Usage: serve_10m LOG [SERVE FLAGS...]; load_10m NAME RATE DIR [LOAD FLAGS...] drives it from
 # cores 8-15 (Poisson, 16 sockets, 5 s after 1 s of warm-up, every answer checked), prints the
 # result row and keeps DIR/load-NAME.json and the server's metrics after it in
-# DIR/metrics-NAME.txt; stop_served ends it.
+# DIR/metrics-NAME.txt (CLOCKS=1: the GPU's clocks in DIR/clocks-NAME.csv); stop_served ends it.
 serve_10m() {
     local log=$1
     shift
@@ -146,13 +146,22 @@ serve_10m() {
     for _ in $(seq 1 600); do grep -q '^listening' /tmp/serve-10m.out 2>/dev/null && break; sleep 0.1; done
 }
 load_10m() {
-    local name=$1 rate=$2 dir=$3
+    local name=$1 rate=$2 dir=$3 clocks=
     shift 3
+    # CLOCKS=1: the GPU's SM and memory clocks, P-state and temperature every 200 ms during
+    # the run (read only; a tail that differs between machines may be a clock that differs).
+    if [ "${CLOCKS:-0}" = 1 ]; then
+        nvidia-smi --query-gpu=timestamp,clocks.sm,clocks.mem,pstate,temperature.gpu,power.draw \
+            --format=csv -lms 200 > "$dir/clocks-$name.csv" 2>&1 &
+        clocks=$!
+    fi
     taskset -c 8-15 $B load --target udp://127.0.0.1:7210 --service knn --queries $T/query.fvecs --gt $T/groundtruth.ivecs \
         --k 10 --nprobe 32 --rate "$rate" --poisson --duration 5 --warmup 1 --connections 16 --server-pid $SERVED_PID \
         --json "$dir/load-$name.json" --log-level warn "$@" | sed -n 2p
     python3 -c "import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:7219/metrics').read().decode())" \
         > "$dir/metrics-$name.txt" 2>&1
+    [ -n "$clocks" ] && kill $clocks
+    return 0
 }
 stop_served() {
     kill $SERVED_PID

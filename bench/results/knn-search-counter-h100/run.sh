@@ -10,7 +10,8 @@
 #            on the CPU meanwhile; then the 10M index's kernels alone for every build and the
 #            gpu-cohort engine over 1 and 2 control threads (the new build).
 #   tail:    the served 10M index at 100 K with and without the load's NVML sampling, then at
-#            RATES (200k 300k) without (see the mode).
+#            RATES (200k 300k) without (see the mode). CLOCKS=1 (this mode and tenm-served)
+#            also keeps the GPU's clocks during each load (scripts/lib/device-run.sh, load_10m).
 #   tenm-served: the served 10M index (u8, gpu-cohort, 8 cores) for every build at 100 K,
 #            300 K and 400 K, echo anchor first.
 #   warp:    branch next/search-warp's kernels beside main's, then its k-NN self-test.
