@@ -213,6 +213,7 @@ struct Kernels {
     scan_items: Kernel<tk::KnnScanItemsArgs>,
     scatter: Kernel<tk::KnnScatterArgs>,
     search_tiled: [Kernel<tk::KnnSearchTiledArgs>; 3],
+    search_warp_u8: [Kernel<tk::KnnSearchTiledArgs>; 2],
     select_search: Kernel<tk::KnnSelectSearchArgs>,
     select_search_wide: Kernel<tk::KnnSelectSearchArgs>,
 }
@@ -233,6 +234,7 @@ impl Kernels {
             scan_items: Kernel::load(&t, &tk::SCAN_ITEMS)?,
             scatter: Kernel::load(&t, &tk::SCATTER)?,
             search_tiled: Kernel::load_each(&t, &tk::SEARCH)?,
+            search_warp_u8: Kernel::load_each(&t, &tk::SEARCH_WARP_U8)?,
             select_search: Kernel::load(&t, &tk::SELECT_SEARCH)?,
             select_search_wide: Kernel::load(&t, &tk::SELECT_SEARCH_WIDE)?,
         })
@@ -251,6 +253,8 @@ pub struct GpuIvf {
     sms: usize,
     /// How the tiled plan's filter scores the centroids (`FilterKind::for_device`).
     pub filter: FilterKind,
+    /// How the tiled plan's search walks its work items (`SearchKind::from_env`).
+    pub search: SearchKind,
     centroids: CudaSlice<f32>,
     vectors: DeviceVectors,
     ids: CudaSlice<u32>,
@@ -323,6 +327,35 @@ impl FilterKind {
             .min(nlist)
             .min(kernels::SEL_MAX);
         (width > nprobe || width == nlist).then_some(width)
+    }
+}
+
+/// How the tiled plan's search takes its work items (a cell's rows for up to 32 queries).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum SearchKind {
+    /// A block of 8 warps per item (`knn_search_tiled*`): every storage and dimension.
+    Block,
+    /// A warp per item (`knn_search_warp_u8*`), with `rows` (16 or 32) rows in flight a
+    /// step, where the rows are u8 and the dimension a multiple of 32 up to 256; the block
+    /// kernel elsewhere.
+    Warp { rows: usize },
+}
+
+impl SearchKind {
+    /// `COHORT_KNN_SEARCH=block | warp | warp32` (unset: warp); anything else is an error.
+    pub fn from_env() -> Result<SearchKind, GpuError> {
+        Self::parse(std::env::var("COHORT_KNN_SEARCH").ok().as_deref())
+    }
+
+    fn parse(asked: Option<&str>) -> Result<SearchKind, GpuError> {
+        match asked {
+            None | Some("warp") => Ok(SearchKind::Warp { rows: 16 }),
+            Some("warp32") => Ok(SearchKind::Warp { rows: 32 }),
+            Some("block") => Ok(SearchKind::Block),
+            Some(other) => Err(GpuError::Invalid(format!(
+                "COHORT_KNN_SEARCH={other:?}: expected warp (the default), warp32 or block"
+            ))),
+        }
     }
 }
 
@@ -421,6 +454,7 @@ impl GpuIvf {
             precision,
             sms: dev.sms.max(1) as usize,
             filter: FilterKind::for_device(dev)?,
+            search: SearchKind::from_env()?,
             centroids: s.clone_htod(ix.centroids)?,
             device_bytes: 4 * (ix.centroids.len() + ix.ids.len())
                 + ix.vectors.len() * vectors.bytes_per_elem()
@@ -723,6 +757,18 @@ mod tests {
             min_queries: FilterKind::TC_MIN_QUERIES,
         };
         assert_eq!(FilterKind::choose(true, None).unwrap(), tc);
+        assert_eq!(
+            SearchKind::parse(None).unwrap(),
+            SearchKind::Warp { rows: 16 }
+        );
+        assert_eq!(
+            SearchKind::parse(Some("warp32")).unwrap(),
+            SearchKind::Warp { rows: 32 }
+        );
+        assert_eq!(SearchKind::parse(Some("block")).unwrap(), SearchKind::Block);
+        for bad in ["", "Warp", "warp:16", "blocks"] {
+            assert!(SearchKind::parse(Some(bad)).is_err(), "{bad:?} accepted");
+        }
         assert_eq!(FilterKind::choose(true, Some("tensor")).unwrap(), tc);
         assert_eq!(
             FilterKind::choose(true, Some("cores")).unwrap(),

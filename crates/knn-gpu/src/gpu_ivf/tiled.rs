@@ -1,14 +1,14 @@
 //! The tiled plan for cohorts (kernels/knn_tiled.cu): seven launches on one stream, no host
 //! round trip. A cohort whose candidate rows do not fit `Buffers::cand` runs in passes.
 
-use super::{Buffers, FilterKind, GpuIvf};
+use super::{Buffers, FilterKind, GpuIvf, Precision, SearchKind};
 use crate::kernels::tiled::*;
 use cohort_gpu::launch::{Dev, Work};
 use cohort_gpu::GpuError;
 use cudarc::driver::CudaStream;
 use std::sync::Arc;
 
-use crate::kernels::{QB, RT, TC_CTILE, TC_QTILE};
+use crate::kernels::{BLOCK, QB, RT, TC_CTILE, TC_QTILE};
 /// Resident blocks per SM the grid-stride search aims for (256 threads, ~13 KiB shared each).
 const BLOCKS_PER_SM: usize = 8;
 
@@ -306,6 +306,20 @@ impl GpuIvf {
         let (mi, nlist_i, dim_i, np_i) = (m as i32, nlist as i32, dim as i32, nprobe as i32);
         let blocks = self.sms * BLOCKS_PER_SM;
         let kn = &self.kernels;
+        // The warp-per-item search where it applies (u8 rows, dim a multiple of 32 up to
+        // 256): each warp takes work items, so items are sized for the warps, not the blocks.
+        let warp_search = match self.search {
+            SearchKind::Warp { rows } => {
+                (self.precision == Precision::U8 && dim % 32 == 0 && dim <= 256)
+                    .then(|| &kn.search_warp_u8[usize::from(rows > 16)])
+            }
+            SearchKind::Block => None,
+        };
+        let workers = if warp_search.is_some() {
+            blocks * BLOCK / 32
+        } else {
+            blocks
+        };
 
         // 3. Candidate row layout per query; queries per cell.
         s.memset_zeros(&mut b.counts)?;
@@ -327,7 +341,7 @@ impl GpuIvf {
         let pairs = m * nprobe;
         let avg_rows = self.n.div_ceil(nlist).max(1);
         let cell_groups = (pairs / QB).max(pairs.min(nlist));
-        let schunk = chunk_rows(avg_rows, cell_groups, blocks) as i32;
+        let schunk = chunk_rows(avg_rows, cell_groups, workers) as i32;
         let args = KnnScanItemsArgs {
             counts: Dev::of(&b.counts, s),
             nlist: nlist_i,
@@ -376,7 +390,8 @@ impl GpuIvf {
         let grid = Work::Grid(blocks.min(bound).max(1) as u32, 1);
         // SAFETY: candidate rows hold m x stride (asserted), and every query's row is at most
         // `stride` long by construction of top_rows.
-        unsafe { kn.search_tiled[self.precision as usize].launch(s, grid, 0, &args) }?;
+        let search = warp_search.unwrap_or(&kn.search_tiled[self.precision as usize]);
+        unsafe { search.launch(s, grid, 0, &args) }?;
         after("search")?;
 
         // 7. k nearest per query, into the rows of `io`.

@@ -865,6 +865,210 @@ SEARCH_TILED(knn_search_tiled, float, 2)
 SEARCH_TILED(knn_search_tiled_f16, unsigned short, 2)
 SEARCH_TILED(knn_search_tiled_u8, unsigned char, U8_MIN_BLOCKS)
 
+// ---- Stage 6 for u8 storage a warp per work item (knn_search_warp_u8) ----
+//
+// At cohorts of ~1 000 a work item is one cell's ~250 rows for a few queries, and a block of
+// 8 warps working one item at a time waits on each item's chain of dependent loads (its
+// cell, its starts, the pair order, the query rows, then the rows) with barriers between
+// (Nsight Compute at cohort 1 024: no eligible warp in 61% of cycles, DRAM at 42%). Here each
+// warp takes its own items from the counter and has no barrier: an SM's 32 warps each wait
+// on their own chain, so many more loads are in flight. The distances are the block
+// kernel's, bit for bit: the integer product (queries all integers in 0..=255), or else a
+// lane per row summing in dimension order as row_distances does.
+#define WQ 16                  // queries a warp stages at a time (one 16-row m-tile)
+#define WSTAGE (WQ * (TC_MAX_DIM + TC_MAX_PAD))  // bytes of a warp's staged queries
+
+// Queries j0..j0+WQ-1 of the group as bytes in qs8 (row j at (j - j0) * stride, zero past
+// nqg): two lanes a row, each half its dimensions, the squared norm summed on the way. The
+// query of group row j is row qidx of `queries`, held by lane j. False (on every lane) when
+// an element is not an integer in 0..=255; else q2[h] is the norm of row g + 8h (lane 4g+t).
+__device__ bool warp_stage_u8(const float* __restrict__ queries, unsigned qidx, int j0, int nqg, int dim,
+                              unsigned char* qs8, int q2[2]) {
+    const int lane = threadIdx.x % 32, row = lane >> 1, hd = dim / 2;
+    const int j = j0 + row;
+    const unsigned qi = __shfl_sync(FULL, qidx, j & 31);
+    unsigned char* dst = qs8 + row * tc_stride(dim) + (lane & 1) * hd;
+    unsigned norm = 0;
+    int bad = 0;
+    if (j < nqg) {
+        const float* src = queries + (size_t)qi * dim + (lane & 1) * hd;
+#pragma unroll 4
+        for (int d = 0; d < hd; d += 4) {
+            const float4 v = *reinterpret_cast<const float4*>(src + d);
+            const float x[4] = {v.x, v.y, v.z, v.w};
+            unsigned w = 0;
+#pragma unroll
+            for (int i = 0; i < 4; ++i) {
+                const bool ok = x[i] >= 0.f && x[i] <= 255.f && x[i] == rintf(x[i]);  // NaN is not
+                bad |= !ok;
+                w |= (ok ? (unsigned)x[i] : 0u) << (8 * i);
+            }
+            *reinterpret_cast<unsigned*>(dst + d) = w;
+            norm = __dp4a(w, w, norm);
+        }
+    } else {
+        for (int d = 0; d < hd; d += 4) *reinterpret_cast<unsigned*>(dst + d) = 0u;
+    }
+    norm += __shfl_xor_sync(FULL, norm, 1);
+    __syncwarp();
+    if (__any_sync(FULL, bad)) return false;
+    const int g = lane >> 2;
+    q2[0] = (int)__shfl_sync(FULL, norm, 2 * g);
+    q2[1] = (int)__shfl_sync(FULL, norm, 2 * (g + 8));
+    return true;
+}
+
+// Rows [r0, r0 + nr) of u8 `rows` against the WQ staged queries j0.. (dim a multiple of 32),
+// RG 16-row groups at a time (their loads in flight together), TC_KSTEPS k-steps a batch.
+// ob[h]: candidate row base of query j0 + g + 8h (lane 4g+t).
+template <int METRIC, int RG>
+__device__ void warp_rows_u8(const unsigned char* __restrict__ rows, size_t r0, int nr, int dim, int nq,
+                             const unsigned char* qs8, const int q2[2], float* __restrict__ out,
+                             const unsigned long long ob[2]) {
+    const int lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3, stride = tc_stride(dim);
+    for (int base = 0; base < nr; base += 16 * RG) {
+        int acc[RG][2][4] = {};
+        unsigned x2[RG][2] = {};
+        for (int d0 = 0; d0 < dim; d0 += 32 * TC_KSTEPS) {
+            unsigned b[RG][TC_KSTEPS][2][2];
+#pragma unroll
+            for (int rg = 0; rg < RG; ++rg)
+#pragma unroll
+                for (int k = 0; k < TC_KSTEPS; ++k)
+#pragma unroll
+                    for (int n = 0; n < 2; ++n) {
+                        const int r = base + 16 * rg + 8 * n + g, d = d0 + 32 * k;
+                        b[rg][k][n][0] = b[rg][k][n][1] = 0u;
+                        if (r < nr && d < dim) {
+                            const uint2 w =
+                                *reinterpret_cast<const uint2*>(rows + (r0 + r) * (size_t)dim + d + 8 * t);
+                            b[rg][k][n][0] = w.x;
+                            b[rg][k][n][1] = w.y;
+                        }
+                    }
+#pragma unroll
+            for (int k = 0; k < TC_KSTEPS; ++k) {
+                const int d = d0 + 32 * k;
+                if (d >= dim) break;
+                const unsigned char* qa = qs8 + g * stride + d + 8 * t;
+                const uint2 lo = *reinterpret_cast<const uint2*>(qa);               // query g
+                const uint2 hi = *reinterpret_cast<const uint2*>(qa + 8 * stride);  // query g + 8
+#pragma unroll
+                for (int rg = 0; rg < RG; ++rg)
+#pragma unroll
+                    for (int n = 0; n < 2; ++n) {
+                        if (METRIC == 0)
+                            x2[rg][n] = __dp4a(b[rg][k][n][1], b[rg][k][n][1],
+                                               __dp4a(b[rg][k][n][0], b[rg][k][n][0], x2[rg][n]));
+                        mma_u8(acc[rg][n], lo.x, hi.x, lo.y, hi.y, b[rg][k][n][0], b[rg][k][n][1]);
+                    }
+            }
+        }
+#pragma unroll
+        for (int rg = 0; rg < RG; ++rg)
+#pragma unroll
+            for (int n = 0; n < 2; ++n) {
+                x2[rg][n] += __shfl_xor_sync(FULL, x2[rg][n], 1);
+                x2[rg][n] += __shfl_xor_sync(FULL, x2[rg][n], 2);
+                // Rows 2t and 2t + 1 of the n-tile: their norms are on lanes 8t and 8t + 4.
+                const int xn[2] = {(int)__shfl_sync(FULL, x2[rg][n], 8 * t),
+                                   (int)__shfl_sync(FULL, x2[rg][n], 8 * t + 4)};
+#pragma unroll
+                for (int h = 0; h < 2; ++h) {
+                    if (g + 8 * h >= nq) continue;
+#pragma unroll
+                    for (int e = 0; e < 2; ++e) {
+                        const int r = base + 16 * rg + 8 * n + 2 * t + e, dot = acc[rg][n][2 * h + e];
+                        if (r < nr) out[ob[h] + r] = METRIC == 0 ? (float)(q2[h] + xn[e] - 2 * dot) : -(float)dot;
+                    }
+                }
+            }
+    }
+}
+
+// The f32 sums of a group whose queries are not all byte integers: a lane per row, each query
+// summed in dimension order (row_distances' order, so the same bits). qidx and obase of group
+// row j are in the warp's scratch (`rowq`, `rowo`).
+template <int METRIC>
+__device__ void warp_rows_f32(const float* __restrict__ queries, const unsigned char* __restrict__ rows, size_t r0,
+                              int nr, int dim, int nqg, const unsigned* rowq, const unsigned long long* rowo,
+                              float* __restrict__ out) {
+    for (int r = threadIdx.x % 32; r < nr; r += 32) {
+        const unsigned char* x = rows + (r0 + r) * (size_t)dim;
+        for (int j = 0; j < nqg; ++j) {
+            const float* q = queries + (size_t)rowq[j] * dim;
+            float acc = 0.f;
+            for (int d = 0; d < dim; ++d) acc = accumulate<METRIC>(acc, q[d], load_elem(x + d));
+            out[rowo[j] + r] = finish<METRIC>(acc);
+        }
+    }
+}
+
+// A warp's work items from the counter (knn_scan_items zeroed it): the batch plan's search
+// with u8 rows, dim a multiple of 32 up to TC_MAX_DIM (the host picks it only then).
+template <int METRIC, int RG>
+__device__ void search_warp_u8(const KnnSearchTiledArgs& a, unsigned char* qs8) {
+    const int lane = threadIdx.x % 32, g = lane >> 2;
+    const unsigned total = a.items[a.nlist];
+    const unsigned char* vectors = (const unsigned char*)a.vectors;
+    const bool aligned = (reinterpret_cast<size_t>(a.queries) & 15) == 0;
+    unsigned it = __shfl_sync(FULL, lane == 0 ? atomicAdd(a.next_item, 1u) : 0u, 0);
+    while (it < total) {
+        const int c = item_cell(a.items, a.nlist, it);
+        // The next item is taken now; its atomic's latency hides behind this item.
+        const unsigned next = lane == 0 ? atomicAdd(a.next_item, 1u) : 0u;
+        const unsigned long long start = a.offsets[c], len = a.offsets[c + 1] - start;
+        const unsigned chunks = cell_chunks(len, a.chunk);
+        const unsigned local = it - a.items[c], grp = local / chunks, h = local % chunks;
+        const unsigned first = a.cursor[c] - a.counts[c] + grp * QB;
+        const int nqg = min(QB, (int)(a.counts[c] - grp * QB));
+        unsigned qidx = 0;
+        unsigned long long ob = 0;
+        if (lane < nqg) {
+            const unsigned b = a.order[first + lane];
+            qidx = b / (unsigned)a.nprobe;
+            ob = (unsigned long long)qidx * a.stride + a.poff[b] + (unsigned long long)h * a.chunk;
+        }
+        const int nr = (int)min((unsigned long long)a.chunk, len - (unsigned long long)h * a.chunk);
+        const size_t r0 = start + (size_t)h * a.chunk;
+        bool exact = aligned;
+        for (int j0 = 0; j0 < nqg && exact; j0 += WQ) {
+            int q2[2];
+            exact = warp_stage_u8(a.queries, qidx, j0, nqg, a.dim, qs8, q2);
+            if (!exact) break;
+            const unsigned long long ob2[2] = {__shfl_sync(FULL, ob, (j0 + g) & 31),
+                                               __shfl_sync(FULL, ob, (j0 + g + 8) & 31)};
+            warp_rows_u8<METRIC, RG>(vectors, r0, nr, a.dim, nqg - j0, qs8, q2, a.cand, ob2);
+            __syncwarp();  // the next m-tile's staging overwrites qs8
+        }
+        if (!exact) {
+            // Queries off the byte integers: the group's rows and bases into the scratch.
+            unsigned* rowq = reinterpret_cast<unsigned*>(qs8);
+            unsigned long long* rowo = reinterpret_cast<unsigned long long*>(qs8 + 4 * QB);
+            __syncwarp();
+            if (lane < nqg) {
+                rowq[lane] = qidx;
+                rowo[lane] = ob;
+            }
+            __syncwarp();
+            warp_rows_f32<METRIC>(a.queries, vectors, r0, nr, a.dim, nqg, rowq, rowo, a.cand);
+            __syncwarp();
+        }
+        it = __shfl_sync(FULL, next, 0);
+    }
+}
+
+// Bounded like the block kernel's u8 instance (4 blocks of 8 warps an SM).
+#define SEARCH_WARP_U8(NAME, RG)                                                                 \
+    extern "C" __global__ void __launch_bounds__(BLOCK, U8_MIN_BLOCKS) NAME(const KnnSearchTiledArgs a) { \
+        __shared__ __align__(16) unsigned char qs8[WARPS][WSTAGE];                              \
+        unsigned char* mine = qs8[threadIdx.x / 32];                                             \
+        if (a.metric == 0) search_warp_u8<0, RG>(a, mine);                                       \
+        else search_warp_u8<1, RG>(a, mine);                                                     \
+    }
+SEARCH_WARP_U8(knn_search_warp_u8, 1)
+SEARCH_WARP_U8(knn_search_warp_u8_x2, 2)
+
 // Stage 7 for one query (the whole block): the k nearest of its candidate row `cand`
 // (`total` long; probe p's rows start at poff[p], of cell probes[p]), sorted.
 template <int NT>

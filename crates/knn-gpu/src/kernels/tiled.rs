@@ -166,6 +166,12 @@ pub const SEARCH: [KernelDecl<KnnSearchTiledArgs>; 3] = [
     KernelDecl::new("knn_search_tiled_f16", B, Grid::Sized),
     KernelDecl::new("knn_search_tiled_u8", B, Grid::Sized),
 ];
+/// u8 rows, dim a multiple of 32 up to 256: a warp per work item, 16 rows at a time or 32
+/// (`_x2`); warps take items from the counter, so the grid is sized from the resident blocks.
+pub const SEARCH_WARP_U8: [KernelDecl<KnnSearchTiledArgs>; 2] = [
+    KernelDecl::new("knn_search_warp_u8", B, Grid::Sized),
+    KernelDecl::new("knn_search_warp_u8_x2", B, Grid::Sized),
+];
 pub const SELECT_SEARCH: KernelDecl<KnnSelectSearchArgs> =
     KernelDecl::new("knn_select_search", 256, Grid::BlockPerItem);
 /// 1024 threads per query: for cohorts too small to fill the SMs with 256-thread blocks.
@@ -189,5 +195,6 @@ pub fn checked() -> Vec<(&'static str, ArgsLayout)> {
         SELECT_SEARCH_WIDE.checked(),
     ];
     v.extend(SEARCH.iter().map(KernelDecl::checked));
+    v.extend(SEARCH_WARP_U8.iter().map(KernelDecl::checked));
     v
 }
