@@ -11,6 +11,9 @@ use std::sync::Arc;
 use crate::kernels::{BLOCK, QB, RT, TC_CTILE, TC_QTILE};
 /// Resident blocks per SM the grid-stride search aims for (256 threads, ~13 KiB shared each).
 const BLOCKS_PER_SM: usize = 8;
+/// The warp-per-item search runs while a cohort's probes average at most this many queries a
+/// cell (measured: 4 won, 32 lost; between them not measured, so the bound sits low).
+const WARP_SEARCH_MAX_QUERIES_PER_CELL: usize = 8;
 
 /// Rows per work item: big enough to amortise staging the queries, small enough that
 /// `blocks` work items exist (a multiple of the tile height, 64..=1024).
@@ -307,12 +310,18 @@ impl GpuIvf {
         let blocks = self.sms * BLOCKS_PER_SM;
         let kn = &self.kernels;
         // The warp-per-item search where it applies (u8 rows, dim a multiple of 32 up to
-        // 256): each warp takes work items, so items are sized for the warps, not the blocks.
+        // 256) and pays: a warp stages 16 queries at a time and reads the rows again for the
+        // next 16, so cells probed by many of the cohort's queries go to the block kernel,
+        // which multiplies 32 queries per row read. Measured on one H100 (1M, nlist 4096,
+        // nprobe 16; knn-search-counter-h100/): 4 queries a cell (cohort 1 024) 5.30 against
+        // 4.72-4.88 M q/s, 32 a cell (8 192) 9.59 against 10.50 M. Warps take the items, so
+        // the items are sized for the warps.
         let warp_search = match self.search {
-            SearchKind::Warp { rows } => {
-                (self.precision == Precision::U8 && dim % 32 == 0 && dim <= 256)
-                    .then(|| &kn.search_warp_u8[usize::from(rows > 16)])
-            }
+            SearchKind::Warp { rows } => (self.precision == Precision::U8
+                && dim % 32 == 0
+                && dim <= 256
+                && m * nprobe <= WARP_SEARCH_MAX_QUERIES_PER_CELL * nlist)
+                .then(|| &kn.search_warp_u8[usize::from(rows > 16)]),
             SearchKind::Block => None,
         };
         let workers = if warp_search.is_some() {
