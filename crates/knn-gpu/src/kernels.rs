@@ -18,6 +18,9 @@ pub const MAX_K: usize = 128;
 pub const MAX_DIM: usize = 1024;
 /// The id of an empty result position (fewer than k candidates).
 pub const NO_ID: u32 = u32::MAX;
+/// Threads of the one-block-wide kernels: the selects for cohorts too few to fill the SMs
+/// with `BLOCK`-thread blocks, and the tiled plan's one-block scan of every cell.
+pub const WIDE_BLOCK: usize = 1024;
 /// Tiled plan: queries per work item.
 pub const QB: usize = 32;
 /// Tiled plan: rows per shared-memory tile.
@@ -48,6 +51,7 @@ pub fn prelude() -> Prelude {
         .int("BLOCK", BLOCK)
         .int("MAX_K", MAX_K)
         .int("MAX_DIM", MAX_DIM)
+        .int("WIDE_BLOCK", WIDE_BLOCK)
         .int("QB", QB)
         .int("RT", RT)
         .int("SEL_MAX", SEL_MAX)

@@ -47,6 +47,12 @@ impl GpuIvf {
         Ok(())
     }
 
+    /// Whether a select of m queries takes a block of WIDE_BLOCK threads a query: too few
+    /// queries to fill the SMs with BLOCK-thread blocks.
+    fn wide_selects(&self, m: usize) -> bool {
+        m < 2 * self.sms
+    }
+
     /// Longest candidate row a query can have here: its probes are the nprobe largest cells.
     fn candidate_stride(&self, nprobe: usize) -> usize {
         self.top_rows[nprobe].max(1)
@@ -220,8 +226,13 @@ impl GpuIvf {
             nprobe: nprobe as i32,
             probes: Dev::of_mut(&mut b.probes.slice_mut(q0 * nprobe..(q0 + m) * nprobe), s),
         };
+        let select = if self.wide_selects(m) {
+            &kn.select_filter_wide
+        } else {
+            &kn.select_filter
+        };
         // SAFETY: probes rows q0..q0+m exist (asserted), nprobe <= SEL_MAX.
-        unsafe { kn.select_filter.launch(s, Work::Items(m), 0, &args) }?;
+        unsafe { select.launch(s, Work::Items(m), 0, &args) }?;
         after("select_filter")
     }
 
@@ -263,8 +274,13 @@ impl GpuIvf {
             nprobe: width as i32,
             probes: approx,
         };
+        let select = if self.wide_selects(m) {
+            &kn.select_filter_wide
+        } else {
+            &kn.select_filter
+        };
         // SAFETY: cand holds m x width 4-byte words (the caller checked); width <= SEL_MAX.
-        unsafe { kn.select_filter.launch(s, Work::Items(m), 0, &args) }?;
+        unsafe { select.launch(s, Work::Items(m), 0, &args) }?;
         after("select_filter")?;
 
         let args = KnnRerankFilterArgs {
@@ -418,8 +434,7 @@ impl GpuIvf {
             out_dist: io.out_dist,
             out_stride: io.out_stride as i32,
         };
-        // Few queries: 1024 threads each, so the select still fills the SMs.
-        let select = if m < 2 * self.sms {
+        let select = if self.wide_selects(m) {
             &kn.select_search_wide
         } else {
             &kn.select_search

@@ -576,11 +576,17 @@ struct KnnSelectFilterArgs {
     unsigned* probes;      // nq x nprobe
 };
 
-// Stage 2. Block per query: probes (nq x nprobe), nearest cell first.
-extern "C" __global__ void knn_select_filter(const KnnSelectFilterArgs a) {
+// Stage 2. Block of NT threads per query: probes (nq x nprobe), nearest cell first.
+template <int NT>
+__device__ void select_filter(const KnnSelectFilterArgs& a) {
     const size_t q = blockIdx.x;
     CellIds src{a.scratch + q * a.nlist, a.nlist};
-    block_select<BLOCK>(src, a.nprobe, a.probes + q * a.nprobe, (float*)0);
+    block_select<NT>(src, a.nprobe, a.probes + q * a.nprobe, (float*)0);
+}
+extern "C" __global__ void knn_select_filter(const KnnSelectFilterArgs a) { select_filter<BLOCK>(a); }
+// For cohorts too few to fill the SMs with BLOCK-thread blocks (as knn_select_search_wide).
+extern "C" __global__ void __launch_bounds__(WIDE_BLOCK) knn_select_filter_wide(const KnnSelectFilterArgs a) {
+    select_filter<WIDE_BLOCK>(a);
 }
 
 // Stage 3 for one query (one thread): poff[p] = where probe p's candidates start in the
@@ -651,18 +657,21 @@ __device__ __forceinline__ unsigned cell_items(unsigned pairs, unsigned long lon
     return ((pairs + QB - 1) / QB) * cell_chunks(len, chunk);
 }
 
-// Stage 4 (the whole block): cursor = exclusive prefix of counts (where each cell's pairs
-// start); items = exclusive prefix of work items per cell, items[nlist] = the total. Each warp
-// takes a contiguous run of cells 32 at a time, its lanes on neighbouring cells so every load is
-// coalesced: it sums its run, the warps' sums are scanned, and it walks its run again placing
-// each cell. With a run of cells a thread (uncoalesced, one load chain after another, a 64-bit
-// division a cell) this took 16 us at 4 096 cells and 71 us at 16 384.
+// Stage 4 (the whole block of NT threads): cursor = exclusive prefix of counts (where each
+// cell's pairs start); items = exclusive prefix of work items per cell, items[nlist] = the
+// total. Each warp takes a contiguous run of cells 32 at a time, its lanes on neighbouring cells
+// so every load is coalesced: it sums its run, the warps' sums are scanned, and it walks its run
+// again placing each cell. With a run of cells a thread (uncoalesced, one load chain after
+// another, a 64-bit division a cell) this took 16 us at 4 096 cells and 71 us at 16 384; with
+// 8 warps of runs, 9-11 us and 28 us (a92110f, H100), the runs' load steps one after another.
+template <int NT>
 __device__ void scan_items(const unsigned* __restrict__ counts, int nlist,
                            const unsigned long long* __restrict__ offsets, int chunk,
                            unsigned* __restrict__ cursor, unsigned* __restrict__ items) {
-    __shared__ unsigned warp_tot[WARPS];
+    constexpr int NW = NT / 32;
+    __shared__ unsigned warp_tot[NW];
     const int lane = threadIdx.x % 32, warp = threadIdx.x / 32;
-    const int per = ((nlist + 31) / 32 + WARPS - 1) / WARPS * 32;  // cells a warp, whole steps
+    const int per = ((nlist + 31) / 32 + NW - 1) / NW * 32;  // cells a warp, whole steps
     const int lo = min(nlist, warp * per), hi = min(nlist, lo + per);
     unsigned pairs = 0, work = 0;
 #pragma unroll 4
@@ -694,7 +703,7 @@ __device__ void scan_items(const unsigned* __restrict__ counts, int nlist,
         run_w += __shfl_sync(FULL, iw, 31);
     }
     // Every lane of the last warp holds the total (its run, maybe empty, ends at nlist).
-    if (threadIdx.x == BLOCK - 1) items[nlist] = run_w;
+    if (threadIdx.x == NT - 1) items[nlist] = run_w;
     __syncthreads();
 }
 
@@ -708,10 +717,11 @@ struct KnnScanItemsArgs {
     unsigned* next_item;                // 1: knn_search_tiled's work counter, zeroed here
 };
 
-// One block.
-extern "C" __global__ void knn_scan_items(const KnnScanItemsArgs a) {
+// One block of WIDE_BLOCK threads (32 warps), so at 4 096 cells each warp's run is one
+// unrolled step of loads a pass (a step of 4 with 8 warps).
+extern "C" __global__ void __launch_bounds__(WIDE_BLOCK) knn_scan_items(const KnnScanItemsArgs a) {
     if (threadIdx.x == 0) *a.next_item = 0;
-    scan_items(a.counts, a.nlist, a.offsets, a.chunk, a.cursor, a.items);
+    scan_items<WIDE_BLOCK>(a.counts, a.nlist, a.offsets, a.chunk, a.cursor, a.items);
 }
 
 struct KnnScatterArgs {
@@ -1119,4 +1129,4 @@ struct KnnSelectSearchArgs {
                           a.out_ids, a.out_dist, a.out_stride);                                                 \
     }
 SELECT_SEARCH(knn_select_search, 256)
-SELECT_SEARCH(knn_select_search_wide, 1024)
+SELECT_SEARCH(knn_select_search_wide, WIDE_BLOCK)

@@ -1,6 +1,6 @@
 //! The tiled plan's kernels (`knn_tiled.cu`), declared once: name, argument block, grid rule.
 
-use super::{BLOCK, TC_THREADS};
+use super::{BLOCK, TC_THREADS, WIDE_BLOCK as WIDE};
 use cohort_gpu::kernel_args;
 use cohort_gpu::launch::{ArgsLayout, Dev, Grid, KernelDecl};
 
@@ -150,12 +150,15 @@ pub const RERANK_FILTER: KernelDecl<KnnRerankFilterArgs> =
     KernelDecl::new("knn_rerank_filter", B, Grid::ItemsPerBlock(B / 32));
 pub const SELECT_FILTER: KernelDecl<KnnSelectFilterArgs> =
     KernelDecl::new("knn_select_filter", B, Grid::BlockPerItem);
+/// WIDE_BLOCK threads per query: for cohorts too small to fill the SMs with BLOCK-thread blocks.
+pub const SELECT_FILTER_WIDE: KernelDecl<KnnSelectFilterArgs> =
+    KernelDecl::new("knn_select_filter_wide", WIDE as u32, Grid::BlockPerItem);
 /// A warp per query.
 pub const PLAN: KernelDecl<KnnPlanArgs> =
     KernelDecl::new("knn_plan", B, Grid::ItemsPerBlock(B / 32));
-/// One block over every cell.
+/// One block of WIDE_BLOCK threads over every cell.
 pub const SCAN_ITEMS: KernelDecl<KnnScanItemsArgs> =
-    KernelDecl::new("knn_scan_items", B, Grid::Sized);
+    KernelDecl::new("knn_scan_items", WIDE as u32, Grid::Sized);
 /// Grid-stride over the pairs.
 pub const SCATTER: KernelDecl<KnnScatterArgs> =
     KernelDecl::new("knn_scatter", B, Grid::ThreadPerItem { cap: 1024 });
@@ -174,9 +177,9 @@ pub const SEARCH_WARP_U8: [KernelDecl<KnnSearchTiledArgs>; 2] = [
 ];
 pub const SELECT_SEARCH: KernelDecl<KnnSelectSearchArgs> =
     KernelDecl::new("knn_select_search", 256, Grid::BlockPerItem);
-/// 1024 threads per query: for cohorts too small to fill the SMs with 256-thread blocks.
+/// WIDE_BLOCK threads per query: for cohorts too small to fill the SMs with 256-thread blocks.
 pub const SELECT_SEARCH_WIDE: KernelDecl<KnnSelectSearchArgs> =
-    KernelDecl::new("knn_select_search_wide", 1024, Grid::BlockPerItem);
+    KernelDecl::new("knn_select_search_wide", WIDE as u32, Grid::BlockPerItem);
 
 /// The tensor-core filter's kernels (`knn_filter_tc.cu`), for the layout check.
 pub fn checked_filter_tc() -> Vec<(&'static str, ArgsLayout)> {
@@ -188,6 +191,7 @@ pub fn checked() -> Vec<(&'static str, ArgsLayout)> {
     let mut v = vec![
         FILTER.checked(),
         SELECT_FILTER.checked(),
+        SELECT_FILTER_WIDE.checked(),
         PLAN.checked(),
         SCAN_ITEMS.checked(),
         SCATTER.checked(),

@@ -144,7 +144,7 @@ __device__ void cohort_scan(const SvcArgs& a, unsigned blocks) {
     const unsigned long long avg_rows = max(1ull, (a.n + nlist - 1) / nlist);
     const unsigned long long groups = max(pairs / QB, min(pairs, nlist));
     const int schunk = coh_chunk(avg_rows, groups, blocks);
-    scan_items(counts, (int)nlist, (const unsigned long long*)a.offsets, schunk, (unsigned*)a.cursor, (unsigned*)a.items);
+    scan_items<BLOCK>(counts, (int)nlist, (const unsigned long long*)a.offsets, schunk, (unsigned*)a.cursor, (unsigned*)a.items);
     if (threadIdx.x == 0) ((unsigned*)a.ctl)[COH_SCHUNK] = (unsigned)schunk;
 }
 
