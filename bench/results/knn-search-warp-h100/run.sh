@@ -1,0 +1,53 @@
+#!/bin/bash
+# Issue 49, small cohorts: the u8 search a warp per work item, the one-block scan of 32 warps and
+# the wide filter select, from the repository root on the GPU machine, one device call a step:
+#   tests:   every GPU check of the new build (scripts/gpu-check run tests; the 1M data made
+#            meanwhile), then `bench gpu-kernels` (1M, nlist 4096, nprobe 16; cohorts 64 /
+#            1 024 / 8 192, f32 and u8) for the new build beside each cohort-NAME carried,
+#            alternating, ROUNDS rounds (2), then cohorts 256 and 512 (u8) for every build.
+#   tenm:    the 10M index's kernels alone (cohorts 1 024 and 8 192, u8) for every build, and
+#            the new build's gpu-cohort engine over 1 and 2 control threads.
+#   served:  the served 10M index (u8, gpu-cohort, cores 0-7, the load on 8-15, Poisson,
+#            every answer checked) for BUILDS (cohort cohort-main) at RATES (300k 400k), the
+#            echo anchor (inline engine) first; the server's histograms after each run.
+# Carried: dist-base/kv.tar.xz (cohort and cohort-NAME builds, one xz'd tar) and dist-base/b
+# (the test executables of `scripts/gpu-check build`, each xz'd).
+set -u
+source scripts/lib/device-run.sh
+unpack_carried dist-base/b/*.xz
+case "$1" in
+tests)
+    (knn_1m_data > /tmp/data-1m.log 2>&1 &)
+    gpu_checks
+    rc=$?
+    while pgrep -f "ivf4096.index|sift-like-1m" > /dev/null; do sleep 2; done
+    knn_1m_data
+    kernels_beside "${ROUNDS:-2}" > "$OUT/kernels.log" 2>&1
+    kernels_mid >> "$OUT/kernels.log" 2>&1
+    tar czf "$OUT/kernels.tgz" -C "$OUT" $(cd "$OUT" && ls *.json) kernels.log && (cd "$OUT" && rm -f *.json kernels.log)
+    exit $rc
+    ;;
+tenm)
+    knn_10m_data
+    knn_10m_kernels "$OUT"
+    knn_10m_engine "$OUT" 1 2
+    tar czf "$OUT/tenm.tgz" -C "$OUT" $(cd "$OUT" && ls *.json) && (cd "$OUT" && rm -f *.json)
+    ;;
+served)
+    knn_10m_data
+    R=$OUT/t; mkdir -p $R
+    $B bench served --services echo --engines inline --cores 8 --rates 300k --duration 5 \
+        --connections 16 --io-threads 4 --out $R/served-echo-anchor.json --log-level warn 2>&1 | tail -2
+    for b in ${BUILDS:-cohort cohort-main}; do
+        B=dist/$b
+        serve_10m $R/serve-$b.log
+        for rate in ${RATES:-300k 400k}; do echo "$b $rate: $(load_10m $b-$rate $rate $R)"; done
+        stop_served
+    done
+    tar czf "$OUT/served.tgz" -C "$R" . && rm -rf "$R"
+    ;;
+*)
+    echo "usage: $0 tests | tenm | served" >&2
+    exit 2
+    ;;
+esac
