@@ -133,8 +133,9 @@ kernels_mid() {
 # The 10M index ($T, u8 storage) served by the build $B on one GPU: gpu-cohort on cores 0-7,
 # UDP 127.0.0.1:7210, admin (metrics) on 7219; returns once it listens, its pid in SERVED_PID.
 # Usage: serve_10m LOG [SERVE FLAGS...]; load_10m NAME RATE DIR [LOAD FLAGS...] drives it from
-# cores 8-15 (Poisson, 16 sockets, 5 s after 1 s of warm-up, every answer checked), prints the
-# result row and keeps DIR/load-NAME.json and the server's metrics after it in
+# cores 8-15 (Poisson, LOAD_CONNECTIONS sockets, default 16, each its own thread: 8 gives one
+# a core, whose send lag may then be lower; 5 s after 1 s of warm-up, every answer checked),
+# prints the result row and keeps DIR/load-NAME.json and the server's metrics after it in
 # DIR/metrics-NAME.txt (CLOCKS=1: the GPU's clocks in DIR/clocks-NAME.csv); stop_served ends it.
 serve_10m() {
     local log=$1
@@ -156,7 +157,8 @@ load_10m() {
         clocks=$!
     fi
     taskset -c 8-15 $B load --target udp://127.0.0.1:7210 --service knn --queries $T/query.fvecs --gt $T/groundtruth.ivecs \
-        --k 10 --nprobe 32 --rate "$rate" --poisson --duration 5 --warmup 1 --connections 16 --server-pid $SERVED_PID \
+        --k 10 --nprobe 32 --rate "$rate" --poisson --duration 5 --warmup 1 --connections "${LOAD_CONNECTIONS:-16}" \
+        --server-pid $SERVED_PID \
         --json "$dir/load-$name.json" --log-level warn "$@" | sed -n 2p
     python3 -c "import urllib.request; print(urllib.request.urlopen('http://127.0.0.1:7219/metrics').read().decode())" \
         > "$dir/metrics-$name.txt" 2>&1
