@@ -33,7 +33,8 @@ for p in r['points']:
     nq=p['cohort']; rows=p['mean_candidate_row']; st=p['tiled_stage_ms']; tot=sum(st.values())
     e=elem[p['precision']]
     probed=1-(1-p['nprobe']/NLIST)**nq
-    tc='rerank_filter' in st
+    # The tensor-core filter's select: re-rank a stage of its own up to 55af72b, one launch after.
+    tc='rerank_filter' in st or 'select_rerank_filter' in st
     for k,ms in st.items():
         s=ms/1e3
         fl=None; by=None; peak=FP32_PEAK
@@ -42,6 +43,7 @@ for p in r['points']:
             else: fl=3*nq*NLIST*DIM
             by=4*(nq*NLIST+NLIST*DIM+nq*DIM)
         elif k=='select_filter': by=4*nq*NLIST
+        elif k=='select_rerank_filter': by=4*nq*NLIST+4*nq*(p['nprobe']+8)*DIM
         elif k=='search':
             by=N*DIM*e*probed+4*nq*rows
             if p['precision']=='U8': fl=2*nq*rows*DIM; peak=INT8_PEAK

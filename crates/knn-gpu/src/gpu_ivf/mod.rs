@@ -207,10 +207,12 @@ struct Kernels {
     reduce: Kernel<pp::KnnReduceArgs>,
     filter_tiled: Kernel<tk::KnnFilterTiledArgs>,
     filter_tc: Kernel<tk::KnnFilterTcArgs>,
-    rerank_filter: Kernel<tk::KnnRerankFilterArgs>,
+    select_rerank_filter: Kernel<tk::KnnSelectRerankFilterArgs>,
+    select_rerank_filter_wide: Kernel<tk::KnnSelectRerankFilterArgs>,
     select_filter: Kernel<tk::KnnSelectFilterArgs>,
     select_filter_wide: Kernel<tk::KnnSelectFilterArgs>,
     plan: Kernel<tk::KnnPlanArgs>,
+    plan_one_block: Kernel<tk::KnnPlanOneBlockArgs>,
     scan_items: Kernel<tk::KnnScanItemsArgs>,
     scatter: Kernel<tk::KnnScatterArgs>,
     search_tiled: [Kernel<tk::KnnSearchTiledArgs>; 3],
@@ -229,10 +231,12 @@ impl Kernels {
             reduce: Kernel::load(&m, &pp::REDUCE)?,
             filter_tiled: Kernel::load(&t, &tk::FILTER)?,
             filter_tc: Kernel::load(&t, &tk::FILTER_TC)?,
-            rerank_filter: Kernel::load(&t, &tk::RERANK_FILTER)?,
+            select_rerank_filter: Kernel::load(&t, &tk::SELECT_RERANK_FILTER)?,
+            select_rerank_filter_wide: Kernel::load(&t, &tk::SELECT_RERANK_FILTER_WIDE)?,
             select_filter: Kernel::load(&t, &tk::SELECT_FILTER)?,
             select_filter_wide: Kernel::load(&t, &tk::SELECT_FILTER_WIDE)?,
             plan: Kernel::load(&t, &tk::PLAN)?,
+            plan_one_block: Kernel::load(&t, &tk::PLAN_ONE_BLOCK)?,
             scan_items: Kernel::load(&t, &tk::SCAN_ITEMS)?,
             scatter: Kernel::load(&t, &tk::SCATTER)?,
             search_tiled: Kernel::load_each(&t, &tk::SEARCH)?,
@@ -275,7 +279,7 @@ pub enum FilterKind {
     /// f32 FMAs on the CUDA cores (`knn_filter_tiled`).
     Cores,
     /// A 3xTF32 matrix product on the tensor cores (`knn_filter_tc`), then the exact distances
-    /// of each query's best few cells (`knn_rerank_filter`), for passes of at least
+    /// of each query's best few cells (`knn_select_rerank_filter`), for passes of at least
     /// `min_queries` queries (the CUDA cores below).
     TensorCores { min_queries: usize },
 }

@@ -1,5 +1,5 @@
-//! The tiled plan for cohorts (kernels/knn_tiled.cu): seven launches on one stream, no host
-//! round trip. A cohort whose candidate rows do not fit `Buffers::cand` runs in passes.
+//! The tiled plan for cohorts (kernels/knn_tiled.cu): five to eight launches on one stream,
+//! no host round trip. A cohort whose candidate rows do not fit `Buffers::cand` runs in passes.
 
 use super::{Buffers, FilterKind, GpuIvf, Precision, SearchKind};
 use crate::kernels::tiled::*;
@@ -14,6 +14,9 @@ const BLOCKS_PER_SM: usize = 8;
 /// The warp-per-item search runs while a cohort's probes average at most this many queries a
 /// cell (measured: 4 won, 32 lost; between them not measured, so the bound sits low).
 const WARP_SEARCH_MAX_QUERIES_PER_CELL: usize = 8;
+/// Passes of at most this many queries plan, scan and scatter in one block
+/// (`knn_plan_one_block`: a warp plans 4 queries in turn at most) instead of four launches.
+const PLAN_ONE_BLOCK_MAX_QUERIES: usize = 128;
 
 /// Rows per work item: big enough to amortise staging the queries, small enough that
 /// `blocks` work items exist (a multiple of the tile height, 64..=1024).
@@ -193,9 +196,7 @@ impl GpuIvf {
         let blocks = self.sms * BLOCKS_PER_SM;
         let groups = m.div_ceil(QB);
         let kn = &self.kernels;
-        // The tensor-core filter keeps `width` cells per query in the candidate buffer, free
-        // until the scan (stream order).
-        let width = FilterKind::rerank_width(nprobe, nlist).filter(|w| m * w <= b.cand.len());
+        let width = FilterKind::rerank_width(nprobe, nlist);
         if let (FilterKind::TensorCores { min_queries }, Some(width)) = (self.filter, width) {
             if m >= min_queries {
                 return self.filter_tc_step(s, b, q, q0, m, nprobe, width, after);
@@ -266,38 +267,27 @@ impl GpuIvf {
         unsafe { kn.filter_tc.launch(s, grid, 0, &args) }?;
         after("filter")?;
 
-        // The `width` best scores per query, into the candidate buffer's first m x width words.
-        let approx: Dev<u32> = Dev::raw(Dev::of_mut(&mut b.cand, s).addr());
-        let args = KnnSelectFilterArgs {
+        // Each query's `width` best cells by score, then the nprobe nearest of them by exact
+        // distance, in one block a query.
+        let args = KnnSelectRerankFilterArgs {
             scratch: Dev::of(&b.scratch, s),
-            nlist: nlist as i32,
-            nprobe: width as i32,
-            probes: approx,
-        };
-        let select = if self.wide_selects(m) {
-            &kn.select_filter_wide
-        } else {
-            &kn.select_filter
-        };
-        // SAFETY: cand holds m x width 4-byte words (the caller checked); width <= SEL_MAX.
-        unsafe { select.launch(s, Work::Items(m), 0, &args) }?;
-        after("select_filter")?;
-
-        let args = KnnRerankFilterArgs {
             queries: q,
-            nq: m as i32,
             centroids: Dev::of(&self.centroids, s),
             nlist: nlist as i32,
             dim: dim as i32,
             metric: self.metric,
-            approx,
             width: width as i32,
             nprobe: nprobe as i32,
             probes: Dev::of_mut(&mut b.probes.slice_mut(q0 * nprobe..(q0 + m) * nprobe), s),
         };
-        // SAFETY: probes rows q0..q0+m exist (the caller asserted); approx rows as above.
-        unsafe { kn.rerank_filter.launch(s, Work::Items(m), 0, &args) }?;
-        after("rerank_filter")
+        let select = if self.wide_selects(m) {
+            &kn.select_rerank_filter_wide
+        } else {
+            &kn.select_rerank_filter
+        };
+        // SAFETY: probes rows q0..q0+m exist (the caller asserted); nprobe <= width <= SEL_MAX.
+        unsafe { select.launch(s, Work::Items(m), 0, &args) }?;
+        after("select_rerank_filter")
     }
 
     /// Stages 3-7 for the m queries of `io` (which starts at the pass's first query).
@@ -346,50 +336,75 @@ impl GpuIvf {
             blocks
         };
 
-        // 3. Candidate row layout per query; queries per cell.
-        s.memset_zeros(&mut b.counts)?;
-        let args = KnnPlanArgs {
-            probes,
-            nq: mi,
-            nprobe: np_i,
-            offsets,
-            poff: Dev::of_mut(&mut b.poff, s),
-            totals: Dev::of_mut(&mut b.totals, s),
-            counts: Dev::of_mut(&mut b.counts, s),
-        };
-        // SAFETY: poff m x nprobe, totals m, counts nlist.
-        unsafe { kn.plan.launch(s, Work::Items(m), 0, &args) }?;
-        after("plan")?;
-
-        // 4. Pair starts and work items per cell. Average cell rows x queries per cell sizes
-        //    the row chunk so the grid has work for every resident block.
+        // The search's row chunk: average cell rows x queries per cell, so the grid has work
+        // for every resident block.
         let pairs = m * nprobe;
         let avg_rows = self.n.div_ceil(nlist).max(1);
         let cell_groups = (pairs / QB).max(pairs.min(nlist));
         let schunk = chunk_rows(avg_rows, cell_groups, workers) as i32;
-        let args = KnnScanItemsArgs {
-            counts: Dev::of(&b.counts, s),
-            nlist: nlist_i,
-            offsets,
-            chunk: schunk,
-            cursor: Dev::of_mut(&mut b.cursor, s),
-            items: Dev::of_mut(&mut b.items, s),
-            next_item: Dev::of_mut(&mut b.next_item, s),
-        };
-        // SAFETY: one block; cursor holds nlist, items nlist + 1, next_item 1.
-        unsafe { kn.scan_items.launch(s, Work::Grid(1, 1), 0, &args) }?;
-        after("scan_items")?;
+        if m <= PLAN_ONE_BLOCK_MAX_QUERIES {
+            // 3-5. Candidate row layout per query, queries per cell, pair starts and work
+            // items per cell, pairs grouped by cell: one block.
+            let args = KnnPlanOneBlockArgs {
+                probes,
+                nq: mi,
+                nprobe: np_i,
+                nlist: nlist_i,
+                chunk: schunk,
+                offsets,
+                poff: Dev::of_mut(&mut b.poff, s),
+                totals: Dev::of_mut(&mut b.totals, s),
+                counts: Dev::of_mut(&mut b.counts, s),
+                cursor: Dev::of_mut(&mut b.cursor, s),
+                items: Dev::of_mut(&mut b.items, s),
+                next_item: Dev::of_mut(&mut b.next_item, s),
+                order: Dev::of_mut(&mut b.order, s),
+            };
+            // SAFETY: one block; poff and order hold m x nprobe (asserted), totals m, counts
+            // and cursor nlist, items nlist + 1, next_item 1.
+            unsafe { kn.plan_one_block.launch(s, Work::Grid(1, 1), 0, &args) }?;
+            after("plan_one_block")?;
+        } else {
+            // 3. Candidate row layout per query; queries per cell.
+            s.memset_zeros(&mut b.counts)?;
+            let args = KnnPlanArgs {
+                probes,
+                nq: mi,
+                nprobe: np_i,
+                offsets,
+                poff: Dev::of_mut(&mut b.poff, s),
+                totals: Dev::of_mut(&mut b.totals, s),
+                counts: Dev::of_mut(&mut b.counts, s),
+            };
+            // SAFETY: poff m x nprobe, totals m, counts nlist.
+            unsafe { kn.plan.launch(s, Work::Items(m), 0, &args) }?;
+            after("plan")?;
 
-        // 5. Pairs grouped by cell.
-        let args = KnnScatterArgs {
-            probes,
-            pairs: pairs as i32,
-            cursor: Dev::of_mut(&mut b.cursor, s),
-            order: Dev::of_mut(&mut b.order, s),
-        };
-        // SAFETY: order holds >= pairs entries (asserted).
-        unsafe { kn.scatter.launch(s, Work::Items(pairs), 0, &args) }?;
-        after("scatter")?;
+            // 4. Pair starts and work items per cell.
+            let args = KnnScanItemsArgs {
+                counts: Dev::of(&b.counts, s),
+                nlist: nlist_i,
+                offsets,
+                chunk: schunk,
+                cursor: Dev::of_mut(&mut b.cursor, s),
+                items: Dev::of_mut(&mut b.items, s),
+                next_item: Dev::of_mut(&mut b.next_item, s),
+            };
+            // SAFETY: one block; cursor holds nlist, items nlist + 1, next_item 1.
+            unsafe { kn.scan_items.launch(s, Work::Grid(1, 1), 0, &args) }?;
+            after("scan_items")?;
+
+            // 5. Pairs grouped by cell.
+            let args = KnnScatterArgs {
+                probes,
+                pairs: pairs as i32,
+                cursor: Dev::of_mut(&mut b.cursor, s),
+                order: Dev::of_mut(&mut b.order, s),
+            };
+            // SAFETY: order holds >= pairs entries (asserted).
+            unsafe { kn.scatter.launch(s, Work::Items(pairs), 0, &args) }?;
+            after("scatter")?;
+        }
 
         // 6. Cell x query-group distances into the candidate rows.
         let args = KnnSearchTiledArgs {

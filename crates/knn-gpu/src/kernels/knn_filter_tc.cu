@@ -7,11 +7,12 @@
 //    hi.hi + hi.lo + lo.hi ("3xTF32"): within a few f32 ulps of the f32 dot product, at
 //    three tensor-core issues per step instead of 64 FMAs per thread. The score is the
 //    distance less a per-query constant: L2 |c|^2 - 2 q.c (|q|^2 dropped), inner product -q.c.
-// 2. knn_select_filter (knn_tiled.cu) picks each query's `width` best scores: nprobe plus a
-//    margin, so that a cell the rounding moved a few places still makes the list.
-// 3. knn_rerank_filter: the exact distances of those cells, summed in the order
+// 2. knn_select_rerank_filter, a block per query: its `width` best scores (block_select of
+//    knn_tiled.cu), nprobe plus a margin, so that a cell the rounding moved a few places still
+//    makes the list; then the exact distances of those cells, summed in the order
 //    knn_filter_tiled sums them (the same bits), and the nprobe nearest, sorted, ties to the
-//    smaller id - the probes of the exact filter.
+//    smaller id - the probes of the exact filter. (Two launches until 2026-11: the re-rank a
+//    kernel of its own, the `width` cells a round trip through global memory.)
 
 // TC_QTILE x TC_CTILE (queries x centroids per block tile) and TC_THREADS come from the
 // host's kernels.rs. Each warp takes TC_WQ queries x TC_WC centroids of the tile: 2 x 4 mma
@@ -30,7 +31,6 @@
 static_assert(TC_THREADS == 32 * (TC_QTILE / TC_WQ) * (TC_CTILE / TC_WC), "warps tile the block");
 static_assert((TC_QTILE + TC_CTILE) * (TC_DK / 4) % TC_THREADS == 0, "whole float4s a thread");
 static_assert(TC_THREADS % (TC_DK / 4) == 0, "a thread's centroid slots keep their rows");
-#define RERANK_QUERIES (BLOCK / 32)  // queries per knn_rerank_filter block, a warp each
 
 // x rounded to TF32 (round to nearest, ties away), as the bits mma.sync takes.
 __device__ __forceinline__ unsigned to_tf32(float x) {
@@ -187,54 +187,74 @@ extern "C" __global__ void __launch_bounds__(TC_THREADS, 3) knn_filter_tc(const 
             }
 }
 
-struct KnnRerankFilterArgs {
+struct KnnSelectRerankFilterArgs {
+    const float* scratch;    // nq x nlist scores (step 1)
     const float* queries;    // nq x dim
-    int nq;
     const float* centroids;  // nlist x dim
     int nlist, dim, metric;
-    const unsigned* approx;  // nq x width: each query's best cells by step 1's scores
-    int width, nprobe;       // width <= SEL_MAX
+    int width, nprobe;       // nprobe <= width <= min(SEL_MAX, nlist)
     unsigned* probes;        // nq x nprobe
 };
 
-// Summed in dimension order, as knn_filter_tiled sums (the same bits); four dimensions a load
-// where the rows allow it (a lane per cell reads rows 4*dim bytes apart: a quarter of the loads).
-template <int METRIC>
-__device__ float exact_distance(const float* __restrict__ q, const float* __restrict__ c, int dim) {
+// Floats of centroid rows the re-rank stages at a time (8 KiB): each candidate cell's next
+// dimensions, so that a thread's sum waits on shared memory, not on one global load after
+// another (the re-rank's own kernel, a lane per cell with its loads in a chain, took 11 us at
+// cohort 1 024 on an H100: a92110f).
+#define RERANK_STAGE 2048
+// The most dimensions staged a turn (the query's, beside the rows).
+#define RERANK_MAX_DC 256
+static_assert(SEL_MAX <= BLOCK, "a thread per candidate cell");
+
+// Thread j < width: the exact distance of the query to cells[j], summed in dimension order as
+// knn_filter_tiled sums it (the same bits). The whole block stages, into rows (RERANK_STAGE)
+// and qs (RERANK_MAX_DC), shared memory declared once by the caller for both metrics.
+template <int NT, int METRIC>
+__device__ float rerank_distance(const float* __restrict__ qv, const float* __restrict__ centroids, int dim,
+                                 const unsigned* cells, int width, float* rows, float* qs) {
+    // Dimensions a turn: odd, so thread j's row (j * dc apart) starts in its own bank.
+    const int dc = min(RERANK_MAX_DC, ((RERANK_STAGE / width) - 1) | 1);
     float acc = 0.f;
-    int d = 0;
-    if (dim % 4 == 0 && ((reinterpret_cast<size_t>(q) | reinterpret_cast<size_t>(c)) & 15) == 0)
-        for (; d < dim; d += 4) {
-            const float4 qv = *reinterpret_cast<const float4*>(q + d);
-            const float4 cv = *reinterpret_cast<const float4*>(c + d);
-            acc = accumulate<METRIC>(acc, qv.x, cv.x);
-            acc = accumulate<METRIC>(acc, qv.y, cv.y);
-            acc = accumulate<METRIC>(acc, qv.z, cv.z);
-            acc = accumulate<METRIC>(acc, qv.w, cv.w);
+    for (int d0 = 0; d0 < dim; d0 += dc) {
+        const int n = min(dc, dim - d0);
+        for (int i = threadIdx.x; i < width * n; i += NT) {
+            const int j = i / n, d = i % n;
+            rows[j * dc + d] = centroids[(size_t)cells[j] * dim + d0 + d];
         }
-    for (; d < dim; ++d) acc = accumulate<METRIC>(acc, q[d], c[d]);
+        for (int d = threadIdx.x; d < n; d += NT) qs[d] = qv[d0 + d];
+        __syncthreads();
+        if (threadIdx.x < width)
+            for (int d = 0; d < n; ++d) acc = accumulate<METRIC>(acc, qs[d], rows[threadIdx.x * dc + d]);
+        __syncthreads();
+    }
     return finish<METRIC>(acc);
 }
 
-// A warp per query (RERANK_QUERIES of them per block): a lane per candidate cell computes its
-// exact distance; each cell's rank among the query's candidates is where it goes.
-extern "C" __global__ void knn_rerank_filter(const KnnRerankFilterArgs a) {
-    __shared__ float sd[RERANK_QUERIES][SEL_MAX];
-    __shared__ unsigned si[RERANK_QUERIES][SEL_MAX];
-    const int w = threadIdx.x / 32, lane = threadIdx.x % 32;
-    const size_t q = (size_t)blockIdx.x * RERANK_QUERIES + w;
-    if (q >= (size_t)a.nq) return;  // whole warps leave; no block-wide barrier follows
+// Steps 2 and 3, a block of NT threads per query: the `width` best cells by score into shared
+// memory, their exact distances, and each cell's rank among them is where it goes.
+template <int NT>
+__device__ void select_rerank_filter(const KnnSelectRerankFilterArgs& a) {
+    __shared__ unsigned cells[SEL_MAX];
+    __shared__ float dist[SEL_MAX];
+    __shared__ float rows[RERANK_STAGE];
+    __shared__ float qs[RERANK_MAX_DC];
+    const size_t q = blockIdx.x;
+    block_select<NT>(CellIds{a.scratch + q * a.nlist, a.nlist}, a.width, cells, (float*)0);
+    __syncthreads();
     const float* qv = a.queries + q * a.dim;
-    for (int j = lane; j < a.width; j += 32) {
-        const unsigned c = a.approx[q * a.width + j];
-        const float* cv = a.centroids + (size_t)c * a.dim;
-        sd[w][j] = a.metric == 0 ? exact_distance<0>(qv, cv, a.dim) : exact_distance<1>(qv, cv, a.dim);
-        si[w][j] = c;
-    }
-    __syncwarp();
-    for (int j = lane; j < a.width; j += 32) {
+    const float d = a.metric == 0 ? rerank_distance<NT, 0>(qv, a.centroids, a.dim, cells, a.width, rows, qs)
+                                  : rerank_distance<NT, 1>(qv, a.centroids, a.dim, cells, a.width, rows, qs);
+    if ((int)threadIdx.x < a.width) dist[threadIdx.x] = d;
+    __syncthreads();
+    for (int j = threadIdx.x; j < a.width; j += NT) {
         int rank = 0;
-        for (int i = 0; i < a.width; ++i) rank += before(sd[w][i], si[w][i], sd[w][j], si[w][j]);
-        if (rank < a.nprobe) a.probes[q * a.nprobe + rank] = si[w][j];
+        for (int i = 0; i < a.width; ++i) rank += before(dist[i], cells[i], dist[j], cells[j]);
+        if (rank < a.nprobe) a.probes[q * a.nprobe + rank] = cells[j];
     }
+}
+extern "C" __global__ void knn_select_rerank_filter(const KnnSelectRerankFilterArgs a) {
+    select_rerank_filter<BLOCK>(a);
+}
+// For cohorts too few to fill the SMs with BLOCK-thread blocks (as knn_select_filter_wide).
+extern "C" __global__ void __launch_bounds__(WIDE_BLOCK) knn_select_rerank_filter_wide(const KnnSelectRerankFilterArgs a) {
+    select_rerank_filter<WIDE_BLOCK>(a);
 }

@@ -7,7 +7,8 @@
 // 3. knn_plan: per query, where each probed cell's candidates start in its candidate row,
 //    and how many queries probe each cell.
 // 4. knn_scan_items: per cell, where its pairs start and how many work items it makes.
-// 5. knn_scatter: the (query, probe) pairs grouped by cell.
+// 5. knn_scatter: the (query, probe) pairs grouped by cell. (Passes of a few queries take
+//    stages 3-5 in one launch: knn_plan_one_block.)
 // 6. knn_search_tiled: a work item is (cell, up to QB queries probing it, a chunk of its
 //    rows): the cell is read once per QB queries instead of once per query, and the
 //    distances are a tiled product again (or, for groups of a few queries, a thread per row
@@ -735,6 +736,42 @@ struct KnnScatterArgs {
 // the end of cell c's range.
 extern "C" __global__ void knn_scatter(const KnnScatterArgs a) {
     for (int b = blockIdx.x * blockDim.x + threadIdx.x; b < a.pairs; b += gridDim.x * blockDim.x) {
+        const unsigned pos = atomicAdd(&a.cursor[a.probes[b]], 1u);
+        a.order[pos] = (unsigned)b;
+    }
+}
+
+struct KnnPlanOneBlockArgs {
+    const unsigned* probes;             // nq x nprobe
+    int nq, nprobe, nlist, chunk;
+    const unsigned long long* offsets;  // nlist + 1
+    unsigned* poff;                     // nq x nprobe
+    unsigned* totals;                   // nq
+    unsigned* counts;                   // nlist, zeroed here
+    unsigned* cursor;                   // nlist
+    unsigned* items;                    // nlist + 1
+    unsigned* next_item;                // 1: the search's work counter, zeroed here
+    unsigned* order;                    // nq x nprobe
+};
+
+// Stages 3-5 (and the zeroed counts) in one block of WIDE_BLOCK threads, for passes of a few
+// queries (the host's PLAN_ONE_BLOCK_MAX_QUERIES): at cohort 64 the four launches each did a
+// microsecond or two of work and the stages took 26 us with the gaps between them (a92110f,
+// H100). A warp plans a query at a time; the block's barriers order the stages, as the
+// launches did (the counts and cursors are read only after the barrier that follows their
+// last atomic).
+extern "C" __global__ void __launch_bounds__(WIDE_BLOCK) knn_plan_one_block(const KnnPlanOneBlockArgs a) {
+    for (int c = threadIdx.x; c < a.nlist; c += WIDE_BLOCK) a.counts[c] = 0;
+    if (threadIdx.x == 0) *a.next_item = 0;
+    __syncthreads();
+    for (int q = threadIdx.x / 32; q < a.nq; q += WIDE_BLOCK / 32) {
+        const size_t b = (size_t)q * a.nprobe;
+        const unsigned total = plan_query_warp(a.probes + b, a.nprobe, a.offsets, a.poff + b, a.counts);
+        if (threadIdx.x % 32 == 0) a.totals[q] = total;
+    }
+    __syncthreads();
+    scan_items<WIDE_BLOCK>(a.counts, a.nlist, a.offsets, a.chunk, a.cursor, a.items);  // ends in a barrier
+    for (int b = threadIdx.x; b < a.nq * a.nprobe; b += WIDE_BLOCK) {
         const unsigned pos = atomicAdd(&a.cursor[a.probes[b]], 1u);
         a.order[pos] = (unsigned)b;
     }

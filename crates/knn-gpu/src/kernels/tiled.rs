@@ -43,15 +43,14 @@ kernel_args! {
 }
 
 kernel_args! {
-    /// The exact nprobe nearest of each query's `width` best cells by score.
-    pub struct KnnRerankFilterArgs {
+    /// Each query's `width` best cells by score, then the exact nprobe nearest of them.
+    pub struct KnnSelectRerankFilterArgs {
+        scratch: Dev<f32>,
         queries: Dev<f32>,
-        nq: i32,
         centroids: Dev<f32>,
         nlist: i32,
         dim: i32,
         metric: i32,
-        approx: Dev<u32>,
         width: i32,
         nprobe: i32,
         probes: Dev<u32>,
@@ -68,6 +67,26 @@ kernel_args! {
         poff: Dev<u32>,
         totals: Dev<u32>,
         counts: Dev<u32>,
+    }
+}
+
+kernel_args! {
+    /// The plan, scan and scatter of a pass of a few queries in one block (the counts and the
+    /// search's work counter zeroed first).
+    pub struct KnnPlanOneBlockArgs {
+        probes: Dev<u32>,
+        nq: i32,
+        nprobe: i32,
+        nlist: i32,
+        chunk: i32,
+        offsets: Dev<u64>,
+        poff: Dev<u32>,
+        totals: Dev<u32>,
+        counts: Dev<u32>,
+        cursor: Dev<u32>,
+        items: Dev<u32>,
+        next_item: Dev<u32>,
+        order: Dev<u32>,
     }
 }
 
@@ -145,9 +164,15 @@ pub const FILTER: KernelDecl<KnnFilterTiledArgs> =
 /// Grid (query tiles of TC_QTILE, centroid tiles of TC_CTILE).
 pub const FILTER_TC: KernelDecl<KnnFilterTcArgs> =
     KernelDecl::new("knn_filter_tc", TC_THREADS as u32, Grid::Sized);
-/// A warp per query.
-pub const RERANK_FILTER: KernelDecl<KnnRerankFilterArgs> =
-    KernelDecl::new("knn_rerank_filter", B, Grid::ItemsPerBlock(B / 32));
+/// A block per query.
+pub const SELECT_RERANK_FILTER: KernelDecl<KnnSelectRerankFilterArgs> =
+    KernelDecl::new("knn_select_rerank_filter", B, Grid::BlockPerItem);
+/// WIDE_BLOCK threads per query.
+pub const SELECT_RERANK_FILTER_WIDE: KernelDecl<KnnSelectRerankFilterArgs> = KernelDecl::new(
+    "knn_select_rerank_filter_wide",
+    WIDE as u32,
+    Grid::BlockPerItem,
+);
 pub const SELECT_FILTER: KernelDecl<KnnSelectFilterArgs> =
     KernelDecl::new("knn_select_filter", B, Grid::BlockPerItem);
 /// WIDE_BLOCK threads per query: for cohorts too small to fill the SMs with BLOCK-thread blocks.
@@ -156,6 +181,9 @@ pub const SELECT_FILTER_WIDE: KernelDecl<KnnSelectFilterArgs> =
 /// A warp per query.
 pub const PLAN: KernelDecl<KnnPlanArgs> =
     KernelDecl::new("knn_plan", B, Grid::ItemsPerBlock(B / 32));
+/// One block of WIDE_BLOCK threads: a warp per query, then every cell, then the pairs.
+pub const PLAN_ONE_BLOCK: KernelDecl<KnnPlanOneBlockArgs> =
+    KernelDecl::new("knn_plan_one_block", WIDE as u32, Grid::Sized);
 /// One block of WIDE_BLOCK threads over every cell.
 pub const SCAN_ITEMS: KernelDecl<KnnScanItemsArgs> =
     KernelDecl::new("knn_scan_items", WIDE as u32, Grid::Sized);
@@ -183,7 +211,11 @@ pub const SELECT_SEARCH_WIDE: KernelDecl<KnnSelectSearchArgs> =
 
 /// The tensor-core filter's kernels (`knn_filter_tc.cu`), for the layout check.
 pub fn checked_filter_tc() -> Vec<(&'static str, ArgsLayout)> {
-    vec![FILTER_TC.checked(), RERANK_FILTER.checked()]
+    vec![
+        FILTER_TC.checked(),
+        SELECT_RERANK_FILTER.checked(),
+        SELECT_RERANK_FILTER_WIDE.checked(),
+    ]
 }
 
 /// Every kernel of `knn_tiled.cu`, for the layout check.
@@ -193,6 +225,7 @@ pub fn checked() -> Vec<(&'static str, ArgsLayout)> {
         SELECT_FILTER.checked(),
         SELECT_FILTER_WIDE.checked(),
         PLAN.checked(),
+        PLAN_ONE_BLOCK.checked(),
         SCAN_ITEMS.checked(),
         SCATTER.checked(),
         SELECT_SEARCH.checked(),
