@@ -208,6 +208,20 @@ __device__ __forceinline__ void mma_u8(int c[4], unsigned a0, unsigned a1, unsig
 // 8-byte fragment loads of each half-warp (4 rows x 4 lanes) fall in 32 different banks.
 __device__ __forceinline__ int tc_stride(int dim) { return dim + 4 * ((8 - dim / 4) & 31); }
 
+// Four elements as bytes (element i in byte i), each one that is not an integer in 0..=255
+// (NaN is not) packed as 0 and counted in `bad`: how both u8 searches stage their queries.
+__device__ __forceinline__ unsigned pack_u8x4(float4 v, int& bad) {
+    const float x[4] = {v.x, v.y, v.z, v.w};
+    unsigned w = 0;
+#pragma unroll
+    for (int i = 0; i < 4; ++i) {
+        const bool ok = x[i] >= 0.f && x[i] <= 255.f && x[i] == rintf(x[i]);
+        bad |= !ok;
+        w |= (ok ? (unsigned)x[i] : 0u) << (8 * i);
+    }
+    return w;
+}
+
 // Stages the group's queries as bytes and their squared norms: the rows tc_distances_u8 reads
 // (16, or QB past 16 queries; zero past nqg) of tc_stride(dim) bytes. False, agreed by the whole
 // block, when any element is not an integer in 0..=255. Four dimensions a thread a turn (one
@@ -222,15 +236,7 @@ __device__ bool stage_u8_queries(const float* __restrict__ queries, const size_t
         // dim is a multiple of 32 here, so each query row is 16-byte aligned where its base is.
         const float4 v = j < nqg ? *reinterpret_cast<const float4*>(queries + qrow[j] + d)
                                  : make_float4(0.f, 0.f, 0.f, 0.f);
-        const float x[4] = {v.x, v.y, v.z, v.w};
-        unsigned w = 0;
-#pragma unroll
-        for (int i = 0; i < 4; ++i) {
-            const bool ok = x[i] >= 0.f && x[i] <= 255.f && x[i] == rintf(x[i]);  // NaN is not
-            bad |= !ok;
-            w |= (ok ? (unsigned)x[i] : 0u) << (8 * i);
-        }
-        *reinterpret_cast<unsigned*>(qs8 + j * stride + d) = w;
+        *reinterpret_cast<unsigned*>(qs8 + j * stride + d) = pack_u8x4(v, bad);
     }
     if (__syncthreads_or(bad)) return false;
     if ((int)threadIdx.x < rows) {
@@ -942,14 +948,7 @@ __device__ bool warp_stage_u8(const float* __restrict__ queries, unsigned qidx, 
 #pragma unroll 4
         for (int d = 0; d < hd; d += 4) {
             const float4 v = *reinterpret_cast<const float4*>(src + d);
-            const float x[4] = {v.x, v.y, v.z, v.w};
-            unsigned w = 0;
-#pragma unroll
-            for (int i = 0; i < 4; ++i) {
-                const bool ok = x[i] >= 0.f && x[i] <= 255.f && x[i] == rintf(x[i]);  // NaN is not
-                bad |= !ok;
-                w |= (ok ? (unsigned)x[i] : 0u) << (8 * i);
-            }
+            const unsigned w = pack_u8x4(v, bad);
             *reinterpret_cast<unsigned*>(dst + d) = w;
             norm = __dp4a(w, w, norm);
         }
