@@ -1,0 +1,50 @@
+#!/bin/bash
+# Issue 49, the tiled plan in fewer launches (5c8d166: the tensor-core filter's select and
+# re-rank one kernel; passes of up to 128 queries plan, scan and scatter in one block), from the
+# repository root on the GPU machine, one device call a step:
+#   tests:   every GPU check of the new build (scripts/gpu-check run tests; the 1M data made
+#            meanwhile), then `bench gpu-kernels` (1M, nlist 4096, nprobe 16; cohorts 64 /
+#            1 024 / 8 192, f32 and u8) for the new build beside each cohort-NAME carried
+#            (cohort-main: main before; cohort-base: d5016a9, the issue's "today"), alternating,
+#            ROUNDS rounds (1), then the cohorts between (128, 256, 512, u8) for every build.
+#   more:    the same kernels, round 2; then the new build with the tensor-core filter from
+#            64 queries (COHORT_KNN_FILTER=tensor:64) at cohorts 64 and 128, u8.
+#   served:  as knn-search-warp-h100/run.sh served (the 10M index, one GPU, 8 cores).
+# Carried: dist-base/kv.tar.xz (cohort and cohort-NAME builds, one xz'd tar), dist-base/b
+# (the test executables of `scripts/gpu-check build`, each xz'd), dist-base/debs.
+set -u
+source scripts/lib/device-run.sh
+unpack_carried dist-base/b/*.xz
+case "$1" in
+tests)
+    (knn_1m_data > /tmp/data-1m.log 2>&1 &)
+    gpu_checks
+    rc=$?
+    while pgrep -f "ivf4096.index|sift-like-1m" > /dev/null; do sleep 2; done
+    knn_1m_data
+    kernels_beside "${ROUNDS:-1}" > "$OUT/kernels.log" 2>&1
+    for b in $(carried_builds); do
+        timeout 120 dist/$b bench gpu-kernels --data $D --nlist 4096 --nprobe 16 --cohorts 128,256,512 \
+            --precision u8 --out "$OUT/gpu-kernels-mid-$b.json" --log-level warn >> "$OUT/kernels.log" 2>&1
+    done
+    tar czf "$OUT/kernels.tgz" -C "$OUT" $(cd "$OUT" && ls *.json) kernels.log && (cd "$OUT" && rm -f *.json kernels.log)
+    exit $rc
+    ;;
+more)
+    knn_1m_data
+    for b in $(carried_builds); do
+        timeout 120 dist/$b bench gpu-kernels --data $D --nlist 4096 --nprobe 16 --cohorts 64,1024,8192 \
+            --precision f32,u8 --out "$OUT/gpu-kernels-$b-r2.json" --log-level warn > /dev/null 2>&1 || echo "$b failed"
+    done
+    COHORT_KNN_FILTER=tensor:64 timeout 120 dist/cohort bench gpu-kernels --data $D --nlist 4096 --nprobe 16 \
+        --cohorts 64,128 --precision u8 --out "$OUT/gpu-kernels-tensor64.json" --log-level warn > /dev/null 2>&1 || echo "tensor:64 failed"
+    tar czf "$OUT/kernels.tgz" -C "$OUT" $(cd "$OUT" && ls *.json) && (cd "$OUT" && rm -f *.json)
+    ;;
+served)
+    exec bash bench/results/knn-search-warp-h100/run.sh served
+    ;;
+*)
+    echo "usage: $0 tests | more | served" >&2
+    exit 2
+    ;;
+esac
