@@ -196,18 +196,13 @@ struct KnnSelectRerankFilterArgs {
     unsigned* probes;        // nq x nprobe
 };
 
-// Floats of centroid rows the re-rank stages at a time (16 KiB): each candidate cell's next
-// dimensions (nprobe 16's 24 cells of 128 dimensions in one turn), so that a thread's sum waits
-// on shared memory, not on one global load after another (the re-rank's own kernel, a lane per
-// cell with its loads in a chain, took 11 us at cohort 1 024 on an H100: a92110f).
-#define RERANK_STAGE 4096
-// The most dimensions staged a turn (odd: see rerank_distance), the query's beside the rows.
-#define RERANK_MAX_DC 255
-// Row elements a BLOCK-thread block's thread loads before it stores any (a wider block's
-// proportionally fewer): the latency once per turn, not per element (the first version loaded
-// and stored one at a time, and the fused kernel lost 28 us to the two it replaced at cohort
-// 8 192, 1cdd478).
-#define RERANK_LOADS 8
+// Floats of centroid rows the re-rank stages at a time (8 KiB): each candidate cell's next
+// dimensions, so that a thread's sum waits on shared memory, not on one global load after
+// another (the re-rank's own kernel, a lane per cell with its loads in a chain, took 11 us at
+// cohort 1 024 on an H100: a92110f).
+#define RERANK_STAGE 2048
+// The most dimensions staged a turn (the query's, beside the rows).
+#define RERANK_MAX_DC 256
 static_assert(SEL_MAX <= BLOCK, "a thread per candidate cell");
 
 // Thread j < width: the exact distance of the query to cells[j], summed in dimension order as
@@ -216,33 +211,19 @@ static_assert(SEL_MAX <= BLOCK, "a thread per candidate cell");
 template <int NT, int METRIC>
 __device__ float rerank_distance(const float* __restrict__ qv, const float* __restrict__ centroids, int dim,
                                  const unsigned* cells, int width, float* rows, float* qs) {
-    // Dimensions a turn, also the staged rows' stride: odd, so the threads' rows start in
-    // different banks.
-    const int ld = min(RERANK_MAX_DC, (RERANK_STAGE / width - 1) | 1);
-    constexpr int L = NT >= RERANK_LOADS * BLOCK ? 1 : RERANK_LOADS * BLOCK / NT;
+    // Dimensions a turn: odd, so thread j's row (j * dc apart) starts in its own bank.
+    const int dc = min(RERANK_MAX_DC, ((RERANK_STAGE / width) - 1) | 1);
     float acc = 0.f;
-    for (int d0 = 0; d0 < dim; d0 += ld) {
-        const int n = min(ld, dim - d0), total = width * n;
-        for (int i0 = 0; i0 < total; i0 += L * NT) {
-            float v[L];
-#pragma unroll
-            for (int u = 0; u < L; ++u) {
-                const int i = i0 + u * NT + (int)threadIdx.x;
-                v[u] = i < total ? centroids[(size_t)cells[i / n] * dim + d0 + i % n] : 0.f;
-            }
-#pragma unroll
-            for (int u = 0; u < L; ++u) {
-                const int i = i0 + u * NT + (int)threadIdx.x;
-                if (i < total) rows[(i / n) * ld + i % n] = v[u];
-            }
+    for (int d0 = 0; d0 < dim; d0 += dc) {
+        const int n = min(dc, dim - d0);
+        for (int i = threadIdx.x; i < width * n; i += NT) {
+            const int j = i / n, d = i % n;
+            rows[j * dc + d] = centroids[(size_t)cells[j] * dim + d0 + d];
         }
         for (int d = threadIdx.x; d < n; d += NT) qs[d] = qv[d0 + d];
         __syncthreads();
-        if ((int)threadIdx.x < width) {
-            const float* r = rows + threadIdx.x * ld;
-#pragma unroll 8
-            for (int d = 0; d < n; ++d) acc = accumulate<METRIC>(acc, qs[d], r[d]);
-        }
+        if (threadIdx.x < width)
+            for (int d = 0; d < n; ++d) acc = accumulate<METRIC>(acc, qs[d], rows[threadIdx.x * dc + d]);
         __syncthreads();
     }
     return finish<METRIC>(acc);
