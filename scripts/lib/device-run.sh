@@ -33,6 +33,25 @@ gpu_checks() {
     return $rc
 }
 
+# gpu_checks while the 1M data set ($D, knn_1m_data below) is made beside it, then the data
+# ready for the kernels; returns the checks' exit status.
+checks_and_1m_data() {
+    (knn_1m_data > /tmp/data-1m.log 2>&1 &)
+    gpu_checks
+    local rc=$?
+    while pgrep -f "ivf4096.index|sift-like-1m" > /dev/null; do sleep 2; done
+    knn_1m_data
+    return $rc
+}
+
+# Every JSON in $OUT, and the files named, packed into $OUT/TGZ and removed (only a few files
+# come back from a call). Usage: pack_results TGZ [FILE...]
+pack_results() {
+    local tgz=$1
+    shift
+    (cd "$OUT" && tar czf "$tgz" $(ls *.json 2>/dev/null) "$@" && rm -f *.json "$@")
+}
+
 # The builds a call carried: cohort, then each cohort-NAME variant in dist/.
 carried_builds() {
     echo cohort

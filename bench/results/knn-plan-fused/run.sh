@@ -19,17 +19,14 @@ source scripts/lib/device-run.sh
 unpack_carried dist-base/b/*.xz
 case "$1" in
 tests)
-    (knn_1m_data > /tmp/data-1m.log 2>&1 &)
-    gpu_checks
+    checks_and_1m_data
     rc=$?
-    while pgrep -f "ivf4096.index|sift-like-1m" > /dev/null; do sleep 2; done
-    knn_1m_data
     kernels_beside "${ROUNDS:-1}" > "$OUT/kernels.log" 2>&1
     for b in $(carried_builds); do
         timeout 120 dist/$b bench gpu-kernels --data $D --nlist 4096 --nprobe 16 --cohorts 128,256,512 \
             --precision u8 --out "$OUT/gpu-kernels-mid-$b.json" --log-level warn >> "$OUT/kernels.log" 2>&1
     done
-    tar czf "$OUT/kernels.tgz" -C "$OUT" $(cd "$OUT" && ls *.json) kernels.log && (cd "$OUT" && rm -f *.json kernels.log)
+    pack_results kernels.tgz kernels.log
     exit $rc
     ;;
 more)
@@ -40,7 +37,7 @@ more)
     done
     COHORT_KNN_FILTER=tensor:64 timeout 120 dist/cohort bench gpu-kernels --data $D --nlist 4096 --nprobe 16 \
         --cohorts 64,128 --precision u8 --out "$OUT/gpu-kernels-tensor64.json" --log-level warn > /dev/null 2>&1 || echo "tensor:64 failed"
-    tar czf "$OUT/kernels.tgz" -C "$OUT" $(cd "$OUT" && ls *.json) && (cd "$OUT" && rm -f *.json)
+    pack_results kernels.tgz
     ;;
 last)
     (knn_10m_synth > /tmp/synth-10m.log 2>&1 &)
@@ -55,7 +52,7 @@ last)
         timeout 100 dist/$b bench gpu-kernels --data $T --nlist 16384 --nprobe 32 --cohorts 1024,2048,8192 \
             --precision u8 --out "$OUT/gpu-kernels-10m-$b.json" --log-level warn > /dev/null 2>&1 || echo "10m $b failed"
     done
-    tar czf "$OUT/kernels.tgz" -C "$OUT" $(cd "$OUT" && ls *.json) && (cd "$OUT" && rm -f *.json)
+    pack_results kernels.tgz
     ;;
 served)
     exec bash bench/results/knn-search-warp-h100/run.sh served

@@ -17,21 +17,18 @@ source scripts/lib/device-run.sh
 unpack_carried dist-base/b/*.xz
 case "$1" in
 tests)
-    (knn_1m_data > /tmp/data-1m.log 2>&1 &)
-    gpu_checks
+    checks_and_1m_data
     rc=$?
-    while pgrep -f "ivf4096.index|sift-like-1m" > /dev/null; do sleep 2; done
-    knn_1m_data
     kernels_beside "${ROUNDS:-2}" > "$OUT/kernels.log" 2>&1
     kernels_mid >> "$OUT/kernels.log" 2>&1
-    tar czf "$OUT/kernels.tgz" -C "$OUT" $(cd "$OUT" && ls *.json) kernels.log && (cd "$OUT" && rm -f *.json kernels.log)
+    pack_results kernels.tgz kernels.log
     exit $rc
     ;;
 tenm)
     knn_10m_data
     knn_10m_kernels "$OUT"
     knn_10m_engine "$OUT" 1 2
-    tar czf "$OUT/tenm.tgz" -C "$OUT" $(cd "$OUT" && ls *.json) && (cd "$OUT" && rm -f *.json)
+    pack_results tenm.tgz
     ;;
 served)
     knn_10m_data
