@@ -227,7 +227,9 @@ pub fn shard_work(profile: &Value, cohort: f64) -> Result<Vec<(usize, f64)>, Str
             let (mut f, mut scan) = (0.0, 0.0);
             for (name, ms) in stages {
                 let ms = ms.as_f64()?;
-                if name.starts_with("filter") || name == "select_filter" {
+                // The filter's stages: `filter`, then `select_filter`, or on the tensor cores
+                // `rerank_filter` after it (to 55af72b) or `select_rerank_filter` (one kernel).
+                if name == "filter" || name.ends_with("_filter") {
                     f += ms;
                 } else {
                     scan += ms;
@@ -286,5 +288,25 @@ mod shard_work_tests {
         let r = shard_work(&v, 9000.0).unwrap();
         assert_eq!(r, vec![(4, (10.0 + 36.0) / 40.0)]);
         assert!(shard_work(&serde_json::json!({"results": {}}), 1.0).is_err());
+    }
+
+    #[test]
+    fn the_tensor_core_filters_stages_count_as_filter() {
+        // The stages each build reports for the tensor-core filter, split 1:1 here.
+        for pick in [
+            &["select_filter", "rerank_filter"][..],
+            &["select_rerank_filter"][..],
+        ] {
+            let point = |shards: u64, search: f64| {
+                let mut st = serde_json::json!({"filter": 1.0, "search": search});
+                for name in pick {
+                    st[*name] = serde_json::json!(1.0 / pick.len() as f64);
+                }
+                serde_json::json!({"cohort": 1024, "shards": shards, "tiled_stage_ms": st})
+            };
+            let v = serde_json::json!({"points": [point(1, 8.0), point(2, 4.0)]});
+            // Filter 2 ms on every device, the scan halved: (2 + 2 x 4) / 10.
+            assert_eq!(shard_work(&v, 1024.0).unwrap(), vec![(2, 1.0)], "{pick:?}");
+        }
     }
 }
