@@ -288,8 +288,9 @@ impl FilterKind {
     /// Passes from which the tensor cores filter by default. With the filter of 8554967 on
     /// the H100 (1M x 128, nlist 4096, nprobe 16, u8, the whole tiled plan): a cohort of 256
     /// 1.59 M q/s against 1.51 M on the CUDA cores, 512 2.68 M against 2.29 M, but 64
-    /// 0.53 M against 0.61 M (the re-rank's extra launch outweighs a small product):
-    /// bench/results/knn-small-cohort-h100/.
+    /// 0.53 M against 0.61 M (the re-rank's extra launch outweighed a small product):
+    /// bench/results/knn-small-cohort-h100/. Measured while the re-rank was a kernel of its
+    /// own; since 5c8d166 it shares the select's launch, and the bound is not measured again.
     pub const TC_MIN_QUERIES: usize = 256;
 
     /// The tensor cores where the device has TF32 ones (sm_80 on), unless
