@@ -207,7 +207,7 @@ struct Kernels {
     reduce: Kernel<pp::KnnReduceArgs>,
     filter_tiled: Kernel<tk::KnnFilterTiledArgs>,
     filter_tc: Kernel<tk::KnnFilterTcArgs>,
-    select_rerank_filter: Kernel<tk::KnnSelectRerankFilterArgs>,
+    rerank_filter: Kernel<tk::KnnRerankFilterArgs>,
     select_rerank_filter_wide: Kernel<tk::KnnSelectRerankFilterArgs>,
     select_filter: Kernel<tk::KnnSelectFilterArgs>,
     select_filter_wide: Kernel<tk::KnnSelectFilterArgs>,
@@ -231,7 +231,7 @@ impl Kernels {
             reduce: Kernel::load(&m, &pp::REDUCE)?,
             filter_tiled: Kernel::load(&t, &tk::FILTER)?,
             filter_tc: Kernel::load(&t, &tk::FILTER_TC)?,
-            select_rerank_filter: Kernel::load(&t, &tk::SELECT_RERANK_FILTER)?,
+            rerank_filter: Kernel::load(&t, &tk::RERANK_FILTER)?,
             select_rerank_filter_wide: Kernel::load(&t, &tk::SELECT_RERANK_FILTER_WIDE)?,
             select_filter: Kernel::load(&t, &tk::SELECT_FILTER)?,
             select_filter_wide: Kernel::load(&t, &tk::SELECT_FILTER_WIDE)?,
@@ -279,7 +279,8 @@ pub enum FilterKind {
     /// f32 FMAs on the CUDA cores (`knn_filter_tiled`).
     Cores,
     /// A 3xTF32 matrix product on the tensor cores (`knn_filter_tc`), then the exact distances
-    /// of each query's best few cells (`knn_select_rerank_filter`), for passes of at least
+    /// of each query's best few cells (`knn_select_rerank_filter_wide`, or `knn_select_filter`
+    /// then `knn_rerank_filter` for cohorts that fill the SMs), for passes of at least
     /// `min_queries` queries (the CUDA cores below).
     TensorCores { min_queries: usize },
 }

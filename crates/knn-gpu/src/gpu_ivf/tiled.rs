@@ -3,7 +3,7 @@
 
 use super::{Buffers, FilterKind, GpuIvf, Precision, SearchKind};
 use crate::kernels::tiled::*;
-use cohort_gpu::launch::{Dev, Work};
+use cohort_gpu::launch::{Dev, Kernel, Work};
 use cohort_gpu::GpuError;
 use cudarc::driver::CudaStream;
 use std::sync::Arc;
@@ -54,6 +54,21 @@ impl GpuIvf {
     /// queries to fill the SMs with BLOCK-thread blocks.
     fn wide_selects(&self, m: usize) -> bool {
         m < 2 * self.sms
+    }
+
+    /// The select kernel for m queries: `wide` (WIDE_BLOCK threads a query) below
+    /// `wide_selects`, else `narrow` (BLOCK threads).
+    fn select_for<'k, A>(
+        &self,
+        m: usize,
+        narrow: &'k Kernel<A>,
+        wide: &'k Kernel<A>,
+    ) -> &'k Kernel<A> {
+        if self.wide_selects(m) {
+            wide
+        } else {
+            narrow
+        }
     }
 
     /// Longest candidate row a query can have here: its probes are the nprobe largest cells.
@@ -196,7 +211,9 @@ impl GpuIvf {
         let blocks = self.sms * BLOCKS_PER_SM;
         let groups = m.div_ceil(QB);
         let kn = &self.kernels;
-        let width = FilterKind::rerank_width(nprobe, nlist);
+        // The tensor-core filter of cohorts that fill the SMs keeps `width` cells per query in
+        // the candidate buffer, free until the scan (stream order).
+        let width = FilterKind::rerank_width(nprobe, nlist).filter(|w| m * w <= b.cand.len());
         if let (FilterKind::TensorCores { min_queries }, Some(width)) = (self.filter, width) {
             if m >= min_queries {
                 return self.filter_tc_step(s, b, q, q0, m, nprobe, width, after);
@@ -227,11 +244,7 @@ impl GpuIvf {
             nprobe: nprobe as i32,
             probes: Dev::of_mut(&mut b.probes.slice_mut(q0 * nprobe..(q0 + m) * nprobe), s),
         };
-        let select = if self.wide_selects(m) {
-            &kn.select_filter_wide
-        } else {
-            &kn.select_filter
-        };
+        let select = self.select_for(m, &kn.select_filter, &kn.select_filter_wide);
         // SAFETY: probes rows q0..q0+m exist (asserted), nprobe <= SEL_MAX.
         unsafe { select.launch(s, Work::Items(m), 0, &args) }?;
         after("select_filter")
@@ -267,27 +280,57 @@ impl GpuIvf {
         unsafe { kn.filter_tc.launch(s, grid, 0, &args) }?;
         after("filter")?;
 
-        // Each query's `width` best cells by score, then the nprobe nearest of them by exact
-        // distance, in one block a query.
-        let args = KnnSelectRerankFilterArgs {
+        let probes = Dev::of_mut(&mut b.probes.slice_mut(q0 * nprobe..(q0 + m) * nprobe), s);
+        if self.wide_selects(m) {
+            // Each query's `width` best cells by score, then the nprobe nearest of them by
+            // exact distance, in one block a query.
+            let args = KnnSelectRerankFilterArgs {
+                scratch: Dev::of(&b.scratch, s),
+                queries: q,
+                centroids: Dev::of(&self.centroids, s),
+                nlist: nlist as i32,
+                dim: dim as i32,
+                metric: self.metric,
+                width: width as i32,
+                nprobe: nprobe as i32,
+                probes,
+            };
+            // SAFETY: probes rows q0..q0+m exist (the caller asserted); nprobe <= width <= SEL_MAX.
+            unsafe {
+                kn.select_rerank_filter_wide
+                    .launch(s, Work::Items(m), 0, &args)
+            }?;
+            return after("select_rerank_filter");
+        }
+
+        // Cohorts that fill the SMs: the `width` best scores per query into the candidate
+        // buffer's first m x width words, then the re-rank a warp a query (fused, the re-rank
+        // lengthened every resident block: knn_filter_tc.cu's head).
+        let approx: Dev<u32> = Dev::raw(Dev::of_mut(&mut b.cand, s).addr());
+        let args = KnnSelectFilterArgs {
             scratch: Dev::of(&b.scratch, s),
+            nlist: nlist as i32,
+            nprobe: width as i32,
+            probes: approx,
+        };
+        // SAFETY: cand holds m x width 4-byte words (the caller checked); width <= SEL_MAX.
+        unsafe { kn.select_filter.launch(s, Work::Items(m), 0, &args) }?;
+        after("select_filter")?;
+        let args = KnnRerankFilterArgs {
             queries: q,
+            nq: m as i32,
             centroids: Dev::of(&self.centroids, s),
             nlist: nlist as i32,
             dim: dim as i32,
             metric: self.metric,
+            approx,
             width: width as i32,
             nprobe: nprobe as i32,
-            probes: Dev::of_mut(&mut b.probes.slice_mut(q0 * nprobe..(q0 + m) * nprobe), s),
+            probes,
         };
-        let select = if self.wide_selects(m) {
-            &kn.select_rerank_filter_wide
-        } else {
-            &kn.select_rerank_filter
-        };
-        // SAFETY: probes rows q0..q0+m exist (the caller asserted); nprobe <= width <= SEL_MAX.
-        unsafe { select.launch(s, Work::Items(m), 0, &args) }?;
-        after("select_rerank_filter")
+        // SAFETY: probes rows q0..q0+m exist (the caller asserted); approx rows as above.
+        unsafe { kn.rerank_filter.launch(s, Work::Items(m), 0, &args) }?;
+        after("rerank_filter")
     }
 
     /// Stages 3-7 for the m queries of `io` (which starts at the pass's first query).
@@ -449,11 +492,7 @@ impl GpuIvf {
             out_dist: io.out_dist,
             out_stride: io.out_stride as i32,
         };
-        let select = if self.wide_selects(m) {
-            &kn.select_search_wide
-        } else {
-            &kn.select_search
-        };
+        let select = self.select_for(m, &kn.select_search, &kn.select_search_wide);
         // SAFETY: the caller's rows hold m x out_stride >= k (checked by the callers);
         // k <= GPU_MAX_K <= SEL_MAX.
         unsafe { select.launch(s, Work::Items(m), 0, &args) }?;

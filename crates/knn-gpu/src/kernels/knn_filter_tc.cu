@@ -7,12 +7,15 @@
 //    hi.hi + hi.lo + lo.hi ("3xTF32"): within a few f32 ulps of the f32 dot product, at
 //    three tensor-core issues per step instead of 64 FMAs per thread. The score is the
 //    distance less a per-query constant: L2 |c|^2 - 2 q.c (|q|^2 dropped), inner product -q.c.
-// 2. knn_select_rerank_filter, a block per query: its `width` best scores (block_select of
-//    knn_tiled.cu), nprobe plus a margin, so that a cell the rounding moved a few places still
-//    makes the list; then the exact distances of those cells, summed in the order
-//    knn_filter_tiled sums them (the same bits), and the nprobe nearest, sorted, ties to the
-//    smaller id - the probes of the exact filter. (Two launches until 2026-11: the re-rank a
-//    kernel of its own, the `width` cells a round trip through global memory.)
+// 2. Each query's `width` best scores, nprobe plus a margin, so that a cell the rounding moved
+//    a few places still makes the list; then 3. the exact distances of those cells, summed in
+//    the order knn_filter_tiled sums them (the same bits), and the nprobe nearest, sorted, ties
+//    to the smaller id - the probes of the exact filter. Two ways, by cohort:
+//    - knn_select_rerank_filter_wide (cohorts too few to fill the SMs): both steps in one
+//      block of WIDE_BLOCK threads a query, the cells kept in shared memory;
+//    - knn_select_filter (knn_tiled.cu) into global memory, then knn_rerank_filter, a warp a
+//      query. Fused there, the re-rank (a few threads summing while the rest wait) was added to
+//      every one of the many resident blocks: 143-145 us against 114-116 at cohort 8 192.
 
 // TC_QTILE x TC_CTILE (queries x centroids per block tile) and TC_THREADS come from the
 // host's kernels.rs. Each warp takes TC_WQ queries x TC_WC centroids of the tile: 2 x 4 mma
@@ -251,10 +254,62 @@ __device__ void select_rerank_filter(const KnnSelectRerankFilterArgs& a) {
         if (rank < a.nprobe) a.probes[q * a.nprobe + rank] = cells[j];
     }
 }
-extern "C" __global__ void knn_select_rerank_filter(const KnnSelectRerankFilterArgs a) {
-    select_rerank_filter<BLOCK>(a);
-}
 // For cohorts too few to fill the SMs with BLOCK-thread blocks (as knn_select_filter_wide).
 extern "C" __global__ void __launch_bounds__(WIDE_BLOCK) knn_select_rerank_filter_wide(const KnnSelectRerankFilterArgs a) {
     select_rerank_filter<WIDE_BLOCK>(a);
+}
+
+struct KnnRerankFilterArgs {
+    const float* queries;    // nq x dim
+    int nq;
+    const float* centroids;  // nlist x dim
+    int nlist, dim, metric;
+    const unsigned* approx;  // nq x width: each query's best cells by step 1's scores
+    int width, nprobe;       // nprobe <= width <= SEL_MAX
+    unsigned* probes;        // nq x nprobe
+};
+
+#define RERANK_QUERIES (BLOCK / 32)  // queries per knn_rerank_filter block, a warp each
+
+// Summed in dimension order, as knn_filter_tiled sums (the same bits); four dimensions a load
+// where the rows allow it (a lane per cell reads rows 4*dim bytes apart: a quarter of the loads).
+template <int METRIC>
+__device__ float exact_distance(const float* __restrict__ q, const float* __restrict__ c, int dim) {
+    float acc = 0.f;
+    int d = 0;
+    if (dim % 4 == 0 && ((reinterpret_cast<size_t>(q) | reinterpret_cast<size_t>(c)) & 15) == 0)
+        for (; d < dim; d += 4) {
+            const float4 qv = *reinterpret_cast<const float4*>(q + d);
+            const float4 cv = *reinterpret_cast<const float4*>(c + d);
+            acc = accumulate<METRIC>(acc, qv.x, cv.x);
+            acc = accumulate<METRIC>(acc, qv.y, cv.y);
+            acc = accumulate<METRIC>(acc, qv.z, cv.z);
+            acc = accumulate<METRIC>(acc, qv.w, cv.w);
+        }
+    for (; d < dim; ++d) acc = accumulate<METRIC>(acc, q[d], c[d]);
+    return finish<METRIC>(acc);
+}
+
+// Step 3 for the cohorts whose step 2 ran as knn_select_filter: a warp per query
+// (RERANK_QUERIES of them per block), a lane per candidate cell computes its exact distance;
+// each cell's rank among the query's candidates is where it goes.
+extern "C" __global__ void knn_rerank_filter(const KnnRerankFilterArgs a) {
+    __shared__ float sd[RERANK_QUERIES][SEL_MAX];
+    __shared__ unsigned si[RERANK_QUERIES][SEL_MAX];
+    const int w = threadIdx.x / 32, lane = threadIdx.x % 32;
+    const size_t q = (size_t)blockIdx.x * RERANK_QUERIES + w;
+    if (q >= (size_t)a.nq) return;  // whole warps leave; no block-wide barrier follows
+    const float* qv = a.queries + q * a.dim;
+    for (int j = lane; j < a.width; j += 32) {
+        const unsigned c = a.approx[q * a.width + j];
+        const float* cv = a.centroids + (size_t)c * a.dim;
+        sd[w][j] = a.metric == 0 ? exact_distance<0>(qv, cv, a.dim) : exact_distance<1>(qv, cv, a.dim);
+        si[w][j] = c;
+    }
+    __syncwarp();
+    for (int j = lane; j < a.width; j += 32) {
+        int rank = 0;
+        for (int i = 0; i < a.width; ++i) rank += before(sd[w][i], si[w][i], sd[w][j], si[w][j]);
+        if (rank < a.nprobe) a.probes[q * a.nprobe + rank] = si[w][j];
+    }
 }

@@ -58,6 +58,22 @@ kernel_args! {
 }
 
 kernel_args! {
+    /// The exact nprobe nearest of each query's `width` best cells by score (`approx`).
+    pub struct KnnRerankFilterArgs {
+        queries: Dev<f32>,
+        nq: i32,
+        centroids: Dev<f32>,
+        nlist: i32,
+        dim: i32,
+        metric: i32,
+        approx: Dev<u32>,
+        width: i32,
+        nprobe: i32,
+        probes: Dev<u32>,
+    }
+}
+
+kernel_args! {
     /// Each query's candidate row layout; queries per cell.
     pub struct KnnPlanArgs {
         probes: Dev<u32>,
@@ -164,10 +180,10 @@ pub const FILTER: KernelDecl<KnnFilterTiledArgs> =
 /// Grid (query tiles of TC_QTILE, centroid tiles of TC_CTILE).
 pub const FILTER_TC: KernelDecl<KnnFilterTcArgs> =
     KernelDecl::new("knn_filter_tc", TC_THREADS as u32, Grid::Sized);
-/// A block per query.
-pub const SELECT_RERANK_FILTER: KernelDecl<KnnSelectRerankFilterArgs> =
-    KernelDecl::new("knn_select_rerank_filter", B, Grid::BlockPerItem);
-/// WIDE_BLOCK threads per query.
+/// A warp per query (cohorts whose width-best select ran as `SELECT_FILTER`).
+pub const RERANK_FILTER: KernelDecl<KnnRerankFilterArgs> =
+    KernelDecl::new("knn_rerank_filter", B, Grid::ItemsPerBlock(B / 32));
+/// WIDE_BLOCK threads per query (cohorts too few to fill the SMs with BLOCK-thread blocks).
 pub const SELECT_RERANK_FILTER_WIDE: KernelDecl<KnnSelectRerankFilterArgs> = KernelDecl::new(
     "knn_select_rerank_filter_wide",
     WIDE as u32,
@@ -213,8 +229,8 @@ pub const SELECT_SEARCH_WIDE: KernelDecl<KnnSelectSearchArgs> =
 pub fn checked_filter_tc() -> Vec<(&'static str, ArgsLayout)> {
     vec![
         FILTER_TC.checked(),
-        SELECT_RERANK_FILTER.checked(),
         SELECT_RERANK_FILTER_WIDE.checked(),
+        RERANK_FILTER.checked(),
     ]
 }
 
