@@ -1,0 +1,71 @@
+#!/bin/bash
+# Issue 49: the tensor-core filter's select and re-rank fused only where the selects are wide
+# (76573a2), and the tiled plan replayed as one CUDA graph. From the repository root on the GPU
+# machine, one device call a mode:
+#   tests:   every GPU check of the new build (scripts/gpu-check run tests; the 1M data made
+#            meanwhile, the 10M set's vectors too), then `bench gpu-kernels` (1M, nlist 4096,
+#            nprobe 16, u8; cohorts 64 / 256 / 1 024 / 8 192) for `cohort` and each carried
+#            cohort-NAME (cohort-prev: 8847abf, main before; cohort-base: d5016a9, issue 49's
+#            "today", with the graph timing patched in), then the new build with the
+#            tensor-core filter from 64 queries (COHORT_KNN_FILTER=tensor:64) at 64 and 128.
+#   served:  (the 10M set made after the bank, if the tests call's machine is gone) the bank served over HTTP on cores 0-7 by the inline engine and by gpu-cohort
+#            (one run, default knobs, Poisson sweep, every page checked, board energy in each
+#            JSON), then k-NN on the 10M index served by gpu-cohort on one GPU (the new build
+#            beside cohort-prev, the echo anchor first), then Nsight Compute's time of each
+#            kernel of the new build's cohorts of 64 (ncu-64.txt).
+# Carried: dist-base/kv.tar.xz (cohort and the cohort-NAME builds, one xz'd tar), dist-base/b
+# (the new build's test executables, each xz'd), dist-base/debs.
+set -u
+source scripts/lib/device-run.sh
+unpack_carried dist-base/b/*.xz
+case "$1" in
+tests)
+    (knn_10m_synth > /tmp/synth-10m.log 2>&1 &)
+    checks_and_1m_data
+    rc=$?
+    for b in $(carried_builds); do
+        timeout 100 dist/$b bench gpu-kernels --data $D --nlist 4096 --nprobe 16 --cohorts 64,256,1024,8192 \
+            --precision u8 --seconds 0.3 --out "$OUT/gpu-kernels-$b.json" --log-level warn > /dev/null 2>&1 || echo "$b failed"
+    done
+    COHORT_KNN_FILTER=tensor:64 timeout 60 dist/cohort bench gpu-kernels --data $D --nlist 4096 --nprobe 16 \
+        --cohorts 64,128 --precision u8 --out "$OUT/gpu-kernels-tensor64.json" --log-level warn > /dev/null 2>&1 \
+        || echo "tensor:64 failed"
+    pack_results kernels.tgz
+    exit $rc
+    ;;
+served)
+    R=$OUT/t; mkdir -p $R
+    . scripts/lib/wait-port.sh
+    for run in inline:8 gpu-cohort:7; do
+        IFS=: read engine io <<< "$run"
+        taskset -c 0-7 dist/cohort serve --http 127.0.0.1:18093 --io-threads $io --log-level warn \
+            --bank-users 100000 --service "bank:$engine" &
+        srv=$!
+        wait_port 18093 120
+        taskset -c 8-15 dist/cohort load --target http://127.0.0.1:18093 --service bank --users 100000 --poisson \
+            --sweep ${BANK_RATES:-100k,200k,250k,300k,350k} --connections ${BANK_CONNECTIONS:-256} --duration 3 --warmup 1 \
+            --answer-timeout-ms 2000 --server-pid $srv --log-level warn --json $R/bank-$engine.json 2>&1 | tail -7
+        kill -INT $srv; wait $srv
+    done
+    knn_10m_data
+    $B bench served --services echo --engines inline --cores 8 --rates 300k --duration 5 \
+        --connections 16 --io-threads 4 --out $R/served-echo-anchor.json --log-level warn 2>&1 | tail -2
+    for b in ${BUILDS:-cohort cohort-prev}; do
+        B=dist/$b
+        serve_10m $R/serve-$b.log
+        for rate in ${RATES:-300k 400k}; do echo "$b $rate: $(load_10m $b-$rate $rate $R)"; done
+        stop_served
+    done
+    knn_1m_data
+    timeout 90 ncu --clock-control none --kernel-name regex:knn_ --launch-skip 20 --launch-count 15 \
+        --metrics gpu__time_duration.sum,sm__throughput.avg.pct_of_peak_sustained_elapsed,launch__grid_size \
+        dist/cohort bench gpu-kernels --data $D --nlist 4096 --nprobe 16 --cohorts 64 --precision u8 --seconds 0.05 \
+        --out /tmp/ncu-bench.json --log-level warn > $R/ncu-64.txt 2>&1 || echo "ncu failed"
+    grep -E "knn_|duration" $R/ncu-64.txt | head -40
+    tar czf "$OUT/served.tgz" -C "$R" . && rm -rf "$R"
+    ;;
+*)
+    echo "usage: $0 tests | served" >&2
+    exit 2
+    ;;
+esac
