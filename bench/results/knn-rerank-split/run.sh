@@ -13,6 +13,9 @@
 #            JSON), then k-NN on the 10M index served by gpu-cohort on one GPU (the new build
 #            beside cohort-prev, the echo anchor first), then Nsight Compute's time of each
 #            kernel of the new build's cohorts of 64 (ncu-64.txt).
+#   more:    the kernels again (round 2; 64 / 128 / 1 024 / 8 192), the bank closed loop (256
+#            and 1 024 connections) and open loop on 64 connections for both engines, the 10M
+#            index in process on gpu-cohort over 1 and 2 control threads (bench engine).
 # Carried: dist-base/kv.tar.xz (cohort and the cohort-NAME builds, one xz'd tar), dist-base/b
 # (the new build's test executables, each xz'd), dist-base/debs.
 set -u
@@ -64,8 +67,40 @@ served)
     grep -E "knn_|duration" $R/ncu-64.txt | head -40
     tar czf "$OUT/served.tgz" -C "$R" . && rm -rf "$R"
     ;;
+more)
+    (knn_10m_synth > /tmp/synth-10m.log 2>&1 &)
+    knn_1m_data
+    for b in $(carried_builds); do
+        timeout 60 dist/$b bench gpu-kernels --data $D --nlist 4096 --nprobe 16 --cohorts 64,128,1024,8192 \
+            --precision u8 --seconds 0.3 --out "$OUT/gpu-kernels-$b-r2.json" --log-level warn > /dev/null 2>&1 || echo "$b failed"
+    done
+    R=$OUT/t; mkdir -p $R
+    . scripts/lib/wait-port.sh
+    knn_10m_synth  # done before the bank, whose cores it would share
+    for run in inline:8 gpu-cohort:7; do
+        IFS=: read engine io <<< "$run"
+        taskset -c 0-7 dist/cohort serve --http 127.0.0.1:18093 --io-threads $io --log-level warn \
+            --bank-users 100000 --service "bank:$engine" &
+        srv=$!
+        wait_port 18093 120
+        for c in 256 1024; do
+            taskset -c 8-15 dist/cohort load --target http://127.0.0.1:18093 --service bank --users 100000 \
+                --concurrency $c --connections $c --duration 3 --warmup 1 --answer-timeout-ms 2000 --server-pid $srv \
+                --log-level warn --json $R/bank-closed-$engine-c$c.json 2>&1 | sed -n 2p | sed "s/^/$engine c=$c /"
+        done
+        taskset -c 8-15 dist/cohort load --target http://127.0.0.1:18093 --service bank --users 100000 --poisson \
+            --sweep 20k,50k,80k --connections 64 --duration 3 --warmup 1 --answer-timeout-ms 2000 --server-pid $srv \
+            --log-level warn --json $R/bank-open64-$engine.json 2>&1 | sed -n 2,4p | sed "s/^/$engine 64 conns /"
+        kill -INT $srv; wait $srv
+    done
+    knn_10m_data
+    knn_10m_engine $R 1 2
+    for f in $R/engine-10m-*.json; do python3 -c "import json,sys; j=json.load(open(sys.argv[1])); print(sys.argv[1].split('/')[-1], json.dumps(j['results'])[:600])" $f; done
+    tar czf "$OUT/more.tgz" -C "$R" . && rm -rf "$R"
+    pack_results kernels-r2.tgz
+    ;;
 *)
-    echo "usage: $0 tests | served" >&2
+    echo "usage: $0 tests | served | more" >&2
     exit 2
     ;;
 esac
