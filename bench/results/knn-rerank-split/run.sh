@@ -16,6 +16,8 @@
 #   more:    the kernels again (round 2; 64 / 128 / 1 024 / 8 192), the bank closed loop (256
 #            and 1 024 connections) and open loop on 64 connections for both engines, the 10M
 #            index in process on gpu-cohort over 1 and 2 control threads (bench engine).
+#   served-more: the 10M index served by the new build at higher rates (500 K, 600 K), over 1
+#            and 2 control threads (the echo anchor first).
 # Carried: dist-base/kv.tar.xz (cohort and the cohort-NAME builds, one xz'd tar), dist-base/b
 # (the new build's test executables, each xz'd), dist-base/debs.
 set -u
@@ -99,8 +101,20 @@ more)
     tar czf "$OUT/more.tgz" -C "$R" . && rm -rf "$R"
     pack_results kernels-r2.tgz
     ;;
+served-more)
+    knn_10m_data
+    R=$OUT/t; mkdir -p $R
+    $B bench served --services echo --engines inline --cores 8 --rates 300k --duration 5 \
+        --connections 16 --io-threads 4 --out $R/served-echo-anchor.json --log-level warn 2>&1 | tail -2
+    for ct in 1 2; do
+        serve_10m $R/serve-ctl$ct.log --control-threads $ct
+        for rate in ${RATES:-500k 600k}; do echo "ctl $ct $rate: $(load_10m ctl$ct-$rate $rate $R)"; done
+        stop_served
+    done
+    tar czf "$OUT/served-more.tgz" -C "$R" . && rm -rf "$R"
+    ;;
 *)
-    echo "usage: $0 tests | served | more" >&2
+    echo "usage: $0 tests | served | more | served-more" >&2
     exit 2
     ;;
 esac
