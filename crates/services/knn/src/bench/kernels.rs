@@ -6,10 +6,10 @@
 use crate::gpu_ivf::{Buffers, GpuIvf, Plan, NO_ID};
 use anyhow::{Context, Result};
 use clap::Args;
-use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
 use cohort_knn::kmeans::KMeansConfig;
 use cohort_knn::{vecfile, IvfIndex, Metric};
 use cohort_service_api::entry::Record;
+use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
 use serde_json::json;
 use std::path::PathBuf;
 use std::time::Instant;
