@@ -4,7 +4,7 @@
 //! next one, so latency includes waiting for a free connection. The service's browser checks
 //! every page.
 
-use super::http::{connect, Client, Conn};
+use super::http::{connect, record, Client, Conn};
 use crate::config::LoadConfig;
 use crate::recorder::{Answer, Recorder, Shared};
 use anyhow::Result;
@@ -14,7 +14,7 @@ use http_body_util::{BodyExt, Full};
 use std::future::Future;
 use std::net::SocketAddr;
 use std::pin::Pin;
-use std::sync::Arc;
+use std::sync::{Arc, Mutex};
 
 /// The response as the service wrote it (status, the headers the check needs, body).
 struct Page {
@@ -70,7 +70,7 @@ struct Browsing(Box<dyn PageBrowser>);
 /// Sends the browser's next request (reconnecting if needed) and records its answer.
 async fn one(
     sh: &Shared,
-    rec: &mut Recorder,
+    rec: &Mutex<Recorder>,
     conn: &mut Option<Conn>,
     b: &mut Browsing,
     addr: SocketAddr,
@@ -83,7 +83,7 @@ async fn one(
     let kind = v.kind;
     let Some(c) = conn.as_mut() else {
         let _ = b.0.answered(None);
-        return rec.on_answer(sh, seq, Answer::Page(kind, Err("connect_failed".into())));
+        return record(rec).on_answer(sh, seq, Answer::Page(kind, Err("connect_failed".into())));
     };
     match tokio::time::timeout(
         sh.answer_timeout,
@@ -97,17 +97,17 @@ async fn one(
                 set_cookie: page.set_cookie.as_deref(),
                 body: &page.body,
             }));
-            rec.on_answer(sh, seq, Answer::Page(kind, outcome));
+            record(rec).on_answer(sh, seq, Answer::Page(kind, outcome));
         }
         Ok(None) => {
             *conn = None;
             let _ = b.0.answered(None);
-            rec.on_answer(sh, seq, Answer::Page(kind, Err("connection_failed".into())));
+            record(rec).on_answer(sh, seq, Answer::Page(kind, Err("connection_failed".into())));
         }
         Err(_) => {
             *conn = None;
             let _ = b.0.answered(None);
-            rec.give_up(sh, seq);
+            record(rec).give_up(sh, seq);
         }
     }
 }
@@ -116,7 +116,7 @@ impl Client for Browsing {
     fn one<'a>(
         &'a mut self,
         sh: &'a Shared,
-        rec: &'a mut Recorder,
+        rec: &'a Mutex<Recorder>,
         conn: &'a mut Option<Conn>,
         addr: SocketAddr,
         seq: u64,
