@@ -18,6 +18,9 @@
 #            index in process on gpu-cohort over 1 and 2 control threads (bench engine).
 #   served-more: the 10M index served by the new build at higher rates (500 K, 600 K), over 1
 #            and 2 control threads (the echo anchor first).
+#   bank-gen: the bank open loop on 256 and 1 024 connections, inline and gpu-cohort (server
+#            76573a2), driven by a1418b6's generator (one recorder a generator thread) and, on
+#            inline, by 76573a2's (a recorder a connection).
 # Carried: dist-base/kv.tar.xz (cohort and the cohort-NAME builds, one xz'd tar), dist-base/b
 # (the new build's test executables, each xz'd), dist-base/debs.
 set -u
@@ -113,8 +116,32 @@ served-more)
     done
     tar czf "$OUT/served-more.tgz" -C "$R" . && rm -rf "$R"
     ;;
+bank-gen)
+    # The server is 76573a2 (dist/cohort); the generator a1418b6 (dist/cohort-gen: one recorder
+    # a generator thread), beside 76573a2's own generator on the inline engine.
+    R=$OUT/t; mkdir -p $R
+    . scripts/lib/wait-port.sh
+    for run in inline:8 gpu-cohort:7; do
+        IFS=: read engine io <<< "$run"
+        taskset -c 0-7 dist/cohort serve --http 127.0.0.1:18093 --io-threads $io --log-level warn \
+            --bank-users 100000 --service "bank:$engine" &
+        srv=$!
+        wait_port 18093 120
+        gens="cohort-gen"; [ $engine = inline ] && gens="cohort-gen cohort"
+        for g in $gens; do
+            for c in 256 1024; do
+                taskset -c 8-15 dist/$g load --target http://127.0.0.1:18093 --service bank --users 100000 --poisson \
+                    --sweep ${BANK_RATES:-100k,200k,280k} --connections $c --duration 2 --warmup 1 --answer-timeout-ms 2000 \
+                    --server-pid $srv --log-level warn --json $R/bank-open-$engine-$g-c$c.json 2>&1 | sed -n 2,4p \
+                    | sed "s/^/$engine $g c=$c /"
+            done
+        done
+        kill -INT $srv; wait $srv
+    done
+    tar czf "$OUT/bank-gen.tgz" -C "$R" . && rm -rf "$R"
+    ;;
 *)
-    echo "usage: $0 tests | served | more | served-more" >&2
+    echo "usage: $0 tests | served | more | served-more | bank-gen" >&2
     exit 2
     ;;
 esac
