@@ -188,3 +188,33 @@ stop_served() {
     kill $SERVED_PID
     wait $SERVED_PID 2>/dev/null
 }
+
+# The inline engine's UDP echo served on cores 0-7 at 300 K/s (the anchor a served k-NN run
+# stands beside), then the 10M index served by each build named (dist/NAME) at each of RATES
+# (default 300k 400k); every file into DIR. Usage: served_10m_beside DIR NAME...
+served_10m_beside() {
+    local dir=$1 b rate
+    shift
+    $B bench served --services echo --engines inline --cores 8 --rates 300k --duration 5 \
+        --connections 16 --io-threads 4 --out $dir/served-echo-anchor.json --log-level warn 2>&1 | tail -2
+    for b in "$@"; do
+        B=dist/$b serve_10m $dir/serve-$b.log
+        for rate in ${RATES:-300k 400k}; do echo "$b $rate: $(B=dist/$b load_10m $b-$rate $rate $dir)"; done
+        stop_served
+    done
+}
+
+# The bank (100 000 users) served over HTTP on cores 0-7 by dist/cohort's ENGINE with IO io
+# threads at 127.0.0.1:18093; returns once it listens, its pid in BANK_PID; stop_bank ends it.
+# Usage: serve_bank ENGINE IO
+serve_bank() {
+    . scripts/lib/wait-port.sh
+    taskset -c 0-7 dist/cohort serve --http 127.0.0.1:18093 --io-threads $2 --log-level warn \
+        --bank-users 100000 --service "bank:$1" &
+    BANK_PID=$!
+    wait_port 18093 120
+}
+stop_bank() {
+    kill -INT $BANK_PID
+    wait $BANK_PID
+}

@@ -43,27 +43,16 @@ tests)
     ;;
 served)
     R=$OUT/t; mkdir -p $R
-    . scripts/lib/wait-port.sh
     for run in inline:8 gpu-cohort:7; do
         IFS=: read engine io <<< "$run"
-        taskset -c 0-7 dist/cohort serve --http 127.0.0.1:18093 --io-threads $io --log-level warn \
-            --bank-users 100000 --service "bank:$engine" &
-        srv=$!
-        wait_port 18093 120
+        serve_bank $engine $io
         taskset -c 8-15 dist/cohort load --target http://127.0.0.1:18093 --service bank --users 100000 --poisson \
             --sweep ${BANK_RATES:-100k,200k,250k,300k,350k} --connections ${BANK_CONNECTIONS:-256} --duration 3 --warmup 1 \
-            --answer-timeout-ms 2000 --server-pid $srv --log-level warn --json $R/bank-$engine.json 2>&1 | tail -7
-        kill -INT $srv; wait $srv
+            --answer-timeout-ms 2000 --server-pid $BANK_PID --log-level warn --json $R/bank-$engine.json 2>&1 | tail -7
+        stop_bank
     done
     knn_10m_data
-    $B bench served --services echo --engines inline --cores 8 --rates 300k --duration 5 \
-        --connections 16 --io-threads 4 --out $R/served-echo-anchor.json --log-level warn 2>&1 | tail -2
-    for b in ${BUILDS:-cohort cohort-prev}; do
-        B=dist/$b
-        serve_10m $R/serve-$b.log
-        for rate in ${RATES:-300k 400k}; do echo "$b $rate: $(load_10m $b-$rate $rate $R)"; done
-        stop_served
-    done
+    served_10m_beside $R ${BUILDS:-cohort cohort-prev}
     knn_1m_data
     timeout 90 ncu --clock-control none --kernel-name regex:knn_ --launch-skip 20 --launch-count 15 \
         --metrics gpu__time_duration.sum,sm__throughput.avg.pct_of_peak_sustained_elapsed,launch__grid_size \
@@ -80,23 +69,19 @@ more)
             --precision u8 --seconds 0.3 --out "$OUT/gpu-kernels-$b-r2.json" --log-level warn > /dev/null 2>&1 || echo "$b failed"
     done
     R=$OUT/t; mkdir -p $R
-    . scripts/lib/wait-port.sh
     knn_10m_synth  # done before the bank, whose cores it would share
     for run in inline:8 gpu-cohort:7; do
         IFS=: read engine io <<< "$run"
-        taskset -c 0-7 dist/cohort serve --http 127.0.0.1:18093 --io-threads $io --log-level warn \
-            --bank-users 100000 --service "bank:$engine" &
-        srv=$!
-        wait_port 18093 120
+        serve_bank $engine $io
         for c in 256 1024; do
             taskset -c 8-15 dist/cohort load --target http://127.0.0.1:18093 --service bank --users 100000 \
-                --concurrency $c --connections $c --duration 3 --warmup 1 --answer-timeout-ms 2000 --server-pid $srv \
+                --concurrency $c --connections $c --duration 3 --warmup 1 --answer-timeout-ms 2000 --server-pid $BANK_PID \
                 --log-level warn --json $R/bank-closed-$engine-c$c.json 2>&1 | sed -n 2p | sed "s/^/$engine c=$c /"
         done
         taskset -c 8-15 dist/cohort load --target http://127.0.0.1:18093 --service bank --users 100000 --poisson \
-            --sweep 20k,50k,80k --connections 64 --duration 3 --warmup 1 --answer-timeout-ms 2000 --server-pid $srv \
+            --sweep 20k,50k,80k --connections 64 --duration 3 --warmup 1 --answer-timeout-ms 2000 --server-pid $BANK_PID \
             --log-level warn --json $R/bank-open64-$engine.json 2>&1 | sed -n 2,4p | sed "s/^/$engine 64 conns /"
-        kill -INT $srv; wait $srv
+        stop_bank
     done
     knn_10m_data
     knn_10m_engine $R 1 2
@@ -120,23 +105,19 @@ bank-gen)
     # The server is 76573a2 (dist/cohort); the generator a1418b6 (dist/cohort-gen: one recorder
     # a generator thread), beside 76573a2's own generator on the inline engine.
     R=$OUT/t; mkdir -p $R
-    . scripts/lib/wait-port.sh
     for run in inline:8 gpu-cohort:7; do
         IFS=: read engine io <<< "$run"
-        taskset -c 0-7 dist/cohort serve --http 127.0.0.1:18093 --io-threads $io --log-level warn \
-            --bank-users 100000 --service "bank:$engine" &
-        srv=$!
-        wait_port 18093 120
+        serve_bank $engine $io
         gens="cohort-gen"; [ $engine = inline ] && gens="cohort-gen cohort"
         for g in $gens; do
             for c in 256 1024; do
                 taskset -c 8-15 dist/$g load --target http://127.0.0.1:18093 --service bank --users 100000 --poisson \
                     --sweep ${BANK_RATES:-100k,200k,280k} --connections $c --duration 2 --warmup 1 --answer-timeout-ms 2000 \
-                    --server-pid $srv --log-level warn --json $R/bank-open-$engine-$g-c$c.json 2>&1 | sed -n 2,4p \
+                    --server-pid $BANK_PID --log-level warn --json $R/bank-open-$engine-$g-c$c.json 2>&1 | sed -n 2,4p \
                     | sed "s/^/$engine $g c=$c /"
             done
         done
-        kill -INT $srv; wait $srv
+        stop_bank
     done
     tar czf "$OUT/bank-gen.tgz" -C "$R" . && rm -rf "$R"
     ;;

@@ -33,14 +33,7 @@ tenm)
 served)
     knn_10m_data
     R=$OUT/t; mkdir -p $R
-    $B bench served --services echo --engines inline --cores 8 --rates 300k --duration 5 \
-        --connections 16 --io-threads 4 --out $R/served-echo-anchor.json --log-level warn 2>&1 | tail -2
-    for b in ${BUILDS:-cohort cohort-main}; do
-        B=dist/$b
-        serve_10m $R/serve-$b.log
-        for rate in ${RATES:-300k 400k}; do echo "$b $rate: $(load_10m $b-$rate $rate $R)"; done
-        stop_served
-    done
+    served_10m_beside $R ${BUILDS:-cohort cohort-main}
     tar czf "$OUT/served.tgz" -C "$R" . && rm -rf "$R"
     ;;
 *)
