@@ -5,6 +5,7 @@
 # build a script runs unless it names a cohort-NAME variant.
 export CUDA_MODULE_LOADING=EAGER NCCL_NVLS_ENABLE=0
 B=${B:-dist/cohort}
+. scripts/lib/wait-port.sh
 
 # Puts what the call carried from dist-base/ into dist/ and names the GPUs in $OUT/gpus.txt.
 # Usage: unpack_carried XZ_FILE... - each an xz'd binary (dist/NAME from NAME.xz, kept if
@@ -208,7 +209,6 @@ served_10m_beside() {
 # threads at 127.0.0.1:18093; returns once it listens, its pid in BANK_PID; stop_bank ends it.
 # Usage: serve_bank ENGINE IO
 serve_bank() {
-    . scripts/lib/wait-port.sh
     taskset -c 0-7 dist/cohort serve --http 127.0.0.1:18093 --io-threads $2 --log-level warn \
         --bank-users 100000 --service "bank:$1" &
     BANK_PID=$!

@@ -8,7 +8,9 @@
 use crate::config::{LoadConfig, Mode};
 use crate::recorder::{seq_of, Answer, Recorder, Shared};
 use crate::transport::http::{pace, wait_until};
-use crate::transport::{connections_and_threads, on_threads};
+use crate::transport::{
+    connections_and_threads, into_recorder, on_threads, record, ThreadRecorder,
+};
 use anyhow::{Context as _, Result};
 use cohort_oip::grpc_inference_service_client::GrpcInferenceServiceClient;
 use cohort_oip::tensors::{error_name, outputs, request};
@@ -42,10 +44,9 @@ async fn call(sh: &Shared, mut client: Client, seq: u64) -> Option<Answer<'stati
     Some(Answer::Tensors(answer))
 }
 
-/// Records request `seq`'s answer, or that none came.
-/// (The thread's recorder behind a lock its tasks take in turn: they share one thread.)
+/// Records request `seq`'s answer, or that none came, in the thread's recorder.
 fn settle(sh: &Shared, rec: &Mutex<Recorder>, seq: u64, a: Option<Answer<'static>>) {
-    let mut rec = rec.lock().expect("recorder lock");
+    let mut rec = record(rec);
     match a {
         Some(a) => rec.on_answer(sh, seq, a),
         None => rec.give_up(sh, seq),
@@ -89,16 +90,14 @@ async fn one_thread(
             .with_context(|| format!("connecting to grpc://{addr}"))?;
         clients.push(Client::new(channel).max_decoding_message_size(64 << 20));
     }
-    let rec = Arc::new(Mutex::new(Recorder::new()));
+    let rec: ThreadRecorder = Arc::new(Mutex::new(Recorder::new()));
     match cfg.mode {
         Mode::Open { .. } => {
             let in_flight = Arc::new(AtomicUsize::new(0));
             let mut k = 0usize;
             pace(cfg, sh, t, threads, |seq, intended| {
                 let now = sh.now_ns();
-                rec.lock()
-                    .expect("recorder lock")
-                    .on_send(sh, seq, intended, now);
+                record(&rec).on_send(sh, seq, intended, now);
                 let client = clients[k % clients.len()].clone();
                 k += 1;
                 let (sh, rec, in_flight) = (sh.clone(), rec.clone(), in_flight.clone());
@@ -128,9 +127,7 @@ async fn one_thread(
                             break;
                         }
                         let seq = seq_of(c, k, conns);
-                        rec.lock()
-                            .expect("recorder lock")
-                            .on_send(&sh, seq, now, now);
+                        record(&rec).on_send(&sh, seq, now, now);
                         let a = call(&sh, client.clone(), seq).await;
                         settle(&sh, &rec, seq, a);
                     }
@@ -141,6 +138,5 @@ async fn one_thread(
             }
         }
     }
-    let rec = Arc::try_unwrap(rec).map_err(|_| anyhow::anyhow!("a call outlived its thread"))?;
-    Ok(rec.into_inner().expect("recorder lock"))
+    into_recorder(rec, "a call")
 }

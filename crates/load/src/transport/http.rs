@@ -5,7 +5,9 @@
 
 use crate::config::{LoadConfig, Mode};
 use crate::recorder::{schedule_for, seq_of, Answer, Recorder, Shared};
-use crate::transport::{connections_and_threads, on_threads};
+use crate::transport::{
+    connections_and_threads, into_recorder, on_threads, record, ThreadRecorder,
+};
 use anyhow::Result;
 use bytes::Bytes;
 use http_body_util::{BodyExt, Full};
@@ -93,12 +95,6 @@ async fn one(
     }
 }
 
-/// The generator thread's recorder, locked for one record (never across an await; every
-/// task that takes it runs on the same thread, so the lock is never contended).
-pub(crate) fn record(rec: &Mutex<Recorder>) -> std::sync::MutexGuard<'_, Recorder> {
-    rec.lock().expect("recorder lock")
-}
-
 /// What a connection of an HTTP run sends: its own state, and one request's round trip
 /// (reconnecting if needed, recording the answer in its thread's recorder).
 pub(crate) trait Client: Send + 'static {
@@ -152,10 +148,10 @@ pub(crate) fn drive<C: Client>(
 }
 
 /// Thread `t` of `threads`: connections t, t + threads, ... of `conns`. The thread's
-/// connections record into one recorder: a recorder is four histograms of 270 KB (1 ns to an
-/// hour at 3 digits), zeroed when made, and a page service adds one a page type, so a recorder
-/// a connection cost 1 MB to 5 MB a connection, and 1 024 connections took more than the
-/// second of warm-up to start (p99 1.1 s at 2 K/s on one core; 3 ms once they had 3 s).
+/// connections record into one `ThreadRecorder`: a recorder a connection (four 270 KB
+/// histograms, and a page service one more a page type) cost 1 MB to 5 MB a connection, and
+/// 1 024 connections took more than the second of warm-up to start (p99 1.1 s at 2 K/s on
+/// one core; 3 ms once they had 3 s).
 async fn one_thread<C: Client>(
     cfg: &LoadConfig,
     sh: &Arc<Shared>,
@@ -166,7 +162,7 @@ async fn one_thread<C: Client>(
     client: &(impl Fn(usize, usize) -> C + Sync),
 ) -> Result<Recorder> {
     let mut total = Recorder::new();
-    let rec = Arc::new(Mutex::new(Recorder::new()));
+    let rec: ThreadRecorder = Arc::new(Mutex::new(Recorder::new()));
     let mine: Vec<usize> = (t..conns).step_by(threads).collect();
     let mut tasks = Vec::new();
     match cfg.mode {
@@ -232,11 +228,7 @@ async fn one_thread<C: Client>(
     for task in tasks {
         task.await?;
     }
-    let rec = Arc::try_unwrap(rec)
-        .map_err(|_| anyhow::anyhow!("a connection task outlived its thread"))?
-        .into_inner()
-        .expect("recorder lock");
-    total.merge(rec);
+    total.merge(into_recorder(rec, "a connection task")?);
     Ok(total)
 }
 

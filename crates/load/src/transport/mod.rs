@@ -12,6 +12,24 @@ use crate::recorder::{Recorder, Shared};
 use anyhow::Result;
 use std::future::Future;
 use std::sync::atomic::Ordering;
+use std::sync::{Arc, Mutex, MutexGuard};
+
+/// A generator thread's recorder, shared by the tasks of that thread (its connections or
+/// calls): one recorder a thread, since a recorder's histograms are 270 KB each, zeroed when
+/// made. Locked for one record at a time, never across an await; every task that takes it
+/// runs on the same thread, so the lock is never contended.
+pub(crate) type ThreadRecorder = Arc<Mutex<Recorder>>;
+
+/// The thread's recorder, locked for one record.
+pub(crate) fn record(rec: &Mutex<Recorder>) -> MutexGuard<'_, Recorder> {
+    rec.lock().expect("recorder lock")
+}
+
+/// The thread's recorder once its tasks have ended (`what` names a task that has not).
+pub(crate) fn into_recorder(rec: ThreadRecorder, what: &str) -> Result<Recorder> {
+    let rec = Arc::try_unwrap(rec).map_err(|_| anyhow::anyhow!("{what} outlived its thread"))?;
+    Ok(rec.into_inner().expect("recorder lock"))
+}
 
 /// Cores this process may run on: the generator's threads (it is pinned with `taskset`).
 pub(crate) fn available_cores() -> usize {

@@ -4,7 +4,8 @@
 //! next one, so latency includes waiting for a free connection. The service's browser checks
 //! every page.
 
-use super::http::{connect, record, Client, Conn};
+use super::http::{connect, Client, Conn};
+use super::record;
 use crate::config::LoadConfig;
 use crate::recorder::{Answer, Recorder, Shared};
 use anyhow::Result;
