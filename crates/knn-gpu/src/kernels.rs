@@ -25,6 +25,15 @@ pub const WIDE_BLOCK: usize = 1024;
 pub const QB: usize = 32;
 /// Tiled plan: rows per shared-memory tile.
 pub const RT: usize = 64;
+/// Tiled plan: blocks of the u8 search resident per SM (its launch bound; the warp search's
+/// grid, whose warps take their first items by index, is exactly this many blocks an SM).
+/// At 2 (the other storages' bound) its 128 registers left 16 warps an SM, and Nsight Compute
+/// found them stalled on their loads, 73% of cycles with no warp eligible (82337b0, cohort
+/// 8 192). Measured on one H100 (bench/results/knn-u8-occupancy-a5caf72-h100): 4 blocks with
+/// 2 k-steps a batch beat 2 with 4, 3 with 4 and 4 with 4 at cohorts 64 and 1 024 (search
+/// 0.178 -> 0.141 ms at 1 024) and equal them at 8 192. The f32 path the u8 kernels keep for
+/// queries off the integers spills under it.
+pub const U8_MIN_BLOCKS: usize = 4;
 /// Tensor-core filter: queries per block tile.
 pub const TC_QTILE: usize = 128;
 /// Tensor-core filter: centroids per block tile.
@@ -54,6 +63,7 @@ pub fn prelude() -> Prelude {
         .int("WIDE_BLOCK", WIDE_BLOCK)
         .int("QB", QB)
         .int("RT", RT)
+        .int("U8_MIN_BLOCKS", U8_MIN_BLOCKS)
         .int("SEL_MAX", SEL_MAX)
         .int("TC_QTILE", TC_QTILE)
         .int("TC_CTILE", TC_CTILE)

@@ -413,6 +413,9 @@ pub struct Buffers {
     poff: CudaSlice<u32>,
     totals: CudaSlice<u32>,
     cand: CudaSlice<f32>,
+    /// cap x dim query bytes and cap norms: the u8 warp search's queries, made by the plan.
+    q8: CudaSlice<u8>,
+    q8norm: CudaSlice<i32>,
 }
 
 impl GpuIvf {
@@ -575,6 +578,8 @@ impl GpuIvf {
             poff: s.alloc_zeros(cap * tiled_probe)?,
             totals: s.alloc_zeros(cap)?,
             cand: s.alloc_zeros(cand)?,
+            q8: s.alloc_zeros(cap * self.dim)?,
+            q8norm: s.alloc_zeros(cap)?,
         })
     }
 

@@ -8,7 +8,7 @@ use cohort_gpu::GpuError;
 use cudarc::driver::CudaStream;
 use std::sync::Arc;
 
-use crate::kernels::{BLOCK, QB, RT, TC_CTILE, TC_QTILE};
+use crate::kernels::{BLOCK, QB, RT, TC_CTILE, TC_QTILE, U8_MIN_BLOCKS};
 /// Resident blocks per SM the grid-stride search aims for (256 threads, ~13 KiB shared each).
 const BLOCKS_PER_SM: usize = 8;
 /// The warp-per-item search runs while a cohort's probes average at most this many queries a
@@ -378,6 +378,16 @@ impl GpuIvf {
         } else {
             blocks
         };
+        // The warp search's queries as bytes with their norms, made by the plan.
+        let (q8, q8norm) = if warp_search.is_some() {
+            assert!(
+                m * dim <= b.q8.len().min(i32::MAX as usize) && m <= b.q8norm.len(),
+                "query byte buffers too small"
+            );
+            (Dev::of_mut(&mut b.q8, s), Dev::of_mut(&mut b.q8norm, s))
+        } else {
+            (Dev::default(), Dev::default())
+        };
 
         // The search's row chunk: average cell rows x queries per cell, so the grid has work
         // for every resident block.
@@ -402,9 +412,14 @@ impl GpuIvf {
                 items: Dev::of_mut(&mut b.items, s),
                 next_item: Dev::of_mut(&mut b.next_item, s),
                 order: Dev::of_mut(&mut b.order, s),
+                queries: q,
+                dim: dim_i,
+                q8,
+                q8norm,
             };
             // SAFETY: one block; poff and order hold m x nprobe (asserted), totals m, counts
-            // and cursor nlist, items nlist + 1, next_item 1.
+            // and cursor nlist, items nlist + 1, next_item 1; q8 and q8norm null or m x dim
+            // and m (asserted).
             unsafe { kn.plan_one_block.launch(s, Work::Grid(1, 1), 0, &args) }?;
             after("plan_one_block")?;
         } else {
@@ -418,8 +433,13 @@ impl GpuIvf {
                 poff: Dev::of_mut(&mut b.poff, s),
                 totals: Dev::of_mut(&mut b.totals, s),
                 counts: Dev::of_mut(&mut b.counts, s),
+                queries: q,
+                dim: dim_i,
+                q8,
+                q8norm,
             };
-            // SAFETY: poff m x nprobe, totals m, counts nlist.
+            // SAFETY: poff m x nprobe, totals m, counts nlist; q8 and q8norm null or m x dim
+            // and m (asserted).
             unsafe { kn.plan.launch(s, Work::Items(m), 0, &args) }?;
             after("plan")?;
 
@@ -467,10 +487,18 @@ impl GpuIvf {
             cand: Dev::of_mut(&mut b.cand, s),
             stride: stride as u64,
             next_item: Dev::of_mut(&mut b.next_item, s),
+            q8,
+            q8norm,
         };
-        // At most one work item per pair per row chunk of the largest cell.
+        // At most one work item per pair per row chunk of the largest cell. The warp search's
+        // grid is its resident blocks: a warp's first item is its index.
         let bound = pairs * self.top_rows[1].div_ceil(schunk as usize).max(1);
-        let grid = Work::Grid(blocks.min(bound).max(1) as u32, 1);
+        let resident = if warp_search.is_some() {
+            self.sms * U8_MIN_BLOCKS
+        } else {
+            blocks
+        };
+        let grid = Work::Grid(resident.min(bound).max(1) as u32, 1);
         // SAFETY: candidate rows hold m x stride (asserted), and every query's row is at most
         // `stride` long by construction of top_rows.
         let search = warp_search.unwrap_or(&kn.search_tiled[self.precision as usize]);

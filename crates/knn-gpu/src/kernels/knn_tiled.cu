@@ -19,8 +19,9 @@
 // distance loops free of data-dependent work; the candidate rows cost a write and a read of
 // 4 bytes per scanned vector, small beside the vector itself.
 
-// QB (queries per work item), RT (rows per shared-memory tile) and SEL_MAX (largest k or
-// nprobe a select returns; also the largest nprobe here) come from the host's consts.rs.
+// QB (queries per work item), RT (rows per shared-memory tile), U8_MIN_BLOCKS (u8 search
+// blocks an SM) and SEL_MAX (largest k or nprobe a select returns; also the largest nprobe
+// here) come from the host's kernels.rs.
 #define DC 32                  // dimensions per chunk staged in shared memory
 #define FULL 0xffffffffu
 #define ROW_PATH_MAX 8         // groups up to this many queries take the thread-per-row path
@@ -254,13 +255,6 @@ __device__ bool stage_u8_queries(const float* __restrict__ queries, const size_t
 // k-steps of 32 dimensions whose row fragments a warp loads before it multiplies any: the
 // loads of a step do not wait on the step before (4 loads in flight a lane, not 2).
 #define TC_KSTEPS 2
-// Blocks of the u8 search resident per SM. At 2 (the other storages' bound) its 128 registers
-// left 16 warps an SM, and Nsight Compute found them stalled on their loads, 73% of cycles
-// with no warp eligible (82337b0, cohort 8 192). Measured on one H100 (bench/results/
-// knn-u8-occupancy-a5caf72-h100): 4 blocks with 2 k-steps a batch beat 2 with 4, 3 with 4
-// and 4 with 4 at cohorts 64 and 1 024 (search 0.178 -> 0.141 ms at 1 024) and equal them
-// at 8 192. The f32 path the u8 kernel keeps for queries off the integers spills under it.
-#define U8_MIN_BLOCKS 4
 
 // The distances of the staged queries to rows [r0, r0 + nr) of u8 `rows` (dim a multiple of 32):
 // each warp takes 16 rows at a time (two n-tiles) against the group's 16 or 32 queries (one or
@@ -612,6 +606,29 @@ __device__ unsigned plan_query(const unsigned* __restrict__ probes, int nprobe,
     return run;
 }
 
+// The queries the u8 warp search reads, made by the plan where the host gives q8 (else null):
+// query q's row as bytes in q8 (row q, dim bytes; dim a multiple of 32 up to TC_MAX_DIM) and
+// its squared norm in q8norm[q], or -1 where an element is not an integer in 0..=255 (that
+// query's groups are summed in f32). The whole warp. Made once a cohort: the warp search staged
+// each query from f32 again for each of its work items (~70 a query at a cohort of 64), and the
+// staging's loads, conversions and shared-memory stores were most of an item's instructions.
+__device__ void query_bytes_warp(const float* __restrict__ queries, int dim, unsigned char* __restrict__ q8,
+                                 int* __restrict__ q8norm, int q) {
+    if (!q8) return;
+    const int lane = threadIdx.x % 32;
+    const float* src = queries + (size_t)q * dim;
+    unsigned norm = 0;
+    int bad = 0;
+    for (int d = 4 * lane; d < dim; d += 128) {
+        const unsigned w = pack_u8x4(make_float4(src[d], src[d + 1], src[d + 2], src[d + 3]), bad);
+        *reinterpret_cast<unsigned*>(q8 + (size_t)q * dim + d) = w;
+        norm = __dp4a(w, w, norm);
+    }
+    norm = warp_sum(norm);
+    if (__any_sync(FULL, bad)) norm = ~0u;
+    if (lane == 0) q8norm[q] = (int)norm;
+}
+
 struct KnnPlanArgs {
     const unsigned* probes;             // nq x nprobe
     int nq, nprobe;
@@ -619,6 +636,10 @@ struct KnnPlanArgs {
     unsigned* poff;                     // nq x nprobe
     unsigned* totals;                   // nq
     unsigned* counts;                   // nlist, zeroed
+    const float* queries;               // nq x dim: query_bytes_warp's, where q8 is given
+    int dim;
+    unsigned char* q8;
+    int* q8norm;
 };
 
 // plan_query by a warp: the lanes take 32 probes a turn, so a query waits for one chain of
@@ -652,6 +673,7 @@ extern "C" __global__ void knn_plan(const KnnPlanArgs a) {
     const size_t b = (size_t)q * a.nprobe;
     const unsigned total = plan_query_warp(a.probes + b, a.nprobe, a.offsets, a.poff + b, a.counts);
     if (threadIdx.x % 32 == 0) a.totals[q] = total;
+    query_bytes_warp(a.queries, a.dim, a.q8, a.q8norm, q);
 }
 
 // Row chunks and work items (query groups x row chunks) of a cell. In 32 bits (a cell's rows
@@ -758,6 +780,10 @@ struct KnnPlanOneBlockArgs {
     unsigned* items;                    // nlist + 1
     unsigned* next_item;                // 1: the search's work counter, zeroed here
     unsigned* order;                    // nq x nprobe
+    const float* queries;               // nq x dim: query_bytes_warp's, where q8 is given
+    int dim;
+    unsigned char* q8;
+    int* q8norm;
 };
 
 // Stages 3-5 (and the zeroed counts) in one block of WIDE_BLOCK threads, for passes of a few
@@ -774,6 +800,7 @@ extern "C" __global__ void __launch_bounds__(WIDE_BLOCK) knn_plan_one_block(cons
         const size_t b = (size_t)q * a.nprobe;
         const unsigned total = plan_query_warp(a.probes + b, a.nprobe, a.offsets, a.poff + b, a.counts);
         if (threadIdx.x % 32 == 0) a.totals[q] = total;
+        query_bytes_warp(a.queries, a.dim, a.q8, a.q8norm, q);
     }
     __syncthreads();
     scan_items<WIDE_BLOCK>(a.counts, a.nlist, a.offsets, a.chunk, a.cursor, a.items);  // ends in a barrier
@@ -897,6 +924,8 @@ struct KnnSearchTiledArgs {
     float* cand;                        // nq x stride
     unsigned long long stride;
     unsigned* next_item;                // the work counter knn_scan_items zeroed
+    const unsigned char* q8;            // query_bytes_warp's bytes and norms (the u8 warp search)
+    const int* q8norm;
 };
 
 // At most 128 registers, so two 256-thread blocks fit an SM (the grid-stride search depends on
@@ -924,54 +953,30 @@ SEARCH_TILED(knn_search_tiled_u8, unsigned char, U8_MIN_BLOCKS)
 // 8 warps working one item at a time waits on each item's chain of dependent loads (its
 // cell, its starts, the pair order, the query rows, then the rows) with barriers between
 // (Nsight Compute at cohort 1 024: no eligible warp in 61% of cycles, DRAM at 42%). Here each
-// warp takes its own items from the counter and has no barrier: an SM's 32 warps each wait
-// on their own chain, so many more loads are in flight. The distances are the block
-// kernel's, bit for bit: the integer product (queries all integers in 0..=255), or else a
-// lane per row summing in dimension order as row_distances does.
-#define WQ 16                  // queries a warp stages at a time (one 16-row m-tile)
-#define WSTAGE (WQ * (TC_MAX_DIM + TC_MAX_PAD))  // bytes of a warp's staged queries
+// warp takes its own items and has no barrier: an SM's 32 warps each wait on their own chain,
+// so many more loads are in flight. The distances are the block kernel's, bit for bit: the
+// integer product (queries all integers in 0..=255), or else a lane per row summing in
+// dimension order as row_distances does.
+//
+// The queries come as bytes with their norms (query_bytes_warp, once a cohort, in the plan), and
+// a warp reads its A fragments straight from them (a cohort's query bytes stay in L1/L2): at
+// a cohort of 64 the per-item staging of each query from f32 was most of an item's
+// instructions. A warp's first item is its index in the grid (U8_MIN_BLOCKS blocks an SM, all
+// resident), the rest come from the work counter, so the counter sees no burst of thousands of
+// atomics at the start, and none at all when the items are no more than the warps.
+#define WQ 16  // queries a warp multiplies at a time (one 16-row m-tile)
 
-// Queries j0..j0+WQ-1 of the group as bytes in qs8 (row j at (j - j0) * stride, zero past
-// nqg): two lanes a row, each half its dimensions, the squared norm summed on the way. The
-// query of group row j is row qidx of `queries`, held by lane j. False (on every lane) when
-// an element is not an integer in 0..=255; else q2[h] is the norm of row g + 8h (lane 4g+t).
-__device__ bool warp_stage_u8(const float* __restrict__ queries, unsigned qidx, int j0, int nqg, int dim,
-                              unsigned char* qs8, int q2[2]) {
-    const int lane = threadIdx.x % 32, row = lane >> 1, hd = dim / 2;
-    const int j = j0 + row;
-    const unsigned qi = __shfl_sync(FULL, qidx, j & 31);
-    unsigned char* dst = qs8 + row * tc_stride(dim) + (lane & 1) * hd;
-    unsigned norm = 0;
-    int bad = 0;
-    if (j < nqg) {
-        const float* src = queries + (size_t)qi * dim + (lane & 1) * hd;
-#pragma unroll 4
-        for (int d = 0; d < hd; d += 4) {
-            const float4 v = *reinterpret_cast<const float4*>(src + d);
-            const unsigned w = pack_u8x4(v, bad);
-            *reinterpret_cast<unsigned*>(dst + d) = w;
-            norm = __dp4a(w, w, norm);
-        }
-    } else {
-        for (int d = 0; d < hd; d += 4) *reinterpret_cast<unsigned*>(dst + d) = 0u;
-    }
-    norm += __shfl_xor_sync(FULL, norm, 1);
-    __syncwarp();
-    if (__any_sync(FULL, bad)) return false;
-    const int g = lane >> 2;
-    q2[0] = (int)__shfl_sync(FULL, norm, 2 * g);
-    q2[1] = (int)__shfl_sync(FULL, norm, 2 * (g + 8));
-    return true;
-}
-
-// Rows [r0, r0 + nr) of u8 `rows` against the WQ staged queries j0.. (dim a multiple of 32),
+// Rows [r0, r0 + nr) of u8 `rows` against queries j0.. of the group (dim a multiple of 32):
+// lane 4g+t reads the query rows at q8 + qo[0] (group row j0 + g) and q8 + qo[1] (j0 + g + 8),
+// -1 past the group, and writes their distances from candidate row bases ob[0], ob[1]; q2:
+// their norms. (Offsets, not pointers: two registers fewer where the kernel spills.)
 // RG 16-row groups at a time (their loads in flight together), TC_KSTEPS k-steps a batch.
-// ob[h]: candidate row base of query j0 + g + 8h (lane 4g+t).
 template <int METRIC, int RG>
-__device__ void warp_rows_u8(const unsigned char* __restrict__ rows, size_t r0, int nr, int dim, int nq,
-                             const unsigned char* qs8, const int q2[2], float* __restrict__ out,
+__device__ void warp_rows_u8(const unsigned char* __restrict__ rows, size_t r0, int nr, int dim,
+                             const unsigned char* __restrict__ q8, const int qo[2], const int q2[2],
+                             float* __restrict__ out,
                              const unsigned long long ob[2]) {
-    const int lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3, stride = tc_stride(dim);
+    const int lane = threadIdx.x % 32, g = lane >> 2, t = lane & 3;
     for (int base = 0; base < nr; base += 16 * RG) {
         int acc[RG][2][4] = {};
         unsigned x2[RG][2] = {};
@@ -996,9 +1001,9 @@ __device__ void warp_rows_u8(const unsigned char* __restrict__ rows, size_t r0, 
             for (int k = 0; k < TC_KSTEPS; ++k) {
                 const int d = d0 + 32 * k;
                 if (d >= dim) break;
-                const unsigned char* qa = qs8 + g * stride + d + 8 * t;
-                const uint2 lo = *reinterpret_cast<const uint2*>(qa);               // query g
-                const uint2 hi = *reinterpret_cast<const uint2*>(qa + 8 * stride);  // query g + 8
+                const uint2 zero = make_uint2(0u, 0u);
+                const uint2 lo = qo[0] >= 0 ? __ldg(reinterpret_cast<const uint2*>(q8 + qo[0] + d + 8 * t)) : zero;
+                const uint2 hi = qo[1] >= 0 ? __ldg(reinterpret_cast<const uint2*>(q8 + qo[1] + d + 8 * t)) : zero;
 #pragma unroll
                 for (int rg = 0; rg < RG; ++rg)
 #pragma unroll
@@ -1021,7 +1026,7 @@ __device__ void warp_rows_u8(const unsigned char* __restrict__ rows, size_t r0, 
                                    (int)__shfl_sync(FULL, x2[rg][n], 8 * t + 4)};
 #pragma unroll
                 for (int h = 0; h < 2; ++h) {
-                    if (g + 8 * h >= nq) continue;
+                    if (qo[h] < 0) continue;
 #pragma unroll
                     for (int e = 0; e < 2; ++e) {
                         const int r = base + 16 * rg + 8 * n + 2 * t + e, dot = acc[rg][n][2 * h + e];
@@ -1050,19 +1055,27 @@ __device__ void warp_rows_f32(const float* __restrict__ queries, const unsigned 
     }
 }
 
-// A warp's work items from the counter (knn_scan_items zeroed it): the batch plan's search
-// with u8 rows, dim a multiple of 32 up to TC_MAX_DIM (the host picks it only then).
+// A warp's scratch for the f32 path: the group's query rows and candidate bases.
+struct WarpRowsF32 {
+    unsigned rowq[QB];
+    unsigned long long rowo[QB];
+};
+
+// A warp's work items (the batch plan's search with u8 rows, dim a multiple of 32 up to
+// TC_MAX_DIM: the host picks it only then): item w of the grid's W warps first, then
+// W + the work counter (zeroed by the plan) while items remain.
 template <int METRIC, int RG>
-__device__ void search_warp_u8(const KnnSearchTiledArgs& a, unsigned char* qs8) {
+__device__ void search_warp_u8(const KnnSearchTiledArgs& a, WarpRowsF32& f32) {
     const int lane = threadIdx.x % 32, g = lane >> 2;
     const unsigned total = a.items[a.nlist];
+    const unsigned warps = gridDim.x * WARPS;
     const unsigned char* vectors = (const unsigned char*)a.vectors;
-    const bool aligned = (reinterpret_cast<size_t>(a.queries) & 15) == 0;
-    unsigned it = __shfl_sync(FULL, lane == 0 ? atomicAdd(a.next_item, 1u) : 0u, 0);
+    unsigned it = blockIdx.x * WARPS + threadIdx.x / 32;
     while (it < total) {
         const int c = item_cell(a.items, a.nlist, it);
-        // The next item is taken now; its atomic's latency hides behind this item.
-        const unsigned next = lane == 0 ? atomicAdd(a.next_item, 1u) : 0u;
+        // The next item is taken now (where the counter has any); its atomic's latency hides
+        // behind this item.
+        const unsigned next = lane == 0 && total > warps ? warps + atomicAdd(a.next_item, 1u) : total;
         const unsigned long long start = a.offsets[c], len = a.offsets[c + 1] - start;
         const unsigned chunks = cell_chunks(len, a.chunk);
         const unsigned local = it - a.items[c], grp = local / chunks, h = local % chunks;
@@ -1070,47 +1083,50 @@ __device__ void search_warp_u8(const KnnSearchTiledArgs& a, unsigned char* qs8) 
         const int nqg = min(QB, (int)(a.counts[c] - grp * QB));
         unsigned qidx = 0;
         unsigned long long ob = 0;
+        int qn = 0;
         if (lane < nqg) {
             const unsigned b = a.order[first + lane];
             qidx = b / (unsigned)a.nprobe;
             ob = (unsigned long long)qidx * a.stride + a.poff[b] + (unsigned long long)h * a.chunk;
+            qn = a.q8norm[qidx];
         }
         const int nr = (int)min((unsigned long long)a.chunk, len - (unsigned long long)h * a.chunk);
         const size_t r0 = start + (size_t)h * a.chunk;
-        bool exact = aligned;
-        for (int j0 = 0; j0 < nqg && exact; j0 += WQ) {
-            int q2[2];
-            exact = warp_stage_u8(a.queries, qidx, j0, nqg, a.dim, qs8, q2);
-            if (!exact) break;
-            const unsigned long long ob2[2] = {__shfl_sync(FULL, ob, (j0 + g) & 31),
-                                               __shfl_sync(FULL, ob, (j0 + g + 8) & 31)};
-            warp_rows_u8<METRIC, RG>(vectors, r0, nr, a.dim, nqg - j0, qs8, q2, a.cand, ob2);
-            __syncwarp();  // the next m-tile's staging overwrites qs8
-        }
-        if (!exact) {
+        if (!__any_sync(FULL, qn < 0)) {
+            for (int j0 = 0; j0 < nqg; j0 += WQ) {
+                int qo[2], q2[2];
+                unsigned long long ob2[2];
+#pragma unroll
+                for (int hh = 0; hh < 2; ++hh) {
+                    const int j = j0 + g + 8 * hh;  // < QB = 32, so a lane of this warp
+                    const unsigned qj = __shfl_sync(FULL, qidx, j & 31);
+                    q2[hh] = __shfl_sync(FULL, qn, j & 31);
+                    ob2[hh] = __shfl_sync(FULL, ob, j & 31);
+                    qo[hh] = j < nqg ? (int)qj * a.dim : -1;  // < cap x dim bytes, below 2^31
+                }
+                warp_rows_u8<METRIC, RG>(vectors, r0, nr, a.dim, a.q8, qo, q2, a.cand, ob2);
+            }
+        } else {
             // Queries off the byte integers: the group's rows and bases into the scratch.
-            unsigned* rowq = reinterpret_cast<unsigned*>(qs8);
-            unsigned long long* rowo = reinterpret_cast<unsigned long long*>(qs8 + 4 * QB);
             __syncwarp();
             if (lane < nqg) {
-                rowq[lane] = qidx;
-                rowo[lane] = ob;
+                f32.rowq[lane] = qidx;
+                f32.rowo[lane] = ob;
             }
             __syncwarp();
-            warp_rows_f32<METRIC>(a.queries, vectors, r0, nr, a.dim, nqg, rowq, rowo, a.cand);
+            warp_rows_f32<METRIC>(a.queries, vectors, r0, nr, a.dim, nqg, f32.rowq, f32.rowo, a.cand);
             __syncwarp();
         }
         it = __shfl_sync(FULL, next, 0);
     }
 }
 
-// Bounded like the block kernel's u8 instance (4 blocks of 8 warps an SM).
-#define SEARCH_WARP_U8(NAME, RG)                                                                 \
+// Bounded like the block kernel's u8 instance (U8_MIN_BLOCKS blocks of 8 warps an SM).
+#define SEARCH_WARP_U8(NAME, RG)                                                                          \
     extern "C" __global__ void __launch_bounds__(BLOCK, U8_MIN_BLOCKS) NAME(const KnnSearchTiledArgs a) { \
-        __shared__ __align__(16) unsigned char qs8[WARPS][WSTAGE];                              \
-        unsigned char* mine = qs8[threadIdx.x / 32];                                             \
-        if (a.metric == 0) search_warp_u8<0, RG>(a, mine);                                       \
-        else search_warp_u8<1, RG>(a, mine);                                                     \
+        __shared__ WarpRowsF32 f32[WARPS];                                                                \
+        if (a.metric == 0) search_warp_u8<0, RG>(a, f32[threadIdx.x / 32]);                               \
+        else search_warp_u8<1, RG>(a, f32[threadIdx.x / 32]);                                             \
     }
 SEARCH_WARP_U8(knn_search_warp_u8, 1)
 SEARCH_WARP_U8(knn_search_warp_u8_x2, 2)

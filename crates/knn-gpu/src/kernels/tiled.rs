@@ -83,6 +83,12 @@ kernel_args! {
         poff: Dev<u32>,
         totals: Dev<u32>,
         counts: Dev<u32>,
+        /// Where `q8` is given (not null), each query's bytes and norm for the u8 warp
+        /// search (`query_bytes_warp`): `queries` nq x dim, `q8` nq x dim, `q8norm` nq.
+        queries: Dev<f32>,
+        dim: i32,
+        q8: Dev<u8>,
+        q8norm: Dev<i32>,
     }
 }
 
@@ -103,6 +109,11 @@ kernel_args! {
         items: Dev<u32>,
         next_item: Dev<u32>,
         order: Dev<u32>,
+        /// As `KnnPlanArgs`'s.
+        queries: Dev<f32>,
+        dim: i32,
+        q8: Dev<u8>,
+        q8norm: Dev<i32>,
     }
 }
 
@@ -151,6 +162,10 @@ kernel_args! {
         stride: u64,
         /// The work counter `knn_scan_items` zeroed: blocks take items from it in turn.
         next_item: Dev<u32>,
+        /// The u8 warp search's queries as bytes and their norms (the plan's `q8`); null
+        /// for the block kernels.
+        q8: Dev<u8>,
+        q8norm: Dev<i32>,
     }
 }
 
@@ -214,7 +229,8 @@ pub const SEARCH: [KernelDecl<KnnSearchTiledArgs>; 3] = [
     KernelDecl::new("knn_search_tiled_u8", B, Grid::Sized),
 ];
 /// u8 rows, dim a multiple of 32 up to 256: a warp per work item, 16 rows at a time or 32
-/// (`_x2`); warps take items from the counter, so the grid is sized from the resident blocks.
+/// (`_x2`); a warp's first item is its index in the grid, the rest come from the counter, so
+/// the grid is the resident blocks (`U8_MIN_BLOCKS` an SM).
 pub const SEARCH_WARP_U8: [KernelDecl<KnnSearchTiledArgs>; 2] = [
     KernelDecl::new("knn_search_warp_u8", B, Grid::Sized),
     KernelDecl::new("knn_search_warp_u8_x2", B, Grid::Sized),

@@ -349,6 +349,20 @@ pub fn cases(seed: u64) -> Vec<Case> {
             seed: seed + 11,
             precision: Precision::U8,
         },
+        // u8 on the warp search with more work items than the grid's warps (~12 000 row chunks
+        // of 64 against 4 224 warps on an H200), so warps take items past their first from
+        // the work counter.
+        Case {
+            n: 100_000,
+            dim: 128,
+            nlist: 256,
+            nq: 128,
+            k: 10,
+            nprobe: 16,
+            metric: Metric::L2,
+            seed: seed + 13,
+            precision: Precision::U8,
+        },
         // A cohort large enough that cells hold several 32-query groups and rows several chunks.
         Case {
             n: 50_000,
