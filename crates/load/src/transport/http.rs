@@ -161,7 +161,6 @@ async fn one_thread<C: Client>(
     conns: usize,
     client: &(impl Fn(usize, usize) -> C + Sync),
 ) -> Result<Recorder> {
-    let mut total = Recorder::new();
     let rec: ThreadRecorder = Arc::new(Mutex::new(Recorder::new()));
     let mine: Vec<usize> = (t..conns).step_by(threads).collect();
     let mut tasks = Vec::new();
@@ -191,9 +190,8 @@ async fn one_thread<C: Client>(
                 }));
             }
             // This thread's share of the schedule, paced here between the connections' work.
-            let mut sent = Recorder::new();
             pace(cfg, sh, t, threads, |seq, intended| {
-                sent.on_send(sh, seq, intended, sh.now_ns());
+                record(&rec).on_send(sh, seq, intended, sh.now_ns());
                 match pool.take(seq) {
                     Some(slot) => lines[slot].send(seq).is_ok(),
                     None => true,
@@ -204,7 +202,6 @@ async fn one_thread<C: Client>(
             // connection's line closes and its task ends.
             pool.wait_drained().await;
             drop(lines);
-            total.merge(sent);
         }
         Mode::Closed { .. } => {
             for &c in &mine {
@@ -228,8 +225,7 @@ async fn one_thread<C: Client>(
     for task in tasks {
         task.await?;
     }
-    total.merge(into_recorder(rec, "a connection task")?);
-    Ok(total)
+    into_recorder(rec, "a connection task")
 }
 
 /// Open loop: thread `t` of `threads` paces its share of the schedule (rate / threads;
