@@ -206,6 +206,7 @@ struct Kernels {
     search: [Kernel<pp::KnnSearchArgs>; 3], // by precision: f32, f16, u8
     reduce: Kernel<pp::KnnReduceArgs>,
     filter_tiled: Kernel<tk::KnnFilterTiledArgs>,
+    filter_rows: Kernel<tk::KnnFilterTiledArgs>,
     filter_tc: Kernel<tk::KnnFilterTcArgs>,
     rerank_filter: Kernel<tk::KnnRerankFilterArgs>,
     select_rerank_filter_wide: Kernel<tk::KnnSelectRerankFilterArgs>,
@@ -230,6 +231,7 @@ impl Kernels {
             search: Kernel::load_each(&m, &pp::SEARCH)?,
             reduce: Kernel::load(&m, &pp::REDUCE)?,
             filter_tiled: Kernel::load(&t, &tk::FILTER)?,
+            filter_rows: Kernel::load(&t, &tk::FILTER_ROWS)?,
             filter_tc: Kernel::load(&t, &tk::FILTER_TC)?,
             rerank_filter: Kernel::load(&t, &tk::RERANK_FILTER)?,
             select_rerank_filter_wide: Kernel::load(&t, &tk::SELECT_RERANK_FILTER_WIDE)?,
@@ -261,6 +263,9 @@ pub struct GpuIvf {
     pub filter: FilterKind,
     /// How the tiled plan's search walks its work items (`SearchKind::from_env`).
     pub search: SearchKind,
+    /// Passes of at most this many queries that the CUDA cores filter take `knn_filter_rows`
+    /// (a thread a centroid) instead of the tile filter (`row_filter_from_env`).
+    pub row_filter_max_queries: usize,
     centroids: CudaSlice<f32>,
     vectors: DeviceVectors,
     ids: CudaSlice<u32>,
@@ -369,6 +374,30 @@ impl SearchKind {
     }
 }
 
+/// Passes the CUDA cores filter a thread a centroid by default: up to 128 queries (at a
+/// cohort of 64 the tile filter, 128 blocks of 32 queries x 64 centroids, took 14.8 us on an
+/// H200; bench/results/knn-cohort64/). Above, the tile's reuse of each staged element pays.
+pub const ROW_FILTER_MAX_QUERIES: usize = 128;
+
+/// `COHORT_KNN_ROW_FILTER=N` moves where the tile filter takes over to passes above N queries
+/// (0: the tile filter always), to measure [`ROW_FILTER_MAX_QUERIES`]; unset, the default;
+/// anything but a count is an error.
+pub fn row_filter_from_env() -> Result<usize, GpuError> {
+    parse_row_filter(std::env::var("COHORT_KNN_ROW_FILTER").ok().as_deref())
+}
+
+fn parse_row_filter(asked: Option<&str>) -> Result<usize, GpuError> {
+    match asked {
+        None => Ok(ROW_FILTER_MAX_QUERIES),
+        Some(n) => n.parse().map_err(|_| {
+            GpuError::Invalid(format!(
+                "COHORT_KNN_ROW_FILTER={n:?}: expected the largest pass (in queries) that the \
+                 CUDA cores filter a thread a centroid (0: never)"
+            ))
+        }),
+    }
+}
+
 /// Where an uploaded index lives on its device.
 #[derive(Debug, Clone, Copy)]
 pub struct IvfView {
@@ -468,6 +497,7 @@ impl GpuIvf {
             sms: dev.sms.max(1) as usize,
             filter: FilterKind::for_device(dev)?,
             search: SearchKind::from_env()?,
+            row_filter_max_queries: row_filter_from_env()?,
             centroids: s.clone_htod(ix.centroids)?,
             device_bytes: 4 * (ix.centroids.len() + ix.ids.len())
                 + ix.vectors.len() * vectors.bytes_per_elem()
@@ -798,6 +828,13 @@ mod tests {
             FilterKind::choose(false, Some("tensor:64")).unwrap(),
             FilterKind::Cores
         );
+        assert_eq!(parse_row_filter(None).unwrap(), ROW_FILTER_MAX_QUERIES);
+        assert_eq!(parse_row_filter(Some("0")).unwrap(), 0);
+        assert_eq!(parse_row_filter(Some("256")).unwrap(), 256);
+        for wrong in ["", "-1", "many", "12 "] {
+            let e = parse_row_filter(Some(wrong)).unwrap_err().to_string();
+            assert!(e.contains("COHORT_KNN_ROW_FILTER"), "{wrong}: {e}");
+        }
         for wrong in ["tc", "tensor:", "tensor:-1", "tensor:x", "tensor: 8"] {
             let e = FilterKind::choose(true, Some(wrong))
                 .unwrap_err()

@@ -20,12 +20,11 @@
 // 4 bytes per scanned vector, small beside the vector itself.
 
 // QB (queries per work item), RT (rows per shared-memory tile), U8_MIN_BLOCKS (u8 search
-// blocks an SM) and SEL_MAX (largest k or nprobe a select returns; also the largest nprobe
-// here) come from the host's kernels.rs.
+// blocks an SM), SEL_MAX (largest k or nprobe a select returns; also the largest nprobe
+// here), ROW_PATH_MAX and ROW_PATH_DIM (groups up to this many queries of at most this many
+// dimensions take the thread-per-row path) come from the host's kernels.rs.
 #define DC 32                  // dimensions per chunk staged in shared memory
 #define FULL 0xffffffffu
-#define ROW_PATH_MAX 8         // groups up to this many queries take the thread-per-row path
-#define ROW_PATH_DIM 512       // ... when dim fits its shared query buffer (the tile otherwise)
 
 // Distances between QB (or fewer: nqg) queries and rows [r0, r0 + nr) of `rows`. Query j's
 // first element is queries[qrow[j]]; its distance to row r0 + r goes to out[obase[j] + r].
@@ -132,8 +131,10 @@ __device__ __forceinline__ void load4(const unsigned char* p, float v[4]) {
 
 // The same distances for a group of at most NQ queries (few queries probe the cell, so a
 // 32-query tile would idle): a thread per row, the queries in shared memory (`qsm`, NQ x dim),
-// each row streamed once from global memory and used by every query of the group.
-template <typename T, int METRIC, int NQ>
+// each row streamed once from global memory and used by every query of the group. QUAD: the
+// queries read 4 elements a load (the filter; under the search's 128-register bound the
+// held quads spilled).
+template <typename T, int METRIC, int NQ, bool QUAD = false>
 __device__ void row_distances(const float* __restrict__ queries, const size_t* qrow, int nqg,
                               const T* __restrict__ rows, size_t r0, int nr, int dim,
                               float* __restrict__ out, const size_t* obase, float* qsm) {
@@ -155,10 +156,23 @@ __device__ void row_distances(const float* __restrict__ queries, const size_t* q
             for (; d < dim; d += 4) {
                 float v[4];
                 load4(x + d, v);
+                if constexpr (QUAD) {
+                    // A query's 4 elements in one 16-byte shared-memory load (qsm 16-byte
+                    // aligned, dim and d multiples of 4), each query's sum still in order.
 #pragma unroll
-                for (int u = 0; u < 4; ++u)
+                    for (int j = 0; j < NQ; ++j) {
+                        const float4 q = *reinterpret_cast<const float4*>(qsm + j * dim + d);
+                        acc[j] = accumulate<METRIC>(acc[j], q.x, v[0]);
+                        acc[j] = accumulate<METRIC>(acc[j], q.y, v[1]);
+                        acc[j] = accumulate<METRIC>(acc[j], q.z, v[2]);
+                        acc[j] = accumulate<METRIC>(acc[j], q.w, v[3]);
+                    }
+                } else {
 #pragma unroll
-                    for (int j = 0; j < NQ; ++j) acc[j] = accumulate<METRIC>(acc[j], qsm[j * dim + d + u], v[u]);
+                    for (int u = 0; u < 4; ++u)
+#pragma unroll
+                        for (int j = 0; j < NQ; ++j) acc[j] = accumulate<METRIC>(acc[j], qsm[j * dim + d + u], v[u]);
+                }
             }
         }
         for (; d < dim; ++d) {
@@ -368,6 +382,31 @@ extern "C" __global__ void knn_filter_tiled(const KnnFilterTiledArgs a) {
         filter_tiled<1>(a.queries, a.nq, nullptr, a.centroids, a.nlist, a.dim, a.chunk, a.scratch, blockIdx.x, blockIdx.y, sm);
 }
 
+// Stage 1 for passes of a few queries (the host's ROW_FILTER_MAX_QUERIES): a thread per
+// centroid against a group of ROW_PATH_MAX queries in shared memory (row_distances, the same
+// sums in the same order as filter_tiled, so the same bits). Grid (ceil(nlist / chunk),
+// ceil(nq / ROW_PATH_MAX)). At a cohort of 64 the tile filter made 128 blocks of 32 queries x
+// 64 centroids, one an SM at 128 registers: 14.8 us (Nsight Compute, H200), its 8 warps an SM
+// stalled on the tile's loads and barriers; here the same pairs take as many warps with no
+// barrier in the loop, each row streamed once a group, each query element read 4 at a time.
+// dim <= ROW_PATH_DIM (the host checks).
+extern "C" __global__ void knn_filter_rows(const KnnFilterTiledArgs a) {
+    __shared__ size_t qrow[ROW_PATH_MAX], obase[ROW_PATH_MAX];
+    __shared__ __align__(16) float qsm[ROW_PATH_MAX * ROW_PATH_DIM];
+    const int c0 = blockIdx.x * a.chunk, q0 = blockIdx.y * ROW_PATH_MAX;
+    const int nqg = min(ROW_PATH_MAX, a.nq - q0), nc = min(a.chunk, a.nlist - c0);
+    if ((int)threadIdx.x < ROW_PATH_MAX) {
+        qrow[threadIdx.x] = (size_t)(q0 + threadIdx.x) * a.dim;
+        obase[threadIdx.x] = (size_t)(q0 + threadIdx.x) * a.nlist + c0;
+    }
+    __syncthreads();
+    if (nqg <= 0 || nc <= 0) return;  // the whole block
+    if (a.metric == 0)
+        row_distances<float, 0, ROW_PATH_MAX, true>(a.queries, qrow, nqg, a.centroids, c0, nc, a.dim, a.scratch, obase, qsm);
+    else
+        row_distances<float, 1, ROW_PATH_MAX, true>(a.queries, qrow, nqg, a.centroids, c0, nc, a.dim, a.scratch, obase, qsm);
+}
+
 // ---- Radix select ----
 
 // Float bits -> unsigned with the same order (negative floats reversed); -0 counts as +0.
@@ -412,13 +451,12 @@ struct CellIds {  // filter: the position is the cell
     int n;
     __device__ unsigned id(int pos) const { return (unsigned)pos; }
 };
-struct RowIds {  // search: position -> (probe, row) through the probe offsets -> original id
+struct RowIds {  // search: position -> probe (through the probe offsets) -> original id
     const float* d;
     int n;
-    const unsigned* poff;  // shared memory, nprobe entries, non-decreasing from 0
-    const unsigned* cells;
+    const unsigned* poff;              // shared memory, nprobe entries, non-decreasing from 0
+    const unsigned long long* base;    // shared memory: probe p's rows are row_ids[base[p] + pos]
     int nprobe;
-    const unsigned long long* offsets;
     const unsigned* row_ids;
     __device__ unsigned id(int pos) const {
         int lo = 0, hi = nprobe - 1;  // the last probe starting at or before pos (skips empty cells)
@@ -426,7 +464,7 @@ struct RowIds {  // search: position -> (probe, row) through the probe offsets -
             int mid = (lo + hi + 1) / 2;
             if (poff[mid] <= (unsigned)pos) lo = mid; else hi = mid - 1;
         }
-        return row_ids[offsets[cells[lo]] + (pos - poff[lo])];
+        return row_ids[base[lo] + (unsigned)pos];
     }
 };
 
@@ -1138,10 +1176,18 @@ __device__ void select_query(const float* __restrict__ cand, unsigned total, con
                              const unsigned* __restrict__ probes, int nprobe,
                              const unsigned long long* __restrict__ offsets, const unsigned* __restrict__ row_ids,
                              int k, unsigned* __restrict__ out_ids, float* __restrict__ out_dist) {
+    // Each probe's start in the candidate row and in row_ids, looked up once here: a candidate's
+    // id is then one load after a search of shared memory, where the cell and its offset were
+    // two more dependent loads in front of every id the select gathers.
     __shared__ unsigned s_poff[SEL_MAX];
-    for (int p = threadIdx.x; p < nprobe; p += NT) s_poff[p] = poff[p];
+    __shared__ unsigned long long s_base[SEL_MAX];
+    for (int p = threadIdx.x; p < nprobe; p += NT) {
+        const unsigned o = poff[p];
+        s_poff[p] = o;
+        s_base[p] = offsets[probes[p]] - o;
+    }
     __syncthreads();
-    RowIds src{cand, (int)total, s_poff, probes, nprobe, offsets, row_ids};
+    RowIds src{cand, (int)total, s_poff, s_base, nprobe, row_ids};
     block_select<NT>(src, k, out_ids, out_dist);
     __syncthreads();
 }
