@@ -335,6 +335,73 @@ impl<A: KernelArgs> Kernel<A> {
         unsafe { l.launch(cfg) }?;
         Ok(())
     }
+
+    /// As [`launch`](Self::launch), as a programmatic dependent launch (sm_90 on) where
+    /// `early` holds: the kernel may be scheduled while the kernel before it on `s` still
+    /// runs, once every block of that one has signalled (`griddepcontrol.launch_dependents`),
+    /// so the launch's latency hides behind its tail instead of following it. Only for a
+    /// kernel whose first act is `griddepcontrol.wait` (which returns once the kernel before
+    /// it has finished and its writes are visible): for any other, its reads would race that
+    /// kernel's writes. Where the operation before it on `s` is not a kernel, or `early` is
+    /// false, this is an ordinary launch.
+    ///
+    /// # Safety
+    /// As [`launch`](Self::launch), and the kernel waits as above before any other work.
+    pub unsafe fn launch_after(
+        &self,
+        s: &Arc<CudaStream>,
+        work: Work,
+        shared: u32,
+        args: &A,
+        early: bool,
+    ) -> Result<(), GpuError> {
+        if !early {
+            // SAFETY: the caller's.
+            return unsafe { self.launch(s, work, shared, args) };
+        }
+        if s.context().is_event_tracking() {
+            return Err(GpuError::Invalid(
+                "typed launches need a context without event tracking (cohort_gpu::context)".into(),
+            ));
+        }
+        let Some((x, y)) = self.grid.dims(self.block, work)? else {
+            return Ok(());
+        };
+        use cudarc::driver::sys;
+        // SAFETY: an all-zero attribute is a valid value of the C union; the fields set are
+        // the ones this attribute id reads.
+        let mut attr: sys::CUlaunchAttribute = unsafe { std::mem::zeroed() };
+        attr.id = sys::CUlaunchAttributeID::CU_LAUNCH_ATTRIBUTE_PROGRAMMATIC_STREAM_SERIALIZATION;
+        attr.value.programmaticStreamSerializationAllowed = 1;
+        let cfg = sys::CUlaunchConfig {
+            gridDimX: x,
+            gridDimY: y,
+            gridDimZ: 1,
+            blockDimX: self.block,
+            blockDimY: self.block_y,
+            blockDimZ: 1,
+            sharedMemBytes: shared,
+            hStream: s.cu_stream(),
+            attrs: &mut attr,
+            numAttrs: 1,
+        };
+        // The kernel's one parameter, the argument block, by address (the driver copies it).
+        let mut params = [args as *const A as *mut std::ffi::c_void];
+        s.context().bind_to_thread()?;
+        // SAFETY: `A`'s layout is the kernel's parameter (checked when the kernels compile);
+        // cfg, attr and params outlive the call; the caller vouches for the addresses in args
+        // and for the kernel's wait.
+        unsafe {
+            sys::cuLaunchKernelEx(
+                &cfg,
+                self.func.cu_function(),
+                params.as_mut_ptr(),
+                std::ptr::null_mut(),
+            )
+        }
+        .result()?;
+        Ok(())
+    }
 }
 
 fn too_big(n: usize) -> GpuError {
