@@ -266,9 +266,6 @@ pub struct GpuIvf {
     /// Passes of at most this many queries that the CUDA cores filter take `knn_filter_rows`
     /// (a thread a centroid) instead of the tile filter (`row_filter_from_env`).
     pub row_filter_max_queries: usize,
-    /// The tiled plan's kernels launch as programmatic dependents of the kernel before them
-    /// (`Kernel::launch_after`; `pdl_from_env`).
-    pub pdl: bool,
     centroids: CudaSlice<f32>,
     vectors: DeviceVectors,
     ids: CudaSlice<u32>,
@@ -401,28 +398,6 @@ fn parse_row_filter(asked: Option<&str>) -> Result<usize, GpuError> {
     }
 }
 
-/// Whether the tiled plan's kernels launch as programmatic dependents (each scheduled while
-/// the kernel before it finishes, then waiting for it: kernels/common.cuh's
-/// `follow_previous_grid`): on devices of compute capability 9.0 on, unless
-/// `COHORT_KNN_PDL=0` (to measure it; `1` or unset: on where the device has it).
-pub fn pdl_from_env(dev: &DeviceInfo) -> Result<bool, GpuError> {
-    Ok(
-        parse_pdl(std::env::var("COHORT_KNN_PDL").ok().as_deref())?
-            && dev.compute_capability.0 >= 9,
-    )
-}
-
-fn parse_pdl(asked: Option<&str>) -> Result<bool, GpuError> {
-    match asked {
-        None | Some("1") => Ok(true),
-        Some("0") => Ok(false),
-        Some(other) => Err(GpuError::Invalid(format!(
-            "COHORT_KNN_PDL={other:?}: expected 1 (the default: programmatic dependent launches \
-             where the device has them) or 0"
-        ))),
-    }
-}
-
 /// Where an uploaded index lives on its device.
 #[derive(Debug, Clone, Copy)]
 pub struct IvfView {
@@ -523,7 +498,6 @@ impl GpuIvf {
             filter: FilterKind::for_device(dev)?,
             search: SearchKind::from_env()?,
             row_filter_max_queries: row_filter_from_env()?,
-            pdl: pdl_from_env(dev)?,
             centroids: s.clone_htod(ix.centroids)?,
             device_bytes: 4 * (ix.centroids.len() + ix.ids.len())
                 + ix.vectors.len() * vectors.bytes_per_elem()
@@ -857,12 +831,6 @@ mod tests {
         assert_eq!(parse_row_filter(None).unwrap(), ROW_FILTER_MAX_QUERIES);
         assert_eq!(parse_row_filter(Some("0")).unwrap(), 0);
         assert_eq!(parse_row_filter(Some("256")).unwrap(), 256);
-        assert!(parse_pdl(None).unwrap() && parse_pdl(Some("1")).unwrap());
-        assert!(!parse_pdl(Some("0")).unwrap());
-        for wrong in ["", "on", "2", "true"] {
-            let e = parse_pdl(Some(wrong)).unwrap_err().to_string();
-            assert!(e.contains("COHORT_KNN_PDL"), "{wrong}: {e}");
-        }
         for wrong in ["", "-1", "many", "12 "] {
             let e = parse_row_filter(Some(wrong)).unwrap_err().to_string();
             assert!(e.contains("COHORT_KNN_ROW_FILTER"), "{wrong}: {e}");

@@ -245,15 +245,10 @@ impl GpuIvf {
         unsafe {
             if rows {
                 let grid = Work::Grid(chunks, m.div_ceil(ROW_PATH_MAX) as u32);
-                kn.filter_rows.launch_after(s, grid, 0, &args, self.pdl)
+                kn.filter_rows.launch(s, grid, 0, &args)
             } else {
-                kn.filter_tiled.launch_after(
-                    s,
-                    Work::Grid(groups as u32, chunks),
-                    0,
-                    &args,
-                    self.pdl,
-                )
+                kn.filter_tiled
+                    .launch(s, Work::Grid(groups as u32, chunks), 0, &args)
             }
         }?;
         after("filter")?;
@@ -267,7 +262,7 @@ impl GpuIvf {
         };
         let select = self.select_for(m, &kn.select_filter, &kn.select_filter_wide);
         // SAFETY: probes rows q0..q0+m exist (asserted), nprobe <= SEL_MAX.
-        unsafe { select.launch_after(s, Work::Items(m), 0, &args, self.pdl) }?;
+        unsafe { select.launch(s, Work::Items(m), 0, &args) }?;
         after("select_filter")
     }
 
@@ -298,7 +293,7 @@ impl GpuIvf {
         };
         let grid = Work::Grid(m.div_ceil(TC_QTILE) as u32, nlist.div_ceil(TC_CTILE) as u32);
         // SAFETY: scratch holds m x nlist (the caller asserted).
-        unsafe { kn.filter_tc.launch_after(s, grid, 0, &args, self.pdl) }?;
+        unsafe { kn.filter_tc.launch(s, grid, 0, &args) }?;
         after("filter")?;
 
         let probes = Dev::of_mut(&mut b.probes.slice_mut(q0 * nprobe..(q0 + m) * nprobe), s);
@@ -319,7 +314,7 @@ impl GpuIvf {
             // SAFETY: probes rows q0..q0+m exist (the caller asserted); nprobe <= width <= SEL_MAX.
             unsafe {
                 kn.select_rerank_filter_wide
-                    .launch_after(s, Work::Items(m), 0, &args, self.pdl)
+                    .launch(s, Work::Items(m), 0, &args)
             }?;
             return after("select_rerank_filter");
         }
@@ -335,10 +330,7 @@ impl GpuIvf {
             probes: approx,
         };
         // SAFETY: cand holds m x width 4-byte words (the caller checked); width <= SEL_MAX.
-        unsafe {
-            kn.select_filter
-                .launch_after(s, Work::Items(m), 0, &args, self.pdl)
-        }?;
+        unsafe { kn.select_filter.launch(s, Work::Items(m), 0, &args) }?;
         after("select_filter")?;
         let args = KnnRerankFilterArgs {
             queries: q,
@@ -353,10 +345,7 @@ impl GpuIvf {
             probes,
         };
         // SAFETY: probes rows q0..q0+m exist (the caller asserted); approx rows as above.
-        unsafe {
-            kn.rerank_filter
-                .launch_after(s, Work::Items(m), 0, &args, self.pdl)
-        }?;
+        unsafe { kn.rerank_filter.launch(s, Work::Items(m), 0, &args) }?;
         after("rerank_filter")
     }
 
@@ -447,10 +436,7 @@ impl GpuIvf {
             // SAFETY: one block; poff and order hold m x nprobe (asserted), totals m, counts
             // and cursor nlist, items nlist + 1, next_item 1; q8 and q8norm null or m x dim
             // and m (asserted).
-            unsafe {
-                kn.plan_one_block
-                    .launch_after(s, Work::Grid(1, 1), 0, &args, self.pdl)
-            }?;
+            unsafe { kn.plan_one_block.launch(s, Work::Grid(1, 1), 0, &args) }?;
             after("plan_one_block")?;
         } else {
             // 3. Candidate row layout per query; queries per cell.
@@ -470,7 +456,7 @@ impl GpuIvf {
             };
             // SAFETY: poff m x nprobe, totals m, counts nlist; q8 and q8norm null or m x dim
             // and m (asserted).
-            unsafe { kn.plan.launch_after(s, Work::Items(m), 0, &args, self.pdl) }?;
+            unsafe { kn.plan.launch(s, Work::Items(m), 0, &args) }?;
             after("plan")?;
 
             // 4. Pair starts and work items per cell.
@@ -484,10 +470,7 @@ impl GpuIvf {
                 next_item: Dev::of_mut(&mut b.next_item, s),
             };
             // SAFETY: one block; cursor holds nlist, items nlist + 1, next_item 1.
-            unsafe {
-                kn.scan_items
-                    .launch_after(s, Work::Grid(1, 1), 0, &args, self.pdl)
-            }?;
+            unsafe { kn.scan_items.launch(s, Work::Grid(1, 1), 0, &args) }?;
             after("scan_items")?;
 
             // 5. Pairs grouped by cell.
@@ -498,10 +481,7 @@ impl GpuIvf {
                 order: Dev::of_mut(&mut b.order, s),
             };
             // SAFETY: order holds >= pairs entries (asserted).
-            unsafe {
-                kn.scatter
-                    .launch_after(s, Work::Items(pairs), 0, &args, self.pdl)
-            }?;
+            unsafe { kn.scatter.launch(s, Work::Items(pairs), 0, &args) }?;
             after("scatter")?;
         }
 
@@ -538,7 +518,7 @@ impl GpuIvf {
         // SAFETY: candidate rows hold m x stride (asserted), and every query's row is at most
         // `stride` long by construction of top_rows.
         let search = warp_search.unwrap_or(&kn.search_tiled[self.precision as usize]);
-        unsafe { search.launch_after(s, grid, 0, &args, self.pdl) }?;
+        unsafe { search.launch(s, grid, 0, &args) }?;
         after("search")?;
 
         // 7. k nearest per query, into the rows of `io`.
@@ -559,7 +539,7 @@ impl GpuIvf {
         let select = self.select_for(m, &kn.select_search, &kn.select_search_wide);
         // SAFETY: the caller's rows hold m x out_stride >= k (checked by the callers);
         // k <= GPU_MAX_K <= SEL_MAX.
-        unsafe { select.launch_after(s, Work::Items(m), 0, &args, self.pdl) }?;
+        unsafe { select.launch(s, Work::Items(m), 0, &args) }?;
         after("select_search")
     }
 }

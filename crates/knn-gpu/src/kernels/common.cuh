@@ -5,19 +5,6 @@
 #define WARPS (BLOCK / 32)
 #define INF __int_as_float(0x7f800000)
 
-// Programmatic dependent launch (sm_90 on). The host launches the tiled plan's kernels with
-// `Kernel::launch_after`, so each may be scheduled while the kernel before it on the stream
-// still runs; each entry kernel calls this first. It lets the kernel after it be scheduled at
-// once (its blocks then wait here too), then waits until the kernel before it has finished and
-// its writes are visible: stream order as before, with each launch's latency behind the tail
-// of the kernel before it instead of after it. For a kernel launched normally both are no-ops.
-__device__ __forceinline__ void follow_previous_grid() {
-#if __CUDA_ARCH__ >= 900
-    asm volatile("griddepcontrol.launch_dependents;" ::: "memory");
-    asm volatile("griddepcontrol.wait;" ::: "memory");
-#endif
-}
-
 // (d, i) strictly before (e, j)? The order of every result: distance, then the smaller id.
 __device__ __forceinline__ bool before(float d, unsigned i, float e, unsigned j) {
     return d < e || (d == e && i < j);

@@ -87,7 +87,6 @@ struct KnnFilterTcArgs {
 // ptxas gave 84 registers (2 blocks, 25% occupancy, no eligible warp in 41% of cycles); at 80
 // (no spills) 3 fit and the filter at cohort 8 192 went from 208-216 to 197 us on an H100.
 extern "C" __global__ void __launch_bounds__(TC_THREADS, 3) knn_filter_tc(const KnnFilterTcArgs a) {
-    follow_previous_grid();
     // +4: a warp's fragment loads (8 rows x 4 columns) fall in 32 distinct banks, and a row
     // stays 16-byte aligned for the float4 stores.
     __shared__ __align__(16) float qs[TC_QTILE][TC_DK + 4];
@@ -257,7 +256,6 @@ __device__ void select_rerank_filter(const KnnSelectRerankFilterArgs& a) {
 }
 // For cohorts too few to fill the SMs with BLOCK-thread blocks (as knn_select_filter_wide).
 extern "C" __global__ void __launch_bounds__(WIDE_BLOCK) knn_select_rerank_filter_wide(const KnnSelectRerankFilterArgs a) {
-    follow_previous_grid();
     select_rerank_filter<WIDE_BLOCK>(a);
 }
 
@@ -296,7 +294,6 @@ __device__ float exact_distance(const float* __restrict__ q, const float* __rest
 // (RERANK_QUERIES of them per block), a lane per candidate cell computes its exact distance;
 // each cell's rank among the query's candidates is where it goes.
 extern "C" __global__ void knn_rerank_filter(const KnnRerankFilterArgs a) {
-    follow_previous_grid();
     __shared__ float sd[RERANK_QUERIES][SEL_MAX];
     __shared__ unsigned si[RERANK_QUERIES][SEL_MAX];
     const int w = threadIdx.x / 32, lane = threadIdx.x % 32;

@@ -375,7 +375,6 @@ struct KnnFilterTiledArgs {
 // Grid (ceil(nq / QB), ceil(nlist / chunk)). No launch bound: capped to 48 registers (five
 // blocks an SM) it ran ~20% slower at 8192 queries on the H200 than at its own 56 (four).
 extern "C" __global__ void knn_filter_tiled(const KnnFilterTiledArgs a) {
-    follow_previous_grid();
     __shared__ DistSmem sm;
     if (a.metric == 0)
         filter_tiled<0>(a.queries, a.nq, nullptr, a.centroids, a.nlist, a.dim, a.chunk, a.scratch, blockIdx.x, blockIdx.y, sm);
@@ -392,7 +391,6 @@ extern "C" __global__ void knn_filter_tiled(const KnnFilterTiledArgs a) {
 // barrier in the loop, each row streamed once a group, each query element read 4 at a time.
 // dim <= ROW_PATH_DIM (the host checks).
 extern "C" __global__ void knn_filter_rows(const KnnFilterTiledArgs a) {
-    follow_previous_grid();
     __shared__ size_t qrow[ROW_PATH_MAX], obase[ROW_PATH_MAX];
     __shared__ __align__(16) float qsm[ROW_PATH_MAX * ROW_PATH_DIM];
     const int c0 = blockIdx.x * a.chunk, q0 = blockIdx.y * ROW_PATH_MAX;
@@ -624,10 +622,9 @@ __device__ void select_filter(const KnnSelectFilterArgs& a) {
     CellIds src{a.scratch + q * a.nlist, a.nlist};
     block_select<NT>(src, a.nprobe, a.probes + q * a.nprobe, (float*)0);
 }
-extern "C" __global__ void knn_select_filter(const KnnSelectFilterArgs a) { follow_previous_grid(); select_filter<BLOCK>(a); }
+extern "C" __global__ void knn_select_filter(const KnnSelectFilterArgs a) { select_filter<BLOCK>(a); }
 // For cohorts too few to fill the SMs with BLOCK-thread blocks (as knn_select_search_wide).
 extern "C" __global__ void __launch_bounds__(WIDE_BLOCK) knn_select_filter_wide(const KnnSelectFilterArgs a) {
-    follow_previous_grid();
     select_filter<WIDE_BLOCK>(a);
 }
 
@@ -709,7 +706,6 @@ __device__ unsigned plan_query_warp(const unsigned* __restrict__ probes, int npr
 // Warp per query: totals[q] = the query's candidate row length. At cohorts of 64 the thread
 // per query (plan_query) took 10-20 us, one dependent load chain per probe after another.
 extern "C" __global__ void knn_plan(const KnnPlanArgs a) {
-    follow_previous_grid();
     const int q = blockIdx.x * (BLOCK / 32) + threadIdx.x / 32;
     if (q >= a.nq) return;  // the whole warp: q is the same on its lanes
     const size_t b = (size_t)q * a.nprobe;
@@ -791,7 +787,6 @@ struct KnnScanItemsArgs {
 // One block of WIDE_BLOCK threads (32 warps), so at 4 096 cells each warp's run is one
 // unrolled step of loads a pass (a step of 4 with 8 warps).
 extern "C" __global__ void __launch_bounds__(WIDE_BLOCK) knn_scan_items(const KnnScanItemsArgs a) {
-    follow_previous_grid();
     if (threadIdx.x == 0) *a.next_item = 0;
     scan_items<WIDE_BLOCK>(a.counts, a.nlist, a.offsets, a.chunk, a.cursor, a.items);
 }
@@ -806,7 +801,6 @@ struct KnnScatterArgs {
 // Stage 5. order: the pair indices (query * nprobe + probe) cell by cell; cursor[c] ends at
 // the end of cell c's range.
 extern "C" __global__ void knn_scatter(const KnnScatterArgs a) {
-    follow_previous_grid();
     for (int b = blockIdx.x * blockDim.x + threadIdx.x; b < a.pairs; b += gridDim.x * blockDim.x) {
         const unsigned pos = atomicAdd(&a.cursor[a.probes[b]], 1u);
         a.order[pos] = (unsigned)b;
@@ -837,7 +831,6 @@ struct KnnPlanOneBlockArgs {
 // launches did (the counts and cursors are read only after the barrier that follows their
 // last atomic).
 extern "C" __global__ void __launch_bounds__(WIDE_BLOCK) knn_plan_one_block(const KnnPlanOneBlockArgs a) {
-    follow_previous_grid();
     for (int c = threadIdx.x; c < a.nlist; c += WIDE_BLOCK) a.counts[c] = 0;
     if (threadIdx.x == 0) *a.next_item = 0;
     __syncthreads();
@@ -977,7 +970,6 @@ struct KnnSearchTiledArgs {
 // that occupancy: at 132 registers one block fits and the scan runs ~1.5x slower on the H200).
 #define SEARCH_TILED(NAME, T, MIN_BLOCKS)                                                                             \
     extern "C" __global__ void __launch_bounds__(BLOCK, MIN_BLOCKS) NAME(const KnnSearchTiledArgs a) {                \
-        follow_previous_grid();                                                                                       \
         __shared__ DistSmem sm;                                                                                       \
         const T* vectors = (const T*)a.vectors;                                                                       \
         if (a.metric == 0)                                                                                            \
@@ -1170,7 +1162,6 @@ __device__ void search_warp_u8(const KnnSearchTiledArgs& a, WarpRowsF32& f32) {
 // Bounded like the block kernel's u8 instance (U8_MIN_BLOCKS blocks of 8 warps an SM).
 #define SEARCH_WARP_U8(NAME, RG)                                                                          \
     extern "C" __global__ void __launch_bounds__(BLOCK, U8_MIN_BLOCKS) NAME(const KnnSearchTiledArgs a) { \
-        follow_previous_grid();                                                                           \
         __shared__ WarpRowsF32 f32[WARPS];                                                                \
         if (a.metric == 0) search_warp_u8<0, RG>(a, f32[threadIdx.x / 32]);                               \
         else search_warp_u8<1, RG>(a, f32[threadIdx.x / 32]);                                             \
@@ -1232,7 +1223,6 @@ struct KnnSelectSearchArgs {
 // Block per query, NT threads.
 #define SELECT_SEARCH(NAME, NT)                                                                                 \
     extern "C" __global__ void NAME(const KnnSelectSearchArgs a) {                                              \
-        follow_previous_grid();                                                                                 \
         select_search<NT>(a.cand, a.stride, a.totals, a.poff, a.probes, a.nprobe, a.offsets, a.row_ids, a.k,    \
                           a.out_ids, a.out_dist, a.out_stride);                                                 \
     }
