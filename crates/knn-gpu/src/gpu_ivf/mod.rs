@@ -267,6 +267,10 @@ pub struct GpuIvf {
     /// (a thread a centroid) instead of the tile filter (`row_filter_from_env`).
     pub row_filter_max_queries: usize,
     centroids: CudaSlice<f32>,
+    /// The centroids transposed (dim x nlist, dimension d of every centroid in a row): the
+    /// row filter's threads, a centroid each, read one dimension of neighbouring centroids
+    /// in one coalesced load.
+    centroids_t: CudaSlice<f32>,
     vectors: DeviceVectors,
     ids: CudaSlice<u32>,
     offsets: CudaSlice<u64>,
@@ -281,7 +285,8 @@ pub struct GpuIvf {
 /// give the probes of the exact filter (the CPU twin's, up to swaps of equal distances).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FilterKind {
-    /// f32 FMAs on the CUDA cores (`knn_filter_tiled`).
+    /// f32 FMAs on the CUDA cores: `knn_filter_rows` (a thread a centroid, the centroids
+    /// read transposed) for passes of up to `row_filter_max_queries`, else `knn_filter_tiled`.
     Cores,
     /// A 3xTF32 matrix product on the tensor cores (`knn_filter_tc`), then the exact distances
     /// of each query's best few cells (`knn_select_rerank_filter_wide`, or `knn_select_filter`
@@ -372,6 +377,18 @@ impl SearchKind {
             ))),
         }
     }
+}
+
+/// Rows of `dim` elements (row-major) transposed: element d of row r at d * rows + r.
+fn transpose(rows: &[f32], dim: usize) -> Vec<f32> {
+    let n = rows.len() / dim.max(1);
+    let mut t = vec![0f32; rows.len()];
+    for (r, row) in rows.chunks_exact(dim).enumerate() {
+        for (d, &v) in row.iter().enumerate() {
+            t[d * n + r] = v;
+        }
+    }
+    t
 }
 
 /// Passes the CUDA cores filter a thread a centroid by default: up to 128 queries (at a
@@ -499,7 +516,8 @@ impl GpuIvf {
             search: SearchKind::from_env()?,
             row_filter_max_queries: row_filter_from_env()?,
             centroids: s.clone_htod(ix.centroids)?,
-            device_bytes: 4 * (ix.centroids.len() + ix.ids.len())
+            centroids_t: s.clone_htod(&transpose(ix.centroids, ix.dim))?,
+            device_bytes: 4 * (2 * ix.centroids.len() + ix.ids.len())
                 + ix.vectors.len() * vectors.bytes_per_elem()
                 + 8 * ix.offsets.len(),
             vectors,
@@ -784,6 +802,14 @@ mod tests {
                 "{bad}: {e}"
             );
         }
+    }
+
+    #[test]
+    fn transpose_puts_each_dimension_of_every_row_in_a_row() {
+        let rows = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]; // 2 rows of 3
+        assert_eq!(transpose(&rows, 3), vec![1.0, 4.0, 2.0, 5.0, 3.0, 6.0]);
+        assert_eq!(transpose(&rows, 1), rows.to_vec());
+        assert!(transpose(&[], 4).is_empty());
     }
 
     #[test]

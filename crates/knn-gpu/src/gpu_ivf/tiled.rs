@@ -226,14 +226,22 @@ impl GpuIvf {
         // queries for passes of a few, else tiles of QB queries x `fchunk` centroids.
         let rows = m <= self.row_filter_max_queries && dim <= ROW_PATH_DIM;
         let fchunk = if rows {
-            BLOCK
+            FILTER_ROWS_BLOCK
         } else {
             chunk_rows(nlist, groups, blocks)
         };
         let args = KnnFilterTiledArgs {
             queries: q,
             nq: m as i32,
-            centroids: Dev::of(&self.centroids, s),
+            // The row filter reads them transposed (a coalesced load a dimension).
+            centroids: Dev::of(
+                if rows {
+                    &self.centroids_t
+                } else {
+                    &self.centroids
+                },
+                s,
+            ),
             nlist: nlist as i32,
             dim: dim as i32,
             metric: self.metric,

@@ -131,10 +131,8 @@ __device__ __forceinline__ void load4(const unsigned char* p, float v[4]) {
 
 // The same distances for a group of at most NQ queries (few queries probe the cell, so a
 // 32-query tile would idle): a thread per row, the queries in shared memory (`qsm`, NQ x dim),
-// each row streamed once from global memory and used by every query of the group. QUAD: the
-// queries read 4 elements a load (the filter; under the search's 128-register bound the
-// held quads spilled).
-template <typename T, int METRIC, int NQ, bool QUAD = false>
+// each row streamed once from global memory and used by every query of the group.
+template <typename T, int METRIC, int NQ>
 __device__ void row_distances(const float* __restrict__ queries, const size_t* qrow, int nqg,
                               const T* __restrict__ rows, size_t r0, int nr, int dim,
                               float* __restrict__ out, const size_t* obase, float* qsm) {
@@ -156,23 +154,10 @@ __device__ void row_distances(const float* __restrict__ queries, const size_t* q
             for (; d < dim; d += 4) {
                 float v[4];
                 load4(x + d, v);
-                if constexpr (QUAD) {
-                    // A query's 4 elements in one 16-byte shared-memory load (qsm 16-byte
-                    // aligned, dim and d multiples of 4), each query's sum still in order.
 #pragma unroll
-                    for (int j = 0; j < NQ; ++j) {
-                        const float4 q = *reinterpret_cast<const float4*>(qsm + j * dim + d);
-                        acc[j] = accumulate<METRIC>(acc[j], q.x, v[0]);
-                        acc[j] = accumulate<METRIC>(acc[j], q.y, v[1]);
-                        acc[j] = accumulate<METRIC>(acc[j], q.z, v[2]);
-                        acc[j] = accumulate<METRIC>(acc[j], q.w, v[3]);
-                    }
-                } else {
+                for (int u = 0; u < 4; ++u)
 #pragma unroll
-                    for (int u = 0; u < 4; ++u)
-#pragma unroll
-                        for (int j = 0; j < NQ; ++j) acc[j] = accumulate<METRIC>(acc[j], qsm[j * dim + d + u], v[u]);
-                }
+                    for (int j = 0; j < NQ; ++j) acc[j] = accumulate<METRIC>(acc[j], qsm[j * dim + d + u], v[u]);
             }
         }
         for (; d < dim; ++d) {
@@ -383,28 +368,63 @@ extern "C" __global__ void knn_filter_tiled(const KnnFilterTiledArgs a) {
 }
 
 // Stage 1 for passes of a few queries (the host's ROW_FILTER_MAX_QUERIES): a thread per
-// centroid against a group of ROW_PATH_MAX queries in shared memory (row_distances, the same
-// sums in the same order as filter_tiled, so the same bits). Grid (ceil(nlist / chunk),
-// ceil(nq / ROW_PATH_MAX)). At a cohort of 64 the tile filter made 128 blocks of 32 queries x
-// 64 centroids, one an SM at 128 registers: 14.8 us (Nsight Compute, H200), its 8 warps an SM
-// stalled on the tile's loads and barriers; here the same pairs take as many warps with no
-// barrier in the loop, each row streamed once a group, each query element read 4 at a time.
-// dim <= ROW_PATH_DIM (the host checks).
-extern "C" __global__ void knn_filter_rows(const KnnFilterTiledArgs a) {
-    __shared__ size_t qrow[ROW_PATH_MAX], obase[ROW_PATH_MAX];
-    __shared__ __align__(16) float qsm[ROW_PATH_MAX * ROW_PATH_DIM];
-    const int c0 = blockIdx.x * a.chunk, q0 = blockIdx.y * ROW_PATH_MAX;
-    const int nqg = min(ROW_PATH_MAX, a.nq - q0), nc = min(a.chunk, a.nlist - c0);
-    if ((int)threadIdx.x < ROW_PATH_MAX) {
-        qrow[threadIdx.x] = (size_t)(q0 + threadIdx.x) * a.dim;
-        obase[threadIdx.x] = (size_t)(q0 + threadIdx.x) * a.nlist + c0;
+// centroid against a group of ROW_PATH_MAX queries in shared memory. `centroids` here is the
+// transposed copy (dim x nlist: dimension d of centroid c at d * nlist + c), so a warp reads
+// one dimension of 32 neighbouring centroids in one 128-byte load; each sum runs in dimension
+// order as filter_tiled's does (the same bits). At a cohort of 64 the tile filter made 128
+// one-an-SM blocks of 32 queries x 64 centroids (14.8 us, Nsight Compute, H200); a thread a
+// centroid reading its own row (16 bytes of 32 different rows a warp load) took 13.4, bound by
+// the L1's wavefronts. Grid (ceil(nlist / chunk), ceil(nq / ROW_PATH_MAX)); dim <= ROW_PATH_DIM
+// (the host checks).
+template <int METRIC>
+__device__ void filter_rows(const KnnFilterTiledArgs& a, float* qsm) {
+    const int c0 = blockIdx.x * a.chunk, q0 = blockIdx.y * ROW_PATH_MAX, dim = a.dim, nlist = a.nlist;
+    const int nqg = min(ROW_PATH_MAX, a.nq - q0), nc = min(a.chunk, nlist - c0);
+    if (nqg <= 0 || nc <= 0) return;  // the whole block
+    for (int e = threadIdx.x; e < ROW_PATH_MAX * dim; e += blockDim.x) {
+        const int j = e / dim;
+        qsm[e] = j < nqg ? a.queries[(size_t)(q0 + j) * dim + e % dim] : 0.f;
     }
     __syncthreads();
-    if (nqg <= 0 || nc <= 0) return;  // the whole block
-    if (a.metric == 0)
-        row_distances<float, 0, ROW_PATH_MAX, true>(a.queries, qrow, nqg, a.centroids, c0, nc, a.dim, a.scratch, obase, qsm);
-    else
-        row_distances<float, 1, ROW_PATH_MAX, true>(a.queries, qrow, nqg, a.centroids, c0, nc, a.dim, a.scratch, obase, qsm);
+    for (int r = threadIdx.x; r < nc; r += blockDim.x) {
+        const float* x = a.centroids + c0 + r;  // dimension d at x[d * nlist]
+        float acc[ROW_PATH_MAX];
+#pragma unroll
+        for (int j = 0; j < ROW_PATH_MAX; ++j) acc[j] = 0.f;
+        int d = 0;
+        if (dim % 4 == 0) {
+            // Four dimensions a step: four coalesced loads, and each query's four elements in
+            // one 16-byte shared-memory load (qsm 16-byte aligned, dim and d multiples of 4).
+#pragma unroll 2
+            for (; d < dim; d += 4) {
+                float v[4];
+#pragma unroll
+                for (int u = 0; u < 4; ++u) v[u] = x[(size_t)(d + u) * nlist];
+#pragma unroll
+                for (int j = 0; j < ROW_PATH_MAX; ++j) {
+                    const float4 q = *reinterpret_cast<const float4*>(qsm + j * dim + d);
+                    acc[j] = accumulate<METRIC>(acc[j], q.x, v[0]);
+                    acc[j] = accumulate<METRIC>(acc[j], q.y, v[1]);
+                    acc[j] = accumulate<METRIC>(acc[j], q.z, v[2]);
+                    acc[j] = accumulate<METRIC>(acc[j], q.w, v[3]);
+                }
+            }
+        }
+        for (; d < dim; ++d) {
+            const float v = x[(size_t)d * nlist];
+#pragma unroll
+            for (int j = 0; j < ROW_PATH_MAX; ++j) acc[j] = accumulate<METRIC>(acc[j], qsm[j * dim + d], v);
+        }
+#pragma unroll
+        for (int j = 0; j < ROW_PATH_MAX; ++j)
+            if (j < nqg) a.scratch[(size_t)(q0 + j) * nlist + c0 + r] = finish<METRIC>(acc[j]);
+    }
+}
+
+extern "C" __global__ void knn_filter_rows(const KnnFilterTiledArgs a) {
+    __shared__ __align__(16) float qsm[ROW_PATH_MAX * ROW_PATH_DIM];
+    if (a.metric == 0) filter_rows<0>(a, qsm);
+    else filter_rows<1>(a, qsm);
 }
 
 // ---- Radix select ----
@@ -1102,6 +1122,16 @@ struct WarpRowsF32 {
 // A warp's work items (the batch plan's search with u8 rows, dim a multiple of 32 up to
 // TC_MAX_DIM: the host picks it only then): item w of the grid's W warps first, then
 // W + the work counter (zeroed by the plan) while items remain.
+// Bytes of an item's rows a warp asks L2 for ahead of its loads (2 lines a lane): 64 rows at
+// dim 128. Capped so the resident warps' prefetches together stay well inside L2 (4 224 warps
+// x 8 KiB = 35 MB of the H200's 50).
+#define PREFETCH_BYTES (2 * 32 * 128)
+__device__ __forceinline__ void prefetch_rows_l2(const unsigned char* p, unsigned bytes) {
+    bytes = min(bytes, (unsigned)PREFETCH_BYTES);
+    for (unsigned o = (threadIdx.x % 32) * 128; o < bytes; o += 32 * 128)
+        asm volatile("prefetch.global.L2 [%0];" ::"l"(p + o));
+}
+
 template <int METRIC, int RG>
 __device__ void search_warp_u8(const KnnSearchTiledArgs& a, WarpRowsF32& f32) {
     const int lane = threadIdx.x % 32, g = lane >> 2;
@@ -1119,6 +1149,12 @@ __device__ void search_warp_u8(const KnnSearchTiledArgs& a, WarpRowsF32& f32) {
         const unsigned local = it - a.items[c], grp = local / chunks, h = local % chunks;
         const unsigned first = a.cursor[c] - a.counts[c] + grp * QB;
         const int nqg = min(QB, (int)(a.counts[c] - grp * QB));
+        const int nr = (int)min((unsigned long long)a.chunk, len - (unsigned long long)h * a.chunk);
+        const size_t r0 = start + (size_t)h * a.chunk;
+        // The item's first rows head for L2 now, while the loads that name its queries (order,
+        // then poff and q8norm) run one after another: at a cohort of 64 a warp has about one
+        // item, and its first row loads came after that whole chain.
+        prefetch_rows_l2(vectors + r0 * (size_t)a.dim, (unsigned)nr * (unsigned)a.dim);
         unsigned qidx = 0;
         unsigned long long ob = 0;
         int qn = 0;
@@ -1128,8 +1164,6 @@ __device__ void search_warp_u8(const KnnSearchTiledArgs& a, WarpRowsF32& f32) {
             ob = (unsigned long long)qidx * a.stride + a.poff[b] + (unsigned long long)h * a.chunk;
             qn = a.q8norm[qidx];
         }
-        const int nr = (int)min((unsigned long long)a.chunk, len - (unsigned long long)h * a.chunk);
-        const size_t r0 = start + (size_t)h * a.chunk;
         if (!__any_sync(FULL, qn < 0)) {
             for (int j0 = 0; j0 < nqg; j0 += WQ) {
                 int qo[2], q2[2];
