@@ -34,12 +34,6 @@ pub const RT: usize = 64;
 /// 0.178 -> 0.141 ms at 1 024) and equal them at 8 192. The f32 path the u8 kernels keep for
 /// queries off the integers spills under it.
 pub const U8_MIN_BLOCKS: usize = 4;
-/// Tiled plan: groups of up to this many queries take the thread-per-row distances (a thread
-/// a row, the group's queries in shared memory) instead of the 32-query tile; so does the
-/// filter of passes of a few queries (`knn_filter_rows`), a group at a time.
-pub const ROW_PATH_MAX: usize = 8;
-/// ... where the dimension is at most this (the group's queries fill a 16 KiB buffer).
-pub const ROW_PATH_DIM: usize = 512;
 /// Tensor-core filter: queries per block tile.
 pub const TC_QTILE: usize = 128;
 /// Tensor-core filter: centroids per block tile.
@@ -71,8 +65,6 @@ pub fn prelude() -> Prelude {
         .int("RT", RT)
         .int("U8_MIN_BLOCKS", U8_MIN_BLOCKS)
         .int("SEL_MAX", SEL_MAX)
-        .int("ROW_PATH_MAX", ROW_PATH_MAX)
-        .int("ROW_PATH_DIM", ROW_PATH_DIM)
         .int("TC_QTILE", TC_QTILE)
         .int("TC_CTILE", TC_CTILE)
         .int("TC_THREADS", TC_THREADS)

@@ -206,7 +206,6 @@ struct Kernels {
     search: [Kernel<pp::KnnSearchArgs>; 3], // by precision: f32, f16, u8
     reduce: Kernel<pp::KnnReduceArgs>,
     filter_tiled: Kernel<tk::KnnFilterTiledArgs>,
-    filter_rows: Kernel<tk::KnnFilterTiledArgs>,
     filter_tc: Kernel<tk::KnnFilterTcArgs>,
     rerank_filter: Kernel<tk::KnnRerankFilterArgs>,
     select_rerank_filter_wide: Kernel<tk::KnnSelectRerankFilterArgs>,
@@ -231,7 +230,6 @@ impl Kernels {
             search: Kernel::load_each(&m, &pp::SEARCH)?,
             reduce: Kernel::load(&m, &pp::REDUCE)?,
             filter_tiled: Kernel::load(&t, &tk::FILTER)?,
-            filter_rows: Kernel::load(&t, &tk::FILTER_ROWS)?,
             filter_tc: Kernel::load(&t, &tk::FILTER_TC)?,
             rerank_filter: Kernel::load(&t, &tk::RERANK_FILTER)?,
             select_rerank_filter_wide: Kernel::load(&t, &tk::SELECT_RERANK_FILTER_WIDE)?,
@@ -263,14 +261,7 @@ pub struct GpuIvf {
     pub filter: FilterKind,
     /// How the tiled plan's search walks its work items (`SearchKind::from_env`).
     pub search: SearchKind,
-    /// Passes of at most this many queries that the CUDA cores filter take `knn_filter_rows`
-    /// (a thread a centroid) instead of the tile filter (`row_filter_from_env`).
-    pub row_filter_max_queries: usize,
     centroids: CudaSlice<f32>,
-    /// The centroids transposed (dim x nlist, dimension d of every centroid in a row): the
-    /// row filter's threads, a centroid each, read one dimension of neighbouring centroids
-    /// in one coalesced load.
-    centroids_t: CudaSlice<f32>,
     vectors: DeviceVectors,
     ids: CudaSlice<u32>,
     offsets: CudaSlice<u64>,
@@ -285,8 +276,7 @@ pub struct GpuIvf {
 /// give the probes of the exact filter (the CPU twin's, up to swaps of equal distances).
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum FilterKind {
-    /// f32 FMAs on the CUDA cores: `knn_filter_rows` (a thread a centroid, the centroids
-    /// read transposed) for passes of up to `row_filter_max_queries`, else `knn_filter_tiled`.
+    /// f32 FMAs on the CUDA cores (`knn_filter_tiled`).
     Cores,
     /// A 3xTF32 matrix product on the tensor cores (`knn_filter_tc`), then the exact distances
     /// of each query's best few cells (`knn_select_rerank_filter_wide`, or `knn_select_filter`
@@ -376,42 +366,6 @@ impl SearchKind {
                 "COHORT_KNN_SEARCH={other:?}: expected warp (the default), warp32 or block"
             ))),
         }
-    }
-}
-
-/// Rows of `dim` elements (row-major) transposed: element d of row r at d * rows + r.
-fn transpose(rows: &[f32], dim: usize) -> Vec<f32> {
-    let n = rows.len() / dim.max(1);
-    let mut t = vec![0f32; rows.len()];
-    for (r, row) in rows.chunks_exact(dim).enumerate() {
-        for (d, &v) in row.iter().enumerate() {
-            t[d * n + r] = v;
-        }
-    }
-    t
-}
-
-/// Passes the CUDA cores filter a thread a centroid by default: up to 128 queries (at a
-/// cohort of 64 the tile filter, 128 blocks of 32 queries x 64 centroids, took 14.8 us on an
-/// H200; bench/results/knn-cohort64/). Above, the tile's reuse of each staged element pays.
-pub const ROW_FILTER_MAX_QUERIES: usize = 128;
-
-/// `COHORT_KNN_ROW_FILTER=N` moves where the tile filter takes over to passes above N queries
-/// (0: the tile filter always), to measure [`ROW_FILTER_MAX_QUERIES`]; unset, the default;
-/// anything but a count is an error.
-pub fn row_filter_from_env() -> Result<usize, GpuError> {
-    parse_row_filter(std::env::var("COHORT_KNN_ROW_FILTER").ok().as_deref())
-}
-
-fn parse_row_filter(asked: Option<&str>) -> Result<usize, GpuError> {
-    match asked {
-        None => Ok(ROW_FILTER_MAX_QUERIES),
-        Some(n) => n.parse().map_err(|_| {
-            GpuError::Invalid(format!(
-                "COHORT_KNN_ROW_FILTER={n:?}: expected the largest pass (in queries) that the \
-                 CUDA cores filter a thread a centroid (0: never)"
-            ))
-        }),
     }
 }
 
@@ -514,10 +468,8 @@ impl GpuIvf {
             sms: dev.sms.max(1) as usize,
             filter: FilterKind::for_device(dev)?,
             search: SearchKind::from_env()?,
-            row_filter_max_queries: row_filter_from_env()?,
             centroids: s.clone_htod(ix.centroids)?,
-            centroids_t: s.clone_htod(&transpose(ix.centroids, ix.dim))?,
-            device_bytes: 4 * (2 * ix.centroids.len() + ix.ids.len())
+            device_bytes: 4 * (ix.centroids.len() + ix.ids.len())
                 + ix.vectors.len() * vectors.bytes_per_elem()
                 + 8 * ix.offsets.len(),
             vectors,
@@ -805,14 +757,6 @@ mod tests {
     }
 
     #[test]
-    fn transpose_puts_each_dimension_of_every_row_in_a_row() {
-        let rows = [1.0, 2.0, 3.0, 4.0, 5.0, 6.0]; // 2 rows of 3
-        assert_eq!(transpose(&rows, 3), vec![1.0, 4.0, 2.0, 5.0, 3.0, 6.0]);
-        assert_eq!(transpose(&rows, 1), rows.to_vec());
-        assert!(transpose(&[], 4).is_empty());
-    }
-
-    #[test]
     fn precision_names_parse_and_others_are_refused() {
         assert_eq!("u8".parse::<Precision>(), Ok(Precision::U8));
         assert_eq!("f16".parse::<Precision>(), Ok(Precision::F16));
@@ -854,13 +798,6 @@ mod tests {
             FilterKind::choose(false, Some("tensor:64")).unwrap(),
             FilterKind::Cores
         );
-        assert_eq!(parse_row_filter(None).unwrap(), ROW_FILTER_MAX_QUERIES);
-        assert_eq!(parse_row_filter(Some("0")).unwrap(), 0);
-        assert_eq!(parse_row_filter(Some("256")).unwrap(), 256);
-        for wrong in ["", "-1", "many", "12 "] {
-            let e = parse_row_filter(Some(wrong)).unwrap_err().to_string();
-            assert!(e.contains("COHORT_KNN_ROW_FILTER"), "{wrong}: {e}");
-        }
         for wrong in ["tc", "tensor:", "tensor:-1", "tensor:x", "tensor: 8"] {
             let e = FilterKind::choose(true, Some(wrong))
                 .unwrap_err()

@@ -8,9 +8,7 @@ use cohort_gpu::GpuError;
 use cudarc::driver::CudaStream;
 use std::sync::Arc;
 
-use crate::kernels::{
-    BLOCK, QB, ROW_PATH_DIM, ROW_PATH_MAX, RT, TC_CTILE, TC_QTILE, U8_MIN_BLOCKS,
-};
+use crate::kernels::{BLOCK, QB, RT, TC_CTILE, TC_QTILE, U8_MIN_BLOCKS};
 /// Resident blocks per SM the grid-stride search aims for (256 threads, ~13 KiB shared each).
 const BLOCKS_PER_SM: usize = 8;
 /// The warp-per-item search runs while a cohort's probes average at most this many queries a
@@ -222,43 +220,21 @@ impl GpuIvf {
             }
         }
 
-        // 1. Query x centroid distances: a thread a centroid against groups of ROW_PATH_MAX
-        // queries for passes of a few, else tiles of QB queries x `fchunk` centroids.
-        let rows = m <= self.row_filter_max_queries && dim <= ROW_PATH_DIM;
-        let fchunk = if rows {
-            FILTER_ROWS_BLOCK
-        } else {
-            chunk_rows(nlist, groups, blocks)
-        };
+        // 1. Query x centroid distances.
+        let fchunk = chunk_rows(nlist, groups, blocks) as i32;
         let args = KnnFilterTiledArgs {
             queries: q,
             nq: m as i32,
-            // The row filter reads them transposed (a coalesced load a dimension).
-            centroids: Dev::of(
-                if rows {
-                    &self.centroids_t
-                } else {
-                    &self.centroids
-                },
-                s,
-            ),
+            centroids: Dev::of(&self.centroids, s),
             nlist: nlist as i32,
             dim: dim as i32,
             metric: self.metric,
-            chunk: fchunk as i32,
+            chunk: fchunk,
             scratch: Dev::of_mut(&mut b.scratch, s),
         };
-        let chunks = nlist.div_ceil(fchunk) as u32;
-        // SAFETY: scratch holds m x nlist (asserted); dim <= ROW_PATH_DIM on the row filter.
-        unsafe {
-            if rows {
-                let grid = Work::Grid(chunks, m.div_ceil(ROW_PATH_MAX) as u32);
-                kn.filter_rows.launch(s, grid, 0, &args)
-            } else {
-                kn.filter_tiled
-                    .launch(s, Work::Grid(groups as u32, chunks), 0, &args)
-            }
-        }?;
+        let grid = Work::Grid(groups as u32, nlist.div_ceil(fchunk as usize) as u32);
+        // SAFETY: scratch holds m x nlist (asserted).
+        unsafe { kn.filter_tiled.launch(s, grid, 0, &args) }?;
         after("filter")?;
 
         // 2. The nprobe nearest cells per query.

@@ -20,11 +20,12 @@
 // 4 bytes per scanned vector, small beside the vector itself.
 
 // QB (queries per work item), RT (rows per shared-memory tile), U8_MIN_BLOCKS (u8 search
-// blocks an SM), SEL_MAX (largest k or nprobe a select returns; also the largest nprobe
-// here), ROW_PATH_MAX and ROW_PATH_DIM (groups up to this many queries of at most this many
-// dimensions take the thread-per-row path) come from the host's kernels.rs.
+// blocks an SM) and SEL_MAX (largest k or nprobe a select returns; also the largest nprobe
+// here) come from the host's kernels.rs.
 #define DC 32                  // dimensions per chunk staged in shared memory
 #define FULL 0xffffffffu
+#define ROW_PATH_MAX 8         // groups up to this many queries take the thread-per-row path
+#define ROW_PATH_DIM 512       // ... when dim fits its shared query buffer (the tile otherwise)
 
 // Distances between QB (or fewer: nqg) queries and rows [r0, r0 + nr) of `rows`. Query j's
 // first element is queries[qrow[j]]; its distance to row r0 + r goes to out[obase[j] + r].
@@ -367,66 +368,6 @@ extern "C" __global__ void knn_filter_tiled(const KnnFilterTiledArgs a) {
         filter_tiled<1>(a.queries, a.nq, nullptr, a.centroids, a.nlist, a.dim, a.chunk, a.scratch, blockIdx.x, blockIdx.y, sm);
 }
 
-// Stage 1 for passes of a few queries (the host's ROW_FILTER_MAX_QUERIES): a thread per
-// centroid against a group of ROW_PATH_MAX queries in shared memory. `centroids` here is the
-// transposed copy (dim x nlist: dimension d of centroid c at d * nlist + c), so a warp reads
-// one dimension of 32 neighbouring centroids in one 128-byte load; each sum runs in dimension
-// order as filter_tiled's does (the same bits). At a cohort of 64 the tile filter made 128
-// one-an-SM blocks of 32 queries x 64 centroids (14.8 us, Nsight Compute, H200); a thread a
-// centroid reading its own row (16 bytes of 32 different rows a warp load) took 13.4, bound by
-// the L1's wavefronts. Grid (ceil(nlist / chunk), ceil(nq / ROW_PATH_MAX)); dim <= ROW_PATH_DIM
-// (the host checks).
-template <int METRIC>
-__device__ void filter_rows(const KnnFilterTiledArgs& a, float* qsm) {
-    const int c0 = blockIdx.x * a.chunk, q0 = blockIdx.y * ROW_PATH_MAX, dim = a.dim, nlist = a.nlist;
-    const int nqg = min(ROW_PATH_MAX, a.nq - q0), nc = min(a.chunk, nlist - c0);
-    if (nqg <= 0 || nc <= 0) return;  // the whole block
-    for (int e = threadIdx.x; e < ROW_PATH_MAX * dim; e += blockDim.x) {
-        const int j = e / dim;
-        qsm[e] = j < nqg ? a.queries[(size_t)(q0 + j) * dim + e % dim] : 0.f;
-    }
-    __syncthreads();
-    for (int r = threadIdx.x; r < nc; r += blockDim.x) {
-        const float* x = a.centroids + c0 + r;  // dimension d at x[d * nlist]
-        float acc[ROW_PATH_MAX];
-#pragma unroll
-        for (int j = 0; j < ROW_PATH_MAX; ++j) acc[j] = 0.f;
-        int d = 0;
-        if (dim % 4 == 0) {
-            // Four dimensions a step: four coalesced loads, and each query's four elements in
-            // one 16-byte shared-memory load (qsm 16-byte aligned, dim and d multiples of 4).
-#pragma unroll 2
-            for (; d < dim; d += 4) {
-                float v[4];
-#pragma unroll
-                for (int u = 0; u < 4; ++u) v[u] = x[(size_t)(d + u) * nlist];
-#pragma unroll
-                for (int j = 0; j < ROW_PATH_MAX; ++j) {
-                    const float4 q = *reinterpret_cast<const float4*>(qsm + j * dim + d);
-                    acc[j] = accumulate<METRIC>(acc[j], q.x, v[0]);
-                    acc[j] = accumulate<METRIC>(acc[j], q.y, v[1]);
-                    acc[j] = accumulate<METRIC>(acc[j], q.z, v[2]);
-                    acc[j] = accumulate<METRIC>(acc[j], q.w, v[3]);
-                }
-            }
-        }
-        for (; d < dim; ++d) {
-            const float v = x[(size_t)d * nlist];
-#pragma unroll
-            for (int j = 0; j < ROW_PATH_MAX; ++j) acc[j] = accumulate<METRIC>(acc[j], qsm[j * dim + d], v);
-        }
-#pragma unroll
-        for (int j = 0; j < ROW_PATH_MAX; ++j)
-            if (j < nqg) a.scratch[(size_t)(q0 + j) * nlist + c0 + r] = finish<METRIC>(acc[j]);
-    }
-}
-
-extern "C" __global__ void knn_filter_rows(const KnnFilterTiledArgs a) {
-    __shared__ __align__(16) float qsm[ROW_PATH_MAX * ROW_PATH_DIM];
-    if (a.metric == 0) filter_rows<0>(a, qsm);
-    else filter_rows<1>(a, qsm);
-}
-
 // ---- Radix select ----
 
 // Float bits -> unsigned with the same order (negative floats reversed); -0 counts as +0.
@@ -471,12 +412,13 @@ struct CellIds {  // filter: the position is the cell
     int n;
     __device__ unsigned id(int pos) const { return (unsigned)pos; }
 };
-struct RowIds {  // search: position -> probe (through the probe offsets) -> original id
+struct RowIds {  // search: position -> (probe, row) through the probe offsets -> original id
     const float* d;
     int n;
-    const unsigned* poff;              // shared memory, nprobe entries, non-decreasing from 0
-    const unsigned long long* base;    // shared memory: probe p's rows are row_ids[base[p] + pos]
+    const unsigned* poff;  // shared memory, nprobe entries, non-decreasing from 0
+    const unsigned* cells;
     int nprobe;
+    const unsigned long long* offsets;
     const unsigned* row_ids;
     __device__ unsigned id(int pos) const {
         int lo = 0, hi = nprobe - 1;  // the last probe starting at or before pos (skips empty cells)
@@ -484,7 +426,7 @@ struct RowIds {  // search: position -> probe (through the probe offsets) -> ori
             int mid = (lo + hi + 1) / 2;
             if (poff[mid] <= (unsigned)pos) lo = mid; else hi = mid - 1;
         }
-        return row_ids[base[lo] + (unsigned)pos];
+        return row_ids[offsets[cells[lo]] + (pos - poff[lo])];
     }
 };
 
@@ -1122,16 +1064,6 @@ struct WarpRowsF32 {
 // A warp's work items (the batch plan's search with u8 rows, dim a multiple of 32 up to
 // TC_MAX_DIM: the host picks it only then): item w of the grid's W warps first, then
 // W + the work counter (zeroed by the plan) while items remain.
-// Bytes of an item's rows a warp asks L2 for ahead of its loads (2 lines a lane): 64 rows at
-// dim 128. Capped so the resident warps' prefetches together stay well inside L2 (4 224 warps
-// x 8 KiB = 35 MB of the H200's 50).
-#define PREFETCH_BYTES (2 * 32 * 128)
-__device__ __forceinline__ void prefetch_rows_l2(const unsigned char* p, unsigned bytes) {
-    bytes = min(bytes, (unsigned)PREFETCH_BYTES);
-    for (unsigned o = (threadIdx.x % 32) * 128; o < bytes; o += 32 * 128)
-        asm volatile("prefetch.global.L2 [%0];" ::"l"(p + o));
-}
-
 template <int METRIC, int RG>
 __device__ void search_warp_u8(const KnnSearchTiledArgs& a, WarpRowsF32& f32) {
     const int lane = threadIdx.x % 32, g = lane >> 2;
@@ -1149,12 +1081,6 @@ __device__ void search_warp_u8(const KnnSearchTiledArgs& a, WarpRowsF32& f32) {
         const unsigned local = it - a.items[c], grp = local / chunks, h = local % chunks;
         const unsigned first = a.cursor[c] - a.counts[c] + grp * QB;
         const int nqg = min(QB, (int)(a.counts[c] - grp * QB));
-        const int nr = (int)min((unsigned long long)a.chunk, len - (unsigned long long)h * a.chunk);
-        const size_t r0 = start + (size_t)h * a.chunk;
-        // The item's first rows head for L2 now, while the loads that name its queries (order,
-        // then poff and q8norm) run one after another: at a cohort of 64 a warp has about one
-        // item, and its first row loads came after that whole chain.
-        prefetch_rows_l2(vectors + r0 * (size_t)a.dim, (unsigned)nr * (unsigned)a.dim);
         unsigned qidx = 0;
         unsigned long long ob = 0;
         int qn = 0;
@@ -1164,6 +1090,8 @@ __device__ void search_warp_u8(const KnnSearchTiledArgs& a, WarpRowsF32& f32) {
             ob = (unsigned long long)qidx * a.stride + a.poff[b] + (unsigned long long)h * a.chunk;
             qn = a.q8norm[qidx];
         }
+        const int nr = (int)min((unsigned long long)a.chunk, len - (unsigned long long)h * a.chunk);
+        const size_t r0 = start + (size_t)h * a.chunk;
         if (!__any_sync(FULL, qn < 0)) {
             for (int j0 = 0; j0 < nqg; j0 += WQ) {
                 int qo[2], q2[2];
@@ -1210,18 +1138,10 @@ __device__ void select_query(const float* __restrict__ cand, unsigned total, con
                              const unsigned* __restrict__ probes, int nprobe,
                              const unsigned long long* __restrict__ offsets, const unsigned* __restrict__ row_ids,
                              int k, unsigned* __restrict__ out_ids, float* __restrict__ out_dist) {
-    // Each probe's start in the candidate row and in row_ids, looked up once here: a candidate's
-    // id is then one load after a search of shared memory, where the cell and its offset were
-    // two more dependent loads in front of every id the select gathers.
     __shared__ unsigned s_poff[SEL_MAX];
-    __shared__ unsigned long long s_base[SEL_MAX];
-    for (int p = threadIdx.x; p < nprobe; p += NT) {
-        const unsigned o = poff[p];
-        s_poff[p] = o;
-        s_base[p] = offsets[probes[p]] - o;
-    }
+    for (int p = threadIdx.x; p < nprobe; p += NT) s_poff[p] = poff[p];
     __syncthreads();
-    RowIds src{cand, (int)total, s_poff, s_base, nprobe, row_ids};
+    RowIds src{cand, (int)total, s_poff, probes, nprobe, offsets, row_ids};
     block_select<NT>(src, k, out_ids, out_dist);
     __syncthreads();
 }

@@ -192,12 +192,6 @@ const B: u32 = BLOCK as u32;
 /// Grid (query groups of QB, centroid chunks).
 pub const FILTER: KernelDecl<KnnFilterTiledArgs> =
     KernelDecl::new("knn_filter_tiled", B, Grid::Sized);
-/// Threads of a row-filter block (a centroid each): at a cohort of 64, 256 blocks of 4 warps
-/// spread over every SM where 128 of 8 warps left some idle.
-pub const FILTER_ROWS_BLOCK: usize = 128;
-/// Grid (centroid chunks of `chunk` rows, query groups of ROW_PATH_MAX): passes of a few queries.
-pub const FILTER_ROWS: KernelDecl<KnnFilterTiledArgs> =
-    KernelDecl::new("knn_filter_rows", FILTER_ROWS_BLOCK as u32, Grid::Sized);
 /// Grid (query tiles of TC_QTILE, centroid tiles of TC_CTILE).
 pub const FILTER_TC: KernelDecl<KnnFilterTcArgs> =
     KernelDecl::new("knn_filter_tc", TC_THREADS as u32, Grid::Sized);
@@ -260,7 +254,6 @@ pub fn checked_filter_tc() -> Vec<(&'static str, ArgsLayout)> {
 pub fn checked() -> Vec<(&'static str, ArgsLayout)> {
     let mut v = vec![
         FILTER.checked(),
-        FILTER_ROWS.checked(),
         SELECT_FILTER.checked(),
         SELECT_FILTER_WIDE.checked(),
         PLAN.checked(),

@@ -121,16 +121,12 @@ pub fn check_case(c: &Case) -> Result<String, GpuError> {
     // The tiled plan's filter on the CUDA cores and on the tensor cores (3xTF32 scores, then
     // the exact re-rank of each query's best few), against the same.
     let mut g = g;
-    let (device_filter, device_rows) = (g.filter, g.row_filter_max_queries);
-    // The CUDA cores both ways: a thread a centroid for passes this small (the default), and
-    // the tile filter (row filter bound 0).
-    for (kind, rows) in [
-        (FilterKind::Cores, device_rows),
-        (FilterKind::Cores, 0),
-        (FilterKind::TensorCores { min_queries: 0 }, device_rows),
+    let device_filter = g.filter;
+    for kind in [
+        FilterKind::Cores,
+        FilterKind::TensorCores { min_queries: 0 },
     ] {
         g.filter = kind;
-        g.row_filter_max_queries = rows;
         let mut b = g.buffers(&s, c.nq)?;
         s.memcpy_htod(&queries.data, &mut b.q.slice_mut(..queries.data.len()))?;
         g.filter_into(&s, &mut b, c.nq, c.nprobe)
@@ -138,13 +134,9 @@ pub fn check_case(c: &Case) -> Result<String, GpuError> {
         let tiled = s.clone_dtoh(&b.probes.slice(..c.nq * c.nprobe))?;
         s.synchronize()
             .map_err(|e| at("tiled filter run")(e.into()))?;
-        same_probes(
-            &format!("tiled filter on the {kind:?} (row filter to {rows} queries)"),
-            &tiled,
-        )?;
+        same_probes(&format!("tiled filter on the {kind:?}"), &tiled)?;
     }
     g.filter = device_filter;
-    g.row_filter_max_queries = device_rows;
     // Stage 2 on the GPU's own probes, against search_cell.
     let (pi, pd) = g
         .launch_search(&s, &qd, &probes_d, c.nq, c.nprobe, c.k)
