@@ -45,6 +45,41 @@ checks_and_1m_data() {
     return $rc
 }
 
+# The k-NN self-test (knn_selftest) while the 1M data set ($D) is made beside it, then the
+# data ready; returns the self-test's exit status.
+selftest_and_1m_data() {
+    (knn_1m_data > /tmp/data-1m.log 2>&1 &)
+    knn_selftest 200
+    local rc=$?
+    while pgrep -f "ivf4096.index|sift-like-1m" > /dev/null; do sleep 2; done
+    knn_1m_data
+    return $rc
+}
+
+# One line a `bench gpu-kernels` JSON: its cohorts, each with the tiled plan's launched and
+# graph-replayed M q/s, its recall@k and its stage times (us). Usage: kernels_summary JSON...
+kernels_summary() {
+    python3 -c "
+import json, sys
+for f in sys.argv[1:]:
+    j = json.load(open(f))
+    print(f.split('/')[-1], [(r['cohort'], round(r['tiled_queries_per_s'] / 1e6, 3), round(r.get('tiled_graph_queries_per_s', 0) / 1e6, 3),
+        r.get('tiled_recall_at_k'), {k: round(v * 1000, 1) for k, v in r.get('tiled_stage_ms', {}).items()})
+        for r in j['results']['points']])" "$@"
+}
+
+# Each carried build's k-NN kernels on the 1M data $D (nlist 4096, nprobe 16, u8, 0.3 s a
+# cohort) at COHORTS, a JSON per build and round in $OUT, summarised as it goes.
+# Usage: kernels_round_u8 ROUND COHORTS
+kernels_round_u8() {
+    local b
+    for b in $(carried_builds); do
+        timeout 100 dist/$b bench gpu-kernels --data $D --nlist 4096 --nprobe 16 --cohorts "$2" \
+            --precision u8 --seconds 0.3 --out "$OUT/gpu-kernels-$b-r$1.json" --log-level warn > /dev/null 2>&1 || echo "$b failed"
+        kernels_summary "$OUT/gpu-kernels-$b-r$1.json"
+    done
+}
+
 # Every JSON in $OUT, and the files named, packed into $OUT/TGZ and removed (only a few files
 # come back from a call). Usage: pack_results TGZ [FILE...]
 pack_results() {

@@ -19,21 +19,8 @@
 set -u
 source scripts/lib/device-run.sh
 unpack_carried dist-base/b/*.xz
-summary() { # JSON...: cohort, launched and replayed M q/s, stage times (us) of each file
-    python3 -c "
-import json, sys
-for f in sys.argv[1:]:
-    j = json.load(open(f))
-    print(f.split('/')[-1], [(r['cohort'], round(r['tiled_queries_per_s'] / 1e6, 3), round(r.get('tiled_graph_queries_per_s', 0) / 1e6, 3),
-        {k: round(v * 1000, 1) for k, v in r.get('tiled_stage_ms', {}).items()}) for r in j['results']['points']])" "$@"
-}
 kernels_round() { # ROUND: each carried build's kernels, JSON per build and round in $OUT
-    local b
-    for b in $(carried_builds); do
-        timeout 100 dist/$b bench gpu-kernels --data $D --nlist 4096 --nprobe 16 --cohorts 64,1024,8192 \
-            --precision u8 --seconds 0.3 --out "$OUT/gpu-kernels-$b-r$1.json" --log-level warn > /dev/null 2>&1 || echo "$b failed"
-        summary "$OUT/gpu-kernels-$b-r$1.json"
-    done
+    kernels_round_u8 "$1" 64,1024,8192
 }
 case "$1" in
 probe)
@@ -41,17 +28,14 @@ probe)
     for kind in warp warp32 block; do
         COHORT_KNN_SEARCH=$kind timeout 60 dist/cohort bench gpu-kernels --data $D --nlist 4096 --nprobe 16 \
             --cohorts 64,1024 --precision u8 --seconds 0.3 --out "$OUT/k-cohort-$kind.json" --log-level warn > /dev/null 2>&1 || echo "$kind failed"
-        summary "$OUT/k-cohort-$kind.json"
+        kernels_summary "$OUT/k-cohort-$kind.json"
     done
     ncu_kernels 64 "knn_filter_tiled|knn_select_filter_wide|knn_plan_one_block|knn_search_warp_u8|knn_select_search_wide" 5 ncu64.txt
     pack_results probe.tgz ncu64.txt
     ;;
 quick)
-    (knn_1m_data > /tmp/data-1m.log 2>&1 &)
-    knn_selftest 200
+    selftest_and_1m_data
     rc=$?
-    while pgrep -f "ivf4096.index|sift-like-1m" > /dev/null; do sleep 2; done
-    knn_1m_data
     kernels_round 1
     pack_results kernels-r1.tgz selftest-knn.log
     exit $rc

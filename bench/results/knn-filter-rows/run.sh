@@ -18,34 +18,18 @@
 set -u
 source scripts/lib/device-run.sh
 unpack_carried dist-base/b/*.xz
-summary() { # JSON...: cohort, launched and replayed M q/s, stage times (us) of each file
-    python3 -c "
-import json, sys
-for f in sys.argv[1:]:
-    j = json.load(open(f))
-    print(f.split('/')[-1], [(r['cohort'], round(r['tiled_queries_per_s'] / 1e6, 3), round(r.get('tiled_graph_queries_per_s', 0) / 1e6, 3),
-        r.get('tiled_recall_at_k')) for r in j['results']['points']])" "$@"
-}
 kernels_round() { # ROUND: each carried build's kernels, JSON per build and round in $OUT
-    local b
-    for b in $(carried_builds); do
-        timeout 100 dist/$b bench gpu-kernels --data $D --nlist 4096 --nprobe 16 --cohorts 64,128,1024,8192 \
-            --precision u8 --seconds 0.3 --out "$OUT/gpu-kernels-$b-r$1.json" --log-level warn > /dev/null 2>&1 || echo "$b failed"
-        summary "$OUT/gpu-kernels-$b-r$1.json"
-    done
+    kernels_round_u8 "$1" 64,128,1024,8192
     # The new build with the tile filter at every pass size.
     COHORT_KNN_ROW_FILTER=0 timeout 100 dist/cohort bench gpu-kernels --data $D --nlist 4096 --nprobe 16 \
         --cohorts 64,128 --precision u8 --seconds 0.3 --out "$OUT/gpu-kernels-cohort-tilefilter-r$1.json" \
         --log-level warn > /dev/null 2>&1 || echo "tile filter failed"
-    summary "$OUT/gpu-kernels-cohort-tilefilter-r$1.json"
+    kernels_summary "$OUT/gpu-kernels-cohort-tilefilter-r$1.json"
 }
 case "$1" in
 probe)
-    (knn_1m_data > /tmp/data-1m.log 2>&1 &)
-    knn_selftest 200
+    selftest_and_1m_data
     rc=$?
-    while pgrep -f "ivf4096.index|sift-like-1m" > /dev/null; do sleep 2; done
-    knn_1m_data
     kernels_round 1
     ncu_kernels 64 "knn_filter_rows|knn_select_filter_wide|knn_plan_one_block|knn_search_warp_u8|knn_select_search_wide" 5 ncu64.txt
     grep -E "^  knn_|Duration" $OUT/ncu64.txt | head -24
@@ -62,11 +46,8 @@ kernels)
     ;;
 probe-served)
     # probe (the search and row filter alone under Nsight Compute), then served, in one call.
-    (knn_1m_data > /tmp/data-1m.log 2>&1 &)
-    knn_selftest 200
+    selftest_and_1m_data
     rc=$?
-    while pgrep -f "ivf4096.index|sift-like-1m" > /dev/null; do sleep 2; done
-    knn_1m_data
     kernels_round 1
     (knn_10m_synth > /tmp/data-10m.log 2>&1 &)
     ncu_kernels 64 "knn_filter_rows|knn_search_warp_u8" 3 ncu64.txt
@@ -87,7 +68,7 @@ final)
     knn_1m_data
     timeout 100 dist/cohort bench gpu-kernels --data $D --nlist 4096 --nprobe 16 --cohorts 64,1024,8192 \
         --precision u8 --seconds 0.3 --out "$OUT/gpu-kernels-cohort-final.json" --log-level warn > /dev/null 2>&1 || echo "kernels failed"
-    summary "$OUT/gpu-kernels-cohort-final.json"
+    kernels_summary "$OUT/gpu-kernels-cohort-final.json"
     exit $rc
     ;;
 served)
