@@ -26,6 +26,12 @@ kernels_round() { # ROUND: each carried build's kernels, JSON per build and roun
         --log-level warn > /dev/null 2>&1 || echo "tile filter failed"
     kernels_summary "$OUT/gpu-kernels-cohort-tilefilter-r$1.json"
 }
+served_beside_prev() { # the 10M index served by cohort and cohort-prev, packed into $OUT/served.tgz
+    R=$OUT/s; mkdir -p $R
+    knn_10m_data
+    served_10m_beside $R cohort cohort-prev
+    (cd $OUT && tar czf served.tgz s && rm -rf s)
+}
 case "$1" in
 probe)
     selftest_and_1m_data
@@ -54,27 +60,18 @@ probe-served)
     grep -E "^  knn_|Duration" $OUT/ncu64.txt | head -12
     pack_results probe.tgz ncu64.txt
     [ $rc = 0 ] || exit $rc
-    R=$OUT/s; mkdir -p $R
-    knn_10m_data
-    served_10m_beside $R cohort cohort-prev
-    (cd $OUT && tar czf served.tgz s && rm -rf s)
+    served_beside_prev
     ;;
 final)
     # The build the session stops on: every GPU check, then its kernels (a JSON naming it).
-    (knn_1m_data > /tmp/data-1m.log 2>&1 &)
-    gpu_checks
+    checks_and_1m_data
     rc=$?
-    while pgrep -f "ivf4096.index|sift-like-1m" > /dev/null; do sleep 2; done
-    knn_1m_data
     timeout 100 dist/cohort bench gpu-kernels --data $D --nlist 4096 --nprobe 16 --cohorts 64,1024,8192 \
         --precision u8 --seconds 0.3 --out "$OUT/gpu-kernels-cohort-final.json" --log-level warn > /dev/null 2>&1 || echo "kernels failed"
     kernels_summary "$OUT/gpu-kernels-cohort-final.json"
     exit $rc
     ;;
 served)
-    R=$OUT/s; mkdir -p $R
-    knn_10m_data
-    served_10m_beside $R cohort cohort-prev
-    (cd $OUT && tar czf served.tgz s && rm -rf s)
+    served_beside_prev
     ;;
 esac
