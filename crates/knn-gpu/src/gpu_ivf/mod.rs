@@ -217,6 +217,8 @@ struct Kernels {
     scatter: Kernel<tk::KnnScatterArgs>,
     search_tiled: [Kernel<tk::KnnSearchTiledArgs>; 3],
     search_warp_u8: [Kernel<tk::KnnSearchTiledArgs>; 2],
+    select_filter_plan_wide: Kernel<tk::KnnSelectFilterPlanArgs>,
+    search_pairs_u8: [Kernel<tk::KnnSearchPairsArgs>; 2],
     select_search: Kernel<tk::KnnSelectSearchArgs>,
     select_search_wide: Kernel<tk::KnnSelectSearchArgs>,
 }
@@ -241,6 +243,8 @@ impl Kernels {
             scatter: Kernel::load(&t, &tk::SCATTER)?,
             search_tiled: Kernel::load_each(&t, &tk::SEARCH)?,
             search_warp_u8: Kernel::load_each(&t, &tk::SEARCH_WARP_U8)?,
+            select_filter_plan_wide: Kernel::load(&t, &tk::SELECT_FILTER_PLAN_WIDE)?,
+            search_pairs_u8: Kernel::load_each(&t, &tk::SEARCH_PAIRS_U8)?,
             select_search: Kernel::load(&t, &tk::SELECT_SEARCH)?,
             select_search_wide: Kernel::load(&t, &tk::SELECT_SEARCH_WIDE)?,
         })
@@ -347,25 +351,45 @@ pub enum SearchKind {
     Block,
     /// A warp per item (`knn_search_warp_u8*`), with `rows` (16 or 32) rows in flight a
     /// step, where the rows are u8 and the dimension a multiple of 32 up to 256; the block
-    /// kernel elsewhere.
-    Warp { rows: usize },
+    /// kernel elsewhere. Passes of at most `pairs_up_to` queries whose filter runs on the CUDA
+    /// cores skip the grouping by cell: a warp a run of one query's candidate row
+    /// (`knn_search_pairs_u8*`).
+    Warp { rows: usize, pairs_up_to: usize },
 }
 
 impl SearchKind {
-    /// `COHORT_KNN_SEARCH=block | warp | warp32` (unset: warp); anything else is an error.
+    /// Passes the pair scan takes by default: see `tiled.rs` (the pair scan).
+    pub const PAIRS_UP_TO: usize = 128;
+
+    /// `COHORT_KNN_SEARCH=block | warp | warp32` (unset: warp), the warp kinds optionally
+    /// with `:N`, the pair scan up to passes of N queries (0: never; unset:
+    /// [`Self::PAIRS_UP_TO`]); anything else is an error.
     pub fn from_env() -> Result<SearchKind, GpuError> {
         Self::parse(std::env::var("COHORT_KNN_SEARCH").ok().as_deref())
     }
 
     fn parse(asked: Option<&str>) -> Result<SearchKind, GpuError> {
-        match asked {
-            None | Some("warp") => Ok(SearchKind::Warp { rows: 16 }),
-            Some("warp32") => Ok(SearchKind::Warp { rows: 32 }),
-            Some("block") => Ok(SearchKind::Block),
-            Some(other) => Err(GpuError::Invalid(format!(
-                "COHORT_KNN_SEARCH={other:?}: expected warp (the default), warp32 or block"
-            ))),
+        let refused = |other: &str| {
+            GpuError::Invalid(format!(
+                "COHORT_KNN_SEARCH={other:?}: expected warp (the default), warp32 or block, the \
+                 warp kinds optionally with :N (the pair scan up to N queries)"
+            ))
+        };
+        let asked = asked.unwrap_or("warp");
+        if asked == "block" {
+            return Ok(SearchKind::Block);
         }
+        let (kind, pairs) = asked.split_once(':').unwrap_or((asked, ""));
+        let rows = match kind {
+            "warp" => 16,
+            "warp32" => 32,
+            _ => return Err(refused(asked)),
+        };
+        let pairs_up_to = match pairs {
+            "" if !asked.contains(':') => Self::PAIRS_UP_TO,
+            n => n.parse::<usize>().map_err(|_| refused(asked))?,
+        };
+        Ok(SearchKind::Warp { rows, pairs_up_to })
     }
 }
 
@@ -772,16 +796,17 @@ mod tests {
             min_queries: FilterKind::TC_MIN_QUERIES,
         };
         assert_eq!(FilterKind::choose(true, None).unwrap(), tc);
-        assert_eq!(
-            SearchKind::parse(None).unwrap(),
-            SearchKind::Warp { rows: 16 }
-        );
-        assert_eq!(
-            SearchKind::parse(Some("warp32")).unwrap(),
-            SearchKind::Warp { rows: 32 }
-        );
+        let warp = |rows, pairs_up_to| SearchKind::Warp { rows, pairs_up_to };
+        let pairs = SearchKind::PAIRS_UP_TO;
+        assert_eq!(SearchKind::parse(None).unwrap(), warp(16, pairs));
+        assert_eq!(SearchKind::parse(Some("warp")).unwrap(), warp(16, pairs));
+        assert_eq!(SearchKind::parse(Some("warp32")).unwrap(), warp(32, pairs));
+        assert_eq!(SearchKind::parse(Some("warp:0")).unwrap(), warp(16, 0));
+        assert_eq!(SearchKind::parse(Some("warp32:64")).unwrap(), warp(32, 64));
         assert_eq!(SearchKind::parse(Some("block")).unwrap(), SearchKind::Block);
-        for bad in ["", "Warp", "warp:16", "blocks"] {
+        for bad in [
+            "", "Warp", "warp:", "warp:-1", "warp:x", "block:8", "blocks",
+        ] {
             assert!(SearchKind::parse(Some(bad)).is_err(), "{bad:?} accepted");
         }
         assert_eq!(FilterKind::choose(true, Some("tensor")).unwrap(), tc);

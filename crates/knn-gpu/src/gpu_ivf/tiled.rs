@@ -17,6 +17,8 @@ const WARP_SEARCH_MAX_QUERIES_PER_CELL: usize = 8;
 /// Passes of at most this many queries plan, scan and scatter in one block
 /// (`knn_plan_one_block`: a warp plans 4 queries in turn at most) instead of four launches.
 const PLAN_ONE_BLOCK_MAX_QUERIES: usize = 128;
+/// The longest run of candidate positions a warp of the pair scan takes.
+const PAIR_RUN_MAX: usize = 1024;
 
 /// Rows per work item: big enough to amortise staging the queries, small enough that
 /// `blocks` work items exist (a multiple of the tile height, 64..=1024).
@@ -172,6 +174,9 @@ impl GpuIvf {
         after: &mut dyn FnMut(&'static str) -> Result<(), GpuError>,
     ) -> Result<(), GpuError> {
         assert!((q0 + m) * k <= b.out_ids.len(), "tiled buffers too small");
+        if let Some(search) = self.pair_scan(b, m, nprobe) {
+            return self.pairs_pass(s, b, q0, m, k, nprobe, stride, search, after);
+        }
         self.filter_step(s, b, q0, m, nprobe, after)?;
         let io = ScanIo {
             queries: Dev::of(&b.q, s),
@@ -208,33 +213,13 @@ impl GpuIvf {
             "filter buffers too small"
         );
         let q = Dev::of(&b.q.slice(q0 * dim..(q0 + m) * dim), s);
-        let blocks = self.sms * BLOCKS_PER_SM;
-        let groups = m.div_ceil(QB);
         let kn = &self.kernels;
-        // The tensor-core filter of cohorts that fill the SMs keeps `width` cells per query in
-        // the candidate buffer, free until the scan (stream order).
-        let width = FilterKind::rerank_width(nprobe, nlist).filter(|w| m * w <= b.cand.len());
-        if let (FilterKind::TensorCores { min_queries }, Some(width)) = (self.filter, width) {
-            if m >= min_queries {
-                return self.filter_tc_step(s, b, q, q0, m, nprobe, width, after);
-            }
+        if let Some(width) = self.tc_filter_width(b, m, nprobe) {
+            return self.filter_tc_step(s, b, q, q0, m, nprobe, width, after);
         }
 
         // 1. Query x centroid distances.
-        let fchunk = chunk_rows(nlist, groups, blocks) as i32;
-        let args = KnnFilterTiledArgs {
-            queries: q,
-            nq: m as i32,
-            centroids: Dev::of(&self.centroids, s),
-            nlist: nlist as i32,
-            dim: dim as i32,
-            metric: self.metric,
-            chunk: fchunk,
-            scratch: Dev::of_mut(&mut b.scratch, s),
-        };
-        let grid = Work::Grid(groups as u32, nlist.div_ceil(fchunk as usize) as u32);
-        // SAFETY: scratch holds m x nlist (asserted).
-        unsafe { kn.filter_tiled.launch(s, grid, 0, &args) }?;
+        self.filter_distances(s, b, q, m)?;
         after("filter")?;
 
         // 2. The nprobe nearest cells per query.
@@ -248,6 +233,45 @@ impl GpuIvf {
         // SAFETY: probes rows q0..q0+m exist (asserted), nprobe <= SEL_MAX.
         unsafe { select.launch(s, Work::Items(m), 0, &args) }?;
         after("select_filter")
+    }
+
+    /// Where the tensor cores filter a pass of m queries: the cells each query keeps for the
+    /// exact re-rank (in the candidate buffer, free until the scan: stream order). None: the
+    /// CUDA cores filter it.
+    fn tc_filter_width(&self, b: &Buffers, m: usize, nprobe: usize) -> Option<usize> {
+        let FilterKind::TensorCores { min_queries } = self.filter else {
+            return None;
+        };
+        FilterKind::rerank_width(nprobe, self.nlist)
+            .filter(|w| m >= min_queries && m * w <= b.cand.len())
+    }
+
+    /// Stage 1 on the CUDA cores: the m queries at `q` against every centroid into
+    /// `b.scratch` (m x nlist, which the caller checked).
+    fn filter_distances(
+        &self,
+        s: &Arc<CudaStream>,
+        b: &mut Buffers,
+        q: Dev<f32>,
+        m: usize,
+    ) -> Result<(), GpuError> {
+        let nlist = self.nlist;
+        let groups = m.div_ceil(QB);
+        let fchunk = chunk_rows(nlist, groups, self.sms * BLOCKS_PER_SM) as i32;
+        let args = KnnFilterTiledArgs {
+            queries: q,
+            nq: m as i32,
+            centroids: Dev::of(&self.centroids, s),
+            nlist: nlist as i32,
+            dim: self.dim as i32,
+            metric: self.metric,
+            chunk: fchunk,
+            scratch: Dev::of_mut(&mut b.scratch, s),
+        };
+        let grid = Work::Grid(groups as u32, nlist.div_ceil(fchunk as usize) as u32);
+        assert!(m * nlist <= b.scratch.len(), "filter scratch too small");
+        // SAFETY: scratch holds m x nlist (asserted).
+        unsafe { self.kernels.filter_tiled.launch(s, grid, 0, &args) }
     }
 
     /// Stages 1-2 on the tensor cores (kernels/knn_filter_tc.cu): scores, each query's
@@ -333,6 +357,127 @@ impl GpuIvf {
         after("rerank_filter")
     }
 
+    /// Where the warp searches apply (SearchKind::Warp, u8 rows, the dimension a multiple of
+    /// 32 up to 256): which of their kernels, 0 (16 rows a step) or 1 (32).
+    fn warp_rows(&self) -> Option<usize> {
+        match self.search {
+            SearchKind::Warp { rows, .. } => {
+                (self.precision == Precision::U8 && self.dim.is_multiple_of(32) && self.dim <= 256)
+                    .then_some(usize::from(rows > 16))
+            }
+            SearchKind::Block => None,
+        }
+    }
+
+    /// Whether a pass of m queries takes the pair scan, and with which of its kernels: where
+    /// the warp searches apply, the pass is at most `pairs_up_to` queries, and its filter runs
+    /// on the CUDA cores (the tensor cores' select is another kernel, and they start at
+    /// cohorts the grouped search serves better).
+    fn pair_scan(&self, b: &Buffers, m: usize, nprobe: usize) -> Option<usize> {
+        let SearchKind::Warp { pairs_up_to, .. } = self.search else {
+            return None;
+        };
+        let fits = m * self.dim <= b.q8.len().min(i32::MAX as usize)
+            && m <= b.q8norm.len().min(b.totals.len())
+            && m * nprobe <= b.poff.len();
+        self.warp_rows()
+            .filter(|_| m <= pairs_up_to && fits && self.tc_filter_width(b, m, nprobe).is_none())
+    }
+
+    /// A pass by the pair scan: the filter's distances, then one block a query selects its
+    /// probes, lays out its candidate row and makes its bytes (`knn_select_filter_plan_wide`),
+    /// then a warp a run of `run` positions of one query's candidate row computes their
+    /// distances (`knn_search_pairs_u8`), then the usual select. Four launches where the
+    /// grouped plan makes five, with no one-block plan: at a cohort of 64 the pairs hardly
+    /// share a cell (bench/results/knn-filter-rows/, cells.txt), so grouping them saved few rows.
+    #[allow(clippy::too_many_arguments)]
+    fn pairs_pass(
+        &self,
+        s: &Arc<CudaStream>,
+        b: &mut Buffers,
+        q0: usize,
+        m: usize,
+        k: usize,
+        nprobe: usize,
+        stride: usize,
+        x2: usize,
+        after: &mut dyn FnMut(&'static str) -> Result<(), GpuError>,
+    ) -> Result<(), GpuError> {
+        let (dim, nlist) = (self.dim, self.nlist);
+        assert!(
+            m * nlist <= b.scratch.len()
+                && (q0 + m) * nprobe <= b.probes.len()
+                && m * stride <= b.cand.len(),
+            "pair scan buffers too small"
+        );
+        let q = Dev::of(&b.q.slice(q0 * dim..(q0 + m) * dim), s);
+        let kn = &self.kernels;
+        self.filter_distances(s, b, q, m)?;
+        after("filter")?;
+
+        let args = KnnSelectFilterPlanArgs {
+            scratch: Dev::of(&b.scratch, s),
+            nlist: nlist as i32,
+            nprobe: nprobe as i32,
+            probes: Dev::of_mut(&mut b.probes.slice_mut(q0 * nprobe..(q0 + m) * nprobe), s),
+            offsets: Dev::of(&self.offsets, s),
+            poff: Dev::of_mut(&mut b.poff, s),
+            totals: Dev::of_mut(&mut b.totals, s),
+            queries: q,
+            dim: dim as i32,
+            q8: Dev::of_mut(&mut b.q8, s),
+            q8norm: Dev::of_mut(&mut b.q8norm, s),
+        };
+        // SAFETY: probes rows q0..q0+m, poff m x nprobe, totals, q8 and q8norm (pair_scan
+        // checked them); nprobe <= SEL_MAX.
+        unsafe {
+            kn.select_filter_plan_wide
+                .launch(s, Work::Items(m), 0, &args)
+        }?;
+        after("select_filter_plan")?;
+
+        // Runs sized so that the pass's expected rows (its probes at the average cell) give
+        // each resident warp about one: the longest run bounds the kernel, so shorter runs
+        // for fewer queries, down to one 16-row group.
+        let resident_blocks = self.sms * U8_MIN_BLOCKS;
+        let warps = resident_blocks * BLOCK / 32;
+        let rows = m * nprobe * self.n.div_ceil(nlist).max(1);
+        let run = (rows.div_ceil(warps).div_ceil(16) * 16).clamp(16, PAIR_RUN_MAX);
+        let runs = stride.div_ceil(run);
+        let args = KnnSearchPairsArgs {
+            queries: q,
+            vectors: self.vectors.dev(s),
+            offsets: Dev::of(&self.offsets, s),
+            probes: Dev::of(&b.probes.slice(q0 * nprobe..(q0 + m) * nprobe), s),
+            nq: m as i32,
+            nprobe: nprobe as i32,
+            dim: dim as i32,
+            metric: self.metric,
+            run: run as i32,
+            runs: runs as i32,
+            poff: Dev::of(&b.poff, s),
+            totals: Dev::of(&b.totals, s),
+            cand: Dev::of_mut(&mut b.cand, s),
+            stride: stride as u64,
+            q8: Dev::of(&b.q8, s),
+            q8norm: Dev::of(&b.q8norm, s),
+        };
+        let grid = (m * runs).div_ceil(BLOCK / 32).min(resident_blocks).max(1);
+        // SAFETY: candidate rows hold m x stride (asserted), and every query's row is at most
+        // `stride` long by construction of top_rows; the other buffers as the select's.
+        unsafe { kn.search_pairs_u8[x2].launch(s, Work::Grid(grid as u32, 1), 0, &args) }?;
+        after("search_pairs")?;
+
+        let io = ScanIo {
+            queries: Dev::of(&b.q, s),
+            probes: Dev::of(&b.probes, s),
+            out_ids: Dev::of_mut(&mut b.out_ids, s),
+            out_dist: Dev::of_mut(&mut b.out_dist, s),
+            out_stride: k,
+        };
+        self.select_step(s, b, io.at(q0, dim, nprobe), m, k, nprobe, stride, after)
+    }
+
     /// Stages 3-7 for the m queries of `io` (which starts at the pass's first query).
     #[allow(clippy::too_many_arguments)]
     fn scan_step(
@@ -365,14 +510,10 @@ impl GpuIvf {
         // nprobe 16; knn-search-counter-h100/): 4 queries a cell (cohort 1 024) 5.30 against
         // 4.72-4.88 M q/s, 32 a cell (8 192) 9.59 against 10.50 M. Warps take the items, so
         // the items are sized for the warps.
-        let warp_search = match self.search {
-            SearchKind::Warp { rows } => (self.precision == Precision::U8
-                && dim % 32 == 0
-                && dim <= 256
-                && m * nprobe <= WARP_SEARCH_MAX_QUERIES_PER_CELL * nlist)
-                .then(|| &kn.search_warp_u8[usize::from(rows > 16)]),
-            SearchKind::Block => None,
-        };
+        let warp_search = self
+            .warp_rows()
+            .filter(|_| m * nprobe <= WARP_SEARCH_MAX_QUERIES_PER_CELL * nlist)
+            .map(|x2| &kn.search_warp_u8[x2]);
         let workers = if warp_search.is_some() {
             blocks * BLOCK / 32
         } else {
@@ -505,15 +646,31 @@ impl GpuIvf {
         unsafe { search.launch(s, grid, 0, &args) }?;
         after("search")?;
 
-        // 7. k nearest per query, into the rows of `io`.
+        self.select_step(s, b, io, m, k, nprobe, stride, after)
+    }
+
+    /// Stage 7: the k nearest of each of the m queries' candidate rows, into the rows of `io`.
+    #[allow(clippy::too_many_arguments)]
+    fn select_step(
+        &self,
+        s: &Arc<CudaStream>,
+        b: &Buffers,
+        io: ScanIo,
+        m: usize,
+        k: usize,
+        nprobe: usize,
+        stride: usize,
+        after: &mut dyn FnMut(&'static str) -> Result<(), GpuError>,
+    ) -> Result<(), GpuError> {
+        let kn = &self.kernels;
         let args = KnnSelectSearchArgs {
             cand: Dev::of(&b.cand, s),
             stride: stride as u64,
             totals: Dev::of(&b.totals, s),
             poff: Dev::of(&b.poff, s),
-            probes,
-            nprobe: np_i,
-            offsets,
+            probes: io.probes,
+            nprobe: nprobe as i32,
+            offsets: Dev::of(&self.offsets, s),
             row_ids: Dev::of(&self.ids, s),
             k: k as i32,
             out_ids: io.out_ids,

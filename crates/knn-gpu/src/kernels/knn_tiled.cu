@@ -644,7 +644,7 @@ struct KnnPlanArgs {
 
 // plan_query by a warp: the lanes take 32 probes a turn, so a query waits for one chain of
 // loads (probe, then its cell's offsets) a turn instead of one a probe; a warp prefix sum places
-// them. Returns the row's length to every lane.
+// them. Returns the row's length to every lane. counts may be null (the pair scan counts no cells).
 __device__ unsigned plan_query_warp(const unsigned* __restrict__ probes, int nprobe,
                                     const unsigned long long* __restrict__ offsets, unsigned* __restrict__ poff,
                                     unsigned* __restrict__ counts) {
@@ -656,7 +656,7 @@ __device__ unsigned plan_query_warp(const unsigned* __restrict__ probes, int npr
         if (p < nprobe) {
             c = probes[p];
             len = (unsigned)(offsets[c + 1] - offsets[c]);
-            atomicAdd(&counts[c], 1u);
+            if (counts) atomicAdd(&counts[c], 1u);
         }
         const unsigned incl = warp_inclusive_scan(len);
         if (p < nprobe) poff[p] = run + incl - len;
@@ -1130,6 +1130,126 @@ __device__ void search_warp_u8(const KnnSearchTiledArgs& a, WarpRowsF32& f32) {
     }
 SEARCH_WARP_U8(knn_search_warp_u8, 1)
 SEARCH_WARP_U8(knn_search_warp_u8_x2, 2)
+
+// ---- Stages 2-6 for small cohorts, pair by pair (knn_select_filter_plan_wide, knn_search_pairs_u8) ----
+//
+// At a cohort of 64 the (query, probe) pairs hardly share a cell (1 024 pairs on ~908 cells,
+// bench/results/knn-filter-rows/), so grouping them by cell saves ~11% of the rows and costs
+// the one-block plan (count, scan, scatter: ~12 us on one SM) and a chain of ~6 dependent
+// loads in front of each work item's first row. Here the filter's select also lays out each
+// query's candidate row (its block already holds the query's probes) and makes its bytes, and
+// the search gives each warp a run of one query's candidate row: no plan kernel, and three
+// rounds of loads (the query's probes and layout, its cells' starts, then rows) before the
+// first row. The distances are search_warp_u8's, bit for bit.
+
+struct KnnSelectFilterPlanArgs {
+    const float* scratch;               // nq x nlist
+    int nlist, nprobe;
+    unsigned* probes;                   // nq x nprobe
+    const unsigned long long* offsets;  // nlist + 1
+    unsigned* poff;                     // nq x nprobe
+    unsigned* totals;                   // nq
+    const float* queries;               // nq x dim
+    int dim;
+    unsigned char* q8;                  // nq x dim: query_bytes_warp's
+    int* q8norm;                        // nq
+};
+
+// Block per query: the nprobe nearest cells (as knn_select_filter_wide), then, after the
+// barrier that makes them visible to the block, warp 0 lays out the candidate row
+// (plan_query_warp, no cell counts) and warp 1 makes the query's bytes.
+extern "C" __global__ void __launch_bounds__(WIDE_BLOCK) knn_select_filter_plan_wide(const KnnSelectFilterPlanArgs a) {
+    const size_t q = blockIdx.x;
+    unsigned* probes = a.probes + q * a.nprobe;
+    CellIds src{a.scratch + q * a.nlist, a.nlist};
+    block_select<WIDE_BLOCK>(src, a.nprobe, probes, (float*)0);
+    __syncthreads();
+    const int warp = threadIdx.x / 32;
+    if (warp == 0) {
+        const unsigned total = plan_query_warp(probes, a.nprobe, a.offsets, a.poff + q * a.nprobe, nullptr);
+        if (threadIdx.x == 0) a.totals[q] = total;
+    } else if (warp == 1) {
+        query_bytes_warp(a.queries, a.dim, a.q8, a.q8norm, (int)q);
+    }
+}
+
+struct KnnSearchPairsArgs {
+    const float* queries;               // nq x dim (the f32 sums of queries off the byte integers)
+    const void* vectors;                // u8 rows
+    const unsigned long long* offsets;  // nlist + 1
+    const unsigned* probes;             // nq x nprobe
+    int nq, nprobe, dim, metric;
+    int run;                            // candidate positions a warp takes (a multiple of 16)
+    int runs;                           // runs a query: ceil(stride / run)
+    const unsigned* poff;               // nq x nprobe
+    const unsigned* totals;             // nq
+    float* cand;                        // nq x stride
+    unsigned long long stride;
+    const unsigned char* q8;            // nq x dim
+    const int* q8norm;                  // nq
+};
+
+// Virtual warp v takes positions [j * run, (j + 1) * run) of query q's candidate row (q = v % nq,
+// j = v / nq: every query's first run before any query's second, so a grid smaller than the
+// runs starts on rows, not on runs past a short row). The run may cross probes: lane p holds
+// probe p's span of the row and its cell's first row, and the warp walks the probes it
+// overlaps. Warps stride over the virtual warps.
+template <int METRIC, int RG>
+__device__ void search_pairs_u8(const KnnSearchPairsArgs& a) {
+    const int lane = threadIdx.x % 32, g = lane >> 2;
+    const unsigned char* vectors = (const unsigned char*)a.vectors;
+    const unsigned virtual_warps = (unsigned)a.nq * (unsigned)a.runs;
+    for (unsigned v = blockIdx.x * WARPS + threadIdx.x / 32; v < virtual_warps; v += gridDim.x * WARPS) {
+        const unsigned q = v % (unsigned)a.nq, j = v / (unsigned)a.nq;
+        // One round of independent loads (the row's length, the query's norm, the probes and
+        // their spans), then the overlapped cells' first rows, then rows. A run past the row's
+        // end overlaps no probe (pos1 <= pos0): such a warp pays the first round alone.
+        const unsigned total = a.totals[q], pos0 = j * (unsigned)a.run;
+        const unsigned pos1 = min(pos0 + (unsigned)a.run, total);
+        const int qn = a.q8norm[q];
+        const size_t row = (size_t)q * a.nprobe;
+        for (int p0 = 0; p0 < a.nprobe; p0 += 32) {
+            const int p = p0 + lane;
+            unsigned lo = ~0u, hi = ~0u, cell = 0;  // probe p's span of the row, and its cell
+            if (p < a.nprobe) {
+                lo = a.poff[row + p];
+                cell = a.probes[row + p];
+                if (p + 1 < a.nprobe) hi = a.poff[row + p + 1];
+            }
+            if (hi == ~0u) hi = total;
+            const bool overlaps = lo < pos1 && hi > pos0 && lo < hi;
+            unsigned long long first = 0;
+            if (overlaps) first = a.offsets[cell];
+            for (unsigned m = __ballot_sync(FULL, overlaps); m; m &= m - 1) {
+                const int src = __ffs(m) - 1;
+                const unsigned s_lo = __shfl_sync(FULL, lo, src), s_hi = __shfl_sync(FULL, hi, src);
+                const unsigned long long s_first = __shfl_sync(FULL, first, src);
+                const unsigned from = max(pos0, s_lo), to = min(pos1, s_hi);
+                const size_t r0 = s_first + (from - s_lo);
+                const unsigned long long ob = (unsigned long long)q * a.stride + from;
+                if (qn >= 0) {
+                    const int qo[2] = {g == 0 ? (int)q * a.dim : -1, -1};  // one query: m-tile row 0
+                    const int q2[2] = {qn, 0};
+                    const unsigned long long ob2[2] = {ob, 0};
+                    warp_rows_u8<METRIC, RG>(vectors, r0, (int)(to - from), a.dim, a.q8, qo, q2, a.cand, ob2);
+                } else {
+                    const unsigned rowq[1] = {q};
+                    const unsigned long long rowo[1] = {ob};
+                    warp_rows_f32<METRIC>(a.queries, vectors, r0, (int)(to - from), a.dim, 1, rowq, rowo, a.cand);
+                }
+            }
+        }
+    }
+}
+
+// Bounded as the warp search (U8_MIN_BLOCKS blocks of 8 warps an SM; the grid is at most those).
+#define SEARCH_PAIRS_U8(NAME, RG)                                                                         \
+    extern "C" __global__ void __launch_bounds__(BLOCK, U8_MIN_BLOCKS) NAME(const KnnSearchPairsArgs a) { \
+        if (a.metric == 0) search_pairs_u8<0, RG>(a);                                                     \
+        else search_pairs_u8<1, RG>(a);                                                                   \
+    }
+SEARCH_PAIRS_U8(knn_search_pairs_u8, 1)
+SEARCH_PAIRS_U8(knn_search_pairs_u8_x2, 2)
 
 // Stage 7 for one query (the whole block): the k nearest of its candidate row `cand`
 // (`total` long; probe p's rows start at poff[p], of cell probes[p]), sorted.

@@ -170,6 +170,48 @@ kernel_args! {
 }
 
 kernel_args! {
+    /// The nprobe nearest cells of each query, then its candidate row layout and its bytes
+    /// (the pair scan's plan).
+    pub struct KnnSelectFilterPlanArgs {
+        scratch: Dev<f32>,
+        nlist: i32,
+        nprobe: i32,
+        probes: Dev<u32>,
+        offsets: Dev<u64>,
+        poff: Dev<u32>,
+        totals: Dev<u32>,
+        queries: Dev<f32>,
+        dim: i32,
+        q8: Dev<u8>,
+        q8norm: Dev<i32>,
+    }
+}
+
+kernel_args! {
+    /// Each query's candidate row in runs of `run` positions, a warp a run (u8 rows).
+    pub struct KnnSearchPairsArgs {
+        queries: Dev<f32>,
+        vectors: Dev<()>,
+        offsets: Dev<u64>,
+        probes: Dev<u32>,
+        nq: i32,
+        nprobe: i32,
+        dim: i32,
+        metric: i32,
+        /// Positions a warp takes: a multiple of 16.
+        run: i32,
+        /// Runs a query: the candidate stride over `run`, rounded up.
+        runs: i32,
+        poff: Dev<u32>,
+        totals: Dev<u32>,
+        cand: Dev<f32>,
+        stride: u64,
+        q8: Dev<u8>,
+        q8norm: Dev<i32>,
+    }
+}
+
+kernel_args! {
     /// The k nearest of each query's candidate row.
     pub struct KnnSelectSearchArgs {
         cand: Dev<f32>,
@@ -235,6 +277,20 @@ pub const SEARCH_WARP_U8: [KernelDecl<KnnSearchTiledArgs>; 2] = [
     KernelDecl::new("knn_search_warp_u8", B, Grid::Sized),
     KernelDecl::new("knn_search_warp_u8_x2", B, Grid::Sized),
 ];
+/// WIDE_BLOCK threads per query: the select, then the candidate row layout and query bytes
+/// the pair scan reads.
+pub const SELECT_FILTER_PLAN_WIDE: KernelDecl<KnnSelectFilterPlanArgs> = KernelDecl::new(
+    "knn_select_filter_plan_wide",
+    WIDE as u32,
+    Grid::BlockPerItem,
+);
+/// u8 rows, dim a multiple of 32 up to 256, a warp a run of a query's candidate row, 16 rows
+/// at a time or 32 (`_x2`); warps stride over the runs, so the grid is at most the resident
+/// blocks (`U8_MIN_BLOCKS` an SM).
+pub const SEARCH_PAIRS_U8: [KernelDecl<KnnSearchPairsArgs>; 2] = [
+    KernelDecl::new("knn_search_pairs_u8", B, Grid::Sized),
+    KernelDecl::new("knn_search_pairs_u8_x2", B, Grid::Sized),
+];
 pub const SELECT_SEARCH: KernelDecl<KnnSelectSearchArgs> =
     KernelDecl::new("knn_select_search", 256, Grid::BlockPerItem);
 /// WIDE_BLOCK threads per query: for cohorts too small to fill the SMs with 256-thread blocks.
@@ -262,8 +318,10 @@ pub fn checked() -> Vec<(&'static str, ArgsLayout)> {
         SCATTER.checked(),
         SELECT_SEARCH.checked(),
         SELECT_SEARCH_WIDE.checked(),
+        SELECT_FILTER_PLAN_WIDE.checked(),
     ];
     v.extend(SEARCH.iter().map(KernelDecl::checked));
     v.extend(SEARCH_WARP_U8.iter().map(KernelDecl::checked));
+    v.extend(SEARCH_PAIRS_U8.iter().map(KernelDecl::checked));
     v
 }

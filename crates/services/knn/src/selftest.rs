@@ -2,7 +2,7 @@
 //! fresh random inputs. Used by the test suite and by
 //! `cohort selftest gpu` (the GPU machine has no cargo: the binary carries the checks).
 
-use super::gpu_ivf::{round_f16, to_neighbors, FilterKind, GpuIvf, Plan, Precision};
+use super::gpu_ivf::{round_f16, to_neighbors, FilterKind, GpuIvf, Plan, Precision, SearchKind};
 use super::{decode_response, encode_request, Elems};
 use cohort_gpu::{probe, GpuError};
 use cohort_knn::ivf::stages;
@@ -170,21 +170,39 @@ pub fn check_case(c: &Case) -> Result<String, GpuError> {
         let off = queries.data.iter().map(|v| v + 0.375).collect();
         query_sets.push((" (queries off the integers)", Vectors::new(c.dim, off)));
     }
+    // The tiled plan runs under each search: the device's (u8 passes of a few queries take
+    // the pair scan), the grouped warp search at every pass, 32 rows a step, and the block
+    // kernel.
+    let device_search = g.search;
+    let grouped = SearchKind::Warp {
+        rows: 16,
+        pairs_up_to: 0,
+    };
+    let x2 = SearchKind::Warp {
+        rows: 32,
+        pairs_up_to: SearchKind::PAIRS_UP_TO,
+    };
+    let passes = Some(3 * g.max_candidate_row(c.nprobe));
     let mut hits_g = 0usize;
-    for ((plan, cand), (set, queries)) in [
-        (Plan::PerPair, None),
-        (Plan::Tiled, None),
-        (Plan::Tiled, Some(3 * g.max_candidate_row(c.nprobe))),
+    for ((plan, cand, search), (set, queries)) in [
+        (Plan::PerPair, None, device_search),
+        (Plan::Tiled, None, device_search),
+        (Plan::Tiled, passes, device_search),
+        (Plan::Tiled, None, grouped),
+        (Plan::Tiled, passes, grouped),
+        (Plan::Tiled, None, x2),
+        (Plan::Tiled, None, SearchKind::Block),
     ]
     .into_iter()
     .flat_map(|p| query_sets.iter().map(move |q| (p, q)))
     {
+        g.search = search;
         let mut b = match cand {
             None => g.buffers(&s, c.nq)?,
             Some(f) => g.buffers_with(&s, c.nq, f)?,
         };
         let what = format!(
-            "{plan:?} plan{}{set}",
+            "{plan:?} plan{}{set}, {search:?} search",
             if cand.is_some() { ", in passes" } else { "" }
         );
         let full = g

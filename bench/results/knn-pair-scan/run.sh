@@ -1,0 +1,56 @@
+#!/usr/bin/env bash
+# Device script for the pair scan of small cohorts (issue 49, 2026-11-28, twenty-fifth
+# session), run from the repository root on the GPU machine:
+# `bash bench/results/knn-pair-scan/run.sh MODE`, $OUT the folder that comes back.
+#   probe:  the k-NN self-test of the new build (its kernels, the pair scan's among them,
+#           against the CPU twins), then the kernels (1M x 128, nlist 4096, nprobe 16, u8;
+#           cohorts 16 to 8 192) of the new build, of the same build with the pair scan off
+#           (`cohort-grouped`: COHORT_KNN_SEARCH=warp:0, main's plan) and of issue 49's
+#           "today" (cohort-base, d5016a9), then Nsight Compute on the pair scan's kernels at 64.
+#   checks: every GPU check of the new build (scripts/gpu-check run tests).
+#   kernels: the kernels again (round 2) for each build.
+#   served: the 10M index served by the new build and by cohort-grouped (gpu-cohort on cores
+#           0-7, the generator on 8-15, Poisson, every answer checked) beside the UDP echo anchor.
+#   final:  every GPU check of the build the session stops on, then its kernels.
+# Carried: dist-base/kv.tar.xz (cohort, cohort-base), dist-base/b (the new build's test
+# executables), dist-base/debs.
+set -u
+source scripts/lib/device-run.sh
+unpack_carried dist-base/b/*.xz
+# The same binary with the pair scan off: the plan main ran before it.
+printf '#!/bin/sh\nCOHORT_KNN_SEARCH=warp:0 exec "$(dirname "$0")/cohort" "$@"\n' > dist/cohort-grouped
+chmod +x dist/cohort-grouped
+COHORTS=16,64,128,256,1024,8192
+case "$1" in
+probe)
+    selftest_and_1m_data
+    rc=$?
+    kernels_round_u8 1 $COHORTS
+    ncu_kernels 64 "knn_select_filter_plan_wide|knn_search_pairs_u8|knn_filter_tiled|knn_select_search_wide" 8 ncu64.txt
+    grep -E "^  knn_|Duration" $OUT/ncu64.txt | head -24
+    pack_results probe.tgz ncu64.txt
+    exit $rc
+    ;;
+checks)
+    gpu_checks
+    ;;
+kernels)
+    knn_1m_data
+    kernels_round_u8 2 $COHORTS
+    pack_results kernels-r2.tgz
+    ;;
+served)
+    R=$OUT/s; mkdir -p $R
+    knn_10m_data
+    served_10m_beside $R cohort cohort-grouped
+    (cd $OUT && tar czf served.tgz s && rm -rf s)
+    ;;
+final)
+    checks_and_1m_data
+    rc=$?
+    timeout 100 dist/cohort bench gpu-kernels --data $D --nlist 4096 --nprobe 16 --cohorts 64,1024,8192 \
+        --precision u8 --seconds 0.3 --out "$OUT/gpu-kernels-cohort-final.json" --log-level warn > /dev/null 2>&1 || echo "kernels failed"
+    kernels_summary "$OUT/gpu-kernels-cohort-final.json"
+    exit $rc
+    ;;
+esac
