@@ -42,6 +42,9 @@ pub const TC_CTILE: usize = 64;
 pub const TC_THREADS: usize = 256;
 /// Tiled plan: the largest k or nprobe a radix select returns (so the largest nprobe).
 pub const SEL_MAX: usize = 256;
+/// Tiled plan: the most queries a pass the pair scan takes (`knn_search_pairs_u8` keeps
+/// their row lengths in registers, PAIR_MAX_QUERIES / 32 a lane; a multiple of 32).
+pub const PAIR_MAX_QUERIES: usize = 128;
 /// k-means assignment: rows per block and centroids per shared-memory tile (a multiple of 16:
 /// the block's 16 x 16 threads each own a (KM_TILE/16)^2 register tile).
 pub const KM_TILE: usize = 64;
@@ -65,6 +68,7 @@ pub fn prelude() -> Prelude {
         .int("RT", RT)
         .int("U8_MIN_BLOCKS", U8_MIN_BLOCKS)
         .int("SEL_MAX", SEL_MAX)
+        .int("PAIR_MAX_QUERIES", PAIR_MAX_QUERIES)
         .int("TC_QTILE", TC_QTILE)
         .int("TC_CTILE", TC_CTILE)
         .int("TC_THREADS", TC_THREADS)

@@ -358,7 +358,8 @@ pub enum SearchKind {
 }
 
 impl SearchKind {
-    /// Passes the pair scan takes by default: see `tiled.rs` (the pair scan).
+    /// Passes the pair scan takes by default (at most `kernels::PAIR_MAX_QUERIES`): see
+    /// `tiled.rs` (the pair scan).
     pub const PAIRS_UP_TO: usize = 128;
 
     /// `COHORT_KNN_SEARCH=block | warp | warp32` (unset: warp), the warp kinds optionally
@@ -372,7 +373,8 @@ impl SearchKind {
         let refused = |other: &str| {
             GpuError::Invalid(format!(
                 "COHORT_KNN_SEARCH={other:?}: expected warp (the default), warp32 or block, the \
-                 warp kinds optionally with :N (the pair scan up to N queries)"
+                 warp kinds optionally with :N (the pair scan up to N queries, N <= {})",
+                kernels::PAIR_MAX_QUERIES
             ))
         };
         let asked = asked.unwrap_or("warp");
@@ -387,7 +389,11 @@ impl SearchKind {
         };
         let pairs_up_to = match pairs {
             "" if !asked.contains(':') => Self::PAIRS_UP_TO,
-            n => n.parse::<usize>().map_err(|_| refused(asked))?,
+            n => n
+                .parse::<usize>()
+                .ok()
+                .filter(|&n| n <= kernels::PAIR_MAX_QUERIES)
+                .ok_or_else(|| refused(asked))?,
         };
         Ok(SearchKind::Warp { rows, pairs_up_to })
     }
@@ -805,7 +811,7 @@ mod tests {
         assert_eq!(SearchKind::parse(Some("warp32:64")).unwrap(), warp(32, 64));
         assert_eq!(SearchKind::parse(Some("block")).unwrap(), SearchKind::Block);
         for bad in [
-            "", "Warp", "warp:", "warp:-1", "warp:x", "block:8", "blocks",
+            "", "Warp", "warp:", "warp:-1", "warp:x", "warp:129", "block:8", "blocks",
         ] {
             assert!(SearchKind::parse(Some(bad)).is_err(), "{bad:?} accepted");
         }

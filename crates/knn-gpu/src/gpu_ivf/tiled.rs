@@ -8,7 +8,7 @@ use cohort_gpu::GpuError;
 use cudarc::driver::CudaStream;
 use std::sync::Arc;
 
-use crate::kernels::{BLOCK, QB, RT, TC_CTILE, TC_QTILE, U8_MIN_BLOCKS};
+use crate::kernels::{BLOCK, PAIR_MAX_QUERIES, QB, RT, TC_CTILE, TC_QTILE, U8_MIN_BLOCKS};
 /// Resident blocks per SM the grid-stride search aims for (256 threads, ~13 KiB shared each).
 const BLOCKS_PER_SM: usize = 8;
 /// The warp-per-item search runs while a cohort's probes average at most this many queries a
@@ -17,8 +17,6 @@ const WARP_SEARCH_MAX_QUERIES_PER_CELL: usize = 8;
 /// Passes of at most this many queries plan, scan and scatter in one block
 /// (`knn_plan_one_block`: a warp plans 4 queries in turn at most) instead of four launches.
 const PLAN_ONE_BLOCK_MAX_QUERIES: usize = 128;
-/// The longest run of candidate positions a warp of the pair scan takes.
-const PAIR_RUN_MAX: usize = 1024;
 
 /// Rows per work item: big enough to amortise staging the queries, small enough that
 /// `blocks` work items exist (a multiple of the tile height, 64..=1024).
@@ -380,14 +378,18 @@ impl GpuIvf {
         let fits = m * self.dim <= b.q8.len().min(i32::MAX as usize)
             && m <= b.q8norm.len().min(b.totals.len())
             && m * nprobe <= b.poff.len();
-        self.warp_rows()
-            .filter(|_| m <= pairs_up_to && fits && self.tc_filter_width(b, m, nprobe).is_none())
+        self.warp_rows().filter(|_| {
+            m <= pairs_up_to.min(PAIR_MAX_QUERIES)
+                && fits
+                && self.tc_filter_width(b, m, nprobe).is_none()
+        })
     }
 
     /// A pass by the pair scan: the filter's distances, then one block a query selects its
     /// probes, lays out its candidate row and makes its bytes (`knn_select_filter_plan_wide`),
-    /// then a warp a run of `run` positions of one query's candidate row computes their
-    /// distances (`knn_search_pairs_u8`), then the usual select. Four launches where the
+    /// then a warp a run of one query's candidate row computes their distances
+    /// (`knn_search_pairs_u8`, the runs cut so that one wave of warps takes them all), then
+    /// the usual select. Four launches where the
     /// grouped plan makes five, with no one-block plan: at a cohort of 64 the pairs hardly
     /// share a cell (bench/results/knn-filter-rows/, cells.txt), so grouping them saved few rows.
     #[allow(clippy::too_many_arguments)]
@@ -405,7 +407,8 @@ impl GpuIvf {
     ) -> Result<(), GpuError> {
         let (dim, nlist) = (self.dim, self.nlist);
         assert!(
-            m * nlist <= b.scratch.len()
+            m <= PAIR_MAX_QUERIES
+                && m * nlist <= b.scratch.len()
                 && (q0 + m) * nprobe <= b.probes.len()
                 && m * stride <= b.cand.len(),
             "pair scan buffers too small"
@@ -436,14 +439,8 @@ impl GpuIvf {
         }?;
         after("select_filter_plan")?;
 
-        // Runs sized so that the pass's expected rows (its probes at the average cell) give
-        // each resident warp about one: the longest run bounds the kernel, so shorter runs
-        // for fewer queries, down to one 16-row group.
-        let resident_blocks = self.sms * U8_MIN_BLOCKS;
-        let warps = resident_blocks * BLOCK / 32;
-        let rows = m * nprobe * self.n.div_ceil(nlist).max(1);
-        let run = (rows.div_ceil(warps).div_ceil(16) * 16).clamp(16, PAIR_RUN_MAX);
-        let runs = stride.div_ceil(run);
+        // The kernel cuts the pass's rows into runs no more than its warps: the resident ones.
+        let grid = self.sms * U8_MIN_BLOCKS;
         let args = KnnSearchPairsArgs {
             queries: q,
             vectors: self.vectors.dev(s),
@@ -453,8 +450,6 @@ impl GpuIvf {
             nprobe: nprobe as i32,
             dim: dim as i32,
             metric: self.metric,
-            run: run as i32,
-            runs: runs as i32,
             poff: Dev::of(&b.poff, s),
             totals: Dev::of(&b.totals, s),
             cand: Dev::of_mut(&mut b.cand, s),
@@ -462,7 +457,6 @@ impl GpuIvf {
             q8: Dev::of(&b.q8, s),
             q8norm: Dev::of(&b.q8norm, s),
         };
-        let grid = (m * runs).div_ceil(BLOCK / 32).min(resident_blocks).max(1);
         // SAFETY: candidate rows hold m x stride (asserted), and every query's row is at most
         // `stride` long by construction of top_rows; the other buffers as the select's.
         unsafe { kn.search_pairs_u8[x2].launch(s, Work::Grid(grid as u32, 1), 0, &args) }?;

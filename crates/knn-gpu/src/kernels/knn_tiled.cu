@@ -1138,9 +1138,9 @@ SEARCH_WARP_U8(knn_search_warp_u8_x2, 2)
 // the one-block plan (count, scan, scatter: ~12 us on one SM) and a chain of ~6 dependent
 // loads in front of each work item's first row. Here the filter's select also lays out each
 // query's candidate row (its block already holds the query's probes) and makes its bytes, and
-// the search gives each warp a run of one query's candidate row: no plan kernel, and three
-// rounds of loads (the query's probes and layout, its cells' starts, then rows) before the
-// first row. The distances are search_warp_u8's, bit for bit.
+// the search gives each warp a run of one query's candidate row: no plan kernel, and four
+// rounds of loads (the row lengths, the query's probes and layout, its cells' starts, then
+// rows) before the first row. The distances are search_warp_u8's, bit for bit.
 
 struct KnnSelectFilterPlanArgs {
     const float* scratch;               // nq x nlist
@@ -1178,9 +1178,7 @@ struct KnnSearchPairsArgs {
     const void* vectors;                // u8 rows
     const unsigned long long* offsets;  // nlist + 1
     const unsigned* probes;             // nq x nprobe
-    int nq, nprobe, dim, metric;
-    int run;                            // candidate positions a warp takes (a multiple of 16)
-    int runs;                           // runs a query: ceil(stride / run)
+    int nq, nprobe, dim, metric;        // nq <= PAIR_MAX_QUERIES
     const unsigned* poff;               // nq x nprobe
     const unsigned* totals;             // nq
     float* cand;                        // nq x stride
@@ -1189,23 +1187,120 @@ struct KnnSearchPairsArgs {
     const int* q8norm;                  // nq
 };
 
-// Virtual warp v takes positions [j * run, (j + 1) * run) of query q's candidate row (q = v % nq,
-// j = v / nq: every query's first run before any query's second, so a grid smaller than the
-// runs starts on rows, not on runs past a short row). The run may cross probes: lane p holds
-// probe p's span of the row and its cell's first row, and the warp walks the probes it
-// overlaps. Warps stride over the virtual warps.
+// Rows of one query at a time, 16 bytes a lane (dim = 16 L, L a power of two up to 16: 32, 64,
+// 128 or 256 dimensions): lane l reads bytes 16 (l % L).. of rows l / L, l / L + 32 / L, ...,
+// ONE_LOADS rows a lane in flight, and a row's L lanes add their partial sums by xor shuffles.
+// One query leaves 15 of an mma's 16 query rows empty; here every lane's load and dp4a is the
+// query's, and a warp has 2 KB of rows in flight at dim 128, twice the mma path's (at 8 loads
+// a lane the kernel spilled under its 64-register bound).
+#define ONE_LOADS 4
+__device__ __forceinline__ bool one_query_rows(int dim) {
+    const int l = dim / 16;
+    return dim % 16 == 0 && l <= 16 && (l & (l - 1)) == 0;
+}
+
+// Distances of the query whose 16-byte column this lane holds (qw; q2 its squared norm) to rows
+// [r0, r0 + nr) of u8 `rows`, into out[ob + r]: the same integers as warp_rows_u8 (x.x - 2 q.x
+// + q.q, or q.x), so the same floats.
+template <int METRIC>
+__device__ void one_query_rows_u8(const unsigned char* __restrict__ rows, size_t r0, int nr, int dim, uint4 qw,
+                                  int q2, float* __restrict__ out, unsigned long long ob) {
+    const int lane = threadIdx.x % 32, l = dim / 16, per = 32 / l;
+    const int col = lane & (l - 1), rl = lane / l;
+    for (int base = 0; base < nr; base += ONE_LOADS * per) {
+        uint4 x[ONE_LOADS];
+#pragma unroll
+        for (int u = 0; u < ONE_LOADS; ++u) {
+            const int r = base + u * per + rl;
+            x[u] = r < nr ? *reinterpret_cast<const uint4*>(rows + (r0 + r) * (size_t)dim + 16 * col)
+                          : make_uint4(0u, 0u, 0u, 0u);
+        }
+#pragma unroll
+        for (int u = 0; u < ONE_LOADS; ++u) {
+            if (base + u * per >= nr) break;  // the whole warp
+            const unsigned qx = __dp4a(x[u].w, qw.w, __dp4a(x[u].z, qw.z, __dp4a(x[u].y, qw.y, __dp4a(x[u].x, qw.x, 0u))));
+            int sum = (int)qx;
+            if (METRIC == 0) {
+                const unsigned xx =
+                    __dp4a(x[u].w, x[u].w, __dp4a(x[u].z, x[u].z, __dp4a(x[u].y, x[u].y, __dp4a(x[u].x, x[u].x, 0u))));
+                sum = (int)xx - 2 * (int)qx;
+            }
+            for (int o = l / 2; o > 0; o /= 2) sum += __shfl_xor_sync(FULL, sum, o);
+            const int r = base + u * per + rl;
+            if (col == 0 && r < nr) out[ob + r] = METRIC == 0 ? (float)(q2 + sum) : -(float)sum;
+        }
+    }
+}
+
+// Rows [r0, r0 + nr) against query q (qn: its norm, or -1 when it is not all byte integers),
+// distances into out[ob + r]: by one_query_rows_u8 where the dimension allows, else the mma
+// path with the query in m-tile row 0, and in f32 (row_distances' order) for qn < 0.
 template <int METRIC, int RG>
-__device__ void search_pairs_u8(const KnnSearchPairsArgs& a) {
-    const int lane = threadIdx.x % 32, g = lane >> 2;
+__device__ void pair_rows_u8(const KnnSearchPairsArgs& a, const unsigned char* __restrict__ vectors, size_t r0,
+                             int nr, unsigned q, int qn, unsigned long long ob) {
+    const int lane = threadIdx.x % 32;
+    if (qn < 0) {
+        const unsigned rowq[1] = {q};
+        const unsigned long long rowo[1] = {ob};
+        warp_rows_f32<METRIC>(a.queries, vectors, r0, nr, a.dim, 1, rowq, rowo, a.cand);
+    } else if (one_query_rows(a.dim)) {
+        const uint4 qw = __ldg(reinterpret_cast<const uint4*>(a.q8 + (size_t)q * a.dim + 16 * (lane & (a.dim / 16 - 1))));
+        one_query_rows_u8<METRIC>(vectors, r0, nr, a.dim, qw, qn, a.cand, ob);
+    } else {
+        const int qo[2] = {lane < 4 ? (int)q * a.dim : -1, -1};
+        const int q2[2] = {qn, 0};
+        const unsigned long long ob2[2] = {ob, 0};
+        warp_rows_u8<METRIC, RG>(vectors, r0, nr, a.dim, a.q8, qo, q2, a.cand, ob2);
+    }
+}
+
+// A warp's copy of the pass's row lengths and the inclusive prefix of their runs (in shared
+// memory: in registers they pushed the row loop past the 64 registers of the launch bound).
+struct PairRuns {
+    unsigned len[PAIR_MAX_QUERIES];
+    unsigned incl[PAIR_MAX_QUERIES];
+};
+
+// The pass's candidate rows cut into runs of `run` positions, a warp a run. Every warp first
+// reads the queries' row lengths (PAIR_MAX_QUERIES / 32 a lane) and derives the same run and
+// the same prefix of runs per query: run = the rows over (warps - nq), rounded up to 16, so
+// the runs (at most rows / run + nq) are no more than the warps and none waits for a second.
+// A run may cross probes: lane p holds probe p's span of the query's row and its cell's first
+// row, and the warp walks the probes the run overlaps.
+template <int METRIC, int RG>
+__device__ void search_pairs_u8(const KnnSearchPairsArgs& a, PairRuns& sm) {
+    constexpr int PQ = PAIR_MAX_QUERIES / 32;
+    const int lane = threadIdx.x % 32;
     const unsigned char* vectors = (const unsigned char*)a.vectors;
-    const unsigned virtual_warps = (unsigned)a.nq * (unsigned)a.runs;
-    for (unsigned v = blockIdx.x * WARPS + threadIdx.x / 32; v < virtual_warps; v += gridDim.x * WARPS) {
-        const unsigned q = v % (unsigned)a.nq, j = v / (unsigned)a.nq;
-        // One round of independent loads (the row's length, the query's norm, the probes and
-        // their spans), then the overlapped cells' first rows, then rows. A run past the row's
-        // end overlaps no probe (pos1 <= pos0): such a warp pays the first round alone.
-        const unsigned total = a.totals[q], pos0 = j * (unsigned)a.run;
-        const unsigned pos1 = min(pos0 + (unsigned)a.run, total);
+    const unsigned warps = gridDim.x * WARPS;
+    unsigned rows = 0;
+#pragma unroll
+    for (int i = 0; i < PQ; ++i) {
+        const int q = 32 * i + lane;
+        sm.len[q] = q < a.nq ? a.totals[q] : 0u;
+        rows += sm.len[q];
+    }
+    rows = warp_sum(rows);
+    const unsigned spare = warps > (unsigned)a.nq ? warps - (unsigned)a.nq : 1u;
+    const unsigned run = max(16u, ((rows + spare - 1) / spare + 15) / 16 * 16);
+    unsigned carry = 0;
+#pragma unroll
+    for (int i = 0; i < PQ; ++i) {
+        const int q = 32 * i + lane;
+        sm.incl[q] = carry + warp_inclusive_scan((sm.len[q] + run - 1) / run);
+        carry = __shfl_sync(FULL, sm.incl[q], 31);
+    }
+    __syncwarp();
+    for (unsigned v = blockIdx.x * WARPS + threadIdx.x / 32; v < carry; v += warps) {
+        // The query holding run v: the first whose inclusive prefix passes v.
+        unsigned q = 0;
+#pragma unroll
+        for (int i = PQ - 1; i >= 0; --i) {
+            const unsigned hit = __ballot_sync(FULL, sm.incl[32 * i + lane] > v);
+            if (hit) q = 32 * i + __ffs(hit) - 1;
+        }
+        const unsigned total = sm.len[q], before = sm.incl[q] - (total + run - 1) / run;
+        const unsigned pos0 = (v - before) * run, pos1 = min(pos0 + run, total);
         const int qn = a.q8norm[q];
         const size_t row = (size_t)q * a.nprobe;
         for (int p0 = 0; p0 < a.nprobe; p0 += 32) {
@@ -1225,18 +1320,8 @@ __device__ void search_pairs_u8(const KnnSearchPairsArgs& a) {
                 const unsigned s_lo = __shfl_sync(FULL, lo, src), s_hi = __shfl_sync(FULL, hi, src);
                 const unsigned long long s_first = __shfl_sync(FULL, first, src);
                 const unsigned from = max(pos0, s_lo), to = min(pos1, s_hi);
-                const size_t r0 = s_first + (from - s_lo);
-                const unsigned long long ob = (unsigned long long)q * a.stride + from;
-                if (qn >= 0) {
-                    const int qo[2] = {g == 0 ? (int)q * a.dim : -1, -1};  // one query: m-tile row 0
-                    const int q2[2] = {qn, 0};
-                    const unsigned long long ob2[2] = {ob, 0};
-                    warp_rows_u8<METRIC, RG>(vectors, r0, (int)(to - from), a.dim, a.q8, qo, q2, a.cand, ob2);
-                } else {
-                    const unsigned rowq[1] = {q};
-                    const unsigned long long rowo[1] = {ob};
-                    warp_rows_f32<METRIC>(a.queries, vectors, r0, (int)(to - from), a.dim, 1, rowq, rowo, a.cand);
-                }
+                pair_rows_u8<METRIC, RG>(a, vectors, s_first + (from - s_lo), (int)(to - from), q, qn,
+                                         (unsigned long long)q * a.stride + from);
             }
         }
     }
@@ -1245,8 +1330,9 @@ __device__ void search_pairs_u8(const KnnSearchPairsArgs& a) {
 // Bounded as the warp search (U8_MIN_BLOCKS blocks of 8 warps an SM; the grid is at most those).
 #define SEARCH_PAIRS_U8(NAME, RG)                                                                         \
     extern "C" __global__ void __launch_bounds__(BLOCK, U8_MIN_BLOCKS) NAME(const KnnSearchPairsArgs a) { \
-        if (a.metric == 0) search_pairs_u8<0, RG>(a);                                                     \
-        else search_pairs_u8<1, RG>(a);                                                                   \
+        __shared__ PairRuns sm[WARPS];                                                                    \
+        if (a.metric == 0) search_pairs_u8<0, RG>(a, sm[threadIdx.x / 32]);                               \
+        else search_pairs_u8<1, RG>(a, sm[threadIdx.x / 32]);                                             \
     }
 SEARCH_PAIRS_U8(knn_search_pairs_u8, 1)
 SEARCH_PAIRS_U8(knn_search_pairs_u8_x2, 2)

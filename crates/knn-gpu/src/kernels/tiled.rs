@@ -188,7 +188,8 @@ kernel_args! {
 }
 
 kernel_args! {
-    /// Each query's candidate row in runs of `run` positions, a warp a run (u8 rows).
+    /// The pass's candidate rows in runs of equal length, a warp a run (u8 rows; at most
+    /// PAIR_MAX_QUERIES queries).
     pub struct KnnSearchPairsArgs {
         queries: Dev<f32>,
         vectors: Dev<()>,
@@ -198,10 +199,6 @@ kernel_args! {
         nprobe: i32,
         dim: i32,
         metric: i32,
-        /// Positions a warp takes: a multiple of 16.
-        run: i32,
-        /// Runs a query: the candidate stride over `run`, rounded up.
-        runs: i32,
         poff: Dev<u32>,
         totals: Dev<u32>,
         cand: Dev<f32>,
@@ -284,9 +281,9 @@ pub const SELECT_FILTER_PLAN_WIDE: KernelDecl<KnnSelectFilterPlanArgs> = KernelD
     WIDE as u32,
     Grid::BlockPerItem,
 );
-/// u8 rows, dim a multiple of 32 up to 256, a warp a run of a query's candidate row, 16 rows
-/// at a time or 32 (`_x2`); warps stride over the runs, so the grid is at most the resident
-/// blocks (`U8_MIN_BLOCKS` an SM).
+/// u8 rows, dim a multiple of 32 up to 256, a warp a run of a query's candidate row (dims
+/// other than 32, 64, 128 and 256 on the tensor cores, 16 rows at a time or 32: `_x2`); the
+/// kernel sizes the runs for its grid, the resident blocks (`U8_MIN_BLOCKS` an SM).
 pub const SEARCH_PAIRS_U8: [KernelDecl<KnnSearchPairsArgs>; 2] = [
     KernelDecl::new("knn_search_pairs_u8", B, Grid::Sized),
     KernelDecl::new("knn_search_pairs_u8_x2", B, Grid::Sized),

@@ -381,6 +381,31 @@ pub fn cases(seed: u64) -> Vec<Case> {
             seed: seed + 13,
             precision: Precision::U8,
         },
+        // The pair scan's one-query rows at 64 dimensions (4 lanes a row) with the inner
+        // product and more probes than a warp's lanes (its walk over the probes takes two
+        // turns), and at 256 (16 lanes a row).
+        Case {
+            n: 30_000,
+            dim: 64,
+            nlist: 128,
+            nq: 100,
+            k: 10,
+            nprobe: 40,
+            metric: Metric::InnerProduct,
+            seed: seed + 14,
+            precision: Precision::U8,
+        },
+        Case {
+            n: 8_000,
+            dim: 256,
+            nlist: 32,
+            nq: 20,
+            k: 10,
+            nprobe: 8,
+            metric: Metric::L2,
+            seed: seed + 15,
+            precision: Precision::U8,
+        },
         // A cohort large enough that cells hold several 32-query groups and rows several chunks.
         Case {
             n: 50_000,
