@@ -5,7 +5,8 @@
 #   probe:  the k-NN self-test of the new build (its kernels, the pair scan's among them,
 #           against the CPU twins), then the kernels (1M x 128, nlist 4096, nprobe 16, u8;
 #           cohorts 16 to 8 192) of the new build, of the same build with the pair scan off
-#           (`cohort-grouped`: COHORT_KNN_SEARCH=warp:0, main's plan) and of issue 49's
+#           (`cohort-grouped`: COHORT_KNN_SEARCH=warp:0, main's plan), with 8 loads a lane
+#           (`cohort-warp32`: COHORT_KNN_SEARCH=warp32) and of issue 49's
 #           "today" (cohort-base, d5016a9), then Nsight Compute on the pair scan's kernels at 64.
 #   checks: every GPU check of the new build (scripts/gpu-check run tests).
 #   kernels: the kernels again (round 2) for each build.
@@ -19,7 +20,10 @@ source scripts/lib/device-run.sh
 unpack_carried dist-base/b/*.xz
 # The same binary with the pair scan off: the plan main ran before it.
 printf '#!/bin/sh\nCOHORT_KNN_SEARCH=warp:0 exec "$(dirname "$0")/cohort" "$@"\n' > dist/cohort-grouped
-chmod +x dist/cohort-grouped
+# And with 8 loads a lane in flight in the pair scan (the _x2 kernels; 32 rows a step in the
+# grouped search from 256 queries).
+printf '#!/bin/sh\nCOHORT_KNN_SEARCH=warp32 exec "$(dirname "$0")/cohort" "$@"\n' > dist/cohort-warp32
+chmod +x dist/cohort-grouped dist/cohort-warp32
 COHORTS=16,64,128,256,1024,8192
 case "$1" in
 probe)

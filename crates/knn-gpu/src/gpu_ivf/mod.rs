@@ -446,6 +446,8 @@ pub struct Buffers {
     /// cap x dim query bytes and cap norms: the u8 warp search's queries, made by the plan.
     q8: CudaSlice<u8>,
     q8norm: CudaSlice<i32>,
+    /// The pair scan's passes (at most PAIR_MAX_QUERIES queries): each probe's cell's first row.
+    pfirst: CudaSlice<u32>,
 }
 
 impl GpuIvf {
@@ -610,6 +612,7 @@ impl GpuIvf {
             cand: s.alloc_zeros(cand)?,
             q8: s.alloc_zeros(cap * self.dim)?,
             q8norm: s.alloc_zeros(cap)?,
+            pfirst: s.alloc_zeros(cap.min(kernels::PAIR_MAX_QUERIES) * tiled_probe)?,
         })
     }
 

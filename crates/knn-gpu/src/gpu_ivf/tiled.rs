@@ -377,7 +377,7 @@ impl GpuIvf {
         };
         let fits = m * self.dim <= b.q8.len().min(i32::MAX as usize)
             && m <= b.q8norm.len().min(b.totals.len())
-            && m * nprobe <= b.poff.len();
+            && m * nprobe <= b.poff.len().min(b.pfirst.len());
         self.warp_rows().filter(|_| {
             m <= pairs_up_to.min(PAIR_MAX_QUERIES)
                 && fits
@@ -425,14 +425,15 @@ impl GpuIvf {
             probes: Dev::of_mut(&mut b.probes.slice_mut(q0 * nprobe..(q0 + m) * nprobe), s),
             offsets: Dev::of(&self.offsets, s),
             poff: Dev::of_mut(&mut b.poff, s),
+            pfirst: Dev::of_mut(&mut b.pfirst, s),
             totals: Dev::of_mut(&mut b.totals, s),
             queries: q,
             dim: dim as i32,
             q8: Dev::of_mut(&mut b.q8, s),
             q8norm: Dev::of_mut(&mut b.q8norm, s),
         };
-        // SAFETY: probes rows q0..q0+m, poff m x nprobe, totals, q8 and q8norm (pair_scan
-        // checked them); nprobe <= SEL_MAX.
+        // SAFETY: probes rows q0..q0+m, poff and pfirst m x nprobe, totals, q8 and q8norm
+        // (pair_scan checked them); nprobe <= SEL_MAX.
         unsafe {
             kn.select_filter_plan_wide
                 .launch(s, Work::Items(m), 0, &args)
@@ -444,13 +445,12 @@ impl GpuIvf {
         let args = KnnSearchPairsArgs {
             queries: q,
             vectors: self.vectors.dev(s),
-            offsets: Dev::of(&self.offsets, s),
-            probes: Dev::of(&b.probes.slice(q0 * nprobe..(q0 + m) * nprobe), s),
             nq: m as i32,
             nprobe: nprobe as i32,
             dim: dim as i32,
             metric: self.metric,
             poff: Dev::of(&b.poff, s),
+            pfirst: Dev::of(&b.pfirst, s),
             totals: Dev::of(&b.totals, s),
             cand: Dev::of_mut(&mut b.cand, s),
             stride: stride as u64,

@@ -644,10 +644,12 @@ struct KnnPlanArgs {
 
 // plan_query by a warp: the lanes take 32 probes a turn, so a query waits for one chain of
 // loads (probe, then its cell's offsets) a turn instead of one a probe; a warp prefix sum places
-// them. Returns the row's length to every lane. counts may be null (the pair scan counts no cells).
+// them. Returns the row's length to every lane. counts may be null (the pair scan counts no
+// cells); pfirst, where given (the pair scan), gets each probe's cell's first row (row ids are
+// 32-bit).
 __device__ unsigned plan_query_warp(const unsigned* __restrict__ probes, int nprobe,
                                     const unsigned long long* __restrict__ offsets, unsigned* __restrict__ poff,
-                                    unsigned* __restrict__ counts) {
+                                    unsigned* __restrict__ counts, unsigned* __restrict__ pfirst = nullptr) {
     const int lane = threadIdx.x % 32;
     unsigned run = 0;
     for (int p0 = 0; p0 < nprobe; p0 += 32) {
@@ -657,6 +659,7 @@ __device__ unsigned plan_query_warp(const unsigned* __restrict__ probes, int npr
             c = probes[p];
             len = (unsigned)(offsets[c + 1] - offsets[c]);
             if (counts) atomicAdd(&counts[c], 1u);
+            if (pfirst) pfirst[p] = (unsigned)offsets[c];
         }
         const unsigned incl = warp_inclusive_scan(len);
         if (p < nprobe) poff[p] = run + incl - len;
@@ -1138,8 +1141,8 @@ SEARCH_WARP_U8(knn_search_warp_u8_x2, 2)
 // the one-block plan (count, scan, scatter: ~12 us on one SM) and a chain of ~6 dependent
 // loads in front of each work item's first row. Here the filter's select also lays out each
 // query's candidate row (its block already holds the query's probes) and makes its bytes, and
-// the search gives each warp a run of one query's candidate row: no plan kernel, and four
-// rounds of loads (the row lengths, the query's probes and layout, its cells' starts, then
+// the search gives each warp a run of one query's candidate row: no plan kernel, and three
+// rounds of loads (the row lengths, the query's row layout with its cells' first rows, then
 // rows) before the first row. The distances are search_warp_u8's, bit for bit.
 
 struct KnnSelectFilterPlanArgs {
@@ -1148,6 +1151,7 @@ struct KnnSelectFilterPlanArgs {
     unsigned* probes;                   // nq x nprobe
     const unsigned long long* offsets;  // nlist + 1
     unsigned* poff;                     // nq x nprobe
+    unsigned* pfirst;                   // nq x nprobe: each probe's cell's first row
     unsigned* totals;                   // nq
     const float* queries;               // nq x dim
     int dim;
@@ -1166,7 +1170,8 @@ extern "C" __global__ void __launch_bounds__(WIDE_BLOCK) knn_select_filter_plan_
     __syncthreads();
     const int warp = threadIdx.x / 32;
     if (warp == 0) {
-        const unsigned total = plan_query_warp(probes, a.nprobe, a.offsets, a.poff + q * a.nprobe, nullptr);
+        const unsigned total =
+            plan_query_warp(probes, a.nprobe, a.offsets, a.poff + q * a.nprobe, nullptr, a.pfirst + q * a.nprobe);
         if (threadIdx.x == 0) a.totals[q] = total;
     } else if (warp == 1) {
         query_bytes_warp(a.queries, a.dim, a.q8, a.q8norm, (int)q);
@@ -1176,10 +1181,9 @@ extern "C" __global__ void __launch_bounds__(WIDE_BLOCK) knn_select_filter_plan_
 struct KnnSearchPairsArgs {
     const float* queries;               // nq x dim (the f32 sums of queries off the byte integers)
     const void* vectors;                // u8 rows
-    const unsigned long long* offsets;  // nlist + 1
-    const unsigned* probes;             // nq x nprobe
     int nq, nprobe, dim, metric;        // nq <= PAIR_MAX_QUERIES
     const unsigned* poff;               // nq x nprobe
+    const unsigned* pfirst;             // nq x nprobe
     const unsigned* totals;             // nq
     float* cand;                        // nq x stride
     unsigned long long stride;
@@ -1188,46 +1192,69 @@ struct KnnSearchPairsArgs {
 };
 
 // Rows of one query at a time, 16 bytes a lane (dim = 16 L, L a power of two up to 16: 32, 64,
-// 128 or 256 dimensions): lane l reads bytes 16 (l % L).. of rows l / L, l / L + 32 / L, ...,
-// ONE_LOADS rows a lane in flight, and a row's L lanes add their partial sums by xor shuffles.
-// One query leaves 15 of an mma's 16 query rows empty; here every lane's load and dp4a is the
-// query's, and a warp has 2 KB of rows in flight at dim 128, twice the mma path's (at 8 loads
-// a lane the kernel spilled under its 64-register bound).
-#define ONE_LOADS 4
+// 128 or 256 dimensions): lane l reads bytes 16 (l % L).. of rows l / L + u 32 / L for each of
+// LOADS loads u in flight (4 a lane, 8 in the _x2 kernel). One query leaves 15 of an mma's 16
+// query rows empty; here every lane's load and dp4a is the query's, and a warp has 2 KB of rows
+// in flight at dim 128 (4 with 8 loads, which spill a little under the 64-register bound).
 __device__ __forceinline__ bool one_query_rows(int dim) {
     const int l = dim / 16;
     return dim % 16 == 0 && l <= 16 && (l & (l - 1)) == 0;
 }
 
 // Distances of the query whose 16-byte column this lane holds (qw; q2 its squared norm) to rows
-// [r0, r0 + nr) of u8 `rows`, into out[ob + r]: the same integers as warp_rows_u8 (x.x - 2 q.x
-// + q.q, or q.x), so the same floats.
-template <int METRIC>
-__device__ void one_query_rows_u8(const unsigned char* __restrict__ rows, size_t r0, int nr, int dim, uint4 qw,
-                                  int q2, float* __restrict__ out, unsigned long long ob) {
-    const int lane = threadIdx.x % 32, l = dim / 16, per = 32 / l;
-    const int col = lane & (l - 1), rl = lane / l;
-    for (int base = 0; base < nr; base += ONE_LOADS * per) {
-        uint4 x[ONE_LOADS];
+// [r0, r0 + nr) of u8 `rows` (dim 16 L), into out[ob + r]: the same integers as warp_rows_u8
+// (x.x - 2 q.x + q.q, or q.x), so the same floats. A row's L lanes add their LOADS partial
+// sums transposed: at each xor step a lane keeps half of its sums and adds its partner's half,
+// so 4 loads at L = 8 take 4 shuffles (2 + 1 + 1) where summing each load's row took 12, in
+// chains of 2 instead of 3.
+template <int METRIC, int L, int LOADS>
+__device__ void one_query_rows_u8(const unsigned char* __restrict__ rows, size_t r0, int nr, uint4 qw, int q2,
+                                  float* __restrict__ out, unsigned long long ob) {
+    constexpr int PER = 32 / L, DIM = 16 * L;  // rows a warp load covers
+    // After the halving steps a lane holds KEEP sums: loads ub.. of its row slot.
+    constexpr int KEEP = LOADS > L ? LOADS / L : 1;
+    const int lane = threadIdx.x % 32, col = lane & (L - 1), rl = lane / L;
+    for (int base = 0; base < nr; base += LOADS * PER) {
+        uint4 x[LOADS];
 #pragma unroll
-        for (int u = 0; u < ONE_LOADS; ++u) {
-            const int r = base + u * per + rl;
-            x[u] = r < nr ? *reinterpret_cast<const uint4*>(rows + (r0 + r) * (size_t)dim + 16 * col)
+        for (int u = 0; u < LOADS; ++u) {
+            const int r = base + u * PER + rl;
+            x[u] = r < nr ? *reinterpret_cast<const uint4*>(rows + (r0 + r) * (size_t)DIM + 16 * col)
                           : make_uint4(0u, 0u, 0u, 0u);
         }
+        int v[LOADS];
 #pragma unroll
-        for (int u = 0; u < ONE_LOADS; ++u) {
-            if (base + u * per >= nr) break;  // the whole warp
+        for (int u = 0; u < LOADS; ++u) {
             const unsigned qx = __dp4a(x[u].w, qw.w, __dp4a(x[u].z, qw.z, __dp4a(x[u].y, qw.y, __dp4a(x[u].x, qw.x, 0u))));
-            int sum = (int)qx;
+            v[u] = (int)qx;
             if (METRIC == 0) {
                 const unsigned xx =
                     __dp4a(x[u].w, x[u].w, __dp4a(x[u].z, x[u].z, __dp4a(x[u].y, x[u].y, __dp4a(x[u].x, x[u].x, 0u))));
-                sum = (int)xx - 2 * (int)qx;
+                v[u] = (int)xx - 2 * (int)qx;
             }
-            for (int o = l / 2; o > 0; o /= 2) sum += __shfl_xor_sync(FULL, sum, o);
-            const int r = base + u * per + rl;
-            if (col == 0 && r < nr) out[ob + r] = METRIC == 0 ? (float)(q2 + sum) : -(float)sum;
+        }
+        int ub = 0;  // the first load whose sum this lane keeps
+#pragma unroll
+        for (int o = L / 2, c = LOADS; o > 0; o /= 2) {
+            const bool up = lane & o;
+            if (c > 1) {
+#pragma unroll
+                for (int j = 0; j < c / 2; ++j) {
+                    const int keep = up ? v[j + c / 2] : v[j], give = up ? v[j] : v[j + c / 2];
+                    v[j] = keep + __shfl_xor_sync(FULL, give, o);
+                }
+                ub += up ? c / 2 : 0;
+                c /= 2;
+            } else {
+                v[0] += __shfl_xor_sync(FULL, v[0], o);
+            }
+        }
+        // Lanes that differ only in the bits of the plain (c == 1) steps hold the same sums.
+        if ((col & (L / (LOADS / KEEP) - 1)) != 0) continue;
+#pragma unroll
+        for (int j = 0; j < KEEP; ++j) {
+            const int r = base + (ub + j) * PER + rl;
+            if (r < nr) out[ob + r] = METRIC == 0 ? (float)(q2 + v[j]) : -(float)v[j];
         }
     }
 }
@@ -1245,7 +1272,12 @@ __device__ void pair_rows_u8(const KnnSearchPairsArgs& a, const unsigned char* _
         warp_rows_f32<METRIC>(a.queries, vectors, r0, nr, a.dim, 1, rowq, rowo, a.cand);
     } else if (one_query_rows(a.dim)) {
         const uint4 qw = __ldg(reinterpret_cast<const uint4*>(a.q8 + (size_t)q * a.dim + 16 * (lane & (a.dim / 16 - 1))));
-        one_query_rows_u8<METRIC>(vectors, r0, nr, a.dim, qw, qn, a.cand, ob);
+        switch (a.dim) {
+        case 32: one_query_rows_u8<METRIC, 2, 4 * RG>(vectors, r0, nr, qw, qn, a.cand, ob); break;
+        case 64: one_query_rows_u8<METRIC, 4, 4 * RG>(vectors, r0, nr, qw, qn, a.cand, ob); break;
+        case 128: one_query_rows_u8<METRIC, 8, 4 * RG>(vectors, r0, nr, qw, qn, a.cand, ob); break;
+        default: one_query_rows_u8<METRIC, 16, 4 * RG>(vectors, r0, nr, qw, qn, a.cand, ob); break;
+        }
     } else {
         const int qo[2] = {lane < 4 ? (int)q * a.dim : -1, -1};
         const int q2[2] = {qn, 0};
@@ -1266,7 +1298,8 @@ struct PairRuns {
 // the same prefix of runs per query: run = the rows over (warps - nq), rounded up to 16, so
 // the runs (at most rows / run + nq) are no more than the warps and none waits for a second.
 // A run may cross probes: lane p holds probe p's span of the query's row and its cell's first
-// row, and the warp walks the probes the run overlaps.
+// row (laid out by the select: no load of the cell's offsets here), and the warp walks the
+// probes the run overlaps.
 template <int METRIC, int RG>
 __device__ void search_pairs_u8(const KnnSearchPairsArgs& a, PairRuns& sm) {
     constexpr int PQ = PAIR_MAX_QUERIES / 32;
@@ -1305,20 +1338,18 @@ __device__ void search_pairs_u8(const KnnSearchPairsArgs& a, PairRuns& sm) {
         const size_t row = (size_t)q * a.nprobe;
         for (int p0 = 0; p0 < a.nprobe; p0 += 32) {
             const int p = p0 + lane;
-            unsigned lo = ~0u, hi = ~0u, cell = 0;  // probe p's span of the row, and its cell
+            unsigned lo = ~0u, hi = ~0u, first = 0;  // probe p's span of the row, its cell's first row
             if (p < a.nprobe) {
                 lo = a.poff[row + p];
-                cell = a.probes[row + p];
+                first = a.pfirst[row + p];
                 if (p + 1 < a.nprobe) hi = a.poff[row + p + 1];
             }
             if (hi == ~0u) hi = total;
             const bool overlaps = lo < pos1 && hi > pos0 && lo < hi;
-            unsigned long long first = 0;
-            if (overlaps) first = a.offsets[cell];
             for (unsigned m = __ballot_sync(FULL, overlaps); m; m &= m - 1) {
                 const int src = __ffs(m) - 1;
                 const unsigned s_lo = __shfl_sync(FULL, lo, src), s_hi = __shfl_sync(FULL, hi, src);
-                const unsigned long long s_first = __shfl_sync(FULL, first, src);
+                const unsigned s_first = __shfl_sync(FULL, first, src);
                 const unsigned from = max(pos0, s_lo), to = min(pos1, s_hi);
                 pair_rows_u8<METRIC, RG>(a, vectors, s_first + (from - s_lo), (int)(to - from), q, qn,
                                          (unsigned long long)q * a.stride + from);

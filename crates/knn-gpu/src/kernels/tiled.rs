@@ -179,6 +179,8 @@ kernel_args! {
         probes: Dev<u32>,
         offsets: Dev<u64>,
         poff: Dev<u32>,
+        /// Each probe's cell's first row.
+        pfirst: Dev<u32>,
         totals: Dev<u32>,
         queries: Dev<f32>,
         dim: i32,
@@ -193,13 +195,12 @@ kernel_args! {
     pub struct KnnSearchPairsArgs {
         queries: Dev<f32>,
         vectors: Dev<()>,
-        offsets: Dev<u64>,
-        probes: Dev<u32>,
         nq: i32,
         nprobe: i32,
         dim: i32,
         metric: i32,
         poff: Dev<u32>,
+        pfirst: Dev<u32>,
         totals: Dev<u32>,
         cand: Dev<f32>,
         stride: u64,
