@@ -12,7 +12,8 @@
 #   kernels: the kernels again (round 2) for each build.
 #   served: the 10M index served by the new build and by cohort-grouped (gpu-cohort on cores
 #           0-7, the generator on 8-15, Poisson, every answer checked) beside the UDP echo anchor.
-#   final:  every GPU check of the build the session stops on, then its kernels.
+#   final:  every GPU check of the build the session stops on, then the kernels of each build
+#           (64 / 128 / 1 024 / 8 192, round 2).
 # Carried: dist-base/kv.tar.xz (cohort, cohort-base), dist-base/b (the new build's test
 # executables), dist-base/debs.
 set -u
@@ -50,11 +51,12 @@ served)
     (cd $OUT && tar czf served.tgz s && rm -rf s)
     ;;
 final)
+    # Every GPU check of the build, then each build's kernels (round 2; the JSON of the
+    # checked build is gpu-kernels-cohort-r2.json).
     checks_and_1m_data
     rc=$?
-    timeout 100 dist/cohort bench gpu-kernels --data $D --nlist 4096 --nprobe 16 --cohorts 64,1024,8192 \
-        --precision u8 --seconds 0.3 --out "$OUT/gpu-kernels-cohort-final.json" --log-level warn > /dev/null 2>&1 || echo "kernels failed"
-    kernels_summary "$OUT/gpu-kernels-cohort-final.json"
+    kernels_round_u8 2 64,128,1024,8192
+    pack_results kernels-r2.tgz
     exit $rc
     ;;
 esac

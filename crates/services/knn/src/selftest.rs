@@ -20,6 +20,17 @@ fn close(a: f32, b: f32) -> bool {
 /// Same neighbours: distances agree within tolerance position by position, and ids agree
 /// wherever the distance is distinct from its neighbours' (near-ties may swap).
 pub fn same_neighbors(gpu: &[Neighbor], cpu: &[Neighbor]) -> Result<(), String> {
+    same_neighbors_then(gpu, cpu, None).map(|_| ())
+}
+
+/// As `same_neighbors`, with `next` the CPU's neighbour after its last (where it has one): a
+/// near-tie between the last place and the one after may swap too, which the k places alone
+/// cannot show. Returns how many places hold a different id (each a near-tie).
+fn same_neighbors_then(
+    gpu: &[Neighbor],
+    cpu: &[Neighbor],
+    next: Option<&Neighbor>,
+) -> Result<usize, String> {
     if gpu.len() != cpu.len() {
         return Err(format!(
             "gpu returned {} neighbours, cpu {}",
@@ -27,6 +38,7 @@ pub fn same_neighbors(gpu: &[Neighbor], cpu: &[Neighbor]) -> Result<(), String> 
             cpu.len()
         ));
     }
+    let mut swapped = 0;
     for (i, (g, c)) in gpu.iter().zip(cpu).enumerate() {
         if !close(g.distance, c.distance) {
             return Err(format!(
@@ -34,17 +46,23 @@ pub fn same_neighbors(gpu: &[Neighbor], cpu: &[Neighbor]) -> Result<(), String> 
                 g.distance, c.distance
             ));
         }
-        let tied = |j: usize| j < cpu.len() && close(cpu[j].distance, c.distance);
+        let tied = |j: usize| {
+            let other = if j < cpu.len() { cpu.get(j) } else { next };
+            other.is_some_and(|o| close(o.distance, c.distance))
+        };
         let tied_before = i > 0 && tied(i - 1);
         let distinct = !tied_before && !tied(i + 1);
-        if distinct && g.id != c.id {
-            return Err(format!(
-                "position {i}: gpu id {} vs cpu id {} at distance {}",
-                g.id, c.id, c.distance
-            ));
+        if g.id != c.id {
+            if distinct {
+                return Err(format!(
+                    "position {i}: gpu id {} vs cpu id {} at distance {}",
+                    g.id, c.id, c.distance
+                ));
+            }
+            swapped += 1;
         }
     }
-    Ok(())
+    Ok(swapped)
 }
 
 pub struct Case {
@@ -208,16 +226,22 @@ pub fn check_case(c: &Case) -> Result<String, GpuError> {
         let full = g
             .search_in(&s, &mut b, &queries.data, c.k, c.nprobe, Some(plan))
             .map_err(|e| fail(&what, e.to_string()))?;
-        let (mut hg, mut hc) = (0usize, 0usize);
+        // The CPU's k + 1 nearest: the one after the k-th shows a near-tie at the last place
+        // (f32 sums in another order may break it the other way; seen at dim 256 with queries
+        // off the integers, whose distances fall on multiples of 1/4).
+        let (mut hg, mut hc, mut swapped) = (0usize, 0usize, 0usize);
         for (qi, gpu) in full.iter().enumerate() {
-            let cpu = ix.query(
+            let mut cpu = ix.query(
                 queries.row(qi),
                 SearchParams {
-                    k: c.k,
+                    k: c.k + 1,
                     nprobe: c.nprobe,
                 },
             );
-            same_neighbors(gpu, &cpu).map_err(|m| fail(&what, format!("query {qi}: {m}")))?;
+            let next = (cpu.len() > c.k).then(|| cpu[c.k]);
+            cpu.truncate(c.k);
+            swapped += same_neighbors_then(gpu, &cpu, next.as_ref())
+                .map_err(|m| fail(&what, format!("query {qi}: {m}")))?;
             let exact = cohort_knn::exact::search_one(&base, c.metric, queries.row(qi), c.k);
             let hits = |r: &[Neighbor]| {
                 r.iter()
@@ -227,8 +251,12 @@ pub fn check_case(c: &Case) -> Result<String, GpuError> {
             hg += hits(gpu);
             hc += hits(&cpu);
         }
-        if hg != hc {
-            return Err(fail(&what, format!("recall: gpu hits {hg} vs cpu {hc}")));
+        // Each near-tie swapped in or out of the k may move a hit.
+        if hg.abs_diff(hc) > swapped {
+            return Err(fail(
+                &what,
+                format!("recall: gpu hits {hg} vs cpu {hc} ({swapped} near-ties swapped)"),
+            ));
         }
         hits_g = hg;
     }
@@ -792,4 +820,28 @@ fn sharded_batch_backends(
         ));
     }
     Ok(lines)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn n(id: u32, distance: f32) -> Neighbor {
+        Neighbor { id, distance }
+    }
+
+    #[test]
+    fn a_swap_at_the_last_place_passes_only_when_the_next_one_ties() {
+        let gpu = [n(1, 1.0), n(7, 5.0)];
+        let cpu = [n(1, 1.0), n(9, 5.0)];
+        // Without the CPU's next neighbour the last place looks distinct: a wrong id fails.
+        assert!(same_neighbors(&gpu, &cpu).is_err());
+        // Its next neighbour (id 7) ties with the last: the swap is a near-tie.
+        assert_eq!(same_neighbors_then(&gpu, &cpu, Some(&n(7, 5.0))), Ok(1));
+        // A next neighbour far from the last does not excuse it.
+        assert!(same_neighbors_then(&gpu, &cpu, Some(&n(7, 9.0))).is_err());
+        // Distances must agree whatever the ids.
+        assert!(same_neighbors_then(&[n(1, 1.0), n(9, 6.0)], &cpu, None).is_err());
+        assert_eq!(same_neighbors_then(&cpu, &cpu, None), Ok(0));
+    }
 }
