@@ -240,6 +240,16 @@ served_10m_beside() {
     done
 }
 
+# served_10m_beside for the builds named, into $OUT/served.tgz (only a few files come back from
+# a call), the 10M data made first where missing. Usage: served_10m_packed NAME...
+served_10m_packed() {
+    local r=$OUT/s
+    mkdir -p $r
+    knn_10m_data
+    served_10m_beside $r "$@"
+    (cd $OUT && tar czf served.tgz s && rm -rf s)
+}
+
 # The bank (100 000 users) served over HTTP on cores 0-7 by dist/cohort's ENGINE with IO io
 # threads at 127.0.0.1:18093; returns once it listens, its pid in BANK_PID; stop_bank ends it.
 # Usage: serve_bank ENGINE IO

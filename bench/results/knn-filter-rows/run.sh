@@ -26,12 +26,6 @@ kernels_round() { # ROUND: each carried build's kernels, JSON per build and roun
         --log-level warn > /dev/null 2>&1 || echo "tile filter failed"
     kernels_summary "$OUT/gpu-kernels-cohort-tilefilter-r$1.json"
 }
-served_beside_prev() { # the 10M index served by cohort and cohort-prev, packed into $OUT/served.tgz
-    R=$OUT/s; mkdir -p $R
-    knn_10m_data
-    served_10m_beside $R cohort cohort-prev
-    (cd $OUT && tar czf served.tgz s && rm -rf s)
-}
 case "$1" in
 probe)
     selftest_and_1m_data
@@ -60,7 +54,7 @@ probe-served)
     grep -E "^  knn_|Duration" $OUT/ncu64.txt | head -12
     pack_results probe.tgz ncu64.txt
     [ $rc = 0 ] || exit $rc
-    served_beside_prev
+    served_10m_packed cohort cohort-prev
     ;;
 final)
     # The build the session stops on: every GPU check, then its kernels (a JSON naming it).
@@ -72,6 +66,6 @@ final)
     exit $rc
     ;;
 served)
-    served_beside_prev
+    served_10m_packed cohort cohort-prev
     ;;
 esac

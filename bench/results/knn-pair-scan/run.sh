@@ -45,10 +45,7 @@ kernels)
     pack_results kernels-r2.tgz
     ;;
 served)
-    R=$OUT/s; mkdir -p $R
-    knn_10m_data
-    served_10m_beside $R cohort cohort-grouped
-    (cd $OUT && tar czf served.tgz s && rm -rf s)
+    served_10m_packed cohort cohort-grouped
     ;;
 final)
     # Every GPU check of the build, then each build's kernels (round 2; the JSON of the
