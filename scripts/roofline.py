@@ -11,8 +11,8 @@ products of 2 FLOPs (environment, default 2: head x head and head x tail, as it 
 3 for commits before, which always took the tail product too); the u8 search (integer tensor cores at 28d9a4c on) 2 ops per element
 (the multiply-add of q.x; its norms are a small extra). Bytes, the least a stage moves: the filter writes the scores and reads
 queries and centroids; a select reads its rows once; the search reads every list that some
-query of the cohort probes once, and writes the candidates; the re-rank reads its candidate
-centroids.
+query of the cohort probes once, and writes the candidates (the pair scan, `search_pairs`,
+reads each pair's rows: every query's own); the re-rank reads its candidate centroids.
 
 usage: scripts/roofline.py GPU_KERNELS_JSON LABEL [N DIM NLIST]"""
 import json, sys
@@ -42,7 +42,12 @@ for p in r['points']:
             if tc: fl=2*TC_PRODUCTS*nq*NLIST*DIM; peak=TF32_PEAK
             else: fl=3*nq*NLIST*DIM
             by=4*(nq*NLIST+NLIST*DIM+nq*DIM)
-        elif k=='select_filter': by=4*nq*NLIST
+        elif k in ('select_filter', 'select_filter_plan'): by=4*nq*NLIST
+        elif k=='search_pairs':
+            # The pair scan reads each (query, probe) pair's rows on its own (no sharing of a
+            # cell between queries) and writes the candidates; its dp4a path is on the CUDA
+            # cores, so bytes only.
+            by=nq*rows*DIM*e+4*nq*rows
         elif k=='select_rerank_filter': by=4*nq*NLIST+4*nq*(p['nprobe']+8)*DIM
         elif k=='search':
             by=N*DIM*e*probed+4*nq*rows
