@@ -14,6 +14,8 @@
 #           0-7, the generator on 8-15, Poisson, every answer checked) beside the UDP echo anchor.
 #   final:  every GPU check of the build the session stops on, then the kernels of each build
 #           (64 / 128 / 1 024 / 8 192, round 2).
+#   extra:  the kernels at 64 and 128 again (round 3), then the pair scan served at 450 K and
+#           500 K beside the echo.
 # Carried: dist-base/kv.tar.xz (cohort, cohort-base), dist-base/b (the new build's test
 # executables), dist-base/debs.
 set -u
@@ -46,6 +48,15 @@ kernels)
     ;;
 served)
     served_10m_packed cohort cohort-grouped
+    ;;
+extra)
+    # A third round at the small cohorts (this build, grouped, d5016a9), then the pair scan
+    # served at 450 K and 500 K beside a fresh echo anchor.
+    rm -f dist/cohort-warp32
+    knn_1m_data
+    kernels_round_u8 3 64,128
+    pack_results kernels-r3.tgz
+    RATES="450k 500k" served_10m_packed cohort
     ;;
 final)
     # Every GPU check of the build, then each build's kernels (round 2; the JSON of the
