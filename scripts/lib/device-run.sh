@@ -56,6 +56,20 @@ selftest_and_1m_data() {
     return $rc
 }
 
+# The k-NN self-test with the 1M data made beside it (selftest_and_1m_data), then KERNELS (a
+# command: a round of the builds' kernels), then Nsight Compute on the kernels REGEX names,
+# COUNT launches at cohort 64 (ncu_kernels), everything packed into $OUT/probe.tgz; returns
+# the self-test's status. Usage: probe_cohort64 KERNELS REGEX COUNT
+probe_cohort64() {
+    selftest_and_1m_data
+    local rc=$?
+    $1
+    ncu_kernels 64 "$2" "$3" ncu64.txt
+    grep -E "^  knn_|Duration" $OUT/ncu64.txt | head -24
+    pack_results probe.tgz ncu64.txt
+    return $rc
+}
+
 # One line a `bench gpu-kernels` JSON: its cohorts, each with the tiled plan's launched and
 # graph-replayed M q/s, its recall@k and its stage times (us). Usage: kernels_summary JSON...
 kernels_summary() {

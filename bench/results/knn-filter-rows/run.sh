@@ -28,13 +28,8 @@ kernels_round() { # ROUND: each carried build's kernels, JSON per build and roun
 }
 case "$1" in
 probe)
-    selftest_and_1m_data
-    rc=$?
-    kernels_round 1
-    ncu_kernels 64 "knn_filter_rows|knn_select_filter_wide|knn_plan_one_block|knn_search_warp_u8|knn_select_search_wide" 5 ncu64.txt
-    grep -E "^  knn_|Duration" $OUT/ncu64.txt | head -24
-    pack_results probe.tgz ncu64.txt
-    exit $rc
+    probe_cohort64 "kernels_round 1" \
+        "knn_filter_rows|knn_select_filter_wide|knn_plan_one_block|knn_search_warp_u8|knn_select_search_wide" 5
     ;;
 checks)
     gpu_checks

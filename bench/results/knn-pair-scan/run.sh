@@ -30,13 +30,8 @@ chmod +x dist/cohort-grouped dist/cohort-warp32
 COHORTS=16,64,128,256,1024,8192
 case "$1" in
 probe)
-    selftest_and_1m_data
-    rc=$?
-    kernels_round_u8 1 $COHORTS
-    ncu_kernels 64 "knn_select_filter_plan_wide|knn_search_pairs_u8|knn_filter_tiled|knn_select_search_wide" 8 ncu64.txt
-    grep -E "^  knn_|Duration" $OUT/ncu64.txt | head -24
-    pack_results probe.tgz ncu64.txt
-    exit $rc
+    probe_cohort64 "kernels_round_u8 1 $COHORTS" \
+        "knn_select_filter_plan_wide|knn_search_pairs_u8|knn_filter_tiled|knn_select_search_wide" 8
     ;;
 checks)
     gpu_checks
