@@ -1,5 +1,6 @@
-//! The bank on the GPU, one thread per request of a cohort (a group of up to 32 per page, by
-//! the cohort's size: [`super::kernels::page_lanes`]): parse (`kernels/bank_parse.cu`),
+//! The bank on the GPU, a group of threads per request of a cohort (up to 32 to parse one and
+//! to write its page, by the cohort's size: [`super::kernels::parse_lanes`],
+//! [`super::kernels::page_lanes`]; one for sessions): parse (`kernels/bank_parse.cu`),
 //! sessions and pages (`kernels/bank_serve.cu`), with requests and responses in row-major or
 //! transposed slots. CPU twins: [`super::parse`], [`super::session`], [`super::page`]
 //! (together: [`super::Bank::serve`]). The parts - [`Kernels`], the device's [`SessionTable`],
@@ -149,6 +150,9 @@ pub struct CohortBuffers {
     rec_at: CudaSlice<u32>,
     /// Threads per page; None: by the cohort's size ([`super::kernels::page_lanes`]).
     page_lanes: Option<u32>,
+    /// Threads per request parsed; None: by the cohort's size
+    /// ([`super::kernels::parse_lanes`]).
+    parse_lanes: Option<u32>,
 }
 
 /// Where a cohort's records are on the device.
@@ -197,6 +201,7 @@ impl CohortBuffers {
             want: s.alloc_zeros(cap)?,
             rec_at: s.alloc_zeros(cap)?,
             page_lanes: None,
+            parse_lanes: None,
         })
     }
 
@@ -206,6 +211,16 @@ impl CohortBuffers {
             super::kernels::check_page_lanes(l).map_err(GpuError::Invalid)?;
         }
         self.page_lanes = lanes;
+        Ok(())
+    }
+
+    /// Fixes the threads per request parsed (a power of two up to 32; None: by the cohort's
+    /// size).
+    pub fn set_parse_lanes(&mut self, lanes: Option<u32>) -> Result<(), GpuError> {
+        if let Some(l) = lanes {
+            super::kernels::check_page_lanes(l).map_err(GpuError::Invalid)?;
+        }
+        self.parse_lanes = lanes;
         Ok(())
     }
 
@@ -292,6 +307,9 @@ impl CohortBuffers {
         if n == 0 {
             return Ok(());
         }
+        let lanes = self
+            .parse_lanes
+            .unwrap_or_else(|| super::kernels::parse_lanes(n));
         let args = BankParseArgs {
             reqs: Dev::of(&self.reqs, s),
             lens: Dev::of(&self.lens, s),
@@ -304,9 +322,10 @@ impl CohortBuffers {
             cookie_token: Dev::of_mut(&mut self.cookie_token, s),
             nums: Dev::of_mut(&mut self.nums, s),
             texts: Dev::of_mut(&mut self.texts, s),
+            lanes,
         };
-        // SAFETY: every buffer holds cap >= n entries.
-        unsafe { k.parse.launch(s, Work::Items(n), 0, &args) }?;
+        // SAFETY: every buffer holds cap >= n entries; a group of `lanes` threads a request.
+        unsafe { k.parse.launch(s, Work::Items(n * lanes as usize), 0, &args) }?;
         Ok(())
     }
 
@@ -532,6 +551,11 @@ impl GpuParser {
     /// Fixes the threads per page (None: by the cohort's size).
     pub fn set_page_lanes(&mut self, lanes: Option<u32>) -> Result<(), GpuError> {
         self.bufs.set_page_lanes(lanes)
+    }
+
+    /// Fixes the threads per request parsed (None: by the cohort's size).
+    pub fn set_parse_lanes(&mut self, lanes: Option<u32>) -> Result<(), GpuError> {
+        self.bufs.set_parse_lanes(lanes)
     }
 
     /// Records, sessions then pages for the parsed cohort (after [`GpuParser::launch`]),

@@ -72,7 +72,16 @@ fn parser_matches_its_cpu_twin(devs: &[DeviceInfo], seed: u64) -> Result<Vec<Str
     let ok = want.iter().filter(|w| w.is_ok()).count();
     assert!(ok > n / 3, "the mix should parse mostly: {ok} of {n}");
     let mut p = GpuParser::new(dev, n).map_err(|e| e.to_string())?;
-    for transposed in [false, true] {
+    // By the cohort's size (one thread a request at this size), then groups of 32 and 4.
+    let runs = [
+        (false, None),
+        (true, None),
+        (false, Some(32)),
+        (true, Some(4)),
+    ];
+    for (transposed, lanes) in runs {
+        p.set_parse_lanes(lanes).map_err(|e| e.to_string())?;
+        let threads = lanes.map_or("by cohort".to_string(), |l| l.to_string());
         p.upload(&reqs, transposed).map_err(|e| e.to_string())?;
         p.launch().map_err(|e| e.to_string())?;
         p.synchronize().map_err(|e| e.to_string())?;
@@ -81,12 +90,12 @@ fn parser_matches_its_cpu_twin(devs: &[DeviceInfo], seed: u64) -> Result<Vec<Str
             assert_eq!(
                 g,
                 w,
-                "request {i} (transposed {transposed}): {:?}",
+                "request {i} (transposed {transposed}, threads per request {threads}): {:?}",
                 String::from_utf8_lossy(&reqs[i])
             );
         }
         log.push(format!(
-            "bank parser: {n} requests ({ok} parse), transposed {transposed}: GPU = CPU twin"
+            "bank parser: {n} requests ({ok} parse), transposed {transposed}, threads per request {threads}: GPU = CPU twin"
         ));
     }
     Ok(log)
@@ -214,8 +223,10 @@ fn pages_match_the_cpu_twins(devs: &[DeviceInfo], seed: u64) -> Result<Vec<Strin
             .and_then(|p| p.with_sessions(users, users, cfg.secret))
             .map_err(|e| e.to_string())?;
         gpu.set_page_lanes(lanes).map_err(|e| e.to_string())?;
+        gpu.set_parse_lanes(lanes).map_err(|e| e.to_string())?;
         let threads = lanes.map_or("by cohort".to_string(), |l| l.to_string());
-        let label = format!("harness, transposed {transposed}, threads per page {threads}");
+        let label =
+            format!("harness, transposed {transposed}, threads per page and request {threads}");
         let compared = bank_session_rounds(&mut rng, &cpu, users, &label, &mut |reqs| {
             gpu.upload(reqs, transposed).unwrap();
             gpu.launch().unwrap();

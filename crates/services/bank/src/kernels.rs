@@ -46,6 +46,8 @@ kernel_args! {
         cookie_token: Dev<u64>,
         nums: Dev<u64>,
         texts: Dev<u8>,
+        /// Threads per request: a power of two up to 32 (see [`parse_lanes`]).
+        lanes: u32,
     }
 }
 
@@ -133,6 +135,7 @@ pub const UNPACK: KernelDecl<BankUnpackArgs> =
 /// Block (32, 8) moves a tile of 32 responses x 32 words; grid (word tiles, response tiles).
 pub const GATHER: KernelDecl<BankGatherArgs> =
     KernelDecl::new("bank_gather", 32, Grid::Sized).with_block_y(8);
+/// A group of `lanes` threads per request (launched as `n x lanes` items).
 pub const PARSE: KernelDecl<BankParseArgs> =
     KernelDecl::new("bank_parse", PER_REQUEST, Grid::ThreadPerItem { cap: 0 });
 pub const FETCH: KernelDecl<BankFetchArgs> =
@@ -154,6 +157,13 @@ pub fn page_lanes(n: usize) -> u32 {
         1025..=4096 => 8,
         _ => 1,
     }
+}
+
+/// Threads that parse one request of a cohort of `n`: the pages' rule (a small cohort's
+/// latency is its slowest request's, and a group's ballots cost issue slots that a large
+/// cohort needs); not measured apart from the pages'.
+pub fn parse_lanes(n: usize) -> u32 {
+    page_lanes(n)
 }
 
 /// A fixed threads-per-page value checked: a power of two up to 32, so a page's group never

@@ -1,4 +1,8 @@
-// The bank's HTTP/1.1 parser: one thread per request of a cohort (Rhythm's parse stage).
+// The bank's HTTP/1.1 parser: a group of `lanes` threads per request of a cohort (Rhythm's
+// parse stage; one thread a request in large cohorts, a warp in small ones, where a request's
+// latency is the cohort's). The group walks the request together - every thread takes the
+// same branches - and the scans (for a byte, a line's end, a literal) test `lanes` bytes a
+// step with a ballot; the first thread stores the results.
 // CPU twin: `bank::parse::parse` (crates/services/src/bank/parse.rs), step for step: the same
 // checks in the same order give the same refusal. The constants and the tables of paths and
 // parameter names come from the generated prelude (bank/cuda.rs).
@@ -15,25 +19,43 @@ struct Req {
     unsigned int r, n;
     int len;
     bool tr;
+    // This thread's place in the request's group, the group's threads in the warp (mask) and
+    // its first lane there (shift).
+    int lane, lanes;
+    unsigned int mask, shift;
 };
+
+// The group's threads whose `pred` holds, as bits from the group's first thread.
+__device__ __forceinline__ unsigned int group_ballot(const Req& q, bool pred) {
+    unsigned int b = __ballot_sync(q.mask, pred) >> q.shift;
+    return q.lanes == 32 ? b : b & ((1u << q.lanes) - 1);
+}
 
 __device__ __forceinline__ unsigned char at(const Req& q, int i) {
     if (q.tr) return q.base[((size_t)(i >> 2) * q.n + q.r) * 4 + (i & 3)];
     return q.base[(size_t)q.r * BANK_MAX_REQUEST + i];
 }
 
+// First i in [from, to) where hit(i), or -1: `lanes` positions a step, one a thread.
+template <class Hit>
+__device__ __forceinline__ int find_first(const Req& q, int from, int to, Hit hit) {
+#pragma unroll 1
+    for (int i0 = from; i0 < to; i0 += q.lanes) {
+        const int i = i0 + q.lane;
+        const unsigned int b = group_ballot(q, i < to && hit(i));
+        if (b) return i0 + __ffs(b) - 1;
+    }
+    return -1;
+}
+
 // First c in [from, to), or -1.
 __device__ int find_c(const Req& q, int from, int to, unsigned char c) {
-    for (int i = from; i < to; i++)
-        if (at(q, i) == c) return i;
-    return -1;
+    return find_first(q, from, to, [&](int i) { return at(q, i) == c; });
 }
 
 // First "\r\n" starting in [from, len - 1), or -1.
 __device__ int find_crlf(const Req& q, int from) {
-    for (int i = from; i + 1 < q.len; i++)
-        if (at(q, i) == '\r' && at(q, i + 1) == '\n') return i;
-    return -1;
+    return find_first(q, from, q.len - 1, [&](int i) { return at(q, i) == '\r' && at(q, i + 1) == '\n'; });
 }
 
 // [a, b) without leading and trailing spaces and tabs.
@@ -62,36 +84,36 @@ __device__ int hexval(unsigned char c) {
     return -1;
 }
 
+// [a, b) equals the l bytes at s (case-insensitively when fold: s is lower case).
+__device__ bool equals_bytes(const Req& q, int a, int b, const unsigned char* s, int l, bool fold) {
+    if (b - a != l) return false;
+    return find_first(q, 0, l, [&](int i) {
+               unsigned char c = at(q, a + i);
+               if (fold && c >= 'A' && c <= 'Z') c += 32;
+               return c != s[i];
+           }) < 0;
+}
+
 // [a, b) equals table entry e (case-insensitively when fold).
 __device__ bool equals(const Req& q, int a, int b, const unsigned char* bytes,
                        const unsigned short* off, int e, bool fold) {
-    int s = off[e], l = off[e + 1] - s;
-    if (b - a != l) return false;
-    for (int i = 0; i < l; i++) {
-        unsigned char c = at(q, a + i), d = bytes[s + i];
-        if (fold && c >= 'A' && c <= 'Z') c += 32;
-        if (c != d) return false;
-    }
-    return true;
+    return equals_bytes(q, a, b, bytes + off[e], off[e + 1] - off[e], fold);
 }
 
 // [a, b) equals the literal s (case-insensitively: s is lower case).
-__device__ bool is_lit(const Req& q, int a, int b, const char* s, bool fold) {
-    int i = 0;
-    for (; s[i]; i++) {
-        if (a + i >= b) return false;
-        unsigned char c = at(q, a + i);
-        if (fold && c >= 'A' && c <= 'Z') c += 32;
-        if (c != (unsigned char)s[i]) return false;
-    }
-    return a + i == b;
+template <int N>
+__device__ __forceinline__ bool is_lit(const Req& q, int a, int b, const char (&s)[N], bool fold) {
+    return equals_bytes(q, a, b, (const unsigned char*)s, N - 1, fold);
 }
 
 // A form value: '+' is a space, %XX a byte; printable ASCII without <>&", 1..NAME bytes.
 __device__ bool decode_text(const Req& q, int a, int b, unsigned char* out /* NAME, strided */,
                             unsigned int stride) {
+    // The first thread of the group stores; every thread walks the same bytes.
+    const bool store = q.lane == 0;
     int n = 0;
-    for (int j = 0; j < BANK_NAME; j++) out[(size_t)j * stride] = ' ';
+    if (store)
+        for (int j = 0; j < BANK_NAME; j++) out[(size_t)j * stride] = ' ';
     int i = a;
     while (i < b) {
         unsigned char c = at(q, i);
@@ -107,7 +129,7 @@ __device__ bool decode_text(const Req& q, int a, int b, unsigned char* out /* NA
         i++;
         if (c < ' ' || c > '~' || c == '<' || c == '>' || c == '&' || c == '"' || n == BANK_NAME)
             return false;
-        out[(size_t)n * stride] = c;
+        if (store) out[(size_t)n * stride] = c;
         n++;
     }
     return n > 0;
@@ -203,8 +225,8 @@ __device__ int parse_one(const Req& q, unsigned char* kind_out, unsigned char* h
         int colon = find_c(q, pos, he, ':');
         if (colon < 0) return BANK_REFUSE_Malformed;
         if (colon == pos) return BANK_REFUSE_Malformed;
-        for (int i = pos; i < colon; i++)
-            if (at(q, i) == ' ' || at(q, i) == '\t') return BANK_REFUSE_Malformed;
+        if (find_first(q, pos, colon, [&](int i) { return at(q, i) == ' ' || at(q, i) == '\t'; }) >= 0)
+            return BANK_REFUSE_Malformed;
         int va = colon + 1, vb = he;
         trim(q, &va, &vb);
         if (is_lit(q, pos, colon, "content-length", true)) {
@@ -222,9 +244,12 @@ __device__ int parse_one(const Req& q, unsigned char* kind_out, unsigned char* h
     }
     if (q.len - pos != (content_length < 0 ? 0 : content_length)) return BANK_REFUSE_Malformed;
     int fa = post ? pos : query_a, fb = post ? q.len : query_b;
-    // Parameters.
-    for (int i = 0; i < BANK_NUMS; i++) nums[(size_t)i * n + r] = 0;
-    for (int j = 0; j < BANK_TEXTS * BANK_NAME; j++) texts[(size_t)j * n + r] = ' ';
+    // Parameters (the group's first thread stores them).
+    const bool store = q.lane == 0;
+    if (store) {
+        for (int i = 0; i < BANK_NUMS; i++) nums[(size_t)i * n + r] = 0;
+        for (int j = 0; j < BANK_TEXTS * BANK_NAME; j++) texts[(size_t)j * n + r] = ' ';
+    }
     unsigned int seen = 0;
     int p = fa;
     while (p < fb) {
@@ -240,7 +265,7 @@ __device__ int parse_one(const Req& q, unsigned char* kind_out, unsigned char* h
                 if (equals(q, p, eq, BANK_NUM_PARAM_BYTES, BANK_NUM_PARAM_OFF, ent, false)) {
                     unsigned long long v;
                     if (!digits(q, eq + 1, e, &v)) return BANK_REFUSE_Malformed;
-                    nums[(size_t)i * n + r] = v;
+                    if (store) nums[(size_t)i * n + r] = v;
                     seen |= 1u << i;
                     matched = 1;
                 }
@@ -268,10 +293,12 @@ __device__ int parse_one(const Req& q, unsigned char* kind_out, unsigned char* h
         if (BANK_TEXT_PARAM_OFF[ent + 1] != BANK_TEXT_PARAM_OFF[ent]) want |= 1u << (BANK_NUMS + i);
     }
     if (seen != want) return BANK_REFUSE_Malformed;
-    *kind_out = (unsigned char)kind;
-    *has_cookie = (unsigned char)cookie;
-    *cookie_user = cu;
-    *cookie_token = ct;
+    if (store) {
+        *kind_out = (unsigned char)kind;
+        *has_cookie = (unsigned char)cookie;
+        *cookie_user = cu;
+        *cookie_token = ct;
+    }
     return 0;
 }
 
@@ -287,6 +314,7 @@ struct BankParseArgs {
     unsigned long long* cookie_token;
     unsigned long long* nums;
     unsigned char* texts;
+    unsigned int lanes;
 };
 
 extern "C" __global__ void bank_parse(const BankParseArgs a) {
@@ -301,10 +329,17 @@ extern "C" __global__ void bank_parse(const BankParseArgs a) {
     unsigned long long* cookie_token = a.cookie_token;
     unsigned long long* nums = a.nums;
     unsigned char* texts = a.texts;
+    const unsigned int lanes = a.lanes;
 
-    unsigned int r = blockIdx.x * blockDim.x + threadIdx.x;
+    // A group never straddles a warp: lanes divides 32, and blocks are whole warps.
+    unsigned long long t = (unsigned long long)blockIdx.x * blockDim.x + threadIdx.x;
+    unsigned int r = (unsigned int)(t / lanes);
     if (r >= n) return;
     Req q;
+    q.lane = (int)(t % lanes);
+    q.lanes = (int)lanes;
+    q.shift = (threadIdx.x & 31) & ~(lanes - 1);
+    q.mask = lanes == 32 ? 0xffffffffu : ((1u << lanes) - 1) << q.shift;
     q.base = reqs;
     q.r = r;
     q.n = n;
@@ -314,5 +349,5 @@ extern "C" __global__ void bank_parse(const BankParseArgs a) {
     // BANK_MAX_REQUEST of them).
     int code = parse_one(q, kind + r, has_cookie + r, cookie_user + r, cookie_token + r, nums,
                          texts);
-    refusal[r] = (unsigned char)code;
+    if (q.lane == 0) refusal[r] = (unsigned char)code;
 }

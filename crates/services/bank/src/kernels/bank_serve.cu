@@ -185,6 +185,12 @@ __device__ Payment payment(const Src& d, int i, int np) {
 // first byte may be shared with the part before (another thread's). Whole words are stored
 // whole; a shared word's bytes one by one, only those the part owns (byte stores to distinct
 // bytes of a word do not clobber each other).
+//
+// A writer is either one thread's (a part of a page, `lanes` 1) or a group's (the parts one
+// thread wrote while the others waited: the header, the head, pages without tables): every
+// thread of the group runs the same writer with the same positions, and the whole words of a
+// literal are split among them (lane, lane + lanes, ...); the rest every thread stores alike
+// (the same value to the same address). Literals are most of a page's bytes.
 struct Out {
     // Null while measuring a part: positions advance, nothing is stored.
     unsigned char* base;
@@ -196,6 +202,8 @@ struct Out {
     // The word being written (bytes not yet put are spaces): stored whole when full, so a
     // warp's threads store whole words side by side instead of single bytes.
     unsigned int acc;
+    // This thread's place in the group that shares the writer (0 of 1: a thread's own).
+    int lane, lanes;
 };
 
 __device__ __forceinline__ Out writer(unsigned char* base, unsigned int r, unsigned int n, bool tr, int at) {
@@ -208,6 +216,17 @@ __device__ __forceinline__ Out writer(unsigned char* base, unsigned int r, unsig
     // A measuring writer owns no byte.
     o.lo = base ? at : 0x7fffffff;
     o.acc = 0x20202020u;
+    o.lane = 0;
+    o.lanes = 1;
+    return o;
+}
+
+// The writer shared by a group of `lanes` threads (this one is `lane`).
+__device__ __forceinline__ Out shared_writer(unsigned char* base, unsigned int r, unsigned int n, bool tr,
+                                             int at, int lane, int lanes) {
+    Out o = writer(base, r, n, tr, at);
+    o.lane = lane;
+    o.lanes = lanes;
     return o;
 }
 
@@ -247,18 +266,59 @@ __device__ __forceinline__ void put(Out& o, unsigned char c) {
     }
     o.pos++;
 }
-// Kept a loop over the literal's bytes: unrolled, every literal of every page type becomes
-// straight-line code (about 40% more PTX) and the sustained mix ran 13% slower on the H200
-// (52.8 vs 46.0 M requests/s, 325 vs 301 W: fewer instruction-cache misses outweigh the loads).
-__device__ void lit(Out& o, const char* s) {
+// `len` bytes: measured by their count; written up to a word boundary byte by byte, then a
+// word at a time (the group's threads taking every lanes-th word), the rest byte by byte. A
+// whole word at or after the writer's start is its own (see store_word). `bytes` null: spaces.
+// Out of line, the writer passed and returned by value (in registers, as write_parts): inlined
+// at every literal, it doubled the unit's PTX and NVRTC's time. Kept loops, not unrolled:
+// unrolled, every literal of every page type became straight-line code (about 40% more PTX)
+// and the sustained mix ran 13% slower on the H200 (52.8 vs 46.0 M requests/s: fewer
+// instruction-cache misses outweigh the loads).
+__device__ __noinline__ Out put_run(Out o, const unsigned char* bytes, int len) {
+    if (!o.base) {
+        o.pos += len;
+        return o;
+    }
+    int i = 0;
 #pragma unroll 1
-    while (*s) put(o, (unsigned char)*s++);
+    for (; (o.pos & 3) && i < len; i++) put(o, bytes ? bytes[i] : ' ');
+    const int words = (len - i) >> 2;
+#pragma unroll 1
+    for (int w = o.lane; w < words; w += o.lanes) {
+        unsigned int v = 0x20202020u;
+        if (bytes) {
+            const unsigned char* b = bytes + i + 4 * w;
+            v = (unsigned int)b[0] | (unsigned int)b[1] << 8 | (unsigned int)b[2] << 16 |
+                (unsigned int)b[3] << 24;
+        }
+        *(unsigned int*)(o.base + out_at(o, o.pos + 4 * w)) = v;
+    }
+    o.pos += 4 * words;
+    i += 4 * words;
+#pragma unroll 1
+    for (; i < len; i++) put(o, bytes ? bytes[i] : ' ');
+    return o;
 }
-__device__ void entry(Out& o, const unsigned char* bytes, const unsigned short* off, int e) {
-    for (int i = off[e]; i < off[e + 1]; i++) put(o, bytes[i]);
+// A string literal: its length is known where it is written (measuring it costs nothing).
+template <int N>
+__device__ __forceinline__ void lit(Out& o, const char (&s)[N]) {
+    if (o.base) {
+        o = put_run(o, (const unsigned char*)s, N - 1);
+    } else {
+        o.pos += N - 1;
+    }
 }
-__device__ void spaces(Out& o, int k) {
-    for (int i = 0; i < k; i++) put(o, ' ');
+// A string known only at run time (a parameter): its length counted first.
+__device__ __forceinline__ void lit_str(Out& o, const char* s) {
+    int len = 0;
+    while (s[len]) len++;
+    o = put_run(o, (const unsigned char*)s, len);
+}
+__device__ __forceinline__ void entry(Out& o, const unsigned char* bytes, const unsigned short* off, int e) {
+    o = put_run(o, bytes + off[e], off[e + 1] - off[e]);
+}
+__device__ __forceinline__ void spaces(Out& o, int k) {
+    o = put_run(o, 0, k);
 }
 // Skips to position `to`, leaving the whole words in between to `bank_pad` (the bulk of every
 // page, written by every thread of the GPU at once); the partial words at both ends are
@@ -282,6 +342,13 @@ __device__ void skip_to(Out& o, int to, unsigned int* pad) {
 // registers (the least significant 16 in `lo`, the rest in `hi`) rather than an array, which
 // would live in local memory.
 __device__ void num(Out& o, unsigned long long v, int width) {
+    if (!o.base) {
+        // Measuring: the digits' count only.
+        int k = 1;
+        for (unsigned long long p = 10; k < 20 && v >= p; p *= 10) k++;
+        o.pos += width > k ? width : k;
+        return;
+    }
     unsigned long long lo = 0, hi = 0;
     int k = 0;
     do {
@@ -331,15 +398,15 @@ __device__ void date(Out& o, unsigned int d) {
     num(o, d / 10 % 10, 0);
     num(o, d % 10, 0);
 }
-__device__ void name(Out& o, const unsigned char* b) {
-    for (int i = 0; i < BANK_NAME; i++) put(o, b[i]);
+__device__ __forceinline__ void name(Out& o, const unsigned char* b) {
+    o = put_run(o, b, BANK_NAME);
 }
 // Entry e of a table as a BANK_NAME-wide field: cut to the width, padded with spaces (as
 // name_entry into a Name, without the buffer in local memory).
-__device__ void name_of(Out& o, const unsigned char* bytes, const unsigned short* off, int e) {
+__device__ __forceinline__ void name_of(Out& o, const unsigned char* bytes, const unsigned short* off, int e) {
     int from = off[e], len = off[e + 1] - from;
     if (len > BANK_NAME) len = BANK_NAME;
-    for (int i = 0; i < len; i++) put(o, bytes[from + i]);
+    o = put_run(o, bytes + from, len);
     spaces(o, BANK_NAME - len);
 }
 __device__ void td(Out& o) { lit(o, "</td><td>"); }
@@ -450,7 +517,7 @@ __device__ void accounts_part(Out& o, const Page& g, int i) {
 __device__ void account_select_part(Out& o, const Page& g, const char* field, int i) {
     if (i == 0) {
         lit(o, "<select name=\"");
-        lit(o, field);
+        lit_str(o, field);
         lit(o, "\">");
     } else if (i <= BANK_MAX_ACCOUNTS) {
         if (i > g.na) return;
@@ -541,12 +608,16 @@ __device__ void profile_part(Out& o, const Page& g, int i) {
 
 __device__ void notice(Out& o, bool ok, const char* yes, const char* no) {
     lit(o, "<p class=\"notice\">");
-    lit(o, ok ? yes : no);
+    lit_str(o, ok ? yes : no);
     lit(o, "</p>\n");
 }
 
 // One of the request's texts, BANK_NAME bytes.
 __device__ void text(Out& o, const Page& g, int t) {
+    if (!o.base) {
+        o.pos += BANK_NAME;
+        return;
+    }
     for (int j = 0; j < BANK_NAME; j++) put(o, g.texts[(size_t)(t * BANK_NAME + j) * g.n + g.r]);
 }
 
@@ -1046,15 +1117,18 @@ extern "C" __global__ void bank_sessions(const BankSessionsArgs a) {
 }
 
 // Writes each request's response: its page, or its refusal page. lens[r] = its bytes.
-// `lanes` threads (a power of two up to 32) write one page. The first writes the status line,
-// the headers and the head, then - for a page with tables - the group writes the content a
-// round of `lanes` parts at a time, part i by thread i % lanes: each thread measures its part
-// (the same writer, storing nothing), a scan over the group places the parts end to end, and
-// each writes its part at its place. Table rows take the same code path, so the threads run
-// them side by side; parts that differ run one after another (a warp runs divergent paths in
-// turn), which is why the header and the pages without tables stay with one thread. Small
-// cohorts take 32 threads a page (a page's latency is its longest thread's), large ones fewer
-// or one (the measuring doubles the table work, which only large cohorts notice): page_lanes.
+// `lanes` threads (a power of two up to 32) write one page. Together, on one shared writer,
+// they write the status line, the headers and the head (and all of a page without tables):
+// each runs the same code, and the whole words of the literals are split among them. Then,
+// for a page with tables, the group writes the content a round of `lanes` parts at a time,
+// part i by thread i % lanes: each thread measures its part (the same writer, storing
+// nothing; a literal measures by its known length), a scan over the group places the parts
+// end to end, and each writes its part at its place. Table rows take the same code path, so
+// the threads run them side by side; parts that differ would run one after another (a warp
+// runs divergent paths in turn), which is why the header and the pages without tables are
+// written on the shared writer instead. Small cohorts take 32 threads a page (a page's
+// latency is its longest thread's), large ones fewer or one (the measuring doubles the table
+// work, which only large cohorts notice): page_lanes.
 struct BankPagesArgs {
     unsigned int n;
     const unsigned char* status;
@@ -1122,16 +1196,14 @@ extern "C" __global__ void bank_pages(const BankPagesArgs a) {
     const bool group = lanes > 1 && !g.status && content_in_parallel(g.kind);
     const int serial = group ? 2 : parts;
 
-    int at = 0, body_at = 0;
-    if (lane == 0) {
-        Out o = write_parts(writer(a.out, r, n, tr, 0), g, 0, 1);
-        body_at = o.pos;
-        o = write_parts(o, g, 1, serial);
-        flush(o);
-        at = o.pos;
-    }
+    // Parts [0, serial) by the whole group on one shared writer (the same positions in every
+    // thread, the literals' words split among them).
+    Out o = write_parts(shared_writer(a.out, r, n, tr, 0, (int)lane, (int)lanes), g, 0, 1);
+    const int body_at = o.pos;
+    o = write_parts(o, g, 1, serial);
+    flush(o);
+    int at = o.pos;
     if (group) {
-        at = __shfl_sync(mask, at, 0, lanes);
 #pragma unroll 1
         for (int first = serial; first < parts; first += (int)lanes) {
             const int p = first + (int)lane;
@@ -1142,13 +1214,13 @@ extern "C" __global__ void bank_pages(const BankPagesArgs a) {
             flush(o);
             at += __shfl_sync(mask, incl, lanes - 1, lanes);
         }
-        // Every part is stored before the tail's first word (shared with the last part).
-        __syncwarp(mask);
     }
-    if (lane == 0) {
-        Out o = writer(a.out, r, n, tr, at);
-        a.lens[r] = finish(o, body_at, (int)(g.status ? BANK_REFUSAL_PAGE : BANK_KIND_PAGE[g.kind]), a.pad);
-    }
+    // Every word is stored before the tail's first word (shared with the last part) and the
+    // length's digits (in a header word another thread may have stored).
+    __syncwarp(mask);
+    o = shared_writer(a.out, r, n, tr, at, (int)lane, (int)lanes);
+    const int len = finish(o, body_at, (int)(g.status ? BANK_REFUSAL_PAGE : BANK_KIND_PAGE[g.kind]), a.pad);
+    if (lane == 0) a.lens[r] = len;
 }
 
 // Spaces in the words [from, to) of every response (pad[r]: from | to << 16), `lanes`
