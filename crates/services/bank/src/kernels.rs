@@ -146,16 +146,16 @@ pub const SESSIONS: KernelDecl<BankSessionsArgs> =
 pub const PAGES: KernelDecl<BankPagesArgs> =
     KernelDecl::new("bank_pages", PER_REQUEST, Grid::ThreadPerItem { cap: 0 });
 
-/// Threads that write one page of a cohort of `n`. Measured on an H100 (the Table 2 mix,
-/// bench/results/bank-pages-groups-h100): 32 a page is fastest up to cohorts of 1 024 (a page
-/// takes its longest thread's time, and a small cohort leaves the GPU idle), 8 at 4 096, one
-/// from 8 192 on, where a thread a page already fills the GPU and a group's measuring pass
-/// only adds work.
+/// Threads that write one page of a cohort of `n`: 32 up to cohorts of 1 024 (a page takes its
+/// longest thread's time, and a small cohort leaves the GPU idle), 8 above. Measured on an H200
+/// (the Table 2 mix, bench/results/bank-small-cohorts): since the literals go a word at a time,
+/// shared by a page's group, one thread a page at 8 192 gave 8.6 M pages/s (12.9 transposed)
+/// where 8 a page gave 12.2 (20.6) at 4 096; one a page led from 8 192 on while every byte was
+/// one thread's (bench/results/bank-pages-groups-h100).
 pub fn page_lanes(n: usize) -> u32 {
     match n {
         0..=1024 => 32,
-        1025..=4096 => 8,
-        _ => 1,
+        _ => 8,
     }
 }
 
@@ -235,7 +235,7 @@ mod tests {
         assert_eq!(page_lanes(1), 32);
         assert_eq!(page_lanes(1024), 32);
         assert_eq!(page_lanes(4096), 8);
-        assert_eq!(page_lanes(8192), 1);
+        assert_eq!(page_lanes(8192), 8);
         for n in 1..20_000 {
             let l = page_lanes(n);
             assert!(l.is_power_of_two() && l <= 32 && l >= page_lanes(n + 1));

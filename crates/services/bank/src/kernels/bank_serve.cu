@@ -1127,8 +1127,8 @@ extern "C" __global__ void bank_sessions(const BankSessionsArgs a) {
 // the threads run them side by side; parts that differ would run one after another (a warp
 // runs divergent paths in turn), which is why the header and the pages without tables are
 // written on the shared writer instead. Small cohorts take 32 threads a page (a page's
-// latency is its longest thread's), large ones fewer or one (the measuring doubles the table
-// work, which only large cohorts notice): page_lanes.
+// latency is its longest thread's), large ones fewer (the measuring doubles the table work,
+// which only large cohorts notice): page_lanes.
 struct BankPagesArgs {
     unsigned int n;
     const unsigned char* status;
