@@ -75,16 +75,15 @@ fn without_a_valid_key_nothing_is_served_and_a_key_reaches_only_its_services() {
     std::fs::create_dir_all(&dir).unwrap();
     let keys = dir.join("keys.toml");
     std::fs::write(&keys, KEYS).unwrap();
-    let admin_port = free_port();
-    let admin: SocketAddr = ([127, 0, 0, 1], admin_port).into();
     let s = Served::start(&[
         "--service",
         "echo,spin",
         "--auth-keys",
         keys.to_str().unwrap(),
         "--admin",
-        &admin_port.to_string(),
+        "127.0.0.1:0",
     ]);
+    let admin = s.admin.expect("the admin listener's address");
     let (udp, tcp, web) = (s.udp.unwrap(), s.tcp.unwrap(), s.http.unwrap());
     let echo = cohort_services::echo::ID;
     let spin = cohort_services::spin::ID;

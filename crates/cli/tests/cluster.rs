@@ -58,13 +58,50 @@ impl Etcd {
             peer: free_port(),
             dir,
         };
-        e.run();
-        Some(e)
+        // A port free_port saw free may be taken before etcd binds it (the other tests' nodes
+        // and connections draw from the same range): then etcd exits at once, and a first
+        // start tries two fresh ports.
+        for attempt in 1..=5 {
+            match e.try_run() {
+                Ok(()) => return Some(e),
+                Err(why) if attempt < 5 && why.exited => {
+                    eprintln!(
+                        "etcd exited at start (attempt {attempt}); fresh ports: {}",
+                        why.log
+                    );
+                    std::fs::remove_dir_all(&e.dir).ok();
+                    e.client = free_port();
+                    e.peer = free_port();
+                }
+                Err(why) => panic!("etcd did not come up: {}", why.log),
+            }
+        }
+        unreachable!()
     }
 
-    /// Starts (or restarts, on the same data) etcd and waits until it answers.
+    /// Restarts etcd on the same data and ports and waits until it answers; a port taken
+    /// meanwhile is waited out, not changed, because the member's peer URL is in its data.
     fn run(&mut self) {
+        let mut last = String::new();
+        for _ in 0..20 {
+            match self.try_run() {
+                Ok(()) => return,
+                Err(why) if why.exited => {
+                    last = why.log;
+                    std::thread::sleep(Duration::from_millis(250));
+                }
+                Err(why) => panic!("etcd did not come up again: {}", why.log),
+            }
+        }
+        panic!("etcd did not come up again: {last}");
+    }
+
+    /// Starts etcd and waits (up to 30 s: CI machines are small and busy) until /health
+    /// answers 200.
+    fn try_run(&mut self) -> Result<(), EtcdFailed> {
         let url = |p: u16| format!("http://127.0.0.1:{p}");
+        let log_path = self.dir.with_extension("log");
+        let log = std::fs::File::create(&log_path).expect("etcd log file");
         let child = Command::new("etcd")
             .arg("--data-dir")
             .arg(&self.dir)
@@ -75,16 +112,34 @@ impl Etcd {
             .args(["--initial-cluster", &format!("default={}", url(self.peer))])
             .args(["--log-level", "error"])
             .stdout(Stdio::null())
-            .stderr(Stdio::null())
+            .stderr(log)
             .spawn()
             .expect("start etcd");
         self.child = Some(child);
-        let until = Instant::now() + Duration::from_secs(20);
+        let failed = |exited: bool| {
+            let text = std::fs::read_to_string(&log_path).unwrap_or_default();
+            let tail: Vec<&str> = text.lines().rev().take(5).collect();
+            EtcdFailed {
+                exited,
+                log: tail.into_iter().rev().collect::<Vec<_>>().join(" | "),
+            }
+        };
+        let until = Instant::now() + Duration::from_secs(30);
         let addr: SocketAddr = format!("127.0.0.1:{}", self.client).parse().unwrap();
         while !http_ok(addr, "/health") {
-            assert!(Instant::now() < until, "etcd did not come up in 20 s");
+            if let Some(status) = self.child.as_mut().unwrap().try_wait().unwrap() {
+                self.child = None;
+                let mut f = failed(true);
+                f.log = format!("{status}; {}", f.log);
+                return Err(f);
+            }
+            if Instant::now() >= until {
+                self.stop();
+                return Err(failed(false));
+            }
             std::thread::sleep(Duration::from_millis(50));
         }
+        Ok(())
     }
 
     fn stop(&mut self) {
@@ -103,7 +158,14 @@ impl Drop for Etcd {
     fn drop(&mut self) {
         self.stop();
         std::fs::remove_dir_all(&self.dir).ok();
+        std::fs::remove_file(self.dir.with_extension("log")).ok();
     }
+}
+
+/// Why a start of etcd failed: it exited (`exited`, e.g. a port taken), or it never answered.
+struct EtcdFailed {
+    exited: bool,
+    log: String,
 }
 
 fn http_ok(addr: SocketAddr, path: &str) -> bool {

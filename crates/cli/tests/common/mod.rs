@@ -16,6 +16,8 @@ pub struct Served {
     pub http: Option<SocketAddr>,
     /// Only when the extra flags ask for it (`--grpc 127.0.0.1:0`).
     pub grpc: Option<SocketAddr>,
+    /// Only when the extra flags ask for it (`--admin 127.0.0.1:0`).
+    pub admin: Option<SocketAddr>,
 }
 
 impl Served {
@@ -60,6 +62,7 @@ impl Served {
             tcp: get("tcp"),
             http: get("http"),
             grpc: get("grpc"),
+            admin: get("admin"),
             child,
         }
     }

@@ -108,8 +108,23 @@ pub struct Spawned {
 
 impl Spawned {
     /// Starts `memcached` from PATH with `memory_mb` of item memory; Err when it is not
-    /// installed or does not come up.
+    /// installed or does not come up. A port seen free can be taken before memcached binds it
+    /// (other tests draw from the same range); memcached then exits at once, and this tries a
+    /// fresh port, up to five.
     pub fn start(memory_mb: u32) -> Result<Spawned, String> {
+        let mut why = String::new();
+        for _ in 0..5 {
+            match Spawned::start_once(memory_mb)? {
+                Ok(me) => return Ok(me),
+                Err(exited) => why = exited,
+            }
+        }
+        Err(why)
+    }
+
+    /// One start on one free port: the outer Err when memcached is missing or never listens,
+    /// the inner when it exited at start.
+    fn start_once(memory_mb: u32) -> Result<Result<Spawned, String>, String> {
         let port = std::net::TcpListener::bind("127.0.0.1:0")
             .and_then(|l| l.local_addr())
             .map_err(|e| format!("finding a free port: {e}"))?
@@ -134,11 +149,12 @@ impl Spawned {
             addr: format!("127.0.0.1:{port}"),
         };
         for _ in 0..200 {
-            if std::net::TcpStream::connect(&me.addr).is_ok() {
-                return Ok(me);
-            }
             if let Ok(Some(st)) = me.child.try_wait() {
-                return Err(format!("memcached exited at start: {st}"));
+                return Ok(Err(format!("memcached exited at start: {st}")));
+            }
+            // Asked its version, not just connected to: whoever took the port would accept.
+            if answers_version(&me.addr) {
+                return Ok(Ok(me));
             }
             std::thread::sleep(Duration::from_millis(25));
         }
@@ -156,6 +172,19 @@ impl Drop for Spawned {
     fn drop(&mut self) {
         self.kill();
     }
+}
+
+/// Whether a memcached answers `version` at `addr` within a second.
+fn answers_version(addr: &str) -> bool {
+    use std::io::{Read, Write};
+    let Ok(mut c) = std::net::TcpStream::connect(addr) else {
+        return false;
+    };
+    let mut got = [0u8; 8];
+    c.set_read_timeout(Some(Duration::from_secs(1))).is_ok()
+        && c.write_all(b"version\r\n").is_ok()
+        && c.read_exact(&mut got).is_ok()
+        && &got == b"VERSION "
 }
 
 /// A spawned memcached, or None with the reason printed where the test log shows it;
