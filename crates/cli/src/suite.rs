@@ -35,11 +35,16 @@ pub const SUITES: &[(&str, &str)] = &[
     ("bank", include_str!("../../../bench/suites/bank.toml")),
     ("http", include_str!("../../../bench/suites/http.toml")),
     ("smoke", include_str!("../../../bench/suites/smoke.toml")),
+    (
+        "regression",
+        include_str!("../../../bench/suites/regression.toml"),
+    ),
 ];
 
 #[derive(clap::Args, Debug)]
 pub struct SuiteArgs {
-    /// The suite: a shipped one (kernels, scaling, served, lenet, facever, bank, http, smoke)
+    /// The suite: a shipped one (kernels, scaling, served, lenet, facever, bank, http, smoke,
+    /// regression)
     /// or a manifest file (.toml).
     pub suite: Option<String>,
     /// Where its results, logs and summary go.

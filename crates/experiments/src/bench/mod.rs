@@ -9,6 +9,7 @@ mod hog;
 mod http_plot;
 mod knn;
 mod plot;
+mod regress;
 mod scaling_plot;
 mod served;
 mod served_limit;
@@ -43,6 +44,9 @@ pub enum BenchCmd {
     HttpPlot(http_plot::HttpPlotArgs),
     /// Throughput against the number of (virtual) GPUs from `bench engine` results.
     ScalingPlot(scaling_plot::ScalingPlotArgs),
+    /// A suite's results against the figures last recorded on the same kind of machine:
+    /// regressions past a tolerance and stalled sweep points, exit non-zero on any.
+    Regress(regress::RegressArgs),
 }
 
 pub fn run(cmd: BenchCmd) -> Result<()> {
@@ -57,6 +61,7 @@ pub fn run(cmd: BenchCmd) -> Result<()> {
         BenchCmd::Plot(a) => plot::run(&a),
         BenchCmd::HttpPlot(a) => http_plot::run(&a),
         BenchCmd::ScalingPlot(a) => scaling_plot::run(&a),
+        BenchCmd::Regress(a) => regress::run(&a),
     }
 }
 

@@ -153,6 +153,15 @@ pub fn run(a: &ServedBench) -> Result<()> {
     )
 }
 
+/// `OUT`'s stem with `what` and `.log`, beside it.
+fn log_path(out: &Path, what: &str) -> PathBuf {
+    let stem = out
+        .file_stem()
+        .map(|s| s.to_string_lossy().into_owned())
+        .unwrap_or_else(|| "served".into());
+    out.with_file_name(format!("{stem}-{what}.log"))
+}
+
 fn plot_path(out: &Path, service: &str) -> PathBuf {
     let stem = out
         .file_stem()
@@ -293,6 +302,12 @@ fn point(
         runs.push(report);
     }
     server.stop()?;
+    // The server's own log beside the results: a restart or a refusal it logged is the first
+    // thing to read at a point that went wrong.
+    let kept = log_path(&a.out, &format!("serve-{service}-{engine}-{n}"));
+    if let Err(e) = std::fs::copy(&log, &kept) {
+        eprintln!("keeping {}: {e}", log.display());
+    }
     let best = |bound: f64| {
         runs.iter()
             .filter(|r| r.latency_us.p99 <= bound && r.error_total() == 0 && !r.generator_saturated)
