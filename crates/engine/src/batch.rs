@@ -376,6 +376,15 @@ impl<'a> Batcher<'a> {
 
     /// Answers every launched batch that has finished.
     fn complete(&mut self, engine: &str, answers: &mut AnswerRings) -> usize {
+        answers.defer_wakes();
+        let done = self.complete_deferred(engine, answers);
+        answers.wake_deferred();
+        done
+    }
+
+    /// `complete`'s work, its answers' wakes deferred to the end (a cohort's answers reach
+    /// each ingress as one wake-up, not one per answer).
+    fn complete_deferred(&mut self, engine: &str, answers: &mut AnswerRings) -> usize {
         let mut done = 0;
         for slot in self.slots.iter_mut() {
             let Phase::InFlight { key, launched } = slot.phase else {

@@ -216,10 +216,7 @@ pub fn wire_in(ingresses: usize, engines: &[EngineSpec], memory: RequestMemory<'
                     rings: requests,
                     next: 0,
                 },
-                answers: AnswerRings {
-                    rings: answers,
-                    wakes: wakes.clone(),
-                },
+                answers: AnswerRings::new(answers, wakes.clone()),
                 bell,
                 health,
             });
@@ -714,9 +711,47 @@ impl RequestRings {
 pub struct AnswerRings {
     rings: Vec<Producer>,
     wakes: Vec<WakeCell>,
+    /// Between `defer_wakes` and `wake_deferred`: answers written to each ring since its
+    /// ingress was last woken.
+    unwoken: Vec<u32>,
+    deferring: bool,
 }
 
+/// Answers a deferred batch leaves in one ring before it wakes that ingress anyway: the first
+/// answer of a long batch waits for at most this many more writes, not the whole batch.
+const WAKE_EVERY: u32 = 32;
+
 impl AnswerRings {
+    fn new(rings: Vec<Producer>, wakes: Vec<WakeCell>) -> AnswerRings {
+        let unwoken = vec![0; rings.len()];
+        AnswerRings {
+            rings,
+            wakes,
+            unwoken,
+            deferring: false,
+        }
+    }
+
+    /// Until `wake_deferred`, a written answer wakes its ingress only every `WAKE_EVERY`
+    /// answers (and whenever its ring is full). A thread that answers a batch at a time (the
+    /// persistent egress, a finished cohort) otherwise pays a full fence, and for a sleeping
+    /// ingress a wake-up, per answer: at 8 ingresses that made the persistent egress thread,
+    /// the one core every answer crosses, the limit of the engine.
+    pub fn defer_wakes(&mut self) {
+        self.deferring = true;
+    }
+
+    /// Wakes every ingress with an answer written since `defer_wakes` and ends deferring.
+    pub fn wake_deferred(&mut self) {
+        self.deferring = false;
+        for to in 0..self.unwoken.len() {
+            if self.unwoken[to] > 0 {
+                self.unwoken[to] = 0;
+                self.wake(to);
+            }
+        }
+    }
+
     /// Writes an answer for a request that came from ingress `to` (its envelope, with
     /// `status` 0 for a result or an error code) and wakes that ingress. Waits while the ring
     /// is full (the ingress drains it continuously); drops the answer if the ingress is gone
@@ -761,6 +796,13 @@ impl AnswerRings {
                 Err(SendError::Closed) => return,
                 Err(SendError::TooLarge) => unreachable!("answer rings spill"),
             }
+        }
+        if self.deferring {
+            self.unwoken[to] += 1;
+            if self.unwoken[to] < WAKE_EVERY {
+                return;
+            }
+            self.unwoken[to] = 0;
         }
         self.wake(to);
     }
@@ -836,6 +878,74 @@ mod tests {
     /// `--max-queue` over several ingresses that reserve places a run at a time: together
     /// they never send more than the bound, and once answered the places come back to the
     /// others but for what an ingress keeps in reserve (at most two runs each).
+    #[test]
+    fn deferred_answers_wake_their_ingress_once_a_batch_and_every_32() {
+        use std::sync::atomic::{AtomicUsize, Ordering};
+        #[derive(Default)]
+        struct Count(AtomicUsize);
+        impl Wake for Count {
+            fn wake(&self) {
+                self.0.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        let spec = EngineSpec {
+            name: "t".into(),
+            lanes: 1,
+            policy: DispatchPolicy::RoundRobin,
+            services: vec![1],
+            slots: 256,
+            admit_by_deadline: false,
+            max_queued: None,
+            stride: DEFAULT_STRIDE,
+        };
+        let mut w = wire(2, &[spec]);
+        let counts: Vec<Arc<Count>> = (0..2).map(|_| Arc::new(Count::default())).collect();
+        for (ing, c) in w.ingresses.iter().zip(&counts) {
+            ing.set_wake(c.clone());
+        }
+        let woken = |i: usize| counts[i].0.load(Ordering::Relaxed);
+        let mut lane = w.engines.pop().unwrap().pop().unwrap();
+        let env = Envelope {
+            token: 1,
+            service: 1,
+            status: 0,
+            request_id: 1,
+            deadline: 0,
+            arrived: 0,
+        };
+        // Immediate: a wake per answer.
+        lane.answers.send(0, env, b"a");
+        lane.answers.send(0, env, b"a");
+        assert_eq!(woken(0), 2);
+        lane.answers.defer_wakes();
+        for _ in 0..(WAKE_EVERY + 8) {
+            lane.answers.send(0, env, b"a");
+        }
+        for _ in 0..3 {
+            lane.answers.send(1, env, b"a");
+        }
+        assert_eq!(
+            (woken(0), woken(1)),
+            (3, 0),
+            "one wake at 32, none yet for ingress 1"
+        );
+        lane.answers.wake_deferred();
+        assert_eq!((woken(0), woken(1)), (4, 1), "the batch's end wakes both");
+        lane.answers.wake_deferred();
+        assert_eq!((woken(0), woken(1)), (4, 1), "nothing new, no wake");
+        lane.answers.send(1, env, b"a");
+        assert_eq!(woken(1), 2, "deferring ended: immediate again");
+        let mut got = 0;
+        for ing in w.ingresses.iter_mut() {
+            ing.drain_answers(usize::MAX, |_| got += 1);
+        }
+        assert_eq!(
+            got,
+            2 + WAKE_EVERY as usize + 8 + 3 + 1,
+            "every answer arrived"
+        );
+    }
+
     #[test]
     fn the_queue_bound_holds_across_ingresses_and_answered_places_come_back() {
         let (limit, ingresses) = (1000, 4);

@@ -331,6 +331,15 @@ impl Egress {
 
     /// Moves up to `max` TX answers into the answer rings of the ingresses they came from.
     fn drain(&mut self, max: usize) -> usize {
+        // One wake-up per ingress for the batch (every 32 answers at most), not one fence and
+        // a possible futex call per answer: this thread is every answer's one core.
+        self.lane.answers.defer_wakes();
+        let n = self.drain_deferred(max);
+        self.lane.answers.wake_deferred();
+        n
+    }
+
+    fn drain_deferred(&mut self, max: usize) -> usize {
         let mut n = 0;
         let ingresses = self.lane.answers.len();
         while n < max {
