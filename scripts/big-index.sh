@@ -14,7 +14,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib/gpu-env.sh
-OUT=${OUT:-bench/results/big-index}; mkdir -p "$OUT"
+OUT=${OUT:-lab/results/big-index}; mkdir -p "$OUT"
 BIG=${BIG:-/tmp/big}; N=${N:-180000000}; NLIST=${NLIST:-16384}; NPROBE=${NPROBE:-32}
 mkdir -p "$BIG"
 export NCCL_NVLS_ENABLE=0

@@ -9,7 +9,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib/gpu-env.sh
-OUT=${OUT:-bench/results}; TAG=${TAG:-h100}; mkdir -p "$OUT"
+OUT=${OUT:-lab/results}; TAG=${TAG:-h100}; mkdir -p "$OUT"
 t0=$(date +%s)
 knn_data
 engine() { # groups placement window

@@ -10,7 +10,7 @@
 # /metrics GPU lines under load. JSON and logs into $OUT.
 #   PERF_ANALYZER=path/to/perf_analyzer (needs libb64 and libcudart.so.12 on LD_LIBRARY_PATH)
 set -uo pipefail
-OUT=${OUT:-bench/results}; mkdir -p "$OUT"
+OUT=${OUT:-lab/results}; mkdir -p "$OUT"
 ENGINE=${ENGINE:-gpu-cohort}
 SCPU=${SERVER_CPUS:-0-7}; CCPU=${CLIENT_CPUS:-8-15}; IO=${IO_THREADS:-8}
 UDP_RATES=${UDP_RATES:-100k,200k,300k,400k,500k,600k}

@@ -13,7 +13,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib/gpu-env.sh
-OUT=${OUT:-bench/results}; TAG=${TAG:-h200}; mkdir -p "$OUT"
+OUT=${OUT:-lab/results}; TAG=${TAG:-h200}; mkdir -p "$OUT"
 t0=$(date +%s)
 case ${PART:-engine} in
 tests)

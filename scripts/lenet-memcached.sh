@@ -10,7 +10,7 @@
 set -uo pipefail
 cd "$(dirname "$0")/.."
 . scripts/lib/gpu-env.sh
-OUT=${OUT:-bench/results}; TAG=${TAG:-h200}; RATE=${RATE:-5k}; SECS=${SECS:-6}; mkdir -p "$OUT"
+OUT=${OUT:-lab/results}; TAG=${TAG:-h200}; RATE=${RATE:-5k}; SECS=${SECS:-6}; mkdir -p "$OUT"
 if ! command -v memcaslap > /dev/null && ls dist/debs/libmemcached-tools_*.deb > /dev/null 2>&1; then
     mc=/tmp/cohort-memcached
     for f in dist/debs/memcached_*.deb dist/debs/libevent-*.deb dist/debs/libmemcached*.deb dist/debs/libhashkit*.deb; do

@@ -2,11 +2,11 @@
 # On the 2-GPU machine (no cargo; dist/ built by `scripts/gpu-check build` and carried):
 # the GPU checks of the calibration kernels, then `cohort sim numa calibrate` (real speedups
 # of a triad and a stencil over two GPUs beside the simulator's prediction), then, with the
-# cores left, every figure of the simulator. Logs and JSON to $OUT (default bench/results).
+# cores left, every figure of the simulator. Logs and JSON to $OUT (default lab/results).
 # Any failing check or command makes it exit non-zero.
 set -uo pipefail
 cd "$(dirname "$0")/.."
-OUT=${OUT:-bench/results}
+OUT=${OUT:-lab/results}
 TAG=${TAG:-h200x2}
 mkdir -p "$OUT"
 nv=$(python3 -c "import nvidia, os; print(os.path.join(nvidia.__path__[0], 'cu13', 'lib'))" 2>/dev/null)

@@ -16,7 +16,7 @@
 #          run bounded by `timeout` (a start that cannot place its blocks must fail, not hang).
 # BIN picks the binary (default dist/cohort); SERVE_EXTRA adds serve flags to every served run.
 set -uo pipefail
-OUT=${OUT:-bench/results}; TAG=${TAG:-h200}; mkdir -p "$OUT"
+OUT=${OUT:-lab/results}; TAG=${TAG:-h200}; mkdir -p "$OUT"
 nv=$(python3 -c "import nvidia, os; print(os.path.join(nvidia.__path__[0], 'cu13', 'lib'))" 2>/dev/null)
 export LD_LIBRARY_PATH="${nv}:${LD_LIBRARY_PATH:-}" CUDA_MODULE_LOADING=EAGER
 D=${DATA:-/tmp/sift-like-1m}; NL=4096; IX=$D/ivf$NL.index

@@ -6,7 +6,7 @@
 # percentiles, the ingress warp's time by phase). BINS names the binaries to compare
 # (default dist/cohort), TAG the machine.
 set -uo pipefail
-OUT=${OUT:-bench/results}; TAG=${TAG:-h200}; mkdir -p "$OUT"
+OUT=${OUT:-lab/results}; TAG=${TAG:-h200}; mkdir -p "$OUT"
 nv=$(python3 -c "import nvidia, os; print(os.path.join(nvidia.__path__[0], 'cu13', 'lib'))" 2>/dev/null)
 export LD_LIBRARY_PATH="${nv}:${LD_LIBRARY_PATH:-}" CUDA_MODULE_LOADING=EAGER
 D=${DATA:-/tmp/sift-like-1m}; NL=4096; IX=$D/ivf$NL.index

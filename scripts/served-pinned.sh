@@ -7,7 +7,7 @@
 # checked, recall against exact search; (3) one server with knn:gpu-cohort, echo:cpu,
 # spin:gpu-direct, each service loaded alone, then all three at once. JSON into $OUT.
 set -uo pipefail
-OUT=${OUT:-bench/results}; TAG=${TAG:-gpu}; mkdir -p "$OUT"
+OUT=${OUT:-lab/results}; TAG=${TAG:-gpu}; mkdir -p "$OUT"
 nv=$(python3 -c "import nvidia, os; print(os.path.join(nvidia.__path__[0], 'cu13', 'lib'))" 2>/dev/null)
 export LD_LIBRARY_PATH="${nv}:${LD_LIBRARY_PATH:-}" CUDA_MODULE_LOADING=EAGER
 D=${DATA:-/tmp/sift-like-1m}; NL=4096; IX=$D/ivf$NL.index

@@ -34,7 +34,7 @@ pub struct BankBench {
     /// (RAPL is not readable on the lent machines), so the figure is stated, not measured.
     #[arg(long, default_value_t = 10.0)]
     pub core_watts: f64,
-    #[arg(long, default_value = "bench/results/bank-cpu.json")]
+    #[arg(long, default_value = "lab/results/bank-cpu.json")]
     pub out: PathBuf,
 }
 
