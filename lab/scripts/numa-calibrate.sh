@@ -5,7 +5,7 @@
 # cores left, every figure of the simulator. Logs and JSON to $OUT (default lab/results).
 # Any failing check or command makes it exit non-zero.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 OUT=${OUT:-lab/results}
 TAG=${TAG:-h200x2}
 mkdir -p "$OUT"

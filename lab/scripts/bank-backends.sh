@@ -4,15 +4,15 @@
 #  1. in-process (requests pre-built in pinned memory), cohorts of 4096, per type in both
 #     layouts and the sustained mix on 1/4/16 streams under the power meter, for
 #     --backend computed, gpu and memcached (`cohort bench bank-gpu`);
-#  2. served over loopback HTTP on gpu-cohort (scripts/bank-served.sh): transposed with the
+#  2. served over loopback HTTP on gpu-cohort (lab/scripts/bank-served.sh): transposed with the
 #     GPU's record table, transposed and row-major with memcached; the cpu engine with
 #     memcached.
 # memcached (Debian's, 4 threads) runs on four of the server's cores: a backend on the server's host.
-# Usage: scripts/bank-backends.sh OUT_DIR [TAG]   (COHORT=path/to/cohort, default
+# Usage: lab/scripts/bank-backends.sh OUT_DIR [TAG]   (COHORT=path/to/cohort, default
 # target/release; SERVED_ONLY=1 skips 1; PLACEMENTS, default "computed gpu memcached", picks
 # the placements run; MEMCACHED_PORT, default 11311.)
 set -euo pipefail
-out=${1:?usage: scripts/bank-backends.sh OUT_DIR [TAG]}
+out=${1:?usage: lab/scripts/bank-backends.sh OUT_DIR [TAG]}
 tag=${2:-$(hostname)}
 cohort=${COHORT:-target/release/cohort}
 export COHORT=$cohort CUDA_MODULE_LOADING=EAGER
@@ -48,15 +48,15 @@ gpu=(--engine gpu-cohort --io-threads 4 --max-cohort 1024 --cohort-timeout-us 30
 for name in $placements; do
     case $name in
     gpu)
-        scripts/bank-served.sh "$out/bank-gpu-served-$tag-transposed-gpurecords" "${gpu[@]}" \
+        lab/scripts/bank-served.sh "$out/bank-gpu-served-$tag-transposed-gpurecords" "${gpu[@]}" \
             --bank-layout transposed --bank-backend gpu
         ;;
     memcached)
-        scripts/bank-served.sh "$out/bank-gpu-served-$tag-transposed-memcached" "${gpu[@]}" \
+        lab/scripts/bank-served.sh "$out/bank-gpu-served-$tag-transposed-memcached" "${gpu[@]}" \
             --bank-layout transposed --bank-backend "$memcached"
-        scripts/bank-served.sh "$out/bank-gpu-served-$tag-rowmajor-memcached" "${gpu[@]}" \
+        lab/scripts/bank-served.sh "$out/bank-gpu-served-$tag-rowmajor-memcached" "${gpu[@]}" \
             --bank-layout row-major --bank-backend "$memcached"
-        scripts/bank-served.sh "$out/bank-cpu-served-$tag-memcached" --engine cpu \
+        lab/scripts/bank-served.sh "$out/bank-cpu-served-$tag-memcached" --engine cpu \
             --io-threads 4 --workers $((half - 4)) --bank-backend "$memcached"
         ;;
     esac

@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # The HTTP (16 KB) and UDP echo served by two binaries, in one run, on the inline engine:
 # the server on core 0, the load generator (AFTER's, for both) on core 1, two rounds.
-#   scripts/echo-ab.sh BEFORE_BIN AFTER_BIN OUT_DIR
+#   lab/scripts/echo-ab.sh BEFORE_BIN AFTER_BIN OUT_DIR
 set -euo pipefail
 BEFORE=$1; AFTER=$2; OUT=$3; mkdir -p $OUT
 L=$AFTER

@@ -16,11 +16,11 @@
 #        keeps every thread's CPU (top -H) during a run at R after each sweep; ANCHOR=0 skips
 #        the echo anchor run first, SETTLE_S waits that long before measuring.
 #        SINGLE_ARGS adds flags to the one `serve` (e.g. --gpu-precision u8).
-# Usage: OUT=DIR scripts/cluster-served.sh [hop|knn|all]
+# Usage: OUT=DIR lab/scripts/cluster-served.sh [hop|knn|all]
 # Needs: dist/cohort, dist/etcd (Debian's etcd-server), dist/ucx (libucp and its libraries).
 set -uo pipefail
-cd "$(dirname "$0")/.."
-OUT=${OUT:-bench/results/cluster}
+cd "$(dirname "$0")/../.."
+OUT=${OUT:-lab/results/cluster}
 mkdir -p "$OUT"
 B=${B:-dist/cohort}
 ETCD=${ETCD:-dist/etcd}

@@ -2,7 +2,7 @@
 # NVIDIA's perf_analyzer (unchanged) against Cohort's Open Inference Protocol, beside Cohort's
 # own load generator on the native TCP frames, same service, engine and cores, closed loop
 # at concurrency 1, 3, 5 and 7 (perf_analyzer steps linearly).
-#   scripts/perf-analyzer.sh OUT_DIR [ENGINE] [SERVER_CPUS] [CLIENT_CPUS]
+#   lab/scripts/perf-analyzer.sh OUT_DIR [ENGINE] [SERVER_CPUS] [CLIENT_CPUS]
 # PERF_ANALYZER names the binary (tritonclient 2.35.0's manylinux wheel ships one in
 # tritonclient-2.35.0.data/data/bin/; it needs libb64-0d from Debian and libcudart.so.12,
 # e.g. the nvidia-cuda-runtime-cu12 wheel, on LD_LIBRARY_PATH). COHORT names Cohort's binary.

@@ -4,10 +4,10 @@
 #  2. served over loopback HTTP: `cohort serve` pinned to its cores, `cohort load` (session
 #     replay, every page checked) as a separate process on the other cores, Poisson open loop
 #     raised until p99 passes the limit.
-# Usage: scripts/bank-cpu.sh OUT_DIR [TAG]   (COHORT=path/to/cohort, default target/release;
+# Usage: lab/scripts/bank-cpu.sh OUT_DIR [TAG]   (COHORT=path/to/cohort, default target/release;
 # IO_THREADS=n server io threads, default 1; RATES=a,b,c the sweep; SERVED_ONLY=1 skips 1.)
 set -euo pipefail
-out=${1:?usage: scripts/bank-cpu.sh OUT_DIR [TAG]}
+out=${1:?usage: lab/scripts/bank-cpu.sh OUT_DIR [TAG]}
 tag=${2:-$(hostname)}
 cohort=${COHORT:-target/release/cohort}
 mkdir -p "$out"
@@ -21,5 +21,5 @@ users=1000000
 # generator on the second half.
 io=${IO_THREADS:-1}
 workers=$(($(nproc) / 2 - io))
-USERS=$users COHORT=$cohort scripts/bank-served.sh "$out/bank-cpu-served-$tag-io$io" \
+USERS=$users COHORT=$cohort lab/scripts/bank-served.sh "$out/bank-cpu-served-$tag-io$io" \
     --io-threads "$io" --workers "$workers"

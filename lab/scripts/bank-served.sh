@@ -3,13 +3,13 @@
 # first half of the cores, `cohort load` (session replay over keep-alive connections, every
 # page checked byte for byte against the backend data) as a separate process on the other
 # half, Poisson open loop raised through RATES until p99 passes the limit.
-# Usage: scripts/bank-served.sh OUT_JSON_BASE SERVE_ARGS...
-#   e.g. scripts/bank-served.sh out/bank-gpu-served-h200 --engine gpu-cohort --io-threads 4
+# Usage: lab/scripts/bank-served.sh OUT_JSON_BASE SERVE_ARGS...
+#   e.g. lab/scripts/bank-served.sh out/bank-gpu-served-h200 --engine gpu-cohort --io-threads 4
 # (COHORT=path/to/cohort, default target/release; USERS, default 1000000; RATES=a,b,c;
 # PORT, default 18080; CONNECTIONS, default 64: each carries one request at a time, so the
 # rate it can offer is CONNECTIONS / latency.) Writes OUT_JSON_BASE.json and .png.
 set -euo pipefail
-base=${1:?usage: scripts/bank-served.sh OUT_JSON_BASE SERVE_ARGS...}
+base=${1:?usage: lab/scripts/bank-served.sh OUT_JSON_BASE SERVE_ARGS...}
 shift
 cohort=${COHORT:-target/release/cohort}
 users=${USERS:-1000000}

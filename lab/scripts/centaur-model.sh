@@ -5,9 +5,9 @@
 # `cohort model centaur knn` over all of them (it measures O_k, O_q, g and the copy bandwidth
 # on GPU 0; r(N) of eq. 9 from the tiled plan's stages on one shard, profiled here on one
 # group of 8 SMs).
-# Usage: OUT=dir TAG=h100 [RUNS=dir of recorded centaur-*.json] scripts/centaur-model.sh
+# Usage: OUT=dir TAG=h100 [RUNS=dir of recorded centaur-*.json] lab/scripts/centaur-model.sh
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 . scripts/lib/gpu-env.sh
 OUT=${OUT:-lab/results}; TAG=${TAG:-h100}; mkdir -p "$OUT"
 t0=$(date +%s)

@@ -58,7 +58,7 @@ if [[ $PART == *plans* ]]; then
         $B bench engine --data $D --nlist $NL --nprobe 16 --k 10 --engines gpu-persistent \
             --service-opt knn.gpu_slots=8192 --service-opt knn.profile=50000 --window $w --duration 2 --drivers 4 \
             --out "$f" --log-level warn 2>&1 | short
-        python3 scripts/profile-summary.py "$f"
+        python3 lab/scripts/profile-summary.py "$f"
     done
 fi
 if [[ $PART == *stages* ]]; then
@@ -139,7 +139,7 @@ if [[ $PART == *served* ]]; then
     done
     [ -n "$curves" ] && $B bench plot --title "k-NN served over UDP, server on 8 cores (1M x 128, nprobe 16)" \
         --out "$OUT/persistent-fig11-$TAG.png" $curves
-    python3 scripts/best-rate.py "$OUT" persistent-served "$TAG" > "$OUT/persistent-cores-$TAG.txt"; cat "$OUT/persistent-cores-$TAG.txt"
+    python3 lab/scripts/best-rate.py "$OUT" persistent-served "$TAG" > "$OUT/persistent-cores-$TAG.txt"; cat "$OUT/persistent-cores-$TAG.txt"
 fi
 if [[ $PART == *noisy* ]]; then
     for e in ${NOISY_ENGINES:-gpu-persistent gpu-cohort gpu-direct}; do
@@ -160,6 +160,6 @@ if [[ $PART == *noisy* ]]; then
     # The neighbour alone: its rate without a server beside it.
     taskset -c 1-7 $B bench hog --cpus 1-7 --seconds 3 --out "$OUT/persistent-noisy-hog-alone-others-$TAG.json"
     taskset -c 0 $B bench hog --cpus 0 --seconds 3 --out "$OUT/persistent-noisy-hog-alone-own-$TAG.json"
-    python3 scripts/best-rate.py "$OUT" persistent-noisy "$TAG" > "$OUT/persistent-noisy-$TAG.txt"; cat "$OUT/persistent-noisy-$TAG.txt"
+    python3 lab/scripts/best-rate.py "$OUT" persistent-noisy "$TAG" > "$OUT/persistent-noisy-$TAG.txt"; cat "$OUT/persistent-noisy-$TAG.txt"
 fi
 echo "total $(( $(date +%s) - t0 )) s"

@@ -12,7 +12,7 @@
 #   PART=all    the three in turn (a smaller N, to try the whole path in one call).
 # JSON and logs into $OUT.
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 . scripts/lib/gpu-env.sh
 OUT=${OUT:-lab/results/big-index}; mkdir -p "$OUT"
 BIG=${BIG:-/tmp/big}; N=${N:-180000000}; NLIST=${NLIST:-16384}; NPROBE=${NPROBE:-32}

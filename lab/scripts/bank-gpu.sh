@@ -4,12 +4,12 @@
 #  2. in-process, requests pre-built in pinned memory (Rhythm's emulation): per-type cohorts
 #     swept 256..8192 in both layouts, the PCIe bound, and the sustained mix on 1..8 streams
 #     under the NVML power meter (`cohort bench bank-gpu`);
-#  3. served over loopback HTTP on gpu-cohort (scripts/bank-served.sh): transposed per-type
+#  3. served over loopback HTTP on gpu-cohort (lab/scripts/bank-served.sh): transposed per-type
 #     cohorts, row-major, and mixed cohorts.
-# Usage: scripts/bank-gpu.sh OUT_DIR [TAG]   (COHORT=path/to/cohort, default target/release;
+# Usage: lab/scripts/bank-gpu.sh OUT_DIR [TAG]   (COHORT=path/to/cohort, default target/release;
 # SERVED_ONLY=1 skips 1-2; IO_THREADS, default 4.)
 set -euo pipefail
-out=${1:?usage: scripts/bank-gpu.sh OUT_DIR [TAG]}
+out=${1:?usage: lab/scripts/bank-gpu.sh OUT_DIR [TAG]}
 tag=${2:-$(hostname)}
 cohort=${COHORT:-target/release/cohort}
 export COHORT=$cohort CUDA_MODULE_LOADING=EAGER
@@ -23,6 +23,6 @@ io=${IO_THREADS:-4}
 # 1 / (timeout + GPU time): many more connections than the cpu engine needs.
 export CONNECTIONS=${CONNECTIONS:-1024} RATES=${RATES:-20k,40k,60k,80k,100k,120k,160k,200k}
 gpu=(--engine gpu-cohort --io-threads "$io" --max-cohort 1024 --cohort-timeout-us 300 --streams 16)
-scripts/bank-served.sh "$out/bank-gpu-served-$tag-transposed" "${gpu[@]}" --bank-layout transposed
-scripts/bank-served.sh "$out/bank-gpu-served-$tag-rowmajor" "${gpu[@]}" --bank-layout row-major
-scripts/bank-served.sh "$out/bank-gpu-served-$tag-mixed" "${gpu[@]}" --bank-cohorts mixed
+lab/scripts/bank-served.sh "$out/bank-gpu-served-$tag-transposed" "${gpu[@]}" --bank-layout transposed
+lab/scripts/bank-served.sh "$out/bank-gpu-served-$tag-rowmajor" "${gpu[@]}" --bank-layout row-major
+lab/scripts/bank-served.sh "$out/bank-gpu-served-$tag-mixed" "${gpu[@]}" --bank-cohorts mixed

@@ -9,9 +9,9 @@
 # PART=plans gpu-persistent in each `lenet.persistent` plan and math, with the engine's
 # profile of one request at a time beside it; PART=served-plans both plans served over UDP
 # on gpu-persistent (1 and 8 server cores), the echo anchor beside them.
-# Usage: OUT=dir TAG=h200 PART=tests|engine|math|plans|served|served-plans|vgpus scripts/lenet-bench.sh
+# Usage: OUT=dir TAG=h200 PART=tests|engine|math|plans|served|served-plans|vgpus lab/scripts/lenet-bench.sh
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 . scripts/lib/gpu-env.sh
 OUT=${OUT:-lab/results}; TAG=${TAG:-h200}; mkdir -p "$OUT"
 t0=$(date +%s)
@@ -48,7 +48,7 @@ plans)
             f="$OUT/lenet-persistent-profile-$p-$m-$TAG.json"
             $B bench engine --service lenet "${opts[@]}" --service-opt lenet.profile=50000 \
                 --engines gpu-persistent --window 1 --drivers 1 --duration 2 --out "$f" \
-                --log-level warn > /dev/null 2>&1 && python3 scripts/profile-summary.py "$f"
+                --log-level warn > /dev/null 2>&1 && python3 lab/scripts/profile-summary.py "$f"
         done
     done
     ;;

@@ -6,9 +6,9 @@
 # checked): the cpu engine spread on cores 0-7 (the host does the inference, as a CPU LeNet
 # server would), then gpu-cohort and gpu-persistent confined to core 7 (one core: network I/O
 # and the GPU's control). Writes $OUT/lenet-memcached-$TAG.json.
-# Usage: OUT=dir TAG=h200 RATE=20k scripts/lenet-memcached.sh
+# Usage: OUT=dir TAG=h200 RATE=20k lab/scripts/lenet-memcached.sh
 set -uo pipefail
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/../.."
 . scripts/lib/gpu-env.sh
 OUT=${OUT:-lab/results}; TAG=${TAG:-h200}; RATE=${RATE:-5k}; SECS=${SECS:-6}; mkdir -p "$OUT"
 if ! command -v memcaslap > /dev/null && ls dist/debs/libmemcached-tools_*.deb > /dev/null 2>&1; then

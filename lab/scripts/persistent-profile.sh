@@ -24,7 +24,7 @@ for B in $BINS; do
             $B bench engine --service $svc "${extra[@]}" --engines gpu-persistent --window $w --drivers 1 \
                 --duration 2 --service-opt $svc.profile=50000 --out "$f" --log-level warn > /dev/null 2>&1 \
                 || { echo "FAIL $v $svc $w"; continue; }
-            python3 scripts/profile-summary.py "$f"
+            python3 lab/scripts/profile-summary.py "$f"
         done
     done
 done

@@ -9,7 +9,7 @@ images, every answer checked against the gateway's, and the server's CPU time (u
 stime from /proc) divided by the answers. Writes a JSON with the machine, commit and
 command.
 
-    scripts/v2-cost.py --bin target/release/cohort --out lab/results/v2-cost-2core.json
+    lab/scripts/v2-cost.py --bin target/release/cohort --out lab/results/v2-cost-2core.json
 """
 
 import argparse
