@@ -11,6 +11,8 @@ Where each field comes from, first found wins:
     where the file does not say it itself.
 A field found nowhere is written as "?" and named by --check.
 
+A run is what git tracks under lab/results (`git add` a new one first).
+
   python3 scripts/results-index.py           # writes lab/results/INDEX.md
   python3 scripts/results-index.py --check   # exit 1 if INDEX.md is not what this writes,
                                              # or a run says no machine, commit or command
@@ -19,6 +21,7 @@ Standard library only.
 import json
 import os
 import re
+import subprocess
 import sys
 
 ROOT = os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "lab", "results")
@@ -202,9 +205,23 @@ def render(rows):
     return "\n".join(out) + "\n"
 
 
+def entries():
+    """The runs: the entries of lab/results git tracks (a run written there and not yet added
+    is not one), or, outside a git checkout, every entry there."""
+    try:
+        out = subprocess.run(
+            ["git", "ls-files", "-z", "--", "."],
+            cwd=ROOT, capture_output=True, check=True,
+        ).stdout.decode()
+        names = {f.split("/", 1)[0] for f in out.split("\0") if f}
+    except (OSError, subprocess.CalledProcessError):
+        names = set(os.listdir(ROOT))
+    return sorted(e for e in names if e not in SKIP and not e.startswith("."))
+
+
 def main():
-    entries = sorted(e for e in os.listdir(ROOT) if e not in SKIP and not e.startswith("."))
-    rows = [describe(e) for e in entries]
+    entries_ = entries()
+    rows = [describe(e) for e in entries_]
     text = render(rows)
     index = os.path.join(ROOT, "INDEX.md")
     if "--check" in sys.argv[1:]:
