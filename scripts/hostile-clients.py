@@ -17,7 +17,7 @@ protocol error) and closes, reading what is still sent for a short lingering clo
 Bounded: at most --conns connections of each kind, every phase has a deadline, loopback only.
 Writes one JSON (machine, commit, command, figures, each goal's verdict) to --out.
 
-  scripts/hostile-clients.py --bin target/release/cohort --conns 1000 --out bench/results/hostile-clients-local.json
+  scripts/hostile-clients.py --bin target/release/cohort --conns 1000 --out lab/results/hostile-clients-local.json
 """
 import argparse
 import fcntl

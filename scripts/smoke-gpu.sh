@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # On the GPU machine with dist/ carried: a quick served check of every service on the GPU
 # engines over loopback UDP (small data), the answers checked by the load generator. For
-# bring-up after engine changes; the measurements are scripts/gpu-check and served-pinned.sh.
+# bring-up after engine changes; the measurements are scripts/gpu-check and lab/scripts/served-pinned.sh.
 set -uo pipefail
 OUT=${OUT:-/tmp/smoke}; mkdir -p "$OUT"
 nv=$(python3 -c "import nvidia, os; print(os.path.join(nvidia.__path__[0], 'cu13', 'lib'))" 2>/dev/null)

@@ -36,6 +36,9 @@ etcd --version | sed -n 1p
 python3 -m pip install --quiet --disable-pip-version-check "libucx-cu13==1.22.0"
 export COHORT_REQUIRE_UCX=1 COHORT_REQUIRE_CLUSTER=1
 
+echo "== lab/results/INDEX.md current, every recorded run naming its machine, commit and command"
+python3 scripts/results-index.py --check
+
 echo "== format and lints"
 cargo fmt --all -- --check
 cargo clippy --workspace --all-targets --release -- -D warnings

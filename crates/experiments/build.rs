@@ -14,7 +14,7 @@ fn main() {
     // A build that names its commit (scripts/gpu-check build does) is believed: two checkouts
     // of the repository sharing one target folder share this script's last run, whose
     // watched files below are the other checkout's, and a binary built in one was measured
-    // as the other's commit (bench/results/suites-809b917-4xh100). The variable's change
+    // as the other's commit (lab/results/suites-809b917-4xh100). The variable's change
     // reruns the script.
     println!("cargo:rerun-if-env-changed=COHORT_BUILD_COMMIT");
     let commit = std::env::var("COHORT_BUILD_COMMIT")

@@ -1,4 +1,4 @@
-# Sourced by the device scripts under bench/results/ (run on the GPU machine, from the
+# Sourced by the device scripts under lab/results/ (run on the GPU machine, from the
 # repository root, $OUT the folder that comes back): the steps every such script takes.
 
 # Persistent kernels need their modules loaded up front; NVLink multicast stays off. $B: the

@@ -84,7 +84,7 @@ enum Cmd {
         #[arg(long, value_delimiter = ',')]
         gpus: Vec<usize>,
     },
-    /// Benchmarks; results go to bench/results/ with machine, commit and command.
+    /// Benchmarks; results go to lab/results/ with machine, commit and command.
     #[command(subcommand)]
     Bench(bench::BenchCmd),
     /// Simulators: `sim numa` (a NUMA multi-socket GPU, the paper's figures, calibration).

@@ -48,7 +48,7 @@ pub struct SuiteArgs {
     /// or a manifest file (.toml).
     pub suite: Option<String>,
     /// Where its results, logs and summary go.
-    #[arg(long, default_value = "bench/results/suite")]
+    #[arg(long, default_value = "lab/results/suite")]
     pub out: PathBuf,
     /// Where its data sets and indexes are made (kept between runs: a step that makes a file
     /// already there is skipped).

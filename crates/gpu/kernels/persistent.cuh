@@ -90,7 +90,7 @@ __device__ __forceinline__ unsigned long long ld_relaxed_sys64(const unsigned lo
 }
 // One 16-byte load of host memory, coherent at system scope (never a stale L1 line). Measured:
 // four volatile 32-bit loads per chunk (the first version) kept too few reads in flight - the
-// ingress copied at one chunk per bus round trip (scripts/persistent-profile.sh). No "memory"
+// ingress copied at one chunk per bus round trip (lab/scripts/persistent-profile.sh). No "memory"
 // clobber: a run's loads may all issue before the first returns (asm volatile keeps them after
 // the acquire fence that precedes them).
 __device__ __forceinline__ uint4 ld_relaxed_sys_v4(const void* p) {

@@ -28,7 +28,7 @@ pub use stage_timer::StageTimer;
 /// stream's event then also holds back the work queued behind it on the same queue. A
 /// sharded index's devices wait on one another's events from many streams at once: sharded
 /// k-NN over 8 virtual GPUs of an H100 served 334 K queries/s with 8 connections and 635 K
-/// with 32 (bench/results/knn-shard-connections-h100).
+/// with 32 (lab/results/knn-shard-connections-h100).
 pub const DEVICE_CONNECTIONS: &str = "32";
 
 /// The driver settings the process needs, unless the user set them: the driver reads them at

@@ -29,7 +29,7 @@ pub const RT: usize = 64;
 /// grid, whose warps take their first items by index, is exactly this many blocks an SM).
 /// At 2 (the other storages' bound) its 128 registers left 16 warps an SM, and Nsight Compute
 /// found them stalled on their loads, 73% of cycles with no warp eligible (82337b0, cohort
-/// 8 192). Measured on one H100 (bench/results/knn-u8-occupancy-a5caf72-h100): 4 blocks with
+/// 8 192). Measured on one H100 (lab/results/knn-u8-scan-e2c6bad-h100): 4 blocks with
 /// 2 k-steps a batch beat 2 with 4, 3 with 4 and 4 with 4 at cohorts 64 and 1 024 (search
 /// 0.178 -> 0.141 ms at 1 024) and equal them at 8 192. The f32 path the u8 kernels keep for
 /// queries off the integers spills under it.

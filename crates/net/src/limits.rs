@@ -183,7 +183,7 @@ impl Budget {
     /// share per connection. A share, not a fixed 16 KB, because a crowd of connections that
     /// become readable together each take it in the same turn of an io thread: 2 000 x 16 KB
     /// made that turn 30-40 ms on one core, 2 000 x 2 KB under 10 ms
-    /// (bench/results/hostile-clients-share/).
+    /// (lab/results/hostile-clients-share/).
     pub fn settled_share(&self) -> usize {
         let open = self.open.get().max(1) as u64;
         let share = (self.limit.max(0) as u64 / open) as usize;

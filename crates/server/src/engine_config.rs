@@ -487,4 +487,25 @@ mod tests {
         let e = c.with("cohort_graphs", 3.into()).unwrap_err();
         assert!(e.starts_with("cohort_graphs: "), "{e}");
     }
+
+    /// The shipped example configuration names every engine and no other (it listed a
+    /// `gpu-streams` engine that does not exist and left out hybrid).
+    #[test]
+    fn the_shipped_config_names_the_engines() {
+        let text = include_str!("../../../configs/serve.toml");
+        for e in EngineKind::ALL {
+            assert!(
+                text.contains(e.name()),
+                "configs/serve.toml does not name the {e} engine"
+            );
+        }
+        for word in text.split(|c: char| !(c.is_ascii_alphanumeric() || c == '-')) {
+            if word.starts_with("gpu-") {
+                assert!(
+                    word.parse::<EngineKind>().is_ok(),
+                    "configs/serve.toml names an engine {word:?} that does not exist"
+                );
+            }
+        }
+    }
 }

@@ -87,7 +87,7 @@ pub fn build_registry(plans: &[ServicePlan]) -> Result<Registry> {
 
 /// GPU engines' host threads spin while their GPU works: where they and the io threads are
 /// more than the cores the server may run on, they take turns on the cores and answers wait
-/// milliseconds. Measured on 8 cores with 4 GPUs (`bench/results/issue48-control-threads-4xh100`):
+/// milliseconds. Measured on 8 cores with 4 GPUs (`lab/results/issue48-control-threads-4xh100`):
 /// 8 io threads and 4 control threads gave p99 4.4 ms at 300 K k-NN queries/s, 4 io threads
 /// 0.43 ms at 600 K.
 fn warn_if_cores_are_shared(a: &ServeArgs, plans: &[ServicePlan]) {

@@ -39,7 +39,7 @@ pub struct NumaArgs {
     #[arg(long)]
     pub threads: Option<usize>,
     /// Where results (JSON, PNG) go.
-    #[arg(long, default_value = "bench/results")]
+    #[arg(long, default_value = "lab/results")]
     pub out: PathBuf,
     /// Suffix of the result files (e.g. the machine).
     #[arg(long)]

@@ -56,7 +56,7 @@ pub struct BatcherBench {
     batch_us: u64,
     #[arg(long, default_value_t = 2.0)]
     duration: f64,
-    #[arg(long, default_value = "bench/results/batcher.json")]
+    #[arg(long, default_value = "lab/results/batcher.json")]
     out: PathBuf,
 }
 

@@ -40,7 +40,7 @@ pub struct EchoBench {
     /// Closed-loop runs after the ramp, one per outstanding-request count (0 = none).
     #[arg(long, value_delimiter = ',', default_value = "64,256")]
     pub closed: Vec<usize>,
-    #[arg(long, default_value = "bench/results/echo.json")]
+    #[arg(long, default_value = "lab/results/echo.json")]
     pub out: PathBuf,
 }
 

@@ -57,7 +57,7 @@ pub struct EngineBench {
     /// the gpu engines decode in the submitting thread, so one driver can be the limit).
     #[arg(long, default_value_t = 4)]
     pub drivers: usize,
-    #[arg(long, default_value = "bench/results/engine.json")]
+    #[arg(long, default_value = "lab/results/engine.json")]
     pub out: PathBuf,
 }
 

@@ -15,7 +15,7 @@ pub struct HogBench {
     pub cpus: String,
     #[arg(long, default_value_t = 5.0)]
     pub seconds: f64,
-    #[arg(long, default_value = "bench/results/hog.json")]
+    #[arg(long, default_value = "lab/results/hog.json")]
     pub out: PathBuf,
 }
 

@@ -55,7 +55,7 @@ pub struct KnnBench {
     /// Skip the per-nprobe CPU measurements (served sweep only).
     #[arg(long)]
     pub served_only: bool,
-    #[arg(long, default_value = "bench/results/knn-cpu.json")]
+    #[arg(long, default_value = "lab/results/knn-cpu.json")]
     pub out: PathBuf,
     /// Plot of the served sweep.
     #[arg(long)]

@@ -1,5 +1,5 @@
 //! `cohort bench ...`: benchmarks that write JSON results naming the machine, the commit and
-//! the command, under bench/results/ by default. A service's own benchmarks live
+//! the command, under lab/results/ by default. A service's own benchmarks live
 //! in its folder and join these through the catalog (`main.rs`).
 
 mod batcher;

@@ -89,7 +89,7 @@ pub struct ServedBench {
     #[arg(long, default_value_t = 300)]
     pub start_timeout_s: u64,
     /// The JSON to write; plots go beside it as STEM-SERVICE.png.
-    #[arg(long, default_value = "bench/results/served.json")]
+    #[arg(long, default_value = "lab/results/served.json")]
     pub out: PathBuf,
 }
 

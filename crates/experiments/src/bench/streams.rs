@@ -44,7 +44,7 @@ pub struct StreamsBench {
     /// Which experiments: fig2, memory, cpu (comma-separated).
     #[arg(long, value_delimiter = ',', default_value = "fig2,memory,cpu")]
     pub parts: Vec<String>,
-    #[arg(long, default_value = "bench/results/streams.json")]
+    #[arg(long, default_value = "lab/results/streams.json")]
     pub out: PathBuf,
     /// Folder for the PNG plots (beside the JSON when absent).
     #[arg(long)]

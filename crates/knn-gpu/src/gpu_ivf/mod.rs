@@ -294,10 +294,10 @@ impl FilterKind {
     /// the H100 (1M x 128, nlist 4096, nprobe 16, u8, the whole tiled plan): a cohort of 256
     /// 1.59 M q/s against 1.51 M on the CUDA cores, 512 2.68 M against 2.29 M, but 64
     /// 0.53 M against 0.61 M (the re-rank's extra launch outweighed a small product):
-    /// bench/results/knn-small-cohort-h100/. Measured again with the small cohorts' select
+    /// lab/results/knn-small-cohort-h100/. Measured again with the small cohorts' select
     /// and re-rank one launch (76573a2, H200): from 64 queries the tensor cores gave 0.749
     /// against 0.835 M q/s at 64 and 1.304 against 1.345-1.372 M at 128, so the bound holds
-    /// (bench/results/knn-rerank-split/).
+    /// (lab/results/knn-rerank-split/).
     pub const TC_MIN_QUERIES: usize = 256;
 
     /// The tensor cores where the device has TF32 ones (sm_80 on), unless

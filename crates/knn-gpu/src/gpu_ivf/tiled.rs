@@ -391,7 +391,7 @@ impl GpuIvf {
     /// (`knn_search_pairs_u8`, the runs cut so that one wave of warps takes them all), then
     /// the usual select. Four launches where the
     /// grouped plan makes five, with no one-block plan: at a cohort of 64 the pairs hardly
-    /// share a cell (bench/results/knn-filter-rows/, cells.txt), so grouping them saved few rows.
+    /// share a cell (lab/results/knn-filter-rows/, cells.txt), so grouping them saved few rows.
     #[allow(clippy::too_many_arguments)]
     fn pairs_pass(
         &self,

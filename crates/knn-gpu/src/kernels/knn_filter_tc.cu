@@ -24,7 +24,7 @@
 // product and issued more conversions than products). Splitting ahead instead - centroids
 // at upload, queries as they are staged, 16-dimension stages in four shared arrays, 3 blocks
 // an SM - was measured slower on an H100 (filter 0.25-0.27 ms at cohort 8 192 against
-// 0.22-0.25 for this; bench/results/knn-filter-tc-h100/): twice the fragment loads and
+// 0.22-0.25 for this; lab/results/knn-filter-tc-h100/): twice the fragment loads and
 // stages cost more than the conversions they saved.
 #define TC_DK 32  // dimensions per shared-memory stage
 #define TC_WQ 32  // queries per warp

@@ -1137,7 +1137,7 @@ SEARCH_WARP_U8(knn_search_warp_u8_x2, 2)
 // ---- Stages 2-6 for small cohorts, pair by pair (knn_select_filter_plan_wide, knn_search_pairs_u8) ----
 //
 // At a cohort of 64 the (query, probe) pairs hardly share a cell (1 024 pairs on ~908 cells,
-// bench/results/knn-filter-rows/), so grouping them by cell saves ~11% of the rows and costs
+// lab/results/knn-filter-rows/), so grouping them by cell saves ~11% of the rows and costs
 // the one-block plan (count, scan, scatter: ~12 us on one SM) and a chain of ~6 dependent
 // loads in front of each work item's first row. Here the filter's select also lays out each
 // query's candidate row (its block already holds the query's probes) and makes its bytes, and

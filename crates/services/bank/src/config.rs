@@ -29,7 +29,7 @@ pub struct BankSettings {
     /// gpu-cohort: cohorts of any mix of page types, or of one type (Rhythm). Served, mixed is
     /// the default: with a dozen types one type's cohorts stay small and each pays a cohort's
     /// fixed cost (H200, 1024 connections: mixed p99 6.7 ms at 40K pages/s, one type per
-    /// cohort p50 1 s; bench/results/bank-gpu-cohort*-c1024.json).
+    /// cohort p50 1 s; lab/results/bank-gpu-cohort*-c1024.json).
     #[serde(with = "text")]
     pub cohorts: Cohorts,
     /// Where the records live: computed, gpu, or memcached://HOST:PORT.

@@ -148,10 +148,10 @@ pub const PAGES: KernelDecl<BankPagesArgs> =
 
 /// Threads that write one page of a cohort of `n`: 32 up to cohorts of 1 024 (a page takes its
 /// longest thread's time, and a small cohort leaves the GPU idle), 8 above. Measured on an H200
-/// (the Table 2 mix, bench/results/bank-small-cohorts): since the literals go a word at a time,
+/// (the Table 2 mix, lab/results/bank-small-cohorts): since the literals go a word at a time,
 /// shared by a page's group, one thread a page at 8 192 gave 8.6 M pages/s (12.9 transposed)
 /// where 8 a page gave 12.2 (20.6) at 4 096; one a page led from 8 192 on while every byte was
-/// one thread's (bench/results/bank-pages-groups-h100).
+/// one thread's (lab/results/bank-pages-groups-h100).
 pub fn page_lanes(n: usize) -> u32 {
     match n {
         0..=1024 => 32,

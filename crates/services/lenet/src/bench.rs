@@ -22,7 +22,7 @@ pub struct LenetKernelBench {
     /// GPU (CUDA ordinal).
     #[arg(long, default_value_t = 0)]
     pub gpu: usize,
-    #[arg(long, default_value = "bench/results/lenet-kernels.json")]
+    #[arg(long, default_value = "lab/results/lenet-kernels.json")]
     pub out: PathBuf,
 }
 

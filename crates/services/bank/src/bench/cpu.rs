@@ -2,7 +2,7 @@
 //! Table 3, as Rhythm's emulation: sessions of the Table 2 mix pre-built in memory, served by
 //! `workers` threads calling the service directly (no network), every page checked on the
 //! first pass. Served over HTTP is `cohort bench served --services bank` (the server pinned,
-//! the generator a separate process; `scripts/bank-cpu.sh` runs both).
+//! the generator a separate process; `lab/scripts/bank-cpu.sh` runs both).
 
 use super::Record;
 use crate::client;
@@ -34,7 +34,7 @@ pub struct BankBench {
     /// (RAPL is not readable on the lent machines), so the figure is stated, not measured.
     #[arg(long, default_value_t = 10.0)]
     pub core_watts: f64,
-    #[arg(long, default_value = "bench/results/bank-cpu.json")]
+    #[arg(long, default_value = "lab/results/bank-cpu.json")]
     pub out: PathBuf,
 }
 

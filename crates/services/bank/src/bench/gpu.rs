@@ -21,7 +21,7 @@ pub struct BankParseBench {
     /// Launches timed per point.
     #[arg(long, default_value_t = 50)]
     pub iters: usize,
-    #[arg(long, default_value = "bench/results/bank-parse-gpu.json")]
+    #[arg(long, default_value = "lab/results/bank-parse-gpu.json")]
     pub out: PathBuf,
 }
 
@@ -120,7 +120,7 @@ pub struct BankGpuBench {
     /// cohort's size, as the engines do.
     #[arg(long, value_parser = parse_page_lanes)]
     pub page_lanes: Option<u32>,
-    #[arg(long, default_value = "bench/results/bank-gpu.json")]
+    #[arg(long, default_value = "lab/results/bank-gpu.json")]
     pub out: PathBuf,
 }
 

@@ -39,7 +39,7 @@ pub struct BuildBench {
     pub k: usize,
     #[arg(long, default_value_t = 1234)]
     pub seed: u64,
-    #[arg(long, default_value = "bench/results/index-build.json")]
+    #[arg(long, default_value = "lab/results/index-build.json")]
     pub out: PathBuf,
 }
 

@@ -40,7 +40,7 @@ pub struct GpuKernelBench {
     /// sharded server's device searches it: where a shard's time does not fall as 1/N.
     #[arg(long, value_delimiter = ',', default_value = "1")]
     pub shards: Vec<usize>,
-    #[arg(long, default_value = "bench/results/gpu-kernels.json")]
+    #[arg(long, default_value = "lab/results/gpu-kernels.json")]
     pub out: PathBuf,
 }
 

@@ -59,7 +59,7 @@ struct SvcArgs {
 
 // The ingress warp only moves requests: k-NN's checks and widening run in the filter blocks
 // (hundreds of them in parallel) - measured: on the one ingress warp they were the largest part
-// of its time per request (scripts/persistent-profile.sh).
+// of its time per request (lab/scripts/persistent-profile.sh).
 __device__ bool service_accept(const PRt&, const SvcArgs&, unsigned int) { return true; }
 
 // The checks of parse_head + vector_into + check_shape (crates/services/src/knn), in their
