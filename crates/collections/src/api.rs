@@ -84,14 +84,15 @@ pub fn handle(store: &Store, method: &str, path: &str, body: &[u8]) -> Answer {
             _ => search(&c, body),
         }),
         _ => {
-            let e = Error::new(
-                Kind::BadRequest,
-                format!("{method} is not allowed on {path} (allowed: {allowed})"),
-            );
-            let mut a = Answer::error(&e);
-            a.status = 405;
-            a.allow = Some(allowed);
-            return a;
+            // The gateway's own name for it (crates/net/src/http.rs).
+            let msg = format!("{method} is not allowed on {path} (allowed: {allowed})");
+            return Answer {
+                status: 405,
+                body: json!({"error": "METHOD_NOT_ALLOWED", "message": msg})
+                    .to_string()
+                    .into_bytes(),
+                allow: Some(allowed),
+            };
         }
     };
     match r {
