@@ -37,6 +37,9 @@ pub struct Collection {
     wal: Mutex<Wal>,
     dropped: AtomicBool,
     snapshot_at: AtomicU64,
+    /// Log records written and the writes they held (a record per commit group).
+    records: AtomicU64,
+    logged: AtomicU64,
 }
 
 #[derive(Default)]
@@ -138,6 +141,8 @@ impl Collection {
             wal: Mutex::new(wal),
             dropped: AtomicBool::new(false),
             snapshot_at: AtomicU64::new(SNAPSHOT_AT),
+            records: AtomicU64::new(0),
+            logged: AtomicU64::new(0),
         })
     }
 
@@ -222,6 +227,8 @@ impl Collection {
             return fail(group, e);
         }
         drop(wal);
+        self.records.fetch_add(1, Ordering::Relaxed);
+        self.logged.fetch_add(group.len() as u64, Ordering::Relaxed);
         let mut results = Vec::with_capacity(group.len());
         {
             let mut d = self.data.write().unwrap_or_else(|p| p.into_inner());
@@ -273,6 +280,14 @@ impl Collection {
         wal.reset()
     }
 
+    /// (log records written, writes they held) since open: the writes sharing a sync.
+    pub fn commit_stats(&self) -> (u64, u64) {
+        (
+            self.records.load(Ordering::Relaxed),
+            self.logged.load(Ordering::Relaxed),
+        )
+    }
+
     /// Log bytes not yet in a snapshot.
     pub fn log_len(&self) -> u64 {
         self.wal.lock().expect("log lock").len()
@@ -286,5 +301,53 @@ impl Collection {
             self.dropped.store(true, Ordering::Release);
         }
         drop(self.wal.lock().expect("log lock"));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ops::Point;
+
+    /// Writers that arrive while a group is being logged share the next record and its sync.
+    #[test]
+    fn writes_queued_during_a_commit_share_one_record() {
+        let dir = std::env::temp_dir().join(format!("cohort-group-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let settings: Settings = serde_json::from_str(r#"{"dim": 2}"#).unwrap();
+        let c = Arc::new(Collection::open(&dir, "g", settings.clone()).unwrap());
+        let put = |c: &Arc<Collection>, id: u64| {
+            let c = c.clone();
+            std::thread::spawn(move || {
+                let p = Point {
+                    id,
+                    vector: vec![id as f32, 0.0],
+                    attrs: vec![],
+                };
+                c.write(Op::Upsert(vec![p])).unwrap()
+            })
+        };
+        // The log held: the first writer leads and waits on it with its group of one.
+        let held = c.wal.lock().unwrap();
+        let first = put(&c, 1);
+        while !c.queue.lock().unwrap().leader {
+            std::thread::yield_now();
+        }
+        let rest: Vec<_> = (2..=5).map(|id| put(&c, id)).collect();
+        while c.queue.lock().unwrap().pending.len() < 4 {
+            std::thread::yield_now();
+        }
+        drop(held);
+        assert_eq!(first.join().unwrap(), 1);
+        for w in rest {
+            assert_eq!(w.join().unwrap(), 1);
+        }
+        assert_eq!(c.commit_stats(), (2, 5), "five writes, two records");
+        assert_eq!(c.count(), 5);
+        drop(c);
+        let c = Collection::open(&dir, "g", settings).unwrap();
+        assert_eq!(c.count(), 5);
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 }

@@ -24,21 +24,48 @@ pub enum Filter {
     Not(Box<Filter>),
 }
 
-/// A range's bounds as f64 (an integer attribute's values compare exactly below 2^53).
+/// A number of an attribute: integers compare as integers (exactly, over all of i64),
+/// floats as floats (the schema gives an attribute and its bounds one type).
+#[derive(Debug, Clone, Copy, PartialEq)]
+pub enum Num {
+    I(i64),
+    F(f64),
+}
+
+impl Num {
+    fn cmp(self, b: Num) -> Option<std::cmp::Ordering> {
+        match (self, b) {
+            (Num::I(x), Num::I(y)) => Some(x.cmp(&y)),
+            (x, y) => x.f64().partial_cmp(&y.f64()),
+        }
+    }
+    fn f64(self) -> f64 {
+        match self {
+            Num::I(x) => x as f64,
+            Num::F(x) => x,
+        }
+    }
+}
+
+/// A range's bounds.
 #[derive(Debug, Clone, Copy, PartialEq, Default)]
 pub struct Bounds {
-    pub gt: Option<f64>,
-    pub gte: Option<f64>,
-    pub lt: Option<f64>,
-    pub lte: Option<f64>,
+    pub gt: Option<Num>,
+    pub gte: Option<Num>,
+    pub lt: Option<Num>,
+    pub lte: Option<Num>,
 }
 
 impl Bounds {
-    fn contains(&self, x: f64) -> bool {
-        self.gt.is_none_or(|b| x > b)
-            && self.gte.is_none_or(|b| x >= b)
-            && self.lt.is_none_or(|b| x < b)
-            && self.lte.is_none_or(|b| x <= b)
+    fn contains(&self, x: Num) -> bool {
+        use std::cmp::Ordering::{Equal, Greater, Less};
+        let c = |b: Num| x.cmp(b);
+        self.gt.is_none_or(|b| c(b) == Some(Greater))
+            && self
+                .gte
+                .is_none_or(|b| matches!(c(b), Some(Greater | Equal)))
+            && self.lt.is_none_or(|b| c(b) == Some(Less))
+            && self.lte.is_none_or(|b| matches!(c(b), Some(Less | Equal)))
     }
 }
 
@@ -55,15 +82,13 @@ impl Filter {
     /// form is tested against, and what single-point checks use).
     pub fn matches(&self, cols: &[Column], slot: usize) -> bool {
         match self {
-            Filter::Eq(a, v) => {
-                cols[*a].get(slot).as_ref() == Some(v) || num_eq(&cols[*a], slot, v)
-            }
+            Filter::Eq(a, v) => cols[*a].get(slot).as_ref() == Some(v),
             Filter::In(a, vs) => vs
                 .iter()
                 .any(|v| Filter::Eq(*a, v.clone()).matches(cols, slot)),
             Filter::Range(a, b) => match cols[*a].get(slot) {
-                Some(AttrValue::Int(x)) => b.contains(x as f64),
-                Some(AttrValue::Float(x)) => b.contains(x),
+                Some(AttrValue::Int(x)) => b.contains(Num::I(x)),
+                Some(AttrValue::Float(x)) => b.contains(Num::F(x)),
                 _ => false,
             },
             Filter::All(fs) => fs.iter().all(|f| f.matches(cols, slot)),
@@ -89,11 +114,30 @@ impl Filter {
                     codes.dedup();
                     Compiled::Codes(*a, codes)
                 }
-                _ => {
-                    let mut xs: Vec<f64> = vs.iter().filter_map(as_f64).collect();
+                Column::Int(_) => {
+                    let mut xs: Vec<i64> = vs
+                        .iter()
+                        .filter_map(|v| match v {
+                            AttrValue::Int(x) => Some(*x),
+                            _ => None,
+                        })
+                        .collect();
+                    xs.sort_unstable();
+                    xs.dedup();
+                    Compiled::Ints(*a, xs)
+                }
+                Column::Float(_) => {
+                    let mut xs: Vec<f64> = vs
+                        .iter()
+                        .filter_map(|v| match v {
+                            AttrValue::Float(x) => Some(*x),
+                            AttrValue::Int(x) => Some(*x as f64),
+                            AttrValue::Keyword(_) => None,
+                        })
+                        .collect();
                     xs.sort_by(f64::total_cmp);
                     xs.dedup();
-                    Compiled::Numbers(*a, xs)
+                    Compiled::Floats(*a, xs)
                 }
             },
             Filter::Range(a, b) => Compiled::Range(*a, *b),
@@ -104,30 +148,15 @@ impl Filter {
     }
 }
 
-/// An integer attribute compared with an equal float, and the reverse (JSON's 2 and 2.0).
-fn num_eq(col: &Column, slot: usize, v: &AttrValue) -> bool {
-    match (col.get(slot), as_f64(v)) {
-        (Some(AttrValue::Int(x)), Some(y)) => x as f64 == y,
-        (Some(AttrValue::Float(x)), Some(y)) => x == y,
-        _ => false,
-    }
-}
-
-fn as_f64(v: &AttrValue) -> Option<f64> {
-    match v {
-        AttrValue::Int(x) => Some(*x as f64),
-        AttrValue::Float(x) => Some(*x),
-        AttrValue::Keyword(_) => None,
-    }
-}
-
 /// A filter resolved against the columns of one collection state.
 #[derive(Debug, Clone)]
 pub enum Compiled {
     /// The keyword's code is one of these (sorted).
     Codes(usize, Vec<u32>),
-    /// The number is one of these (sorted).
-    Numbers(usize, Vec<f64>),
+    /// The integer is one of these (sorted).
+    Ints(usize, Vec<i64>),
+    /// The float is one of these (sorted).
+    Floats(usize, Vec<f64>),
     Range(usize, Bounds),
     All(Vec<Compiled>),
     Any(Vec<Compiled>),
@@ -144,9 +173,15 @@ impl Compiled {
                 }
                 _ => false,
             },
-            Compiled::Numbers(a, xs) => match number(&cols[*a], slot) {
-                Some(x) => xs.binary_search_by(|y| y.total_cmp(&x)).is_ok(),
-                None => false,
+            Compiled::Ints(a, xs) => match &cols[*a] {
+                Column::Int(c) => c[slot].is_some_and(|x| xs.binary_search(&x).is_ok()),
+                _ => false,
+            },
+            Compiled::Floats(a, xs) => match &cols[*a] {
+                Column::Float(c) => {
+                    c[slot].is_some_and(|x| xs.binary_search_by(|y| y.total_cmp(&x)).is_ok())
+                }
+                _ => false,
             },
             Compiled::Range(a, b) => number(&cols[*a], slot).is_some_and(|x| b.contains(x)),
             Compiled::All(fs) => fs.iter().all(|f| f.matches(cols, slot)),
@@ -157,10 +192,10 @@ impl Compiled {
 }
 
 #[inline]
-fn number(col: &Column, slot: usize) -> Option<f64> {
+fn number(col: &Column, slot: usize) -> Option<Num> {
     match col {
-        Column::Int(c) => c[slot].map(|x| x as f64),
-        Column::Float(c) => c[slot],
+        Column::Int(c) => c[slot].map(Num::I),
+        Column::Float(c) => c[slot].map(Num::F),
         Column::Keyword { .. } => None,
     }
 }
@@ -274,8 +309,8 @@ fn bounds(ty: AttrType, v: &Value, what: &str) -> Result<Bounds> {
     let mut b = Bounds::default();
     for (k, x) in o {
         let x = match AttrValue::from_json(ty, x, &format!("{what}.{k}"))? {
-            AttrValue::Int(i) => i as f64,
-            AttrValue::Float(f) => f,
+            AttrValue::Int(i) => Num::I(i),
+            AttrValue::Float(f) => Num::F(f),
             AttrValue::Keyword(_) => unreachable!("keywords refused above"),
         };
         match k.as_str() {

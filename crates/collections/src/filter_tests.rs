@@ -161,3 +161,28 @@ fn missing_values_match_nothing_but_not() {
     let f = Filter::parse(&json!({"range": ["qty", {"lt": 100}]}), &schema()).unwrap();
     assert!(!f.matches(&cols, 0) && !f.compile(&cols).matches(&cols, 0));
 }
+
+#[test]
+fn large_integers_compare_exactly() {
+    let s = schema();
+    let mut cols: Vec<Column> = s.attributes.values().map(|t| Column::new(*t)).collect();
+    let big = 1i64 << 60;
+    for x in [big, big + 1] {
+        cols[0].push(None);
+        cols[1].push(None);
+        cols[2].push(Some(&AttrValue::Int(x)));
+    }
+    for (f, want) in [
+        (json!({"eq": ["qty", big + 1]}), [false, true]),
+        (json!({"in": ["qty", [big]]}), [true, false]),
+        (json!({"range": ["qty", {"gt": big}]}), [false, true]),
+        (json!({"range": ["qty", {"lte": big}]}), [true, false]),
+    ] {
+        let p = Filter::parse(&f, &s).unwrap();
+        let c = p.compile(&cols);
+        for (slot, w) in want.iter().enumerate() {
+            assert_eq!(p.matches(&cols, slot), *w, "{f} slot {slot}");
+            assert_eq!(c.matches(&cols, slot), *w, "{f} slot {slot}");
+        }
+    }
+}

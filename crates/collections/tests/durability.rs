@@ -283,3 +283,43 @@ fn creates_and_drops_are_durable_and_a_dropped_collection_refuses_writes() {
     drop(s);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn a_search_after_an_acknowledgement_sees_the_write() {
+    let dir = temp("ryw");
+    let s = Arc::new(Store::open(&dir).unwrap());
+    create(&s);
+    let threads: Vec<_> = (0..4u64)
+        .map(|t| {
+            let s = s.clone();
+            std::thread::spawn(move || {
+                for i in 0..50u64 {
+                    let id = t * 1000 + i;
+                    let v = [id as f32, 1.0, 2.0, 3.0];
+                    let body = json!({"points": [{"id": id, "vector": v}]});
+                    assert_eq!(call(&s, "POST", "/v1/collections/c/upsert", body).0, 200);
+                    // Acknowledged: any search from now on sees it.
+                    let (_, r) = call(
+                        &s,
+                        "POST",
+                        "/v1/collections/c/search",
+                        json!({"vectors": [v], "k": 1}),
+                    );
+                    assert_eq!(r["results"][0][0]["id"], json!(id), "{r}");
+                    let (_, r) = call(&s, "POST", "/v1/collections/c/delete", json!({"ids": [id]}));
+                    assert_eq!(r["deleted"], json!(1));
+                    let (_, r) = call(&s, "POST", "/v1/collections/c/get", json!({"ids": [id]}));
+                    assert_eq!(r["points"], json!([]), "a deleted point is gone at once");
+                }
+            })
+        })
+        .collect();
+    for t in threads {
+        t.join().unwrap();
+    }
+    let (records, writes) = s.get("c").unwrap().commit_stats();
+    assert_eq!(writes, 400);
+    eprintln!("{writes} writes in {records} log records");
+    drop(s);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
