@@ -6,7 +6,7 @@ use crate::collection::Collection;
 use crate::error::{Error, Kind, Result};
 use crate::filter::Filter;
 use crate::ops::{check_batch_len, check_unique, Op, Point};
-use crate::schema::{check_attributes, check_vector, limits, Settings};
+use crate::schema::{check_attributes, check_query, check_vector, limits, Settings};
 use crate::store::Store;
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
@@ -149,6 +149,9 @@ fn check_points(s: &Settings, points: Vec<PointIn>) -> Result<Vec<Point>> {
 fn upsert(c: &Collection, body: &[u8]) -> Result<Value> {
     let r: UpsertReq = parse(body)?;
     let points = check_points(&c.settings, r.points)?;
+    if points.is_empty() {
+        return Ok(json!({ "upserted": 0 })); // nothing to log
+    }
     let n = c.write(Op::Upsert(points))?;
     Ok(json!({ "upserted": n }))
 }
@@ -167,6 +170,9 @@ fn delete(c: &Collection, body: &[u8]) -> Result<Value> {
     let op = match (r.ids, r.filter) {
         (Some(ids), None) => {
             check_batch_len("ids", ids.len(), limits::MAX_IDS)?;
+            if ids.is_empty() {
+                return Ok(json!({ "deleted": 0 }));
+            }
             Op::DeleteIds(ids)
         }
         (None, Some(f)) => Op::DeleteFilter(Filter::parse(&f, &c.settings)?, f.to_string()),
@@ -239,7 +245,7 @@ fn search(c: &Collection, body: &[u8]) -> Result<Value> {
         .vectors
         .iter()
         .enumerate()
-        .map(|(i, v)| check_vector(&c.settings, v, &format!("query {i}")))
+        .map(|(i, v)| check_query(&c.settings, v, &format!("query {i}")))
         .collect::<Result<Vec<_>>>()?;
     let filter = r
         .filter

@@ -149,6 +149,28 @@ impl Data {
             .collect()
     }
 
+    /// Live slots matching `f` as a bitset (bit s of word s / 64), and how many: what a
+    /// search needs to plan, without a list of slots.
+    pub fn matching_bits(&self, f: &Filter) -> (Vec<u64>, usize) {
+        let c = f.compile(&self.cols);
+        let n = self.slots();
+        let words: Vec<u64> = (0..n.div_ceil(64))
+            .into_par_iter()
+            .with_min_len(64)
+            .map(|w| {
+                let mut word = 0u64;
+                for s in w * 64..((w + 1) * 64).min(n) {
+                    if self.live[s] && c.matches(&self.cols, s) {
+                        word |= 1 << (s - w * 64);
+                    }
+                }
+                word
+            })
+            .collect();
+        let count = words.iter().map(|w| w.count_ones() as usize).sum();
+        (words, count)
+    }
+
     /// Live slots, in slot order.
     pub fn live_slots(&self) -> Vec<u32> {
         (0..self.slots() as u32)

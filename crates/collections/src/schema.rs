@@ -191,6 +191,16 @@ impl AttrValue {
 /// Checks one vector against the settings and returns it as stored: f16 values rounded to
 /// half precision, u8 values integral in 0..=255, every value finite.
 pub fn check_vector(s: &Settings, v: &[f64], what: &str) -> Result<Vec<f32>> {
+    check(s, v, what, s.element)
+}
+
+/// Checks a query vector: the dimension, finite values within f32's safe range; the
+/// element type does not bind a query (a u8 collection may be searched with a mean vector).
+pub fn check_query(s: &Settings, v: &[f64], what: &str) -> Result<Vec<f32>> {
+    check(s, v, what, Element::F32)
+}
+
+fn check(s: &Settings, v: &[f64], what: &str, element: Element) -> Result<Vec<f32>> {
     if v.len() != s.dim {
         return Err(Error::bad(format!(
             "{what}: dimension {} but the collection's is {}",
@@ -204,7 +214,7 @@ pub fn check_vector(s: &Settings, v: &[f64], what: &str) -> Result<Vec<f32>> {
         if !x.is_finite() {
             return Err(bad("is not a finite number"));
         }
-        let f = match s.element {
+        let f = match element {
             Element::F32 => {
                 if x.abs() > limits::MAX_ABS_F32 as f64 {
                     return Err(bad("is over 1e16 in magnitude"));
@@ -281,6 +291,10 @@ mod tests {
         );
         assert!(check_vector(&s, &[0.5, 1.0, 2.0], "p").is_err());
         assert!(check_vector(&s, &[256.0, 1.0, 2.0], "p").is_err());
+        assert_eq!(
+            check_query(&s, &[0.5, 1.0, 2.0], "q").unwrap(),
+            vec![0.5, 1.0, 2.0]
+        );
         assert!(check_vector(&s, &[-1.0, 1.0, 2.0], "p").is_err());
         let s = settings(Element::F16, Metric::L2);
         assert_eq!(

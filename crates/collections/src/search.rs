@@ -190,7 +190,7 @@ pub fn search(
             v: index_vector(metric, q),
         })
         .collect();
-    let matched = filter.map(|f| d.matching(f));
+    let matched = filter.map(|f| d.matching_bits(f));
     let plan = match (&d.ivf, &matched) {
         (None, _) => Plan::Exact,
         (Some(ivf), m) => {
@@ -199,9 +199,9 @@ pub fn search(
                 .clamp(1, ivf.nlist);
             match m {
                 None => Plan::Ivf { nprobe },
-                Some(m) => {
-                    let s = m.len() as f64 / d.live_count.max(1) as f64;
-                    if m.len() <= EXACT_PER_K * k || s * s <= nprobe as f64 / ivf.nlist as f64 {
+                Some((_, matches)) => {
+                    let s = *matches as f64 / d.live_count.max(1) as f64;
+                    if *matches <= EXACT_PER_K * k || s * s <= nprobe as f64 / ivf.nlist as f64 {
                         Plan::Exact
                     } else {
                         let wide = (nprobe as f64 / s).ceil() as usize;
@@ -214,20 +214,22 @@ pub fn search(
         }
     };
     let answers = match (plan, &matched) {
-        (Plan::Exact, Some(m)) => qs
-            .par_iter()
-            .map(|q| {
-                m.par_chunks(CHUNK)
-                    .map(|ch| {
-                        let mut t = TopK::new(k);
-                        ch.iter()
-                            .for_each(|&s| t.push(s, distance(d, metric, q, s as usize)));
-                        t
-                    })
-                    .reduce(|| TopK::new(k), merge)
-                    .into_sorted()
-            })
-            .collect(),
+        (Plan::Exact, Some((bits, _))) => {
+            let m = slots_of(bits);
+            qs.par_iter()
+                .map(|q| {
+                    m.par_chunks(CHUNK)
+                        .map(|ch| {
+                            let mut t = TopK::new(k);
+                            ch.iter()
+                                .for_each(|&s| t.push(s, distance(d, metric, q, s as usize)));
+                            t
+                        })
+                        .reduce(|| TopK::new(k), merge)
+                        .into_sorted()
+                })
+                .collect()
+        }
         (Plan::Exact, None) => qs
             .par_iter()
             .map(|q| {
@@ -248,23 +250,28 @@ pub fn search(
             .collect(),
         (Plan::Ivf { nprobe }, m) => {
             let ivf = d.ivf.as_ref().expect("an IVF plan has lists");
-            let allowed = m.as_ref().map(|m| bitset(m, d.slots()));
+            let allowed = m.as_ref().map(|(bits, _)| bits);
+            // Lists in parallel too: a request of one query still uses every core.
             qs.par_iter()
                 .map(|q| {
-                    let mut t = TopK::new(k);
-                    for l in ivf.probe(&q.v, nprobe) {
-                        for &s in &ivf.lists[l] {
-                            let s = s as usize;
-                            let ok = match &allowed {
-                                Some(b) => b[s / 64] >> (s % 64) & 1 == 1,
-                                None => d.live[s],
-                            };
-                            if ok {
-                                t.push(s as u32, distance(d, metric, q, s));
+                    ivf.probe(&q.v, nprobe)
+                        .par_iter()
+                        .map(|&l| {
+                            let mut t = TopK::new(k);
+                            for &s in &ivf.lists[l] {
+                                let s = s as usize;
+                                let ok = match &allowed {
+                                    Some(b) => b[s / 64] >> (s % 64) & 1 == 1,
+                                    None => d.live[s],
+                                };
+                                if ok {
+                                    t.push(s as u32, distance(d, metric, q, s));
+                                }
                             }
-                        }
-                    }
-                    t.into_sorted()
+                            t
+                        })
+                        .reduce(|| TopK::new(k), merge)
+                        .into_sorted()
                 })
                 .collect()
         }
@@ -272,11 +279,15 @@ pub fn search(
     (answers, plan)
 }
 
-/// The matching live slots as a bitset (matches are live by construction).
-fn bitset(slots: &[u32], n: usize) -> Vec<u64> {
-    let mut b = vec![0u64; n.div_ceil(64)];
-    for &s in slots {
-        b[s as usize / 64] |= 1 << (s % 64);
+/// The slots a bitset holds, in order.
+fn slots_of(bits: &[u64]) -> Vec<u32> {
+    let mut out = Vec::new();
+    for (w, &word) in bits.iter().enumerate() {
+        let mut b = word;
+        while b != 0 {
+            out.push((w * 64) as u32 + b.trailing_zeros());
+            b &= b - 1;
+        }
     }
-    b
+    out
 }
