@@ -307,3 +307,52 @@ fn a_corrupt_snapshot_stops_the_start_with_a_clear_error() {
     );
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn with_api_keys_the_collections_need_a_key() {
+    let dir = std::env::temp_dir().join(format!("cohort-served-keys-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    std::fs::create_dir_all(&dir).unwrap();
+    let keys = dir.join("keys.toml");
+    std::fs::write(
+        &keys,
+        "[[key]]\nid = \"ci\"\nsecret = \"0123456789abcdef\"\n",
+    )
+    .unwrap();
+    let data = dir.join("data");
+    let s = Served::start(&[
+        "--service",
+        "echo",
+        "--data-dir",
+        data.to_str().unwrap(),
+        "--auth-keys",
+        keys.to_str().unwrap(),
+    ]);
+    let mut c = Client::new(s.http.unwrap());
+    let (st, v) = c.call("GET", "/v1/collections", Value::Null);
+    assert_eq!(
+        (st, v["error"].as_str()),
+        (401, Some("UNAUTHORIZED")),
+        "{v}"
+    );
+    let req = hyper::Request::builder()
+        .method("GET")
+        .uri("/v1/collections")
+        .header("host", "cohort")
+        .header("authorization", "Bearer 0123456789abcdef")
+        .body(Full::new(Bytes::new()))
+        .unwrap();
+    let sender = &mut c.sender;
+    let (st, body) = c.rt.block_on(async {
+        let r = sender.send_request(req).await.unwrap();
+        let st = r.status().as_u16();
+        (st, r.into_body().collect().await.unwrap().to_bytes())
+    });
+    assert_eq!(st, 200, "{body:?}");
+    assert_eq!(
+        serde_json::from_slice::<Value>(&body).unwrap(),
+        json!({"collections": []})
+    );
+    drop(s);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
