@@ -73,6 +73,11 @@ impl Data {
         self.ids[slot]
     }
 
+    /// The IVF's list count, once trained.
+    pub fn nlist(&self) -> Option<usize> {
+        self.ivf.as_ref().map(|i| i.nlist)
+    }
+
     /// Installs trained IVF lists (`search::train` over this same state).
     pub fn set_ivf(&mut self, ivf: Ivf) {
         self.ivf = Some(ivf);

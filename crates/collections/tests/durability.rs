@@ -323,3 +323,61 @@ fn a_search_after_an_acknowledgement_sees_the_write() {
     drop(s);
     std::fs::remove_dir_all(&dir).unwrap();
 }
+
+#[test]
+fn training_and_compaction_run_between_groups_and_survive_a_reopen() {
+    let dir = temp("upkeep");
+    let s = Store::open(&dir).unwrap();
+    create(&s);
+    for b in 0..6u64 {
+        let pts: Vec<Value> = (0..1000)
+            .map(|i| {
+                let id = b * 1000 + i;
+                json!({"id": id, "vector": [id as f32, (id % 7) as f32, (id % 13) as f32, 1.0]})
+            })
+            .collect();
+        assert_eq!(
+            call(
+                &s,
+                "POST",
+                "/v1/collections/c/upsert",
+                json!({ "points": pts })
+            )
+            .0,
+            200
+        );
+    }
+    let c = s.get("c").unwrap();
+    assert!(c.read().nlist().is_some(), "trained at 4096 points");
+    let doomed: Vec<u64> = (0..5000).collect();
+    for ids in doomed.chunks(1000) {
+        assert_eq!(
+            call(
+                &s,
+                "POST",
+                "/v1/collections/c/delete",
+                json!({ "ids": ids })
+            )
+            .0,
+            200
+        );
+    }
+    // 5000 tombstones over 1000 live points: compacted by the write that made them so.
+    assert_eq!((c.read().count(), c.read().slots()), (1000, 1000));
+    let probe = |s: &Store| {
+        let (_, r) = call(
+            s,
+            "POST",
+            "/v1/collections/c/search",
+            json!({"vectors": [[5500.0, 5500.0 % 7.0, 5500.0 % 13.0, 1.0]], "k": 3}),
+        );
+        r["results"][0][0]["id"].clone()
+    };
+    assert_eq!(probe(&s), json!(5500));
+    drop((c, s));
+    let s = Store::open(&dir).unwrap();
+    assert_eq!(s.get("c").unwrap().count(), 1000);
+    assert_eq!(probe(&s), json!(5500));
+    drop(s);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
