@@ -10,6 +10,7 @@ use crate::schema::{check_attributes, check_query, check_vector, limits, Setting
 use crate::store::Store;
 use serde::Deserialize;
 use serde_json::{json, Map, Value};
+use std::sync::Arc;
 
 /// The path prefix served here.
 pub const PREFIX: &str = "/v1/collections";
@@ -146,7 +147,7 @@ fn check_points(s: &Settings, points: Vec<PointIn>) -> Result<Vec<Point>> {
     Ok(points)
 }
 
-fn upsert(c: &Collection, body: &[u8]) -> Result<Value> {
+fn upsert(c: &Arc<Collection>, body: &[u8]) -> Result<Value> {
     let r: UpsertReq = parse(body)?;
     let points = check_points(&c.settings, r.points)?;
     if points.is_empty() {
@@ -165,7 +166,7 @@ struct DeleteReq {
     filter: Option<Value>,
 }
 
-fn delete(c: &Collection, body: &[u8]) -> Result<Value> {
+fn delete(c: &Arc<Collection>, body: &[u8]) -> Result<Value> {
     let r: DeleteReq = parse(body)?;
     let op = match (r.ids, r.filter) {
         (Some(ids), None) => {

@@ -10,9 +10,12 @@
 //! (it takes the read lock) sees the write. Searches never wait for a sync, only for the
 //! short apply.
 //!
-//! The leader also does the upkeep between groups: compaction of tombstones, IVF training
-//! (k-means under the read lock, installed under the write lock: searches go on meanwhile,
-//! writes of this collection wait), and a snapshot once the log passes `SNAPSHOT_AT` bytes.
+//! The leader also does the upkeep between groups: compaction of tombstones, a snapshot once
+//! the log passes `SNAPSHOT_AT` bytes, and starting an IVF training when one is due. The
+//! training runs on a thread of its own (`train`), holding no lock while k-means runs and the
+//! read lock only a chunk of points at a time: writes and searches go on meanwhile (on the
+//! old lists, or exact scans), and the new lists are installed under the write lock with the
+//! points written meanwhile added.
 
 use crate::data::Data;
 use crate::error::{Error, Kind, Result};
@@ -40,7 +43,13 @@ pub struct Collection {
     /// Log records written and the writes they held (a record per commit group).
     records: AtomicU64,
     logged: AtomicU64,
+    /// A training is running (compaction, which renumbers slots, waits for it).
+    training: AtomicBool,
+    trainer: Mutex<Option<std::thread::JoinHandle<()>>>,
 }
+
+/// Points one read-locked step of a background training assigns.
+const TRAIN_CHUNK: usize = 65_536;
 
 #[derive(Default)]
 struct Queue {
@@ -143,6 +152,8 @@ impl Collection {
             snapshot_at: AtomicU64::new(SNAPSHOT_AT),
             records: AtomicU64::new(0),
             logged: AtomicU64::new(0),
+            training: AtomicBool::new(false),
+            trainer: Mutex::new(None),
         })
     }
 
@@ -168,7 +179,7 @@ impl Collection {
 
     /// Logs `op` (checked whole by the caller), applies it, and answers once it is durable
     /// and visible: the points written or deleted.
-    pub fn write(&self, op: Op) -> Result<usize> {
+    pub fn write(self: &Arc<Self>, op: Op) -> Result<usize> {
         let mut w = crate::codec::Writer::default();
         op.encode(&self.settings, &mut w);
         let done = Arc::new(Done::default());
@@ -243,20 +254,28 @@ impl Collection {
     }
 
     /// Compaction, training and snapshots, between groups (the leader holds the writes).
-    fn upkeep(&self) {
-        if self.read().wants_compaction() {
+    fn upkeep(self: &Arc<Self>) {
+        let training = self.training.load(Ordering::Acquire);
+        if !training && self.read().wants_compaction() {
             self.data
                 .write()
                 .unwrap_or_else(|p| p.into_inner())
                 .compact();
         }
-        let ivf = {
-            let d = self.read();
-            crate::search::needs_training(&d).then(|| crate::search::train(&d))
-        };
-        if let Some(ivf) = ivf {
-            tracing::info!(collection = %self.name, nlist = ivf.nlist, points = ivf.trained_at, "IVF trained");
-            self.data.write().unwrap_or_else(|p| p.into_inner()).ivf = Some(ivf);
+        if !training && crate::search::needs_training(&self.read()) {
+            self.training.store(true, Ordering::Release);
+            let me = self.clone();
+            let spawned = std::thread::Builder::new()
+                .name(format!("train-{}", self.name))
+                .spawn(move || me.train());
+            match spawned {
+                Ok(h) => *self.trainer.lock().expect("trainer lock") = Some(h),
+                Err(e) => {
+                    // Searches keep their plan; the next group tries again.
+                    tracing::warn!(collection = %self.name, error = %e, "no thread for training");
+                    self.training.store(false, Ordering::Release);
+                }
+            }
         }
         let long =
             self.wal.lock().expect("log lock").len() >= self.snapshot_at.load(Ordering::Relaxed);
@@ -286,6 +305,42 @@ impl Collection {
             self.records.load(Ordering::Relaxed),
             self.logged.load(Ordering::Relaxed),
         )
+    }
+
+    /// The background training (see the module's text).
+    fn train(&self) {
+        let started = std::time::Instant::now();
+        let mut ivf = crate::search::Trainer::sample(&self.read()).centroids();
+        let mut at = 0;
+        loop {
+            if self.dropped.load(Ordering::Acquire) {
+                self.training.store(false, Ordering::Release);
+                return;
+            }
+            let d = self.read();
+            if d.slots() - at <= TRAIN_CHUNK {
+                break;
+            }
+            crate::search::assign(&mut ivf, &d, at..at + TRAIN_CHUNK);
+            at += TRAIN_CHUNK;
+        }
+        let mut d = self.data.write().unwrap_or_else(|p| p.into_inner());
+        let end = d.slots();
+        crate::search::assign(&mut ivf, &d, at..end);
+        ivf.trained_at = d.count();
+        let nlist = ivf.nlist;
+        d.set_ivf(ivf);
+        drop(d);
+        self.training.store(false, Ordering::Release);
+        tracing::info!(collection = %self.name, nlist, seconds = started.elapsed().as_secs_f64(), "IVF trained");
+    }
+
+    /// Waits for a background training in progress, if any (tests, benchmarks).
+    pub fn wait_for_training(&self) {
+        let h = self.trainer.lock().expect("trainer lock").take();
+        if let Some(h) = h {
+            let _ = h.join();
+        }
     }
 
     /// Log bytes not yet in a snapshot.

@@ -112,38 +112,72 @@ pub fn needs_training(d: &Data) -> bool {
 /// FAISS does) and assigns every live point to its list. Reads `d` only: the caller installs
 /// the result, with no write in between.
 pub fn train(d: &Data) -> Ivf {
-    let live = d.live_slots();
-    let nlist = ((live.len() as f64).sqrt() as usize)
-        .clamp(16, 4096)
-        .min(live.len().max(1));
-    let mut rng = StdRng::seed_from_u64(0x1f);
-    let want = (256 * nlist).min(live.len());
-    let mut picks = sample(&mut rng, live.len(), want).into_vec();
-    picks.sort_unstable();
-    let mut data = Vec::with_capacity(want * d.dim);
-    for &i in &picks {
-        data.extend(index_vector(d.settings.metric, d.row(live[i] as usize)));
+    let mut ivf = Trainer::sample(d).centroids();
+    assign(&mut ivf, d, 0..d.slots());
+    ivf
+}
+
+/// A training in steps, so that a collection can train without holding its lock: the sample
+/// is copied under the read lock (`sample`), k-means runs on the copy with no lock
+/// (`centroids`), the points are assigned under the read lock a chunk at a time (`assign`),
+/// and the points written meanwhile under the write lock, which installs the lists. Slots are
+/// append-only between compactions (the collection holds compaction off meanwhile), so an
+/// assignment made early stays right.
+pub struct Trainer {
+    sample: Vectors,
+    nlist: usize,
+    live: usize,
+    ip: bool,
+}
+
+impl Trainer {
+    pub fn sample(d: &Data) -> Trainer {
+        let live = d.live_slots();
+        let nlist = ((live.len() as f64).sqrt() as usize)
+            .clamp(16, 4096)
+            .min(live.len().max(1));
+        let mut rng = StdRng::seed_from_u64(0x1f);
+        let want = (256 * nlist).min(live.len());
+        let mut picks = sample(&mut rng, live.len(), want).into_vec();
+        picks.sort_unstable();
+        let mut data = Vec::with_capacity(want * d.dim);
+        for &i in &picks {
+            data.extend(index_vector(d.settings.metric, d.row(live[i] as usize)));
+        }
+        Trainer {
+            sample: Vectors::new(d.dim, data),
+            nlist,
+            live: live.len(),
+            ip: d.settings.metric == Metric::Ip,
+        }
     }
-    let sample = Vectors::new(d.dim, data);
-    let mut cfg = KMeansConfig::new(nlist);
-    cfg.max_sample = want;
-    let centroids = kmeans::train(&sample, &cfg).data;
-    let mut ivf = Ivf {
-        nlist,
-        dim: d.dim,
-        centroids,
-        lists: vec![Vec::new(); nlist],
-        trained_at: live.len(),
-        ip: d.settings.metric == Metric::Ip,
-    };
-    let assigned: Vec<usize> = live
-        .par_iter()
-        .map(|&s| ivf.nearest(&index_vector(d.settings.metric, d.row(s as usize))))
+
+    /// k-means on the sample: the lists, still empty.
+    pub fn centroids(self) -> Ivf {
+        let mut cfg = KMeansConfig::new(self.nlist);
+        cfg.max_sample = self.sample.n;
+        Ivf {
+            nlist: self.nlist,
+            dim: self.sample.dim,
+            centroids: kmeans::train(&self.sample, &cfg).data,
+            lists: vec![Vec::new(); self.nlist],
+            trained_at: self.live,
+            ip: self.ip,
+        }
+    }
+}
+
+/// Appends the live slots of `range` to their nearest lists (in parallel).
+pub fn assign(ivf: &mut Ivf, d: &Data, range: std::ops::Range<usize>) {
+    let metric = d.settings.metric;
+    let lists: Vec<(u32, usize)> = range
+        .into_par_iter()
+        .filter(|&s| d.live[s])
+        .map(|s| (s as u32, ivf.nearest(&index_vector(metric, d.row(s)))))
         .collect();
-    for (&s, &c) in live.iter().zip(&assigned) {
+    for (s, c) in lists {
         ivf.lists[c].push(s);
     }
-    ivf
 }
 
 /// How a request was answered (reported for tests and diagnostics).

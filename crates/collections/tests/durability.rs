@@ -348,6 +348,7 @@ fn training_and_compaction_run_between_groups_and_survive_a_reopen() {
         );
     }
     let c = s.get("c").unwrap();
+    c.wait_for_training();
     assert!(c.read().nlist().is_some(), "trained at 4096 points");
     let doomed: Vec<u64> = (0..5000).collect();
     for ids in doomed.chunks(1000) {
@@ -379,5 +380,57 @@ fn training_and_compaction_run_between_groups_and_survive_a_reopen() {
     assert_eq!(s.get("c").unwrap().count(), 1000);
     assert_eq!(probe(&s), json!(5500));
     drop(s);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
+
+#[test]
+fn points_written_while_training_runs_are_in_the_new_lists() {
+    let dir = temp("bgtrain");
+    let s = Store::open(&dir).unwrap();
+    let (st, _) = call(&s, "PUT", "/v1/collections/t", json!({"dim": 16}));
+    assert_eq!(st, 200);
+    let c = s.get("t").unwrap();
+    let vec_of = |id: u64| -> Vec<f32> {
+        (0..16)
+            .map(|j| ((id * 2654435761 + j * 40503) % 1000) as f32)
+            .collect()
+    };
+    let mut during = 0;
+    for b in 0..20u64 {
+        let pts: Vec<Value> = (0..1000)
+            .map(|i| json!({"id": b * 1000 + i, "vector": vec_of(b * 1000 + i)}))
+            .collect();
+        let training = c.read().nlist().is_none() && b >= 5;
+        assert_eq!(
+            call(
+                &s,
+                "POST",
+                "/v1/collections/t/upsert",
+                json!({ "points": pts })
+            )
+            .0,
+            200
+        );
+        during += usize::from(training);
+    }
+    eprintln!("{during} batches acknowledged before the first lists were installed");
+    c.wait_for_training();
+    assert!(c.read().nlist().is_some());
+    assert_eq!(c.count(), 20_000);
+    // Every point, whichever training it was written during, is found as its own nearest.
+    for id in (0..20_000u64).step_by(97) {
+        let (_, r) = call(
+            &s,
+            "POST",
+            "/v1/collections/t/search",
+            json!({"vectors": [vec_of(id)], "k": 1}),
+        );
+        assert_eq!(
+            r["results"][0][0]["distance"],
+            json!(0.0),
+            "point {id}: {r}"
+        );
+    }
+    drop((c, s));
     std::fs::remove_dir_all(&dir).unwrap();
 }
