@@ -150,6 +150,42 @@ class ClientTest(unittest.TestCase):
         asyncio.run(run())
 
 
+class CollectionsTest(unittest.TestCase):
+    """The collection methods against `cohort serve --data-dir` (docs/collections.md)."""
+
+    def test_create_upsert_search_delete_and_errors(self) -> None:
+        with tempfile.TemporaryDirectory() as d:
+            server = Server("--service", "echo", "--data-dir", d)
+            try:
+                c = HttpClient(f"http://127.0.0.1:{server.addr['http']}")
+                c.create_collection("items", dim=4, attributes={"color": "keyword", "price": "float"})
+                self.assertEqual(
+                    c.upsert("items", ids=[7, 8, 9], vectors=np.eye(4)[:3],
+                             attributes=[{"color": "red", "price": 9.5}, {"color": "blue"}, None]), 3)
+                hits = c.search("items", np.eye(4)[0], k=10, with_attributes=True,
+                                filter={"all": [{"eq": ["color", "red"]}, {"range": ["price", {"lt": 10}]}]})
+                self.assertEqual(hits, [[{"id": 7, "distance": 0.0, "attributes": {"color": "red", "price": 9.5}}]])
+                self.assertEqual([h["id"] for h in c.search("items", np.eye(4)[:2], k=1)[1]], [8])
+                self.assertEqual(c.delete("items", filter={"eq": ["color", "blue"]}), 1)
+                self.assertEqual(c.delete("items", ids=[9, 100]), 1)
+                self.assertEqual(c.describe_collection("items")["count"], 1)
+                self.assertEqual(c.get_points("items", [7, 8])[0]["vector"], [1.0, 0.0, 0.0, 0.0])
+                self.assertEqual([x["name"] for x in c.list_collections()], ["items"])
+                for call, name in [
+                    (lambda: c.create_collection("items", dim=4), "CONFLICT"),
+                    (lambda: c.upsert("items", ids=[1], vectors=np.ones((1, 3))), "BAD_REQUEST"),
+                    (lambda: c.search("items", np.ones(4), filter={"eq": ["size", 1]}), "BAD_REQUEST"),
+                    (lambda: c.search("nope", np.ones(4)), "NOT_FOUND"),
+                ]:
+                    with self.assertRaises(CohortError) as e:
+                        call()
+                    self.assertEqual(e.exception.name, name, e.exception)
+                c.drop_collection("items")
+                self.assertEqual(c.list_collections(), [])
+            finally:
+                self.assertEqual(server.stop(), 0)
+
+
 class SecuredTest(unittest.TestCase):
     def test_signed_frames_and_tls(self) -> None:
         with tempfile.TemporaryDirectory() as d:

@@ -57,6 +57,7 @@ fn companions(flag: &str) -> &'static [(&'static str, &'static str)] {
     match flag {
         "cluster-key" => &[("cluster", "etcd://127.0.0.1:2379")],
         "index-shard" => &[("node-listen", "127.0.0.1:0")],
+        "data-dir" => &[("http", "127.0.0.1:0")],
         _ => &[],
     }
 }
@@ -116,6 +117,7 @@ fn sample(flag: &str, ix: &str) -> Option<Option<String>> {
         "cluster-lanes" => v("2"),
         "tls-cert" | "tls-key" => Some(None), // given together, checked by the tls test
         "auth-keys" => Some(Some(format!("{ix}.keys"))),
+        "data-dir" => Some(Some(format!("{ix}.collections"))),
         "cluster-key" => Some(Some(format!("{ix}.clusterkey"))),
         "log-level" => v("warn"),
         "virtual-gpus" => v("0:2x8"),

@@ -20,6 +20,8 @@ pub struct Context {
     pub(crate) quotas: Arc<Quotas>,
     /// API keys (None: every client may call every service).
     pub(crate) auth: Option<Arc<Auth>>,
+    /// Paths handed whole to another crate's handler (`--data-dir`'s collections).
+    pub(crate) routes: Option<Arc<dyn crate::routes::HttpRoutes>>,
 }
 
 impl Context {

@@ -325,7 +325,7 @@ pub(crate) fn retry_after<B>(r: &mut hyper::Response<B>) {
 }
 
 /// An error of the gateway itself (no wire code): the same body shape.
-fn http_error(status: StatusCode, name: &str, msg: String) -> HttpResponse {
+pub(crate) fn http_error(status: StatusCode, name: &str, msg: String) -> HttpResponse {
     json(status, serde_json::json!({ "error": name, "message": msg }))
 }
 
@@ -366,6 +366,10 @@ async fn handle(
                 .expect("static response parts"),
         },
         (&Method::GET, "/openapi.json") => json_body(StatusCode::OK, env.openapi.clone()),
+        (_, p) if ctx.routes.as_ref().is_some_and(|r| r.owns(p)) => {
+            let routes = ctx.routes.clone().expect("checked");
+            crate::routes::serve(req, routes, env, id).await
+        }
         (_, p) if crate::v2::is_v2(p) => crate::v2::handle(req, env, id, peer).await,
         (&Method::POST, p) if p.starts_with("/v1/") => call(req, &p[4..], env, id, peer).await,
         (_, p) if crate::http_pages::page_service(ctx, p).is_some() => {

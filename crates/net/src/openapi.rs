@@ -69,7 +69,12 @@ fn with_deadline(mut request: Value) -> Value {
 
 /// The document for `registry` as served; `auth` when the server asks for keys, `metrics_here`
 /// when `/metrics` is on this listener (not only on `--admin`).
-pub(crate) fn document(registry: &Registry, auth: bool, metrics_here: bool) -> Value {
+pub(crate) fn document(
+    registry: &Registry,
+    auth: bool,
+    metrics_here: bool,
+    routes: Option<&dyn crate::routes::HttpRoutes>,
+) -> Value {
     let mut paths = Map::new();
     paths.insert(
         "/healthz".into(),
@@ -151,6 +156,9 @@ pub(crate) fn document(registry: &Registry, auth: bool, metrics_here: bool) -> V
         paths.insert(format!("/v1/{name}"), json!({ "post": op }));
     }
     v2_paths(registry, auth, &mut paths);
+    if let Some(r) = routes {
+        paths.extend(r.openapi_paths());
+    }
     let mut components =
         json!({ "schemas": { "Error": error_schema(), "V2Error": v2_error_schema() } });
     if auth {

@@ -223,6 +223,8 @@ pub struct Shared {
     pub inline: Option<Arc<cohort_engine::InlineEngine>>,
     /// API keys; None = authentication off.
     pub auth: Option<Arc<crate::Auth>>,
+    /// Routes served by a handler of another crate (the collections of `--data-dir`).
+    pub routes: Option<Arc<dyn crate::routes::HttpRoutes>>,
 }
 
 /// What one shard thread serves.
@@ -276,6 +278,7 @@ impl Server {
             shutting_down: AtomicBool::new(false),
             quotas: Arc::new(Quotas::new(cfg.client_quota)),
             auth: shared.auth,
+            routes: shared.routes,
         });
         let core_of = |i: usize| (!cfg.cpus.is_empty()).then(|| cfg.cpus[i % cfg.cpus.len()]);
         let udp_stop = Arc::new(AtomicBool::new(false));
@@ -571,8 +574,12 @@ fn run_shard(job: ShardJob, env: ShardEnv, ready: std::sync::mpsc::Sender<Result
         }
         if let Some(l) = job.http {
             let l = tokio::net::TcpListener::from_std(l)?;
-            let openapi =
-                crate::openapi::document(&ctx.registry, ctx.auth.is_some(), !admin_only_metrics);
+            let openapi = crate::openapi::document(
+                &ctx.registry,
+                ctx.auth.is_some(),
+                !admin_only_metrics,
+                ctx.routes.as_deref(),
+            );
             let env = Arc::new(HttpEnv {
                 openapi: bytes::Bytes::from(openapi.to_string()),
                 ctx: ctx.clone(),

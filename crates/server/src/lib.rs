@@ -3,6 +3,7 @@
 //! engines, starts the engines (`engines.rs`), then the listeners, and waits for a signal.
 //! The benchmarks start it in process through [`start`].
 
+pub mod collections;
 pub mod config_file;
 pub mod engine_config;
 mod engines;
@@ -161,6 +162,12 @@ pub struct ServeArgs {
     #[arg(long)]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub auth_keys: Option<std::path::PathBuf>,
+    /// Directory of the live vector collections (docs/collections.md): with it the HTTP
+    /// listener serves /v1/collections (create, upsert, delete, get, filtered search), each
+    /// write acknowledged once durable in this directory's logs. Needs --http.
+    #[arg(long)]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub data_dir: Option<std::path::PathBuf>,
     /// TLS certificate chain (PEM): the TCP, HTTP and gRPC listeners then speak TLS only (rustls;
     /// give --tls-key with it).
     #[arg(long, requires = "tls_key")]
@@ -459,6 +466,8 @@ impl Stack {
 pub fn start(a: &ServeArgs) -> Result<Stack> {
     let mut ncfg = a.net_config()?;
     cohort_net::check_ports(&ncfg)?;
+    // Before the engines: a collection that cannot be read back whole stops the start here.
+    let routes = collections::open(a)?;
     let plans = plan::plans(a)?;
     // A node takes one ingress more than its listeners: the front ends' (UCX).
     let node_ingresses = usize::from(a.node_listen.is_some());
@@ -486,6 +495,7 @@ pub fn start(a: &ServeArgs) -> Result<Stack> {
         max_payload: cohort_proto::MAX_PAYLOAD,
         inline: side.inline.clone(),
         auth: auth.clone(),
+        routes,
     };
     let metrics = side.metrics.clone();
     // GPU board power, utilization and energy are read when /metrics is, not on a timer of
@@ -634,6 +644,7 @@ pub fn check(a: &ServeArgs) -> Result<Vec<plan::ServicePlan>> {
         );
         cohort_cluster::link::ClusterKey::load(path)?;
     }
+    collections::check(a)?;
     let plans = plan::plans(a)?;
     if a.node_listen.is_none() {
         refuse_shards(&plans)?;

@@ -230,8 +230,13 @@ class HttpClient(_Services):
     def post(self, service: str, body: dict) -> dict:
         """One gateway call; an error answer is raised as `CohortError` (code 0: its name
         and message are the server's)."""
-        req = urllib.request.Request(f"{self.base}/v1/{service}", data=json.dumps(body).encode(),
-                                     headers={"content-type": "application/json"}, method="POST")
+        return self.request("POST", f"/v1/{service}", body)
+
+    def request(self, method: str, path: str, body: Optional[dict] = None) -> dict:
+        """One JSON call of `method` on `path`; errors raised as in `post`."""
+        data = None if body is None else json.dumps(body).encode()
+        req = urllib.request.Request(f"{self.base}{path}", data=data,
+                                     headers={"content-type": "application/json"}, method=method)
         if self.key:
             req.add_header("authorization", f"Bearer {self.key.secret.decode()}")
         try:
@@ -244,6 +249,71 @@ class HttpClient(_Services):
             except (ValueError, KeyError):
                 name, message = f"HTTP_{e.code}", e.reason
             raise CohortError(0, name, message, retryable=e.code == 503) from None
+
+    # Live vector collections (`cohort serve --data-dir DIR`, docs/collections.md). Every
+    # write returns once the server has made it durable.
+
+    def create_collection(self, name: str, dim: int, metric: str = "l2", element: str = "f32",
+                          attributes: Optional[Dict[str, str]] = None) -> dict:
+        """Creates a collection: metric l2 | ip | cosine, element f32 | f16 | u8, attributes
+        {name: "integer" | "float" | "keyword"}. Returns its description."""
+        return self.request("PUT", f"/v1/collections/{name}", {
+            "dim": dim, "metric": metric, "element": element, "attributes": attributes or {}})
+
+    def list_collections(self) -> List[dict]:
+        return self.request("GET", "/v1/collections")["collections"]
+
+    def describe_collection(self, name: str) -> dict:
+        """Settings and `count` (live points)."""
+        return self.request("GET", f"/v1/collections/{name}")
+
+    def drop_collection(self, name: str) -> None:
+        self.request("DELETE", f"/v1/collections/{name}")
+
+    def upsert(self, name: str, ids: Sequence[int], vectors: np.ndarray,
+               attributes: Optional[Sequence[Optional[dict]]] = None) -> int:
+        """Inserts or replaces points `ids[i]` with `vectors[i]` (and `attributes[i]`), as one
+        batch applied whole or not at all. Returns the points written."""
+        v = np.asarray(vectors, dtype=np.float64)
+        v = v[None] if v.ndim == 1 else v
+        if len(v) != len(ids) or (attributes is not None and len(attributes) != len(ids)):
+            raise ValueError("ids, vectors and attributes differ in length")
+        points = []
+        for i, (pid, row) in enumerate(zip(ids, v)):
+            p = {"id": int(pid), "vector": row.tolist()}
+            if attributes is not None and attributes[i]:
+                p["attributes"] = attributes[i]
+            points.append(p)
+        return self.request("POST", f"/v1/collections/{name}/upsert", {"points": points})["upserted"]
+
+    def delete(self, name: str, ids: Optional[Sequence[int]] = None,
+               filter: Optional[dict] = None) -> int:
+        """Deletes the points with these ids, or those matching `filter` (one of the two).
+        Returns the points deleted."""
+        if (ids is None) == (filter is None):
+            raise ValueError("give ids or filter")
+        body = {"ids": [int(i) for i in ids]} if ids is not None else {"filter": filter}
+        return self.request("POST", f"/v1/collections/{name}/delete", body)["deleted"]
+
+    def get_points(self, name: str, ids: Sequence[int]) -> List[dict]:
+        """The points present among `ids`: {"id", "vector", "attributes"} each."""
+        return self.request("POST", f"/v1/collections/{name}/get",
+                            {"ids": [int(i) for i in ids]})["points"]
+
+    def search(self, name: str, vectors: np.ndarray, k: int = 10, filter: Optional[dict] = None,
+               nprobe: Optional[int] = None, with_attributes: bool = False) -> List[List[dict]]:
+        """The k nearest live points of each query vector ([D] or [N, D]), nearest first:
+        per query a list of {"id", "distance"[, "attributes"]}. `filter` is the server's
+        filter expression, e.g. {"all": [{"eq": ["color", "red"]}, {"range": ["price",
+        {"lt": 10}]}]}."""
+        q = np.asarray(vectors, dtype=np.float64)
+        q = q[None] if q.ndim == 1 else q
+        body: dict = {"vectors": q.tolist(), "k": k, "with_attributes": with_attributes}
+        if filter is not None:
+            body["filter"] = filter
+        if nprobe is not None:
+            body["nprobe"] = nprobe
+        return self.request("POST", f"/v1/collections/{name}/search", body)["results"]
 
     def get(self, path: str) -> bytes:
         with urllib.request.urlopen(f"{self.base}{path}", timeout=self.timeout_s, context=self.ctx) as r:

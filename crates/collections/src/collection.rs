@@ -1,0 +1,408 @@
+//! One collection: its state in memory behind a read-write lock, its log, and the group
+//! commit that orders writes.
+//!
+//! A write is checked whole, then queued. The first writer to find no commit in progress
+//! becomes the leader: it takes every queued write, appends them to the log as one record,
+//! syncs it once (the writers share one fsync), applies them in log order under the write
+//! lock, then wakes their writers, whose acknowledgement follows. Writes queued meanwhile
+//! form the next group. So a write is acknowledged only once durable, memory applies writes
+//! in the order the log replays them, and a search that starts after an acknowledgement
+//! (it takes the read lock) sees the write. Searches never wait for a sync, only for the
+//! short apply.
+//!
+//! The leader also does the upkeep between groups: compaction of tombstones, a snapshot once
+//! the log passes `SNAPSHOT_AT` bytes, and starting an IVF training when one is due. The
+//! training runs on a thread of its own (`train`), holding no lock while k-means runs and the
+//! read lock only a chunk of points at a time: writes and searches go on meanwhile (on the
+//! old lists, or exact scans), and the new lists are installed under the write lock with the
+//! points written meanwhile added.
+
+use crate::data::Data;
+use crate::error::{Error, Kind, Result};
+use crate::ops::Op;
+use crate::schema::Settings;
+use crate::wal::{self, Wal};
+use std::path::{Path, PathBuf};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::{Arc, Condvar, Mutex, RwLock, RwLockReadGuard};
+
+/// Writes queued for one collection at most; more are refused (OVERLOADED) rather than held.
+pub const MAX_PENDING: usize = 4096;
+/// A snapshot is taken (and the log emptied) once the log is this long.
+pub const SNAPSHOT_AT: u64 = 256 << 20;
+
+pub struct Collection {
+    pub name: String,
+    pub settings: Settings,
+    dir: PathBuf,
+    data: RwLock<Data>,
+    queue: Mutex<Queue>,
+    wal: Mutex<Wal>,
+    dropped: AtomicBool,
+    snapshot_at: AtomicU64,
+    /// Log records written and the writes they held (a record per commit group).
+    records: AtomicU64,
+    logged: AtomicU64,
+    /// A training is running (compaction, which renumbers slots, waits for it).
+    training: AtomicBool,
+    trainer: Mutex<Option<std::thread::JoinHandle<()>>>,
+}
+
+/// Points one read-locked step of a background training assigns.
+const TRAIN_CHUNK: usize = 65_536;
+
+#[derive(Default)]
+struct Queue {
+    pending: Vec<Pending>,
+    leader: bool,
+}
+
+struct Pending {
+    op: Op,
+    bytes: Vec<u8>,
+    done: Arc<Done>,
+}
+
+#[derive(Default)]
+struct Done {
+    result: Mutex<Option<Result<usize>>>,
+    cv: Condvar,
+}
+
+impl Done {
+    fn set(&self, r: Result<usize>) {
+        *self.result.lock().expect("done lock") = Some(r);
+        self.cv.notify_all();
+    }
+    fn wait(&self) -> Result<usize> {
+        let mut g = self.result.lock().expect("done lock");
+        loop {
+            if let Some(r) = g.take() {
+                return r;
+            }
+            g = self.cv.wait(g).expect("done lock");
+        }
+    }
+}
+
+/// Clears the leader flag even if a group's upkeep panicked, so that writers are not stuck
+/// behind a leader that is gone.
+struct Leading<'a>(&'a Mutex<Queue>);
+
+impl Drop for Leading<'_> {
+    fn drop(&mut self) {
+        if std::thread::panicking() {
+            let mut q = self.0.lock().unwrap_or_else(|p| p.into_inner());
+            q.leader = false;
+            for p in q.pending.drain(..) {
+                p.done.set(Err(Error::internal("the commit leader failed")));
+            }
+        }
+    }
+}
+
+impl Collection {
+    /// Opens the collection in `dir`: snapshot, then the log replayed over it.
+    pub fn open(dir: &Path, name: &str, settings: Settings) -> Result<Collection> {
+        let mut data = crate::snapshot::load(dir, name, &settings)?
+            .unwrap_or_else(|| Data::new(settings.clone()));
+        let (wal, replay) = Wal::open(&dir.join("wal"), name)?;
+        let mut replayed = 0usize;
+        for (seq, bytes) in &replay.writes {
+            if *seq <= data.last_seq {
+                continue; // in the snapshot already (a crash between it and the log's reset)
+            }
+            if *seq != data.last_seq + 1 {
+                return Err(Error::internal(format!(
+                    "collection {name}: the log jumps from write {} to {seq}; not served",
+                    data.last_seq
+                )));
+            }
+            let op = Op::decode(&settings, &mut crate::codec::Reader::new(bytes)).map_err(|e| {
+                Error::internal(format!(
+                    "collection {name}: logged write {seq}: {}",
+                    e.message
+                ))
+            })?;
+            data.apply(&op);
+            data.last_seq = *seq;
+            replayed += 1;
+        }
+        if data.wants_compaction() {
+            data.compact();
+        }
+        if crate::search::needs_training(&data) {
+            let ivf = crate::search::train(&data);
+            data.ivf = Some(ivf);
+        }
+        tracing::info!(
+            collection = name,
+            points = data.count(),
+            replayed,
+            "collection opened"
+        );
+        Ok(Collection {
+            name: name.to_string(),
+            settings,
+            dir: dir.to_path_buf(),
+            data: RwLock::new(data),
+            queue: Mutex::new(Queue::default()),
+            wal: Mutex::new(wal),
+            dropped: AtomicBool::new(false),
+            snapshot_at: AtomicU64::new(SNAPSHOT_AT),
+            records: AtomicU64::new(0),
+            logged: AtomicU64::new(0),
+            training: AtomicBool::new(false),
+            trainer: Mutex::new(None),
+        })
+    }
+
+    /// The snapshot threshold in log bytes (tests make it small).
+    pub fn set_snapshot_at(&self, bytes: u64) {
+        self.snapshot_at.store(bytes, Ordering::Relaxed);
+    }
+
+    /// Puts the log on another file (tests: /dev/full, a disk that is full).
+    #[doc(hidden)]
+    pub fn swap_log_file(&self, f: std::fs::File) {
+        *self.wal.lock().expect("log lock") = Wal::from_file(f);
+    }
+
+    /// The state, for reading (searches, gets, counts).
+    pub fn read(&self) -> RwLockReadGuard<'_, Data> {
+        self.data.read().unwrap_or_else(|p| p.into_inner())
+    }
+
+    pub fn count(&self) -> usize {
+        self.read().count()
+    }
+
+    /// Logs `op` (checked whole by the caller), applies it, and answers once it is durable
+    /// and visible: the points written or deleted.
+    pub fn write(self: &Arc<Self>, op: Op) -> Result<usize> {
+        let mut w = crate::codec::Writer::default();
+        op.encode(&self.settings, &mut w);
+        let done = Arc::new(Done::default());
+        let mut q = self.queue.lock().expect("queue lock");
+        if self.dropped.load(Ordering::Acquire) {
+            return Err(Error::not_found(&self.name));
+        }
+        if q.pending.len() >= MAX_PENDING {
+            return Err(Error::new(
+                Kind::Overloaded,
+                format!(
+                    "{} writes already queued for collection {}; retry",
+                    MAX_PENDING, self.name
+                ),
+            ));
+        }
+        q.pending.push(Pending {
+            op,
+            bytes: w.buf,
+            done: done.clone(),
+        });
+        if q.leader {
+            drop(q);
+            return done.wait();
+        }
+        q.leader = true;
+        let _leading = Leading(&self.queue);
+        loop {
+            let group = std::mem::take(&mut q.pending);
+            drop(q);
+            self.commit(group);
+            self.upkeep();
+            q = self.queue.lock().expect("queue lock");
+            if q.pending.is_empty() {
+                q.leader = false;
+                break;
+            }
+        }
+        drop(q);
+        done.wait()
+    }
+
+    /// One group: logged as one record, synced once, applied in order, answered.
+    fn commit(&self, group: Vec<Pending>) {
+        let mut wal = self.wal.lock().expect("log lock");
+        let fail = |group: Vec<Pending>, e: Error| {
+            group.into_iter().for_each(|p| p.done.set(Err(e.clone())))
+        };
+        if self.dropped.load(Ordering::Acquire) {
+            return fail(group, Error::not_found(&self.name));
+        }
+        let first = self.read().last_seq + 1;
+        let refs: Vec<&[u8]> = group.iter().map(|p| p.bytes.as_slice()).collect();
+        if let Err(e) = wal.append(&wal::encode(first, &refs)) {
+            tracing::warn!(collection = %self.name, error = %e, "writes refused");
+            return fail(group, e);
+        }
+        drop(wal);
+        self.records.fetch_add(1, Ordering::Relaxed);
+        self.logged.fetch_add(group.len() as u64, Ordering::Relaxed);
+        let mut results = Vec::with_capacity(group.len());
+        {
+            let mut d = self.data.write().unwrap_or_else(|p| p.into_inner());
+            for (i, p) in group.iter().enumerate() {
+                results.push(d.apply(&p.op));
+                d.last_seq = first + i as u64;
+            }
+        }
+        for (p, n) in group.into_iter().zip(results) {
+            p.done.set(Ok(n));
+        }
+    }
+
+    /// Compaction, training and snapshots, between groups (the leader holds the writes).
+    fn upkeep(self: &Arc<Self>) {
+        let training = self.training.load(Ordering::Acquire);
+        if !training && self.read().wants_compaction() {
+            self.data
+                .write()
+                .unwrap_or_else(|p| p.into_inner())
+                .compact();
+        }
+        if !training && crate::search::needs_training(&self.read()) {
+            self.training.store(true, Ordering::Release);
+            let me = self.clone();
+            let spawned = std::thread::Builder::new()
+                .name(format!("train-{}", self.name))
+                .spawn(move || me.train());
+            match spawned {
+                Ok(h) => *self.trainer.lock().expect("trainer lock") = Some(h),
+                Err(e) => {
+                    // Searches keep their plan; the next group tries again.
+                    tracing::warn!(collection = %self.name, error = %e, "no thread for training");
+                    self.training.store(false, Ordering::Release);
+                }
+            }
+        }
+        let long =
+            self.wal.lock().expect("log lock").len() >= self.snapshot_at.load(Ordering::Relaxed);
+        if long {
+            if let Err(e) = self.snapshot() {
+                // The log still holds every write: nothing is lost, the next group tries again.
+                tracing::warn!(collection = %self.name, error = %e, "snapshot failed; the log keeps growing");
+            }
+        }
+    }
+
+    /// Writes a snapshot of the current state and empties the log. Only the commit leader (or
+    /// a caller with no writer running) calls this: no write may land in between.
+    pub fn snapshot(&self) -> Result<()> {
+        let bytes = crate::snapshot::encode(&self.read());
+        let mut wal = self.wal.lock().expect("log lock");
+        if self.dropped.load(Ordering::Acquire) {
+            return Err(Error::not_found(&self.name));
+        }
+        crate::snapshot::write(&self.dir, &bytes)?;
+        wal.reset()
+    }
+
+    /// (log records written, writes they held) since open: the writes sharing a sync.
+    pub fn commit_stats(&self) -> (u64, u64) {
+        (
+            self.records.load(Ordering::Relaxed),
+            self.logged.load(Ordering::Relaxed),
+        )
+    }
+
+    /// The background training (see the module's text).
+    fn train(&self) {
+        let started = std::time::Instant::now();
+        let mut ivf = crate::search::Trainer::sample(&self.read()).centroids();
+        let mut at = 0;
+        loop {
+            if self.dropped.load(Ordering::Acquire) {
+                self.training.store(false, Ordering::Release);
+                return;
+            }
+            let d = self.read();
+            if d.slots() - at <= TRAIN_CHUNK {
+                break;
+            }
+            crate::search::assign(&mut ivf, &d, at..at + TRAIN_CHUNK);
+            at += TRAIN_CHUNK;
+        }
+        let mut d = self.data.write().unwrap_or_else(|p| p.into_inner());
+        let end = d.slots();
+        crate::search::assign(&mut ivf, &d, at..end);
+        ivf.trained_at = d.count();
+        let nlist = ivf.nlist;
+        d.set_ivf(ivf);
+        drop(d);
+        self.training.store(false, Ordering::Release);
+        tracing::info!(collection = %self.name, nlist, seconds = started.elapsed().as_secs_f64(), "IVF trained");
+    }
+
+    /// Waits for a background training in progress, if any (tests, benchmarks).
+    pub fn wait_for_training(&self) {
+        let h = self.trainer.lock().expect("trainer lock").take();
+        if let Some(h) = h {
+            let _ = h.join();
+        }
+    }
+
+    /// Log bytes not yet in a snapshot.
+    pub fn log_len(&self) -> u64 {
+        self.wal.lock().expect("log lock").len()
+    }
+
+    /// Refuses every later write, and waits out a log append in progress: after this the
+    /// directory can go.
+    pub(crate) fn mark_dropped(&self) {
+        {
+            let _q = self.queue.lock().expect("queue lock");
+            self.dropped.store(true, Ordering::Release);
+        }
+        drop(self.wal.lock().expect("log lock"));
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::ops::Point;
+
+    /// Writers that arrive while a group is being logged share the next record and its sync.
+    #[test]
+    fn writes_queued_during_a_commit_share_one_record() {
+        let dir = std::env::temp_dir().join(format!("cohort-group-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let settings: Settings = serde_json::from_str(r#"{"dim": 2}"#).unwrap();
+        let c = Arc::new(Collection::open(&dir, "g", settings.clone()).unwrap());
+        let put = |c: &Arc<Collection>, id: u64| {
+            let c = c.clone();
+            std::thread::spawn(move || {
+                let p = Point {
+                    id,
+                    vector: vec![id as f32, 0.0],
+                    attrs: vec![],
+                };
+                c.write(Op::Upsert(vec![p])).unwrap()
+            })
+        };
+        // The log held: the first writer leads and waits on it with its group of one.
+        let held = c.wal.lock().unwrap();
+        let first = put(&c, 1);
+        while !c.queue.lock().unwrap().leader {
+            std::thread::yield_now();
+        }
+        let rest: Vec<_> = (2..=5).map(|id| put(&c, id)).collect();
+        while c.queue.lock().unwrap().pending.len() < 4 {
+            std::thread::yield_now();
+        }
+        drop(held);
+        assert_eq!(first.join().unwrap(), 1);
+        for w in rest {
+            assert_eq!(w.join().unwrap(), 1);
+        }
+        assert_eq!(c.commit_stats(), (2, 5), "five writes, two records");
+        assert_eq!(c.count(), 5);
+        drop(c);
+        let c = Collection::open(&dir, "g", settings).unwrap();
+        assert_eq!(c.count(), 5);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}

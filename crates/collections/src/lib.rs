@@ -1,0 +1,33 @@
+//! Live vector collections (issue 82, the CPU path): named collections of points
+//! `{id: u64, vector, attributes}` with upsert, delete by ids or by filter, get, count, and
+//! k-NN search with a filter over the attributes.
+//!
+//! - `schema`: settings (dim, metric, element, attribute schema) and the documented limits.
+//! - `filter`: filter expressions, checked against the schema, evaluated over `columns`.
+//! - `data`: the state in memory (slots, tombstones, id map); `search`: the IVF-Flat over it
+//!   (k-means and distances from `cohort_knn`) and the plan by selectivity.
+//! - `ops`, `codec`, `wal`, `snapshot`: the writes, their encoding, the write-ahead log with
+//!   group commit and CRC32 per record, snapshots written atomically.
+//! - `collection`: the group commit that orders, logs and applies writes; `store`: the
+//!   collections of a `--data-dir`; `api`: the REST JSON surface.
+//!
+//! docs/collections.md says what is guaranteed and what is not.
+
+pub mod api;
+pub mod codec;
+pub mod collection;
+pub mod columns;
+pub mod data;
+pub mod error;
+pub mod filter;
+pub mod ops;
+pub mod schema;
+pub mod search;
+pub mod snapshot;
+pub mod store;
+pub mod wal;
+
+pub use collection::Collection;
+pub use error::{Error, Kind, Result};
+pub use schema::{AttrType, Element, Metric, Settings};
+pub use store::Store;

@@ -1,0 +1,327 @@
+//! Search over a collection: an IVF-Flat kept in memory (k-means from `cohort_knn`, trained
+//! once the collection has `TRAIN_MIN` points and again when it has grown fourfold; new
+//! points appended to their nearest list in place), or an exact scan, chosen per request.
+//!
+//! The plan under a filter: the filter is evaluated over the attribute columns first (one
+//! pass), which gives the matching points and so the selectivity `s`. Probing `nprobe` of
+//! `nlist` lists and keeping only matches finds about `s` times the candidates an unfiltered
+//! search finds, so the IVF plan probes `nprobe / s` lists; it costs about
+//! `n * nprobe / (nlist * s)` distances, the exact scan of the matches `n * s`: the exact scan
+//! is chosen when `s * s <= nprobe / nlist`, or when at most `EXACT_PER_K * k` points match.
+//! Recall then holds at every selectivity (tests/recall.rs measures it).
+
+use crate::data::Data;
+use crate::filter::Filter;
+use crate::schema::Metric;
+use cohort_knn::kmeans::{self, KMeansConfig};
+use cohort_knn::metric::{dot, l2_sq};
+use cohort_knn::{Neighbor, TopK, Vectors};
+use rand::rngs::StdRng;
+use rand::seq::index::sample;
+use rand::SeedableRng;
+use rayon::prelude::*;
+
+/// Points before the first k-means (below it every search is an exact scan).
+pub const TRAIN_MIN: usize = 4096;
+/// A retraining once the live points are this many times those of the last one.
+const RETRAIN_GROWTH: usize = 4;
+/// At most this many matches per k, the filtered plan scans them exactly.
+const EXACT_PER_K: usize = 64;
+/// Slots one rayon task scans.
+const CHUNK: usize = 4096;
+
+/// The IVF lists: centroids and, per list, the slots assigned to it (dead ones included until
+/// compaction; the search skips them).
+pub struct Ivf {
+    pub nlist: usize,
+    dim: usize,
+    centroids: Vec<f32>,
+    lists: Vec<Vec<u32>>,
+    /// Live points when it was trained.
+    pub trained_at: usize,
+    /// The coarse distance: inner product for `ip`, squared L2 otherwise (cosine vectors are
+    /// normalised first).
+    ip: bool,
+}
+
+/// The vector the IVF clusters: normalised for cosine, as stored otherwise.
+pub(crate) fn index_vector(metric: Metric, v: &[f32]) -> Vec<f32> {
+    let mut v = v.to_vec();
+    if metric == Metric::Cosine {
+        let n = dot(&v, &v).sqrt();
+        if n > 0.0 {
+            v.iter_mut().for_each(|x| *x /= n);
+        }
+    }
+    v
+}
+
+impl Ivf {
+    fn coarse(&self, q: &[f32], c: usize) -> f32 {
+        let row = &self.centroids[c * self.dim..(c + 1) * self.dim];
+        if self.ip {
+            -dot(q, row)
+        } else {
+            l2_sq(q, row)
+        }
+    }
+
+    fn nearest(&self, v: &[f32]) -> usize {
+        (0..self.nlist)
+            .map(|c| (c, self.coarse(v, c)))
+            .min_by(|a, b| a.1.total_cmp(&b.1))
+            .map_or(0, |(c, _)| c)
+    }
+
+    pub(crate) fn add(&mut self, slot: u32, v: &[f32]) {
+        let c = self.nearest(v);
+        self.lists[c].push(slot);
+    }
+
+    pub(crate) fn renumber(&mut self, new_of: &[u32]) {
+        for l in &mut self.lists {
+            l.retain_mut(|s| {
+                *s = new_of[*s as usize];
+                *s != u32::MAX
+            });
+        }
+    }
+
+    fn probe(&self, q: &[f32], nprobe: usize) -> Vec<usize> {
+        let mut t = TopK::new(nprobe);
+        for c in 0..self.nlist {
+            t.push(c as u32, self.coarse(q, c));
+        }
+        t.into_sorted().into_iter().map(|n| n.id as usize).collect()
+    }
+}
+
+/// nprobe when the request names none: an eighth of the lists, at least 8.
+pub fn default_nprobe(nlist: usize) -> usize {
+    (nlist / 8).max(8).min(nlist)
+}
+
+pub fn needs_training(d: &Data) -> bool {
+    match &d.ivf {
+        None => d.live_count >= TRAIN_MIN,
+        Some(ivf) => d.live_count >= RETRAIN_GROWTH * ivf.trained_at,
+    }
+}
+
+/// Trains an IVF over the live points (k-means on a sample of at most 256 per list, as
+/// FAISS does) and assigns every live point to its list. Reads `d` only: the caller installs
+/// the result, with no write in between.
+pub fn train(d: &Data) -> Ivf {
+    let mut ivf = Trainer::sample(d).centroids();
+    assign(&mut ivf, d, 0..d.slots());
+    ivf
+}
+
+/// A training in steps, so that a collection can train without holding its lock: the sample
+/// is copied under the read lock (`sample`), k-means runs on the copy with no lock
+/// (`centroids`), the points are assigned under the read lock a chunk at a time (`assign`),
+/// and the points written meanwhile under the write lock, which installs the lists. Slots are
+/// append-only between compactions (the collection holds compaction off meanwhile), so an
+/// assignment made early stays right.
+pub struct Trainer {
+    sample: Vectors,
+    nlist: usize,
+    live: usize,
+    ip: bool,
+}
+
+impl Trainer {
+    pub fn sample(d: &Data) -> Trainer {
+        let live = d.live_slots();
+        let nlist = ((live.len() as f64).sqrt() as usize)
+            .clamp(16, 4096)
+            .min(live.len().max(1));
+        let mut rng = StdRng::seed_from_u64(0x1f);
+        let want = (256 * nlist).min(live.len());
+        let mut picks = sample(&mut rng, live.len(), want).into_vec();
+        picks.sort_unstable();
+        let mut data = Vec::with_capacity(want * d.dim);
+        for &i in &picks {
+            data.extend(index_vector(d.settings.metric, d.row(live[i] as usize)));
+        }
+        Trainer {
+            sample: Vectors::new(d.dim, data),
+            nlist,
+            live: live.len(),
+            ip: d.settings.metric == Metric::Ip,
+        }
+    }
+
+    /// k-means on the sample: the lists, still empty.
+    pub fn centroids(self) -> Ivf {
+        let mut cfg = KMeansConfig::new(self.nlist);
+        cfg.max_sample = self.sample.n;
+        Ivf {
+            nlist: self.nlist,
+            dim: self.sample.dim,
+            centroids: kmeans::train(&self.sample, &cfg).data,
+            lists: vec![Vec::new(); self.nlist],
+            trained_at: self.live,
+            ip: self.ip,
+        }
+    }
+}
+
+/// Appends the live slots of `range` to their nearest lists (in parallel).
+pub fn assign(ivf: &mut Ivf, d: &Data, range: std::ops::Range<usize>) {
+    let metric = d.settings.metric;
+    let lists: Vec<(u32, usize)> = range
+        .into_par_iter()
+        .filter(|&s| d.live[s])
+        .map(|s| (s as u32, ivf.nearest(&index_vector(metric, d.row(s)))))
+        .collect();
+    for (s, c) in lists {
+        ivf.lists[c].push(s);
+    }
+}
+
+/// How a request was answered (reported for tests and diagnostics).
+#[derive(Debug, Clone, Copy, PartialEq, Eq)]
+pub enum Plan {
+    Exact,
+    Ivf { nprobe: usize },
+}
+
+/// A query prepared for the metric.
+struct Query {
+    v: Vec<f32>,
+}
+
+fn distance(d: &Data, metric: Metric, q: &Query, slot: usize) -> f32 {
+    let row = d.row(slot);
+    match metric {
+        Metric::L2 => l2_sq(&q.v, row),
+        Metric::Ip => -dot(&q.v, row),
+        Metric::Cosine => 1.0 - dot(&q.v, row) * d.inv_norms[slot],
+    }
+}
+
+fn merge(mut a: TopK, b: TopK) -> TopK {
+    for n in b.into_sorted() {
+        a.push(n.id, n.distance);
+    }
+    a
+}
+
+/// The k nearest live points to each query (checked vectors), nearest first; `Neighbor::id`
+/// is the slot.
+pub fn search(
+    d: &Data,
+    queries: &[Vec<f32>],
+    k: usize,
+    nprobe: Option<usize>,
+    filter: Option<&Filter>,
+) -> (Vec<Vec<Neighbor>>, Plan) {
+    let metric = d.settings.metric;
+    let qs: Vec<Query> = queries
+        .iter()
+        .map(|q| Query {
+            v: index_vector(metric, q),
+        })
+        .collect();
+    let matched = filter.map(|f| d.matching_bits(f));
+    let plan = match (&d.ivf, &matched) {
+        (None, _) => Plan::Exact,
+        (Some(ivf), m) => {
+            let nprobe = nprobe
+                .unwrap_or_else(|| default_nprobe(ivf.nlist))
+                .clamp(1, ivf.nlist);
+            match m {
+                None => Plan::Ivf { nprobe },
+                Some((_, matches)) => {
+                    let s = *matches as f64 / d.live_count.max(1) as f64;
+                    if *matches <= EXACT_PER_K * k || s * s <= nprobe as f64 / ivf.nlist as f64 {
+                        Plan::Exact
+                    } else {
+                        let wide = (nprobe as f64 / s).ceil() as usize;
+                        Plan::Ivf {
+                            nprobe: wide.clamp(1, ivf.nlist),
+                        }
+                    }
+                }
+            }
+        }
+    };
+    let answers = match (plan, &matched) {
+        (Plan::Exact, Some((bits, _))) => {
+            let m = slots_of(bits);
+            qs.par_iter()
+                .map(|q| {
+                    m.par_chunks(CHUNK)
+                        .map(|ch| {
+                            let mut t = TopK::new(k);
+                            ch.iter()
+                                .for_each(|&s| t.push(s, distance(d, metric, q, s as usize)));
+                            t
+                        })
+                        .reduce(|| TopK::new(k), merge)
+                        .into_sorted()
+                })
+                .collect()
+        }
+        (Plan::Exact, None) => qs
+            .par_iter()
+            .map(|q| {
+                (0..d.slots().div_ceil(CHUNK))
+                    .into_par_iter()
+                    .map(|c| {
+                        let mut t = TopK::new(k);
+                        for s in c * CHUNK..((c + 1) * CHUNK).min(d.slots()) {
+                            if d.live[s] {
+                                t.push(s as u32, distance(d, metric, q, s));
+                            }
+                        }
+                        t
+                    })
+                    .reduce(|| TopK::new(k), merge)
+                    .into_sorted()
+            })
+            .collect(),
+        (Plan::Ivf { nprobe }, m) => {
+            let ivf = d.ivf.as_ref().expect("an IVF plan has lists");
+            let allowed = m.as_ref().map(|(bits, _)| bits);
+            // Lists in parallel too: a request of one query still uses every core.
+            qs.par_iter()
+                .map(|q| {
+                    ivf.probe(&q.v, nprobe)
+                        .par_iter()
+                        .map(|&l| {
+                            let mut t = TopK::new(k);
+                            for &s in &ivf.lists[l] {
+                                let s = s as usize;
+                                let ok = match &allowed {
+                                    Some(b) => b[s / 64] >> (s % 64) & 1 == 1,
+                                    None => d.live[s],
+                                };
+                                if ok {
+                                    t.push(s as u32, distance(d, metric, q, s));
+                                }
+                            }
+                            t
+                        })
+                        .reduce(|| TopK::new(k), merge)
+                        .into_sorted()
+                })
+                .collect()
+        }
+    };
+    (answers, plan)
+}
+
+/// The slots a bitset holds, in order.
+fn slots_of(bits: &[u64]) -> Vec<u32> {
+    let mut out = Vec::new();
+    for (w, &word) in bits.iter().enumerate() {
+        let mut b = word;
+        while b != 0 {
+            out.push((w * 64) as u32 + b.trailing_zeros());
+            b &= b - 1;
+        }
+    }
+    out
+}
