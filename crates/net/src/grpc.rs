@@ -215,7 +215,7 @@ async fn watchdog(ledger: &Ledger, activity: &Activity, limit: Duration) -> Unpr
             }
             wait = Some(wait.map_or(limit - age, |w| w.min(limit - age)));
         }
-        // (Woken early when answers begin to be held or a read times out.)
+        // (Woken early when a read times out, or, parked, when answers begin to be held.)
         match wait {
             Some(w) => {
                 let w = w.max(Duration::from_millis(5));
@@ -224,7 +224,8 @@ async fn watchdog(ledger: &Ledger, activity: &Activity, limit: Duration) -> Unpr
                     _ = ledger.notify.notified() => {}
                 }
             }
-            None => ledger.notify.notified().await,
+            None if ledger.park() => ledger.notify.notified().await,
+            None => {}
         }
     }
 }

@@ -33,8 +33,10 @@ pub(crate) struct Ledger {
     moved_ms: AtomicU64,
     /// A request message did not arrive whole within the read timeout.
     read_timed_out: AtomicBool,
-    /// Wakes the connection's watchdog: answers began to be held, or a read timed out.
+    /// Wakes the connection's watchdog: answers began to be held while it was parked
+    /// (`park`), or a read timed out.
     pub notify: Notify,
+    parked: AtomicBool,
 }
 
 impl Ledger {
@@ -47,6 +49,7 @@ impl Ledger {
             moved_ms: AtomicU64::new(0),
             read_timed_out: AtomicBool::new(false),
             notify: Notify::new(),
+            parked: AtomicBool::new(false),
         })
     }
 
@@ -64,9 +67,13 @@ impl Ledger {
             return;
         }
         self.budget.charge(n);
-        if self.held.fetch_add(n, Ordering::AcqRel) == 0 {
+        if self.held.fetch_add(n, Ordering::SeqCst) == 0 {
             self.stamp(); // the stall clock starts with the first byte held
-            self.notify.notify_one();
+                          // (Only a parked watchdog is woken: a busy connection's holds begin and end
+                          // with every answer, and its watchdog wakes on its own clock.)
+            if self.parked.swap(false, Ordering::SeqCst) {
+                self.notify.notify_one();
+            }
         }
     }
 
@@ -115,7 +122,14 @@ impl Ledger {
 
     /// Whether the connection holds answer bytes.
     pub fn holds(&self) -> bool {
-        self.held.load(Ordering::Acquire) > 0
+        self.held.load(Ordering::SeqCst) > 0
+    }
+
+    /// The watchdog is about to wait for `notify` with no clock of its own: the next answer
+    /// held wakes it. False if one is held already (look again instead).
+    pub fn park(&self) -> bool {
+        self.parked.store(true, Ordering::SeqCst);
+        !self.holds()
     }
 
     /// How long the connection has held answers with none of them moving (zero when it
