@@ -319,3 +319,36 @@ fn an_over_size_request_message_is_resource_exhausted() {
         assert!(msg.starts_with("TOO_LARGE"), "{msg}");
     });
 }
+
+#[test]
+fn an_open_stream_that_sends_nothing_is_closed_after_the_idle_timeout() {
+    let (idle_ms, read_ms) = (2000, 1000);
+    let s = Served::start(&[
+        "--service",
+        "echo",
+        "--grpc",
+        "127.0.0.1:0",
+        "--idle-timeout-ms",
+        &idle_ms.to_string(),
+        "--read-timeout-ms",
+        &read_ms.to_string(),
+    ]);
+    let addr = s.grpc.expect("grpc listener");
+    runtime().block_on(async {
+        let (client, driver) = connect(addr).await;
+        let mut c = client.ready().await.expect("ready");
+        // A stream opened, then nothing: its HEADERS alone (pings are still answered).
+        let (answer, tx) = c
+            .send_request(call(addr, "ModelStreamInfer"), false)
+            .unwrap();
+        let t = Instant::now();
+        let within = Duration::from_millis(idle_ms + read_ms + 3000);
+        let r = tokio::time::timeout(within, driver).await;
+        assert!(
+            r.is_ok(),
+            "a connection whose one stream sent nothing was still open after {:?}",
+            t.elapsed()
+        );
+        drop((answer, tx, c));
+    });
+}

@@ -124,7 +124,7 @@ async fn serve_connection(
 }
 
 /// One connection's calls in progress and when the last one ended (for the idle timeout).
-struct Activity {
+pub(crate) struct Activity {
     active: AtomicUsize,
     /// Whether a call has begun on the connection.
     started: AtomicBool,
@@ -171,6 +171,24 @@ impl InProgress {
 impl Drop for InProgress {
     fn drop(&mut self) {
         self.0.end();
+    }
+}
+
+/// A stream call that waits for its next request with nothing of its own in flight: not in
+/// progress while this lives (an open stream that sends nothing must not hold a connection
+/// for ever; it is idle, as a TCP connection with nothing in flight is).
+pub(crate) struct Quiet(Arc<Activity>);
+
+impl Quiet {
+    pub(crate) fn start(activity: &Arc<Activity>) -> Quiet {
+        activity.end();
+        Quiet(activity.clone())
+    }
+}
+
+impl Drop for Quiet {
+    fn drop(&mut self) {
+        self.0.active.fetch_add(1, Ordering::Relaxed);
     }
 }
 
@@ -266,14 +284,15 @@ async fn serve_h2<I>(
     let ledger = Ledger::new(env.budget.clone());
     let write_stalled = Arc::new(AtomicBool::new(false));
     let io = Metered::new(io, ledger.clone(), limit, write_stalled.clone());
+    let activity = Activity::new();
     let inference = Inference {
         shared: env.shared.clone(),
         peer,
         ledger: ledger.clone(),
+        activity: activity.clone(),
     };
     let svc =
         GrpcInferenceServiceServer::new(inference).max_decoding_message_size(crate::http::MAX_BODY);
-    let activity = Activity::new();
     let counted = {
         let (activity, ledger) = (activity.clone(), ledger.clone());
         hyper::service::service_fn(move |req: http::Request<hyper::body::Incoming>| {

@@ -6,6 +6,7 @@
 //! Errors are gRPC statuses whose message starts with Cohort's code name.
 
 use crate::context::Context;
+use crate::grpc::{Activity, Quiet};
 use crate::grpc_body::HeldAnswer;
 use crate::grpc_flow::{Held, Ledger};
 use crate::quota::Who;
@@ -41,6 +42,8 @@ pub(crate) struct Inference {
     pub shared: Arc<GrpcShared>,
     pub peer: Option<IpAddr>,
     pub ledger: Arc<Ledger>,
+    /// The connection's calls in progress (a stream waiting idle is not: `Quiet`).
+    pub activity: Arc<Activity>,
 }
 
 impl Inference {
@@ -226,6 +229,7 @@ impl pb::grpc_inference_service_server::GrpcInferenceService for Inference {
             shared: self.shared.clone(),
             peer: self.peer,
             ledger: self.ledger.clone(),
+            activity: self.activity.clone(),
         };
         let me = Arc::new(me);
         let mut incoming = req.into_inner();
@@ -250,7 +254,13 @@ impl pb::grpc_inference_service_server::GrpcInferenceService for Inference {
                 let Ok(slot) = slots.clone().acquire_owned().await else {
                     return;
                 };
-                let r = match incoming.message().await {
+                // Waiting for the next request with none in flight and every answer taken:
+                // the stream is idle (for the connection's idle timeout) until one comes.
+                let idle = slots.available_permits() + 1 == window;
+                let quiet = idle.then(|| Quiet::start(&me.activity));
+                let next = incoming.message().await;
+                drop(quiet);
+                let r = match next {
                     Ok(Some(r)) => r,
                     Ok(None) => return,
                     Err(s) => {
