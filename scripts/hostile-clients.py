@@ -11,6 +11,9 @@ Starts the server (echo on the cpu engine, pinned with taskset), then:
     RSS and counted bytes (cohort_buffered_bytes), and RSS 10 s after the last close.
  2. idle cost: CONNS HTTP and CONNS TCP connections each do one 60 KB echo (answers read) and
     stay open: the server's RSS growth per connection.
+ 3. with --grpc (or --grpc-only, which skips 1 and 2): the gRPC attacks of issue 84
+    (scripts/hostile_grpc.py): a connection that never grants HTTP/2 window to its 20
+    streams of 60 KB echoes, 20 calls sent half, an empty and a preface-only connection.
 A send cut short restarts the flooder's pipeline from its first byte, so its stream also
 carries broken requests (as a hostile client's may): the server refuses those (400 or a
 protocol error) and closes, reading what is still sent for a short lingering close.
@@ -106,18 +109,22 @@ def start_server(args):
            "--engine", "cpu", "--udp", "127.0.0.1:0", "--tcp", "127.0.0.1:0",
            "--http", "127.0.0.1:0", "--max-buffered-bytes", args.budget,
            "--read-timeout-ms", str(args.read_timeout_ms), "--log-level", "warn"]
+    kinds = ("udp", "tcp", "http")
+    if args.grpc:
+        cmd += ["--grpc", "127.0.0.1:0"]
+        kinds += ("grpc",)
     p = subprocess.Popen(cmd, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     addrs = {}
     deadline = time.time() + 60
-    while len(addrs) < 3 and time.time() < deadline:
+    while len(addrs) < len(kinds) and time.time() < deadline:
         line = p.stdout.readline()
         if not line:
             break
-        for kind in ("udp", "tcp", "http"):
+        for kind in kinds:
             m = re.search(rf"\b{kind}[= ]+(127\.0\.0\.1:\d+)", line)
             if m and kind not in addrs:
                 addrs[kind] = m.group(1)
-    if len(addrs) < 3:
+    if len(addrs) < len(kinds):
         p.kill()
         sys.exit(f"server did not say its addresses: {addrs} {p.stderr.read()[:2000]}")
     threading.Thread(target=lambda: [None for _ in p.stdout], daemon=True).start()
@@ -422,6 +429,30 @@ def idle_cost(args, addrs, pid, out, payload=PAYLOAD, key="idle_after_one_echo")
         s.close()
 
 
+def grpc_attacks(args, addrs, pid, out, budget):
+    import hostile_grpc
+    addr = hostport(addrs["grpc"])
+    rt = args.read_timeout_ms / 1000
+    start_kb = rss_kb(pid)
+    g = hostile_grpc.window_stall(
+        addr, rt, lambda: (metric(addrs["http"], "cohort_buffered_bytes"), rss_kb(pid)))
+    g.update(hostile_grpc.half_sent(addr, rt))
+    g["rss_start_kb"] = start_kb
+    out["grpc"] = g
+    out["goals"].update({
+        "grpc_stalled_answers_counted_in_the_budget": g["peak_buffered_bytes"] > 0,
+        "grpc_stalled_window_closed_within_read_timeout": g["closed"]
+        and g["close_after_last_grant_s"] <= rt + 0.5,
+        "grpc_rss_under_start_plus_twice_the_budget_plus_64MB":
+            g["peak_rss_kb"] <= start_kb + 2 * budget // 1024 + 64 * 1024,
+        "grpc_half_sent_calls_closed_within_read_timeout": g["half_sent_left_open"] == 0
+        and g["half_sent_close_max_s"] <= rt + 0.5,
+        "grpc_silent_connections_closed_within_read_timeout": all(
+            g[k] is not None and g[k] <= rt + 0.5
+            for k in ("empty_closed_after_s", "preface_only_closed_after_s")),
+    })
+
+
 def main():
     ap = argparse.ArgumentParser(description=__doc__, formatter_class=argparse.RawDescriptionHelpFormatter)
     ap.add_argument("--bin", default="target/release/cohort")
@@ -433,8 +464,11 @@ def main():
     ap.add_argument("--server-cpus", default="0")
     ap.add_argument("--client-cpus", default=None,
                     help="where the flooders and normal clients run (default: every CPU but the server's)")
+    ap.add_argument("--grpc", action="store_true", help="also the gRPC attacks (phase 3)")
+    ap.add_argument("--grpc-only", action="store_true", help="only the gRPC attacks")
     ap.add_argument("--out", required=True)
     args = ap.parse_args()
+    args.grpc = args.grpc or args.grpc_only
     args.conns = min(args.conns, 2000)
     p, cmd, addrs = start_server(args)
     # The clients off the server's cores (the probers' process inherits this): left to the
@@ -455,30 +489,34 @@ def main():
             "rss_start_kb": rss_kb(p.pid),
         }
         budget = int(args.budget.rstrip("MK")) << (20 if args.budget.endswith("M") else 10)
-        flood(args, addrs, p.pid, out)
-        idle_cost(args, addrs, p.pid, out, 16, "idle_after_one_small_echo")
-        idle_cost(args, addrs, p.pid, out)
-        f = out["flood"]
-        # The connection's own cost (state and buffers); the 60 KB row adds the freed pages
-        # the allocator has not returned yet (reported beside it).
-        per_conn = max(out["idle_after_one_small_echo"]["per_connection_kb"], 0)
-        bound_kb = out["rss_start_kb"] + budget // 1024 + 2 * args.conns * 64
-        out["goals"] = {
-            # Every flooder closed within the read timeout (and 0.25 s of sampling) of its stall:
-            # the last moment its sends went through or answer bytes reached it. (The close
-            # after the client's last write alone adds the time it waited, unread, for the
-            # budget; after the server's last write alone, the time a refused client's sends
-            # were still read and dropped: both reported beside.)
-            "every_flooder_closed_within_read_timeout_of_its_stall": f["left_open_at_deadline"] == 0
-            and (f["close_after_stall_s"]["max"] or 0) <= args.read_timeout_ms / 1000 + 0.25,
-            "tcp_mem_below_pressure": f["peak_tcp_mem_pages"] < out["tcp_mem_pages"][1],
-            "normal_clients_p99_under_10ms_no_failures": all(
-                c["failures"] == 0 and c["p99_ms"] is not None and c["p99_ms"] < 10
-                for c in f["normal_clients"].values()),
-            "rss_under_start_plus_budget_plus_64KB_per_connection": f["peak_rss_kb"] <= bound_kb,
-            "rss_back_within_64MB_10s_after": f["rss_10s_after_last_close_kb"] - out["rss_start_kb"] <= 64 * 1024,
-            "idle_connection_cost_at_most_64KB": per_conn <= 64,
-        }
+        out["goals"] = {}
+        if not args.grpc_only:
+            flood(args, addrs, p.pid, out)
+            idle_cost(args, addrs, p.pid, out, 16, "idle_after_one_small_echo")
+            idle_cost(args, addrs, p.pid, out)
+            f = out["flood"]
+            # The connection's own cost (state and buffers); the 60 KB row adds the freed pages
+            # the allocator has not returned yet (reported beside it).
+            per_conn = max(out["idle_after_one_small_echo"]["per_connection_kb"], 0)
+            bound_kb = out["rss_start_kb"] + budget // 1024 + 2 * args.conns * 64
+            out["goals"].update({
+                # Every flooder closed within the read timeout (and 0.25 s of sampling) of its stall:
+                # the last moment its sends went through or answer bytes reached it. (The close
+                # after the client's last write alone adds the time it waited, unread, for the
+                # budget; after the server's last write alone, the time a refused client's sends
+                # were still read and dropped: both reported beside.)
+                "every_flooder_closed_within_read_timeout_of_its_stall": f["left_open_at_deadline"] == 0
+                and (f["close_after_stall_s"]["max"] or 0) <= args.read_timeout_ms / 1000 + 0.25,
+                "tcp_mem_below_pressure": f["peak_tcp_mem_pages"] < out["tcp_mem_pages"][1],
+                "normal_clients_p99_under_10ms_no_failures": all(
+                    c["failures"] == 0 and c["p99_ms"] is not None and c["p99_ms"] < 10
+                    for c in f["normal_clients"].values()),
+                "rss_under_start_plus_budget_plus_64KB_per_connection": f["peak_rss_kb"] <= bound_kb,
+                "rss_back_within_64MB_10s_after": f["rss_10s_after_last_close_kb"] - out["rss_start_kb"] <= 64 * 1024,
+                "idle_connection_cost_at_most_64KB": per_conn <= 64,
+            })
+        if args.grpc:
+            grpc_attacks(args, addrs, p.pid, out, budget)
         with open(args.out + ".tmp", "w") as fh:
             json.dump(out, fh, indent=2)
         os.replace(args.out + ".tmp", args.out)

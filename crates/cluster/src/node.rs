@@ -210,6 +210,10 @@ fn serve(
             }
         }
         dropped.clear();
+        // A stranger's bytes at the listener never become a connection request, yet spin
+        // UCX's connection manager for good: such connections are closed (at most one look
+        // a second; docs/cluster.md).
+        w.sweep_stalled();
         let mut busy = w.progress();
         for ev in w.take_events() {
             busy = true;

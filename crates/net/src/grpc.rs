@@ -2,7 +2,11 @@
 //! accepted under the same connection cap as TCP and HTTP, each served by hyper's HTTP/2
 //! server with the Open Inference Protocol service (`crate::v2_grpc`). Bounded per
 //! connection: concurrent streams, HTTP/2 flow-control windows (what a client may have sent
-//! that the server has not read), and the decoded message size; a peer that stops answering
+//! that the server has not read), and the decoded message size. Under the same byte budget
+//! and timeouts as TCP and HTTP: answers count in `--max-buffered-bytes` until written, and
+//! a connection is closed when its answers stall for the read timeout, when a request
+//! message begun is not whole within it, or when no call begins within it of its opening
+//! (`crate::grpc_flow`, `crate::grpc_body`, `watchdog`). A peer that stops answering
 //! keep-alive pings within the read timeout is closed, and a connection with no call in
 //! progress for the idle timeout gets GOAWAY and is closed (as an idle HTTP/1.1 or TCP
 //! connection is: an idle client must not hold a connection slot for ever). On drain each
@@ -10,13 +14,18 @@
 
 use crate::accept::accept_loop;
 use crate::context::Context;
-use crate::limits::{Connections, Limits, Slot};
+use crate::grpc_body::{HeldAnswer, Tracked, Watched};
+use crate::grpc_flow::{Ledger, Metered};
+use crate::limits::{Budget, Connections, Limits, Slot};
 use crate::shard::Shard;
 use crate::tasks::Tracker;
 use crate::v2_grpc::{GrpcShared, Inference};
 use cohort_oip::grpc_inference_service_server::GrpcInferenceServiceServer;
+use cohort_oip::tensors::status;
+use cohort_proto::{ErrorCode, ErrorPayload};
+use hyper::http;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use std::sync::atomic::{AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::net::{TcpListener, TcpStream};
@@ -31,6 +40,8 @@ const CONNECTION_WINDOW: u32 = 4 << 20;
 pub(crate) struct GrpcEnv {
     pub shared: Arc<GrpcShared>,
     pub limits: Limits,
+    /// The byte budget TCP and HTTP share: gRPC answers count in it (`crate::grpc_flow`).
+    pub budget: Arc<Budget>,
     pub conns: Arc<Connections>,
     pub tls: Option<tokio_rustls::TlsAcceptor>,
 }
@@ -40,6 +51,7 @@ impl GrpcEnv {
         ctx: Arc<Context>,
         shard: Arc<Shard>,
         limits: Limits,
+        budget: Arc<Budget>,
         conns: Arc<Connections>,
         tls: Option<tokio_rustls::TlsAcceptor>,
         stream_window: usize,
@@ -53,6 +65,7 @@ impl GrpcEnv {
         GrpcEnv {
             shared: Arc::new(shared),
             limits,
+            budget,
             conns,
             tls,
         }
@@ -100,18 +113,21 @@ async fn serve_connection(
 ) {
     let _slot = slot;
     let peer = stream.peer_addr().ok().map(|a| a.ip());
+    let fd = std::os::fd::AsRawFd::as_raw_fd(&stream);
     let Some(tls) = env.tls.clone() else {
-        return serve_h2(stream, peer, env, sd).await;
+        return serve_h2(stream, fd, peer, env, sd).await;
     };
     let (timeout, metrics) = (env.limits.read_timeout, &env.shared.ctx.metrics);
     if let Some(s) = crate::tls::handshake(&tls, stream, timeout, metrics).await {
-        serve_h2(s, peer, env, sd).await
+        serve_h2(s, fd, peer, env, sd).await
     }
 }
 
 /// One connection's calls in progress and when the last one ended (for the idle timeout).
-struct Activity {
+pub(crate) struct Activity {
     active: AtomicUsize,
+    /// Whether a call has begun on the connection.
+    started: AtomicBool,
     start: Instant,
     last_end_ms: AtomicU64,
 }
@@ -120,6 +136,7 @@ impl Activity {
     fn new() -> Arc<Activity> {
         Arc::new(Activity {
             active: AtomicUsize::new(0),
+            started: AtomicBool::new(false),
             start: Instant::now(),
             last_end_ms: AtomicU64::new(0),
         })
@@ -146,6 +163,7 @@ struct InProgress(Arc<Activity>);
 impl InProgress {
     fn start(activity: &Arc<Activity>) -> InProgress {
         activity.active.fetch_add(1, Ordering::Relaxed);
+        activity.started.store(true, Ordering::Relaxed);
         InProgress(activity.clone())
     }
 }
@@ -156,26 +174,21 @@ impl Drop for InProgress {
     }
 }
 
-/// An answer body that holds its call in progress until hyper is done with it.
-struct Tracked<B> {
-    inner: B,
-    _call: InProgress,
+/// A stream call that waits for its next request with nothing of its own in flight: not in
+/// progress while this lives (an open stream that sends nothing must not hold a connection
+/// for ever; it is idle, as a TCP connection with nothing in flight is).
+pub(crate) struct Quiet(Arc<Activity>);
+
+impl Quiet {
+    pub(crate) fn start(activity: &Arc<Activity>) -> Quiet {
+        activity.end();
+        Quiet(activity.clone())
+    }
 }
 
-impl<B: hyper::body::Body + Unpin> hyper::body::Body for Tracked<B> {
-    type Data = B::Data;
-    type Error = B::Error;
-    fn poll_frame(
-        mut self: std::pin::Pin<&mut Self>,
-        cx: &mut std::task::Context<'_>,
-    ) -> std::task::Poll<Option<Result<hyper::body::Frame<B::Data>, B::Error>>> {
-        std::pin::Pin::new(&mut self.inner).poll_frame(cx)
-    }
-    fn is_end_stream(&self) -> bool {
-        self.inner.is_end_stream()
-    }
-    fn size_hint(&self) -> hyper::body::SizeHint {
-        self.inner.size_hint()
+impl Drop for Quiet {
+    fn drop(&mut self) {
+        self.0.active.fetch_add(1, Ordering::Relaxed);
     }
 }
 
@@ -190,32 +203,125 @@ async fn idle_for(activity: &Activity, idle: Duration) {
     }
 }
 
+/// Why a connection's watchdog closes it.
+enum Unproductive {
+    /// No call begun within the read timeout of the connection's start.
+    NoRequest,
+    /// A request message not whole within the read timeout (`grpc_body::Watched`).
+    PartialRequest,
+    /// Answers held with none moving for the read timeout: the client grants no window.
+    WindowStalled,
+}
+
+/// Resolves when the connection makes no progress for `limit` (`Unproductive`).
+async fn watchdog(ledger: &Ledger, activity: &Activity, limit: Duration) -> Unproductive {
+    loop {
+        if ledger.has_read_timed_out() {
+            return Unproductive::PartialRequest;
+        }
+        let mut wait = None::<Duration>;
+        let stalled = ledger.stalled_for();
+        if stalled >= limit {
+            return Unproductive::WindowStalled;
+        } else if ledger.holds() {
+            wait = Some(limit - stalled);
+        }
+        if !activity.started.load(Ordering::Relaxed) {
+            let age = activity.start.elapsed();
+            if age >= limit {
+                return Unproductive::NoRequest;
+            }
+            wait = Some(wait.map_or(limit - age, |w| w.min(limit - age)));
+        }
+        // (Woken early when a read times out, or, parked, when answers begin to be held.)
+        match wait {
+            Some(w) => {
+                let w = w.max(Duration::from_millis(5));
+                tokio::select! {
+                    _ = tokio::time::sleep(w) => {}
+                    _ = ledger.notify.notified() => {}
+                }
+            }
+            None if ledger.park() => ledger.notify.notified().await,
+            None => {}
+        }
+    }
+}
+
+/// A refusal, at once, of a call that would add to a budget already over while its
+/// connection holds answers: RESOURCE_EXHAUSTED, the client may try again.
+fn over_budget() -> http::Response<tonic::body::Body> {
+    let e = ErrorPayload::new(
+        ErrorCode::Overloaded,
+        "the server's buffered bytes are at --max-buffered-bytes and this connection's \
+         answers are not being taken; try again later",
+    );
+    tonic::Status::resource_exhausted(status(e).message()).into_http()
+}
+
+/// tonic refuses a request message over the size limit with OUT_OF_RANGE; Cohort's
+/// TOO_LARGE is RESOURCE_EXHAUSTED (docs/protocol.md).
+pub(crate) fn too_large(s: tonic::Status) -> tonic::Status {
+    if s.code() != tonic::Code::OutOfRange {
+        return s;
+    }
+    status(ErrorPayload::new(ErrorCode::TooLarge, s.message()))
+}
+
 async fn serve_h2<I>(
     io: I,
+    fd: std::os::fd::RawFd,
     peer: Option<std::net::IpAddr>,
     env: Arc<GrpcEnv>,
     mut sd: watch::Receiver<bool>,
 ) where
     I: tokio::io::AsyncRead + tokio::io::AsyncWrite + Unpin + Send + 'static,
 {
+    // This connection's own read and stall timeout (spread so that a crowd that stalled
+    // together is not closed in one instant), and its goodbye.
+    let limit = crate::limits::spread(env.limits.read_timeout, fd as u64);
+    let grace = crate::limits::goodbye_grace(env.limits.read_timeout);
+    let ledger = Ledger::new(env.budget.clone());
+    let write_stalled = Arc::new(AtomicBool::new(false));
+    let io = Metered::new(io, ledger.clone(), limit, write_stalled.clone());
+    let activity = Activity::new();
     let inference = Inference {
         shared: env.shared.clone(),
         peer,
+        ledger: ledger.clone(),
+        activity: activity.clone(),
     };
     let svc =
         GrpcInferenceServiceServer::new(inference).max_decoding_message_size(crate::http::MAX_BODY);
-    let activity = Activity::new();
     let counted = {
-        let activity = activity.clone();
-        hyper::service::service_fn(move |req| {
+        let (activity, ledger) = (activity.clone(), ledger.clone());
+        hyper::service::service_fn(move |req: http::Request<hyper::body::Incoming>| {
             let (mut svc, call) = (svc.clone(), InProgress::start(&activity));
+            let ledger = ledger.clone();
             async move {
-                // (The generated service is always ready: no back-pressure to wait out.)
-                use tonic::codegen::Service as _;
-                let answer = svc.call(req).await?;
-                Ok::<_, std::convert::Infallible>(
-                    answer.map(|inner| Tracked { inner, _call: call }),
-                )
+                let over = ledger.budget().over() && ledger.holds();
+                let mut answer = if over {
+                    over_budget()
+                } else {
+                    let unary = !req.uri().path().ends_with("/ModelStreamInfer");
+                    let req = req.map(|b| Watched::new(b, unary, limit, ledger.clone()));
+                    // (The generated service is always ready: no back-pressure to wait out.)
+                    use tonic::codegen::Service as _;
+                    svc.call(req).await?
+                };
+                if let Some(s) = tonic::Status::from_header_map(answer.headers()) {
+                    if s.code() == tonic::Code::OutOfRange {
+                        let _ = too_large(s).add_header(answer.headers_mut());
+                    }
+                }
+                let made = answer.extensions_mut().remove::<HeldAnswer>();
+                let made = made.and_then(|h| h.take());
+                Ok::<_, std::convert::Infallible>(answer.map(|inner| Tracked {
+                    inner,
+                    _call: call,
+                    made,
+                    ledger,
+                }))
             }
         })
     };
@@ -235,11 +341,37 @@ async fn serve_h2<I>(
         let _ = sd.wait_for(|d| *d).await;
     };
     let idle = idle_for(&activity, env.limits.idle_timeout);
-    tokio::select! {
-        _ = &mut conn => return,
-        _ = draining => {}
-        _ = idle => env.shared.ctx.metrics.timed_out_connection("grpc_idle"),
-    }
+    let metrics = &env.shared.ctx.metrics;
+    let goodbye = tokio::select! {
+        _ = &mut conn => {
+            if write_stalled.load(Ordering::Acquire) {
+                metrics.timed_out_connection("write_stalled");
+                crate::limits::reset_on_close(fd); // (its answers are dropped, as on TCP)
+            }
+            return;
+        }
+        _ = draining => read_timeout,
+        _ = idle => {
+            metrics.timed_out_connection("grpc_idle");
+            read_timeout
+        }
+        why = watchdog(&ledger, &activity, limit) => match why {
+            Unproductive::NoRequest => {
+                metrics.timed_out_connection("grpc_no_request");
+                grace
+            }
+            Unproductive::PartialRequest => {
+                metrics.timed_out_connection("grpc_partial_request");
+                return;
+            }
+            Unproductive::WindowStalled => {
+                metrics.timed_out_connection("grpc_window_stalled");
+                // Its answers are dropped: no FIN queued behind them, no kernel probing.
+                crate::limits::reset_on_close(fd);
+                return;
+            }
+        },
+    };
     std::pin::Pin::new(&mut conn).graceful_shutdown();
-    let _ = tokio::time::timeout(read_timeout, &mut conn).await;
+    let _ = tokio::time::timeout(goodbye, &mut conn).await;
 }

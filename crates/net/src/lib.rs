@@ -13,6 +13,8 @@ pub use cohort_auth::Auth;
 mod context;
 mod doorbell;
 mod grpc;
+mod grpc_body;
+mod grpc_flow;
 mod http;
 mod http_io;
 mod http_limits;

@@ -560,6 +560,7 @@ fn run_shard(job: ShardJob, env: ShardEnv, ready: std::sync::mpsc::Sender<Result
                 ctx.clone(),
                 shard.clone(),
                 limits,
+                budget.clone(),
                 conns.clone(),
                 tls.as_ref().map(|t| t.grpc.clone()),
                 tcp_max_inflight,

@@ -6,6 +6,9 @@
 //! Errors are gRPC statuses whose message starts with Cohort's code name.
 
 use crate::context::Context;
+use crate::grpc::{Activity, Quiet};
+use crate::grpc_body::HeldAnswer;
+use crate::grpc_flow::{Held, Ledger};
 use crate::quota::Who;
 use crate::shard::Shard;
 use crate::v2::{refused, run, Ask, Failed};
@@ -20,6 +23,7 @@ use std::net::IpAddr;
 use std::pin::Pin;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::Arc;
+use tokio::sync::{OwnedSemaphorePermit, Semaphore};
 use tokio_stream::Stream;
 use tonic::{Request, Response, Status, Streaming};
 
@@ -32,10 +36,14 @@ pub(crate) struct GrpcShared {
     pub ids: AtomicU64,
 }
 
-/// The service one connection talks to (it knows its peer, for quotas).
+/// The service one connection talks to (it knows its peer, for quotas, and its share of the
+/// byte budget).
 pub(crate) struct Inference {
     pub shared: Arc<GrpcShared>,
     pub peer: Option<IpAddr>,
+    pub ledger: Arc<Ledger>,
+    /// The connection's calls in progress (a stream waiting idle is not: `Quiet`).
+    pub activity: Arc<Activity>,
 }
 
 impl Inference {
@@ -114,6 +122,9 @@ fn deadline<T>(req: &Request<T>) -> Option<u64> {
         .and_then(grpc_timeout_us)
 }
 
+/// A stream's answer, with its request's slot and its charge (`model_stream_infer`).
+type Answered = (pb::ModelStreamInferResponse, OwnedSemaphorePermit, Held);
+
 type AnswerStream =
     Pin<Box<dyn Stream<Item = Result<pb::ModelStreamInferResponse, Status>> + Send + 'static>>;
 
@@ -189,8 +200,18 @@ impl pb::grpc_inference_service_server::GrpcInferenceService for Inference {
         let service = self.model(&req.get_ref().model_name, &req.get_ref().model_version)?;
         let key = self.key(&req, service.id())?;
         let deadline = deadline(&req);
+        // The request counts in the budget until its answer is made (then the answer does).
+        let request = self
+            .ledger
+            .budget()
+            .hold(prost::Message::encoded_len(req.get_ref()));
         let r = self.infer(req.into_inner(), key, deadline).await?;
-        Ok(Response::new(r))
+        drop(request);
+        // The answer counts in the budget from now until its bytes are written.
+        let held = self.ledger.charge(prost::Message::encoded_len(&r));
+        let mut answer = Response::new(r);
+        answer.extensions_mut().insert(HeldAnswer::new(held));
+        Ok(answer)
     }
 
     type ModelStreamInferStream = AnswerStream;
@@ -207,34 +228,63 @@ impl pb::grpc_inference_service_server::GrpcInferenceService for Inference {
         let me = Inference {
             shared: self.shared.clone(),
             peer: self.peer,
+            ledger: self.ledger.clone(),
+            activity: self.activity.clone(),
         };
         let me = Arc::new(me);
         let mut incoming = req.into_inner();
-        let window = self.shared.stream_window.max(1);
-        let (tx, rx) = tokio::sync::mpsc::channel(window);
-        let slots = Arc::new(tokio::sync::Semaphore::new(window));
+        let window = self.shared.stream_window.clamp(1, Semaphore::MAX_PERMITS);
+        // A slot is one request of the stream from when it is read until its answer has
+        // been taken to be sent: a stream whose answers the client does not take (no
+        // window granted) stops being read after `window` of them.
+        let (tx, rx) = tokio::sync::mpsc::channel::<Result<Answered, Status>>(window);
+        let slots = Arc::new(Semaphore::new(window));
+        let budget = self.ledger.budget().clone();
         tokio::spawn(async move {
             loop {
+                // Over the byte budget, a stream with answers outstanding reads no more
+                // until the budget has room or its answers have gone (one that holds
+                // none reads on: a client that waits for its answers is served).
+                if budget.over() {
+                    tokio::select! {
+                        _ = budget.under() => {}
+                        all = slots.clone().acquire_many_owned(window as u32) => drop(all),
+                    }
+                }
                 let Ok(slot) = slots.clone().acquire_owned().await else {
                     return;
                 };
-                let r = match incoming.message().await {
+                // Waiting for the next request with none in flight and every answer taken:
+                // the stream is idle (for the connection's idle timeout) until one comes.
+                let idle = slots.available_permits() + 1 == window;
+                let quiet = idle.then(|| Quiet::start(&me.activity));
+                let next = incoming.message().await;
+                drop(quiet);
+                let r = match next {
                     Ok(Some(r)) => r,
                     Ok(None) => return,
                     Err(s) => {
-                        let _ = tx.send(Err(s)).await;
+                        let _ = tx.send(Err(crate::grpc::too_large(s))).await;
                         return;
                     }
                 };
+                // The request counts in the budget from being read until its answer is
+                // made (as on TCP), so that streams read together stop at the budget.
+                let request = budget.hold(prost::Message::encoded_len(&r));
                 let (me, tx, auth_value) = (me.clone(), tx.clone(), auth_value.clone());
                 tokio::spawn(async move {
-                    let _slot = slot;
                     let answer = me.stream_one(r, auth_value, deadline).await;
-                    let _ = tx.send(Ok(answer)).await;
+                    drop(request);
+                    let held = me.ledger.charge(prost::Message::encoded_len(&answer));
+                    let _ = tx.send(Ok((answer, slot, held))).await;
                 });
             }
         });
-        let out = tokio_stream::wrappers::ReceiverStream::new(rx);
+        // Taking an answer frees its slot and hands its charge on (`Tracked`).
+        let out =
+            tokio_stream::StreamExt::map(tokio_stream::wrappers::ReceiverStream::new(rx), |r| {
+                r.map(|(answer, _slot, _held)| answer)
+            });
         Ok(Response::new(Box::pin(out)))
     }
 }

@@ -12,6 +12,7 @@
 //! [`Worker::progress`].
 
 mod load;
+mod stalled;
 pub mod sys;
 
 pub use load::{load, Ucx};
@@ -160,6 +161,8 @@ pub struct Worker {
     context: sys::Context,
     worker: sys::Worker,
     listener: Option<sys::Listener>,
+    /// Closes the listener's connections whose handshake cannot finish (`stalled`).
+    sweeper: Option<stalled::Sweeper>,
     shared: Box<Shared>,
     eps: HashSet<EpId>,
     /// Sends UCX has not finished: the request and the bytes it reads.
@@ -366,6 +369,7 @@ impl Worker {
             context,
             worker,
             listener: None,
+            sweeper: None,
             shared,
             eps: HashSet::new(),
             pending: Vec::new(),
@@ -434,10 +438,19 @@ impl Worker {
                 std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t,
             )
         };
-        bound.as_socket().ok_or(Error::Call {
+        let bound = bound.as_socket().ok_or(Error::Call {
             what: "listener_query",
             why: "not an IP address".into(),
-        })
+        })?;
+        self.sweeper = Some(stalled::Sweeper::new(bound.port()));
+        Ok(bound)
+    }
+
+    /// Closes the listener's connections whose handshake cannot finish: a stranger's bytes
+    /// make UCX's connection manager spin on them for good (`stalled`). The owner calls it
+    /// often (its loop); it looks at most once a second. Returns how many it closed.
+    pub fn sweep_stalled(&mut self) -> usize {
+        self.sweeper.as_mut().map_or(0, |s| s.sweep())
     }
 
     /// Connects to a listening peer. The connection completes in the background; sends made
