@@ -372,6 +372,7 @@ impl Server {
                     &cfg.service_max_timeout,
                 ),
                 ctx.inline.clone(),
+                &ctx.registry,
             )?;
             shards.push(shard.clone());
             let job = ShardJob {
