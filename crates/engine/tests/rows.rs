@@ -141,3 +141,40 @@ fn each_row_takes_a_place_of_the_queue_and_of_the_table() {
     assert_eq!(codes, [ErrorCode::BadRequest, ErrorCode::Overloaded]);
     assert_eq!(c.ingress.in_flight(), 0);
 }
+
+#[test]
+fn rows_of_an_inline_service_run_in_order_on_the_ingress_thread() {
+    let m = metrics("inline");
+    let svc: Arc<dyn Service> = Arc::new(Rows);
+    // No lane serves it: an ingress with the inline engine runs it.
+    let mut w = wire(1, &[spec("cpu", 1, 8)]);
+    let inline = Arc::new(InlineEngine::new([svc.clone()]));
+    let mut ing: Ingress<u64> =
+        Ingress::new(w.ingresses.pop().unwrap(), 16, m, Duration::from_secs(1))
+            .with_inline(Some(inline))
+            .with_rows([svc]);
+    let mut got = Vec::new();
+    for (id, p) in [
+        (1u64, &b"\x02abcd"[..]),
+        (2, b"\x03abbacd"),
+        (3, b"\x00xy"),
+        (4, b"\x02a"),
+    ] {
+        let r = ing.admit(id, SERVICE, id, 0, p, |who, _, a| {
+            got.push((who, a.map(|b| b.to_vec()).map_err(|e| e.code)))
+        });
+        if let Err((who, e)) = r {
+            got.push((who, Err(e.code)));
+        }
+    }
+    assert_eq!(
+        got,
+        vec![
+            (1, Ok(b"\x02badc".to_vec())),
+            (2, Err(ErrorCode::BadRequest)),
+            (3, Ok(b"yx\x00".to_vec())),
+            (4, Err(ErrorCode::BadRequest)),
+        ]
+    );
+    assert_eq!(ing.in_flight(), 0);
+}
