@@ -103,6 +103,22 @@ class ClientTest(unittest.TestCase):
         u8_ids, _ = self.tcp.knn(np.clip(q, 0, 255).astype(np.uint8), k=3)
         self.assertEqual(u8_ids.shape, (20, 3))
 
+    def test_search_many_answers_as_one_query_a_request(self) -> None:
+        q = self.queries[:50]
+        ids, dist = self.udp.knn(q, k=5, nprobe=16)
+        for c in (self.udp, self.tcp, self.http):
+            for per in (0, 1, 7, 50):
+                got_ids, got_dist = c.search_many(q, k=5, nprobe=16, per_request=per)
+                np.testing.assert_array_equal(got_ids, ids)
+                np.testing.assert_allclose(got_dist, dist, rtol=1e-6)
+        # One frame of several queries, of which one is bad: the request's one error.
+        bad = np.concatenate([q[:3], np.full((1, q.shape[1]), np.nan, dtype=np.float32)])
+        with self.assertRaises(CohortError) as e:
+            self.tcp.search_many(bad, k=5)
+        self.assertEqual(e.exception.name, "BAD_REQUEST")
+        with self.assertRaises(ValueError):
+            services.knn_queries_request(np.zeros((1025, 4), dtype=np.float32))
+
     def test_lenet_takes_every_image_shape_and_transports_agree(self) -> None:
         rng = np.random.default_rng(7)
         images = rng.integers(0, 256, size=(6, 28, 28), dtype=np.uint8)
@@ -144,6 +160,8 @@ class ClientTest(unittest.TestCase):
             self.assertEqual(await u.echo(b"x"), b"x")
             ids, _ = await t.knn(self.queries[:4], k=4, nprobe=16)
             np.testing.assert_array_equal(ids, self.udp.knn(self.queries[:4], k=4, nprobe=16)[0])
+            many, _ = await u.search_many(self.queries[:9], k=4, nprobe=16, per_request=4)
+            np.testing.assert_array_equal(many, self.udp.knn(self.queries[:9], k=4, nprobe=16)[0])
             await t.close()
             await u.close()
 

@@ -96,6 +96,12 @@ pub struct LoadArgs {
     /// knn: cells probed (0 = the server's default).
     #[arg(long, default_value_t = 0)]
     pub nprobe: u16,
+    /// knn over UDP/TCP: query vectors in each request (1..=1024; 1: today's one-query
+    /// request). Each query's answer is checked (and scored against --gt) alone; rates in
+    /// the report count requests, so queries/s = requests/s x this. HTTP/gRPC targets send
+    /// one query a request.
+    #[arg(long, default_value_t = 1)]
+    pub queries_per_request: usize,
     /// Write the report(s) as JSON here.
     #[arg(long)]
     pub json: Option<PathBuf>,
@@ -129,6 +135,7 @@ pub fn workload(a: &LoadArgs) -> Result<Arc<dyn Workload>> {
         gt: a.gt.clone(),
         k: a.k,
         nprobe: a.nprobe,
+        queries_per_request: a.queries_per_request,
         users: a.users,
         data: a.data.clone(),
         model: a.model.clone(),

@@ -11,6 +11,8 @@ use crate::clock;
 use crate::inflight::{InflightTable, LaneRef, Meta};
 use crate::inline::InlineEngine;
 use crate::metrics::Metrics;
+use crate::rows::Rows;
+use crate::service::Service;
 use crate::wiring::{answer_of, IngressEnds, Refusal};
 use bytes::Bytes;
 use cohort_mq::Envelope;
@@ -20,7 +22,9 @@ use std::time::{Duration, Instant};
 
 pub struct Ingress<T> {
     pub ends: IngressEnds,
-    table: InflightTable<T>,
+    table: InflightTable<Held<T>>,
+    /// Requests of several rows, split into one request per row and joined (`rows.rs`).
+    rows: Rows<T>,
     metrics: Arc<Metrics>,
     /// Deadline of requests that carry none.
     default_timeout: Duration,
@@ -34,6 +38,12 @@ pub struct Ingress<T> {
     /// are written into (reused: no allocation per request).
     inline: Option<Arc<InlineEngine>>,
     inline_out: Vec<u8>,
+}
+
+/// What a token in the table stands for: a whole request, or one row of a split one.
+enum Held<T> {
+    One(T),
+    Row { join: u32, row: u32 },
 }
 
 /// An answer's outcome label in the request metrics.
@@ -80,6 +90,7 @@ impl<T: Requester> Ingress<T> {
         Ingress {
             ends,
             table: InflightTable::new(capacity),
+            rows: Rows::default(),
             metrics,
             default_timeout,
             max_timeout: Duration::MAX,
@@ -111,6 +122,13 @@ impl<T: Requester> Ingress<T> {
             .iter()
             .find(|(s, _)| *s == service)
             .map_or(self.max_timeout, |(_, d)| *d)
+    }
+
+    /// Splits the requests of the `services` that declare rows ([`Service::row_split`]) into
+    /// one request per row, and joins their answers (`rows.rs`).
+    pub fn with_rows(mut self, services: impl IntoIterator<Item = Arc<dyn Service>>) -> Self {
+        self.rows = Rows::new(services);
+        self
     }
 
     /// Runs the inline engine's services on this ingress's thread (see [`Ingress::admit`]).
@@ -147,10 +165,45 @@ impl<T: Requester> Ingress<T> {
             arrived: Instant::now(),
             lane: INLINE_LANE,
         };
-        let result = inline.execute(&**s, payload, &mut self.inline_out, &self.metrics);
+        let rows = match self.rows.splitter_of(service) {
+            None => None,
+            Some(i) => match self.rows.split(i).rows(payload) {
+                Ok(n) => n.map(|n| (i, n)),
+                Err(e) => {
+                    self.metrics
+                        .answered(service, e.code.label(), Duration::ZERO);
+                    return Err((who, e));
+                }
+            },
+        };
+        let result = match rows {
+            None => inline
+                .execute(&**s, payload, &mut self.inline_out, &self.metrics)
+                .map(|()| &self.inline_out[..]),
+            // Every row runs here and now, in order; the first error is the answer.
+            Some((i, n)) => {
+                let rows = &mut self.rows;
+                rows.inline.reset(n);
+                let mut failed = None;
+                for r in 0..n {
+                    rows.build_row(i, payload, r);
+                    match inline.execute(&**s, &rows.row_buf, &mut self.inline_out, &self.metrics) {
+                        Ok(()) => rows.inline.put(r, &self.inline_out),
+                        Err(e) => {
+                            failed = Some(e);
+                            break;
+                        }
+                    }
+                }
+                match failed {
+                    Some(e) => Err(e),
+                    None => Ok(rows.join_inline(i)),
+                }
+            }
+        };
         self.metrics
             .answered(service, outcome(&result), meta.arrived.elapsed());
-        now(who, &meta, result.map(|()| &self.inline_out[..]));
+        now(who, &meta, result);
         Ok(())
     }
 
@@ -165,13 +218,22 @@ impl<T: Requester> Ingress<T> {
         timeout_us: u32,
         payload: &[u8],
     ) -> Result<(), (T, ErrorPayload)> {
+        if let Some(i) = self.rows.splitter_of(service) {
+            match self.rows.split(i).rows(payload) {
+                Ok(None) => {}
+                Ok(Some(n)) => {
+                    return self.submit_rows(who, service, request_id, timeout_us, payload, (i, n))
+                }
+                Err(e) => {
+                    self.metrics
+                        .answered(service, e.code.label(), Duration::ZERO);
+                    return Err((who, e));
+                }
+            }
+        }
         let arrived = Instant::now();
         let now = clock::now_ns();
-        let timeout = match timeout_us {
-            0 => self.default_timeout,
-            us => Duration::from_micros(us as u64),
-        }
-        .min(self.max_timeout_of(service));
+        let deadline = self.deadline_of(service, timeout_us, now);
         let meta = Meta {
             service,
             request_id,
@@ -188,14 +250,17 @@ impl<T: Requester> Ingress<T> {
             return Err((who, e));
         }
         let class = who.fairness_class();
-        let token = self.table.insert(who, meta).expect("room checked");
+        let token = self
+            .table
+            .insert(Held::One(who), meta)
+            .expect("room checked");
         let env = Envelope {
             token,
             service,
             // A request's status is its client's class (answers put their code there).
             status: class,
             request_id,
-            deadline: now.saturating_add(timeout.as_nanos() as u64),
+            deadline,
             arrived: now,
         };
         match self.ends.send(env, payload) {
@@ -203,11 +268,96 @@ impl<T: Requester> Ingress<T> {
                 self.table.set_lane(token, lane);
                 Ok(())
             }
-            Err(r) => {
-                let (who, _) = self.table.take(token).expect("just inserted");
-                Err(self.refused(who, service, r))
+            Err(r) => match self.table.take(token).expect("just inserted") {
+                (Held::One(who), _) => Err(self.refused(who, service, r)),
+                (Held::Row { .. }, _) => unreachable!("inserted whole"),
+            },
+        }
+    }
+
+    fn deadline_of(&self, service: u16, timeout_us: u32, now: u64) -> u64 {
+        let timeout = match timeout_us {
+            0 => self.default_timeout,
+            us => Duration::from_micros(us as u64),
+        }
+        .min(self.max_timeout_of(service));
+        now.saturating_add(timeout.as_nanos() as u64)
+    }
+
+    /// [`Ingress::submit`] of a request of `n` rows (`splitter`'s service): one request per
+    /// row, each its own place in the table and the engine's queue, all with the request's
+    /// deadline. Refused whole when the table cannot take every row; when an engine refuses
+    /// a row after others were sent, the request answers that refusal once the sent rows'
+    /// answers are in (never twice, never a partial answer).
+    fn submit_rows(
+        &mut self,
+        who: T,
+        service: u16,
+        request_id: u64,
+        timeout_us: u32,
+        payload: &[u8],
+        (splitter, n): (usize, usize),
+    ) -> Result<(), (T, ErrorPayload)> {
+        let arrived = Instant::now();
+        let now = clock::now_ns();
+        let deadline = self.deadline_of(service, timeout_us, now);
+        if self.table.capacity() - self.table.in_flight() < n {
+            let e = ErrorPayload::new(
+                ErrorCode::Overloaded,
+                "too many requests in flight on this ingress",
+            );
+            self.metrics
+                .answered(service, e.code.label(), Duration::ZERO);
+            return Err((who, e));
+        }
+        let meta = Meta {
+            service,
+            request_id,
+            arrived,
+            lane: LaneRef { engine: 0, lane: 0 },
+        };
+        let class = who.fairness_class();
+        let join = self.rows.start(who, meta, n, splitter);
+        for row in 0..n {
+            self.rows.build_row(splitter, payload, row);
+            let held = Held::Row {
+                join,
+                row: row as u32,
+            };
+            let token = self.table.insert(held, meta).expect("room checked");
+            let env = Envelope {
+                token,
+                service,
+                status: class,
+                request_id,
+                deadline,
+                arrived: now,
+            };
+            match self.ends.send(env, &self.rows.row_buf) {
+                Ok(lane) => {
+                    self.table.set_lane(token, lane);
+                    self.rows.sent(join);
+                }
+                Err(r) => {
+                    self.table.take(token).expect("just inserted");
+                    let e = r.error(service);
+                    if row == 0 {
+                        let who = self.rows.cancel(join);
+                        self.metrics
+                            .answered(service, e.code.label(), Duration::ZERO);
+                        return Err((who, e));
+                    }
+                    self.rows.fail(join, e);
+                    break;
+                }
             }
         }
+        Ok(())
+    }
+
+    /// Requests split into rows still waiting for some of their rows' answers.
+    pub fn split_pending(&self) -> usize {
+        self.rows.pending()
     }
 
     /// True when the table has room for another request.
@@ -241,13 +391,20 @@ impl<T: Requester> Ingress<T> {
         mut f: impl FnMut(T, &Meta, Answer<'_>, Option<&Bytes>),
     ) -> usize {
         let (table, metrics, stale) = (&mut self.table, &self.metrics, &mut self.stale_answers);
+        let rows = &mut self.rows;
         self.ends
             .drain_answers(max, |m| match table.take(m.env.token) {
-                Some((who, meta)) => {
+                Some((Held::One(who), meta)) => {
                     let answer = answer_of(&m).map(|()| m.payload);
                     metrics.answered(meta.service, outcome(&answer), meta.arrived.elapsed());
                     let shared = if answer.is_ok() { m.spilled } else { None };
                     f(who, &meta, answer, shared)
+                }
+                Some((Held::Row { join, row }, _)) => {
+                    let answer = answer_of(&m).map(|()| m.payload);
+                    rows.answered(join, row, answer, metrics, &mut |who, meta, a| {
+                        f(who, meta, a, None)
+                    })
                 }
                 None => *stale += 1,
             })
@@ -274,11 +431,8 @@ impl<T: Requester> Ingress<T> {
                 "the engine lane running this request was restarted"
             };
             for &t in &tokens {
-                let (who, meta) = self.table.take(t).expect("listed in flight");
                 let e = ErrorPayload::new(ErrorCode::Internal, message);
-                self.metrics
-                    .answered(meta.service, e.code.label(), meta.arrived.elapsed());
-                f(who, &meta, Err(e));
+                self.fail_token(t, e, &mut f);
             }
             failed += tokens.len();
         }
@@ -294,12 +448,24 @@ impl<T: Requester> Ingress<T> {
     ) -> usize {
         let tokens = self.table.tokens_where(|_| true);
         for &t in &tokens {
-            let (who, meta) = self.table.take(t).expect("listed in flight");
-            self.metrics
-                .answered(meta.service, code.label(), meta.arrived.elapsed());
-            f(who, &meta, Err(ErrorPayload::new(code, message)));
+            self.fail_token(t, ErrorPayload::new(code, message), &mut f);
         }
         tokens.len()
+    }
+
+    /// Answers the token in flight `t` with `e` (a row: its request, once all its rows are in).
+    fn fail_token(&mut self, t: u32, e: ErrorPayload, f: &mut impl FnMut(T, &Meta, Answer<'_>)) {
+        match self.table.take(t).expect("listed in flight") {
+            (Held::One(who), meta) => {
+                self.metrics
+                    .answered(meta.service, e.code.label(), meta.arrived.elapsed());
+                f(who, &meta, Err(e));
+            }
+            (Held::Row { join, row }, _) => {
+                self.rows
+                    .answered(join, row, Err(e), &self.metrics, &mut |w, m, a| f(w, m, a))
+            }
+        }
     }
 
     pub fn in_flight(&self) -> usize {

@@ -21,6 +21,7 @@ mod ingress;
 mod inline;
 pub mod metrics;
 mod reply;
+pub mod rows;
 mod service;
 pub mod sharded;
 pub mod split;

@@ -55,6 +55,11 @@ pub trait Service: Send + Sync {
     fn tensor_model(&self) -> Option<&dyn crate::tensor::TensorModel> {
         None
     }
+    /// How a request that carries several rows (knn: several query vectors) splits into
+    /// one-row requests and how their answers join (`rows.rs`); None: every request is one.
+    fn row_split(&self) -> Option<&dyn crate::rows::RowSplit> {
+        None
+    }
 }
 
 /// A service's `POST /v1/{name}` call for the OpenAPI document. The schemas use only the
@@ -128,6 +133,11 @@ impl Registry {
 
     pub fn by_name(&self, name: &str) -> Option<&Arc<dyn Service>> {
         self.by_id.values().find(|s| s.name() == name)
+    }
+
+    /// Every service, in no particular order.
+    pub fn all(&self) -> impl Iterator<Item = &Arc<dyn Service>> {
+        self.by_id.values()
     }
 
     pub fn names(&self) -> Vec<&'static str> {

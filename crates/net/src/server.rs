@@ -375,6 +375,7 @@ impl Server {
                     &cfg.service_max_timeout,
                 ),
                 ctx.inline.clone(),
+                &ctx.registry,
             )?;
             shards.push(shard.clone());
             let job = ShardJob {

@@ -53,6 +53,7 @@ impl Shard {
         metrics: Arc<Metrics>,
         (default_timeout, max_timeout, per_service): (Duration, Duration, &[(u16, Duration)]),
         inline: Option<Arc<InlineEngine>>,
+        registry: &cohort_engine::Registry,
     ) -> std::io::Result<Arc<Shard>> {
         let bell = Arc::new(Doorbell::new()?);
         ends.set_wake(bell.clone());
@@ -61,7 +62,9 @@ impl Shard {
             ingress: Mutex::new(
                 Ingress::new(ends, capacity, metrics, default_timeout)
                     .with_max_timeout(max_timeout, per_service)
-                    .with_inline(inline),
+                    .with_inline(inline)
+                    // Requests of several rows (knn's queries) split here, joined on return.
+                    .with_rows(registry.all().cloned()),
             ),
             bell,
         }))

@@ -85,7 +85,9 @@ impl std::str::FromStr for EngineKind {
 #[derive(Args, Serialize, Deserialize, Debug, Clone, PartialEq)]
 pub struct AdmissionArgs {
     /// Requests a service holds at once (waiting in its rings or device slots, or running),
-    /// counted across every io thread: one more gets OVERLOADED (HTTP 503). Per service:
+    /// counted across every io thread: one more gets OVERLOADED (HTTP 503). Rows count, not
+    /// frames: a knn request of N queries (or an `/v2` request of N rows) takes N places. The
+    /// default holds 32 clients x 256 rows (8 192) in flight twice over. Per service:
     /// `NAME.max_queue`.
     #[arg(long, default_value_t = 16_384)]
     pub max_queue: usize,

@@ -33,6 +33,16 @@ class _AsyncServices:
         q = q[None] if q.ndim == 1 else q
         return sv.knn_join(await self.call_many(sv.KNN, [sv.knn_request(r, k, nprobe) for r in q]), k)
 
+    async def search_many(self, queries: np.ndarray, k: int = 10, nprobe: int = 0,
+                          per_request: int = 0) -> Tuple[np.ndarray, np.ndarray]:
+        """Several queries a request (the sync client's `search_many`)."""
+        q = np.asarray(queries)
+        q = q[None] if q.ndim == 1 else q
+        n = per_request or sv.knn_queries_per_request(q.shape[1], k, q.dtype == np.uint8)
+        chunks = [q[i : i + n] for i in range(0, len(q), n)]
+        answers = await self.call_many(sv.KNN, [sv.knn_queries_request(c, k, nprobe) for c in chunks])
+        return sv.knn_queries_join(answers, [len(c) for c in chunks], k)
+
     async def lenet(self, images: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
         rows = sv.lenet_images(images)
         return sv.lenet_join(await self.call_many(sv.LENET, [r.tobytes() for r in rows]))

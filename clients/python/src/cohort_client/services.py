@@ -11,6 +11,10 @@ ECHO, SPIN, KNN, BANK, LENET, FACEVER = 1, 2, 3, 4, 5, 6
 IDS = {"echo": ECHO, "spin": SPIN, "knn": KNN, "bank": BANK, "lenet": LENET, "facever": FACEVER}
 
 LENET_PIXELS = 28 * 28
+# The most query vectors one knn request carries (docs/protocol.md).
+KNN_MAX_QUERIES = 1024
+# A payload's limit (protocol.MAX_PAYLOAD), repeated to keep this module free of the framing.
+_MAX_PAYLOAD = 65_483
 _NEIGHBOUR = np.dtype([("id", "<u4"), ("distance", "<f4")])
 
 
@@ -28,6 +32,46 @@ def knn_request(vector: np.ndarray, k: int = 10, nprobe: int = 0) -> bytes:
     else:
         elem, body = 0, v.astype("<f4", copy=False).tobytes()
     return struct.pack("<HHB3xI", k, nprobe, elem, v.shape[0]) + body
+
+
+def knn_queries_request(queries: np.ndarray, k: int = 10, nprobe: int = 0) -> bytes:
+    """Several queries ([N, D], 1 <= N <= 1024) in one request; one row is written exactly
+    as `knn_request` writes it (query count 0)."""
+    q = np.asarray(queries)
+    q = q[None] if q.ndim == 1 else q
+    if q.ndim != 2 or not 1 <= q.shape[0] <= KNN_MAX_QUERIES:
+        raise ValueError(f"queries are [N, D] with 1 <= N <= {KNN_MAX_QUERIES}, got shape {q.shape}")
+    if q.dtype == np.uint8:
+        elem, body = 1, np.ascontiguousarray(q).tobytes()
+    else:
+        elem, body = 0, np.ascontiguousarray(q, dtype="<f4").tobytes()
+    n = q.shape[0]
+    return struct.pack("<HHBHxI", k, nprobe, elem, n if n > 1 else 0, q.shape[1]) + body
+
+
+def knn_queries_answer(payload: bytes, n: int) -> list:
+    """The answer to a request of `n` queries: one (ids, distances) per query, in order."""
+    if n == 1:
+        return [knn_answer(payload)]
+    (count,) = struct.unpack_from("<I", payload)
+    if count != n:
+        raise ValueError(f"a knn answer of {count} queries to a request of {n}")
+    out, at = [], 4
+    for _ in range(n):
+        (c,) = struct.unpack_from("<I", payload, at)
+        out.append(knn_answer(payload[at : at + 4 + 8 * c]))
+        at += 4 + 8 * c
+    if at != len(payload):
+        raise ValueError("a knn answer longer than its queries' answers")
+    return out
+
+
+def knn_queries_per_request(dim: int, k: int, u8: bool = False) -> int:
+    """The most queries of `dim` elements one request may carry so that it and its answer of
+    k neighbours a query fit a frame."""
+    by_request = (_MAX_PAYLOAD - 12) // (dim * (1 if u8 else 4))
+    by_answer = (_MAX_PAYLOAD - 4) // (4 + 8 * k)
+    return max(1, min(KNN_MAX_QUERIES, by_request, by_answer))
 
 
 def knn_answer(payload: bytes) -> Tuple[np.ndarray, np.ndarray]:
@@ -72,6 +116,22 @@ def knn_join(answers: Sequence[Union[bytes, Exception]], k: int) -> Tuple[np.nda
         got_ids, got_d = knn_answer(a)
         ids[i, : len(got_ids)], dist[i, : len(got_d)] = got_ids, got_d
     return ids, dist
+
+
+def knn_queries_join(chunks: Sequence[Union[bytes, Exception]], sizes: Sequence[int], k: int) -> Tuple[np.ndarray, np.ndarray]:
+    """`knn_join` for requests of several queries: chunk i answers `sizes[i]` queries."""
+    rows = [r for a, n in zip(chunks, sizes) for r in _raise_or(a, n)]
+    ids = np.full((len(rows), k), -1, dtype=np.int64)
+    dist = np.full((len(rows), k), np.inf, dtype=np.float32)
+    for i, (got_ids, got_d) in enumerate(rows):
+        ids[i, : len(got_ids)], dist[i, : len(got_d)] = got_ids, got_d
+    return ids, dist
+
+
+def _raise_or(a: Union[bytes, Exception], n: int) -> list:
+    if isinstance(a, Exception):
+        raise a
+    return knn_queries_answer(a, n)
 
 
 def lenet_join(answers: Sequence[Union[bytes, Exception]]) -> Tuple[np.ndarray, np.ndarray]:

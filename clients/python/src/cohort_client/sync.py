@@ -61,6 +61,19 @@ class _Services:
         q = q[None] if q.ndim == 1 else q
         return sv.knn_join(self.call_many(sv.KNN, [sv.knn_request(row, k, nprobe) for row in q]), k)
 
+    def search_many(self, queries: np.ndarray, k: int = 10, nprobe: int = 0,
+                    per_request: int = 0) -> Tuple[np.ndarray, np.ndarray]:
+        """`knn`, with `per_request` queries in each request (0: as many as fit a frame,
+        at most 1024): one frame and one answer for many queries, each query still batched
+        with all other traffic on the server. The same answers as `knn`; an error answer
+        (any query's) is raised."""
+        q = np.asarray(queries)
+        q = q[None] if q.ndim == 1 else q
+        n = per_request or sv.knn_queries_per_request(q.shape[1], k, q.dtype == np.uint8)
+        chunks = [q[i : i + n] for i in range(0, len(q), n)]
+        answers = self.call_many(sv.KNN, [sv.knn_queries_request(c, k, nprobe) for c in chunks])
+        return sv.knn_queries_join(answers, [len(c) for c in chunks], k)
+
     def lenet(self, images: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
         """The digit of each image: digits int64 [N] and scores (the logits) float32 [N, 10]."""
         rows = sv.lenet_images(images)
@@ -338,6 +351,11 @@ class HttpClient(_Services):
             ids[i, : len(a["ids"])] = a["ids"]
             dist[i, : len(a["distances"])] = a["distances"]
         return ids, dist
+
+    def search_many(self, queries: np.ndarray, k: int = 10, nprobe: int = 0,
+                    per_request: int = 0) -> Tuple[np.ndarray, np.ndarray]:
+        """The JSON gateway takes one query a request: `knn`."""
+        return self.knn(queries, k, nprobe)
 
     def lenet(self, images: np.ndarray) -> Tuple[np.ndarray, np.ndarray]:
         rows = sv.lenet_images(images)

@@ -83,6 +83,7 @@ fn payloads(a: &EngineBench) -> Result<Vec<Vec<u8>>> {
         gt: None,
         k: a.k as usize,
         nprobe: a.nprobe,
+        queries_per_request: 1,
         users: 1,
         data: a.data.clone(),
         model: None,

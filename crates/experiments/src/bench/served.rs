@@ -181,6 +181,7 @@ fn over_http(service: &str) -> bool {
         gt: None,
         k: 1,
         nprobe: 1,
+        queries_per_request: 1,
         users: 1,
         data: None,
         model: None,

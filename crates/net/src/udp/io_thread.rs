@@ -142,7 +142,8 @@ pub(crate) fn spawn_udp(
                     cfg.default_timeout,
                 )
                 .with_max_timeout(cfg.max_timeout, &cfg.service_max_timeout)
-                .with_inline(ctx.inline.clone()),
+                .with_inline(ctx.inline.clone())
+                .with_rows(ctx.registry.all().cloned()),
                 path,
                 tx_batch: MsgBatch::new(BATCH, datagram),
                 bell,

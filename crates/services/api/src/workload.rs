@@ -56,6 +56,9 @@ pub struct LoadOptions {
     pub gt: Option<std::path::PathBuf>,
     pub k: usize,
     pub nprobe: u16,
+    /// Query vectors carried by one request (k-NN: 1..=1024; 1 is today's one-query
+    /// request). Services whose requests carry one row ignore it.
+    pub queries_per_request: usize,
     /// Users of the server's backend (services that keep per-user records; the server's
     /// setting of the same name).
     pub users: u32,

@@ -6,13 +6,22 @@
 //! | 0 | 2 | k (1..=1024, at most the index size) |
 //! | 2 | 2 | nprobe (0 = the index default; at most nlist) |
 //! | 4 | 1 | element type: 0 f32, 1 u8 |
-//! | 5 | 3 | reserved, 0 |
+//! | 5 | 2 | queries q (0 or 1: one query, today's request; at most [`MAX_QUERIES`]) |
+//! | 7 | 1 | reserved, 0 |
 //! | 8 | 4 | dim (must equal the index's) |
-//! | 12 | dim * 4 or dim | the vector |
+//! | 12 | max(q, 1) x (dim * 4 or dim) | the query vectors, one after another |
 //!
 //! Every element must be finite with |x| <= 1e16 (so squared distances cannot overflow f32).
 //!
-//! Response: count u32, then `count` x (id u32, distance f32), nearest first.
+//! Response to one query (q = 0 or 1): count u32, then `count` x (id u32, distance f32),
+//! nearest first. Response to q >= 2 queries: q u32, then per query in request order its
+//! one-query response (count u32, then count x (id u32, distance f32)). An error in any query
+//! (a bad value, a timeout, overload) is the whole request's one error answer.
+//!
+//! A request of several queries (q >= 1) is split by the server's ingress into one-query
+//! requests ([`cohort_engine::rows`]: `Knn`'s [`RowSplit`](cohort_engine::rows::RowSplit)), so
+//! each query batches with all other traffic on every engine, and the engines and GPU
+//! backends below only ever see q = 0. Each query takes one place of `--max-queue`.
 //!
 //! The GPU backend (`gpu.rs`) batches requests by (k, nprobe) and stages vectors straight from
 //! the request message into pinned memory.
@@ -58,6 +67,9 @@ use std::sync::Arc;
 pub const ID: u16 = 3;
 
 pub const MAX_K: usize = 1024;
+/// The most query vectors one request carries (a frame's payload limit may allow fewer:
+/// `cohort_proto::MAX_PAYLOAD` bytes of vectors, and of answers).
+pub const MAX_QUERIES: usize = 1024;
 const HEAD: usize = cohort_knn::QUERY_HEAD;
 /// Largest magnitude of a query element (`cohort_knn::MAX_ABS_ELEMENT`).
 pub const MAX_ABS_ELEMENT: f32 = cohort_knn::MAX_ABS_ELEMENT;
@@ -93,6 +105,144 @@ pub fn encode_request(k: u16, nprobe: u16, v: Elems<'_>, out: &mut Vec<u8>) {
     }
 }
 
+/// A request of `v.len() / dim` queries (`dim` > 0, `v` a whole number of vectors): one
+/// query is written exactly as [`encode_request`] does (q = 0), more carry their count.
+pub fn encode_queries(k: u16, nprobe: u16, dim: usize, v: Elems<'_>, out: &mut Vec<u8>) {
+    let at = out.len();
+    let len = match v {
+        Elems::F32(x) => x.len(),
+        Elems::U8(x) => x.len(),
+    };
+    assert!(dim > 0 && len % dim == 0, "whole vectors of {dim} elements");
+    let q = len / dim;
+    match v {
+        Elems::F32(x) => encode_request(k, nprobe, Elems::F32(&x[..dim]), out),
+        Elems::U8(x) => encode_request(k, nprobe, Elems::U8(&x[..dim]), out),
+    }
+    if q > 1 {
+        out[at + 5..at + 7].copy_from_slice(&(q.min(u16::MAX as usize) as u16).to_le_bytes());
+        match v {
+            Elems::F32(x) => x[dim..]
+                .iter()
+                .for_each(|f| out.extend_from_slice(&f.to_le_bytes())),
+            Elems::U8(x) => out.extend_from_slice(&x[dim..]),
+        }
+    }
+}
+
+/// The queries field of a request (0: the field is unset, one query).
+pub fn queries_field(p: &[u8]) -> usize {
+    p.get(5..7)
+        .map_or(0, |b| u16::from_le_bytes([b[0], b[1]]) as usize)
+}
+
+/// Checks a request that carries a queries field (q >= 1) against an index of `dim`
+/// dimensions, `nlist` cells and `n` vectors: its header, the count (1..=[`MAX_QUERIES`]),
+/// the frame's length against the count, and that the answer fits a frame. The queries'
+/// values are checked as each query runs. Returns q.
+pub fn parse_queries(p: &[u8], dim: usize, nlist: usize, n: usize) -> Result<usize, ErrorPayload> {
+    let q = queries_field(p);
+    if p.len() < HEAD || q == 0 {
+        return Err(cohort_service_api::bad_request(
+            "a request of several queries needs its header and a query count",
+        ));
+    }
+    if q > MAX_QUERIES {
+        return Err(cohort_service_api::bad_request(format!(
+            "{q} queries in one request: at most {MAX_QUERIES}"
+        )));
+    }
+    if p[7] != 0 {
+        return Err(cohort_service_api::bad_request(
+            "reserved byte must be zero",
+        ));
+    }
+    let width = match p[4] {
+        0 => dim * 4,
+        1 => dim,
+        e => {
+            return Err(cohort_service_api::bad_request(format!(
+                "unknown element type {e} (0 f32, 1 u8)"
+            )))
+        }
+    };
+    let body = p.len() - HEAD;
+    if body != q * width {
+        return Err(cohort_service_api::bad_request(format!(
+            "{q} queries of dimension {dim} take {} bytes, the request holds {body}",
+            q * width
+        )));
+    }
+    // The first query's header stands for all (they share it): k, nprobe, dim checked once.
+    let mut one = [0u8; HEAD];
+    one.copy_from_slice(&p[..HEAD]);
+    one[5..7].fill(0);
+    check_head(&one, body / q, dim, nlist, n)?;
+    let k = u16::from_le_bytes([p[0], p[1]]) as usize;
+    let answer = 4 + q * (4 + 8 * k);
+    if q > 1 && answer > cohort_proto::MAX_PAYLOAD {
+        return Err(ErrorPayload::new(
+            cohort_proto::ErrorCode::TooLarge,
+            format!(
+                "{q} answers of k = {k} take {answer} bytes, a frame at most {}: send fewer \
+                 queries a request",
+                cohort_proto::MAX_PAYLOAD
+            ),
+        ));
+    }
+    Ok(q)
+}
+
+/// Appends query `i`'s own one-query request (q = 0) of a request [`parse_queries`] accepted.
+pub fn query_request(p: &[u8], i: usize, out: &mut Vec<u8>) {
+    let width = (p.len() - HEAD) / queries_field(p).max(1);
+    out.extend_from_slice(&p[..5]);
+    out.extend_from_slice(&[0, 0, 0]);
+    out.extend_from_slice(&p[8..HEAD]);
+    out.extend_from_slice(&p[HEAD + i * width..HEAD + (i + 1) * width]);
+}
+
+/// Appends the answer of a request of `answers.len()` queries from the queries' own answers:
+/// one query's answer as it is (the one-query response), several behind their count.
+pub fn join_answers<'a>(answers: impl ExactSizeIterator<Item = &'a [u8]>, out: &mut Vec<u8>) {
+    if answers.len() != 1 {
+        out.extend_from_slice(&(answers.len() as u32).to_le_bytes());
+    }
+    answers.for_each(|a| out.extend_from_slice(a));
+}
+
+/// Decodes the answer to a request of `queries` queries (1: the one-query response).
+pub fn decode_responses(p: &[u8], queries: usize) -> Result<Vec<Vec<Neighbor>>, String> {
+    if queries <= 1 {
+        return decode_response(p).map(|r| vec![r]);
+    }
+    let q = p
+        .get(..4)
+        .map(|b| u32::from_le_bytes(b.try_into().expect("4")) as usize)
+        .ok_or("short response")?;
+    if q != queries {
+        return Err(format!("response holds {q} answers for {queries} queries"));
+    }
+    let mut rest = &p[4..];
+    let mut out = Vec::with_capacity(q);
+    for _ in 0..q {
+        let n = rest
+            .get(..4)
+            .map(|b| u32::from_le_bytes(b.try_into().expect("4")) as usize)
+            .ok_or("response ends inside a query's answer")?;
+        let len = 4 + 8 * n.min(MAX_K + 1);
+        let one = rest
+            .get(..len)
+            .ok_or("response ends inside a query's answer")?;
+        out.push(decode_response(one)?);
+        rest = &rest[len..];
+    }
+    if !rest.is_empty() {
+        return Err(format!("{} bytes after the last answer", rest.len()));
+    }
+    Ok(out)
+}
+
 /// A request's header, validated against the index.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub struct Head {
@@ -112,6 +262,23 @@ pub fn parse_head(p: &[u8], dim: usize, nlist: usize, n: usize) -> Result<Head, 
             p.len()
         )));
     }
+    if queries_field(p) != 0 {
+        // The ingress splits these (`Knn`'s RowSplit); the engines take one query.
+        return Err(cohort_service_api::bad_request(
+            "a request of several queries reached a path that takes one (query count must be 0)",
+        ));
+    }
+    check_head(p, p.len() - HEAD, dim, nlist, n)
+}
+
+/// [`parse_head`] of a one-query header whose vector holds `body` bytes.
+fn check_head(
+    p: &[u8],
+    body: usize,
+    dim: usize,
+    nlist: usize,
+    n: usize,
+) -> Result<Head, ErrorPayload> {
     let k = u16::from_le_bytes([p[0], p[1]]) as usize;
     let nprobe = u16::from_le_bytes([p[2], p[3]]) as usize;
     let elem = p[4];
@@ -137,7 +304,6 @@ pub fn parse_head(p: &[u8], dim: usize, nlist: usize, n: usize) -> Result<Head, 
             "nprobe must be at most nlist ({nlist})"
         )));
     }
-    let body = p.len() - HEAD;
     match elem {
         0 if body == dim * 4 => {}
         1 if body == dim => {}
@@ -242,6 +408,36 @@ impl Knn {
     pub fn decode(&self, p: &[u8]) -> Result<KnnRequest, ErrorPayload> {
         decode_request(p, self.index.dim, self.index.nlist, self.index.n)
     }
+
+    fn one_query(&self, payload: &[u8], out: &mut Vec<u8>) -> Result<(), ErrorPayload> {
+        let r = self.decode(payload)?;
+        let found = self.index.query(
+            &r.vector,
+            SearchParams {
+                k: r.k,
+                nprobe: r.nprobe,
+            },
+        );
+        encode_response_into(&found, out);
+        Ok(())
+    }
+}
+
+/// Several queries a request (see the module's text): split by the ingress, joined here.
+impl cohort_engine::rows::RowSplit for Knn {
+    fn rows(&self, p: &[u8]) -> Result<Option<usize>, ErrorPayload> {
+        if queries_field(p) == 0 {
+            return Ok(None);
+        }
+        let ix = &self.index;
+        parse_queries(p, ix.dim, ix.nlist, ix.n).map(Some)
+    }
+    fn row(&self, p: &[u8], i: usize, out: &mut Vec<u8>) {
+        query_request(p, i, out)
+    }
+    fn join(&self, answers: &cohort_engine::rows::RowAnswers<'_>, out: &mut Vec<u8>) {
+        join_answers((0..answers.len()).map(|i| answers.get(i)), out)
+    }
 }
 
 impl Service for Knn {
@@ -280,16 +476,26 @@ impl Service for Knn {
         })
     }
     fn execute_cpu(&self, payload: &[u8], out: &mut Vec<u8>) -> Result<(), ErrorPayload> {
-        let r = self.decode(payload)?;
-        let found = self.index.query(
-            &r.vector,
-            SearchParams {
-                k: r.k,
-                nprobe: r.nprobe,
-            },
-        );
-        encode_response_into(&found, out);
+        use cohort_engine::rows::RowSplit;
+        let Some(q) = self.rows(payload)? else {
+            return self.one_query(payload, out);
+        };
+        // A request of several queries that reached the CPU function whole (a path that does
+        // not split, such as the selftest's harness): the queries in order, joined as the
+        // ingress joins them.
+        let (mut row, mut answers) = (Vec::new(), Vec::with_capacity(q));
+        for i in 0..q {
+            row.clear();
+            query_request(payload, i, &mut row);
+            let mut a = Vec::new();
+            self.one_query(&row, &mut a)?;
+            answers.push(a);
+        }
+        join_answers(answers.iter().map(|a| &a[..]), out);
         Ok(())
+    }
+    fn row_split(&self) -> Option<&dyn cohort_engine::rows::RowSplit> {
+        Some(self)
     }
     fn json_to_payload(&self, body: &serde_json::Value) -> Result<Vec<u8>, ErrorPayload> {
         let v = body
