@@ -67,6 +67,27 @@ fn gpu_engines_exit_cleanly_without_a_gpu() {
             "{err}"
         );
     }
+    // Refused before anything is loaded: an index that is not there is never reached (the
+    // error would name it if the index were read first).
+    let missing = format!("{d}/no-such-index");
+    let out = cohort(&[
+        "serve",
+        "--service",
+        "knn",
+        "--index",
+        &missing,
+        "--engine",
+        "gpu-cohort",
+        "--udp",
+        "127.0.0.1:0",
+    ]);
+    assert_eq!(out.status.code(), Some(1), "{out:?}");
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(
+        err.contains("service knn runs on gpu-cohort, but there is no CUDA device")
+            && !err.contains("no-such-index"),
+        "{err}"
+    );
     // --check-config checks what serve would: the GPU is not there.
     let out = cohort(&[
         "serve",

@@ -466,9 +466,15 @@ impl Stack {
 pub fn start(a: &ServeArgs) -> Result<Stack> {
     let mut ncfg = a.net_config()?;
     cohort_net::check_ports(&ncfg)?;
+    let plans = plan::plans(a)?;
+    // A GPU engine on a machine without the GPU is refused now, not after the index and the
+    // collections have loaded (minutes for a large index) only for the engine to fail. (A
+    // front end runs no engine here: its nodes own the GPUs.)
+    if a.cluster.is_none() || a.node_listen.is_some() {
+        check_gpus(&plans)?;
+    }
     // Before the engines: a collection that cannot be read back whole stops the start here.
     let routes = collections::open(a)?;
-    let plans = plan::plans(a)?;
     // A node takes one ingress more than its listeners: the front ends' (UCX).
     let node_ingresses = usize::from(a.node_listen.is_some());
     let mut side =
