@@ -22,10 +22,9 @@ struct Cli {
     /// Log level: error, warn, info, debug, trace.
     #[arg(long, global = true, default_value = "info")]
     log_level: String,
-    /// Virtual GPUs: N groups of S SMs of GPU DEV (green contexts), e.g. 0:8x8; GPU indices
-    /// (--gpus 0-7) then name the groups. Sets COHORT_VIRTUAL_GPUS, which the servers that
-    /// `bench served` starts inherit.
-    #[arg(long, global = true, value_name = "DEV:NxS")]
+    /// Virtual GPUs (`virtual_gpus_arg`). Global, so that `cohort --virtual-gpus X serve` and
+    /// the like keep working, but hidden: the commands that use GPUs show it in their help.
+    #[arg(long, global = true, hide = true, value_name = "DEV:NxS")]
     virtual_gpus: Option<String>,
     #[command(subcommand)]
     cmd: Cmd,
@@ -92,6 +91,36 @@ enum Cmd {
     Sim(sim::SimCmd),
 }
 
+/// The commands whose help shows `--virtual-gpus`: those that open GPUs (bench's own
+/// subcommands too, as the servers `bench served` starts inherit it).
+const USES_GPUS: [&str; 6] = ["serve", "node", "demo", "gpus", "selftest", "bench"];
+
+/// `--virtual-gpus` as a command that uses GPUs shows it. Clap gives a subcommand the root's
+/// global argument only when it has none of the same id, so this copy replaces the hidden one
+/// there; its value is read wherever it was given (`virtual_gpus`).
+fn virtual_gpus_arg() -> clap::Arg {
+    clap::Arg::new("virtual_gpus")
+        .long("virtual-gpus")
+        .value_name("DEV:NxS")
+        .global(true)
+        .help(
+            "Virtual GPUs: N groups of S SMs of GPU DEV (green contexts), e.g. 0:8x8; GPU \
+             indices (--gpus 0-7) then name the groups. Sets COHORT_VIRTUAL_GPUS, which the \
+             servers that `bench served` starts inherit",
+        )
+}
+
+/// The `--virtual-gpus` value, given before the subcommand or after one that shows it.
+fn virtual_gpus(mut m: &clap::ArgMatches) -> Option<String> {
+    loop {
+        // (try_: a command without the argument is not an error here.)
+        if let Ok(Some(v)) = m.try_get_one::<String>("virtual_gpus") {
+            return Some(v.clone());
+        }
+        m = m.subcommand()?.1;
+    }
+}
+
 /// The command line: the derived commands, plus on `serve` the flags each service declares
 /// (`--index` of knn, ...) and under `bench` each service's own benchmarks, which the
 /// services' catalog lists.
@@ -134,8 +163,13 @@ fn command() -> clap::Command {
         }
         c
     };
-    cmd.mut_subcommand("serve", with_service_flags)
-        .mut_subcommand("node", with_service_flags)
+    let mut cmd = cmd
+        .mut_subcommand("serve", with_service_flags)
+        .mut_subcommand("node", with_service_flags);
+    for name in USES_GPUS {
+        cmd = cmd.mut_subcommand(name, |c| c.arg(virtual_gpus_arg()));
+    }
+    cmd
 }
 
 /// The services' flags the serve command line gave, onto their settings (over the config
@@ -234,12 +268,12 @@ fn main() {
     keep_freed_memory();
     use clap::FromArgMatches;
     let matches = command().get_matches();
-    if let Some(v) = matches.get_one::<String>("virtual_gpus") {
+    if let Some(v) = virtual_gpus(&matches) {
         if let Err(e) = v.parse::<cohort_gpu::green::VirtualSplit>() {
             eprintln!("error: --virtual-gpus {e}");
             std::process::exit(2);
         }
-        std::env::set_var(cohort_gpu::green::ENV, v);
+        std::env::set_var(cohort_gpu::green::ENV, &v);
     }
     if let Some(m) = matches
         .subcommand_matches("bench")
@@ -305,6 +339,8 @@ fn model(tool: Option<String>, service: Option<String>, args: Vec<String>) -> an
         (t, s) => {
             let mut c = command();
             let m = c.find_subcommand_mut("model").expect("the model command");
+            // Unbuilt, a subcommand's usage names it alone ("Usage: model").
+            let mut m = m.clone().bin_name("cohort model");
             println!("{}", m.render_help());
             anyhow::ensure!(
                 t.is_some_and(asks_help) || s.is_some_and(asks_help),

@@ -1,0 +1,65 @@
+//! What `--help` shows: `cohort model --help` names the binary in its usage, and
+//! `--virtual-gpus` appears only on the commands that use GPUs while every command line that
+//! passed it before (before the subcommand, as the README writes it) still does.
+
+mod common;
+use common::cohort;
+
+fn help(args: &[&str]) -> String {
+    let out = cohort(args);
+    assert!(out.status.success(), "{args:?}: {out:?}");
+    String::from_utf8_lossy(&out.stdout).into_owned()
+}
+
+#[test]
+fn model_help_names_the_binary() {
+    let h = help(&["model", "--help"]);
+    assert!(h.contains("Usage: cohort model"), "{h}");
+}
+
+#[test]
+fn virtual_gpus_shows_only_where_gpus_are_used() {
+    for cmd in [
+        &["serve", "--help"][..],
+        &["node", "--help"],
+        &["bench", "served", "--help"],
+        &["selftest", "--help"],
+        &["gpus", "--help"],
+    ] {
+        assert!(help(cmd).contains("--virtual-gpus"), "{cmd:?}");
+    }
+    for cmd in [
+        &["--help"][..],
+        &["data", "fetch", "--help"],
+        &["data", "synth", "--help"],
+        &["load", "--help"],
+        &["model", "--help"],
+    ] {
+        assert!(!help(cmd).contains("--virtual-gpus"), "{cmd:?}");
+    }
+    // Accepted before the subcommand (README) and after it, and checked either way.
+    let check = [
+        "--service",
+        "echo",
+        "--udp",
+        "127.0.0.1:0",
+        "--check-config",
+    ];
+    for head in [
+        &["--virtual-gpus", "0:2x8", "serve"][..],
+        &["serve", "--virtual-gpus", "0:2x8"],
+    ] {
+        let args: Vec<&str> = head.iter().chain(&check).copied().collect();
+        let out = cohort(&args);
+        assert!(out.status.success(), "{args:?}: {out:?}");
+    }
+    for head in [
+        &["--virtual-gpus", "bad", "serve"][..],
+        &["serve", "--virtual-gpus", "bad"],
+    ] {
+        let args: Vec<&str> = head.iter().chain(&check).copied().collect();
+        let out = cohort(&args);
+        assert_eq!(out.status.code(), Some(2), "{args:?}: {out:?}");
+        assert!(String::from_utf8_lossy(&out.stderr).contains("--virtual-gpus"));
+    }
+}
