@@ -175,6 +175,15 @@ class TritonGrpcTest(TritonClientTest, unittest.TestCase):
             self.assertEqual(e.exception.status(), "StatusCode.PERMISSION_DENIED")
             r = c.infer("echo", [x], headers={"authorization": "Bearer alice-secret-0123"})
             self.assertEqual(list(r.as_numpy("data")), [b"hi"])
+            # A model's metadata and config need a key that allows it too.
+            for describe in (c.get_model_metadata, c.get_model_config):
+                with self.assertRaises(InferenceServerException) as e:
+                    describe("echo")
+                self.assertEqual(e.exception.status(), "StatusCode.UNAUTHENTICATED")
+                with self.assertRaises(InferenceServerException) as e:
+                    describe("echo", headers={"authorization": "Bearer bob-secret-0123456"})
+                self.assertEqual(e.exception.status(), "StatusCode.PERMISSION_DENIED")
+                describe("echo", headers={"authorization": "Bearer alice-secret-0123"})
             c.close()
         finally:
             self.assertEqual(server.stop(), 0)

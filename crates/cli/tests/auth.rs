@@ -1,7 +1,8 @@
 //! API keys from outside (`--auth-keys`): without a valid key nothing is served, over UDP, TCP
 //! or HTTP; a key reaches only its services; a captured signed datagram is refused when sent
 //! again; the real load generator signs with `--key` and is served; SIGHUP swaps the keys
-//! without a restart; `/metrics` moves to the admin listener.
+//! without a restart; `/metrics` moves to the admin listener; `/openapi.json` and a model's
+//! metadata and config need a key too.
 
 mod common;
 use cohort_load::{ClientKey, LoadConfig, Mode, Target};
@@ -143,6 +144,18 @@ fn without_a_valid_key_nothing_is_served_and_a_key_reaches_only_its_services() {
     );
     assert!(http(web, "/v1/spin", Some("alice-secret-0123")).starts_with("HTTP/1.1 403"));
     assert!(http(web, "/v1/echo", Some("alice-secret-0123")).starts_with("HTTP/1.1 200"));
+    // What the server serves and how (the OpenAPI document, a model's metadata and config)
+    // needs a key too; readiness is a probe and needs none.
+    for path in ["/openapi.json", "/v2/models/echo", "/v2/models/echo/config"] {
+        let none = http(web, path, None);
+        assert!(none.starts_with("HTTP/1.1 401"), "{path}: {none}");
+        let bob = http(web, path, Some("bob-secret-456789"));
+        assert!(bob.starts_with("HTTP/1.1 200"), "{path}: {bob}");
+    }
+    let alice = http(web, "/v2/models/echo", Some("alice-secret-0123"));
+    assert!(alice.starts_with("HTTP/1.1 200"), "{alice}");
+    let ready = http(web, "/v2/models/echo/ready", None);
+    assert!(ready.starts_with("HTTP/1.1 200"), "{ready}");
     // /metrics is on the admin listener only.
     assert!(http(web, "/metrics", Some("bob-secret-456789")).starts_with("HTTP/1.1 404"));
     let m = http_get(admin, "/metrics");

@@ -365,7 +365,11 @@ async fn handle(
                 .body(Full::new(Bytes::from((env.metrics)())))
                 .expect("static response parts"),
         },
-        (&Method::GET, "/openapi.json") => json_body(StatusCode::OK, env.openapi.clone()),
+        // With keys on, any valid key, as /metrics here: the document names what is served.
+        (&Method::GET, "/openapi.json") => match unauthorized(ctx, &req, None) {
+            Some(refused) => refused,
+            None => json_body(StatusCode::OK, env.openapi.clone()),
+        },
         (_, p) if ctx.routes.as_ref().is_some_and(|r| r.owns(p)) => {
             let routes = ctx.routes.clone().expect("checked");
             crate::routes::serve(req, routes, env, id).await

@@ -98,13 +98,16 @@ pub(crate) fn document(
             }}),
         );
     }
-    paths.insert(
-        "/openapi.json".into(),
-        json!({ "get": {
-            "summary": "This document",
-            "responses": { "200": { "description": "OpenAPI 3.1", "content": { "application/json": { "schema": { "type": "object" } } } } }
-        }}),
-    );
+    let mut this = json!({ "get": {
+        "summary": "This document",
+        "responses": { "200": { "description": "OpenAPI 3.1", "content": { "application/json": { "schema": { "type": "object" } } } } }
+    }});
+    if auth {
+        // Any valid key (it names what is served), as /metrics on this port.
+        this["get"]["security"] = json!([{ "bearer": [] }]);
+        this["get"]["responses"]["401"] = error_response("no valid key");
+    }
+    paths.insert("/openapi.json".into(), this);
     for name in registry.names() {
         let s = registry.by_name(name).expect("a listed name");
         if s.serves_http_pages() {
@@ -246,16 +249,25 @@ fn v2_paths(registry: &Registry, auth: bool, paths: &mut Map<String, Value>) {
     let tensor = json!({ "type": "object", "properties": {
         "name": { "type": "string" }, "datatype": { "type": "string" },
         "shape": { "type": "array", "items": { "type": "integer" } } }, "required": ["name", "datatype", "shape"] });
+    // With keys on, a model's metadata and config need a key that allows the model.
+    let keyed = |mut op: Value| {
+        if auth {
+            op["get"]["security"] = json!([{ "bearer": [] }]);
+            op["get"]["responses"]["401"] = v2_error_response("no valid key");
+            op["get"]["responses"]["403"] = v2_error_response("the key does not allow this model");
+        }
+        op
+    };
     for name in registry.names() {
         let s = registry.by_name(name).expect("a listed name");
         let Some(m) = s.tensor_model() else { continue };
         let base = format!("/v2/models/{name}");
-        paths.insert(base.clone(), json!({ "get": { "summary": format!("{name}: model metadata (its tensors)"),
+        paths.insert(base.clone(), keyed(json!({ "get": { "summary": format!("{name}: model metadata (its tensors)"),
             "responses": json_ok("metadata", json!({ "type": "object", "properties": {
                 "name": { "type": "string" }, "versions": { "type": "array", "items": { "type": "string" } },
                 "platform": { "type": "string" },
                 "inputs": { "type": "array", "items": tensor }, "outputs": { "type": "array", "items": tensor } },
-                "required": ["name", "versions", "platform", "inputs", "outputs"] })) } }));
+                "required": ["name", "versions", "platform", "inputs", "outputs"] })) } })));
         let mut ready = json_ok("ready", object.clone());
         ready["503"] = v2_error_response("draining after SIGTERM");
         paths.insert(
@@ -264,11 +276,13 @@ fn v2_paths(registry: &Registry, auth: bool, paths: &mut Map<String, Value>) {
         );
         paths.insert(
             format!("{base}/config"),
-            json!({ "get": { "summary": format!("{name}: a model config for Triton's tools"),
+            keyed(
+                json!({ "get": { "summary": format!("{name}: a model config for Triton's tools"),
             "responses": json_ok("config", json!({ "type": "object", "properties": {
                 "name": { "type": "string" }, "max_batch_size": { "type": "integer" },
                 "input": { "type": "array" }, "output": { "type": "array" } },
                 "required": ["name", "max_batch_size", "input", "output"] })) } }),
+            ),
         );
         let mut responses = json_ok(
             "the outputs (with `Inference-Header-Content-Length` and binary data when asked for)",

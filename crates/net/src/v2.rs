@@ -99,10 +99,17 @@ pub(crate) async fn handle(
         );
     };
     let model = service.tensor_model().expect("filtered");
+    // With keys on, a model's metadata and config need a key that allows it, as a request to
+    // it does (docs/protocol.md: every request needs one); readiness is a probe, like /healthz.
+    let described = || authorized(ctx, &req, Some(service.id())).err().map(|r| *r);
     match (req.method(), tail) {
-        (&Method::GET, "") => respond(StatusCode::OK, metadata(name, model)),
+        (&Method::GET, "") => {
+            described().unwrap_or_else(|| respond(StatusCode::OK, metadata(name, model)))
+        }
         (&Method::GET, "ready") => readiness(ready),
-        (&Method::GET, "config") => respond(StatusCode::OK, config(name, model)),
+        (&Method::GET, "config") => {
+            described().unwrap_or_else(|| respond(StatusCode::OK, config(name, model)))
+        }
         (&Method::POST, "infer") => infer(req, service.clone(), env, id, peer).await,
         (m, t) => v2_error(
             ErrorCode::NotFound,

@@ -171,6 +171,8 @@ impl pb::grpc_inference_service_server::GrpcInferenceService for Inference {
     ) -> Result<Response<pb::ModelMetadataResponse>, Status> {
         let r = req.get_ref();
         let s = self.model(&r.name, &r.version)?;
+        // With keys on, a model's description needs a key that allows it, as its calls do.
+        self.key(&req, s.id())?;
         let m = s.tensor_model().expect("a tensor model");
         Ok(Response::new(pb::ModelMetadataResponse {
             name: r.name.clone(),
@@ -187,6 +189,7 @@ impl pb::grpc_inference_service_server::GrpcInferenceService for Inference {
     ) -> Result<Response<pb::ModelConfigResponse>, Status> {
         let r = req.get_ref();
         let s = self.model(&r.name, &r.version)?;
+        self.key(&req, s.id())?;
         let config = model_config(&r.name, s.tensor_model().expect("a tensor model"));
         Ok(Response::new(pb::ModelConfigResponse {
             config: Some(config),
