@@ -194,7 +194,12 @@ pub fn spawn_for_test(memory_mb: u32) -> Option<Spawned> {
     match Spawned::start(memory_mb) {
         Ok(s) => Some(s),
         Err(e) if std::env::var("COHORT_REQUIRE_MEMCACHED").as_deref() != Ok("1") => {
-            eprintln!("SKIPPED: no memcached for this test: {e}");
+            // Straight to stderr: libtest keeps a passing test's eprintln! to itself, and
+            // scripts/test.sh counts `SKIPPED TEST: REASON` lines as skips, not passes.
+            use std::io::Write;
+            let thread = std::thread::current();
+            let test = thread.name().unwrap_or("a test");
+            let _ = writeln!(std::io::stderr(), "SKIPPED {test}: no memcached: {e}");
             None
         }
         Err(e) => panic!("COHORT_REQUIRE_MEMCACHED=1 but {e}"),
