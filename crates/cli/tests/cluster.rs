@@ -753,3 +753,47 @@ fn a_cluster_key_seals_the_link_and_a_node_without_it_runs_nothing() {
     );
     assert_eq!((b.answered(), c.answered()), (0, 0), "a node ran a request");
 }
+
+/// A node holding another cluster key (or none) tells the front end why it closes the
+/// connection, and the front end says so, naming the node and the key, where it used to log
+/// only "Connection reset by remote peer".
+#[test]
+fn a_node_with_another_key_says_so_and_the_front_end_logs_it() {
+    let d = Scratch::new("cluster-refusal");
+    let (good, other) = (d.path("good.key"), d.path("other.key"));
+    std::fs::write(&good, "11".repeat(32)).unwrap();
+    std::fs::write(&other, "22".repeat(32)).unwrap();
+    let Some(etcd) = Etcd::start() else { return };
+    let _b = Node::start_with(&etcd, "b", &["--cluster-key", &other]);
+    let log = d.path("front.log");
+    let url = etcd.url();
+    let fe = Served::start_with(
+        &[
+            "--cluster",
+            &url,
+            "--service",
+            "echo",
+            "--cluster-key",
+            &good,
+        ],
+        |c| {
+            c.stderr(std::fs::File::create(&log).unwrap());
+        },
+    );
+    // Requests until the front end has found the node in etcd and been refused by it.
+    let until = Instant::now() + Duration::from_secs(20);
+    loop {
+        let r = udp_load(&fe, 500.0, 0.3);
+        assert_all_answered(&r);
+        assert_eq!(r.ok, 0, "{r:#?}");
+        let text = std::fs::read_to_string(&log).unwrap();
+        if text.contains("the node refused this front end's messages") {
+            assert!(
+                text.contains("--cluster-key") && text.contains("node=b"),
+                "{text}"
+            );
+            break;
+        }
+        assert!(Instant::now() < until, "no refusal logged: {text}");
+    }
+}

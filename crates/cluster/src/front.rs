@@ -741,6 +741,9 @@ impl Lane {
     fn on_event(&mut self, ev: Event, lane: &mut AnswerRings) {
         match ev {
             Event::Message { data, from } => {
+                if let Some(reason) = wire::refusal_reason(&data) {
+                    return self.refused_by(from, &reason, lane);
+                }
                 let data = match self.link.open(&data) {
                     Ok(inner) => inner,
                     Err(why) => return self.refused(&data, &why, lane),
@@ -865,6 +868,26 @@ impl Lane {
         for i in named {
             self.node_failed(i, lane, "a node's answers failed the cluster key's check");
         }
+    }
+
+    /// A node's refusal of this front end's messages (it closes the connection next): said
+    /// once per run of failures, at error level, with the node's reason, since it is a
+    /// misconfiguration (another --cluster-key, or none on one side) rather than a node lost,
+    /// and the requests it held are answered with it. Not sealed, so it is taken only as the
+    /// end of the connection it came on (as a reset would be).
+    fn refused_by(&mut self, from: Option<EpId>, reason: &str, lane: &mut AnswerRings) {
+        let Some(&i) = from.and_then(|ep| self.by_ep.get(&ep)) else {
+            tracing::warn!(%reason, "remote: a refusal on no node's connection; ignored");
+            return;
+        };
+        let n = &mut self.nodes[i];
+        if n.failures == 0 {
+            tracing::error!(node = %n.info.id, %reason,
+                "remote: the node refused this front end's messages (check that --cluster-key is the same file on both); connecting again while it is registered");
+        }
+        n.failures += 1;
+        let why = format!("node {} refused this front end: {reason}", n.info.id);
+        self.node_failed(i, lane, &why);
     }
 
     /// Answers (or retries elsewhere) every request node `i` holds.

@@ -198,6 +198,9 @@ fn serve(
     let mut dropped: Vec<EpId> = Vec::new();
     let mut idle_since: Option<Instant> = None;
     let mut stopping_at: Option<Instant> = None;
+    // Connections refused (their message failed the key's check), closed once their refusal
+    // has had a moment to leave: UCX's close is forced and drops what is still unsent.
+    let mut refusing: Vec<(EpId, Instant)> = Vec::new();
     loop {
         if stopping_at.is_none() && stop.load(Ordering::Acquire) {
             stopping_at = Some(Instant::now());
@@ -210,6 +213,13 @@ fn serve(
             }
         }
         dropped.clear();
+        refusing.retain(|&(ep, at)| {
+            let due = at.elapsed() >= REFUSAL_LINGER;
+            if due {
+                w.close(ep);
+            }
+            !due
+        });
         // A stranger's bytes at the listener never become a connection request, yet spin
         // UCX's connection manager for good: such connections are closed (at most one look
         // a second; docs/cluster.md).
@@ -222,14 +232,23 @@ fn serve(
                     from: Some(ep),
                     data: message,
                 } => {
+                    if refusing.iter().any(|&(r, _)| r == ep) {
+                        continue; // refused already: nothing more of it is read
+                    }
                     let data = match link.open(&message) {
                         Ok(inner) => inner,
                         Err(why) => {
                             // Not from a front end holding this cluster's key: nothing of it
                             // runs, and the connection is closed (the front end, if honest
-                            // but misconfigured, answers what it sent and says so).
+                            // but misconfigured, answers what it sent and says so). It is
+                            // told why first: else it sees only a reset connection.
                             tracing::warn!(%why, "node: refused a message; closing that connection");
-                            drop_connection(w, &mut out, &mut held, &mut rings, ep);
+                            let reason = format!(
+                                "{why} (is --cluster-key the same file on the front end and the node?)"
+                            );
+                            let _ = w.send(ep, wire::refusal(&reason), true);
+                            forget_connection(&mut out, &mut held, &mut rings, ep);
+                            refusing.push((ep, Instant::now()));
                             dropped.push(ep);
                             continue;
                         }
@@ -429,11 +448,20 @@ fn drop_connection(
     rings: &mut Rings,
     ep: EpId,
 ) {
+    forget_connection(out, held, rings, ep);
+    w.close(ep);
+}
+
+/// `drop_connection` but for the close (a refused connection is closed a moment later).
+fn forget_connection(out: &mut HashMap<EpId, Batch>, held: &mut Held, rings: &mut Rings, ep: EpId) {
     out.remove(&ep);
     held.orphan(ep);
     rings.forget(ep);
-    w.close(ep);
 }
+
+/// How long a refused connection stays open for its refusal to leave (nothing of it is read
+/// meanwhile).
+const REFUSAL_LINGER: Duration = Duration::from_millis(100);
 
 /// The rings of the node's front ends: those they write their requests into (in the node's
 /// memory), and those they offered for their answers (in theirs).

@@ -30,6 +30,10 @@
 //! ([`RING_OFFER`] from the front end), and the node writes its answer batches there by the
 //! same rules, the front end sending the credits. Each end has at most one ring of each
 //! direction per connection, so an offer or a credit names its ring by who sends it.
+//!
+//! A node that refuses a connection's message (another cluster key, or none) says why before
+//! it closes the connection: [`REFUSED`], never sealed (it shares no key with that end), then
+//! the reason in UTF-8 (at most [`REFUSAL_MAX`] bytes).
 
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
@@ -39,6 +43,9 @@ pub const ANSWERS: u8 = 2;
 pub const RING_ASK: u8 = 3;
 pub const RING_OFFER: u8 = 4;
 pub const RING_CREDIT: u8 = 5;
+pub const REFUSED: u8 = 6;
+/// Longest reason a refusal carries (bytes): a log line, not a channel.
+pub const REFUSAL_MAX: usize = 256;
 /// Where a ring slot's batch starts (its sequence word at 0, its length at 8).
 pub const RING_DATA_AT: usize = 64;
 /// Largest packed key an offer may carry.
@@ -264,6 +271,33 @@ fn kind_of(msg: &[u8], want: u8) -> Result<(), WireError> {
     }
 }
 
+/// A refusal saying `why` (cut to [`REFUSAL_MAX`] bytes at a character boundary).
+pub fn refusal(why: &str) -> Vec<u8> {
+    let mut end = why.len().min(REFUSAL_MAX);
+    while !why.is_char_boundary(end) {
+        end -= 1;
+    }
+    let mut m = Vec::with_capacity(1 + end);
+    m.push(REFUSED);
+    m.extend_from_slice(&why.as_bytes()[..end]);
+    m
+}
+
+/// The reason a refusal gives (control characters left out: it is logged), or None when
+/// `msg` is not a refusal. It is not sealed: anyone on the path could send one, so it may only
+/// be logged and end the connection it came on.
+pub fn refusal_reason(msg: &[u8]) -> Option<String> {
+    if msg.first() != Some(&REFUSED) || msg.len() > 1 + REFUSAL_MAX {
+        return None;
+    }
+    Some(
+        String::from_utf8_lossy(&msg[1..])
+            .chars()
+            .filter(|c| !c.is_control())
+            .collect(),
+    )
+}
+
 /// The kind byte of a message.
 pub fn kind(msg: &[u8]) -> Result<u8, WireError> {
     msg.first().copied().ok_or(WireError::Empty)
@@ -353,6 +387,22 @@ pub fn ring_credit(msg: &[u8]) -> Result<u64, WireError> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_refusal_carries_its_reason_cut_and_cleaned() {
+        let m = refusal("another key");
+        assert!(!is_sealed(&m));
+        assert_eq!(kind(&m).unwrap(), REFUSED);
+        assert_eq!(refusal_reason(&m).as_deref(), Some("another key"));
+        let long = "é".repeat(REFUSAL_MAX);
+        let m = refusal(&long);
+        assert!(m.len() <= 1 + REFUSAL_MAX);
+        assert!(refusal_reason(&m).unwrap().chars().all(|c| c == 'é'));
+        assert_eq!(refusal_reason(b"\x06a\nb\x1b[0m").as_deref(), Some("ab[0m"));
+        assert_eq!(refusal_reason(&[ANSWERS, b'x']), None);
+        assert_eq!(refusal_reason(&[]), None);
+        assert_eq!(refusal_reason(&[REFUSED; 2 + REFUSAL_MAX]), None);
+    }
+
     use super::*;
     use proptest::prelude::*;
 
