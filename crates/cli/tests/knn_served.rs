@@ -223,9 +223,10 @@ fn a_service_on_a_gpu_engine_without_a_gpu_is_refused_at_start_up() {
         "127.0.0.1:0",
     ]);
     assert_eq!(o.status.code(), Some(1));
+    // Refused before anything loads, with --check-config's words.
     let err = String::from_utf8_lossy(&o.stderr);
     assert!(
-        err.contains("spin on gpu-direct") && err.contains("no CUDA device"),
+        err.contains("service spin runs on gpu-direct, but there is no CUDA device"),
         "{err}"
     );
 }
