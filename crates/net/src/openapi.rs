@@ -249,12 +249,13 @@ fn v2_paths(registry: &Registry, auth: bool, paths: &mut Map<String, Value>) {
     let tensor = json!({ "type": "object", "properties": {
         "name": { "type": "string" }, "datatype": { "type": "string" },
         "shape": { "type": "array", "items": { "type": "integer" } } }, "required": ["name", "datatype", "shape"] });
-    // With keys on, a model's metadata and config need a key that allows the model.
+    // With keys on, a model's metadata and config need a key that allows the model (refused
+    // with the gateway's Error body, as an inference call is).
     let keyed = |mut op: Value| {
         if auth {
             op["get"]["security"] = json!([{ "bearer": [] }]);
-            op["get"]["responses"]["401"] = v2_error_response("no valid key");
-            op["get"]["responses"]["403"] = v2_error_response("the key does not allow this model");
+            op["get"]["responses"]["401"] = error_response("no valid bearer key");
+            op["get"]["responses"]["403"] = error_response("the key may not use this model");
         }
         op
     };
