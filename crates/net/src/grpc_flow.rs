@@ -104,19 +104,9 @@ impl Ledger {
 
     /// `n` bytes of DATA frame payload were written to the socket.
     fn written(&self, n: usize) {
-        let mut owed = self.owed.load(Ordering::Acquire);
-        loop {
-            let take = owed.min(n);
-            if take == 0 {
-                return;
-            }
-            match self
-                .owed
-                .compare_exchange(owed, owed - take, Ordering::AcqRel, Ordering::Acquire)
-            {
-                Ok(_) => return self.sub(take),
-                Err(now) => owed = now,
-            }
+        let (take, _) = crate::limits::take_owed(&self.owed, n);
+        if take > 0 {
+            self.sub(take);
         }
     }
 

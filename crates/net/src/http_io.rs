@@ -76,25 +76,13 @@ impl Flow {
 
     /// `n` bytes reached the socket: that much of what is owed leaves the budget.
     fn written(&self, n: usize) {
-        let mut owed = self.owed.load(Ordering::Acquire);
-        loop {
-            let take = owed.min(n);
-            if take == 0 {
-                return;
-            }
-            match self
-                .owed
-                .compare_exchange(owed, owed - take, Ordering::AcqRel, Ordering::Acquire)
-            {
-                Ok(_) => {
-                    self.budget.release(take);
-                    if owed == take {
-                        self.wake_reader();
-                    }
-                    return;
-                }
-                Err(now) => owed = now,
-            }
+        let (take, owed) = crate::limits::take_owed(&self.owed, n);
+        if take == 0 {
+            return;
+        }
+        self.budget.release(take);
+        if owed == take {
+            self.wake_reader();
         }
     }
 

@@ -126,6 +126,19 @@ pub(crate) const SETTLED_MIN: usize = 2 << 10;
 /// The most: a request of ordinary size whole.
 pub(crate) const SETTLED_MAX: usize = 16 << 10;
 
+/// Takes up to `n` from `owed` (bytes charged to the budget and not yet written): returns
+/// what was taken and what was owed before, so a writer releases exactly its share whatever
+/// other writes do meanwhile.
+pub(crate) fn take_owed(owed: &std::sync::atomic::AtomicUsize, n: usize) -> (usize, usize) {
+    use std::sync::atomic::Ordering;
+    match owed.fetch_update(Ordering::AcqRel, Ordering::Acquire, |o| {
+        (o.min(n) > 0).then(|| o - o.min(n))
+    }) {
+        Ok(before) => (before.min(n), before),
+        Err(before) => (0, before),
+    }
+}
+
 /// The byte budget (module doc). `used` is the `cohort_buffered_bytes` gauge itself.
 pub(crate) struct Budget {
     used: Gauge,
