@@ -240,14 +240,8 @@ impl<T: Requester> Ingress<T> {
             arrived,
             lane: LaneRef { engine: 0, lane: 0 },
         };
-        if !self.has_room() {
-            let e = ErrorPayload::new(
-                ErrorCode::Overloaded,
-                "too many requests in flight on this ingress",
-            );
-            self.metrics
-                .answered(service, e.code.label(), Duration::ZERO);
-            return Err((who, e));
+        if !self.has_room_for(1) {
+            return Err(self.full(who, service));
         }
         let class = who.fairness_class();
         let token = self
@@ -301,14 +295,8 @@ impl<T: Requester> Ingress<T> {
         let arrived = Instant::now();
         let now = clock::now_ns();
         let deadline = self.deadline_of(service, timeout_us, now);
-        if self.table.capacity() - self.table.in_flight() < n {
-            let e = ErrorPayload::new(
-                ErrorCode::Overloaded,
-                "too many requests in flight on this ingress",
-            );
-            self.metrics
-                .answered(service, e.code.label(), Duration::ZERO);
-            return Err((who, e));
+        if !self.has_room_for(n) {
+            return Err(self.full(who, service));
         }
         let meta = Meta {
             service,
@@ -340,14 +328,11 @@ impl<T: Requester> Ingress<T> {
                 }
                 Err(r) => {
                     self.table.take(token).expect("just inserted");
-                    let e = r.error(service);
                     if row == 0 {
                         let who = self.rows.cancel(join);
-                        self.metrics
-                            .answered(service, e.code.label(), Duration::ZERO);
-                        return Err((who, e));
+                        return Err(self.refused(who, service, r));
                     }
-                    self.rows.fail(join, e);
+                    self.rows.fail(join, r.error(service));
                     break;
                 }
             }
@@ -362,7 +347,23 @@ impl<T: Requester> Ingress<T> {
 
     /// True when the table has room for another request.
     pub fn has_room(&self) -> bool {
-        self.table.in_flight() < self.table_capacity()
+        self.has_room_for(1)
+    }
+
+    /// True when the table has room for `n` more requests (a request's rows).
+    fn has_room_for(&self, n: usize) -> bool {
+        self.table_capacity().saturating_sub(self.table.in_flight()) >= n
+    }
+
+    /// The refusal of a request the table has no room for, counted.
+    fn full(&self, who: T, service: u16) -> (T, ErrorPayload) {
+        let e = ErrorPayload::new(
+            ErrorCode::Overloaded,
+            "too many requests in flight on this ingress",
+        );
+        self.metrics
+            .answered(service, e.code.label(), Duration::ZERO);
+        (who, e)
     }
 
     fn table_capacity(&self) -> usize {
