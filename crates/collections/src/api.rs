@@ -110,6 +110,8 @@ fn describe(c: &Collection) -> Value {
     let mut v = serde_json::to_value(&c.settings).expect("settings serialise");
     v["name"] = json!(c.name);
     v["count"] = json!(c.count());
+    let (on_device, on_cpu) = c.search_stats();
+    v["searches"] = json!({"device": c.device(), "on_device": on_device, "on_cpu": on_cpu});
     v
 }
 
@@ -254,7 +256,13 @@ fn search(c: &Collection, body: &[u8]) -> Result<Value> {
         .map(|f| Filter::parse(f, &c.settings))
         .transpose()?;
     let d = c.read();
-    let (answers, _plan) = crate::search::search(&d, &queries, r.k, r.nprobe, filter.as_ref());
+    let req = crate::accel::SearchRequest {
+        queries: &queries,
+        k: r.k,
+        nprobe: r.nprobe,
+        filter: filter.as_ref(),
+    };
+    let (answers, _plan, _ran) = c.search_in(&d, &req);
     let results: Vec<Value> = answers
         .iter()
         .map(|hits| {

@@ -17,11 +17,14 @@
 //! old lists, or exact scans), and the new lists are installed under the write lock with the
 //! points written meanwhile added.
 
+use crate::accel::{Accelerator, AcceleratorFactory, Ran, SearchRequest};
 use crate::data::Data;
 use crate::error::{Error, Kind, Result};
 use crate::ops::Op;
 use crate::schema::Settings;
+use crate::search::Plan;
 use crate::wal::{self, Wal};
+use cohort_knn::Neighbor;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, RwLock, RwLockReadGuard};
@@ -46,6 +49,11 @@ pub struct Collection {
     /// A training is running (compaction, which renumbers slots, waits for it).
     training: AtomicBool,
     trainer: Mutex<Option<std::thread::JoinHandle<()>>>,
+    /// The device copy that serves searches, if the server has a device (`accel`).
+    accel: Option<Box<dyn Accelerator>>,
+    /// Searches answered on the device and on the CPU.
+    ran_device: AtomicU64,
+    ran_cpu: AtomicU64,
 }
 
 /// Points one read-locked step of a background training assigns.
@@ -104,6 +112,17 @@ impl Drop for Leading<'_> {
 impl Collection {
     /// Opens the collection in `dir`: snapshot, then the log replayed over it.
     pub fn open(dir: &Path, name: &str, settings: Settings) -> Result<Collection> {
+        Collection::open_with(dir, name, settings, None)
+    }
+
+    /// As `open`, with a device copy from `factory` serving the searches (uploaded whole
+    /// before the collection serves).
+    pub fn open_with(
+        dir: &Path,
+        name: &str,
+        settings: Settings,
+        factory: Option<&dyn AcceleratorFactory>,
+    ) -> Result<Collection> {
         let mut data = crate::snapshot::load(dir, name, &settings)?
             .unwrap_or_else(|| Data::new(settings.clone()));
         let (wal, replay) = Wal::open(&dir.join("wal"), name)?;
@@ -133,8 +152,22 @@ impl Collection {
         }
         if crate::search::needs_training(&data) {
             let ivf = crate::search::train(&data);
-            data.ivf = Some(ivf);
+            data.set_ivf(ivf);
         }
+        data.take_killed(); // the device copy starts from the whole state
+        let accel = match factory {
+            None => None,
+            Some(f) => {
+                let a = f
+                    .attach(name, &settings)
+                    .map_err(|e| Error::internal(format!("collection {name}: device copy: {e}")))?;
+                a.sync(&data, &[]).map_err(|e| {
+                    Error::internal(format!("collection {name}: uploading to {}: {e}", a.name()))
+                })?;
+                tracing::info!(collection = name, device = %a.name(), "searches on the device");
+                Some(a)
+            }
+        };
         tracing::info!(
             collection = name,
             points = data.count(),
@@ -154,7 +187,56 @@ impl Collection {
             logged: AtomicU64::new(0),
             training: AtomicBool::new(false),
             trainer: Mutex::new(None),
+            accel,
+            ran_device: AtomicU64::new(0),
+            ran_cpu: AtomicU64::new(0),
         })
+    }
+
+    /// The device serving this collection's searches, in words (None: the CPU).
+    pub fn device(&self) -> Option<String> {
+        self.accel.as_ref().map(|a| a.name())
+    }
+
+    /// (searches answered on the device, on the CPU) since open.
+    pub fn search_stats(&self) -> (u64, u64) {
+        (
+            self.ran_device.load(Ordering::Relaxed),
+            self.ran_cpu.load(Ordering::Relaxed),
+        )
+    }
+
+    /// A search over `d` (this collection's state, read-locked by the caller): on the device
+    /// when there is one and it takes the request, else on the CPU; the same answers either
+    /// way. `Neighbor::id` is the slot.
+    pub fn search_in(&self, d: &Data, r: &SearchRequest<'_>) -> (Vec<Vec<Neighbor>>, Plan, Ran) {
+        if let Some(a) = &self.accel {
+            match a.search(d, r) {
+                Ok(Some((answers, plan))) => {
+                    self.ran_device.fetch_add(1, Ordering::Relaxed);
+                    return (answers, plan, Ran::Device);
+                }
+                Ok(None) => {}
+                Err(e) => {
+                    tracing::warn!(collection = %self.name, error = %e, "device search failed; answered on the CPU")
+                }
+            }
+        }
+        self.ran_cpu.fetch_add(1, Ordering::Relaxed);
+        let (answers, plan) = crate::search::search(d, r.queries, r.k, r.nprobe, r.filter);
+        (answers, plan, Ran::Cpu)
+    }
+
+    /// Hands `d`'s changes to the device copy (write lock held by the caller). A failure is
+    /// logged; the copy then answers no searches until a later sync uploads it whole.
+    fn sync_device(&self, d: &mut Data) {
+        let killed = d.take_killed();
+        if let Some(a) = &self.accel {
+            if let Err(e) = a.sync(d, &killed) {
+                tracing::warn!(collection = %self.name, device = %a.name(), error = %e,
+                    "device copy out of step; searches on the CPU until it is uploaded again");
+            }
+        }
     }
 
     /// The snapshot threshold in log bytes (tests make it small).
@@ -247,6 +329,8 @@ impl Collection {
                 results.push(d.apply(&p.op));
                 d.last_seq = first + i as u64;
             }
+            // Before the acknowledgements: a search after one finds the device current.
+            self.sync_device(&mut d);
         }
         for (p, n) in group.into_iter().zip(results) {
             p.done.set(Ok(n));
@@ -257,10 +341,9 @@ impl Collection {
     fn upkeep(self: &Arc<Self>) {
         let training = self.training.load(Ordering::Acquire);
         if !training && self.read().wants_compaction() {
-            self.data
-                .write()
-                .unwrap_or_else(|p| p.into_inner())
-                .compact();
+            let mut d = self.data.write().unwrap_or_else(|p| p.into_inner());
+            d.compact();
+            self.sync_device(&mut d);
         }
         if !training && crate::search::needs_training(&self.read()) {
             self.training.store(true, Ordering::Release);
@@ -330,6 +413,7 @@ impl Collection {
         ivf.trained_at = d.count();
         let nlist = ivf.nlist;
         d.set_ivf(ivf);
+        self.sync_device(&mut d);
         drop(d);
         self.training.store(false, Ordering::Release);
         tracing::info!(collection = %self.name, nlist, seconds = started.elapsed().as_secs_f64(), "IVF trained");

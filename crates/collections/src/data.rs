@@ -31,6 +31,12 @@ pub struct Data {
     pub(crate) ivf: Option<Ivf>,
     /// Sequence number of the last write applied (the log's numbering).
     pub last_seq: u64,
+    /// Bumped when slots are renumbered (compaction): a device copy uploads everything again.
+    layout_epoch: u64,
+    /// Bumped when the IVF lists are replaced (a training, a compaction).
+    ivf_epoch: u64,
+    /// Slots tombstoned since the last `take_killed` (a device copy clears their bits).
+    killed: Vec<u32>,
 }
 
 impl Data {
@@ -52,7 +58,55 @@ impl Data {
             live_count: 0,
             ivf: None,
             last_seq: 0,
+            layout_epoch: 0,
+            ivf_epoch: 0,
+            killed: Vec::new(),
         }
+    }
+
+    /// Changes with every renumbering of the slots.
+    pub fn layout_epoch(&self) -> u64 {
+        self.layout_epoch
+    }
+
+    /// Changes whenever the IVF lists are replaced.
+    pub fn ivf_epoch(&self) -> u64 {
+        self.ivf_epoch
+    }
+
+    /// The slots tombstoned since the last call (each once; a compaction clears them, as
+    /// its new layout holds no tombstones).
+    pub fn take_killed(&mut self) -> Vec<u32> {
+        std::mem::take(&mut self.killed)
+    }
+
+    /// Every slot's vector, slot-major (`dim` floats a slot).
+    pub fn vectors(&self) -> &[f32] {
+        &self.vectors
+    }
+
+    pub fn dim(&self) -> usize {
+        self.dim
+    }
+
+    /// Cosine only: 1 / |v| per slot (empty for the other metrics).
+    pub fn inv_norms(&self) -> &[f32] {
+        &self.inv_norms
+    }
+
+    /// Whether each slot is live (false once deleted or replaced).
+    pub fn live(&self) -> &[bool] {
+        &self.live
+    }
+
+    /// The attribute columns, in schema order.
+    pub fn columns(&self) -> &[Column] {
+        &self.cols
+    }
+
+    /// The IVF lists, once trained.
+    pub fn ivf(&self) -> Option<&Ivf> {
+        self.ivf.as_ref()
     }
 
     pub fn count(&self) -> usize {
@@ -81,6 +135,7 @@ impl Data {
     /// Installs trained IVF lists (`search::train` over this same state).
     pub fn set_ivf(&mut self, ivf: Ivf) {
         self.ivf = Some(ivf);
+        self.ivf_epoch += 1;
     }
 
     /// Applies a checked write (see `ops`); answers how many points it wrote or deleted.
@@ -88,8 +143,19 @@ impl Data {
         match op {
             Op::Upsert(points) => {
                 self.vectors.reserve(points.len() * self.dim);
-                for p in points {
-                    self.insert(p);
+                // Each point's nearest list, found in parallel before anything changes (the
+                // one costly step of an append: nlist distances a point).
+                let metric = self.settings.metric;
+                let lists: Vec<Option<usize>> = match &self.ivf {
+                    Some(ivf) => points
+                        .par_iter()
+                        .with_min_len(64)
+                        .map(|p| Some(ivf.nearest(&crate::search::index_vector(metric, &p.vector))))
+                        .collect(),
+                    None => vec![None; points.len()],
+                };
+                for (p, list) in points.iter().zip(lists) {
+                    self.insert(p, list);
                 }
                 points.len()
             }
@@ -105,7 +171,8 @@ impl Data {
         }
     }
 
-    fn insert(&mut self, p: &Point) {
+    /// Appends `p` in a new slot (tombstoning its old one), to IVF list `list` (its nearest).
+    fn insert(&mut self, p: &Point, list: Option<usize>) {
         if let Some(old) = self.by_id.get(&p.id).copied() {
             self.kill(old);
         }
@@ -122,10 +189,8 @@ impl Data {
         }
         self.by_id.insert(p.id, slot);
         self.live_count += 1;
-        if let Some(ivf) = self.ivf.as_mut() {
-            let v = &self.vectors[slot as usize * self.dim..];
-            let v = crate::search::index_vector(self.settings.metric, v);
-            ivf.add(slot, &v);
+        if let (Some(ivf), Some(list)) = (self.ivf.as_mut(), list) {
+            ivf.add_to(slot, list);
         }
     }
 
@@ -142,6 +207,7 @@ impl Data {
     fn kill(&mut self, slot: u32) {
         if std::mem::replace(&mut self.live[slot as usize], false) {
             self.live_count -= 1;
+            self.killed.push(slot);
         }
     }
 
@@ -243,5 +309,8 @@ impl Data {
         if let Some(ivf) = self.ivf.as_mut() {
             ivf.renumber(&new_of);
         }
+        self.killed.clear();
+        self.layout_epoch += 1;
+        self.ivf_epoch += 1;
     }
 }

@@ -8,11 +8,13 @@
 //!   (k-means and distances from `cohort_knn`) and the plan by selectivity.
 //! - `ops`, `codec`, `wal`, `snapshot`: the writes, their encoding, the write-ahead log with
 //!   group commit and CRC32 per record, snapshots written atomically.
+//! - `accel`: the hook through which a device (`cohort-collections-gpu`) serves searches.
 //! - `collection`: the group commit that orders, logs and applies writes; `store`: the
 //!   collections of a `--data-dir`; `api`: the REST JSON surface.
 //!
 //! docs/collections.md says what is guaranteed and what is not.
 
+pub mod accel;
 pub mod api;
 pub mod codec;
 pub mod collection;
@@ -27,6 +29,7 @@ pub mod snapshot;
 pub mod store;
 pub mod wal;
 
+pub use accel::{Accelerator, AcceleratorFactory, Ran, SearchRequest};
 pub use collection::Collection;
 pub use error::{Error, Kind, Result};
 pub use schema::{AttrType, Element, Metric, Settings};

@@ -57,6 +57,21 @@ pub(crate) fn index_vector(metric: Metric, v: &[f32]) -> Vec<f32> {
 }
 
 impl Ivf {
+    /// The centroids, list-major (`dim` floats a list).
+    pub fn centroids(&self) -> &[f32] {
+        &self.centroids
+    }
+
+    /// The slots of each list (tombstoned ones included until compaction).
+    pub fn lists(&self) -> &[Vec<u32>] {
+        &self.lists
+    }
+
+    /// Whether the coarse distance is the inner product (`ip`); squared L2 otherwise.
+    pub fn coarse_ip(&self) -> bool {
+        self.ip
+    }
+
     fn coarse(&self, q: &[f32], c: usize) -> f32 {
         let row = &self.centroids[c * self.dim..(c + 1) * self.dim];
         if self.ip {
@@ -66,16 +81,16 @@ impl Ivf {
         }
     }
 
-    fn nearest(&self, v: &[f32]) -> usize {
+    pub(crate) fn nearest(&self, v: &[f32]) -> usize {
         (0..self.nlist)
             .map(|c| (c, self.coarse(v, c)))
             .min_by(|a, b| a.1.total_cmp(&b.1))
             .map_or(0, |(c, _)| c)
     }
 
-    pub(crate) fn add(&mut self, slot: u32, v: &[f32]) {
-        let c = self.nearest(v);
-        self.lists[c].push(slot);
+    /// Appends `slot` to list `list` (its nearest, found by the caller).
+    pub(crate) fn add_to(&mut self, slot: u32, list: usize) {
+        self.lists[list].push(slot);
     }
 
     pub(crate) fn renumber(&mut self, new_of: &[u32]) {
@@ -208,6 +223,37 @@ fn merge(mut a: TopK, b: TopK) -> TopK {
     a
 }
 
+/// The plan of a search for k neighbours with the requested nprobe, given how many live
+/// points the filter matches (`None`: no filter). The device runs the same plan
+/// (`cohort-collections-gpu`).
+pub fn plan(d: &Data, k: usize, nprobe: Option<usize>, matches: Option<usize>) -> Plan {
+    let Some(ivf) = &d.ivf else {
+        return Plan::Exact;
+    };
+    let nprobe = nprobe
+        .unwrap_or_else(|| default_nprobe(ivf.nlist))
+        .clamp(1, ivf.nlist);
+    match matches {
+        None => Plan::Ivf { nprobe },
+        Some(matches) => {
+            let s = matches as f64 / d.live_count.max(1) as f64;
+            if matches <= EXACT_PER_K * k || s * s <= nprobe as f64 / ivf.nlist as f64 {
+                Plan::Exact
+            } else {
+                let wide = (nprobe as f64 / s).ceil() as usize;
+                Plan::Ivf {
+                    nprobe: wide.clamp(1, ivf.nlist),
+                }
+            }
+        }
+    }
+}
+
+/// The query as the search compares it: normalised for cosine (`index_vector`).
+pub fn prepared_query(metric: Metric, q: &[f32]) -> Vec<f32> {
+    index_vector(metric, q)
+}
+
 /// The k nearest live points to each query (checked vectors), nearest first; `Neighbor::id`
 /// is the slot.
 pub fn search(
@@ -225,28 +271,7 @@ pub fn search(
         })
         .collect();
     let matched = filter.map(|f| d.matching_bits(f));
-    let plan = match (&d.ivf, &matched) {
-        (None, _) => Plan::Exact,
-        (Some(ivf), m) => {
-            let nprobe = nprobe
-                .unwrap_or_else(|| default_nprobe(ivf.nlist))
-                .clamp(1, ivf.nlist);
-            match m {
-                None => Plan::Ivf { nprobe },
-                Some((_, matches)) => {
-                    let s = *matches as f64 / d.live_count.max(1) as f64;
-                    if *matches <= EXACT_PER_K * k || s * s <= nprobe as f64 / ivf.nlist as f64 {
-                        Plan::Exact
-                    } else {
-                        let wide = (nprobe as f64 / s).ceil() as usize;
-                        Plan::Ivf {
-                            nprobe: wide.clamp(1, ivf.nlist),
-                        }
-                    }
-                }
-            }
-        }
-    };
+    let plan = plan(d, k, nprobe, matched.as_ref().map(|(_, n)| *n));
     let answers = match (plan, &matched) {
         (Plan::Exact, Some((bits, _))) => {
             let m = slots_of(bits);

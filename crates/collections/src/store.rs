@@ -11,6 +11,7 @@
 //! synced), and dropped by renaming it to `.dropped-NAME-N` before removing it, so a crash
 //! leaves either the whole collection or none; leftovers of either are removed on open.
 
+use crate::accel::AcceleratorFactory;
 use crate::collection::Collection;
 use crate::error::{Error, Kind, Result};
 use crate::schema::{check_name, limits, Settings};
@@ -26,6 +27,8 @@ pub struct Store {
     /// Serialises creates and drops (the directory operations).
     catalog: Mutex<()>,
     _lock: std::fs::File,
+    /// The device copies' maker, when searches run on a device.
+    factory: Option<Arc<dyn AcceleratorFactory>>,
 }
 
 fn io(what: String) -> impl FnOnce(std::io::Error) -> Error {
@@ -37,6 +40,11 @@ impl Store {
     /// cannot be read back whole (a corrupt snapshot, a damaged log) fails the open with its
     /// error: it is never served in part.
     pub fn open(dir: &Path) -> Result<Store> {
+        Store::open_with(dir, None)
+    }
+
+    /// As `open`, each collection with a device copy from `factory` serving its searches.
+    pub fn open_with(dir: &Path, factory: Option<Arc<dyn AcceleratorFactory>>) -> Result<Store> {
         let root = dir.join("collections");
         std::fs::create_dir_all(&root).map_err(io(format!("creating {}", root.display())))?;
         let lock_path = dir.join("LOCK");
@@ -71,7 +79,7 @@ impl Store {
                 continue;
             }
             let settings = read_settings(&path)?;
-            let c = Collection::open(&path, &name, settings)?;
+            let c = Collection::open_with(&path, &name, settings, factory.as_deref())?;
             cols.insert(name, Arc::new(c));
         }
         Ok(Store {
@@ -79,6 +87,7 @@ impl Store {
             cols: RwLock::new(cols),
             catalog: Mutex::new(()),
             _lock: lock,
+            factory,
         })
     }
 
@@ -140,7 +149,12 @@ impl Store {
             let _ = std::fs::remove_dir_all(&tmp);
             return Err(Error::io(&format!("creating collection {name}"), &e));
         }
-        let c = Arc::new(Collection::open(&dir, name, settings)?);
+        let c = Arc::new(Collection::open_with(
+            &dir,
+            name,
+            settings,
+            self.factory.as_deref(),
+        )?);
         self.cols
             .write()
             .expect("catalog lock")
