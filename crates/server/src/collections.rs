@@ -1,10 +1,11 @@
 //! `--data-dir`: the live vector collections (`cohort-collections`) served on the HTTP
 //! listener under `/v1/collections`, through the gateway's route hook (`cohort_net::HttpRoutes`).
-//! The collections run on the gateway's blocking pool, not on an engine: the CPU path of
-//! issue 82 (docs/collections.md says what is not built yet).
+//! Requests run on the gateway's blocking pool; searches on a GPU (`cohort-collections-gpu`)
+//! where `--collections-on` allows one and the machine has it, else on the CPU
+//! (docs/collections.md).
 
 use anyhow::{Context as _, Result};
-use cohort_collections::{api, schema::limits, Store};
+use cohort_collections::{api, schema::limits, AcceleratorFactory, Store};
 use cohort_net::{HttpRoutes, RouteAnswer};
 use serde_json::{json, Map, Value};
 use std::sync::Arc;
@@ -40,11 +41,36 @@ pub fn open(a: &crate::ServeArgs) -> Result<Option<Arc<dyn HttpRoutes>>> {
     let Some(dir) = &a.data_dir else {
         return Ok(None);
     };
-    let store = Store::open(dir)
+    let factory = device(a)?;
+    let on = if factory.is_some() { "gpu" } else { "cpu" };
+    let store = Store::open_with(dir, factory)
         .map_err(|e| anyhow::anyhow!("{}", e.message))
         .with_context(|| format!("--data-dir {}", dir.display()))?;
-    tracing::info!(dir = %dir.display(), collections = store.list().len(), "collections opened");
+    tracing::info!(dir = %dir.display(), collections = store.list().len(), searches_on = on, "collections opened");
     Ok(Some(Arc::new(CollectionRoutes { store })))
+}
+
+/// The GPUs the collections' searches run on, per `--collections-on` (auto: the GPUs of
+/// `--gpus` when the machine has a CUDA device, else none).
+fn device(a: &crate::ServeArgs) -> Result<Option<Arc<dyn AcceleratorFactory>>> {
+    let want = a.collections_on.as_str();
+    if want == "cpu" {
+        return Ok(None);
+    }
+    let devices = match cohort_gpu::probe() {
+        Ok(d) if !d.is_empty() => d,
+        Ok(_) | Err(_) if want == "auto" => {
+            tracing::info!("collections: no CUDA device, searches on the CPU");
+            return Ok(None);
+        }
+        Ok(_) => anyhow::bail!("--collections-on gpu: no CUDA device"),
+        Err(e) => anyhow::bail!("--collections-on gpu: {e}"),
+    };
+    let picked = cohort_gpu::pick_devices(&devices, &a.gpu.gpus)
+        .map_err(|e| anyhow::anyhow!("--collections-on {want}: {e}"))?;
+    let f = cohort_collections_gpu::GpuFactory::open(&picked)
+        .map_err(|e| anyhow::anyhow!("collections on the GPU: {e}"))?;
+    Ok(Some(Arc::new(f)))
 }
 
 impl HttpRoutes for CollectionRoutes {

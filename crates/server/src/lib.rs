@@ -168,6 +168,13 @@ pub struct ServeArgs {
     #[arg(long)]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub data_dir: Option<std::path::PathBuf>,
+    /// Where the collections' searches run: auto (a GPU of --gpus when the machine has one,
+    /// else the CPU), gpu (refused without one) or cpu. The collections' state, logs and
+    /// writes are on the host either way; the device holds a copy kept current before each
+    /// write is acknowledged (docs/collections.md).
+    #[arg(long, default_value = "auto", value_parser = ["auto", "gpu", "cpu"])]
+    #[serde(default = "default_collections_on")]
+    pub collections_on: String,
     /// TLS certificate chain (PEM): the TCP, HTTP and gRPC listeners then speak TLS only (rustls;
     /// give --tls-key with it).
     #[arg(long, requires = "tls_key")]
@@ -461,6 +468,10 @@ impl Stack {
         self.server.shutdown();
         self.engines.shutdown();
     }
+}
+
+fn default_collections_on() -> String {
+    "auto".into()
 }
 
 pub fn start(a: &ServeArgs) -> Result<Stack> {
