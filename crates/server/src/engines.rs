@@ -85,6 +85,18 @@ pub fn build_registry(plans: &[ServicePlan]) -> Result<Registry> {
     Ok(reg)
 }
 
+/// What the service chose from its settings and its data where they left it the choice
+/// (`Entry::choices`: knn's GPU precision), for its engine.
+pub fn service_choices(p: &ServicePlan) -> Result<Vec<cohort_services::entry::Choice>> {
+    let entry = catalog::entry(p.name).expect("plans hold catalog names");
+    match entry.choices {
+        Some(f) => {
+            f(&p.settings, p.cfg.engine.is_gpu()).map_err(|e| anyhow::anyhow!("{}: {e}", p.name))
+        }
+        None => Ok(Vec::new()),
+    }
+}
+
 /// GPU engines' host threads spin while their GPU works: where they and the io threads are
 /// more than the cores the server may run on, they take turns on the cores and answers wait
 /// milliseconds. Measured on 8 cores with 4 GPUs (`lab/results/issue48-control-threads-4xh100`):
@@ -218,6 +230,13 @@ pub fn start_planned(a: &ServeArgs, all: Vec<ServicePlan>, ingresses: usize) -> 
         })
         .collect();
     let metrics = Arc::new(Metrics::new(labels));
+    for p in &all {
+        for c in service_choices(p)? {
+            tracing::info!(service = p.name, setting = c.setting, value = %c.value,
+                why = %c.why, "chosen");
+            metrics.record_choice(p.name, c.setting, &c.value);
+        }
+    }
     let on_gpu: Vec<String> = plans
         .iter()
         .filter(|p| p.cfg.engine.is_gpu())

@@ -739,9 +739,16 @@ pub fn run(a: ServeArgs, matches: Option<&clap::ArgMatches>) -> Result<()> {
     use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
     if a.check_config {
         let plans = check(&a)?;
+        let choices = plans
+            .iter()
+            .map(engines::service_choices)
+            .collect::<Result<Vec<_>>>()?;
         println!("# configuration ok");
-        for p in &plans {
+        for (p, choices) in plans.iter().zip(choices) {
             println!("# service {}: engine {}", p.name, p.cfg.engine.name());
+            for c in choices {
+                println!("# service {}: {} {}: {}", p.name, c.setting, c.value, c.why);
+            }
         }
         print!("{}", resolved::as_toml(&a, matches, &plans)?);
         return Ok(());
