@@ -398,3 +398,44 @@ fn the_shipped_serve_toml_loads() {
         assert!(out.contains(line), "{line:?} not in\n{out}");
     }
 }
+
+/// Without `--io-threads` the server sizes its threads from the cores it is given (`--cpus`)
+/// and `--check-config` says what it chose and why; a given count is kept and said so.
+#[test]
+fn check_config_says_the_threads_it_chose_and_why() {
+    let base = [
+        "serve",
+        "--check-config",
+        "--service",
+        "echo",
+        "--udp",
+        "127.0.0.1:0",
+        "--cpus",
+        "0",
+    ];
+    let o = cohort(&base);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{text} {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(
+        text.contains(
+            "# threads: 1 io threads, 1 cpu workers per cpu-engine service: one io thread \
+             per core (1)"
+        ),
+        "{text}"
+    );
+    let o = cohort(&[&base[..], &["--io-threads", "3"]].concat());
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(
+        o.status.success(),
+        "{text} {}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    assert!(
+        text.contains("# threads: 3 io threads") && text.contains("--io-threads 3 (given)"),
+        "{text}"
+    );
+}

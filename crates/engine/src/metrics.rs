@@ -64,6 +64,14 @@ pub struct GpuLabels {
     pub gpu: String,
 }
 
+/// A choice a service made from its settings and data (knn's GPU precision under `auto`).
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct ChoiceLabels {
+    pub service: String,
+    pub setting: String,
+    pub value: String,
+}
+
 fn seconds_histogram() -> ShardedHistogram {
     // 1 us .. ~16 s.
     ShardedHistogram::new(exponential_buckets(1e-6, 2.0, 25))
@@ -137,6 +145,8 @@ pub struct Metrics {
     pub buffered_bytes: Gauge,
     pub http_requests: ShardedCounter,
     pub gpu_memory_used: Family<GpuLabels, Gauge>,
+    /// 1 for each choice a service made at start (`setting` took `value`).
+    pub service_choice: Family<ChoiceLabels, Gauge>,
     /// Board power now (W) and energy since the server started (J), per GPU the driver sees;
     /// updated when `/metrics` is read (`record_gpu_power`).
     pub gpu_power: Family<BoardLabels, Gauge<f64, AtomicU64>>,
@@ -194,6 +204,7 @@ impl Metrics {
             buffered_bytes: Gauge::default(),
             http_requests: ShardedCounter::default(),
             gpu_memory_used: Family::default(),
+            service_choice: Family::default(),
             gpu_power: Family::default(),
             gpu_energy: Family::default(),
             gpu_utilization: Family::default(),
@@ -283,6 +294,11 @@ impl Metrics {
             "GPU memory held by the engines",
             m.gpu_memory_used.clone(),
         );
+        r.register(
+            "cohort_service_choice",
+            "1 for each value a service chose for a setting left to it (knn: precision)",
+            m.service_choice.clone(),
+        );
         // Triton's names, so existing GPU dashboards read them unchanged.
         r.register(
             "nv_gpu_power_usage",
@@ -303,6 +319,17 @@ impl Metrics {
         let mut m = m;
         m.hot = m.resolve_hot();
         m
+    }
+
+    /// Records that `service` chose `value` for `setting` (exported as 1).
+    pub fn record_choice(&self, service: &str, setting: &str, value: &str) {
+        self.service_choice
+            .get_or_create(&ChoiceLabels {
+                service: service.into(),
+                setting: setting.into(),
+                value: value.into(),
+            })
+            .set(1);
     }
 
     /// Sets a board's power (and utilization, where it reports one) now and adds the energy
@@ -540,6 +567,20 @@ mod stage_tests {
         assert!(!text.contains(r#"engine="cpu",stage="gpu""#), "{text}");
         assert!(
             !text.contains(r#"engine="gpu-cohort",stage="execute""#),
+            "{text}"
+        );
+    }
+
+    #[test]
+    fn a_choice_is_exported_as_one_under_its_value() {
+        let m = Metrics::new(HashMap::new());
+        assert!(!m.encode().contains("cohort_service_choice{"));
+        m.record_choice("knn", "precision", "u8");
+        let text = m.encode();
+        assert!(
+            text.contains(
+                r#"cohort_service_choice{service="knn",setting="precision",value="u8"} 1"#
+            ),
             "{text}"
         );
     }

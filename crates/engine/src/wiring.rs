@@ -99,9 +99,28 @@ impl Queued {
     }
 }
 
-/// Slots per ring so that all of an engine's request rings together hold about `max_queue`.
+/// The batched client load the defaults are sized for: 32 clients with 256 rows each in
+/// flight (a knn request of N queries, an `/v2` request of N rows, takes N places).
+pub const BATCHED_LOAD_ROWS: usize = 32 * 256;
+
+/// `--max-queue`'s default, in rows: [`BATCHED_LOAD_ROWS`] twice over, so that such a load
+/// is admitted whole while as much again waits in the rings and device slots (a GPU cohort
+/// engine holds `streams x max_cohort` rows in flight on the device besides, 4 x 256 by
+/// default: far below this). Still a bound: past it a request is refused, never dropped.
+pub const DEFAULT_MAX_QUEUE: usize = 2 * BATCHED_LOAD_ROWS;
+
+/// Slots per request ring of an engine of `lanes` lanes fed by `ingresses` io threads under a
+/// bound of `max_queue` rows in flight: all the rings together hold about `max_queue`, and
+/// one ingress's rings together hold at least `min(max_queue, BATCHED_LOAD_ROWS)`, so that
+/// a batched load whose connections all landed on one io thread is not refused by a full
+/// ring while the engine's bound has room (rings of 1 KiB slots: 8 MiB per ingress at most
+/// for that floor, request and answer rings each).
 pub fn slots_for(max_queue: usize, lanes: usize, ingresses: usize) -> usize {
-    (max_queue / (lanes * ingresses).max(1))
+    let lanes = lanes.max(1);
+    let shared = max_queue / (lanes * ingresses.max(1));
+    let one_ingress = max_queue.min(BATCHED_LOAD_ROWS).div_ceil(lanes);
+    shared
+        .max(one_ingress)
         .clamp(8, 1 << 14)
         .next_power_of_two()
 }
@@ -332,7 +351,12 @@ fn send_to_lane(
                 });
             }
             Err(SendError::Full) if eng.policy != DispatchPolicy::KeyHash => continue,
-            Err(SendError::Full) => return Err(Refusal::Overloaded),
+            Err(SendError::Full) => {
+                return Err(Refusal::RingsFull {
+                    lanes: 1,
+                    slots: lane.ring.layout().slots,
+                })
+            }
             Err(SendError::TooLarge) => {
                 return Err(Refusal::TooLarge(lane.ring.layout().payload_capacity))
             }
@@ -349,7 +373,10 @@ fn send_to_lane(
             },
             budget_us: budget_ns / 1000,
         },
-        (true, None) => Refusal::Overloaded,
+        (true, None) => Refusal::RingsFull {
+            lanes: eng.lanes.iter().filter(|l| live(l)).count(),
+            slots: eng.lanes[first].ring.layout().slots,
+        },
     })
 }
 
@@ -415,8 +442,12 @@ impl EngineTx {
 pub enum Refusal {
     /// No engine of this server runs the service.
     UnknownService,
-    /// Every request ring the request could go to is full.
-    Overloaded,
+    /// The engine holds its bound of requests in flight (`--max-queue`, rows): `limit`.
+    QueueFull { limit: usize },
+    /// Every request ring from this ingress the request could go to is full (`lanes` rings
+    /// of `slots` slots) while the engine's bound still had room: the lanes are not taking
+    /// requests as fast as this io thread brings them.
+    RingsFull { lanes: usize, slots: usize },
     /// Every lane of the service's engine has stopped.
     EngineDown,
     /// The request does not fit the engine's ring slots (engines whose rings a device reads
@@ -433,7 +464,20 @@ impl Refusal {
                 ErrorCode::UnknownService,
                 format!("unknown service {service}"),
             ),
-            Refusal::Overloaded => ErrorPayload::new(ErrorCode::Overloaded, "engine queue full"),
+            Refusal::QueueFull { limit } => ErrorPayload::new(
+                ErrorCode::Overloaded,
+                format!(
+                    "engine queue full: {limit} rows in flight, the service's max_queue \
+                     (--max-queue, NAME.max_queue)"
+                ),
+            ),
+            Refusal::RingsFull { lanes, slots } => ErrorPayload::new(
+                ErrorCode::Overloaded,
+                format!(
+                    "engine queue full: this io thread's {lanes} request ring(s) of {slots} \
+                     rows to the engine are full (the engine's lanes are behind)"
+                ),
+            ),
             Refusal::EngineDown => {
                 ErrorPayload::new(ErrorCode::Internal, "the service's engine has stopped")
             }
@@ -497,7 +541,7 @@ impl IngressEnds {
             }
             sent
         } else {
-            Err(Refusal::Overloaded)
+            Err(Refusal::QueueFull { limit: q.limit })
         };
         eng.queued = Some(q);
         sent
@@ -977,7 +1021,7 @@ mod tests {
                 }
                 assert_eq!(
                     w.ingresses[k].send(env(0), b"q").unwrap_err(),
-                    Refusal::Overloaded
+                    Refusal::QueueFull { limit }
                 );
             }
             sent
@@ -1007,5 +1051,102 @@ mod tests {
             again <= limit && again + 3 * 2 * run >= limit,
             "{again} of {limit} (runs of {run})"
         );
+    }
+
+    /// The defaults admit the batched load they are sized for (32 clients x 256 rows in
+    /// flight, nothing answered yet) even when every one of those clients came in through
+    /// the same io thread, for engines of 1, 2 and 8 lanes behind 1, 4 and 8 io threads;
+    /// past the bound every request is refused with a reason and its numbers, and every
+    /// admitted one reaches a lane (none dropped).
+    #[test]
+    fn the_defaults_admit_32_clients_of_256_rows_and_refuse_past_the_bound() {
+        let env = |id: u64| Envelope {
+            token: id as u32,
+            service: 1,
+            status: 0,
+            request_id: id,
+            deadline: u64::MAX,
+            arrived: 0,
+        };
+        for lanes in [1, 2, 8] {
+            for ingresses in [1, 4, 8] {
+                let spec = EngineSpec {
+                    name: "t".into(),
+                    lanes,
+                    policy: DispatchPolicy::LeastLoaded,
+                    services: vec![1],
+                    slots: slots_for(DEFAULT_MAX_QUEUE, lanes, ingresses),
+                    admit_by_deadline: false,
+                    max_queued: Some(DEFAULT_MAX_QUEUE),
+                    stride: DEFAULT_STRIDE,
+                };
+                let mut w = wire(ingresses, &[spec]);
+                let at = format!("{lanes} lanes, {ingresses} io threads");
+                let mut admitted = 0;
+                for id in 0..BATCHED_LOAD_ROWS {
+                    w.ingresses[0]
+                        .send(env(id as u64), b"row")
+                        .unwrap_or_else(|r| panic!("{at}: row {id} refused: {r:?}"));
+                    admitted += 1;
+                }
+                // A flood from every io thread: each sends until refused.
+                let mut refused = 0;
+                for ing in w.ingresses.iter_mut() {
+                    loop {
+                        match ing.send(env(0), b"row") {
+                            Ok(_) => admitted += 1,
+                            Err(r) => {
+                                let msg = r.error(1).message;
+                                match r {
+                                    Refusal::QueueFull { limit } => {
+                                        assert_eq!(limit, DEFAULT_MAX_QUEUE, "{at}");
+                                        assert!(msg.contains(&limit.to_string()), "{msg}");
+                                    }
+                                    Refusal::RingsFull { slots, .. } => {
+                                        assert!(msg.contains(&slots.to_string()), "{msg}")
+                                    }
+                                    other => panic!("{at}: {other:?}"),
+                                }
+                                assert!(msg.starts_with("engine queue full: "), "{msg}");
+                                refused += 1;
+                                break;
+                            }
+                        }
+                    }
+                }
+                assert_eq!(refused, ingresses, "{at}");
+                assert!(admitted <= DEFAULT_MAX_QUEUE, "{at}: {admitted} admitted");
+                // An ingress keeps at most two runs of places in reserve.
+                let run = (DEFAULT_MAX_QUEUE / (16 * ingresses)).clamp(1, 256);
+                assert!(
+                    admitted + 2 * run * ingresses >= DEFAULT_MAX_QUEUE,
+                    "{at}: only {admitted} admitted"
+                );
+                let mut reached = 0;
+                for lane in w.engines[0].iter_mut() {
+                    while lane.requests.poll(|_, _| ()).is_some() {
+                        reached += 1;
+                    }
+                }
+                assert_eq!(reached, admitted, "{at}: every admitted row reaches a lane");
+            }
+        }
+    }
+
+    /// One ingress's rings hold the batched load alone, whatever the lanes; all the rings
+    /// together still about the bound; a small bound gives small rings.
+    #[test]
+    fn ring_slots_hold_one_io_threads_batched_load_and_the_bound() {
+        for lanes in [1, 3, 8, 64] {
+            for ingresses in [1, 2, 8, 32] {
+                let slots = slots_for(DEFAULT_MAX_QUEUE, lanes, ingresses);
+                assert!(slots.is_power_of_two());
+                assert!(slots * lanes >= BATCHED_LOAD_ROWS, "{lanes} x {ingresses}");
+                assert!(slots * lanes * ingresses >= DEFAULT_MAX_QUEUE);
+            }
+        }
+        assert_eq!(slots_for(16, 1, 8), 16);
+        assert_eq!(slots_for(1000, 1, 1), 1024);
+        assert_eq!(slots_for(DEFAULT_MAX_QUEUE, 1, 8), BATCHED_LOAD_ROWS);
     }
 }

@@ -4,6 +4,7 @@
 
 pub mod assign;
 pub mod atomic_file;
+pub mod bytes;
 pub mod exact;
 pub mod hugebuf;
 pub mod ivf;

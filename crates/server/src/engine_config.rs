@@ -85,11 +85,12 @@ impl std::str::FromStr for EngineKind {
 #[derive(Args, Serialize, Deserialize, Debug, Clone, PartialEq)]
 pub struct AdmissionArgs {
     /// Requests a service holds at once (waiting in its rings or device slots, or running),
-    /// counted across every io thread: one more gets OVERLOADED (HTTP 503). Rows count, not
-    /// frames: a knn request of N queries (or an `/v2` request of N rows) takes N places. The
-    /// default holds 32 clients x 256 rows (8 192) in flight twice over. Per service:
-    /// `NAME.max_queue`.
-    #[arg(long, default_value_t = 16_384)]
+    /// counted across every io thread: one more gets OVERLOADED (HTTP 503) saying so, with
+    /// the bound. Rows count, not frames: a knn request of N queries (or an `/v2` request of
+    /// N rows) takes N places. The default holds 32 clients x 256 rows (8 192) in flight
+    /// twice over, and each io thread's rings to the engine hold those 8 192 alone (all the
+    /// clients on one io thread are admitted too). Per service: `NAME.max_queue`.
+    #[arg(long, default_value_t = cohort_engine::wiring::DEFAULT_MAX_QUEUE)]
     pub max_queue: usize,
     /// The longest deadline a request may ask for, in milliseconds; a longer one (up to
     /// 4295 s fit the header) is cut to this, so no client holds a worker for long. A

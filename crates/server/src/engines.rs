@@ -85,6 +85,18 @@ pub fn build_registry(plans: &[ServicePlan]) -> Result<Registry> {
     Ok(reg)
 }
 
+/// What the service chose from its settings and its data where they left it the choice
+/// (`Entry::choices`: knn's GPU precision), for its engine.
+pub fn service_choices(p: &ServicePlan) -> Result<Vec<cohort_services::entry::Choice>> {
+    let entry = catalog::entry(p.name).expect("plans hold catalog names");
+    match entry.choices {
+        Some(f) => {
+            f(&p.settings, p.cfg.engine.is_gpu()).map_err(|e| anyhow::anyhow!("{}: {e}", p.name))
+        }
+        None => Ok(Vec::new()),
+    }
+}
+
 /// GPU engines' host threads spin while their GPU works: where they and the io threads are
 /// more than the cores the server may run on, they take turns on the cores and answers wait
 /// milliseconds. Measured on 8 cores with 4 GPUs (`lab/results/issue48-control-threads-4xh100`):
@@ -93,9 +105,11 @@ pub fn build_registry(plans: &[ServicePlan]) -> Result<Registry> {
 fn warn_if_cores_are_shared(a: &ServeArgs, plans: &[ServicePlan]) {
     let gpu_threads: usize = plans.iter().map(gpu_threads).sum();
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    if gpu_threads > 0 && a.io_threads + gpu_threads > cores {
+    let io_threads = threads(a, plans).io_threads;
+    // One GPU host thread sharing the io threads' cores is the chosen default (measured).
+    if gpu_threads > 1 && io_threads + gpu_threads > cores {
         tracing::warn!(
-            io_threads = a.io_threads,
+            io_threads,
             gpu_threads,
             cores,
             "the GPU engines' host threads and the io threads are more than the server's cores: \
@@ -129,12 +143,31 @@ fn gpu_threads(p: &ServicePlan) -> usize {
     }
 }
 
-fn cpu_workers(a: &ServeArgs, p: &ServicePlan, cpu_services: usize) -> usize {
+/// The services whose engine runs cpu workers (the cpu engine, hybrid's CPU side).
+fn cpu_services(plans: &[ServicePlan]) -> usize {
+    plans
+        .iter()
+        .filter(|p| matches!(p.cfg.engine, EngineKind::Cpu | EngineKind::Hybrid))
+        .count()
+}
+
+/// The server's io threads and default cpu workers: `--io-threads` where given (not 0), else
+/// `threads::choose` over its cores, its GPU engines' host threads and its cpu services.
+pub fn threads(a: &ServeArgs, plans: &[ServicePlan]) -> crate::threads::Threads {
+    let gpu: usize = plans.iter().map(gpu_threads).sum();
+    let mut t = crate::threads::choose(a.cores(), gpu, cpu_services(plans));
+    if a.io_threads > 0 {
+        t.io_threads = a.io_threads;
+        t.why = format!("--io-threads {} (given); workers: {}", a.io_threads, t.why);
+    }
+    t
+}
+
+fn cpu_workers(a: &ServeArgs, p: &ServicePlan, plans: &[ServicePlan]) -> usize {
     if p.cfg.cpu.workers > 0 {
         return p.cfg.cpu.workers;
     }
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    (cores.saturating_sub(a.io_threads) / cpu_services.max(1)).max(1)
+    threads(a, plans).workers.max(1)
 }
 
 /// Starts one engine per service, wired to `ingresses` ingress ends.
@@ -161,15 +194,11 @@ pub fn start_planned(a: &ServeArgs, all: Vec<ServicePlan>, ingresses: usize) -> 
                 .map(|p| registry.get(id_of(p)).expect("built above").clone()),
         ))
     });
-    let cpu_services = plans
-        .iter()
-        .filter(|p| p.cfg.engine.runs_cpu_function())
-        .count();
     let lanes: Vec<usize> = plans
         .iter()
         .map(|p| match p.cfg.engine {
-            EngineKind::Cpu => cpu_workers(a, p, cpu_services),
-            EngineKind::Hybrid => gpu_lanes(p) + cpu_workers(a, p, cpu_services),
+            EngineKind::Cpu => cpu_workers(a, p, &plans),
+            EngineKind::Hybrid => gpu_lanes(p) + cpu_workers(a, p, &plans),
             _ => gpu_lanes(p),
         })
         .collect();
@@ -218,6 +247,13 @@ pub fn start_planned(a: &ServeArgs, all: Vec<ServicePlan>, ingresses: usize) -> 
         })
         .collect();
     let metrics = Arc::new(Metrics::new(labels));
+    for p in &all {
+        for c in service_choices(p)? {
+            tracing::info!(service = p.name, setting = c.setting, value = %c.value,
+                why = %c.why, "chosen");
+            metrics.record_choice(p.name, c.setting, &c.value);
+        }
+    }
     let on_gpu: Vec<String> = plans
         .iter()
         .filter(|p| p.cfg.engine.is_gpu())
@@ -288,13 +324,11 @@ fn start_cpu(
     metrics: &Arc<Metrics>,
 ) -> Result<Running> {
     let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
+    // The server's io threads as chosen for all its services (`threads`).
+    let io_threads = a.threads().map_or(1, |t| t.io_threads);
     let spin_us = a
         .worker_spin_us
-        .unwrap_or(if workers + a.io_threads < cores {
-            50
-        } else {
-            0
-        });
+        .unwrap_or(if workers + io_threads < cores { 50 } else { 0 });
     let cfg = CpuEngineConfig {
         cpus: p
             .cfg

@@ -12,6 +12,7 @@ pub mod plan;
 mod resolved;
 mod serve_serde;
 mod slice;
+pub mod threads;
 pub mod util;
 
 use crate::util::{parse_bytes, parse_bytes_or_zero, parse_cpu_list, CpuList};
@@ -185,7 +186,9 @@ pub struct ServeArgs {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub tls_key: Option<std::path::PathBuf>,
     /// io threads: each owns one UDP socket and one TCP/HTTP shard (listeners, ingress).
-    #[arg(long, default_value_t = 1)]
+    /// 0 (the default): chosen from the cores given (`--cpus`, else the process's affinity)
+    /// and the GPU engines' host threads, `--check-config` says how (`threads.rs`).
+    #[arg(long, default_value_t = 0)]
     pub io_threads: usize,
     /// Pin network threads to these cores, e.g. 0-1,4.
     #[arg(long, value_parser = parse_cpu_list)]
@@ -319,8 +322,22 @@ impl ServeArgs {
         a
     }
 
+    /// The cores the server's threads are sized for: `--cpus`, else the process's affinity.
+    pub fn cores(&self) -> usize {
+        match &self.cpus {
+            Some(c) if !c.0.is_empty() => c.0.len(),
+            _ => std::thread::available_parallelism().map_or(1, |n| n.get()),
+        }
+    }
+
+    /// The io threads and cpu workers this server runs: `--io-threads` and `--workers` where
+    /// given, else `threads::choose`'s for its cores and its services' engines.
+    pub fn threads(&self) -> Result<threads::Threads> {
+        Ok(engines::threads(self, &plan::plans(self)?))
+    }
+
     pub fn net_config(&self) -> Result<NetConfig> {
-        anyhow::ensure!(self.io_threads >= 1, "--io-threads must be at least 1");
+        let io_threads = self.threads()?.io_threads;
         if let Some(us) = self.sched_slice_us {
             anyhow::ensure!(
                 (100..=100_000).contains(&us),
@@ -397,11 +414,11 @@ impl ServeArgs {
                 ))),
                 a => resolve("admin", a)?,
             },
-            io_threads: self.io_threads,
+            io_threads,
             cpus: self.cpus.clone().map(|c| c.0).unwrap_or_default(),
             drain_timeout: Duration::from_millis(self.drain_timeout_ms),
             default_timeout: Duration::from_micros(self.default_timeout_us.max(1)),
-            io_spin: Duration::from_micros(self.io_spin_us.unwrap_or(match self.io_threads {
+            io_spin: Duration::from_micros(self.io_spin_us.unwrap_or(match io_threads {
                 1 => 50,
                 _ => 0,
             })),
@@ -476,6 +493,7 @@ fn default_collections_on() -> String {
 
 pub fn start(a: &ServeArgs) -> Result<Stack> {
     let mut ncfg = a.net_config()?;
+    let threads = a.threads()?;
     cohort_net::check_ports(&ncfg)?;
     let plans = plan::plans(a)?;
     // A GPU engine on a machine without the GPU is refused now, not after the index and the
@@ -557,7 +575,8 @@ pub fn start(a: &ServeArgs) -> Result<Stack> {
             return Err(e);
         }
     };
-    tracing::info!(io_threads = a.io_threads, services = %a.service,
+    tracing::info!(io_threads = threads.io_threads, cpu_workers = threads.workers,
+        why = %threads.why, services = %a.service,
         dispatch = %a.admission.dispatch, "server started");
     if let Some(k) = &auth {
         tracing::info!(keys = k.key_count(), "API keys required");
@@ -750,9 +769,21 @@ pub fn run(a: ServeArgs, matches: Option<&clap::ArgMatches>) -> Result<()> {
     use signal_hook::consts::{SIGHUP, SIGINT, SIGTERM};
     if a.check_config {
         let plans = check(&a)?;
+        let choices = plans
+            .iter()
+            .map(engines::service_choices)
+            .collect::<Result<Vec<_>>>()?;
         println!("# configuration ok");
-        for p in &plans {
+        let t = a.threads()?;
+        println!(
+            "# threads: {} io threads, {} cpu workers per cpu-engine service: {}",
+            t.io_threads, t.workers, t.why
+        );
+        for (p, choices) in plans.iter().zip(choices) {
             println!("# service {}: engine {}", p.name, p.cfg.engine.name());
+            for c in choices {
+                println!("# service {}: {} {}: {}", p.name, c.setting, c.value, c.why);
+            }
         }
         print!("{}", resolved::as_toml(&a, matches, &plans)?);
         return Ok(());

@@ -404,7 +404,7 @@ mod tests {
         let s = resolved_settings(p).unwrap();
         assert_eq!(s["persistent_groups"], toml::Value::Integer(3));
         assert_eq!(s["index"], toml::Value::String("/x.ivf".into()));
-        assert_eq!(s["precision"], toml::Value::String("f32".into()));
+        assert_eq!(s["precision"], toml::Value::String("auto".into()));
         assert_eq!(s["persistent_plan"], toml::Value::String("cohort".into()));
     }
 

@@ -80,9 +80,9 @@ pub struct ServedBench {
     /// UDP (HTTP for a page service) port of the server on 127.0.0.1.
     #[arg(long, default_value_t = 7300)]
     pub port: u16,
-    /// io threads of a server of N cores (default: N). A GPU engine's control threads share
-    /// the server's cores with its io threads: with 4 GPUs, 8 io threads and 4 control threads
-    /// on 8 cores contend for them.
+    /// io threads of a server of N cores (default: serve's own choice for the N cores it is
+    /// pinned to, `crates/server/src/threads.rs`: N with one GPU host thread, N less the GPU
+    /// host threads with several; its cpu workers likewise).
     #[arg(long)]
     pub io_threads: Option<usize>,
     /// Seconds a server may take to listen (a GPU engine compiles its kernels first).
@@ -223,13 +223,12 @@ fn point(
         format!("127.0.0.1:{}", a.port),
         "--service".into(),
         format!("{service}:{engine}"),
-        "--io-threads".into(),
-        a.io_threads.unwrap_or(n).to_string(),
         "--log-level".into(),
         "warn".into(),
     ];
-    if engine == "cpu" {
-        flags.extend(["--service-opt".into(), format!("{service}.workers={n}")]);
+    // Threads: serve's rule for the cores it is pinned to, unless named here.
+    if let Some(io) = a.io_threads {
+        flags.extend(["--io-threads".into(), io.to_string()]);
     }
     if has_users(service) {
         flags.extend([

@@ -149,15 +149,11 @@ fn top_rows(offsets: &[u64]) -> Vec<usize> {
 /// The vectors as u8, refused unless every value is integral in 0..=255 (u8 storage is exact
 /// or not offered).
 fn to_u8(v: &[f32]) -> Result<Vec<u8>, GpuError> {
-    if let Some(x) = v
-        .iter()
-        .find(|x| !(0.0..=255.0).contains(*x) || x.fract() != 0.0)
-    {
-        return Err(GpuError::Invalid(format!(
+    cohort_knn::bytes::to_u8(v).map_err(|x| {
+        GpuError::Invalid(format!(
             "u8 storage needs integral vectors in 0..=255 (found {x}); use f32 or f16"
-        )));
-    }
-    Ok(v.iter().map(|x| *x as u8).collect())
+        ))
+    })
 }
 
 /// What one device holds of an index: every centroid, and the lists of `offsets` (all of

@@ -80,7 +80,23 @@ pub struct Entry {
     /// of the index's lists): the shard a node's settings give it, and the merge of the
     /// shards' answers at the front end. None: every node serves it whole.
     pub split: Option<Split>,
+    /// What it chose from its settings and its data where the settings left the choice to it
+    /// (knn: the GPU precision `auto` picks from the index), given whether a GPU engine runs
+    /// it: `serve --check-config` prints each, the server logs each at start and exports it
+    /// on /metrics (`cohort_service_choice`). None: it chooses nothing.
+    pub choices: Option<ChoicesFn>,
 }
+
+/// One choice a service made (`Entry::choices`): the setting, the value it took, and why.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Choice {
+    pub setting: &'static str,
+    pub value: String,
+    pub why: String,
+}
+
+/// A service's choices from its settings, on a GPU engine (true) or not.
+pub type ChoicesFn = fn(&Settings, bool) -> Result<Vec<Choice>, String>;
 
 /// A service's shards across cluster nodes (`Entry::split`).
 #[derive(Clone, Copy)]
@@ -127,6 +143,7 @@ impl Entry {
             engine_checks: None,
             idempotent: true,
             split: None,
+            choices: None,
         }
     }
 

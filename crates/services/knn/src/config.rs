@@ -18,9 +18,10 @@ pub struct KnnSettings {
     pub index: Option<PathBuf>,
     /// cpu engine: serve from the memory-mapped file instead of a resident (huge-page) copy.
     pub index_mapped: bool,
-    /// GPU engines: element type of the vectors on the GPU.
+    /// GPU engines: element type of the vectors on the GPU, or `auto`: u8 where every
+    /// vector of the index is integral in 0..=255 (exact there), else f32 (`precision.rs`).
     #[serde(with = "text")]
-    pub precision: Precision,
+    pub precision: PrecisionChoice,
     /// GPU engines on several devices: a whole copy of the index on each (`replicate`), or
     /// the lists split over them by bytes (`shard`, Centaur: every device holds the
     /// centroids and 1/N of the lists; placed as the index file records, if it does).
@@ -51,7 +52,7 @@ impl Default for KnnSettings {
         KnnSettings {
             index: None,
             index_mapped: false,
-            precision: Precision::F32,
+            precision: PrecisionChoice::Auto,
             placement: Placement::Replicate,
             shard_exchange: Exchange::Auto,
             persistent_plan: PersistentPlan::default(),
@@ -67,6 +68,29 @@ impl ServiceConfig for KnnSettings {
             return Err(format!("persistent_groups must be in 1..={BAR_GROUPS}"));
         }
         Ok(())
+    }
+}
+
+named_enum! {
+    /// The GPU engines' element type as the settings give it: one, or `auto`.
+    #[derive(Debug, Clone, Copy, PartialEq, Eq)]
+    pub enum PrecisionChoice ("precision") {
+        Auto = "auto",
+        F32 = "f32",
+        F16 = "f16",
+        U8 = "u8",
+    }
+}
+
+impl PrecisionChoice {
+    /// The precision asked for by name; None: `auto`.
+    pub fn fixed(self) -> Option<Precision> {
+        match self {
+            PrecisionChoice::Auto => None,
+            PrecisionChoice::F32 => Some(Precision::F32),
+            PrecisionChoice::F16 => Some(Precision::F16),
+            PrecisionChoice::U8 => Some(Precision::U8),
+        }
     }
 }
 
@@ -109,8 +133,10 @@ pub const FLAGS: &[ServiceFlag] = &[
     ServiceFlag {
         long: "gpu-precision",
         key: "precision",
-        help: "knn on the GPU engines: element type of the vectors there (f32, f16, or u8 for \
-               integral data in 0..=255 such as SIFT) [default: f32]",
+        help: "knn on the GPU engines: element type of the vectors there: auto (u8 where every \
+               vector of the index is integral in 0..=255, such as SIFT: exact there; else \
+               f32), f32, f16, or u8 (refused unless the data is integral in 0..=255) \
+               [default: auto]",
         switch: false,
         example: "u8",
     },

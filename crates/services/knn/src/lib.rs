@@ -51,6 +51,8 @@ pub mod persistent;
 #[cfg(feature = "backends")]
 pub mod persistent_sharded;
 #[cfg(feature = "backends")]
+pub mod precision;
+#[cfg(feature = "backends")]
 pub mod selftest;
 #[cfg(feature = "backends")]
 pub mod slice;

@@ -1,13 +1,13 @@
 //! The knn service's catalog entry: how the server builds it from its settings.
 
 use super::config::{KnnSettings, Placement, FLAGS};
-use super::gpu_ivf::GpuIvf;
+use super::gpu_ivf::{GpuIvf, Precision};
 use cohort_engine::Service;
 use cohort_gpu::engine::GpuBackend;
 use cohort_gpu::persistent::PersistentBackend;
 use cohort_gpu::DeviceInfo;
 use cohort_service_api::config::{resolved, typed, Settings};
-use cohort_service_api::entry::{Entry, GpuCheck};
+use cohort_service_api::entry::{Choice, Entry, GpuCheck};
 use std::sync::Arc;
 
 pub const ENTRY: Entry = Entry {
@@ -46,6 +46,7 @@ pub const ENTRY: Entry = Entry {
         shard_of: super::split::shard_of,
         merge: super::split::merge,
     }),
+    choices: Some(choices),
     ..Entry::cpu(
         "knn",
         super::ID,
@@ -92,10 +93,39 @@ fn service(s: &Settings, on_gpu: bool) -> Result<Arc<dyn Service>, String> {
     }))
 }
 
+/// The GPU engines' precision for `index` (`precision.rs`), logged.
+fn precision(c: &KnnSettings, index: &cohort_knn::IvfIndex) -> Result<Precision, String> {
+    let path = c.index.as_deref().expect("an index was loaded");
+    let chosen = super::precision::choose(c.precision, || {
+        super::precision::first_not_u8_of(path, c.shard, index.vectors())
+    })?;
+    tracing::info!(precision = %chosen.precision, why = %chosen.why, "knn GPU precision");
+    Ok(chosen.precision)
+}
+
+/// What knn chooses from its index: the GPU engines' precision (nothing on the cpu engine,
+/// which scans f32).
+fn choices(s: &Settings, on_gpu: bool) -> Result<Vec<Choice>, String> {
+    if !on_gpu {
+        return Ok(Vec::new());
+    }
+    let c = config(s)?;
+    let index = load_index(&c, true)?;
+    let path = c.index.as_deref().expect("an index was loaded");
+    let chosen = super::precision::choose(c.precision, || {
+        super::precision::first_not_u8_of(path, c.shard, index.vectors())
+    })?;
+    Ok(vec![Choice {
+        setting: "precision",
+        value: chosen.precision.to_string(),
+        why: chosen.why,
+    }])
+}
+
 fn gpu(s: &Settings, dev: &DeviceInfo) -> Result<Arc<dyn GpuBackend>, String> {
     let c = config(s)?;
     let index = load_index(&c, true)?;
-    let ivf = GpuIvf::upload(dev, &index, c.precision).map_err(|e| e.to_string())?;
+    let ivf = GpuIvf::upload(dev, &index, precision(&c, &index)?).map_err(|e| e.to_string())?;
     Ok(Arc::new(super::gpu::KnnGpu::new(ivf)))
 }
 
@@ -106,7 +136,7 @@ fn persistent(s: &Settings, dev: &DeviceInfo) -> Result<Arc<dyn PersistentBacken
         return Err("knn.placement=shard builds every device's lane at once".into());
     }
     let index = load_index(&c, true)?;
-    let ivf = GpuIvf::upload(dev, &index, c.precision).map_err(|e| e.to_string())?;
+    let ivf = GpuIvf::upload(dev, &index, precision(&c, &index)?).map_err(|e| e.to_string())?;
     Ok(Arc::new(
         super::persistent::KnnPersistent::new(ivf, dev, c.persistent_plan)
             .and_then(|k| k.with_groups(c.persistent_groups))
@@ -165,6 +195,7 @@ fn upload_shards(
             "the index records a placement for another device count: placing by bytes"
         );
     }
+    let precision = precision(c, &index)?;
     let mut shards = Vec::with_capacity(devs.len());
     for (i, dev) in devs.iter().enumerate() {
         let cut = cohort_knn::ivf::shard::IvfShard::cut(&index, &placement, i);
@@ -174,8 +205,7 @@ fn upload_shards(
             list_bytes = cut.list_bytes(),
             "knn shard"
         );
-        shards
-            .push(GpuIvf::upload_shard(dev, &index, &cut, c.precision).map_err(|e| e.to_string())?);
+        shards.push(GpuIvf::upload_shard(dev, &index, &cut, precision).map_err(|e| e.to_string())?);
     }
     Ok((index, placement, shards))
 }
@@ -194,4 +224,61 @@ fn gpu_set(s: &Settings, devs: &[DeviceInfo]) -> Result<Vec<Arc<dyn GpuBackend>>
     Ok((0..devs.len())
         .map(|home| Arc::new(set.backend(home)) as Arc<dyn GpuBackend>)
         .collect())
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use cohort_knn::kmeans::KMeansConfig;
+    use cohort_knn::synth::{Model, SynthConfig};
+
+    /// `choices` (what --check-config prints, the server logs and exports) reads the index
+    /// file: u8 on SIFT-like integral data, f32 once a value is off the integers; a named
+    /// precision as asked; u8 on other data refused; nothing on the cpu engine.
+    #[test]
+    fn the_precision_choice_follows_the_index_file() {
+        let dir = std::env::temp_dir().join(format!("cohort-knn-choice-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let base = Model::new(SynthConfig {
+            dim: 16,
+            clusters: 4,
+            latent_dim: 4,
+            noise: 0.05,
+            seed: 3,
+        })
+        .sample(400, 1);
+        let ix =
+            cohort_knn::IvfIndex::build(&base, 4, cohort_knn::Metric::L2, &KMeansConfig::new(4));
+        let integral = dir.join("integral.ivf");
+        ix.save(&integral).unwrap();
+        let other = dir.join("other.ivf");
+        ix.with_vectors_mapped(|x| x + 0.25).save(&other).unwrap();
+        let settings = |path: &std::path::Path, precision: Option<&str>| {
+            let mut s = Settings::new();
+            s.insert("index".into(), path.display().to_string().into());
+            if let Some(p) = precision {
+                s.insert("precision".into(), p.into());
+            }
+            s
+        };
+        let chosen = |s: &Settings| {
+            let c = (ENTRY.choices.unwrap())(s, true).unwrap();
+            assert_eq!(c.len(), 1);
+            assert_eq!(c[0].setting, "precision");
+            c[0].clone()
+        };
+        let c = chosen(&settings(&integral, None));
+        assert_eq!(c.value, "u8", "{}", c.why);
+        let c = chosen(&settings(&other, None));
+        assert_eq!(c.value, "f32", "{}", c.why);
+        assert!(c.why.contains("0.25"), "{}", c.why);
+        assert_eq!(chosen(&settings(&integral, Some("f32"))).value, "f32");
+        assert_eq!(chosen(&settings(&other, Some("f16"))).value, "f16");
+        let e = (ENTRY.choices.unwrap())(&settings(&other, Some("u8")), true).unwrap_err();
+        assert!(e.contains("u8 storage needs integral vectors"), "{e}");
+        assert!((ENTRY.choices.unwrap())(&settings(&other, None), false)
+            .unwrap()
+            .is_empty());
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }
