@@ -39,8 +39,10 @@ fn settings(dim: usize) -> Settings {
     }
 }
 
+/// Points with ids `from..from + n`, their vectors drawn from stream `stream` (distinct per
+/// call: the model draws whole blocks from a stream's start).
 fn points(model: &Model, from: usize, n: usize, stream: u64, rng: &mut StdRng) -> Vec<Point> {
-    let v = model.sample_rows(from, n, stream);
+    let v = model.sample_rows(0, n, stream);
     (0..n)
         .map(|i| Point {
             id: (from + i) as u64,
@@ -159,7 +161,7 @@ fn main() {
 
     // 1. Durable ingest: writers each upserting batches, acknowledged once synced.
     let batches: Vec<Vec<Point>> = (0..n.div_ceil(BATCH))
-        .map(|b| points(&model, b * BATCH, BATCH.min(n - b * BATCH), 0, &mut rng))
+        .map(|b| points(&model, b * BATCH, BATCH.min(n - b * BATCH), 10 + b as u64, &mut rng))
         .collect();
     let t0 = Instant::now();
     let next = AtomicU64::new(0);
@@ -254,7 +256,7 @@ fn main() {
         let mut wrng = StdRng::seed_from_u64(2);
         while wrote < n / 5 {
             let from = wrng.gen_range(0..n - 100);
-            let mut p = points(&model, from, 100, 3, &mut wrng);
+            let mut p = points(&model, from, 100, 1_000_000 + wrote as u64, &mut wrng);
             for (j, q) in p.iter_mut().enumerate() {
                 q.id = (from + j) as u64;
             }
