@@ -185,6 +185,8 @@ fn http_ok(addr: SocketAddr, path: &str) -> bool {
 struct Node {
     child: Child,
     admin: SocketAddr,
+    /// Its `--node-listen` address, as bound.
+    listen: SocketAddr,
 }
 
 impl Node {
@@ -193,10 +195,15 @@ impl Node {
     }
 
     fn start_with(etcd: &Etcd, id: &str, extra: &[&str]) -> Node {
+        Node::launch(&etcd.url(), id, "127.0.0.1:0", extra)
+    }
+
+    /// A node registering in the etcd at `url` (`etcd://...`), listening on `listen`.
+    fn launch(url: &str, id: &str, listen: &str, extra: &[&str]) -> Node {
         let mut child = Command::new(env!("CARGO_BIN_EXE_cohort"))
-            .args(["node", "--cluster", &etcd.url(), "--node-id", id])
+            .args(["node", "--cluster", url, "--node-id", id])
             .args(extra)
-            .args(["--node-listen", "127.0.0.1:0", "--admin", "127.0.0.1:0"])
+            .args(["--node-listen", listen, "--admin", "127.0.0.1:0"])
             .args(if extra.contains(&"--service") {
                 &[][..]
             } else {
@@ -210,13 +217,19 @@ impl Node {
         BufReader::new(child.stdout.take().unwrap())
             .read_line(&mut line)
             .unwrap();
-        let admin = line
-            .split_whitespace()
-            .find_map(|p| p.strip_prefix("admin="))
-            .unwrap_or_else(|| panic!("no admin address in {line:?}"))
-            .parse()
-            .unwrap();
-        Node { child, admin }
+        let addr = |k: &str| -> SocketAddr {
+            line.split_whitespace()
+                .find_map(|p| p.strip_prefix(k))
+                .unwrap_or_else(|| panic!("no {k} address in {line:?}"))
+                .parse()
+                .unwrap()
+        };
+        let (admin, listen) = (addr("admin="), addr("node="));
+        Node {
+            child,
+            admin,
+            listen,
+        }
     }
 
     /// Requests this node answered with a result.
@@ -796,4 +809,40 @@ fn a_node_with_another_key_says_so_and_the_front_end_logs_it() {
         }
         assert!(Instant::now() < until, "no refusal logged: {text}");
     }
+}
+
+/// A node stopped and started again at once on the same `--node-listen` port (issue 84: it
+/// failed "Address already in use" for about 60 s, its last connections in TIME_WAIT): it
+/// binds at once and the front end serves from it again.
+#[test]
+fn a_node_restarted_on_its_port_at_once_serves() {
+    let Some(etcd) = Etcd::start() else { return };
+    let listen = format!("127.0.0.1:{}", free_port());
+    let mut a = Node::launch(&etcd.url(), "a", &listen, &[]);
+    let fe = front(&etcd);
+    wait_routed(&fe);
+    assert!(udp_load(&fe, 2000.0, 0.5).ok > 0);
+    a.signal(libc::SIGTERM);
+    assert!(a.child.wait().unwrap().success());
+    let port = a.listen.port();
+    let tcp = std::fs::read_to_string("/proc/net/tcp").unwrap();
+    let time_wait = tcp
+        .lines()
+        .filter(|l| {
+            let f: Vec<&str> = l.split_whitespace().collect();
+            f[1].ends_with(&format!(":{port:04X}")) && f[3] == "06"
+        })
+        .count();
+    // What made the restart fail: the first run's connections, closed by the node, hold the
+    // port in TIME_WAIT.
+    assert!(
+        time_wait > 0,
+        "nothing in TIME_WAIT on {port}: the test shows nothing"
+    );
+    let again = Node::launch(&etcd.url(), "a", &listen, &[]);
+    assert_eq!(again.listen, a.listen);
+    wait_routed(&fe);
+    let r = udp_load(&fe, 2000.0, 1.0);
+    assert_all_answered(&r);
+    assert!(r.errors.is_empty() && r.ok > 1000, "{r:#?}");
 }

@@ -142,6 +142,8 @@ impl RegionMemory<'_> {
 
 /// The one active-message id Cohort uses; its payload says what it is.
 const AM_ID: u32 = 17;
+/// The connection manager's setting for SO_REUSEADDR on listeners (`UCX_CM_REUSEADDR`).
+const REUSEADDR: &std::ffi::CStr = c"CM_REUSEADDR";
 
 struct Shared {
     events: RefCell<Vec<Event>>,
@@ -319,6 +321,20 @@ impl Worker {
         check(ucx, "config_read", unsafe {
             (api.config_read)(std::ptr::null(), std::ptr::null(), &mut config)
         })?;
+        // A listener binds with SO_REUSEADDR (not SO_REUSEPORT): a node restarted at once on
+        // its port would else fail "Address already in use" while the last run's
+        // connections sit in TIME_WAIT (about 60 s). A second listener on a port in use is
+        // still refused. UCX_TCP_CM_REUSEADDR / UCX_CM_REUSEADDR in the environment win.
+        if std::env::var_os("UCX_TCP_CM_REUSEADDR").is_none()
+            && std::env::var_os("UCX_CM_REUSEADDR").is_none()
+        {
+            // SAFETY: a config UCX allocated; two NUL-terminated strings. (A UCT setting is
+            // kept by UCP and applied to the connection manager's configuration.)
+            let s = unsafe { (api.config_modify)(config, REUSEADDR.as_ptr(), c"y".as_ptr()) };
+            if s != sys::UCS_OK {
+                tracing::warn!(status = s, "UCX: SO_REUSEADDR for listeners not set");
+            }
+        }
         // SAFETY: a zeroed Params selects no field; we then select features only.
         let mut params: sys::Params = unsafe { std::mem::zeroed() };
         params.field_mask = sys::UCP_PARAM_FIELD_FEATURES;
