@@ -20,7 +20,7 @@ use crate::wire::{self, Batch, Request};
 use cohort_engine::clock::now_ns;
 use cohort_engine::split::{MergeFn, ShardOf};
 use cohort_engine::wiring::AnswerRings;
-use cohort_engine::LaneEnds;
+use cohort_engine::{LaneEnds, Shed};
 use cohort_mq::Envelope;
 use cohort_proto::{ErrorCode, ErrorPayload};
 use cohort_ucx::{EpId, Event, Mode, Worker};
@@ -145,6 +145,8 @@ pub struct RemoteMetrics {
     ring_writes: Family<NodeLabels, Counter>,
     ring_answers: Family<NodeLabels, Counter>,
     outstanding: Family<LaneLabels, Gauge>,
+    /// The server's metrics, for the requests refused because every node is at its window.
+    server: Option<Arc<cohort_engine::Metrics>>,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -160,8 +162,11 @@ struct LaneLabels {
 
 impl RemoteMetrics {
     /// Registers them with the server's metrics.
-    pub fn registered(m: &cohort_engine::Metrics) -> RemoteMetrics {
-        let r = RemoteMetrics::default();
+    pub fn registered(m: &Arc<cohort_engine::Metrics>) -> RemoteMetrics {
+        let r = RemoteMetrics {
+            server: Some(m.clone()),
+            ..RemoteMetrics::default()
+        };
         m.register(
             "cohort_cluster_parts_sent",
             "Requests sent to a node (a split service's query counts once per shard)",
@@ -414,6 +419,14 @@ impl Split {
 }
 
 impl Lane {
+    /// A request refused because every node that could take it is at its window, counted
+    /// (its answer is counted by the ingress that gets it).
+    fn shed(&self, service: u16) {
+        if let Some(m) = &self.metrics.server {
+            m.refused(service, Shed::Nodes);
+        }
+    }
+
     fn answer_error(
         lane: &mut AnswerRings,
         ingress: usize,
@@ -462,10 +475,12 @@ impl Lane {
             }
             Err(none) => {
                 let (code, why) = match none {
-                    NoNode::Full => (
-                        ErrorCode::Overloaded,
-                        "every node serving this service is at its window",
-                    ),
+                    NoNode::Full => {
+                        self.shed(env.service);
+                        let e =
+                            Shed::Nodes.error("every node serving this service is at its window");
+                        return lane.send_error(ingress, env, &e);
+                    }
                     NoNode::Unconnected => (
                         ErrorCode::Unavailable,
                         "no node serving this service is connected now (connecting again)",
@@ -547,13 +562,10 @@ impl Lane {
             match self.pick(env.service, Some(split.shard(shard))) {
                 Ok(i) => picks.push(i),
                 Err(NoNode::Full) => {
-                    return Self::answer_error(
-                        lane,
-                        ingress,
-                        env,
-                        ErrorCode::Overloaded,
-                        "every node of one of this service's shards is at its window",
-                    )
+                    self.shed(env.service);
+                    let e = Shed::Nodes
+                        .error("every node of one of this service's shards is at its window");
+                    return lane.send_error(ingress, env, &e);
                 }
                 Err(none) => {
                     let why = if none == NoNode::Unconnected {

@@ -13,7 +13,7 @@ use crate::ring::{InRings, OutRing};
 use crate::wait::EventWait;
 use crate::wire::{self, Answer, Batch};
 use cohort_engine::clock::now_ns;
-use cohort_engine::{IngressEnds, Metrics};
+use cohort_engine::{IngressEnds, Metrics, Shed};
 use cohort_mq::Envelope;
 use cohort_proto::{ErrorCode, ErrorPayload};
 use cohort_ucx::{EpId, Event, Worker};
@@ -405,10 +405,8 @@ impl Taking<'_> {
                 return error_answer(self.out, self.link, self.metrics, asker, &e);
             }
             let Some(token) = self.held.insert(asker) else {
-                let e = ErrorPayload::new(
-                    ErrorCode::Overloaded,
-                    "the node holds as many requests as it can",
-                );
+                self.metrics.refused(r.service, Shed::Ingress);
+                let e = Shed::Ingress.error("the node holds as many requests as it can");
                 return error_answer(self.out, self.link, self.metrics, asker, &e);
             };
             let env = Envelope {
@@ -424,6 +422,9 @@ impl Taking<'_> {
             };
             if let Err(refusal) = self.ends.send(env, r.payload) {
                 self.held.take(token);
+                if let Some(why) = refusal.shed() {
+                    self.metrics.refused(r.service, why);
+                }
                 error_answer(
                     self.out,
                     self.link,

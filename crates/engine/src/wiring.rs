@@ -9,6 +9,7 @@
 use crate::bell::{Bell, Wake};
 use crate::dispatch::{hybrid_choice, DispatchPolicy, LaneRate};
 use crate::inflight::LaneRef;
+use crate::metrics::Shed;
 use bytes::Bytes;
 use cohort_mq::{
     channel, channel_in, Consumer, Envelope, Layout, Message, Producer, RingMemory, SendError,
@@ -427,13 +428,23 @@ pub enum Refusal {
 }
 
 impl Refusal {
+    /// Why an OVERLOADED refusal was made (`cohort_requests_refused_total`'s reason); None
+    /// for the refusals that are not overload.
+    pub fn shed(self) -> Option<Shed> {
+        match self {
+            Refusal::Overloaded => Some(Shed::Queue),
+            Refusal::PastDeadline { .. } => Some(Shed::Deadline),
+            _ => None,
+        }
+    }
+
     pub fn error(self, service: u16) -> ErrorPayload {
         match self {
             Refusal::UnknownService => ErrorPayload::new(
                 ErrorCode::UnknownService,
                 format!("unknown service {service}"),
             ),
-            Refusal::Overloaded => ErrorPayload::new(ErrorCode::Overloaded, "engine queue full"),
+            Refusal::Overloaded => Shed::Queue.error("engine queue full"),
             Refusal::EngineDown => {
                 ErrorPayload::new(ErrorCode::Internal, "the service's engine has stopped")
             }
@@ -441,13 +452,10 @@ impl Refusal {
                 ErrorCode::TooLarge,
                 format!("this engine carries requests of at most {max} bytes"),
             ),
-            Refusal::PastDeadline { wait_us, budget_us } => ErrorPayload::new(
-                ErrorCode::Overloaded,
-                format!(
-                    "the engine would answer in about {wait_us} us, past this request's \
-                     deadline of {budget_us} us"
-                ),
-            ),
+            Refusal::PastDeadline { wait_us, budget_us } => Shed::Deadline.error(&format!(
+                "the engine would answer in about {wait_us} us, past this request's \
+                 deadline of {budget_us} us"
+            )),
         }
     }
 }
