@@ -151,6 +151,29 @@ pub struct ServeArgs {
     /// a node runs what any peer reaching --node-listen sends.
     #[arg(long, value_name = "FILE")]
     pub cluster_key: Option<std::path::PathBuf>,
+    /// Cluster roles: the etcd user to authenticate as (etcd's `--auth`; with
+    /// --etcd-password-file). Without it etcd must let anyone write /cohort/nodes/.
+    #[arg(long, requires = "etcd_password_file")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub etcd_user: Option<String>,
+    /// The file holding --etcd-user's password (its first line; readable by the service's
+    /// user only).
+    #[arg(long, value_name = "FILE", requires = "etcd_user")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub etcd_password_file: Option<std::path::PathBuf>,
+    /// Cluster roles: speak TLS to etcd, trusting this CA (PEM) for its certificate.
+    #[arg(long, value_name = "FILE")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub etcd_ca: Option<std::path::PathBuf>,
+    /// Cluster roles: TLS client certificate (PEM) for etcd's `--client-cert-auth`, with
+    /// --etcd-key.
+    #[arg(long, value_name = "FILE", requires = "etcd_key")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub etcd_cert: Option<std::path::PathBuf>,
+    /// The private key (PEM) of --etcd-cert.
+    #[arg(long, value_name = "FILE", requires = "etcd_cert")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub etcd_key: Option<std::path::PathBuf>,
     /// Admin listen address (HOST:PORT, or a PORT alone for loopback): `GET /metrics` and
     /// `GET /healthz` there, and `/metrics` no longer on the HTTP port.
     #[arg(long)]
@@ -310,6 +333,17 @@ impl ServeArgs {
         a.tcp = Some("127.0.0.1:0".into());
         a.http = Some("127.0.0.1:0".into());
         a
+    }
+
+    /// The etcd flags, for `cohort_cluster::membership::Etcd::open`.
+    pub fn etcd_access(&self) -> cohort_cluster::membership::EtcdAccess {
+        cohort_cluster::membership::EtcdAccess {
+            user: self.etcd_user.clone(),
+            password_file: self.etcd_password_file.clone(),
+            ca: self.etcd_ca.clone(),
+            cert: self.etcd_cert.clone(),
+            key: self.etcd_key.clone(),
+        }
     }
 
     pub fn net_config(&self) -> Result<NetConfig> {
@@ -567,7 +601,7 @@ fn start_node(
     side: &engines::EngineSide,
     ends: cohort_engine::IngressEnds,
 ) -> Result<ClusterNode> {
-    use cohort_cluster::membership::{endpoints, NodeInfo, Registration, ServiceAt};
+    use cohort_cluster::membership::{Etcd, NodeInfo, Registration, ServiceAt};
     let listen = resolve("node-listen", &a.node_listen)?.expect("a node has --node-listen");
     anyhow::ensure!(
         !listen.ip().is_unspecified(),
@@ -577,9 +611,10 @@ fn start_node(
         .cluster
         .as_deref()
         .context("--node-listen needs --cluster (the etcd the node registers in)")?;
-    let etcd = endpoints(url)?;
+    let etcd = Etcd::open(url, &a.etcd_access())?;
     let ingress = cohort_cluster::node::NodeIngress::start(
         listen,
+        a.node_id.clone(),
         ends,
         side.metrics.clone(),
         a.cluster_busy_poll,
@@ -587,10 +622,7 @@ fn start_node(
     )
     .context("the node's UCX listener")?;
     let info = NodeInfo {
-        id: a
-            .node_id
-            .clone()
-            .unwrap_or_else(|| ingress.bound.to_string()),
+        id: ingress.id.clone(),
         address: ingress.bound,
         services: plans
             .iter()
@@ -649,6 +681,12 @@ pub fn check(a: &ServeArgs) -> Result<Vec<plan::ServicePlan>> {
             "--cluster-key seals the messages between front ends and nodes: it needs --cluster"
         );
         cohort_cluster::link::ClusterKey::load(path)?;
+    }
+    if a.etcd_user.is_some() || a.etcd_ca.is_some() || a.etcd_cert.is_some() {
+        let url = a.cluster.as_deref().context(
+            "--etcd-user, --etcd-ca and --etcd-cert are how a cluster role reaches etcd: they need --cluster",
+        )?;
+        cohort_cluster::membership::Etcd::open(url, &a.etcd_access())?;
     }
     collections::check(a)?;
     let plans = plan::plans(a)?;

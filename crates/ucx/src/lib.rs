@@ -165,6 +165,8 @@ pub struct Worker {
     listener: Option<sys::Listener>,
     /// Closes the listener's connections whose handshake cannot finish (`stalled`).
     sweeper: Option<stalled::Sweeper>,
+    /// The peers dialed by `connect`, for `sweep_dialed`.
+    dials: stalled::DialSweeper,
     shared: Box<Shared>,
     eps: HashSet<EpId>,
     /// Sends UCX has not finished: the request and the bytes it reads.
@@ -386,6 +388,7 @@ impl Worker {
             worker,
             listener: None,
             sweeper: None,
+            dials: stalled::DialSweeper::default(),
             shared,
             eps: HashSet::new(),
             pending: Vec::new(),
@@ -469,9 +472,20 @@ impl Worker {
         self.sweeper.as_mut().map_or(0, |s| s.sweep())
     }
 
+    /// Closes this worker's connections to peers it dialed ([`Worker::connect`]) whose
+    /// handshake cannot finish: a stranger listening there that answers with bytes that are
+    /// not UCX's makes UCX's connection manager spin on the socket as at a listener
+    /// (`stalled`). Looks at most every 100 ms (a look reads this process's descriptors: the
+    /// owner calls it while a dialed peer has yet to prove itself, not always). Returns the
+    /// peers cut off; their endpoints fail or say nothing more, and are the owner's to close.
+    pub fn sweep_dialed(&mut self) -> Vec<SocketAddr> {
+        self.dials.sweep()
+    }
+
     /// Connects to a listening peer. The connection completes in the background; sends made
     /// before then are queued by UCX.
     pub fn connect(&mut self, addr: SocketAddr) -> Result<EpId, Error> {
+        self.dials.dialed(addr);
         let (storage, len) = sockaddr(addr);
         let base = ep_params(self.shared.err_mode, self.shared_arg());
         let params = sys::EpParams {
