@@ -151,13 +151,13 @@ pub struct ServeArgs {
     /// a node runs what any peer reaching --node-listen sends.
     #[arg(long, value_name = "FILE")]
     pub cluster_key: Option<std::path::PathBuf>,
-    /// Cluster roles: the etcd user to authenticate as (etcd's `--auth`; with
-    /// --etcd-password-file). Without it etcd must let anyone write /cohort/nodes/.
+    /// Cluster roles: the etcd user to authenticate as, its password in a file (give
+    /// both). Without a user etcd must let anyone write /cohort/nodes/ (docs/cluster.md).
     #[arg(long, requires = "etcd_password_file")]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub etcd_user: Option<String>,
-    /// The file holding --etcd-user's password (its first line; readable by the service's
-    /// user only).
+    /// The file holding the password of --etcd-user (its first line; keep it readable by
+    /// the service's user only).
     #[arg(long, value_name = "FILE", requires = "etcd_user")]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub etcd_password_file: Option<std::path::PathBuf>,
@@ -165,12 +165,12 @@ pub struct ServeArgs {
     #[arg(long, value_name = "FILE")]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub etcd_ca: Option<std::path::PathBuf>,
-    /// Cluster roles: TLS client certificate (PEM) for etcd's `--client-cert-auth`, with
-    /// --etcd-key.
+    /// Cluster roles: TLS client certificate (PEM) for etcd's client certificate auth;
+    /// give its key with it.
     #[arg(long, value_name = "FILE", requires = "etcd_key")]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub etcd_cert: Option<std::path::PathBuf>,
-    /// The private key (PEM) of --etcd-cert.
+    /// The private key (PEM) of --etcd-cert (TLS client auth).
     #[arg(long, value_name = "FILE", requires = "etcd_cert")]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub etcd_key: Option<std::path::PathBuf>,
