@@ -1,5 +1,5 @@
 #![no_main]
-//! The cluster's request and answer batches and ring messages: any bytes decode to records or an error, never a
+//! The cluster's request and answer batches, ring messages and hellos: any bytes decode to records or an error, never a
 //! panic, and what decodes re-encodes to the same bytes; any bytes opened as a sealed message
 //! are refused or open to a message that decodes the same way.
 use cohort_proto::node_wire::{self, Batch};
@@ -22,6 +22,16 @@ fn round_trip(data: &[u8]) {
     if let Ok(c) = node_wire::ring_credit(data) {
         let mut b = Batch::new(node_wire::RING_CREDIT);
         b.push_ring_credit(c);
+        assert_eq!(b.take(), data);
+    }
+    if let Ok(n) = node_wire::hello(data) {
+        let mut b = Batch::new(node_wire::HELLO);
+        b.push_hello(n);
+        assert_eq!(b.take(), data);
+    }
+    if let Ok((n, id)) = node_wire::hello_ack(data) {
+        let mut b = Batch::new(node_wire::HELLO_ACK);
+        b.push_hello_ack(n, id);
         assert_eq!(b.take(), data);
     }
 }

@@ -55,7 +55,7 @@ fn index(dir: &std::path::Path) -> String {
 /// a node serves a shard of the index (--node-listen).
 fn companions(flag: &str) -> &'static [(&'static str, &'static str)] {
     match flag {
-        "cluster-key" => &[("cluster", "etcd://127.0.0.1:2379")],
+        "cluster-key" | "etcd-ca" => &[("cluster", "etcd://127.0.0.1:2379")],
         "index-shard" => &[("node-listen", "127.0.0.1:0")],
         "data-dir" => &[("http", "127.0.0.1:0")],
         _ => &[],
@@ -119,6 +119,10 @@ fn sample(flag: &str, ix: &str) -> Option<Option<String>> {
         "auth-keys" => Some(Some(format!("{ix}.keys"))),
         "data-dir" => Some(Some(format!("{ix}.collections"))),
         "cluster-key" => Some(Some(format!("{ix}.clusterkey"))),
+        // (Read, not parsed, at the check: any file does.)
+        "etcd-ca" => Some(Some(format!("{ix}.clusterkey"))),
+        // Given in pairs, checked by the cluster test.
+        "etcd-user" | "etcd-password-file" | "etcd-cert" | "etcd-key" => Some(None),
         "log-level" => v("warn"),
         "virtual-gpus" => v("0:2x8"),
         // Not settings: what the test itself uses or cannot pass alone.
@@ -198,6 +202,10 @@ fn every_serve_flag_and_config_key_is_accepted() {
             "check-config",
             "tls-cert",
             "tls-key",
+            "etcd-user",
+            "etcd-password-file",
+            "etcd-cert",
+            "etcd-key",
         ]
         .contains(&flag.as_str())
         {

@@ -20,7 +20,7 @@ use crate::wire::{self, Batch, Request};
 use cohort_engine::clock::now_ns;
 use cohort_engine::split::{MergeFn, ShardOf};
 use cohort_engine::wiring::AnswerRings;
-use cohort_engine::LaneEnds;
+use cohort_engine::{LaneEnds, Shed};
 use cohort_mq::Envelope;
 use cohort_proto::{ErrorCode, ErrorPayload};
 use cohort_ucx::{EpId, Event, Mode, Worker};
@@ -35,8 +35,8 @@ use std::time::{Duration, Instant};
 
 #[derive(Clone, Debug)]
 pub struct RemoteConfig {
-    /// etcd's client endpoints (`http://host:port`).
-    pub etcd: Vec<String>,
+    /// etcd: its client endpoints and how to reach them.
+    pub etcd: membership::Etcd,
     /// Requests in flight to one node at most (its registered capacity, if smaller, wins).
     pub window: u32,
     /// Services whose requests may run twice (reads): retried once on another node when
@@ -93,6 +93,11 @@ struct Node {
     ring: Option<OutRing>,
     /// When to connect again after a failed connection.
     retry_at: Option<Instant>,
+    /// The node answered this connection's hello (sealed under the cluster key, with the
+    /// entry's id): only then is it routed to.
+    verified: bool,
+    /// The hello awaiting its answer on this connection: its nonce and when it was sent.
+    hello: Option<(u64, Instant)>,
     /// Failures since the last connection that carried an answer (the first is logged).
     failures: u32,
     outstanding: u32,
@@ -145,6 +150,8 @@ pub struct RemoteMetrics {
     ring_writes: Family<NodeLabels, Counter>,
     ring_answers: Family<NodeLabels, Counter>,
     outstanding: Family<LaneLabels, Gauge>,
+    /// The server's metrics, for the requests refused because every node is at its window.
+    server: Option<Arc<cohort_engine::Metrics>>,
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
@@ -160,8 +167,11 @@ struct LaneLabels {
 
 impl RemoteMetrics {
     /// Registers them with the server's metrics.
-    pub fn registered(m: &cohort_engine::Metrics) -> RemoteMetrics {
-        let r = RemoteMetrics::default();
+    pub fn registered(m: &Arc<cohort_engine::Metrics>) -> RemoteMetrics {
+        let r = RemoteMetrics {
+            server: Some(m.clone()),
+            ..RemoteMetrics::default()
+        };
         m.register(
             "cohort_cluster_parts_sent",
             "Requests sent to a node (a split service's query counts once per shard)",
@@ -272,6 +282,17 @@ impl RemoteEngine {
             }
         }
     }
+}
+
+/// How long a front end waits for a node's answer to its hello before it closes the
+/// connection (and makes it again after a backoff).
+pub const HELLO_TIMEOUT: Duration = Duration::from_secs(2);
+
+/// The wait before connecting again to a node after `failures` failures in a row: 200 ms,
+/// doubling, at most 10 s (a peer that fails every connection costs the front end a
+/// connection every 10 s).
+pub fn backoff(failures: u32) -> Duration {
+    Duration::from_millis(200 << failures.saturating_sub(1).min(6)).min(Duration::from_secs(10))
 }
 
 /// The UCX worker mode a role's `--cluster-busy-poll` asks for.
@@ -413,7 +434,29 @@ impl Split {
     }
 }
 
+impl Node {
+    /// Connected and its hello answered: it may be sent requests.
+    fn routable(&self) -> bool {
+        self.ep.is_some() && self.verified
+    }
+}
+
 impl Lane {
+    /// Whether the connection `from` is a node's whose hello is not answered yet (a node's
+    /// answers come without their connection: only its replies name it).
+    fn unverified(&self, from: Option<EpId>) -> bool {
+        from.and_then(|ep| self.by_ep.get(&ep))
+            .is_some_and(|&i| !self.nodes[i].verified)
+    }
+
+    /// A request refused because every node that could take it is at its window, counted
+    /// (its answer is counted by the ingress that gets it).
+    fn shed(&self, service: u16) {
+        if let Some(m) = &self.metrics.server {
+            m.refused(service, Shed::Nodes);
+        }
+    }
+
     fn answer_error(
         lane: &mut AnswerRings,
         ingress: usize,
@@ -462,10 +505,12 @@ impl Lane {
             }
             Err(none) => {
                 let (code, why) = match none {
-                    NoNode::Full => (
-                        ErrorCode::Overloaded,
-                        "every node serving this service is at its window",
-                    ),
+                    NoNode::Full => {
+                        self.shed(env.service);
+                        let e =
+                            Shed::Nodes.error("every node serving this service is at its window");
+                        return lane.send_error(ingress, env, &e);
+                    }
                     NoNode::Unconnected => (
                         ErrorCode::Unavailable,
                         "no node serving this service is connected now (connecting again)",
@@ -496,9 +541,9 @@ impl Lane {
             })
             .inspect(|(_, n)| {
                 serving = true;
-                connected |= n.ep.is_some();
+                connected |= n.routable();
             })
-            .filter(|(_, n)| n.ep.is_some() && n.outstanding < n.window)
+            .filter(|(_, n)| n.routable() && n.outstanding < n.window)
             .min_by_key(|&(i, n)| (n.outstanding, (i + count - turn % count) % count))
             .map(|(i, _)| i)
             .ok_or(match (serving, connected) {
@@ -547,13 +592,10 @@ impl Lane {
             match self.pick(env.service, Some(split.shard(shard))) {
                 Ok(i) => picks.push(i),
                 Err(NoNode::Full) => {
-                    return Self::answer_error(
-                        lane,
-                        ingress,
-                        env,
-                        ErrorCode::Overloaded,
-                        "every node of one of this service's shards is at its window",
-                    )
+                    self.shed(env.service);
+                    let e = Shed::Nodes
+                        .error("every node of one of this service's shards is at its window");
+                    return lane.send_error(ingress, env, &e);
                 }
                 Err(none) => {
                     let why = if none == NoNode::Unconnected {
@@ -746,9 +788,19 @@ impl Lane {
                 }
                 let data = match self.link.open(&data) {
                     Ok(inner) => inner,
-                    Err(why) => return self.refused(&data, &why, lane),
+                    Err(why) => return self.refused(from, &data, &why, lane),
                 };
                 match wire::kind(data) {
+                    Ok(wire::HELLO_ACK) => return self.hello_answered(from, data),
+                    _ if self.unverified(from) => {
+                        // Before its hello's answer a peer's messages are not taken.
+                        return self.refused(
+                            from,
+                            data,
+                            "a message before the hello's answer",
+                            lane,
+                        );
+                    }
                     Ok(wire::RING_OFFER) => return self.ring_offered(from, data),
                     Ok(wire::RING_CREDIT) => return self.ring_read(from, data),
                     _ => {}
@@ -763,9 +815,11 @@ impl Lane {
                         tracing::warn!(node = %n.info.id, %why, "remote: the connection to a node failed; connecting again while it is registered");
                     }
                     n.failures += 1;
-                    self.nodes[i].ep = None;
-                    self.nodes[i].ring = None;
-                    self.nodes[i].retry_at = Some(Instant::now() + Duration::from_millis(200));
+                    n.ep = None;
+                    n.ring = None;
+                    n.verified = false;
+                    n.hello = None;
+                    n.retry_at = Some(Instant::now() + backoff(n.failures));
                     self.node_failed(
                         i,
                         lane,
@@ -851,7 +905,19 @@ impl Lane {
     /// answers). Nothing in it is taken as an answer; the nodes holding the requests it names
     /// are failed (their requests retried or answered), so none waits for an answer that was
     /// lost. A forged message can at most make a connection be made again.
-    fn refused(&mut self, msg: &[u8], why: &str, lane: &mut AnswerRings) {
+    fn refused(&mut self, from: Option<EpId>, msg: &[u8], why: &str, lane: &mut AnswerRings) {
+        if let Some(&i) = from.and_then(|ep| self.by_ep.get(&ep)) {
+            if !self.nodes[i].verified {
+                // A peer that has not answered its hello holds nothing: its connection goes.
+                let n = &mut self.nodes[i];
+                if n.failures == 0 {
+                    tracing::error!(node = %n.info.id, address = %n.info.address, %why,
+                        "remote: refused a message from a node before its hello's answer; not routing to it");
+                }
+                n.failures += 1;
+                return self.close_connection(i);
+            }
+        }
         let inner = if wire::is_sealed(msg) {
             msg.get(wire::SEAL_HEAD..).unwrap_or(&[])
         } else {
@@ -892,13 +958,7 @@ impl Lane {
 
     /// Answers (or retries elsewhere) every request node `i` holds.
     fn node_failed(&mut self, i: usize, lane: &mut AnswerRings, why: &str) {
-        self.nodes[i].ring = None;
-        if let Some(ep) = self.nodes[i].ep.take() {
-            self.by_ep.remove(&ep);
-            self.answer_rings.retire(ep);
-            self.w.close(ep);
-            self.nodes[i].retry_at = Some(Instant::now() + Duration::from_millis(200));
-        }
+        self.close_connection(i);
         self.nodes[i].batch.take();
         self.nodes[i].outstanding = 0;
         let ids: Vec<u64> = self
@@ -1052,6 +1112,91 @@ impl Lane {
         }
     }
 
+    /// Closes node `i`'s connection (if any); the next is made after a backoff that grows
+    /// with its failures in a row.
+    fn close_connection(&mut self, i: usize) {
+        let n = &mut self.nodes[i];
+        n.ring = None;
+        n.verified = false;
+        n.hello = None;
+        if let Some(ep) = n.ep.take() {
+            self.by_ep.remove(&ep);
+            self.answer_rings.retire(ep);
+            self.w.close(ep);
+            n.retry_at = Some(Instant::now() + backoff(n.failures));
+        }
+    }
+
+    /// A node's answer to this connection's hello: the node is routed to from now, if it
+    /// answers the hello sent with the id its entry has; else its connection is closed and
+    /// made again after a backoff (an entry pointing at another node, or a replay).
+    fn hello_answered(&mut self, from: Option<EpId>, data: &[u8]) {
+        let Some(&i) = from.and_then(|ep| self.by_ep.get(&ep)) else {
+            return tracing::warn!("remote: a hello's answer on no node's connection; ignored");
+        };
+        let n = &mut self.nodes[i];
+        let why = match (wire::hello_ack(data), n.hello) {
+            (Ok((nonce, id)), Some((sent, _))) if nonce == sent && id == n.info.id => None,
+            (Ok((_, id)), Some(_)) if id != n.info.id => Some(format!(
+                "the node at that address says it is {id:?}, not the entry's {:?}",
+                n.info.id
+            )),
+            (Ok(_), _) => Some("an answer to no hello sent on this connection".to_string()),
+            (Err(e), _) => Some(e.to_string()),
+        };
+        if let Some(why) = why {
+            if n.failures == 0 {
+                tracing::error!(node = %n.info.id, address = %n.info.address, %why,
+                    "remote: a node's hello answer refused; not routing to it (connecting again later)");
+            }
+            n.failures += 1;
+            return self.close_connection(i);
+        }
+        n.verified = true;
+        n.hello = None;
+        n.failures = 0;
+        tracing::info!(node = %n.info.id, address = %n.info.address, "remote: the node answered its hello; routing to it");
+        let ep = n.ep.expect("by_ep names connected nodes");
+        if self.cfg.busy_poll && self.cfg.rings {
+            let mut b = self.link.batch(wire::RING_ASK);
+            let ask = self.link.take(&mut b);
+            if let Err(e) = self.w.send(ep, ask, true) {
+                tracing::warn!(%e, "remote: asking a node for a ring failed (messages it is)");
+            }
+        }
+    }
+
+    /// Connections whose hello went unanswered for [`HELLO_TIMEOUT`] are closed (a silent
+    /// port, a peer that is not a node of this cluster): made again after a backoff. While
+    /// a hello waits, the sockets UCX dialed are looked at: one that a stranger fills with
+    /// bytes that are not UCX's (UCX's connection manager would spin on it, a core gone) is
+    /// cut off at once, and its hello failed.
+    fn hellos_unanswered(&mut self) {
+        if !self.nodes.iter().any(|n| n.hello.is_some()) {
+            return;
+        }
+        let garbled = self.w.sweep_dialed();
+        for i in 0..self.nodes.len() {
+            let n = &mut self.nodes[i];
+            let Some((_, sent)) = n.hello else { continue };
+            let cut = garbled.contains(&n.info.address);
+            if !cut && sent.elapsed() < HELLO_TIMEOUT {
+                continue;
+            }
+            if n.failures == 0 {
+                let why = if cut {
+                    "its address answered with bytes that are not UCX's"
+                } else {
+                    "no answer (not a node of this cluster, or with another --cluster-key?)"
+                };
+                tracing::error!(node = %n.info.id, address = %n.info.address, why,
+                    "remote: a node did not answer its hello; not routing to it, connecting again later");
+            }
+            n.failures += 1;
+            self.close_connection(i);
+        }
+    }
+
     fn connect(&mut self, i: usize) {
         let n = &mut self.nodes[i];
         // Polling, by the node's worker address where it gave one (shared memory possible);
@@ -1073,23 +1218,31 @@ impl Lane {
                 n.ep = Some(ep);
                 n.ring = None;
                 n.retry_at = None;
+                n.verified = false;
                 self.by_ep.insert(ep, i);
-                if self.cfg.busy_poll && self.cfg.rings {
-                    let mut b = self.link.batch(wire::RING_ASK);
-                    let ask = self.link.take(&mut b);
-                    if let Err(e) = self.w.send(ep, ask, true) {
-                        tracing::warn!(%e, "remote: asking a node for a ring failed (messages it is)");
-                    }
+                // Nothing is routed here before the node answers this (`hello_answered`).
+                let nonce: u64 = rand::random();
+                let mut b = self.link.batch(wire::HELLO);
+                b.push_hello(nonce);
+                let hello = self.link.take(&mut b);
+                n.hello = Some((nonce, Instant::now()));
+                if let Err(e) = self.w.send(ep, hello, true) {
+                    tracing::warn!(node = %n.info.id, %e, "remote: a hello not sent (its answer's wait times out)");
                 }
             }
             Err(e) => {
-                tracing::warn!(node = %n.info.id, %e, "remote: cannot connect to a node");
-                n.retry_at = Some(Instant::now() + Duration::from_millis(500));
+                if n.failures == 0 {
+                    tracing::warn!(node = %n.info.id, %e, "remote: cannot connect to a node");
+                }
+                n.failures += 1;
+                n.retry_at =
+                    Some(Instant::now() + backoff(n.failures).max(Duration::from_millis(500)));
             }
         }
     }
 
     fn reconnect(&mut self) {
+        self.hellos_unanswered();
         let now = Instant::now();
         for i in 0..self.nodes.len() {
             let n = &self.nodes[i];
@@ -1140,6 +1293,8 @@ impl Lane {
             ep: None,
             ring: None,
             retry_at: None,
+            verified: false,
+            hello: None,
             failures: 0,
             outstanding: 0,
             window,

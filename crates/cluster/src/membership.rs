@@ -5,11 +5,20 @@
 //! (a new lease) when etcd is back; the front end keeps the nodes it knows, logs it, and
 //! lists again when etcd is back. Nothing here is a consensus of Cohort's own: what etcd
 //! says is the membership.
+//!
+//! What a front end takes from etcd (issue 84): only an entry under a lease (one written
+//! without is not a node's: a node always registers under its lease), whose key names the id
+//! it carries; anything else under the prefix is ignored, and a key whose value stops being
+//! such an entry takes its node out of routing as a deletion would. Routing is by key. The
+//! front end then routes to an entry's node only once it has answered a hello sealed under
+//! the cluster key (`front`). A node checks its own key under its lease at every renewal and
+//! puts its entry back when someone else changed or deleted it.
 
 use anyhow::{Context as _, Result};
 use etcd_client::{Client, ConnectOptions, EventType, GetOptions, PutOptions, WatchOptions};
 use serde::{Deserialize, Serialize};
 use std::net::SocketAddr;
+use std::path::PathBuf;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::Duration;
@@ -108,11 +117,106 @@ pub fn endpoints(url: &str) -> Result<Vec<String>> {
     Ok(eps)
 }
 
-async fn connect(eps: &[String]) -> Result<Client> {
-    let opts = ConnectOptions::new()
+/// How to reach etcd: its endpoints and etcd's own protection, where it has some: a user
+/// (etcd's `--auth`, `etcdctl user add`) and TLS (etcd's `--client-cert-auth`,
+/// `--trusted-ca-file`).
+#[derive(Clone)]
+pub struct Etcd {
+    pub endpoints: Vec<String>,
+    user: Option<(String, String)>,
+    tls: Option<etcd_client::TlsOptions>,
+}
+
+impl std::fmt::Debug for Etcd {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Etcd")
+            .field("endpoints", &self.endpoints)
+            .field("user", &self.user.as_ref().map(|(u, _)| u))
+            .field("tls", &self.tls.is_some())
+            .finish()
+    }
+}
+
+/// The etcd flags of `cohort serve --cluster` and `cohort node` (files, read at start).
+#[derive(Clone, Debug, Default)]
+pub struct EtcdAccess {
+    /// etcd user (with `password_file`).
+    pub user: Option<String>,
+    /// A file holding that user's password (its first line).
+    pub password_file: Option<PathBuf>,
+    /// PEM CA certificate that etcd's server certificate must chain to: TLS on.
+    pub ca: Option<PathBuf>,
+    /// PEM client certificate and key (etcd's `--client-cert-auth`): TLS on.
+    pub cert: Option<PathBuf>,
+    pub key: Option<PathBuf>,
+}
+
+impl Etcd {
+    /// `--cluster etcd://...` with the etcd flags: files read, endpoints `https://` where TLS
+    /// is on.
+    pub fn open(url: &str, access: &EtcdAccess) -> Result<Etcd> {
+        let read = |flag: &str, p: &PathBuf| {
+            std::fs::read(p).with_context(|| format!("--{flag} {}: cannot read it", p.display()))
+        };
+        let user = match (&access.user, &access.password_file) {
+            (Some(u), Some(f)) => {
+                let text = String::from_utf8(read("etcd-password-file", f)?)
+                    .context("--etcd-password-file: not UTF-8")?;
+                let pw = text.lines().next().unwrap_or("").to_string();
+                anyhow::ensure!(
+                    !pw.is_empty(),
+                    "--etcd-password-file {}: empty",
+                    f.display()
+                );
+                Some((u.clone(), pw))
+            }
+            (None, None) => None,
+            _ => anyhow::bail!("--etcd-user and --etcd-password-file go together"),
+        };
+        let identity = match (&access.cert, &access.key) {
+            (Some(c), Some(k)) => Some(etcd_client::Identity::from_pem(
+                read("etcd-cert", c)?,
+                read("etcd-key", k)?,
+            )),
+            (None, None) => None,
+            _ => anyhow::bail!("--etcd-cert and --etcd-key go together"),
+        };
+        let ca = access.ca.as_ref().map(|p| read("etcd-ca", p)).transpose()?;
+        let tls = (ca.is_some() || identity.is_some()).then(|| {
+            let mut t = etcd_client::TlsOptions::new();
+            if let Some(ca) = ca {
+                t = t.ca_certificate(etcd_client::Certificate::from_pem(ca));
+            }
+            if let Some(id) = identity {
+                t = t.identity(id);
+            }
+            t
+        });
+        let mut endpoints = endpoints(url)?;
+        if tls.is_some() {
+            for e in &mut endpoints {
+                *e = e.replacen("http://", "https://", 1);
+            }
+        }
+        Ok(Etcd {
+            endpoints,
+            user,
+            tls,
+        })
+    }
+}
+
+async fn connect(etcd: &Etcd) -> Result<Client> {
+    let mut opts = ConnectOptions::new()
         .with_connect_timeout(Duration::from_secs(2))
         .with_timeout(Duration::from_secs(5));
-    Ok(Client::connect(eps, Some(opts)).await?)
+    if let Some((u, p)) = &etcd.user {
+        opts = opts.with_user(u.clone(), p.clone());
+    }
+    if let Some(t) = &etcd.tls {
+        opts = opts.with_tls(t.clone());
+    }
+    Ok(Client::connect(&etcd.endpoints, Some(opts)).await?)
 }
 
 /// A runtime thread of its own: membership never runs on a serving thread.
@@ -140,7 +244,7 @@ pub struct Registration {
 
 impl Registration {
     /// Registers `info` under a lease of `ttl`, renewed every third of it.
-    pub fn start(eps: Vec<String>, info: NodeInfo, ttl: Duration) -> Registration {
+    pub fn start(eps: Etcd, info: NodeInfo, ttl: Duration) -> Registration {
         let stop = Arc::new(AtomicBool::new(false));
         let s = stop.clone();
         let thread = spawn(
@@ -163,7 +267,7 @@ impl Drop for Registration {
     }
 }
 
-async fn register(eps: Vec<String>, info: NodeInfo, ttl: Duration, stop: Arc<AtomicBool>) {
+async fn register(eps: Etcd, info: NodeInfo, ttl: Duration, stop: Arc<AtomicBool>) {
     let key = format!("{PREFIX}{}", info.id);
     let value = serde_json::to_vec(&info).expect("NodeInfo serialises");
     let ttl_s = ttl.as_secs().max(1) as i64;
@@ -183,9 +287,11 @@ async fn register(eps: Vec<String>, info: NodeInfo, ttl: Duration, stop: Arc<Ato
 }
 
 /// Grants a lease, puts the key under it and renews it until `stop` (Ok, the lease revoked)
-/// or an error.
+/// or an error. At every renewal the key is read back: changed or deleted by someone else
+/// (an entry written over it without this lease, a key deleted), it is put again under the
+/// lease, so the node is not kept out of the cluster by one write.
 async fn hold_lease(
-    eps: &[String],
+    eps: &Etcd,
     key: &str,
     value: &[u8],
     ttl_s: i64,
@@ -207,6 +313,20 @@ async fn hold_lease(
             Some(a) if a.ttl() > 0 => {}
             _ => anyhow::bail!("the lease expired"),
         }
+        let now = c.get(key, None).await?;
+        let ours = now
+            .kvs()
+            .first()
+            .is_some_and(|kv| kv.lease() == lease && kv.value() == value);
+        if !ours {
+            tracing::warn!(
+                key,
+                found = ?now.kvs().first().map(|kv| String::from_utf8_lossy(kv.value()).into_owned()),
+                "etcd: this node's entry was changed or deleted by someone else; putting it back"
+            );
+            c.put(key, value, Some(PutOptions::new().with_lease(lease)))
+                .await?;
+        }
         // Sleep in short steps so a stop is seen quickly.
         let until = tokio::time::Instant::now() + every;
         while tokio::time::Instant::now() < until && !stop.load(Ordering::Acquire) {
@@ -220,7 +340,7 @@ async fn hold_lease(
 /// A front end's view: lists, then watches, handing each change to `tx`; runs until the
 /// receiver is gone.
 pub fn watch(
-    eps: Vec<String>,
+    eps: Etcd,
     tx: crossbeam_channel::Sender<Change>,
     stop: Arc<AtomicBool>,
 ) -> std::thread::JoinHandle<()> {
@@ -242,18 +362,37 @@ pub fn watch(
     })
 }
 
+/// The id a key under the prefix names.
+fn key_id(key: &[u8]) -> String {
+    String::from_utf8_lossy(&key[PREFIX.len().min(key.len())..]).into_owned()
+}
+
+/// A node's entry, if `kv` is one a front end takes: Cohort's JSON, under a lease, its key
+/// naming its id (module doc).
 fn parse(kv: &etcd_client::KeyValue) -> Option<NodeInfo> {
-    match serde_json::from_slice(kv.value()) {
-        Ok(n) => Some(n),
+    let key = String::from_utf8_lossy(kv.key());
+    let n: NodeInfo = match serde_json::from_slice(kv.value()) {
+        Ok(n) => n,
         Err(e) => {
-            tracing::warn!(key = %String::from_utf8_lossy(kv.key()), %e, "etcd: a node entry that is not Cohort's; ignored");
-            None
+            tracing::warn!(%key, %e, "etcd: a node entry that is not Cohort's; ignored");
+            return None;
         }
+    };
+    if kv.lease() == 0 {
+        tracing::warn!(%key, id = %n.id, address = %n.address,
+            "etcd: a node entry without a lease (nodes register under one: written by someone else?); ignored");
+        return None;
     }
+    if key_id(kv.key()) != n.id {
+        tracing::warn!(%key, id = %n.id, address = %n.address,
+            "etcd: a node entry whose key does not name its id; ignored");
+        return None;
+    }
+    Some(n)
 }
 
 async fn follow(
-    eps: &[String],
+    eps: &Etcd,
     tx: &crossbeam_channel::Sender<Change>,
     was_down: &mut bool,
     stop: &AtomicBool,
@@ -302,15 +441,14 @@ async fn follow(
         }
         for ev in resp.events() {
             let Some(kv) = ev.kv() else { continue };
+            // A key whose value is no longer a node's entry holds no node: whatever it held
+            // leaves routing, as on a deletion.
             let change = match ev.event_type() {
                 EventType::Put => match parse(kv) {
                     Some(n) => Change::Joined(n),
-                    None => continue,
+                    None => Change::Left(key_id(kv.key())),
                 },
-                EventType::Delete => Change::Left(
-                    String::from_utf8_lossy(&kv.key()[PREFIX.len().min(kv.key().len())..])
-                        .into_owned(),
-                ),
+                EventType::Delete => Change::Left(key_id(kv.key())),
             };
             if tx.send(change).is_err() {
                 return Ok(());

@@ -13,7 +13,7 @@ use crate::ring::{InRings, OutRing};
 use crate::wait::EventWait;
 use crate::wire::{self, Answer, Batch};
 use cohort_engine::clock::now_ns;
-use cohort_engine::{IngressEnds, Metrics};
+use cohort_engine::{IngressEnds, Metrics, Shed};
 use cohort_mq::Envelope;
 use cohort_proto::{ErrorCode, ErrorPayload};
 use cohort_ucx::{EpId, Event, Worker};
@@ -80,6 +80,8 @@ impl Held {
 
 pub struct NodeIngress {
     pub bound: SocketAddr,
+    /// The id it answers a front end's hello with (and registers under).
+    pub id: String,
     /// The worker's UCX address (for front ends that connect by it).
     pub address: Vec<u8>,
     stop: Arc<AtomicBool>,
@@ -89,9 +91,11 @@ pub struct NodeIngress {
 impl NodeIngress {
     /// Listens on `listen` (port 0: any) and serves front ends through `ends`. `busy_poll`:
     /// poll UCX without ever blocking (a core spent; shared-memory transports allowed), else
-    /// block on UCX's events and the engines' doorbell when idle.
+    /// block on UCX's events and the engines' doorbell when idle. `id`: the node's id (None:
+    /// the address bound), which it gives a front end that says hello.
     pub fn start(
         listen: SocketAddr,
+        id: Option<String>,
         ends: IngressEnds,
         metrics: Arc<Metrics>,
         busy_poll: bool,
@@ -100,6 +104,7 @@ impl NodeIngress {
         let stop = Arc::new(AtomicBool::new(false));
         let (tx, rx) = std::sync::mpsc::channel();
         let s = stop.clone();
+        let given = id.clone();
         let thread = std::thread::Builder::new()
             .name("node-ingress".into())
             .spawn(move || {
@@ -114,10 +119,11 @@ impl NodeIngress {
                     let wait = (!busy_poll).then(|| EventWait::new(&w)).transpose()?;
                     Ok((w, b, wait))
                 });
-                let (mut w, wait) = match started {
+                let (mut w, wait, bound) = match started {
                     Ok((w, b, wait)) => {
+                        let bound = b.0;
                         tx.send(Ok(b)).ok();
-                        (w, wait)
+                        (w, wait, bound)
                     }
                     Err(e) => {
                         tx.send(Err(e)).ok();
@@ -127,13 +133,16 @@ impl NodeIngress {
                 if let Some(wait) = &wait {
                     ends.set_wake(wait.doorbell());
                 }
-                serve(&mut w, ends, &metrics, &s, wait.as_ref(), key);
+                let id = given.unwrap_or_else(|| bound.to_string());
+                serve(&mut w, ends, &metrics, &s, wait.as_ref(), key, &id);
             })?;
         let (bound, address) = rx
             .recv()
             .map_err(|_| anyhow::anyhow!("the node's ingress thread ended"))??;
+        let id = id.unwrap_or_else(|| bound.to_string());
         Ok(NodeIngress {
             bound,
+            id,
             address,
             stop,
             thread: Some(thread),
@@ -180,6 +189,7 @@ fn serve(
     stop: &AtomicBool,
     wait: Option<&EventWait>,
     key: Option<ClusterKey>,
+    id: &str,
 ) {
     let mut link = Link::new(key.clone());
     let mut held = Held {
@@ -254,6 +264,10 @@ fn serve(
                         }
                     };
                     match wire::kind(data) {
+                        Ok(wire::HELLO) => {
+                            hello(w, &mut link, ep, data, id);
+                            continue;
+                        }
                         Ok(wire::RING_ASK) => {
                             rings.offer(w, &mut link, ep, wait.is_none());
                             continue;
@@ -377,6 +391,22 @@ fn serve(
     }
 }
 
+/// A front end's hello (it routes nothing here before the answer): answered with its nonce
+/// and this node's id, sealed as every message. A malformed one is ignored: that front end
+/// then never routes here, and says so.
+fn hello(w: &mut Worker, link: &mut Link, ep: EpId, data: &[u8], id: &str) {
+    let nonce = match wire::hello(data) {
+        Ok(n) => n,
+        Err(e) => return tracing::warn!(%e, "node: a malformed hello; not answered"),
+    };
+    let mut b = link.batch(wire::HELLO_ACK);
+    b.push_hello_ack(nonce, id);
+    // As a reply: the front end learns which connection it came on.
+    if let Err(e) = w.send(ep, link.take(&mut b), true) {
+        tracing::warn!(%e, "node: a hello's answer not sent");
+    }
+}
+
 /// Where a batch's requests go: into the engines, or answered at once (stopping, full).
 struct Taking<'a> {
     held: &'a mut Held,
@@ -405,10 +435,8 @@ impl Taking<'_> {
                 return error_answer(self.out, self.link, self.metrics, asker, &e);
             }
             let Some(token) = self.held.insert(asker) else {
-                let e = ErrorPayload::new(
-                    ErrorCode::Overloaded,
-                    "the node holds as many requests as it can",
-                );
+                self.metrics.refused(r.service, Shed::Ingress);
+                let e = Shed::Ingress.error("the node holds as many requests as it can");
                 return error_answer(self.out, self.link, self.metrics, asker, &e);
             };
             let env = Envelope {
@@ -424,6 +452,9 @@ impl Taking<'_> {
             };
             if let Err(refusal) = self.ends.send(env, r.payload) {
                 self.held.take(token);
+                if let Some(why) = refusal.shed() {
+                    self.metrics.refused(r.service, why);
+                }
                 error_answer(
                     self.out,
                     self.link,

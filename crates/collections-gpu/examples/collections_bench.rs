@@ -161,7 +161,15 @@ fn main() {
 
     // 1. Durable ingest: writers each upserting batches, acknowledged once synced.
     let batches: Vec<Vec<Point>> = (0..n.div_ceil(BATCH))
-        .map(|b| points(&model, b * BATCH, BATCH.min(n - b * BATCH), 10 + b as u64, &mut rng))
+        .map(|b| {
+            points(
+                &model,
+                b * BATCH,
+                BATCH.min(n - b * BATCH),
+                10 + b as u64,
+                &mut rng,
+            )
+        })
         .collect();
     let t0 = Instant::now();
     let next = AtomicU64::new(0);

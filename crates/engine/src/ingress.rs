@@ -10,7 +10,7 @@
 use crate::clock;
 use crate::inflight::{InflightTable, LaneRef, Meta};
 use crate::inline::InlineEngine;
-use crate::metrics::Metrics;
+use crate::metrics::{Metrics, Shed};
 use crate::rows::Rows;
 use crate::service::Service;
 use crate::wiring::{answer_of, IngressEnds, Refusal};
@@ -332,6 +332,9 @@ impl<T: Requester> Ingress<T> {
                         let who = self.rows.cancel(join);
                         return Err(self.refused(who, service, r));
                     }
+                    if let Some(why) = r.shed() {
+                        self.metrics.refused(service, why);
+                    }
                     self.rows.fail(join, r.error(service));
                     break;
                 }
@@ -357,12 +360,11 @@ impl<T: Requester> Ingress<T> {
 
     /// The refusal of a request the table has no room for, counted.
     fn full(&self, who: T, service: u16) -> (T, ErrorPayload) {
-        let e = ErrorPayload::new(
-            ErrorCode::Overloaded,
+        let e = self.metrics.shed(
+            service,
+            Shed::Ingress,
             "too many requests in flight on this ingress",
         );
-        self.metrics
-            .answered(service, e.code.label(), Duration::ZERO);
         (who, e)
     }
 
@@ -371,6 +373,9 @@ impl<T: Requester> Ingress<T> {
     }
 
     fn refused(&self, who: T, service: u16, r: Refusal) -> (T, ErrorPayload) {
+        if let Some(why) = r.shed() {
+            self.metrics.refused(service, why);
+        }
         let e = r.error(service);
         self.metrics
             .answered(service, e.code.label(), Duration::ZERO);

@@ -37,7 +37,7 @@ pub use dispatch::DispatchPolicy;
 pub use inflight::{InflightTable, LaneRef, Meta, MAX_INFLIGHT};
 pub use ingress::{Answer, Ingress, Requester, INLINE_LANE};
 pub use inline::{InlineEngine, INLINE};
-pub use metrics::{Metrics, ServiceLabel};
+pub use metrics::{Metrics, ServiceLabel, Shed};
 pub use reply::{ReplyPort, Response, ResponseBody};
 pub use service::{json_request_by_value, HttpDoc, JsonRequest, Registry, Service};
 pub use wiring::{wire, wire_in, EngineSpec, IngressEnds, LaneEnds, Refusal, Wiring};

@@ -23,6 +23,64 @@ pub struct OutcomeLabels {
 }
 
 #[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
+pub struct RefusedLabels {
+    pub service: String,
+    pub engine: String,
+    pub reason: String,
+}
+
+/// Why a request was refused OVERLOADED rather than queued: the `reason` label of
+/// `cohort_requests_refused_total`, and the first word of the refusal's message
+/// (`queue: engine queue full`), so a client and a dashboard read the same reason.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Shed {
+    /// The engine's queue (its rings, or its `max_queue` bound) is full.
+    Queue,
+    /// The client is over its quota (`--client-max-inflight`, `--client-rate`).
+    Quota,
+    /// The engine would answer after the request's deadline (admission by deadline).
+    Deadline,
+    /// The io thread's table of requests in flight is full.
+    Ingress,
+    /// A cluster front end: every node serving the service is at its window.
+    Nodes,
+}
+
+impl Shed {
+    pub const ALL: [Shed; 5] = [
+        Shed::Queue,
+        Shed::Quota,
+        Shed::Deadline,
+        Shed::Ingress,
+        Shed::Nodes,
+    ];
+
+    pub fn label(self) -> &'static str {
+        match self {
+            Shed::Queue => "queue",
+            Shed::Quota => "quota",
+            Shed::Deadline => "deadline",
+            Shed::Ingress => "ingress",
+            Shed::Nodes => "nodes",
+        }
+    }
+
+    /// The OVERLOADED refusal, its message `REASON: DETAIL`.
+    pub fn error(self, detail: &str) -> cohort_proto::ErrorPayload {
+        cohort_proto::ErrorPayload::new(
+            ErrorCode::Overloaded,
+            format!("{}: {detail}", self.label()),
+        )
+    }
+
+    /// The reason an OVERLOADED refusal's message names (its first word), if any.
+    pub fn of_message(message: &str) -> Option<Shed> {
+        let (word, _) = message.split_once(": ")?;
+        Shed::ALL.into_iter().find(|s| s.label() == word)
+    }
+}
+
+#[derive(Clone, Debug, Hash, PartialEq, Eq, EncodeLabelSet)]
 pub struct ServiceLabels {
     pub service: String,
     pub engine: String,
@@ -85,8 +143,13 @@ struct HotHandles {
     stages: Vec<(String, &'static str, ShardedHistogram, ShardedHistogram)>,
 }
 
-/// A known service's duration histogram and one request counter per outcome label.
-type ServiceHandles = (ShardedHistogram, Vec<(&'static str, ShardedCounter)>);
+/// A known service's duration histogram, one request counter per outcome label, and one
+/// refusal counter per [`Shed`] reason (in `Shed::ALL`'s order).
+type ServiceHandles = (
+    ShardedHistogram,
+    Vec<(&'static str, ShardedCounter)>,
+    Vec<ShardedCounter>,
+);
 
 /// One (engine, stage)'s queue-wait and compute histograms (`Metrics::stage_hists`).
 pub struct StageHists(ShardedHistogram, ShardedHistogram);
@@ -123,6 +186,8 @@ pub struct Metrics {
     hot: HotHandles,
     // Touched by every request on every lane and ingress thread: per-thread shards.
     pub requests: Family<OutcomeLabels, ShardedCounter>,
+    /// Requests refused OVERLOADED, by service and [`Shed`] reason.
+    pub refused: Family<RefusedLabels, ShardedCounter>,
     pub request_duration: Family<ServiceLabels, ShardedHistogram, fn() -> ShardedHistogram>,
     pub queue_wait: Family<StageLabels, ShardedHistogram, fn() -> ShardedHistogram>,
     pub compute: Family<StageLabels, ShardedHistogram, fn() -> ShardedHistogram>,
@@ -186,6 +251,7 @@ impl Metrics {
                 stages: Vec::new(),
             },
             requests: Family::default(),
+            refused: Family::default(),
             request_duration: Family::new_with_constructor(seconds_histogram),
             queue_wait: Family::new_with_constructor(seconds_histogram),
             compute: Family::new_with_constructor(seconds_histogram),
@@ -213,6 +279,11 @@ impl Metrics {
             "cohort_requests",
             "Requests answered, by service, engine and outcome",
             m.requests.clone(),
+        );
+        r.register(
+            "cohort_requests_refused",
+            "Requests refused OVERLOADED rather than queued, by service and reason (queue, quota, deadline, ingress, nodes)",
+            m.refused.clone(),
         );
         r.register(
             "cohort_request_duration_seconds",
@@ -367,13 +438,28 @@ impl Metrics {
                         (o, self.requests.get_or_create(&l).clone())
                     })
                     .collect();
+                let refused = Shed::ALL
+                    .iter()
+                    .map(|r| {
+                        let l = RefusedLabels {
+                            service: s.name.clone(),
+                            engine: s.engine.clone(),
+                            reason: r.label().into(),
+                        };
+                        self.refused.get_or_create(&l).clone()
+                    })
+                    .collect();
                 let l = ServiceLabels {
                     service: s.name.clone(),
                     engine: s.engine.clone(),
                 };
                 (
                     id,
-                    (self.request_duration.get_or_create(&l).clone(), counters),
+                    (
+                        self.request_duration.get_or_create(&l).clone(),
+                        counters,
+                        refused,
+                    ),
                 )
             })
             .collect();
@@ -408,7 +494,7 @@ impl Metrics {
 
     /// Records one answer (called exactly once per request, from `Request`).
     pub fn answered(&self, service: u16, outcome: &str, elapsed: Duration) {
-        if let Some((duration, counters)) = self.hot.services.get(&service) {
+        if let Some((duration, counters, _)) = self.hot.services.get(&service) {
             if let Some((_, c)) = counters.iter().find(|(o, _)| *o == outcome) {
                 c.inc();
                 duration.observe(elapsed.as_secs_f64());
@@ -429,6 +515,34 @@ impl Metrics {
         self.request_duration
             .get_or_create(&ServiceLabels { service, engine })
             .observe(elapsed.as_secs_f64());
+    }
+
+    /// One request refused OVERLOADED for `why` (beside its answer, counted by `answered`).
+    pub fn refused(&self, service: u16, why: Shed) {
+        if let Some((_, _, refused)) = self.hot.services.get(&service) {
+            let i = Shed::ALL.iter().position(|&s| s == why).expect("in ALL");
+            refused[i].inc();
+            return;
+        }
+        let ServiceLabel {
+            name: service,
+            engine,
+        } = self.service_label(service);
+        self.refused
+            .get_or_create(&RefusedLabels {
+                service,
+                engine,
+                reason: why.label().into(),
+            })
+            .inc();
+    }
+
+    /// An OVERLOADED refusal for `why` (its message `REASON: DETAIL`), counted as a refusal
+    /// and as an answer.
+    pub fn shed(&self, service: u16, why: Shed, detail: &str) -> cohort_proto::ErrorPayload {
+        self.refused(service, why);
+        self.answered(service, ErrorCode::Overloaded.label(), Duration::ZERO);
+        why.error(detail)
     }
 
     /// One request's time queued before `stage` of `engine` ran it, and the stage's time.
@@ -583,5 +697,68 @@ mod stage_tests {
             ),
             "{text}"
         );
+    }
+}
+
+#[cfg(test)]
+mod shed_tests {
+    use super::*;
+    use crate::wiring::Refusal;
+
+    #[test]
+    fn refusals_name_their_reason_in_the_message_and_in_the_metrics() {
+        let mut services = HashMap::new();
+        services.insert(
+            1,
+            ServiceLabel {
+                name: "knn".into(),
+                engine: "gpu-cohort".into(),
+            },
+        );
+        let m = Metrics::new(services);
+        let past = Refusal::PastDeadline {
+            wait_us: 900,
+            budget_us: 500,
+        };
+        let e = past.error(1);
+        assert_eq!(e.code, ErrorCode::Overloaded);
+        assert!(e.message.starts_with("deadline: "), "{}", e.message);
+        assert_eq!(Shed::of_message(&e.message), past.shed());
+        assert_eq!(past.shed(), Some(Shed::Deadline));
+        m.refused(1, past.shed().unwrap());
+        let q = Refusal::QueueFull { limit: 8 }.error(1);
+        assert!(
+            q.message.starts_with("queue: engine queue full: 8 rows"),
+            "{}",
+            q.message
+        );
+        assert_eq!(Refusal::QueueFull { limit: 8 }.shed(), Some(Shed::Queue));
+        assert_eq!(
+            Refusal::RingsFull { lanes: 1, slots: 2 }.shed(),
+            Some(Shed::Queue)
+        );
+        assert_eq!(Refusal::UnknownService.shed(), None);
+        let shed = m.shed(
+            1,
+            Shed::Quota,
+            "client over its quota of 1 requests per second",
+        );
+        assert_eq!(shed.code, ErrorCode::Overloaded);
+        assert_eq!(Shed::of_message(&shed.message), Some(Shed::Quota));
+        // An unknown service still counts, under its own labels.
+        m.refused(9, Shed::Queue);
+        let text = m.encode();
+        for (reason, n) in [("deadline", 1), ("quota", 1), ("queue", 0), ("nodes", 0)] {
+            let line = format!(
+                "cohort_requests_refused_total{{service=\"knn\",engine=\"gpu-cohort\",reason=\"{reason}\"}} {n}"
+            );
+            assert!(text.contains(&line), "{line} in {text}");
+        }
+        assert!(text.contains(
+            "cohort_requests_refused_total{service=\"unknown\",engine=\"none\",reason=\"queue\"} 1"
+        ));
+        assert!(text.contains(
+            "cohort_requests_total{service=\"knn\",engine=\"gpu-cohort\",outcome=\"overloaded\"} 1"
+        ));
     }
 }

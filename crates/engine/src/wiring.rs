@@ -9,6 +9,7 @@
 use crate::bell::{Bell, Wake};
 use crate::dispatch::{hybrid_choice, DispatchPolicy, LaneRate};
 use crate::inflight::LaneRef;
+use crate::metrics::Shed;
 use bytes::Bytes;
 use cohort_mq::{
     channel, channel_in, Consumer, Envelope, Layout, Message, Producer, RingMemory, SendError,
@@ -458,26 +459,30 @@ pub enum Refusal {
 }
 
 impl Refusal {
+    /// Why an OVERLOADED refusal was made (`cohort_requests_refused_total`'s reason); None
+    /// for the refusals that are not overload.
+    pub fn shed(self) -> Option<Shed> {
+        match self {
+            Refusal::QueueFull { .. } | Refusal::RingsFull { .. } => Some(Shed::Queue),
+            Refusal::PastDeadline { .. } => Some(Shed::Deadline),
+            _ => None,
+        }
+    }
+
     pub fn error(self, service: u16) -> ErrorPayload {
         match self {
             Refusal::UnknownService => ErrorPayload::new(
                 ErrorCode::UnknownService,
                 format!("unknown service {service}"),
             ),
-            Refusal::QueueFull { limit } => ErrorPayload::new(
-                ErrorCode::Overloaded,
-                format!(
-                    "engine queue full: {limit} rows in flight, the service's max_queue \
-                     (--max-queue, NAME.max_queue)"
-                ),
-            ),
-            Refusal::RingsFull { lanes, slots } => ErrorPayload::new(
-                ErrorCode::Overloaded,
-                format!(
-                    "engine queue full: this io thread's {lanes} request ring(s) of {slots} \
-                     rows to the engine are full (the engine's lanes are behind)"
-                ),
-            ),
+            Refusal::QueueFull { limit } => Shed::Queue.error(&format!(
+                "engine queue full: {limit} rows in flight, the service's max_queue \
+                 (--max-queue, NAME.max_queue)"
+            )),
+            Refusal::RingsFull { lanes, slots } => Shed::Queue.error(&format!(
+                "engine queue full: this io thread's {lanes} request ring(s) of {slots} \
+                 rows to the engine are full (the engine's lanes are behind)"
+            )),
             Refusal::EngineDown => {
                 ErrorPayload::new(ErrorCode::Internal, "the service's engine has stopped")
             }
@@ -485,13 +490,10 @@ impl Refusal {
                 ErrorCode::TooLarge,
                 format!("this engine carries requests of at most {max} bytes"),
             ),
-            Refusal::PastDeadline { wait_us, budget_us } => ErrorPayload::new(
-                ErrorCode::Overloaded,
-                format!(
-                    "the engine would answer in about {wait_us} us, past this request's \
-                     deadline of {budget_us} us"
-                ),
-            ),
+            Refusal::PastDeadline { wait_us, budget_us } => Shed::Deadline.error(&format!(
+                "the engine would answer in about {wait_us} us, past this request's \
+                 deadline of {budget_us} us"
+            )),
         }
     }
 }
@@ -1107,7 +1109,7 @@ mod tests {
                                     }
                                     other => panic!("{at}: {other:?}"),
                                 }
-                                assert!(msg.starts_with("engine queue full: "), "{msg}");
+                                assert!(msg.starts_with("queue: engine queue full: "), "{msg}");
                                 refused += 1;
                                 break;
                             }

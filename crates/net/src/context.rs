@@ -43,12 +43,8 @@ impl Context {
 
     /// A refusal for a client over its quota, counted like any other answer.
     pub(crate) fn over_quota(&self, service: u16, over: &Over) -> ErrorPayload {
-        self.metrics.answered(
-            service,
-            ErrorCode::Overloaded.label(),
-            std::time::Duration::ZERO,
-        );
-        ErrorPayload::new(ErrorCode::Overloaded, over.message())
+        self.metrics
+            .shed(service, cohort_engine::Shed::Quota, &over.message())
     }
 
     pub fn is_shutting_down(&self) -> bool {

@@ -34,6 +34,13 @@
 //! A node that refuses a connection's message (another cluster key, or none) says why before
 //! it closes the connection: [`REFUSED`], never sealed (it shares no key with that end), then
 //! the reason in UTF-8 (at most [`REFUSAL_MAX`] bytes).
+//!
+//! **Hello.** A front end routes nothing to a node it found in etcd until the node has
+//! answered a hello on the new connection: [`HELLO`] (nonce u64, sealed where there is a key)
+//! is answered [`HELLO_ACK`] (the same nonce, then the node's id in UTF-8, at most
+//! [`ID_MAX`] bytes), sealed under the node's key. So an etcd entry pointing at something
+//! that is not a node of this cluster (a silent port, another program, a node with another
+//! key) never takes requests, and the id the node gives must be the entry's.
 
 use hmac::{Hmac, Mac};
 use sha2::Sha256;
@@ -44,6 +51,10 @@ pub const RING_ASK: u8 = 3;
 pub const RING_OFFER: u8 = 4;
 pub const RING_CREDIT: u8 = 5;
 pub const REFUSED: u8 = 6;
+pub const HELLO: u8 = 7;
+pub const HELLO_ACK: u8 = 8;
+/// Longest node id a hello's answer carries (bytes).
+pub const ID_MAX: usize = 256;
 /// Longest reason a refusal carries (bytes): a log line, not a channel.
 pub const REFUSAL_MAX: usize = 256;
 /// Where a ring slot's batch starts (its sequence word at 0, its length at 8).
@@ -98,6 +109,8 @@ pub enum WireError {
     BadSeal,
     #[error("a ring message of {0} bytes is malformed")]
     Ring(usize),
+    #[error("a hello of {0} bytes is malformed")]
+    Hello(usize),
 }
 
 /// A sealed message's sender, numbering and time.
@@ -235,6 +248,26 @@ impl Batch {
     pub fn push_ring_credit(&mut self, consumed: u64) {
         debug_assert_eq!(self.buf[self.start], RING_CREDIT);
         self.buf.extend_from_slice(&consumed.to_le_bytes());
+        self.records += 1;
+    }
+
+    /// A hello's record (the batch holds one): its nonce.
+    pub fn push_hello(&mut self, nonce: u64) {
+        debug_assert_eq!(self.buf[self.start], HELLO);
+        self.buf.extend_from_slice(&nonce.to_le_bytes());
+        self.records += 1;
+    }
+
+    /// A hello's answer: the nonce it answers and the node's id (cut to [`ID_MAX`] bytes at
+    /// a character boundary).
+    pub fn push_hello_ack(&mut self, nonce: u64, id: &str) {
+        debug_assert_eq!(self.buf[self.start], HELLO_ACK);
+        let mut end = id.len().min(ID_MAX);
+        while !id.is_char_boundary(end) {
+            end -= 1;
+        }
+        self.buf.extend_from_slice(&nonce.to_le_bytes());
+        self.buf.extend_from_slice(&id.as_bytes()[..end]);
         self.records += 1;
     }
 
@@ -376,6 +409,25 @@ pub fn ring_offer(msg: &[u8]) -> Result<RingOffer<'_>, WireError> {
     Ok(o)
 }
 
+/// A hello's nonce.
+pub fn hello(msg: &[u8]) -> Result<u64, WireError> {
+    kind_of(msg, HELLO)?;
+    if msg.len() != 9 {
+        return Err(WireError::Hello(msg.len()));
+    }
+    Ok(u64_at(msg, 1))
+}
+
+/// A hello's answer: the nonce it answers and the node's id (UTF-8, at most [`ID_MAX`]).
+pub fn hello_ack(msg: &[u8]) -> Result<(u64, &str), WireError> {
+    kind_of(msg, HELLO_ACK)?;
+    if msg.len() < 9 || msg.len() - 9 > ID_MAX {
+        return Err(WireError::Hello(msg.len()));
+    }
+    let id = std::str::from_utf8(&msg[9..]).map_err(|_| WireError::Hello(msg.len()))?;
+    Ok((u64_at(msg, 1), id))
+}
+
 /// A ring credit: the slots the node has read.
 pub fn ring_credit(msg: &[u8]) -> Result<u64, WireError> {
     kind_of(msg, RING_CREDIT)?;
@@ -387,6 +439,29 @@ pub fn ring_credit(msg: &[u8]) -> Result<u64, WireError> {
 
 #[cfg(test)]
 mod tests {
+    #[test]
+    fn a_hello_and_its_answer_round_trip_and_malformed_ones_are_refused() {
+        let mut b = Batch::new(HELLO);
+        b.push_hello(0x1122_3344_5566_7788);
+        assert_eq!(hello(&b.take()).unwrap(), 0x1122_3344_5566_7788);
+        let mut b = Batch::new(HELLO_ACK);
+        b.push_hello_ack(7, "node-a");
+        assert_eq!(hello_ack(&b.take()).unwrap(), (7, "node-a"));
+        let mut b = Batch::new(HELLO_ACK);
+        b.push_hello_ack(7, &"é".repeat(ID_MAX));
+        let (_, id) = hello_ack(&b.take())
+            .map(|(n, id)| (n, id.to_string()))
+            .unwrap();
+        assert!(id.len() <= ID_MAX && id.chars().all(|c| c == 'é'));
+        assert!(hello(&[HELLO, 1, 2]).is_err());
+        assert!(hello(&[ANSWERS; 9]).is_err());
+        assert!(hello_ack(&[HELLO_ACK, 1]).is_err());
+        let mut bad = vec![HELLO_ACK];
+        bad.extend_from_slice(&[0; 8]);
+        bad.push(0xff);
+        assert!(hello_ack(&bad).is_err());
+    }
+
     #[test]
     fn a_refusal_carries_its_reason_cut_and_cleaned() {
         let m = refusal("another key");

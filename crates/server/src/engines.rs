@@ -520,7 +520,7 @@ fn start_persistent(
 /// checks requests, the nodes run them.
 fn start_front_end(a: &ServeArgs, all: Vec<ServicePlan>, ingresses: usize) -> Result<EngineSide> {
     let url = a.cluster.as_deref().expect("a front end has --cluster");
-    let etcd = cohort_cluster::membership::endpoints(url)?;
+    let etcd = cohort_cluster::membership::Etcd::open(url, &a.etcd_access())?;
     let mut registry = Registry::new();
     for p in &all {
         let entry = catalog::entry(p.name).expect("plans hold catalog names");

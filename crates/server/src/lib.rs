@@ -152,6 +152,29 @@ pub struct ServeArgs {
     /// a node runs what any peer reaching --node-listen sends.
     #[arg(long, value_name = "FILE")]
     pub cluster_key: Option<std::path::PathBuf>,
+    /// Cluster roles: the etcd user to authenticate as, its password in a file (give
+    /// both). Without a user etcd must let anyone write /cohort/nodes/ (docs/cluster.md).
+    #[arg(long, requires = "etcd_password_file")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub etcd_user: Option<String>,
+    /// The file holding the password of --etcd-user (its first line; keep it readable by
+    /// the service's user only).
+    #[arg(long, value_name = "FILE", requires = "etcd_user")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub etcd_password_file: Option<std::path::PathBuf>,
+    /// Cluster roles: speak TLS to etcd, trusting this CA (PEM) for its certificate.
+    #[arg(long, value_name = "FILE")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub etcd_ca: Option<std::path::PathBuf>,
+    /// Cluster roles: TLS client certificate (PEM) for etcd's client certificate auth;
+    /// give its key with it.
+    #[arg(long, value_name = "FILE", requires = "etcd_key")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub etcd_cert: Option<std::path::PathBuf>,
+    /// The private key (PEM) of --etcd-cert (TLS client auth).
+    #[arg(long, value_name = "FILE", requires = "etcd_cert")]
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub etcd_key: Option<std::path::PathBuf>,
     /// Admin listen address (HOST:PORT, or a PORT alone for loopback): `GET /metrics` and
     /// `GET /healthz` there, and `/metrics` no longer on the HTTP port.
     #[arg(long)]
@@ -334,6 +357,17 @@ impl ServeArgs {
     /// given, else `threads::choose`'s for its cores and its services' engines.
     pub fn threads(&self) -> Result<threads::Threads> {
         Ok(engines::threads(self, &plan::plans(self)?))
+    }
+
+    /// The etcd flags, for `cohort_cluster::membership::Etcd::open`.
+    pub fn etcd_access(&self) -> cohort_cluster::membership::EtcdAccess {
+        cohort_cluster::membership::EtcdAccess {
+            user: self.etcd_user.clone(),
+            password_file: self.etcd_password_file.clone(),
+            ca: self.etcd_ca.clone(),
+            cert: self.etcd_cert.clone(),
+            key: self.etcd_key.clone(),
+        }
     }
 
     pub fn net_config(&self) -> Result<NetConfig> {
@@ -597,7 +631,7 @@ fn start_node(
     side: &engines::EngineSide,
     ends: cohort_engine::IngressEnds,
 ) -> Result<ClusterNode> {
-    use cohort_cluster::membership::{endpoints, NodeInfo, Registration, ServiceAt};
+    use cohort_cluster::membership::{Etcd, NodeInfo, Registration, ServiceAt};
     let listen = resolve("node-listen", &a.node_listen)?.expect("a node has --node-listen");
     anyhow::ensure!(
         !listen.ip().is_unspecified(),
@@ -607,9 +641,10 @@ fn start_node(
         .cluster
         .as_deref()
         .context("--node-listen needs --cluster (the etcd the node registers in)")?;
-    let etcd = endpoints(url)?;
+    let etcd = Etcd::open(url, &a.etcd_access())?;
     let ingress = cohort_cluster::node::NodeIngress::start(
         listen,
+        a.node_id.clone(),
         ends,
         side.metrics.clone(),
         a.cluster_busy_poll,
@@ -617,10 +652,7 @@ fn start_node(
     )
     .context("the node's UCX listener")?;
     let info = NodeInfo {
-        id: a
-            .node_id
-            .clone()
-            .unwrap_or_else(|| ingress.bound.to_string()),
+        id: ingress.id.clone(),
         address: ingress.bound,
         services: plans
             .iter()
@@ -679,6 +711,12 @@ pub fn check(a: &ServeArgs) -> Result<Vec<plan::ServicePlan>> {
             "--cluster-key seals the messages between front ends and nodes: it needs --cluster"
         );
         cohort_cluster::link::ClusterKey::load(path)?;
+    }
+    if a.etcd_user.is_some() || a.etcd_ca.is_some() || a.etcd_cert.is_some() {
+        let url = a.cluster.as_deref().context(
+            "--etcd-user, --etcd-ca and --etcd-cert are how a cluster role reaches etcd: they need --cluster",
+        )?;
+        cohort_cluster::membership::Etcd::open(url, &a.etcd_access())?;
     }
     collections::check(a)?;
     let plans = plan::plans(a)?;

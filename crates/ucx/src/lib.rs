@@ -142,6 +142,8 @@ impl RegionMemory<'_> {
 
 /// The one active-message id Cohort uses; its payload says what it is.
 const AM_ID: u32 = 17;
+/// The connection manager's setting for SO_REUSEADDR on listeners (`UCX_CM_REUSEADDR`).
+const REUSEADDR: &std::ffi::CStr = c"CM_REUSEADDR";
 
 struct Shared {
     events: RefCell<Vec<Event>>,
@@ -163,6 +165,8 @@ pub struct Worker {
     listener: Option<sys::Listener>,
     /// Closes the listener's connections whose handshake cannot finish (`stalled`).
     sweeper: Option<stalled::Sweeper>,
+    /// The peers dialed by `connect`, for `sweep_dialed`.
+    dials: stalled::DialSweeper,
     shared: Box<Shared>,
     eps: HashSet<EpId>,
     /// Sends UCX has not finished: the request and the bytes it reads.
@@ -319,6 +323,20 @@ impl Worker {
         check(ucx, "config_read", unsafe {
             (api.config_read)(std::ptr::null(), std::ptr::null(), &mut config)
         })?;
+        // A listener binds with SO_REUSEADDR (not SO_REUSEPORT): a node restarted at once on
+        // its port would else fail "Address already in use" while the last run's
+        // connections sit in TIME_WAIT (about 60 s). A second listener on a port in use is
+        // still refused. UCX_TCP_CM_REUSEADDR / UCX_CM_REUSEADDR in the environment win.
+        if std::env::var_os("UCX_TCP_CM_REUSEADDR").is_none()
+            && std::env::var_os("UCX_CM_REUSEADDR").is_none()
+        {
+            // SAFETY: a config UCX allocated; two NUL-terminated strings. (A UCT setting is
+            // kept by UCP and applied to the connection manager's configuration.)
+            let s = unsafe { (api.config_modify)(config, REUSEADDR.as_ptr(), c"y".as_ptr()) };
+            if s != sys::UCS_OK {
+                tracing::warn!(status = s, "UCX: SO_REUSEADDR for listeners not set");
+            }
+        }
         // SAFETY: a zeroed Params selects no field; we then select features only.
         let mut params: sys::Params = unsafe { std::mem::zeroed() };
         params.field_mask = sys::UCP_PARAM_FIELD_FEATURES;
@@ -370,6 +388,7 @@ impl Worker {
             worker,
             listener: None,
             sweeper: None,
+            dials: stalled::DialSweeper::default(),
             shared,
             eps: HashSet::new(),
             pending: Vec::new(),
@@ -453,9 +472,20 @@ impl Worker {
         self.sweeper.as_mut().map_or(0, |s| s.sweep())
     }
 
+    /// Closes this worker's connections to peers it dialed ([`Worker::connect`]) whose
+    /// handshake cannot finish: a stranger listening there that answers with bytes that are
+    /// not UCX's makes UCX's connection manager spin on the socket as at a listener
+    /// (`stalled`). Looks at most every 100 ms (a look reads this process's descriptors: the
+    /// owner calls it while a dialed peer has yet to prove itself, not always). Returns the
+    /// peers cut off; their endpoints fail or say nothing more, and are the owner's to close.
+    pub fn sweep_dialed(&mut self) -> Vec<SocketAddr> {
+        self.dials.sweep()
+    }
+
     /// Connects to a listening peer. The connection completes in the background; sends made
     /// before then are queued by UCX.
     pub fn connect(&mut self, addr: SocketAddr) -> Result<EpId, Error> {
+        self.dials.dialed(addr);
         let (storage, len) = sockaddr(addr);
         let base = ep_params(self.shared.err_mode, self.shared_arg());
         let params = sys::EpParams {

@@ -83,6 +83,7 @@ fn open() -> Result<Ucx, String> {
     let api = Api {
         config_read: sym!(ucp, "ucp_config_read"),
         config_release: sym!(ucp, "ucp_config_release"),
+        config_modify: sym!(ucp, "ucp_config_modify"),
         init_version: sym!(ucp, "ucp_init_version"),
         cleanup: sym!(ucp, "ucp_cleanup"),
         worker_create: sym!(ucp, "ucp_worker_create"),

@@ -17,8 +17,15 @@
 //! later calls on the number fail on the unconnected socket (ENOTCONN) rather than reach
 //! another file. A live handshake is read at once by UCX, and a finished connection's socket
 //! there carries nothing, so neither looks stalled twice.
+//!
+//! The same holds the other way (issue 84): a worker that connects to an address where a
+//! stranger listens and answers with bytes that are not UCX's spins the same way on its own
+//! socket. [`DialSweeper`] looks at the sockets connected to addresses the worker dialed
+//! ([`Worker::connect`](crate::Worker::connect)), more often (its owner calls it only while
+//! it waits on such a peer to prove itself), and says which peers it cut off.
 
-use std::collections::HashMap;
+use std::collections::{HashMap, HashSet};
+use std::net::SocketAddr;
 use std::os::fd::RawFd;
 use std::time::{Duration, Instant};
 
@@ -77,6 +84,75 @@ impl Sweeper {
     }
 }
 
+/// How often dialed sockets are looked at (two looks stalled: closed).
+const DIAL_LOOK_EVERY: Duration = Duration::from_millis(100);
+
+/// The peers a worker dialed and what the last look saw of its sockets to them.
+#[derive(Default)]
+pub(crate) struct DialSweeper {
+    peers: HashSet<SocketAddr>,
+    last: Option<Instant>,
+    suspects: HashMap<RawFd, u64>,
+}
+
+impl DialSweeper {
+    pub fn dialed(&mut self, peer: SocketAddr) {
+        self.peers.insert(peer);
+    }
+
+    /// Closes the sockets to dialed peers that looked stalled twice (at most one look every
+    /// 100 ms). Returns the peers of those it closed.
+    pub fn sweep(&mut self) -> Vec<SocketAddr> {
+        if self.peers.is_empty() || self.last.is_some_and(|t| t.elapsed() < DIAL_LOOK_EVERY) {
+            return Vec::new();
+        }
+        self.last = Some(Instant::now());
+        let Ok(dir) = std::fs::read_dir("/proc/self/fd") else {
+            return Vec::new();
+        };
+        let (mut now, mut closed) = (HashMap::new(), Vec::new());
+        for e in dir.flatten() {
+            let Some(fd) = e.file_name().to_str().and_then(|n| n.parse::<RawFd>().ok()) else {
+                continue;
+            };
+            let Some(inode) = socket_inode(fd) else {
+                continue;
+            };
+            let Some(peer) = peer_of(fd).filter(|p| self.peers.contains(p)) else {
+                continue;
+            };
+            if !stuck(fd) {
+                continue;
+            }
+            if self.suspects.get(&fd) == Some(&inode) {
+                if close_behind(fd, inode) {
+                    closed.push(peer);
+                }
+            } else {
+                now.insert(fd, inode);
+            }
+        }
+        self.suspects = now;
+        closed
+    }
+}
+
+/// The address a connected TCP socket's peer has (None: not one).
+fn peer_of(fd: RawFd) -> Option<SocketAddr> {
+    if int_opt(fd, libc::SOL_SOCKET, libc::SO_TYPE) != Some(libc::SOCK_STREAM) {
+        return None;
+    }
+    // SAFETY: sockaddr_storage is valid zeroed; the kernel writes at most `len` bytes.
+    let mut ss: libc::sockaddr_storage = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::sockaddr_storage>() as libc::socklen_t;
+    if unsafe { libc::getpeername(fd, &mut ss as *mut _ as *mut libc::sockaddr, &mut len) } != 0 {
+        return None;
+    }
+    // SAFETY: the kernel wrote a sockaddr of `len` bytes.
+    let a = unsafe { socket2::SockAddr::new(ss, len) };
+    a.as_socket()
+}
+
 /// The inode of socket `fd` (None: not a socket, or gone).
 fn socket_inode(fd: RawFd) -> Option<u64> {
     let link = std::fs::read_link(format!("/proc/self/fd/{fd}")).ok()?;
@@ -112,6 +188,11 @@ fn stalled(fd: RawFd, port: u16) -> bool {
     {
         return false; // another socket, or the listener itself
     }
+    stuck(fd)
+}
+
+/// A TCP socket whose peer has closed (CLOSE-WAIT) or whose bytes lie unread.
+fn stuck(fd: RawFd) -> bool {
     // struct tcp_info's first byte is the state; 8 is CLOSE-WAIT.
     let mut info = [0u8; 8];
     let mut len = info.len() as libc::socklen_t;
@@ -151,7 +232,7 @@ fn close_behind(fd: RawFd, inode: u64) -> bool {
     if ok {
         tracing::warn!(
             fd,
-            "UCX: closed a connection to the listener whose handshake cannot finish \
+            "UCX: closed a connection whose handshake cannot finish \
              (its peer closed, or sent bytes that are not UCX's)"
         );
     }

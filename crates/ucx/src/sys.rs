@@ -206,6 +206,7 @@ pub struct AmRecvParam {
 pub struct Api {
     pub config_read: unsafe extern "C" fn(*const c_char, *const c_char, *mut Config) -> Status,
     pub config_release: unsafe extern "C" fn(Config),
+    pub config_modify: unsafe extern "C" fn(Config, *const c_char, *const c_char) -> Status,
     pub init_version:
         unsafe extern "C" fn(c_uint, c_uint, *const Params, Config, *mut Context) -> Status,
     pub cleanup: unsafe extern "C" fn(Context),
