@@ -7,6 +7,7 @@ mod common;
 use cohort_services::lenet::{self, mnist, model};
 use common::{udp_answer, Served};
 use std::net::UdpSocket;
+use std::process::Command;
 use std::time::Duration;
 
 fn testdata() -> std::path::PathBuf {
@@ -107,4 +108,30 @@ fn the_load_generator_checks_every_answer_and_reports_accuracy() {
         let acc = r["accuracy"].as_f64().expect("accuracy reported");
         assert!(acc > 0.97, "{target}: accuracy {acc}");
     }
+}
+
+/// A weights file that is not one is refused when the server starts, saying so.
+#[test]
+fn a_bad_model_file_is_refused_at_start() {
+    let bad = std::env::temp_dir().join(format!("cohort-lenet-bad-{}", std::process::id()));
+    std::fs::write(&bad, b"not weights").unwrap();
+    let o = Command::new(env!("CARGO_BIN_EXE_cohort"))
+        .args([
+            "serve",
+            "--udp",
+            "127.0.0.1:0",
+            "--service",
+            "lenet",
+            "--check-config",
+        ])
+        .arg("--lenet-model")
+        .arg(&bad)
+        .output()
+        .unwrap();
+    let _ = std::fs::remove_file(&bad);
+    let err = String::from_utf8_lossy(&o.stderr);
+    assert!(
+        !o.status.success() && err.contains("not a safetensors"),
+        "{err}"
+    );
 }

@@ -544,7 +544,7 @@ mod tests {
         let head = "about = \"a\"\nsection = \"s\"\n[[step]]\nname = \"x\"\n";
         for (run, ok) in [
             ("cohort-lab bench hog --cpus 1 --seconds 1", true),
-            ("cohort-lab bench hog --cpus 1 --seconds 1", false),
+            ("cohort bench hog --cpus 1 --seconds 1", false),
             ("cohort gpus", true),
             ("cohort-lab serve", false),
         ] {
