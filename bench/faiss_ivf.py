@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""FAISS-CPU IndexIVFFlat on the same data as `cohort bench knn-cpu`, for comparison.
+"""FAISS-CPU IndexIVFFlat on the same data as `cohort-lab bench knn-cpu`, for comparison.
 
 Usage: python3 bench/faiss_ivf.py --data DIR --nlist 1024 --nprobe 8,16,32,64 --out FILE
 Needs: pip install faiss-cpu numpy. Reads DIR/base.fvecs, query.fvecs, groundtruth.ivecs.

@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""A roofline of the k-NN tiled plan from a `cohort bench gpu-kernels` JSON (1M x 128, nlist 4096,
+"""A roofline of the k-NN tiled plan from a `cohort-lab bench gpu-kernels` JSON (1M x 128, nlist 4096,
 as lab/results/issue49-filter-tc-h100/ ran it): per precision, cohort and stage, the time,
 its share, FLOP/s against the FP32 CUDA-core, TF32 or INT8 tensor-core peak (H100 SXM data
 sheet: 67, 495 and 1979 T(FL)OP/s dense; not measured here) and the least bytes/s the stage must move

@@ -3,7 +3,7 @@
 # the host - Titan A - and in GPU memory - Titan B), beside the computed records:
 #  1. in-process (requests pre-built in pinned memory), cohorts of 4096, per type in both
 #     layouts and the sustained mix on 1/4/16 streams under the power meter, for
-#     --backend computed, gpu and memcached (`cohort bench bank-gpu`);
+#     --backend computed, gpu and memcached (`cohort-lab bench bank-gpu`);
 #  2. served over loopback HTTP on gpu-cohort (lab/scripts/bank-served.sh): transposed with the
 #     GPU's record table, transposed and row-major with memcached; the cpu engine with
 #     memcached.

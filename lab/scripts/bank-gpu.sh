@@ -1,9 +1,9 @@
 #!/usr/bin/env bash
 # The bank's GPU figures on one GPU machine (Rhythm's Table 3 GPU rows, Figs. 9 and 10):
-#  1. the parser alone on a mixed trace (`cohort bench bank-parse-gpu`);
+#  1. the parser alone on a mixed trace (`cohort-lab bench bank-parse-gpu`);
 #  2. in-process, requests pre-built in pinned memory (Rhythm's emulation): per-type cohorts
 #     swept 256..8192 in both layouts, the PCIe bound, and the sustained mix on 1..8 streams
-#     under the NVML power meter (`cohort bench bank-gpu`);
+#     under the NVML power meter (`cohort-lab bench bank-gpu`);
 #  3. served over loopback HTTP on gpu-cohort (lab/scripts/bank-served.sh): transposed per-type
 #     cohorts, row-major, and mixed cohorts.
 # Usage: lab/scripts/bank-gpu.sh OUT_DIR [TAG]   (COHORT=path/to/cohort, default target/release;

@@ -53,7 +53,7 @@ serve)
     ( while sleep 2; do nvidia-smi --query-gpu=index,memory.used --format=csv,noheader; done ) > "$OUT/gpu-memory.log" &
     mon=$!
     t0=$(date +%s)
-    timeout 500 $B bench served --services knn --engines gpu-cohort --cores 8 --rates ${RATES:-5k,10k,20k,40k} \
+    timeout 500 env COHORT_BIN=$B $L bench served --services knn --engines gpu-cohort --cores 8 --rates ${RATES:-5k,10k,20k,40k} \
         --duration 3 --connections 16 --index "$BIG/ivf.index" $Q --k 10 --nprobe $NPROBE \
         --p99-us ${P99:-5000} --start-timeout-s 400 --serve-arg=--gpus=$(seq -s, 0 $((G - 1))) \
         --serve-arg=--service-opt=knn.placement=shard --out "$OUT/served.json" --log-level warn 2>&1 | tee "$OUT/served.log"

@@ -2,7 +2,7 @@
 # The gpu-persistent experiments (issue 10) on a 16-core GPU machine with dist/ carried:
 # 1M x 128 SIFT-like data, IVF nlist 4096, nprobe 16, k 10. Parts (PART=engine,served,noisy;
 # each fits one 10-minute device call after the ~2.5 min data build):
-#  engine: `cohort bench engine` without sockets (Centaur emulated the network): k-NN per
+#  engine: `cohort-lab bench engine` without sockets (Centaur emulated the network): k-NN per
 #          engine and window; the empty-request round trip (echo, window 1); Lynx Fig. 6/7
 #          (spin 0/50/200/800 us x 1/8/64/132 queues, gpu-direct vs gpu-persistent).
 #  served: Centaur Fig. 11 (throughput-latency per engine, server on 8 cores) and Fig. 1/7
@@ -22,6 +22,7 @@ export LD_LIBRARY_PATH="${nv}:${LD_LIBRARY_PATH:-}" CUDA_MODULE_LOADING=EAGER
 D=${DATA:-/tmp/sift-like-1m}; NL=4096; IX=$D/ivf$NL.index
 PART=${PART:-engine}
 B=${BIN:-dist/cohort}
+L=${LAB:-dist/cohort-lab}
 t0=$(date +%s)
 if [[ $PART == *engine* || $PART == *served* || $PART == *noisy* || $PART == *stages* || $PART == *plans* ]]; then
     [ -f $D/groundtruth.ivecs ] || $B data synth --n 1000000 --dim 128 --queries 1000 --out $D --log-level warn
@@ -32,12 +33,12 @@ short() { grep '^{' | python3 -c "import json,sys
 for l in sys.stdin:
     r = json.loads(l); print(r.get('engine'), r.get('service'), r.get('spin_us'), r.get('service_opt'), 'window', r.get('window'), 'q/s %.0f' % r.get('queries_per_s', 0), 'p50 %.1f p99 %.1f us' % (r['latency_us']['p50'], r['latency_us']['p99']), 'errors', r.get('errors'))"; }
 if [[ $PART == *engine* ]]; then
-    $B bench engine --data $D --nlist $NL --nprobe 16 --k 10 --max-cohort 1024 --engines gpu-persistent,gpu-cohort,gpu-direct \
+    $L bench engine --data $D --nlist $NL --nprobe 16 --k 10 --max-cohort 1024 --engines gpu-persistent,gpu-cohort,gpu-direct \
         --window 1,64,1024,8192 --duration 2 --drivers 4 --out "$OUT/persistent-engine-knn-$TAG.json" --log-level warn 2>&1 | short
-    $B bench engine --data $D --nlist $NL --nprobe 16 --k 10 --engines gpu-persistent --service-opt knn.gpu_batch=4 \
+    $L bench engine --data $D --nlist $NL --nprobe 16 --k 10 --engines gpu-persistent --service-opt knn.gpu_batch=4 \
         --window 64,1024,8192 --duration 2 --drivers 4 --out "$OUT/persistent-engine-knn-batch4-$TAG.json" --log-level warn 2>&1 | short
     # The engine's own round trip (arrival at ingress to answer read from TX) is logged at info.
-    $B bench engine --service echo --engines gpu-persistent,gpu-direct,cpu --window 1,64 --drivers 1 --duration 2 \
+    $L bench engine --service echo --engines gpu-persistent,gpu-direct,cpu --window 1,64 --drivers 1 --duration 2 \
         --out "$OUT/persistent-engine-echo-$TAG.json" --log-level info 2>&1 | tee /tmp/echo.log | short
     grep ring-to-ring /tmp/echo.log | tee "$OUT/persistent-ring-to-ring-$TAG.log"
 fi
@@ -47,15 +48,15 @@ if [[ $PART == *plans* ]]; then
     for plan in ${PLANS:-cohort=knn.gpu_slots=8192 cohort2048=knn.gpu_slots=2048 per-pair=knn.persistent_plan=per-pair}; do
         opts=""; for o in ${plan#*=}; do opts="$opts --service-opt $o"; done
         opts=${opts//+/ --service-opt }
-        $B bench engine --data $D --nlist $NL --nprobe 16 --k 10 --engines gpu-persistent $opts \
+        $L bench engine --data $D --nlist $NL --nprobe 16 --k 10 --engines gpu-persistent $opts \
             --window $W --duration 2 --drivers 4 --out "$OUT/persistent-plan-${plan%%=*}-$TAG.json" --log-level warn 2>&1 | short
     done
-    [ "${GPU_COHORT:-1}" = 1 ] && $B bench engine --data $D --nlist $NL --nprobe 16 --k 10 --max-cohort 1024 --engines gpu-cohort \
+    [ "${GPU_COHORT:-1}" = 1 ] && $L bench engine --data $D --nlist $NL --nprobe 16 --k 10 --max-cohort 1024 --engines gpu-cohort \
         --window $W --duration 2 --drivers 4 --out "$OUT/persistent-plan-gpu-cohort-$TAG.json" --log-level warn 2>&1 | short
     # Where a request's time goes on the cohort plan (the GPU's stamps), windows 1 and 1024.
     for w in ${PROFILE_WINDOWS:-1 1024}; do
         f="$OUT/persistent-plan-cohort-profile-w$w-$TAG.json"
-        $B bench engine --data $D --nlist $NL --nprobe 16 --k 10 --engines gpu-persistent \
+        $L bench engine --data $D --nlist $NL --nprobe 16 --k 10 --engines gpu-persistent \
             --service-opt knn.gpu_slots=8192 --service-opt knn.profile=50000 --window $w --duration 2 --drivers 4 \
             --out "$f" --log-level warn 2>&1 | short
         python3 lab/scripts/profile-summary.py "$f"
@@ -63,7 +64,7 @@ if [[ $PART == *plans* ]]; then
 fi
 if [[ $PART == *stages* ]]; then
     for r in ${STAGES:-132:264:33 264:264:33 66:264:33 132:132:33 132:396:33 264:528:66}; do
-        timeout 90 $B bench engine --data $D --nlist $NL --nprobe 16 --k 10 --engines gpu-persistent \
+        timeout 90 $L bench engine --data $D --nlist $NL --nprobe 16 --k 10 --engines gpu-persistent \
             --service-opt knn.stages=$r --window 1024 --duration 2 --drivers 4 \
             --out "$OUT/persistent-stages-${r//:/-}-$TAG.json" --log-level warn > /tmp/stages.log 2>&1
         rc=$?
@@ -76,10 +77,10 @@ if [[ $PART == *engine* && ${LYNX:-1} = 1 ]]; then
     for us in 0 50 200 800; do
         for q in 1 8 64 132; do
             w=$(( q * 4 ))
-            $B bench engine --service spin --spin-us $us --engines gpu-persistent --service-opt spin.stages=$q \
+            $L bench engine --service spin --spin-us $us --engines gpu-persistent --service-opt spin.stages=$q \
                 --window $w --drivers 1 --duration 1 --out /tmp/p.json --log-level warn 2>&1 | short
             cat /tmp/p.json >> /tmp/lynx.json; echo "," >> /tmp/lynx.json
-            $B bench engine --service spin --spin-us $us --engines gpu-direct --service-opt spin.streams=$q \
+            $L bench engine --service spin --spin-us $us --engines gpu-direct --service-opt spin.streams=$q \
                 --window $w --drivers 1 --duration 1 --out /tmp/p.json --log-level warn 2>&1 | short
             cat /tmp/p.json >> /tmp/lynx.json; echo "," >> /tmp/lynx.json
         done
@@ -137,7 +138,7 @@ if [[ $PART == *served* ]]; then
     for e in gpu-persistent gpu-cohort gpu-direct cpu echo-cpu; do
         f="$OUT/persistent-served-$e-8core-$TAG.json"; [ -f "$f" ] && curves="$curves $e=$f"
     done
-    [ -n "$curves" ] && $B bench plot --title "k-NN served over UDP, server on 8 cores (1M x 128, nprobe 16)" \
+    [ -n "$curves" ] && $L bench plot --title "k-NN served over UDP, server on 8 cores (1M x 128, nprobe 16)" \
         --out "$OUT/persistent-fig11-$TAG.png" $curves
     python3 lab/scripts/best-rate.py "$OUT" persistent-served "$TAG" > "$OUT/persistent-cores-$TAG.txt"; cat "$OUT/persistent-cores-$TAG.txt"
 fi
@@ -148,7 +149,7 @@ if [[ $PART == *noisy* ]]; then
             serve 0 --service knn:$e --io-threads 1 || continue
             hp=
             if [ -n "$hog" ]; then
-                taskset -c $hog $B bench hog --cpus $hog --seconds 9 --out "$OUT/persistent-noisy-hog-$e-$where-$TAG.json" > /dev/null 2>&1 &
+                taskset -c $hog $L bench hog --cpus $hog --seconds 9 --out "$OUT/persistent-noisy-hog-$e-$where-$TAG.json" > /dev/null 2>&1 &
                 hp=$!
             fi
             knn --sweep $(engine_rates $e) --duration 1 --warmup 0.5 --json "$OUT/persistent-noisy-$e-$where-$TAG.json" \
@@ -158,8 +159,8 @@ if [[ $PART == *noisy* ]]; then
         done
     done
     # The neighbour alone: its rate without a server beside it.
-    taskset -c 1-7 $B bench hog --cpus 1-7 --seconds 3 --out "$OUT/persistent-noisy-hog-alone-others-$TAG.json"
-    taskset -c 0 $B bench hog --cpus 0 --seconds 3 --out "$OUT/persistent-noisy-hog-alone-own-$TAG.json"
+    taskset -c 1-7 $L bench hog --cpus 1-7 --seconds 3 --out "$OUT/persistent-noisy-hog-alone-others-$TAG.json"
+    taskset -c 0 $L bench hog --cpus 0 --seconds 3 --out "$OUT/persistent-noisy-hog-alone-own-$TAG.json"
     python3 lab/scripts/best-rate.py "$OUT" persistent-noisy "$TAG" > "$OUT/persistent-noisy-$TAG.txt"; cat "$OUT/persistent-noisy-$TAG.txt"
 fi
 echo "total $(( $(date +%s) - t0 )) s"

@@ -1,10 +1,10 @@
 #!/usr/bin/env bash
-# Where gpu-persistent's microseconds go (issue 10): `cohort bench engine` with the GPU's
+# Where gpu-persistent's microseconds go (issue 10): `cohort-lab bench engine` with the GPU's
 # per-request stamps on (`NAME.profile=N`), for the empty request (echo) and k-NN (1M x 128,
 # nlist 4096, nprobe 16, k 10), at window 1 (the round trip alone) and window 64 (the ingress
 # warp saturated). Each JSON holds the bench points and the joined profile (intervals with
 # percentiles, the ingress warp's time by phase). BINS names the binaries to compare
-# (default dist/cohort), TAG the machine.
+# (default dist/cohort; the cohort-lab beside each runs the benchmark), TAG the machine.
 set -uo pipefail
 OUT=${OUT:-lab/results}; TAG=${TAG:-h200}; mkdir -p "$OUT"
 nv=$(python3 -c "import nvidia, os; print(os.path.join(nvidia.__path__[0], 'cu13', 'lib'))" 2>/dev/null)
@@ -21,7 +21,7 @@ for B in $BINS; do
             f="$OUT/persistent-profile-$svc-w$w-$v-$TAG.json"
             extra=(); [ $svc = knn ] && extra=(--data $D --nlist $NL --nprobe 16 --k 10)
             echo "== $v $svc window $w"
-            $B bench engine --service $svc "${extra[@]}" --engines gpu-persistent --window $w --drivers 1 \
+            "$(dirname "$B")/cohort-lab" bench engine --service $svc "${extra[@]}" --engines gpu-persistent --window $w --drivers 1 \
                 --duration 2 --service-opt $svc.profile=50000 --out "$f" --log-level warn > /dev/null 2>&1 \
                 || { echo "FAIL $v $svc $w"; continue; }
             python3 lab/scripts/profile-summary.py "$f"

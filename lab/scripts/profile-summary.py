@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Prints the bench points and the gpu-persistent profile of `cohort bench engine` JSON files."""
+"""Prints the bench points and the gpu-persistent profile of `cohort-lab bench engine` JSON files."""
 import json
 import sys
 

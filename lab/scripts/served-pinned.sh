@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # On a 16-core GPU machine with dist/ carried (and dist-before/, the binary of the commit
 # before a change, for a before/after comparison): 1M x 128 SIFT-like data, IVF nlist 4096,
-# nprobe 16, k 10. (1) `cohort bench engine` (no sockets) for gpu-direct and gpu-cohort;
+# nprobe 16, k 10. (1) `cohort-lab bench engine` (no sockets) for gpu-direct and gpu-cohort;
 # (2) served sweeps over loopback UDP with the server pinned to cores 0-7 (taskset) and the
 # generator, a separate process, on cores 8-15, Poisson arrivals, 8 sockets, every answer
 # checked, recall against exact search; (3) one server with knn:gpu-cohort, echo:cpu,
@@ -21,7 +21,7 @@ t0=$(date +%s)
 echo "data and index: $(( $(date +%s) - t0 )) s"
 for bin in dist-before dist; do
     [ -x $bin/cohort ] && [ "$ENGINE" = 1 ] || continue
-    $bin/cohort bench engine --data $D --nlist $NL --nprobe 16 --k 10 --max-cohort 1024 --engines gpu-direct,gpu-cohort \
+    $bin/cohort-lab bench engine --data $D --nlist $NL --nprobe 16 --k 10 --max-cohort 1024 --engines gpu-direct,gpu-cohort \
         --window 64,1024,8192 --duration 2 --drivers 4 --out "$OUT/engine-$bin-$TAG.json" --log-level warn 2>&1 |
         grep '^{' | cut -c1-200
 done

@@ -2,9 +2,11 @@
 # repository root, $OUT the folder that comes back): the steps every such script takes.
 
 # Persistent kernels need their modules loaded up front; NVLink multicast stays off. $B: the
-# build a script runs unless it names a cohort-NAME variant.
+# build a script runs unless it names a cohort-NAME variant; $L: the lab's binary beside it
+# (benchmarks, suites, model tools: `cohort-lab`, which starts the `cohort` beside it).
 export CUDA_MODULE_LOADING=EAGER NCCL_NVLS_ENABLE=0
 B=${B:-dist/cohort}
+L=${L:-dist/cohort-lab}
 . scripts/lib/wait-port.sh
 
 # Puts what the call carried from dist-base/ into dist/ and names the GPUs in $OUT/gpus.txt.
@@ -88,7 +90,7 @@ for f in sys.argv[1:]:
 kernels_round_u8() {
     local b
     for b in $(carried_builds); do
-        timeout 100 dist/$b bench gpu-kernels --data $D --nlist 4096 --nprobe 16 --cohorts "$2" \
+        timeout 100 $(lab_of $b) bench gpu-kernels --data $D --nlist 4096 --nprobe 16 --cohorts "$2" \
             --precision u8 --seconds 0.3 --out "$OUT/gpu-kernels-$b-r$1.json" --log-level warn > /dev/null 2>&1 || echo "$b failed"
         kernels_summary "$OUT/gpu-kernels-$b-r$1.json"
     done
@@ -102,20 +104,30 @@ pack_results() {
     (cd "$OUT" && tar czf "$tgz" $(ls *.json 2>/dev/null) "$@" && rm -f *.json "$@")
 }
 
-# The builds a call carried: cohort, then each cohort-NAME variant in dist/.
+# The builds a call carried: cohort, then each cohort-NAME variant in dist/ (a variant's lab
+# binary, cohort-lab-NAME, beside it: lab_of).
 carried_builds() {
     echo cohort
-    (cd dist && ls cohort-* 2>/dev/null)
+    (cd dist && ls cohort-* 2>/dev/null | grep -v '^cohort-lab')
+}
+
+# The lab binary of a carried build NAME (carried_builds): dist/cohort-lab for cohort,
+# dist/cohort-lab-X for cohort-X. Usage: lab_of NAME
+lab_of() {
+    case $1 in
+        cohort) echo dist/cohort-lab ;;
+        *) echo "dist/cohort-lab-${1#cohort-}" ;;
+    esac
 }
 
 # Nsight Compute's sections (clocks left alone) for the kernels named by REGEX, COUNT launches
 # after the first 3, in `bench gpu-kernels` on the 1M data $D at cohort COHORT with u8 storage,
-# the binary $B; the report to $OUT/FILE. Usage: ncu_kernels COHORT REGEX COUNT FILE
+# the lab binary $L; the report to $OUT/FILE. Usage: ncu_kernels COHORT REGEX COUNT FILE
 ncu_kernels() {
     timeout 240 ncu --clock-control none --kernel-name regex:"$2" \
         --launch-skip 3 --launch-count "$3" --section SpeedOfLight --section Occupancy --section LaunchStats \
         --section WarpStateStats --section MemoryWorkloadAnalysis --section SchedulerStats --section ComputeWorkloadAnalysis \
-        $B bench gpu-kernels --data $D --nlist 4096 --nprobe 16 --cohorts "$1" --precision u8 \
+        $L bench gpu-kernels --data $D --nlist 4096 --nprobe 16 --cohorts "$1" --precision u8 \
         --out /tmp/ncu-bench.json --log-level warn > "$OUT/$4" 2>&1
     tail -5 "$OUT/$4"
 }
@@ -128,7 +140,7 @@ kernels_beside() {
     local round b
     for round in $(seq 1 "$1"); do
         for b in $(carried_builds); do
-            timeout 120 dist/$b bench gpu-kernels --data $D --nlist 4096 --nprobe 16 --cohorts 64,1024,8192 \
+            timeout 120 $(lab_of $b) bench gpu-kernels --data $D --nlist 4096 --nprobe 16 --cohorts 64,1024,8192 \
                 --precision f32,u8 --out "$OUT/gpu-kernels-$b-r$round.json" --log-level warn 2>&1 | tail -14
         done
     done
@@ -170,12 +182,12 @@ knn_selftest() {
 # The 10M set (nlist 16384, nprobe 32, u8 storage) in process, JSON per run into DIR:
 # knn_10m_kernels DIR - the kernels alone (`bench gpu-kernels`, cohorts 1 024 and 8 192) for
 # dist/cohort and each carried dist/cohort-NAME; knn_10m_engine DIR CTL... - the gpu-cohort
-# engine of $B (8 drivers, --max-cohort 2048, windows 8 192 and 16 384) over each count of
+# engine of $L (8 drivers, --max-cohort 2048, windows 8 192 and 16 384) over each count of
 # control threads.
 knn_10m_kernels() {
     local b
     for b in $(carried_builds); do
-        timeout 90 dist/$b bench gpu-kernels --data $T --nlist 16384 --nprobe 32 --cohorts 1024,8192 --precision u8 \
+        timeout 90 $(lab_of $b) bench gpu-kernels --data $T --nlist 16384 --nprobe 32 --cohorts 1024,8192 --precision u8 \
             --out "$1/gpu-kernels-10m-$b.json" --log-level warn > /dev/null 2>&1 || echo "kernels $b failed"
     done
 }
@@ -183,7 +195,7 @@ knn_10m_engine() {
     local dir=$1 ct
     shift
     for ct in "$@"; do
-        timeout 60 $B bench engine --data $T --nlist 16384 --nprobe 32 --k 10 --engines gpu-cohort --control-threads $ct \
+        timeout 60 $L bench engine --data $T --nlist 16384 --nprobe 32 --k 10 --engines gpu-cohort --control-threads $ct \
             --drivers 8 --max-cohort 2048 --window 8192,16384 --duration 2 --gpu-precision u8 --log-level warn \
             --out "$dir/engine-10m-u8-ctl$ct.json" > /dev/null 2>&1 || echo "engine ctl $ct failed"
     done
@@ -194,7 +206,7 @@ knn_10m_engine() {
 kernels_mid() {
     local b
     for b in $(carried_builds); do
-        timeout 120 dist/$b bench gpu-kernels --data $D --nlist 4096 --nprobe 16 --cohorts 256,512 \
+        timeout 120 $(lab_of $b) bench gpu-kernels --data $D --nlist 4096 --nprobe 16 --cohorts 256,512 \
             --precision u8 --out "$OUT/gpu-kernels-mid-$b.json" --log-level warn 2>&1 | tail -2
     done
 }
@@ -245,7 +257,7 @@ stop_served() {
 served_10m_beside() {
     local dir=$1 b rate
     shift
-    $B bench served --services echo --engines inline --cores 8 --rates 300k --duration 5 \
+    COHORT_BIN=$B $L bench served --services echo --engines inline --cores 8 --rates 300k --duration 5 \
         --connections 16 --io-threads 4 --out $dir/served-echo-anchor.json --log-level warn 2>&1 | tail -2
     for b in "$@"; do
         B=dist/$b serve_10m $dir/serve-$b.log

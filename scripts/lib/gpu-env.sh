@@ -1,9 +1,11 @@
 # Sourced by the GPU-machine scripts: NVRTC from the machine's Python packages, eager module
-# loading (persistent kernels), a kernel cache, the carried binary and the k-NN data set.
+# loading (persistent kernels), a kernel cache, the carried binaries and the k-NN data set.
 nv=$(python3 -c "import nvidia, os; print(os.path.join(nvidia.__path__[0], 'cu13', 'lib'))" 2>/dev/null)
 export LD_LIBRARY_PATH="${nv}:${LD_LIBRARY_PATH:-}" CUDA_MODULE_LOADING=EAGER
 export COHORT_KERNEL_CACHE=/tmp/cohort-kernels
 B=dist/cohort
+# The lab's binary (benchmarks, suites, model tools), which starts the cohort beside it.
+L=dist/cohort-lab
 D=/tmp/sift-like-1m; NL=4096; IX=$D/ivf$NL.index
 
 # The k-NN data set and its index, built once per machine (kept in /tmp between calls).

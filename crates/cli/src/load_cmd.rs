@@ -203,7 +203,7 @@ pub fn run(a: LoadArgs) -> Result<()> {
         };
         // Machine, commit and command beside the numbers, as every benchmark result has.
         if let serde_json::Value::Object(m) = &mut v {
-            m.extend(cohort_experiments::bench::provenance());
+            m.extend(cohort_provenance::provenance());
             if let Some(l) = &a.label {
                 m.insert("label".into(), l.clone().into());
             }

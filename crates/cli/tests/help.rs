@@ -1,6 +1,6 @@
-//! What `--help` shows: `cohort model --help` names the binary in its usage, and
-//! `--virtual-gpus` appears only on the commands that use GPUs while every command line that
-//! passed it before (before the subcommand, as the README writes it) still does.
+//! What `--help` shows: the product's commands only (the lab's are `cohort-lab`'s, which the
+//! help names), and `--virtual-gpus` only on the commands that use GPUs while every command
+//! line that passed it before (before the subcommand, as the README writes it) still does.
 
 mod common;
 use common::cohort;
@@ -12,9 +12,22 @@ fn help(args: &[&str]) -> String {
 }
 
 #[test]
-fn model_help_names_the_binary() {
-    let h = help(&["model", "--help"]);
-    assert!(h.contains("Usage: cohort model"), "{h}");
+fn the_lab_commands_are_the_lab_binarys() {
+    let h = help(&["--help"]);
+    for cmd in [
+        "serve", "node", "load", "demo", "data", "index", "gpus", "selftest",
+    ] {
+        assert!(
+            h.contains(&format!("\n  {cmd} ")),
+            "{cmd} missing from:\n{h}"
+        );
+    }
+    for cmd in ["bench", "sim", "model"] {
+        assert!(!h.contains(&format!("\n  {cmd} ")), "{cmd} listed in:\n{h}");
+        let out = cohort(&[cmd, "--help"]);
+        assert_eq!(out.status.code(), Some(2), "{cmd}: {out:?}");
+    }
+    assert!(h.contains("cohort-lab"), "{h}");
 }
 
 #[test]
@@ -22,7 +35,6 @@ fn virtual_gpus_shows_only_where_gpus_are_used() {
     for cmd in [
         &["serve", "--help"][..],
         &["node", "--help"],
-        &["bench", "served", "--help"],
         &["selftest", "--help"],
         &["gpus", "--help"],
     ] {
@@ -33,7 +45,6 @@ fn virtual_gpus_shows_only_where_gpus_are_used() {
         &["data", "fetch", "--help"],
         &["data", "synth", "--help"],
         &["load", "--help"],
-        &["model", "--help"],
     ] {
         assert!(!help(cmd).contains("--virtual-gpus"), "{cmd:?}");
     }

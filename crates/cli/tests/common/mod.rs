@@ -1,5 +1,5 @@
 //! Starts the real `cohort serve` binary on loopback ports and drives it with the real load
-//! generator.
+//! generator. The lab's tests (lab/cli/tests) include this module too.
 #![allow(dead_code)]
 
 use cohort_load::{LoadConfig, Mode, Report, Target, Workload};
@@ -8,6 +8,31 @@ use std::net::SocketAddr;
 use std::process::{Child, Command, Stdio};
 use std::sync::Arc;
 use std::time::Duration;
+
+/// The product's binary: this crate's (cohort-cli's tests), or the one beside the lab's
+/// (cohort-lab's tests; `cargo test --workspace` builds both into one folder).
+pub fn cohort_bin() -> std::path::PathBuf {
+    let lab = match option_env!("CARGO_BIN_EXE_cohort") {
+        Some(p) => return p.into(),
+        None => lab_bin(),
+    };
+    let p = lab.with_file_name("cohort");
+    assert!(
+        p.is_file(),
+        "no product binary at {}: build it with the same profile first \
+         (cargo build -p cohort-cli), or test the workspace",
+        p.display()
+    );
+    p
+}
+
+/// The lab's binary, in the lab's tests.
+pub fn lab_bin() -> std::path::PathBuf {
+    match option_env!("CARGO_BIN_EXE_cohort-lab") {
+        Some(p) => p.into(),
+        None => panic!("not a test of cohort-lab (nor of cohort-cli)"),
+    }
+}
 
 pub struct Served {
     pub child: Child,
@@ -29,7 +54,7 @@ impl Served {
     /// `start`, with the command adjusted by `setup` first (where its log goes, what the
     /// child may do).
     pub fn start_with(extra: &[&str], setup: impl FnOnce(&mut Command)) -> Served {
-        let mut cmd = Command::new(env!("CARGO_BIN_EXE_cohort"));
+        let mut cmd = Command::new(cohort_bin());
         cmd.args([
             "serve",
             "--udp",
@@ -131,7 +156,7 @@ pub fn cohort_load_report(target: &str, service: &str, args: &[&str]) -> serde_j
     static RUNS: std::sync::atomic::AtomicUsize = std::sync::atomic::AtomicUsize::new(0);
     let n = RUNS.fetch_add(1, std::sync::atomic::Ordering::Relaxed);
     let out = std::env::temp_dir().join(format!("cohort-load-{}-{n}.json", std::process::id()));
-    let o = Command::new(env!("CARGO_BIN_EXE_cohort"))
+    let o = Command::new(cohort_bin())
         .args(["load", "--target", target, "--service", service])
         .args(args)
         .args(["--log-level", "warn", "--json"])
@@ -249,10 +274,12 @@ pub fn udp_answer(s: &std::net::UdpSocket) -> Answered {
 
 /// `cohort ARGS...` run to its end: its status and output.
 pub fn cohort(args: &[&str]) -> std::process::Output {
-    Command::new(env!("CARGO_BIN_EXE_cohort"))
-        .args(args)
-        .output()
-        .unwrap()
+    Command::new(cohort_bin()).args(args).output().unwrap()
+}
+
+/// `cohort-lab ARGS...` run to its end (the lab's tests): its status and output.
+pub fn lab(args: &[&str]) -> std::process::Output {
+    Command::new(lab_bin()).args(args).output().unwrap()
 }
 
 /// A folder under the system's temp dir for one test's files, removed when dropped (tests

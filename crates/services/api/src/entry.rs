@@ -55,9 +55,9 @@ pub struct Entry {
     pub kernels: fn() -> Vec<&'static KernelSource>,
     /// What `cohort load --service NAME` sends it and how it checks the answers.
     pub workload: fn(&LoadOptions) -> Result<Arc<dyn Workload>, String>,
-    /// Its own benchmarks (`cohort bench NAME ...`), beside its code.
+    /// Its own benchmarks (`cohort-lab bench NAME ...`), beside its code.
     pub benches: &'static [ServiceCommand],
-    /// Its model's tools, `cohort model COMMAND NAME ...` (lenet: `train`, `eval`).
+    /// Its model's tools, `cohort-lab model COMMAND NAME ...` (lenet: `train`, `eval`).
     pub models: &'static [ServiceCommand],
     /// Commands of its own, `cohort COMMAND ...` (knn: `index`); a name is unique in the
     /// catalog and never one of the binary's own commands.
@@ -227,7 +227,7 @@ pub struct GpuCheck {
 /// (the binary's: it knows its commit), atomically.
 pub type Record<'a> = &'a dyn Fn(&std::path::Path, serde_json::Value) -> Result<(), String>;
 
-/// A command a service brings (a benchmark, `cohort bench NAME`; a model tool, `cohort model
+/// A command a service brings (a benchmark, `cohort-lab bench NAME`; a model tool, `cohort-lab model
 /// NAME SERVICE`; a command of its own, `cohort NAME`), with the flags `command` declares.
 pub struct ServiceCommand {
     pub name: &'static str,

@@ -27,12 +27,12 @@ pub fn commands() -> impl Iterator<Item = &'static ServiceCommand> {
     all().flat_map(|e| e.commands.iter())
 }
 
-/// Service `service`'s model tool `name` (`cohort model NAME SERVICE`).
+/// Service `service`'s model tool `name` (`cohort-lab model NAME SERVICE`).
 pub fn model_tool(name: &str, service: &str) -> Option<&'static ServiceCommand> {
     entry(service)?.models.iter().find(|c| c.name == name)
 }
 
-/// Every model tool as `TOOL SERVICE` (what `cohort model` takes), in catalog order.
+/// Every model tool as `TOOL SERVICE` (what `cohort-lab model` takes), in catalog order.
 pub fn model_tools() -> Vec<String> {
     all()
         .flat_map(|e| {

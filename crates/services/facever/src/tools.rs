@@ -1,5 +1,5 @@
-//! facever's tools: `cohort model load-db facever` (references and the threshold into
-//! memcached) and `cohort model eval facever` (the threshold chosen on the training pairs and
+//! facever's tools: `cohort-lab model load-db facever` (references and the threshold into
+//! memcached) and `cohort-lab model eval facever` (the threshold chosen on the training pairs and
 //! the accuracy on held-out ones).
 
 use super::db::FaceDb;

@@ -1,4 +1,4 @@
-//! `cohort bench lenet-kernels`: the network's kernels alone on one GPU, per `lenet.math` and
+//! `cohort-lab bench lenet-kernels`: the network's kernels alone on one GPU, per `lenet.math` and
 //! batch size: each kernel's GPU time (events around it) and the images/s the GPU gives
 //! without host, copies or engine. What the served and in-process figures could reach.
 

@@ -9,7 +9,7 @@ use std::path::PathBuf;
 #[derive(Debug, Clone, PartialEq, Default, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct LenetSettings {
-    /// Weights file (safetensors, `cohort model train lenet`); unset: the model the service
+    /// Weights file (safetensors, `cohort-lab model train lenet`); unset: the model the service
     /// ships.
     #[serde(skip_serializing_if = "Option::is_none")]
     pub model: Option<PathBuf>,
@@ -70,7 +70,7 @@ impl ServiceConfig for LenetSettings {
 pub const FLAGS: &[ServiceFlag] = &[ServiceFlag {
     long: "lenet-model",
     key: "model",
-    help: "lenet: weights file (safetensors, from `cohort model train lenet`) [default: the shipped model]",
+    help: "lenet: weights file (safetensors, from `cohort-lab model train lenet`) [default: the shipped model]",
     switch: false,
     example: "lenet.safetensors",
 }];

@@ -45,7 +45,7 @@ pub const TENSORS: [(&str, &[usize]); 8] = [
     ("fc2.bias", &[CLASSES]),
 ];
 
-/// The model the repository ships (trained by `cohort model train lenet` on the 60K MNIST
+/// The model the repository ships (trained by `cohort-lab model train lenet` on the 60K MNIST
 /// training images; its test-set accuracy is in docs/lenet.md). The service serves it unless
 /// told another file.
 pub static SHIPPED: &[u8] = include_bytes!("lenet.safetensors");

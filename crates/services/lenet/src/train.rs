@@ -1,4 +1,4 @@
-//! `cohort model train lenet` and `cohort model eval lenet`: LeNet trained on the CPU with
+//! `cohort-lab model train lenet` and `cohort-lab model eval lenet`: LeNet trained on the CPU with
 //! candle from MNIST's IDX files (the network of `model.rs`, the same tensor names), written
 //! as safetensors; evaluation runs the service's own CPU forward pass, so it measures exactly
 //! what the service answers.

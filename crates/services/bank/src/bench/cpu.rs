@@ -1,7 +1,7 @@
 //! The bank (Rhythm's banking workload) on the CPU in-process: the CPU baseline of Rhythm's
 //! Table 3, as Rhythm's emulation: sessions of the Table 2 mix pre-built in memory, served by
 //! `workers` threads calling the service directly (no network), every page checked on the
-//! first pass. Served over HTTP is `cohort bench served --services bank` (the server pinned,
+//! first pass. Served over HTTP is `cohort-lab bench served --services bank` (the server pinned,
 //! the generator a separate process; `lab/scripts/bank-cpu.sh` runs both).
 
 use super::Record;

@@ -1,7 +1,7 @@
-//! The bank's own benchmarks, offered as `cohort bench NAME` through the catalog: in-process
+//! The bank's own benchmarks, offered as `cohort-lab bench NAME` through the catalog: in-process
 //! on the CPU (`bank-cpu`), the parser alone on a GPU (`bank-parse-gpu`), the whole bank on a
 //! GPU (`bank-gpu`), and the figures from their results (`bank-plot`). Served benchmarks are
-//! the generic ones (`cohort bench served --services bank`).
+//! the generic ones (`cohort-lab bench served --services bank`).
 
 mod cpu;
 mod gpu;

@@ -1,4 +1,4 @@
-//! The bank's figures from recorded results (`cohort bench bank-gpu` and `bank-cpu` JSON):
+//! The bank's figures from recorded results (`cohort-lab bench bank-gpu` and `bank-cpu` JSON):
 //! the cohort-size sweep, per-type throughput (Rhythm's Fig. 10), the streams sweep, and
 //! Table 3 (requests/s and requests per joule, cpu engine beside the GPU path), as PNGs
 //! beside the GPU JSON and Table 3 as markdown on stdout.
@@ -11,10 +11,10 @@ use std::path::{Path, PathBuf};
 
 #[derive(Args, Debug)]
 pub struct BankPlotArgs {
-    /// `cohort bench bank-gpu` results.
+    /// `cohort-lab bench bank-gpu` results.
     #[arg(long)]
     pub gpu: PathBuf,
-    /// `cohort bench bank-cpu` results (in-process rows) for Table 3.
+    /// `cohort-lab bench bank-cpu` results (in-process rows) for Table 3.
     #[arg(long)]
     pub cpu: Option<PathBuf>,
 }

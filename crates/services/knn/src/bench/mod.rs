@@ -1,7 +1,7 @@
-//! k-NN's own benchmarks, offered as `cohort bench NAME` through its entry: the kernels alone
+//! k-NN's own benchmarks, offered as `cohort-lab bench NAME` through its entry: the kernels alone
 //! on one GPU (`gpu-kernels`: queries/s per plan, precision and cohort, against the copy
 //! rate) and the index build on the CPU and the GPU (`index-build`: time, energy, recall).
-//! Served and in-process benchmarks are the generic ones (`cohort bench served`, `bench
+//! Served and in-process benchmarks are the generic ones (`cohort-lab bench served`, `bench
 //! engine`).
 
 mod build;

@@ -1,4 +1,4 @@
-//! `cohort model centaur knn`: the model's inputs measured (or read), its predictions beside
+//! `cohort-lab model centaur knn`: the model's inputs measured (or read), its predictions beside
 //! the measured runs with their errors, Centaur's Fig. 6 and Fig. 2 shapes plotted.
 
 use super::inputs::{
@@ -37,13 +37,13 @@ fn centaur_command() -> Command {
                 .required(true)
                 .num_args(1..)
                 .value_parser(value_parser!(PathBuf))
-                .help("`cohort bench engine` results of the knn service (1..N devices, replicate and shard); the one-device runs calibrate the cohort time"),
+                .help("`cohort-lab bench engine` results of the knn service (1..N devices, replicate and shard); the one-device runs calibrate the cohort time"),
         )
         .arg(path("index", "The index the runs served").required(true))
         .arg(path("queries", "The queries the runs sent (.fvecs)").required(true))
         .arg(path("whole-device", "A `bench engine` run on one whole physical device (no virtual GPUs), same settings: eq. 3's ceiling for virtual GPUs of it"))
         .arg(path("overheads", "O_k, O_q and g from an earlier run's JSON (its `overheads`); without it they are measured on GPU 0"))
-        .arg(path("shard-profile", "r(N) of eq. 9 from a `cohort bench gpu-kernels --shards` result (the tiled plan per stage on one shard of N); without it r(N) = 1"))
+        .arg(path("shard-profile", "r(N) of eq. 9 from a `cohort-lab bench gpu-kernels --shards` result (the tiled plan per stage on one shard of N); without it r(N) = 1"))
         .arg(
             Arg::new("in-flight")
                 .long("in-flight")
@@ -68,7 +68,7 @@ fn centaur_command() -> Command {
                 .long("served")
                 .num_args(1..)
                 .value_parser(value_parser!(PathBuf))
-                .help("`cohort bench served` results of the same engines on 1..N GPUs: Fig. 7's served curve, each point beside its prediction"),
+                .help("`cohort-lab bench served` results of the same engines on 1..N GPUs: Fig. 7's served curve, each point beside its prediction"),
         )
         .arg(path("anchor", "An echo served on the same cores (`bench served --services echo --engines inline`: answered on the io threads, the network path alone): its ceiling in the served prediction"))
         .arg(

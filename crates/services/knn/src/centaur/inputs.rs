@@ -1,4 +1,4 @@
-//! The model's inputs, each measured: runs of `cohort bench engine` (the measured curve and one
+//! The model's inputs, each measured: runs of `cohort-lab bench engine` (the measured curve and one
 //! device's cohort times), the index and queries (which lists a query probes, so the rows each
 //! device scans), and the host's cost per request (the service's codec and staging, timed
 //! here on this machine).
@@ -13,7 +13,7 @@ use serde_json::Value;
 use std::path::Path;
 use std::time::Instant;
 
-/// One `cohort bench engine` result.
+/// One `cohort-lab bench engine` result.
 #[derive(Clone, Debug)]
 pub struct Run {
     pub file: String,
@@ -39,7 +39,7 @@ pub fn read_runs(path: &Path) -> Result<Vec<Result<Run, String>>, String> {
         serde_json::from_str(&text).map_err(|e| format!("{}: not JSON: {e}", path.display()))?;
     let results = v.get("results").and_then(Value::as_array).ok_or_else(|| {
         format!(
-            "{}: no results (a `cohort bench engine` result?)",
+            "{}: no results (a `cohort-lab bench engine` result?)",
             path.display()
         )
     })?;
@@ -57,7 +57,7 @@ pub fn read_runs(path: &Path) -> Result<Vec<Result<Run, String>>, String> {
 fn one_run(path: &Path, r: &Value) -> Result<Run, String> {
     let what = |k: &str| {
         format!(
-            "{}: no {k} (a `cohort bench engine` result?)",
+            "{}: no {k} (a `cohort-lab bench engine` result?)",
             path.display()
         )
     };
@@ -218,7 +218,7 @@ pub fn shard_work(profile: &Value, cohort: f64) -> Result<Vec<(usize, f64)>, Str
         .unwrap_or(profile)
         .get("points")
         .and_then(Value::as_array)
-        .ok_or("no points (a `cohort bench gpu-kernels --shards` result?)")?;
+        .ok_or("no points (a `cohort-lab bench gpu-kernels --shards` result?)")?;
     // (cohort, shards, filter ms, scan ms) of every point with a stage profile.
     let staged: Vec<(f64, usize, f64, f64)> = points
         .iter()

@@ -13,7 +13,7 @@ use serde::Serialize;
 use serde_json::Value;
 use std::path::Path;
 
-/// One engine's highest served rate at the run's p99 bound, from a `cohort bench served` result.
+/// One engine's highest served rate at the run's p99 bound, from a `cohort-lab bench served` result.
 #[derive(Clone, Debug, Serialize)]
 pub struct Served {
     pub file: String,
@@ -34,7 +34,7 @@ pub fn read_served(path: &Path) -> Result<Vec<Served>, String> {
         serde_json::from_str(&text).map_err(|e| format!("{}: not JSON: {e}", path.display()))?;
     let what = |k: &str| {
         format!(
-            "{}: no {k} (a `cohort bench served` result?)",
+            "{}: no {k} (a `cohort-lab bench served` result?)",
             path.display()
         )
     };
