@@ -118,6 +118,7 @@ fn sample(flag: &str, ix: &str) -> Option<Option<String>> {
         "tls-cert" | "tls-key" => Some(None), // given together, checked by the tls test
         "auth-keys" => Some(Some(format!("{ix}.keys"))),
         "data-dir" => Some(Some(format!("{ix}.collections"))),
+        "collections-on" => v("cpu"),
         "cluster-key" => Some(Some(format!("{ix}.clusterkey"))),
         // (Read, not parsed, at the check: any file does.)
         "etcd-ca" => Some(Some(format!("{ix}.clusterkey"))),

@@ -161,10 +161,15 @@ impl Collection {
                 let a = f
                     .attach(name, &settings)
                     .map_err(|e| Error::internal(format!("collection {name}: device copy: {e}")))?;
-                a.sync(&data, &[]).map_err(|e| {
-                    Error::internal(format!("collection {name}: uploading to {}: {e}", a.name()))
-                })?;
-                tracing::info!(collection = name, device = %a.name(), "searches on the device");
+                // A copy that cannot be uploaded (the device's memory full, say) leaves the
+                // collection served by the CPU; the next write's sync tries again.
+                match a.sync(&data, &[]) {
+                    Ok(()) => {
+                        tracing::info!(collection = name, device = %a.name(), "searches on the device")
+                    }
+                    Err(e) => tracing::warn!(collection = name, device = %a.name(), error = %e,
+                        "device copy not uploaded; searches on the CPU until a write uploads it"),
+                }
                 Some(a)
             }
         };
