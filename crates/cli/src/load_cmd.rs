@@ -91,7 +91,7 @@ pub struct LoadArgs {
     /// knn: ground truth (.ivecs) to report recall_at_k.
     #[arg(long)]
     pub gt: Option<PathBuf>,
-    /// knn: neighbours per query.
+    /// knn and --collection: neighbours per query.
     #[arg(long, default_value_t = 10)]
     pub k: usize,
     /// knn: cells probed (0 = the server's default).
