@@ -2,6 +2,7 @@
 
 use anyhow::{bail, Result};
 use clap::Args;
+use cohort_load::collections::{CollectionLoad, CollectionWorkload};
 use cohort_load::{LoadConfig, Mode, Report, Target, Workload};
 use cohort_server::util::{parse_rate, write_atomic};
 use std::path::PathBuf;
@@ -90,7 +91,7 @@ pub struct LoadArgs {
     /// knn: ground truth (.ivecs) to report recall_at_k.
     #[arg(long)]
     pub gt: Option<PathBuf>,
-    /// knn: neighbours per query.
+    /// knn and --collection: neighbours per query.
     #[arg(long, default_value_t = 10)]
     pub k: usize,
     /// knn: cells probed (0 = the server's default).
@@ -102,6 +103,31 @@ pub struct LoadArgs {
     /// one query a request.
     #[arg(long, default_value_t = 1)]
     pub queries_per_request: usize,
+    /// Load a live collection of `cohort serve --data-dir` (http:// targets) instead of a
+    /// service: searches of one SIFT-like query vector (--k neighbours) and a share of writes
+    /// (--write-share): upserts of --write-batch points and, one write in 8, deletes of
+    /// --write-batch ids, every id drawn from 0..--collection-points. Each answer's shape is
+    /// checked; the JSON's per_type has the searches' and the writes' latency apart.
+    #[arg(long, conflicts_with = "service")]
+    pub collection: Option<String>,
+    /// --collection: before the run, create it if absent (dim --collection-dim, metric l2, an
+    /// integer attribute "tag") and upsert the points 0..--collection-points. Without it the
+    /// collection must exist with those settings and hold only ids the load writes.
+    #[arg(long, requires = "collection")]
+    pub create: bool,
+    /// --collection: its points' ids are 0..this (the ids --create fills, writes draw from).
+    #[arg(long, default_value_t = 100_000)]
+    pub collection_points: u64,
+    /// --collection: the vectors' dimension.
+    #[arg(long, default_value_t = 128)]
+    pub collection_dim: usize,
+    /// --collection: share of requests that are writes (0..=1; decided from each request's
+    /// sequence number and --seed, so the same seed sends the same requests).
+    #[arg(long, default_value_t = 0.05)]
+    pub write_share: f64,
+    /// --collection: points an upsert carries, ids a delete carries.
+    #[arg(long, default_value_t = 10)]
+    pub write_batch: usize,
     /// Write the report(s) as JSON here.
     #[arg(long)]
     pub json: Option<PathBuf>,
@@ -116,7 +142,23 @@ pub struct LoadArgs {
     pub label: Option<String>,
 }
 
+/// The collection load `--collection` asks for, if it does.
+pub fn collection_load(a: &LoadArgs) -> Option<CollectionLoad> {
+    Some(CollectionLoad {
+        name: a.collection.clone()?,
+        dim: a.collection_dim,
+        points: a.collection_points,
+        write_share: a.write_share,
+        write_batch: a.write_batch,
+        k: a.k,
+        seed: a.seed,
+    })
+}
+
 pub fn workload(a: &LoadArgs) -> Result<Arc<dyn Workload>> {
+    if let Some(c) = collection_load(a) {
+        return Ok(Arc::new(CollectionWorkload::new(c)?));
+    }
     anyhow::ensure!(
         a.payload_bytes <= 60_000,
         "--payload-bytes must be at most 60000"
@@ -187,11 +229,21 @@ pub fn config(a: &LoadArgs) -> Result<LoadConfig> {
 pub fn run(a: LoadArgs) -> Result<()> {
     let cfg = config(&a)?;
     let w = workload(&a)?;
+    let service = match collection_load(&a) {
+        Some(c) => {
+            prepare_collection(&a, &cfg, &c)?;
+            format!("collection {}", c.name)
+        }
+        None => a.service.clone(),
+    };
     let reports = match &a.sweep {
         Some(rates) => cohort_load::run_sweep(&cfg, rates, w)?,
         None => vec![cohort_load::run(&cfg, w)?],
     };
     Report::print_table(&reports);
+    if a.collection.is_some() {
+        print_kinds(&reports);
+    }
     if reports.iter().any(|r| r.generator_saturated) {
         eprintln!("warning: the generator could not keep the offered rate (generator_saturated)");
     }
@@ -211,10 +263,59 @@ pub fn run(a: LoadArgs) -> Result<()> {
         write_atomic(p, serde_json::to_string_pretty(&v)?.as_bytes())?;
     }
     if let Some(p) = &a.plot {
-        let title = format!("{} over {}", a.service, a.target);
-        cohort_load::plot_sweep(&[(a.service.clone(), reports.clone())], &title, p)?;
+        let title = format!("{service} over {}", a.target);
+        cohort_load::plot_sweep(&[(service, reports.clone())], &title, p)?;
     }
     verdict(&reports, a.min_recall)
+}
+
+/// `--collection` over http://: with `--create`, make and fill the collection; then check
+/// its settings fit the load.
+fn prepare_collection(a: &LoadArgs, cfg: &LoadConfig, c: &CollectionLoad) -> Result<()> {
+    let Target::Http(addr) = a.target else {
+        bail!("--collection is served over HTTP: give an http:// target");
+    };
+    let t0 = std::time::Instant::now();
+    let mut shown = 0;
+    let count = cohort_load::collections::prepare(
+        addr,
+        cfg.tls.clone(),
+        cfg.key.as_ref(),
+        c,
+        a.create,
+        |n| {
+            if n / 100_000 > shown && n < c.points {
+                shown = n / 100_000;
+                eprintln!("filled {n} of {} points", c.points);
+            }
+        },
+    )?;
+    if a.create {
+        eprintln!(
+            "collection {}: filled {} points in {:.1} s",
+            c.name,
+            c.points,
+            t0.elapsed().as_secs_f64()
+        );
+    }
+    eprintln!("collection {}: {count} live points", c.name);
+    Ok(())
+}
+
+/// Latency per request kind (searches, upserts, deletes), measured window only.
+fn print_kinds(reports: &[Report]) {
+    for r in reports {
+        let rate = r
+            .offered_rate
+            .map_or("closed loop".into(), |x| format!("{x:.0}/s"));
+        for (kind, t) in &r.per_type {
+            let l = &t.latency_us;
+            println!(
+                "  {rate} {kind:>7}: {:>8} answers {:>5} errors  p50 {:>8.1} us  p99 {:>8.1} us  p99.9 {:>8.1} us",
+                t.answers, t.errors, l.p50, l.p99, l.p999
+            );
+        }
+    }
 }
 
 /// A run whose every answer is an error (or missing) failed, whatever it measured; so did one

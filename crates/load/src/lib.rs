@@ -5,6 +5,7 @@
 //! number of requests outstanding). UDP, TCP and HTTP. Every answer is checked by the
 //! workload; requests that never get an answer are counted as `no_answer`.
 
+pub mod collections;
 mod config;
 pub mod cpu_time;
 mod plot;

@@ -84,7 +84,8 @@ pub(crate) struct Recorder {
     pub ok: u64,
     pub errors: BTreeMap<String, u64>,
     pub unexpected: u64,
-    /// Page services: latency of every answer per request type, and the type's errors.
+    /// Page services and workloads that name their requests' kinds (`request_kind`): latency
+    /// of every answer per request type, and the type's errors.
     pub per_type: BTreeMap<&'static str, (Histogram<u64>, u64)>,
 }
 
@@ -168,7 +169,8 @@ impl Recorder {
         let now = sh.now_ns();
         sh.settled.fetch_add(1, Ordering::Relaxed);
         let w = &sh.workload;
-        let mut page_type = None;
+        // A page's kind comes with its answer; other workloads may say each request's kind.
+        let mut page_type = w.request_kind(seq);
         let outcome: Result<(), String> = match answer {
             Answer::Page(kind, outcome) => {
                 page_type = Some(kind);

@@ -87,8 +87,9 @@ pub struct Report {
     /// (`cohort_power::EnergyReport`); absent parts say why.
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub energy: Option<serde_json::Value>,
-    /// Page services: every answer's latency per request type (errors included) and the
-    /// type's errors.
+    /// Page services and workloads that name their requests' kinds (a collection's searches
+    /// and writes): every answer's latency per request type (errors included) and the type's
+    /// errors.
     #[serde(default, skip_serializing_if = "BTreeMap::is_empty")]
     pub per_type: BTreeMap<String, TypeLatency>,
     #[serde(flatten)]

@@ -25,9 +25,17 @@ pub(crate) type Conn = SendRequest<Full<Bytes>>;
 
 /// A connection to `addr`, over TLS when the run has a TLS client.
 pub(crate) async fn connect(sh: &Shared, addr: SocketAddr) -> Option<Conn> {
+    connect_with(sh.tls.as_ref(), addr).await
+}
+
+/// A connection to `addr`, over TLS with `tls` when given.
+pub(crate) async fn connect_with(
+    tls: Option<&Arc<rustls::ClientConfig>>,
+    addr: SocketAddr,
+) -> Option<Conn> {
     let stream = tokio::net::TcpStream::connect(addr).await.ok()?;
     let _ = stream.set_nodelay(true);
-    let Some(tls) = &sh.tls else {
+    let Some(tls) = tls else {
         return handshake(stream).await;
     };
     let name = rustls::pki_types::ServerName::from(addr.ip());
@@ -63,16 +71,25 @@ async fn one(
     let Some(c) = conn.as_mut() else {
         return record(rec).on_answer(sh, seq, Answer::Failed("connect_failed"));
     };
-    let body = sh.workload.json(seq).to_string();
-    let mut req = hyper::Request::post(format!("/v1/{}", sh.workload.service_name()))
+    let (method, path, body) = match sh.workload.http_request(seq) {
+        Some(r) => (r.method, r.path, r.body.to_string()),
+        None => (
+            "POST",
+            format!("/v1/{}", sh.workload.service_name()),
+            sh.workload.json(seq).to_string(),
+        ),
+    };
+    let mut req = hyper::Request::builder()
+        .method(method)
+        .uri(path)
         .header("host", addr.to_string())
         .header("content-type", "application/json");
     if let Some(k) = &sh.key {
         req = req.header("authorization", format!("Bearer {}", k.secret));
     }
-    let req = req
-        .body(Full::new(Bytes::from(body)))
-        .expect("static request parts");
+    let Ok(req) = req.body(Full::new(Bytes::from(body))) else {
+        return record(rec).on_answer(sh, seq, Answer::Failed("bad_request_line"));
+    };
     let fut = async {
         let resp = c.send_request(req).await.ok()?;
         let status = resp.status().as_u16();

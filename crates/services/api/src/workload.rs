@@ -16,6 +16,17 @@ pub trait Workload: Send + Sync {
     /// Whether `payload` is the right answer to request `seq`.
     fn check(&self, seq: u64, payload: &[u8]) -> bool;
     fn check_json(&self, seq: u64, v: &Value) -> bool;
+    /// Request `seq` over HTTP on a route of the workload's choosing (a collection's
+    /// `/v1/collections/{name}/search` or `/upsert`); None, as for every service: a POST of
+    /// `json(seq)` to `/v1/{service_name}`.
+    fn http_request(&self, _seq: u64) -> Option<HttpRequest> {
+        None
+    }
+    /// What kind of request `seq` is ("search", "upsert"), for the report's latency per kind
+    /// (`per_type`); None: one kind.
+    fn request_kind(&self, _seq: u64) -> Option<&'static str> {
+        None
+    }
     /// Request `seq` as the Open Inference Protocol's tensors and parameters, one row (the
     /// gRPC target); None: the workload has no tensor form.
     fn tensors(&self, _seq: u64) -> Option<(Vec<Tensor>, Parameters)> {
@@ -41,6 +52,16 @@ pub trait Workload: Send + Sync {
     fn pages(&self) -> Option<&dyn PageSessions> {
         None
     }
+}
+
+/// An HTTP request a workload sends on a route of its own (`Workload::http_request`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct HttpRequest {
+    /// "POST", "PUT", "GET" or "DELETE".
+    pub method: &'static str,
+    /// Path and query.
+    pub path: String,
+    pub body: Value,
 }
 
 /// What the load generator's command line gives a service's workload (each service reads what
