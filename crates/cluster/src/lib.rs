@@ -8,6 +8,7 @@ pub mod link;
 pub mod membership;
 pub mod node;
 pub mod ring;
+mod tuning;
 pub mod wait;
 
 pub use cohort_proto::node_wire as wire;

@@ -10,6 +10,7 @@
 
 use crate::link::{ClusterKey, Link};
 use crate::ring::{InRings, OutRing};
+use crate::tuning::SPIN;
 use crate::wait::EventWait;
 use crate::wire::{self, Answer, Batch};
 use cohort_engine::clock::now_ns;
@@ -109,9 +110,9 @@ impl NodeIngress {
             .name("node-ingress".into())
             .spawn(move || {
                 let started = if busy_poll {
-                    Worker::with_rma(crate::front::mode(busy_poll))
+                    Worker::with_rma(crate::tuning::mode(busy_poll))
                 } else {
-                    Worker::new(crate::front::mode(busy_poll))
+                    Worker::new(crate::tuning::mode(busy_poll))
                 }
                 .map_err(anyhow::Error::from)
                 .and_then(|mut w| {
@@ -565,6 +566,3 @@ impl Rings {
         }
     }
 }
-
-/// How long an idle thread polls before it blocks.
-pub(crate) const SPIN: Duration = Duration::from_micros(50);
