@@ -64,7 +64,8 @@ fn flood_and_probe(s: &Served) -> (Duration, usize, usize) {
 /// default) they wait behind the whole flood (arrival order).
 #[test]
 fn fair_queueing_serves_a_light_client_ahead_of_a_flood_without_refusing_it() {
-    let base = ["--service", "spin", "--workers", "2"];
+    // One io thread: one arrival order for both clients (serve's default is one per core).
+    let base = ["--service", "spin", "--workers", "2", "--io-threads", "1"];
     let arrival_order = Served::start(&[&base[..], &["--fair-queue", "off"]].concat());
     let (slowest_fifo, ok, _) = flood_and_probe(&arrival_order);
     drop(arrival_order);
@@ -83,7 +84,17 @@ fn fair_queueing_serves_a_light_client_ahead_of_a_flood_without_refusing_it() {
 #[test]
 fn a_flooding_client_is_held_to_its_quota_and_another_is_served_as_if_alone() {
     // Arrival order inside the service (no fair queueing): the quota alone isolates.
-    let base = ["--service", "spin", "--workers", "2", "--fair-queue", "off"];
+    // One io thread: one arrival order for both clients (serve's default is one per core).
+    let base = [
+        "--service",
+        "spin",
+        "--workers",
+        "2",
+        "--io-threads",
+        "1",
+        "--fair-queue",
+        "off",
+    ];
     // Without quotas the victim waits behind the flood (60 x 20 ms over 2 workers).
     let unfair = Served::start(&base);
     let (slowest_unfair, ok, _) = flood_and_probe(&unfair);
