@@ -4,6 +4,7 @@ tensors (HTTP) and raw tensors, unary and streamed (gRPC) - LeNet's answers equa
 the service's CPU function), k-NN's equal an exact numpy search when every list is probed,
 and a malformed request is refused with the server's message."""
 
+import os
 import getpass
 import shutil
 import socket
@@ -270,7 +271,9 @@ class FaceverTest(unittest.TestCase):
                     break
                 except OSError:
                     time.sleep(0.05)
-            subprocess.run([BIN, "model", "load-db", "facever", "--memcached", addr],
+            # Loading the face database is a lab tool (cohort-lab, beside cohort).
+            lab = os.environ.get("COHORT_LAB_BIN", os.path.join(os.path.dirname(BIN), "cohort-lab"))
+            subprocess.run([lab, "model", "load-db", "facever", "--memcached", addr],
                            check=True, stdout=subprocess.DEVNULL)
             server = Server("--service", "facever:cpu", "--facever-memcached", addr)
             try:
