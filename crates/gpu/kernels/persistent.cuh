@@ -40,10 +40,12 @@ struct PRt {
     unsigned long long rx_slots;
     unsigned long long rx_stride;
     unsigned long long rx_copy;    // bytes of a slot the ingress copies (header + payload)
-    unsigned long long tx;         // mapped TX ring base
-    unsigned long long tx_slots;
+    unsigned long long tx;         // device array of ntx mapped TX ring bases (one egress thread each)
+    unsigned long long ntx;        // TX rings: an answer for RX ring r goes to TX ring r % ntx
+    unsigned long long tx_slots;   // per TX ring
     unsigned long long tx_stride;
-    unsigned long long tx_head;    // device u32[3]: next TX position to reserve, (stop), host tail seen
+    unsigned long long tx_head;    // device u32[ntx * P_TX_HEAD_WORDS]: per TX ring, [0] the next
+                                   // position to reserve, [2] the host's tail as last seen
     unsigned long long slots;      // device PSlot[nslots]
     unsigned long long nslots;
     unsigned long long payloads;   // device bytes[nslots * payload_cap]: request payloads
@@ -369,43 +371,59 @@ __device__ __forceinline__ void p_free_slot(const PRt& rt, unsigned int s) {
     pipe_push(rt.free_slots, make_uint4(s, 0, 0, 0));
 }
 
-// ---- TX: answers into the mapped ring the host egress thread drains -----------------------
-// Block-cooperative: every thread of the block calls both halves.
+// ---- TX: answers into the mapped rings the host egress threads drain ---------------------
+// Block-cooperative: every thread of the block calls both halves. An answer goes to the TX
+// ring of its request's RX ring (r % ntx): each host egress thread drains one TX ring into
+// the answer rings of its own ingresses, so no two threads write one answer ring.
 
-__device__ __forceinline__ unsigned int* tx_seq(const PRt& rt, unsigned int pos) {
-    return (unsigned int*)((unsigned char*)rt.tx + COHORT_MQ_CONTROL_BYTES +
-                           (unsigned long long)(pos & (rt.tx_slots - 1)) * rt.tx_stride);
+// Where an answer is being written: its TX ring and position there.
+struct TxPos {
+    unsigned int ring;
+    unsigned int pos;
+};
+
+__device__ __forceinline__ unsigned char* tx_ring(const PRt& rt, unsigned int ring) {
+    return (unsigned char*)((const unsigned long long*)rt.tx)[ring];
 }
 
-// Reserves the next TX position and waits until the host has freed it; returns the payload
-// area of the slot to write. `pos` is the same in every thread.
+__device__ __forceinline__ unsigned int* tx_seq(const PRt& rt, TxPos at) {
+    return (unsigned int*)(tx_ring(rt, at.ring) + COHORT_MQ_CONTROL_BYTES +
+                           (unsigned long long)(at.pos & (rt.tx_slots - 1)) * rt.tx_stride);
+}
+
+// Reserves the next position of the TX ring that answers request header `h` and waits until
+// the host has freed it; returns the payload area of the slot to write. `at` is the same in
+// every thread.
 __shared__ unsigned long long p_tx_begun;  // profile: when the block's TX slot was reserved
 
-__device__ unsigned char* tx_begin(const PRt& rt, unsigned int* pos) {
-    __shared__ unsigned int s_pos;
+__device__ unsigned char* tx_begin(const PRt& rt, const cohort_mq_slot_header* h, TxPos* at) {
+    __shared__ TxPos s_at;
     __syncthreads();
     if (threadIdx.x == 0) {
-        unsigned int p = atomicAdd((unsigned int*)rt.tx_head, 1u);
+        const unsigned int ring = h->route % (unsigned int)rt.ntx;
+        unsigned int* head = (unsigned int*)rt.tx_head + ring * P_TX_HEAD_WORDS;
+        unsigned int p = atomicAdd(head, 1u);
         // The host's tail is read over the bus only when the copy in device memory (a value
         // read from it earlier, so never ahead of it) does not already show the slot free:
         // one bus round trip per answer saved while the host keeps up.
-        unsigned int* seen = (unsigned int*)rt.tx_head + 2;
+        unsigned int* seen = head + 2;
         if (p - ld_relaxed_gpu(seen) >= (unsigned int)rt.tx_slots) {
-            const unsigned int* tail = (const unsigned int*)((unsigned char*)rt.tx + COHORT_MQ_TAIL_OFFSET);
+            const unsigned int* tail = (const unsigned int*)(tx_ring(rt, ring) + COHORT_MQ_TAIL_OFFSET);
             Backoff b;
             unsigned int t;
-            // The egress thread keeps draining, also while kernels stop: this always ends.
+            // The egress threads keep draining, also while kernels stop: this always ends.
             // (The slot is written only after this load returned: no fence needed.)
             while (p - (t = ld_relaxed_sys(tail)) >= (unsigned int)rt.tx_slots) b.idle();
             // Racing blocks may store an older tail: that only costs a later bus read.
             st_relaxed_gpu(seen, t);
         }
-        s_pos = p;
+        s_at.ring = ring;
+        s_at.pos = p;
         if (rt.prof_cap) p_tx_begun = global_ns();
     }
     __syncthreads();
-    *pos = s_pos;
-    return (unsigned char*)tx_seq(rt, s_pos) + COHORT_MQ_SLOT_HEADER_BYTES;
+    *at = s_at;
+    return (unsigned char*)tx_seq(rt, s_at) + COHORT_MQ_SLOT_HEADER_BYTES;
 }
 
 // Copies the answered request's stamps into the profile log and clears them for the slot's
@@ -429,13 +447,13 @@ __device__ void p_log(const PRt& rt, const cohort_mq_slot_header* h) {
 
 // Commits the answer of request header `h` (from slot memory) with `status` and `len` payload
 // bytes already written by the block.
-__device__ void tx_commit(const PRt& rt, unsigned int pos, const cohort_mq_slot_header* h,
+__device__ void tx_commit(const PRt& rt, TxPos at, const cohort_mq_slot_header* h,
                           unsigned short status, unsigned int len) {
     // The block's payload writes happen before thread 0's fence (barrier), and the fence is
     // cumulative: one system fence per answer orders payload and header before the seq.
     __syncthreads();
     if (threadIdx.x == 0) {
-        cohort_mq_slot_header* o = (cohort_mq_slot_header*)tx_seq(rt, pos);
+        cohort_mq_slot_header* o = (cohort_mq_slot_header*)tx_seq(rt, at);
         o->len = len;
         o->token = h->token;
         o->service = h->service;
@@ -445,7 +463,7 @@ __device__ void tx_commit(const PRt& rt, unsigned int pos, const cohort_mq_slot_
         o->arrived = h->arrived;
         o->route = h->route;
         __threadfence_system();
-        st_relaxed_sys(&o->seq, pos + 1);
+        st_relaxed_sys(&o->seq, at.pos + 1);
         p_count(rt, P_STAT_ANSWERED, 1);
         if (rt.prof_cap) p_log(rt, h);
     }
@@ -455,22 +473,22 @@ __device__ void tx_commit(const PRt& rt, unsigned int pos, const cohort_mq_slot_
 // Answers slot `s` with an error (`code` from the shared error table, a short message) and
 // frees the slot. Block-cooperative.
 __device__ void tx_error(const PRt& rt, unsigned int s, unsigned short code, const char* msg) {
-    unsigned int pos;
-    unsigned char* out = tx_begin(rt, &pos);
+    TxPos at;
+    unsigned char* out = tx_begin(rt, &p_slot(rt, s)->h, &at);
     unsigned int len = 0;
     while (msg[len] != 0 && len < 200) ++len;
     for (unsigned int i = threadIdx.x; i < len; i += blockDim.x) out[i] = (unsigned char)msg[i];
-    tx_commit(rt, pos, &p_slot(rt, s)->h, code, len);
+    tx_commit(rt, at, &p_slot(rt, s)->h, code, len);
     if (threadIdx.x == 0) p_free_slot(rt, s);
     __syncthreads();
 }
 
 // Answers slot `s` with `len` bytes of `src` (device memory) and status 0, then frees it.
 __device__ void tx_reply(const PRt& rt, unsigned int s, const unsigned char* src, unsigned int len) {
-    unsigned int pos;
-    unsigned char* out = tx_begin(rt, &pos);
+    TxPos at;
+    unsigned char* out = tx_begin(rt, &p_slot(rt, s)->h, &at);
     for (unsigned int i = threadIdx.x; i < len; i += blockDim.x) out[i] = src[i];
-    tx_commit(rt, pos, &p_slot(rt, s)->h, 0, len);
+    tx_commit(rt, at, &p_slot(rt, s)->h, 0, len);
     if (threadIdx.x == 0) p_free_slot(rt, s);
     __syncthreads();
 }

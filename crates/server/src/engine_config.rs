@@ -137,6 +137,25 @@ pub struct PersistentEngineArgs {
     /// time goes; 0 = off).
     #[arg(long, default_value_t = 0)]
     pub profile: usize,
+    /// gpu-persistent: host threads moving each GPU's answers to the io threads, a TX ring
+    /// each (one moves about 2-3 M answers/s); 0 = auto: 2 with 4 or more io threads, else 1.
+    #[arg(long, default_value_t = 0)]
+    pub egress_threads: usize,
+}
+
+impl PersistentEngineArgs {
+    /// The egress threads for a GPU fed by `ingresses` io threads: the number asked for, or
+    /// the auto rule (one thread per GPU capped gpu-persistent at ~2-3 M answers/s on the
+    /// H200 while its kernels gave 11 M; a second helps once enough io threads feed it).
+    /// At most one per ingress (a TX ring answers whole ingresses).
+    pub fn egress_threads_for(&self, ingresses: usize) -> usize {
+        let want = match self.egress_threads {
+            0 if ingresses >= 4 => 2,
+            0 => 1,
+            n => n,
+        };
+        want.clamp(1, ingresses.max(1))
+    }
 }
 
 /// hybrid: when the CPU workers take a request instead of the GPUs.
@@ -432,11 +451,33 @@ mod tests {
                 gpu_batch: 4,
                 watchdog_ms: 50,
                 profile: 10,
+                egress_threads: 3,
             },
             hybrid: HybridEngineArgs {
                 latency_budget_us: 2500,
             },
         }
+    }
+
+    #[test]
+    fn egress_threads_auto_is_two_from_four_io_threads_and_never_past_one_per_ingress() {
+        use clap::FromArgMatches;
+        let cmd = PersistentEngineArgs::augment_args(clap::Command::new("defaults"));
+        let mut a = PersistentEngineArgs::from_arg_matches(&cmd.get_matches_from(["defaults"]))
+            .expect("the declared defaults parse");
+        assert_eq!(a.egress_threads, 0, "auto by default");
+        let auto: Vec<usize> = [1, 2, 3, 4, 8, 16]
+            .map(|i| a.egress_threads_for(i))
+            .to_vec();
+        assert_eq!(auto, [1, 1, 1, 2, 2, 2]);
+        a.egress_threads = 4;
+        assert_eq!(a.egress_threads_for(8), 4);
+        assert_eq!(
+            a.egress_threads_for(3),
+            3,
+            "one TX ring answers whole ingresses"
+        );
+        assert_eq!(a.egress_threads_for(0), 1);
     }
 
     #[test]

@@ -489,8 +489,10 @@ fn start_persistent(
     devices: &[cohort_gpu::DeviceInfo],
 ) -> Result<Running> {
     let entry = catalog::entry(p.name).expect("plans hold catalog names");
+    let ingresses = lanes.first().map_or(1, |l| l.requests.len());
     let cfg = PersistentConfig {
         slots: p.cfg.persistent.gpu_slots,
+        egress_threads: p.cfg.persistent.egress_threads_for(ingresses),
         blocks: p.cfg.persistent.stages.clone().map(|s| s.0),
         batch: p.cfg.persistent.gpu_batch,
         watchdog: Duration::from_millis(p.cfg.persistent.watchdog_ms),

@@ -208,6 +208,12 @@ fn check(p: &ServicePlan) -> Result<()> {
         p.name
     );
     anyhow::ensure!(
+        q.egress_threads <= cohort_gpu::persistent::rt::MAX_TX,
+        "{}: egress_threads must be at most {} (0 = auto)",
+        p.name,
+        cohort_gpu::persistent::rt::MAX_TX
+    );
+    anyhow::ensure!(
         q.watchdog_ms >= 1,
         "{}: watchdog_ms must be at least 1",
         p.name
@@ -337,6 +343,7 @@ mod tests {
         assert!(e(p, &["echo.gpu_batch=33"]).contains("gpu_batch must be in 1..=32"));
         assert!(e(p, &["echo.gpu_slots=0"]).contains("gpu_slots must be in"));
         assert!(e(p, &["echo.watchdog_ms=0"]).contains("watchdog_ms must be at least 1"));
+        assert!(e(p, &["echo.egress_threads=17"]).contains("egress_threads must be at most 16"));
         assert!(e(p, &["echo.profile=99999999"]).contains("profile must be at most"));
         assert!(e(p, &["echo.profile=x"]).contains("profile"));
         let h = "echo:hybrid";

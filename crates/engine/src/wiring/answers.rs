@@ -115,6 +115,28 @@ impl AnswerRings {
         self.send(to, env, e.message.as_bytes());
     }
 
+    /// Moves the rings into `parts` sets for as many threads: set k holds ingress i's ring,
+    /// at index i / parts, for every i with i % parts == k. Every wake stays here as well, so
+    /// `wake_all` (a lane's restart) still reaches every ingress; this set sends nothing
+    /// afterwards (it holds no ring: `len` is 0).
+    pub fn split(&mut self, parts: usize) -> Vec<AnswerRings> {
+        assert!(
+            (1..=self.rings.len()).contains(&parts),
+            "1..={} parts",
+            self.rings.len()
+        );
+        let mut sets: Vec<(Vec<Producer>, Vec<WakeCell>)> =
+            (0..parts).map(|_| (Vec::new(), Vec::new())).collect();
+        for (i, ring) in std::mem::take(&mut self.rings).into_iter().enumerate() {
+            sets[i % parts].0.push(ring);
+            sets[i % parts].1.push(self.wakes[i].clone());
+        }
+        self.unwoken.clear();
+        sets.into_iter()
+            .map(|(rings, wakes)| AnswerRings::new(rings, wakes))
+            .collect()
+    }
+
     /// Ingresses (one ring each).
     pub fn len(&self) -> usize {
         self.rings.len()

@@ -252,3 +252,69 @@ fn ring_slots_hold_one_io_threads_batched_load_and_the_bound() {
     assert_eq!(slots_for(1000, 1, 1), 1024);
     assert_eq!(slots_for(DEFAULT_MAX_QUEUE, 1, 8), BATCHED_LOAD_ROWS);
 }
+
+/// A lane's answer rings split over threads: part k answers ingresses k, k + n, ... (at
+/// index i / n), each answer reaches the ingress it was sent to, and a restart still wakes
+/// every ingress from the lane.
+#[test]
+fn split_answer_rings_reach_their_own_ingresses_and_restarts_wake_all() {
+    use std::sync::atomic::{AtomicUsize, Ordering};
+    #[derive(Default)]
+    struct Count(AtomicUsize);
+    impl Wake for Count {
+        fn wake(&self) {
+            self.0.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+    let spec = EngineSpec {
+        name: "t".into(),
+        lanes: 1,
+        policy: DispatchPolicy::RoundRobin,
+        services: vec![1],
+        slots: 64,
+        admit_by_deadline: false,
+        max_queued: None,
+        stride: DEFAULT_STRIDE,
+    };
+    let ingresses = 5;
+    let mut w = wire(ingresses, &[spec]);
+    let counts: Vec<Arc<Count>> = (0..ingresses).map(|_| Arc::new(Count::default())).collect();
+    for (ing, c) in w.ingresses.iter().zip(&counts) {
+        ing.set_wake(c.clone());
+    }
+    let mut lane = w.engines.pop().unwrap().pop().unwrap();
+    let mut parts = lane.answers.split(2);
+    assert_eq!(
+        parts.iter().map(AnswerRings::len).collect::<Vec<_>>(),
+        [3, 2]
+    );
+    assert!(
+        lane.answers.is_empty(),
+        "the lane's own set sends nothing after"
+    );
+    for i in 0..ingresses {
+        let env = Envelope {
+            token: 1,
+            service: 1,
+            status: 0,
+            request_id: i as u64,
+            deadline: 0,
+            arrived: 0,
+        };
+        parts[i % 2].send(i / 2, env, &[i as u8]);
+    }
+    for (i, ing) in w.ingresses.iter_mut().enumerate() {
+        let mut got = Vec::new();
+        ing.drain_answers(usize::MAX, |m| got.push((m.env.request_id, m.payload[0])));
+        assert_eq!(got, [(i as u64, i as u8)], "ingress {i}");
+    }
+    let before: Vec<usize> = counts.iter().map(|c| c.0.load(Ordering::Relaxed)).collect();
+    lane.announce_restart();
+    for (i, c) in counts.iter().enumerate() {
+        assert_eq!(
+            c.0.load(Ordering::Relaxed),
+            before[i] + 1,
+            "ingress {i} woken"
+        );
+    }
+}

@@ -1,6 +1,6 @@
-//! The host side of one GPU's persistent kernels: launches them, drains their TX ring into
-//! the lane's answer rings, and is their watchdog. One thread serves one lane or several
-//! (`run_all`).
+//! The host side of one GPU's persistent kernels: launches them, drains their first TX ring
+//! into the lane's answer rings (further TX rings have threads of their own: drain.rs), and
+//! is their watchdog. One thread serves one lane or several (`run_all`).
 //!
 //! Progress is judged from the rings alone: the RX tails the GPU publishes (requests taken)
 //! and the TX answers read. The GPU holds `taken - answered` requests; when it holds some, or
@@ -9,8 +9,9 @@
 //! the lane announces a restart (the ingresses answer INTERNAL what they still wait for) and
 //! fresh kernels resume from the published RX tails.
 
+use super::drain::{Drainer, TxDrain};
 use super::mapped::device_address;
-use super::profile::{self, HostStamp};
+use super::profile;
 use super::rt::{DeviceState, Geometry};
 use super::rt::{STAT_ANSWERED, STAT_NO_SLOT, STAT_POPS, STAT_TAKEN, STAT_TASKS};
 use super::{LaneStats, PersistentBackend, PersistentConfig, Prepared, Stage};
@@ -20,7 +21,6 @@ use cohort_engine::{Bell, LaneEnds};
 use cohort_mq::Consumer;
 use cudarc::driver::sys::{self, CUfunction_attribute, CUresult};
 use cudarc::driver::{CudaFunction, CudaStream, LaunchConfig, PushKernelArg};
-use std::collections::HashMap;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
@@ -37,8 +37,14 @@ const IDLE_SPIN: Duration = Duration::from_micros(50);
 
 pub(super) struct Egress {
     backend: Arc<dyn PersistentBackend>,
+    /// The request rings, bell and health; its answer rings moved into the drains.
     lane: LaneEnds,
-    tx: Consumer,
+    /// The first TX ring, drained on this thread.
+    tx: TxDrain,
+    /// The lane's other TX rings: set up here, running as `drainers` once launched, back
+    /// here once stopped (they are freed with the rest of the lane's GPU state).
+    spare: Vec<TxDrain>,
+    drainers: Vec<Drainer>,
     dev: DeviceState,
     prepared: Prepared,
     /// The ingress warp, then the stages.
@@ -49,14 +55,8 @@ pub(super) struct Egress {
     stats: Arc<LaneStats>,
     /// RX tails last seen (the GPU publishes them), per ring.
     rx_seen: Vec<u32>,
-    taken: u64,
-    answered: u64,
-    /// From a request's arrival at ingress to its answer read from TX, in ns: the engine's own
-    /// round trip (no client wake-ups), logged at shutdown.
-    ring_to_ring: hdrhistogram::Histogram<u64>,
-    /// Profile: answers to log on the GPU (0 = off) and the host's stamps of the first answers.
+    /// Answers to log on the GPU (0 = off).
     profile: usize,
-    host_stamps: HashMap<(u64, u64), HostStamp>,
 }
 
 fn stream_state(s: &CudaStream) -> CUresult {
@@ -70,7 +70,7 @@ impl Egress {
     /// sharing a device are all set up before any is launched (`PersistentEngine::start_all`).
     pub(super) fn set_up(
         backend: Arc<dyn PersistentBackend>,
-        lane: LaneEnds,
+        mut lane: LaneEnds,
         cfg: &PersistentConfig,
         stop: Arc<AtomicBool>,
         stats: Arc<LaneStats>,
@@ -130,12 +130,14 @@ impl Egress {
             .stages
             .iter()
             .any(|st| st.elsewhere.as_ref().is_some_and(|e| e.other_physical));
+        let tx_rings = cfg.egress_threads.clamp(1, n.min(super::rt::MAX_TX));
         let geometry = Geometry {
             rx,
             rx_layout,
             rx_copy: prepared.rx_copy,
             nslots: cfg.slots,
             tx_slots: cfg.tx_slots,
+            tx_rings,
             batch: cfg.batch,
             profile: cfg.profile,
             pipe_caps: prepared.pipe_caps.clone(),
@@ -154,13 +156,19 @@ impl Egress {
             stages = ?kernels.iter().map(|(_, s)| format!("{}x{}", s.kernel, s.blocks)).collect::<Vec<_>>(),
             slots = cfg.slots,
             rings = n,
+            egress_threads = tx_rings,
             system_scope = geometry.system_scope,
             "gpu-persistent kernels planned"
         );
+        let answers = lane.answers.split(tx_rings);
+        let mut drains = TxDrain::for_lane(tx, answers, n, &stats, cfg.profile).into_iter();
+        let first = drains.next().expect("at least one TX ring");
         let e = Egress {
             backend,
             lane,
-            tx,
+            tx: first,
+            spare: drains.collect(),
+            drainers: Vec::new(),
             dev,
             prepared,
             kernels,
@@ -169,26 +177,45 @@ impl Egress {
             stop,
             stats,
             rx_seen,
-            taken: 0,
-            answered: 0,
-            ring_to_ring: hdrhistogram::Histogram::new(3).expect("3 significant digits"),
             profile: cfg.profile,
-            // Answers leave TX in about the order the GPU logged them: twice the log's size
-            // covers it without growing without bound.
-            host_stamps: HashMap::with_capacity(cfg.profile * 2),
         };
         Ok(e)
     }
 
     /// Launched here, not on the egress thread: a launch that cannot run is the engine's start
     /// failing, with the reason, not a lane that dies later.
-    pub(super) fn launched(self) -> Result<Egress, GpuError> {
+    pub(super) fn launched(mut self) -> Result<Egress, GpuError> {
+        if let Err(err) = self.start_drainers() {
+            self.stop_drainers();
+            return Err(err);
+        }
         if let Err(err) = self.launch() {
             tracing::error!(error = %err, "gpu-persistent: launch failed; stopping what started");
             self.abandon();
             return Err(err);
         }
         Ok(self)
+    }
+
+    /// A thread for each TX ring beyond the first, before any kernel can answer into one.
+    fn start_drainers(&mut self) -> Result<(), GpuError> {
+        let name = format!("gpu{}-persist", self.backend.loaded().ctx.ordinal());
+        for d in std::mem::take(&mut self.spare) {
+            let t = Drainer::spawn(d, &name)
+                .map_err(|e| GpuError::Invalid(format!("spawning a TX drain thread: {e}")))?;
+            self.drainers.push(t);
+        }
+        Ok(())
+    }
+
+    /// Stops the drain threads (each empties its ring first) and keeps their rings.
+    fn stop_drainers(&mut self) {
+        for t in std::mem::take(&mut self.drainers) {
+            match t.join() {
+                Some(d) => self.spare.push(d),
+                None => tracing::error!("gpu-persistent: a TX drain thread panicked"),
+            }
+        }
     }
 
     /// Launches every persistent kernel and waits until all their blocks run: one that never
@@ -255,7 +282,7 @@ impl Egress {
     fn abandon(mut self) {
         // Blocks that never started wait for room other kernels hold: no use waiting long.
         match self.stop_kernels(Duration::from_millis(200)) {
-            Ok(()) => {}
+            Ok(()) => self.stop_drainers(),
             Err(e) => {
                 tracing::error!(error = %e, "gpu-persistent: kernels of a failed launch did not stop; their state is leaked");
                 self.leak();
@@ -269,11 +296,15 @@ impl Egress {
         if self.stop.load(Ordering::Acquire) {
             return Verdict::Stop;
         }
-        if self.drain(512) > 0 {
+        // The RX tails first, every look: the drain threads park while the GPU holds
+        // nothing, and are woken here when it takes requests.
+        let took = self.observe_rx();
+        let before = self.stats.answered.load(Ordering::Relaxed);
+        if self.tx.drain(512) > 0 {
             w.last_progress = Instant::now();
             return Verdict::Worked;
         }
-        if self.observe_rx() {
+        if took || self.stats.answered.load(Ordering::Relaxed) != before {
             w.last_progress = Instant::now();
         }
         if !self.rx_waiting() && self.holding() == 0 {
@@ -308,73 +339,40 @@ impl Egress {
 
     /// Requests the GPU has taken and not answered.
     fn holding(&self) -> u64 {
-        self.taken - self.answered
+        self.stats.holding()
     }
 
-    /// Reads new RX tails; true if the GPU took anything since the last look.
+    /// Reads new RX tails; true if the GPU took anything since the last look (the drain
+    /// threads are then woken: answers will follow).
     fn observe_rx(&mut self) -> bool {
-        let mut moved = false;
+        let mut took = 0u64;
         for (i, seen) in self.rx_seen.iter_mut().enumerate() {
             let t = self.lane.requests.ring(i).published_tail();
             if t != *seen {
-                self.taken += t.wrapping_sub(*seen) as u64;
+                took += t.wrapping_sub(*seen) as u64;
                 *seen = t;
-                moved = true;
             }
         }
-        moved
+        if took == 0 {
+            return false;
+        }
+        self.stats.taken.fetch_add(took, Ordering::AcqRel);
+        self.drainers.iter().for_each(Drainer::nudge);
+        true
+    }
+
+    /// Moves answers from every TX ring this thread holds (all of them while no drain thread
+    /// runs: at launch, after a stop).
+    fn drain(&mut self, max: usize) -> usize {
+        let mut n = self.tx.drain(max);
+        for d in &mut self.spare {
+            n += d.drain(max);
+        }
+        n
     }
 
     fn rx_waiting(&self) -> bool {
         (0..self.lane.requests.len()).any(|i| is_waiting(self.lane.requests.ring(i)))
-    }
-
-    /// Moves up to `max` TX answers into the answer rings of the ingresses they came from.
-    fn drain(&mut self, max: usize) -> usize {
-        // One wake-up per ingress for the batch (every 32 answers at most), not one fence and
-        // a possible futex call per answer: this thread is every answer's one core.
-        self.lane.answers.defer_wakes();
-        let n = self.drain_deferred(max);
-        self.lane.answers.wake_deferred();
-        n
-    }
-
-    fn drain_deferred(&mut self, max: usize) -> usize {
-        let mut n = 0;
-        let ingresses = self.lane.answers.len();
-        while n < max {
-            let answers = &mut self.lane.answers;
-            let hist = &mut self.ring_to_ring;
-            let stamps = &mut self.host_stamps;
-            let keep = self.profile * 2;
-            let got = self.tx.try_recv(|m| {
-                let now = cohort_engine::clock::now_ns();
-                let _ = hist.record(now.saturating_sub(m.env.arrived));
-                if stamps.len() < keep {
-                    let s = HostStamp {
-                        arrived: m.env.arrived,
-                        read: now,
-                    };
-                    stamps.insert((m.env.request_id, m.route), s);
-                }
-                let to = m.route as usize;
-                if to < ingresses {
-                    answers.send(to, m.env, m.payload);
-                } else {
-                    tracing::error!(
-                        route = to,
-                        "gpu-persistent: answer for an unknown ring dropped"
-                    );
-                }
-            });
-            if got.is_none() {
-                break;
-            }
-            n += 1;
-        }
-        self.answered += n as u64;
-        self.stats.answered.fetch_add(n as u64, Ordering::Relaxed);
-        n
     }
 
     /// Ok while every kernel still runs; an error for a fault or a kernel that returned.
@@ -416,6 +414,19 @@ impl Egress {
             std::thread::sleep(Duration::from_micros(50));
         }
         self.drain(usize::MAX);
+        // Every answer the GPU committed read from every TX ring (the drain threads empty
+        // theirs): only then is what is still held truly lost.
+        let committed = self.dev.stats()?[STAT_ANSWERED];
+        while self.stats.answered.load(Ordering::Acquire) < committed {
+            if Instant::now() > until {
+                return Err(GpuError::Invalid(format!(
+                    "the TX drain threads read {} of the {committed} answers committed",
+                    self.stats.answered.load(Ordering::Acquire)
+                )));
+            }
+            self.drainers.iter().for_each(Drainer::nudge);
+            std::thread::sleep(Duration::from_micros(50));
+        }
         self.observe_rx();
         Ok(())
     }
@@ -430,7 +441,9 @@ impl Egress {
         self.stop_kernels(STOP_TIMEOUT)?;
         // What the GPU still held is lost: the ingresses answer it INTERNAL.
         self.lane.announce_restart();
-        self.answered = self.taken;
+        self.stats
+            .forgiven
+            .fetch_add(self.holding(), Ordering::AcqRel);
         self.dev.reset()?;
         self.launch()?;
         self.stats.restarts.fetch_add(1, Ordering::Relaxed);
@@ -438,14 +451,6 @@ impl Egress {
     }
 
     fn shutdown(mut self) -> Option<Egress> {
-        let h = &self.ring_to_ring;
-        tracing::info!(
-            answered = self.stats.answered.load(Ordering::Relaxed),
-            restarts = self.stats.restarts.load(Ordering::Relaxed),
-            p50_us = h.value_at_quantile(0.5) as f64 / 1e3,
-            p99_us = h.value_at_quantile(0.99) as f64 / 1e3,
-            "gpu-persistent ring-to-ring latency (ingress arrival to TX answer read)"
-        );
         match self.dev.stats() {
             Ok(c) => tracing::info!(
                 taken = c[STAT_TAKEN],
@@ -471,6 +476,19 @@ impl Egress {
             self.leak();
             return None;
         }
+        self.stop_drainers();
+        let mut h = self.tx.ring_to_ring.clone();
+        for d in &self.spare {
+            let _ = h.add(&d.ring_to_ring);
+        }
+        tracing::info!(
+            answered = self.stats.answered.load(Ordering::Relaxed),
+            restarts = self.stats.restarts.load(Ordering::Relaxed),
+            egress_threads = 1 + self.spare.len(),
+            p50_us = h.value_at_quantile(0.5) as f64 / 1e3,
+            p99_us = h.value_at_quantile(0.99) as f64 / 1e3,
+            "gpu-persistent ring-to-ring latency (ingress arrival to TX answer read)"
+        );
         // Stopped (the state is freed when the caller drops it); the ingress warp flushed its
         // clock.
         if self.profile > 0 {
@@ -486,7 +504,11 @@ impl Egress {
             .and_then(|st| Ok((st, self.dev.profile_log()?)));
         match read {
             Ok((st, log)) => {
-                let p = profile::reduce(&log, &self.host_stamps, &st);
+                let mut stamps = self.tx.host_stamps.clone();
+                for d in &self.spare {
+                    stamps.extend(d.host_stamps.iter().map(|(k, v)| (*k, *v)));
+                }
+                let p = profile::reduce(&log, &stamps, &st);
                 tracing::info!(
                     profile = %serde_json::to_string(&p).unwrap_or_default(),
                     "gpu-persistent profile"
@@ -499,8 +521,10 @@ impl Egress {
 
     /// Kernels may still run or wait to start (or the context is poisoned): freeing memory or
     /// unloading the module they use could block forever or fault, so everything the lane
-    /// holds on the GPU (state, streams, the service's buffers and module) is leaked instead.
-    fn leak(self) {
+    /// holds on the GPU (state, streams, TX rings, the service's buffers and module) is leaked
+    /// instead, once its drain threads have stopped.
+    fn leak(mut self) {
+        self.stop_drainers();
         std::mem::forget(self);
     }
 }

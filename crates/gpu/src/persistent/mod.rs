@@ -8,15 +8,17 @@
 //!   ring, up to `MAX_INGRESS_WARPS`) poll the RX rings, reserves a slot per request, copies it in and hands it to the service's
 //!   first stage; worker blocks per stage pass tasks through gpipes; the last stage writes
 //!   the answer into a TX ring in mapped memory.
-//! - On the host ([`egress`]): one thread per GPU (or per `lanes_per_thread` GPUs) drains the TX ring into the ordinary answer
-//!   rings (waking the ingress), watches progress, and restarts the kernels when they stop
-//!   making progress (the requests they held are answered INTERNAL by the ingresses; none is
+//! - On the host ([`egress`]): one thread per GPU (or per `lanes_per_thread` GPUs) drains a TX
+//!   ring into the ordinary answer rings (waking the ingress), watches progress, and restarts
+//!   the kernels when they stop making progress; with `egress_threads` above 1 each further
+//!   TX ring has a thread of its own ([`drain`]) (the requests they held are answered INTERNAL by the ingresses; none is
 //!   lost, late answers are dropped as stale). A fault (a kernel error) poisons the CUDA
 //!   context: the lane then stops and the ingresses answer everything it held INTERNAL.
 //!
 //! A service plugs in through [`PersistentBackend`]: its module (compiled with the runtime by
 //! [`persistent_source`]), its argument block and its stages.
 
+mod drain;
 mod egress;
 pub mod mapped;
 pub mod profile;
@@ -144,6 +146,11 @@ pub struct PersistentConfig {
     /// is restarted.
     pub watchdog: Duration,
     pub tx_slots: usize,
+    /// Host threads that move a lane's answers from the GPU to the ingresses, a TX ring each
+    /// (at most one per ingress and `rt::MAX_TX`): one thread moves about 2-3 M answers/s.
+    /// The first TX ring is drained by the egress thread (shared by `lanes_per_thread`
+    /// lanes), each further one by a thread of its own.
+    pub egress_threads: usize,
     /// Lanes (GPUs) one egress thread serves in turn (Centaur: one host core for many GPUs).
     pub lanes_per_thread: usize,
     /// Answers whose steps are stamped on the GPU and reported at shutdown (0: off; stamping
@@ -159,6 +166,7 @@ impl Default for PersistentConfig {
             batch: 1,
             watchdog: Duration::from_secs(1),
             tx_slots: 8192,
+            egress_threads: 1,
             lanes_per_thread: 1,
             profile: 0,
         }
@@ -168,11 +176,24 @@ impl Default for PersistentConfig {
 /// Counters of one engine lane, readable while it runs.
 #[derive(Debug, Default)]
 pub struct LaneStats {
+    /// Requests the GPU took from the RX rings (as the egress thread last saw them).
+    pub taken: AtomicU64,
+    /// Answers moved to the ingresses.
     pub answered: AtomicU64,
+    /// Requests a restart lost (the ingresses answered them INTERNAL): never answered here.
+    pub forgiven: AtomicU64,
     pub restarts: AtomicU64,
     pub faults: AtomicU64,
     /// Where the time went (with `PersistentConfig::profile`), set at shutdown.
     pub profile: std::sync::Mutex<Option<profile::Profile>>,
+}
+
+impl LaneStats {
+    /// Requests the GPU has taken and not answered.
+    pub fn holding(&self) -> u64 {
+        let done = self.answered.load(Ordering::Acquire) + self.forgiven.load(Ordering::Acquire);
+        self.taken.load(Ordering::Acquire).saturating_sub(done)
+    }
 }
 
 /// The persistent kernels of one GPU, or of several, and the egress thread that serves them.

@@ -36,9 +36,13 @@ crate::kernel_args! {
         rx_slots: u64,
         rx_stride: u64,
         rx_copy: u64,
+        /// Device u64[ntx]: the mapped TX rings' device addresses.
         tx: u64,
+        ntx: u64,
         tx_slots: u64,
         tx_stride: u64,
+        /// Device u32[ntx * TX_HEAD_WORDS]: per TX ring, the next position to reserve [0] and
+        /// the host's tail as the GPU last read it [2].
         tx_head: u64,
         slots: u64,
         nslots: u64,
@@ -125,6 +129,12 @@ pub const DEVICE_PIPE0: usize = 3;
 /// RX rings one runtime polls (`P_MAX_RX`: the ingress keeps a position per ring in shared
 /// memory).
 pub const MAX_RX: usize = 64;
+/// TX rings one runtime writes (one egress thread drains each; RX ring r answers into TX
+/// ring r % ntx).
+pub const MAX_TX: usize = 16;
+/// u32 words per TX ring's device counters (`P_TX_HEAD_WORDS`): one 128-byte line each, so
+/// blocks answering into different rings do not contend for one line.
+pub const TX_HEAD_WORDS: usize = 32;
 /// Tasks a worker block pops from its gpipe at once (`P_MAX_BATCH`: staged in shared memory);
 /// a service's `gpu_batch` is at most this.
 pub const MAX_BATCH: usize = 32;
@@ -185,8 +195,9 @@ const _: () = {
 
 /// The `#define`s of the constants above, for the kernels.
 pub fn prelude() -> Prelude {
-    let defs: [(&str, usize); 28] = [
+    let defs: [(&str, usize); 29] = [
         ("P_PIPES", PIPES),
+        ("P_TX_HEAD_WORDS", TX_HEAD_WORDS),
         ("P_DEVICE_PIPE0", DEVICE_PIPE0),
         ("P_MAX_RX", MAX_RX),
         ("P_MAX_BATCH", MAX_BATCH),
@@ -270,7 +281,10 @@ pub struct Geometry {
     /// Bytes of an RX slot (header included) the ingress warp copies.
     pub rx_copy: usize,
     pub nslots: usize,
+    /// Slots of each TX ring.
     pub tx_slots: usize,
+    /// TX rings (1..=MAX_TX, at most one per RX ring).
+    pub tx_rings: usize,
     pub batch: usize,
     /// Requests whose stage stamps are logged (0: no profile).
     pub profile: usize,
@@ -290,9 +304,12 @@ pub struct DeviceState {
     stats: CudaSlice<u64>,
     _prof: CudaSlice<u64>,
     prof_log: CudaSlice<u64>,
-    /// [0] the TX reservation counter, [1] the device copy of the stop flag, [2] the host's
-    /// TX tail as last read by the GPU (kept across restarts, like [0]: never ahead of it).
+    _tx: CudaSlice<u64>,
+    /// Per TX ring: [0] the reservation counter, [2] the host's TX tail as last read by the
+    /// GPU (kept across restarts, like [0]: never ahead of it).
     _tx_head: CudaSlice<u32>,
+    /// [0] the device copy of the stop flag.
+    _dev_stop: CudaSlice<u32>,
     _bar: CudaSlice<u32>,
     _pipes: Vec<Pipe>,
     reset: CudaFunction,
@@ -300,12 +317,12 @@ pub struct DeviceState {
 }
 
 impl DeviceState {
-    /// Allocates everything and returns it with the host's end of the TX ring.
+    /// Allocates everything and returns it with the host's ends of the TX rings.
     pub fn new(
         ctx: &Arc<CudaContext>,
         reset: CudaFunction,
         g: &Geometry,
-    ) -> Result<(DeviceState, Consumer), GpuError> {
+    ) -> Result<(DeviceState, Vec<Consumer>), GpuError> {
         assert!(g.rx_copy >= cohort_mq::SLOT_HEADER_BYTES && g.rx_copy.is_multiple_of(16));
         assert!(g.rx_copy <= g.rx_layout.slot_stride());
         assert!(
@@ -314,16 +331,27 @@ impl DeviceState {
         );
         let s = ctx.new_stream()?;
         let stop = MappedMemory::zeroed(ctx, 64)?;
+        assert!(
+            (1..=MAX_TX.min(g.rx.len())).contains(&g.tx_rings),
+            "1..=min({MAX_TX}, RX rings) TX rings"
+        );
         let tx_layout = Layout::with_stride(g.tx_slots, TX_STRIDE);
-        let tx_mem = MappedMemory::zeroed(ctx, tx_layout.bytes())?;
-        let tx_dev = tx_mem.device_ptr();
-        let (_unused_producer, tx) = channel_in(Box::new(tx_mem), tx_layout, 1, false);
+        let mut tx_dev = Vec::with_capacity(g.tx_rings);
+        let mut tx = Vec::with_capacity(g.tx_rings);
+        for _ in 0..g.tx_rings {
+            let mem = MappedMemory::zeroed(ctx, tx_layout.bytes())?;
+            tx_dev.push(mem.device_ptr());
+            let (_unused_producer, consumer) = channel_in(Box::new(mem), tx_layout, 1, false);
+            tx.push(consumer);
+        }
+        let tx_rings = s.clone_htod(&tx_dev)?;
         let payload_cap = g.rx_copy - cohort_mq::SLOT_HEADER_BYTES;
         let rx = s.clone_htod(&g.rx)?;
         let slots = s.alloc_zeros::<u8>(g.nslots * SLOT_BYTES)?;
         let payloads = s.alloc_zeros::<u8>(g.nslots * payload_cap)?;
         let stats = s.alloc_zeros::<u64>(STATS)?;
-        let tx_head = s.alloc_zeros::<u32>(4)?;
+        let tx_head = s.alloc_zeros::<u32>(g.tx_rings * TX_HEAD_WORDS)?;
+        let dev_stop = s.alloc_zeros::<u32>(4)?;
         let bar = s.alloc_zeros::<u32>(64 * BAR_GROUPS)?;
         // Zero-sized buffers are not allocated: one element keeps the addresses valid.
         let prof_slots = if g.profile > 0 { g.nslots } else { 0 };
@@ -337,13 +365,14 @@ impl DeviceState {
         let sys = g.system_scope;
         let args = RtArgs {
             stop: stop.device_ptr(),
-            dev_stop: addr(&tx_head, &s) + 4,
+            dev_stop: addr(&dev_stop, &s),
             rx: addr(&rx, &s),
             nrx: g.rx.len() as u64,
             rx_slots: g.rx_layout.slots as u64,
             rx_stride: g.rx_layout.slot_stride() as u64,
             rx_copy: g.rx_copy as u64,
-            tx: tx_dev,
+            tx: addr(&tx_rings, &s),
+            ntx: g.tx_rings as u64,
             tx_slots: g.tx_slots as u64,
             tx_stride: TX_STRIDE as u64,
             tx_head: addr(&tx_head, &s),
@@ -372,7 +401,9 @@ impl DeviceState {
             stats,
             _prof: prof,
             prof_log,
+            _tx: tx_rings,
             _tx_head: tx_head,
+            _dev_stop: dev_stop,
             _bar: bar,
             _pipes: all,
             reset,
@@ -414,7 +445,7 @@ impl DeviceState {
             // blocks it would never run (measured: 1900 worker blocks, the stop never landed).
             // The copy engine needs no SM.
             let one: u32 = 1;
-            // SAFETY: dev_stop is one u32 inside `_tx_head`, owned by self; `one` outlives the
+            // SAFETY: dev_stop is the first u32 of `_dev_stop`, owned by self; `one` outlives the
             // copy (the stream is synchronized before returning).
             let r = unsafe {
                 cudarc::driver::sys::cuMemcpyHtoDAsync_v2(

@@ -134,24 +134,36 @@ pub fn serve_paced(
             Engine::Batched(..) | Engine::Shared(..) => DEFAULT_STRIDE,
         },
     };
-    // The persistent engine's request rings are mapped memory its lanes' GPUs poll.
-    let mut mapped: Vec<Option<MappedMemory>> = match &engine {
+    // One ingress, or one per TX ring of the persistent engine, so that every answer path
+    // it has (an egress thread per TX ring, each answering its own ingresses) is checked.
+    let ingresses = match &engine {
+        Engine::Persistent(_, cfg, _) => cfg.egress_threads.max(1),
+        Engine::Batched(..) | Engine::Shared(..) => 1,
+    };
+    // The persistent engine's request rings are mapped memory its lanes' GPUs poll:
+    // mapped[lane][ingress].
+    let mut mapped: Vec<Vec<Option<MappedMemory>>> = match &engine {
         Engine::Persistent(backends, _, stride) => backends
             .iter()
             .map(|b| {
-                MappedMemory::zeroed(
-                    &b.loaded().ctx,
-                    Layout::with_stride(RING_SLOTS, *stride).bytes(),
-                )
-                .map(Some)
-                .map_err(|e| e.to_string())
+                (0..ingresses)
+                    .map(|_| {
+                        MappedMemory::zeroed(
+                            &b.loaded().ctx,
+                            Layout::with_stride(RING_SLOTS, *stride).bytes(),
+                        )
+                        .map(Some)
+                        .map_err(|e| e.to_string())
+                    })
+                    .collect::<Result<Vec<_>, _>>()
             })
             .collect::<Result<_, _>>()?,
         Engine::Batched(..) | Engine::Shared(..) => Vec::new(),
     };
-    let mut w = wire_in(1, &[spec], &mut |_, lane, _, _| {
+    let mut w = wire_in(ingresses, &[spec], &mut |_, lane, ingress, _| {
         mapped
             .get_mut(lane)
+            .and_then(|m| m.get_mut(ingress))
             .and_then(Option::take)
             .map(|m| Box::new(m) as Box<dyn RingMemory>)
     });
@@ -214,22 +226,29 @@ pub fn serve_paced(
             })
         }
     };
-    let ends = w.ingresses.pop().expect("one ingress");
+    // Every ingress on this thread, woken by one bell; request i goes to ingress i % n.
     let bell = Bell::new();
     bell.bind_current();
-    ends.set_wake(bell.clone());
-    let mut ing: Ingress<usize> = Ingress::new(ends, 1 << 16, metrics, Duration::from_secs(30));
+    let mut ings: Vec<Ingress<usize>> = std::mem::take(&mut w.ingresses)
+        .into_iter()
+        .map(|ends| {
+            ends.set_wake(bell.clone());
+            Ingress::new(ends, 1 << 16, metrics.clone(), Duration::from_secs(30))
+        })
+        .collect();
     let mut got: Vec<Option<Result<Vec<u8>, cohort_proto::ErrorPayload>>> =
         vec![None; payloads.len()];
     let mut twice = 0;
     let started = Instant::now();
     let until = started + Duration::from_secs(60);
     let mut next = 0;
-    while (next < payloads.len() || ing.in_flight() > 0) && Instant::now() < until {
+    let in_flight = |ings: &[Ingress<usize>]| ings.iter().map(Ingress::in_flight).sum::<usize>();
+    while (next < payloads.len() || in_flight(&ings) > 0) && Instant::now() < until {
         while next < payloads.len() {
             if pause.is_some_and(|(at, t)| next == at && started.elapsed() < t) {
                 break;
             }
+            let ing = &mut ings[next % ingresses];
             match ing.submit(next, service.id(), next as u64, 0, &payloads[next]) {
                 Ok(()) => next += 1,
                 Err((_, e)) if e.code == ErrorCode::Overloaded => break,
@@ -243,13 +262,18 @@ pub fn serve_paced(
             twice += got[i].is_some() as usize;
             got[i] = Some(a.map(|p| p.to_vec()));
         };
-        let n = ing.drain(usize::MAX, &mut record) + ing.reap_dead_lanes(&mut record);
+        let mut n = 0;
+        for ing in &mut ings {
+            n += ing.drain(usize::MAX, &mut record) + ing.reap_dead_lanes(&mut record);
+        }
         if n == 0 {
-            bell.sleep(Duration::from_millis(1), || ing.ends.answers_waiting());
+            bell.sleep(Duration::from_millis(1), || {
+                ings.iter().any(|i| i.ends.answers_waiting())
+            });
         }
     }
     let took = started.elapsed();
-    drop(ing);
+    drop(ings);
     let restarts = stop()?;
     if twice > 0 {
         return Err(format!("{twice} requests were answered twice"));
@@ -361,6 +385,9 @@ pub fn persistent_engine_with(backend: Arc<dyn PersistentBackend>, stride: usize
         // The correctness run also runs the profile's stamping (answers must not change)
         // and checks what it reports is coherent.
         profile: 256,
+        // Three TX rings and egress threads (three ingresses): answers cross every ring
+        // and reach ingresses mapped i / 3 on each.
+        egress_threads: 3,
         ..PersistentConfig::default()
     };
     Engine::Persistent(vec![backend], cfg, stride)

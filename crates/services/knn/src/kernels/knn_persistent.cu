@@ -180,8 +180,8 @@ extern "C" __global__ void knn_p_search_u8(PRt rt, SvcArgs a) { search_worker<un
 // slot. Answer: count u32, then (id u32, distance f32) nearest first; padding (NO_ID, fewer
 // than k candidates) sorts last and is left out. Block-cooperative.
 __device__ void knn_answer(const PRt& rt, unsigned int s, unsigned int k, const unsigned* best_i, const float* best_d) {
-    unsigned int pos;
-    unsigned char* out = tx_begin(rt, &pos);
+    TxPos at;
+    unsigned char* out = tx_begin(rt, &p_slot(rt, s)->h, &at);
     unsigned int count = 0;
     for (unsigned int j = 0; j < k; ++j) count += best_i[j] != NO_ID;
     if (threadIdx.x == 0) *(unsigned int*)out = count;
@@ -189,7 +189,7 @@ __device__ void knn_answer(const PRt& rt, unsigned int s, unsigned int k, const 
         ((unsigned int*)(out + 4))[2 * j] = best_i[j];
         ((float*)(out + 4))[2 * j + 1] = best_d[j];
     }
-    tx_commit(rt, pos, &p_slot(rt, s)->h, 0, 4 + 8 * count);
+    tx_commit(rt, at, &p_slot(rt, s)->h, 0, 4 + 8 * count);
     if (threadIdx.x == 0) p_free_slot(rt, s);
     __syncthreads();
 }
