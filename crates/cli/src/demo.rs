@@ -1,6 +1,11 @@
 //! `cohort demo`: synthesize a SIFT-like set, build an IVF-Flat index, pick the nprobe that
 //! reaches recall@10 >= 0.9, serve it on loopback, sweep load over UDP, print throughput,
 //! latency percentiles and recall. Exits non-zero on any wrong answer.
+//!
+//! On a machine with a GPU it serves on gpu-cohort and ramps the load (x2 a step) until the
+//! server no longer keeps up, so the table ends at the machine's capacity; it also draws the
+//! sweep (`demo-sweep.png` beside the data). Without one it serves on the cpu engine at a
+//! few rates, as a laptop can.
 
 use anyhow::{Context, Result};
 use clap::Args;
@@ -25,15 +30,53 @@ pub struct DemoArgs {
     /// Seconds measured per sweep point.
     #[arg(long, default_value_t = 2.0)]
     pub duration: f64,
-    /// Rates to sweep (queries/s).
-    #[arg(long, value_delimiter = ',', value_parser = cohort_server::util::parse_rate, default_value = "500,1k,2k")]
-    pub sweep: Vec<f64>,
+    /// Rates to sweep (queries/s); default: 500,1k,2k on the cpu engine, on a GPU engine a
+    /// ramp from 10k doubling until the server stops keeping up.
+    #[arg(long, value_delimiter = ',', value_parser = cohort_server::util::parse_rate)]
+    pub sweep: Option<Vec<f64>>,
+    /// The engine: auto (gpu-cohort where a GPU is found, else cpu), or any `cohort serve
+    /// --engine`.
+    #[arg(long, default_value = "auto")]
+    pub engine: String,
     /// Where the data and index are kept between runs (default: the system temp folder).
     #[arg(long)]
     pub dir: Option<PathBuf>,
 }
 
 const TARGET_RECALL: f64 = 0.9;
+/// The cpu engine's sweep (a laptop's few cores).
+const CPU_SWEEP: [f64; 3] = [500.0, 1_000.0, 2_000.0];
+/// A GPU engine's ramp: from this rate, doubling, at most `RAMP_STEPS` points.
+const RAMP_FROM: f64 = 10_000.0;
+const RAMP_STEPS: usize = 10;
+/// A ramp point past capacity ends the ramp: p99 over this, or answers short of the offered
+/// rate, or any error.
+const RAMP_P99_US: f64 = 2_000.0;
+const RAMP_KEPT_UP: f64 = 0.95;
+
+/// The engine `auto` means here: gpu-cohort (the throughput engine) where a GPU is found.
+fn pick_engine(asked: &str) -> String {
+    if asked != "auto" {
+        return asked.to_string();
+    }
+    match cohort_gpu::probe() {
+        Ok(d) if !d.is_empty() => "gpu-cohort".into(),
+        Ok(_) => "cpu".into(),
+        Err(e) => {
+            println!("no GPU ({e}): the cpu engine serves");
+            "cpu".into()
+        }
+    }
+}
+
+/// Whether a ramp point shows a server that kept up with what was offered.
+fn kept_up(r: &cohort_load::Report) -> bool {
+    let offered = r.offered_rate.unwrap_or(0.0);
+    r.error_total() == 0
+        && !r.generator_saturated
+        && r.latency_us.p99 <= RAMP_P99_US
+        && r.achieved_rate >= RAMP_KEPT_UP * offered
+}
 
 /// Smallest nprobe (of 1, 2, 3, 4, 6, 8, 12, 16, ...) whose recall@10 reaches the target on
 /// the demo queries.
@@ -101,9 +144,12 @@ pub fn run(a: DemoArgs) -> Result<()> {
     } else {
         println!("reusing data and index in {}", dir.display());
     }
+    let engine = pick_engine(&a.engine);
+    let on_gpu = engine != "cpu";
     let mut sa = ServeArgs::loopback("knn");
     sa.set_service("knn", "index", ipath.display().to_string());
     sa.http = None;
+    sa.engine = engine.clone();
     let stack = serve::start(&sa)?;
     println!("{}", stack.server.listening_line());
     let queries = vecfile::read_vectors(&qpath)?;
@@ -118,17 +164,31 @@ pub fn run(a: DemoArgs) -> Result<()> {
                 poisson: true,
             },
             Duration::from_secs_f64(a.duration),
-            1,
+            // A GPU's rates need several sockets (and generator threads) to offer.
+            if on_gpu { 8 } else { 1 },
         )
     };
     println!(
-        "knn k=10 over {} (cpu engine), Poisson arrivals",
+        "knn k=10 over {} ({engine} engine), Poisson arrivals",
         cfg.target
     );
-    let reports = cohort_load::run_sweep(&cfg, &a.sweep, w);
+    let reports = match (&a.sweep, on_gpu) {
+        (Some(rates), _) => cohort_load::run_sweep(&cfg, rates, w),
+        (None, false) => cohort_load::run_sweep(&cfg, &CPU_SWEEP, w),
+        (None, true) => ramp(&cfg, w),
+    };
     stack.shutdown();
     let reports = reports?;
     cohort_load::Report::print_table(&reports);
+    if on_gpu {
+        let png = dir.join("demo-sweep.png");
+        let series = vec![(engine.clone(), reports.clone())];
+        let title = format!("cohort demo: k-NN served on {engine}, loopback UDP");
+        match cohort_load::plot_sweep(&series, &title, &png) {
+            Ok(()) => println!("sweep drawn in {}", png.display()),
+            Err(e) => println!("the sweep could not be drawn: {e:#}"),
+        }
+    }
     let wrong: u64 = reports
         .iter()
         .map(|r| r.errors.get("wrong_answer").copied().unwrap_or(0))
@@ -140,6 +200,32 @@ pub fn run(a: DemoArgs) -> Result<()> {
         dir_bytes(&dir) >> 20
     );
     Ok(())
+}
+
+/// From `RAMP_FROM`, doubling, until a point shows the server no longer keeping up (that
+/// point included: the table shows where the capacity lies).
+fn ramp(cfg: &LoadConfig, w: Arc<dyn cohort_load::Workload>) -> Result<Vec<cohort_load::Report>> {
+    let mut out = Vec::new();
+    let mut rate = RAMP_FROM;
+    for _ in 0..RAMP_STEPS {
+        let r = cohort_load::run_sweep(cfg, &[rate], w.clone())?
+            .pop()
+            .expect("one rate, one report");
+        let more = kept_up(&r);
+        println!(
+            "  {:>9.0} q/s offered: {:>9.0} answered, p99 {:.0} us{}",
+            rate,
+            r.achieved_rate,
+            r.latency_us.p99,
+            if more { "" } else { " (past capacity)" }
+        );
+        out.push(r);
+        if !more {
+            break;
+        }
+        rate *= 2.0;
+    }
+    Ok(out)
 }
 
 /// Bytes of the files directly in `dir`.
