@@ -41,12 +41,13 @@ pub const SUITES: &[(&str, &str)] = &[
         "regression",
         include_str!("../../../bench/suites/regression.toml"),
     ),
+    ("egress", include_str!("../../../bench/suites/egress.toml")),
 ];
 
 #[derive(clap::Args, Debug)]
 pub struct SuiteArgs {
     /// The suite: a shipped one (kernels, scaling, served, lenet, facever, bank, http, smoke,
-    /// regression)
+    /// regression, egress)
     /// or a manifest file (.toml).
     pub suite: Option<String>,
     /// Where its results, logs and summary go.
