@@ -40,19 +40,24 @@ pub enum Shed {
     Quota,
     /// The engine would answer after the request's deadline (admission by deadline).
     Deadline,
-    /// The io thread's table of requests in flight is full.
+    /// The io thread is full: its table of requests in flight, or it is behind its
+    /// arrivals (its backlog has stayed over its bound: `cohort_net`'s `behind`).
     Ingress,
     /// A cluster front end: every node serving the service is at its window.
     Nodes,
+    /// The byte budget (`--max-buffered-bytes`) is spent and the client's connection holds
+    /// answers it has not taken.
+    Budget,
 }
 
 impl Shed {
-    pub const ALL: [Shed; 5] = [
+    pub const ALL: [Shed; 6] = [
         Shed::Queue,
         Shed::Quota,
         Shed::Deadline,
         Shed::Ingress,
         Shed::Nodes,
+        Shed::Budget,
     ];
 
     pub fn label(self) -> &'static str {
@@ -62,6 +67,7 @@ impl Shed {
             Shed::Deadline => "deadline",
             Shed::Ingress => "ingress",
             Shed::Nodes => "nodes",
+            Shed::Budget => "budget",
         }
     }
 

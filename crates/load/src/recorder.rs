@@ -76,6 +76,8 @@ impl Shared {
 pub(crate) struct Recorder {
     pub ok_ns: Histogram<u64>,
     pub all_ns: Histogram<u64>,
+    /// Answers that were refusals (OVERLOADED, TIMEOUT): how soon a client hears "no".
+    pub refused_ns: Histogram<u64>,
     pub lag_ns: Histogram<u64>,
     /// How long each answer waited in the socket after the kernel received it, before a
     /// generator thread read it (UDP, where the kernel stamps datagrams).
@@ -110,6 +112,7 @@ impl Recorder {
         Recorder {
             ok_ns: hist(),
             all_ns: hist(),
+            refused_ns: hist(),
             lag_ns: hist(),
             read_ns: hist(),
             sent: 0,
@@ -209,13 +212,19 @@ impl Recorder {
                 self.ok += 1;
                 self.ok_ns.saturating_record(lat);
             }
-            Err(name) => self.error(&name),
+            Err(name) => {
+                if is_refusal(&name) {
+                    self.refused_ns.saturating_record(lat);
+                }
+                self.error(&name)
+            }
         }
     }
 
     pub fn merge(&mut self, o: Recorder) {
         self.ok_ns.add(&o.ok_ns).expect("same bounds");
         self.all_ns.add(&o.all_ns).expect("same bounds");
+        self.refused_ns.add(&o.refused_ns).expect("same bounds");
         self.lag_ns.add(&o.lag_ns).expect("same bounds");
         self.read_ns.add(&o.read_ns).expect("same bounds");
         self.sent += o.sent;
@@ -230,6 +239,12 @@ impl Recorder {
             *errors += e;
         }
     }
+}
+
+/// Whether an error answer is a refusal made for load (the request was not run): OVERLOADED
+/// (gRPC's RESOURCE_EXHAUSTED carries it as its message's first word) or TIMEOUT.
+pub fn is_refusal(name: &str) -> bool {
+    matches!(name, "OVERLOADED" | "TIMEOUT")
 }
 
 /// Sequence numbers of connection `c`: c, c + n, c + 2n, ... so that `seq % n` names the

@@ -65,6 +65,10 @@ pub struct Report {
     pub latency_us: Latency,
     /// Latency of every answer (errors included).
     pub latency_all_us: Latency,
+    /// Latency of the refusals (OVERLOADED, TIMEOUT answers): how soon a refused client
+    /// knew. Absent when nothing was refused.
+    #[serde(default, skip_serializing_if = "Option::is_none")]
+    pub latency_refused_us: Option<Latency>,
     /// True when the generator could not send on schedule: then the numbers describe the
     /// generator, not the server.
     pub generator_saturated: bool,
@@ -225,6 +229,7 @@ mod tests {
             achieved_rate: 0.0,
             latency_us: Latency::default(),
             latency_all_us: Latency::default(),
+            latency_refused_us: None,
             generator_saturated: true,
             send_lag_us_p99: 1500.0,
             send_lag_us_max: 4200.0,

@@ -165,6 +165,7 @@ fn report(cfg: &LoadConfig, sh: &Shared, rec: Recorder, w: &dyn Workload) -> Rep
         achieved_rate: rec.ok as f64 / secs,
         latency_us: Latency::from_ns(&rec.ok_ns),
         latency_all_us: Latency::from_ns(&rec.all_ns),
+        latency_refused_us: (!rec.refused_ns.is_empty()).then(|| Latency::from_ns(&rec.refused_ns)),
         generator_saturated,
         send_lag_us_p99: lag_p99,
         send_lag_us_max: rec.lag_ns.max() as f64 / 1000.0,

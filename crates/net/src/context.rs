@@ -47,6 +47,17 @@ impl Context {
             .shed(service, cohort_engine::Shed::Quota, &over.message())
     }
 
+    /// The refusal, counted, of a request to `service` that arrives while `shard`'s thread is
+    /// behind its arrivals (`crate::behind`); None to admit it.
+    pub(crate) fn behind(&self, shard: &Shard, service: u16) -> Option<ErrorPayload> {
+        let wait = shard.behind.check()?;
+        let detail = crate::behind::detail(wait);
+        Some(
+            self.metrics
+                .shed(service, cohort_engine::Shed::Ingress, &detail),
+        )
+    }
+
     pub fn is_shutting_down(&self) -> bool {
         self.shutting_down.load(Ordering::Acquire)
     }
@@ -78,6 +89,13 @@ impl Context {
         }
         if self.is_shutting_down() {
             return refuse(ErrorCode::Unavailable, "server is shutting down".into());
+        }
+        if let Some(e) = self.behind(shard, header.service) {
+            return port.deliver(Response {
+                request_id: header.request_id,
+                service: header.service,
+                body: ResponseBody::Err(e),
+            });
         }
         if let Err((port, e)) = shard.submit(port.clone(), header, payload) {
             port.deliver(Response {

@@ -19,7 +19,7 @@ use crate::grpc_flow::{Ledger, Metered};
 use crate::limits::{Budget, Connections, Limits, Slot};
 use crate::shard::Shard;
 use crate::tasks::Tracker;
-use crate::v2_grpc::{GrpcShared, Inference};
+use crate::v2_grpc::{Arrived, GrpcShared, Inference};
 use cohort_oip::grpc_inference_service_server::GrpcInferenceServiceServer;
 use cohort_oip::tensors::status;
 use cohort_proto::{ErrorCode, ErrorPayload};
@@ -250,13 +250,16 @@ async fn watchdog(ledger: &Ledger, activity: &Activity, limit: Duration) -> Unpr
 
 /// A refusal, at once, of a call that would add to a budget already over while its
 /// connection holds answers: RESOURCE_EXHAUSTED, the client may try again.
-fn over_budget() -> http::Response<tonic::body::Body> {
-    let e = ErrorPayload::new(
-        ErrorCode::Overloaded,
+/// Counted as `cohort_requests_refused_total{reason="budget"}` under service "unknown": the
+/// call's model is in its message, which is not read.
+fn over_budget(metrics: &cohort_engine::Metrics) -> http::Response<tonic::body::Body> {
+    let e = metrics.shed(
+        u16::MAX,
+        cohort_engine::Shed::Budget,
         "the server's buffered bytes are at --max-buffered-bytes and this connection's \
          answers are not being taken; try again later",
     );
-    tonic::Status::resource_exhausted(status(e).message()).into_http()
+    status(e).into_http()
 }
 
 /// tonic refuses a request message over the size limit with OUT_OF_RANGE; Cohort's
@@ -295,13 +298,17 @@ async fn serve_h2<I>(
         GrpcInferenceServiceServer::new(inference).max_decoding_message_size(crate::http::MAX_BODY);
     let counted = {
         let (activity, ledger) = (activity.clone(), ledger.clone());
-        hyper::service::service_fn(move |req: http::Request<hyper::body::Incoming>| {
+        let metrics = env.shared.ctx.metrics.clone();
+        hyper::service::service_fn(move |mut req: http::Request<hyper::body::Incoming>| {
             let (mut svc, call) = (svc.clone(), InProgress::start(&activity));
-            let ledger = ledger.clone();
+            let (ledger, metrics) = (ledger.clone(), metrics.clone());
+            // The head was read just now: the handler knows how long the call then waited
+            // on this io thread before it ran (`v2_grpc::Inference::admit`).
+            req.extensions_mut().insert(Arrived(Instant::now()));
             async move {
                 let over = ledger.budget().over() && ledger.holds();
                 let mut answer = if over {
-                    over_budget()
+                    over_budget(&metrics)
                 } else {
                     let unary = !req.uri().path().ends_with("/ModelStreamInfer");
                     let req = req.map(|b| Watched::new(b, unary, limit, ledger.clone()));

@@ -9,6 +9,7 @@
 
 mod accept;
 mod admin;
+mod behind;
 pub use cohort_auth::Auth;
 mod context;
 mod doorbell;

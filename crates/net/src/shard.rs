@@ -31,6 +31,8 @@ pub(crate) struct Shard {
     pub index: usize,
     ingress: Mutex<Ingress<Port>>,
     bell: Arc<Doorbell>,
+    /// How far the shard's thread is behind its arrivals (`crate::behind`).
+    pub behind: Arc<crate::behind::Behind>,
 }
 
 fn deliver(port: Port, meta: &Meta, answer: Answer<'_>) {
@@ -67,6 +69,7 @@ impl Shard {
                     .with_rows(registry.all().cloned()),
             ),
             bell,
+            behind: Arc::default(),
         }))
     }
 

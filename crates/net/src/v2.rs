@@ -29,10 +29,12 @@ const JSON_LENGTH: &str = "inference-header-content-length";
 
 fn v2_error(code: ErrorCode, message: impl Into<String>) -> HttpResponse {
     let status = StatusCode::from_u16(code.http_status()).expect("valid status");
-    respond(
+    let mut r = respond(
         status,
         json!({ "error": message.into(), "code": code.name() }),
-    )
+    );
+    crate::http::retry_after(&mut r); // a 503 says when to come back
+    r
 }
 
 /// A readiness answer: 200 while serving, 503 while draining.
@@ -173,6 +175,10 @@ async fn infer(
         Ok(key) => key,
         Err(r) => return *r,
     };
+    // Refused before its body is read while this io thread is behind (`crate::behind`).
+    if let Some(e) = ctx.behind(&env.shard, sid) {
+        return v2_error(e.code, e.message);
+    }
     let json_len = req
         .headers()
         .get(JSON_LENGTH)

@@ -115,6 +115,41 @@ impl Inference {
     }
 }
 
+/// When the call's head was read (`crate::grpc::serve_h2`): the time since is what the call
+/// waited on this io thread before its handler ran.
+#[derive(Clone, Copy)]
+pub(crate) struct Arrived(pub std::time::Instant);
+
+impl Inference {
+    /// Whether a unary call to `sid` is admitted, and with which deadline left (its
+    /// `grpc-timeout` less what it already waited here): refused at once, RESOURCE_EXHAUSTED,
+    /// when this io thread is behind its arrivals (`ingress:`) or the wait has already spent
+    /// its deadline (`deadline:`), rather than queued.
+    fn admit<T>(&self, req: &Request<T>, sid: u16) -> Result<Option<u64>, Status> {
+        let ctx = &self.shared.ctx;
+        let waited = req
+            .extensions()
+            .get::<Arrived>()
+            .map_or(0, |a| a.0.elapsed().as_micros() as u64);
+        let left = match deadline(req) {
+            Some(d) if waited >= d => {
+                let detail = format!(
+                    "the call waited {waited} us on the io thread, past its grpc-timeout of                      {d} us; refused rather than run late"
+                );
+                let e = ctx
+                    .metrics
+                    .shed(sid, cohort_engine::Shed::Deadline, &detail);
+                return Err(status(e));
+            }
+            d => d.map(|d| d - waited),
+        };
+        match ctx.behind(&self.shared.shard, sid) {
+            Some(e) => Err(status(e)),
+            None => Ok(left),
+        }
+    }
+}
+
 fn deadline<T>(req: &Request<T>) -> Option<u64> {
     req.metadata()
         .get("grpc-timeout")
@@ -202,7 +237,7 @@ impl pb::grpc_inference_service_server::GrpcInferenceService for Inference {
     ) -> Result<Response<pb::ModelInferResponse>, Status> {
         let service = self.model(&req.get_ref().model_name, &req.get_ref().model_version)?;
         let key = self.key(&req, service.id())?;
-        let deadline = deadline(&req);
+        let deadline = self.admit(&req, service.id())?;
         // The request counts in the budget until its answer is made (then the answer does).
         let request = self
             .ledger

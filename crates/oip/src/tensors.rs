@@ -18,8 +18,10 @@ pub fn status(e: ErrorPayload) -> Status {
     let code = match e.code {
         ErrorCode::BadRequest => tonic::Code::InvalidArgument,
         ErrorCode::UnknownService | ErrorCode::NotFound => tonic::Code::NotFound,
-        ErrorCode::TooLarge => tonic::Code::ResourceExhausted,
-        ErrorCode::Overloaded | ErrorCode::Unavailable => tonic::Code::Unavailable,
+        // Refused at once for a bound (queue, quota, deadline, budget): the client may try
+        // again later, as gRPC's RESOURCE_EXHAUSTED says; UNAVAILABLE is a server going away.
+        ErrorCode::TooLarge | ErrorCode::Overloaded => tonic::Code::ResourceExhausted,
+        ErrorCode::Unavailable => tonic::Code::Unavailable,
         ErrorCode::Timeout => tonic::Code::DeadlineExceeded,
         ErrorCode::Internal | ErrorCode::Truncated => tonic::Code::Internal,
         ErrorCode::Unauthorized => tonic::Code::Unauthenticated,

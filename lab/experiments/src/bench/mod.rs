@@ -8,6 +8,7 @@ mod engine;
 mod hog;
 mod http_plot;
 mod knn;
+mod overload;
 mod plot;
 mod regress;
 mod scaling_plot;
@@ -27,6 +28,9 @@ pub enum BenchCmd {
     /// The served matrix: services x engines x server cores, server and generator pinned to
     /// disjoint cores, each point's limit named from measured counters.
     Served(served::ServedBench),
+    /// Overload, not queueing: a transport's capacity, then open loop at multiples of it
+    /// (goodput, refusals and how fast, answered p99, peak RSS; issue 84's goals judged).
+    Overload(overload::OverloadBench),
     /// Engines fed directly (no sockets): throughput and latency per outstanding window.
     Engine(engine::EngineBench),
     /// gpu-cohort's batching loop alone on CPU twin slots (no GPU): what each request costs
@@ -52,6 +56,7 @@ pub fn run(cmd: BenchCmd) -> Result<()> {
         BenchCmd::Echo(a) => echo::run(&a),
         BenchCmd::KnnCpu(a) => knn::run(&a),
         BenchCmd::Served(a) => served::run(&a),
+        BenchCmd::Overload(a) => overload::run(&a),
         BenchCmd::Engine(a) => engine::run(&a),
         BenchCmd::Batcher(a) => batcher::run(&a),
         BenchCmd::Hog(a) => hog::run(&a),

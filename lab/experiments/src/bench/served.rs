@@ -420,15 +420,15 @@ fn load(
 }
 
 /// Logs and the generator's JSON while the matrix runs; removed afterwards.
-struct TempDir(PathBuf);
+pub(super) struct TempDir(PathBuf);
 
 impl TempDir {
-    fn new() -> Result<TempDir> {
+    pub(super) fn new() -> Result<TempDir> {
         let p = std::env::temp_dir().join(format!("cohort-served-{}", std::process::id()));
         std::fs::create_dir_all(&p)?;
         Ok(TempDir(p))
     }
-    fn path(&self) -> &Path {
+    pub(super) fn path(&self) -> &Path {
         &self.0
     }
 }
@@ -440,10 +440,10 @@ impl Drop for TempDir {
 }
 
 /// A child process of this binary pinned to a set of cores, its output in a log file.
-struct Pinned(Child);
+pub(super) struct Pinned(pub(super) Child);
 
 impl Pinned {
-    fn spawn(exe: &Path, args: &[String], cpus: &[usize], log: &Path) -> Result<Pinned> {
+    pub(super) fn spawn(exe: &Path, args: &[String], cpus: &[usize], log: &Path) -> Result<Pinned> {
         use std::os::unix::process::CommandExt;
         let out = std::fs::File::create(log)?;
         // SAFETY: an all-zero cpu_set_t is the empty set; CPU_SET writes inside it.
@@ -473,7 +473,7 @@ impl Pinned {
     }
 
     /// SIGTERM, then the exit status (a server drains and exits 0).
-    fn stop(mut self) -> Result<()> {
+    pub(super) fn stop(mut self) -> Result<()> {
         // SAFETY: signalling our own child.
         unsafe { libc::kill(self.0.id() as i32, libc::SIGTERM) };
         let st = self.0.wait()?;
@@ -493,7 +493,7 @@ impl Drop for Pinned {
     }
 }
 
-fn wait_listening(server: &mut Pinned, log: &Path, limit: Duration) -> Result<()> {
+pub(super) fn wait_listening(server: &mut Pinned, log: &Path, limit: Duration) -> Result<()> {
     let until = Instant::now() + limit;
     loop {
         let text = std::fs::read_to_string(log).unwrap_or_default();
