@@ -73,6 +73,10 @@ fn a_collection_load_with_writes_is_answered_right_and_the_writes_land() {
         &out,
         &[
             "--create",
+            "--filter-selectivity",
+            "0.2",
+            "--queries-per-request",
+            "3",
             "--write-share",
             "0.3",
             "--write-batch",
@@ -99,6 +103,14 @@ fn a_collection_load_with_writes_is_answered_right_and_the_writes_land() {
 
     let r: Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
     assert_eq!(r["service"], "collections", "{r:#}");
+    // Filtered searches of three queries, every hit matching, no deleted point answered;
+    // recall is not scored while the points change.
+    assert_eq!(r["filter"], json!({"range": ["tag", {"lt": 200}]}), "{r:#}");
+    assert_eq!(r["queries_per_request"], 3, "{r:#}");
+    assert_eq!(r["filter_violations"], 0, "{r:#}");
+    assert_eq!(r["deleted_points_answered"], 0, "{r:#}");
+    assert!(r.get("recall_at_k").is_none(), "{r:#}");
+    assert!(stderr.contains("recall not scored"), "{stderr}");
     let sent = r["sent"].as_u64().unwrap();
     assert!(sent >= 600, "{r:#}");
     assert_eq!(r["ok"].as_u64(), Some(sent), "every answer right: {r:#}");
@@ -144,6 +156,8 @@ fn a_collection_load_with_writes_is_answered_right_and_the_writes_land() {
         write_batch: 10,
         k: 10,
         seed: SEED,
+        queries_per_request: 1,
+        filter_selectivity: None,
     }
     .fill_vectors(0, POINTS as usize);
     let mut replaced = 0;
@@ -166,4 +180,67 @@ fn a_collection_load_with_writes_is_answered_right_and_the_writes_land() {
     let r: Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
     assert_eq!(r["ok"], r["sent"], "{r:#}");
     assert!(r["per_type"]["search"]["answers"].as_u64().unwrap() > 0);
+}
+
+/// Read-only filtered loads of a freshly filled collection are scored against the exact
+/// answers over the matching points, at a wide and at a narrow selectivity (the server's
+/// IVF plan and its exact plan), and --min-recall holds the run to it.
+#[test]
+fn a_read_only_filtered_load_reports_recall_against_exact_answers() {
+    let d = Scratch::new("coll-recall");
+    let s = Served::start(&["--service", "echo", "--data-dir", &d.path("data")]);
+    let addr: SocketAddr = s.http.unwrap();
+    let http = format!("http://{addr}");
+    let out = d.path("report.json");
+    // 6000 points: past the 4096 at which the collection trains its IVF.
+    let run = |sel: &str, qpr: &str| {
+        let o = cohort(&[
+            "load",
+            "--target",
+            &http,
+            "--collection",
+            "ro",
+            "--create",
+            "--collection-points",
+            "6000",
+            "--collection-dim",
+            "16",
+            "--write-share",
+            "0",
+            "--filter-selectivity",
+            sel,
+            "--queries-per-request",
+            qpr,
+            "--rate",
+            "200",
+            "--duration",
+            "1.5",
+            "--warmup",
+            "0.2",
+            "--connections",
+            "2",
+            "--min-recall",
+            "0.9",
+            "--log-level",
+            "warn",
+            "--json",
+            &out,
+        ]);
+        let stderr = String::from_utf8_lossy(&o.stderr).to_string();
+        assert!(o.status.success(), "{stderr}");
+        assert!(stderr.contains("recall@10 scored"), "{stderr}");
+        let r: Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+        assert_eq!(r["ok"], r["sent"], "{r:#}");
+        assert_eq!(r["filter_violations"], 0, "{r:#}");
+        assert!(r["recall_queries"].as_u64().unwrap() > 0, "{r:#}");
+        let recall = r["recall_at_k"].as_f64().unwrap();
+        assert!(recall >= 0.9, "{r:#}");
+        r
+    };
+    let wide = run("0.5", "4");
+    assert_eq!(wide["filter_selectivity"], 0.5);
+    let narrow = run("0.005", "1");
+    assert_eq!(narrow["filter"], json!({"range": ["tag", {"lt": 5}]}));
+    // 30 points match: the server scans them exactly.
+    assert_eq!(narrow["recall_at_k"], 1.0, "{narrow:#}");
 }
