@@ -111,7 +111,8 @@ fn describe(c: &Collection) -> Value {
     v["name"] = json!(c.name);
     v["count"] = json!(c.count());
     let (on_device, on_cpu) = c.search_stats();
-    v["searches"] = json!({"device": c.device(), "on_device": on_device, "on_cpu": on_cpu});
+    v["searches"] = json!({"device": c.device(), "on_device": on_device, "on_cpu": on_cpu,
+                           "selective_on_cpu": c.selective_on_cpu()});
     v
 }
 
@@ -262,7 +263,7 @@ fn search(c: &Collection, body: &[u8]) -> Result<Value> {
         nprobe: r.nprobe,
         filter: filter.as_ref(),
     };
-    let (answers, _plan, _ran) = c.search_in(&d, &req);
+    let (answers, _plan, _ran) = c.search(&d, &req);
     let results: Vec<Value> = answers
         .iter()
         .map(|hits| {
