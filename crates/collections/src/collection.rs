@@ -154,7 +154,15 @@ impl Collection {
             data.compact();
         }
         if crate::search::needs_training(&data) {
-            let ivf = crate::search::train(&data);
+            // An imported index's centroids, while the collection is near what they were
+            // trained on; k-means otherwise.
+            let ivf = match crate::import::seed(dir, name, &data)? {
+                Some(mut ivf) => {
+                    crate::search::assign(&mut ivf, &data, 0..data.slots());
+                    ivf
+                }
+                None => crate::search::train(&data),
+            };
             data.set_ivf(ivf);
         }
         data.take_killed(); // the device copy starts from the whole state

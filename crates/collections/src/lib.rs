@@ -9,6 +9,7 @@
 //! - `ops`, `codec`, `wal`, `snapshot`: the writes, their encoding, the write-ahead log with
 //!   group commit and CRC32 per record, snapshots written atomically.
 //! - `accel`: the hook through which a device (`cohort-collections-gpu`) serves searches.
+//! - `import`: a collection seeded from a static k-NN index file (`cohort index build`).
 //! - `collection`: the group commit that orders, logs and applies writes; `store`: the
 //!   collections of a `--data-dir`; `api`: the REST JSON surface.
 //!
@@ -22,6 +23,7 @@ pub mod columns;
 pub mod data;
 pub mod error;
 pub mod filter;
+pub mod import;
 pub mod ops;
 pub mod schema;
 pub mod search;

@@ -24,7 +24,7 @@ use rayon::prelude::*;
 /// Points before the first k-means (below it every search is an exact scan).
 pub const TRAIN_MIN: usize = 4096;
 /// A retraining once the live points are this many times those of the last one.
-const RETRAIN_GROWTH: usize = 4;
+pub(crate) const RETRAIN_GROWTH: usize = 4;
 /// At most this many matches per k, the filtered plan scans them exactly.
 const EXACT_PER_K: usize = 64;
 /// Slots one rayon task scans.
@@ -68,6 +68,25 @@ pub(crate) fn index_vector(metric: Metric, v: &[f32]) -> Vec<f32> {
 }
 
 impl Ivf {
+    /// Lists around given centroids (`nlist x dim`, list-major; an imported index's), still
+    /// empty: `assign` fills them. `trained_at` is the live points they count as trained on.
+    pub(crate) fn seeded(
+        metric: Metric,
+        dim: usize,
+        centroids: Vec<f32>,
+        trained_at: usize,
+    ) -> Ivf {
+        let nlist = centroids.len() / dim.max(1);
+        Ivf {
+            nlist,
+            dim,
+            centroids,
+            lists: vec![Vec::new(); nlist],
+            trained_at,
+            ip: metric == Metric::Ip,
+        }
+    }
+
     /// The centroids, list-major (`dim` floats a list).
     pub fn centroids(&self) -> &[f32] {
         &self.centroids
