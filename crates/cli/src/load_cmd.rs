@@ -132,7 +132,7 @@ pub struct LoadArgs {
     /// --collection: searches carry a filter matching about this share of the points
     /// (0.0005..=1, rounded to thousandths): {"range":["tag",{"lt":T}]}, with tag = id % 1000.
     /// Every hit must match it. Without it searches are unfiltered.
-    #[arg(long)]
+    #[arg(long, requires = "collection")]
     pub filter_selectivity: Option<f64>,
     /// Write the report(s) as JSON here.
     #[arg(long)]
