@@ -11,7 +11,8 @@
 //! - `accel`: the hook through which a device (`cohort-collections-gpu`) serves searches.
 //! - `import`: a collection seeded from a static k-NN index file (`cohort index build`).
 //! - `collection`: the group commit that orders, logs and applies writes; `store`: the
-//!   collections of a `--data-dir`; `api`: the REST JSON surface.
+//!   collections of a `--data-dir`; `api`: the REST JSON surface and the native frames'
+//!   requests (`frames`: their binary encoding, pure).
 //!
 //! docs/collections.md says what is guaranteed and what is not.
 
@@ -23,6 +24,7 @@ pub mod columns;
 pub mod data;
 pub mod error;
 pub mod filter;
+pub mod frames;
 pub mod import;
 pub mod ops;
 pub mod schema;
