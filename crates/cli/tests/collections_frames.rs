@@ -387,3 +387,125 @@ fn collections_are_served_over_native_frames() {
     drop(s);
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+/// SIGTERM with upsert frames in flight: every request is answered exactly once, or listed
+/// in GOAWAY and then answered, or neither (never read); after a restart on the same
+/// directory the collection holds exactly the points of the upserts acknowledged.
+#[test]
+fn a_drain_answers_every_frame_once_and_keeps_every_acknowledged_upsert() {
+    let dir = std::env::temp_dir().join(format!("cohort-frames-drain-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let args = ["--service", "echo", "--data-dir", dir.to_str().unwrap()];
+    let mut s = Served::start(&args);
+    let (st, v) = rest(
+        s.http.unwrap(),
+        "PUT",
+        "/v1/collections/items",
+        r#"{"dim":8}"#,
+    );
+    assert_eq!(st, 200, "{v}");
+    let mut c = Tcp::new(s.tcp.unwrap());
+    const BATCH: u64 = 5;
+    let mut sent = std::collections::HashMap::new();
+    let mut wire = Vec::new();
+    for i in 0..300u64 {
+        let mut p = Vec::new();
+        UpsertFrame {
+            collection: "items",
+            dim: 8,
+            points: (i * BATCH..(i + 1) * BATCH)
+                .map(|id| PointFrame {
+                    id,
+                    vector: vector(id),
+                    attributes: None,
+                })
+                .collect(),
+        }
+        .encode(&mut p);
+        let id = 1000 + i;
+        encode_frame(Header::request(SERVICE_ID, id, 0), &p, &mut wire);
+        sent.insert(id, i);
+    }
+    // The first 20 requests, one answer (the pipeline flows), then the rest and SIGTERM at
+    // once: some are answered, some refused UNAVAILABLE, some never read.
+    let first = wire.len() / 300 * 20;
+    c.s.write_all(&wire[..first]).unwrap();
+    let (id, a) = c.answer();
+    assert_eq!(
+        frames::decode_upsert_answer(&a.unwrap()).unwrap(),
+        BATCH as u32
+    );
+    let (mut answered, mut listed, mut acked) = (
+        std::collections::HashMap::<u64, u32>::from([(id, 1)]),
+        Vec::new(),
+        vec![sent[&id]],
+    );
+    c.s.write_all(&wire[first..]).unwrap();
+    s.sigterm();
+    // Read to the end: answers, and one GOAWAY.
+    let mut chunk = [0u8; 65_536];
+    loop {
+        while let Some((f, used)) = Frame::decode_stream(&c.buf, MAX_PAYLOAD).unwrap() {
+            match f.header.kind {
+                Kind::GoAway => {
+                    listed = cohort_proto::GoAway::decode(f.payload).unwrap().pending;
+                }
+                Kind::Response => {
+                    assert_eq!(
+                        frames::decode_upsert_answer(f.payload).unwrap(),
+                        BATCH as u32
+                    );
+                    acked.push(sent[&f.header.request_id]);
+                    *answered.entry(f.header.request_id).or_default() += 1;
+                }
+                Kind::Error => {
+                    let e = ErrorPayload::decode(f.payload).unwrap();
+                    assert_eq!(e.code, ErrorCode::Unavailable, "{}", e.message);
+                    *answered.entry(f.header.request_id).or_default() += 1;
+                }
+                k => panic!("unexpected {k:?}"),
+            }
+            c.buf.drain(..used);
+        }
+        match c.s.read(&mut chunk) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => c.buf.extend_from_slice(&chunk[..n]),
+        }
+    }
+    assert_eq!(s.wait_exit(Duration::from_secs(30)), 0);
+    for (id, n) in &answered {
+        assert!(sent.contains_key(id), "an answer to {id}, never sent");
+        assert_eq!(*n, 1, "request {id} answered {n} times");
+    }
+    for id in &listed {
+        assert!(
+            answered.contains_key(id),
+            "{id} listed in GOAWAY, never answered"
+        );
+    }
+    eprintln!(
+        "{} sent, {} answered ({} acknowledged), {} listed in GOAWAY",
+        sent.len(),
+        answered.len(),
+        acked.len(),
+        listed.len()
+    );
+
+    // Restart: exactly the acknowledged points.
+    let s = Served::start(&args);
+    let http = s.http.unwrap();
+    assert_eq!(count(http), acked.len() as u64 * BATCH);
+    let ids: Vec<u64> = acked
+        .iter()
+        .flat_map(|i| i * BATCH..(i + 1) * BATCH)
+        .collect();
+    let (_, v) = rest(
+        http,
+        "POST",
+        "/v1/collections/items/get",
+        &json!({ "ids": ids }).to_string(),
+    );
+    assert_eq!(v["points"].as_array().unwrap().len(), ids.len());
+    drop(s);
+    let _ = std::fs::remove_dir_all(&dir);
+}
