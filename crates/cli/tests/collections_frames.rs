@@ -384,6 +384,16 @@ fn collections_are_served_over_native_frames() {
     assert_eq!(e.code, ErrorCode::BadRequest);
     assert!(e.message.contains("TCP"), "{}", e.message);
     assert_eq!(count(http), before);
+    // The frames' answers are counted under the service's own name.
+    let metrics = common::http_get(http, "/metrics");
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l.starts_with("cohort_requests_total{")
+                && l.contains("service=\"collections\"")
+                && l.contains("outcome=\"bad_request\"")),
+        "no collections line in /metrics"
+    );
     drop(s);
     let _ = std::fs::remove_dir_all(&dir);
 }
