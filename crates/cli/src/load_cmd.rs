@@ -134,6 +134,11 @@ pub struct LoadArgs {
     /// Every hit must match it. Without it searches are unfiltered.
     #[arg(long, requires = "collection")]
     pub filter_selectivity: Option<f64>,
+    /// --collection with a tcp:// target (searches and upserts as the collections' native
+    /// frames, service 7; no deletes over frames: every write is an upsert): the server's
+    /// HTTP address, http://HOST:PORT, where the collection is made, filled and counted.
+    #[arg(long, requires = "collection")]
+    pub collection_http: Option<Target>,
     /// Write the report(s) as JSON here.
     #[arg(long)]
     pub json: Option<PathBuf>,
@@ -238,7 +243,11 @@ pub fn run(a: LoadArgs) -> Result<()> {
     let cfg = config(&a)?;
     let (w, service): (Arc<dyn Workload>, String) = match collection_load(&a) {
         Some(c) => {
-            let cw = Arc::new(CollectionWorkload::new(c.clone())?);
+            let cw = CollectionWorkload::new(c.clone())?;
+            let cw = Arc::new(match a.target {
+                Target::Tcp(_) => cw.over_frames(),
+                _ => cw,
+            });
             let count = prepare_collection(&a, &cfg, &c)?;
             // The client knows the collection's points exactly only after a fresh fill and
             // with no writes in the run: then searches are scored against exact answers.
@@ -296,11 +305,23 @@ pub fn run(a: LoadArgs) -> Result<()> {
     verdict(&reports, a.min_recall)
 }
 
-/// `--collection` over http://: with `--create`, make and fill the collection; then check
-/// its settings fit the load.
+/// `--collection` (over http://, or tcp:// with `--collection-http`): with `--create`, make
+/// and fill the collection over REST; then check its settings fit the load.
 fn prepare_collection(a: &LoadArgs, cfg: &LoadConfig, c: &CollectionLoad) -> Result<u64> {
-    let Target::Http(addr) = a.target else {
-        bail!("--collection is served over HTTP: give an http:// target");
+    let addr = match (a.target, a.collection_http) {
+        (Target::Http(addr), None) => addr,
+        (Target::Tcp(_), Some(Target::Http(addr))) => addr,
+        (Target::Tcp(_), _) => bail!(
+            "--collection over tcp:// (native frames) needs --collection-http http://HOST:PORT: \
+             the collection is made, filled and counted over REST"
+        ),
+        (Target::Http(_), Some(_)) => {
+            bail!("--collection-http is for tcp:// targets (http:// serves everything)")
+        }
+        _ => bail!(
+            "--collection is served over HTTP, and its searches and upserts over tcp://: \
+             give an http:// or tcp:// target"
+        ),
     };
     let t0 = std::time::Instant::now();
     let mut shown = 0;

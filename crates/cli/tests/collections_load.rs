@@ -244,3 +244,82 @@ fn a_read_only_filtered_load_reports_recall_against_exact_answers() {
     // 30 points match: the server scans them exactly.
     assert_eq!(narrow["recall_at_k"], 1.0, "{narrow:#}");
 }
+
+/// `--target tcp://` with `--collection-http`: the collection made and filled over REST,
+/// then searches and upserts as native frames (service 7), every answer checked as over
+/// HTTP; a read-only run scores recall, a run with writes lands its upserts (no deletes over
+/// frames).
+#[test]
+fn a_collection_load_over_native_tcp_frames() {
+    let d = Scratch::new("coll-frames");
+    let s = Served::start(&["--service", "echo", "--data-dir", &d.path("data")]);
+    let http = format!("http://{}", s.http.unwrap());
+    let tcp = format!("tcp://{}", s.tcp.unwrap());
+    let out = d.path("report.json");
+    let run = |extra: &[&str]| {
+        let mut a = load_args(&tcp, &out, &["--collection-http", &http]);
+        a.extend_from_slice(&[
+            "--rate",
+            "300",
+            "--duration",
+            "1.5",
+            "--warmup",
+            "0.2",
+            "--connections",
+            "2",
+        ]);
+        a.extend_from_slice(extra);
+        let o = cohort(&a);
+        let stderr = String::from_utf8_lossy(&o.stderr).to_string();
+        assert!(o.status.success(), "{stderr}");
+        let r: Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+        assert_eq!(r["ok"], r["sent"], "{r:#}");
+        assert!(r["ok"].as_u64().unwrap() > 100, "{r:#}");
+        assert_eq!(r["filter_violations"], 0, "{r:#}");
+        (r, stderr)
+    };
+    let (r, stderr) = run(&[
+        "--create",
+        "--write-share",
+        "0",
+        "--filter-selectivity",
+        "0.05",
+        "--queries-per-request",
+        "4",
+        "--min-recall",
+        "0.9",
+    ]);
+    assert!(stderr.contains("recall@10 scored"), "{stderr}");
+    assert!(r["recall_queries"].as_u64().unwrap() > 0, "{r:#}");
+    assert!(r["recall_at_k"].as_f64().unwrap() >= 0.9, "{r:#}");
+    let (r, _) = run(&["--write-share", "0.3"]);
+    assert!(r["points_upserted"].as_u64().unwrap() > 0, "{r:#}");
+    assert_eq!(r["points_deleted"], 0, "{r:#}");
+    assert_eq!(r["deleted_points_answered"], 0, "{r:#}");
+    // The load's requests went as frames: the server counted them under "collections".
+    let framed: f64 = http_get(s.http.unwrap(), "/metrics")
+        .lines()
+        .filter(|l| {
+            l.starts_with("cohort_requests_total{")
+                && l.contains("service=\"collections\"")
+                && l.contains("outcome=\"ok\"")
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum();
+    assert!(framed > 200.0, "{framed} collections frames answered ok");
+    // Nothing deleted: the collection still holds every filled point.
+    let v = body(&http_get(s.http.unwrap(), "/v1/collections/items"));
+    assert_eq!(v["count"], json!(POINTS));
+    // Without --collection-http a tcp:// collection load is refused, saying what to give.
+    let o = cohort(&load_args(
+        &tcp,
+        &out,
+        &["--rate", "100", "--duration", "0.2"],
+    ));
+    assert!(!o.status.success());
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("--collection-http"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+}

@@ -324,6 +324,9 @@ pub struct CollectionWorkload {
     recall_queries: AtomicU64,
     /// None without writes (nothing is ever deleted).
     liveness: Option<Liveness>,
+    /// Over the native frames (tcp:// targets, service 7): searches and upserts only (the
+    /// frames have no delete: a write that would be a delete is an upsert).
+    frames: bool,
 }
 
 impl CollectionWorkload {
@@ -347,7 +350,68 @@ impl CollectionWorkload {
             recall_hits: AtomicU64::new(0),
             recall_truths: AtomicU64::new(0),
             recall_queries: AtomicU64::new(0),
+            frames: false,
         })
+    }
+
+    /// Sends searches and upserts as the collections' native frames (service 7,
+    /// docs/protocol.md) instead of REST JSON; there are no deletes then.
+    pub fn over_frames(mut self) -> CollectionWorkload {
+        self.frames = true;
+        self
+    }
+
+    /// Notes request `seq` as sent in the client's record of writes and searches in flight.
+    fn note_sent(&self, seq: u64) {
+        if let Some(l) = &self.liveness {
+            match self.op(seq) {
+                Op::Search => l.search_sent(seq),
+                Op::Upsert => l.upsert_sent(&self.ids(seq)),
+                Op::Delete => l.delete_sent(seq, &self.ids(seq)),
+            }
+        }
+    }
+
+    /// Request `seq` as a frame payload.
+    fn frame(&self, seq: u64, out: &mut Vec<u8>) {
+        use cohort_collections::frames::{PointFrame, SearchFrame, UpsertFrame};
+        let name = &self.cfg.name;
+        match self.op(seq) {
+            Op::Search => {
+                let filter = self.cfg.filter_json().map(|f| f.to_string());
+                SearchFrame {
+                    collection: name,
+                    k: self.cfg.k as u16,
+                    nprobe: 0,
+                    filter: filter.as_deref(),
+                    dim: self.cfg.dim as u32,
+                    vectors: (0..self.cfg.queries_per_request)
+                        .flat_map(|j| self.queries.row(self.query_row(seq, j)).iter().copied())
+                        .collect(),
+                }
+                .encode(out)
+            }
+            Op::Upsert | Op::Delete => {
+                let attrs: Vec<(u64, String)> = self
+                    .ids(seq)
+                    .into_iter()
+                    .map(|id| (id, json!({ ATTRIBUTE: id % TAGS }).to_string()))
+                    .collect();
+                UpsertFrame {
+                    collection: name,
+                    dim: self.cfg.dim as u32,
+                    points: attrs
+                        .iter()
+                        .map(|(id, a)| PointFrame {
+                            id: *id,
+                            vector: self.upsert_vector(seq, *id).to_vec(),
+                            attributes: Some(a),
+                        })
+                        .collect(),
+                }
+                .encode(out)
+            }
+        }
     }
 
     pub fn config(&self) -> &CollectionLoad {
@@ -360,7 +424,7 @@ impl CollectionWorkload {
         let u = (h >> 11) as f64 / (1u64 << 53) as f64;
         if u >= self.cfg.write_share {
             Op::Search
-        } else if mix(h).is_multiple_of(DELETE_EVERY) {
+        } else if !self.frames && mix(h).is_multiple_of(DELETE_EVERY) {
             Op::Delete
         } else {
             Op::Upsert
@@ -530,22 +594,49 @@ impl CollectionWorkload {
 
 impl Workload for CollectionWorkload {
     fn service(&self) -> u16 {
-        0
+        if self.frames {
+            cohort_collections::frames::SERVICE_ID
+        } else {
+            0
+        }
     }
 
     fn service_name(&self) -> &'static str {
         "collections"
     }
 
-    /// Collections are served over HTTP only (`cohort load` refuses other targets).
-    fn payload(&self, _seq: u64, _out: &mut Vec<u8>) {}
+    /// Over frames (`over_frames`): request `seq`'s frame payload, noted as sent; over HTTP
+    /// nothing (`http_request` makes the request).
+    fn payload(&self, seq: u64, out: &mut Vec<u8>) {
+        if self.frames {
+            self.note_sent(seq);
+            self.frame(seq, out);
+        }
+    }
 
     fn json(&self, seq: u64) -> Value {
         self.request(seq).body
     }
 
-    fn check(&self, _seq: u64, _payload: &[u8]) -> bool {
-        false
+    /// A frame's answer, checked as its JSON twin is (`check_json`).
+    fn check(&self, seq: u64, payload: &[u8]) -> bool {
+        use cohort_collections::frames::{decode_search_answer, decode_upsert_answer};
+        if !self.frames {
+            return false;
+        }
+        let v = match self.op(seq) {
+            Op::Search => match decode_search_answer(payload) {
+                Ok(results) => json!({"results": results.iter().map(|hits| hits.iter()
+                    .map(|(id, d)| json!({"id": id, "distance": d})).collect::<Vec<_>>())
+                    .collect::<Vec<_>>()}),
+                Err(_) => return false,
+            },
+            _ => match decode_upsert_answer(payload) {
+                Ok(n) => json!({ "upserted": n }),
+                Err(_) => return false,
+            },
+        };
+        self.check_json(seq, &v)
     }
 
     fn check_json(&self, seq: u64, v: &Value) -> bool {
@@ -585,13 +676,7 @@ impl Workload for CollectionWorkload {
     /// Request `seq` as it is sent: the client's record of writes and searches in flight
     /// (`Liveness`) notes it first.
     fn http_request(&self, seq: u64) -> Option<HttpRequest> {
-        if let Some(l) = &self.liveness {
-            match self.op(seq) {
-                Op::Search => l.search_sent(seq),
-                Op::Upsert => l.upsert_sent(&self.ids(seq)),
-                Op::Delete => l.delete_sent(seq, &self.ids(seq)),
-            }
-        }
+        self.note_sent(seq);
         Some(self.request(seq))
     }
 
