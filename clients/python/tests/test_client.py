@@ -198,6 +198,25 @@ class CollectionsTest(unittest.TestCase):
                     with self.assertRaises(CohortError) as e:
                         call()
                     self.assertEqual(e.exception.name, name, e.exception)
+                # The same calls over native frames on TCP (service 7), seen by REST and back.
+                with TcpClient("127.0.0.1", server.addr["tcp"]) as t:
+                    self.assertEqual(t.upsert("items", ids=[20, 21], vectors=np.eye(4)[2:4] * 2,
+                                              attributes=[{"color": "red", "price": 1.0}, None]), 2)
+                    self.assertEqual(c.get_points("items", [20])[0]["attributes"], {"color": "red", "price": 1.0})
+                    hits = t.search("items", np.eye(4)[2:4] * 2, k=1)
+                    self.assertEqual(hits, [[{"id": 20, "distance": 0.0}], [{"id": 21, "distance": 0.0}]])
+                    self.assertEqual(t.search("items", np.eye(4)[2] * 2, k=3, filter={"eq": ["color", "red"]}),
+                                     [[{"id": h["id"], "distance": h["distance"]} for h in
+                                       c.search("items", np.eye(4)[2] * 2, k=3, filter={"eq": ["color", "red"]})[0]]])
+                    for call, name in [
+                        (lambda: t.upsert("items", ids=[1], vectors=np.ones((1, 3))), "BAD_REQUEST"),
+                        (lambda: t.search("items", np.ones(4), filter={"eq": ["size", 1]}), "BAD_REQUEST"),
+                        (lambda: t.search("nope", np.ones(4)), "NOT_FOUND"),
+                    ]:
+                        with self.assertRaises(CohortError) as e:
+                            call()
+                        self.assertEqual(e.exception.name, name, e.exception)
+                    self.assertEqual(c.describe_collection("items")["count"], 3)
                 c.drop_collection("items")
                 self.assertEqual(c.list_collections(), [])
             finally:

@@ -4,6 +4,7 @@
 //! which checks its suites' `cohort` steps against [`command`] and shares the logging and
 //! GPU set-up below.
 
+mod collections_cmd;
 mod data_cmd;
 mod demo;
 mod fetch;
@@ -47,6 +48,9 @@ enum Cmd {
     /// Vector data sets: synthesize or fetch.
     #[command(subcommand)]
     Data(data_cmd::DataCmd),
+    /// Live collections of a --data-dir: import a static index file as a collection.
+    #[command(subcommand)]
+    Collections(collections_cmd::CollectionsCmd),
     /// List CUDA devices (name, SMs, memory, PCI bus, NUMA node).
     Gpus,
     /// Self-checks; `selftest gpu` runs every service's GPU kernels and backends against
@@ -268,6 +272,7 @@ pub fn main() {
         Cmd::Load(a) => load_cmd::run(*a),
         Cmd::Demo(a) => demo::run(a),
         Cmd::Data(c) => data_cmd::run(c),
+        Cmd::Collections(c) => collections_cmd::run(c),
         Cmd::Gpus => gpus(),
         Cmd::Selftest {
             what,

@@ -97,14 +97,15 @@ pub struct LoadArgs {
     /// knn: cells probed (0 = the server's default).
     #[arg(long, default_value_t = 0)]
     pub nprobe: u16,
-    /// knn over UDP/TCP: query vectors in each request (1..=1024; 1: today's one-query
-    /// request). Each query's answer is checked (and scored against --gt) alone; rates in
-    /// the report count requests, so queries/s = requests/s x this. HTTP/gRPC targets send
-    /// one query a request.
+    /// knn over UDP/TCP, and --collection: query vectors in each search request (1..=1024;
+    /// 1: one query a request). Each query's answer is checked (and scored for recall) alone;
+    /// rates in the report count requests, so queries/s = requests/s x this. knn over
+    /// HTTP/gRPC sends one query a request.
     #[arg(long, default_value_t = 1)]
     pub queries_per_request: usize,
     /// Load a live collection of `cohort serve --data-dir` (http:// targets) instead of a
-    /// service: searches of one SIFT-like query vector (--k neighbours) and a share of writes
+    /// service: searches of --queries-per-request SIFT-like query vectors (--k neighbours,
+    /// filtered with --filter-selectivity) and a share of writes
     /// (--write-share): upserts of --write-batch points and, one write in 8, deletes of
     /// --write-batch ids, every id drawn from 0..--collection-points. Each answer's shape is
     /// checked; the JSON's per_type has the searches' and the writes' latency apart.
@@ -128,6 +129,16 @@ pub struct LoadArgs {
     /// --collection: points an upsert carries, ids a delete carries.
     #[arg(long, default_value_t = 10)]
     pub write_batch: usize,
+    /// --collection: searches carry a filter matching about this share of the points
+    /// (0.0005..=1, rounded to thousandths): {"range":["tag",{"lt":T}]}, with tag = id % 1000.
+    /// Every hit must match it. Without it searches are unfiltered.
+    #[arg(long, requires = "collection")]
+    pub filter_selectivity: Option<f64>,
+    /// --collection with a tcp:// target (searches and upserts as the collections' native
+    /// frames, service 7; no deletes over frames: every write is an upsert): the server's
+    /// HTTP address, http://HOST:PORT, where the collection is made, filled and counted.
+    #[arg(long, requires = "collection")]
+    pub collection_http: Option<Target>,
     /// Write the report(s) as JSON here.
     #[arg(long)]
     pub json: Option<PathBuf>,
@@ -152,6 +163,8 @@ pub fn collection_load(a: &LoadArgs) -> Option<CollectionLoad> {
         write_batch: a.write_batch,
         k: a.k,
         seed: a.seed,
+        queries_per_request: a.queries_per_request,
+        filter_selectivity: a.filter_selectivity,
     })
 }
 
@@ -228,13 +241,36 @@ pub fn config(a: &LoadArgs) -> Result<LoadConfig> {
 
 pub fn run(a: LoadArgs) -> Result<()> {
     let cfg = config(&a)?;
-    let w = workload(&a)?;
-    let service = match collection_load(&a) {
+    let (w, service): (Arc<dyn Workload>, String) = match collection_load(&a) {
         Some(c) => {
-            prepare_collection(&a, &cfg, &c)?;
-            format!("collection {}", c.name)
+            let cw = CollectionWorkload::new(c.clone())?;
+            let cw = Arc::new(match a.target {
+                Target::Tcp(_) => cw.over_frames(),
+                _ => cw,
+            });
+            let count = prepare_collection(&a, &cfg, &c)?;
+            // The client knows the collection's points exactly only after a fresh fill and
+            // with no writes in the run: then searches are scored against exact answers.
+            if a.create && count == c.points && c.write_share == 0.0 {
+                let t0 = std::time::Instant::now();
+                cw.enable_recall();
+                eprintln!(
+                    "collection {}: exact answers of {} queries in {:.1} s (recall@{} scored)",
+                    c.name,
+                    cohort_load::collections::GT_QUERIES,
+                    t0.elapsed().as_secs_f64(),
+                    c.k
+                );
+            } else {
+                eprintln!(
+                    "collection {}: recall not scored (needs --create, --write-share 0 and \
+                     exactly the filled points)",
+                    c.name
+                );
+            }
+            (cw, format!("collection {}", c.name))
         }
-        None => a.service.clone(),
+        None => (workload(&a)?, a.service.clone()),
     };
     let reports = match &a.sweep {
         Some(rates) => cohort_load::run_sweep(&cfg, rates, w)?,
@@ -269,11 +305,23 @@ pub fn run(a: LoadArgs) -> Result<()> {
     verdict(&reports, a.min_recall)
 }
 
-/// `--collection` over http://: with `--create`, make and fill the collection; then check
-/// its settings fit the load.
-fn prepare_collection(a: &LoadArgs, cfg: &LoadConfig, c: &CollectionLoad) -> Result<()> {
-    let Target::Http(addr) = a.target else {
-        bail!("--collection is served over HTTP: give an http:// target");
+/// `--collection` (over http://, or tcp:// with `--collection-http`): with `--create`, make
+/// and fill the collection over REST; then check its settings fit the load.
+fn prepare_collection(a: &LoadArgs, cfg: &LoadConfig, c: &CollectionLoad) -> Result<u64> {
+    let addr = match (a.target, a.collection_http) {
+        (Target::Http(addr), None) => addr,
+        (Target::Tcp(_), Some(Target::Http(addr))) => addr,
+        (Target::Tcp(_), _) => bail!(
+            "--collection over tcp:// (native frames) needs --collection-http http://HOST:PORT: \
+             the collection is made, filled and counted over REST"
+        ),
+        (Target::Http(_), Some(_)) => {
+            bail!("--collection-http is for tcp:// targets (http:// serves everything)")
+        }
+        _ => bail!(
+            "--collection is served over HTTP, and its searches and upserts over tcp://: \
+             give an http:// or tcp:// target"
+        ),
     };
     let t0 = std::time::Instant::now();
     let mut shown = 0;
@@ -299,7 +347,7 @@ fn prepare_collection(a: &LoadArgs, cfg: &LoadConfig, c: &CollectionLoad) -> Res
         );
     }
     eprintln!("collection {}: {count} live points", c.name);
-    Ok(())
+    Ok(count)
 }
 
 /// Latency per request kind (searches, upserts, deletes), measured window only.

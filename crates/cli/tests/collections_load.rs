@@ -73,6 +73,10 @@ fn a_collection_load_with_writes_is_answered_right_and_the_writes_land() {
         &out,
         &[
             "--create",
+            "--filter-selectivity",
+            "0.2",
+            "--queries-per-request",
+            "3",
             "--write-share",
             "0.3",
             "--write-batch",
@@ -99,6 +103,14 @@ fn a_collection_load_with_writes_is_answered_right_and_the_writes_land() {
 
     let r: Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
     assert_eq!(r["service"], "collections", "{r:#}");
+    // Filtered searches of three queries, every hit matching, no deleted point answered;
+    // recall is not scored while the points change.
+    assert_eq!(r["filter"], json!({"range": ["tag", {"lt": 200}]}), "{r:#}");
+    assert_eq!(r["queries_per_request"], 3, "{r:#}");
+    assert_eq!(r["filter_violations"], 0, "{r:#}");
+    assert_eq!(r["deleted_points_answered"], 0, "{r:#}");
+    assert!(r.get("recall_at_k").is_none(), "{r:#}");
+    assert!(stderr.contains("recall not scored"), "{stderr}");
     let sent = r["sent"].as_u64().unwrap();
     assert!(sent >= 600, "{r:#}");
     assert_eq!(r["ok"].as_u64(), Some(sent), "every answer right: {r:#}");
@@ -144,6 +156,8 @@ fn a_collection_load_with_writes_is_answered_right_and_the_writes_land() {
         write_batch: 10,
         k: 10,
         seed: SEED,
+        queries_per_request: 1,
+        filter_selectivity: None,
     }
     .fill_vectors(0, POINTS as usize);
     let mut replaced = 0;
@@ -166,4 +180,146 @@ fn a_collection_load_with_writes_is_answered_right_and_the_writes_land() {
     let r: Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
     assert_eq!(r["ok"], r["sent"], "{r:#}");
     assert!(r["per_type"]["search"]["answers"].as_u64().unwrap() > 0);
+}
+
+/// Read-only filtered loads of a freshly filled collection are scored against the exact
+/// answers over the matching points, at a wide and at a narrow selectivity (the server's
+/// IVF plan and its exact plan), and --min-recall holds the run to it.
+#[test]
+fn a_read_only_filtered_load_reports_recall_against_exact_answers() {
+    let d = Scratch::new("coll-recall");
+    let s = Served::start(&["--service", "echo", "--data-dir", &d.path("data")]);
+    let addr: SocketAddr = s.http.unwrap();
+    let http = format!("http://{addr}");
+    let out = d.path("report.json");
+    // 6000 points: past the 4096 at which the collection trains its IVF.
+    let run = |sel: &str, qpr: &str| {
+        let o = cohort(&[
+            "load",
+            "--target",
+            &http,
+            "--collection",
+            "ro",
+            "--create",
+            "--collection-points",
+            "6000",
+            "--collection-dim",
+            "16",
+            "--write-share",
+            "0",
+            "--filter-selectivity",
+            sel,
+            "--queries-per-request",
+            qpr,
+            "--rate",
+            "200",
+            "--duration",
+            "1.5",
+            "--warmup",
+            "0.2",
+            "--connections",
+            "2",
+            "--min-recall",
+            "0.9",
+            "--log-level",
+            "warn",
+            "--json",
+            &out,
+        ]);
+        let stderr = String::from_utf8_lossy(&o.stderr).to_string();
+        assert!(o.status.success(), "{stderr}");
+        assert!(stderr.contains("recall@10 scored"), "{stderr}");
+        let r: Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+        assert_eq!(r["ok"], r["sent"], "{r:#}");
+        assert_eq!(r["filter_violations"], 0, "{r:#}");
+        assert!(r["recall_queries"].as_u64().unwrap() > 0, "{r:#}");
+        let recall = r["recall_at_k"].as_f64().unwrap();
+        assert!(recall >= 0.9, "{r:#}");
+        r
+    };
+    let wide = run("0.5", "4");
+    assert_eq!(wide["filter_selectivity"], 0.5);
+    let narrow = run("0.005", "1");
+    assert_eq!(narrow["filter"], json!({"range": ["tag", {"lt": 5}]}));
+    // 30 points match: the server scans them exactly.
+    assert_eq!(narrow["recall_at_k"], 1.0, "{narrow:#}");
+}
+
+/// `--target tcp://` with `--collection-http`: the collection made and filled over REST,
+/// then searches and upserts as native frames (service 7), every answer checked as over
+/// HTTP; a read-only run scores recall, a run with writes lands its upserts (no deletes over
+/// frames).
+#[test]
+fn a_collection_load_over_native_tcp_frames() {
+    let d = Scratch::new("coll-frames");
+    let s = Served::start(&["--service", "echo", "--data-dir", &d.path("data")]);
+    let http = format!("http://{}", s.http.unwrap());
+    let tcp = format!("tcp://{}", s.tcp.unwrap());
+    let out = d.path("report.json");
+    let run = |extra: &[&str]| {
+        let mut a = load_args(&tcp, &out, &["--collection-http", &http]);
+        a.extend_from_slice(&[
+            "--rate",
+            "300",
+            "--duration",
+            "1.5",
+            "--warmup",
+            "0.2",
+            "--connections",
+            "2",
+        ]);
+        a.extend_from_slice(extra);
+        let o = cohort(&a);
+        let stderr = String::from_utf8_lossy(&o.stderr).to_string();
+        assert!(o.status.success(), "{stderr}");
+        let r: Value = serde_json::from_str(&std::fs::read_to_string(&out).unwrap()).unwrap();
+        assert_eq!(r["ok"], r["sent"], "{r:#}");
+        assert!(r["ok"].as_u64().unwrap() > 100, "{r:#}");
+        assert_eq!(r["filter_violations"], 0, "{r:#}");
+        (r, stderr)
+    };
+    let (r, stderr) = run(&[
+        "--create",
+        "--write-share",
+        "0",
+        "--filter-selectivity",
+        "0.05",
+        "--queries-per-request",
+        "4",
+        "--min-recall",
+        "0.9",
+    ]);
+    assert!(stderr.contains("recall@10 scored"), "{stderr}");
+    assert!(r["recall_queries"].as_u64().unwrap() > 0, "{r:#}");
+    assert!(r["recall_at_k"].as_f64().unwrap() >= 0.9, "{r:#}");
+    let (r, _) = run(&["--write-share", "0.3"]);
+    assert!(r["points_upserted"].as_u64().unwrap() > 0, "{r:#}");
+    assert_eq!(r["points_deleted"], 0, "{r:#}");
+    assert_eq!(r["deleted_points_answered"], 0, "{r:#}");
+    // The load's requests went as frames: the server counted them under "collections".
+    let framed: f64 = http_get(s.http.unwrap(), "/metrics")
+        .lines()
+        .filter(|l| {
+            l.starts_with("cohort_requests_total{")
+                && l.contains("service=\"collections\"")
+                && l.contains("outcome=\"ok\"")
+        })
+        .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
+        .sum();
+    assert!(framed > 200.0, "{framed} collections frames answered ok");
+    // Nothing deleted: the collection still holds every filled point.
+    let v = body(&http_get(s.http.unwrap(), "/v1/collections/items"));
+    assert_eq!(v["count"], json!(POINTS));
+    // Without --collection-http a tcp:// collection load is refused, saying what to give.
+    let o = cohort(&load_args(
+        &tcp,
+        &out,
+        &["--rate", "100", "--duration", "0.2"],
+    ));
+    assert!(!o.status.success());
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("--collection-http"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
 }

@@ -5,6 +5,7 @@
 use crate::collection::Collection;
 use crate::error::{Error, Kind, Result};
 use crate::filter::Filter;
+use crate::frames::{self, Request, SearchFrame, UpsertFrame};
 use crate::ops::{check_batch_len, check_unique, Op, Point};
 use crate::schema::{check_attributes, check_query, check_vector, limits, Settings};
 use crate::store::Store;
@@ -111,7 +112,8 @@ fn describe(c: &Collection) -> Value {
     v["name"] = json!(c.name);
     v["count"] = json!(c.count());
     let (on_device, on_cpu) = c.search_stats();
-    v["searches"] = json!({"device": c.device(), "on_device": on_device, "on_cpu": on_cpu});
+    v["searches"] = json!({"device": c.device(), "on_device": on_device, "on_cpu": on_cpu,
+                           "selective_on_cpu": c.selective_on_cpu()});
     v
 }
 
@@ -262,7 +264,7 @@ fn search(c: &Collection, body: &[u8]) -> Result<Value> {
         nprobe: r.nprobe,
         filter: filter.as_ref(),
     };
-    let (answers, _plan, _ran) = c.search_in(&d, &req);
+    let (answers, _plan, _ran) = c.search(&d, &req);
     let results: Vec<Value> = answers
         .iter()
         .map(|hits| {
@@ -281,4 +283,123 @@ fn search(c: &Collection, body: &[u8]) -> Result<Value> {
         })
         .collect();
     Ok(json!({ "results": results }))
+}
+
+/// Answers one native frame (service [`frames::SERVICE_ID`], docs/protocol.md): the answer's
+/// payload, or the error to send as an error frame. The same checks, the same write path
+/// (acknowledged once durable) and the same search as the JSON routes; `max_answer` is the
+/// largest answer payload the transport carries (a search whose answer could exceed it is
+/// refused TOO_LARGE before it runs).
+pub fn frame(store: &Store, payload: &[u8], max_answer: usize) -> Result<Vec<u8>> {
+    let req = frames::decode_request(payload)?;
+    let c = store.get(req.collection())?;
+    match req {
+        Request::Search(s) => search_frame(&c, &s, max_answer),
+        Request::Upsert(u) => upsert_frame(&c, u),
+    }
+}
+
+fn check_dim(c: &Collection, dim: u32) -> Result<()> {
+    if dim as usize != c.settings.dim {
+        return Err(Error::bad(format!(
+            "dimension {dim} but collection {:?}'s is {}",
+            c.name, c.settings.dim
+        )));
+    }
+    Ok(())
+}
+
+fn upsert_frame(c: &Arc<Collection>, u: UpsertFrame<'_>) -> Result<Vec<u8>> {
+    check_dim(c, u.dim)?;
+    let points = u
+        .points
+        .into_iter()
+        .enumerate()
+        .map(|(i, p)| {
+            let attributes = match p.attributes {
+                None => None,
+                Some(text) => match serde_json::from_str::<Value>(text) {
+                    Ok(Value::Object(m)) => Some(m),
+                    Ok(_) => {
+                        return Err(Error::bad(format!(
+                            "point {i} (id {}): attributes must be a JSON object",
+                            p.id
+                        )))
+                    }
+                    Err(e) => {
+                        return Err(Error::bad(format!(
+                            "point {i} (id {}): attributes: {e}",
+                            p.id
+                        )))
+                    }
+                },
+            };
+            Ok(PointIn {
+                id: p.id,
+                vector: p.vector.iter().map(|&x| x as f64).collect(),
+                attributes,
+            })
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let points = check_points(&c.settings, points)?;
+    let mut out = Vec::with_capacity(4);
+    let n = if points.is_empty() {
+        0 // nothing to log
+    } else {
+        c.write(Op::Upsert(points))?
+    };
+    frames::encode_upsert_answer(n as u32, &mut out);
+    Ok(out)
+}
+
+fn search_frame(c: &Collection, s: &SearchFrame<'_>, max_answer: usize) -> Result<Vec<u8>> {
+    check_dim(c, s.dim)?;
+    let (queries, k) = (s.queries(), s.k as usize);
+    let most = frames::search_answer_max(queries, k);
+    if most > max_answer {
+        return Err(Error::new(
+            Kind::TooLarge,
+            format!(
+                "{queries} queries of k {k} may answer {most} bytes, over the frame's {max_answer}: \
+                 send fewer queries a request or a smaller k"
+            ),
+        ));
+    }
+    let vectors = s
+        .vectors
+        .chunks_exact(s.dim as usize)
+        .enumerate()
+        .map(|(i, v)| {
+            let v: Vec<f64> = v.iter().map(|&x| x as f64).collect();
+            check_query(&c.settings, &v, &format!("query {i}"))
+        })
+        .collect::<Result<Vec<_>>>()?;
+    let filter = match s.filter {
+        None => None,
+        Some(text) => {
+            let v: Value = serde_json::from_str(text)
+                .map_err(|e| Error::bad(format!("filter is not JSON: {e}")))?;
+            Some(Filter::parse(&v, &c.settings)?)
+        }
+    };
+    let d = c.read();
+    let req = crate::accel::SearchRequest {
+        queries: &vectors,
+        k,
+        nprobe: (s.nprobe > 0).then_some(s.nprobe as usize),
+        filter: filter.as_ref(),
+    };
+    let (answers, _plan, _ran) = c.search(&d, &req);
+    let hits: Vec<Vec<(u64, f32)>> = answers
+        .iter()
+        .map(|h| {
+            h.iter()
+                .map(|n| (d.ids[n.id as usize], n.distance))
+                .collect()
+        })
+        .collect();
+    drop(d);
+    let mut out = Vec::with_capacity(frames::search_answer_max(queries, k));
+    frames::encode_search_answer(hits.iter().map(|h| &h[..]), &mut out);
+    Ok(out)
 }

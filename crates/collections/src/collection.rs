@@ -54,6 +54,9 @@ pub struct Collection {
     /// Searches answered on the device and on the CPU.
     ran_device: AtomicU64,
     ran_cpu: AtomicU64,
+    /// Of those on the CPU: exact searches of few matches sent there though a device was
+    /// attached (`search`).
+    ran_cpu_selective: AtomicU64,
 }
 
 /// Points one read-locked step of a background training assigns.
@@ -151,7 +154,15 @@ impl Collection {
             data.compact();
         }
         if crate::search::needs_training(&data) {
-            let ivf = crate::search::train(&data);
+            // An imported index's centroids, while the collection is near what they were
+            // trained on; k-means otherwise.
+            let ivf = match crate::import::seed(dir, name, &data)? {
+                Some(mut ivf) => {
+                    crate::search::assign(&mut ivf, &data, 0..data.slots());
+                    ivf
+                }
+                None => crate::search::train(&data),
+            };
             data.set_ivf(ivf);
         }
         data.take_killed(); // the device copy starts from the whole state
@@ -195,6 +206,7 @@ impl Collection {
             accel,
             ran_device: AtomicU64::new(0),
             ran_cpu: AtomicU64::new(0),
+            ran_cpu_selective: AtomicU64::new(0),
         })
     }
 
@@ -211,9 +223,39 @@ impl Collection {
         )
     }
 
+    /// Of the searches answered on the CPU, those a device could have taken but whose few
+    /// matching points the CPU scans faster (`search`).
+    pub fn selective_on_cpu(&self) -> u64 {
+        self.ran_cpu_selective.load(Ordering::Relaxed)
+    }
+
+    /// A search over `d` (this collection's state, read-locked by the caller) where it is
+    /// fastest: a filtered search whose plan is the exact scan of few matches
+    /// (`search::cpu_takes`) on the CPU, everything else as `search_in`. The filter's matches
+    /// are estimated from a sample first (`search::may_be_selective`), so a request that goes
+    /// to the device pays no host-side filter pass; one that may be selective is counted
+    /// exactly, and goes to the device after all if it matches more. The answers are the
+    /// same either way (the same plan, exact on both).
+    pub fn search(&self, d: &Data, r: &SearchRequest<'_>) -> (Vec<Vec<Neighbor>>, Plan, Ran) {
+        if let (Some(_), Some(f)) = (&self.accel, r.filter) {
+            if crate::search::may_be_selective(d, f) {
+                let (bits, n) = d.matching_bits(f);
+                if crate::search::cpu_takes(d, r.k, r.nprobe, n) {
+                    self.ran_cpu.fetch_add(1, Ordering::Relaxed);
+                    self.ran_cpu_selective.fetch_add(1, Ordering::Relaxed);
+                    let (answers, plan) =
+                        crate::search::search_matched(d, r.queries, r.k, r.nprobe, Some((bits, n)));
+                    return (answers, plan, Ran::Cpu);
+                }
+            }
+        }
+        self.search_in(d, r)
+    }
+
     /// A search over `d` (this collection's state, read-locked by the caller): on the device
     /// when there is one and it takes the request, else on the CPU; the same answers either
-    /// way. `Neighbor::id` is the slot.
+    /// way. `Neighbor::id` is the slot. (Benchmarks and tests of the device call this; the
+    /// served path calls `search`.)
     pub fn search_in(&self, d: &Data, r: &SearchRequest<'_>) -> (Vec<Vec<Neighbor>>, Plan, Ran) {
         if let Some(a) = &self.accel {
             match a.search(d, r) {

@@ -9,8 +9,10 @@
 //! - `ops`, `codec`, `wal`, `snapshot`: the writes, their encoding, the write-ahead log with
 //!   group commit and CRC32 per record, snapshots written atomically.
 //! - `accel`: the hook through which a device (`cohort-collections-gpu`) serves searches.
+//! - `import`: a collection seeded from a static k-NN index file (`cohort index build`).
 //! - `collection`: the group commit that orders, logs and applies writes; `store`: the
-//!   collections of a `--data-dir`; `api`: the REST JSON surface.
+//!   collections of a `--data-dir`; `api`: the REST JSON surface and the native frames'
+//!   requests (`frames`: their binary encoding, pure).
 //!
 //! docs/collections.md says what is guaranteed and what is not.
 
@@ -22,6 +24,8 @@ pub mod columns;
 pub mod data;
 pub mod error;
 pub mod filter;
+pub mod frames;
+pub mod import;
 pub mod ops;
 pub mod schema;
 pub mod search;

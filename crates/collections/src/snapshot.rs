@@ -12,9 +12,9 @@ use crate::codec::{Reader, Writer};
 use crate::data::Data;
 use crate::error::{Error, Kind, Result};
 use crate::ops::{Op, Point};
-use crate::schema::Settings;
+use crate::schema::{AttrValue, Settings};
 use std::io::Write;
-use std::path::Path;
+use std::path::{Path, PathBuf};
 
 const MAGIC: &[u8; 8] = b"COHSNAP1";
 
@@ -35,6 +35,87 @@ pub fn encode(d: &Data) -> Vec<u8> {
     let crc = crc32fast::hash(&w.buf);
     w.u32(crc);
     w.buf
+}
+
+/// A snapshot written a point at a time, for states never held in memory whole (an import,
+/// `crate::import`): the same bytes `encode` gives, streamed to `dir/snapshot.tmp`, which
+/// `finish` syncs and renames over `dir/snapshot` (then syncs `dir`). Dropped unfinished, it
+/// leaves only the temporary file, never a snapshot.
+pub struct Streamed {
+    file: std::io::BufWriter<std::fs::File>,
+    crc: crc32fast::Hasher,
+    w: Writer,
+    element: crate::schema::Element,
+    dir: PathBuf,
+    left: u64,
+}
+
+impl Streamed {
+    /// Starts a snapshot of `count` points holding the writes up to `last_seq`.
+    pub fn create(dir: &Path, settings: &Settings, last_seq: u64, count: u64) -> Result<Streamed> {
+        let tmp = dir.join("snapshot.tmp");
+        let file = std::fs::File::create(&tmp)
+            .map_err(|e| Error::io(&format!("creating {}", tmp.display()), &e))?;
+        let mut w = Writer::default();
+        w.buf.extend_from_slice(MAGIC);
+        w.bytes(&serde_json::to_vec(settings).expect("settings serialise"));
+        w.u64(last_seq);
+        w.u64(count);
+        Ok(Streamed {
+            file: std::io::BufWriter::with_capacity(1 << 20, file),
+            crc: crc32fast::Hasher::new(),
+            w,
+            element: settings.element,
+            dir: dir.to_path_buf(),
+            left: count,
+        })
+    }
+
+    fn flush_buf(&mut self) -> Result<()> {
+        self.crc.update(&self.w.buf);
+        let r = self.file.write_all(&self.w.buf);
+        self.w.buf.clear();
+        r.map_err(|e| Error::io(&format!("writing a snapshot in {}", self.dir.display()), &e))
+    }
+
+    /// One point: its vector as stored (checked for the element type by the caller) and its
+    /// attributes in schema order.
+    pub fn push(&mut self, id: u64, vector: &[f32], attrs: &[Option<AttrValue>]) -> Result<()> {
+        if self.left == 0 {
+            return Err(Error::internal(
+                "a snapshot given more points than it announced",
+            ));
+        }
+        self.left -= 1;
+        self.w.u64(id);
+        self.w.vector(self.element, vector);
+        self.w.attributes(attrs);
+        if self.w.buf.len() >= 1 << 20 {
+            self.flush_buf()?;
+        }
+        Ok(())
+    }
+
+    /// Completes the file (checksum), syncs it and renames it into place.
+    pub fn finish(mut self) -> Result<()> {
+        if self.left != 0 {
+            return Err(Error::internal(format!(
+                "a snapshot {} points short of what it announced",
+                self.left
+            )));
+        }
+        self.flush_buf()?;
+        let crc = std::mem::take(&mut self.crc).finalize();
+        let target = self.dir.join("snapshot");
+        let r = (|| -> std::io::Result<()> {
+            self.file.write_all(&crc.to_le_bytes())?;
+            let f = self.file.into_inner().map_err(|e| e.into_error())?;
+            f.sync_all()?;
+            std::fs::rename(self.dir.join("snapshot.tmp"), &target)?;
+            sync_dir(&self.dir)
+        })();
+        r.map_err(|e| Error::io(&format!("writing snapshot {}", target.display()), &e))
+    }
 }
 
 /// Writes `bytes` as `dir/snapshot` atomically and durably.

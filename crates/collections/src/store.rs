@@ -111,6 +111,19 @@ impl Store {
 
     /// Creates a collection, durably, before answering.
     pub fn create(&self, name: &str, settings: Settings) -> Result<Arc<Collection>> {
+        self.create_from(name, settings, |_| Ok(()))
+    }
+
+    /// Creates a collection whose directory `fill` completes first (an import writes its
+    /// snapshot there): everything is written in `.creating-NAME`, synced, and renamed into
+    /// place only when `fill` succeeded, so a crash or an error leaves no collection, and the
+    /// collection is then opened (and its files read back) before this answers.
+    pub fn create_from(
+        &self,
+        name: &str,
+        settings: Settings,
+        fill: impl FnOnce(&Path) -> Result<()>,
+    ) -> Result<Arc<Collection>> {
         check_name("collection", name)?;
         settings.validate()?;
         let _g = self.catalog.lock().expect("catalog lock");
@@ -131,7 +144,7 @@ impl Store {
         }
         let tmp = self.root.join(format!(".creating-{name}"));
         let dir = self.root.join(name);
-        let made = (|| -> std::io::Result<()> {
+        let started = (|| -> std::io::Result<()> {
             let _ = std::fs::remove_dir_all(&tmp);
             std::fs::create_dir(&tmp)?;
             let s = tmp.join("settings.json");
@@ -140,14 +153,20 @@ impl Store {
                 serde_json::to_vec_pretty(&settings).expect("settings serialise"),
             )?;
             std::fs::File::open(&s)?.sync_all()?;
-            std::fs::File::create(tmp.join("wal"))?.sync_all()?;
-            sync_dir(&tmp)?;
-            std::fs::rename(&tmp, &dir)?;
-            sync_dir(&self.root)
-        })();
+            std::fs::File::create(tmp.join("wal"))?.sync_all()
+        })()
+        .map_err(|e| Error::io(&format!("creating collection {name}"), &e));
+        let made = started.and_then(|_| fill(&tmp)).and_then(|_| {
+            (|| -> std::io::Result<()> {
+                sync_dir(&tmp)?;
+                std::fs::rename(&tmp, &dir)?;
+                sync_dir(&self.root)
+            })()
+            .map_err(|e| Error::io(&format!("creating collection {name}"), &e))
+        });
         if let Err(e) = made {
             let _ = std::fs::remove_dir_all(&tmp);
-            return Err(Error::io(&format!("creating collection {name}"), &e));
+            return Err(e);
         }
         let c = Arc::new(Collection::open_with(
             &dir,

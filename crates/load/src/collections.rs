@@ -15,15 +15,17 @@ use crate::transport::http::{connect_with, Conn};
 use crate::{ClientKey, Workload};
 use anyhow::{bail, Context, Result};
 use bytes::Bytes;
+use cohort_knn::metric::l2_sq;
 use cohort_knn::synth::{Model, SynthConfig, SAMPLE_BLOCK};
+use cohort_knn::TopK;
 use cohort_knn::Vectors;
 use cohort_services::workload::HttpRequest;
 use http_body_util::{BodyExt, Full};
 use serde_json::{json, Value};
-use std::collections::HashSet;
+use std::collections::{HashMap, HashSet};
 use std::net::SocketAddr;
-use std::sync::atomic::{AtomicU64, Ordering::Relaxed};
-use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering::Relaxed, Ordering::SeqCst};
+use std::sync::{Arc, Mutex, MutexGuard};
 
 /// The collection's one attribute, an integer: point `id` has `id % TAGS`.
 pub const ATTRIBUTE: &str = "tag";
@@ -32,6 +34,8 @@ pub const TAGS: u64 = 1000;
 pub const DELETE_EVERY: u64 = 8;
 /// Query vectors (and upsert vectors) drawn ahead, one of them picked per request.
 const POOL: usize = 4096;
+/// Ids a load writes at most (the client keeps about 24 bytes of state an id).
+pub const MAX_POINTS: u64 = 1 << 28;
 /// Points a fill upsert carries (the server takes at most 10 000).
 const FILL_BATCH: usize = SAMPLE_BLOCK;
 
@@ -49,6 +53,11 @@ pub struct CollectionLoad {
     /// Neighbours a search asks for.
     pub k: usize,
     pub seed: u64,
+    /// Query vectors a search request carries (1..=1024).
+    pub queries_per_request: usize,
+    /// Searches carry the filter `tag < T` that matches about this share of the points
+    /// (`filter_threshold`); `None`: unfiltered searches.
+    pub filter_selectivity: Option<f64>,
 }
 
 impl CollectionLoad {
@@ -70,6 +79,10 @@ impl CollectionLoad {
             "--write-batch must be 1..=10000"
         );
         anyhow::ensure!(
+            self.points <= MAX_POINTS,
+            "--collection-points must be at most {MAX_POINTS}"
+        );
+        anyhow::ensure!(
             self.points >= self.write_batch as u64,
             "--collection-points must be at least --write-batch"
         );
@@ -78,7 +91,39 @@ impl CollectionLoad {
             "--write-share must be in 0..=1"
         );
         anyhow::ensure!((1..=1024).contains(&self.k), "--k must be 1..=1024");
+        anyhow::ensure!(
+            (1..=1024).contains(&self.queries_per_request),
+            "--queries-per-request must be 1..=1024"
+        );
+        if let Some(f) = self.filter_selectivity {
+            anyhow::ensure!(
+                f.is_finite() && f > 0.0 && f <= 1.0 && self.filter_threshold() >= 1,
+                "--filter-selectivity must be in {}..=1 (the filter keeps whole tags of \
+                 {TAGS})",
+                0.5 / TAGS as f64
+            );
+        }
         Ok(())
+    }
+
+    /// The filter keeps the points whose `tag` (`id % TAGS`) is below this: the selectivity
+    /// rounded to whole tags (`TAGS` when there is no filter).
+    pub fn filter_threshold(&self) -> u64 {
+        match self.filter_selectivity {
+            None => TAGS,
+            Some(f) => ((f * TAGS as f64).round() as u64).min(TAGS),
+        }
+    }
+
+    /// The filter searches carry, if any.
+    pub fn filter_json(&self) -> Option<Value> {
+        self.filter_selectivity
+            .map(|_| json!({"range": [ATTRIBUTE, {"lt": self.filter_threshold()}]}))
+    }
+
+    /// Whether point `id` matches the searches' filter.
+    pub fn matches(&self, id: u64) -> bool {
+        id % TAGS < self.filter_threshold()
     }
 
     fn model(&self) -> Model {
@@ -128,6 +173,136 @@ pub fn create_json(dim: usize) -> Value {
     json!({"dim": dim, "metric": "l2", "element": "f32", "attributes": {ATTRIBUTE: "integer"}})
 }
 
+/// Query vectors of the pool whose exact answers the client computes (`enable_recall`): a
+/// search query that is one of them is scored.
+pub const GT_QUERIES: usize = 128;
+/// Lock stripes over the ids' write state.
+const STRIPES: usize = 1024;
+/// Shards of the maps from a request in flight to what it was sent with.
+const SHARDS: usize = 16;
+/// `dead_from` of an id not known to be deleted.
+const ALIVE: u64 = u64::MAX;
+
+/// A delete in flight: its send tick and the ids that had no upsert outstanding then.
+type InFlightDelete = (u64, Vec<u64>);
+
+/// What the client knows of each id's writes, to tell a deleted point in an answer
+/// (`CollectionWorkload::check_search`). Clock values are ticks of `clock`, taken at sends
+/// and acknowledgements (all `SeqCst`, so their order is one total order).
+///
+/// An id is *known deleted since tick a* when a delete carrying it was acknowledged at tick
+/// a, every upsert of it sent before that delete was sent had been answered by then (so
+/// none can be applied after the delete), and no upsert of it has been sent since the
+/// delete was sent. An upsert sent later clears it at once, before it is sent. A search
+/// sent at tick g answering an id that is still known deleted, since a tick before g, when
+/// its answer arrives has answered a point that was deleted all the time the search could
+/// have run: a wrong answer. Anything less certain is not judged.
+struct Liveness {
+    clock: AtomicU64,
+    stripes: Vec<Mutex<()>>,
+    /// Per id: upserts sent and not yet answered; the tick of the last upsert sent; the tick
+    /// since which it is known deleted (`ALIVE`: not known).
+    pending: Vec<AtomicU64>,
+    last_upsert: Vec<AtomicU64>,
+    dead_from: Vec<AtomicU64>,
+    /// Searches in flight: their send tick. Deletes in flight: their send tick and the ids
+    /// that had no upsert outstanding then.
+    searches: Vec<Mutex<HashMap<u64, u64>>>,
+    deletes: Vec<Mutex<HashMap<u64, InFlightDelete>>>,
+}
+
+impl Liveness {
+    fn new(points: u64) -> Liveness {
+        let n = points as usize;
+        let atomics = |v| (0..n).map(|_| AtomicU64::new(v)).collect::<Vec<_>>();
+        Liveness {
+            clock: AtomicU64::new(0),
+            stripes: (0..STRIPES).map(|_| Default::default()).collect(),
+            pending: atomics(0),
+            last_upsert: atomics(0),
+            dead_from: atomics(ALIVE),
+            searches: (0..SHARDS).map(|_| Default::default()).collect(),
+            deletes: (0..SHARDS).map(|_| Default::default()).collect(),
+        }
+    }
+
+    fn tick(&self) -> u64 {
+        self.clock.fetch_add(1, SeqCst)
+    }
+
+    fn lock(&self, id: u64) -> MutexGuard<'_, ()> {
+        self.stripes[id as usize % STRIPES]
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn shard<T>(v: &[Mutex<T>], seq: u64) -> MutexGuard<'_, T> {
+        v[(mix(seq) % SHARDS as u64) as usize]
+            .lock()
+            .unwrap_or_else(|p| p.into_inner())
+    }
+
+    fn upsert_sent(&self, ids: &[u64]) {
+        for &id in ids {
+            let _g = self.lock(id);
+            let i = id as usize;
+            self.pending[i].fetch_add(1, SeqCst);
+            self.dead_from[i].store(ALIVE, SeqCst);
+            self.last_upsert[i].store(self.tick(), SeqCst);
+        }
+    }
+
+    fn upsert_answered(&self, ids: &[u64]) {
+        for &id in ids {
+            let _g = self.lock(id);
+            self.pending[id as usize].fetch_sub(1, SeqCst);
+        }
+    }
+
+    fn delete_sent(&self, seq: u64, ids: &[u64]) {
+        // The tick first: an upsert ticked before it has its pending count seen below.
+        let sent = self.tick();
+        let clean = ids
+            .iter()
+            .copied()
+            .filter(|&id| {
+                let _g = self.lock(id);
+                self.pending[id as usize].load(SeqCst) == 0
+            })
+            .collect();
+        Self::shard(&self.deletes, seq).insert(seq, (sent, clean));
+    }
+
+    fn delete_answered(&self, seq: u64) {
+        let Some((sent, clean)) = Self::shard(&self.deletes, seq).remove(&seq) else {
+            return;
+        };
+        for id in clean {
+            let _g = self.lock(id);
+            let i = id as usize;
+            if self.last_upsert[i].load(SeqCst) < sent {
+                let at = self.tick();
+                self.dead_from[i].store(at, SeqCst);
+            }
+        }
+    }
+
+    fn search_sent(&self, seq: u64) {
+        let at = self.tick();
+        Self::shard(&self.searches, seq).insert(seq, at);
+    }
+
+    /// The search's send tick (once: its answer is being checked).
+    fn search_answered(&self, seq: u64) -> Option<u64> {
+        Self::shard(&self.searches, seq).remove(&seq)
+    }
+
+    /// Whether `id` was deleted since before tick `sent` and still is.
+    fn deleted_before(&self, id: u64, sent: u64) -> bool {
+        self.dead_from[id as usize].load(SeqCst) < sent
+    }
+}
+
 pub struct CollectionWorkload {
     cfg: CollectionLoad,
     prefix: String,
@@ -138,6 +313,20 @@ pub struct CollectionWorkload {
     deletes: AtomicU64,
     points_upserted: AtomicU64,
     points_deleted: AtomicU64,
+    /// Search answers holding a point the filter refuses, or one known deleted.
+    filter_violations: AtomicU64,
+    deleted_seen: AtomicU64,
+    /// Exact k nearest ids (matching the filter) of the first `GT_QUERIES` pool queries,
+    /// once `enable_recall` computed them; and the scored queries' hits and truths.
+    truth: std::sync::OnceLock<Vec<Vec<u64>>>,
+    recall_hits: AtomicU64,
+    recall_truths: AtomicU64,
+    recall_queries: AtomicU64,
+    /// None without writes (nothing is ever deleted).
+    liveness: Option<Liveness>,
+    /// Over the native frames (tcp:// targets, service 7): searches and upserts only (the
+    /// frames have no delete: a write that would be a delete is an upsert).
+    frames: bool,
 }
 
 impl CollectionWorkload {
@@ -148,13 +337,81 @@ impl CollectionWorkload {
             prefix: format!("/v1/collections/{}", cfg.name),
             queries: model.sample(POOL, 1),
             writes: model.sample(POOL, 2),
+            liveness: (cfg.write_share > 0.0).then(|| Liveness::new(cfg.points)),
             cfg,
             searches: AtomicU64::new(0),
             upserts: AtomicU64::new(0),
             deletes: AtomicU64::new(0),
             points_upserted: AtomicU64::new(0),
             points_deleted: AtomicU64::new(0),
+            filter_violations: AtomicU64::new(0),
+            deleted_seen: AtomicU64::new(0),
+            truth: std::sync::OnceLock::new(),
+            recall_hits: AtomicU64::new(0),
+            recall_truths: AtomicU64::new(0),
+            recall_queries: AtomicU64::new(0),
+            frames: false,
         })
+    }
+
+    /// Sends searches and upserts as the collections' native frames (service 7,
+    /// docs/protocol.md) instead of REST JSON; there are no deletes then.
+    pub fn over_frames(mut self) -> CollectionWorkload {
+        self.frames = true;
+        self
+    }
+
+    /// Notes request `seq` as sent in the client's record of writes and searches in flight.
+    fn note_sent(&self, seq: u64) {
+        if let Some(l) = &self.liveness {
+            match self.op(seq) {
+                Op::Search => l.search_sent(seq),
+                Op::Upsert => l.upsert_sent(&self.ids(seq)),
+                Op::Delete => l.delete_sent(seq, &self.ids(seq)),
+            }
+        }
+    }
+
+    /// Request `seq` as a frame payload.
+    fn frame(&self, seq: u64, out: &mut Vec<u8>) {
+        use cohort_collections::frames::{PointFrame, SearchFrame, UpsertFrame};
+        let name = &self.cfg.name;
+        match self.op(seq) {
+            Op::Search => {
+                let filter = self.cfg.filter_json().map(|f| f.to_string());
+                SearchFrame {
+                    collection: name,
+                    k: self.cfg.k as u16,
+                    nprobe: 0,
+                    filter: filter.as_deref(),
+                    dim: self.cfg.dim as u32,
+                    vectors: (0..self.cfg.queries_per_request)
+                        .flat_map(|j| self.queries.row(self.query_row(seq, j)).iter().copied())
+                        .collect(),
+                }
+                .encode(out)
+            }
+            Op::Upsert | Op::Delete => {
+                let attrs: Vec<(u64, String)> = self
+                    .ids(seq)
+                    .into_iter()
+                    .map(|id| (id, json!({ ATTRIBUTE: id % TAGS }).to_string()))
+                    .collect();
+                UpsertFrame {
+                    collection: name,
+                    dim: self.cfg.dim as u32,
+                    points: attrs
+                        .iter()
+                        .map(|(id, a)| PointFrame {
+                            id: *id,
+                            vector: self.upsert_vector(seq, *id).to_vec(),
+                            attributes: Some(a),
+                        })
+                        .collect(),
+                }
+                .encode(out)
+            }
+        }
     }
 
     pub fn config(&self) -> &CollectionLoad {
@@ -167,7 +424,7 @@ impl CollectionWorkload {
         let u = (h >> 11) as f64 / (1u64 << 53) as f64;
         if u >= self.cfg.write_share {
             Op::Search
-        } else if mix(h).is_multiple_of(DELETE_EVERY) {
+        } else if !self.frames && mix(h).is_multiple_of(DELETE_EVERY) {
             Op::Delete
         } else {
             Op::Upsert
@@ -195,18 +452,25 @@ impl CollectionWorkload {
             .row((mix(seq ^ mix(id)) % self.writes.n as u64) as usize)
     }
 
-    fn query(&self, seq: u64) -> &[f32] {
-        self.queries
-            .row((mix(seq.rotate_left(17)) % self.queries.n as u64) as usize)
+    /// The pool row of query `j` of search `seq`.
+    pub fn query_row(&self, seq: u64, j: usize) -> usize {
+        let x = mix(seq.rotate_left(17)) ^ (j as u64).wrapping_mul(0x9E37_79B9_7F4A_7C15);
+        (mix(x) % self.queries.n as u64) as usize
     }
 
     /// Request `seq` (route and body).
     pub fn request(&self, seq: u64) -> HttpRequest {
         let (route, body) = match self.op(seq) {
-            Op::Search => (
-                "search",
-                json!({"vectors": [self.query(seq)], "k": self.cfg.k}),
-            ),
+            Op::Search => {
+                let vectors: Vec<&[f32]> = (0..self.cfg.queries_per_request)
+                    .map(|j| self.queries.row(self.query_row(seq, j)))
+                    .collect();
+                let mut b = json!({"vectors": vectors, "k": self.cfg.k});
+                if let Some(f) = self.cfg.filter_json() {
+                    b["filter"] = f;
+                }
+                ("search", b)
+            }
             Op::Upsert => {
                 let points: Vec<Value> = self
                     .ids(seq)
@@ -224,72 +488,170 @@ impl CollectionWorkload {
         }
     }
 
-    /// One result list of at most k hits, each an id the load writes (0..points) once, with
-    /// a finite squared distance (l2: >= 0), nearest first.
-    fn check_search(&self, v: &Value) -> bool {
-        let Some([hits]) = v
-            .get("results")
-            .and_then(Value::as_array)
-            .map(Vec::as_slice)
-        else {
+    /// Computes the exact answers of the first `GT_QUERIES` pool queries over the points the
+    /// fill wrote (those the filter matches), so that searches of them are scored: call it
+    /// only when the collection holds exactly the fill (a fresh `--create`, no writes).
+    /// Cost: `GT_QUERIES x points x dim` multiply-adds, spread over the cores.
+    pub fn enable_recall(&self) {
+        let cfg = &self.cfg;
+        let nq = GT_QUERIES.min(self.queries.n);
+        let threads = std::thread::available_parallelism().map_or(1, |n| n.get());
+        let mut tops: Vec<TopK> = (0..nq).map(|_| TopK::new(cfg.k)).collect();
+        let mut start = 0u64;
+        while start < cfg.points {
+            let n = (cfg.points - start).min(SAMPLE_BLOCK as u64) as usize;
+            let rows = cfg.fill_vectors(start, n);
+            let per = nq.div_ceil(threads).max(1);
+            std::thread::scope(|s| {
+                for (c, chunk) in tops.chunks_mut(per).enumerate() {
+                    let rows = &rows;
+                    s.spawn(move || {
+                        for (i, t) in chunk.iter_mut().enumerate() {
+                            let q = self.queries.row(c * per + i);
+                            for r in 0..n {
+                                let id = start + r as u64;
+                                if cfg.matches(id) {
+                                    t.push(id as u32, l2_sq(q, rows.row(r)));
+                                }
+                            }
+                        }
+                    });
+                }
+            });
+            start += n as u64;
+        }
+        let truth = tops
+            .into_iter()
+            .map(|t| t.into_sorted().into_iter().map(|n| n.id as u64).collect())
+            .collect();
+        let _ = self.truth.set(truth);
+    }
+
+    /// The answer's result lists, one a query, each of at most k hits: an id the load
+    /// writes (0..points) once, matching the filter, not known to be deleted when the
+    /// search was sent (`Liveness`), with a finite squared distance (l2: >= 0), nearest
+    /// first. Queries with exact answers are scored for recall.
+    fn check_search(&self, seq: u64, v: &Value) -> bool {
+        let sent = self.liveness.as_ref().and_then(|l| l.search_answered(seq));
+        let Some(lists) = v.get("results").and_then(Value::as_array) else {
             return false;
         };
-        let Some(hits) = hits.as_array() else {
+        if lists.len() != self.cfg.queries_per_request {
             return false;
-        };
+        }
+        let mut right = true;
+        for (j, hits) in lists.iter().enumerate() {
+            let Some(ids) = self.check_hits(hits, sent) else {
+                right = false;
+                continue;
+            };
+            if let Some(truth) = self.truth.get() {
+                let row = self.query_row(seq, j);
+                if let Some(t) = truth.get(row) {
+                    let hit = ids.iter().filter(|id| t.contains(id)).count();
+                    self.recall_hits.fetch_add(hit as u64, Relaxed);
+                    self.recall_truths.fetch_add(t.len() as u64, Relaxed);
+                    self.recall_queries.fetch_add(1, Relaxed);
+                }
+            }
+        }
+        right
+    }
+
+    /// One query's hits (see `check_search`): their ids, or None when wrong.
+    fn check_hits(&self, hits: &Value, sent: Option<u64>) -> Option<Vec<u64>> {
+        let hits = hits.as_array()?;
         if hits.len() > self.cfg.k {
-            return false;
+            return None;
         }
         let mut ids = Vec::with_capacity(hits.len());
         let mut last = 0.0f64;
         for h in hits {
-            let (Some(id), Some(d)) = (
-                h.get("id").and_then(Value::as_u64),
-                h.get("distance").and_then(Value::as_f64),
-            ) else {
-                return false;
-            };
+            let id = h.get("id").and_then(Value::as_u64)?;
+            let d = h.get("distance").and_then(Value::as_f64)?;
             if id >= self.cfg.points || !d.is_finite() || d < last {
-                return false;
+                return None;
+            }
+            if !self.cfg.matches(id) {
+                self.filter_violations.fetch_add(1, Relaxed);
+                return None;
+            }
+            if let (Some(l), Some(sent)) = (&self.liveness, sent) {
+                if l.deleted_before(id, sent) {
+                    self.deleted_seen.fetch_add(1, Relaxed);
+                    return None;
+                }
             }
             last = d;
             ids.push(id);
         }
-        ids.sort_unstable();
-        ids.dedup();
-        ids.len() == hits.len()
+        let mut sorted = ids.clone();
+        sorted.sort_unstable();
+        sorted.dedup();
+        (sorted.len() == ids.len()).then_some(ids)
     }
 }
 
 impl Workload for CollectionWorkload {
     fn service(&self) -> u16 {
-        0
+        if self.frames {
+            cohort_collections::frames::SERVICE_ID
+        } else {
+            0
+        }
     }
 
     fn service_name(&self) -> &'static str {
         "collections"
     }
 
-    /// Collections are served over HTTP only (`cohort load` refuses other targets).
-    fn payload(&self, _seq: u64, _out: &mut Vec<u8>) {}
+    /// Over frames (`over_frames`): request `seq`'s frame payload, noted as sent; over HTTP
+    /// nothing (`http_request` makes the request).
+    fn payload(&self, seq: u64, out: &mut Vec<u8>) {
+        if self.frames {
+            self.note_sent(seq);
+            self.frame(seq, out);
+        }
+    }
 
     fn json(&self, seq: u64) -> Value {
         self.request(seq).body
     }
 
-    fn check(&self, _seq: u64, _payload: &[u8]) -> bool {
-        false
+    /// A frame's answer, checked as its JSON twin is (`check_json`).
+    fn check(&self, seq: u64, payload: &[u8]) -> bool {
+        use cohort_collections::frames::{decode_search_answer, decode_upsert_answer};
+        if !self.frames {
+            return false;
+        }
+        let v = match self.op(seq) {
+            Op::Search => match decode_search_answer(payload) {
+                Ok(results) => json!({"results": results.iter().map(|hits| hits.iter()
+                    .map(|(id, d)| json!({"id": id, "distance": d})).collect::<Vec<_>>())
+                    .collect::<Vec<_>>()}),
+                Err(_) => return false,
+            },
+            _ => match decode_upsert_answer(payload) {
+                Ok(n) => json!({ "upserted": n }),
+                Err(_) => return false,
+            },
+        };
+        self.check_json(seq, &v)
     }
 
     fn check_json(&self, seq: u64, v: &Value) -> bool {
         let batch = self.cfg.write_batch as u64;
         match self.op(seq) {
             Op::Search => {
-                let right = self.check_search(v);
+                let right = self.check_search(seq, v);
                 self.searches.fetch_add(right as u64, Relaxed);
                 right
             }
             Op::Upsert => {
+                // Answered 200: applied, whatever the body says.
+                if let Some(l) = &self.liveness {
+                    l.upsert_answered(&self.ids(seq));
+                }
                 let right = *v == json!({ "upserted": batch });
                 if right {
                     self.upserts.fetch_add(1, Relaxed);
@@ -299,6 +661,9 @@ impl Workload for CollectionWorkload {
             }
             Op::Delete => match v.get("deleted").and_then(Value::as_u64) {
                 Some(m) if m <= batch && v.as_object().is_some_and(|o| o.len() == 1) => {
+                    if let Some(l) = &self.liveness {
+                        l.delete_answered(seq);
+                    }
                     self.deletes.fetch_add(1, Relaxed);
                     self.points_deleted.fetch_add(m, Relaxed);
                     true
@@ -308,7 +673,10 @@ impl Workload for CollectionWorkload {
         }
     }
 
+    /// Request `seq` as it is sent: the client's record of writes and searches in flight
+    /// (`Liveness`) notes it first.
     fn http_request(&self, seq: u64) -> Option<HttpRequest> {
+        self.note_sent(seq);
         Some(self.request(seq))
     }
 
@@ -323,14 +691,36 @@ impl Workload for CollectionWorkload {
         m.insert("collection".into(), self.cfg.name.clone().into());
         m.insert("write_share".into(), self.cfg.write_share.into());
         m.insert("write_batch".into(), self.cfg.write_batch.into());
+        m.insert("k".into(), self.cfg.k.into());
+        m.insert(
+            "queries_per_request".into(),
+            self.cfg.queries_per_request.into(),
+        );
+        let filter = self.cfg.filter_json();
+        m.insert(
+            "filter_selectivity".into(),
+            (self.cfg.filter_threshold() as f64 / TAGS as f64).into(),
+        );
+        m.insert("filter".into(), filter.unwrap_or(Value::Null));
         for (k, c) in [
             ("searches_right", &self.searches),
             ("upserts_right", &self.upserts),
             ("deletes_right", &self.deletes),
             ("points_upserted", &self.points_upserted),
             ("points_deleted", &self.points_deleted),
+            ("filter_violations", &self.filter_violations),
+            ("deleted_points_answered", &self.deleted_seen),
         ] {
             m.insert(k.into(), c.load(Relaxed).into());
+        }
+        let truths = self.recall_truths.load(Relaxed);
+        m.insert(
+            "recall_queries".into(),
+            self.recall_queries.load(Relaxed).into(),
+        );
+        if truths > 0 {
+            let r = self.recall_hits.load(Relaxed) as f64 / truths as f64;
+            m.insert("recall_at_k".into(), r.into());
         }
         m
     }
@@ -342,6 +732,11 @@ impl Workload for CollectionWorkload {
             &self.deletes,
             &self.points_upserted,
             &self.points_deleted,
+            &self.filter_violations,
+            &self.deleted_seen,
+            &self.recall_hits,
+            &self.recall_truths,
+            &self.recall_queries,
         ] {
             c.store(0, Relaxed);
         }
@@ -474,8 +869,8 @@ pub fn prepare(
 mod tests {
     use super::*;
 
-    fn workload(write_share: f64) -> CollectionWorkload {
-        CollectionWorkload::new(CollectionLoad {
+    fn config(write_share: f64) -> CollectionLoad {
+        CollectionLoad {
             name: "items".into(),
             dim: 16,
             points: 1000,
@@ -483,8 +878,13 @@ mod tests {
             write_batch: 10,
             k: 10,
             seed: 3,
-        })
-        .unwrap()
+            queries_per_request: 1,
+            filter_selectivity: None,
+        }
+    }
+
+    fn workload(write_share: f64) -> CollectionWorkload {
+        CollectionWorkload::new(config(write_share)).unwrap()
     }
 
     #[test]
@@ -610,9 +1010,142 @@ mod tests {
                 dim: 0,
                 ..good.clone()
             },
+            CollectionLoad {
+                queries_per_request: 0,
+                ..good.clone()
+            },
+            CollectionLoad {
+                queries_per_request: 1025,
+                ..good.clone()
+            },
+            CollectionLoad {
+                filter_selectivity: Some(0.0),
+                ..good.clone()
+            },
+            CollectionLoad {
+                filter_selectivity: Some(0.0004),
+                ..good.clone()
+            },
+            CollectionLoad {
+                filter_selectivity: Some(1.5),
+                ..good.clone()
+            },
+            CollectionLoad {
+                filter_selectivity: Some(f64::NAN),
+                ..good.clone()
+            },
+            CollectionLoad {
+                points: MAX_POINTS + 1,
+                ..good.clone()
+            },
         ] {
             assert!(bad.validate().is_err(), "{bad:?}");
         }
         assert!(good.validate().is_ok());
+    }
+
+    #[test]
+    fn filtered_searches_of_many_queries_are_sent_and_checked() {
+        let w = CollectionWorkload::new(CollectionLoad {
+            queries_per_request: 3,
+            filter_selectivity: Some(0.01),
+            ..config(0.0)
+        })
+        .unwrap();
+        assert_eq!(w.config().filter_threshold(), 10);
+        let r = w.request(0);
+        assert_eq!(r.path, "/v1/collections/items/search");
+        assert_eq!(r.body["vectors"].as_array().unwrap().len(), 3);
+        assert_eq!(r.body["filter"], json!({"range": ["tag", {"lt": 10}]}));
+        // Distinct rows for the queries of one request, the same again for the same seq.
+        let rows: HashSet<usize> = (0..3).map(|j| w.query_row(0, j)).collect();
+        assert_eq!(rows.len(), 3);
+        assert_eq!(w.request(0), w.request(0));
+        let hit = |id: u64, d: f64| json!({"id": id, "distance": d});
+        let ok = json!({"results": [[hit(5, 1.0), hit(7, 2.0)], [], [hit(9, 0.5)]]});
+        assert!(w.check_json(0, &ok));
+        // Tag 10 is outside the filter; two lists for three queries is wrong.
+        let outside = json!({"results": [[hit(5, 1.0), hit(10, 2.0)], [], []]});
+        assert!(!w.check_json(1, &outside));
+        assert!(!w.check_json(2, &json!({"results": [[], []]})));
+        let e = w.extra();
+        assert_eq!(e["filter_violations"], 1);
+        assert_eq!(e["filter_selectivity"], 0.01);
+        assert_eq!(e["queries_per_request"], 3);
+        assert!(e.get("recall_at_k").is_none(), "no truth computed");
+    }
+
+    #[test]
+    fn recall_is_scored_against_the_exact_answers_of_the_matches() {
+        let cfg = CollectionLoad {
+            filter_selectivity: Some(0.1),
+            ..config(0.0)
+        };
+        let w = CollectionWorkload::new(cfg.clone()).unwrap();
+        w.enable_recall();
+        let truth = w.truth.get().unwrap();
+        assert_eq!(truth.len(), GT_QUERIES);
+        // The truth by brute force over the fill, for one query.
+        let fill = cfg.fill_vectors(0, cfg.points as usize);
+        let q = w.queries.row(7);
+        let mut all: Vec<(f32, u64)> = (0..cfg.points)
+            .filter(|&id| cfg.matches(id))
+            .map(|id| (l2_sq(q, fill.row(id as usize)), id))
+            .collect();
+        all.sort_by(|a, b| a.0.total_cmp(&b.0));
+        let want: Vec<u64> = all.iter().take(10).map(|x| x.1).collect();
+        assert_eq!(truth[7], want);
+        assert!(truth.iter().flatten().all(|&id| cfg.matches(id)));
+        // A search whose query has truth: the exact answer scores 1, half of it 0.5.
+        let seq = (0..).find(|&s| w.query_row(s, 0) < GT_QUERIES).unwrap();
+        let t = &truth[w.query_row(seq, 0)];
+        let answer = |ids: &[u64]| {
+            json!({"results": [ids.iter().enumerate()
+                .map(|(i, id)| json!({"id": id, "distance": i as f64}))
+                .collect::<Vec<_>>()]})
+        };
+        assert!(w.check_json(seq, &answer(t)));
+        assert_eq!(w.extra()["recall_at_k"], 1.0);
+        assert!(w.check_json(seq, &answer(&t[..5])));
+        assert_eq!(w.extra()["recall_at_k"], 0.75);
+        assert_eq!(w.extra()["recall_queries"], 2);
+        w.reset();
+        assert!(w.extra().get("recall_at_k").is_none());
+    }
+
+    #[test]
+    fn a_point_known_deleted_in_an_answer_is_wrong() {
+        let w = workload(0.5);
+        let l = w.liveness.as_ref().unwrap();
+        let hit = |id: u64| json!({"results": [[{"id": id, "distance": 1.0}]]});
+        let search = |from: u64| (from..).find(|&s| w.op(s) == Op::Search).unwrap();
+        let delete = (0..).find(|&s| w.op(s) == Op::Delete).unwrap();
+        let gone = w.ids(delete)[0];
+        // A search sent before the delete was acknowledged may find the point.
+        let s0 = search(0);
+        w.http_request(s0);
+        w.http_request(delete);
+        assert!(w.check_json(delete, &json!({"deleted": 10})));
+        assert!(w.check_json(s0, &hit(gone)));
+        // One sent after it must not.
+        let s1 = search(s0 + 1);
+        w.http_request(s1);
+        assert!(!w.check_json(s1, &hit(gone)));
+        assert_eq!(w.extra()["deleted_points_answered"], 1);
+        // An upsert of it sent before the search's answer came: not judged.
+        let s2 = search(s1 + 1);
+        w.http_request(s2);
+        l.upsert_sent(&[gone]);
+        assert!(w.check_json(s2, &hit(gone)));
+        // A delete sent while an upsert of the id is unanswered marks nothing (the upsert
+        // may land after it), nor does one acknowledged after a later upsert was sent.
+        let d2 = (delete + 1..).find(|&s| w.op(s) == Op::Delete).unwrap();
+        let other = w.ids(d2)[0];
+        l.upsert_sent(&[other]);
+        w.http_request(d2);
+        assert!(w.check_json(d2, &json!({"deleted": 1})));
+        let s3 = search(s2 + 1);
+        w.http_request(s3);
+        assert!(w.check_json(s3, &hit(other)));
     }
 }

@@ -97,12 +97,67 @@ impl Context {
                 body: ResponseBody::Err(e),
             });
         }
+        if let Some(routes) = self.frame_routes(header.service) {
+            return self.submit_to_routes(routes, header, payload, port);
+        }
         if let Err((port, e)) = shard.submit(port.clone(), header, payload) {
             port.deliver(Response {
                 request_id: header.request_id,
                 service: header.service,
                 body: ResponseBody::Err(e),
             });
+        }
+    }
+
+    /// The handler of another crate that answers frames of `service` (`--data-dir`'s
+    /// collections), if any.
+    pub(crate) fn frame_routes(&self, service: u16) -> Option<Arc<dyn crate::routes::HttpRoutes>> {
+        self.routes
+            .as_ref()
+            .filter(|r| r.frame_service() == Some(service))
+            .cloned()
+    }
+
+    /// Runs one frame on the handler of another crate, on the runtime's blocking pool (a
+    /// write waits for its fsync), and answers through `port` exactly once.
+    fn submit_to_routes(
+        &self,
+        routes: Arc<dyn crate::routes::HttpRoutes>,
+        header: &Header,
+        payload: &[u8],
+        port: Arc<dyn ReplyPort>,
+    ) {
+        let (request_id, service) = (header.request_id, header.service);
+        let metrics = self.metrics.clone();
+        let max_answer = self.max_payload;
+        let payload = payload.to_vec();
+        let run = move || {
+            let start = std::time::Instant::now();
+            let body = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                routes.handle_frame(&payload, max_answer)
+            })) {
+                Ok(Ok(p)) => ResponseBody::Ok(p),
+                Ok(Err(e)) => ResponseBody::Err(e),
+                Err(_) => ResponseBody::Err(ErrorPayload::new(
+                    ErrorCode::Internal,
+                    "the handler panicked",
+                )),
+            };
+            let outcome = match &body {
+                ResponseBody::Ok(_) => "ok",
+                ResponseBody::Err(e) => e.code.label(),
+            };
+            metrics.answered(service, outcome, start.elapsed());
+            port.deliver(Response {
+                request_id,
+                service,
+                body,
+            });
+        };
+        match tokio::runtime::Handle::try_current() {
+            Ok(rt) => drop(rt.spawn_blocking(run)),
+            // Every caller runs on a shard's runtime; without one, run here rather than drop it.
+            Err(_) => run(),
         }
     }
 }

@@ -1,12 +1,14 @@
 //! `--data-dir`: the live vector collections (`cohort-collections`) served on the HTTP
-//! listener under `/v1/collections`, through the gateway's route hook (`cohort_net::HttpRoutes`).
+//! listener under `/v1/collections`, through the gateway's route hook (`cohort_net::HttpRoutes`),
+//! and as native frames of service 7 over TCP (search and upsert; `frames`).
 //! Requests run on the gateway's blocking pool; searches on a GPU (`cohort-collections-gpu`)
 //! where `--collections-on` allows one and the machine has it, else on the CPU
 //! (docs/collections.md).
 
 use anyhow::{Context as _, Result};
-use cohort_collections::{api, schema::limits, AcceleratorFactory, Store};
+use cohort_collections::{api, frames, schema::limits, AcceleratorFactory, Store};
 use cohort_net::{HttpRoutes, RouteAnswer};
+use cohort_proto::{ErrorCode, ErrorPayload};
 use serde_json::{json, Map, Value};
 use std::sync::Arc;
 
@@ -94,6 +96,31 @@ impl HttpRoutes for CollectionRoutes {
     fn openapi_paths(&self) -> Map<String, Value> {
         openapi()
     }
+
+    fn frame_service(&self) -> Option<u16> {
+        Some(frames::SERVICE_ID)
+    }
+
+    fn handle_frame(&self, payload: &[u8], max_answer: usize) -> Result<Vec<u8>, ErrorPayload> {
+        api::frame(&self.store, payload, max_answer).map_err(|e| error_frame(&e))
+    }
+}
+
+/// A collections error as an error frame of the existing codes (docs/protocol.md): those
+/// without a code of their own keep their REST name at the start of the message.
+fn error_frame(e: &cohort_collections::Error) -> ErrorPayload {
+    use cohort_collections::Kind;
+    let (code, prefix) = match e.kind {
+        Kind::BadRequest => (ErrorCode::BadRequest, ""),
+        Kind::NotFound => (ErrorCode::NotFound, ""),
+        Kind::TooLarge => (ErrorCode::TooLarge, ""),
+        Kind::Overloaded => (ErrorCode::Overloaded, "queue: "),
+        Kind::Unavailable => (ErrorCode::Unavailable, ""),
+        Kind::Storage => (ErrorCode::Unavailable, "INSUFFICIENT_STORAGE: "),
+        Kind::Conflict => (ErrorCode::BadRequest, "CONFLICT: "),
+        Kind::Internal => (ErrorCode::Internal, ""),
+    };
+    ErrorPayload::new(code, format!("{prefix}{}", e.message))
 }
 
 fn op(summary: &str, request: Option<Value>, answer: Value, errors: &[(u16, &str)]) -> Value {

@@ -236,7 +236,7 @@ pub fn start_planned(a: &ServeArgs, all: Vec<ServicePlan>, ingresses: usize) -> 
             },
         })
         .collect();
-    let labels: HashMap<u16, ServiceLabel> = all
+    let mut labels: HashMap<u16, ServiceLabel> = all
         .iter()
         .map(|p| {
             let l = ServiceLabel {
@@ -246,6 +246,17 @@ pub fn start_planned(a: &ServeArgs, all: Vec<ServicePlan>, ingresses: usize) -> 
             (id_of(p), l)
         })
         .collect();
+    if a.data_dir.is_some() {
+        // The collections' frames (no engine: the TCP shards' blocking pool) are counted
+        // under their own name, not "unknown".
+        labels.insert(
+            cohort_collections::frames::SERVICE_ID,
+            ServiceLabel {
+                name: cohort_collections::frames::SERVICE_NAME.into(),
+                engine: "blocking".into(),
+            },
+        );
+    }
     let metrics = Arc::new(Metrics::new(labels));
     for p in &all {
         for c in service_choices(p)? {

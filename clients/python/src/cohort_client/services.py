@@ -2,13 +2,15 @@
 
 from __future__ import annotations
 
+import json
 import struct
-from typing import Sequence, Tuple, Union
+from typing import List, Optional, Sequence, Tuple, Union
 
 import numpy as np
 
-ECHO, SPIN, KNN, BANK, LENET, FACEVER = 1, 2, 3, 4, 5, 6
-IDS = {"echo": ECHO, "spin": SPIN, "knn": KNN, "bank": BANK, "lenet": LENET, "facever": FACEVER}
+ECHO, SPIN, KNN, BANK, LENET, FACEVER, COLLECTIONS = 1, 2, 3, 4, 5, 6, 7
+IDS = {"echo": ECHO, "spin": SPIN, "knn": KNN, "bank": BANK, "lenet": LENET, "facever": FACEVER,
+       "collections": COLLECTIONS}
 
 LENET_PIXELS = 28 * 28
 # The most query vectors one knn request carries (docs/protocol.md).
@@ -16,6 +18,7 @@ KNN_MAX_QUERIES = 1024
 # A payload's limit (protocol.MAX_PAYLOAD), repeated to keep this module free of the framing.
 _MAX_PAYLOAD = 65_483
 _NEIGHBOUR = np.dtype([("id", "<u4"), ("distance", "<f4")])
+_HIT = np.dtype([("id", "<u8"), ("distance", "<f4")])
 
 
 def spin_request(spin_us: int, data: bytes = b"") -> bytes:
@@ -144,3 +147,62 @@ def lenet_join(answers: Sequence[Union[bytes, Exception]]) -> Tuple[np.ndarray, 
             raise a
         digits[i], scores[i] = lenet_answer(a)
     return digits, scores
+
+
+def _collection_head(op: int, name: str) -> bytes:
+    n = name.encode()
+    if not 1 <= len(n) <= 64:
+        raise ValueError(f"collection name of {len(n)} bytes (1..=64)")
+    return struct.pack("<BxH", op, len(n)) + n
+
+
+def collection_search_request(name: str, queries: np.ndarray, k: int = 10, nprobe: int = 0,
+                              filter: Optional[dict] = None) -> bytes:
+    """A collections search frame (service 7, op 1; docs/protocol.md): [N, D] or [D] f32
+    queries, the filter as JSON text."""
+    q = np.asarray(queries)
+    q = q[None] if q.ndim == 1 else q
+    if q.ndim != 2 or not 1 <= q.shape[0] <= KNN_MAX_QUERIES:
+        raise ValueError(f"queries are [N, D] with 1 <= N <= {KNN_MAX_QUERIES}, got shape {q.shape}")
+    f = b"" if filter is None else json.dumps(filter, separators=(",", ":")).encode()
+    return (_collection_head(1, name)
+            + struct.pack("<HHHxxII", k, nprobe, q.shape[0], q.shape[1], len(f)) + f
+            + np.ascontiguousarray(q, dtype="<f4").tobytes())
+
+
+def collection_upsert_request(name: str, ids: Sequence[int], vectors: np.ndarray,
+                              attributes: Optional[Sequence[Optional[dict]]] = None) -> bytes:
+    """A collections upsert frame (service 7, op 2): point `ids[i]` is `vectors[i]` with
+    `attributes[i]` (a dict, sent as JSON text; None: no attributes)."""
+    v = np.asarray(vectors)
+    v = v[None] if v.ndim == 1 else v
+    if len(v) != len(ids) or (attributes is not None and len(attributes) != len(ids)):
+        raise ValueError("ids, vectors and attributes differ in length")
+    v = np.ascontiguousarray(v, dtype="<f4")
+    parts = [_collection_head(2, name), struct.pack("<II", len(ids), v.shape[1])]
+    for i, pid in enumerate(ids):
+        a = attributes[i] if attributes is not None else None
+        t = b"" if not a else json.dumps(a, separators=(",", ":")).encode()
+        parts += [struct.pack("<Q", int(pid)), v[i].tobytes(), struct.pack("<I", len(t)), t]
+    return b"".join(parts)
+
+
+def collection_search_answer(payload: bytes) -> List[List[dict]]:
+    """Per query a list of {"id", "distance"}, nearest first (what HttpClient.search gives)."""
+    (n,) = struct.unpack_from("<I", payload)
+    out, at = [], 4
+    for _ in range(n):
+        (count,) = struct.unpack_from("<I", payload, at)
+        at += 4
+        hits = np.frombuffer(payload, dtype=_HIT, count=count, offset=at)
+        at += count * _HIT.itemsize
+        out.append([{"id": int(h["id"]), "distance": float(h["distance"])} for h in hits])
+    if at != len(payload):
+        raise ValueError(f"{len(payload) - at} bytes after a collections search answer")
+    return out
+
+
+def collection_upsert_answer(payload: bytes) -> int:
+    if len(payload) != 4:
+        raise ValueError(f"an upsert answer of {len(payload)} bytes")
+    return struct.unpack("<I", payload)[0]

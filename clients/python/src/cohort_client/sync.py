@@ -102,6 +102,19 @@ class _Frames(_Services):
     def __exit__(self, *exc: object) -> None:
         self.close()
 
+    def upsert(self, name: str, ids: Sequence[int], vectors: np.ndarray,
+               attributes: Optional[Sequence[Optional[dict]]] = None) -> int:
+        """As `HttpClient.upsert`, over a collections frame (service 7; TCP only, and one frame:
+        a batch must fit 65 483 bytes). Answered once durable; returns the points written."""
+        return sv.collection_upsert_answer(
+            self.call(sv.COLLECTIONS, sv.collection_upsert_request(name, ids, vectors, attributes)))
+
+    def search(self, name: str, vectors: np.ndarray, k: int = 10, filter: Optional[dict] = None,
+               nprobe: Optional[int] = None) -> List[List[dict]]:
+        """As `HttpClient.search` (without attributes), over a collections frame (TCP only)."""
+        return sv.collection_search_answer(self.call(
+            sv.COLLECTIONS, sv.collection_search_request(name, vectors, k, nprobe or 0, filter)))
+
     def _frame(self, service: int, payload: bytes, timeout_us: int) -> Tuple[int, bytes]:
         self._next_id = (self._next_id + 1) % (1 << 64)
         rid = self._next_id

@@ -386,6 +386,16 @@ fn admit(
             ErrorCode::Unavailable,
             "server is shutting down".into(),
         ),
+        // A handler's frames (the collections: a write waits for an fsync) are not run on
+        // the UDP io thread: the client is told to use TCP, nothing is executed.
+        Ok(f) if ctx.frame_routes(f.header.service).is_some() => refuse(
+            f.header,
+            ErrorCode::BadRequest,
+            format!(
+                "service {} is served over TCP only: send this request over TCP",
+                f.header.service
+            ),
+        ),
         Ok(f) => match ctx.unsigned(&f.header, f.payload) {
             Err(e) => refuse(f.header, e.code, e.message),
             Ok((payload, key)) => {

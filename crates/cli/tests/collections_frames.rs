@@ -1,0 +1,521 @@
+//! The collections' native frames (service 7, docs/protocol.md) served by the real `cohort
+//! serve --data-dir DIR`: a collection made over REST, upserted and searched over TCP frames
+//! (pipelined, read-your-writes), REST seeing the same data, bad frames answered with error
+//! frames and changing nothing, and UDP telling the client to use TCP.
+
+mod common;
+use cohort_collections::frames::{self, PointFrame, SearchFrame, UpsertFrame, SERVICE_ID};
+use cohort_proto::{encode_frame, ErrorCode, ErrorPayload, Frame, Header, Kind, MAX_PAYLOAD};
+use common::Served;
+use serde_json::{json, Value};
+use std::io::{Read, Write};
+use std::net::{SocketAddr, TcpStream};
+use std::time::Duration;
+
+/// A frame client on one TCP connection.
+struct Tcp {
+    s: TcpStream,
+    buf: Vec<u8>,
+    next: u64,
+}
+
+/// An answer: its request id and its payload, or its error frame.
+type Answer = (u64, Result<Vec<u8>, ErrorPayload>);
+
+impl Tcp {
+    fn new(addr: SocketAddr) -> Tcp {
+        let s = TcpStream::connect(addr).unwrap();
+        s.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+        Tcp {
+            s,
+            buf: Vec::new(),
+            next: 1,
+        }
+    }
+
+    /// Sends one request; returns its id.
+    fn send(&mut self, payload: &[u8]) -> u64 {
+        let id = self.next;
+        self.next += 1;
+        let mut out = Vec::new();
+        encode_frame(Header::request(SERVICE_ID, id, 0), payload, &mut out);
+        self.s.write_all(&out).unwrap();
+        id
+    }
+
+    fn answer(&mut self) -> Answer {
+        let mut chunk = [0u8; 65_536];
+        loop {
+            if let Some((f, used)) = Frame::decode_stream(&self.buf, MAX_PAYLOAD).unwrap() {
+                assert_eq!(f.header.service, SERVICE_ID);
+                let a = match f.header.kind {
+                    Kind::Response => Ok(f.payload.to_vec()),
+                    Kind::Error => Err(ErrorPayload::decode(f.payload).unwrap()),
+                    k => panic!("unexpected frame kind {k:?}"),
+                };
+                let id = f.header.request_id;
+                self.buf.drain(..used);
+                return (id, a);
+            }
+            let n = self.s.read(&mut chunk).expect("an answer");
+            assert!(n > 0, "the server closed the connection");
+            self.buf.extend_from_slice(&chunk[..n]);
+        }
+    }
+
+    fn call(&mut self, payload: &[u8]) -> Result<Vec<u8>, ErrorPayload> {
+        let id = self.send(payload);
+        let (got, a) = self.answer();
+        assert_eq!(got, id);
+        a
+    }
+}
+
+fn vector(id: u64) -> Vec<f32> {
+    (0..8).map(|j| ((id * 31 + j * 7) % 97) as f32).collect()
+}
+
+const COLORS: [&str; 3] = ["red", "green", "blue"];
+
+fn attrs(id: u64) -> String {
+    json!({"color": COLORS[(id % 3) as usize], "price": id as f64}).to_string()
+}
+
+fn upsert(ids: impl Iterator<Item = u64>, attributes: &[String]) -> Vec<u8> {
+    let points = ids
+        .map(|id| PointFrame {
+            id,
+            vector: vector(id),
+            attributes: Some(&attributes[id as usize]),
+        })
+        .collect();
+    let mut b = Vec::new();
+    UpsertFrame {
+        collection: "items",
+        dim: 8,
+        points,
+    }
+    .encode(&mut b);
+    b
+}
+
+fn search(queries: &[u64], k: u16, filter: Option<&str>) -> Vec<u8> {
+    let mut b = Vec::new();
+    SearchFrame {
+        collection: "items",
+        k,
+        nprobe: 0,
+        filter,
+        dim: 8,
+        vectors: queries.iter().flat_map(|&q| vector(q)).collect(),
+    }
+    .encode(&mut b);
+    b
+}
+
+/// POST/PUT/GET over HTTP/1.1: the JSON body of the answer, with its status.
+fn rest(addr: SocketAddr, method: &str, path: &str, body: &str) -> (u16, Value) {
+    let mut c = TcpStream::connect(addr).unwrap();
+    c.set_read_timeout(Some(Duration::from_secs(20))).unwrap();
+    write!(
+        c,
+        "{method} {path} HTTP/1.1\r\nhost: x\r\ncontent-length: {}\r\nconnection: close\r\n\r\n{body}",
+        body.len()
+    )
+    .unwrap();
+    let mut out = String::new();
+    let _ = c.read_to_string(&mut out);
+    let status = out[9..12].parse().unwrap();
+    let body = &out[out.find("\r\n\r\n").expect("a head") + 4..];
+    (status, serde_json::from_str(body).expect("a JSON body"))
+}
+
+fn count(http: SocketAddr) -> u64 {
+    rest(http, "GET", "/v1/collections/items", "").1["count"]
+        .as_u64()
+        .unwrap()
+}
+
+fn refused(a: Result<Vec<u8>, ErrorPayload>) -> ErrorPayload {
+    a.expect_err("an error frame")
+}
+
+#[test]
+fn collections_are_served_over_native_frames() {
+    let dir = std::env::temp_dir().join(format!("cohort-frames-coll-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let s = Served::start(&["--service", "echo", "--data-dir", dir.to_str().unwrap()]);
+    let (http, tcp) = (s.http.unwrap(), s.tcp.unwrap());
+    let (st, v) = rest(
+        http,
+        "PUT",
+        "/v1/collections/items",
+        r#"{"dim":8,"metric":"l2","attributes":{"color":"keyword","price":"float"}}"#,
+    );
+    assert_eq!(st, 200, "{v}");
+
+    let attributes: Vec<String> = (0..2000).map(attrs).collect();
+    let mut c = Tcp::new(tcp);
+    for start in (0..300).step_by(100) {
+        let a = c.call(&upsert(start..start + 100, &attributes)).unwrap();
+        assert_eq!(frames::decode_upsert_answer(&a).unwrap(), 100);
+    }
+    // REST sees what the frames wrote: the count, a point's vector and attributes.
+    assert_eq!(count(http), 300);
+    let (_, v) = rest(http, "POST", "/v1/collections/items/get", r#"{"ids":[42]}"#);
+    assert_eq!(v["points"][0]["vector"], json!(vector(42)), "{v}");
+    assert_eq!(v["points"][0]["attributes"]["color"], json!("red"), "{v}");
+
+    // A filtered search of two queries over frames, and the same over REST.
+    let filter = r#"{"all":[{"eq":["color","red"]},{"range":["price",{"lt":200}]}]}"#;
+    let a = c.call(&search(&[42, 43], 5, Some(filter))).unwrap();
+    let hits = frames::decode_search_answer(&a).unwrap();
+    assert_eq!(hits.len(), 2);
+    assert_eq!(hits[0][0], (42, 0.0), "the point itself first");
+    for &(id, d) in hits.iter().flatten() {
+        assert!(
+            id % 3 == 0 && id < 200 && d >= 0.0,
+            "hit {id} breaks the filter"
+        );
+    }
+    let body = json!({"vectors": [vector(42), vector(43)], "k": 5,
+                      "filter": serde_json::from_str::<Value>(filter).unwrap()});
+    let (st, v) = rest(
+        http,
+        "POST",
+        "/v1/collections/items/search",
+        &body.to_string(),
+    );
+    assert_eq!(st, 200, "{v}");
+    for (q, list) in hits.iter().enumerate() {
+        let rest_ids: Vec<u64> = v["results"][q]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|h| h["id"].as_u64().unwrap())
+            .collect();
+        let frame_ids: Vec<u64> = list.iter().map(|h| h.0).collect();
+        assert_eq!(frame_ids, rest_ids, "query {q}: frames and REST disagree");
+    }
+
+    // Read-your-writes: a point upserted over a frame is found by the next search, and by
+    // REST; a point upserted over REST by the next frame.
+    let mut far = Vec::new();
+    UpsertFrame {
+        collection: "items",
+        dim: 8,
+        points: vec![PointFrame {
+            id: 5000,
+            vector: vec![1000.0; 8],
+            attributes: None,
+        }],
+    }
+    .encode(&mut far);
+    assert_eq!(
+        frames::decode_upsert_answer(&c.call(&far).unwrap()).unwrap(),
+        1
+    );
+    let mut q = Vec::new();
+    SearchFrame {
+        collection: "items",
+        k: 1,
+        nprobe: 0,
+        filter: None,
+        dim: 8,
+        vectors: vec![999.0; 8],
+    }
+    .encode(&mut q);
+    let hits = frames::decode_search_answer(&c.call(&q).unwrap()).unwrap();
+    assert_eq!(hits[0][0].0, 5000);
+    assert_eq!(count(http), 301);
+    let (st, _) = rest(
+        http,
+        "POST",
+        "/v1/collections/items/upsert",
+        &json!({"points": [{"id": 6000, "vector": vec![-1000.0; 8]}]}).to_string(),
+    );
+    assert_eq!(st, 200);
+    let mut q2 = Vec::new();
+    SearchFrame {
+        vectors: vec![-999.0; 8],
+        ..SearchFrame {
+            collection: "items",
+            k: 1,
+            nprobe: 0,
+            filter: None,
+            dim: 8,
+            vectors: Vec::new(),
+        }
+    }
+    .encode(&mut q2);
+    let hits = frames::decode_search_answer(&c.call(&q2).unwrap()).unwrap();
+    assert_eq!(hits[0][0].0, 6000);
+
+    // Pipelined: 32 searches sent before any answer is read, each answered once.
+    let mut sent = std::collections::HashMap::new();
+    for i in 0..32u64 {
+        sent.insert(c.send(&search(&[i], 3, None)), i);
+    }
+    for _ in 0..32 {
+        let (id, a) = c.answer();
+        let q = sent.remove(&id).expect("an id sent and not yet answered");
+        let hits = frames::decode_search_answer(&a.unwrap()).unwrap();
+        assert_eq!(hits[0][0], (q, 0.0));
+    }
+
+    // Bad frames: error frames with the documented codes, nothing changed, the connection
+    // goes on.
+    let before = count(http);
+    let mut wrong_dim = Vec::new();
+    UpsertFrame {
+        collection: "items",
+        dim: 4,
+        points: vec![PointFrame {
+            id: 7000,
+            vector: vec![1.0; 4],
+            attributes: None,
+        }],
+    }
+    .encode(&mut wrong_dim);
+    let e = refused(c.call(&wrong_dim));
+    assert_eq!(e.code, ErrorCode::BadRequest);
+    assert!(e.message.contains("dimension 4"), "{}", e.message);
+
+    let mut nan = upsert(7000..7001, &(0..7001).map(attrs).collect::<Vec<_>>());
+    let at = frames::upsert_overhead("items") + 8; // the first element of the first vector
+    nan[at..at + 4].copy_from_slice(&f32::NAN.to_le_bytes());
+    let e = refused(c.call(&nan));
+    assert_eq!(e.code, ErrorCode::BadRequest);
+    assert!(e.message.contains("finite"), "{}", e.message);
+
+    let mut bad_attr = Vec::new();
+    UpsertFrame {
+        collection: "items",
+        dim: 8,
+        points: vec![PointFrame {
+            id: 7001,
+            vector: vector(1),
+            attributes: Some(r#"{"size":3}"#),
+        }],
+    }
+    .encode(&mut bad_attr);
+    assert_eq!(refused(c.call(&bad_attr)).code, ErrorCode::BadRequest);
+
+    // A duplicate id in one batch refuses all of it.
+    let dup = upsert(
+        [7002, 7002].into_iter(),
+        &(0..7003).map(attrs).collect::<Vec<_>>(),
+    );
+    assert_eq!(refused(c.call(&dup)).code, ErrorCode::BadRequest);
+
+    let mut unknown = Vec::new();
+    SearchFrame {
+        collection: "nope",
+        k: 1,
+        nprobe: 0,
+        filter: None,
+        dim: 8,
+        vectors: vector(1),
+    }
+    .encode(&mut unknown);
+    let e = refused(c.call(&unknown));
+    assert_eq!(e.code, ErrorCode::NotFound, "{}", e.message);
+
+    for filter in [
+        r#"{"eq":["size",1]}"#,
+        r#"{"eq":["price","x"]}"#,
+        "{not json",
+    ] {
+        let e = refused(c.call(&search(&[1], 5, Some(filter))));
+        assert_eq!(e.code, ErrorCode::BadRequest, "{filter}: {}", e.message);
+    }
+    let e = refused(c.call(&search(&[1], 5, Some(r#"{"eq":["size",1]}"#))));
+    assert!(e.message.contains("size"), "{}", e.message);
+
+    // A batch over the limit, an answer that could not fit a frame.
+    let mut big = upsert(0..1, &attributes);
+    big[5 + 4..5 + 4 + 4].copy_from_slice(&10_001u32.to_le_bytes());
+    let e = refused(c.call(&big));
+    assert_eq!(e.code, ErrorCode::TooLarge, "{}", e.message);
+    let e = refused(c.call(&search(&[1, 2, 3, 4, 5, 6, 7, 8], 1024, None)));
+    assert_eq!(e.code, ErrorCode::TooLarge, "{}", e.message);
+    assert!(e.message.contains("fewer queries"), "{}", e.message);
+
+    // Truncated and garbled payloads.
+    let good = search(&[1], 5, None);
+    for cut in [0, 3, 10, good.len() - 1] {
+        assert_eq!(
+            refused(c.call(&good[..cut])).code,
+            ErrorCode::BadRequest,
+            "cut at {cut}"
+        );
+    }
+    let mut op = good.clone();
+    op[0] = 42;
+    assert_eq!(refused(c.call(&op)).code, ErrorCode::BadRequest);
+
+    // None of it changed anything, and the connection still serves.
+    assert_eq!(count(http), before);
+    let (_, v) = rest(
+        http,
+        "POST",
+        "/v1/collections/items/get",
+        r#"{"ids":[7000,7001,7002]}"#,
+    );
+    assert_eq!(v["points"], json!([]), "{v}");
+    let hits = frames::decode_search_answer(&c.call(&search(&[7], 1, None)).unwrap()).unwrap();
+    assert_eq!(hits[0][0], (7, 0.0));
+
+    // UDP: not served there; the answer says to use TCP, and nothing runs.
+    let u = std::net::UdpSocket::bind("127.0.0.1:0").unwrap();
+    u.set_read_timeout(Some(Duration::from_secs(10))).unwrap();
+    let mut d = Vec::new();
+    encode_frame(
+        Header::request(SERVICE_ID, 99, 0),
+        &upsert(8000..8001, &(0..8001).map(attrs).collect::<Vec<_>>()),
+        &mut d,
+    );
+    u.send_to(&d, s.udp.unwrap()).unwrap();
+    let mut b = vec![0u8; 65_536];
+    let n = u.recv(&mut b).unwrap();
+    let f = Frame::decode_datagram(&b[..n], MAX_PAYLOAD).unwrap();
+    assert_eq!((f.header.kind, f.header.request_id), (Kind::Error, 99));
+    let e = ErrorPayload::decode(f.payload).unwrap();
+    assert_eq!(e.code, ErrorCode::BadRequest);
+    assert!(e.message.contains("TCP"), "{}", e.message);
+    assert_eq!(count(http), before);
+    // The frames' answers are counted under the service's own name.
+    let metrics = common::http_get(http, "/metrics");
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l.starts_with("cohort_requests_total{")
+                && l.contains("service=\"collections\"")
+                && l.contains("outcome=\"bad_request\"")),
+        "no collections line in /metrics"
+    );
+    drop(s);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// SIGTERM with upsert frames in flight: every request is answered exactly once, or listed
+/// in GOAWAY and then answered, or neither (never read); after a restart on the same
+/// directory the collection holds exactly the points of the upserts acknowledged.
+#[test]
+fn a_drain_answers_every_frame_once_and_keeps_every_acknowledged_upsert() {
+    let dir = std::env::temp_dir().join(format!("cohort-frames-drain-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let args = ["--service", "echo", "--data-dir", dir.to_str().unwrap()];
+    let mut s = Served::start(&args);
+    let (st, v) = rest(
+        s.http.unwrap(),
+        "PUT",
+        "/v1/collections/items",
+        r#"{"dim":8}"#,
+    );
+    assert_eq!(st, 200, "{v}");
+    let mut c = Tcp::new(s.tcp.unwrap());
+    const BATCH: u64 = 5;
+    let mut sent = std::collections::HashMap::new();
+    let mut wire = Vec::new();
+    for i in 0..300u64 {
+        let mut p = Vec::new();
+        UpsertFrame {
+            collection: "items",
+            dim: 8,
+            points: (i * BATCH..(i + 1) * BATCH)
+                .map(|id| PointFrame {
+                    id,
+                    vector: vector(id),
+                    attributes: None,
+                })
+                .collect(),
+        }
+        .encode(&mut p);
+        let id = 1000 + i;
+        encode_frame(Header::request(SERVICE_ID, id, 0), &p, &mut wire);
+        sent.insert(id, i);
+    }
+    // The first 20 requests, one answer (the pipeline flows), then the rest and SIGTERM at
+    // once: some are answered, some refused UNAVAILABLE, some never read.
+    let first = wire.len() / 300 * 20;
+    c.s.write_all(&wire[..first]).unwrap();
+    let (id, a) = c.answer();
+    assert_eq!(
+        frames::decode_upsert_answer(&a.unwrap()).unwrap(),
+        BATCH as u32
+    );
+    let (mut answered, mut listed, mut acked) = (
+        std::collections::HashMap::<u64, u32>::from([(id, 1)]),
+        Vec::new(),
+        vec![sent[&id]],
+    );
+    c.s.write_all(&wire[first..]).unwrap();
+    s.sigterm();
+    // Read to the end: answers, and one GOAWAY.
+    let mut chunk = [0u8; 65_536];
+    loop {
+        while let Some((f, used)) = Frame::decode_stream(&c.buf, MAX_PAYLOAD).unwrap() {
+            match f.header.kind {
+                Kind::GoAway => {
+                    listed = cohort_proto::GoAway::decode(f.payload).unwrap().pending;
+                }
+                Kind::Response => {
+                    assert_eq!(
+                        frames::decode_upsert_answer(f.payload).unwrap(),
+                        BATCH as u32
+                    );
+                    acked.push(sent[&f.header.request_id]);
+                    *answered.entry(f.header.request_id).or_default() += 1;
+                }
+                Kind::Error => {
+                    let e = ErrorPayload::decode(f.payload).unwrap();
+                    assert_eq!(e.code, ErrorCode::Unavailable, "{}", e.message);
+                    *answered.entry(f.header.request_id).or_default() += 1;
+                }
+                k => panic!("unexpected {k:?}"),
+            }
+            c.buf.drain(..used);
+        }
+        match c.s.read(&mut chunk) {
+            Ok(0) | Err(_) => break,
+            Ok(n) => c.buf.extend_from_slice(&chunk[..n]),
+        }
+    }
+    assert_eq!(s.wait_exit(Duration::from_secs(30)), 0);
+    for (id, n) in &answered {
+        assert!(sent.contains_key(id), "an answer to {id}, never sent");
+        assert_eq!(*n, 1, "request {id} answered {n} times");
+    }
+    for id in &listed {
+        assert!(
+            answered.contains_key(id),
+            "{id} listed in GOAWAY, never answered"
+        );
+    }
+    eprintln!(
+        "{} sent, {} answered ({} acknowledged), {} listed in GOAWAY",
+        sent.len(),
+        answered.len(),
+        acked.len(),
+        listed.len()
+    );
+
+    // Restart: exactly the acknowledged points.
+    let s = Served::start(&args);
+    let http = s.http.unwrap();
+    assert_eq!(count(http), acked.len() as u64 * BATCH);
+    let ids: Vec<u64> = acked
+        .iter()
+        .flat_map(|i| i * BATCH..(i + 1) * BATCH)
+        .collect();
+    let (_, v) = rest(
+        http,
+        "POST",
+        "/v1/collections/items/get",
+        &json!({ "ids": ids }).to_string(),
+    );
+    assert_eq!(v["points"].as_array().unwrap().len(), ids.len());
+    drop(s);
+    let _ = std::fs::remove_dir_all(&dir);
+}

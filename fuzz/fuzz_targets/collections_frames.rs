@@ -1,0 +1,30 @@
+#![no_main]
+//! The collections' native frames (`cohort_collections::frames`): any bytes decode to a
+//! request or an error, never a panic; what decodes encodes back to the same bytes; the
+//! answers' decoders likewise.
+use cohort_collections::frames::{
+    decode_request, decode_search_answer, decode_upsert_answer, encode_search_answer,
+    encode_upsert_answer, Request,
+};
+use libfuzzer_sys::fuzz_target;
+
+fuzz_target!(|data: &[u8]| {
+    if let Ok(r) = decode_request(data) {
+        let mut out = Vec::new();
+        match &r {
+            Request::Search(s) => s.encode(&mut out),
+            Request::Upsert(u) => u.encode(&mut out),
+        }
+        assert_eq!(out, data);
+    }
+    if let Ok(hits) = decode_search_answer(data) {
+        let mut out = Vec::new();
+        encode_search_answer(hits.iter().map(|h| &h[..]), &mut out);
+        assert_eq!(out, data);
+    }
+    if let Ok(n) = decode_upsert_answer(data) {
+        let mut out = Vec::new();
+        encode_upsert_answer(n, &mut out);
+        assert_eq!(out, data);
+    }
+});
