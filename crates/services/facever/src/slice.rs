@@ -17,7 +17,9 @@ pub const ENTRY: Entry = Entry {
     persistent: Some(persistent),
     persistent_request_bytes: super::REQUEST_BYTES,
     kernels: super::kernels::sources,
-    models: super::tools::COMMANDS,
+    // `cohort facever load-db`: serving it needs its database filled.
+    commands: super::tools::COMMANDS,
+    models: super::tools::MODELS,
     // Every GPU engine against the CPU function, over a real memcached the case starts.
     selftest: Some(SelftestCase {
         payloads: super::selftest::payloads,
