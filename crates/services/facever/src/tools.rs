@@ -6,10 +6,11 @@ use super::db::FaceDb;
 use super::orl;
 use super::verify::{self, Accuracy};
 use clap::{value_parser, Arg, ArgMatches, Command};
-use cohort_service_api::entry::{Record, ServiceCommand};
+use cohort_service_api::tools::{Record, ServiceCommand};
 use std::path::PathBuf;
 
-/// Its commands of its own, `cohort facever ...`: `load-db`, which serving it needs.
+/// Its commands of its own, `cohort facever ...`: `load-db`, which serving it needs
+/// (`Tools::commands`).
 pub const COMMANDS: &[ServiceCommand] = &[ServiceCommand {
     name: "facever",
     command: facever_command,
