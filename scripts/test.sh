@@ -60,6 +60,14 @@ default = sorted(path[i] for i in m["workspace_default_members"])
 if product != default:
     sys.exit(f"default-members {default} are not the product crates {product}")'
 
+echo "== layering: the product reads no service's lab tools (benchmarks, model tools: cohort-lab's)"
+# A service's listing holds its serving entry, its checks and its tools apart
+# (crates/services/api/src/listing.rs); under crates/ only the catalog reads the lab's part.
+if grep -rnE 'catalog::(benches|model_tool|model_tools|with_model_tool)\(|tools\.(benches|models)\b' crates --include='*.rs' |
+    grep -v '^crates/services/catalog/src/catalog.rs:'; then
+    echo "a product crate reads a service's lab tools"; exit 1
+fi
+
 echo "== layering: the load generator builds without the services' backends (no CUDA, no memcached client)"
 if cargo tree -p cohort-load -e normal --prefix none | grep -E "^(cudarc|memcache|cohort-gpu) "; then
     echo "cohort-load depends on a backend crate"; exit 1

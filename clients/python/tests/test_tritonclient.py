@@ -4,7 +4,6 @@ tensors (HTTP) and raw tensors, unary and streamed (gRPC) - LeNet's answers equa
 the service's CPU function), k-NN's equal an exact numpy search when every list is probed,
 and a malformed request is refused with the server's message."""
 
-import os
 import getpass
 import shutil
 import socket
@@ -271,9 +270,8 @@ class FaceverTest(unittest.TestCase):
                     break
                 except OSError:
                     time.sleep(0.05)
-            # Loading the face database is a lab tool (cohort-lab, beside cohort).
-            lab = os.environ.get("COHORT_LAB_BIN", os.path.join(os.path.dirname(BIN), "cohort-lab"))
-            subprocess.run([lab, "model", "load-db", "facever", "--memcached", addr],
+            # Filling the face database is the product's: `cohort facever load-db`.
+            subprocess.run([BIN, "facever", "load-db", "--memcached", addr],
                            check=True, stdout=subprocess.DEVNULL)
             server = Server("--service", "facever:cpu", "--facever-memcached", addr)
             try:

@@ -176,7 +176,7 @@ pub fn keep_freed_memory() {
 fn service_command(
     m: &clap::ArgMatches,
 ) -> Option<(
-    &'static cohort_services::entry::ServiceCommand,
+    &'static cohort_services::tools::ServiceCommand,
     &clap::ArgMatches,
 )> {
     let (name, sub) = m.subcommand()?;
@@ -208,7 +208,7 @@ pub fn set_virtual_gpus(matches: &clap::ArgMatches) {
 /// an error.
 pub fn recording(
     matches: &clap::ArgMatches,
-    run: impl FnOnce(cohort_services::entry::Record) -> Result<(), String>,
+    run: impl FnOnce(cohort_services::tools::Record) -> Result<(), String>,
 ) -> ! {
     let level = matches
         .get_one::<String>("log_level")
@@ -330,7 +330,7 @@ fn selftest(
             .unwrap_or(1)
     });
     println!("selftest gpu, seed {seed}");
-    // Every service's own checks (its catalog entry's `gpu_checks`: kernels, sharded index,
+    // Every service's own checks (its listing's `Checks::gpu_checks`: kernels, sharded index,
     // parsers) on the first GPU; a mismatch panics inside the check, naming both answers.
     let all = cohort_gpu::probe()?;
     let devs = if gpus.is_empty() {

@@ -15,7 +15,7 @@ fn help(args: &[&str]) -> String {
 fn the_lab_commands_are_the_lab_binarys() {
     let h = help(&["--help"]);
     for cmd in [
-        "serve", "node", "load", "demo", "data", "index", "gpus", "selftest",
+        "serve", "node", "load", "demo", "data", "index", "facever", "gpus", "selftest",
     ] {
         assert!(
             h.contains(&format!("\n  {cmd} ")),
@@ -28,6 +28,9 @@ fn the_lab_commands_are_the_lab_binarys() {
         assert_eq!(out.status.code(), Some(2), "{cmd}: {out:?}");
     }
     assert!(h.contains("cohort-lab"), "{h}");
+    // What serving facever needs is the product's: filling its database.
+    let h = help(&["facever", "load-db", "--help"]);
+    assert!(h.contains("--memcached") && h.contains("--data"), "{h}");
 }
 
 #[test]

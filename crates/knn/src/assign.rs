@@ -1,7 +1,8 @@
 //! Nearest-centroid assignment, the O(n k d) part of k-means and of filling an IVF index.
 //! [`Assigner`] lets the build run on the CPU ([`CpuGemm`]) or on a GPU (cohort-gpu's
-//! streaming assigner) with the same training loop around it; `kmeans::assign` stays the
-//! exact reference both are tested against.
+//! streaming assigner) with the same training loop around it; [`exact`] is the exact scan
+//! both are tested against ([`check`]). k-means (its training loop) builds on this module,
+//! never the other way.
 
 use crate::metric::Metric;
 use crate::vecfile::Vectors;
@@ -17,6 +18,28 @@ pub trait Assigner {
         centroids: &Vectors,
         metric: Metric,
     ) -> anyhow::Result<Vec<u32>>;
+}
+
+/// Index of the nearest centroid of every row, by exact distances (parallel): the reference
+/// the faster assigners are checked against.
+pub fn exact(data: &Vectors, centroids: &Vectors, metric: Metric) -> Vec<u32> {
+    assert_eq!(data.dim, centroids.dim);
+    (0..data.n)
+        .into_par_iter()
+        .map(|i| nearest(data.row(i), centroids, metric).0)
+        .collect()
+}
+
+/// The nearest centroid of `x` and its distance (the first of equals).
+pub(crate) fn nearest(x: &[f32], c: &Vectors, metric: Metric) -> (u32, f32) {
+    let mut best = (0u32, f32::INFINITY);
+    for (j, row) in c.data.chunks_exact(c.dim).enumerate() {
+        let d = metric.distance(x, row);
+        if d < best.1 {
+            best = (j as u32, d);
+        }
+    }
+    best
 }
 
 /// Rows per GEMM block: a block's scores (ROWS x CENTROID_STEP f32) stay in L2 cache.
@@ -111,7 +134,7 @@ fn gemm_assign(data: &Vectors, c: &Vectors, metric: Metric) -> Vec<u32> {
     out
 }
 
-/// Checks an assignment against the exact scan (`kmeans::assign`): every row's centroid must
+/// Checks an assignment against the exact scan ([`exact`]): every row's centroid must
 /// be as near as the exact nearest, to within f32 rounding of the expanded |c|^2 - 2 x.c form
 /// (relative to the magnitudes involved), so only near-ties may differ. The GPU and GEMM paths
 /// are tested with it.
@@ -119,20 +142,20 @@ pub fn check(data: &Vectors, c: &Vectors, metric: Metric, got: &[u32]) -> Result
     if got.len() != data.n {
         return Err(format!("{} assignments for {} rows", got.len(), data.n));
     }
-    let exact = crate::kmeans::assign(data, c, metric);
+    let want = exact(data, c, metric);
     for i in 0..data.n {
         let x = data.row(i);
         let Some(picked) = (got[i] as usize).lt(&c.n).then(|| c.row(got[i] as usize)) else {
             return Err(format!("row {i}: centroid {} out of range", got[i]));
         };
         let dg = metric.distance(x, picked);
-        let de = metric.distance(x, c.row(exact[i] as usize));
+        let de = metric.distance(x, c.row(want[i] as usize));
         let scale: f32 =
             x.iter().map(|v| v * v).sum::<f32>() + picked.iter().map(|v| v * v).sum::<f32>() + 1.0;
         if dg > de + 1e-5 * scale {
             return Err(format!(
                 "row {i}: picked {} at {dg}, nearest {} at {de}",
-                got[i], exact[i]
+                got[i], want[i]
             ));
         }
     }

@@ -1,7 +1,7 @@
 //! k-means for the IVF coarse quantizer: random or k-means++ initialisation on a sample,
 //! Lloyd iterations in parallel (rayon), empty clusters re-seeded by splitting the largest.
 
-use crate::assign::{Assigner, CpuGemm};
+use crate::assign::{nearest, Assigner, CpuGemm};
 use crate::metric::{l2_sq, Metric};
 use crate::vecfile::Vectors;
 use rand::rngs::StdRng;
@@ -53,27 +53,6 @@ impl KMeansConfig {
             progress: false,
         }
     }
-}
-
-/// Index of the nearest centroid of every row, by exact distances (parallel): the reference
-/// the faster assigners (`crate::assign`) are checked against.
-pub fn assign(data: &Vectors, centroids: &Vectors, metric: Metric) -> Vec<u32> {
-    assert_eq!(data.dim, centroids.dim);
-    (0..data.n)
-        .into_par_iter()
-        .map(|i| nearest(data.row(i), centroids, metric).0)
-        .collect()
-}
-
-fn nearest(x: &[f32], c: &Vectors, metric: Metric) -> (u32, f32) {
-    let mut best = (0u32, f32::INFINITY);
-    for (j, row) in c.data.chunks_exact(c.dim).enumerate() {
-        let d = metric.distance(x, row);
-        if d < best.1 {
-            best = (j as u32, d);
-        }
-    }
-    best
 }
 
 fn sample_rows(data: &Vectors, m: usize, rng: &mut StdRng) -> Vectors {

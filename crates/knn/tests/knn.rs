@@ -314,7 +314,7 @@ fn kmeans_improves_on_its_initialisation_and_assigns_nearest() {
             kmeans::inertia(&x, &c) < kmeans::inertia(&x, &c0),
             "{init:?}"
         );
-        let a = kmeans::assign(&x, &c, Metric::L2);
+        let a = cohort_knn::assign::exact(&x, &c, Metric::L2);
         for i in (0..x.n).step_by(97) {
             let best = (0..20)
                 .map(|j| Metric::L2.distance(x.row(i), c.row(j)))

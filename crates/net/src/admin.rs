@@ -4,7 +4,7 @@
 //! (whoever reaches the address is the operator).
 
 use crate::context::Context;
-use crate::http::MetricsRender;
+use crate::http_reply::MetricsRender;
 use bytes::Bytes;
 use http_body_util::Full;
 use hyper::{Method, Request, StatusCode};
@@ -31,7 +31,7 @@ fn handle<B>(
     match (req.method(), req.uri().path()) {
         (&Method::GET, "/metrics") => respond(StatusCode::OK, "text/plain; version=0.0.4", metrics()),
         (&Method::GET, "/healthz") => {
-            let (status, body) = crate::http::health(ctx.is_shutting_down());
+            let (status, body) = crate::http_reply::health(ctx.is_shutting_down());
             respond(status, json, body.to_string())
         }
         (m, p) => respond(

@@ -294,8 +294,8 @@ async fn serve_h2<I>(
         ledger: ledger.clone(),
         activity: activity.clone(),
     };
-    let svc =
-        GrpcInferenceServiceServer::new(inference).max_decoding_message_size(crate::http::MAX_BODY);
+    let svc = GrpcInferenceServiceServer::new(inference)
+        .max_decoding_message_size(crate::http_reply::MAX_BODY);
     let counted = {
         let (activity, ledger) = (activity.clone(), ledger.clone());
         let metrics = env.shared.ctx.metrics.clone();

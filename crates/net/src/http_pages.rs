@@ -6,8 +6,8 @@
 //! on whichever engine runs it.
 
 use crate::context::Context;
-use crate::http::HttpEnv;
 use crate::http_limits::{read_body, BodyError};
+use crate::http_reply::HttpEnv;
 use bytes::Bytes;
 use cohort_proto::{ErrorCode, Header};
 use http_body_util::Full;
@@ -88,7 +88,7 @@ pub(crate) async fn page(
     peer: Option<std::net::IpAddr>,
 ) -> HttpResponse {
     let ctx = &env.ctx;
-    let key = match crate::http::authorized(ctx, &req, Some(sid)) {
+    let key = match crate::http_reply::authorized(ctx, &req, Some(sid)) {
         Ok(key) => key,
         Err(r) => return *r,
     };
@@ -112,16 +112,16 @@ pub(crate) async fn page(
                 format!("request body refused: over {max} bytes\n"),
             );
         }
-        Err(e) => return crate::http::body_refused(ctx, sid, e),
+        Err(e) => return crate::http_reply::body_refused(ctx, sid, e),
     };
     let payload = raw_request(&parts, &body);
     let header = Header::request(sid, id, payload.len());
     let _ticket = match ctx.quotas.ticket(crate::quota::Who::of(key, peer)) {
         Ok(t) => t,
-        Err(over) => return crate::http::over_quota(ctx, sid, &over),
+        Err(over) => return crate::http_reply::over_quota(ctx, sid, &over),
     };
     let class = ctx.quotas.class_of(crate::quota::Who::of(key, peer));
-    let (port, rx) = crate::http::OneShot::new(None, class);
+    let (port, rx) = crate::http_reply::OneShot::new(None, class);
     ctx.submit(&env.shard, &header, &payload, port);
     match rx.await {
         Ok(Ok(raw)) => parse_response(raw).unwrap_or_else(|| {
@@ -136,7 +136,7 @@ pub(crate) async fn page(
                     .unwrap_or(StatusCode::INTERNAL_SERVER_ERROR),
                 format!("{}: {}\n", e.code.name(), e.message),
             );
-            crate::http::retry_after(&mut r);
+            crate::http_reply::retry_after(&mut r);
             r
         }
         Err(_) => plain(StatusCode::INTERNAL_SERVER_ERROR, "request lost\n".into()),

@@ -4,7 +4,7 @@
 //! body. The handler may block (a write waits for an fsync): it runs on the shard runtime's
 //! blocking pool, never on the io thread.
 
-use crate::http::{body_refused, http_error, json_body, HttpEnv, HttpResponse};
+use crate::http_reply::{body_refused, http_error, json_body, HttpEnv, HttpResponse};
 use bytes::Bytes;
 use hyper::body::Incoming;
 use hyper::{Request, StatusCode};
@@ -57,7 +57,7 @@ pub(crate) async fn serve(
 ) -> HttpResponse {
     let ctx = &env.ctx;
     // Any valid key may call these routes (they are no engine service with an id to allow).
-    if let Some(refused) = crate::http::unauthorized(ctx, &req, None) {
+    if let Some(refused) = crate::http_reply::unauthorized(ctx, &req, None) {
         return refused;
     }
     let (method, path) = (req.method().to_string(), req.uri().path().to_string());
@@ -91,6 +91,6 @@ pub(crate) async fn serve(
             hyper::header::HeaderValue::from_static(allow),
         );
     }
-    crate::http::retry_after(&mut r);
+    crate::http_reply::retry_after(&mut r);
     r
 }

@@ -2,7 +2,8 @@
 
 use crate::context::Context;
 use crate::grpc::{serve_grpc, GrpcEnv};
-use crate::http::{serve_http, HttpEnv, MetricsRender};
+use crate::http::serve_http;
+use crate::http_reply::{HttpEnv, MetricsRender};
 use crate::limits::{Budget, Connections, Limits};
 use crate::quota::{ClientQuota, Quotas};
 use crate::shard::Shard;

@@ -6,10 +6,10 @@
 //! protocol's `{"error": message}`, with Cohort's code name beside it as `code`.
 
 use crate::context::Context;
-use crate::http::{
+use crate::http_limits;
+use crate::http_reply::{
     authorized, body_refused, json as respond, json_body, too_many, HttpEnv, HttpResponse, OneShot,
 };
-use crate::http_limits;
 use crate::quota::Who;
 use crate::shard::Shard;
 use bytes::Bytes;
@@ -185,7 +185,7 @@ async fn infer(
         .map(|v| v.to_str().ok().and_then(|s| s.parse::<usize>().ok()));
     let read = http_limits::read_body(
         req.into_body(),
-        crate::http::MAX_BODY,
+        crate::http_reply::MAX_BODY,
         crate::limits::spread(env.limits.read_timeout, id),
         &env.budget,
     );

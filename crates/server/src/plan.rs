@@ -265,8 +265,7 @@ mod tests {
     #[test]
     fn a_service_with_per_gpu_state_is_refused_on_two_gpus_and_on_hybrid() {
         // A catalogued service whose GPU backend keeps shared state on one GPU.
-        let name = cohort_services::catalog::CATALOG
-            .iter()
+        let name = cohort_services::catalog::all()
             .find(|e| e.one_gpu)
             .expect("a one-GPU service in the catalog")
             .name;

@@ -11,7 +11,7 @@
 //! the same way).
 
 use anyhow::{bail, Context as _, Result};
-use cohort_services::entry::Record;
+use cohort_services::tools::Record;
 use serde::Deserialize;
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};

@@ -1,7 +1,10 @@
-//! What a service declares to the server (its [`Entry`]) and the pieces an entry holds: its
-//! selftest case, its GPU checks, its commands. Each service's `slice.rs` builds one from
-//! [`Entry::cpu`] (every GPU part off) and the parts it has; the catalog crate lists them.
-//! Nothing here names a service.
+//! What the server knows of a service: its [`Entry`], serving only (settings, the CPU
+//! service, its GPU and persistent backends, its load workload, how it splits over nodes, what
+//! it chooses). Its self-checks are its [`Checks`](crate::checks::Checks) and its commands,
+//! benchmarks and model tools its [`Tools`](crate::tools::Tools): the server never reads them.
+//! Each service's `slice.rs` builds its entry from [`Entry::cpu`] (every GPU part off) and the
+//! parts it has, and lists the three together as its [`Listing`](crate::listing::Listing); the
+//! catalog crate lists those. Nothing here names a service.
 
 use crate::config::{ServiceFlag, Settings};
 use crate::workload::{LoadOptions, Workload};
@@ -9,7 +12,7 @@ use cohort_engine::split::{MergeFn, ShardOf};
 use cohort_engine::Service;
 use cohort_gpu::engine::GpuBackend;
 use cohort_gpu::persistent::PersistentBackend;
-use cohort_gpu::{DeviceInfo, KernelSource};
+use cohort_gpu::DeviceInfo;
 use std::sync::Arc;
 
 type CpuBuild = fn(&Settings, bool) -> Result<Arc<dyn Service>, String>;
@@ -21,7 +24,7 @@ type GpuSetBuild = SetBuild<Arc<dyn GpuBackend>>;
 type PersistentBuild = OneBuild<Arc<dyn PersistentBackend>>;
 type PersistentSetBuild = SetBuild<Arc<dyn PersistentBackend>>;
 
-/// All the server knows of a service.
+/// All the server knows of a service: what serving it needs.
 pub struct Entry {
     pub name: &'static str,
     /// Its wire id (the service's `ID`; unique in the catalog).
@@ -51,27 +54,8 @@ pub struct Entry {
     /// Its GPU backend keeps state that requests share (the bank's sessions) in one device's
     /// memory, so it is served from one GPU only.
     pub one_gpu: bool,
-    /// Its kernels' compilation units (CI compiles each through NVRTC).
-    pub kernels: fn() -> Vec<&'static KernelSource>,
     /// What `cohort load --service NAME` sends it and how it checks the answers.
     pub workload: fn(&LoadOptions) -> Result<Arc<dyn Workload>, String>,
-    /// Its own benchmarks (`cohort-lab bench NAME ...`), beside its code.
-    pub benches: &'static [ServiceCommand],
-    /// Its model's tools, `cohort-lab model COMMAND NAME ...` (lenet: `train`, `eval`).
-    pub models: &'static [ServiceCommand],
-    /// Commands of its own, `cohort COMMAND ...` (knn: `index`); a name is unique in the
-    /// catalog and never one of the binary's own commands.
-    pub commands: &'static [ServiceCommand],
-    /// Requests the selftest sends through every GPU engine it has a backend for, and how an
-    /// answer is compared with the CPU function's (`selftest::run`).
-    pub selftest: Option<SelftestCase>,
-    /// Its GPU code against its CPU twins, beyond what the selftest runs through the engines
-    /// (the services' GPU test executable runs every one on the GPU machine).
-    pub gpu_checks: &'static [GpuCheck],
-    /// Its own checks through the engines beside (or instead of) its selftest case, for what
-    /// a case of payloads cannot say (knn: a fresh random index through every engine and
-    /// plan; spin: its timing, and the watchdog provoked). Run by the selftest.
-    pub engine_checks: Option<EngineChecks>,
     /// Whether a request may run twice with the same effect (a read): a cluster front end
     /// retries such a request once on another node when its node fails. True unless the
     /// service changes state per request (the bank).
@@ -107,13 +91,9 @@ pub struct Split {
     pub merge: MergeFn,
 }
 
-/// A service's own run through the engines (`harness`) on one device, from a seed;
-/// `persistent`: gpu-persistent too. The lines it logs, or the first mismatch.
-pub type EngineChecks = fn(&DeviceInfo, u64, bool) -> Result<Vec<String>, String>;
-
 impl Entry {
-    /// A service served by the cpu engine only, with no settings beyond `resolve`'s, no
-    /// kernels, commands or checks: what every entry starts from (`..Entry::cpu(...)`).
+    /// A service served by the cpu engine only, with no settings beyond `resolve`'s: what
+    /// every entry starts from (`..Entry::cpu(...)`).
     pub const fn cpu(
         name: &'static str,
         id: u16,
@@ -133,14 +113,7 @@ impl Entry {
             persistent_set: None,
             persistent_request_bytes: 0,
             one_gpu: false,
-            kernels: Vec::new,
             workload,
-            benches: &[],
-            models: &[],
-            commands: &[],
-            selftest: None,
-            gpu_checks: &[],
-            engine_checks: None,
             idempotent: true,
             split: None,
             choices: None,
@@ -187,66 +160,4 @@ impl Entry {
         };
         devs.iter().map(|d| one(s, d)).collect()
     }
-}
-
-/// A service's requests for the engines' selftest: fresh ones from `seed` (bad ones
-/// included), and whether a GPU answer agrees with the CPU function's.
-pub struct SelftestCase {
-    pub payloads: fn(u64) -> Vec<Vec<u8>>,
-    pub compare: fn(&[u8], &[u8]) -> Result<(), String>,
-    /// The settings its backends are built with and what must live while they serve
-    /// (facever: a memcached it started and filled); None here: the defaults. Ok(None): it
-    /// cannot run on this machine (the reason already logged as a skip).
-    pub setup: Option<SelftestSetup>,
-    /// Settings the persistent engine is checked with too, each on top of the case's own
-    /// (`("persistent", "team")`): the plans and maths only that engine's kernels differ in.
-    pub persistent_variants: &'static [&'static [(&'static str, &'static str)]],
-    /// The largest payload its batched GPU backend carries: a larger one may be refused
-    /// TOO_LARGE where the CPU function answers it (usize::MAX: no limit of its own).
-    pub gpu_payload_limit: usize,
-}
-
-/// What a selftest setup gives: the settings, and what must outlive the run.
-pub type SelftestSettings = (Settings, Box<dyn std::any::Any>);
-pub type SelftestSetup = fn() -> Result<Option<SelftestSettings>, String>;
-
-/// A check of a service's GPU code against its CPU twin on one device, on fresh random
-/// inputs drawn from `seed`: the lines it logs, or why it could not run. A mismatch panics,
-/// naming the input and both answers.
-pub struct GpuCheck {
-    pub name: &'static str,
-    /// On the serving devices given (`selftest gpu --gpus`; the first is where a check of one
-    /// device runs, a check over several devices adds a run over all of them).
-    pub run: fn(&[DeviceInfo], u64) -> Result<Vec<String>, String>,
-    /// It runs gpu-persistent's kernels (left out by `selftest gpu --no-persistent`: under
-    /// compute-sanitizer they spin too slowly to finish).
-    pub persistent: bool,
-}
-
-/// Writes a benchmark's result at a path, with the machine, commit and command beside it
-/// (the binary's: it knows its commit), atomically.
-pub type Record<'a> = &'a dyn Fn(&std::path::Path, serde_json::Value) -> Result<(), String>;
-
-/// A command a service brings (a benchmark, `cohort-lab bench NAME`; a model tool, `cohort-lab model
-/// NAME SERVICE`; a command of its own, `cohort NAME`), with the flags `command` declares.
-pub struct ServiceCommand {
-    pub name: &'static str,
-    pub command: fn() -> clap::Command,
-    pub run: fn(&clap::ArgMatches, Record) -> Result<(), String>,
-}
-
-/// The flags of `A` (clap derive) as the command `name`, described by `about`: what a
-/// `ServiceCommand::command` returns.
-pub fn args_command<A: clap::Args>(name: &'static str, about: &'static str) -> clap::Command {
-    A::augment_args(clap::Command::new(name)).about(about)
-}
-
-/// The flags parsed into `A`, then `run` on them; any error as text, its causes included
-/// (`{:#}`): what a `ServiceCommand::run` does.
-pub fn parsed<A: clap::FromArgMatches, E: std::fmt::Display>(
-    m: &clap::ArgMatches,
-    run: impl FnOnce(&A) -> Result<(), E>,
-) -> Result<(), String> {
-    let a = A::from_arg_matches(m).map_err(|e| e.to_string())?;
-    run(&a).map_err(|e| format!("{e:#}"))
 }

@@ -1,9 +1,12 @@
-//! What every Cohort service builds on, naming none of them: its catalog [`entry`] (what the
-//! server knows of it), its typed settings ([`config`]), what the load generator sends it
+//! What every Cohort service builds on, naming none of them: its catalog [`listing`], which
+//! holds apart its serving [`entry`] (what the server knows of it), its self-[`checks`] and its
+//! [`tools`] (commands, benchmarks, model tools), its typed settings ([`config`]), what the load generator sends it
 //! ([`workload`]), the memcached client the services that keep data there share
 //! ([`memcached`]) and the engine harness its GPU checks run through ([`harness`]). A service
 //! is a crate beside this one (`crates/services/<name>`); the catalog crate lists them.
 
+#[cfg(feature = "backends")]
+pub mod checks;
 #[cfg(feature = "backends")]
 pub mod config;
 #[cfg(feature = "backends")]
@@ -12,7 +15,11 @@ pub mod entry;
 pub mod harness;
 pub mod json_str;
 #[cfg(feature = "backends")]
+pub mod listing;
+#[cfg(feature = "backends")]
 pub mod memcached;
+#[cfg(feature = "backends")]
+pub mod tools;
 pub mod workload;
 
 use cohort_proto::{ErrorCode, ErrorPayload};

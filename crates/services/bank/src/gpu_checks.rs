@@ -5,7 +5,7 @@
 //! with the request and both answers.
 
 use cohort_gpu::DeviceInfo;
-use cohort_service_api::entry::GpuCheck;
+use cohort_service_api::checks::GpuCheck;
 
 pub const CHECKS: &[GpuCheck] = &[
     GpuCheck {

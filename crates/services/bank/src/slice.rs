@@ -1,4 +1,5 @@
-//! The bank's catalog entry: how the server builds it from its settings.
+//! The bank's catalog listing: how the server builds it from its settings (its entry), its
+//! kernels and GPU checks, its benchmarks.
 
 use super::config::{BankSettings, Layout, FLAGS};
 use super::store::{Memcached, Placement};
@@ -6,8 +7,11 @@ use super::{Backend, Bank};
 use cohort_engine::Service;
 use cohort_gpu::engine::GpuBackend;
 use cohort_gpu::DeviceInfo;
+use cohort_service_api::checks::Checks;
 use cohort_service_api::config::{resolved, typed, Settings};
 use cohort_service_api::entry::Entry;
+use cohort_service_api::listing::Listing;
+use cohort_service_api::tools::Tools;
 use std::sync::Arc;
 
 /// Not built for gpu-persistent yet (gpu-cohort first, as Rhythm); no selftest case (its
@@ -19,9 +23,6 @@ pub const ENTRY: Entry = Entry {
     one_gpu: true,
     // Transfers and payees change the bank's state: never sent twice.
     idempotent: false,
-    kernels: || vec![super::kernels::source()],
-    gpu_checks: super::gpu_checks::CHECKS,
-    benches: super::bench::BENCHES,
     ..Entry::cpu(
         "bank",
         super::ID,
@@ -34,6 +35,19 @@ pub const ENTRY: Entry = Entry {
             Ok(Arc::new(super::load::BankWorkload { users: o.users }))
         },
     )
+};
+
+pub const LISTING: Listing = Listing {
+    entry: ENTRY,
+    checks: Checks {
+        kernels: || vec![super::kernels::source()],
+        gpu_checks: super::gpu_checks::CHECKS,
+        ..Checks::NONE
+    },
+    tools: Tools {
+        benches: super::bench::BENCHES,
+        ..Tools::NONE
+    },
 };
 
 /// Connections the cpu engine's workers share to a memcached backend (opened as needed).

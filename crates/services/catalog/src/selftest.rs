@@ -23,11 +23,11 @@ pub fn run_cases(
 ) -> Result<Vec<String>, String> {
     let mut rng = SmallRng::seed_from_u64(seed);
     let mut lines = Vec::new();
-    for e in catalog::all() {
+    for (e, checks) in catalog::checked() {
         if only.is_some_and(|o| !e.name.contains(o)) {
             continue;
         }
-        if let Some(case) = &e.selftest {
+        if let Some(case) = &checks.selftest {
             // Its own settings where it needs them (facever: a memcached started and filled),
             // held while its engines run.
             let (opts, _held) = match case.setup {
@@ -74,7 +74,7 @@ pub fn run_cases(
                 }
             }
         }
-        if let Some(own) = e.engine_checks {
+        if let Some(own) = checks.engine_checks {
             lines.extend(own(dev, rng.gen(), with_persistent)?);
         }
     }

@@ -8,7 +8,7 @@ use std::path::{Path, PathBuf};
 fn source_of(services: &Path, module: &str) -> Option<PathBuf> {
     match module {
         "catalog" => Some(services.join("catalog/src/catalog.rs")),
-        "entry" | "workload" | "config" | "harness" => {
+        "entry" | "checks" | "tools" | "listing" | "workload" | "config" | "harness" => {
             Some(services.join(format!("api/src/{module}.rs")))
         }
         _ => None,
@@ -57,11 +57,11 @@ fn the_guide_shows_the_lines_the_test_service_added() {
     let catalog = std::fs::read_to_string(services.join("catalog/src/catalog.rs")).unwrap();
     let dep = "cohort-service-reverse = { path = \"../reverse\", optional = true }";
     assert!(manifest.contains(dep), "the catalog's manifest: {dep}");
-    assert!(catalog.contains("&cohort_service_reverse::slice::ENTRY"));
+    assert!(catalog.contains("&cohort_service_reverse::slice::LISTING"));
     for line in [
         "cohort-service-yours = { path = \"../yours\", default-features = false }",
         "\"cohort-service-yours/backends\",",
-        "&cohort_service_yours::slice::ENTRY,",
+        "&cohort_service_yours::slice::LISTING,",
     ] {
         assert!(guide.contains(line), "the guide shows {line}");
     }

@@ -14,7 +14,7 @@ fn service_kernels_compile_for_sm90_through_nvrtc() {
     );
 }
 
-/// Every service's own GPU checks (its catalog entry's `gpu_checks`, in its folder: kernels,
+/// Every service's own GPU checks (its listing's `Checks::gpu_checks`, in its folder: kernels,
 /// parsers, backends) against their CPU twins on fresh random inputs, each on the first GPU
 /// (and a check over several devices over every GPU found too).
 #[test]

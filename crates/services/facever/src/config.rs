@@ -21,7 +21,7 @@ pub enum Design {
 #[derive(Debug, Clone, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct FaceverSettings {
-    /// The face database's memcached, HOST:PORT (filled by `cohort-lab model load-db facever`).
+    /// The face database's memcached, HOST:PORT (filled by `cohort facever load-db`).
     pub memcached: String,
     /// Verification threshold on the chi-square distance; unset: the one load-db chose on
     /// the training pairs and stored beside the references.

@@ -1,7 +1,7 @@
 //! The face database: every person's reference histogram in a real memcached (key
 //! `facever<BINS>:<person>`, value [`lbp::BINS`] little-endian f32), and the verification
-//! threshold chosen on the training pairs (key `facever<BINS>:threshold`). `cohort-lab model
-//! load-db facever` fills it; the server reads it (the cpu engine one get per request, the
+//! threshold chosen on the training pairs (key `facever<BINS>:threshold`). `cohort facever
+//! load-db` fills it; the server reads it (the cpu engine one get per request, the
 //! GPU engines per cohort: one get per request host-centric, one multiget GPU-centric).
 
 use super::lbp::{self, Histogram, BINS};
@@ -88,7 +88,7 @@ impl FaceDb {
                 .filter(|t| t.is_finite() && *t > 0.0)
                 .ok_or_else(|| format!("memcached at {}: a damaged threshold {s:?}", self.addr)),
             Ok(None) => Err(format!(
-                "memcached at {} holds no face database: fill it with `cohort-lab model load-db facever --memcached {}`",
+                "memcached at {} holds no face database: fill it with `cohort facever load-db --memcached {}`",
                 self.addr, self.addr
             )),
             Err(e) => Err(self.fail(e)),

@@ -7,8 +7,8 @@ use super::db::FaceDb;
 use super::gpu::DISTANCE_TOLERANCE;
 use super::lbp::IMAGE_BYTES;
 use super::{encode_request, orl, verify, Verdict, REQUEST_BYTES};
+use cohort_service_api::checks::SelftestSettings;
 use cohort_service_api::config::Settings;
-use cohort_service_api::entry::SelftestSettings;
 use rand::seq::SliceRandom;
 use rand::{Rng, SeedableRng};
 

@@ -1,4 +1,5 @@
-//! The facever service's catalog entry: how the server builds it from its settings.
+//! The facever service's catalog listing: how the server builds it from its settings (its
+//! entry), its kernels and checks, its database's command and its evaluation.
 
 use super::config::FaceverSettings;
 use super::db::FaceDb;
@@ -6,8 +7,11 @@ use cohort_engine::Service;
 use cohort_gpu::engine::GpuBackend;
 use cohort_gpu::persistent::PersistentBackend;
 use cohort_gpu::DeviceInfo;
+use cohort_service_api::checks::{Checks, GpuCheck, SelftestCase};
 use cohort_service_api::config::{resolved, typed, Settings};
-use cohort_service_api::entry::{Entry, GpuCheck, SelftestCase};
+use cohort_service_api::entry::Entry;
+use cohort_service_api::listing::Listing;
+use cohort_service_api::tools::Tools;
 use std::sync::Arc;
 
 pub const ENTRY: Entry = Entry {
@@ -16,21 +20,6 @@ pub const ENTRY: Entry = Entry {
     // The GPU-centric design only: the worker posts its fetches itself.
     persistent: Some(persistent),
     persistent_request_bytes: super::REQUEST_BYTES,
-    kernels: super::kernels::sources,
-    models: super::tools::COMMANDS,
-    // Every GPU engine against the CPU function, over a real memcached the case starts.
-    selftest: Some(SelftestCase {
-        payloads: super::selftest::payloads,
-        compare: super::selftest::same_verdict,
-        setup: Some(super::selftest::setup),
-        persistent_variants: &[],
-        gpu_payload_limit: usize::MAX,
-    }),
-    gpu_checks: &[GpuCheck {
-        name: "facever kernels vs cpu twin",
-        run: super::gpu::check,
-        persistent: false,
-    }],
     ..Entry::cpu(
         "facever",
         super::ID,
@@ -38,6 +27,33 @@ pub const ENTRY: Entry = Entry {
         service,
         |o| Ok(Arc::new(super::load::FaceverWorkload::from_options(o)?)),
     )
+};
+
+pub const LISTING: Listing = Listing {
+    entry: ENTRY,
+    checks: Checks {
+        kernels: super::kernels::sources,
+        // Every GPU engine against the CPU function, over a real memcached the case starts.
+        selftest: Some(SelftestCase {
+            payloads: super::selftest::payloads,
+            compare: super::selftest::same_verdict,
+            setup: Some(super::selftest::setup),
+            persistent_variants: &[],
+            gpu_payload_limit: usize::MAX,
+        }),
+        gpu_checks: &[GpuCheck {
+            name: "facever kernels vs cpu twin",
+            run: super::gpu::check,
+            persistent: false,
+        }],
+        ..Checks::NONE
+    },
+    tools: Tools {
+        // `cohort facever load-db`: serving it needs its database filled.
+        commands: super::tools::COMMANDS,
+        models: super::tools::MODELS,
+        ..Tools::NONE
+    },
 };
 
 /// Connections the cpu engine's workers (or a device's client queues) share.

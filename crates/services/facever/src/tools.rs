@@ -1,26 +1,43 @@
-//! facever's tools: `cohort-lab model load-db facever` (references and the threshold into
-//! memcached) and `cohort-lab model eval facever` (the threshold chosen on the training pairs and
-//! the accuracy on held-out ones).
+//! facever's tools: `cohort facever load-db` (references and the threshold into memcached:
+//! what serving it needs, so the product's command) and `cohort-lab model eval facever` (the
+//! threshold chosen on the training pairs and the accuracy on held-out ones: the lab's).
 
 use super::db::FaceDb;
 use super::orl;
 use super::verify::{self, Accuracy};
 use clap::{value_parser, Arg, ArgMatches, Command};
-use cohort_service_api::entry::{Record, ServiceCommand};
+use cohort_service_api::tools::{Record, ServiceCommand};
 use std::path::PathBuf;
 
-pub const COMMANDS: &[ServiceCommand] = &[
-    ServiceCommand {
-        name: "load-db",
-        command: load_db_command,
-        run: run_load_db,
-    },
-    ServiceCommand {
-        name: "eval",
-        command: eval_command,
-        run: run_eval,
-    },
-];
+/// Its commands of its own, `cohort facever ...`: `load-db`, which serving it needs
+/// (`Tools::commands`).
+pub const COMMANDS: &[ServiceCommand] = &[ServiceCommand {
+    name: "facever",
+    command: facever_command,
+    run: run_facever,
+}];
+
+/// Its model tools, `cohort-lab model TOOL facever`: `eval`.
+pub const MODELS: &[ServiceCommand] = &[ServiceCommand {
+    name: "eval",
+    command: eval_command,
+    run: run_eval,
+}];
+
+fn facever_command() -> Command {
+    Command::new("facever")
+        .about("The face verification service's database: `cohort facever load-db` fills the memcached it serves from")
+        .subcommand_required(true)
+        .arg_required_else_help(true)
+        .subcommand(load_db_command())
+}
+
+fn run_facever(m: &ArgMatches, record: Record) -> Result<(), String> {
+    match m.subcommand() {
+        Some(("load-db", sub)) => run_load_db(sub, record),
+        _ => unreachable!("clap requires a known subcommand"),
+    }
+}
 
 fn data_arg() -> Arg {
     Arg::new("data")

@@ -1,5 +1,5 @@
 //! `cohort index build|info|eval|place`: the k-NN index's own command, offered through its
-//! entry (`Entry::commands`).
+//! listing's tools (`Tools::commands`).
 
 use crate::gpu_kmeans::{assigner_for, BuildDevice};
 use anyhow::{Context, Result};
@@ -7,7 +7,7 @@ use clap::{Args, Command, FromArgMatches, Subcommand};
 use cohort_knn::atomic_file::write_whole;
 use cohort_knn::kmeans::{Init, KMeansConfig};
 use cohort_knn::{exact, vecfile, IvfIndex, Metric, SearchParams};
-use cohort_service_api::entry::ServiceCommand;
+use cohort_service_api::tools::ServiceCommand;
 use rayon::prelude::*;
 use std::path::PathBuf;
 use std::time::Instant;

@@ -1,4 +1,5 @@
-//! The knn service's catalog entry: how the server builds it from its settings.
+//! The knn service's catalog listing: how the server builds it from its settings (its
+//! entry), its kernels and checks, its index command, benchmarks and model.
 
 use super::config::{KnnSettings, Placement, FLAGS};
 use super::gpu_ivf::{GpuIvf, Precision};
@@ -6,8 +7,11 @@ use cohort_engine::Service;
 use cohort_gpu::engine::GpuBackend;
 use cohort_gpu::persistent::PersistentBackend;
 use cohort_gpu::DeviceInfo;
+use cohort_service_api::checks::{Checks, GpuCheck};
 use cohort_service_api::config::{resolved, typed, Settings};
-use cohort_service_api::entry::{Choice, Entry, GpuCheck};
+use cohort_service_api::entry::{Choice, Entry};
+use cohort_service_api::listing::Listing;
+use cohort_service_api::tools::Tools;
 use std::sync::Arc;
 
 pub const ENTRY: Entry = Entry {
@@ -16,32 +20,6 @@ pub const ENTRY: Entry = Entry {
     gpu_set: Some(gpu_set),
     persistent_set: Some(persistent_set),
     persistent: Some(persistent),
-    kernels: || super::kernels::sources().to_vec(),
-    benches: super::bench::BENCHES,
-    models: super::centaur::command::COMMANDS,
-    commands: super::index_tool::COMMANDS,
-    // The engines' selftest: no case of payloads (it needs an index), its own run on a
-    // fresh random one.
-    engine_checks: Some(super::engine_checks::run),
-    // Both plans' kernels and k-means against their CPU twins (the engines' selftest runs
-    // the backends).
-    gpu_checks: &[
-        GpuCheck {
-            name: "knn kernels vs cpu twins",
-            run: |_, seed| super::selftest::run(seed).map_err(|e| e.to_string()),
-            persistent: false,
-        },
-        GpuCheck {
-            name: "knn sharded index vs the whole index",
-            run: super::selftest::check_sharded,
-            persistent: false,
-        },
-        GpuCheck {
-            name: "knn sharded index vs the whole index on gpu-persistent",
-            run: super::selftest::check_sharded_persistent,
-            persistent: true,
-        },
-    ],
     split: Some(cohort_service_api::entry::Split {
         shard_of: super::split::shard_of,
         merge: super::split::merge,
@@ -54,6 +32,42 @@ pub const ENTRY: Entry = Entry {
         service,
         |o| Ok(Arc::new(super::load::KnnWorkload::from_options(o)?)),
     )
+};
+
+pub const LISTING: Listing = Listing {
+    entry: ENTRY,
+    checks: Checks {
+        kernels: || super::kernels::sources().to_vec(),
+        // The engines' selftest: no case of payloads (it needs an index), its own run on a
+        // fresh random one.
+        engine_checks: Some(super::engine_checks::run),
+        // Both plans' kernels and k-means against their CPU twins (the engines' selftest runs
+        // the backends).
+        gpu_checks: &[
+            GpuCheck {
+                name: "knn kernels vs cpu twins",
+                run: |_, seed| super::selftest::run(seed).map_err(|e| e.to_string()),
+                persistent: false,
+            },
+            GpuCheck {
+                name: "knn sharded index vs the whole index",
+                run: super::selftest::check_sharded,
+                persistent: false,
+            },
+            GpuCheck {
+                name: "knn sharded index vs the whole index on gpu-persistent",
+                run: super::selftest::check_sharded_persistent,
+                persistent: true,
+            },
+        ],
+        selftest: None,
+    },
+    tools: Tools {
+        // `cohort index ...`: serving it needs an index.
+        commands: super::index_tool::COMMANDS,
+        benches: super::bench::BENCHES,
+        models: super::centaur::command::COMMANDS,
+    },
 };
 
 fn config(s: &Settings) -> Result<KnnSettings, String> {

@@ -7,7 +7,7 @@ use super::gpu::{enqueue_network, Activations, DeviceWeights, Net};
 use super::model::{Weights, IMAGE_BYTES};
 use clap::Args;
 use cohort_gpu::{load_module, GpuError};
-use cohort_service_api::entry::{args_command, parsed, Record, ServiceCommand};
+use cohort_service_api::tools::{args_command, parsed, Record, ServiceCommand};
 use serde_json::json;
 use std::path::PathBuf;
 

@@ -1,4 +1,5 @@
-//! The lenet service's catalog entry: how the server builds it from its settings.
+//! The lenet service's catalog listing: how the server builds it from its settings (its
+//! entry), its kernels and checks, its benchmark and model tools.
 
 use super::config::{LenetSettings, Math, FLAGS};
 use super::model::Weights;
@@ -6,36 +7,17 @@ use cohort_engine::Service;
 use cohort_gpu::engine::GpuBackend;
 use cohort_gpu::persistent::PersistentBackend;
 use cohort_gpu::DeviceInfo;
+use cohort_service_api::checks::{Checks, GpuCheck, SelftestCase};
 use cohort_service_api::config::{resolved, typed, Settings};
-use cohort_service_api::entry::{Entry, GpuCheck, SelftestCase};
+use cohort_service_api::entry::Entry;
+use cohort_service_api::listing::Listing;
+use cohort_service_api::tools::Tools;
 use std::sync::Arc;
 
 pub const ENTRY: Entry = Entry {
     flags: FLAGS,
     gpu: Some(gpu),
     persistent: Some(persistent),
-    kernels: super::kernels::sources,
-    benches: super::bench::BENCHES,
-    #[cfg(feature = "train")]
-    models: super::train::COMMANDS,
-    #[cfg(not(feature = "train"))]
-    models: &[],
-    selftest: Some(SelftestCase {
-        payloads: super::gpu::selftest_payloads,
-        compare: super::gpu::same_answer,
-        setup: None,
-        persistent_variants: &[
-            &[("math", "fp32")],
-            &[("persistent", "team")],
-            &[("persistent", "team"), ("math", "fp32")],
-        ],
-        gpu_payload_limit: usize::MAX,
-    }),
-    gpu_checks: &[GpuCheck {
-        name: "lenet kernels vs cpu twin",
-        run: super::gpu::check,
-        persistent: false,
-    }],
     ..Entry::cpu(
         "lenet",
         super::ID,
@@ -43,6 +25,38 @@ pub const ENTRY: Entry = Entry {
         service,
         |o| Ok(Arc::new(super::load::LenetWorkload::from_options(o)?)),
     )
+};
+
+pub const LISTING: Listing = Listing {
+    entry: ENTRY,
+    checks: Checks {
+        kernels: super::kernels::sources,
+        selftest: Some(SelftestCase {
+            payloads: super::gpu::selftest_payloads,
+            compare: super::gpu::same_answer,
+            setup: None,
+            persistent_variants: &[
+                &[("math", "fp32")],
+                &[("persistent", "team")],
+                &[("persistent", "team"), ("math", "fp32")],
+            ],
+            gpu_payload_limit: usize::MAX,
+        }),
+        gpu_checks: &[GpuCheck {
+            name: "lenet kernels vs cpu twin",
+            run: super::gpu::check,
+            persistent: false,
+        }],
+        ..Checks::NONE
+    },
+    tools: Tools {
+        benches: super::bench::BENCHES,
+        #[cfg(feature = "train")]
+        models: super::train::COMMANDS,
+        #[cfg(not(feature = "train"))]
+        models: &[],
+        ..Tools::NONE
+    },
 };
 
 fn weights(s: &Settings) -> Result<Arc<Weights>, String> {

@@ -8,7 +8,7 @@ use super::model::{self, Weights, C1, C2, CLASSES, FLAT, HIDDEN, KERNEL};
 use candle_core::{DType, Device, Module, Tensor};
 use candle_nn::{Optimizer, VarBuilder, VarMap};
 use clap::{value_parser, Arg, ArgMatches, Command};
-use cohort_service_api::entry::{Record, ServiceCommand};
+use cohort_service_api::tools::{Record, ServiceCommand};
 use rayon::prelude::*;
 use std::path::{Path, PathBuf};
 

@@ -1,13 +1,17 @@
-//! The catalog entries of echo and spin: no settings of their own.
+//! The catalog listings of echo and spin: no settings of their own, no tools; their kernels
+//! (one set of units, listed under echo) and selftest cases.
 
 use super::gpu::{Micro, MicroGpu, MAX_ROW_BYTES};
 use super::persistent::MicroPersistent;
 use cohort_gpu::engine::GpuBackend;
 use cohort_gpu::persistent::PersistentBackend;
 use cohort_gpu::DeviceInfo;
+use cohort_service_api::checks::{Checks, SelftestCase};
 use cohort_service_api::config::{resolved, ServiceConfig};
-use cohort_service_api::entry::{Entry, SelftestCase};
+use cohort_service_api::entry::Entry;
 use cohort_service_api::harness::exact;
+use cohort_service_api::listing::Listing;
+use cohort_service_api::tools::Tools;
 use std::sync::Arc;
 
 /// Echo and spin take no settings: any key is unknown.
@@ -17,17 +21,25 @@ pub struct NoSettings {}
 
 impl ServiceConfig for NoSettings {}
 
-pub const ECHO: Entry = Entry {
+pub const ECHO: Listing = Listing {
+    entry: ECHO_ENTRY,
+    checks: Checks {
+        kernels: super::sources,
+        selftest: Some(SelftestCase {
+            payloads: super::selftest::echo_payloads,
+            compare: exact,
+            setup: None,
+            persistent_variants: &[],
+            gpu_payload_limit: MAX_ROW_BYTES,
+        }),
+        ..Checks::NONE
+    },
+    tools: Tools::NONE,
+};
+
+const ECHO_ENTRY: Entry = Entry {
     gpu: Some(|_, dev| gpu(Micro::Echo, dev)),
     persistent: Some(|_, dev| persistent(Micro::Echo, dev)),
-    kernels: super::sources,
-    selftest: Some(SelftestCase {
-        payloads: super::selftest::echo_payloads,
-        compare: exact,
-        setup: None,
-        persistent_variants: &[],
-        gpu_payload_limit: MAX_ROW_BYTES,
-    }),
     ..Entry::cpu(
         "echo",
         super::echo::ID,
@@ -45,17 +57,25 @@ pub const ECHO: Entry = Entry {
 };
 
 /// Spin's kernels are echo's units (listed once, under echo).
-pub const SPIN: Entry = Entry {
+pub const SPIN: Listing = Listing {
+    entry: SPIN_ENTRY,
+    checks: Checks {
+        selftest: Some(SelftestCase {
+            payloads: super::selftest::spin_payloads,
+            compare: exact,
+            setup: None,
+            persistent_variants: &[],
+            gpu_payload_limit: MAX_ROW_BYTES,
+        }),
+        engine_checks: Some(super::selftest::spin_checks),
+        ..Checks::NONE
+    },
+    tools: Tools::NONE,
+};
+
+const SPIN_ENTRY: Entry = Entry {
     gpu: Some(|_, dev| gpu(Micro::Spin, dev)),
     persistent: Some(|_, dev| persistent(Micro::Spin, dev)),
-    selftest: Some(SelftestCase {
-        payloads: super::selftest::spin_payloads,
-        compare: exact,
-        setup: None,
-        persistent_variants: &[],
-        gpu_payload_limit: MAX_ROW_BYTES,
-    }),
-    engine_checks: Some(super::selftest::spin_checks),
     ..Entry::cpu(
         "spin",
         super::spin::ID,

@@ -1,9 +1,12 @@
-//! The reverse service's catalog entry. CPU only: `gpu` and `persistent` are None, so a GPU
+//! The reverse service's catalog listing: its entry, and no checks or tools. CPU only: `gpu` and `persistent` are None, so a GPU
 //! engine refuses it with a clear error.
 
 use super::config::{ReverseSettings, FLAGS};
+use cohort_service_api::checks::Checks;
 use cohort_service_api::config::{resolved, typed};
 use cohort_service_api::entry::Entry;
+use cohort_service_api::listing::Listing;
+use cohort_service_api::tools::Tools;
 use std::sync::Arc;
 
 pub const ENTRY: Entry = Entry {
@@ -22,4 +25,10 @@ pub const ENTRY: Entry = Entry {
             }))
         },
     )
+};
+
+pub const LISTING: Listing = Listing {
+    entry: ENTRY,
+    checks: Checks::NONE,
+    tools: Tools::NONE,
 };

@@ -7,7 +7,7 @@ mod cpu;
 mod gpu;
 mod plot;
 
-use cohort_service_api::entry::{args_command as command, parsed, Record, ServiceCommand};
+use cohort_service_api::tools::{args_command as command, parsed, Record, ServiceCommand};
 
 pub const BENCHES: &[ServiceCommand] = &[
     ServiceCommand {

@@ -7,7 +7,7 @@ use anyhow::Result;
 use clap::Args;
 use cohort_knn::kmeans::KMeansConfig;
 use cohort_knn::{exact, vecfile, IvfIndex, Metric, SearchParams};
-use cohort_service_api::entry::Record;
+use cohort_service_api::tools::Record;
 use rayon::prelude::*;
 use serde_json::json;
 use std::path::PathBuf;

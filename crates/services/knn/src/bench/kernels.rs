@@ -8,7 +8,7 @@ use anyhow::{Context, Result};
 use clap::Args;
 use cohort_knn::kmeans::KMeansConfig;
 use cohort_knn::{vecfile, IvfIndex, Metric};
-use cohort_service_api::entry::Record;
+use cohort_service_api::tools::Record;
 use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
 use serde_json::json;
 use std::path::PathBuf;

@@ -7,7 +7,7 @@
 mod build;
 mod kernels;
 
-use cohort_service_api::entry::{args_command, parsed, Record, ServiceCommand};
+use cohort_service_api::tools::{args_command, parsed, Record, ServiceCommand};
 
 pub const BENCHES: &[ServiceCommand] = &[
     ServiceCommand {

@@ -11,7 +11,7 @@ use super::{
 use clap::{value_parser, Arg, ArgAction, ArgMatches, Command};
 use cohort_gpu::overheads::Overheads;
 use cohort_knn::IvfIndex;
-use cohort_service_api::entry::{Record, ServiceCommand};
+use cohort_service_api::tools::{Record, ServiceCommand};
 use std::path::{Path, PathBuf};
 
 pub const COMMANDS: &[ServiceCommand] = &[ServiceCommand {

@@ -1,10 +1,9 @@
 //! The facever service served by the real binary against a real memcached: the database
-//! filled by `cohort-lab model load-db facever`, verdicts over UDP and HTTP as the CPU twin
+//! filled by `cohort facever load-db` (the product's command), verdicts over UDP and HTTP as the CPU twin
 //! computes them, NOT_FOUND for a person without a reference, BAD_REQUEST for a bad image,
 //! UNAVAILABLE while memcached is gone and answers again once it is back, and the real load
 //! generator checking every answer.
 
-#[path = "../../../crates/cli/tests/common/mod.rs"]
 mod common;
 use cohort_proto::{ErrorCode, Kind};
 use cohort_services::facever::{self, lbp, orl, Verdict};
@@ -33,8 +32,8 @@ fn verdict(s: &UdpSocket) -> Verdict {
 }
 
 fn load_db(addr: &str) {
-    let o = Command::new(common::lab_bin())
-        .args(["model", "load-db", "facever", "--memcached", addr])
+    let o = Command::new(common::cohort_bin())
+        .args(["facever", "load-db", "--memcached", addr])
         .output()
         .unwrap();
     let text = String::from_utf8_lossy(&o.stdout);
@@ -194,18 +193,4 @@ fn faces_are_verified_against_memcached_and_its_failures_are_per_request_errors(
     let _ = again.kill();
     let _ = again.wait();
     assert!(answered, "answered again once memcached was back");
-}
-
-#[test]
-fn eval_reports_the_verification_accuracy_of_the_built_in_faces() {
-    let o = Command::new(common::lab_bin())
-        .args(["model", "eval", "facever"])
-        .output()
-        .unwrap();
-    let text = String::from_utf8_lossy(&o.stdout);
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    assert!(
-        text.contains("held-out pairs") && text.contains("balanced accuracy"),
-        "{text}"
-    );
 }
