@@ -33,7 +33,7 @@ fn v2_error(code: ErrorCode, message: impl Into<String>) -> HttpResponse {
         status,
         json!({ "error": message.into(), "code": code.name() }),
     );
-    crate::http::retry_after(&mut r); // a 503 says when to come back
+    crate::http_reply::retry_after(&mut r); // a 503 says when to come back
     r
 }
 
