@@ -82,6 +82,7 @@ fn sample(flag: &str, ix: &str) -> Option<Option<String>> {
         "stages" => v("4:8:1"),
         "gpu-batch" => v("4"),
         "watchdog-ms" => v("500"),
+        "egress-threads" => v("2"),
         "profile" => v("100"),
         "latency-budget-us" => v("2000"),
         "udp" | "tcp" | "http" | "grpc" => v("localhost:0"),
