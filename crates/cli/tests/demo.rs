@@ -4,24 +4,28 @@
 mod common;
 use common::{cohort, Scratch};
 
-#[test]
-fn the_demo_serves_its_index_and_prints_the_sweep() {
-    let d = Scratch::new("demo");
-    let out = cohort(&[
+/// `cohort demo` on 3 000 vectors in `dir`, short points, then `extra`.
+fn demo(dir: &str, extra: &[&str]) -> std::process::Output {
+    let mut args = vec![
         "demo",
         "--n",
         "3000",
         "--nlist",
         "16",
         "--duration",
-        "0.5",
-        "--sweep",
-        "200,400",
-        "--engine",
-        "cpu",
+        "0.3",
         "--dir",
-        &d.path("demo"),
-    ]);
+        dir,
+    ];
+    args.extend_from_slice(extra);
+    cohort(&args)
+}
+
+#[test]
+fn the_demo_serves_its_index_and_prints_the_sweep() {
+    let d = Scratch::new("demo");
+    let dir = d.path("demo");
+    let out = demo(&dir, &["--sweep", "200,400", "--engine", "cpu"]);
     let text = String::from_utf8_lossy(&out.stdout);
     assert!(
         out.status.success(),
@@ -31,21 +35,7 @@ fn the_demo_serves_its_index_and_prints_the_sweep() {
     assert!(text.contains("(cpu engine)"), "{text}");
     assert!(text.contains("default nprobe"), "{text}");
     // A second run reuses what the first built.
-    let again = cohort(&[
-        "demo",
-        "--n",
-        "3000",
-        "--nlist",
-        "16",
-        "--duration",
-        "0.3",
-        "--sweep",
-        "200",
-        "--engine",
-        "cpu",
-        "--dir",
-        &d.path("demo"),
-    ]);
+    let again = demo(&dir, &["--sweep", "200", "--engine", "cpu"]);
     let text = String::from_utf8_lossy(&again.stdout);
     assert!(
         again.status.success() && text.contains("reusing data and index"),
@@ -56,21 +46,10 @@ fn the_demo_serves_its_index_and_prints_the_sweep() {
 #[test]
 fn an_engine_the_machine_cannot_run_is_a_clear_error() {
     let d = Scratch::new("demo-engine");
-    let out = cohort(&[
-        "demo",
-        "--n",
-        "3000",
-        "--nlist",
-        "16",
-        "--duration",
-        "0.3",
-        "--sweep",
-        "200",
-        "--engine",
-        "no-such-engine",
-        "--dir",
+    let out = demo(
         &d.path("demo"),
-    ]);
+        &["--sweep", "200", "--engine", "no-such-engine"],
+    );
     assert!(!out.status.success());
     let err = String::from_utf8_lossy(&out.stderr);
     assert!(err.contains("no-such-engine"), "{err}");

@@ -4,6 +4,17 @@
 use super::answers::WAKE_EVERY;
 use super::*;
 use cohort_mq::Envelope;
+use std::sync::atomic::{AtomicUsize, Ordering};
+
+/// Counts the wakes an ingress gets.
+#[derive(Default)]
+struct Count(AtomicUsize);
+
+impl Wake for Count {
+    fn wake(&self) {
+        self.0.fetch_add(1, Ordering::Relaxed);
+    }
+}
 
 /// A stride carries its payload in place (no spill: the persistent GPU reads the ring),
 /// is never below the default, and is a power of two.
@@ -27,14 +38,6 @@ fn the_stride_for_a_payload_carries_it_in_place() {
 /// others but for what an ingress keeps in reserve (at most two runs each).
 #[test]
 fn deferred_answers_wake_their_ingress_once_a_batch_and_every_32() {
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    #[derive(Default)]
-    struct Count(AtomicUsize);
-    impl Wake for Count {
-        fn wake(&self) {
-            self.0.fetch_add(1, Ordering::Relaxed);
-        }
-    }
     let spec = EngineSpec {
         name: "t".into(),
         lanes: 1,
@@ -258,14 +261,6 @@ fn ring_slots_hold_one_io_threads_batched_load_and_the_bound() {
 /// every ingress from the lane.
 #[test]
 fn split_answer_rings_reach_their_own_ingresses_and_restarts_wake_all() {
-    use std::sync::atomic::{AtomicUsize, Ordering};
-    #[derive(Default)]
-    struct Count(AtomicUsize);
-    impl Wake for Count {
-        fn wake(&self) {
-            self.0.fetch_add(1, Ordering::Relaxed);
-        }
-    }
     let spec = EngineSpec {
         name: "t".into(),
         lanes: 1,
