@@ -150,7 +150,7 @@ pub fn run(a: DemoArgs) -> Result<()> {
     sa.set_service("knn", "index", ipath.display().to_string());
     sa.http = None;
     sa.engine = engine.clone();
-    let stack = serve::start(&sa)?;
+    let stack = serve::start(&serve::ServerConfig::resolve(&sa)?)?;
     println!("{}", stack.server.listening_line());
     let queries = vecfile::read_vectors(&qpath)?;
     let (_, gdim, gt) = vecfile::read_ivecs(&gpath)?;

@@ -158,6 +158,17 @@ fn service_flags(a: &mut serve::ServeArgs, m: &clap::ArgMatches) {
     }
 }
 
+/// `serve` and `node`: the command line resolved once into the server's configuration, then
+/// checked and printed (`--check-config`) or served.
+fn serve_cmd(a: &serve::ServeArgs, m: Option<&clap::ArgMatches>) -> anyhow::Result<()> {
+    let cfg = serve::ServerConfig::resolve(a)?;
+    if a.check_config {
+        print!("{}", serve::check_config(&cfg, a, m)?);
+        return Ok(());
+    }
+    serve::run(&cfg)
+}
+
 /// glibc hands freed memory back to the kernel as soon as an arena's top passes 128 KiB, and
 /// an io thread that frees a few 16 KiB bodies then faults fresh zeroed pages in for the next
 /// ones: 11% of a core in page faults when echoing 16 KiB over HTTP on one core (perf, 2-core
@@ -261,13 +272,13 @@ pub fn main() {
     }
     init_tracing(&cli.log_level);
     let result = match cli.cmd {
-        Cmd::Serve(a) => serve::run(*a, matches.subcommand_matches("serve")),
+        Cmd::Serve(a) => serve_cmd(&a, matches.subcommand_matches("serve")),
         Cmd::Node(a) => {
             if a.node_listen.is_none() || a.cluster.is_none() {
                 eprintln!("error: cohort node needs --node-listen HOST:PORT and --cluster etcd://HOST:PORT");
                 std::process::exit(2);
             }
-            serve::run(*a, matches.subcommand_matches("node"))
+            serve_cmd(&a, matches.subcommand_matches("node"))
         }
         Cmd::Load(a) => load_cmd::run(*a),
         Cmd::Demo(a) => demo::run(a),

@@ -5,6 +5,7 @@
 //! where `--collections-on` allows one and the machine has it, else on the CPU
 //! (docs/collections.md).
 
+use crate::server_config::CollectionsConfig;
 use anyhow::{Context as _, Result};
 use cohort_collections::{api, frames, schema::limits, AcceleratorFactory, Store};
 use cohort_net::{HttpRoutes, RouteAnswer};
@@ -16,34 +17,14 @@ pub struct CollectionRoutes {
     pub store: Store,
 }
 
-/// Checks what `--data-dir` needs of the other settings (no store is opened).
-pub fn check(a: &crate::ServeArgs) -> Result<()> {
-    let Some(dir) = &a.data_dir else {
-        return Ok(());
-    };
-    anyhow::ensure!(
-        a.http.is_some(),
-        "--data-dir serves the collections over HTTP: give --http too"
-    );
-    anyhow::ensure!(
-        a.cluster.is_none() && a.node_listen.is_none(),
-        "--data-dir: collections are not served by cluster front ends or nodes yet"
-    );
-    anyhow::ensure!(
-        !dir.exists() || dir.is_dir(),
-        "--data-dir {}: not a directory",
-        dir.display()
-    );
-    Ok(())
-}
-
-/// Opens the store of `--data-dir` (replaying every collection's log) as gateway routes.
-pub fn open(a: &crate::ServeArgs) -> Result<Option<Arc<dyn HttpRoutes>>> {
-    check(a)?;
-    let Some(dir) = &a.data_dir else {
+/// Opens the store of `--data-dir` (replaying every collection's log) as gateway routes
+/// (`ServerConfig::resolve` checked what it needs of the other settings).
+pub fn open(c: Option<&CollectionsConfig>) -> Result<Option<Arc<dyn HttpRoutes>>> {
+    let Some(c) = c else {
         return Ok(None);
     };
-    let factory = device(a)?;
+    let dir = &c.dir;
+    let factory = device(c)?;
     let on = if factory.is_some() { "gpu" } else { "cpu" };
     let store = Store::open_with(dir, factory)
         .map_err(|e| anyhow::anyhow!("{}", e.message))
@@ -54,8 +35,8 @@ pub fn open(a: &crate::ServeArgs) -> Result<Option<Arc<dyn HttpRoutes>>> {
 
 /// The GPUs the collections' searches run on, per `--collections-on` (auto: the GPUs of
 /// `--gpus` when the machine has a CUDA device, else none).
-fn device(a: &crate::ServeArgs) -> Result<Option<Arc<dyn AcceleratorFactory>>> {
-    let want = a.collections_on.as_str();
+fn device(c: &CollectionsConfig) -> Result<Option<Arc<dyn AcceleratorFactory>>> {
+    let want = c.on.as_str();
     if want == "cpu" {
         return Ok(None);
     }
@@ -68,7 +49,7 @@ fn device(a: &crate::ServeArgs) -> Result<Option<Arc<dyn AcceleratorFactory>>> {
         Ok(_) => anyhow::bail!("--collections-on gpu: no CUDA device"),
         Err(e) => anyhow::bail!("--collections-on gpu: {e}"),
     };
-    let picked = cohort_gpu::pick_devices(&devices, &a.gpu.gpus)
+    let picked = cohort_gpu::pick_devices(&devices, &c.gpus)
         .map_err(|e| anyhow::anyhow!("--collections-on {want}: {e}"))?;
     let f = cohort_collections_gpu::GpuFactory::open(&picked)
         .map_err(|e| anyhow::anyhow!("collections on the GPU: {e}"))?;

@@ -1,8 +1,8 @@
 //! Starting the engines a plan asks for: one engine per service (its own rings, so a full
 //! queue of one service refuses that service alone), wired to the listeners' ingresses.
 
-use crate::plan::{plans, EngineKind, ServicePlan};
-use crate::ServeArgs;
+use crate::plan::{EngineKind, ServicePlan};
+use crate::server_config::{ClusterConfig, ServeConfig, ServerConfig};
 use anyhow::{Context as _, Result};
 use cohort_engine::wiring::slots_for;
 use cohort_engine::wiring::DEFAULT_STRIDE;
@@ -102,10 +102,10 @@ pub fn service_choices(p: &ServicePlan) -> Result<Vec<cohort_services::entry::Ch
 /// milliseconds. Measured on 8 cores with 4 GPUs (`lab/results/issue48-control-threads-4xh100`):
 /// 8 io threads and 4 control threads gave p99 4.4 ms at 300 K k-NN queries/s, 4 io threads
 /// 0.43 ms at 600 K.
-fn warn_if_cores_are_shared(a: &ServeArgs, plans: &[ServicePlan]) {
-    let gpu_threads: usize = plans.iter().map(gpu_threads).sum();
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    let io_threads = threads(a, plans).io_threads;
+fn warn_if_cores_are_shared(s: &ServeConfig) {
+    let gpu_threads: usize = s.plans.iter().map(gpu_threads).sum();
+    let cores = s.machine_cores;
+    let io_threads = s.threads.io_threads;
     // One GPU host thread sharing the io threads' cores is the chosen default (measured).
     if gpu_threads > 1 && io_threads + gpu_threads > cores {
         tracing::warn!(
@@ -151,35 +151,31 @@ fn cpu_services(plans: &[ServicePlan]) -> usize {
         .count()
 }
 
-/// The server's io threads and default cpu workers: `--io-threads` where given (not 0), else
-/// `threads::choose` over its cores, its GPU engines' host threads and its cpu services.
-pub fn threads(a: &ServeArgs, plans: &[ServicePlan]) -> crate::threads::Threads {
+/// The server's io threads and default cpu workers: `io_threads` (`--io-threads`) where
+/// given (not 0), else `threads::choose` over its `cores`, its GPU engines' host threads and
+/// its cpu services. Chosen once, by `ServerConfig::resolve`.
+pub(crate) fn threads(
+    cores: usize,
+    io_threads: usize,
+    plans: &[ServicePlan],
+) -> crate::threads::Threads {
     let gpu: usize = plans.iter().map(gpu_threads).sum();
-    let mut t = crate::threads::choose(a.cores(), gpu, cpu_services(plans));
-    if a.io_threads > 0 {
-        t.io_threads = a.io_threads;
-        t.why = format!("--io-threads {} (given); workers: {}", a.io_threads, t.why);
+    let mut t = crate::threads::choose(cores, gpu, cpu_services(plans));
+    if io_threads > 0 {
+        t.io_threads = io_threads;
+        t.why = format!("--io-threads {io_threads} (given); workers: {}", t.why);
     }
     t
 }
 
-fn cpu_workers(a: &ServeArgs, p: &ServicePlan, plans: &[ServicePlan]) -> usize {
-    if p.cfg.cpu.workers > 0 {
-        return p.cfg.cpu.workers;
+/// Starts one engine per service of `cfg`, wired to `ingresses` ingress ends (a front end's
+/// one remote engine for all).
+pub fn start_engines(cfg: &ServerConfig, ingresses: usize) -> Result<EngineSide> {
+    let all = cfg.serve.plans.clone();
+    if let (Some(cluster), true) = (&cfg.cluster, cfg.is_front_end()) {
+        return start_front_end(cluster, all, ingresses);
     }
-    threads(a, plans).workers.max(1)
-}
-
-/// Starts one engine per service, wired to `ingresses` ingress ends.
-pub fn start_engines(a: &ServeArgs, ingresses: usize) -> Result<EngineSide> {
-    start_planned(a, plans(a)?, ingresses)
-}
-
-/// As [`start_engines`], for the services' plans already made from `a`.
-pub fn start_planned(a: &ServeArgs, all: Vec<ServicePlan>, ingresses: usize) -> Result<EngineSide> {
-    if a.cluster.is_some() && a.node_listen.is_none() {
-        return start_front_end(a, all, ingresses);
-    }
+    let serve = &cfg.serve;
     let registry = build_registry(&all)?;
     let id_of = |p: &ServicePlan| registry.by_name(p.name).expect("built above").id();
     // Inline services get no lanes: the ingresses run them (`Ingress::admit`).
@@ -197,8 +193,8 @@ pub fn start_planned(a: &ServeArgs, all: Vec<ServicePlan>, ingresses: usize) -> 
     let lanes: Vec<usize> = plans
         .iter()
         .map(|p| match p.cfg.engine {
-            EngineKind::Cpu => cpu_workers(a, p, &plans),
-            EngineKind::Hybrid => gpu_lanes(p) + cpu_workers(a, p, &plans),
+            EngineKind::Cpu => serve.cpu_workers(p),
+            EngineKind::Hybrid => gpu_lanes(p) + serve.cpu_workers(p),
             _ => gpu_lanes(p),
         })
         .collect();
@@ -246,7 +242,7 @@ pub fn start_planned(a: &ServeArgs, all: Vec<ServicePlan>, ingresses: usize) -> 
             (id_of(p), l)
         })
         .collect();
-    if a.data_dir.is_some() {
+    if cfg.collections.is_some() {
         // The collections' frames (no engine: the TCP shards' blocking pool) are counted
         // under their own name, not "unknown".
         labels.insert(
@@ -289,10 +285,10 @@ pub fn start_planned(a: &ServeArgs, all: Vec<ServicePlan>, ingresses: usize) -> 
     order.sort_by_key(|((p, _), _)| p.cfg.engine == EngineKind::GpuPersistent);
     for ((p, lanes), n) in order {
         let started = match p.cfg.engine {
-            EngineKind::Cpu => start_cpu(a, p, lanes, n, &registry, &metrics),
+            EngineKind::Cpu => start_cpu(serve, p, lanes, n, &registry, &metrics),
             EngineKind::Inline => unreachable!("inline services have no lanes"),
             EngineKind::GpuPersistent => start_persistent(p, lanes, &devices),
-            EngineKind::Hybrid => start_hybrid(a, p, lanes, n, &devices, &registry, &metrics),
+            EngineKind::Hybrid => start_hybrid(serve, p, lanes, n, &devices, &registry, &metrics),
             kind => start_gpu(p, kind, lanes, &devices, &metrics),
         };
         match started {
@@ -316,7 +312,7 @@ pub fn start_planned(a: &ServeArgs, all: Vec<ServicePlan>, ingresses: usize) -> 
             "engine started"
         );
     }
-    warn_if_cores_are_shared(a, &plans);
+    warn_if_cores_are_shared(serve);
     Ok(EngineSide {
         registry,
         metrics,
@@ -327,19 +323,14 @@ pub fn start_planned(a: &ServeArgs, all: Vec<ServicePlan>, ingresses: usize) -> 
 }
 
 fn start_cpu(
-    a: &ServeArgs,
+    s: &ServeConfig,
     p: &ServicePlan,
     lanes: Vec<LaneEnds>,
     workers: usize,
     registry: &Registry,
     metrics: &Arc<Metrics>,
 ) -> Result<Running> {
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    // The server's io threads as chosen for all its services (`threads`).
-    let io_threads = a.threads().map_or(1, |t| t.io_threads);
-    let spin_us = a
-        .worker_spin_us
-        .unwrap_or(if workers + io_threads < cores { 50 } else { 0 });
+    let (spin_us, _) = s.worker_spin_us(workers);
     let cfg = CpuEngineConfig {
         cpus: p
             .cfg
@@ -349,7 +340,7 @@ fn start_cpu(
             .map(|c| c.0)
             .unwrap_or_default(),
         spin: Duration::from_micros(spin_us),
-        fair: a.fair_queue,
+        fair: s.fair_queue,
     };
     Ok(Running::Cpu(CpuEngine::start(
         &cfg,
@@ -362,7 +353,7 @@ fn start_cpu(
 /// GPU lanes first (gpu-cohort, one per GPU), then cpu workers, as the hybrid dispatch
 /// numbers them.
 fn start_hybrid(
-    a: &ServeArgs,
+    s: &ServeConfig,
     p: &ServicePlan,
     mut lanes: Vec<LaneEnds>,
     n: usize,
@@ -375,7 +366,7 @@ fn start_hybrid(
         unreachable!("start_gpu starts GPU engines")
     };
     match start_cpu(
-        a,
+        s,
         p,
         cpu_lanes,
         n - p.cfg.gpu.gpu_lanes(),
@@ -531,9 +522,13 @@ fn start_persistent(
 /// the ingresses admit to the nodes registered in etcd (`cohort_cluster::front`). The
 /// services are built as for a GPU engine (no resident CPU state): the front end maps and
 /// checks requests, the nodes run them.
-fn start_front_end(a: &ServeArgs, all: Vec<ServicePlan>, ingresses: usize) -> Result<EngineSide> {
-    let url = a.cluster.as_deref().expect("a front end has --cluster");
-    let etcd = cohort_cluster::membership::Etcd::open(url, &a.etcd_access())?;
+fn start_front_end(
+    c: &ClusterConfig,
+    all: Vec<ServicePlan>,
+    ingresses: usize,
+) -> Result<EngineSide> {
+    let url = c.etcd.as_str();
+    let etcd = cohort_cluster::membership::Etcd::open(url, &c.access)?;
     let mut registry = Registry::new();
     for p in &all {
         let entry = catalog::entry(p.name).expect("plans hold catalog names");
@@ -545,7 +540,7 @@ fn start_front_end(a: &ServeArgs, all: Vec<ServicePlan>, ingresses: usize) -> Re
         .iter()
         .map(|p| registry.by_name(p.name).expect("built above").id())
         .collect();
-    let lanes = a.cluster_lanes;
+    let lanes = c.lanes;
     let max_queue = all
         .iter()
         .map(|p| p.cfg.admission.max_queue)
@@ -576,7 +571,7 @@ fn start_front_end(a: &ServeArgs, all: Vec<ServicePlan>, ingresses: usize) -> Re
     let wiring = wire_in(ingresses, &[spec], &mut |_, _, _, _| None);
     let cfg = cohort_cluster::front::RemoteConfig {
         etcd,
-        window: a.node_window,
+        window: c.window,
         idempotent: all
             .iter()
             .zip(&ids)
@@ -584,9 +579,9 @@ fn start_front_end(a: &ServeArgs, all: Vec<ServicePlan>, ingresses: usize) -> Re
             .map(|(_, &id)| id)
             .collect(),
         grace: Duration::from_millis(5),
-        busy_poll: a.cluster_busy_poll,
-        rings: !a.cluster_no_rings,
-        key: crate::cluster_key(a)?,
+        busy_poll: c.busy_poll,
+        rings: c.rings,
+        key: crate::cluster_key(c, false)?,
         merges: all
             .iter()
             .zip(&ids)

@@ -68,7 +68,7 @@ pub fn run(a: &EchoBench) -> Result<()> {
             } else {
                 cores.saturating_sub(io + 2 * a.connections).max(1)
             };
-            let stack = serve::start(&sa)?;
+            let stack = serve::start(&serve::ServerConfig::resolve(&sa)?)?;
             let target = match t.as_str() {
                 "udp" => Target::Udp(stack.server.udp_addr.expect("udp")),
                 "tcp" => Target::Tcp(stack.server.tcp_addr.expect("tcp")),

@@ -139,7 +139,10 @@ pub fn run(a: &EngineBench) -> Result<()> {
             .map(|&w| a.drivers.clamp(1, w))
             .max()
             .unwrap_or(1);
-        let mut side = match serve::start_engines(&sa, drivers_max) {
+        // Resolved once; an engine this machine cannot run is skipped, as one that fails to start.
+        let started =
+            serve::ServerConfig::resolve(&sa).and_then(|c| serve::start_engines(&c, drivers_max));
+        let mut side = match started {
             Ok(s) => s,
             Err(e) => {
                 eprintln!("{engine}: skipped: {e:#}");

@@ -129,7 +129,7 @@ pub fn run(a: &KnnBench) -> Result<()> {
         sa.io_threads = a.io_threads;
         sa.engine = a.engine.clone();
         sa.gpu = a.gpu.clone();
-        let stack = serve::start(&sa)?;
+        let stack = serve::start(&serve::ServerConfig::resolve(&sa)?)?;
         let w = Arc::new(KnnWorkload::new(
             q.clone(),
             Some((gdim, gt.clone())),

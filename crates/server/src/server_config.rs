@@ -1,0 +1,607 @@
+//! The server's configuration, resolved once (issue 81): [`ServerConfig::resolve`] takes the
+//! command line's [`ServeArgs`] (flags and config file already merged, `config_file.rs`),
+//! validates it, and derives everything the server runs with: each service's plan (engine and
+//! knobs, `plan.rs`), the io threads and cpu workers (`threads.rs`), the listeners' addresses
+//! and limits (`NetConfig`), and the cluster, node and collections parts apart. The server's
+//! functions take this (or the part they need), never the flags; `--check-config` prints it,
+//! every limit in one table with why it has its value ([`ServerConfig::limits`]).
+
+use crate::args::{ServeArgs, UdpIoArg};
+use crate::engine_config::{EngineConfig, EngineKind};
+use crate::plan::{self, ServicePlan};
+use crate::threads::Threads;
+use anyhow::{Context as _, Result};
+use cohort_cluster::membership::EtcdAccess;
+use cohort_net::NetConfig;
+use std::net::{SocketAddr, ToSocketAddrs};
+use std::path::PathBuf;
+use std::time::Duration;
+
+/// Descriptors kept for the server's own files (index, rings, eventfds, GPU driver) when
+/// `--max-connections` is derived from the descriptor limit.
+const FDS_KEPT: usize = 256;
+
+/// Everything a server runs with, typed and derived once.
+#[derive(Debug, Clone)]
+pub struct ServerConfig {
+    /// The services and their engines: plans, threads, the server-wide engine defaults.
+    pub serve: ServeConfig,
+    /// The client listeners (front-end side): addresses, io threads, limits, timeouts, TLS.
+    pub net: NetConfig,
+    /// Why the derived network limits have their values (`--check-config`).
+    pub net_why: NetWhy,
+    /// `--cluster`: the etcd this server (front end or node) reaches, and the link's settings.
+    pub cluster: Option<ClusterConfig>,
+    /// `--node-listen`: this server is a cluster node (it has `cluster` too).
+    pub node: Option<NodeConfig>,
+    /// `--data-dir`: the live collections served over HTTP.
+    pub collections: Option<CollectionsConfig>,
+    /// `--auth-keys`: the API keys file (read at start, reloaded on SIGHUP).
+    pub auth_keys: Option<PathBuf>,
+}
+
+/// The engine side: which engine runs each service with what knobs, and the threads.
+#[derive(Debug, Clone)]
+pub struct ServeConfig {
+    /// `--service` as given (the start line names it).
+    pub services: String,
+    /// One plan per service, in `--service` order.
+    pub plans: Vec<ServicePlan>,
+    /// The server-wide engine knobs (the flags): every service's defaults.
+    pub defaults: EngineConfig,
+    /// The io threads and the default cpu workers, and why.
+    pub threads: Threads,
+    /// The cores the server's threads are sized for (`--cpus`, else the process's affinity).
+    pub cores: usize,
+    /// The machine's cores as the process sees them (what a worker's spin is chosen against).
+    pub machine_cores: usize,
+    /// `--worker-spin-us` where given.
+    pub worker_spin_us: Option<u64>,
+    /// `--fair-queue`.
+    pub fair_queue: bool,
+    /// `--sched-slice-us` (checked: 100 to 100000).
+    pub sched_slice_us: Option<u64>,
+}
+
+/// Why the network limits that are derived have their values.
+#[derive(Debug, Clone, Default)]
+pub struct NetWhy {
+    pub max_connections: String,
+    pub max_buffered_bytes: String,
+    pub io_spin: String,
+}
+
+/// A cluster role's link to etcd and to the other side.
+#[derive(Debug, Clone)]
+pub struct ClusterConfig {
+    /// etcd's client endpoints (`etcd://HOST:PORT[,...]`).
+    pub etcd: String,
+    pub access: EtcdAccess,
+    /// The shared secret's file (loaded at start: `cluster_key`).
+    pub key: Option<PathBuf>,
+    pub busy_poll: bool,
+    /// Request batches written one-sided into polling nodes' rings (not `--cluster-no-rings`).
+    pub rings: bool,
+    /// A front end's forwarding threads (1 to 64).
+    pub lanes: usize,
+    /// Requests in flight to one node at most (above 0).
+    pub window: u32,
+}
+
+/// A cluster node's own settings.
+#[derive(Debug, Clone)]
+pub struct NodeConfig {
+    /// Where front ends reach it (a specific address).
+    pub listen: SocketAddr,
+    pub id: Option<String>,
+    /// The lease its registration is under.
+    pub lease: Duration,
+}
+
+/// The live collections of `--data-dir`.
+#[derive(Debug, Clone)]
+pub struct CollectionsConfig {
+    pub dir: PathBuf,
+    /// `--collections-on`: auto, gpu or cpu.
+    pub on: String,
+    /// The GPUs their searches may run on (`--gpus`).
+    pub gpus: Vec<usize>,
+}
+
+/// One row of `--check-config`'s limits table.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct Limit {
+    pub name: String,
+    pub value: String,
+    pub why: String,
+}
+
+impl ServerConfig {
+    /// Validates `a` once and derives the server's configuration from it. Errors name the
+    /// flag (or config key) at fault.
+    pub fn resolve(a: &ServeArgs) -> Result<ServerConfig> {
+        let plans = plan::plans(a)?;
+        let cores = match &a.cpus {
+            Some(c) if !c.0.is_empty() => c.0.len(),
+            _ => machine_cores(),
+        };
+        let threads = crate::engines::threads(cores, a.io_threads, &plans);
+        let (net, net_why) = net_config(a, threads.io_threads)?;
+        let cluster = cluster_config(a)?;
+        let collections = collections_config(a)?;
+        let node = match &a.node_listen {
+            None => None,
+            Some(_) => {
+                let listen =
+                    resolve_addr("node-listen", &a.node_listen)?.expect("a node has --node-listen");
+                anyhow::ensure!(
+                    !listen.ip().is_unspecified(),
+                    "--node-listen {listen}: give the address front ends reach this node at (it is registered as given)"
+                );
+                anyhow::ensure!(
+                    cluster.is_some(),
+                    "--node-listen needs --cluster (the etcd the node registers in)"
+                );
+                Some(NodeConfig {
+                    listen,
+                    id: a.node_id.clone(),
+                    lease: Duration::from_secs(a.lease_secs),
+                })
+            }
+        };
+        let defaults = EngineConfig {
+            engine: a.engine.parse().map_err(anyhow::Error::msg)?,
+            admission: a.admission.clone(),
+            cpu: a.cpu.clone(),
+            gpu: a.gpu.clone(),
+            persistent: a.persistent.clone(),
+            hybrid: a.hybrid.clone(),
+        };
+        Ok(ServerConfig {
+            serve: ServeConfig {
+                services: a.service.clone(),
+                plans,
+                defaults,
+                threads,
+                cores,
+                machine_cores: machine_cores(),
+                worker_spin_us: a.worker_spin_us,
+                fair_queue: a.fair_queue,
+                sched_slice_us: a.sched_slice_us,
+            },
+            net,
+            net_why,
+            cluster,
+            node,
+            collections,
+            auth_keys: a.auth_keys.clone(),
+        })
+    }
+
+    /// A cluster front end: every service forwarded to the nodes, no engine here.
+    pub fn is_front_end(&self) -> bool {
+        self.cluster.is_some() && self.node.is_none()
+    }
+
+    /// Every limit the server runs under, with its value and why it has it: the server-wide
+    /// ones, then each service's.
+    pub fn limits(&self) -> Vec<Limit> {
+        let n = &self.net;
+        let s = &self.serve;
+        let row = |name: &str, value: String, why: &str| Limit {
+            name: name.into(),
+            value,
+            why: why.into(),
+        };
+        let ms = |d: Duration| format!("{} ms", d.as_millis());
+        let mut out = vec![
+            row("io threads", n.io_threads.to_string(), &s.threads.why),
+            row(
+                "max connections",
+                n.limits.max_connections.to_string(),
+                &self.net_why.max_connections,
+            ),
+            row(
+                "max buffered bytes",
+                bytes(n.limits.max_buffered_bytes),
+                &self.net_why.max_buffered_bytes,
+            ),
+            row(
+                "socket buffer bytes",
+                crate::serve_serde::bytes::text(n.limits.socket_buffer_bytes),
+                if n.limits.socket_buffer_bytes == 0 {
+                    "0: the kernel's autotuning"
+                } else {
+                    "each TCP/HTTP connection's kernel send and receive buffer"
+                },
+            ),
+            row(
+                "idle timeout",
+                ms(n.limits.idle_timeout),
+                "an idle TCP connection is closed after this",
+            ),
+            row(
+                "read timeout",
+                ms(n.limits.read_timeout),
+                "a started frame, request head or body arrives within this",
+            ),
+            row(
+                "drain timeout",
+                ms(n.drain_timeout),
+                "shutdown waits this long for in-flight answers",
+            ),
+            row(
+                "default timeout",
+                format!("{} us", n.default_timeout.as_micros()),
+                "the deadline of requests that carry none",
+            ),
+            row(
+                "max deadline",
+                ms(n.max_timeout),
+                "a longer deadline asked for is cut to this (services may set their own)",
+            ),
+            row(
+                "client max inflight",
+                n.client_quota.max_inflight.to_string(),
+                if n.client_quota.max_inflight == 0 {
+                    "0: no cap"
+                } else {
+                    "requests in flight per client address"
+                },
+            ),
+            row(
+                "client rate",
+                n.client_quota.rate.to_string(),
+                if n.client_quota.rate == 0.0 {
+                    "0: no limit"
+                } else {
+                    "requests per second per client address"
+                },
+            ),
+            row(
+                "io spin",
+                format!("{} us", n.io_spin.as_micros()),
+                &self.net_why.io_spin,
+            ),
+        ];
+        if let Some(c) = &self.cluster {
+            out.push(row(
+                "node window",
+                c.window.to_string(),
+                "requests in flight to one node at most",
+            ));
+            if self.is_front_end() {
+                out.push(row(
+                    "cluster lanes",
+                    c.lanes.to_string(),
+                    "the front end's forwarding threads",
+                ));
+            }
+        }
+        for p in &s.plans {
+            let c = &p.cfg;
+            let svc = |what: &str| format!("{} {what}", p.name);
+            out.push(row(
+                &svc("engine"),
+                c.engine.name().into(),
+                if c.engine == s.defaults.engine {
+                    "the server's --engine"
+                } else {
+                    "its own (NAME:ENGINE or its engine key)"
+                },
+            ));
+            out.push(row(
+                &svc("max queue"),
+                c.admission.max_queue.to_string(),
+                "requests it holds at once; one more is OVERLOADED",
+            ));
+            if c.admission.max_deadline_ms != s.defaults.admission.max_deadline_ms {
+                out.push(row(
+                    &svc("max deadline"),
+                    format!("{} ms", c.admission.max_deadline_ms),
+                    "its own, over the server's",
+                ));
+            }
+            if matches!(c.engine, EngineKind::Cpu | EngineKind::Hybrid) {
+                let workers = s.cpu_workers(p);
+                let why = if c.cpu.workers > 0 {
+                    "its workers (given)"
+                } else {
+                    "chosen with the io threads (above)"
+                };
+                out.push(row(&svc("cpu workers"), workers.to_string(), why));
+                let (spin, why) = s.worker_spin_us(workers);
+                out.push(row(&svc("worker spin"), format!("{spin} us"), &why));
+            }
+            if c.engine.is_gpu() {
+                out.push(row(
+                    &svc("gpus"),
+                    format!("{:?}", c.gpu.gpus),
+                    "the GPUs its engine runs on",
+                ));
+            }
+            if matches!(
+                c.engine,
+                EngineKind::GpuCohort | EngineKind::GpuDirect | EngineKind::Hybrid
+            ) {
+                out.push(row(
+                    &svc("max cohort"),
+                    c.gpu.max_cohort.to_string(),
+                    "a cohort closes at this many requests...",
+                ));
+                out.push(row(
+                    &svc("cohort timeout"),
+                    format!("{} us", c.gpu.cohort_timeout_us),
+                    "...or when its first request has waited this long",
+                ));
+            }
+            if c.engine == EngineKind::GpuPersistent {
+                out.push(row(
+                    &svc("gpu slots"),
+                    c.persistent.gpu_slots.to_string(),
+                    "slots per GPU the resident kernel serves",
+                ));
+            }
+            if c.engine == EngineKind::Hybrid {
+                out.push(row(
+                    &svc("latency budget"),
+                    format!("{} us", c.hybrid.latency_budget_us),
+                    "what the GPUs cannot answer within this goes to the cpu workers",
+                ));
+            }
+        }
+        out
+    }
+
+    /// [`limits`](Self::limits) as `--check-config` prints it: comment lines (the printout
+    /// reads back as a config file), one limit a line, aligned.
+    pub fn limits_table(&self) -> String {
+        let rows = self.limits();
+        let name = rows.iter().map(|r| r.name.len()).max().unwrap_or(0);
+        let value = rows.iter().map(|r| r.value.len()).max().unwrap_or(0);
+        let mut out = String::from("# limits:\n");
+        for r in rows {
+            out.push_str(&format!(
+                "#   {:name$}  {:value$}  {}\n",
+                r.name, r.value, r.why
+            ));
+        }
+        out
+    }
+}
+
+impl ServeConfig {
+    /// The cpu workers a service on the cpu engine (or hybrid's CPU side) runs: its own
+    /// `workers` where given, else the server's chosen count.
+    pub fn cpu_workers(&self, p: &ServicePlan) -> usize {
+        if p.cfg.cpu.workers > 0 {
+            return p.cfg.cpu.workers;
+        }
+        self.threads.workers.max(1)
+    }
+
+    /// How long `workers` idle cpu workers poll before parking (microseconds), and why:
+    /// `--worker-spin-us` where given, else 50 when the workers and io threads have a core
+    /// each, else 0 (spinning on a shared core only steals it from the producer).
+    pub fn worker_spin_us(&self, workers: usize) -> (u64, String) {
+        if let Some(us) = self.worker_spin_us {
+            return (us, "given (--worker-spin-us)".into());
+        }
+        let (io, cores) = (self.threads.io_threads, self.machine_cores);
+        if workers + io < cores {
+            (
+                50,
+                format!("{workers} workers and {io} io threads have a core each of {cores}"),
+            )
+        } else {
+            (
+                0,
+                format!(
+                    "{workers} workers and {io} io threads share {cores} cores: they park at once"
+                ),
+            )
+        }
+    }
+}
+
+/// A byte count as a config file writes it (`64M`), or in whole MiB where it is none.
+fn bytes(n: usize) -> String {
+    let text = crate::serve_serde::bytes::text(n);
+    if text.parse::<usize>().is_ok() && n >= 1 << 20 {
+        format!("{n} (~{}M)", n >> 20)
+    } else {
+        text
+    }
+}
+
+/// The machine's cores as the process's affinity gives them.
+fn machine_cores() -> usize {
+    std::thread::available_parallelism().map_or(1, |n| n.get())
+}
+
+/// HOST:PORT -> the first address it resolves to.
+fn resolve_addr(what: &str, a: &Option<String>) -> Result<Option<SocketAddr>> {
+    let Some(a) = a else { return Ok(None) };
+    let addr = a
+        .to_socket_addrs()
+        .with_context(|| format!("--{what} {a:?}: expected HOST:PORT"))?
+        .next()
+        .with_context(|| format!("--{what} {a:?} resolves to no address"))?;
+    Ok(Some(addr))
+}
+
+/// The listeners' configuration, checked: addresses, limits, timeouts, quotas.
+fn net_config(a: &ServeArgs, io_threads: usize) -> Result<(NetConfig, NetWhy)> {
+    if let Some(us) = a.sched_slice_us {
+        anyhow::ensure!(
+            (100..=100_000).contains(&us),
+            "--sched-slice-us {us}: the kernel takes 100 to 100000"
+        );
+    }
+    anyhow::ensure!(
+        a.udp.is_some()
+            || a.tcp.is_some()
+            || a.http.is_some()
+            || a.grpc.is_some()
+            || a.node_listen.is_some(),
+        "no listener (give --udp, --tcp, --http or --grpc)"
+    );
+    anyhow::ensure!(a.node_window > 0, "--node-window must be above 0");
+    anyhow::ensure!(
+        (1..=64).contains(&a.cluster_lanes),
+        "--cluster-lanes takes 1 to 64"
+    );
+    anyhow::ensure!(
+        a.idle_timeout_ms > 0 && a.read_timeout_ms > 0,
+        "--idle-timeout-ms and --read-timeout-ms must be above 0"
+    );
+    let fds = cohort_net::raise_fd_limit();
+    let fit = fds.saturating_sub(FDS_KEPT).max(1);
+    let (max_connections, connections_why) = match a.max_connections {
+        Some(0) => anyhow::bail!("--max-connections must be at least 1"),
+        Some(n) => {
+            if n > fit {
+                tracing::warn!(
+                    max_connections = n,
+                    fd_limit = fds,
+                    "--max-connections is above what the descriptor limit leaves room \
+                     for: clients past about {fit} are refused at the limit instead"
+                );
+                (
+                    n,
+                    format!("given; above the {fit} the descriptor limit ({fds}) leaves room for"),
+                )
+            } else {
+                (n, "given (--max-connections)".to_string())
+            }
+        }
+        None => (
+            fit,
+            format!("the descriptor limit ({fds}) less {FDS_KEPT} for the server's own files"),
+        ),
+    };
+    let (max_buffered_bytes, buffered_why) = match a.max_buffered_bytes {
+        Some(n) => (n, "given (--max-buffered-bytes)".to_string()),
+        None => (
+            cohort_net::default_buffered_bytes(),
+            "an eighth of the machine's memory, between 64M and 4G".to_string(),
+        ),
+    };
+    let limits = cohort_net::Limits {
+        max_connections,
+        max_buffered_bytes,
+        idle_timeout: Duration::from_millis(a.idle_timeout_ms),
+        read_timeout: Duration::from_millis(a.read_timeout_ms),
+        socket_buffer_bytes: a.socket_buffer_bytes,
+    };
+    anyhow::ensure!(
+        a.client_rate >= 0.0 && a.client_rate.is_finite(),
+        "--client-rate must be 0 (off) or a positive rate"
+    );
+    anyhow::ensure!(
+        a.admission.max_deadline_ms > 0,
+        "--max-deadline-ms must be above 0"
+    );
+    let (io_spin_us, io_spin_why) = match a.io_spin_us {
+        Some(us) => (us, "given (--io-spin-us)".to_string()),
+        None if io_threads == 1 => (50, "one io thread: it polls before sleeping".to_string()),
+        None => (
+            0,
+            format!("{io_threads} io threads: each sleeps at once when idle"),
+        ),
+    };
+    let net = NetConfig {
+        limits,
+        client_quota: cohort_net::ClientQuota {
+            max_inflight: a.client_max_inflight,
+            rate: a.client_rate,
+        },
+        max_timeout: Duration::from_millis(a.admission.max_deadline_ms),
+        tls: a.tls_cert.clone().zip(a.tls_key.clone()),
+        udp: resolve_addr("udp", &a.udp)?,
+        tcp: resolve_addr("tcp", &a.tcp)?,
+        http: resolve_addr("http", &a.http)?,
+        grpc: resolve_addr("grpc", &a.grpc)?,
+        admin: match &a.admin {
+            Some(p) if p.parse::<u16>().is_ok() => Some(SocketAddr::from((
+                [127, 0, 0, 1],
+                p.parse::<u16>().expect("checked"),
+            ))),
+            admin => resolve_addr("admin", admin)?,
+        },
+        io_threads,
+        cpus: a.cpus.clone().map(|c| c.0).unwrap_or_default(),
+        drain_timeout: Duration::from_millis(a.drain_timeout_ms),
+        default_timeout: Duration::from_micros(a.default_timeout_us.max(1)),
+        io_spin: Duration::from_micros(io_spin_us),
+        udp_io: match a.udp_io {
+            UdpIoArg::Recvmmsg => cohort_net::UdpIo::Recvmmsg,
+            UdpIoArg::Uring => cohort_net::UdpIo::Uring,
+        },
+        udp_gso: a.udp_gso,
+        ..NetConfig::default()
+    };
+    let why = NetWhy {
+        max_connections: connections_why,
+        max_buffered_bytes: buffered_why,
+        io_spin: io_spin_why,
+    };
+    Ok((net, why))
+}
+
+/// The cluster flags, checked: the key and etcd's access need `--cluster` (the files are
+/// read at start and by `check`).
+fn cluster_config(a: &ServeArgs) -> Result<Option<ClusterConfig>> {
+    if a.cluster_key.is_some() {
+        anyhow::ensure!(
+            a.cluster.is_some(),
+            "--cluster-key seals the messages between front ends and nodes: it needs --cluster"
+        );
+    }
+    if a.etcd_user.is_some() || a.etcd_ca.is_some() || a.etcd_cert.is_some() {
+        anyhow::ensure!(
+            a.cluster.is_some(),
+            "--etcd-user, --etcd-ca and --etcd-cert are how a cluster role reaches etcd: they need --cluster",
+        );
+    }
+    Ok(a.cluster.as_ref().map(|url| ClusterConfig {
+        etcd: url.clone(),
+        access: EtcdAccess {
+            user: a.etcd_user.clone(),
+            password_file: a.etcd_password_file.clone(),
+            ca: a.etcd_ca.clone(),
+            cert: a.etcd_cert.clone(),
+            key: a.etcd_key.clone(),
+        },
+        key: a.cluster_key.clone(),
+        busy_poll: a.cluster_busy_poll,
+        rings: !a.cluster_no_rings,
+        lanes: a.cluster_lanes,
+        window: a.node_window,
+    }))
+}
+
+/// What `--data-dir` needs of the other settings (no store is opened).
+fn collections_config(a: &ServeArgs) -> Result<Option<CollectionsConfig>> {
+    let Some(dir) = &a.data_dir else {
+        return Ok(None);
+    };
+    anyhow::ensure!(
+        a.http.is_some(),
+        "--data-dir serves the collections over HTTP: give --http too"
+    );
+    anyhow::ensure!(
+        a.cluster.is_none() && a.node_listen.is_none(),
+        "--data-dir: collections are not served by cluster front ends or nodes yet"
+    );
+    anyhow::ensure!(
+        !dir.exists() || dir.is_dir(),
+        "--data-dir {}: not a directory",
+        dir.display()
+    );
+    Ok(Some(CollectionsConfig {
+        dir: dir.clone(),
+        on: a.collections_on.clone(),
+        gpus: a.gpu.gpus.clone(),
+    }))
+}
