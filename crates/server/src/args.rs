@@ -25,7 +25,7 @@ pub struct ServeArgs {
     /// Services to serve, comma-separated, each optionally with its engine:
     /// NAME[:ENGINE], e.g. knn:gpu-cohort,echo:cpu,spin:gpu-direct; each service's own flags
     /// are listed below, each help text starting with the service's name.
-    #[arg(long, default_value = "echo")]
+    #[arg(long, default_value = defaults::SERVICE)]
     pub service: String,
     /// Per-service setting NAME.KEY=VALUE (repeatable), e.g. knn.max_cohort=512: the service's
     /// own keys (the configuration check prints them with their values) and the engine keys,
@@ -49,7 +49,7 @@ pub struct ServeArgs {
     /// Engine of the services that name none: cpu, inline (the io thread runs the CPU
     /// function: no worker hand-off; for microsecond services), gpu-direct, gpu-cohort,
     /// gpu-persistent or hybrid.
-    #[arg(long, default_value = "cpu")]
+    #[arg(long, default_value = defaults::ENGINE)]
     pub engine: String,
     /// What every engine honours per service: admission, deadlines, lane choice.
     #[command(flatten)]
@@ -105,12 +105,12 @@ pub struct ServeArgs {
     pub node_id: Option<String>,
     /// `cohort node` only: the lease its registration is under, renewed every third of it;
     /// a node that stops renewing leaves the front ends' routing within this.
-    #[arg(long, default_value_t = 3)]
+    #[arg(long, default_value_t = defaults::LEASE_SECS)]
     pub lease_secs: u64,
     /// Requests a front end has in flight to one node at most (a node registers this as its
     /// capacity; a front end takes the smaller of the node's and its own). With every node's
     /// window full a request is answered OVERLOADED.
-    #[arg(long, default_value_t = 4096)]
+    #[arg(long, default_value_t = defaults::NODE_WINDOW)]
     pub node_window: u32,
     /// Cluster roles: poll UCX without ever blocking (lowest latency, a core per thread, and
     /// UCX may use shared memory between processes of one machine); off: block on UCX's events
@@ -125,7 +125,7 @@ pub struct ServeArgs {
     /// every io thread and has its own UCX connections (and window) to every node. Measured
     /// on a 4x H100 host: a lane forwards ~300 K requests a second, a query to a service
     /// split over N shards counting N.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = defaults::CLUSTER_LANES)]
     pub cluster_lanes: usize,
     /// The cluster's shared secret (the same file on every node and front end: hex, as
     /// `openssl rand -hex 32` writes, or 16+ bytes): every message between front end and node
@@ -177,7 +177,7 @@ pub struct ServeArgs {
     /// else the CPU), gpu (refused without one) or cpu. The collections' state, logs and
     /// writes are on the host either way; the device holds a copy kept current before each
     /// write is acknowledged (docs/collections.md).
-    #[arg(long, default_value = "auto", value_parser = ["auto", "gpu", "cpu"])]
+    #[arg(long, default_value = defaults::COLLECTIONS_ON, value_parser = ["auto", "gpu", "cpu"])]
     #[serde(default = "default_collections_on")]
     pub collections_on: String,
     /// TLS certificate chain (PEM): the TCP, HTTP and gRPC listeners then speak TLS only (rustls;
@@ -192,7 +192,7 @@ pub struct ServeArgs {
     /// io threads: each owns one UDP socket and one TCP/HTTP shard (listeners, ingress).
     /// 0 (the default): chosen from the cores given (`--cpus`, else the process's affinity)
     /// and the GPU engines' host threads, `--check-config` says how (`threads.rs`).
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = defaults::IO_THREADS)]
     pub io_threads: usize,
     /// Pin network threads to these cores, e.g. 0-1,4.
     #[arg(long, value_parser = parse_cpu_list)]
@@ -209,15 +209,15 @@ pub struct ServeArgs {
     /// up to 1024 queued requests, so one client's flood does not delay another's requests.
     /// on|off. Off by default (arrival order): on the H200 it cost cpu-engine HTTP echo 20% of
     /// its rate on 8 cores (bench/README.md), not yet explained.
-    #[arg(long, value_parser = parse_on_off, default_value = "off", action = clap::ArgAction::Set)]
+    #[arg(long, value_parser = parse_on_off, default_value = on_off(defaults::FAIR_QUEUE), action = clap::ArgAction::Set)]
     #[serde(with = "serve_serde::on_off")]
     pub fair_queue: bool,
     /// Deadline for requests that carry none (their header says 0).
-    #[arg(long, default_value_t = 1_000_000)]
+    #[arg(long, default_value_t = defaults::DEFAULT_TIMEOUT_US)]
     pub default_timeout_us: u64,
     /// How long shutdown waits for in-flight answers (then: UNAVAILABLE); the whole shutdown
     /// ends within this plus about two seconds, whatever the clients do.
-    #[arg(long, default_value_t = 10_000)]
+    #[arg(long, default_value_t = defaults::DRAIN_TIMEOUT_MS)]
     pub drain_timeout_ms: u64,
     /// TCP and HTTP connections open at once; past it a new client gets OVERLOADED (TCP) or
     /// 503 (HTTP) and is closed. Default: the process's file-descriptor limit (raised to its
@@ -238,25 +238,25 @@ pub struct ServeArgs {
     /// Requests one client (source address, over UDP, TCP and HTTP together) may have in
     /// flight; past it OVERLOADED (HTTP 429). 0 = no cap. Clients behind one address (a
     /// proxy, a NAT) share it.
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = defaults::CLIENT_MAX_INFLIGHT)]
     pub client_max_inflight: u32,
     /// Requests per second one client (source address) may send (a burst of a tenth of a
     /// second's worth at once); past it OVERLOADED (HTTP 429). 0 = no limit.
-    #[arg(long, default_value_t = 0.0)]
+    #[arg(long, default_value_t = defaults::CLIENT_RATE)]
     pub client_rate: f64,
     /// A TCP connection with no request started or in flight is closed after this (GOAWAY).
-    #[arg(long, default_value_t = 60_000)]
+    #[arg(long, default_value_t = defaults::IDLE_TIMEOUT_MS)]
     pub idle_timeout_ms: u64,
     /// A started TCP frame, an HTTP request head (and an idle HTTP keep-alive connection)
     /// and an HTTP body must each arrive within this (TIMEOUT frame or 408, then close); a
     /// client that takes no answer bytes for this long is closed.
-    #[arg(long, default_value_t = 10_000)]
+    #[arg(long, default_value_t = defaults::READ_TIMEOUT_MS)]
     pub read_timeout_ms: u64,
     /// Each TCP/HTTP connection's kernel send and receive buffer (e.g. 64K, 1M; the kernel
     /// doubles it): bounds the kernel memory a client that neither reads nor stops sending
     /// holds until it is closed. 0 = the kernel's autotuning (up to its tcp_rmem/tcp_wmem
     /// maximum, megabytes a connection; for high-latency clients).
-    #[arg(long, value_parser = parse_bytes_or_zero, default_value_t = cohort_net::DEFAULT_SOCKET_BUFFER)]
+    #[arg(long, value_parser = parse_bytes_or_zero, default_value_t = defaults::SOCKET_BUFFER_BYTES)]
     #[serde(with = "serve_serde::bytes")]
     pub socket_buffer_bytes: usize,
     /// How long an idle UDP io thread polls its socket and answer rings before sleeping, in
@@ -270,13 +270,13 @@ pub struct ServeArgs {
     /// to sleep) or uring (io_uring: one multishot receive into kernel-picked buffers,
     /// batched sendmsg, one io_uring_enter per wake-up). Where the kernel or a sandbox
     /// refuses io_uring, the server says so in one log line and uses recvmmsg.
-    #[arg(long, value_enum, default_value = "recvmmsg")]
+    #[arg(long, value_enum, default_value_t = defaults::UDP_IO)]
     pub udp_io: UdpIoArg,
     /// UDP generic segmentation offload on the recvmmsg path: the answers of one send batch
     /// that go to the same address leave as one datagram train (one pass through the kernel's
     /// send path, cut into datagrams at the end). on|off. Where the kernel lacks it, the
     /// server says so once and sends datagram by datagram.
-    #[arg(long, value_parser = parse_on_off, default_value = "on", action = clap::ArgAction::Set)]
+    #[arg(long, value_parser = parse_on_off, default_value = on_off(defaults::UDP_GSO), action = clap::ArgAction::Set)]
     #[serde(with = "serve_serde::on_off")]
     pub udp_gso: bool,
     /// Ask the kernel's fair scheduler for this time slice (microseconds, 100 to 100000) for
@@ -309,21 +309,13 @@ impl ServeArgs {
     /// Loopback defaults for in-process servers (demo, tests): the flags' own defaults, with
     /// every listener on an ephemeral loopback port.
     pub fn loopback(service: &str) -> ServeArgs {
-        use clap::{CommandFactory as _, FromArgMatches as _};
-        #[derive(clap::Parser)]
-        struct Defaults {
-            #[command(flatten)]
-            serve: ServeArgs,
+        ServeArgs {
+            service: service.into(),
+            udp: Some("127.0.0.1:0".into()),
+            tcp: Some("127.0.0.1:0".into()),
+            http: Some("127.0.0.1:0".into()),
+            ..ServeArgs::default()
         }
-        let m = Defaults::command().get_matches_from(["serve"]);
-        let mut a = Defaults::from_arg_matches(&m)
-            .expect("the declared defaults parse")
-            .serve;
-        a.service = service.into();
-        a.udp = Some("127.0.0.1:0".into());
-        a.tcp = Some("127.0.0.1:0".into());
-        a.http = Some("127.0.0.1:0".into());
-        a
     }
 }
 
@@ -337,5 +329,119 @@ pub(crate) fn parse_on_off(s: &str) -> Result<bool, String> {
 }
 
 fn default_collections_on() -> String {
-    "auto".into()
+    defaults::COLLECTIONS_ON.into()
+}
+
+/// A switch's default as its flag writes it.
+const fn on_off(on: bool) -> &'static str {
+    if on {
+        "on"
+    } else {
+        "off"
+    }
+}
+
+/// The serve flags' defaults, each defined once: the flags' clap attributes and
+/// [`ServeArgs::default`] both read these (no command line is parsed for them).
+pub mod defaults {
+    use super::UdpIoArg;
+    pub const SERVICE: &str = "echo";
+    pub const ENGINE: &str = "cpu";
+    pub const LEASE_SECS: u64 = 3;
+    pub const NODE_WINDOW: u32 = 4096;
+    pub const CLUSTER_LANES: usize = 1;
+    pub const COLLECTIONS_ON: &str = "auto";
+    /// 0: chosen from the cores (`threads.rs`).
+    pub const IO_THREADS: usize = 0;
+    pub const FAIR_QUEUE: bool = false;
+    pub const DEFAULT_TIMEOUT_US: u64 = 1_000_000;
+    pub const DRAIN_TIMEOUT_MS: u64 = 10_000;
+    pub const CLIENT_MAX_INFLIGHT: u32 = 0;
+    pub const CLIENT_RATE: f64 = 0.0;
+    pub const IDLE_TIMEOUT_MS: u64 = 60_000;
+    pub const READ_TIMEOUT_MS: u64 = 10_000;
+    pub const SOCKET_BUFFER_BYTES: usize = cohort_net::DEFAULT_SOCKET_BUFFER;
+    pub const UDP_IO: UdpIoArg = UdpIoArg::Recvmmsg;
+    pub const UDP_GSO: bool = true;
+}
+
+impl Default for ServeArgs {
+    /// Every setting at its default: what `cohort serve` with no flag holds (no listener).
+    fn default() -> Self {
+        ServeArgs {
+            config: None,
+            check_config: false,
+            service: defaults::SERVICE.into(),
+            service_opt: Vec::new(),
+            service_settings: Default::default(),
+            from_file: Default::default(),
+            engine: defaults::ENGINE.into(),
+            admission: AdmissionArgs::default(),
+            cpu: CpuEngineArgs::default(),
+            gpu: GpuEngineArgs::default(),
+            persistent: PersistentEngineArgs::default(),
+            hybrid: HybridEngineArgs::default(),
+            udp: None,
+            tcp: None,
+            http: None,
+            grpc: None,
+            cluster: None,
+            node_listen: None,
+            node_id: None,
+            lease_secs: defaults::LEASE_SECS,
+            node_window: defaults::NODE_WINDOW,
+            cluster_busy_poll: false,
+            cluster_no_rings: false,
+            cluster_lanes: defaults::CLUSTER_LANES,
+            cluster_key: None,
+            etcd_user: None,
+            etcd_password_file: None,
+            etcd_ca: None,
+            etcd_cert: None,
+            etcd_key: None,
+            admin: None,
+            auth_keys: None,
+            data_dir: None,
+            collections_on: defaults::COLLECTIONS_ON.into(),
+            tls_cert: None,
+            tls_key: None,
+            io_threads: defaults::IO_THREADS,
+            cpus: None,
+            worker_spin_us: None,
+            fair_queue: defaults::FAIR_QUEUE,
+            default_timeout_us: defaults::DEFAULT_TIMEOUT_US,
+            drain_timeout_ms: defaults::DRAIN_TIMEOUT_MS,
+            max_connections: None,
+            max_buffered_bytes: None,
+            client_max_inflight: defaults::CLIENT_MAX_INFLIGHT,
+            client_rate: defaults::CLIENT_RATE,
+            idle_timeout_ms: defaults::IDLE_TIMEOUT_MS,
+            read_timeout_ms: defaults::READ_TIMEOUT_MS,
+            socket_buffer_bytes: defaults::SOCKET_BUFFER_BYTES,
+            io_spin_us: None,
+            udp_io: defaults::UDP_IO,
+            udp_gso: defaults::UDP_GSO,
+            sched_slice_us: None,
+        }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// The defaults in code are the flags' defaults: what clap fills with no flag given.
+    #[test]
+    fn the_defaults_are_what_no_flag_gives() {
+        use clap::{CommandFactory as _, FromArgMatches as _};
+        #[derive(clap::Parser)]
+        struct Cli {
+            #[command(flatten)]
+            serve: ServeArgs,
+        }
+        let m = Cli::command().get_matches_from(["serve"]);
+        let parsed = Cli::from_arg_matches(&m).unwrap().serve;
+        let toml = |a: &ServeArgs| toml::Table::try_from(a).unwrap();
+        assert_eq!(toml(&ServeArgs::default()), toml(&parsed));
+    }
 }

@@ -90,25 +90,26 @@ pub struct AdmissionArgs {
     /// N rows) takes N places. The default holds 32 clients x 256 rows (8 192) in flight
     /// twice over, and each io thread's rings to the engine hold those 8 192 alone (all the
     /// clients on one io thread are admitted too). Per service: `NAME.max_queue`.
-    #[arg(long, default_value_t = cohort_engine::wiring::DEFAULT_MAX_QUEUE)]
+    #[arg(long, default_value_t = AdmissionArgs::default().max_queue)]
     pub max_queue: usize,
     /// The longest deadline a request may ask for, in milliseconds; a longer one (up to
     /// 4295 s fit the header) is cut to this, so no client holds a worker for long. A
     /// service may set its own (`--service-opt NAME.max_deadline_ms=N`).
-    #[arg(long, default_value_t = 60_000)]
+    #[arg(long, default_value_t = AdmissionArgs::default().max_deadline_ms)]
     pub max_deadline_ms: u64,
     /// How an ingress picks a lane (cpu worker, GPU): round-robin, least-loaded, key-hash.
-    #[arg(long, default_value = "least-loaded")]
+    #[arg(long, default_value_t = AdmissionArgs::default().dispatch)]
     #[serde(with = "as_text")]
     pub dispatch: DispatchPolicy,
 }
 
-/// The cpu engine's workers (and the cpu side of hybrid).
-#[derive(Args, Serialize, Deserialize, Debug, Clone, PartialEq)]
+/// The cpu engine's workers (and the cpu side of hybrid). Defaults: 0 workers (chosen), not
+/// pinned.
+#[derive(Args, Serialize, Deserialize, Debug, Clone, PartialEq, Default)]
 pub struct CpuEngineArgs {
     /// cpu engine worker threads per service (0 = the cores left after the io threads,
     /// shared among the services on the cpu engine, at least 1).
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = CpuEngineArgs::default().workers)]
     pub workers: usize,
     /// Pin cpu engine workers to these cores.
     #[arg(long, value_parser = parse_cpu_list)]
@@ -120,7 +121,7 @@ pub struct CpuEngineArgs {
 #[derive(Args, Serialize, Deserialize, Debug, Clone, PartialEq)]
 pub struct PersistentEngineArgs {
     /// gpu-persistent: requests in flight on each GPU (slots).
-    #[arg(long, default_value_t = 2048)]
+    #[arg(long, default_value_t = PersistentEngineArgs::default().gpu_slots)]
     pub gpu_slots: usize,
     /// gpu-persistent: worker blocks per stage, e.g. 132:264:33 for k-NN's
     /// filter:search:reduce, one count for echo or spin (default: the service's own).
@@ -128,19 +129,51 @@ pub struct PersistentEngineArgs {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub stages: Option<Stages>,
     /// gpu-persistent: tasks a worker block takes from its gpipe at once.
-    #[arg(long, default_value_t = 1)]
+    #[arg(long, default_value_t = PersistentEngineArgs::default().gpu_batch)]
     pub gpu_batch: usize,
     /// gpu-persistent: restart a GPU that makes no progress for this long (ms).
-    #[arg(long, default_value_t = 1000)]
+    #[arg(long, default_value_t = PersistentEngineArgs::default().watchdog_ms)]
     pub watchdog_ms: u64,
     /// gpu-persistent: answers whose steps the GPU stamps, reported at shutdown (where the
     /// time goes; 0 = off).
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = PersistentEngineArgs::default().profile)]
     pub profile: usize,
     /// gpu-persistent: host threads moving each GPU's answers to the io threads, a TX ring
     /// each (one moves about 2-3 M answers/s); 0 = auto: 2 with 4 or more io threads, else 1.
-    #[arg(long, default_value_t = 0)]
+    #[arg(long, default_value_t = PersistentEngineArgs::default().egress_threads)]
     pub egress_threads: usize,
+}
+
+/// Each engine group's defaults, defined here once: its flags' clap attributes read them.
+impl Default for AdmissionArgs {
+    fn default() -> Self {
+        AdmissionArgs {
+            max_queue: cohort_engine::wiring::DEFAULT_MAX_QUEUE,
+            max_deadline_ms: 60_000,
+            dispatch: DispatchPolicy::LeastLoaded,
+        }
+    }
+}
+
+impl Default for PersistentEngineArgs {
+    fn default() -> Self {
+        PersistentEngineArgs {
+            gpu_slots: 2048,
+            stages: None,
+            gpu_batch: 1,
+            watchdog_ms: 1000,
+            profile: 0,
+            egress_threads: 0,
+        }
+    }
+}
+
+impl Default for HybridEngineArgs {
+    fn default() -> Self {
+        HybridEngineArgs {
+            latency_budget_us: 1000,
+        }
+    }
 }
 
 impl PersistentEngineArgs {
@@ -162,7 +195,7 @@ impl PersistentEngineArgs {
 #[derive(Args, Serialize, Deserialize, Debug, Clone, PartialEq)]
 pub struct HybridEngineArgs {
     /// hybrid: the expected GPU wait (us) beyond which a request goes to a cpu worker.
-    #[arg(long, default_value_t = 1000)]
+    #[arg(long, default_value_t = HybridEngineArgs::default().latency_budget_us)]
     pub latency_budget_us: u64,
 }
 
@@ -461,10 +494,7 @@ mod tests {
 
     #[test]
     fn egress_threads_auto_is_two_from_four_io_threads_and_never_past_one_per_ingress() {
-        use clap::FromArgMatches;
-        let cmd = PersistentEngineArgs::augment_args(clap::Command::new("defaults"));
-        let mut a = PersistentEngineArgs::from_arg_matches(&cmd.get_matches_from(["defaults"]))
-            .expect("the declared defaults parse");
+        let mut a = PersistentEngineArgs::default();
         assert_eq!(a.egress_threads, 0, "auto by default");
         let auto: Vec<usize> = [1, 2, 3, 4, 8, 16]
             .map(|i| a.egress_threads_for(i))
