@@ -449,3 +449,79 @@ fn check_config_says_the_threads_it_chose_and_why() {
         "{text}"
     );
 }
+
+/// `--check-config` prints every limit the server runs under in one table, each with why it
+/// has its value (a derived one says how it was derived, a given one says so), the services'
+/// own after the server's; the table is comments, so the printout still reads back.
+#[test]
+fn check_config_prints_every_limit_in_one_table() {
+    let o = cohort(&[
+        "serve",
+        "--check-config",
+        "--service",
+        "echo,spin:inline",
+        "--udp",
+        "127.0.0.1:0",
+        "--cpus",
+        "0",
+        "--max-connections",
+        "100",
+        "--max-queue",
+        "512",
+    ]);
+    let text = String::from_utf8_lossy(&o.stdout);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    let table: Vec<&str> = text
+        .lines()
+        .skip_while(|l| *l != "# limits:")
+        .skip(1)
+        .take_while(|l| l.starts_with("#   "))
+        .collect();
+    let row = |name: &str| {
+        table
+            .iter()
+            .find(|l| l.starts_with(&format!("#   {name}  ")))
+            .unwrap_or_else(|| panic!("no {name:?} row in\n{text}"))
+            .split_whitespace()
+            .skip(1 + name.split(' ').count())
+            .collect::<Vec<_>>()
+            .join(" ")
+    };
+    assert_eq!(row("io threads"), "1 one io thread per core (1); 1 cpu workers per service (1 cores over 1 cpu-engine services, sharing the io threads' cores)");
+    assert_eq!(row("max connections"), "100 given (--max-connections)");
+    assert!(row("max buffered bytes").contains("an eighth of the machine's memory"));
+    assert_eq!(
+        row("idle timeout"),
+        "60000 ms an idle TCP connection is closed after this"
+    );
+    assert!(row("io spin").starts_with("50 us one io thread"));
+    assert!(row("echo max queue").starts_with("512 "));
+    assert_eq!(
+        row("echo cpu workers"),
+        "1 chosen with the io threads (above)"
+    );
+    assert_eq!(
+        row("spin engine"),
+        "inline its own (NAME:ENGINE or its engine key)"
+    );
+    for name in [
+        "socket buffer bytes",
+        "read timeout",
+        "drain timeout",
+        "default timeout",
+        "max deadline",
+        "client max inflight",
+        "client rate",
+        "echo worker spin",
+        "spin max queue",
+    ] {
+        row(name);
+    }
+    // The printout, table and all, reads back through --config.
+    let dir = common::Scratch::new("check-config-table");
+    let cfg = dir.0.join("c.toml");
+    std::fs::write(&cfg, text.as_bytes()).unwrap();
+    let o = cohort(&["serve", "--check-config", "--config", cfg.to_str().unwrap()]);
+    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
+    assert!(String::from_utf8_lossy(&o.stdout).contains("#   max connections  "));
+}

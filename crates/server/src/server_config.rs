@@ -605,3 +605,191 @@ fn collections_config(a: &ServeArgs) -> Result<Option<CollectionsConfig>> {
         gpus: a.gpu.gpus.clone(),
     }))
 }
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::config_file::apply_text;
+
+    fn resolve(a: &ServeArgs) -> ServerConfig {
+        ServerConfig::resolve(a).unwrap()
+    }
+
+    fn error(a: &ServeArgs) -> String {
+        format!("{:#}", ServerConfig::resolve(a).unwrap_err())
+    }
+
+    #[test]
+    fn defaults_resolve_to_the_declared_limits_once() {
+        let c = resolve(&ServeArgs::loopback("echo"));
+        assert_eq!(c.serve.plans.len(), 1);
+        let p = &c.serve.plans[0];
+        assert_eq!((p.name, p.cfg.engine), ("echo", EngineKind::Cpu));
+        assert_eq!(
+            p.cfg.admission.max_queue,
+            cohort_engine::wiring::DEFAULT_MAX_QUEUE
+        );
+        // The threads are chosen once: the listeners run as many as the plans were sized for.
+        assert_eq!(c.net.io_threads, c.serve.threads.io_threads);
+        assert_eq!(c.net.limits.idle_timeout, Duration::from_secs(60));
+        assert_eq!(c.net.limits.read_timeout, Duration::from_secs(10));
+        assert_eq!(c.net.drain_timeout, Duration::from_secs(10));
+        assert_eq!(c.net.max_timeout, Duration::from_secs(60));
+        assert_eq!(
+            c.net.limits.socket_buffer_bytes,
+            cohort_net::DEFAULT_SOCKET_BUFFER
+        );
+        assert_eq!(
+            c.net.limits.max_buffered_bytes,
+            cohort_net::default_buffered_bytes()
+        );
+        assert!(c
+            .net
+            .udp
+            .is_some_and(|a| a.ip().is_loopback() && a.port() == 0));
+        assert!(c.net.grpc.is_none() && c.net.admin.is_none());
+        let spin = if c.net.io_threads == 1 { 50 } else { 0 };
+        assert_eq!(c.net.io_spin, Duration::from_micros(spin));
+        assert!(c.cluster.is_none() && c.node.is_none() && c.collections.is_none());
+        assert!(!c.is_front_end());
+        assert!(c.net_why.max_connections.contains("descriptor limit"));
+        assert!(c.net_why.max_buffered_bytes.contains("an eighth"));
+    }
+
+    #[test]
+    fn a_config_file_value_overrides_a_default() {
+        let mut a = ServeArgs::loopback("echo");
+        let file =
+            "idle_timeout_ms = 5000\nmax_connections = 77\n[services.echo]\nmax_queue = 64\n";
+        apply_text(&mut a, file, &|_| false).unwrap();
+        let c = resolve(&a);
+        assert_eq!(c.net.limits.idle_timeout, Duration::from_secs(5));
+        assert_eq!(c.net.limits.max_connections, 77);
+        assert_eq!(c.net_why.max_connections, "given (--max-connections)");
+        assert_eq!(c.serve.plans[0].cfg.admission.max_queue, 64);
+    }
+
+    #[test]
+    fn a_flag_overrides_the_file() {
+        // `--idle-timeout-ms 7000 --io-threads 3` on the command line, the file saying
+        // otherwise: the flags win, the file's other keys still apply.
+        let mut a = ServeArgs::loopback("echo");
+        a.idle_timeout_ms = 7000;
+        a.io_threads = 3;
+        let file = "idle_timeout_ms = 5000\nio_threads = 1\nread_timeout_ms = 2000\n";
+        let flags = ["idle_timeout_ms", "io_threads"];
+        apply_text(&mut a, file, &|id| flags.contains(&id)).unwrap();
+        let c = resolve(&a);
+        assert_eq!(c.net.limits.idle_timeout, Duration::from_secs(7));
+        assert_eq!(c.net.limits.read_timeout, Duration::from_secs(2));
+        assert_eq!((c.net.io_threads, c.serve.threads.io_threads), (3, 3));
+        assert!(c.serve.threads.why.starts_with("--io-threads 3 (given)"));
+        assert_eq!(c.net.io_spin, Duration::ZERO, "{}", c.net_why.io_spin);
+    }
+
+    #[test]
+    fn a_bad_setting_is_caught_at_resolve_with_a_clear_message() {
+        let bad = |f: &dyn Fn(&mut ServeArgs)| {
+            let mut a = ServeArgs::loopback("echo");
+            f(&mut a);
+            error(&a)
+        };
+        assert_eq!(
+            bad(&|a| a.max_connections = Some(0)),
+            "--max-connections must be at least 1"
+        );
+        assert_eq!(
+            bad(&|a| {
+                a.udp = None;
+                a.tcp = None;
+                a.http = None;
+            }),
+            "no listener (give --udp, --tcp, --http or --grpc)"
+        );
+        assert!(bad(&|a| a.service = "echo,nope".into()).starts_with("unknown service \"nope\""));
+        assert!(bad(&|a| a.cluster_key = Some("k".into())).contains("it needs --cluster"));
+        assert!(bad(&|a| {
+            a.http = None;
+            a.data_dir = Some("/nonexistent".into());
+        })
+        .contains("--data-dir serves the collections over HTTP"));
+        assert!(bad(&|a| {
+            a.cluster = Some("etcd://127.0.0.1:2379".into());
+            a.node_listen = Some("0.0.0.0:7100".into());
+        })
+        .contains("--node-listen 0.0.0.0:7100: give the address front ends reach"));
+        // A file's bad value: named with its key, before anything resolves.
+        let mut a = ServeArgs::loopback("echo");
+        let e = apply_text(&mut a, "idle_timeout_ms = \"soon\"\n", &|_| false).unwrap_err();
+        assert!(
+            format!("{e:#}").contains("key \"idle_timeout_ms\""),
+            "{e:#}"
+        );
+        a.idle_timeout_ms = 0;
+        assert_eq!(
+            error(&a),
+            "--idle-timeout-ms and --read-timeout-ms must be above 0"
+        );
+    }
+
+    #[test]
+    fn the_roles_and_their_parts_come_apart() {
+        let mut a = ServeArgs::loopback("echo");
+        a.cluster = Some("etcd://127.0.0.1:2379".into());
+        a.cluster_lanes = 2;
+        let front = resolve(&a);
+        assert!(front.is_front_end());
+        let c = front.cluster.as_ref().unwrap();
+        assert_eq!((c.lanes, c.window, c.rings), (2, 4096, true));
+        a.node_listen = Some("127.0.0.1:7100".into());
+        a.lease_secs = 5;
+        let node = resolve(&a);
+        assert!(!node.is_front_end());
+        let n = node.node.as_ref().unwrap();
+        assert_eq!(n.listen.port(), 7100);
+        assert_eq!(n.lease, Duration::from_secs(5));
+        let table = front.limits_table();
+        assert!(table.contains("cluster lanes") && table.contains("node window"));
+        assert!(!node.limits_table().contains("cluster lanes"));
+    }
+
+    #[test]
+    fn the_limits_table_has_every_limit_and_each_service_says_why() {
+        let mut a = ServeArgs::loopback("echo,spin:inline");
+        a.cpu.workers = 3;
+        a.io_threads = 2;
+        a.worker_spin_us = Some(7);
+        let c = resolve(&a);
+        let table = c.limits_table();
+        for name in [
+            "io threads",
+            "max connections",
+            "max buffered bytes",
+            "socket buffer bytes",
+            "idle timeout",
+            "read timeout",
+            "drain timeout",
+            "default timeout",
+            "max deadline",
+            "client max inflight",
+            "client rate",
+            "io spin",
+            "echo engine",
+            "echo max queue",
+            "echo cpu workers",
+            "echo worker spin",
+            "spin engine",
+            "spin max queue",
+        ] {
+            assert!(table.contains(&format!("#   {name} ")), "{name}:\n{table}");
+        }
+        let row = |name: &str| c.limits().into_iter().find(|l| l.name == name).unwrap();
+        assert_eq!(row("echo cpu workers").value, "3");
+        assert_eq!(row("echo cpu workers").why, "its workers (given)");
+        assert_eq!(row("echo worker spin").value, "7 us");
+        assert_eq!(row("spin engine").value, "inline");
+        assert!(row("io threads").why.contains("--io-threads 2 (given)"));
+        assert!(table.lines().all(|l| l.starts_with('#')));
+        assert!(c.limits().iter().all(|l| !l.why.is_empty()));
+    }
+}
