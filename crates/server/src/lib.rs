@@ -168,7 +168,15 @@ fn start_node(
 ) -> Result<ClusterNode> {
     use cohort_cluster::membership::{Etcd, NodeInfo, Registration, ServiceAt};
     let node = cfg.node.as_ref().expect("a node has --node-listen");
-    let cluster = cfg.cluster.as_ref().expect("resolve: a node has --cluster");
+    let listen = node.listen;
+    anyhow::ensure!(
+        !listen.ip().is_unspecified(),
+        "--node-listen {listen}: give the address front ends reach this node at (it is registered as given)"
+    );
+    let cluster = cfg
+        .cluster
+        .as_ref()
+        .context("--node-listen needs --cluster (the etcd the node registers in)")?;
     let plans = &cfg.serve.plans;
     let etcd = Etcd::open(&cluster.etcd, &cluster.access)?;
     let ingress = cohort_cluster::node::NodeIngress::start(

@@ -32,7 +32,7 @@ pub struct ServerConfig {
     pub net_why: NetWhy,
     /// `--cluster`: the etcd this server (front end or node) reaches, and the link's settings.
     pub cluster: Option<ClusterConfig>,
-    /// `--node-listen`: this server is a cluster node (it has `cluster` too).
+    /// `--node-listen`: this server is a cluster node (it starts only with `cluster`).
     pub node: Option<NodeConfig>,
     /// `--data-dir`: the live collections served over HTTP.
     pub collections: Option<CollectionsConfig>,
@@ -132,16 +132,10 @@ impl ServerConfig {
         let node = match &a.node_listen {
             None => None,
             Some(_) => {
+                // (What a node needs past an address, a specific one and --cluster, is
+                // checked as it starts: `--check-config` takes a node's flags alone.)
                 let listen =
                     resolve_addr("node-listen", &a.node_listen)?.expect("a node has --node-listen");
-                anyhow::ensure!(
-                    !listen.ip().is_unspecified(),
-                    "--node-listen {listen}: give the address front ends reach this node at (it is registered as given)"
-                );
-                anyhow::ensure!(
-                    cluster.is_some(),
-                    "--node-listen needs --cluster (the etcd the node registers in)"
-                );
                 Some(NodeConfig {
                     listen,
                     id: a.node_id.clone(),
@@ -713,11 +707,7 @@ mod tests {
             a.data_dir = Some("/nonexistent".into());
         })
         .contains("--data-dir serves the collections over HTTP"));
-        assert!(bad(&|a| {
-            a.cluster = Some("etcd://127.0.0.1:2379".into());
-            a.node_listen = Some("0.0.0.0:7100".into());
-        })
-        .contains("--node-listen 0.0.0.0:7100: give the address front ends reach"));
+        assert!(bad(&|a| a.node_listen = Some("nowhere".into())).contains("--node-listen"));
         // A file's bad value: named with its key, before anything resolves.
         let mut a = ServeArgs::loopback("echo");
         let e = apply_text(&mut a, "idle_timeout_ms = \"soon\"\n", &|_| false).unwrap_err();
