@@ -6,7 +6,6 @@
 
 pub use crate::engine_config::EngineKind;
 use crate::engine_config::{engine_keys, is_engine_key, knob_of, EngineConfig};
-use crate::ServeArgs;
 use anyhow::{bail, Context as _, Result};
 use cohort_services::config::{value_of, Settings};
 
@@ -20,23 +19,19 @@ pub struct ServicePlan {
     pub settings: Settings,
 }
 
-pub fn plans(a: &ServeArgs) -> Result<Vec<ServicePlan>> {
-    let default_engine: EngineKind = a.engine.parse().map_err(anyhow::Error::msg)?;
-    let server_wide = EngineConfig {
-        engine: default_engine,
-        admission: a.admission.clone(),
-        cpu: a.cpu.clone(),
-        gpu: a.gpu.clone(),
-        persistent: a.persistent.clone(),
-        hybrid: a.hybrid.clone(),
-    };
+/// The services to serve and what each runs on: `services` as `--service` names them
+/// (`NAME[:ENGINE],...`), `server_wide` the engine knobs every service starts from (the
+/// flags), `settings` the services' tables and flags (service -> key -> value) and `opts`
+/// the `--service-opt NAME.KEY=VALUE`s over them. Called once, by `ServerConfig::resolve`.
+pub fn plans(
+    services: &str,
+    server_wide: &EngineConfig,
+    settings: &std::collections::BTreeMap<String, Settings>,
+    opts: &[String],
+) -> Result<Vec<ServicePlan>> {
+    let default_engine = server_wide.engine;
     let mut out: Vec<ServicePlan> = Vec::new();
-    for item in a
-        .service
-        .split(',')
-        .map(str::trim)
-        .filter(|s| !s.is_empty())
-    {
+    for item in services.split(',').map(str::trim).filter(|s| !s.is_empty()) {
         let (name, engine) = match item.split_once(':') {
             Some((n, e)) => (n.trim(), e.trim().parse().map_err(anyhow::Error::msg)?),
             None => (item, default_engine),
@@ -63,7 +58,7 @@ pub fn plans(a: &ServeArgs) -> Result<Vec<ServicePlan>> {
     // Settings from the config file and the services' flags, then --service-opt: the engine
     // keys gathered per service (a later one wins), the rest the service's own.
     let mut engine_keys: Vec<toml::Table> = vec![toml::Table::new(); out.len()];
-    for (name, table) in &a.service_settings {
+    for (name, table) in settings {
         let Some(i) = out.iter().position(|p| p.name == name.as_str()) else {
             // A flag of a service not served (the demo's --index with --service echo): unused.
             continue;
@@ -72,7 +67,7 @@ pub fn plans(a: &ServeArgs) -> Result<Vec<ServicePlan>> {
             set(&mut out[i], &mut engine_keys[i], key, value.clone());
         }
     }
-    for opt in &a.service_opt {
+    for opt in opts {
         let (name, key, value) =
             split_opt(opt).with_context(|| format!("--service-opt {opt:?}"))?;
         let Some(i) = out.iter().position(|p| p.name == name) else {
@@ -261,6 +256,17 @@ pub fn check_backend(has_gpu_backend: bool, name: &str, engine: EngineKind) -> R
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::ServeArgs;
+
+    /// The plans of a command line, as `ServerConfig::resolve` makes them.
+    fn plans(a: &ServeArgs) -> Result<Vec<ServicePlan>> {
+        super::plans(
+            &a.service,
+            &crate::server_config::engine_defaults(a)?,
+            &a.service_settings,
+            &a.service_opt,
+        )
+    }
 
     #[test]
     fn a_service_with_per_gpu_state_is_refused_on_two_gpus_and_on_hybrid() {

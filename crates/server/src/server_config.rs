@@ -120,7 +120,8 @@ impl ServerConfig {
     /// Validates `a` once and derives the server's configuration from it. Errors name the
     /// flag (or config key) at fault.
     pub fn resolve(a: &ServeArgs) -> Result<ServerConfig> {
-        let plans = plan::plans(a)?;
+        let defaults = engine_defaults(a)?;
+        let plans = plan::plans(&a.service, &defaults, &a.service_settings, &a.service_opt)?;
         let cores = match &a.cpus {
             Some(c) if !c.0.is_empty() => c.0.len(),
             _ => machine_cores(),
@@ -142,14 +143,6 @@ impl ServerConfig {
                     lease: Duration::from_secs(a.lease_secs),
                 })
             }
-        };
-        let defaults = EngineConfig {
-            engine: a.engine.parse().map_err(anyhow::Error::msg)?,
-            admission: a.admission.clone(),
-            cpu: a.cpu.clone(),
-            gpu: a.gpu.clone(),
-            persistent: a.persistent.clone(),
-            hybrid: a.hybrid.clone(),
         };
         Ok(ServerConfig {
             serve: ServeConfig {
@@ -406,6 +399,18 @@ fn bytes(n: usize) -> String {
     } else {
         text
     }
+}
+
+/// The server-wide engine knobs (`--engine` and the engine flags): every service's defaults.
+pub(crate) fn engine_defaults(a: &ServeArgs) -> Result<EngineConfig> {
+    Ok(EngineConfig {
+        engine: a.engine.parse().map_err(anyhow::Error::msg)?,
+        admission: a.admission.clone(),
+        cpu: a.cpu.clone(),
+        gpu: a.gpu.clone(),
+        persistent: a.persistent.clone(),
+        hybrid: a.hybrid.clone(),
+    })
 }
 
 /// The machine's cores as the process's affinity gives them.
