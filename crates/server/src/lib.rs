@@ -11,6 +11,7 @@ pub mod config_file;
 pub mod engine_config;
 mod engines;
 pub mod gpu_args;
+pub mod limits_table;
 pub mod plan;
 mod resolved;
 mod serve_serde;
@@ -27,6 +28,7 @@ pub use args::{ServeArgs, UdpIoArg};
 pub use engine_config::{AdmissionArgs, CpuEngineArgs, HybridEngineArgs, PersistentEngineArgs};
 pub use engines::{start_engines, EngineSide};
 pub use gpu_args::GpuEngineArgs;
+pub use limits_table::Limit;
 pub use server_config::{ClusterConfig, NodeConfig, ServeConfig, ServerConfig};
 
 /// A running server: listeners plus engines.
