@@ -7,7 +7,7 @@
 //! every limit in one table with why it has its value ([`ServerConfig::limits`]).
 
 use crate::args::{ServeArgs, UdpIoArg};
-use crate::engine_config::{EngineConfig, EngineKind};
+use crate::engine_config::EngineConfig;
 use crate::plan::{self, ServicePlan};
 use crate::threads::Threads;
 use anyhow::{Context as _, Result};
@@ -405,6 +405,7 @@ fn collections_config(a: &ServeArgs) -> Result<Option<CollectionsConfig>> {
 mod tests {
     use super::*;
     use crate::config_file::apply_text;
+    use crate::engine_config::EngineKind;
 
     fn resolve(a: &ServeArgs) -> ServerConfig {
         ServerConfig::resolve(a).unwrap()
