@@ -13,6 +13,7 @@ use super::served::{wait_listening, Pinned, TempDir};
 use anyhow::{bail, Context as _, Result};
 use clap::Args;
 use cohort_load::Report;
+use cohort_server::util::CpuList;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -29,12 +30,13 @@ pub struct OverloadBench {
     /// The server's engine.
     #[arg(long, default_value = "cpu")]
     pub engine: String,
-    /// The server's cores (it runs one io thread per core unless --serve-arg says otherwise).
-    #[arg(long, value_delimiter = ',', default_value = "0")]
-    pub server_cpus: Vec<usize>,
-    /// The generator's cores.
-    #[arg(long, value_delimiter = ',', default_value = "1")]
-    pub load_cpus: Vec<usize>,
+    /// The server's cores, a list as `taskset` takes (0-7 or 0,2,4) (it runs one io thread
+    /// per core unless --serve-arg says otherwise).
+    #[arg(long, default_value = "0", value_parser = cohort_server::util::parse_cpu_list)]
+    pub server_cpus: CpuList,
+    /// The generator's cores, the same way.
+    #[arg(long, default_value = "1", value_parser = cohort_server::util::parse_cpu_list)]
+    pub load_cpus: CpuList,
     /// Generator connections (sockets) per run; HTTP/1.1 has one request in flight on each,
     /// so HTTP gets at least --capacity-concurrency.
     #[arg(long, default_value_t = 4)]
@@ -99,7 +101,7 @@ fn transport(a: &OverloadBench, exe: &Path, tmp: &Path, t: &str, port: u16) -> R
     flags.extend(a.serve_arg.iter().cloned());
     let log = tmp.join(format!("serve-{t}.log"));
     eprintln!("== {t}: {}", flags.join(" "));
-    let mut server = Pinned::spawn(exe, &flags, &a.server_cpus, &log)?;
+    let mut server = Pinned::spawn(exe, &flags, &a.server_cpus.0, &log)?;
     wait_listening(&mut server, &log, Duration::from_secs(120))?;
     let pid = server.0.id();
     let target = format!("{t}://127.0.0.1:{port}");
@@ -154,7 +156,7 @@ fn transport(a: &OverloadBench, exe: &Path, tmp: &Path, t: &str, port: u16) -> R
     eprintln!("{t}: goals {}", serde_json::to_string(&goals)?);
     Ok(json!({
         "transport": t, "service": a.service, "engine": a.engine,
-        "server_cpus": a.server_cpus, "load_cpus": a.load_cpus, "connections": conns,
+        "server_cpus": a.server_cpus.0, "load_cpus": a.load_cpus.0, "connections": conns,
         "serve": flags, "timeout_us": a.timeout_us,
         "capacity": { "concurrency": a.capacity_concurrency, "rate": cap,
                       "p99_us": capacity.latency_us.p99, "report": capacity },
@@ -241,7 +243,7 @@ fn load(
         Load::Open(rate) => args.extend(["--poisson".into(), "--rate".into(), format!("{rate}")]),
     }
     let log = tmp.join("load.log");
-    let mut gen = Pinned::spawn(exe, &args, &a.load_cpus, &log)?;
+    let mut gen = Pinned::spawn(exe, &args, &a.load_cpus.0, &log)?;
     let mut peak = 0u64;
     let status = loop {
         if let Some(st) = gen.0.try_wait()? {
