@@ -38,7 +38,7 @@ pub struct OverloadBench {
     #[arg(long, default_value = "1", value_parser = cohort_server::util::parse_cpu_list)]
     pub load_cpus: CpuList,
     /// Generator connections (sockets) per run; HTTP/1.1 has one request in flight on each,
-    /// so HTTP gets at least --capacity-concurrency.
+    /// so HTTP gets at least --capacity-concurrency, and 2 x that x the multiple past it.
     #[arg(long, default_value_t = 4)]
     pub connections: usize,
     /// Requests in flight for the capacity run (closed loop).
@@ -118,7 +118,14 @@ fn transport(a: &OverloadBench, exe: &Path, tmp: &Path, t: &str, port: u16) -> R
     let mut points = Vec::new();
     for &m in &a.multiples {
         let before = refused_by_reason(admin);
-        let (r, rss) = load(a, exe, tmp, &target, conns, Load::Open(m * cap), pid)?;
+        // HTTP/1.1 holds one request a connection: past capacity the generator's own pool
+        // would queue the excess (flagged gen_sat) and the server never see it. Twice the
+        // capacity run's concurrency times the multiple puts the excess on the server.
+        let point_conns = match t {
+            "http" => conns.max((a.capacity_concurrency as f64 * 2.0 * m).ceil() as usize),
+            _ => conns,
+        };
+        let (r, rss) = load(a, exe, tmp, &target, point_conns, Load::Open(m * cap), pid)?;
         let after = refused_by_reason(admin);
         let server_refused: BTreeMap<String, f64> = after
             .iter()
@@ -138,7 +145,7 @@ fn transport(a: &OverloadBench, exe: &Path, tmp: &Path, t: &str, port: u16) -> R
             rss as f64 / 1048576.0
         );
         points.push(json!({
-            "multiple": m, "offered": r.offered_rate, "goodput": r.achieved_rate,
+            "multiple": m, "connections": point_conns, "offered": r.offered_rate, "goodput": r.achieved_rate,
             "sent": r.sent, "answered_ok": r.ok, "refused": refused,
             "no_answer": r.errors.get("no_answer").copied().unwrap_or(0),
             "other_errors": r.error_total() - refused - r.errors.get("no_answer").copied().unwrap_or(0),
