@@ -8,8 +8,8 @@
 //! one overflows are the lists laid out again. A compaction (slots renumbered) or a training
 //! (lists replaced) uploads the whole of what changed.
 
-use crate::kernels::{CollScatterArgs, NO_SLOT};
-use crate::program::{kind_of, ColDesc};
+use crate::kernels::{ColDesc, CollScatterArgs, NO_SLOT};
+use crate::program::kind_of;
 use crate::Kernels;
 use cohort_collections::columns::Column;
 use cohort_collections::data::Data;
