@@ -9,7 +9,8 @@
 //! - `ops`, `codec`, `wal`, `snapshot`: the writes, their encoding, the write-ahead log with
 //!   group commit and CRC32 per record, snapshots written atomically.
 //! - `accel`: the hook through which a device (`cohort-collections-gpu`) serves searches.
-//! - `import`: a collection seeded from a static k-NN index file (`cohort index build`).
+//! - `import`: a collection seeded from a static k-NN index file (`cohort index build`), its
+//!   centroids kept beside it (`centroids`).
 //! - `collection`: the group commit that orders, logs and applies writes; `store`: the
 //!   collections of a `--data-dir`; `api`: the REST JSON surface and the native frames'
 //!   requests (`frames`: their binary encoding, pure).
@@ -18,6 +19,7 @@
 
 pub mod accel;
 pub mod api;
+mod centroids;
 pub mod codec;
 pub mod collection;
 pub mod columns;
