@@ -140,10 +140,7 @@ pub struct DevIvf {
 
 impl DevIvf {
     /// Lays the lists out again, each with room.
-    fn upload(
-        s: &Arc<CudaStream>,
-        ivf: &cohort_collections::search::Ivf,
-    ) -> Result<DevIvf, GpuError> {
+    fn upload(s: &Arc<CudaStream>, ivf: &cohort_collections::ivf::Ivf) -> Result<DevIvf, GpuError> {
         let lists = ivf.lists();
         let mut host_off = Vec::with_capacity(lists.len() + 1);
         let mut flat = Vec::new();

@@ -5,7 +5,7 @@
 //! nearest) instead of running k-means; past that, k-means as for any collection.
 
 use crate::error::{Error, Kind, Result};
-use crate::search::Ivf;
+use crate::ivf::Ivf;
 use std::io::Write;
 use std::path::Path;
 
