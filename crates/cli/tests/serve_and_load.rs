@@ -176,6 +176,41 @@ fn overload_over_tcp_answers_overloaded_and_never_drops() {
     assert_eq!(s.wait_exit(Duration::from_secs(15)), 0);
 }
 
+/// HTTP/1.1 holds one request a connection: a rate past what the generator's connections
+/// carry waits in the generator, not the server, and the report says so (`gen_sat`, the wait
+/// as send lag) instead of showing a server that queued; a rate they carry is not flagged.
+#[test]
+fn http_requests_waiting_for_a_connection_flag_the_generator() {
+    let _serial = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let mut s = Served::start(&["--service", "spin", "--workers", "2"]);
+    let spin = Arc::new(SpinWorkload {
+        spin_us: 2000,
+        payload_bytes: 8,
+    });
+    let http = |rate: f64| {
+        load_over(
+            Target::Http(s.http.unwrap()),
+            Mode::Open {
+                rate,
+                poisson: false,
+            },
+            1.0,
+            spin.clone(),
+            2,
+        )
+    };
+    // Two connections at 2 ms a request carry at most ~1 000/s: 2 000/s waits for them.
+    let r = http(2000.0);
+    assert!(r.generator_saturated, "{r:#?}");
+    assert!(r.send_lag_us_p99 > 10_000.0, "{r:#?}");
+    assert_all_answered(&r);
+    let r = http(100.0);
+    assert!(!r.generator_saturated, "{r:#?}");
+    assert_eq!(r.error_total(), 0, "{r:#?}");
+    s.sigterm();
+    assert_eq!(s.wait_exit(Duration::from_secs(15)), 0);
+}
+
 /// SIGTERM in the middle of a TCP run: GOAWAY, every request the server read is answered,
 /// exit 0.
 #[test]

@@ -1,10 +1,12 @@
 //! The collections' CUDA (`kernels/collection.cu`): every limit, opcode and column kind the
 //! kernels and this crate share, defined once here and handed to the kernels as a generated
-//! prelude; the kernels' argument blocks, declared once with their grid rules.
+//! prelude; the filter program's instruction and column layouts (`Instr`, `ColDesc`); the
+//! kernels' argument blocks, declared once with their grid rules.
 
 use cohort_gpu::kernel_args;
 use cohort_gpu::launch::{Dev, Grid, KernelDecl};
 use cohort_gpu::{KernelSource, Prelude};
+use cudarc::driver::{DeviceRepr, ValidAsZeroBits};
 
 /// Threads per block of every collection kernel.
 pub const BLOCK: usize = 256;
@@ -46,6 +48,36 @@ pub mod kind {
     pub const KEYWORD: u32 = 2;
 }
 
+/// One instruction (`Instr` in the kernels; 48 bytes).
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default, PartialEq)]
+pub struct Instr {
+    pub op: u32,
+    pub col: u32,
+    /// RANGE: which of `v` are bounds (1 gt, 2 gte, 4 lt, 8 lte).
+    pub flags: u32,
+    /// IN: how many values, from table index `v[0]`.
+    pub n: u32,
+    pub v: [u64; 4],
+}
+// SAFETY: plain numbers, laid out as the CUDA struct (the kernel check compiles both);
+// all-zero bits are a valid value (opcode TRUE).
+unsafe impl DeviceRepr for Instr {}
+unsafe impl ValidAsZeroBits for Instr {}
+
+/// A column as the kernels see it (`ColDesc`; 24 bytes): device addresses.
+#[repr(C)]
+#[derive(Debug, Clone, Copy, Default)]
+pub struct ColDesc {
+    pub data: u64,
+    pub has: u64,
+    pub kind: u32,
+    pub pad: u32,
+}
+// SAFETY: plain numbers (device addresses), laid out as the CUDA struct; zero is valid.
+unsafe impl DeviceRepr for ColDesc {}
+unsafe impl ValidAsZeroBits for ColDesc {}
+
 pub fn prelude() -> Prelude {
     let mut p = Prelude::new("crates/collections-gpu/src/kernels.rs")
         .int("COLL_BLOCK", BLOCK)
@@ -67,11 +99,8 @@ pub fn prelude() -> Prelude {
         .int("KIND_INT", kind::INT as usize)
         .int("KIND_FLOAT", kind::FLOAT as usize)
         .int("KIND_KEYWORD", kind::KEYWORD as usize)
-        .int("INSTR_BYTES", std::mem::size_of::<crate::program::Instr>())
-        .int(
-            "COLDESC_BYTES",
-            std::mem::size_of::<crate::program::ColDesc>(),
-        );
+        .int("INSTR_BYTES", std::mem::size_of::<Instr>())
+        .int("COLDESC_BYTES", std::mem::size_of::<ColDesc>());
     p.define("NO_SLOT", format!("{NO_SLOT:#x}u"));
     p.define("NO_CODE", format!("{NO_CODE:#x}u"));
     p
@@ -80,8 +109,8 @@ pub fn prelude() -> Prelude {
 kernel_args! {
     /// The filter over every slot, a warp per 32 slots.
     pub struct CollFilterArgs {
-        prog: Dev<crate::program::Instr>,
-        cols: Dev<crate::program::ColDesc>,
+        prog: Dev<Instr>,
+        cols: Dev<ColDesc>,
         table: Dev<u64>,
         live: Dev<u32>,
         slots: u64,

@@ -8,8 +8,8 @@
 //! one overflows are the lists laid out again. A compaction (slots renumbered) or a training
 //! (lists replaced) uploads the whole of what changed.
 
-use crate::kernels::{CollScatterArgs, NO_SLOT};
-use crate::program::{kind_of, ColDesc};
+use crate::kernels::{ColDesc, CollScatterArgs, NO_SLOT};
+use crate::program::kind_of;
 use crate::Kernels;
 use cohort_collections::columns::Column;
 use cohort_collections::data::Data;
@@ -140,10 +140,7 @@ pub struct DevIvf {
 
 impl DevIvf {
     /// Lays the lists out again, each with room.
-    fn upload(
-        s: &Arc<CudaStream>,
-        ivf: &cohort_collections::search::Ivf,
-    ) -> Result<DevIvf, GpuError> {
+    fn upload(s: &Arc<CudaStream>, ivf: &cohort_collections::ivf::Ivf) -> Result<DevIvf, GpuError> {
         let lists = ivf.lists();
         let mut host_off = Vec::with_capacity(lists.len() + 1);
         let mut flat = Vec::new();

@@ -8,40 +8,9 @@
 //! the filter depth limit (16) keeps it well inside 32 bits; deeper programs are refused
 //! (the CPU answers them).
 
-use crate::kernels::{kind, op};
+use crate::kernels::{kind, op, Instr};
 use cohort_collections::columns::{Column, NO_CODE};
 use cohort_collections::filter::{Bounds, Compiled, Num};
-use cudarc::driver::{DeviceRepr, ValidAsZeroBits};
-
-/// One instruction (`Instr` in the kernels; 48 bytes).
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Default, PartialEq)]
-pub struct Instr {
-    pub op: u32,
-    pub col: u32,
-    /// RANGE: which of `v` are bounds (1 gt, 2 gte, 4 lt, 8 lte).
-    pub flags: u32,
-    /// IN: how many values, from table index `v[0]`.
-    pub n: u32,
-    pub v: [u64; 4],
-}
-// SAFETY: plain numbers, laid out as the CUDA struct (the kernel check compiles both);
-// all-zero bits are a valid value (opcode TRUE).
-unsafe impl DeviceRepr for Instr {}
-unsafe impl ValidAsZeroBits for Instr {}
-
-/// A column as the kernels see it (`ColDesc`; 24 bytes): device addresses.
-#[repr(C)]
-#[derive(Debug, Clone, Copy, Default)]
-pub struct ColDesc {
-    pub data: u64,
-    pub has: u64,
-    pub kind: u32,
-    pub pad: u32,
-}
-// SAFETY: plain numbers (device addresses), laid out as the CUDA struct; zero is valid.
-unsafe impl DeviceRepr for ColDesc {}
-unsafe impl ValidAsZeroBits for ColDesc {}
 
 /// The most booleans the stack may hold.
 const STACK_BITS: usize = 32;

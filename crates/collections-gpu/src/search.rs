@@ -10,11 +10,11 @@
 //! Queries go through in chunks so that the partial lists stay within `PARTIAL_CAP`.
 
 use crate::kernels::{
-    CollCoarseArgs, CollFilterArgs, CollReduceArgs, CollScanArgs, MAX_CAND, MAX_DIM, MAX_K,
+    CollCoarseArgs, CollFilterArgs, CollReduceArgs, CollScanArgs, Instr, MAX_CAND, MAX_DIM, MAX_K,
     MAX_NLIST, NO_SLOT, SEGMENT,
 };
 use crate::mirror::Mirror;
-use crate::program::{Instr, Program};
+use crate::program::Program;
 use crate::Kernels;
 use cohort_collections::accel::SearchRequest;
 use cohort_collections::data::Data;

@@ -156,7 +156,7 @@ impl Collection {
         if crate::search::needs_training(&data) {
             // An imported index's centroids, while the collection is near what they were
             // trained on; k-means otherwise.
-            let ivf = match crate::import::seed(dir, name, &data)? {
+            let ivf = match crate::centroids::seed(dir, name, &data)? {
                 Some(mut ivf) => {
                     crate::search::assign(&mut ivf, &data, 0..data.slots());
                     ivf

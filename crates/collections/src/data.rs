@@ -6,9 +6,9 @@
 
 use crate::columns::Column;
 use crate::filter::Filter;
+use crate::ivf::{index_vector, Ivf};
 use crate::ops::{Op, Point};
 use crate::schema::{AttrValue, Metric, Settings};
-use crate::search::Ivf;
 use rayon::prelude::*;
 use std::collections::HashMap;
 
@@ -150,7 +150,7 @@ impl Data {
                     Some(ivf) => points
                         .par_iter()
                         .with_min_len(64)
-                        .map(|p| Some(ivf.nearest(&crate::search::index_vector(metric, &p.vector))))
+                        .map(|p| Some(ivf.nearest(&index_vector(metric, &p.vector))))
                         .collect(),
                     None => vec![None; points.len()],
                 };

@@ -4,12 +4,13 @@
 //!
 //! - `schema`: settings (dim, metric, element, attribute schema) and the documented limits.
 //! - `filter`: filter expressions, checked against the schema, evaluated over `columns`.
-//! - `data`: the state in memory (slots, tombstones, id map); `search`: the IVF-Flat over it
-//!   (k-means and distances from `cohort_knn`) and the plan by selectivity.
+//! - `data`: the state in memory (slots, tombstones, id map, the `ivf` lists); `search`: the
+//!   IVF-Flat over it (k-means and distances from `cohort_knn`) and the plan by selectivity.
 //! - `ops`, `codec`, `wal`, `snapshot`: the writes, their encoding, the write-ahead log with
 //!   group commit and CRC32 per record, snapshots written atomically.
 //! - `accel`: the hook through which a device (`cohort-collections-gpu`) serves searches.
-//! - `import`: a collection seeded from a static k-NN index file (`cohort index build`).
+//! - `import`: a collection seeded from a static k-NN index file (`cohort index build`), its
+//!   centroids kept beside it (`centroids`).
 //! - `collection`: the group commit that orders, logs and applies writes; `store`: the
 //!   collections of a `--data-dir`; `api`: the REST JSON surface and the native frames'
 //!   requests (`frames`: their binary encoding, pure).
@@ -18,6 +19,7 @@
 
 pub mod accel;
 pub mod api;
+mod centroids;
 pub mod codec;
 pub mod collection;
 pub mod columns;
@@ -26,6 +28,7 @@ pub mod error;
 pub mod filter;
 pub mod frames;
 pub mod import;
+pub mod ivf;
 pub mod ops;
 pub mod schema;
 pub mod search;

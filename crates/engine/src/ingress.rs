@@ -10,8 +10,8 @@
 use crate::clock;
 use crate::inflight::{InflightTable, LaneRef, Meta};
 use crate::inline::InlineEngine;
+use crate::joins::Rows;
 use crate::metrics::{Metrics, Shed};
-use crate::rows::Rows;
 use crate::service::Service;
 use crate::wiring::{answer_of, IngressEnds, Refusal};
 use bytes::Bytes;

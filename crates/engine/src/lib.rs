@@ -19,6 +19,7 @@ mod fair;
 mod inflight;
 mod ingress;
 mod inline;
+mod joins;
 pub mod metrics;
 mod reply;
 pub mod rows;

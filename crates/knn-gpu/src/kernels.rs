@@ -83,8 +83,19 @@ pub fn prelude() -> Prelude {
 pub const COMMON: (&str, &str) = ("common.cuh", include_str!("kernels/common.cuh"));
 /// The per-pair plan's kernels (and the device functions the persistent per-pair stages call).
 pub const PER_PAIR: (&str, &str) = ("knn.cu", include_str!("kernels/knn.cu"));
-/// The tiled plan's kernels (and the stage functions the persistent cohort plan calls).
-pub const TILED: (&str, &str) = ("knn_tiled.cu", include_str!("kernels/knn_tiled.cu"));
+/// The tiled plan's kernels (and the stage functions the persistent cohort plan calls), after
+/// their distance loops and selects.
+pub const TILED: [(&str, &str); 3] = [
+    (
+        "knn_tiled_distances.cuh",
+        include_str!("kernels/knn_tiled_distances.cuh"),
+    ),
+    (
+        "knn_tiled_select.cuh",
+        include_str!("kernels/knn_tiled_select.cuh"),
+    ),
+    ("knn_tiled.cu", include_str!("kernels/knn_tiled.cu")),
+];
 /// The tiled plan's filter on the tensor cores (compiled in `knn_tiled.cu`'s unit).
 const FILTER_TC: (&str, &str) = ("knn_filter_tc.cu", include_str!("kernels/knn_filter_tc.cu"));
 
@@ -99,7 +110,7 @@ pub fn sources() -> &'static [&'static KernelSource] {
             KernelSource::assemble_typed(
                 "knn_tiled.cu",
                 &p,
-                &[COMMON, TILED, FILTER_TC],
+                &[COMMON, TILED[0], TILED[1], TILED[2], FILTER_TC],
                 [tiled::checked(), tiled::checked_filter_tc()].concat(),
             ),
             KernelSource::assemble_typed(

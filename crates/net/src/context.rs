@@ -21,7 +21,7 @@ pub struct Context {
     /// API keys (None: every client may call every service).
     pub(crate) auth: Option<Arc<Auth>>,
     /// Paths handed whole to another crate's handler (`--data-dir`'s collections).
-    pub(crate) routes: Option<Arc<dyn crate::routes::HttpRoutes>>,
+    pub(crate) routes: Option<Arc<dyn crate::handler::HttpRoutes>>,
 }
 
 impl Context {
@@ -111,7 +111,7 @@ impl Context {
 
     /// The handler of another crate that answers frames of `service` (`--data-dir`'s
     /// collections), if any.
-    pub(crate) fn frame_routes(&self, service: u16) -> Option<Arc<dyn crate::routes::HttpRoutes>> {
+    pub(crate) fn frame_routes(&self, service: u16) -> Option<Arc<dyn crate::handler::HttpRoutes>> {
         self.routes
             .as_ref()
             .filter(|r| r.frame_service() == Some(service))
@@ -122,7 +122,7 @@ impl Context {
     /// write waits for its fsync), and answers through `port` exactly once.
     fn submit_to_routes(
         &self,
-        routes: Arc<dyn crate::routes::HttpRoutes>,
+        routes: Arc<dyn crate::handler::HttpRoutes>,
         header: &Header,
         payload: &[u8],
         port: Arc<dyn ReplyPort>,

@@ -14,20 +14,20 @@
 
 use crate::accept::accept_loop;
 use crate::context::Context;
+use crate::grpc_activity::{idle_for, watchdog, Activity, InProgress, Unproductive};
 use crate::grpc_body::{HeldAnswer, Tracked, Watched};
 use crate::grpc_flow::{Ledger, Metered};
 use crate::limits::{Budget, Connections, Limits, Slot};
 use crate::shard::Shard;
 use crate::tasks::Tracker;
-use crate::v2_grpc::{Arrived, GrpcShared, Inference};
+use crate::v2_grpc::{too_large, Arrived, GrpcShared, Inference};
 use cohort_oip::grpc_inference_service_server::GrpcInferenceServiceServer;
 use cohort_oip::tensors::status;
-use cohort_proto::{ErrorCode, ErrorPayload};
 use hyper::http;
 use hyper_util::rt::{TokioExecutor, TokioIo, TokioTimer};
-use std::sync::atomic::{AtomicBool, AtomicU64, AtomicUsize, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::Arc;
-use std::time::{Duration, Instant};
+use std::time::Instant;
 use tokio::net::{TcpListener, TcpStream};
 use tokio::sync::watch;
 
@@ -123,131 +123,6 @@ async fn serve_connection(
     }
 }
 
-/// One connection's calls in progress and when the last one ended (for the idle timeout).
-pub(crate) struct Activity {
-    active: AtomicUsize,
-    /// Whether a call has begun on the connection.
-    started: AtomicBool,
-    start: Instant,
-    last_end_ms: AtomicU64,
-}
-
-impl Activity {
-    fn new() -> Arc<Activity> {
-        Arc::new(Activity {
-            active: AtomicUsize::new(0),
-            started: AtomicBool::new(false),
-            start: Instant::now(),
-            last_end_ms: AtomicU64::new(0),
-        })
-    }
-    fn end(&self) {
-        let now = self.start.elapsed().as_millis() as u64;
-        self.last_end_ms.store(now, Ordering::Relaxed);
-        self.active.fetch_sub(1, Ordering::Relaxed);
-    }
-    /// How long the connection has had no call in progress (zero while one is).
-    fn idle_for(&self) -> Duration {
-        if self.active.load(Ordering::Relaxed) > 0 {
-            return Duration::ZERO;
-        }
-        let last = Duration::from_millis(self.last_end_ms.load(Ordering::Relaxed));
-        self.start.elapsed().saturating_sub(last)
-    }
-}
-
-/// A call in progress: from its request's head until its answer's body is sent or dropped
-/// (a stream's answers flow long after its handler returned).
-struct InProgress(Arc<Activity>);
-
-impl InProgress {
-    fn start(activity: &Arc<Activity>) -> InProgress {
-        activity.active.fetch_add(1, Ordering::Relaxed);
-        activity.started.store(true, Ordering::Relaxed);
-        InProgress(activity.clone())
-    }
-}
-
-impl Drop for InProgress {
-    fn drop(&mut self) {
-        self.0.end();
-    }
-}
-
-/// A stream call that waits for its next request with nothing of its own in flight: not in
-/// progress while this lives (an open stream that sends nothing must not hold a connection
-/// for ever; it is idle, as a TCP connection with nothing in flight is).
-pub(crate) struct Quiet(Arc<Activity>);
-
-impl Quiet {
-    pub(crate) fn start(activity: &Arc<Activity>) -> Quiet {
-        activity.end();
-        Quiet(activity.clone())
-    }
-}
-
-impl Drop for Quiet {
-    fn drop(&mut self) {
-        self.0.active.fetch_add(1, Ordering::Relaxed);
-    }
-}
-
-/// Resolves once the connection has been idle for `idle`.
-async fn idle_for(activity: &Activity, idle: Duration) {
-    loop {
-        let quiet = activity.idle_for();
-        if quiet >= idle {
-            return;
-        }
-        tokio::time::sleep((idle - quiet).max(Duration::from_millis(10))).await;
-    }
-}
-
-/// Why a connection's watchdog closes it.
-enum Unproductive {
-    /// No call begun within the read timeout of the connection's start.
-    NoRequest,
-    /// A request message not whole within the read timeout (`grpc_body::Watched`).
-    PartialRequest,
-    /// Answers held with none moving for the read timeout: the client grants no window.
-    WindowStalled,
-}
-
-/// Resolves when the connection makes no progress for `limit` (`Unproductive`).
-async fn watchdog(ledger: &Ledger, activity: &Activity, limit: Duration) -> Unproductive {
-    loop {
-        if ledger.has_read_timed_out() {
-            return Unproductive::PartialRequest;
-        }
-        let mut wait = None::<Duration>;
-        let stalled = ledger.stalled_for();
-        if stalled >= limit {
-            return Unproductive::WindowStalled;
-        } else if ledger.holds() {
-            wait = Some(limit - stalled);
-        }
-        if !activity.started.load(Ordering::Relaxed) {
-            let age = activity.start.elapsed();
-            if age >= limit {
-                return Unproductive::NoRequest;
-            }
-            wait = Some(wait.map_or(limit - age, |w| w.min(limit - age)));
-        }
-        // (Woken early when a read times out, or, parked, when answers begin to be held.)
-        match wait {
-            Some(w) => {
-                let w = w.max(Duration::from_millis(5));
-                tokio::select! {
-                    _ = tokio::time::sleep(w) => {}
-                    _ = ledger.notify.notified() => {}
-                }
-            }
-            None if ledger.park() => ledger.notify.notified().await,
-            None => {}
-        }
-    }
-}
-
 /// A refusal, at once, of a call that would add to a budget already over while its
 /// connection holds answers: RESOURCE_EXHAUSTED, the client may try again.
 /// Counted as `cohort_requests_refused_total{reason="budget"}` under service "unknown": the
@@ -260,15 +135,6 @@ fn over_budget(metrics: &cohort_engine::Metrics) -> http::Response<tonic::body::
          answers are not being taken; try again later",
     );
     status(e).into_http()
-}
-
-/// tonic refuses a request message over the size limit with OUT_OF_RANGE; Cohort's
-/// TOO_LARGE is RESOURCE_EXHAUSTED (docs/protocol.md).
-pub(crate) fn too_large(s: tonic::Status) -> tonic::Status {
-    if s.code() != tonic::Code::OutOfRange {
-        return s;
-    }
-    status(ErrorPayload::new(ErrorCode::TooLarge, s.message()))
 }
 
 async fn serve_h2<I>(

@@ -73,7 +73,7 @@ pub(crate) fn document(
     registry: &Registry,
     auth: bool,
     metrics_here: bool,
-    routes: Option<&dyn crate::routes::HttpRoutes>,
+    routes: Option<&dyn crate::handler::HttpRoutes>,
 ) -> Value {
     let mut paths = Map::new();
     paths.insert(

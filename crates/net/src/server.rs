@@ -225,7 +225,7 @@ pub struct Shared {
     /// API keys; None = authentication off.
     pub auth: Option<Arc<crate::Auth>>,
     /// Routes served by a handler of another crate (the collections of `--data-dir`).
-    pub routes: Option<Arc<dyn crate::routes::HttpRoutes>>,
+    pub routes: Option<Arc<dyn crate::handler::HttpRoutes>>,
 }
 
 /// What one shard thread serves.

@@ -6,7 +6,7 @@
 //! Errors are gRPC statuses whose message starts with Cohort's code name.
 
 use crate::context::Context;
-use crate::grpc::{Activity, Quiet};
+use crate::grpc_activity::{Activity, Quiet};
 use crate::grpc_body::HeldAnswer;
 use crate::grpc_flow::{Held, Ledger};
 use crate::quota::Who;
@@ -302,7 +302,7 @@ impl pb::grpc_inference_service_server::GrpcInferenceService for Inference {
                     Ok(Some(r)) => r,
                     Ok(None) => return,
                     Err(s) => {
-                        let _ = tx.send(Err(crate::grpc::too_large(s))).await;
+                        let _ = tx.send(Err(too_large(s))).await;
                         return;
                     }
                 };
@@ -359,4 +359,13 @@ impl Inference {
             },
         }
     }
+}
+
+/// tonic refuses a request message over the size limit with OUT_OF_RANGE; Cohort's
+/// TOO_LARGE is RESOURCE_EXHAUSTED (docs/protocol.md).
+pub(crate) fn too_large(s: tonic::Status) -> tonic::Status {
+    if s.code() != tonic::Code::OutOfRange {
+        return s;
+    }
+    status(ErrorPayload::new(ErrorCode::TooLarge, s.message()))
 }

@@ -89,12 +89,20 @@ pub fn build_registry(plans: &[ServicePlan]) -> Result<Registry> {
 /// (`Entry::choices`: knn's GPU precision), for its engine.
 pub fn service_choices(p: &ServicePlan) -> Result<Vec<cohort_services::entry::Choice>> {
     let entry = catalog::entry(p.name).expect("plans hold catalog names");
-    match entry.choices {
+    let mut choices = match entry.choices {
         Some(f) => {
-            f(&p.settings, p.cfg.engine.is_gpu()).map_err(|e| anyhow::anyhow!("{}: {e}", p.name))
+            f(&p.settings, p.cfg.engine.is_gpu()).map_err(|e| anyhow::anyhow!("{}: {e}", p.name))?
         }
-        None => Ok(Vec::new()),
+        None => Vec::new(),
+    };
+    if let Some(why) = &p.control_threads_why {
+        choices.push(cohort_services::entry::Choice {
+            setting: "control_threads",
+            value: p.cfg.gpu.control_threads.to_string(),
+            why: why.clone(),
+        });
     }
+    Ok(choices)
 }
 
 /// GPU engines' host threads spin while their GPU works: where they and the io threads are

@@ -17,6 +17,9 @@ pub struct ServicePlan {
     pub cfg: EngineConfig,
     /// The service's own settings (what its typed settings struct reads).
     pub settings: Settings,
+    /// Why its GPU engine runs the control threads it does, where the number was chosen
+    /// (`--control-threads 0`, the default) rather than given.
+    pub control_threads_why: Option<String>,
 }
 
 /// The services to serve and what each runs on: `services` as `--service` names them
@@ -52,6 +55,7 @@ pub fn plans(
                 ..server_wide.clone()
             },
             settings: Settings::new(),
+            control_threads_why: None,
         });
     }
     anyhow::ensure!(!out.is_empty(), "--service names no service");
@@ -85,10 +89,33 @@ pub fn plans(
             knob_of(p.cfg.engine, key).map_err(|e| anyhow::anyhow!("{}: {e}", p.name))?;
         }
     }
+    // Auto control threads: the server's cores shared by its GPU batching services.
+    let batching = out
+        .iter()
+        .filter(|p| uses_control_threads(p.cfg.engine))
+        .count();
+    for p in &mut out {
+        if uses_control_threads(p.cfg.engine) {
+            p.control_threads_why = p
+                .cfg
+                .gpu
+                .resolve_control_threads(a.cores() / batching.max(1));
+        } else if p.cfg.gpu.control_threads == 0 {
+            p.cfg.gpu.control_threads = 1; // not read by this engine; shown as one
+        }
+    }
     for p in &out {
         check(p)?;
     }
     Ok(out)
+}
+
+/// Engines whose GPU host work runs on control threads (`--control-threads`).
+fn uses_control_threads(engine: EngineKind) -> bool {
+    matches!(
+        engine,
+        EngineKind::GpuDirect | EngineKind::GpuCohort | EngineKind::Hybrid
+    )
 }
 
 /// `opts` (`NAME.KEY=VALUE`) less the engine knobs `engine` does not read: what a benchmark
@@ -337,9 +364,15 @@ mod tests {
         );
         assert!(e("echo", &["echo.max_queue=x"]).contains("non-negative integer"));
         assert!(e("echo:gpu-cohort", &["echo.streams=0"]).contains("streams must be at least 1"));
-        for bad in ["echo.control_threads=0", "echo.control_threads=65"] {
-            assert!(e("echo:gpu-cohort", &[bad]).contains("control_threads must be in 1..=64"));
-        }
+        assert!(e("echo:gpu-cohort", &["echo.control_threads=65"])
+            .contains("control_threads must be in 1..=64"));
+        // 0 is auto: chosen from the cores, and said why.
+        let auto = plans(&args("echo:gpu-cohort", &["echo.control_threads=0"])).unwrap();
+        assert!((1..=4).contains(&auto[0].cfg.gpu.control_threads));
+        assert!(auto[0].control_threads_why.is_some());
+        let given = plans(&args("echo:gpu-cohort", &["echo.control_threads=3"])).unwrap();
+        assert_eq!(given[0].cfg.gpu.control_threads, 3);
+        assert!(given[0].control_threads_why.is_none());
         assert!(e("echo", &["echo"]).contains("NAME.KEY=VALUE"));
         assert!(e("knn", &["knn.stages=8:x:2"]).contains("stages is a list of block counts"));
         assert!(e("knn", &["knn.stages="]).contains("stages is a list of block counts"));

@@ -208,6 +208,13 @@ pub fn http_get(addr: SocketAddr, path: &str) -> String {
     out
 }
 
+/// Whether `path` at `addr` answers 200 (false while nothing listens there).
+pub fn http_ok(addr: SocketAddr, path: &str) -> bool {
+    std::net::TcpStream::connect_timeout(&addr, Duration::from_millis(200)).is_ok()
+        && std::panic::catch_unwind(|| http_get(addr, path))
+            .is_ok_and(|r| r.starts_with("HTTP/1.1 200"))
+}
+
 /// A `POST` of `body` over a fresh connection (`connection: close`): the whole response as
 /// text (what arrived before a close or the 5 s read timeout).
 #[allow(dead_code)]

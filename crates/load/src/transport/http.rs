@@ -1,7 +1,10 @@
 //! HTTP/1.1 JSON: one request at a time per connection (no pipelining). Open loop: each
 //! generator thread paces its schedule and hands a due request straight to its most recently
 //! freed idle connection, or queues it until one frees up, so latency includes waiting for a
-//! free connection, as a real client would see it.
+//! free connection, as a real client would see it. That wait is the generator's, not the
+//! server's: a request is counted sent (and its lateness as send lag) when a connection takes
+//! it, so a run whose connections were all busy is flagged `gen_sat`, never read as a server
+//! that queued.
 
 use crate::config::{LoadConfig, Mode};
 use crate::recorder::{schedule_for, seq_of, Answer, Recorder, Shared};
@@ -195,7 +198,10 @@ async fn one_thread<C: Client>(
                     let mut next = pool.idle(slot);
                     loop {
                         let seq = match next {
-                            Some(seq) => seq,
+                            Some((seq, intended)) => {
+                                record(&rec).on_send(&sh, seq, intended, sh.now_ns());
+                                seq
+                            }
                             None => match rx.recv().await {
                                 Some(seq) => seq,
                                 None => break,
@@ -208,9 +214,11 @@ async fn one_thread<C: Client>(
             }
             // This thread's share of the schedule, paced here between the connections' work.
             pace(cfg, sh, t, threads, |seq, intended| {
-                record(&rec).on_send(sh, seq, intended, sh.now_ns());
-                match pool.take(seq) {
-                    Some(slot) => lines[slot].send(seq).is_ok(),
+                match pool.take(seq, intended) {
+                    Some(slot) => {
+                        record(&rec).on_send(sh, seq, intended, sh.now_ns());
+                        lines[slot].send(seq).is_ok()
+                    }
                     None => true,
                 }
             })
@@ -307,26 +315,27 @@ struct Pool {
 #[derive(Default)]
 struct PoolState {
     idle: Vec<usize>,
-    waiting: VecDeque<u64>,
+    /// Due requests waiting for a connection: sequence number and intended send time.
+    waiting: VecDeque<(u64, u64)>,
 }
 
 impl Pool {
     /// A due request: the idle connection to send it on, or None (it waits its turn).
-    fn take(&self, seq: u64) -> Option<usize> {
+    fn take(&self, seq: u64, intended_ns: u64) -> Option<usize> {
         let mut s = self.state.lock().expect("pool lock");
         let slot = s.idle.pop();
         if slot.is_none() {
-            s.waiting.push_back(seq);
+            s.waiting.push_back((seq, intended_ns));
         }
         slot
     }
 
     /// Connection `slot` is free: the next waiting request for it, or None (it is idle now,
     /// and a later due request comes on its line).
-    fn idle(&self, slot: usize) -> Option<u64> {
+    fn idle(&self, slot: usize) -> Option<(u64, u64)> {
         let mut s = self.state.lock().expect("pool lock");
-        if let Some(seq) = s.waiting.pop_front() {
-            return Some(seq);
+        if let Some(waiting) = s.waiting.pop_front() {
+            return Some(waiting);
         }
         s.idle.push(slot);
         self.drained.notify_waiters();

@@ -1,8 +1,8 @@
 //! The bank on the GPU, a group of threads per request of a cohort (up to 32 to parse one and
 //! to write its page, by the cohort's size: [`super::kernels::parse_lanes`],
 //! [`super::kernels::page_lanes`]; one for sessions): parse (`kernels/bank_parse.cu`),
-//! sessions and pages (`kernels/bank_serve.cu`), with requests and responses in row-major or
-//! transposed slots. CPU twins: [`super::parse`], [`super::session`], [`super::page`]
+//! sessions and pages (`kernels/bank_serve.cu`, after `bank_records.cuh`, `bank_writer.cuh` and
+//! `bank_page.cuh`), with requests and responses in row-major or transposed slots. CPU twins: [`super::parse`], [`super::session`], [`super::page`]
 //! (together: [`super::Bank::serve`]). The parts - [`Kernels`], the device's [`SessionTable`],
 //! a cohort's device buffers [`CohortBuffers`] - serve both the engine backend
 //! ([`super::backend`], one set of cohort buffers per stream, one table per device) and

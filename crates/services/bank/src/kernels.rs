@@ -207,6 +207,9 @@ pub fn source() -> &'static KernelSource {
             &super::cuda::prelude(),
             &[
                 ("bank_parse.cu", include_str!("kernels/bank_parse.cu")),
+                ("bank_records.cuh", include_str!("kernels/bank_records.cuh")),
+                ("bank_writer.cuh", include_str!("kernels/bank_writer.cuh")),
+                ("bank_page.cuh", include_str!("kernels/bank_page.cuh")),
                 ("bank_serve.cu", include_str!("kernels/bank_serve.cu")),
                 ("bank_io.cu", include_str!("kernels/bank_io.cu")),
             ],

@@ -14,44 +14,18 @@
 
 use super::config::Design;
 use super::db::{FaceDb, Miss};
-use super::kernels::THREADS;
+use super::kernels::{FaceverChi2Args, FaceverLbpArgs, CHI2, LBP};
 use super::lbp::{self, BINS, IMAGE_BYTES};
 use super::service::miss_error;
 use super::Verdict;
 use cohort_engine::BatchBackend;
 use cohort_gpu::engine::{GpuBackend, Pinned, Resume, StreamBuffers};
-use cohort_gpu::kernel_args;
-use cohort_gpu::launch::{Dev, Grid, Kernel, KernelDecl, Work};
+use cohort_gpu::launch::{Dev, Kernel, Work};
 use cohort_gpu::{load_module, DeviceInfo, GpuError};
 use cohort_proto::ErrorPayload;
 use cohort_service_api::memcached::ClientQueue;
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream};
 use std::sync::Arc;
-
-kernel_args! {
-    /// One block per image: its grid of LBP histograms.
-    pub struct FaceverLbpArgs {
-        images: Dev<u8>,
-        table: Dev<u8>,
-        hists: Dev<f32>,
-        rows: u32,
-    }
-}
-
-kernel_args! {
-    /// One block per row: chi-square(probe, reference).
-    pub struct FaceverChi2Args {
-        probes: Dev<f32>,
-        refs: Dev<f32>,
-        distances: Dev<f32>,
-        rows: u32,
-    }
-}
-
-pub const LBP: KernelDecl<FaceverLbpArgs> =
-    KernelDecl::new("facever_lbp", THREADS as u32, Grid::BlockPerItem);
-pub const CHI2: KernelDecl<FaceverChi2Args> =
-    KernelDecl::new("facever_chi2", THREADS as u32, Grid::BlockPerItem);
 
 /// The kernels and the code -> bin table on one device.
 pub struct DeviceKernels {

@@ -1,7 +1,9 @@
 //! facever's kernel file and every size it shares with Rust (`lbp.rs`'s), handed to CUDA by
-//! one prelude.
+//! one prelude; the batch kernels' argument blocks and the persistent stages, declared once.
 
 use super::lbp::{BINS, GRID_X, GRID_Y, HEIGHT, IMAGE_BYTES, LABELS, NEIGHBOURS, WIDTH};
+use cohort_gpu::kernel_args;
+use cohort_gpu::launch::{Dev, Grid, KernelDecl};
 use cohort_gpu::persistent::{persistent_source, StageKernel};
 use cohort_gpu::{KernelSource, Prelude};
 
@@ -37,6 +39,31 @@ fn prelude() -> Prelude {
     p
 }
 
+kernel_args! {
+    /// One block per image: its grid of LBP histograms.
+    pub struct FaceverLbpArgs {
+        images: Dev<u8>,
+        table: Dev<u8>,
+        hists: Dev<f32>,
+        rows: u32,
+    }
+}
+
+kernel_args! {
+    /// One block per row: chi-square(probe, reference).
+    pub struct FaceverChi2Args {
+        probes: Dev<f32>,
+        refs: Dev<f32>,
+        distances: Dev<f32>,
+        rows: u32,
+    }
+}
+
+pub const LBP: KernelDecl<FaceverLbpArgs> =
+    KernelDecl::new("facever_lbp", THREADS as u32, Grid::BlockPerItem);
+pub const CHI2: KernelDecl<FaceverChi2Args> =
+    KernelDecl::new("facever_chi2", THREADS as u32, Grid::BlockPerItem);
+
 const FACE: (&str, &str) = ("facever_face.cuh", include_str!("kernels/facever_face.cuh"));
 
 /// The batch kernels (`facever.cu`), held to their Rust declarations.
@@ -47,7 +74,7 @@ pub fn source() -> &'static KernelSource {
             "facever.cu",
             &prelude(),
             &[FACE, ("facever.cu", include_str!("kernels/facever.cu"))],
-            vec![super::gpu::LBP.checked(), super::gpu::CHI2.checked()],
+            vec![LBP.checked(), CHI2.checked()],
         )
     })
 }

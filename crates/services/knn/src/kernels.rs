@@ -16,7 +16,7 @@ pub fn sources() -> &'static [&'static KernelSource] {
         v.push(persistent_source(
             "knn_persistent.cu",
             &prelude(),
-            &[COMMON, PER_PAIR, TILED],
+            &[COMMON, PER_PAIR, TILED[0], TILED[1], TILED[2]],
             &[
                 (
                     "knn_persistent.cu",

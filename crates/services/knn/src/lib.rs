@@ -55,6 +55,8 @@ pub mod precision;
 #[cfg(feature = "backends")]
 pub mod selftest;
 #[cfg(feature = "backends")]
+pub mod sharded_checks;
+#[cfg(feature = "backends")]
 pub mod slice;
 #[cfg(feature = "backends")]
 pub mod split;

@@ -51,12 +51,12 @@ pub const LISTING: Listing = Listing {
             },
             GpuCheck {
                 name: "knn sharded index vs the whole index",
-                run: super::selftest::check_sharded,
+                run: super::sharded_checks::check_sharded,
                 persistent: false,
             },
             GpuCheck {
                 name: "knn sharded index vs the whole index on gpu-persistent",
-                run: super::selftest::check_sharded_persistent,
+                run: super::sharded_checks::check_sharded_persistent,
                 persistent: true,
             },
         ],

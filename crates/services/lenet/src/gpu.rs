@@ -6,52 +6,17 @@
 //! as the CPU twin.
 
 use super::config::Math;
-use super::kernels::{CONV_THREADS, DENSE_TC_THREADS, DENSE_TC_TILE, TILE};
+use super::kernels::{
+    LenetConvArgs, LenetDenseArgs, CONV, CONV_TC, DENSE, DENSE_TC, DENSE_TC_TILE, TILE,
+};
 use super::model::{self, Weights, CLASSES, FLAT, HIDDEN, IMAGE_BYTES};
 use cohort_engine::BatchBackend;
 use cohort_gpu::engine::{GpuBackend, Pinned, StreamBuffers};
-use cohort_gpu::kernel_args;
-use cohort_gpu::launch::{Dev, Grid, Kernel, KernelDecl, Work};
+use cohort_gpu::launch::{Dev, Kernel, Work};
 use cohort_gpu::{load_module, DeviceInfo, GpuError};
 use cohort_proto::ErrorPayload;
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream};
 use std::sync::Arc;
-
-kernel_args! {
-    /// One block per image: the convolutions, their tanh and pools, the image's features.
-    pub struct LenetConvArgs {
-        images: Dev<u8>,
-        w1: Dev<f32>,
-        b1: Dev<f32>,
-        w2: Dev<f32>,
-        b2: Dev<f32>,
-        features: Dev<f32>,
-        rows: u32,
-    }
-}
-
-kernel_args! {
-    /// out[r][n] = bias[n] + sum_k input[r][k] * weight[n][k], ReLU'd when `relu` is 1.
-    pub struct LenetDenseArgs {
-        input: Dev<f32>,
-        weight: Dev<f32>,
-        bias: Dev<f32>,
-        out: Dev<f32>,
-        rows: u32,
-        k: u32,
-        n: u32,
-        relu: u32,
-    }
-}
-
-pub const CONV: KernelDecl<LenetConvArgs> =
-    KernelDecl::new("lenet_conv", CONV_THREADS as u32, Grid::BlockPerItem);
-pub const CONV_TC: KernelDecl<LenetConvArgs> =
-    KernelDecl::new("lenet_conv_tc", CONV_THREADS as u32, Grid::BlockPerItem);
-pub const DENSE: KernelDecl<LenetDenseArgs> =
-    KernelDecl::new("lenet_dense", TILE as u32, Grid::Sized).with_block_y(TILE as u32);
-pub const DENSE_TC: KernelDecl<LenetDenseArgs> =
-    KernelDecl::new("lenet_dense_tc", DENSE_TC_THREADS as u32, Grid::Sized);
 
 /// Below this many rows the dense layers take the FP32 tile kernel even under `Math::Tf32x3`:
 /// a few rows make only a few 64-row blocks, each waiting on its loads in turn, where the

@@ -1,7 +1,10 @@
 //! LeNet's kernel files and every size they share with Rust (the network's, from `model.rs`,
-//! and the kernels' block shapes), handed to CUDA by one prelude.
+//! and the kernels' block shapes), handed to CUDA by one prelude; the batch kernels' argument
+//! blocks and the persistent worker, declared once.
 
 use super::model::{C1, C2, C2_SIDE, CLASSES, FLAT, HIDDEN, KERNEL, P1_SIDE, P2_SIDE, SIDE};
+use cohort_gpu::kernel_args;
+use cohort_gpu::launch::{Dev, Grid, KernelDecl};
 use cohort_gpu::persistent::{persistent_source, StageKernel};
 use cohort_gpu::{KernelSource, Prelude};
 
@@ -52,6 +55,42 @@ fn prelude() -> Prelude {
         .int("LENET_TEAM_STRIDE", TEAM_STRIDE)
 }
 
+kernel_args! {
+    /// One block per image: the convolutions, their tanh and pools, the image's features.
+    pub struct LenetConvArgs {
+        images: Dev<u8>,
+        w1: Dev<f32>,
+        b1: Dev<f32>,
+        w2: Dev<f32>,
+        b2: Dev<f32>,
+        features: Dev<f32>,
+        rows: u32,
+    }
+}
+
+kernel_args! {
+    /// out[r][n] = bias[n] + sum_k input[r][k] * weight[n][k], ReLU'd when `relu` is 1.
+    pub struct LenetDenseArgs {
+        input: Dev<f32>,
+        weight: Dev<f32>,
+        bias: Dev<f32>,
+        out: Dev<f32>,
+        rows: u32,
+        k: u32,
+        n: u32,
+        relu: u32,
+    }
+}
+
+pub const CONV: KernelDecl<LenetConvArgs> =
+    KernelDecl::new("lenet_conv", CONV_THREADS as u32, Grid::BlockPerItem);
+pub const CONV_TC: KernelDecl<LenetConvArgs> =
+    KernelDecl::new("lenet_conv_tc", CONV_THREADS as u32, Grid::BlockPerItem);
+pub const DENSE: KernelDecl<LenetDenseArgs> =
+    KernelDecl::new("lenet_dense", TILE as u32, Grid::Sized).with_block_y(TILE as u32);
+pub const DENSE_TC: KernelDecl<LenetDenseArgs> =
+    KernelDecl::new("lenet_dense_tc", DENSE_TC_THREADS as u32, Grid::Sized);
+
 const NET: (&str, &str) = ("lenet_net.cuh", include_str!("kernels/lenet_net.cuh"));
 
 /// The batch kernels (`lenet.cu`), held to their Rust declarations.
@@ -63,10 +102,10 @@ pub fn batch() -> &'static KernelSource {
             &prelude(),
             &[NET, ("lenet.cu", include_str!("kernels/lenet.cu"))],
             vec![
-                super::gpu::CONV.checked(),
-                super::gpu::CONV_TC.checked(),
-                super::gpu::DENSE.checked(),
-                super::gpu::DENSE_TC.checked(),
+                CONV.checked(),
+                CONV_TC.checked(),
+                DENSE.checked(),
+                DENSE_TC.checked(),
             ],
         )
     })

@@ -150,6 +150,10 @@ pub fn run(a: &EngineBench) -> Result<()> {
                 continue;
             }
         };
+        // The control threads the engine runs (0, auto, resolved from this process's cores).
+        let control_threads = cohort_server::plan::plans(&sa)?
+            .first()
+            .map_or(a.gpu.control_threads, |p| p.cfg.gpu.control_threads);
         let mut ends: Vec<Option<IngressEnds>> = std::mem::take(&mut side.ingresses)
             .into_iter()
             .map(Some)
@@ -206,7 +210,7 @@ pub fn run(a: &EngineBench) -> Result<()> {
                 let us = |q: f64| hist.value_at_quantile(q) as f64 / 1e3;
                 let r = json!({"engine": engine, "service": a.service, "spin_us": a.spin_us, "service_opt": a.service_opt, "window": window, "drivers": drivers, "queries_per_s": done as f64 / secs, "errors": errors,
                 "latency_us": {"p50": us(0.5), "p99": us(0.99), "p999": us(0.999)}, "nprobe": a.nprobe, "k": a.k, "nlist": a.nlist,
-                "precision": a.gpu_precision, "gpus": a.gpu.gpus, "max_cohort": a.gpu.max_cohort, "cohort_timeout_us": a.gpu.cohort_timeout_us, "cohort_graphs": a.gpu.cohort_graphs, "cohort_keep_busy": a.gpu.cohort_keep_busy, "streams": a.gpu.streams, "control_threads": a.gpu.control_threads, "gpus_per_control_thread": a.gpu.gpus_per_control_thread,
+                "precision": a.gpu_precision, "gpus": a.gpu.gpus, "max_cohort": a.gpu.max_cohort, "cohort_timeout_us": a.gpu.cohort_timeout_us, "cohort_graphs": a.gpu.cohort_graphs, "cohort_keep_busy": a.gpu.cohort_keep_busy, "streams": a.gpu.streams, "control_threads": control_threads, "control_threads_given": a.gpu.control_threads, "gpus_per_control_thread": a.gpu.gpus_per_control_thread,
                 "energy": energy.to_json(done as f64)});
                 eprintln!("{r}");
                 runs.push(r);

@@ -13,6 +13,7 @@ use super::served::{wait_listening, Pinned, TempDir};
 use anyhow::{bail, Context as _, Result};
 use clap::Args;
 use cohort_load::Report;
+use cohort_server::util::CpuList;
 use serde_json::{json, Value};
 use std::collections::BTreeMap;
 use std::path::{Path, PathBuf};
@@ -29,14 +30,15 @@ pub struct OverloadBench {
     /// The server's engine.
     #[arg(long, default_value = "cpu")]
     pub engine: String,
-    /// The server's cores (it runs one io thread per core unless --serve-arg says otherwise).
-    #[arg(long, value_delimiter = ',', default_value = "0")]
-    pub server_cpus: Vec<usize>,
-    /// The generator's cores.
-    #[arg(long, value_delimiter = ',', default_value = "1")]
-    pub load_cpus: Vec<usize>,
+    /// The server's cores, a list as `taskset` takes (0-7 or 0,2,4) (it runs one io thread
+    /// per core unless --serve-arg says otherwise).
+    #[arg(long, default_value = "0", value_parser = cohort_server::util::parse_cpu_list)]
+    pub server_cpus: CpuList,
+    /// The generator's cores, the same way.
+    #[arg(long, default_value = "1", value_parser = cohort_server::util::parse_cpu_list)]
+    pub load_cpus: CpuList,
     /// Generator connections (sockets) per run; HTTP/1.1 has one request in flight on each,
-    /// so HTTP gets at least --capacity-concurrency.
+    /// so HTTP gets at least --capacity-concurrency, and 2 x that x the multiple past it.
     #[arg(long, default_value_t = 4)]
     pub connections: usize,
     /// Requests in flight for the capacity run (closed loop).
@@ -99,7 +101,7 @@ fn transport(a: &OverloadBench, exe: &Path, tmp: &Path, t: &str, port: u16) -> R
     flags.extend(a.serve_arg.iter().cloned());
     let log = tmp.join(format!("serve-{t}.log"));
     eprintln!("== {t}: {}", flags.join(" "));
-    let mut server = Pinned::spawn(exe, &flags, &a.server_cpus, &log)?;
+    let mut server = Pinned::spawn(exe, &flags, &a.server_cpus.0, &log)?;
     wait_listening(&mut server, &log, Duration::from_secs(120))?;
     let pid = server.0.id();
     let target = format!("{t}://127.0.0.1:{port}");
@@ -116,7 +118,14 @@ fn transport(a: &OverloadBench, exe: &Path, tmp: &Path, t: &str, port: u16) -> R
     let mut points = Vec::new();
     for &m in &a.multiples {
         let before = refused_by_reason(admin);
-        let (r, rss) = load(a, exe, tmp, &target, conns, Load::Open(m * cap), pid)?;
+        // HTTP/1.1 holds one request a connection: past capacity the generator's own pool
+        // would queue the excess (flagged gen_sat) and the server never see it. Twice the
+        // capacity run's concurrency times the multiple puts the excess on the server.
+        let point_conns = match t {
+            "http" => conns.max((a.capacity_concurrency as f64 * 2.0 * m).ceil() as usize),
+            _ => conns,
+        };
+        let (r, rss) = load(a, exe, tmp, &target, point_conns, Load::Open(m * cap), pid)?;
         let after = refused_by_reason(admin);
         let server_refused: BTreeMap<String, f64> = after
             .iter()
@@ -136,7 +145,7 @@ fn transport(a: &OverloadBench, exe: &Path, tmp: &Path, t: &str, port: u16) -> R
             rss as f64 / 1048576.0
         );
         points.push(json!({
-            "multiple": m, "offered": r.offered_rate, "goodput": r.achieved_rate,
+            "multiple": m, "connections": point_conns, "offered": r.offered_rate, "goodput": r.achieved_rate,
             "sent": r.sent, "answered_ok": r.ok, "refused": refused,
             "no_answer": r.errors.get("no_answer").copied().unwrap_or(0),
             "other_errors": r.error_total() - refused - r.errors.get("no_answer").copied().unwrap_or(0),
@@ -154,7 +163,7 @@ fn transport(a: &OverloadBench, exe: &Path, tmp: &Path, t: &str, port: u16) -> R
     eprintln!("{t}: goals {}", serde_json::to_string(&goals)?);
     Ok(json!({
         "transport": t, "service": a.service, "engine": a.engine,
-        "server_cpus": a.server_cpus, "load_cpus": a.load_cpus, "connections": conns,
+        "server_cpus": a.server_cpus.0, "load_cpus": a.load_cpus.0, "connections": conns,
         "serve": flags, "timeout_us": a.timeout_us,
         "capacity": { "concurrency": a.capacity_concurrency, "rate": cap,
                       "p99_us": capacity.latency_us.p99, "report": capacity },
@@ -241,7 +250,7 @@ fn load(
         Load::Open(rate) => args.extend(["--poisson".into(), "--rate".into(), format!("{rate}")]),
     }
     let log = tmp.join("load.log");
-    let mut gen = Pinned::spawn(exe, &args, &a.load_cpus, &log)?;
+    let mut gen = Pinned::spawn(exe, &args, &a.load_cpus.0, &log)?;
     let mut peak = 0u64;
     let status = loop {
         if let Some(st) = gen.0.try_wait()? {
