@@ -25,12 +25,15 @@ pub struct ServicePlan {
 /// The services to serve and what each runs on: `services` as `--service` names them
 /// (`NAME[:ENGINE],...`), `server_wide` the engine knobs every service starts from (the
 /// flags), `settings` the services' tables and flags (service -> key -> value) and `opts`
-/// the `--service-opt NAME.KEY=VALUE`s over them. Called once, by `ServerConfig::resolve`.
+/// the `--service-opt NAME.KEY=VALUE`s over them; `cores` the cores the server runs on (its
+/// GPU batching services share them for auto control threads). Called once, by
+/// `ServerConfig::resolve`.
 pub fn plans(
     services: &str,
     server_wide: &EngineConfig,
     settings: &std::collections::BTreeMap<String, Settings>,
     opts: &[String],
+    cores: usize,
 ) -> Result<Vec<ServicePlan>> {
     let default_engine = server_wide.engine;
     let mut out: Vec<ServicePlan> = Vec::new();
@@ -96,10 +99,7 @@ pub fn plans(
         .count();
     for p in &mut out {
         if uses_control_threads(p.cfg.engine) {
-            p.control_threads_why = p
-                .cfg
-                .gpu
-                .resolve_control_threads(a.cores() / batching.max(1));
+            p.control_threads_why = p.cfg.gpu.resolve_control_threads(cores / batching.max(1));
         } else if p.cfg.gpu.control_threads == 0 {
             p.cfg.gpu.control_threads = 1; // not read by this engine; shown as one
         }
@@ -292,6 +292,7 @@ mod tests {
             &crate::server_config::engine_defaults(a)?,
             &a.service_settings,
             &a.service_opt,
+            8,
         )
     }
 

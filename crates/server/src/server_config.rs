@@ -113,11 +113,17 @@ impl ServerConfig {
     /// flag (or config key) at fault.
     pub fn resolve(a: &ServeArgs) -> Result<ServerConfig> {
         let defaults = engine_defaults(a)?;
-        let plans = plan::plans(&a.service, &defaults, &a.service_settings, &a.service_opt)?;
         let cores = match &a.cpus {
             Some(c) if !c.0.is_empty() => c.0.len(),
             _ => machine_cores(),
         };
+        let plans = plan::plans(
+            &a.service,
+            &defaults,
+            &a.service_settings,
+            &a.service_opt,
+            cores,
+        )?;
         let threads = crate::engines::threads(cores, a.io_threads, &plans);
         let (net, net_why) = net_config(a, threads.io_threads)?;
         let cluster = cluster_config(a)?;

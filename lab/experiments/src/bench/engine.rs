@@ -140,9 +140,9 @@ pub fn run(a: &EngineBench) -> Result<()> {
             .max()
             .unwrap_or(1);
         // Resolved once; an engine this machine cannot run is skipped, as one that fails to start.
-        let started =
-            serve::ServerConfig::resolve(&sa).and_then(|c| serve::start_engines(&c, drivers_max));
-        let mut side = match started {
+        let started = serve::ServerConfig::resolve(&sa)
+            .and_then(|c| Ok((serve::start_engines(&c, drivers_max)?, c)));
+        let (mut side, resolved) = match started {
             Ok(s) => s,
             Err(e) => {
                 eprintln!("{engine}: skipped: {e:#}");
@@ -151,7 +151,9 @@ pub fn run(a: &EngineBench) -> Result<()> {
             }
         };
         // The control threads the engine runs (0, auto, resolved from this process's cores).
-        let control_threads = cohort_server::plan::plans(&sa)?
+        let control_threads = resolved
+            .serve
+            .plans
             .first()
             .map_or(a.gpu.control_threads, |p| p.cfg.gpu.control_threads);
         let mut ends: Vec<Option<IngressEnds>> = std::mem::take(&mut side.ingresses)
