@@ -841,4 +841,86 @@ mod tests {
         assert_eq!(c.count(), 5);
         std::fs::remove_dir_all(&dir).unwrap();
     }
+
+    /// Answers with the CPU's search (a stand-in device).
+    struct Cpu;
+
+    impl Accelerator for Cpu {
+        fn name(&self) -> String {
+            "cpu".into()
+        }
+        fn sync(&self, _d: &Data, _killed: &[u32]) -> std::result::Result<(), String> {
+            Ok(())
+        }
+        #[allow(clippy::type_complexity)]
+        fn search(
+            &self,
+            d: &Data,
+            r: &SearchRequest<'_>,
+        ) -> std::result::Result<Option<(Vec<Vec<Neighbor>>, Plan)>, String> {
+            Ok(Some(crate::search::search(
+                d, r.queries, r.k, r.nprobe, r.filter,
+            )))
+        }
+    }
+
+    struct CpuFactory;
+
+    impl AcceleratorFactory for CpuFactory {
+        fn attach(
+            &self,
+            _c: &str,
+            _s: &Settings,
+        ) -> std::result::Result<Box<dyn Accelerator>, String> {
+            Ok(Box::new(Cpu))
+        }
+    }
+
+    /// A full search queue: `search` refuses (OVERLOADED), `search_in` runs the request as
+    /// a pass of its own.
+    #[test]
+    fn searches_past_the_queue_bound_are_refused() {
+        let dir = std::env::temp_dir().join(format!("cohort-search-q-{}", std::process::id()));
+        let _ = std::fs::remove_dir_all(&dir);
+        std::fs::create_dir_all(&dir).unwrap();
+        let settings: Settings = serde_json::from_str(r#"{"dim": 2}"#).unwrap();
+        let c = Collection::open_with(&dir, "q", settings, Some(&CpuFactory)).unwrap();
+        let p = Point {
+            id: 1,
+            vector: vec![1.0, 0.0],
+            attrs: vec![],
+        };
+        c.data.write().unwrap().apply(&Op::Upsert(vec![p]));
+        let q = vec![vec![1.0, 0.0]];
+        let r = SearchRequest {
+            queries: &q,
+            k: 1,
+            nprobe: None,
+            filter: None,
+        };
+        let d = c.read();
+        assert_eq!(c.search(&d, &r).unwrap().2, Ran::Device);
+        {
+            // Stand-ins for queued searches (never read: the lead is taken, no pass runs).
+            let mut s = c.searches.lock().unwrap();
+            s.leader = true;
+            for _ in 0..MAX_PENDING_SEARCHES {
+                s.pending.push_back(Arc::new(Waiting::new(&d, &r)));
+            }
+        }
+        let e = c.search(&d, &r).unwrap_err();
+        assert_eq!(e.kind, Kind::Overloaded);
+        let (got, _, ran) = c.search_in(&d, &r);
+        assert_eq!((got[0][0].id, ran), (0, Ran::Device));
+        assert_eq!(c.pass_stats(), (1, 1), "the one alone is no combined pass");
+        {
+            let mut s = c.searches.lock().unwrap();
+            s.pending.clear();
+            s.leader = false;
+        }
+        assert_eq!(c.search(&d, &r).unwrap().2, Ran::Device);
+        assert_eq!(c.pass_stats(), (2, 2));
+        drop(d);
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
 }
