@@ -360,6 +360,15 @@ impl Collection {
         )
     }
 
+    /// Searches queued for a device pass now (the one a pass is running for excluded).
+    pub fn searches_waiting(&self) -> usize {
+        self.searches
+            .lock()
+            .unwrap_or_else(PoisonError::into_inner)
+            .pending
+            .len()
+    }
+
     /// A search over `d` (this collection's state, read-locked by the caller) where it is
     /// fastest: a filtered search whose plan is the exact scan of few matches
     /// (`search::cpu_takes`) on the CPU, everything else as `search_in`. The filter's matches

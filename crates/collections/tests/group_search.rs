@@ -182,6 +182,13 @@ fn check(c: &Collection, r: &Req) -> Ran {
     ran
 }
 
+/// Waits until `n` searches are queued behind the pass in progress.
+fn wait_queued(c: &Collection, n: usize) {
+    while c.searches_waiting() < n {
+        std::thread::sleep(Duration::from_millis(1));
+    }
+}
+
 /// `threads` threads, each searching `each` random requests; every answer checked.
 fn hammer(c: &Arc<Collection>, threads: u64, each: usize) -> Vec<Ran> {
     let hs: Vec<_> = (0..threads)
@@ -248,7 +255,7 @@ fn compatible_requests_share_a_pass_and_incompatible_ones_never_do() {
         std::thread::sleep(Duration::from_millis(1));
     }
     let rest: Vec<_> = (0..24).map(|i| spawn(i % 3, 10 + i as u64)).collect();
-    std::thread::sleep(Duration::from_millis(300)); // they queue behind the held pass
+    wait_queued(&c, 24); // they queue behind the held pass
     log.hold.store(false, Ordering::SeqCst);
     assert_eq!(first.join().unwrap(), Ran::Device);
     for h in rest {
@@ -294,7 +301,7 @@ fn a_pass_carries_at_most_the_bound_of_queries() {
     }
     // Three requests of 400 queries: two fit a pass of MAX_PASS_QUERIES, the third waits.
     let rest: Vec<_> = (0..3).map(|_| ask(400)).collect();
-    std::thread::sleep(Duration::from_millis(300));
+    wait_queued(&c, 3);
     log.hold.store(false, Ordering::SeqCst);
     first.join().unwrap();
     rest.into_iter()
@@ -349,7 +356,7 @@ fn a_leader_that_panics_leaves_no_caller_waiting() {
         std::thread::sleep(Duration::from_millis(1));
     }
     let rest: Vec<_> = (0..6).map(|i| spawn(10 + i)).collect();
-    std::thread::sleep(Duration::from_millis(200));
+    wait_queued(&c, 6);
     log.hold.store(false, Ordering::SeqCst);
     // The first caller led and its device panicked: it unwinds. The queued six are one
     // pass, led by the oldest of them (handed the lead): it panics too, and the other five
