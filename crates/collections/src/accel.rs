@@ -43,7 +43,11 @@ pub trait Accelerator: Send + Sync {
     /// until a later sync uploads it whole.
     fn sync(&self, d: &Data, killed: &[u32]) -> Result<(), String>;
     /// The search on the device (`d` read-locked, the state the copy mirrors), or `None`
-    /// when the device does not take it.
+    /// when the device does not take it. The collection combines concurrent requests of the
+    /// same k, nprobe and filter into one call (group search, `Collection::search_in`):
+    /// `r.queries` then holds their queries side by side (at most
+    /// `collection::MAX_PASS_QUERIES`, or one larger request alone), and the answers must
+    /// come back one per query, in order.
     #[allow(clippy::type_complexity)]
     fn search(
         &self,

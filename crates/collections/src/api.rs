@@ -112,8 +112,10 @@ fn describe(c: &Collection) -> Value {
     v["name"] = json!(c.name);
     v["count"] = json!(c.count());
     let (on_device, on_cpu) = c.search_stats();
+    let (passes, in_passes) = c.pass_stats();
     v["searches"] = json!({"device": c.device(), "on_device": on_device, "on_cpu": on_cpu,
-                           "selective_on_cpu": c.selective_on_cpu()});
+                           "selective_on_cpu": c.selective_on_cpu(),
+                           "device_passes": passes, "requests_in_passes": in_passes});
     v
 }
 
@@ -264,7 +266,7 @@ fn search(c: &Collection, body: &[u8]) -> Result<Value> {
         nprobe: r.nprobe,
         filter: filter.as_ref(),
     };
-    let (answers, _plan, _ran) = c.search(&d, &req);
+    let (answers, _plan, _ran) = c.search(&d, &req)?;
     let results: Vec<Value> = answers
         .iter()
         .map(|hits| {
@@ -389,7 +391,7 @@ fn search_frame(c: &Collection, s: &SearchFrame<'_>, max_answer: usize) -> Resul
         nprobe: (s.nprobe > 0).then_some(s.nprobe as usize),
         filter: filter.as_ref(),
     };
-    let (answers, _plan, _ran) = c.search(&d, &req);
+    let (answers, _plan, _ran) = c.search(&d, &req)?;
     let hits: Vec<Vec<(u64, f32)>> = answers
         .iter()
         .map(|h| {

@@ -35,7 +35,8 @@ fn every_operation_answers_as_documented() {
     assert_eq!(
         d,
         json!({"name": "shop", "dim": 3, "metric": "cosine", "element": "f16", "attributes": {"color": "keyword", "price": "float"}, "count": 0,
-               "searches": {"device": null, "on_device": 0, "on_cpu": 0, "selective_on_cpu": 0}})
+               "searches": {"device": null, "on_device": 0, "on_cpu": 0, "selective_on_cpu": 0,
+                            "device_passes": 0, "requests_in_passes": 0}})
     );
     ok(
         &s,

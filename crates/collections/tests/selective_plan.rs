@@ -148,7 +148,7 @@ fn a_collection_sends_selective_exact_searches_to_the_cpu() {
             filter,
         };
         let d = c.read();
-        let (got, plan, ran) = c.search(&d, &r);
+        let (got, plan, ran) = c.search(&d, &r).unwrap();
         // The same answers and plan wherever it ran.
         assert_eq!((got, plan), search::search(&d, &q, 10, None, filter));
         ran
@@ -181,7 +181,7 @@ fn a_collection_sends_selective_exact_searches_to_the_cpu() {
         nprobe: None,
         filter: Some(&wide),
     };
-    assert_eq!(c.search(&d, &r).2, Ran::Cpu);
+    assert_eq!(c.search(&d, &r).unwrap().2, Ran::Cpu);
     drop(d);
     assert_eq!((c.search_stats(), c.selective_on_cpu()), ((0, 1), 0));
     std::fs::remove_dir_all(&dir).unwrap();
