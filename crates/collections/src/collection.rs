@@ -24,7 +24,7 @@ use crate::ops::Op;
 use crate::schema::Settings;
 use crate::search::Plan;
 use crate::wal::{self, Wal};
-use cohort_knn::Neighbor;
+use cohort_ivf::Neighbor;
 use std::path::{Path, PathBuf};
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::sync::{Arc, Condvar, Mutex, RwLock, RwLockReadGuard};
