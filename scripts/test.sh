@@ -78,7 +78,7 @@ service_crates=$(for d in crates/services/*/; do sed -n '0,/^name = /s/^name = "
 # shellcheck disable=SC2086
 cargo clippy $service_crates --no-default-features --all-targets --profile ci -- -D warnings
 echo "== layering: the GPU runtime depends on no service (nor on the k-NN library)"
-if cargo tree -p cohort-gpu -e normal --prefix none | grep -E "^cohort-(services|service-[a-z]+|knn|experiments) "; then
+if cargo tree -p cohort-gpu -e normal --prefix none | grep -E "^cohort-(services|service-[a-z]+|ivf|experiments) "; then
     echo "cohort-gpu depends on a service"; exit 1
 fi
 

@@ -49,7 +49,7 @@ pub fn synth(a: &SynthArgs) -> Result<()> {
     );
     anyhow::ensure!(a.clusters >= 1, "--clusters must be positive");
     std::fs::create_dir_all(&a.out).with_context(|| format!("creating {}", a.out.display()))?;
-    cohort_knn::synth::write_synth(
+    cohort_ivf::synth::write_synth(
         &a.out,
         a.n,
         a.dim,
@@ -64,7 +64,7 @@ pub fn synth(a: &SynthArgs) -> Result<()> {
 
 pub fn run(cmd: DataCmd) -> Result<()> {
     // Vector files stopped half-written by ^C or SIGTERM are removed.
-    cohort_knn::atomic_file::remove_temps_on_signals()?;
+    cohort_ivf::atomic_file::remove_temps_on_signals()?;
     match cmd {
         DataCmd::Synth(a) => synth(&a),
         DataCmd::Fetch(a) => crate::fetch::run(&a),

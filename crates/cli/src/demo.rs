@@ -9,8 +9,8 @@
 
 use anyhow::{Context, Result};
 use clap::Args;
-use cohort_knn::kmeans::KMeansConfig;
-use cohort_knn::{exact, vecfile, IvfIndex, Metric, SearchParams};
+use cohort_ivf::kmeans::KMeansConfig;
+use cohort_ivf::{exact, vecfile, IvfIndex, Metric, SearchParams};
 use cohort_load::{LoadConfig, Mode, Target};
 use cohort_server::{self as serve, ServeArgs};
 use cohort_services::knn::load::KnnWorkload;
@@ -80,7 +80,7 @@ fn kept_up(r: &cohort_load::Report) -> bool {
 
 /// Smallest nprobe (of 1, 2, 3, 4, 6, 8, 12, 16, ...) whose recall@10 reaches the target on
 /// the demo queries.
-fn choose_nprobe(ix: &IvfIndex, q: &cohort_knn::Vectors, gt: &[i32], gdim: usize) -> (usize, f64) {
+fn choose_nprobe(ix: &IvfIndex, q: &cohort_ivf::Vectors, gt: &[i32], gdim: usize) -> (usize, f64) {
     let mut nprobe = 1;
     loop {
         let found: Vec<Vec<u32>> = (0..q.n)
@@ -126,7 +126,7 @@ pub fn run(a: DemoArgs) -> Result<()> {
             a.dim,
             dir.display()
         );
-        cohort_knn::synth::write_synth(&dir, a.n, a.dim, 1000, 100, 42, 64, 16, 1.0)?;
+        cohort_ivf::synth::write_synth(&dir, a.n, a.dim, 1000, 100, 42, 64, 16, 1.0)?;
         let base = vecfile::read_vectors(&dir.join("base.fvecs"))?;
         println!("building IVF-Flat, nlist {}", a.nlist);
         let km = KMeansConfig {

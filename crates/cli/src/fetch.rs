@@ -233,10 +233,10 @@ fn unpack_staged(archive: &Path, s: &SetSpec, out: &Path) -> Result<()> {
     }
     for (tmp, dst, (n, dim)) in &staged {
         let (gn, gd) = if tmp.extension().is_some_and(|e| e == "ivecs") {
-            let (n, d, _) = cohort_knn::vecfile::read_ivecs(tmp)?;
+            let (n, d, _) = cohort_ivf::vecfile::read_ivecs(tmp)?;
             (n, d)
         } else {
-            let v = cohort_knn::vecfile::read_vectors(tmp)?;
+            let v = cohort_ivf::vecfile::read_vectors(tmp)?;
             (v.n, v.dim)
         };
         ensure!(

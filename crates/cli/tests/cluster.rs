@@ -468,7 +468,7 @@ fn a_knn_index_sharded_over_two_nodes_answers_as_the_whole_index() {
     let url = etcd.url();
     let fe = Served::start(&["--cluster", &url, "--service", "knn", "--index", &f.index]);
     let whole = Served::start(&["--service", "knn:cpu", "--index", &f.index]);
-    let queries = cohort_knn::vecfile::read_vectors(std::path::Path::new(&f.queries)).unwrap();
+    let queries = cohort_ivf::vecfile::read_vectors(std::path::Path::new(&f.queries)).unwrap();
     let ask = |at: &Served, i: usize| {
         let body = serde_json::json!({ "vector": queries.row(i), "k": 10, "nprobe": 4 });
         http_post(at.http.unwrap(), "/v1/knn", &body.to_string())
@@ -540,7 +540,7 @@ fn a_knn_index_sharded_over_two_nodes_answers_as_the_whole_index() {
         );
         ask(&fe, 1);
     }
-    let gt = cohort_knn::vecfile::read_ivecs(std::path::Path::new(&f.gt)).unwrap();
+    let gt = cohort_ivf::vecfile::read_ivecs(std::path::Path::new(&f.gt)).unwrap();
     let w = std::sync::Arc::new(cohort_services::knn::load::KnnWorkload::new(
         queries,
         Some((gt.1, gt.2)),

@@ -93,8 +93,8 @@ fn an_imported_index_is_served_as_a_collection() {
         (&desc["dim"], &desc["metric"], &desc["element"]),
         (&json!(32), &json!("l2"), &json!("u8"))
     );
-    let q = cohort_knn::vecfile::read_vectors(Path::new(&f.queries)).unwrap();
-    let (_, gdim, gt) = cohort_knn::vecfile::read_ivecs(Path::new(&f.gt)).unwrap();
+    let q = cohort_ivf::vecfile::read_vectors(Path::new(&f.queries)).unwrap();
+    let (_, gdim, gt) = cohort_ivf::vecfile::read_ivecs(Path::new(&f.gt)).unwrap();
     let nq = 50;
     let vectors: Vec<&[f32]> = (0..nq).map(|i| q.row(i)).collect();
     let r = body(&http_post(

@@ -15,7 +15,7 @@ use cohort_collections::ops::{Op, Point};
 use cohort_collections::schema::AttrValue;
 use cohort_collections::search;
 use cohort_collections::{AttrType, Collection, Element, Metric, Settings};
-use cohort_knn::synth::{Model, SynthConfig};
+use cohort_ivf::synth::{Model, SynthConfig};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::{json, Value};
@@ -66,9 +66,9 @@ fn truth(d: &Data, q: &[f32], f: Option<&Filter>) -> Vec<u64> {
         Some(f) => d.matching(f),
         None => d.live_slots(),
     };
-    let mut t = cohort_knn::TopK::new(K);
+    let mut t = cohort_ivf::TopK::new(K);
     for s in keep {
-        t.push(s, cohort_knn::metric::l2_sq(q, d.row(s as usize)));
+        t.push(s, cohort_ivf::metric::l2_sq(q, d.row(s as usize)));
     }
     t.into_sorted()
         .iter()
@@ -76,7 +76,7 @@ fn truth(d: &Data, q: &[f32], f: Option<&Filter>) -> Vec<u64> {
         .collect()
 }
 
-fn recall(d: &Data, got: &[cohort_knn::Neighbor], want: &[u64]) -> f64 {
+fn recall(d: &Data, got: &[cohort_ivf::Neighbor], want: &[u64]) -> f64 {
     if want.is_empty() {
         return 1.0;
     }

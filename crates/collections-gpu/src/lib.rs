@@ -19,7 +19,7 @@ use cohort_collections::search::Plan;
 use cohort_collections::Settings;
 use cohort_gpu::launch::Kernel;
 use cohort_gpu::{load_module, DeviceInfo, GpuError};
-use cohort_knn::Neighbor;
+use cohort_ivf::Neighbor;
 use cudarc::driver::CudaContext;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::{Arc, Mutex, RwLock};

@@ -22,7 +22,7 @@ use cohort_collections::search::{self, Plan};
 use cohort_collections::Metric;
 use cohort_gpu::launch::{Dev, Work};
 use cohort_gpu::GpuError;
-use cohort_knn::Neighbor;
+use cohort_ivf::Neighbor;
 use cudarc::driver::{CudaSlice, CudaStream, DeviceRepr, ValidAsZeroBits};
 use std::sync::Arc;
 

@@ -16,7 +16,7 @@ use cohort_collections::search::{self, Plan};
 use cohort_collections::{AttrType, Collection, Element, Metric, Settings};
 use cohort_collections_gpu::{kernels, Device, GpuCollection, GpuFactory};
 use cohort_gpu::{probe, report_skip, DeviceInfo};
-use cohort_knn::Neighbor;
+use cohort_ivf::Neighbor;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::json;

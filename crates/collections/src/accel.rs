@@ -14,7 +14,7 @@ use crate::data::Data;
 use crate::filter::Filter;
 use crate::schema::Settings;
 use crate::search::Plan;
-use cohort_knn::Neighbor;
+use cohort_ivf::Neighbor;
 
 /// One search as the collection hands it to a device: checked query vectors (the caller's
 /// dimension and values checked), k, the requested nprobe and the parsed filter.

@@ -28,7 +28,7 @@ use crate::ops::Op;
 use crate::schema::Settings;
 use crate::search::Plan;
 use crate::wal::{self, Wal};
-use cohort_knn::Neighbor;
+use cohort_ivf::Neighbor;
 use std::collections::VecDeque;
 use std::mem::ManuallyDrop;
 use std::path::{Path, PathBuf};

@@ -179,7 +179,7 @@ impl Data {
         let slot = self.ids.len() as u32;
         self.vectors.extend_from_slice(&p.vector);
         if self.settings.metric == Metric::Cosine {
-            let n = cohort_knn::metric::dot(&p.vector, &p.vector).sqrt();
+            let n = cohort_ivf::metric::dot(&p.vector, &p.vector).sqrt();
             self.inv_norms.push(if n > 0.0 { 1.0 / n } else { 0.0 });
         }
         self.ids.push(p.id);

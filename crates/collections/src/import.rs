@@ -1,5 +1,5 @@
 //! A collection seeded from a static k-NN index file (`cohort index build`, the `knn`
-//! service's IVF-Flat, crate `cohort-knn`): every row of the index becomes a point whose id is
+//! service's IVF-Flat, crate `cohort-ivf`): every row of the index becomes a point whose id is
 //! its row number, with no attributes; the metric is the index's (`l2`, or `ip` for an
 //! inner-product index); the element type is `u8` when every value is integral in 0..=255
 //! (SIFT-like data), `f32` otherwise, unless the caller names one (whose rules every value
@@ -17,7 +17,7 @@ use crate::centroids::write_centroids;
 use crate::error::{Error, Result};
 use crate::schema::{check_vector, Element, Metric, Settings};
 use crate::store::Store;
-use cohort_knn::ivf::IvfIndex;
+use cohort_ivf::ivf::IvfIndex;
 use std::collections::BTreeMap;
 use std::path::Path;
 
@@ -33,8 +33,8 @@ pub struct Imported {
 /// The settings a collection seeded from `ix` gets (`element`: the caller's, or detected).
 pub fn settings_for(ix: &IvfIndex, element: Option<Element>) -> Result<Settings> {
     let metric = match ix.metric {
-        cohort_knn::metric::Metric::L2 => Metric::L2,
-        cohort_knn::metric::Metric::InnerProduct => Metric::Ip,
+        cohort_ivf::metric::Metric::L2 => Metric::L2,
+        cohort_ivf::metric::Metric::InnerProduct => Metric::Ip,
     };
     let element = element.unwrap_or_else(|| {
         let bytes = ix

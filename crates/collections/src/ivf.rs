@@ -2,8 +2,8 @@
 //! them): the centroids and, per list, the slots assigned to it.
 
 use crate::schema::Metric;
-use cohort_knn::metric::{dot, l2_sq};
-use cohort_knn::TopK;
+use cohort_ivf::metric::{dot, l2_sq};
+use cohort_ivf::TopK;
 
 /// The IVF lists: centroids and, per list, the slots assigned to it (dead ones included until
 /// compaction; the search skips them).

@@ -5,7 +5,7 @@
 //! - `schema`: settings (dim, metric, element, attribute schema) and the documented limits.
 //! - `filter`: filter expressions, checked against the schema, evaluated over `columns`.
 //! - `data`: the state in memory (slots, tombstones, id map, the `ivf` lists); `search`: the
-//!   IVF-Flat over it (k-means and distances from `cohort_knn`) and the plan by selectivity.
+//!   IVF-Flat over it (k-means and distances from `cohort_ivf`) and the plan by selectivity.
 //! - `ops`, `codec`, `wal`, `snapshot`: the writes, their encoding, the write-ahead log with
 //!   group commit and CRC32 per record, snapshots written atomically.
 //! - `accel`: the hook through which a device (`cohort-collections-gpu`) serves searches.

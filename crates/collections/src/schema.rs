@@ -34,8 +34,8 @@ pub mod limits {
     /// Collections in one store.
     pub const MAX_COLLECTIONS: usize = 1024;
     /// Largest magnitude of an f32 element: beyond it distances can overflow (as the k-NN
-    /// service, `cohort_knn::MAX_ABS_ELEMENT`).
-    pub const MAX_ABS_F32: f32 = cohort_knn::MAX_ABS_ELEMENT;
+    /// service, `cohort_ivf::MAX_ABS_ELEMENT`).
+    pub const MAX_ABS_F32: f32 = cohort_ivf::MAX_ABS_ELEMENT;
     /// Largest body of a collection request the HTTP gateway reads.
     pub const MAX_BODY: usize = 64 << 20;
 }

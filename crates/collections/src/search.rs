@@ -1,4 +1,4 @@
-//! Search over a collection: an IVF-Flat kept in memory (k-means from `cohort_knn`, trained
+//! Search over a collection: an IVF-Flat kept in memory (k-means from `cohort_ivf`, trained
 //! once the collection has `TRAIN_MIN` points and again when it has grown fourfold; new
 //! points appended to their nearest list in place), or an exact scan, chosen per request.
 //!
@@ -14,9 +14,9 @@ use crate::data::Data;
 use crate::filter::Filter;
 use crate::ivf::{index_vector, Ivf};
 use crate::schema::Metric;
-use cohort_knn::kmeans::{self, KMeansConfig};
-use cohort_knn::metric::{dot, l2_sq};
-use cohort_knn::{Neighbor, TopK, Vectors};
+use cohort_ivf::kmeans::{self, KMeansConfig};
+use cohort_ivf::metric::{dot, l2_sq};
+use cohort_ivf::{Neighbor, TopK, Vectors};
 use rand::rngs::StdRng;
 use rand::seq::index::sample;
 use rand::SeedableRng;

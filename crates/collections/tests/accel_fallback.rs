@@ -9,7 +9,7 @@ use cohort_collections::data::Data;
 use cohort_collections::ops::{Op, Point};
 use cohort_collections::search::{self, Plan};
 use cohort_collections::{Collection, Settings};
-use cohort_knn::Neighbor;
+use cohort_ivf::Neighbor;
 use std::sync::atomic::{AtomicUsize, Ordering};
 use std::sync::Arc;
 

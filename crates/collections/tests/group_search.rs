@@ -14,7 +14,7 @@ use cohort_collections::ops::{Op, Point};
 use cohort_collections::schema::AttrValue;
 use cohort_collections::search::{self, Plan};
 use cohort_collections::{AttrType, Collection, Element, Metric, Settings};
-use cohort_knn::Neighbor;
+use cohort_ivf::Neighbor;
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::json;

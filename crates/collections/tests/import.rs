@@ -6,10 +6,10 @@
 use cohort_collections::import::import_index;
 use cohort_collections::ops::{Op, Point};
 use cohort_collections::{Element, Kind, Metric, Store};
-use cohort_knn::ivf::IvfIndex;
-use cohort_knn::kmeans::KMeansConfig;
-use cohort_knn::synth::{Model, SynthConfig};
-use cohort_knn::Vectors;
+use cohort_ivf::ivf::IvfIndex;
+use cohort_ivf::kmeans::KMeansConfig;
+use cohort_ivf::synth::{Model, SynthConfig};
+use cohort_ivf::Vectors;
 use std::path::{Path, PathBuf};
 
 const N: usize = 6000;
@@ -24,7 +24,7 @@ fn scratch(tag: &str) -> PathBuf {
 }
 
 /// SIFT-like rows (integral, 0..=255) as an index file.
-fn index_file(dir: &Path, base: &Vectors, metric: cohort_knn::metric::Metric) -> PathBuf {
+fn index_file(dir: &Path, base: &Vectors, metric: cohort_ivf::metric::Metric) -> PathBuf {
     let ix = IvfIndex::build(base, NLIST, metric, &KMeansConfig::new(NLIST));
     let p = dir.join(format!("ix-{metric:?}"));
     ix.save(&p).unwrap();
@@ -48,7 +48,7 @@ fn creating(data: &Path) -> Vec<String> {
 fn an_index_file_seeds_a_durable_collection() {
     let d = scratch("seed");
     let base = base();
-    let ix = index_file(&d, &base, cohort_knn::metric::Metric::L2);
+    let ix = index_file(&d, &base, cohort_ivf::metric::Metric::L2);
     let data = d.join("data");
     let store = Store::open(&data).unwrap();
     let got = import_index(&store, "sift", &ix, None).unwrap();
@@ -118,7 +118,7 @@ fn the_element_and_metric_follow_the_index_and_bad_input_leaves_nothing() {
     // Values off the integers: f32; an inner-product index: ip.
     let mut base = base();
     base.data.iter_mut().for_each(|x| *x = *x / 7.0 - 3.0);
-    let ip = index_file(&d, &base, cohort_knn::metric::Metric::InnerProduct);
+    let ip = index_file(&d, &base, cohort_ivf::metric::Metric::InnerProduct);
     let got = import_index(&store, "ip", &ip, None).unwrap();
     assert_eq!(
         (got.settings.metric, got.settings.element),

@@ -8,7 +8,7 @@ use cohort_collections::ops::{Op, Point};
 use cohort_collections::schema::AttrValue;
 use cohort_collections::search::{self, Plan};
 use cohort_collections::{AttrType, Element, Metric, Settings};
-use cohort_knn::synth::{Model, SynthConfig};
+use cohort_ivf::synth::{Model, SynthConfig};
 use rand::rngs::StdRng;
 use rand::{Rng, SeedableRng};
 use serde_json::json;

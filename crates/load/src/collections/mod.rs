@@ -7,7 +7,7 @@
 //! with probability `write_share`, a write; one write in `DELETE_EVERY` is a delete of
 //! `write_batch` ids, the others an upsert of `write_batch` points. Ids are drawn from
 //! `0..points`, the ids the fill wrote, so an upsert replaces live points (or brings deleted
-//! ones back) and a delete removes some. Vectors are SIFT-like (`cohort_knn::synth`, one
+//! ones back) and a delete removes some. Vectors are SIFT-like (`cohort_ivf::synth`, one
 //! model from the seed): the fill writes rows of stream 0, searches send rows of stream 1,
 //! upserts rows of stream 2.
 
@@ -17,10 +17,10 @@ use crate::transport::http::{connect_with, Conn};
 use crate::{ClientKey, Workload};
 use anyhow::{bail, Context, Result};
 use bytes::Bytes;
-use cohort_knn::metric::l2_sq;
-use cohort_knn::synth::{Model, SynthConfig, SAMPLE_BLOCK};
-use cohort_knn::TopK;
-use cohort_knn::Vectors;
+use cohort_ivf::metric::l2_sq;
+use cohort_ivf::synth::{Model, SynthConfig, SAMPLE_BLOCK};
+use cohort_ivf::TopK;
+use cohort_ivf::Vectors;
 use cohort_services::workload::HttpRequest;
 use http_body_util::{BodyExt, Full};
 use liveness::Liveness;

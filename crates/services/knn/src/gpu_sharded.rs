@@ -22,7 +22,7 @@ use cohort_gpu::engine::{GpuBackend, Pinned, StreamBuffers};
 use cohort_gpu::launch::Dev;
 use cohort_gpu::persistent::mapped::{device_address, MappedMemory};
 use cohort_gpu::{DeviceInfo, GpuError};
-use cohort_knn::ivf::placement::Placement;
+use cohort_ivf::ivf::placement::Placement;
 use cohort_proto::{ErrorCode, ErrorPayload};
 use cudarc::driver::{sys, CudaContext, CudaEvent, CudaStream};
 use std::sync::Arc;

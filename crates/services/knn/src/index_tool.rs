@@ -4,9 +4,9 @@
 use crate::gpu_kmeans::{assigner_for, BuildDevice};
 use anyhow::{Context, Result};
 use clap::{Args, Command, FromArgMatches, Subcommand};
-use cohort_knn::atomic_file::write_whole;
-use cohort_knn::kmeans::{Init, KMeansConfig};
-use cohort_knn::{exact, vecfile, IvfIndex, Metric, SearchParams};
+use cohort_ivf::atomic_file::write_whole;
+use cohort_ivf::kmeans::{Init, KMeansConfig};
+use cohort_ivf::{exact, vecfile, IvfIndex, Metric, SearchParams};
 use cohort_service_api::tools::ServiceCommand;
 use rayon::prelude::*;
 use std::path::PathBuf;
@@ -56,7 +56,7 @@ pub struct BuildArgs {
     #[arg(long, default_value = "l2")]
     pub metric: Metric,
     /// k-means iterations (FAISS's default).
-    #[arg(long, default_value_t = cohort_knn::kmeans::DEFAULT_ITERS)]
+    #[arg(long, default_value_t = cohort_ivf::kmeans::DEFAULT_ITERS)]
     pub iters: usize,
     /// Training sample size (default 256 x nlist).
     #[arg(long)]
@@ -139,10 +139,10 @@ fn km_config(a: &BuildArgs) -> KMeansConfig {
     }
 }
 
-/// `index build --stream` (module `cohort_knn::ivf::streamed`).
+/// `index build --stream` (module `cohort_ivf::ivf::streamed`).
 fn build_streamed(a: &BuildArgs) -> Result<()> {
     let t = Instant::now();
-    let base = cohort_knn::rowfile::RowReader::open(&a.base)?;
+    let base = cohort_ivf::rowfile::RowReader::open(&a.base)?;
     eprintln!(
         "streaming {} x {} from {} in chunks of {} rows; training {} centroids",
         base.n,
@@ -158,14 +158,14 @@ fn build_streamed(a: &BuildArgs) -> Result<()> {
         indicatif::ProgressStyle::with_template("{msg} {bar:30} {pos}/{len} rows ({elapsed})")
             .expect("static template"),
     );
-    let plan = cohort_knn::ivf::streamed::StreamPlan {
+    let plan = cohort_ivf::ivf::streamed::StreamPlan {
         nlist: a.nlist,
         metric: a.metric,
         km: km_config(a),
         default_nprobe: a.default_nprobe,
         chunk_rows: a.stream_rows,
     };
-    let done = cohort_knn::ivf::streamed::build_streamed(
+    let done = cohort_ivf::ivf::streamed::build_streamed(
         &base,
         &plan,
         assigner.as_mut(),
@@ -237,7 +237,7 @@ pub fn info(path: &std::path::Path) -> Result<()> {
     println!("index {}", path.display());
     println!(
         "  format     v{} ({} bytes)",
-        cohort_knn::ivf::FORMAT_VERSION,
+        cohort_ivf::ivf::FORMAT_VERSION,
         bytes
     );
     println!(
@@ -276,7 +276,7 @@ pub fn place(a: &PlaceArgs) -> Result<()> {
         .as_ref()
         .is_some_and(|p| p.devices == a.devices);
     let p = ix.placement_for(a.devices);
-    let bytes = cohort_knn::ivf::placement::list_bytes(&ix.cell_sizes(), ix.dim);
+    let bytes = cohort_ivf::ivf::placement::list_bytes(&ix.cell_sizes(), ix.dim);
     let per = p.bytes_per_device(&bytes);
     let total: u64 = bytes.iter().sum();
     let centroids = (ix.nlist * ix.dim * 4) as u64;
@@ -385,7 +385,7 @@ pub fn eval(a: &EvalArgs) -> Result<()> {
         let sizes = ix.cell_sizes();
         let scanned: usize = (0..q.n)
             .map(|i| {
-                let probes = cohort_knn::ivf::stages::filter(
+                let probes = cohort_ivf::ivf::stages::filter(
                     ix.centroids(),
                     ix.dim,
                     ix.metric,
@@ -447,7 +447,7 @@ pub const COMMANDS: &[ServiceCommand] = &[ServiceCommand {
 
 pub fn run(cmd: IndexCmd) -> Result<()> {
     // A build or placement stopped with ^C or SIGTERM removes the file it was writing.
-    cohort_knn::atomic_file::remove_temps_on_signals()?;
+    cohort_ivf::atomic_file::remove_temps_on_signals()?;
     match cmd {
         IndexCmd::Build(a) => build(&a).map(|_| ()),
         IndexCmd::Info { path } => info(&path),

@@ -1,18 +1,18 @@
-//! The k-NN service's CUDA: the index's kernels and limits (`cohort_knn_gpu::kernels`,
+//! The k-NN service's CUDA: the index's kernels and limits (`cohort_ivf_gpu::kernels`,
 //! re-exported here) and the persistent stages' unit, built from the same prelude and files.
 
 pub mod persistent;
 
 use cohort_gpu::persistent::persistent_source;
 use cohort_gpu::KernelSource;
-pub use cohort_knn_gpu::kernels::*;
+pub use cohort_ivf_gpu::kernels::*;
 
-/// The service's compilation units: the index's (`cohort_knn_gpu::kernels::sources`) and
+/// The service's compilation units: the index's (`cohort_ivf_gpu::kernels::sources`) and
 /// `knn_persistent.cu` (both persistent plans, with the runtime).
 pub fn sources() -> &'static [&'static KernelSource] {
     static SOURCES: std::sync::OnceLock<Vec<&'static KernelSource>> = std::sync::OnceLock::new();
     SOURCES.get_or_init(|| {
-        let mut v = cohort_knn_gpu::kernels::sources().to_vec();
+        let mut v = cohort_ivf_gpu::kernels::sources().to_vec();
         v.push(persistent_source(
             "knn_persistent.cu",
             &prelude(),

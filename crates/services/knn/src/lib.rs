@@ -36,9 +36,9 @@ pub mod config;
 pub mod engine_checks;
 #[cfg(feature = "backends")]
 pub mod gpu;
-/// The index on the GPU (`cohort_knn_gpu`), under the names the service's code uses.
+/// The index on the GPU (`cohort_ivf_gpu`), under the names the service's code uses.
 #[cfg(feature = "backends")]
-pub use cohort_knn_gpu::{gpu_ivf, gpu_kmeans};
+pub use cohort_ivf_gpu::{gpu_ivf, gpu_kmeans};
 #[cfg(feature = "backends")]
 pub mod gpu_sharded;
 #[cfg(feature = "backends")]
@@ -63,7 +63,7 @@ pub mod split;
 pub mod tensors;
 
 use cohort_engine::Service;
-use cohort_knn::{IvfIndex, Neighbor, SearchParams};
+use cohort_ivf::{IvfIndex, Neighbor, SearchParams};
 use cohort_proto::ErrorPayload;
 use std::sync::Arc;
 
@@ -74,9 +74,9 @@ pub const MAX_K: usize = 1024;
 /// The most query vectors one request carries (a frame's payload limit may allow fewer:
 /// `cohort_proto::MAX_PAYLOAD` bytes of vectors, and of answers).
 pub const MAX_QUERIES: usize = 1024;
-const HEAD: usize = cohort_knn::QUERY_HEAD;
-/// Largest magnitude of a query element (`cohort_knn::MAX_ABS_ELEMENT`).
-pub const MAX_ABS_ELEMENT: f32 = cohort_knn::MAX_ABS_ELEMENT;
+const HEAD: usize = cohort_ivf::QUERY_HEAD;
+/// Largest magnitude of a query element (`cohort_ivf::MAX_ABS_ELEMENT`).
+pub const MAX_ABS_ELEMENT: f32 = cohort_ivf::MAX_ABS_ELEMENT;
 
 #[derive(Debug, Clone, PartialEq)]
 pub struct KnnRequest {

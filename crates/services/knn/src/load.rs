@@ -6,7 +6,7 @@ use serde_json::Value;
 /// k-NN queries from a vector file; answers are checked for shape and order, and scored
 /// against ground truth when given (`recall_at_k` in the report).
 pub struct KnnWorkload {
-    pub queries: cohort_knn::Vectors,
+    pub queries: cohort_ivf::Vectors,
     /// (ids per row, ids) of the exact neighbours, row i for query i.
     pub gt: Option<(usize, Vec<i32>)>,
     pub k: usize,
@@ -24,11 +24,11 @@ impl KnnWorkload {
         o: &cohort_service_api::workload::LoadOptions,
     ) -> Result<KnnWorkload, String> {
         let q = o.queries.as_ref().ok_or("knn load needs --queries FILE")?;
-        let queries = cohort_knn::vecfile::read_vectors(q).map_err(|e| format!("{e:#}"))?;
+        let queries = cohort_ivf::vecfile::read_vectors(q).map_err(|e| format!("{e:#}"))?;
         let gt = match &o.gt {
             Some(p) => {
                 let (n, dim, ids) =
-                    cohort_knn::vecfile::read_ivecs(p).map_err(|e| format!("{e:#}"))?;
+                    cohort_ivf::vecfile::read_ivecs(p).map_err(|e| format!("{e:#}"))?;
                 if n < queries.n {
                     return Err(format!(
                         "ground truth has {n} rows for {} queries",
@@ -56,7 +56,7 @@ impl KnnWorkload {
             ));
         }
         let (request, answer) = (
-            cohort_knn::QUERY_HEAD + per * queries.dim * 4,
+            cohort_ivf::QUERY_HEAD + per * queries.dim * 4,
             4 + per * (4 + 8 * o.k),
         );
         if request.max(answer) > cohort_proto::MAX_PAYLOAD {
@@ -72,7 +72,7 @@ impl KnnWorkload {
     }
 
     pub fn new(
-        queries: cohort_knn::Vectors,
+        queries: cohort_ivf::Vectors,
         gt: Option<(usize, Vec<i32>)>,
         k: usize,
         nprobe: u16,
@@ -110,7 +110,7 @@ impl KnnWorkload {
 
     /// Whether `r` is a right answer to query `j` of request `seq` (sorted, k distinct ids,
     /// scored against the ground truth).
-    fn check_one(&self, seq: u64, j: usize, r: &[cohort_knn::Neighbor]) -> bool {
+    fn check_one(&self, seq: u64, j: usize, r: &[cohort_ivf::Neighbor]) -> bool {
         r.windows(2).all(|w| w[0].distance <= w[1].distance)
             && self.score(
                 self.query_of(seq, j),

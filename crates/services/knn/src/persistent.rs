@@ -109,7 +109,7 @@ impl KnnPersistent {
 
     pub(super) fn rx_copy(&self, rx_stride: usize) -> Result<usize, GpuError> {
         let dim = self.ivf.dim;
-        let head = cohort_knn::QUERY_HEAD;
+        let head = cohort_ivf::QUERY_HEAD;
         cohort_gpu::persistent::rx_copy_bytes("knn", head + 4 * dim, rx_stride).map_err(|_| {
             GpuError::Invalid(format!(
                 "gpu-persistent carries k-NN vectors of at most {} f32 elements in a ring slot; the index has {dim}",

@@ -32,8 +32,8 @@ use cohort_gpu::persistent::{
     Ask, Elsewhere, Loaded, PersistentBackend, Prepared, Stage, DEVICE_PIPE0, MAX_STAGE_DEVICES,
 };
 use cohort_gpu::{DeviceInfo, GpuError};
-use cohort_knn::ivf::placement::Placement;
-use cohort_knn::IvfIndex;
+use cohort_ivf::ivf::placement::Placement;
+use cohort_ivf::IvfIndex;
 use cudarc::driver::{sys, CudaContext};
 use std::sync::Arc;
 

@@ -62,7 +62,7 @@ type Scanned = (PathBuf, Option<ShardSpec>, u64, Option<SystemTime>);
 /// check ask about the same index, which a 10M index takes seconds to scan.
 static SCANS: Mutex<Vec<(Scanned, Option<f32>)>> = Mutex::new(Vec::new());
 
-/// [`cohort_knn::bytes::first_not_u8`] of `vectors` (the index file `path`'s, or its
+/// [`cohort_ivf::bytes::first_not_u8`] of `vectors` (the index file `path`'s, or its
 /// `shard`'s), remembered while the file's length and modification time stay the same.
 pub fn first_not_u8_of(path: &Path, shard: Option<ShardSpec>, vectors: &[f32]) -> Option<f32> {
     let meta = std::fs::metadata(path).ok();
@@ -81,7 +81,7 @@ pub fn first_not_u8_of(path: &Path, shard: Option<ShardSpec>, vectors: &[f32]) -
     if let Some(found) = known(&SCANS.lock().expect("scans lock")) {
         return found;
     }
-    let found = cohort_knn::bytes::first_not_u8(vectors);
+    let found = cohort_ivf::bytes::first_not_u8(vectors);
     let mut scans = SCANS.lock().expect("scans lock");
     if known(&scans).is_none() {
         scans.push((key, found));
@@ -96,7 +96,7 @@ mod tests {
     #[test]
     fn auto_takes_u8_on_integral_data_and_f32_otherwise() {
         let integral = [0.0, 17.0, 255.0, 3.0];
-        let scan = |v: &'static [f32]| move || cohort_knn::bytes::first_not_u8(v);
+        let scan = |v: &'static [f32]| move || cohort_ivf::bytes::first_not_u8(v);
         let c = choose(PrecisionChoice::Auto, scan(&[0.0, 17.0, 255.0])).unwrap();
         assert_eq!(c.precision, Precision::U8);
         assert!(
@@ -104,10 +104,10 @@ mod tests {
             "{}",
             c.why
         );
-        assert_eq!(cohort_knn::bytes::first_not_u8(&integral), None);
+        assert_eq!(cohort_ivf::bytes::first_not_u8(&integral), None);
         for other in [&[1.0, 0.5][..], &[1.0, 256.0], &[-1.0], &[f32::NAN]] {
             let c = choose(PrecisionChoice::Auto, || {
-                cohort_knn::bytes::first_not_u8(other)
+                cohort_ivf::bytes::first_not_u8(other)
             })
             .unwrap();
             assert_eq!(c.precision, Precision::F32, "{other:?}");

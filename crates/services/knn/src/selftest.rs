@@ -4,10 +4,10 @@
 
 use super::gpu_ivf::{round_f16, to_neighbors, FilterKind, GpuIvf, Plan, Precision, SearchKind};
 use cohort_gpu::{probe, GpuError};
-use cohort_knn::ivf::stages;
-use cohort_knn::kmeans::KMeansConfig;
-use cohort_knn::synth::{Model, SynthConfig};
-use cohort_knn::{IvfIndex, Metric, Neighbor, SearchParams, Vectors};
+use cohort_ivf::ivf::stages;
+use cohort_ivf::kmeans::KMeansConfig;
+use cohort_ivf::synth::{Model, SynthConfig};
+use cohort_ivf::{IvfIndex, Metric, Neighbor, SearchParams, Vectors};
 
 /// Relative tolerance between GPU and CPU distances (different summation order, FMA).
 const TOL: f32 = 1e-4;
@@ -241,7 +241,7 @@ pub fn check_case(c: &Case) -> Result<String, GpuError> {
             cpu.truncate(c.k);
             swapped += same_neighbors_then(gpu, &cpu, next.as_ref())
                 .map_err(|m| fail(&what, format!("query {qi}: {m}")))?;
-            let exact = cohort_knn::exact::search_one(&base, c.metric, queries.row(qi), c.k);
+            let exact = cohort_ivf::exact::search_one(&base, c.metric, queries.row(qi), c.k);
             let hits = |r: &[Neighbor]| {
                 r.iter()
                     .filter(|n| exact.iter().any(|e| e.id == n.id))
@@ -487,7 +487,7 @@ pub fn run(seed: u64) -> Result<Vec<String>, GpuError> {
 /// sizes (rows not a multiple of the tile or the chunk, dimensions not of the staging step),
 /// both metrics, more chunks than streams.
 pub fn check_kmeans(seed: u64) -> Result<Vec<String>, GpuError> {
-    use cohort_knn::assign::{check, Assigner};
+    use cohort_ivf::assign::{check, Assigner};
     use rand::{Rng, SeedableRng};
     let dev = cohort_gpu::probe()?
         .into_iter()

@@ -5,9 +5,9 @@ use super::gpu_ivf::{GpuIvf, Precision};
 use super::selftest::same_neighbors;
 use super::{decode_response, encode_request, Elems};
 use cohort_gpu::GpuError;
-use cohort_knn::kmeans::KMeansConfig;
-use cohort_knn::synth::{Model, SynthConfig};
-use cohort_knn::{IvfIndex, Metric, Neighbor, SearchParams};
+use cohort_ivf::kmeans::KMeansConfig;
+use cohort_ivf::synth::{Model, SynthConfig};
+use cohort_ivf::{IvfIndex, Metric, Neighbor, SearchParams};
 
 /// The sharded index against the whole one (on gpu-cohort's backend; on gpu-persistent,
 /// `check_sharded_persistent`): a fresh index split over 2 and 3 devices (groups
@@ -37,7 +37,7 @@ fn sharded(
     seed: u64,
     persistent: bool,
 ) -> Result<Vec<String>, String> {
-    use cohort_knn::ivf::shard::IvfShard;
+    use cohort_ivf::ivf::shard::IvfShard;
     let dev = &devs[0];
     let e = |e: GpuError| e.to_string();
     let (n, dim, nlist, nq) = (8000, 40, 96, 257);
@@ -216,7 +216,7 @@ fn compare_answers(
 fn sharded_on_one_control_thread(
     devs: &[cohort_gpu::DeviceInfo],
     ivfs: Vec<GpuIvf>,
-    placement: &cohort_knn::ivf::placement::Placement,
+    placement: &cohort_ivf::ivf::placement::Placement,
     service: &std::sync::Arc<dyn cohort_engine::Service>,
     payloads: &[Vec<u8>],
     want: &[Vec<Neighbor>],
@@ -249,7 +249,7 @@ fn sharded_on_one_control_thread(
 fn sharded_batch_backends(
     devs: &[cohort_gpu::DeviceInfo],
     upload: &dyn Fn() -> Result<Vec<GpuIvf>, String>,
-    placement: &cohort_knn::ivf::placement::Placement,
+    placement: &cohort_ivf::ivf::placement::Placement,
     payloads: &[Vec<u8>],
     k: usize,
     nprobe: usize,

@@ -74,7 +74,7 @@ fn config(s: &Settings) -> Result<KnnSettings, String> {
     typed("knn", s)
 }
 
-fn load_index(c: &KnnSettings, mapped: bool) -> Result<cohort_knn::IvfIndex, String> {
+fn load_index(c: &KnnSettings, mapped: bool) -> Result<cohort_ivf::IvfIndex, String> {
     let Some(path) = &c.index else {
         return Err("the knn service needs an index (--index PATH)".into());
     };
@@ -83,9 +83,9 @@ fn load_index(c: &KnnSettings, mapped: bool) -> Result<cohort_knn::IvfIndex, Str
         return super::split::load_part(path, shard);
     }
     let ix = if mapped {
-        cohort_knn::IvfIndex::load(path)
+        cohort_ivf::IvfIndex::load(path)
     } else {
-        cohort_knn::IvfIndex::load_resident(path)
+        cohort_ivf::IvfIndex::load_resident(path)
     };
     ix.map_err(|e| format!("loading {}: {e:#}", path.display()))
 }
@@ -108,7 +108,7 @@ fn service(s: &Settings, on_gpu: bool) -> Result<Arc<dyn Service>, String> {
 }
 
 /// The GPU engines' precision for `index` (`precision.rs`), logged.
-fn precision(c: &KnnSettings, index: &cohort_knn::IvfIndex) -> Result<Precision, String> {
+fn precision(c: &KnnSettings, index: &cohort_ivf::IvfIndex) -> Result<Precision, String> {
     let path = c.index.as_deref().expect("an index was loaded");
     let chosen = super::precision::choose(c.precision, || {
         super::precision::first_not_u8_of(path, c.shard, index.vectors())
@@ -190,8 +190,8 @@ fn upload_shards(
     devs: &[DeviceInfo],
 ) -> Result<
     (
-        cohort_knn::IvfIndex,
-        cohort_knn::ivf::placement::Placement,
+        cohort_ivf::IvfIndex,
+        cohort_ivf::ivf::placement::Placement,
         Vec<GpuIvf>,
     ),
     String,
@@ -212,7 +212,7 @@ fn upload_shards(
     let precision = precision(c, &index)?;
     let mut shards = Vec::with_capacity(devs.len());
     for (i, dev) in devs.iter().enumerate() {
-        let cut = cohort_knn::ivf::shard::IvfShard::cut(&index, &placement, i);
+        let cut = cohort_ivf::ivf::shard::IvfShard::cut(&index, &placement, i);
         tracing::info!(
             gpu = dev.ordinal,
             lists = placement.lists_of(i).len(),
@@ -243,8 +243,8 @@ fn gpu_set(s: &Settings, devs: &[DeviceInfo]) -> Result<Vec<Arc<dyn GpuBackend>>
 #[cfg(test)]
 mod tests {
     use super::*;
-    use cohort_knn::kmeans::KMeansConfig;
-    use cohort_knn::synth::{Model, SynthConfig};
+    use cohort_ivf::kmeans::KMeansConfig;
+    use cohort_ivf::synth::{Model, SynthConfig};
 
     /// `choices` (what --check-config prints, the server logs and exports) reads the index
     /// file: u8 on SIFT-like integral data, f32 once a value is off the integers; a named
@@ -262,7 +262,7 @@ mod tests {
         })
         .sample(400, 1);
         let ix =
-            cohort_knn::IvfIndex::build(&base, 4, cohort_knn::Metric::L2, &KMeansConfig::new(4));
+            cohort_ivf::IvfIndex::build(&base, 4, cohort_ivf::Metric::L2, &KMeansConfig::new(4));
         let integral = dir.join("integral.ivf");
         ix.save(&integral).unwrap();
         let other = dir.join("other.ivf");

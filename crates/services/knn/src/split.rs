@@ -12,7 +12,7 @@
 
 use super::config::KnnSettings;
 use cohort_engine::split::{ShardOf, ShardSpec};
-use cohort_knn::IvfIndex;
+use cohort_ivf::IvfIndex;
 use cohort_proto::{ErrorCode, ErrorPayload};
 use cohort_service_api::config::{typed, Settings};
 use std::path::Path;
@@ -64,14 +64,14 @@ pub fn merge(request: &[u8], answers: &[&[u8]], out: &mut Vec<u8>) -> Result<(),
             p.len()
         )));
     }
-    super::encode_response_into(&cohort_knn::ivf::stages::reduce(&partials, k), out);
+    super::encode_response_into(&cohort_ivf::ivf::stages::reduce(&partials, k), out);
     Ok(())
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
-    use cohort_knn::Neighbor;
+    use cohort_ivf::Neighbor;
 
     fn answer(n: &[(u32, f32)]) -> Vec<u8> {
         let v: Vec<Neighbor> = n

@@ -4,9 +4,9 @@
 
 use cohort_engine::rows::RowSplit;
 use cohort_engine::Service;
-use cohort_knn::kmeans::KMeansConfig;
-use cohort_knn::synth::{Model, SynthConfig};
-use cohort_knn::{IvfIndex, Metric};
+use cohort_ivf::kmeans::KMeansConfig;
+use cohort_ivf::synth::{Model, SynthConfig};
+use cohort_ivf::{IvfIndex, Metric};
 use cohort_proto::ErrorCode;
 use cohort_service_knn::*;
 use proptest::prelude::*;

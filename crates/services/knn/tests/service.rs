@@ -1,7 +1,7 @@
 use cohort_engine::Service;
-use cohort_knn::kmeans::KMeansConfig;
-use cohort_knn::synth::{Model, SynthConfig};
-use cohort_knn::{IvfIndex, Metric};
+use cohort_ivf::kmeans::KMeansConfig;
+use cohort_ivf::synth::{Model, SynthConfig};
+use cohort_ivf::{IvfIndex, Metric};
 use cohort_proto::ErrorCode;
 use cohort_service_knn::*;
 use proptest::prelude::*;
@@ -50,7 +50,7 @@ fn answers_match_exact_search_with_all_cells() {
     for i in 0..q.n {
         let got = decode_response(&s.call_cpu(&req(10, 16, q.row(i))).unwrap()).unwrap();
         // Exact over the index's own vectors (cell-major order, original ids).
-        let mut t = cohort_knn::TopK::new(10);
+        let mut t = cohort_ivf::TopK::new(10);
         for (r, v) in base_ix.vectors().chunks_exact(16).enumerate() {
             t.push(base_ix.ids()[r], Metric::L2.distance(q.row(i), v));
         }

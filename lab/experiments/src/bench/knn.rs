@@ -4,8 +4,8 @@
 
 use anyhow::{Context, Result};
 use clap::Args;
-use cohort_knn::kmeans::KMeansConfig;
-use cohort_knn::{exact, vecfile, IvfIndex, Metric, SearchParams};
+use cohort_ivf::kmeans::KMeansConfig;
+use cohort_ivf::{exact, vecfile, IvfIndex, Metric, SearchParams};
 use cohort_load::{LoadConfig, Mode, Target};
 use cohort_server::{self as serve, ServeArgs};
 use cohort_services::knn::load::KnnWorkload;
@@ -70,7 +70,7 @@ pub fn run(a: &KnnBench) -> Result<()> {
     );
     if !gp.exists() {
         std::fs::create_dir_all(&a.data)?;
-        cohort_knn::synth::write_synth(&a.data, a.n, 128, a.queries, 100, 42, 64, 16, 1.0)?;
+        cohort_ivf::synth::write_synth(&a.data, a.n, 128, a.queries, 100, 42, 64, 16, 1.0)?;
     }
     let ipath = a.data.join(format!("ivf{}.index", a.nlist));
     let build_s = if IvfIndex::load(&ipath).is_err() {

@@ -1,14 +1,14 @@
-//! Cohort's own k-NN search as a trace: a real IVF index (cohort-knn, SIFT-like synthetic
+//! Cohort's own k-NN search as a trace: a real IVF index (cohort-ivf, SIFT-like synthetic
 //! vectors, k-means coarse quantizer) and real probes (the coarse quantizer's filter on real
 //! queries) turned into the address streams of the GPU engine's three kernels: filter (every
 //! query reads all centroids), search (a CTA per (query, probe) scans the probed cell's rows,
 //! contiguous in the cell-major vector array), reduce (a CTA per query merges its partials).
 
 use super::{Access, Kernel, Workload, LINE};
-use cohort_knn::ivf::stages::filter;
-use cohort_knn::kmeans::KMeansConfig;
-use cohort_knn::synth::{Model, SynthConfig};
-use cohort_knn::{IvfIndex, Metric};
+use cohort_ivf::ivf::stages::filter;
+use cohort_ivf::kmeans::KMeansConfig;
+use cohort_ivf::synth::{Model, SynthConfig};
+use cohort_ivf::{IvfIndex, Metric};
 
 struct Layout {
     dim: u64,

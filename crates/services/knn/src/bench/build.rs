@@ -5,8 +5,8 @@
 use crate::gpu_kmeans::{assigner_for, BuildDevice};
 use anyhow::Result;
 use clap::Args;
-use cohort_knn::kmeans::KMeansConfig;
-use cohort_knn::{exact, vecfile, IvfIndex, Metric, SearchParams};
+use cohort_ivf::kmeans::KMeansConfig;
+use cohort_ivf::{exact, vecfile, IvfIndex, Metric, SearchParams};
 use cohort_service_api::tools::Record;
 use rayon::prelude::*;
 use serde_json::json;
@@ -23,7 +23,7 @@ pub struct BuildBench {
     pub n: usize,
     #[arg(long, default_value_t = 4096)]
     pub nlist: usize,
-    #[arg(long, default_value_t = cohort_knn::kmeans::DEFAULT_ITERS)]
+    #[arg(long, default_value_t = cohort_ivf::kmeans::DEFAULT_ITERS)]
     pub iters: usize,
     /// Devices to build on, in turn: cpu, gpu, gpu:N.
     #[arg(long, value_delimiter = ',', default_value = "cpu,gpu")]
@@ -47,7 +47,7 @@ pub fn run(a: &BuildBench, record: Record) -> Result<()> {
     let gp = a.data.join("groundtruth.ivecs");
     if !gp.exists() {
         std::fs::create_dir_all(&a.data)?;
-        cohort_knn::synth::write_synth(&a.data, a.n, 128, 1000, 100, 42, 64, 16, 1.0)?;
+        cohort_ivf::synth::write_synth(&a.data, a.n, 128, 1000, 100, 42, 64, 16, 1.0)?;
     }
     let base = vecfile::read_vectors(&a.data.join("base.fvecs"))?;
     let q = vecfile::read_vectors(&a.data.join("query.fvecs"))?;

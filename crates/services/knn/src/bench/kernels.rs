@@ -6,8 +6,8 @@
 use crate::gpu_ivf::{Buffers, GpuIvf, Plan, NO_ID};
 use anyhow::{Context, Result};
 use clap::Args;
-use cohort_knn::kmeans::KMeansConfig;
-use cohort_knn::{vecfile, IvfIndex, Metric};
+use cohort_ivf::kmeans::KMeansConfig;
+use cohort_ivf::{vecfile, IvfIndex, Metric};
 use cohort_service_api::tools::Record;
 use cudarc::driver::sys::{CUgraphInstantiate_flags, CUstreamCaptureMode};
 use serde_json::json;
@@ -101,7 +101,7 @@ pub fn run(a: &GpuKernelBench, record: Record) -> Result<()> {
     let dev = &devs[0];
     if !a.data.join("query.fvecs").exists() {
         std::fs::create_dir_all(&a.data)?;
-        cohort_knn::synth::write_synth(&a.data, a.n, 128, 1000, 100, 42, 64, 16, 1.0)?;
+        cohort_ivf::synth::write_synth(&a.data, a.n, 128, 1000, 100, 42, 64, 16, 1.0)?;
     }
     let queries = vecfile::read_vectors(&a.data.join("query.fvecs"))?;
     // Each plan's recall@k on the cohort's first queries, where the folder has their truth.
@@ -151,7 +151,7 @@ pub fn run(a: &GpuKernelBench, record: Record) -> Result<()> {
                         *rows = 0;
                     }
                 }
-                let cut = cohort_knn::ivf::shard::IvfShard::cut(&ix, &placement, 0);
+                let cut = cohort_ivf::ivf::shard::IvfShard::cut(&ix, &placement, 0);
                 GpuIvf::upload_shard(dev, &ix, &cut, precision)?
             };
             let bw = match copy_bw {
@@ -215,7 +215,7 @@ pub fn run(a: &GpuKernelBench, record: Record) -> Result<()> {
                                 .chunks_exact(a.k)
                                 .map(|row| row.iter().copied().filter(|&id| id != NO_ID).collect())
                                 .collect();
-                            let r = cohort_knn::exact::recall_at_k(&found, gt, *gdim, a.k);
+                            let r = cohort_ivf::exact::recall_at_k(&found, gt, *gdim, a.k);
                             point[format!("{name}_recall_at_k")] = json!(r);
                             point[format!("{name}_recall_queries")] = json!(checked);
                         }

@@ -10,7 +10,7 @@ use super::{
 };
 use clap::{value_parser, Arg, ArgAction, ArgMatches, Command};
 use cohort_gpu::overheads::Overheads;
-use cohort_knn::IvfIndex;
+use cohort_ivf::IvfIndex;
 use cohort_service_api::tools::{Record, ServiceCommand};
 use std::path::{Path, PathBuf};
 
@@ -130,7 +130,7 @@ fn run_centaur(m: &ArgMatches, record: Record) -> Result<(), String> {
     let ix_path = path("index").expect("required");
     let ix = IvfIndex::load(&ix_path).map_err(|e| format!("{}: {e:#}", ix_path.display()))?;
     let q_path = path("queries").expect("required");
-    let queries = cohort_knn::vecfile::read_vectors(&q_path)
+    let queries = cohort_ivf::vecfile::read_vectors(&q_path)
         .map_err(|e| format!("{}: {e:#}", q_path.display()))?;
     if queries.dim != ix.dim {
         return Err(format!(

@@ -5,9 +5,9 @@
 
 use super::Layout;
 use crate::{encode_request, encode_response_into, parse_head, vector_into, Elems};
-use cohort_knn::ivf::stages::filter;
-use cohort_knn::topk::Neighbor;
-use cohort_knn::IvfIndex;
+use cohort_ivf::ivf::stages::filter;
+use cohort_ivf::topk::Neighbor;
+use cohort_ivf::IvfIndex;
 use rayon::prelude::*;
 use serde_json::Value;
 use std::path::Path;

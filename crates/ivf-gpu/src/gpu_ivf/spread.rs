@@ -7,8 +7,8 @@
 
 use super::{top_rows, GpuIvf};
 use cohort_gpu::GpuError;
-use cohort_knn::ivf::placement::Placement;
-use cohort_knn::IvfIndex;
+use cohort_ivf::ivf::placement::Placement;
+use cohort_ivf::IvfIndex;
 use cudarc::driver::{CudaSlice, CudaStream};
 use std::sync::Arc;
 

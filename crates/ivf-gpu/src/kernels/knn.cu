@@ -1,5 +1,5 @@
 // k-NN IVF-Flat query stages on the GPU. Each kernel is the twin of a CPU function in
-// crates/knn/src/ivf/stages.rs (filter, search_cell, reduce) and is tested against it.
+// crates/ivf/src/ivf/stages.rs (filter, search_cell, reduce) and is tested against it.
 //
 // Ordering everywhere is (distance, id) ascending, ties to the smaller id, as on the CPU.
 // Layout: row-major f32 vectors; cells stored contiguously (cell-major) with `offsets`

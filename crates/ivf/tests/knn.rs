@@ -1,9 +1,9 @@
-use cohort_knn::exact;
-use cohort_knn::ivf::stages;
-use cohort_knn::kmeans::{self, Init, KMeansConfig};
-use cohort_knn::synth::{Model, SynthConfig};
-use cohort_knn::vecfile::*;
-use cohort_knn::{IvfIndex, Metric, SearchParams, Vectors};
+use cohort_ivf::exact;
+use cohort_ivf::ivf::stages;
+use cohort_ivf::kmeans::{self, Init, KMeansConfig};
+use cohort_ivf::synth::{Model, SynthConfig};
+use cohort_ivf::vecfile::*;
+use cohort_ivf::{IvfIndex, Metric, SearchParams, Vectors};
 use proptest::prelude::*;
 use std::path::{Path, PathBuf};
 
@@ -111,7 +111,7 @@ proptest! {
         let q = Model::new(SynthConfig { dim: 8, clusters: 8, latent_dim: 4, noise: 0.05, seed }).sample(1, 2);
         let probes = stages::filter(ix.centroids(), 8, Metric::L2, q.row(0), nprobe);
         let got = stages::reduce(&stages::search(&ix, q.row(0), &probes, k), k);
-        let mut want = cohort_knn::TopK::new(k);
+        let mut want = cohort_ivf::TopK::new(k);
         for &c in &probes {
             let (s, e) = ix.cell_range(c as usize);
             for r in s..e {
@@ -220,7 +220,7 @@ fn index_file_roundtrip_and_corruption() {
 /// device past the recorded count is refused.
 #[test]
 fn a_recorded_placement_survives_the_file_and_bad_owners_are_refused() {
-    use cohort_knn::ivf::placement::Placement;
+    use cohort_ivf::ivf::placement::Placement;
     let d = tmpdir("ixplace");
     let base = synth(2000, 8, 5);
     let mut ix = IvfIndex::build(&base, 12, Metric::L2, &KMeansConfig::new(12));
@@ -314,7 +314,7 @@ fn kmeans_improves_on_its_initialisation_and_assigns_nearest() {
             kmeans::inertia(&x, &c) < kmeans::inertia(&x, &c0),
             "{init:?}"
         );
-        let a = cohort_knn::assign::exact(&x, &c, Metric::L2);
+        let a = cohort_ivf::assign::exact(&x, &c, Metric::L2);
         for i in (0..x.n).step_by(97) {
             let best = (0..20)
                 .map(|j| Metric::L2.distance(x.row(i), c.row(j)))

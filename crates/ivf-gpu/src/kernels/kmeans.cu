@@ -1,5 +1,5 @@
 // k-means assignment: the nearest centroid of every row, as a tiled product.
-// CPU twin: cohort_knn::kmeans::assign (exact distances; the GPU's ||c||^2 - 2 x.c form may
+// CPU twin: cohort_ivf::kmeans::assign (exact distances; the GPU's ||c||^2 - 2 x.c form may
 // pick another centroid only where two are tied to within rounding).
 //
 // A block takes KM_TILE rows and walks all centroids in tiles of KM_TILE, the dimensions in

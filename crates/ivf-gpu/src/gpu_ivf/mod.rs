@@ -1,5 +1,5 @@
 //! The IVF-Flat index on one GPU and the host side of the k-NN kernels. Two plans compute the
-//! same answers (those of the CPU twins in `cohort_knn::ivf::stages`):
+//! same answers (those of the CPU twins in `cohort_ivf::ivf::stages`):
 //!
 //! - [`Plan::PerPair`] (`per_pair.rs`, `kernels/knn.cu`): filter -> search -> reduce with a block
 //!   per query or per (query, probe); each stage launchable alone so tests compare it with its
@@ -20,8 +20,8 @@ use super::kernels;
 use super::kernels::{per_pair as pp, tiled as tk};
 use cohort_gpu::launch::{Dev, Kernel};
 use cohort_gpu::{load_module, DeviceInfo, GpuError};
-use cohort_knn::ivf::shard::IvfShard;
-use cohort_knn::{IvfIndex, Metric, Neighbor};
+use cohort_ivf::ivf::shard::IvfShard;
+use cohort_ivf::{IvfIndex, Metric, Neighbor};
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream};
 use std::sync::Arc;
 
@@ -151,7 +151,7 @@ fn top_rows(offsets: &[u64]) -> Vec<usize> {
 /// The vectors as u8, refused unless every value is integral in 0..=255 (u8 storage is exact
 /// or not offered).
 fn to_u8(v: &[f32]) -> Result<Vec<u8>, GpuError> {
-    cohort_knn::bytes::to_u8(v).map_err(|x| {
+    cohort_ivf::bytes::to_u8(v).map_err(|x| {
         GpuError::Invalid(format!(
             "u8 storage needs integral vectors in 0..=255 (found {x}); use f32 or f16"
         ))

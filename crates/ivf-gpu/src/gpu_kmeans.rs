@@ -1,14 +1,14 @@
 //! k-means assignment on a GPU for index builds: the rows stream through the device in chunks
 //! over several CUDA streams (copy in, assign, copy out overlap across chunks: Czarnul's
 //! pattern), so a base of any size fits; centroids stay resident for the call. The training
-//! loop around it (update, empty-cluster splits) is `cohort_knn::kmeans`, shared with the CPU.
+//! loop around it (update, empty-cluster splits) is `cohort_ivf::kmeans`, shared with the CPU.
 
 use super::kernels::kmeans::{KmeansAssignArgs, ASSIGN};
 use cohort_gpu::engine::Pinned;
 use cohort_gpu::launch::{Dev, Kernel, Work};
 use cohort_gpu::{load_module, DeviceInfo, GpuError};
-use cohort_knn::assign::{norms, Assigner};
-use cohort_knn::{Metric, Vectors};
+use cohort_ivf::assign::{norms, Assigner};
+use cohort_ivf::{Metric, Vectors};
 use cudarc::driver::{CudaContext, CudaSlice, CudaStream};
 use rayon::prelude::*;
 use std::sync::Arc;
@@ -208,11 +208,11 @@ pub fn assigner_for(
         Ok(Box::new(GpuAssigner::new(dev, streams, chunk_rows)?))
     };
     match device {
-        BuildDevice::Cpu => Ok(Box::new(cohort_knn::assign::CpuGemm)),
+        BuildDevice::Cpu => Ok(Box::new(cohort_ivf::assign::CpuGemm)),
         BuildDevice::Gpu(n) => gpu(n),
         BuildDevice::Auto => gpu(0).or_else(|e| {
             eprintln!("building on the CPU: {e:#}");
-            Ok(Box::new(cohort_knn::assign::CpuGemm))
+            Ok(Box::new(cohort_ivf::assign::CpuGemm))
         }),
     }
 }

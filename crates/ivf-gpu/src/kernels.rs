@@ -52,13 +52,13 @@ pub const KM_TILE: usize = 64;
 /// candidates, 8 bytes each, in shared memory.
 pub const GPU_MAX_CANDIDATES: usize = 6144;
 /// Largest magnitude of a query element (defined with the k-NN library).
-pub const MAX_ABS_ELEMENT: f32 = cohort_knn::MAX_ABS_ELEMENT;
+pub const MAX_ABS_ELEMENT: f32 = cohort_ivf::MAX_ABS_ELEMENT;
 /// Bytes of a query message before its vector (defined with the k-NN library).
-pub const KNN_HEAD: usize = cohort_knn::QUERY_HEAD;
+pub const KNN_HEAD: usize = cohort_ivf::QUERY_HEAD;
 
 /// The `#define`s every k-NN kernel file is compiled with.
 pub fn prelude() -> Prelude {
-    let mut p = Prelude::new("crates/knn-gpu/src/kernels.rs")
+    let mut p = Prelude::new("crates/ivf-gpu/src/kernels.rs")
         .int("KM_TILE", KM_TILE)
         .int("BLOCK", BLOCK)
         .int("MAX_K", MAX_K)
