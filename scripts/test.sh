@@ -3,12 +3,14 @@
 set -euo pipefail
 cd "$(dirname "$0")/.."
 export CARGO_TERM_COLOR=never
+# Each step says when it began (seconds since the start): where CI's time goes.
+step() { echo "== [${SECONDS}s] $*"; }
 
-echo "== toolchain"
+step "toolchain"
 cargo --version
 rustup component add rustfmt clippy >/dev/null 2>&1 || true
 
-echo "== NVRTC for the kernel compile checks (CUDA 13.0, from PyPI)"
+step "NVRTC for the kernel compile checks (CUDA 13.0, from PyPI)"
 python3 -m pip install --quiet --disable-pip-version-check "nvidia-cuda-nvrtc==13.0.88"
 nvrtc_lib=$(python3 -c "import nvidia, os; print(os.path.join(nvidia.__path__[0], 'cu13', 'lib'))")
 export LD_LIBRARY_PATH="${nvrtc_lib}:${LD_LIBRARY_PATH:-}"
@@ -23,12 +25,12 @@ debian() { # PROGRAM PACKAGE: installs PACKAGE from Debian unless PROGRAM is on 
         { $sudo_ apt-get update -qq && $sudo_ apt-get install -y -qq "$2" >/dev/null; }
 }
 
-echo "== memcached for the bank's backend tests (Debian)"
+step "memcached for the bank's backend tests (Debian)"
 debian memcached memcached
 memcached -V
 export COHORT_REQUIRE_MEMCACHED=1
 
-echo "== etcd (Debian) and UCX (PyPI) for the cluster tests"
+step "etcd (Debian) and UCX (PyPI) for the cluster tests"
 debian etcd etcd-server
 # sed reads all of it: head would stop reading after one line, and under pipefail the
 # SIGPIPE etcd may then get (exit 141) fails the run (seen once).
@@ -36,13 +38,13 @@ etcd --version | sed -n 1p
 python3 -m pip install --quiet --disable-pip-version-check "libucx-cu13==1.22.0"
 export COHORT_REQUIRE_UCX=1 COHORT_REQUIRE_CLUSTER=1
 
-echo "== lab/results/INDEX.md current, every recorded run naming its machine, commit and command"
+step "lab/results/INDEX.md current, every recorded run naming its machine, commit and command"
 python3 scripts/results-index.py --check
 
-echo "== format"
+step "format"
 cargo fmt --all -- --check
 
-echo "== layering: the product (crates/) builds without the lab (lab/): no product crate depends on a lab crate"
+step "layering: the product (crates/) builds without the lab (lab/): no product crate depends on a lab crate"
 lab_crates=$(for d in lab/*/; do [ -f "$d/Cargo.toml" ] && sed -n '0,/^name = /s/^name = "\(.*\)"/\1/p' "$d/Cargo.toml"; done)
 lab_re=$(printf '%s\n' $lab_crates | paste -sd '|')
 # shellcheck disable=SC2046
@@ -60,7 +62,7 @@ default = sorted(path[i] for i in m["workspace_default_members"])
 if product != default:
     sys.exit(f"default-members {default} are not the product crates {product}")'
 
-echo "== layering: the product reads no service's lab tools (benchmarks, model tools: cohort-lab's)"
+step "layering: the product reads no service's lab tools (benchmarks, model tools: cohort-lab's)"
 # A service's listing holds its serving entry, its checks and its tools apart
 # (crates/services/api/src/listing.rs); under crates/ only the catalog reads the lab's part.
 if grep -rnE 'catalog::(benches|model_tool|model_tools|with_model_tool)\(|tools\.(benches|models)\b' crates --include='*.rs' |
@@ -68,7 +70,7 @@ if grep -rnE 'catalog::(benches|model_tool|model_tools|with_model_tool)\(|tools\
     echo "a product crate reads a service's lab tools"; exit 1
 fi
 
-echo "== layering: the load generator builds without the services' backends (no CUDA, no memcached client)"
+step "layering: the load generator builds without the services' backends (no CUDA, no memcached client)"
 if cargo tree -p cohort-load -e normal --prefix none | grep -E "^(cudarc|memcache|cohort-gpu) "; then
     echo "cohort-load depends on a backend crate"; exit 1
 fi
@@ -77,7 +79,7 @@ fi
 service_crates=$(for d in crates/services/*/; do sed -n '0,/^name = /s/^name = "\(.*\)"/-p \1/p' "$d/Cargo.toml"; done)
 # shellcheck disable=SC2086
 cargo clippy $service_crates --no-default-features --all-targets --profile ci -- -D warnings
-echo "== layering: the GPU runtime depends on no service (nor on the k-NN library)"
+step "layering: the GPU runtime depends on no service (nor on the k-NN library)"
 if cargo tree -p cohort-gpu -e normal --prefix none | grep -E "^cohort-(services|service-[a-z]+|ivf|experiments) "; then
     echo "cohort-gpu depends on a service"; exit 1
 fi
@@ -85,10 +87,10 @@ fi
 # Lints and tests share one profile (ci) and so one target folder: the build scripts and
 # proc macros clippy compiles are the tests' too, and nothing is compiled in a third
 # profile (clippy in release used to check the whole workspace apart from the tests' build).
-echo "== lints (profile ci, as the tests below)"
+step "lints (profile ci, as the tests below)"
 cargo clippy --workspace --all-targets --profile ci -- -D warnings
 
-echo "== unit, property and integration tests (profile ci: release without LTO), the lab's too"
+step "unit, property and integration tests (profile ci: release without LTO), the lab's too"
 tests_log=$(mktemp)
 # --tests: every unit and integration test, not rustdoc's pass over each library (the
 # workspace holds no doc test: that pass ran none in 31 crates, 21 s on the 2-core machine) nor
@@ -113,9 +115,10 @@ echo "== tests: $((reported - skipped)) passed, $skipped skipped${by_tool:+ ($by
 printf '%s\n' "$skips" | grep . | sort | uniq -c | sed 's/^/   /' || true
 rm -f "$tests_log"
 
-echo "== the Python client (clients/python) and tritonclient (the Open Inference Protocol) against real servers"
+step "the Python client (clients/python) and tritonclient (the Open Inference Protocol) against real servers"
 python3 -m pip install --quiet --disable-pip-version-check ./clients/python "tritonclient[http,grpc]==2.73.0"
 COHORT_BIN=target/ci/cohort python3 -m unittest discover -v -s clients/python/tests
 
-echo "== fuzz targets (bounded)"
+step "fuzz targets (bounded)"
 scripts/fuzz.sh "${FUZZ_SECONDS:-10}"
+echo "== [${SECONDS}s] done"
