@@ -25,6 +25,9 @@ pub struct SearchRequest<'a> {
     pub filter: Option<&'a Filter>,
 }
 
+/// A search's answers: per query its neighbours, the plan, and where it ran.
+pub type Answer = (Vec<Vec<Neighbor>>, Plan, Ran);
+
 /// Where a search ran.
 #[derive(Debug, Clone, Copy, PartialEq, Eq)]
 pub enum Ran {

@@ -27,6 +27,7 @@ pub mod data;
 pub mod error;
 pub mod filter;
 pub mod frames;
+mod group;
 pub mod import;
 pub mod ivf;
 pub mod ops;

@@ -3,7 +3,7 @@
 //! reads it: [`crate::ServerConfig::resolve`] turns it into the server's configuration once.
 
 use crate::serve_serde;
-use crate::util::{parse_bytes, parse_bytes_or_zero, parse_cpu_list, CpuList};
+use crate::util::{parse_bytes, parse_bytes_or_zero, parse_cpu_list, parse_on_off, CpuList};
 use crate::{AdmissionArgs, CpuEngineArgs, GpuEngineArgs, HybridEngineArgs, PersistentEngineArgs};
 use clap::Args;
 
@@ -316,15 +316,6 @@ impl ServeArgs {
             http: Some("127.0.0.1:0".into()),
             ..ServeArgs::default()
         }
-    }
-}
-
-/// `on` / `off` (also true/false, 1/0) for a switch that defaults on.
-pub(crate) fn parse_on_off(s: &str) -> Result<bool, String> {
-    match s {
-        "on" | "true" | "1" => Ok(true),
-        "off" | "false" | "0" => Ok(false),
-        _ => Err(format!("{s:?}: expected on or off")),
     }
 }
 

@@ -111,7 +111,7 @@ pub fn service_choices(p: &ServicePlan) -> Result<Vec<cohort_services::entry::Ch
 /// 8 io threads and 4 control threads gave p99 4.4 ms at 300 K k-NN queries/s, 4 io threads
 /// 0.43 ms at 600 K.
 fn warn_if_cores_are_shared(s: &ServeConfig) {
-    let gpu_threads: usize = s.plans.iter().map(gpu_threads).sum();
+    let gpu_threads: usize = s.plans.iter().map(crate::threads::gpu_threads).sum();
     let cores = s.machine_cores;
     let io_threads = s.threads.io_threads;
     // One GPU host thread sharing the io threads' cores is the chosen default (measured).
@@ -129,9 +129,6 @@ fn warn_if_cores_are_shared(s: &ServeConfig) {
     }
 }
 
-/// A service's GPU host threads: `--control-threads` per GPU, or one per
-/// `--gpus-per-control-thread` GPUs, on the batching engines (hybrid's GPU side included), one
-/// per GPU on gpu-persistent, none on the CPU engines.
 /// A service's GPU lanes: one per GPU and control thread, one per GPU on gpu-persistent.
 fn gpu_lanes(p: &ServicePlan) -> usize {
     match p.cfg.engine {
@@ -139,41 +136,6 @@ fn gpu_lanes(p: &ServicePlan) -> usize {
         EngineKind::GpuPersistent => p.cfg.gpu.gpus.len(),
         EngineKind::Cpu | EngineKind::Inline => 0,
     }
-}
-
-fn gpu_threads(p: &ServicePlan) -> usize {
-    match p.cfg.engine {
-        EngineKind::GpuDirect | EngineKind::GpuCohort | EngineKind::Hybrid => {
-            p.cfg.gpu.gpu_threads()
-        }
-        EngineKind::GpuPersistent => p.cfg.gpu.gpus.len(),
-        EngineKind::Cpu | EngineKind::Inline => 0,
-    }
-}
-
-/// The services whose engine runs cpu workers (the cpu engine, hybrid's CPU side).
-fn cpu_services(plans: &[ServicePlan]) -> usize {
-    plans
-        .iter()
-        .filter(|p| matches!(p.cfg.engine, EngineKind::Cpu | EngineKind::Hybrid))
-        .count()
-}
-
-/// The server's io threads and default cpu workers: `io_threads` (`--io-threads`) where
-/// given (not 0), else `threads::choose` over its `cores`, its GPU engines' host threads and
-/// its cpu services. Chosen once, by `ServerConfig::resolve`.
-pub(crate) fn threads(
-    cores: usize,
-    io_threads: usize,
-    plans: &[ServicePlan],
-) -> crate::threads::Threads {
-    let gpu: usize = plans.iter().map(gpu_threads).sum();
-    let mut t = crate::threads::choose(cores, gpu, cpu_services(plans));
-    if io_threads > 0 {
-        t.io_threads = io_threads;
-        t.why = format!("--io-threads {io_threads} (given); workers: {}", t.why);
-    }
-    t
 }
 
 /// Starts one engine per service of `cfg`, wired to `ingresses` ingress ends (a front end's

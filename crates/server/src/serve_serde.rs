@@ -23,7 +23,7 @@ pub mod on_off {
 
     pub fn deserialize<'de, D: Deserializer<'de>>(d: D) -> Result<bool, D::Error> {
         match text_or(d)? {
-            Ok(s) => crate::args::parse_on_off(&s).map_err(D::Error::custom),
+            Ok(s) => crate::util::parse_on_off(&s).map_err(D::Error::custom),
             Err(toml::Value::Boolean(b)) => Ok(b),
             Err(other) => Err(D::Error::custom(format!("expected on or off, got {other}"))),
         }

@@ -124,7 +124,7 @@ impl ServerConfig {
             &a.service_opt,
             cores,
         )?;
-        let threads = crate::engines::threads(cores, a.io_threads, &plans);
+        let threads = crate::threads::for_plans(cores, a.io_threads, &plans);
         let (net, net_why) = net_config(a, threads.io_threads)?;
         let cluster = cluster_config(a)?;
         let collections = collections_config(a)?;

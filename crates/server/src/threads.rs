@@ -17,6 +17,8 @@
 //!   sharing the cores with the io threads (the served benchmark's cpu runs, `workers = N`);
 //!   idle workers park rather than spin on shared cores (`--worker-spin-us`).
 
+use crate::plan::{EngineKind, ServicePlan};
+
 /// The most io threads the rule chooses (name more with `--io-threads`).
 pub const MAX_IO_THREADS: usize = 16;
 
@@ -71,6 +73,44 @@ pub fn choose(cores: usize, gpu_threads: usize, cpu_services: usize) -> Threads 
         workers,
         why,
     }
+}
+
+/// A service's GPU host threads: `--control-threads` per GPU, or one per
+/// `--gpus-per-control-thread` GPUs, on the batching engines (hybrid's GPU side included), one
+/// per GPU on gpu-persistent, none on the CPU engines.
+pub(crate) fn gpu_threads(p: &ServicePlan) -> usize {
+    match p.cfg.engine {
+        EngineKind::GpuDirect | EngineKind::GpuCohort | EngineKind::Hybrid => {
+            p.cfg.gpu.gpu_threads()
+        }
+        EngineKind::GpuPersistent => p.cfg.gpu.gpus.len(),
+        EngineKind::Cpu | EngineKind::Inline => 0,
+    }
+}
+
+/// The services whose engine runs cpu workers (the cpu engine, hybrid's CPU side).
+fn cpu_services(plans: &[ServicePlan]) -> usize {
+    plans
+        .iter()
+        .filter(|p| matches!(p.cfg.engine, EngineKind::Cpu | EngineKind::Hybrid))
+        .count()
+}
+
+/// The server's io threads and default cpu workers: `io_threads` (`--io-threads`) where
+/// given (not 0), else `threads::choose` over its `cores`, its GPU engines' host threads and
+/// its cpu services. Chosen once, by `ServerConfig::resolve`.
+pub(crate) fn for_plans(
+    cores: usize,
+    io_threads: usize,
+    plans: &[ServicePlan],
+) -> crate::threads::Threads {
+    let gpu: usize = plans.iter().map(gpu_threads).sum();
+    let mut t = choose(cores, gpu, cpu_services(plans));
+    if io_threads > 0 {
+        t.io_threads = io_threads;
+        t.why = format!("--io-threads {io_threads} (given); workers: {}", t.why);
+    }
+    t
 }
 
 #[cfg(test)]

@@ -101,6 +101,15 @@ pub fn parse_bytes_or_zero(p: &str) -> Result<usize, String> {
     parse_bytes(p)
 }
 
+/// `on` / `off` (also true/false, 1/0) for a switch that defaults on.
+pub fn parse_on_off(s: &str) -> Result<bool, String> {
+    match s {
+        "on" | "true" | "1" => Ok(true),
+        "off" | "false" | "0" => Ok(false),
+        _ => Err(format!("{s:?}: expected on or off")),
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
