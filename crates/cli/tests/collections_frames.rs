@@ -4,7 +4,9 @@
 //! frames and changing nothing, and UDP telling the client to use TCP.
 
 mod common;
-use cohort_collections::frames::{self, PointFrame, SearchFrame, UpsertFrame, SERVICE_ID};
+use cohort_collections::frames::{
+    self, IdsFrame, PointFrame, Request, SearchFrame, UpsertFrame, SERVICE_ID,
+};
 use cohort_proto::{encode_frame, ErrorCode, ErrorPayload, Frame, Header, Kind, MAX_PAYLOAD};
 use common::Served;
 use serde_json::{json, Value};
@@ -401,6 +403,104 @@ fn collections_are_served_over_native_frames() {
 /// SIGTERM with upsert frames in flight: every request is answered exactly once, or listed
 /// in GOAWAY and then answered, or neither (never read); after a restart on the same
 /// directory the collection holds exactly the points of the upserts acknowledged.
+fn ids(get: bool, ids: &[u64]) -> Vec<u8> {
+    let f = IdsFrame {
+        collection: "items",
+        ids: ids.to_vec(),
+    };
+    let mut b = Vec::new();
+    if get { Request::Get(f) } else { Request::Delete(f) }.encode(&mut b);
+    b
+}
+
+#[test]
+fn deletes_and_gets_over_frames_read_their_writes() {
+    let dir = std::env::temp_dir().join(format!("cohort-frames-del-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let s = Served::start(&["--service", "echo", "--data-dir", dir.to_str().unwrap()]);
+    let (http, tcp) = (s.http.unwrap(), s.tcp.unwrap());
+    let (st, v) = rest(
+        http,
+        "PUT",
+        "/v1/collections/items",
+        r#"{"dim":8,"metric":"l2","attributes":{"color":"keyword","price":"float"}}"#,
+    );
+    assert_eq!(st, 200, "{v}");
+    let attributes: Vec<String> = (0..100).map(attrs).collect();
+    let mut c = Tcp::new(tcp);
+    assert_eq!(
+        frames::decode_upsert_answer(&c.call(&upsert(0..100, &attributes)).unwrap()).unwrap(),
+        100
+    );
+
+    // Get: the points found, in request order, vectors and attributes as written.
+    let a = c.call(&ids(true, &[42, 999, 7])).unwrap();
+    let (dim, points) = frames::decode_get_answer(&a).unwrap();
+    assert_eq!(dim, 8);
+    assert_eq!(points.iter().map(|p| p.id).collect::<Vec<_>>(), [42, 7]);
+    assert_eq!(points[0].vector, vector(42));
+    let got: Value = serde_json::from_str(points[0].attributes.unwrap()).unwrap();
+    assert_eq!(got, serde_json::from_str::<Value>(&attrs(42)).unwrap());
+
+    // Delete: answered with the points deleted; the next frame and REST no longer see them.
+    let a = c.call(&ids(false, &[42, 43, 999])).unwrap();
+    assert_eq!(frames::decode_delete_answer(&a).unwrap(), 2);
+    let a = c.call(&ids(true, &[42, 43, 44])).unwrap();
+    let (_, points) = frames::decode_get_answer(&a).unwrap();
+    assert_eq!(points.iter().map(|p| p.id).collect::<Vec<_>>(), [44]);
+    let hits = frames::decode_search_answer(&c.call(&search(&[42], 3, None)).unwrap()).unwrap();
+    assert!(hits[0].iter().all(|h| h.0 != 42 && h.0 != 43), "{hits:?}");
+    assert_eq!(count(http), 98);
+    // A delete over REST is seen by the next get frame.
+    let (st, _) = rest(http, "POST", "/v1/collections/items/delete", r#"{"ids":[44]}"#);
+    assert_eq!(st, 200);
+    let a = c.call(&ids(true, &[44])).unwrap();
+    let (_, points) = frames::decode_get_answer(&a).unwrap();
+    assert!(points.is_empty());
+    assert_eq!(
+        frames::decode_delete_answer(&c.call(&ids(false, &[])).unwrap()).unwrap(),
+        0
+    );
+
+    // Bad input: an error frame with a code, never a hang; nothing changes, the connection
+    // goes on.
+    let good = ids(false, &[1, 2]);
+    let mut op = good.clone();
+    op[0] = 9;
+    let e = refused(c.call(&op));
+    assert_eq!(e.code, ErrorCode::BadRequest);
+    assert!(e.message.contains("unknown op 9"), "{}", e.message);
+    for n in [0, 3, 10, good.len() - 1] {
+        let e = refused(c.call(&good[..n]));
+        assert_eq!(e.code, ErrorCode::BadRequest, "cut at {n}: {}", e.message);
+    }
+    for lie in [1u32, 3, 5000] {
+        let mut l = good.clone();
+        let at = frames::ids_overhead("items") - 4;
+        l[at..at + 4].copy_from_slice(&lie.to_le_bytes());
+        let e = refused(c.call(&l));
+        assert_eq!(e.code, ErrorCode::BadRequest, "{lie}: {}", e.message);
+    }
+    let mut big = good.clone();
+    let at = frames::ids_overhead("items") - 4;
+    big[at..at + 4].copy_from_slice(&20_000u32.to_le_bytes());
+    assert_eq!(refused(c.call(&big)).code, ErrorCode::TooLarge);
+    let mut nope = Vec::new();
+    Request::Delete(IdsFrame {
+        collection: "nope",
+        ids: vec![1],
+    })
+    .encode(&mut nope);
+    assert_eq!(refused(c.call(&nope)).code, ErrorCode::NotFound);
+    assert_eq!(count(http), 97);
+    let a = c.call(&ids(true, &[1, 2])).unwrap();
+    let (_, points) = frames::decode_get_answer(&a).unwrap();
+    assert_eq!(points.len(), 2, "the refused deletes changed nothing");
+    drop(c);
+    drop(s);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn a_drain_answers_every_frame_once_and_keeps_every_acknowledged_upsert() {
     let dir = std::env::temp_dir().join(format!("cohort-frames-drain-{}", std::process::id()));
