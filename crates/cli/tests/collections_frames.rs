@@ -409,7 +409,12 @@ fn ids(get: bool, ids: &[u64]) -> Vec<u8> {
         ids: ids.to_vec(),
     };
     let mut b = Vec::new();
-    if get { Request::Get(f) } else { Request::Delete(f) }.encode(&mut b);
+    if get {
+        Request::Get(f)
+    } else {
+        Request::Delete(f)
+    }
+    .encode(&mut b);
     b
 }
 
@@ -452,7 +457,12 @@ fn deletes_and_gets_over_frames_read_their_writes() {
     assert!(hits[0].iter().all(|h| h.0 != 42 && h.0 != 43), "{hits:?}");
     assert_eq!(count(http), 98);
     // A delete over REST is seen by the next get frame.
-    let (st, _) = rest(http, "POST", "/v1/collections/items/delete", r#"{"ids":[44]}"#);
+    let (st, _) = rest(
+        http,
+        "POST",
+        "/v1/collections/items/delete",
+        r#"{"ids":[44]}"#,
+    );
     assert_eq!(st, 200);
     let a = c.call(&ids(true, &[44])).unwrap();
     let (_, points) = frames::decode_get_answer(&a).unwrap();
