@@ -8,7 +8,7 @@ use cohort_collections::frames::{
     self, IdsFrame, PointFrame, Request, SearchFrame, UpsertFrame, SERVICE_ID,
 };
 use cohort_proto::{encode_frame, ErrorCode, ErrorPayload, Frame, Header, Kind, MAX_PAYLOAD};
-use common::Served;
+use common::{http_get, Served};
 use serde_json::{json, Value};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -37,10 +37,17 @@ impl Tcp {
 
     /// Sends one request; returns its id.
     fn send(&mut self, payload: &[u8]) -> u64 {
+        self.send_within(payload, 0)
+    }
+
+    /// Sends one request with its deadline, `timeout_us`; returns its id.
+    fn send_within(&mut self, payload: &[u8], timeout_us: u32) -> u64 {
         let id = self.next;
         self.next += 1;
         let mut out = Vec::new();
-        encode_frame(Header::request(SERVICE_ID, id, 0), payload, &mut out);
+        let mut h = Header::request(SERVICE_ID, id, 0);
+        h.timeout_us = timeout_us;
+        encode_frame(h, payload, &mut out);
         self.s.write_all(&out).unwrap();
         id
     }
@@ -511,6 +518,107 @@ fn deletes_and_gets_over_frames_read_their_writes() {
     let _ = std::fs::remove_dir_all(&dir);
 }
 
+/// Frames under the server's bounds: a frame whose deadline (`timeout_us`) passed before it
+/// ran is answered TIMEOUT and changes nothing; past `MAX_FRAMES_IN_FLIGHT` frames at once
+/// the server refuses OVERLOADED at once (never queues); every frame is answered once.
+#[test]
+fn frames_honour_their_deadline_and_the_in_flight_bound() {
+    let dir = std::env::temp_dir().join(format!("cohort-frames-bound-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let s = Served::start(&["--service", "echo", "--data-dir", dir.to_str().unwrap()]);
+    let (http, tcp) = (s.http.unwrap(), s.tcp.unwrap());
+    let (st, v) = rest(
+        http,
+        "PUT",
+        "/v1/collections/items",
+        r#"{"dim":8,"metric":"l2","attributes":{"color":"keyword","price":"float"}}"#,
+    );
+    assert_eq!(st, 200, "{v}");
+    let attributes: Vec<String> = (0..2000).map(attrs).collect();
+    let mut c = Tcp::new(tcp);
+
+    // Deadlines: 1 us has passed before any blocking-pool thread takes the frame; a
+    // generous one is met. A timed-out upsert is not applied.
+    let mut timed_out = 0;
+    for i in 0..20u64 {
+        let id = c.send_within(&upsert(i..i + 1, &attributes), 1);
+        let (got, a) = c.answer();
+        assert_eq!(got, id);
+        match a {
+            Ok(p) => assert_eq!(frames::decode_upsert_answer(&p).unwrap(), 1),
+            Err(e) => {
+                assert_eq!(e.code, ErrorCode::Timeout, "{}", e.message);
+                assert!(e.message.contains("deadline"), "{}", e.message);
+                timed_out += 1;
+                let a = c.call(&ids(true, &[i])).unwrap();
+                assert!(frames::decode_get_answer(&a).unwrap().1.is_empty());
+            }
+        }
+    }
+    assert!(timed_out > 0, "no frame of timeout_us 1 timed out");
+    let id = c.send_within(&upsert(100..101, &attributes), 10_000_000);
+    let (got, a) = c.answer();
+    assert_eq!(got, id);
+    assert_eq!(frames::decode_upsert_answer(&a.unwrap()).unwrap(), 1);
+
+    // The bound: 300 upserts pipelined at once (each waits for an fsync) overflow it; the
+    // excess is refused OVERLOADED naming the bound, the rest applied, each answered once.
+    let mut sent = std::collections::HashMap::new();
+    for i in 0..300u64 {
+        sent.insert(c.send(&upsert(1000 + i..1001 + i, &attributes)), 1000 + i);
+    }
+    let (mut ok, mut refused_n) = (Vec::new(), 0);
+    for _ in 0..300 {
+        let (id, a) = c.answer();
+        let pid = sent.remove(&id).expect("an id sent and not yet answered");
+        match a {
+            Ok(p) => {
+                assert_eq!(frames::decode_upsert_answer(&p).unwrap(), 1);
+                ok.push(pid);
+            }
+            Err(e) => {
+                assert_eq!(e.code, ErrorCode::Overloaded, "{}", e.message);
+                assert!(
+                    e.message.starts_with("queue: collections frames in flight"),
+                    "{}",
+                    e.message
+                );
+                refused_n += 1;
+            }
+        }
+    }
+    assert!(refused_n > 0, "300 pipelined upserts never met the bound");
+    assert!(
+        ok.len() >= cohort_net::MAX_FRAMES_IN_FLIGHT,
+        "{} applied",
+        ok.len()
+    );
+    let a = c
+        .call(&ids(true, &(1000..1300).collect::<Vec<_>>()))
+        .unwrap();
+    let mut found: Vec<u64> = frames::decode_get_answer(&a)
+        .unwrap()
+        .1
+        .iter()
+        .map(|p| p.id)
+        .collect();
+    found.sort_unstable();
+    ok.sort_unstable();
+    assert_eq!(found, ok, "exactly the acknowledged upserts landed");
+    // The refusals are counted as the engines' are.
+    let metrics = http_get(http, "/metrics");
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l.starts_with("cohort_requests_refused_total{")
+                && l.contains("reason=\"queue\"")),
+        "no queue refusal counted"
+    );
+    drop(c);
+    drop(s);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn a_drain_answers_every_frame_once_and_keeps_every_acknowledged_upsert() {
     let dir = std::env::temp_dir().join(format!("cohort-frames-drain-{}", std::process::id()));
@@ -580,7 +688,14 @@ fn a_drain_answers_every_frame_once_and_keeps_every_acknowledged_upsert() {
                 }
                 Kind::Error => {
                     let e = ErrorPayload::decode(f.payload).unwrap();
-                    assert_eq!(e.code, ErrorCode::Unavailable, "{}", e.message);
+                    // UNAVAILABLE by the drain, or OVERLOADED past the frames' in-flight
+                    // bound: either way not applied.
+                    assert!(
+                        matches!(e.code, ErrorCode::Unavailable | ErrorCode::Overloaded),
+                        "{:?}: {}",
+                        e.code,
+                        e.message
+                    );
                     *answered.entry(f.header.request_id).or_default() += 1;
                 }
                 k => panic!("unexpected {k:?}"),
