@@ -7,6 +7,7 @@ answers every request exactly once or says it never read it."""
 import asyncio
 import os
 import signal
+import struct
 import subprocess
 import tempfile
 import threading
@@ -217,6 +218,29 @@ class CollectionsTest(unittest.TestCase):
                             call()
                         self.assertEqual(e.exception.name, name, e.exception)
                     self.assertEqual(c.describe_collection("items")["count"], 3)
+                    # Get and delete frames (ops 3, 4): REST and frames see each other's writes.
+                    self.assertEqual(t.get_points("items", [21, 999, 20]),
+                                     [{"id": 21, "vector": [0.0, 0.0, 0.0, 2.0], "attributes": {}},
+                                      {"id": 20, "vector": [0.0, 0.0, 2.0, 0.0],
+                                       "attributes": {"color": "red", "price": 1.0}}])
+                    self.assertEqual(t.get_points("items", [7]), c.get_points("items", [7]))
+                    self.assertEqual(t.delete("items", [20, 999]), 1)
+                    self.assertEqual(c.get_points("items", [20]), [])
+                    self.assertEqual(t.get_points("items", [20]), [])
+                    self.assertEqual(c.delete("items", ids=[21]), 1)
+                    self.assertEqual(t.get_points("items", [21]), [])
+                    self.assertEqual(c.describe_collection("items")["count"], 1)
+                    # Bad input gets an error frame with a code, never a hang.
+                    good = services.collection_delete_request("items", [7, 8])
+                    for bad in [b"\x09" + good[1:], good[:-3], good[:6],
+                                good[:9] + struct.pack("<I", 3) + good[13:]]:
+                        with self.assertRaises(CohortError) as e:
+                            t.call(services.COLLECTIONS, bad)
+                        self.assertEqual(e.exception.name, "BAD_REQUEST", e.exception)
+                    with self.assertRaises(CohortError) as e:
+                        t.delete("nope", [1])
+                    self.assertEqual(e.exception.name, "NOT_FOUND", e.exception)
+                    self.assertEqual(c.describe_collection("items")["count"], 1)
                 c.drop_collection("items")
                 self.assertEqual(c.list_collections(), [])
             finally:

@@ -134,8 +134,8 @@ pub struct LoadArgs {
     /// Every hit must match it. Without it searches are unfiltered.
     #[arg(long, requires = "collection")]
     pub filter_selectivity: Option<f64>,
-    /// --collection with a tcp:// target (searches and upserts as the collections' native
-    /// frames, service 7; no deletes over frames: every write is an upsert): the server's
+    /// --collection with a tcp:// target (searches, upserts and deletes as the collections'
+    /// native frames, service 7): the server's
     /// HTTP address, http://HOST:PORT, where the collection is made, filled and counted.
     #[arg(long, requires = "collection")]
     pub collection_http: Option<Target>,

@@ -4,9 +4,11 @@
 //! frames and changing nothing, and UDP telling the client to use TCP.
 
 mod common;
-use cohort_collections::frames::{self, PointFrame, SearchFrame, UpsertFrame, SERVICE_ID};
+use cohort_collections::frames::{
+    self, IdsFrame, PointFrame, Request, SearchFrame, UpsertFrame, SERVICE_ID,
+};
 use cohort_proto::{encode_frame, ErrorCode, ErrorPayload, Frame, Header, Kind, MAX_PAYLOAD};
-use common::Served;
+use common::{http_get, Served};
 use serde_json::{json, Value};
 use std::io::{Read, Write};
 use std::net::{SocketAddr, TcpStream};
@@ -35,10 +37,17 @@ impl Tcp {
 
     /// Sends one request; returns its id.
     fn send(&mut self, payload: &[u8]) -> u64 {
+        self.send_within(payload, 0)
+    }
+
+    /// Sends one request with its deadline, `timeout_us`; returns its id.
+    fn send_within(&mut self, payload: &[u8], timeout_us: u32) -> u64 {
         let id = self.next;
         self.next += 1;
         let mut out = Vec::new();
-        encode_frame(Header::request(SERVICE_ID, id, 0), payload, &mut out);
+        let mut h = Header::request(SERVICE_ID, id, 0);
+        h.timeout_us = timeout_us;
+        encode_frame(h, payload, &mut out);
         self.s.write_all(&out).unwrap();
         id
     }
@@ -401,6 +410,209 @@ fn collections_are_served_over_native_frames() {
 /// SIGTERM with upsert frames in flight: every request is answered exactly once, or listed
 /// in GOAWAY and then answered, or neither (never read); after a restart on the same
 /// directory the collection holds exactly the points of the upserts acknowledged.
+fn ids(get: bool, ids: &[u64]) -> Vec<u8> {
+    let f = IdsFrame {
+        collection: "items",
+        ids: ids.to_vec(),
+    };
+    let mut b = Vec::new();
+    if get {
+        Request::Get(f)
+    } else {
+        Request::Delete(f)
+    }
+    .encode(&mut b);
+    b
+}
+
+#[test]
+fn deletes_and_gets_over_frames_read_their_writes() {
+    let dir = std::env::temp_dir().join(format!("cohort-frames-del-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let s = Served::start(&["--service", "echo", "--data-dir", dir.to_str().unwrap()]);
+    let (http, tcp) = (s.http.unwrap(), s.tcp.unwrap());
+    let (st, v) = rest(
+        http,
+        "PUT",
+        "/v1/collections/items",
+        r#"{"dim":8,"metric":"l2","attributes":{"color":"keyword","price":"float"}}"#,
+    );
+    assert_eq!(st, 200, "{v}");
+    let attributes: Vec<String> = (0..100).map(attrs).collect();
+    let mut c = Tcp::new(tcp);
+    assert_eq!(
+        frames::decode_upsert_answer(&c.call(&upsert(0..100, &attributes)).unwrap()).unwrap(),
+        100
+    );
+
+    // Get: the points found, in request order, vectors and attributes as written.
+    let a = c.call(&ids(true, &[42, 999, 7])).unwrap();
+    let (dim, points) = frames::decode_get_answer(&a).unwrap();
+    assert_eq!(dim, 8);
+    assert_eq!(points.iter().map(|p| p.id).collect::<Vec<_>>(), [42, 7]);
+    assert_eq!(points[0].vector, vector(42));
+    let got: Value = serde_json::from_str(points[0].attributes.unwrap()).unwrap();
+    assert_eq!(got, serde_json::from_str::<Value>(&attrs(42)).unwrap());
+
+    // Delete: answered with the points deleted; the next frame and REST no longer see them.
+    let a = c.call(&ids(false, &[42, 43, 999])).unwrap();
+    assert_eq!(frames::decode_delete_answer(&a).unwrap(), 2);
+    let a = c.call(&ids(true, &[42, 43, 44])).unwrap();
+    let (_, points) = frames::decode_get_answer(&a).unwrap();
+    assert_eq!(points.iter().map(|p| p.id).collect::<Vec<_>>(), [44]);
+    let hits = frames::decode_search_answer(&c.call(&search(&[42], 3, None)).unwrap()).unwrap();
+    assert!(hits[0].iter().all(|h| h.0 != 42 && h.0 != 43), "{hits:?}");
+    assert_eq!(count(http), 98);
+    // A delete over REST is seen by the next get frame.
+    let (st, _) = rest(
+        http,
+        "POST",
+        "/v1/collections/items/delete",
+        r#"{"ids":[44]}"#,
+    );
+    assert_eq!(st, 200);
+    let a = c.call(&ids(true, &[44])).unwrap();
+    let (_, points) = frames::decode_get_answer(&a).unwrap();
+    assert!(points.is_empty());
+    assert_eq!(
+        frames::decode_delete_answer(&c.call(&ids(false, &[])).unwrap()).unwrap(),
+        0
+    );
+
+    // Bad input: an error frame with a code, never a hang; nothing changes, the connection
+    // goes on.
+    let good = ids(false, &[1, 2]);
+    let mut op = good.clone();
+    op[0] = 9;
+    let e = refused(c.call(&op));
+    assert_eq!(e.code, ErrorCode::BadRequest);
+    assert!(e.message.contains("unknown op 9"), "{}", e.message);
+    for n in [0, 3, 10, good.len() - 1] {
+        let e = refused(c.call(&good[..n]));
+        assert_eq!(e.code, ErrorCode::BadRequest, "cut at {n}: {}", e.message);
+    }
+    for lie in [1u32, 3, 5000] {
+        let mut l = good.clone();
+        let at = frames::ids_overhead("items") - 4;
+        l[at..at + 4].copy_from_slice(&lie.to_le_bytes());
+        let e = refused(c.call(&l));
+        assert_eq!(e.code, ErrorCode::BadRequest, "{lie}: {}", e.message);
+    }
+    let mut big = good.clone();
+    let at = frames::ids_overhead("items") - 4;
+    big[at..at + 4].copy_from_slice(&20_000u32.to_le_bytes());
+    assert_eq!(refused(c.call(&big)).code, ErrorCode::TooLarge);
+    let mut nope = Vec::new();
+    Request::Delete(IdsFrame {
+        collection: "nope",
+        ids: vec![1],
+    })
+    .encode(&mut nope);
+    assert_eq!(refused(c.call(&nope)).code, ErrorCode::NotFound);
+    assert_eq!(count(http), 97);
+    let a = c.call(&ids(true, &[1, 2])).unwrap();
+    let (_, points) = frames::decode_get_answer(&a).unwrap();
+    assert_eq!(points.len(), 2, "the refused deletes changed nothing");
+    drop(c);
+    drop(s);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+/// Frames under the server's bounds: a frame whose deadline (`timeout_us`) passed before it
+/// ran is answered TIMEOUT and changes nothing; past `MAX_FRAMES_IN_FLIGHT` frames at once
+/// the server refuses OVERLOADED at once (never queues); every frame is answered once.
+#[test]
+fn frames_honour_their_deadline_and_the_in_flight_bound() {
+    let dir = std::env::temp_dir().join(format!("cohort-frames-bound-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let s = Served::start(&["--service", "echo", "--data-dir", dir.to_str().unwrap()]);
+    let (http, tcp) = (s.http.unwrap(), s.tcp.unwrap());
+    let (st, v) = rest(
+        http,
+        "PUT",
+        "/v1/collections/items",
+        r#"{"dim":8,"metric":"l2","attributes":{"color":"keyword","price":"float"}}"#,
+    );
+    assert_eq!(st, 200, "{v}");
+    let attributes: Vec<String> = (0..2000).map(attrs).collect();
+    let mut c = Tcp::new(tcp);
+
+    // Deadlines: 1 us has passed before any blocking-pool thread takes the frame; a
+    // generous one is met. A timed-out upsert is not applied.
+    let mut timed_out = 0;
+    for i in 0..20u64 {
+        let id = c.send_within(&upsert(i..i + 1, &attributes), 1);
+        let (got, a) = c.answer();
+        assert_eq!(got, id);
+        match a {
+            Ok(p) => assert_eq!(frames::decode_upsert_answer(&p).unwrap(), 1),
+            Err(e) => {
+                assert_eq!(e.code, ErrorCode::Timeout, "{}", e.message);
+                assert!(e.message.contains("deadline"), "{}", e.message);
+                timed_out += 1;
+                let a = c.call(&ids(true, &[i])).unwrap();
+                assert!(frames::decode_get_answer(&a).unwrap().1.is_empty());
+            }
+        }
+    }
+    assert!(timed_out > 0, "no frame of timeout_us 1 timed out");
+    let id = c.send_within(&upsert(100..101, &attributes), 10_000_000);
+    let (got, a) = c.answer();
+    assert_eq!(got, id);
+    assert_eq!(frames::decode_upsert_answer(&a.unwrap()).unwrap(), 1);
+
+    // The bound: 300 searches of 64 queries pipelined at once (on 2 000 points: far more work
+    // than the pool finishes while the io thread reads them) overflow it; the excess is
+    // refused OVERLOADED naming the bound (or, should the io thread fall behind, its own
+    // `ingress:` refusal), the rest answered right, each answered once.
+    for start in (0..2000).step_by(100) {
+        c.call(&upsert(start..start + 100, &attributes)).unwrap();
+    }
+    let queries: Vec<u64> = (0..64).collect();
+    let mut sent = std::collections::HashSet::new();
+    for _ in 0..300 {
+        sent.insert(c.send(&search(&queries, 10, None)));
+    }
+    let (mut ok, mut bound) = (0, 0);
+    for _ in 0..300 {
+        let (id, a) = c.answer();
+        assert!(sent.remove(&id), "an id sent and not yet answered");
+        match a {
+            Ok(p) => {
+                let hits = frames::decode_search_answer(&p).unwrap();
+                assert_eq!(hits.len(), 64);
+                assert_eq!(hits[5][0], (5, 0.0));
+                ok += 1;
+            }
+            Err(e) => {
+                assert_eq!(e.code, ErrorCode::Overloaded, "{}", e.message);
+                if e.message.starts_with("queue: collections frames in flight") {
+                    bound += 1;
+                } else {
+                    assert!(e.message.starts_with("ingress:"), "{}", e.message);
+                }
+            }
+        }
+    }
+    assert!(
+        bound > 0,
+        "300 pipelined searches never met the bound ({ok} answered)"
+    );
+    assert!(ok >= cohort_net::MAX_FRAMES_IN_FLIGHT, "{ok} answered");
+    // The refusals are counted as the engines' are.
+    let metrics = http_get(http, "/metrics");
+    assert!(
+        metrics
+            .lines()
+            .any(|l| l.starts_with("cohort_requests_refused_total{")
+                && l.contains("reason=\"queue\"")),
+        "no queue refusal counted"
+    );
+    drop(c);
+    drop(s);
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
 #[test]
 fn a_drain_answers_every_frame_once_and_keeps_every_acknowledged_upsert() {
     let dir = std::env::temp_dir().join(format!("cohort-frames-drain-{}", std::process::id()));
@@ -470,7 +682,14 @@ fn a_drain_answers_every_frame_once_and_keeps_every_acknowledged_upsert() {
                 }
                 Kind::Error => {
                     let e = ErrorPayload::decode(f.payload).unwrap();
-                    assert_eq!(e.code, ErrorCode::Unavailable, "{}", e.message);
+                    // UNAVAILABLE by the drain, or OVERLOADED past the frames' in-flight
+                    // bound: either way not applied.
+                    assert!(
+                        matches!(e.code, ErrorCode::Unavailable | ErrorCode::Overloaded),
+                        "{:?}: {}",
+                        e.code,
+                        e.message
+                    );
                     *answered.entry(f.header.request_id).or_default() += 1;
                 }
                 k => panic!("unexpected {k:?}"),

@@ -5,7 +5,7 @@
 use crate::collection::Collection;
 use crate::error::{Error, Kind, Result};
 use crate::filter::Filter;
-use crate::frames::{self, Request, SearchFrame, UpsertFrame};
+use crate::frames::{self, IdsFrame, PointFrame, Request, SearchFrame, UpsertFrame};
 use crate::ops::{check_batch_len, check_unique, Op, Point};
 use crate::schema::{check_attributes, check_query, check_vector, limits, Settings};
 use crate::store::Store;
@@ -298,7 +298,67 @@ pub fn frame(store: &Store, payload: &[u8], max_answer: usize) -> Result<Vec<u8>
     match req {
         Request::Search(s) => search_frame(&c, &s, max_answer),
         Request::Upsert(u) => upsert_frame(&c, u),
+        Request::Delete(d) => delete_frame(&c, d),
+        Request::Get(g) => get_frame(&c, &g, max_answer),
     }
+}
+
+/// A delete by ids: answered once durable, as over REST (`deleted` counts the ids that held
+/// a point).
+fn delete_frame(c: &Arc<Collection>, d: IdsFrame<'_>) -> Result<Vec<u8>> {
+    let n = if d.ids.is_empty() {
+        0 // nothing to log
+    } else {
+        c.write(Op::DeleteIds(d.ids))?
+    };
+    let mut out = Vec::with_capacity(4);
+    frames::encode_delete_answer(n as u32, &mut out);
+    Ok(out)
+}
+
+/// A get by ids: the points found, in request order (ids with no point are left out).
+/// An answer over `max_answer` is refused TOO_LARGE (nothing changes; ask for fewer ids).
+fn get_frame(c: &Collection, g: &IdsFrame<'_>, max_answer: usize) -> Result<Vec<u8>> {
+    let d = c.read();
+    let found: Vec<(u64, Vec<f32>, String)> = g
+        .ids
+        .iter()
+        .filter_map(|&id| {
+            let slot = *d.by_id.get(&id)? as usize;
+            let attrs = match d.attributes_json(slot) {
+                Value::Object(m) if m.is_empty() => String::new(),
+                v => v.to_string(),
+            };
+            Some((id, d.row(slot).to_vec(), attrs))
+        })
+        .collect();
+    drop(d);
+    let dim = c.settings.dim;
+    let size = 8 + found
+        .iter()
+        .map(|(_, _, a)| frames::point_bytes(dim, a.len()))
+        .sum::<usize>();
+    if size > max_answer {
+        return Err(Error::new(
+            Kind::TooLarge,
+            format!(
+                "the {} points found are {size} bytes, over the frame's {max_answer}: \
+                 ask for fewer ids a request",
+                found.len()
+            ),
+        ));
+    }
+    let points: Vec<PointFrame<'_>> = found
+        .iter()
+        .map(|(id, v, a)| PointFrame {
+            id: *id,
+            vector: v.clone(),
+            attributes: (!a.is_empty()).then_some(a.as_str()),
+        })
+        .collect();
+    let mut out = Vec::with_capacity(size);
+    frames::encode_get_answer(dim as u32, &points, &mut out);
+    Ok(out)
 }
 
 fn check_dim(c: &Collection, dim: u32) -> Result<()> {

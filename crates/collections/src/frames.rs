@@ -11,9 +11,12 @@
 //!   dim u32 | filter_len u32 (0 = none) | filter (JSON text) | queries x dim f32`.
 //! - upsert (op 2): `count u32 | dim u32 | count x (id u64 | dim f32 | attrs_len u32 |
 //!   attributes (a JSON object's text, 0 bytes = none))`.
+//! - delete (op 3) and get (op 4): `count u32 | count x id u64`.
 //!
 //! Answers: search `queries u32 | per query: count u32 | count x (id u64 | distance f32)`;
-//! upsert `upserted u32`. Integers and floats little-endian.
+//! upsert `upserted u32`; delete `deleted u32`; get `count u32 | dim u32 | count x (id u64 |
+//! dim f32 | attrs_len u32 | attributes)` (an upsert's points, the ids found, in request
+//! order). Integers and floats little-endian.
 
 use crate::error::{Error, Kind, Result};
 use crate::schema::limits;
@@ -24,6 +27,8 @@ pub const SERVICE_ID: u16 = 7;
 pub const SERVICE_NAME: &str = "collections";
 pub const OP_SEARCH: u8 = 1;
 pub const OP_UPSERT: u8 = 2;
+pub const OP_DELETE: u8 = 3;
+pub const OP_GET: u8 = 4;
 /// Bytes of the common head before the collection's name.
 const HEAD: usize = 4;
 /// Bytes of a search body before the filter.
@@ -38,6 +43,8 @@ pub const HIT_BYTES: usize = 12;
 pub enum Request<'a> {
     Search(SearchFrame<'a>),
     Upsert(UpsertFrame<'a>),
+    Delete(IdsFrame<'a>),
+    Get(IdsFrame<'a>),
 }
 
 impl Request<'_> {
@@ -46,6 +53,35 @@ impl Request<'_> {
         match self {
             Request::Search(s) => s.collection,
             Request::Upsert(u) => u.collection,
+            Request::Delete(d) | Request::Get(d) => d.collection,
+        }
+    }
+
+    /// Appends the request payload to `out` (what `decode_request` reads back).
+    pub fn encode(&self, out: &mut Vec<u8>) {
+        match self {
+            Request::Search(s) => s.encode(out),
+            Request::Upsert(u) => u.encode(out),
+            Request::Delete(d) => d.encode(OP_DELETE, out),
+            Request::Get(g) => g.encode(OP_GET, out),
+        }
+    }
+}
+
+/// The body of a delete or a get: points named by id (at most `limits::MAX_IDS`).
+#[derive(Debug, Clone, PartialEq)]
+pub struct IdsFrame<'a> {
+    pub collection: &'a str,
+    pub ids: Vec<u64>,
+}
+
+impl IdsFrame<'_> {
+    /// Appends the request payload of op `op` ([`OP_DELETE`] or [`OP_GET`]) to `out`.
+    pub fn encode(&self, op: u8, out: &mut Vec<u8>) {
+        head(op, self.collection, out);
+        out.extend_from_slice(&(self.ids.len() as u32).to_le_bytes());
+        for id in &self.ids {
+            out.extend_from_slice(&id.to_le_bytes());
         }
     }
 }
@@ -178,8 +214,10 @@ pub fn decode_request(payload: &[u8]) -> Result<Request<'_>> {
     match op {
         OP_SEARCH => decode_search(&mut c, collection).map(Request::Search),
         OP_UPSERT => decode_upsert(&mut c, collection).map(Request::Upsert),
+        OP_DELETE => decode_ids(&mut c, collection, "delete").map(Request::Delete),
+        OP_GET => decode_ids(&mut c, collection, "get").map(Request::Get),
         _ => Err(Error::bad(format!(
-            "unknown op {op} (1 = search, 2 = upsert)"
+            "unknown op {op} (1 = search, 2 = upsert, 3 = delete, 4 = get)"
         ))),
     }
 }
@@ -236,6 +274,31 @@ fn decode_search<'a>(c: &mut Cursor<'a>, collection: &'a str) -> Result<SearchFr
     })
 }
 
+fn decode_ids<'a>(c: &mut Cursor<'a>, collection: &'a str, op: &str) -> Result<IdsFrame<'a>> {
+    let count = c.u32("id count")? as usize;
+    if count > limits::MAX_IDS {
+        return Err(Error::new(
+            Kind::TooLarge,
+            format!(
+                "{count} ids in one {op}, over the limit of {}",
+                limits::MAX_IDS
+            ),
+        ));
+    }
+    if c.left() != count * 8 {
+        return Err(Error::bad(format!(
+            "{op}: {} bytes of ids, but {count} ids are {} bytes",
+            c.left(),
+            count * 8
+        )));
+    }
+    let ids = (0..count)
+        .map(|_| c.u64("id"))
+        .collect::<Result<Vec<_>>>()?;
+    c.end("ids")?;
+    Ok(IdsFrame { collection, ids })
+}
+
 fn decode_upsert<'a>(c: &mut Cursor<'a>, collection: &'a str) -> Result<UpsertFrame<'a>> {
     let count = c.u32("point count")? as usize;
     let dim = c.u32("dim")?;
@@ -249,12 +312,28 @@ fn decode_upsert<'a>(c: &mut Cursor<'a>, collection: &'a str) -> Result<UpsertFr
         ));
     }
     check_dim(dim)?;
+    let points = decode_points(c, count, dim, "upsert")?;
+    c.end("points")?;
+    Ok(UpsertFrame {
+        collection,
+        dim,
+        points,
+    })
+}
+
+/// `count` points of `dim` values each (an upsert's, a get answer's).
+fn decode_points<'a>(
+    c: &mut Cursor<'a>,
+    count: usize,
+    dim: u32,
+    op: &str,
+) -> Result<Vec<PointFrame<'a>>> {
     // Each point takes at least its id, its vector and its attributes' length: a count the
     // bytes cannot hold is refused before anything is allocated for it.
     let least = 8 + 4 * dim as usize + 4;
     if count.saturating_mul(least) > c.left() {
         return Err(Error::bad(format!(
-            "upsert: {count} points of dim {dim} need at least {} bytes, the frame has {}",
+            "{op}: {count} points of dim {dim} need at least {} bytes, the frame has {}",
             count.saturating_mul(least),
             c.left()
         )));
@@ -275,12 +354,7 @@ fn decode_upsert<'a>(c: &mut Cursor<'a>, collection: &'a str) -> Result<UpsertFr
             attributes,
         });
     }
-    c.end("points")?;
-    Ok(UpsertFrame {
-        collection,
-        dim,
-        points,
-    })
+    Ok(points)
 }
 
 fn head(op: u8, collection: &str, out: &mut Vec<u8>) {
@@ -337,6 +411,16 @@ pub fn search_overhead(collection: &str) -> usize {
 /// Bytes of an upsert request's fixed part.
 pub fn upsert_overhead(collection: &str) -> usize {
     HEAD + collection.len() + UPSERT_HEAD
+}
+
+/// Bytes of a delete's or a get's fixed part (then 8 bytes an id).
+pub fn ids_overhead(collection: &str) -> usize {
+    HEAD + collection.len() + 4
+}
+
+/// Bytes of one point of `dim` values and `attrs` bytes of attributes in a get answer.
+pub fn point_bytes(dim: usize, attrs: usize) -> usize {
+    8 + 4 * dim + 4 + attrs
 }
 
 /// Bytes of a search answer for `queries` queries of at most `k` hits each.
@@ -398,6 +482,46 @@ pub fn decode_upsert_answer(payload: &[u8]) -> Result<u32> {
     let n = c.u32("upserted")?;
     c.end("upsert answer")?;
     Ok(n)
+}
+
+/// Appends a delete answer (the points deleted) to `out`.
+pub fn encode_delete_answer(deleted: u32, out: &mut Vec<u8>) {
+    out.extend_from_slice(&deleted.to_le_bytes());
+}
+
+/// Reads a delete answer back.
+pub fn decode_delete_answer(payload: &[u8]) -> Result<u32> {
+    let mut c = Cursor { b: payload, at: 0 };
+    let n = c.u32("deleted")?;
+    c.end("delete answer")?;
+    Ok(n)
+}
+
+/// Appends a get answer to `out`: the points found, each of `dim` values.
+pub fn encode_get_answer(dim: u32, points: &[PointFrame<'_>], out: &mut Vec<u8>) {
+    out.extend_from_slice(&(points.len() as u32).to_le_bytes());
+    out.extend_from_slice(&dim.to_le_bytes());
+    for p in points {
+        out.extend_from_slice(&p.id.to_le_bytes());
+        floats(&p.vector, out);
+        let a = p.attributes.unwrap_or("");
+        out.extend_from_slice(&(a.len() as u32).to_le_bytes());
+        out.extend_from_slice(a.as_bytes());
+    }
+}
+
+/// Reads a get answer back: `(dim, points)`.
+pub fn decode_get_answer(payload: &[u8]) -> Result<(u32, Vec<PointFrame<'_>>)> {
+    let mut c = Cursor { b: payload, at: 0 };
+    let count = c.u32("point count")? as usize;
+    let dim = c.u32("dim")?;
+    if count > limits::MAX_IDS {
+        return Err(Error::bad(format!("answer of {count} points")));
+    }
+    check_dim(dim)?;
+    let points = decode_points(&mut c, count, dim, "get answer")?;
+    c.end("get answer")?;
+    Ok((dim, points))
 }
 
 #[cfg(test)]
@@ -475,6 +599,44 @@ mod tests {
         assert!(err(&big).message.contains("need at least"));
     }
 
+    #[test]
+    fn ids_layout_and_lying_counts() {
+        let f = IdsFrame {
+            collection: "c",
+            ids: vec![7, 1 << 40],
+        };
+        let mut b = Vec::new();
+        f.encode(OP_DELETE, &mut b);
+        let mut want = vec![3, 0, 1, 0, b'c', 2, 0, 0, 0];
+        want.extend_from_slice(&7u64.to_le_bytes());
+        want.extend_from_slice(&(1u64 << 40).to_le_bytes());
+        assert_eq!(b, want);
+        assert_eq!(b.len(), ids_overhead("c") + 16);
+        assert_eq!(decode_request(&b).unwrap(), Request::Delete(f.clone()));
+        b[0] = OP_GET;
+        assert_eq!(decode_request(&b).unwrap(), Request::Get(f));
+        let err = |b: &[u8]| decode_request(b).unwrap_err();
+        for n in 0..b.len() {
+            assert_eq!(err(&b[..n]).kind, Kind::BadRequest, "cut at {n}");
+        }
+        // A count saying more or fewer ids than the bytes hold.
+        for lie in [0u32, 1, 3, u32::MAX >> 20] {
+            let mut l = b.clone();
+            l[5..9].copy_from_slice(&lie.to_le_bytes());
+            assert!(
+                err(&l).message.contains("bytes of ids"),
+                "{lie}: {:?}",
+                err(&l)
+            );
+        }
+        let mut big = b.clone();
+        big[5..9].copy_from_slice(&(limits::MAX_IDS as u32 + 1).to_le_bytes());
+        assert_eq!(err(&big).kind, Kind::TooLarge);
+        let mut op = b.clone();
+        op[0] = 5;
+        assert!(err(&op).message.contains("unknown op 5"));
+    }
+
     fn name() -> impl Strategy<Value = String> {
         "[a-z_][a-z0-9_-]{0,63}"
     }
@@ -511,6 +673,37 @@ mod tests {
         }
 
         #[test]
+        fn ids_round_trip(name in name(), ids in proptest::collection::vec(any::<u64>(), 0..50), get in any::<bool>()) {
+            let f = IdsFrame { collection: &name, ids };
+            let r = if get { Request::Get(f) } else { Request::Delete(f) };
+            let mut b = Vec::new();
+            r.encode(&mut b);
+            prop_assert_eq!(decode_request(&b).unwrap(), r);
+        }
+
+        #[test]
+        fn get_answers_round_trip(
+            dim in 1u32..8,
+            points in proptest::collection::vec((any::<u64>(), proptest::option::of("[ -~]{1,30}")), 0..20),
+            deleted in any::<u32>(),
+        ) {
+            let points: Vec<PointFrame<'_>> = points
+                .iter()
+                .map(|(id, a)| PointFrame { id: *id, vector: vec![*id as f32; dim as usize], attributes: a.as_deref() })
+                .collect();
+            let mut b = Vec::new();
+            encode_get_answer(dim, &points, &mut b);
+            prop_assert_eq!(
+                b.len(),
+                8 + points.iter().map(|p| point_bytes(dim as usize, p.attributes.map_or(0, str::len))).sum::<usize>()
+            );
+            prop_assert_eq!(decode_get_answer(&b).unwrap(), (dim, points));
+            let mut d = Vec::new();
+            encode_delete_answer(deleted, &mut d);
+            prop_assert_eq!(decode_delete_answer(&d).unwrap(), deleted);
+        }
+
+        #[test]
         fn answers_round_trip(
             results in proptest::collection::vec(
                 proptest::collection::vec((any::<u64>(), -1e6f32..1e6), 0..20), 0..10),
@@ -531,24 +724,26 @@ mod tests {
         fn garbage_never_panics(b in proptest::collection::vec(any::<u8>(), 0..256)) {
             if let Ok(r) = decode_request(&b) {
                 let mut again = Vec::new();
-                match &r {
-                    Request::Search(s) => s.encode(&mut again),
-                    Request::Upsert(u) => u.encode(&mut again),
-                }
+                r.encode(&mut again);
                 prop_assert_eq!(&again, &b);
             }
             let _ = decode_search_answer(&b);
             let _ = decode_upsert_answer(&b);
+            let _ = decode_delete_answer(&b);
+            let _ = decode_get_answer(&b);
         }
 
         /// A valid frame with one byte changed or cut short: never a panic.
         #[test]
         fn mutated_frames_never_panic(
             queries in 1usize..4, at in any::<prop::sample::Index>(), byte in any::<u8>(),
-            cut in any::<prop::sample::Index>(), upsert in any::<bool>(),
+            cut in any::<prop::sample::Index>(), upsert in any::<bool>(), ids in 0u8..3,
         ) {
             let mut b = Vec::new();
-            if upsert {
+            if ids > 0 {
+                let f = IdsFrame { collection: "c", ids: (0..queries as u64).collect() };
+                f.encode(if ids == 1 { OP_DELETE } else { OP_GET }, &mut b);
+            } else if upsert {
                 UpsertFrame { collection: "c", dim: 3, points: (0..queries as u64)
                     .map(|id| PointFrame { id, vector: vec![1.0; 3], attributes: Some("{}") }).collect() }
                     .encode(&mut b);

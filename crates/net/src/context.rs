@@ -6,7 +6,7 @@ use crate::shard::Shard;
 use cohort_auth::Auth;
 use cohort_engine::{Metrics, Registry, ReplyPort, Response, ResponseBody};
 use cohort_proto::{ErrorCode, ErrorPayload, Header, Kind};
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::sync::Arc;
 
 pub struct Context {
@@ -22,6 +22,23 @@ pub struct Context {
     pub(crate) auth: Option<Arc<Auth>>,
     /// Paths handed whole to another crate's handler (`--data-dir`'s collections).
     pub(crate) routes: Option<Arc<dyn crate::handler::HttpRoutes>>,
+    /// Frames of `routes` (the collections') admitted and not yet answered, server-wide:
+    /// at most [`MAX_FRAMES_IN_FLIGHT`].
+    pub(crate) frames_in_flight: Arc<AtomicUsize>,
+}
+
+/// The most frames of another crate's handler (the collections', service 7) a server runs
+/// or holds for its blocking pool at once; one more is refused OVERLOADED (`queue:
+/// collections frames in flight ...`) at once rather than queued (docs/protocol.md).
+pub const MAX_FRAMES_IN_FLIGHT: usize = 64;
+
+/// Gives back a frame's place in [`Context::frames_in_flight`] when dropped.
+struct InFlight(Arc<AtomicUsize>);
+
+impl Drop for InFlight {
+    fn drop(&mut self) {
+        self.0.fetch_sub(1, Ordering::AcqRel);
+    }
 }
 
 impl Context {
@@ -128,12 +145,44 @@ impl Context {
         port: Arc<dyn ReplyPort>,
     ) {
         let (request_id, service) = (header.request_id, header.service);
+        // The request's deadline: `timeout_us` after it was read (0: none for these frames).
+        let arrived = std::time::Instant::now();
+        let deadline = (header.timeout_us > 0)
+            .then(|| arrived + std::time::Duration::from_micros(header.timeout_us as u64));
+        // Bounded server-wide: past the bound refuse at once, never queue on the pool.
+        if self.frames_in_flight.fetch_add(1, Ordering::AcqRel) >= MAX_FRAMES_IN_FLIGHT {
+            self.frames_in_flight.fetch_sub(1, Ordering::AcqRel);
+            let e = self.metrics.shed(
+                service,
+                cohort_engine::Shed::Queue,
+                &format!(
+                    "collections frames in flight at the server's bound of {MAX_FRAMES_IN_FLIGHT}"
+                ),
+            );
+            return port.deliver(Response {
+                request_id,
+                service,
+                body: ResponseBody::Err(e),
+            });
+        }
+        let place = InFlight(self.frames_in_flight.clone());
         let metrics = self.metrics.clone();
         let max_answer = self.max_payload;
         let payload = payload.to_vec();
         let run = move || {
             let start = std::time::Instant::now();
+            let late = deadline.filter(|d| start > *d);
             let body = match std::panic::catch_unwind(std::panic::AssertUnwindSafe(|| {
+                if let Some(d) = late {
+                    return Err(ErrorPayload::new(
+                        ErrorCode::Timeout,
+                        format!(
+                            "deadline passed {} us before the frame ran (timeout_us {}); not run",
+                            start.duration_since(d).as_micros(),
+                            deadline.map_or(0, |d| d.duration_since(arrived).as_micros())
+                        ),
+                    ));
+                }
                 routes.handle_frame(&payload, max_answer)
             })) {
                 Ok(Ok(p)) => ResponseBody::Ok(p),
@@ -148,6 +197,7 @@ impl Context {
                 ResponseBody::Err(e) => e.code.label(),
             };
             metrics.answered(service, outcome, start.elapsed());
+            drop(place);
             port.deliver(Response {
                 request_id,
                 service,

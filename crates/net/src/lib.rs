@@ -43,5 +43,5 @@ mod v2;
 mod v2_grpc;
 pub use cohort_engine::tensor_json::parse_infer;
 
-pub use context::Context;
+pub use context::{Context, MAX_FRAMES_IN_FLIGHT};
 pub use server::{check_ports, NetConfig, Server, Shared, UdpIo};

@@ -280,6 +280,7 @@ impl Server {
             quotas: Arc::new(Quotas::new(cfg.client_quota)),
             auth: shared.auth,
             routes: shared.routes,
+            frames_in_flight: Default::default(),
         });
         let core_of = |i: usize| (!cfg.cpus.is_empty()).then(|| cfg.cpus[i % cfg.cpus.len()]);
         let udp_stop = Arc::new(AtomicBool::new(false));

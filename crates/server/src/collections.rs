@@ -1,6 +1,6 @@
 //! `--data-dir`: the live vector collections (`cohort-collections`) served on the HTTP
 //! listener under `/v1/collections`, through the gateway's route hook (`cohort_net::HttpRoutes`),
-//! and as native frames of service 7 over TCP (search and upsert; `frames`).
+//! and as native frames of service 7 over TCP (search, upsert, delete, get; `frames`).
 //! Requests run on the gateway's blocking pool; searches on a GPU (`cohort-collections-gpu`)
 //! where `--collections-on` allows one and the machine has it, else on the CPU
 //! (docs/collections.md).

@@ -187,6 +187,48 @@ def collection_upsert_request(name: str, ids: Sequence[int], vectors: np.ndarray
     return b"".join(parts)
 
 
+def collection_ids_request(op: int, name: str, ids: Sequence[int]) -> bytes:
+    """A collections delete (op 3) or get (op 4) frame: `count u32 | count x id u64`."""
+    if len(ids) > 10_000:
+        raise ValueError(f"{len(ids)} ids, over the limit of 10000")
+    return (_collection_head(op, name) + struct.pack("<I", len(ids))
+            + np.asarray([int(i) for i in ids], dtype="<u8").tobytes())
+
+
+def collection_delete_request(name: str, ids: Sequence[int]) -> bytes:
+    return collection_ids_request(3, name, ids)
+
+
+def collection_get_request(name: str, ids: Sequence[int]) -> bytes:
+    return collection_ids_request(4, name, ids)
+
+
+def collection_delete_answer(payload: bytes) -> int:
+    if len(payload) != 4:
+        raise ValueError(f"a delete answer of {len(payload)} bytes")
+    return struct.unpack("<I", payload)[0]
+
+
+def collection_get_answer(payload: bytes) -> List[dict]:
+    """The points found, {"id", "vector", "attributes"} each (what HttpClient.get_points
+    gives; attributes {} when the point has none)."""
+    count, dim = struct.unpack_from("<II", payload)
+    out, at = [], 8
+    for _ in range(count):
+        (pid,) = struct.unpack_from("<Q", payload, at)
+        at += 8
+        v = np.frombuffer(payload, dtype="<f4", count=dim, offset=at)
+        at += 4 * dim
+        (n,) = struct.unpack_from("<I", payload, at)
+        at += 4
+        attrs = json.loads(payload[at:at + n]) if n else {}
+        at += n
+        out.append({"id": int(pid), "vector": [float(x) for x in v], "attributes": attrs})
+    if at != len(payload):
+        raise ValueError(f"{len(payload) - at} bytes after a collections get answer")
+    return out
+
+
 def collection_search_answer(payload: bytes) -> List[List[dict]]:
     """Per query a list of {"id", "distance"}, nearest first (what HttpClient.search gives)."""
     (n,) = struct.unpack_from("<I", payload)

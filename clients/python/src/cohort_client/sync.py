@@ -109,6 +109,18 @@ class _Frames(_Services):
         return sv.collection_upsert_answer(
             self.call(sv.COLLECTIONS, sv.collection_upsert_request(name, ids, vectors, attributes)))
 
+    def delete(self, name: str, ids: Sequence[int]) -> int:
+        """As `HttpClient.delete` by ids, over a collections frame (op 3; TCP only, at most
+        10 000 ids). Answered once durable; returns the points deleted."""
+        return sv.collection_delete_answer(
+            self.call(sv.COLLECTIONS, sv.collection_delete_request(name, ids)))
+
+    def get_points(self, name: str, ids: Sequence[int]) -> List[dict]:
+        """As `HttpClient.get_points`, over a collections frame (op 4; TCP only): the points
+        present among `ids`, in request order."""
+        return sv.collection_get_answer(
+            self.call(sv.COLLECTIONS, sv.collection_get_request(name, ids)))
+
     def search(self, name: str, vectors: np.ndarray, k: int = 10, filter: Optional[dict] = None,
                nprobe: Optional[int] = None) -> List[List[dict]]:
         """As `HttpClient.search` (without attributes), over a collections frame (TCP only)."""

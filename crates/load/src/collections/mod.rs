@@ -200,8 +200,8 @@ pub struct CollectionWorkload {
     recall_queries: AtomicU64,
     /// None without writes (nothing is ever deleted).
     liveness: Option<Liveness>,
-    /// Over the native frames (tcp:// targets, service 7): searches and upserts only (the
-    /// frames have no delete: a write that would be a delete is an upsert).
+    /// Over the native frames (tcp:// targets, service 7): searches, upserts and deletes by
+    /// ids as frames.
     frames: bool,
 }
 
@@ -231,7 +231,7 @@ impl CollectionWorkload {
     }
 
     /// Sends searches and upserts as the collections' native frames (service 7,
-    /// docs/protocol.md) instead of REST JSON; there are no deletes then.
+    /// docs/protocol.md) instead of REST JSON, deletes included.
     pub fn over_frames(mut self) -> CollectionWorkload {
         self.frames = true;
         self
@@ -250,7 +250,7 @@ impl CollectionWorkload {
 
     /// Request `seq` as a frame payload.
     fn frame(&self, seq: u64, out: &mut Vec<u8>) {
-        use cohort_collections::frames::{PointFrame, SearchFrame, UpsertFrame};
+        use cohort_collections::frames::{IdsFrame, PointFrame, Request, SearchFrame, UpsertFrame};
         let name = &self.cfg.name;
         match self.op(seq) {
             Op::Search => {
@@ -267,7 +267,12 @@ impl CollectionWorkload {
                 }
                 .encode(out)
             }
-            Op::Upsert | Op::Delete => {
+            Op::Delete => Request::Delete(IdsFrame {
+                collection: name,
+                ids: self.ids(seq),
+            })
+            .encode(out),
+            Op::Upsert => {
                 let attrs: Vec<(u64, String)> = self
                     .ids(seq)
                     .into_iter()
@@ -300,7 +305,7 @@ impl CollectionWorkload {
         let u = (h >> 11) as f64 / (1u64 << 53) as f64;
         if u >= self.cfg.write_share {
             Op::Search
-        } else if !self.frames && mix(h).is_multiple_of(DELETE_EVERY) {
+        } else if mix(h).is_multiple_of(DELETE_EVERY) {
             Op::Delete
         } else {
             Op::Upsert
@@ -496,7 +501,9 @@ impl Workload for CollectionWorkload {
 
     /// A frame's answer, checked as its JSON twin is (`check_json`).
     fn check(&self, seq: u64, payload: &[u8]) -> bool {
-        use cohort_collections::frames::{decode_search_answer, decode_upsert_answer};
+        use cohort_collections::frames::{
+            decode_delete_answer, decode_search_answer, decode_upsert_answer,
+        };
         if !self.frames {
             return false;
         }
@@ -507,8 +514,12 @@ impl Workload for CollectionWorkload {
                     .collect::<Vec<_>>()}),
                 Err(_) => return false,
             },
-            _ => match decode_upsert_answer(payload) {
+            Op::Upsert => match decode_upsert_answer(payload) {
                 Ok(n) => json!({ "upserted": n }),
+                Err(_) => return false,
+            },
+            Op::Delete => match decode_delete_answer(payload) {
+                Ok(n) => json!({ "deleted": n }),
                 Err(_) => return false,
             },
         };
