@@ -145,23 +145,31 @@ fn count(http: SocketAddr) -> u64 {
         .unwrap()
 }
 
+/// A server with collections in a fresh data folder (`cohort-frames-TAG-PID` under the
+/// temporary folder) and the collection "items" made over REST: dim 8, l2, a keyword
+/// "color" and a float "price".
+fn serve_items(tag: &str) -> (Served, std::path::PathBuf) {
+    let dir = std::env::temp_dir().join(format!("cohort-frames-{tag}-{}", std::process::id()));
+    let _ = std::fs::remove_dir_all(&dir);
+    let s = Served::start(&["--service", "echo", "--data-dir", dir.to_str().unwrap()]);
+    let (st, v) = rest(
+        s.http.unwrap(),
+        "PUT",
+        "/v1/collections/items",
+        r#"{"dim":8,"metric":"l2","attributes":{"color":"keyword","price":"float"}}"#,
+    );
+    assert_eq!(st, 200, "{v}");
+    (s, dir)
+}
+
 fn refused(a: Result<Vec<u8>, ErrorPayload>) -> ErrorPayload {
     a.expect_err("an error frame")
 }
 
 #[test]
 fn collections_are_served_over_native_frames() {
-    let dir = std::env::temp_dir().join(format!("cohort-frames-coll-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    let s = Served::start(&["--service", "echo", "--data-dir", dir.to_str().unwrap()]);
+    let (s, dir) = serve_items("coll");
     let (http, tcp) = (s.http.unwrap(), s.tcp.unwrap());
-    let (st, v) = rest(
-        http,
-        "PUT",
-        "/v1/collections/items",
-        r#"{"dim":8,"metric":"l2","attributes":{"color":"keyword","price":"float"}}"#,
-    );
-    assert_eq!(st, 200, "{v}");
 
     let attributes: Vec<String> = (0..2000).map(attrs).collect();
     let mut c = Tcp::new(tcp);
@@ -427,17 +435,8 @@ fn ids(get: bool, ids: &[u64]) -> Vec<u8> {
 
 #[test]
 fn deletes_and_gets_over_frames_read_their_writes() {
-    let dir = std::env::temp_dir().join(format!("cohort-frames-del-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    let s = Served::start(&["--service", "echo", "--data-dir", dir.to_str().unwrap()]);
+    let (s, dir) = serve_items("del");
     let (http, tcp) = (s.http.unwrap(), s.tcp.unwrap());
-    let (st, v) = rest(
-        http,
-        "PUT",
-        "/v1/collections/items",
-        r#"{"dim":8,"metric":"l2","attributes":{"color":"keyword","price":"float"}}"#,
-    );
-    assert_eq!(st, 200, "{v}");
     let attributes: Vec<String> = (0..100).map(attrs).collect();
     let mut c = Tcp::new(tcp);
     assert_eq!(
@@ -523,17 +522,8 @@ fn deletes_and_gets_over_frames_read_their_writes() {
 /// the server refuses OVERLOADED at once (never queues); every frame is answered once.
 #[test]
 fn frames_honour_their_deadline_and_the_in_flight_bound() {
-    let dir = std::env::temp_dir().join(format!("cohort-frames-bound-{}", std::process::id()));
-    let _ = std::fs::remove_dir_all(&dir);
-    let s = Served::start(&["--service", "echo", "--data-dir", dir.to_str().unwrap()]);
+    let (s, dir) = serve_items("bound");
     let (http, tcp) = (s.http.unwrap(), s.tcp.unwrap());
-    let (st, v) = rest(
-        http,
-        "PUT",
-        "/v1/collections/items",
-        r#"{"dim":8,"metric":"l2","attributes":{"color":"keyword","price":"float"}}"#,
-    );
-    assert_eq!(st, 200, "{v}");
     let attributes: Vec<String> = (0..2000).map(attrs).collect();
     let mut c = Tcp::new(tcp);
 
