@@ -2,17 +2,13 @@
 //! the generator on core 1, UDP, a capacity run and two multiples of it; every point carries
 //! its measurement and the goals are judged (no figure is asserted: benchmarks hold those).
 
+mod common;
+
 use std::process::Command;
 
 #[test]
 fn overload_bench_measures_each_multiple_and_judges_the_goals() {
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    if cores < 2 {
-        use std::io::Write;
-        let _ = writeln!(
-            std::io::stderr(),
-            "SKIPPED overload bench: needs 2 cores (server and generator apart), have {cores}"
-        );
+    if !common::two_cores_or_skip("overload bench") {
         return;
     }
     let dir = std::env::temp_dir().join(format!("cohort-bench-overload-{}", std::process::id()));

@@ -1,18 +1,13 @@
 //! `cohort-lab bench served` end to end on this machine: a pinned echo server on core 0, the
 //! generator on core 1, two rates; every point carries its measurement and a named limit.
 
+mod common;
+
 use std::process::Command;
 
 #[test]
 fn served_matrix_measures_each_point_and_names_its_limit() {
-    let cores = std::thread::available_parallelism().map_or(1, |n| n.get());
-    if cores < 2 {
-        // Straight to stderr, as scripts/test.sh counts it (libtest keeps eprintln!).
-        use std::io::Write;
-        let _ = writeln!(
-            std::io::stderr(),
-            "SKIPPED served matrix: needs 2 cores (server and generator apart), have {cores}"
-        );
+    if !common::two_cores_or_skip("served matrix") {
         return;
     }
     let dir = std::env::temp_dir().join(format!("cohort-bench-served-{}", std::process::id()));
