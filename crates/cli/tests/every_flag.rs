@@ -97,7 +97,7 @@ fn sample(flag: &str, ix: &str) -> Option<Option<String>> {
         "drain-timeout-ms" => v("100"),
         "io-spin-us" => v("20"),
         "udp-io" => v("uring"),
-        "udp-gso" | "fair-queue" => v("off"),
+        "udp-gso" | "udp-spread" | "fair-queue" => v("off"),
         "sched-slice-us" => v("300"),
         "max-connections" => v("500"),
         "max-buffered-bytes" => v("256M"),

@@ -13,6 +13,7 @@ use crate::udp::spawn_udp;
 use anyhow::{Context as _, Result};
 use socket2::{Domain, Protocol, Socket, Type};
 use std::net::SocketAddr;
+use std::os::fd::AsRawFd;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::thread::JoinHandle;
@@ -49,6 +50,9 @@ pub struct NetConfig {
     /// Answers of one send batch to one address leave as one UDP GSO train (recvmmsg path;
     /// off where the kernel lacks it, said once in the log).
     pub udp_gso: bool,
+    /// Datagrams dealt to the io threads' sockets at random rather than by client
+    /// (`cohort_udp::spread_evenly`): no thread saturates while others idle.
+    pub udp_spread: bool,
     /// Bounds on TCP/HTTP connections and the bytes they hold, and their timeouts.
     pub limits: Limits,
     /// Per-client quotas (requests in flight, per second), per source address.
@@ -89,6 +93,7 @@ impl Default for NetConfig {
             io_spin: Duration::ZERO,
             udp_io: UdpIo::Recvmmsg,
             udp_gso: true,
+            udp_spread: true,
             limits: Limits::default(),
             client_quota: ClientQuota::default(),
             max_timeout: Duration::from_secs(60),
@@ -305,6 +310,11 @@ impl Server {
             let mut sockets = vec![first];
             for _ in 1..cfg.io_threads {
                 sockets.push(udp_socket(bound)?);
+            }
+            if cfg.udp_spread {
+                if let Err(e) = cohort_udp::spread_evenly(sockets[0].as_raw_fd(), sockets.len()) {
+                    tracing::warn!(error = %e, "the kernel refused to spread datagrams over the io threads: each client's go to one thread (its address's hash)");
+                }
             }
             for (i, (s, ends)) in sockets.into_iter().zip(ingresses.drain(..)).enumerate() {
                 let tc = crate::udp::UdpThreadConfig {

@@ -279,6 +279,13 @@ pub struct ServeArgs {
     #[arg(long, value_parser = parse_on_off, default_value = on_off(defaults::UDP_GSO), action = clap::ArgAction::Set)]
     #[serde(with = "serve_serde::on_off")]
     pub udp_gso: bool,
+    /// Deal each UDP datagram to an io thread at random (on), or give each client's
+    /// datagrams to one thread by the kernel's hash of its address (off). With few clients
+    /// the hash loads one thread with several while others idle: it saturates and its
+    /// clients' datagrams wait or are dropped. on|off.
+    #[arg(long, value_parser = parse_on_off, default_value = on_off(defaults::UDP_SPREAD), action = clap::ArgAction::Set)]
+    #[serde(with = "serve_serde::on_off")]
+    pub udp_spread: bool,
     /// Ask the kernel's fair scheduler for this time slice (microseconds, 100 to 100000) for
     /// every server thread: a shorter slice lets a waking io thread preempt a CPU-bound
     /// neighbour on its core sooner (Linux 6.12+, no privilege needed; older kernels ignore
@@ -354,6 +361,7 @@ pub mod defaults {
     pub const SOCKET_BUFFER_BYTES: usize = cohort_net::DEFAULT_SOCKET_BUFFER;
     pub const UDP_IO: UdpIoArg = UdpIoArg::Recvmmsg;
     pub const UDP_GSO: bool = true;
+    pub const UDP_SPREAD: bool = true;
 }
 
 impl Default for ServeArgs {
@@ -412,6 +420,7 @@ impl Default for ServeArgs {
             io_spin_us: None,
             udp_io: defaults::UDP_IO,
             udp_gso: defaults::UDP_GSO,
+            udp_spread: defaults::UDP_SPREAD,
             sched_slice_us: None,
         }
     }

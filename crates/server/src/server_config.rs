@@ -340,6 +340,7 @@ fn net_config(a: &ServeArgs, io_threads: usize) -> Result<(NetConfig, NetWhy)> {
             UdpIoArg::Uring => cohort_net::UdpIo::Uring,
         },
         udp_gso: a.udp_gso,
+        udp_spread: a.udp_spread,
         ..NetConfig::default()
     };
     let why = NetWhy {
