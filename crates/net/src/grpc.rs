@@ -12,7 +12,7 @@
 //! connection is: an idle client must not hold a connection slot for ever). On drain each
 //! connection gets GOAWAY, its calls in progress finish, and it closes.
 
-use crate::accept::accept_loop;
+use crate::accept::{accept_loop, Dealer};
 use crate::context::Context;
 use crate::grpc_activity::{idle_for, watchdog, Activity, InProgress, Unproductive};
 use crate::grpc_body::{HeldAnswer, Tracked, Watched};
@@ -74,6 +74,7 @@ impl GrpcEnv {
 
 pub(crate) async fn serve_grpc(
     listener: TcpListener,
+    dealer: Dealer,
     env: Arc<GrpcEnv>,
     shutdown: watch::Receiver<bool>,
     closed: watch::Receiver<bool>,
@@ -87,6 +88,7 @@ pub(crate) async fn serve_grpc(
     // A refused connection is closed at once: an HTTP/2 client sees the connection end.
     accept_loop(
         listener,
+        dealer,
         "grpc",
         conns,
         metrics,

@@ -7,7 +7,7 @@
 //! listener keeps accepting so health checks see the 503; it closes when the drain ends.
 //! What every handler answers with (responses, the reply port, refusals) is `http_reply`'s.
 
-use crate::accept::accept_loop;
+use crate::accept::{accept_loop, Dealer};
 use crate::http_io::{Flow, Guarded};
 use crate::http_limits;
 use crate::http_reply::{
@@ -41,6 +41,7 @@ const MAX_BUF: usize = cohort_http_frame::MAX_HEAD + (8 << 10);
 
 pub(crate) async fn serve_http(
     listener: TcpListener,
+    dealer: Dealer,
     env: Arc<HttpEnv>,
     shutdown: watch::Receiver<bool>,
     closed: watch::Receiver<bool>,
@@ -54,6 +55,7 @@ pub(crate) async fn serve_http(
     let (conns, metrics) = (env.conns.clone(), env.ctx.metrics.clone());
     accept_loop(
         listener,
+        dealer,
         "http",
         conns,
         metrics,

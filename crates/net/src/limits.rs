@@ -280,7 +280,10 @@ impl Connections {
             return None;
         }
         self.gauge.inc();
-        Some(Slot(self.clone()))
+        Some(Slot {
+            conns: self.clone(),
+            shard: None,
+        })
     }
 
     pub fn max(&self) -> usize {
@@ -288,13 +291,30 @@ impl Connections {
     }
 }
 
-/// One open connection; dropping it frees its place.
-pub(crate) struct Slot(Arc<Connections>);
+/// One open connection; dropping it frees its place (and its place on the shard that serves
+/// it, `crate::accept::Dealer`).
+pub(crate) struct Slot {
+    conns: Arc<Connections>,
+    shard: Option<Arc<AtomicUsize>>,
+}
+
+impl Slot {
+    /// Counts the connection among `shard`'s open ones for as long as it lives.
+    pub(crate) fn count_on(&mut self, shard: &Arc<AtomicUsize>) {
+        shard.fetch_add(1, Ordering::AcqRel);
+        if let Some(old) = self.shard.replace(shard.clone()) {
+            old.fetch_sub(1, Ordering::AcqRel);
+        }
+    }
+}
 
 impl Drop for Slot {
     fn drop(&mut self) {
-        self.0.live.fetch_sub(1, Ordering::AcqRel);
-        self.0.gauge.dec();
+        self.conns.live.fetch_sub(1, Ordering::AcqRel);
+        self.conns.gauge.dec();
+        if let Some(s) = &self.shard {
+            s.fetch_sub(1, Ordering::AcqRel);
+        }
     }
 }
 

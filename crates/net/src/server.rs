@@ -1,5 +1,6 @@
 //! Starting and stopping the listeners.
 
+use crate::accept::{dealers, Dealer};
 use crate::context::Context;
 use crate::grpc::{serve_grpc, GrpcEnv};
 use crate::http::serve_http;
@@ -237,9 +238,9 @@ pub struct Shared {
 struct ShardJob {
     shard: Arc<Shard>,
     core: Option<usize>,
-    tcp: Option<std::net::TcpListener>,
-    http: Option<std::net::TcpListener>,
-    grpc: Option<std::net::TcpListener>,
+    tcp: Option<(std::net::TcpListener, Dealer)>,
+    http: Option<(std::net::TcpListener, Dealer)>,
+    grpc: Option<(std::net::TcpListener, Dealer)>,
 }
 
 impl Server {
@@ -345,6 +346,12 @@ impl Server {
         let mut tcp = listeners(cfg.tcp, "tcp")?;
         let mut http = listeners(cfg.http, "http")?;
         let mut grpc = listeners(cfg.grpc, "grpc")?;
+        // Each kind's connections dealt evenly over the shards (`crate::accept::Dealer`).
+        let (mut tcp_deal, mut http_deal, mut grpc_deal) = (
+            dealers(n).into_iter(),
+            dealers(n).into_iter(),
+            dealers(n).into_iter(),
+        );
         let bound = |l: &[Option<std::net::TcpListener>]| -> Result<Option<SocketAddr>> {
             Ok(match l.first() {
                 Some(Some(l)) => Some(l.local_addr()?),
@@ -393,9 +400,9 @@ impl Server {
             let job = ShardJob {
                 shard,
                 core: core_of(i),
-                tcp: tcp[i].take(),
-                http: http[i].take(),
-                grpc: grpc[i].take(),
+                tcp: tcp[i].take().zip(tcp_deal.next()),
+                http: http[i].take().zip(http_deal.next()),
+                grpc: grpc[i].take().zip(grpc_deal.next()),
             };
             let env = ShardEnv {
                 ctx: ctx.clone(),
@@ -554,7 +561,7 @@ fn run_shard(job: ShardJob, env: ShardEnv, ready: std::sync::mpsc::Sender<Result
     } = env;
     let shard = job.shard;
     let started = rt.block_on(async {
-        if let Some(l) = job.tcp {
+        if let Some((l, tcp_dealer)) = job.tcp {
             let l = tokio::net::TcpListener::from_std(l)?;
             let env = Arc::new(TcpEnv {
                 ctx: ctx.clone(),
@@ -565,9 +572,15 @@ fn run_shard(job: ShardJob, env: ShardEnv, ready: std::sync::mpsc::Sender<Result
                 conns: conns.clone(),
                 tls: tls.as_ref().map(|t| t.tcp.clone()),
             });
-            tokio::spawn(serve_tcp(l, env, shutdown.clone(), tasks.clone()));
+            tokio::spawn(serve_tcp(
+                l,
+                tcp_dealer,
+                env,
+                shutdown.clone(),
+                tasks.clone(),
+            ));
         }
-        if let Some(l) = job.grpc {
+        if let Some((l, grpc_dealer)) = job.grpc {
             let l = tokio::net::TcpListener::from_std(l)?;
             let env = Arc::new(GrpcEnv::new(
                 ctx.clone(),
@@ -580,13 +593,14 @@ fn run_shard(job: ShardJob, env: ShardEnv, ready: std::sync::mpsc::Sender<Result
             ));
             tokio::spawn(serve_grpc(
                 l,
+                grpc_dealer,
                 env,
                 shutdown.clone(),
                 closed.clone(),
                 tasks.clone(),
             ));
         }
-        if let Some(l) = job.http {
+        if let Some((l, http_dealer)) = job.http {
             let l = tokio::net::TcpListener::from_std(l)?;
             let openapi = crate::openapi::document(
                 &ctx.registry,
@@ -605,7 +619,14 @@ fn run_shard(job: ShardJob, env: ShardEnv, ready: std::sync::mpsc::Sender<Result
                 admin_only_metrics,
                 tls: tls.map(|t| t.http),
             });
-            tokio::spawn(serve_http(l, env, shutdown.clone(), closed, tasks.clone()));
+            tokio::spawn(serve_http(
+                l,
+                http_dealer,
+                env,
+                shutdown.clone(),
+                closed,
+                tasks.clone(),
+            ));
         }
         Ok::<_, std::io::Error>(())
     });

@@ -11,7 +11,7 @@
 //! UNAVAILABLE, sends GOAWAY listing the request ids still being worked on, and the writer
 //! closes the connection once the last of them is written.
 
-use crate::accept::{accept_loop, Refusal};
+use crate::accept::{accept_loop, Dealer, Refusal};
 use crate::context::Context;
 use crate::limits::{Budget, Connections, Limits, Slot};
 use crate::quota::{Key, Quotas, Who};
@@ -106,6 +106,7 @@ fn refusal() -> Refusal {
 
 pub(crate) async fn serve_tcp(
     listener: TcpListener,
+    dealer: Dealer,
     env: Arc<TcpEnv>,
     shutdown: watch::Receiver<bool>,
     tasks: Tracker,
@@ -118,6 +119,7 @@ pub(crate) async fn serve_tcp(
     };
     accept_loop(
         listener,
+        dealer,
         "tcp",
         conns,
         metrics,
