@@ -121,11 +121,11 @@ fn describe(c: &Collection) -> Value {
 
 #[derive(Deserialize)]
 #[serde(deny_unknown_fields)]
-struct PointIn {
-    id: u64,
-    vector: Vec<f64>,
+pub(crate) struct PointIn {
+    pub id: u64,
+    pub vector: Vec<f64>,
     #[serde(default)]
-    attributes: Option<Map<String, Value>>,
+    pub attributes: Option<Map<String, Value>>,
 }
 
 #[derive(Deserialize)]
@@ -135,7 +135,7 @@ struct UpsertReq {
 }
 
 /// The points of an upsert, each checked against the schema; any fault refuses the batch.
-fn check_points(s: &Settings, points: Vec<PointIn>) -> Result<Vec<Point>> {
+pub(crate) fn check_points(s: &Settings, points: Vec<PointIn>) -> Result<Vec<Point>> {
     check_batch_len("points", points.len(), limits::MAX_BATCH)?;
     let points = points
         .into_iter()

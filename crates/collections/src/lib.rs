@@ -13,7 +13,8 @@
 //!   centroids kept beside it (`centroids`).
 //! - `collection`: the group commit that orders, logs and applies writes; `store`: the
 //!   collections of a `--data-dir`; `api`: the REST JSON surface and the native frames'
-//!   requests (`frames`: their binary encoding, pure).
+//!   requests (`frames`: their binary encoding, pure); `grpc`: the calls of Cohort's gRPC
+//!   service for them (`cohort-collections-grpc`'s messages).
 //!
 //! docs/collections.md says what is guaranteed and what is not.
 
@@ -28,6 +29,7 @@ pub mod error;
 pub mod filter;
 pub mod frames;
 mod group;
+pub mod grpc;
 pub mod import;
 pub mod ivf;
 pub mod ops;

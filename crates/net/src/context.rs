@@ -22,18 +22,19 @@ pub struct Context {
     pub(crate) auth: Option<Arc<Auth>>,
     /// Paths handed whole to another crate's handler (`--data-dir`'s collections).
     pub(crate) routes: Option<Arc<dyn crate::handler::HttpRoutes>>,
-    /// Frames of `routes` (the collections') admitted and not yet answered, server-wide:
-    /// at most [`MAX_FRAMES_IN_FLIGHT`].
+    /// Frames and gRPC calls of `routes` (the collections') admitted and not yet answered,
+    /// server-wide: at most [`MAX_FRAMES_IN_FLIGHT`].
     pub(crate) frames_in_flight: Arc<AtomicUsize>,
 }
 
-/// The most frames of another crate's handler (the collections', service 7) a server runs
-/// or holds for its blocking pool at once; one more is refused OVERLOADED (`queue:
-/// collections frames in flight ...`) at once rather than queued (docs/protocol.md).
+/// The most frames of another crate's handler (the collections', service 7) and calls of
+/// its gRPC service, together, a server runs or holds for its blocking pool at once; one
+/// more is refused OVERLOADED (`queue: collections frames in flight ...`, or `queue:
+/// collections calls in flight ...` for gRPC) at once rather than queued (docs/protocol.md).
 pub const MAX_FRAMES_IN_FLIGHT: usize = 64;
 
 /// Gives back a frame's place in [`Context::frames_in_flight`] when dropped.
-struct InFlight(Arc<AtomicUsize>);
+pub(crate) struct InFlight(Arc<AtomicUsize>);
 
 impl Drop for InFlight {
     fn drop(&mut self) {
@@ -126,6 +127,16 @@ impl Context {
         }
     }
 
+    /// A place among the collection calls in flight (frames and gRPC calls share the bound:
+    /// both wait on the same blocking pool), or None at the bound (refuse, never queue).
+    pub(crate) fn take_frame_place(&self) -> Option<InFlight> {
+        if self.frames_in_flight.fetch_add(1, Ordering::AcqRel) >= MAX_FRAMES_IN_FLIGHT {
+            self.frames_in_flight.fetch_sub(1, Ordering::AcqRel);
+            return None;
+        }
+        Some(InFlight(self.frames_in_flight.clone()))
+    }
+
     /// The handler of another crate that answers frames of `service` (`--data-dir`'s
     /// collections), if any.
     pub(crate) fn frame_routes(&self, service: u16) -> Option<Arc<dyn crate::handler::HttpRoutes>> {
@@ -150,8 +161,7 @@ impl Context {
         let deadline = (header.timeout_us > 0)
             .then(|| arrived + std::time::Duration::from_micros(header.timeout_us as u64));
         // Bounded server-wide: past the bound refuse at once, never queue on the pool.
-        if self.frames_in_flight.fetch_add(1, Ordering::AcqRel) >= MAX_FRAMES_IN_FLIGHT {
-            self.frames_in_flight.fetch_sub(1, Ordering::AcqRel);
+        let Some(place) = self.take_frame_place() else {
             let e = self.metrics.shed(
                 service,
                 cohort_engine::Shed::Queue,
@@ -164,8 +174,7 @@ impl Context {
                 service,
                 body: ResponseBody::Err(e),
             });
-        }
-        let place = InFlight(self.frames_in_flight.clone());
+        };
         let metrics = self.metrics.clone();
         let max_answer = self.max_payload;
         let payload = payload.to_vec();

@@ -1,6 +1,7 @@
 //! The gRPC listener (`--grpc`): HTTP/2 connections (TLS with ALPN `h2` when TLS is on)
 //! accepted under the same connection cap as TCP and HTTP, each served by hyper's HTTP/2
-//! server with the Open Inference Protocol service (`crate::v2_grpc`). Bounded per
+//! server with the Open Inference Protocol service (`crate::v2_grpc`) and, with
+//! `--data-dir`, Cohort's collections service (`crate::collections_grpc`). Bounded per
 //! connection: concurrent streams, HTTP/2 flow-control windows (what a client may have sent
 //! that the server has not read), and the decoded message size. Under the same byte budget
 //! and timeouts as TCP and HTTP: answers count in `--max-buffered-bytes` until written, and
@@ -13,6 +14,7 @@
 //! connection gets GOAWAY, its calls in progress finish, and it closes.
 
 use crate::accept::{accept_loop, Dealer};
+use crate::collections_grpc::{not_served, CollectionsService};
 use crate::context::Context;
 use crate::grpc_activity::{idle_for, watchdog, Activity, InProgress, Unproductive};
 use crate::grpc_body::{HeldAnswer, Tracked, Watched};
@@ -21,6 +23,7 @@ use crate::limits::{Budget, Connections, Limits, Slot};
 use crate::shard::Shard;
 use crate::tasks::Tracker;
 use crate::v2_grpc::{too_large, Arrived, GrpcShared, Inference};
+use cohort_collections_grpc::collections_server::CollectionsServer;
 use cohort_oip::grpc_inference_service_server::GrpcInferenceServiceServer;
 use cohort_oip::tensors::status;
 use hyper::http;
@@ -164,11 +167,25 @@ async fn serve_h2<I>(
     };
     let svc = GrpcInferenceServiceServer::new(inference)
         .max_decoding_message_size(crate::http_reply::MAX_BODY);
+    // The collections' service, where `--data-dir` gave a handler that answers it; its
+    // messages may be as large as the REST routes' bodies.
+    let collections = env.shared.ctx.routes.as_ref().and_then(|r| {
+        let calls = r.grpc_calls()?;
+        let service = CollectionsService {
+            shared: env.shared.clone(),
+            peer,
+            ledger: ledger.clone(),
+            calls,
+            sid: r.frame_service().unwrap_or(u16::MAX),
+        };
+        Some(CollectionsServer::new(service).max_decoding_message_size(r.max_body()))
+    });
     let counted = {
         let (activity, ledger) = (activity.clone(), ledger.clone());
         let metrics = env.shared.ctx.metrics.clone();
         hyper::service::service_fn(move |mut req: http::Request<hyper::body::Incoming>| {
             let (mut svc, call) = (svc.clone(), InProgress::start(&activity));
+            let mut collections = collections.clone();
             let (ledger, metrics) = (ledger.clone(), metrics.clone());
             // The head was read just now: the handler knows how long the call then waited
             // on this io thread before it ran (`v2_grpc::Inference::admit`).
@@ -180,9 +197,19 @@ async fn serve_h2<I>(
                 } else {
                     let unary = !req.uri().path().ends_with("/ModelStreamInfer");
                     let req = req.map(|b| Watched::new(b, unary, limit, ledger.clone()));
-                    // (The generated service is always ready: no back-pressure to wait out.)
+                    // (The generated services are always ready: no back-pressure to wait out.)
                     use tonic::codegen::Service as _;
-                    svc.call(req).await?
+                    if !req
+                        .uri()
+                        .path()
+                        .starts_with(cohort_collections_grpc::PATH_PREFIX)
+                    {
+                        svc.call(req).await?
+                    } else if let Some(c) = collections.as_mut() {
+                        c.call(req).await?
+                    } else {
+                        not_served().into_http()
+                    }
                 };
                 if let Some(s) = tonic::Status::from_header_map(answer.headers()) {
                     if s.code() == tonic::Code::OutOfRange {

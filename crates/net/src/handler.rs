@@ -1,5 +1,6 @@
 //! What a handler of another crate implements to take routes of the gateway whole (the
-//! collections of `--data-dir`, `cohort-collections`): `routes.rs` serves them.
+//! collections of `--data-dir`, `cohort-collections`): `routes.rs` serves them, and
+//! their frames and gRPC calls where the handler answers those too.
 
 /// A handler's answer: an HTTP status and a JSON body (errors as the gateway's
 /// `{"error": CODE, "message": ...}`), and for a 405 the methods allowed.
@@ -23,6 +24,12 @@ pub trait HttpRoutes: Send + Sync + 'static {
     /// runs [`HttpRoutes::handle_frame`] on the shard runtime's blocking pool and is answered
     /// through its connection as an engine's answer is (one answer each, in any order).
     fn frame_service(&self) -> Option<u16> {
+        None
+    }
+    /// The calls of Cohort's gRPC service for collections (`cohort.collections.v1`) this
+    /// handler answers on the `--grpc` listener (`crate::collections_grpc`), None for a
+    /// handler without them (calls for it are then UNIMPLEMENTED).
+    fn grpc_calls(&self) -> Option<std::sync::Arc<dyn cohort_collections_grpc::Calls>> {
         None
     }
     /// Answers one frame's payload (may block): the answer's payload or the error frame's.

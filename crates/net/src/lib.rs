@@ -10,6 +10,7 @@
 mod accept;
 mod admin;
 mod behind;
+mod collections_grpc;
 pub use cohort_auth::Auth;
 mod context;
 mod doorbell;

@@ -126,27 +126,38 @@ impl Inference {
     /// when this io thread is behind its arrivals (`ingress:`) or the wait has already spent
     /// its deadline (`deadline:`), rather than queued.
     fn admit<T>(&self, req: &Request<T>, sid: u16) -> Result<Option<u64>, Status> {
-        let ctx = &self.shared.ctx;
-        let waited = req
-            .extensions()
-            .get::<Arrived>()
-            .map_or(0, |a| a.0.elapsed().as_micros() as u64);
-        let left = match deadline(req) {
-            Some(d) if waited >= d => {
-                let detail = format!(
-                    "the call waited {waited} us on the io thread, past its grpc-timeout of                      {d} us; refused rather than run late"
-                );
-                let e = ctx
-                    .metrics
-                    .shed(sid, cohort_engine::Shed::Deadline, &detail);
-                return Err(status(e));
-            }
-            d => d.map(|d| d - waited),
-        };
-        match ctx.behind(&self.shared.shard, sid) {
-            Some(e) => Err(status(e)),
-            None => Ok(left),
+        admit(&self.shared, req, sid)
+    }
+}
+
+/// `Inference::admit` for any unary call of the listener (the collections' too,
+/// `crate::collections_grpc`).
+pub(crate) fn admit<T>(
+    shared: &GrpcShared,
+    req: &Request<T>,
+    sid: u16,
+) -> Result<Option<u64>, Status> {
+    let ctx = &shared.ctx;
+    let waited = req
+        .extensions()
+        .get::<Arrived>()
+        .map_or(0, |a| a.0.elapsed().as_micros() as u64);
+    let left = match deadline(req) {
+        Some(d) if waited >= d => {
+            let detail = format!(
+                "the call waited {waited} us on the io thread, past its grpc-timeout of \
+                 {d} us; refused rather than run late"
+            );
+            let e = ctx
+                .metrics
+                .shed(sid, cohort_engine::Shed::Deadline, &detail);
+            return Err(status(e));
         }
+        d => d.map(|d| d - waited),
+    };
+    match ctx.behind(&shared.shard, sid) {
+        Some(e) => Err(status(e)),
+        None => Ok(left),
     }
 }
 

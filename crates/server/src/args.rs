@@ -168,8 +168,9 @@ pub struct ServeArgs {
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub auth_keys: Option<std::path::PathBuf>,
     /// Directory of the live vector collections (docs/collections.md): with it the HTTP
-    /// listener serves /v1/collections (create, upsert, delete, get, filtered search), each
-    /// write acknowledged once durable in this directory's logs. Needs --http.
+    /// listener serves /v1/collections (create, upsert, delete, get, filtered search) and the
+    /// gRPC listener cohort.collections.v1.Collections, each write acknowledged once durable
+    /// in this directory's logs. Needs --http or --grpc.
     #[arg(long)]
     #[serde(default, skip_serializing_if = "Option::is_none")]
     pub data_dir: Option<std::path::PathBuf>,

@@ -1,6 +1,8 @@
 //! `--data-dir`: the live vector collections (`cohort-collections`) served on the HTTP
 //! listener under `/v1/collections`, through the gateway's route hook (`cohort_net::HttpRoutes`),
-//! and as native frames of service 7 over TCP (search, upsert, delete, get; `frames`).
+//! as native frames of service 7 over TCP (search, upsert, delete, get; `frames`), and as
+//! Cohort's gRPC service `cohort.collections.v1.Collections` on the `--grpc` listener
+//! (`cohort_collections::grpc`).
 //! Requests run on the gateway's blocking pool; searches on a GPU (`cohort-collections-gpu`)
 //! where `--collections-on` allows one and the machine has it, else on the CPU
 //! (docs/collections.md).
@@ -14,7 +16,8 @@ use serde_json::{json, Map, Value};
 use std::sync::Arc;
 
 pub struct CollectionRoutes {
-    pub store: Store,
+    /// Shared with the gRPC service's calls (`grpc_calls`).
+    pub store: Arc<Store>,
 }
 
 /// Opens the store of `--data-dir` (replaying every collection's log) as gateway routes
@@ -30,7 +33,9 @@ pub fn open(c: Option<&CollectionsConfig>) -> Result<Option<Arc<dyn HttpRoutes>>
         .map_err(|e| anyhow::anyhow!("{}", e.message))
         .with_context(|| format!("--data-dir {}", dir.display()))?;
     tracing::info!(dir = %dir.display(), collections = store.list().len(), searches_on = on, "collections opened");
-    Ok(Some(Arc::new(CollectionRoutes { store })))
+    Ok(Some(Arc::new(CollectionRoutes {
+        store: Arc::new(store),
+    })))
 }
 
 /// The GPUs the collections' searches run on, per `--collections-on` (auto: the GPUs of
@@ -80,6 +85,10 @@ impl HttpRoutes for CollectionRoutes {
 
     fn frame_service(&self) -> Option<u16> {
         Some(frames::SERVICE_ID)
+    }
+
+    fn grpc_calls(&self) -> Option<Arc<dyn cohort_collections_grpc::Calls>> {
+        Some(self.store.clone())
     }
 
     fn handle_frame(&self, payload: &[u8], max_answer: usize) -> Result<Vec<u8>, ErrorPayload> {

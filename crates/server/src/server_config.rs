@@ -34,7 +34,7 @@ pub struct ServerConfig {
     pub cluster: Option<ClusterConfig>,
     /// `--node-listen`: this server is a cluster node (it starts only with `cluster`).
     pub node: Option<NodeConfig>,
-    /// `--data-dir`: the live collections served over HTTP.
+    /// `--data-dir`: the live collections served over HTTP and gRPC.
     pub collections: Option<CollectionsConfig>,
     /// `--auth-keys`: the API keys file (read at start, reloaded on SIGHUP).
     pub auth_keys: Option<PathBuf>,
@@ -388,9 +388,10 @@ fn collections_config(a: &ServeArgs) -> Result<Option<CollectionsConfig>> {
     let Some(dir) = &a.data_dir else {
         return Ok(None);
     };
+    // REST and gRPC each carry every operation (create and drop too); frames do not.
     anyhow::ensure!(
-        a.http.is_some(),
-        "--data-dir serves the collections over HTTP: give --http too"
+        a.http.is_some() || a.grpc.is_some(),
+        "--data-dir serves the collections over HTTP or gRPC: give --http or --grpc too"
     );
     anyhow::ensure!(
         a.cluster.is_none() && a.node_listen.is_none(),
@@ -515,7 +516,7 @@ mod tests {
             a.http = None;
             a.data_dir = Some("/nonexistent".into());
         })
-        .contains("--data-dir serves the collections over HTTP"));
+        .contains("--data-dir serves the collections over HTTP or gRPC"));
         assert!(bad(&|a| a.node_listen = Some("nowhere".into())).contains("--node-listen"));
         // A file's bad value: named with its key, before anything resolves.
         let mut a = ServeArgs::loopback("echo");
