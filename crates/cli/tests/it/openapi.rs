@@ -5,7 +5,7 @@
 //! documented content. The schemas are checked with a validator of exactly the keywords the
 //! document may use (it fails on any other, so none is silently skipped).
 
-mod common;
+use crate::common;
 
 use common::{cohort, http_get, http_post, Scratch, Served};
 use serde_json::Value;

@@ -1,7 +1,7 @@
 //! Admission control under 5x overload for 10 s: every request gets exactly one answer, the
 //! server stays up, and the requests it admitted finish within their deadline.
 
-mod common;
+use crate::common;
 use cohort_load::{LoadConfig, Mode, Target};
 use cohort_services::micro::load::SpinWorkload;
 use common::*;

@@ -3,7 +3,7 @@
 //! exact search; requests over 1 024 queries or whose length disagrees with their count get
 //! one BAD_REQUEST; the default `--max-queue` holds 32 clients x 256 queries in flight.
 
-mod common;
+use crate::common;
 use cohort_proto::{encode_frame, ErrorCode, Frame, Header, Kind, MAX_PAYLOAD};
 use cohort_services::knn::{decode_responses, encode_queries, Elems};
 use common::*;

@@ -7,12 +7,9 @@
 //! installs both and sets COHORT_REQUIRE_CLUSTER, without which a machine lacking them skips
 //! (and says so).
 
-mod common;
-#[path = "cluster/entries.rs"]
+use crate::common;
 mod entries;
-#[path = "cluster/etcd.rs"]
 mod etcd;
-#[path = "cluster/keys.rs"]
 mod keys;
 
 use cohort_load::{Mode, Target};

@@ -1,7 +1,7 @@
 //! `cohort demo` end to end on a small set: it builds, serves, sweeps and checks every answer
 //! (it exits non-zero on a wrong one); an engine it cannot start is a clear error.
 
-mod common;
+use crate::common;
 use common::{cohort, Scratch};
 
 /// `cohort demo` on 3 000 vectors in `dir`, short points, then `extra`.

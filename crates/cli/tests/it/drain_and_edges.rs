@@ -3,7 +3,7 @@
 //! frame cut short by FIN gets its error frame; the HTTP gateway's error bodies, Allow header,
 //! size limits and metrics; host names for listen addresses.
 
-mod common;
+use crate::common;
 use cohort_proto::{
     encode_frame, ErrorPayload, Frame, GoAway, Header, Kind, HEADER_LEN, MAX_PAYLOAD,
 };

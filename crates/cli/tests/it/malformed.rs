@@ -1,6 +1,6 @@
 //! Garbage on every listener beside a valid load that must see no errors.
 
-mod common;
+use crate::common;
 use cohort_load::{Mode, Target};
 use cohort_proto::{
     encode_frame, ErrorCode, ErrorPayload, Frame, Header, Kind, HEADER_LEN, MAX_PAYLOAD,

@@ -3,7 +3,7 @@
 //! errors, filtered search, /openapi.json; then kill -9 under concurrent writers and a
 //! restart on the same directory: every acknowledged write present, exactly once.
 
-mod common;
+use crate::common;
 use bytes::Bytes;
 use common::Served;
 use http_body_util::{BodyExt, Full};

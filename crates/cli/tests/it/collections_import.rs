@@ -3,7 +3,7 @@
 //! collection's answers are the index's rows by row number (recall against the exact top-10),
 //! and bad imports are refused with a clear error, leaving the directory as it was.
 
-mod common;
+use crate::common;
 use common::{cohort, http_get, http_post, knn_files, Scratch, Served};
 use serde_json::{json, Value};
 use std::path::Path;

@@ -4,7 +4,7 @@
 //! in /metrics; over HTTP the v2 protocol's refusals are 503 with Retry-After. No timing
 //! thresholds: what is checked is who got which answer.
 
-mod common;
+use crate::common;
 use cohort_oip::grpc_inference_service_client::GrpcInferenceServiceClient;
 use cohort_oip::model_infer_request::InferInputTensor;
 use common::*;

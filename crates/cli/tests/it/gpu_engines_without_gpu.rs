@@ -1,7 +1,7 @@
 //! Without a GPU the gpu engines refuse to start with a clear message and a non-zero exit,
 //! never a panic or a hang.
 
-mod common;
+use crate::common;
 use common::cohort;
 use std::time::{Duration, Instant};
 

@@ -5,7 +5,7 @@
 //! (`--fair-queue on`) serves the second client ahead of the flood without refusing the flood.
 //! `--max-deadline-ms` cuts a deadline a client asks for; `--max-queue` is exact.
 
-mod common;
+use crate::common;
 use cohort_proto::{encode_frame, ErrorCode, Header, Kind};
 use common::*;
 use std::io::{Read, Write};

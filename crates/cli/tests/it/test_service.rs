@@ -4,7 +4,7 @@
 //! prints its resolved settings. What this proves is docs/adding-a-service.md: a service added
 //! that way is served like any other.
 
-mod common;
+use crate::common;
 use common::{http_post, udp_answer, Served};
 use std::net::UdpSocket;
 use std::process::Command;

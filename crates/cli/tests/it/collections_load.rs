@@ -3,7 +3,7 @@
 //! deletes open loop; every answer must be right, and afterwards the collection must show
 //! the writes (points replaced by upserts, points gone by deletes, each point as written).
 
-mod common;
+use crate::common;
 use cohort_load::collections::{CollectionLoad, TAGS};
 use common::{cohort, http_get, http_post, Scratch, Served};
 use serde_json::{json, Value};

@@ -7,7 +7,7 @@
 //!   closed within the read timeout, and so are empty and preface-only connections;
 //! - a request message over the size limit: RESOURCE_EXHAUSTED (TOO_LARGE), as documented.
 
-mod common;
+use crate::common;
 
 use bytes::Bytes;
 use common::{http_get, Served};

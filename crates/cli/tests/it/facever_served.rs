@@ -4,7 +4,7 @@
 //! UNAVAILABLE while memcached is gone and answers again once it is back, and the real load
 //! generator checking every answer.
 
-mod common;
+use crate::common;
 use cohort_proto::{ErrorCode, Kind};
 use cohort_services::facever::{self, lbp, orl, Verdict};
 use cohort_services::memcached::spawn_for_test;

@@ -2,7 +2,7 @@
 //! exact search; several services in one server, each on its own engine; `cohort load`
 //! failing a run whose answers are all errors.
 
-mod common;
+use crate::common;
 use common::*;
 use std::process::{Command, Output};
 

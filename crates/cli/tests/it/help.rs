@@ -2,7 +2,7 @@
 //! help names), and `--virtual-gpus` only on the commands that use GPUs while every command
 //! line that passed it before (before the subcommand, as the README writes it) still does.
 
-mod common;
+use crate::common;
 use common::cohort;
 
 fn help(args: &[&str]) -> String {

@@ -4,7 +4,7 @@
 //! without a restart; `/metrics` moves to the admin listener; `/openapi.json` and a model's
 //! metadata and config need a key too.
 
-mod common;
+use crate::common;
 use cohort_load::{ClientKey, LoadConfig, Mode, Target};
 use cohort_proto::{
     encode_frame, encode_signed, key_id_bytes, ErrorCode, ErrorPayload, Frame, Header, Kind,

@@ -3,7 +3,7 @@
 //! bad key file is a clear start-up error. (The test pair in tests/data/tls is public: tests
 //! only.)
 
-mod common;
+use crate::common;
 use cohort_load::{LoadConfig, Mode, Target};
 use cohort_services::micro::load::EchoWorkload;
 use common::*;

@@ -3,7 +3,7 @@
 //! index); the README's example command is started for real. A new flag without a sample value
 //! here fails the test.
 
-mod common;
+use crate::common;
 use common::cohort;
 
 fn index(dir: &std::path::Path) -> String {

@@ -1,8 +1,8 @@
 //! The k-NN index tools of the sharded index, through the real binary: `cohort index place`
 //! (recorded and read back), `cohort index build --stream` (Centaur's model over these
-//! indexes is the lab's: lab/cli/tests/centaur_model.rs).
+//! indexes is the lab's: lab/cli/tests/it/centaur_model.rs).
 
-mod common;
+use crate::common;
 use common::Scratch;
 use std::process::{Command, Output};
 

@@ -5,7 +5,7 @@
 //! cannot grow the server past its byte budget; SIGTERM ends within its drain timeout
 //! whatever the clients do.
 
-mod common;
+use crate::common;
 use cohort_proto::{encode_frame, ErrorPayload, Frame, GoAway, Header, Kind, MAX_PAYLOAD};
 use common::*;
 use std::io::{Read, Write};

@@ -2,7 +2,7 @@
 //! generator's session replay (every page checked byte for byte), and raw bad requests over a
 //! plain TCP socket getting their 4xx pages.
 
-mod common;
+use crate::common;
 use cohort_load::{Mode, Target};
 use cohort_services::bank::load::BankWorkload;
 use common::*;

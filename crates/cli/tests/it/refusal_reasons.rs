@@ -2,7 +2,7 @@
 //! reason (`queue: ...`, `quota: ...`), and `/metrics` counts refusals by that reason in
 //! `cohort_requests_refused_total{service,engine,reason}`, through a real server on loopback.
 
-mod common;
+use crate::common;
 use cohort_proto::{encode_frame, ErrorCode, ErrorPayload, Frame, Header, Kind, MAX_PAYLOAD};
 use common::*;
 use std::io::{Read, Write};

@@ -1,9 +1,9 @@
 //! The lenet service served by the real binary: digits over UDP and HTTP (raw bytes and JSON)
 //! answered as the CPU forward pass answers them, bad images refused with BAD_REQUEST, the
 //! real load generator driving it with every answer checked and the accuracy reported
-//! (`cohort-lab model eval lenet` and training: lab/cli/tests/lenet_model.rs).
+//! (`cohort-lab model eval lenet` and training: lab/cli/tests/it/lenet_model.rs).
 
-mod common;
+use crate::common;
 use cohort_services::lenet::{self, mnist, model};
 use common::{udp_answer, Served};
 use std::net::UdpSocket;

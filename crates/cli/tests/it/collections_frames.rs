@@ -3,7 +3,7 @@
 //! (pipelined, read-your-writes), REST seeing the same data, bad frames answered with error
 //! frames and changing nothing, and UDP telling the client to use TCP.
 
-mod common;
+use crate::common;
 use cohort_collections::frames::{
     self, IdsFrame, PointFrame, Request, SearchFrame, UpsertFrame, SERVICE_ID,
 };
