@@ -1,6 +1,6 @@
 //! facever's model tool through the lab's binary: `cohort-lab model eval facever` on the
 //! faces built in (filling its database is the product's `cohort facever load-db`,
-//! crates/cli/tests/facever_served.rs).
+//! crates/cli/tests/it/facever_served.rs).
 
 use std::process::Command;
 

@@ -1,7 +1,7 @@
 //! `cohort-lab bench served` end to end on this machine: a pinned echo server on core 0, the
 //! generator on core 1, two rates; every point carries its measurement and a named limit.
 
-mod common;
+use crate::common;
 
 use std::process::Command;
 

@@ -1,4 +1,4 @@
-//! The bank's benchmarks through the lab's binary (moved from crates/cli/tests/bank_served.rs).
+//! The bank's benchmarks through the lab's binary (moved from crates/cli/tests/it/bank_served.rs).
 
 /// The bank's own benchmarks live in its folder and reach `cohort-lab bench` through the catalog:
 /// listed in the help, run with their flags, results recorded with the binary's provenance;

@@ -2,8 +2,7 @@
 //! real rings, answers every request it admits with the probe's answer, and writes its
 //! result; bad arguments are refused with a message.
 
-#[path = "../../../crates/cli/tests/common/mod.rs"]
-mod common;
+use crate::product as common;
 use common::{lab as cohort, Scratch};
 
 #[test]

@@ -2,7 +2,7 @@
 //! the generator on core 1, UDP, a capacity run and two multiples of it; every point carries
 //! its measurement and the goals are judged (no figure is asserted: benchmarks hold those).
 
-mod common;
+use crate::common;
 
 use std::process::Command;
 

@@ -3,8 +3,7 @@
 //! predicted exactly, a run that did not start left out by name, a clear error where
 //! overheads can be neither measured nor read).
 
-#[path = "../../../crates/cli/tests/common/mod.rs"]
-mod common;
+use crate::product as common;
 use common::Scratch;
 use std::path::Path;
 use std::process::{Command, Output};
