@@ -1,6 +1,5 @@
 //! A rig for engine tests: real rings and ingresses (as the network side would hold them),
 //! one engine behind them, answers collected per request id.
-#![allow(dead_code)]
 
 use cohort_engine::*;
 use cohort_proto::{ErrorCode, ErrorPayload};
@@ -11,11 +10,20 @@ use std::time::{Duration, Instant};
 
 pub const SERVICE: u16 = 9;
 
-/// Tests that assert on batch timings hold this, so sibling tests' threads do not share the
-/// (on CI, two) cores with theirs while they measure.
-pub fn serial() -> std::sync::MutexGuard<'static, ()> {
-    static ONE: std::sync::Mutex<()> = std::sync::Mutex::new(());
-    ONE.lock().unwrap_or_else(|e| e.into_inner())
+/// Turns between the tests that measure and the others: all of them share one binary
+/// (tests/it) and so its test threads.
+static TURNS: std::sync::RwLock<()> = std::sync::RwLock::new(());
+
+/// Tests that assert on batch timings hold this, so no other test's threads share the (on
+/// CI, two) cores with theirs while they measure.
+pub fn serial() -> std::sync::RwLockWriteGuard<'static, ()> {
+    TURNS.write().unwrap_or_else(|e| e.into_inner())
+}
+
+/// Tests that run an engine but measure nothing hold this: side by side with each other,
+/// never beside a test holding `serial`.
+pub fn shared() -> std::sync::RwLockReadGuard<'static, ()> {
+    TURNS.read().unwrap_or_else(|e| e.into_inner())
 }
 
 /// Reverses the payload; "panic" panics, "bad" is a BAD_REQUEST, "sleep" takes 30 ms.

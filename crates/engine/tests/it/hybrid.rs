@@ -3,7 +3,7 @@
 //! capacity every request goes to it; above, the cpu workers take the excess and every
 //! request is still answered once.
 
-mod common;
+use crate::common;
 
 use cohort_engine::*;
 use common::*;

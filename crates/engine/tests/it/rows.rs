@@ -2,7 +2,7 @@
 //! per row, joined in row order, answered exactly once (the first error when any row fails,
 //! after every row sent came back), each row one place of the engine's queue.
 
-mod common;
+use crate::common;
 use cohort_engine::rows::{RowAnswers, RowSplit};
 use cohort_engine::*;
 use cohort_proto::{ErrorCode, ErrorPayload};
@@ -83,6 +83,7 @@ fn rig(max_queued: Option<usize>, table: usize) -> (CpuEngine, Client) {
 
 #[test]
 fn rows_are_split_and_joined_in_order_and_one_row_requests_pass_unchanged() {
+    let _shared = shared();
     let (eng, mut c) = rig(None, 1 << 10);
     c.send(1, b"\x03abcdef", Duration::from_secs(5));
     c.send(2, b"\x00xyz", Duration::from_secs(5));
@@ -97,6 +98,7 @@ fn rows_are_split_and_joined_in_order_and_one_row_requests_pass_unchanged() {
 
 #[test]
 fn a_failing_row_answers_the_request_once_with_its_error() {
+    let _shared = shared();
     let (eng, mut c) = rig(None, 1 << 10);
     c.send(1, b"\x04abbaslcd", Duration::from_secs(5));
     c.send(2, b"\x02ab", Duration::from_secs(5));
@@ -113,6 +115,7 @@ fn a_failing_row_answers_the_request_once_with_its_error() {
 
 #[test]
 fn each_row_takes_a_place_of_the_queue_and_of_the_table() {
+    let _shared = shared();
     // max_queued 6: a request of 8 slow rows sends 6, is refused the 7th and answers
     // OVERLOADED once its 6 rows are back; while they run a one-row request finds no place.
     let (eng, mut c) = rig(Some(6), 1 << 10);
@@ -144,6 +147,7 @@ fn each_row_takes_a_place_of_the_queue_and_of_the_table() {
 
 #[test]
 fn rows_of_an_inline_service_run_in_order_on_the_ingress_thread() {
+    let _shared = shared();
     let m = metrics("inline");
     let svc: Arc<dyn Service> = Arc::new(Rows);
     // No lane serves it: an ingress with the inline engine runs it.

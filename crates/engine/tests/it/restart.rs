@@ -2,16 +2,17 @@
 //! ingress answers those requests INTERNAL exactly once, keeps answers the lane wrote before,
 //! drops the lane's late answers as stale, and goes on sending it new requests.
 
-mod common;
+use crate::common;
 
 use cohort_engine::*;
 use cohort_proto::ErrorCode;
-use common::{spec, SERVICE};
+use common::{shared, spec, SERVICE};
 use std::sync::Arc;
 use std::time::Duration;
 
 #[test]
 fn a_restarted_lane_has_its_requests_failed_once_and_keeps_serving() {
+    let _shared = shared();
     let mut w = wire(1, &[spec("gpu-persistent", 1, 16)]);
     let mut lane = w.engines[0].pop().expect("one lane");
     let labels = [(

@@ -2,7 +2,7 @@
 //! close at their size or their timeout, keys never mix, deadlines expire, shutdown drains,
 //! and a panicking backend loses no request.
 
-mod common;
+use crate::common;
 use cohort_proto::ErrorCode;
 use common::*;
 use std::time::{Duration, Instant};

@@ -1,7 +1,7 @@
 //! The cpu engine behind real rings: every admitted request answered once, OVERLOADED when
 //! its rings are full, TIMEOUT past its deadline, one service's full queue refusing only it.
 
-mod common;
+use crate::common;
 use cohort_engine::*;
 use cohort_proto::ErrorCode;
 use common::*;
@@ -25,6 +25,7 @@ fn cpu(workers: usize, ring_slots: usize) -> (CpuEngine, Client) {
 
 #[test]
 fn every_request_gets_exactly_one_answer() {
+    let _shared = shared();
     let (eng, mut c) = cpu(2, 64);
     for (i, p) in [&b"ab"[..], b"panic", b"bad", b""].iter().enumerate() {
         c.send(i as u64, p, Duration::from_secs(5));
@@ -44,6 +45,7 @@ fn every_request_gets_exactly_one_answer() {
 
 #[test]
 fn full_rings_answer_overloaded_and_expired_requests_time_out() {
+    let _shared = shared();
     let (eng, mut c) = cpu(1, 64);
     // The first request occupies the worker for 30 ms; 64 more fill the ring; the rest
     // overload. Those queued behind with a 20 ms deadline expire before they run.
@@ -70,6 +72,7 @@ fn full_rings_answer_overloaded_and_expired_requests_time_out() {
 
 #[test]
 fn a_full_service_refuses_only_itself() {
+    let _shared = shared();
     // Two services, each on its own cpu engine of one worker: the first is blocked and its
     // ring fills; the second still answers.
     struct Other;
@@ -148,6 +151,7 @@ fn a_full_service_refuses_only_itself() {
 
 #[test]
 fn an_unrouted_service_is_refused_at_the_ingress() {
+    let _shared = shared();
     let (eng, mut c) = cpu(1, 64);
     let e = c.ingress.submit(1, 77, 1, 0, b"").unwrap_err().1;
     assert_eq!(e.code, ErrorCode::UnknownService);
