@@ -13,6 +13,8 @@ mod auth;
 mod bank_served;
 mod cluster;
 mod collections_frames;
+mod collections_grpc;
+mod collections_grpc_wire;
 mod collections_import;
 mod collections_load;
 mod collections_served;

@@ -5,7 +5,7 @@
 //! error as its status (with Cohort's code name first). Malformed and lying messages, keys
 //! and a server without `--data-dir`: collections_grpc_wire.rs.
 
-mod common;
+use crate::common;
 
 use cohort_collections_grpc as pb;
 use common::{http_get, Served};

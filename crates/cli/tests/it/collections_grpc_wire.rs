@@ -5,7 +5,7 @@
 //! checked; without `--data-dir` the service is UNIMPLEMENTED. (The operations and their
 //! errors through tonic's client: collections_grpc.rs.)
 
-mod common;
+use crate::common;
 
 use bytes::Bytes;
 use cohort_collections_grpc as pb;
