@@ -8,7 +8,7 @@
 //! search finds, so the IVF plan probes `nprobe / s` lists; it costs about
 //! `n * nprobe / (nlist * s)` distances, the exact scan of the matches `n * s`: the exact scan
 //! is chosen when `s * s <= nprobe / nlist`, or when at most `EXACT_PER_K * k` points match.
-//! Recall then holds at every selectivity (tests/recall.rs measures it).
+//! Recall then holds at every selectivity (tests/it/recall.rs measures it).
 
 use crate::data::Data;
 use crate::filter::Filter;
