@@ -306,6 +306,26 @@ pub enum UdpIoArg {
 }
 
 impl ServeArgs {
+    /// `cohort serve`'s flags (without the word `serve`) as serve itself reads them: what a
+    /// benchmark that starts a server records of its setup as data, not as a command line to
+    /// parse back.
+    pub fn from_flags<I, T>(flags: I) -> Result<ServeArgs, clap::Error>
+    where
+        I: IntoIterator<Item = T>,
+        T: Into<std::ffi::OsString> + Clone,
+    {
+        use clap::{CommandFactory as _, FromArgMatches as _};
+        #[derive(clap::Parser)]
+        struct Serve {
+            #[command(flatten)]
+            serve: ServeArgs,
+        }
+        let argv = std::iter::once(std::ffi::OsString::from("serve"))
+            .chain(flags.into_iter().map(Into::into));
+        let m = Serve::command().try_get_matches_from(argv)?;
+        Ok(Serve::from_arg_matches(&m)?.serve)
+    }
+
     /// Sets a service's own setting, as its flag or its `[services.NAME]` key would.
     pub fn set_service(&mut self, service: &str, key: &str, value: impl Into<toml::Value>) {
         self.service_settings
@@ -444,5 +464,29 @@ mod tests {
         let parsed = Cli::from_arg_matches(&m).unwrap().serve;
         let toml = |a: &ServeArgs| toml::Table::try_from(a).unwrap();
         assert_eq!(toml(&ServeArgs::default()), toml(&parsed));
+        assert_eq!(
+            toml(&ServeArgs::from_flags(Vec::<String>::new()).unwrap()),
+            toml(&parsed)
+        );
+    }
+
+    #[test]
+    fn flags_read_as_serve_reads_them() {
+        let a = ServeArgs::from_flags([
+            "--udp",
+            "127.0.0.1:7300",
+            "--service",
+            "knn:gpu-cohort",
+            "--gpus=0,1",
+            "--gpus-per-control-thread=2",
+            "--service-opt=knn.placement=shard",
+        ])
+        .unwrap();
+        let t = toml::Table::try_from(&a).unwrap();
+        assert_eq!(t["gpus"], toml::Value::try_from([0, 1]).unwrap());
+        assert_eq!(t["gpus_per_control_thread"], toml::Value::Integer(2));
+        assert_eq!(a.service_opt, ["knn.placement=shard"]);
+        let e = ServeArgs::from_flags(["--no-such-flag"]).unwrap_err();
+        assert!(e.to_string().contains("no-such-flag"), "{e}");
     }
 }

@@ -41,8 +41,11 @@ fn points(files: &[PathBuf]) -> Result<Points> {
         let v: serde_json::Value =
             serde_json::from_str(&text).with_context(|| format!("parsing {}", f.display()))?;
         if let Some(served) = v["results"]["points"].as_array() {
-            let setup = ServedSetup::of(v["command"].as_str().unwrap_or(""));
+            let from_command = ServedSetup::of(v["command"].as_str().unwrap_or(""));
             for p in served {
+                // Results since the served bench records its server's settings say them as
+                // data; older ones only in their command line.
+                let setup = ServedSetup::of_settings(&p["serve_settings"]).unwrap_or(from_command);
                 let (Some(engine), Some(rate)) =
                     (p["engine"].as_str(), p["best_at_p99_bound"].as_f64())
                 else {
@@ -101,8 +104,9 @@ fn label(how: &str, engine: &str, sharded: bool, per_thread: usize) -> String {
     l
 }
 
-/// The serving setup a `bench served` run's command gave its server (`--serve-arg=...`).
-#[derive(Debug, PartialEq)]
+/// The serving setup of a `bench served` point: from the server's settings it recorded, or
+/// (older results) from the run's command (`--serve-arg=...`).
+#[derive(Debug, PartialEq, Clone, Copy)]
 struct ServedSetup {
     devices: usize,
     sharded: bool,
@@ -110,6 +114,22 @@ struct ServedSetup {
 }
 
 impl ServedSetup {
+    /// From the settings (`ServeArgs` as JSON) a point recorded; None where it has none.
+    fn of_settings(s: &serde_json::Value) -> Option<ServedSetup> {
+        let devices = s.get("gpus")?.as_array()?.len();
+        let per_thread = s["gpus_per_control_thread"].as_u64().unwrap_or(1) as usize;
+        // A service's settings arrive as `--service-opt NAME.KEY=VALUE` (the parsed table is
+        // filled later, by serve's main).
+        let sharded = s["service_opt"]
+            .as_array()
+            .is_some_and(|o| o.iter().filter_map(|x| x.as_str()).any(is_shard_opt));
+        Some(ServedSetup {
+            devices,
+            sharded,
+            per_thread,
+        })
+    }
+
     fn of(command: &str) -> ServedSetup {
         let mut s = ServedSetup {
             devices: 1,
@@ -198,6 +218,25 @@ mod tests {
         let s = ServedSetup::of(c);
         assert_eq!((s.devices, s.sharded, s.per_thread), (2, true, 1));
         assert_eq!(ServedSetup::of("cohort-lab bench served").devices, 1);
+        // Recorded settings win over the command, and read the same setup.
+        let flags = [
+            "--udp",
+            "127.0.0.1:7300",
+            "--gpus=0,1,2",
+            "--gpus-per-control-thread=3",
+            "--service-opt=knn.placement=shard",
+        ];
+        let settings =
+            serde_json::to_value(cohort_server::ServeArgs::from_flags(flags).unwrap()).unwrap();
+        assert_eq!(
+            ServedSetup::of_settings(&settings),
+            Some(ServedSetup {
+                devices: 3,
+                sharded: true,
+                per_thread: 3
+            })
+        );
+        assert_eq!(ServedSetup::of_settings(&serde_json::Value::Null), None);
         assert_eq!(
             label("served", "gpu-cohort", true, 4),
             "gpu-cohort served, sharded, 4 GPUs per host thread"

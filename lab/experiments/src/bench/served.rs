@@ -244,6 +244,11 @@ fn point(
         }
     }
     flags.extend(a.serve_arg.iter().cloned());
+    // The server's settings as it reads them (its own parser), kept with the results as
+    // data: readers (scaling_plot.rs) need not parse the command line back.
+    let settings = cohort_server::ServeArgs::from_flags(&flags[1..])
+        .map_err(|e| anyhow::anyhow!("the serve flags {flags:?}: {e}"))?;
+    let settings = serde_json::to_value(&settings)?;
     let log = tmp.join(format!("serve-{service}-{engine}-{n}.log"));
     eprintln!(
         "== {service} on {engine}, server cores 0-{}: {}",
@@ -318,7 +323,7 @@ fn point(
     };
     let v = json!({
         "service": service, "engine": engine, "server_cores": n, "server_cpus": server_cpus,
-        "serve": flags, "best_at_p99_bound": best(a.p99_us), "best_at_p99_5ms": best(5000.0),
+        "serve": flags, "serve_settings": settings, "best_at_p99_bound": best(a.p99_us), "best_at_p99_5ms": best(5000.0),
         "runs": rows,
     });
     Ok((v, runs))
