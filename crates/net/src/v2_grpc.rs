@@ -91,6 +91,7 @@ impl Inference {
         r: pb::ModelInferRequest,
         key: Option<[u8; cohort_proto::KEY_ID_LEN]>,
         deadline_us: Option<u64>,
+        admitted: bool,
     ) -> Result<pb::ModelInferResponse, Status> {
         let service = self.model(&r.model_name, &r.model_version)?;
         let ctx = &self.shared.ctx;
@@ -105,6 +106,7 @@ impl Inference {
             who: Who::of(key, self.peer),
             id: self.shared.ids.fetch_add(1, Ordering::Relaxed),
             timeout_us,
+            admitted,
         };
         match run(ctx, &self.shared.shard, &*service, &inputs, &params, ask).await {
             Ok(outputs) => response(&r, service.name(), outputs).map_err(status),
@@ -254,7 +256,8 @@ impl pb::grpc_inference_service_server::GrpcInferenceService for Inference {
             .ledger
             .budget()
             .hold(prost::Message::encoded_len(req.get_ref()));
-        let r = self.infer(req.into_inner(), key, deadline).await?;
+        // (Admitted past the io thread's backlog just now.)
+        let r = self.infer(req.into_inner(), key, deadline, true).await?;
         drop(request);
         // The answer counts in the budget from now until its bytes are written.
         let held = self.ledger.charge(prost::Message::encoded_len(&r));
@@ -353,7 +356,8 @@ impl Inference {
                 probe.metadata_mut().insert("authorization", v);
             }
             let key = self.key(&probe, service.id())?;
-            self.infer(r, key, deadline).await
+            // A stream's requests are asked one by one as they are submitted.
+            self.infer(r, key, deadline, false).await
         };
         match run.await {
             Ok(answer) => pb::ModelStreamInferResponse {
