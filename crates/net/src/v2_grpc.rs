@@ -122,6 +122,12 @@ impl Inference {
 #[derive(Clone, Copy)]
 pub(crate) struct Arrived(pub std::time::Instant);
 
+/// The call was already admitted past this io thread's backlog at its head
+/// (`crate::grpc::serve_h2`): the handler does not ask again (a second ask would take a
+/// second share of the admissions, refusing more than the thread needs).
+#[derive(Clone, Copy)]
+pub(crate) struct HeadAdmitted;
+
 impl Inference {
     /// Whether a unary call to `sid` is admitted, and with which deadline left (its
     /// `grpc-timeout` less what it already waited here): refused at once, RESOURCE_EXHAUSTED,
@@ -157,6 +163,9 @@ pub(crate) fn admit<T>(
         }
         d => d.map(|d| d - waited),
     };
+    if req.extensions().get::<HeadAdmitted>().is_some() {
+        return Ok(left);
+    }
     match ctx.behind(&shared.shard, sid) {
         Some(e) => Err(status(e)),
         None => Ok(left),
@@ -256,7 +265,7 @@ impl pb::grpc_inference_service_server::GrpcInferenceService for Inference {
             .ledger
             .budget()
             .hold(prost::Message::encoded_len(req.get_ref()));
-        // (Admitted past the io thread's backlog just now.)
+        // (Admitted past the io thread's backlog just now, or at its head.)
         let r = self.infer(req.into_inner(), key, deadline, true).await?;
         drop(request);
         // The answer counts in the budget from now until its bytes are written.
