@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # The io thread's CPU per refused request vs per answered request (issue 84), on one machine:
-# a server with one io thread pinned to core 0 (workers on the same core), `cohort load`
+# a server with one io thread pinned to core 0 (workers on the same core, not spinning), `cohort load`
 # open-loop on core 1, far past what the io thread can serve, so that it sheds. Reads the
 # io thread's CPU (/proc/PID/task/*/stat, thread net-io-0) and the answers and refusals in
 # /metrics before and after a measured window; prints us of io-thread CPU per request and
@@ -11,7 +11,7 @@ BIN=${1:?cohort binary}; PROTO=${2:-grpc}; shift 2 || true
 RATES=${*:-"8000 20000 40000"}
 SERVICE=${SERVICE:-lenet}; SECS=${SECS:-4}; CONNS=${CONNS:-16}
 PORT=$((20000 + RANDOM % 20000)); ADMIN=$((PORT + 1))
-taskset -c 0 "$BIN" serve --service "$SERVICE" --engine cpu --io-threads 1 --workers 1 \
+taskset -c 0 "$BIN" serve --service "$SERVICE" --engine cpu --io-threads 1 --workers 1 --worker-spin-us 0 \
   --"$PROTO" 127.0.0.1:$PORT --admin 127.0.0.1:$ADMIN --log-level warn &
 SRV=$!
 trap 'kill $SRV 2>/dev/null; wait $SRV 2>/dev/null' EXIT
