@@ -21,7 +21,11 @@
 //! an answer. The share follows the probes (each one over `TARGET` cuts it by a fifth, each
 //! one under gives back a twentieth), so the thread serves about what it can with about
 //! `TARGET` of backlog, rather than refusing everything whenever one probe was late (a
-//! thread preempted by another process looks behind too). Shedding ends once no probe has
+//! thread preempted by another process looks behind too). Each request is asked once, as
+//! early as its front door can (a unary gRPC ModelInfer at its HEADERS, `crate::grpc`; an
+//! HTTP `/v2` infer before its body; frames as they are submitted): a refusal made after
+//! the request was read and decoded costs nearly an answer, and a second ask would take a
+//! second share. Shedding ends once no probe has
 //! found the thread behind for `CALM`. Idle, nothing runs (no probe without a request).
 
 use std::sync::Mutex;

@@ -90,6 +90,31 @@ impl Context {
         payload: &[u8],
         port: Arc<dyn ReplyPort>,
     ) {
+        self.submit_as(shard, header, payload, port, false)
+    }
+
+    /// `submit` for a request its front door already admitted past the io thread's backlog
+    /// (`behind`: an `/v2` infer over HTTP, a unary gRPC ModelInfer). Asking again here took
+    /// a second share of the admissions (s x s admitted where the thread keeps up with s),
+    /// and refused after the message had been read and decoded: the costliest refusal.
+    pub(crate) fn submit_admitted(
+        &self,
+        shard: &Shard,
+        header: &Header,
+        payload: &[u8],
+        port: Arc<dyn ReplyPort>,
+    ) {
+        self.submit_as(shard, header, payload, port, true)
+    }
+
+    fn submit_as(
+        &self,
+        shard: &Shard,
+        header: &Header,
+        payload: &[u8],
+        port: Arc<dyn ReplyPort>,
+        admitted: bool,
+    ) {
         let refuse = |code: ErrorCode, msg: String| {
             self.metrics
                 .answered(header.service, code.label(), std::time::Duration::ZERO);
@@ -108,7 +133,10 @@ impl Context {
         if self.is_shutting_down() {
             return refuse(ErrorCode::Unavailable, "server is shutting down".into());
         }
-        if let Some(e) = self.behind(shard, header.service) {
+        if let Some(e) = (!admitted)
+            .then(|| self.behind(shard, header.service))
+            .flatten()
+        {
             return port.deliver(Response {
                 request_id: header.request_id,
                 service: header.service,

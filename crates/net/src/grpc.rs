@@ -22,7 +22,7 @@ use crate::grpc_flow::{Ledger, Metered};
 use crate::limits::{Budget, Connections, Limits, Slot};
 use crate::shard::Shard;
 use crate::tasks::Tracker;
-use crate::v2_grpc::{too_large, Arrived, GrpcShared, Inference};
+use crate::v2_grpc::{too_large, Arrived, GrpcShared, HeadAdmitted, Inference};
 use cohort_collections_grpc::collections_server::CollectionsServer;
 use cohort_oip::grpc_inference_service_server::GrpcInferenceServiceServer;
 use cohort_oip::tensors::status;
@@ -128,6 +128,36 @@ async fn serve_connection(
     }
 }
 
+/// The unary inference call, refused at its head while the io thread is behind.
+const MODEL_INFER: &str = "/inference.GRPCInferenceService/ModelInfer";
+
+/// A call's `grpc-timeout` in microseconds.
+fn grpc_deadline_us(h: &http::HeaderMap) -> Option<u64> {
+    h.get("grpc-timeout")
+        .and_then(|v| v.to_str().ok())
+        .and_then(cohort_oip::tensors::grpc_timeout_us)
+}
+
+/// A unary inference whose wait on this io thread from its head to its task's first run
+/// already spent its `grpc-timeout`: refused there, `deadline:`, before its message is read
+/// (the handler checks again after decoding, `v2_grpc::admit`). Counted under service
+/// "unknown", as a head-time `ingress:` refusal is: the model is named in the message.
+fn late_at_head(
+    metrics: &cohort_engine::Metrics,
+    arrived: Instant,
+    deadline_us: u64,
+) -> Option<cohort_proto::ErrorPayload> {
+    let waited = arrived.elapsed().as_micros() as u64;
+    if waited < deadline_us {
+        return None;
+    }
+    let detail = format!(
+        "the call waited {waited} us on the io thread, past its grpc-timeout of \
+         {deadline_us} us; refused rather than run late"
+    );
+    Some(metrics.shed(u16::MAX, cohort_engine::Shed::Deadline, &detail))
+}
+
 /// A refusal, at once, of a call that would add to a budget already over while its
 /// connection holds answers: RESOURCE_EXHAUSTED, the client may try again.
 /// Counted as `cohort_requests_refused_total{reason="budget"}` under service "unknown": the
@@ -183,16 +213,40 @@ async fn serve_h2<I>(
     let counted = {
         let (activity, ledger) = (activity.clone(), ledger.clone());
         let metrics = env.shared.ctx.metrics.clone();
+        let (ctx, shard) = (env.shared.ctx.clone(), env.shared.shard.clone());
         hyper::service::service_fn(move |mut req: http::Request<hyper::body::Incoming>| {
             let (mut svc, call) = (svc.clone(), InProgress::start(&activity));
             let mut collections = collections.clone();
             let (ledger, metrics) = (ledger.clone(), metrics.clone());
             // The head was read just now: the handler knows how long the call then waited
             // on this io thread before it ran (`v2_grpc::Inference::admit`).
-            req.extensions_mut().insert(Arrived(Instant::now()));
+            let arrived = Instant::now();
+            req.extensions_mut().insert(Arrived(arrived));
+            // A unary inference is admitted or refused here, at its HEADERS, while this io
+            // thread is behind (`crate::behind`): a refusal then costs the thread no DATA
+            // frames read and no message decoded, so it is much cheaper than an answer and
+            // the thread keeps serving near its capacity far past it (issue 84). Streams are
+            // many requests each: not refused here.
+            let unary_infer = req.uri().path() == MODEL_INFER;
+            let shed = if unary_infer {
+                let shed = ctx.behind(&shard, u16::MAX);
+                req.extensions_mut().insert(HeadAdmitted);
+                shed
+            } else {
+                None
+            };
+            let deadline = unary_infer
+                .then(|| grpc_deadline_us(req.headers()))
+                .flatten();
             async move {
                 let over = ledger.budget().over() && ledger.holds();
-                let mut answer = if over {
+                let late = || deadline.and_then(|d| late_at_head(&metrics, arrived, d));
+                let mut answer = if let Some(e) = shed.or_else(late) {
+                    // Trailers-only, its body never polled: hyper ends the stream with
+                    // RST_STREAM(NO_ERROR) and the client stops sending it.
+                    drop(req);
+                    status(e).into_http()
+                } else if over {
                     over_budget(&metrics)
                 } else {
                     let unary = !req.uri().path().ends_with("/ModelStreamInfer");

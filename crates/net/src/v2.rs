@@ -218,6 +218,7 @@ async fn infer(
         who,
         id,
         timeout_us: timeout,
+        admitted: true,
     };
     match run(ctx, &env.shard, &*service, &inputs, &r.parameters, ask).await {
         Ok(outputs) => respond_outputs(&r, service.name(), outputs),
@@ -239,6 +240,9 @@ pub(crate) struct Ask {
     pub who: Option<Who>,
     pub id: u64,
     pub timeout_us: Option<u64>,
+    /// Already admitted past the io thread's backlog by its front door
+    /// (`Context::submit_admitted`); else each row is asked (`Context::submit`).
+    pub admitted: bool,
 }
 
 /// Why a tensor request has no outputs; already counted in the metrics either way.
@@ -283,7 +287,10 @@ pub(crate) async fn run(
             header.timeout_us = t.min(u32::MAX as u64) as u32;
         }
         let (port, rx) = OneShot::new(None, class);
-        ctx.submit(shard, &header, payload, port);
+        match ask.admitted {
+            true => ctx.submit_admitted(shard, &header, payload, port),
+            false => ctx.submit(shard, &header, payload, port),
+        }
         waiting.push(rx);
     }
     drop(rows);

@@ -91,6 +91,7 @@ impl Inference {
         r: pb::ModelInferRequest,
         key: Option<[u8; cohort_proto::KEY_ID_LEN]>,
         deadline_us: Option<u64>,
+        admitted: bool,
     ) -> Result<pb::ModelInferResponse, Status> {
         let service = self.model(&r.model_name, &r.model_version)?;
         let ctx = &self.shared.ctx;
@@ -105,6 +106,7 @@ impl Inference {
             who: Who::of(key, self.peer),
             id: self.shared.ids.fetch_add(1, Ordering::Relaxed),
             timeout_us,
+            admitted,
         };
         match run(ctx, &self.shared.shard, &*service, &inputs, &params, ask).await {
             Ok(outputs) => response(&r, service.name(), outputs).map_err(status),
@@ -119,6 +121,12 @@ impl Inference {
 /// waited on this io thread before its handler ran.
 #[derive(Clone, Copy)]
 pub(crate) struct Arrived(pub std::time::Instant);
+
+/// The call was already admitted past this io thread's backlog at its head
+/// (`crate::grpc::serve_h2`): the handler does not ask again (a second ask would take a
+/// second share of the admissions, refusing more than the thread needs).
+#[derive(Clone, Copy)]
+pub(crate) struct HeadAdmitted;
 
 impl Inference {
     /// Whether a unary call to `sid` is admitted, and with which deadline left (its
@@ -155,6 +163,9 @@ pub(crate) fn admit<T>(
         }
         d => d.map(|d| d - waited),
     };
+    if req.extensions().get::<HeadAdmitted>().is_some() {
+        return Ok(left);
+    }
     match ctx.behind(&shared.shard, sid) {
         Some(e) => Err(status(e)),
         None => Ok(left),
@@ -254,7 +265,8 @@ impl pb::grpc_inference_service_server::GrpcInferenceService for Inference {
             .ledger
             .budget()
             .hold(prost::Message::encoded_len(req.get_ref()));
-        let r = self.infer(req.into_inner(), key, deadline).await?;
+        // (Admitted past the io thread's backlog just now, or at its head.)
+        let r = self.infer(req.into_inner(), key, deadline, true).await?;
         drop(request);
         // The answer counts in the budget from now until its bytes are written.
         let held = self.ledger.charge(prost::Message::encoded_len(&r));
@@ -353,7 +365,8 @@ impl Inference {
                 probe.metadata_mut().insert("authorization", v);
             }
             let key = self.key(&probe, service.id())?;
-            self.infer(r, key, deadline).await
+            // A stream's requests are asked one by one as they are submitted.
+            self.infer(r, key, deadline, false).await
         };
         match run.await {
             Ok(answer) => pb::ModelStreamInferResponse {
