@@ -35,6 +35,7 @@ mod limits;
 mod malformed;
 mod openapi;
 mod overload_deadline;
+mod overload_head;
 mod overload_refused;
 mod readme_layout;
 mod refusal_reasons;

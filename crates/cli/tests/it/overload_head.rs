@@ -6,7 +6,7 @@
 //! once (a refusal that waited for the message would never come: the message never ends),
 //! and counted under service "unknown" (the model is named in the message, never read).
 
-mod common;
+use crate::common;
 
 use bytes::Bytes;
 use common::{http_get, Served};
