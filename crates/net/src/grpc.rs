@@ -231,7 +231,17 @@ async fn serve_h2<I>(
             let shed = if unary_infer {
                 let shed = ctx.behind(&shard, u16::MAX);
                 req.extensions_mut().insert(HeadAdmitted);
-                shed
+                // A call without a valid key is told so (UNAUTHENTICATED, as its handler
+                // would), not OVERLOADED: a client must not retry a call that can never
+                // pass. (Counted once, as the shed it also is; the key's scope needs the
+                // model's name, in the unread message.)
+                shed.map(|e| {
+                    let value = req.headers().get("authorization").map(|v| v.as_bytes());
+                    match ctx.auth.as_ref().map(|a| a.bearer(value, None)) {
+                        Some(Err(key)) => key,
+                        _ => e,
+                    }
+                })
             } else {
                 None
             };

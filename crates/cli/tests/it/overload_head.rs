@@ -5,6 +5,8 @@
 //! another: one of them must be refused RESOURCE_EXHAUSTED `OVERLOADED: ingress: ...` at
 //! once (a refusal that waited for the message would never come: the message never ends),
 //! and counted under service "unknown" (the model is named in the message, never read).
+//! With keys on, such a call without a valid key is refused UNAUTHENTICATED instead: a client
+//! must not retry a call that can never pass.
 
 use crate::common;
 
@@ -39,6 +41,10 @@ fn echo_message(len: usize) -> Bytes {
     Bytes::from(m)
 }
 
+/// The key of the keyed server (`KEYS`), as gRPC metadata carries it.
+const BEARER: &str = "Bearer 0123456789abcdef";
+const KEYS: &str = "[[key]]\nid = \"ci\"\nsecret = \"0123456789abcdef\"\n";
+
 fn model_infer(addr: SocketAddr) -> http::Request<()> {
     http::Request::builder()
         .method("POST")
@@ -63,7 +69,7 @@ async fn connect(addr: SocketAddr) -> h2::client::SendRequest<Bytes> {
 
 /// Whole echo calls in bursts of 256 on one connection until `stop`, their answers awaited
 /// and dropped (whatever they are).
-async fn flood(addr: SocketAddr, stop: Arc<AtomicBool>) {
+async fn flood(addr: SocketAddr, stop: Arc<AtomicBool>, keyed: bool) {
     use cohort_oip::grpc_inference_service_client::GrpcInferenceServiceClient;
     use cohort_oip::model_infer_request::InferInputTensor;
     let ch = tonic::transport::Endpoint::from_shared(format!("http://{addr}"))
@@ -86,7 +92,11 @@ async fn flood(addr: SocketAddr, stop: Arc<AtomicBool>) {
     while !stop.load(Ordering::Relaxed) {
         let calls: Vec<_> = (0..256)
             .map(|_| {
-                let (mut c, r) = (client.clone(), r.clone());
+                let (mut c, mut r) = (client.clone(), tonic::Request::new(r.clone()));
+                if keyed {
+                    r.metadata_mut()
+                        .insert("authorization", BEARER.parse().unwrap());
+                }
                 tokio::spawn(async move { c.model_infer(r).await.is_ok() })
             })
             .collect();
@@ -107,16 +117,10 @@ fn refused(http: SocketAddr, service: &str, reason: &str) -> f64 {
         .sum()
 }
 
-#[test]
-fn a_call_arriving_while_the_io_thread_sheds_is_refused_before_its_message_is_read() {
-    let s = Served::start(&[
-        "--service",
-        "echo",
-        "--io-threads",
-        "1",
-        "--grpc",
-        "127.0.0.1:0",
-    ]);
+/// Floods `s` (with the key where `keyed`) and tries partial calls without a key until one is
+/// answered before its message ends; that answer's grpc-status and message, the tries and
+/// how long the answer took.
+fn partial_call_while_shedding(s: &Served, keyed: bool) -> (String, String, usize, Duration) {
     let addr = s.grpc.expect("grpc listener");
     let rt = tokio::runtime::Builder::new_multi_thread()
         .worker_threads(2)
@@ -125,7 +129,7 @@ fn a_call_arriving_while_the_io_thread_sheds_is_refused_before_its_message_is_re
         .unwrap();
     let stop = Arc::new(AtomicBool::new(false));
     let floods: Vec<_> = (0..4)
-        .map(|_| rt.spawn(flood(addr, stop.clone())))
+        .map(|_| rt.spawn(flood(addr, stop.clone(), keyed)))
         .collect();
     let msg = echo_message(16);
     let seen = rt.block_on(async {
@@ -143,19 +147,16 @@ fn a_call_arriving_while_the_io_thread_sheds_is_refused_before_its_message_is_re
             };
             let answer = answer.expect("an answer, not a reset");
             let h = answer.headers();
-            let status = h.get("grpc-status").map(|v| v.to_str().unwrap().to_owned());
-            let message = h
-                .get("grpc-message")
-                .map(|v| v.to_str().unwrap().to_owned());
-            assert_eq!(
-                status.as_deref(),
-                Some("8"),
-                "a partial call answered before its message ends is refused \
-                 RESOURCE_EXHAUSTED, trailers-only: {h:?}"
-            );
-            let message = message.unwrap_or_default().replace("%20", " ");
-            assert!(message.starts_with("OVERLOADED: ingress: "), "{message:?}");
-            return Some((tries, sent.elapsed(), message));
+            let text = |k: &str| {
+                h.get(k)
+                    .map_or(String::new(), |v| v.to_str().unwrap().replace("%20", " "))
+            };
+            return Some((
+                text("grpc-status"),
+                text("grpc-message"),
+                tries,
+                sent.elapsed(),
+            ));
         }
         None
     });
@@ -163,6 +164,26 @@ fn a_call_arriving_while_the_io_thread_sheds_is_refused_before_its_message_is_re
     for f in floods {
         f.abort();
     }
+    seen.expect("no partial call was answered within 30 s of a flood")
+}
+
+#[test]
+fn a_call_arriving_while_the_io_thread_sheds_is_refused_before_its_message_is_read() {
+    let s = Served::start(&[
+        "--service",
+        "echo",
+        "--io-threads",
+        "1",
+        "--grpc",
+        "127.0.0.1:0",
+    ]);
+    let (status, message, tries, took) = partial_call_while_shedding(&s, false);
+    assert_eq!(
+        status, "8",
+        "a partial call answered before its message ends is refused RESOURCE_EXHAUSTED, \
+         trailers-only: {message:?}"
+    );
+    assert!(message.starts_with("OVERLOADED: ingress: "), "{message:?}");
     let http = s.http.expect("http");
     eprintln!(
         "ingress refusals: {} at the head, {} in the handler; answered {}",
@@ -175,11 +196,32 @@ fn a_call_arriving_while_the_io_thread_sheds_is_refused_before_its_message_is_re
             .collect::<Vec<_>>()
             .join(" ")
     );
-    let (tries, took, message) =
-        seen.expect("no call was refused at its head within 30 s of a flood");
     eprintln!("refused at the head on try {tries}, {took:?} after it was sent: {message}");
     assert!(
         refused(http, "unknown", "ingress") >= 1.0,
         "a head-time refusal is counted under service \"unknown\""
     );
+}
+
+#[test]
+fn without_a_valid_key_a_call_refused_at_its_head_is_told_unauthenticated() {
+    let dir = std::env::temp_dir().join(format!("cohort-overload-head-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let keys = dir.join("keys.toml");
+    std::fs::write(&keys, KEYS).unwrap();
+    let s = Served::start(&[
+        "--service",
+        "echo",
+        "--io-threads",
+        "1",
+        "--grpc",
+        "127.0.0.1:0",
+        "--auth-keys",
+        keys.to_str().unwrap(),
+    ]);
+    // The flood carries the key; the partial calls do not.
+    let (status, message, _, _) = partial_call_while_shedding(&s, true);
+    assert_eq!(status, "16", "UNAUTHENTICATED, not OVERLOADED: {message:?}");
+    assert!(message.starts_with("UNAUTHORIZED"), "{message:?}");
+    let _ = std::fs::remove_dir_all(&dir);
 }
