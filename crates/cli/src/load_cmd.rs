@@ -135,7 +135,7 @@ pub struct LoadArgs {
     #[arg(long, requires = "collection")]
     pub filter_selectivity: Option<f64>,
     /// --collection with a tcp:// target (searches, upserts and deletes as the collections'
-    /// native frames, service 7): the server's
+    /// native frames, service 7) or a grpc:// one (as calls of its gRPC service): the server's
     /// HTTP address, http://HOST:PORT, where the collection is made, filled and counted.
     #[arg(long, requires = "collection")]
     pub collection_http: Option<Target>,
@@ -246,6 +246,7 @@ pub fn run(a: LoadArgs) -> Result<()> {
             let cw = CollectionWorkload::new(c.clone())?;
             let cw = Arc::new(match a.target {
                 Target::Tcp(_) => cw.over_frames(),
+                Target::Grpc(_) => cw.over_grpc(),
                 _ => cw,
             });
             let count = prepare_collection(&a, &cfg, &c)?;
@@ -305,22 +306,23 @@ pub fn run(a: LoadArgs) -> Result<()> {
     verdict(&reports, a.min_recall)
 }
 
-/// `--collection` (over http://, or tcp:// with `--collection-http`): with `--create`, make
+/// `--collection` (over http://, or tcp:// or grpc:// with `--collection-http`): with `--create`, make
 /// and fill the collection over REST; then check its settings fit the load.
 fn prepare_collection(a: &LoadArgs, cfg: &LoadConfig, c: &CollectionLoad) -> Result<u64> {
     let addr = match (a.target, a.collection_http) {
         (Target::Http(addr), None) => addr,
-        (Target::Tcp(_), Some(Target::Http(addr))) => addr,
-        (Target::Tcp(_), _) => bail!(
-            "--collection over tcp:// (native frames) needs --collection-http http://HOST:PORT: \
-             the collection is made, filled and counted over REST"
+        (Target::Tcp(_) | Target::Grpc(_), Some(Target::Http(addr))) => addr,
+        (Target::Tcp(_) | Target::Grpc(_), _) => bail!(
+            "--collection over tcp:// (native frames) or grpc:// (the collections' gRPC \
+             service) needs --collection-http http://HOST:PORT: the collection is made, filled \
+             and counted over REST"
         ),
         (Target::Http(_), Some(_)) => {
-            bail!("--collection-http is for tcp:// targets (http:// serves everything)")
+            bail!("--collection-http is for tcp:// and grpc:// targets (http:// serves everything)")
         }
         _ => bail!(
-            "--collection is served over HTTP, and its searches and upserts over tcp://: \
-             give an http:// or tcp:// target"
+            "--collection is served over HTTP, and its searches and writes over tcp:// or \
+             grpc:// too: give an http://, tcp:// or grpc:// target"
         ),
     };
     let t0 = std::time::Instant::now();

@@ -101,6 +101,8 @@ pub(crate) enum Answer<'a> {
     Page(&'static str, Result<(), String>),
     /// gRPC: the output tensors, or the error's name.
     Tensors(Result<Vec<cohort_engine::tensor::Tensor>, String>),
+    /// gRPC, a service of Cohort's own: the encoded reply, or the error's name.
+    Grpc(Result<Vec<u8>, String>),
 }
 
 fn hist() -> Histogram<u64> {
@@ -196,6 +198,9 @@ impl Recorder {
             Answer::Tensors(Ok(t)) if w.check_tensors(seq, &t) => Ok(()),
             Answer::Tensors(Ok(_)) => Err("wrong_answer".into()),
             Answer::Tensors(Err(name)) => Err(name),
+            Answer::Grpc(Ok(b)) if w.check_grpc(seq, &b) => Ok(()),
+            Answer::Grpc(Ok(_)) => Err("wrong_answer".into()),
+            Answer::Grpc(Err(name)) => Err(name),
         };
         if !sh.measured(intended) {
             return;

@@ -245,19 +245,15 @@ fn a_read_only_filtered_load_reports_recall_against_exact_answers() {
     assert_eq!(narrow["recall_at_k"], 1.0, "{narrow:#}");
 }
 
-/// `--target tcp://` with `--collection-http`: the collection made and filled over REST,
-/// then searches and upserts as native frames (service 7), every answer checked as over
-/// HTTP; a read-only run scores recall, a run with writes lands its upserts and its deletes
-/// (delete frames, op 3).
-#[test]
-fn a_collection_load_over_native_tcp_frames() {
-    let d = Scratch::new("coll-frames");
-    let s = Served::start(&["--service", "echo", "--data-dir", &d.path("data")]);
-    let http = format!("http://{}", s.http.unwrap());
-    let tcp = format!("tcp://{}", s.tcp.unwrap());
+/// A collection load at `target` (tcp:// or grpc://) with `--collection-http http`: the
+/// collection made and filled over REST, then searches and writes at the target, every
+/// answer checked as over HTTP; a read-only run scores recall, a run with writes lands its
+/// upserts and its deletes. Returns the points the deletes removed.
+fn load_over(target: &str, http: SocketAddr, d: &Scratch) -> u64 {
+    let http_url = format!("http://{http}");
     let out = d.path("report.json");
     let run = |extra: &[&str]| {
-        let mut a = load_args(&tcp, &out, &["--collection-http", &http]);
+        let mut a = load_args(target, &out, &["--collection-http", &http_url]);
         a.extend_from_slice(&[
             "--rate",
             "300",
@@ -296,9 +292,35 @@ fn a_collection_load_over_native_tcp_frames() {
     assert!(r["points_upserted"].as_u64().unwrap() > 0, "{r:#}");
     assert!(r["deletes_right"].as_u64().unwrap() > 0, "{r:#}");
     let deleted = r["points_deleted"].as_u64().unwrap();
-    assert!(deleted > 0, "no delete frame removed a point: {r:#}");
+    assert!(deleted > 0, "no delete removed a point: {r:#}");
     assert_eq!(r["deleted_points_answered"], 0, "{r:#}");
-    // The load's requests went as frames: the server counted them under "collections".
+    // The deletes landed: the collection holds fewer than the filled points (upserts only
+    // replace or bring back ids of the fill).
+    let v = body(&http_get(http, "/v1/collections/items"));
+    let n = v["count"].as_u64().unwrap();
+    assert!(n < POINTS, "{n} points after deletes of {deleted}: {v}");
+    // Without --collection-http such a load is refused, saying what to give.
+    let o = cohort(&load_args(
+        target,
+        &out,
+        &["--rate", "100", "--duration", "0.2"],
+    ));
+    assert!(!o.status.success());
+    assert!(
+        String::from_utf8_lossy(&o.stderr).contains("--collection-http"),
+        "{}",
+        String::from_utf8_lossy(&o.stderr)
+    );
+    deleted
+}
+
+/// `--target tcp://`: searches, upserts and deletes as native frames (service 7; deletes
+/// are op 3), counted by the server under "collections".
+#[test]
+fn a_collection_load_over_native_tcp_frames() {
+    let d = Scratch::new("coll-frames");
+    let s = Served::start(&["--service", "echo", "--data-dir", &d.path("data")]);
+    load_over(&format!("tcp://{}", s.tcp.unwrap()), s.http.unwrap(), &d);
     let framed: f64 = http_get(s.http.unwrap(), "/metrics")
         .lines()
         .filter(|l| {
@@ -309,21 +331,20 @@ fn a_collection_load_over_native_tcp_frames() {
         .filter_map(|l| l.rsplit(' ').next()?.parse::<f64>().ok())
         .sum();
     assert!(framed > 200.0, "{framed} collections frames answered ok");
-    // The delete frames landed: the collection holds fewer than the filled points (upserts
-    // only replace or bring back ids of the fill).
-    let v = body(&http_get(s.http.unwrap(), "/v1/collections/items"));
-    let n = v["count"].as_u64().unwrap();
-    assert!(n < POINTS, "{n} points after deletes of {deleted}: {v}");
-    // Without --collection-http a tcp:// collection load is refused, saying what to give.
-    let o = cohort(&load_args(
-        &tcp,
-        &out,
-        &["--rate", "100", "--duration", "0.2"],
-    ));
-    assert!(!o.status.success());
-    assert!(
-        String::from_utf8_lossy(&o.stderr).contains("--collection-http"),
-        "{}",
-        String::from_utf8_lossy(&o.stderr)
-    );
+}
+
+/// `--target grpc://`: searches, upserts and deletes as calls of the collections' gRPC
+/// service (`cohort.collections.v1.Collections`), its replies checked as REST's answers.
+#[test]
+fn a_collection_load_over_the_grpc_service() {
+    let d = Scratch::new("coll-grpc");
+    let s = Served::start(&[
+        "--service",
+        "echo",
+        "--data-dir",
+        &d.path("data"),
+        "--grpc",
+        "127.0.0.1:0",
+    ]);
+    load_over(&format!("grpc://{}", s.grpc.unwrap()), s.http.unwrap(), &d);
 }

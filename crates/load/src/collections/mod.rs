@@ -203,6 +203,8 @@ pub struct CollectionWorkload {
     /// Over the native frames (tcp:// targets, service 7): searches, upserts and deletes by
     /// ids as frames.
     frames: bool,
+    /// Over Cohort's own gRPC service (grpc:// targets, `cohort.collections.v1`).
+    grpc: bool,
 }
 
 impl CollectionWorkload {
@@ -227,6 +229,98 @@ impl CollectionWorkload {
             recall_truths: AtomicU64::new(0),
             recall_queries: AtomicU64::new(0),
             frames: false,
+            grpc: false,
+        })
+    }
+
+    /// Sends searches, upserts and deletes as calls of the collections' gRPC service
+    /// (`cohort.collections.v1.Collections`) instead of REST JSON.
+    pub fn over_grpc(mut self) -> CollectionWorkload {
+        self.grpc = true;
+        self
+    }
+
+    /// Request `seq` as a call of the gRPC service: its path and encoded message.
+    fn grpc_message(&self, seq: u64) -> (&'static str, Vec<u8>) {
+        use cohort_collections_grpc as pb;
+        use pb::attribute_value::Kind as V;
+        use prost::Message as _;
+        let collection = self.cfg.name.clone();
+        let int = |v: u64| pb::AttributeValue {
+            kind: Some(V::IntValue(v as i64)),
+        };
+        match self.op(seq) {
+            Op::Search => {
+                // The REST search's filter (`filter_json`) as the service's message.
+                let filter = self.cfg.filter_selectivity.map(|_| pb::Filter {
+                    kind: Some(pb::filter::Kind::Range(pb::Range {
+                        field: ATTRIBUTE.into(),
+                        lt: Some(int(self.cfg.filter_threshold())),
+                        ..Default::default()
+                    })),
+                });
+                let vectors = (0..self.cfg.queries_per_request)
+                    .map(|j| pb::Vector {
+                        values: self.queries.row(self.query_row(seq, j)).to_vec(),
+                    })
+                    .collect();
+                let r = pb::SearchRequest {
+                    collection,
+                    vectors,
+                    k: Some(self.cfg.k as u32),
+                    nprobe: None,
+                    filter,
+                    with_attributes: false,
+                };
+                (
+                    "/cohort.collections.v1.Collections/Search",
+                    r.encode_to_vec(),
+                )
+            }
+            Op::Upsert => {
+                let points = self
+                    .ids(seq)
+                    .into_iter()
+                    .map(|id| pb::Point {
+                        id,
+                        vector: self.upsert_vector(seq, id).to_vec(),
+                        attributes: [(ATTRIBUTE.to_string(), int(id % TAGS))].into(),
+                    })
+                    .collect();
+                let r = pb::UpsertRequest { collection, points };
+                (
+                    "/cohort.collections.v1.Collections/Upsert",
+                    r.encode_to_vec(),
+                )
+            }
+            Op::Delete => {
+                let r = pb::DeleteRequest {
+                    collection,
+                    selector: Some(pb::delete_request::Selector::Ids(pb::IdList {
+                        ids: self.ids(seq),
+                    })),
+                };
+                (
+                    "/cohort.collections.v1.Collections/Delete",
+                    r.encode_to_vec(),
+                )
+            }
+        }
+    }
+
+    /// Call `seq`'s encoded reply as its REST twin's JSON (checked by `check_json`).
+    fn grpc_reply_json(&self, seq: u64, reply: &[u8]) -> Option<Value> {
+        use cohort_collections_grpc as pb;
+        use prost::Message as _;
+        Some(match self.op(seq) {
+            Op::Search => {
+                let r = pb::SearchResponse::decode(reply).ok()?;
+                json!({"results": r.results.iter().map(|hits| hits.hits.iter()
+                    .map(|h| json!({"id": h.id, "distance": h.distance})).collect::<Vec<_>>())
+                    .collect::<Vec<_>>()})
+            }
+            Op::Upsert => json!({ "upserted": pb::UpsertResponse::decode(reply).ok()?.upserted }),
+            Op::Delete => json!({ "deleted": pb::DeleteResponse::decode(reply).ok()?.deleted }),
         })
     }
 
@@ -524,6 +618,27 @@ impl Workload for CollectionWorkload {
             },
         };
         self.check_json(seq, &v)
+    }
+
+    fn own_grpc(&self) -> bool {
+        self.grpc
+    }
+
+    /// Over gRPC (`over_grpc`): request `seq` as a call of the collections' service, noted as
+    /// sent.
+    fn grpc_call(&self, seq: u64) -> Option<(&'static str, Vec<u8>)> {
+        self.grpc.then(|| {
+            self.note_sent(seq);
+            self.grpc_message(seq)
+        })
+    }
+
+    /// A gRPC reply, checked as its JSON twin is (`check_json`).
+    fn check_grpc(&self, seq: u64, answer: &[u8]) -> bool {
+        self.grpc
+            && self
+                .grpc_reply_json(seq, answer)
+                .is_some_and(|v| self.check_json(seq, &v))
     }
 
     fn check_json(&self, seq: u64, v: &Value) -> bool {

@@ -1,6 +1,8 @@
 //! The Open Inference Protocol over gRPC (`grpc://HOST:PORT`): each request one
 //! `ModelInfer` call of one row (the workload's tensor form, raw contents), every answer's
-//! output tensors checked. HTTP/2 multiplexes, so requests do not wait for a free
+//! output tensors checked. A workload of one of Cohort's own gRPC services (a collection's
+//! searches and writes, `Workload::own_grpc`) gives each call's path and encoded message
+//! instead, and checks the encoded reply. HTTP/2 multiplexes, so requests do not wait for a free
 //! connection: a due request is sent at once on its thread's next connection (round robin).
 //! One thread per core the generator may use (`transport::on_threads`), each with its own
 //! connections and its share of the schedule, as on HTTP.
@@ -21,12 +23,52 @@ use tonic::transport::Channel;
 
 type Client = GrpcInferenceServiceClient<Channel>;
 
-/// One call; None when no answer came within the answer timeout.
-async fn call(sh: &Shared, mut client: Client, seq: u64) -> Option<Answer<'static>> {
-    let Some((inputs, params)) = sh.workload.tensors(seq) else {
-        return Some(Answer::Failed("no_tensor_form"));
-    };
-    let mut req = tonic::Request::new(request(sh.workload.service_name(), inputs, &params));
+/// Messages passed as the bytes the workload encoded (and replies as received): the
+/// transport knows no service's messages.
+#[derive(Clone, Copy, Default)]
+struct Raw;
+
+impl tonic::codec::Codec for Raw {
+    type Encode = Vec<u8>;
+    type Decode = Vec<u8>;
+    type Encoder = Raw;
+    type Decoder = Raw;
+    fn encoder(&mut self) -> Raw {
+        Raw
+    }
+    fn decoder(&mut self) -> Raw {
+        Raw
+    }
+}
+
+impl tonic::codec::Encoder for Raw {
+    type Item = Vec<u8>;
+    type Error = tonic::Status;
+    fn encode(
+        &mut self,
+        item: Vec<u8>,
+        buf: &mut tonic::codec::EncodeBuf<'_>,
+    ) -> Result<(), tonic::Status> {
+        bytes::BufMut::put_slice(buf, &item);
+        Ok(())
+    }
+}
+
+impl tonic::codec::Decoder for Raw {
+    type Item = Vec<u8>;
+    type Error = tonic::Status;
+    fn decode(
+        &mut self,
+        buf: &mut tonic::codec::DecodeBuf<'_>,
+    ) -> Result<Option<Vec<u8>>, tonic::Status> {
+        let mut v = vec![0; bytes::Buf::remaining(buf)];
+        bytes::Buf::copy_to_slice(buf, &mut v);
+        Ok(Some(v))
+    }
+}
+
+/// The request's deadline and key, as every call carries them.
+fn prepare<T>(sh: &Shared, req: &mut tonic::Request<T>) -> Option<()> {
     if sh.request_timeout_us > 0 {
         req.set_timeout(std::time::Duration::from_micros(
             sh.request_timeout_us.into(),
@@ -36,6 +78,48 @@ async fn call(sh: &Shared, mut client: Client, seq: u64) -> Option<Answer<'stati
         let bearer = format!("Bearer {}", k.secret).parse().ok()?;
         req.metadata_mut().insert("authorization", bearer);
     }
+    Some(())
+}
+
+/// A call of one of Cohort's own services (`Workload::grpc_call`).
+async fn own_call(
+    sh: &Shared,
+    channel: Channel,
+    path: &'static str,
+    message: Vec<u8>,
+) -> Option<Answer<'static>> {
+    let mut req = tonic::Request::new(message);
+    prepare(sh, &mut req)?;
+    let mut grpc = tonic::client::Grpc::new(channel).max_decoding_message_size(64 << 20);
+    let call = async {
+        grpc.ready()
+            .await
+            .map_err(|e| tonic::Status::unavailable(e.to_string()))?;
+        grpc.unary(req, http::uri::PathAndQuery::from_static(path), Raw)
+            .await
+    };
+    let answer = match tokio::time::timeout(sh.answer_timeout, call).await {
+        Err(_) => return None,
+        Ok(Ok(r)) => Ok(r.into_inner()),
+        Ok(Err(s)) => Err(error_name(&s)),
+    };
+    Some(Answer::Grpc(answer))
+}
+
+/// One call; None when no answer came within the answer timeout.
+async fn call(
+    sh: &Shared,
+    (mut client, channel): (Client, Channel),
+    seq: u64,
+) -> Option<Answer<'static>> {
+    if let Some((path, message)) = sh.workload.grpc_call(seq) {
+        return own_call(sh, channel, path, message).await;
+    }
+    let Some((inputs, params)) = sh.workload.tensors(seq) else {
+        return Some(Answer::Failed("no_tensor_form"));
+    };
+    let mut req = tonic::Request::new(request(sh.workload.service_name(), inputs, &params));
+    prepare(sh, &mut req)?;
     let answer = match tokio::time::timeout(sh.answer_timeout, client.model_infer(req)).await {
         Err(_) => return None,
         Ok(Ok(r)) => outputs(r.into_inner()).ok_or_else(|| "malformed_answer".to_string()),
@@ -59,8 +143,8 @@ pub(crate) fn run(cfg: &LoadConfig, sh: &Arc<Shared>, addr: SocketAddr) -> Resul
         "the load generator's gRPC target speaks plain HTTP/2 only (no --tls-ca)"
     );
     anyhow::ensure!(
-        sh.workload.tensors(0).is_some(),
-        "{} has no tensor form: the gRPC target drives lenet and echo",
+        sh.workload.own_grpc() || sh.workload.tensors(0).is_some(),
+        "{} has no tensor form: the gRPC target drives lenet, echo and collections",
         sh.workload.service_name()
     );
     let (conns, threads) = connections_and_threads(cfg);
@@ -88,7 +172,10 @@ async fn one_thread(
             .connect()
             .await
             .with_context(|| format!("connecting to grpc://{addr}"))?;
-        clients.push(Client::new(channel).max_decoding_message_size(64 << 20));
+        clients.push((
+            Client::new(channel.clone()).max_decoding_message_size(64 << 20),
+            channel,
+        ));
     }
     let rec: ThreadRecorder = Arc::new(Mutex::new(Recorder::new()));
     match cfg.mode {

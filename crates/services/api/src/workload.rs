@@ -36,6 +36,19 @@ pub trait Workload: Send + Sync {
     fn check_tensors(&self, _seq: u64, _outputs: &[Tensor]) -> bool {
         false
     }
+    /// Whether every request is a unary call of a gRPC service of Cohort's own (the
+    /// collections'; `grpc_call`) rather than the Open Inference Protocol's `ModelInfer`.
+    fn own_grpc(&self) -> bool {
+        false
+    }
+    /// Request `seq` as that call, noted as sent: the method's path and the encoded message.
+    fn grpc_call(&self, _seq: u64) -> Option<(&'static str, Vec<u8>)> {
+        None
+    }
+    /// Whether `answer`, call `seq`'s encoded reply, is right.
+    fn check_grpc(&self, _seq: u64, _answer: &[u8]) -> bool {
+        false
+    }
     /// Extra report fields measured over the checked answers (e.g. recall_at_k).
     fn extra(&self) -> serde_json::Map<String, Value> {
         serde_json::Map::new()
