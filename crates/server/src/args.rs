@@ -319,6 +319,12 @@ impl ServeArgs {
         struct Serve {
             #[command(flatten)]
             serve: ServeArgs,
+            // The cohort binary's global flags, which `cohort serve` takes too (not settings
+            // of the server).
+            #[arg(long)]
+            log_level: Option<String>,
+            #[arg(long)]
+            virtual_gpus: Option<String>,
         }
         let argv = std::iter::once(std::ffi::OsString::from("serve"))
             .chain(flags.into_iter().map(Into::into));
@@ -480,6 +486,8 @@ mod tests {
             "--gpus=0,1",
             "--gpus-per-control-thread=2",
             "--service-opt=knn.placement=shard",
+            "--log-level",
+            "warn",
         ])
         .unwrap();
         let t = toml::Table::try_from(&a).unwrap();
