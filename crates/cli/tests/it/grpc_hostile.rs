@@ -26,8 +26,9 @@ fn runtime() -> tokio::runtime::Runtime {
         .unwrap()
 }
 
-/// A ModelInferRequest for `echo` with one BYTES element of `len` bytes, gRPC-framed.
-fn echo_message(len: usize) -> Bytes {
+/// A ModelInferRequest for `echo` with one BYTES element of `len` bytes, gRPC-framed (the
+/// head-time refusal test's too, `overload_head.rs`).
+pub(crate) fn echo_message(len: usize) -> Bytes {
     use cohort_oip::model_infer_request::InferInputTensor;
     let mut raw = (len as u32).to_le_bytes().to_vec();
     raw.resize(4 + len, b'x');

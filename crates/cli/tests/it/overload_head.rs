@@ -9,6 +9,7 @@
 //! must not retry a call that can never pass.
 
 use crate::common;
+use crate::grpc_hostile::echo_message;
 
 use bytes::Bytes;
 use common::{http_get, Served};
@@ -17,29 +18,6 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use std::sync::Arc;
 use std::time::{Duration, Instant};
 use tokio::net::TcpStream;
-
-/// A ModelInferRequest for `echo` with one BYTES element of `len` bytes, gRPC-framed.
-fn echo_message(len: usize) -> Bytes {
-    use cohort_oip::model_infer_request::InferInputTensor;
-    let mut raw = (len as u32).to_le_bytes().to_vec();
-    raw.resize(4 + len, b'x');
-    let r = cohort_oip::ModelInferRequest {
-        model_name: "echo".into(),
-        inputs: vec![InferInputTensor {
-            name: "data".into(),
-            datatype: "BYTES".into(),
-            shape: vec![1],
-            ..Default::default()
-        }],
-        raw_input_contents: vec![raw],
-        ..Default::default()
-    };
-    let body = prost::Message::encode_to_vec(&r);
-    let mut m = vec![0u8];
-    m.extend_from_slice(&(body.len() as u32).to_be_bytes());
-    m.extend_from_slice(&body);
-    Bytes::from(m)
-}
 
 /// The key of the keyed server (`KEYS`), as gRPC metadata carries it.
 const BEARER: &str = "Bearer 0123456789abcdef";
